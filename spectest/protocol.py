@@ -1,0 +1,768 @@
+"""Protocols: YAML → one frozen, validated, hashed ``Protocol``, and its expansion into a ``Plan``.
+
+Owns: the protocol file format (``version: 1``), every validation message about it, CLI
+overrides (applied to the raw mapping *before* validation, so an override is checked exactly like
+a YAML value), the protocol hash, and the plan: cells (prompt × config), arms (reference,
+candidate, teeth), disjoint seed ranges per arm, and shards (one per arm × prompt).
+
+Knows nothing about models, engines, files of results or statistics: model specs and the
+candidate's variant are strings here, checked for form (and, for variants, against the mutant
+catalogue when it is importable); loading them is the runner's business.
+
+Every error is a ``ConfigError`` whose message is one line naming the protocol file, the field
+path and the offending value (``{value!r}``).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote
+
+import yaml
+
+from spectest.errors import ConfigError
+from spectest.sampling.params import SamplingParams
+
+PROTOCOL_VERSION = 1
+DRAFTER_KINDS = ("onehot", "sampled")
+Q_MODES = ("processed", "temperature", "raw")
+MULTIPLICITY_METHODS = ("bh", "by", "maxT")
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+DEVICES = ("cpu", "cuda")
+SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+_MODEL_PREFIXES = ("toy:", "hf-preset:", "hf-local:", "bundled:")
+
+ArmRole = Literal["reference", "candidate", "null", "eps", "mutant"]
+
+
+# ----------------------------------------------------------------------------- dataclasses
+@dataclass(frozen=True)
+class ModelsSpec:
+    """The model pair: zoo specs (``bundled:target``, ``toy:V=16,...``, ``hf-preset:NAME``,
+    ``hf-local:/dir``), the weights' dtype and the device."""
+
+    target: str
+    draft: str
+    dtype: str = "float32"
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """How drafts are proposed: ``onehot`` (greedy draft, q = δ(x)) or ``sampled`` (x ~ q), K
+    tokens per round; for a sampled drafter, which q: ``processed`` (the same
+    temperature/top-k/top-p/min-p pipeline as the target), ``temperature`` (temperature only,
+    SGLang EAGLE) or ``raw`` (softmax of raw logits)."""
+
+    kind: str
+    k: int
+    q: str = "processed"
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt: an id and either text (tokenised by the model pair) or explicit token ids."""
+
+    id: str
+    text: str | None
+    ids: tuple[int, ...] | None
+
+
+@dataclass(frozen=True)
+class PromptsSpec:
+    """The prompt set: a JSONL file (lines ``{"id": ..., "text": ...}`` or ``{"id": ..., "ids":
+    [...]}``), resolved relative to the protocol file (then the working directory), and an
+    optional limit (the first ``limit`` prompts)."""
+
+    file: str
+    limit: int | None
+    path: str  # resolved absolute path
+    items: tuple[Prompt, ...]
+
+
+@dataclass(frozen=True)
+class SeedsSpec:
+    """Seeds per arm. Arms get disjoint consecutive ranges starting at ``start`` (see ``Plan``);
+    teeth arms use ``teeth_per_arm`` seeds (default ``per_arm``). ``key`` names the run key from
+    which every row key is derived (default: the protocol name)."""
+
+    per_arm: int
+    teeth_per_arm: int
+    start: int
+    key: str
+
+
+@dataclass(frozen=True)
+class TrieSpec:
+    """Prefix-conditional tests: trie nodes to ``depth`` tokens kept when they hold at least
+    ``min_count`` sequences per arm (seed 002's "t2 | t1 strata ≥ 200")."""
+
+    depth: int
+    min_count: int
+
+
+@dataclass(frozen=True)
+class TestsSpec:
+    """Which tests run and how they are judged."""
+
+    alpha: float
+    multiplicity: str
+    min_expected: float
+    trie: TrieSpec
+    whitebox: bool
+    null_permutations: int
+    max_mde_tv: float | None  # power requirement: the run's MDE (TV) must not exceed this
+
+
+@dataclass(frozen=True)
+class TeethSpec:
+    """The harness's teeth: a null arm (exact sampler, disjoint seeds) that must pass, ε-biased
+    acceptors and catalogue mutants that must be killed.
+
+    NOTE: the YAML key is ``null_arm``, not ``null``: YAML reads a bare ``null:`` key as None.
+    """
+
+    null: bool
+    epsilons: tuple[float, ...]
+    mutants: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A validated protocol. ``hash`` is the sha256 of ``canonical()`` (output dir excluded,
+    prompt texts included), so two protocols that would produce different samples never share
+    a hash."""
+
+    version: int
+    name: str
+    description: str
+    models: ModelsSpec
+    drafter: DrafterSpec
+    prompts: PromptsSpec
+    configs: tuple[tuple[str, SamplingParams], ...]
+    seeds: SeedsSpec
+    positions: int
+    candidate: str
+    tests: TestsSpec
+    teeth: TeethSpec
+    output: str
+    batch_size: int
+    source: str  # the protocol file (for messages)
+
+    @property
+    def config_map(self) -> dict[str, SamplingParams]:
+        return dict(self.configs)
+
+    def canonical(self) -> dict[str, Any]:
+        """Every field that determines samples or decisions, as plain JSON values."""
+        return {
+            "version": self.version,
+            "name": self.name,
+            "models": vars(self.models).copy(),
+            "drafter": vars(self.drafter).copy(),
+            "prompts": [
+                {"id": p.id, "text": p.text, "ids": list(p.ids) if p.ids is not None else None}
+                for p in self.prompts.items
+            ],
+            "configs": [[cid, vars(sp).copy()] for cid, sp in self.configs],
+            "seeds": vars(self.seeds).copy(),
+            "positions": self.positions,
+            "candidate": self.candidate,
+            "tests": {
+                **{k: v for k, v in vars(self.tests).items() if k != "trie"},
+                "trie": vars(self.tests.trie).copy(),
+            },
+            "teeth": {
+                "null": self.teeth.null,
+                "epsilons": list(self.teeth.epsilons),
+                "mutants": list(self.teeth.mutants),
+            },
+            "batch_size": self.batch_size,
+        }
+
+    @property
+    def hash(self) -> str:
+        blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    @property
+    def run_id(self) -> str:
+        """Default run directory name: deterministic, so a re-run resumes into the same place."""
+        return f"{self.name}-{self.hash[:10]}"
+
+
+# ----------------------------------------------------------------------------- validation helpers
+class _Ctx:
+    """Carries the file name so every message names it."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, path: str, msg: str) -> ConfigError:
+        return ConfigError(f"{self.source}: {path}: {msg}")
+
+    def mapping(
+        self, value: Any, path: str, allowed: Sequence[str], required: Sequence[str] = ()
+    ) -> dict:
+        if not isinstance(value, Mapping):
+            raise self.fail(path or "<top>", f"expected a mapping, got {value!r}")
+        for key in value:
+            if not isinstance(key, str) or key not in allowed:
+                where = f"{path}.{key}" if path else str(key)
+                raise self.fail(where, f"unknown key {key!r} (allowed: {', '.join(allowed)})")
+        for key in required:
+            if key not in value:
+                where = f"{path}.{key}" if path else key
+                raise self.fail(where, "required field is missing")
+        return dict(value)
+
+    def int_(self, value: Any, path: str, lo: int | None = None, hi: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(path, f"expected an integer, got {value!r}")
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+            raise self.fail(path, f"expected an integer {rng}, got {value!r}")
+        return value
+
+    def float_(self, value: Any, path: str, check: Callable[[float], bool], what: str) -> float:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
+            raise self.fail(path, f"expected a number {what}, got {value!r}")
+        if not check(float(value)):
+            raise self.fail(path, f"expected a number {what}, got {value!r}")
+        return float(value)
+
+    def str_(self, value: Any, path: str, choices: Sequence[str] | None = None) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(path, f"expected a non-empty string, got {value!r}")
+        if choices is not None and value not in choices:
+            raise self.fail(path, f"expected one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    def bool_(self, value: Any, path: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(path, f"expected true or false, got {value!r}")
+        return value
+
+    def name(self, value: Any, path: str) -> str:
+        s = self.str_(value, path)
+        if not _NAME_RE.match(s):
+            raise self.fail(
+                path, f"expected a name of letters, digits, '_', '.', '-', got {value!r}"
+            )
+        return s
+
+
+# ----------------------------------------------------------------------------- loading
+def load_protocol(
+    path: str | os.PathLike[str],
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    sets: Sequence[str] = (),
+) -> Protocol:
+    """Read, override and validate a protocol file.
+
+    Parameters
+    ----------
+    path : the YAML file.
+    overrides : dotted field path → value (e.g. ``{"seeds.per_arm": 64}``), applied before
+        validation. ``None`` values are ignored (an unset CLI option).
+    sets : ``"dotted.key=value"`` strings (CLI ``--set``); the value is parsed as YAML.
+    """
+    source = str(path)
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{source}: no such protocol file")
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "?"
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{source}: malformed YAML at {where}: {problem}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{source}: not UTF-8 text ({err.reason})") from None
+    raw = copy.deepcopy(raw)
+    all_overrides: dict[str, Any] = {}
+    for item in sets:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set: expected key=value, got {item!r}")
+        try:
+            all_overrides[key.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {key.strip()}: value is not valid YAML: {text!r}") from None
+    all_overrides.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    for key, value in all_overrides.items():
+        raw = _apply_override(raw, key, value, source)
+    return protocol_from_dict(raw, source=source, base_dir=p.resolve().parent)
+
+
+def _apply_override(raw: Any, key: str, value: Any, source: str) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: cannot apply override {key!r}: the protocol is not a mapping")
+    parts = key.split(".")
+    node: dict[str, Any] = raw
+    for i, part in enumerate(parts[:-1]):
+        nxt = node.get(part)
+        if nxt is None:
+            nxt = node[part] = {}
+        if not isinstance(nxt, dict):
+            where = ".".join(parts[: i + 1])
+            raise ConfigError(
+                f"override {key}: {where} is not a mapping in {source} (it is {nxt!r})"
+            )
+        node = nxt
+    node[parts[-1]] = value
+    return raw
+
+
+def protocol_from_dict(
+    raw: Any, *, source: str = "<protocol>", base_dir: Path | None = None
+) -> Protocol:
+    """Validate a raw mapping (as ``yaml.safe_load`` returns it) into a ``Protocol``."""
+    c = _Ctx(source)
+    top = c.mapping(
+        raw,
+        "",
+        allowed=(
+            "version", "name", "description", "models", "drafter", "prompts", "configs",
+            "seeds", "positions", "candidate", "tests", "teeth", "output", "batch_size",
+        ),
+        required=(
+            "version", "name", "models", "drafter", "prompts", "configs", "seeds", "positions",
+        ),
+    )  # fmt: skip
+    version = c.int_(top["version"], "version")
+    if version != PROTOCOL_VERSION:
+        raise c.fail(
+            "version",
+            f"unsupported protocol version {version!r} (this spectest reads {PROTOCOL_VERSION})",
+        )
+    name = c.name(top["name"], "name")
+    description = top.get("description", "")
+    if not isinstance(description, str):
+        raise c.fail("description", f"expected a string, got {description!r}")
+
+    m = c.mapping(
+        top["models"], "models", ("target", "draft", "dtype", "device"), ("target", "draft")
+    )
+    models = ModelsSpec(
+        target=_model_spec(c, m["target"], "models.target", base_dir),
+        draft=_model_spec(c, m["draft"], "models.draft", base_dir),
+        dtype=c.str_(m.get("dtype", "float32"), "models.dtype", DTYPES),
+        device=c.str_(m.get("device", "cpu"), "models.device", DEVICES),
+    )
+
+    d = c.mapping(top["drafter"], "drafter", ("kind", "k", "q"), ("kind", "k"))
+    drafter = DrafterSpec(
+        kind=c.str_(d["kind"], "drafter.kind", DRAFTER_KINDS),
+        k=c.int_(d["k"], "drafter.k", lo=1, hi=64),
+        q=c.str_(d.get("q", "processed"), "drafter.q", Q_MODES),
+    )
+    if drafter.kind == "onehot" and "q" in d and drafter.q != "processed":
+        raise c.fail(
+            "drafter.q",
+            "only meaningful for a sampled drafter (a one-hot drafter has q = δ(x)), "
+            f"got {drafter.q!r}",
+        )
+
+    prompts = _prompts(c, top["prompts"], base_dir)
+    configs = _configs(c, top["configs"])
+
+    s = c.mapping(top["seeds"], "seeds", ("per_arm", "teeth_per_arm", "start", "key"), ("per_arm",))
+    per_arm = c.int_(s["per_arm"], "seeds.per_arm", lo=2)
+    seeds = SeedsSpec(
+        per_arm=per_arm,
+        teeth_per_arm=c.int_(s.get("teeth_per_arm", per_arm), "seeds.teeth_per_arm", lo=2),
+        start=c.int_(s.get("start", 0), "seeds.start", lo=0, hi=2**53),
+        key=c.str_(s.get("key", name), "seeds.key"),
+    )
+    positions = c.int_(top["positions"], "positions", lo=1, hi=4096)
+    candidate = _variant(c, top.get("candidate", "exact"), "candidate")
+
+    t = c.mapping(
+        top.get("tests", {}) or {},
+        "tests",
+        ("alpha", "multiplicity", "min_expected", "trie", "whitebox", "null_permutations", "power"),
+    )
+    tr = c.mapping(t.get("trie", {}) or {}, "tests.trie", ("depth", "min_count"))
+    pw = c.mapping(t.get("power", {}) or {}, "tests.power", ("max_mde_tv",))
+    max_mde = pw.get("max_mde_tv")
+    tests = TestsSpec(
+        alpha=c.float_(t.get("alpha", 0.05), "tests.alpha", lambda a: 0.0 < a < 1.0, "in (0, 1)"),
+        multiplicity=c.str_(
+            t.get("multiplicity", "bh"), "tests.multiplicity", MULTIPLICITY_METHODS
+        ),
+        min_expected=c.float_(
+            t.get("min_expected", 5.0), "tests.min_expected", lambda x: x > 0, "> 0"
+        ),
+        trie=TrieSpec(
+            depth=c.int_(tr.get("depth", 2), "tests.trie.depth", lo=0, hi=64),
+            min_count=c.int_(tr.get("min_count", 200), "tests.trie.min_count", lo=1),
+        ),
+        whitebox=c.bool_(t.get("whitebox", True), "tests.whitebox"),
+        null_permutations=c.int_(t.get("null_permutations", 200), "tests.null_permutations", lo=0),
+        max_mde_tv=None
+        if max_mde is None
+        else c.float_(max_mde, "tests.power.max_mde_tv", lambda x: 0.0 < x <= 1.0, "in (0, 1]"),
+    )
+
+    th = c.mapping(top.get("teeth", {}) or {}, "teeth", ("null_arm", "epsilons", "mutants"))
+    eps_raw = th.get("epsilons", []) or []
+    mut_raw = th.get("mutants", []) or []
+    if not isinstance(eps_raw, list):
+        raise c.fail("teeth.epsilons", f"expected a list of numbers, got {eps_raw!r}")
+    if not isinstance(mut_raw, list):
+        raise c.fail("teeth.mutants", f"expected a list of variant names, got {mut_raw!r}")
+    epsilons = tuple(
+        c.float_(e, f"teeth.epsilons[{i}]", lambda x: x > 0.0, "> 0") for i, e in enumerate(eps_raw)
+    )
+    mutants = tuple(_variant(c, v, f"teeth.mutants[{i}]") for i, v in enumerate(mut_raw))
+    for what, seq in (("epsilons", epsilons), ("mutants", mutants)):
+        dup = [x for i, x in enumerate(seq) if x in seq[:i]]
+        if dup:
+            raise c.fail(f"teeth.{what}", f"duplicate entry {dup[0]!r}")
+    if "exact" in mutants:
+        raise c.fail(
+            "teeth.mutants", "'exact' is not a mutant (the null arm is the exact sampler's tooth)"
+        )
+    teeth = TeethSpec(
+        null=c.bool_(th.get("null_arm", True), "teeth.null_arm"), epsilons=epsilons, mutants=mutants
+    )
+
+    output = c.str_(top.get("output", "results"), "output")
+    batch_size = c.int_(top.get("batch_size", 256), "batch_size", lo=1)
+    return Protocol(
+        version=version, name=name, description=description, models=models, drafter=drafter,
+        prompts=prompts, configs=configs, seeds=seeds, positions=positions, candidate=candidate,
+        tests=tests, teeth=teeth, output=output, batch_size=batch_size, source=source,
+    )  # fmt: skip
+
+
+def _model_spec(c: _Ctx, value: Any, path: str, base_dir: Path | None) -> str:
+    spec = c.str_(value, path)
+    if not spec.startswith(_MODEL_PREFIXES):
+        raise c.fail(
+            path, f"expected a zoo spec starting with {', '.join(_MODEL_PREFIXES)}, got {spec!r}"
+        )
+    if spec.startswith("hf-local:"):
+        raw_dir = Path(spec[len("hf-local:") :]).expanduser()
+        candidates = (
+            [raw_dir]
+            if raw_dir.is_absolute()
+            else [(base_dir or Path.cwd()) / raw_dir, Path.cwd() / raw_dir]
+        )
+        found = next((d for d in candidates if d.is_dir()), None)
+        if found is None:
+            raise c.fail(path, f"no such model directory {spec!r}")
+        spec = f"hf-local:{found.resolve()}"
+    return spec
+
+
+def _variant(c: _Ctx, value: Any, path: str) -> str:
+    spec = c.str_(value, path)
+    try:
+        from spectest.sampling.mutants import get_variant
+    except ImportError:  # NOTE: the catalogue lands separately; form-check only until it does.
+        return spec
+    try:
+        get_variant(spec)
+    except Exception as err:  # any rejection of the spec is a config error here
+        why = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise c.fail(path, f"unknown sampler variant {spec!r} ({why})") from None
+    return spec
+
+
+def _configs(c: _Ctx, value: Any) -> tuple[tuple[str, SamplingParams], ...]:
+    if not isinstance(value, Mapping) or not value:
+        raise c.fail(
+            "configs", f"expected a non-empty mapping of named sampling configs, got {value!r}"
+        )
+    out: list[tuple[str, SamplingParams]] = []
+    for cid, body in value.items():
+        cid_s = c.name(cid, f"configs.{cid}")
+        b = c.mapping(body if body is not None else {}, f"configs.{cid_s}", SAMPLING_KEYS)
+        try:
+            sp = SamplingParams(
+                temperature=b.get("temperature", 1.0),
+                top_k=b.get("top_k", 0),
+                top_p=b.get("top_p", 1.0),
+                min_p=b.get("min_p", 0.0),
+            )
+        except ConfigError as err:
+            # SamplingParams names the field and the value; prefix file and config.
+            raise c.fail(f"configs.{cid_s}", str(err)) from None
+        if sp.is_greedy:
+            raise c.fail(
+                f"configs.{cid_s}.temperature",
+                "temperature 0 (greedy) has a deterministic law; "
+                "spectest tests sampled configs, got 0",
+            )
+        out.append(
+            (
+                cid_s,
+                SamplingParams(
+                    float(sp.temperature), int(sp.top_k), float(sp.top_p), float(sp.min_p)
+                ),
+            )
+        )
+    return tuple(out)
+
+
+def _prompts(c: _Ctx, value: Any, base_dir: Path | None) -> PromptsSpec:
+    if isinstance(value, str):
+        value = {"file": value}
+    pm = c.mapping(value, "prompts", ("file", "limit"), ("file",))
+    file = c.str_(pm["file"], "prompts.file")
+    limit = pm.get("limit")
+    if limit is not None:
+        limit = c.int_(limit, "prompts.limit", lo=1)
+    rel = Path(file).expanduser()
+    tried = [rel] if rel.is_absolute() else [(base_dir or Path.cwd()) / rel, Path.cwd() / rel]
+    path = next((p for p in tried if p.is_file()), None)
+    if path is None:
+        raise c.fail(
+            "prompts.file",
+            f"no such prompt file {file!r} (looked in {', '.join(str(t.parent) for t in tried)})",
+        )
+    items: list[Prompt] = []
+    seen: set[str] = set()
+    pfile = str(path)
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ConfigError(
+                f"{pfile}: line {lineno}: not valid JSON ({err.msg}): {line[:60]!r}"
+            ) from None
+        if not isinstance(obj, dict) or not (set(obj) <= {"id", "text", "ids"}) or "id" not in obj:
+            raise ConfigError(
+                f'{pfile}: line {lineno}: expected {{"id": ..., "text": ...}} or '
+                f'{{"id": ..., "ids": [...]}}, got {line[:60]!r}'
+            )
+        pid = obj["id"]
+        if not isinstance(pid, str) or not _NAME_RE.match(pid):
+            raise ConfigError(
+                f"{pfile}: line {lineno}: id must be a name of letters, digits, "
+                f"'_', '.', '-', got {pid!r}"
+            )
+        if pid in seen:
+            raise ConfigError(f"{pfile}: line {lineno}: duplicate prompt id {pid!r}")
+        seen.add(pid)
+        text, ids = obj.get("text"), obj.get("ids")
+        if (text is None) == (ids is None):
+            raise ConfigError(
+                f"{pfile}: line {lineno}: give exactly one of 'text' or 'ids' for prompt {pid!r}"
+            )
+        if text is not None and (not isinstance(text, str) or not text):
+            raise ConfigError(
+                f"{pfile}: line {lineno}: text must be a non-empty string, got {text!r}"
+            )
+        if ids is not None and (
+            not isinstance(ids, list)
+            or not ids
+            or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
+        ):
+            raise ConfigError(
+                f"{pfile}: line {lineno}: ids must be a non-empty list of integers >= 0, "
+                f"got {ids!r}"
+            )
+        items.append(Prompt(id=pid, text=text, ids=tuple(ids) if ids is not None else None))
+    if not items:
+        raise c.fail("prompts.file", f"prompt file {pfile!r} holds no prompts")
+    if limit is not None:
+        items = items[:limit]
+    return PromptsSpec(file=file, limit=limit, path=str(path.resolve()), items=tuple(items))
+
+
+# ----------------------------------------------------------------------------- plan
+@dataclass(frozen=True)
+class SeedRange:
+    """Seeds ``start, start + 1, ..., stop - 1``."""
+
+    start: int
+    stop: int
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def seeds(self) -> range:
+        return range(self.start, self.stop)
+
+    def overlaps(self, other: SeedRange) -> bool:
+        return self.start < other.stop and other.start < self.stop
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of the plan.
+
+    ``role``: reference (plain decode), candidate (the protocol's sampler), null / eps / mutant
+    (teeth). ``variant``: the sampler variant spec (``None`` for the plain reference).
+    ``expect``: ``"subject"`` for the candidate, ``"pass"`` for the null, ``"fail"`` for ε and
+    mutants, ``"reference"`` for the reference.
+    """
+
+    name: str
+    role: ArmRole
+    variant: str | None
+    seeds: SeedRange
+    expect: str
+
+    @property
+    def is_tooth(self) -> bool:
+        return self.role in ("null", "eps", "mutant")
+
+
+@dataclass(frozen=True)
+class Shard:
+    """The unit of generation and of resume: one arm × one prompt (all configs, all seeds)."""
+
+    arm: str
+    prompt_id: str
+
+    @property
+    def key(self) -> str:
+        """A file-system-safe, injective name (``quote`` escapes ':' '=' '/' ...)."""
+        return f"{quote(self.arm, safe='')}__{quote(self.prompt_id, safe='')}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The expansion of a protocol: what to generate and what to compare."""
+
+    protocol: Protocol
+    arms: tuple[Arm, ...]
+    cells: tuple[tuple[str, str], ...]  # (prompt_id, config_id)
+    shards: tuple[Shard, ...]
+
+    def arm(self, name: str) -> Arm:
+        for a in self.arms:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    @property
+    def comparisons(self) -> tuple[Arm, ...]:
+        """Every non-reference arm: each is compared with the reference."""
+        return tuple(a for a in self.arms if a.role != "reference")
+
+    @property
+    def seed_ranges(self) -> dict[str, list[int]]:
+        return {a.name: [a.seeds.start, a.seeds.stop] for a in self.arms}
+
+
+def eps_arm_name(eps: float) -> str:
+    return f"eps={eps:g}"
+
+
+def mutant_arm_name(spec: str) -> str:
+    return f"mutant:{spec}"
+
+
+def all_arms(protocol: Protocol) -> tuple[Arm, ...]:
+    """Every arm the protocol defines, with disjoint seed ranges laid out consecutively in the
+    order reference, candidate, null, ε..., mutants... — so a teeth-only plan and a full plan give
+    each arm the same seeds, and a tooth added at the end moves no earlier arm."""
+    p = protocol
+    specs: list[tuple[str, ArmRole, str | None, int, str]] = [
+        ("reference", "reference", None, p.seeds.per_arm, "reference"),
+        ("candidate", "candidate", p.candidate, p.seeds.per_arm, "subject"),
+    ]
+    if p.teeth.null:
+        specs.append(("null", "null", "exact", p.seeds.teeth_per_arm, "pass"))
+    for eps in p.teeth.epsilons:
+        specs.append(
+            (eps_arm_name(eps), "eps", f"eps_biased:{eps:g}", p.seeds.teeth_per_arm, "fail")
+        )
+    for mut in p.teeth.mutants:
+        specs.append((mutant_arm_name(mut), "mutant", mut, p.seeds.teeth_per_arm, "fail"))
+    arms: list[Arm] = []
+    cursor = p.seeds.start
+    for name, role, variant, n, expect in specs:
+        arms.append(Arm(name, role, variant, SeedRange(cursor, cursor + n), expect))
+        cursor += n
+    names = [a.name for a in arms]
+    if len(set(names)) != len(names):  # e.g. eps=0.1 and eps=0.10 both format as "eps=0.1"
+        raise ConfigError(f"{p.source}: teeth: two teeth arms share the name {names!r}")
+    return tuple(arms)
+
+
+def make_plan(protocol: Protocol, *, candidate: bool = True, teeth: bool = True) -> Plan:
+    """Expand a protocol. ``candidate=False`` gives the teeth-only plan of ``spectest teeth``;
+    ``teeth=False`` skips the teeth arms. Seeds per arm are those of the full plan either way."""
+    arms = tuple(
+        a
+        for a in all_arms(protocol)
+        if a.role == "reference" or (a.role == "candidate" and candidate) or (a.is_tooth and teeth)
+    )
+    for i, a in enumerate(arms):  # collision-freedom is by construction; assert it anyway
+        for b in arms[i + 1 :]:
+            assert not a.seeds.overlaps(b.seeds), (a, b)
+    cells = tuple((pr.id, cid) for pr in protocol.prompts.items for cid, _ in protocol.configs)
+    shards = tuple(Shard(a.name, pr.id) for a in arms for pr in protocol.prompts.items)
+    return Plan(protocol=protocol, arms=arms, cells=cells, shards=shards)
+
+
+def to_raw(protocol: Protocol, *, prompts_file: str) -> dict[str, Any]:
+    """The protocol as a YAML-ready mapping that ``protocol_from_dict`` reads back to the same
+    hash, with the prompt set pointing at ``prompts_file`` (the store copies prompts beside it so a
+    run directory is self-contained). See ``prompts_jsonl``."""
+    p = protocol
+    return {
+        "version": p.version,
+        "name": p.name,
+        "description": p.description,
+        "models": vars(p.models).copy(),
+        "drafter": vars(p.drafter).copy(),
+        "prompts": {"file": prompts_file},
+        "configs": {cid: vars(sp).copy() for cid, sp in p.configs},
+        "seeds": vars(p.seeds).copy(),
+        "positions": p.positions,
+        "candidate": p.candidate,
+        "tests": {
+            "alpha": p.tests.alpha,
+            "multiplicity": p.tests.multiplicity,
+            "min_expected": p.tests.min_expected,
+            "trie": vars(p.tests.trie).copy(),
+            "whitebox": p.tests.whitebox,
+            "null_permutations": p.tests.null_permutations,
+            "power": {"max_mde_tv": p.tests.max_mde_tv},
+        },
+        "teeth": {
+            "null_arm": p.teeth.null,
+            "epsilons": list(p.teeth.epsilons),
+            "mutants": list(p.teeth.mutants),
+        },
+        "output": p.output,
+        "batch_size": p.batch_size,
+    }
+
+
+def prompts_jsonl(protocol: Protocol) -> str:
+    """The (limited) prompt set as JSONL text, one ``{"id", "text"|"ids"}`` object per line."""
+    lines = []
+    for pr in protocol.prompts.items:
+        obj: dict[str, Any] = {"id": pr.id}
+        if pr.text is not None:
+            obj["text"] = pr.text
+        else:
+            obj["ids"] = list(pr.ids or ())
+        lines.append(json.dumps(obj, ensure_ascii=False))
+    return "\n".join(lines) + "\n"
