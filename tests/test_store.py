@@ -1,0 +1,168 @@
+"""The run directory: atomic writes, provenance metadata, manifest-last completeness, resume
+guards, corrupt files, and the bring-your-own samples reader. Deterministic, no models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from spectest import schema
+from spectest.errors import ConfigError, ExitCode, InputError
+from spectest.store import (
+    MANIFEST,
+    SAMPLES,
+    RunDir,
+    load_run,
+    make_provenance,
+    read_provenance,
+    read_samples_file,
+    read_table,
+)
+
+
+def samples_df(n_seeds: int = 3, positions: int = 2, arm: str = "reference") -> pd.DataFrame:
+    rows = [
+        {
+            "prompt_id": "p0",
+            "config_id": "c",
+            "arm": arm,
+            "seed": s,
+            "position": t,
+            "token_id": (s + t) % 5,
+        }
+        for s in range(n_seeds)
+        for t in range(positions)
+    ]
+    return pd.DataFrame(rows)
+
+
+PROV = {"protocol_hash": "abc", "device": "cpu"}
+
+
+def test_shard_write_read_and_provenance(tmp_path: Path) -> None:
+    rd = RunDir.open(tmp_path / "run", {"kind": "run", "protocol_hash": "abc"})
+    assert not rd.shard_done("reference__p0")
+    rd.write_shard("reference__p0", samples_df(), None, PROV)
+    assert rd.shard_done("reference__p0")
+    assert rd.completed_shards(["reference__p0", "candidate__p0"]) == ["reference__p0"]
+    back, rounds = rd.read_shard("reference__p0")
+    assert rounds is None
+    pd.testing.assert_frame_equal(back, samples_df().astype(back.dtypes.to_dict()))
+    assert str(back["position"].dtype) == "int32" and str(back["token_id"].dtype) == "int64"
+    f = tmp_path / "run" / "shards" / "reference__p0.samples.parquet"
+    assert read_provenance(f) == PROV
+    assert not list((tmp_path / "run" / "shards").glob(".*tmp"))  # no temporaries left
+
+
+def test_manifest_last_and_incomplete_runs_refused(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    rd = RunDir.open(run, {"kind": "run", "protocol_hash": "abc"})
+    with pytest.raises(InputError, match=r"no manifest\.json: the run is incomplete") as info:
+        load_run(run)
+    assert info.value.exit_code == ExitCode.BAD_INPUT
+    prov = make_provenance(
+        protocol_hash="abc", device="cpu", seed_ranges={"reference": [0, 3]}, kind="run"
+    )
+    assert {"git_sha", "packages", "device", "seed_ranges", "protocol_hash"} <= set(prov)
+    manifest = rd.write_final(
+        tables={SAMPLES: (samples_df(), schema.SAMPLES_SCHEMA)},
+        summary={"decision": "equivalent"},
+        texts={"report.md": "# r\n"},
+        provenance=prov,
+    )
+    assert set(manifest["files"]) >= {SAMPLES, "summary.json", "report.md", "run.json"}
+    stored = load_run(run)
+    assert stored.summary == {"decision": "equivalent"}
+    assert len(stored.table(SAMPLES)) == 6
+    assert read_provenance(run / SAMPLES)["seed_ranges"] == {"reference": [0, 3]}
+    # reopening (resume / re-analysis) removes the manifest first: never half-complete
+    RunDir.open(run, {"kind": "run", "protocol_hash": "abc"})
+    assert not (run / MANIFEST).exists()
+
+
+def test_other_protocol_or_foreign_dir_refused(tmp_path: Path) -> None:
+    RunDir.open(tmp_path / "run", {"kind": "run", "protocol_hash": "abc"})
+    with pytest.raises(ConfigError, match=r"holds a 'run' run of protocol hash 'abc', not 'xyz'"):
+        RunDir.open(tmp_path / "run", {"kind": "run", "protocol_hash": "xyz"})
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "thesis.tex").write_text("x")
+    with pytest.raises(ConfigError, match=r"non-empty directory that is not a spectest run"):
+        RunDir.open(tmp_path / "foreign", {"kind": "run", "protocol_hash": "abc"})
+
+
+def test_corrupt_and_modified_files(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(InputError, match=r"bad\.parquet: not a readable Parquet file") as info:
+        read_table(bad)
+    assert "\n" not in str(info.value)
+    run = tmp_path / "run"
+    rd = RunDir.open(run, {"kind": "run", "protocol_hash": "abc"})
+    rd.write_final(tables={SAMPLES: (samples_df(), None)}, summary={}, texts={}, provenance=PROV)
+    (run / SAMPLES).write_bytes(b"garbage")
+    with pytest.raises(InputError, match=r"samples\.parquet: size differs from manifest\.json"):
+        load_run(run)
+
+
+def write_byo(tmp_path: Path, df: pd.DataFrame, fmt: str) -> Path:
+    f = tmp_path / f"s.{fmt}"
+    if fmt == "csv":
+        df.to_csv(f, index=False)
+    else:
+        df.to_parquet(f, index=False)
+    return f
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_byo_reads_both_formats(tmp_path: Path, fmt: str) -> None:
+    df = samples_df().drop(columns=["arm"])
+    df["prompt_id"] = "7"  # numeric-looking ids stay strings
+    got = read_samples_file(write_byo(tmp_path, df, fmt))
+    assert list(got.columns) == [f.name for f in schema.BYO_SCHEMA]
+    assert got["prompt_id"].tolist() == ["7"] * 6
+    assert (
+        str(got["position"].dtype) == "int32"
+        and got["token_id"].tolist() == df["token_id"].tolist()
+    )
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+@pytest.mark.parametrize(
+    ("mutate", "pattern"),
+    [
+        (
+            lambda d: d.drop(columns=["position"]),
+            r"missing column\(s\) position \(expected prompt_id",
+        ),
+        (
+            lambda d: d.assign(token_id=["x"] * len(d)),
+            r"column token_id: expected integers, got 'x' at row 0",
+        ),
+        (
+            lambda d: d.assign(seed=[0.5] * len(d)),
+            r"column seed: expected integers, got 0\.5 at row 0",
+        ),
+        (
+            lambda d: d.assign(position=[-1] * len(d)),
+            r"column position: expected integers >= 0, got -1",
+        ),
+        (lambda d: pd.concat([d, d.iloc[:1]]), r"duplicate row for .* = \('p0', 'c', 0, 0\)"),
+        (lambda d: d.iloc[:0], r"holds no samples"),
+    ],
+)
+def test_byo_bad_files_are_one_line(tmp_path: Path, fmt: str, mutate, pattern: str) -> None:
+    f = write_byo(tmp_path, mutate(samples_df().drop(columns=["arm"])), fmt)
+    with pytest.raises(InputError, match=pattern) as info:
+        read_samples_file(f)
+    assert str(info.value).startswith(str(f)) and "\n" not in str(info.value)
+
+
+def test_byo_missing_and_unparsable(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"no such samples file"):
+        read_samples_file(tmp_path / "nope.csv")
+    f = tmp_path / "x.parquet"
+    f.write_text("not parquet")
+    with pytest.raises(InputError, match=r"x\.parquet: not a readable Parquet file"):
+        read_samples_file(f)
