@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from spectest.errors import ConfigError
+from spectest.errors import ConfigError, InputError
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,16 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
-def validate_params(temperature: float, top_k: int, top_p: float, min_p: float, where: str = "") -> None:
+def validate_params(
+    temperature: float, top_k: int, top_p: float, min_p: float, where: str = ""
+) -> None:
     """Raise ``ConfigError`` naming the first bad value. ``where`` prefixes the message."""
     prefix = f"{where}: " if where else ""
-    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
+    if (
+        not isinstance(temperature, (int, float))
+        or not math.isfinite(temperature)
+        or temperature < 0
+    ):
         raise ConfigError(f"{prefix}temperature must be a finite number >= 0, got {temperature!r}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise ConfigError(f"{prefix}top_k must be an integer >= 0 (0 = off), got {top_k!r}")
@@ -61,9 +67,13 @@ class SamplingTensors:
     min_p: torch.Tensor  # [B] float64 (0 = off)
 
     @staticmethod
-    def from_params(params: Sequence[SamplingParams], device: torch.device | str = "cpu") -> SamplingTensors:
+    def from_params(
+        params: Sequence[SamplingParams], device: torch.device | str = "cpu"
+    ) -> SamplingTensors:
         return SamplingTensors(
-            temperature=torch.tensor([p.temperature for p in params], dtype=torch.float64, device=device),
+            temperature=torch.tensor(
+                [p.temperature for p in params], dtype=torch.float64, device=device
+            ),
             top_k=torch.tensor([p.top_k for p in params], dtype=torch.int64, device=device),
             top_p=torch.tensor([p.top_p for p in params], dtype=torch.float64, device=device),
             min_p=torch.tensor([p.min_p for p in params], dtype=torch.float64, device=device),
@@ -75,4 +85,37 @@ class SamplingTensors:
 
     def index(self, rows: torch.Tensor) -> SamplingTensors:
         """The parameters of a subset (or a repetition) of rows."""
-        return SamplingTensors(self.temperature[rows], self.top_k[rows], self.top_p[rows], self.min_p[rows])
+        return SamplingTensors(
+            self.temperature[rows], self.top_k[rows], self.top_p[rows], self.min_p[rows]
+        )
+
+    def validate(self, batch_size: int | None = None, where: str = "sampling params") -> None:
+        """Check shapes, dtypes and values (the rules of ``validate_params``, row by row).
+
+        Raises ``InputError`` for a wrong shape/dtype and ``ConfigError`` naming the first bad row
+        and value. One host sync (a vectorised ``any``) on an accelerator.
+        """
+        fields = {
+            "temperature": (self.temperature, torch.float64),
+            "top_k": (self.top_k, torch.int64),
+            "top_p": (self.top_p, torch.float64),
+            "min_p": (self.min_p, torch.float64),
+        }
+        n = int(self.temperature.shape[0]) if self.temperature.dim() == 1 else -1
+        for name, (t, dtype) in fields.items():
+            if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.dtype != dtype:
+                got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t)
+                raise InputError(f"{where}: {name} must be a 1-D {dtype} tensor, got {got!r}")
+            if int(t.shape[0]) != n or (batch_size is not None and n != batch_size):
+                expected = batch_size if batch_size is not None else n
+                raise InputError(
+                    f"{where}: {name} has {int(t.shape[0])} rows, expected {expected!r}"
+                )
+        t, k, p, m = self.temperature, self.top_k, self.top_p, self.min_p
+        bad = ~torch.isfinite(t) | (t < 0) | (k < 0) | ~((p > 0) & (p <= 1)) | ~((m >= 0) & (m < 1))
+        if bool(bad.any()):
+            row = int(torch.nonzero(bad)[0, 0])
+            validate_params(
+                float(t[row]), int(k[row]), float(p[row]), float(m[row]), where=f"{where} row {row}"
+            )
+            raise ConfigError(f"{where} row {row}: invalid sampling parameters")  # unreachable
