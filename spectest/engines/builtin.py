@@ -1,0 +1,418 @@
+"""The built-in batched engines: plain decode and speculative decode over ``LanguageModel`` s.
+
+Owns: the decode loops (``plain_decode``, ``speculative_decode``), the row/drafter/output
+dataclasses, the conversion of outputs to the schema's samples and rounds tables, and slow
+per-row references of both loops (``plain_decode_reference``, ``speculative_decode_reference``:
+no cache, no batching, tested token-for-token equal in tests/test_engine.py).
+
+Knows nothing about statistics or files, and nothing about *which* sampler is correct: the
+speculative loop calls the hooks of a ``SpecVariant`` (exact or a mutant). Both arms go through
+the same probability pipeline (``logits_to_probs``; the exact variant's ``verify_probs`` and
+``draft_law`` call it too), so only the sampler differs between arms.
+
+Batching and RNG
+----------------
+One call = one prompt × many rows (config_id, seed, SamplingParams), processed in chunks of
+``batch_size``. Every uniform comes from ``seeding.uniforms`` keyed by
+``row_key(run_key, prompt_id, config_id, seed)``, so a row's tokens do not depend on the batch it
+runs in (tested: alone vs inside a shuffled batch). Draw protocol (``seeding`` docstring): plain,
+one uniform per token at ``step = position``; speculative round starting at position ``s``,
+``step = s`` with ``spec_slots(K, onehot)``.
+
+Speculative loop (Leviathan et al. 2023, arXiv 2211.17192)
+----------------------------------------------------------
+All rows run rounds in lock step with static shapes. At a round's start each cache holds the
+prompt and every committed token except the last one, ``last`` (pending). A round: the draft
+proposes ``x_1..x_K`` (K one-token forwards fed ``last, x_1, ..., x_{K-1}``, plus ``x_K`` so that
+both caches gain the same ``K + 1`` slots); the target scores ``[last, x_1..x_K]`` in one forward
+(``K + 1`` positions of p); the variant's sampler returns ``num_accepted = a`` and the emitted
+tokens (``x_1..x_a`` then one recovered or bonus token); the slots of ``x_{a+1}..x_K`` become
+holes in both caches and the last emitted token becomes ``last``. Rows that reached
+``num_positions`` keep computing (static shapes) but commit nothing.
+
+Truncation: the last round of a row may emit past ``num_positions``; the surplus is dropped. This
+does not bias the law of the kept prefix: under exact speculative sampling the emitted sequence
+is, token by token, distributed as plain autoregressive sampling, so any prefix of it has the
+plain prefix law whatever the round boundaries are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from spectest import schema
+from spectest.errors import ConfigError, InputError, ModelError
+from spectest.models.base import LanguageModel
+from spectest.sampling.draw import argmax_tokens, categorical
+from spectest.sampling.mutants import Q_MODES, SpecVariant, stack_q
+from spectest.sampling.params import SamplingParams, SamplingTensors
+from spectest.sampling.transforms import logits_to_probs
+from spectest.seeding import STREAM_PLAIN, STREAM_SPEC, row_key, spec_slots, uniforms
+
+PLACEHOLDER_TOKEN_ID = -1
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """One row of a batch: a named sampling config and a seed (the prompt is shared)."""
+
+    config_id: str
+    seed: int
+    params: SamplingParams
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """How the draft proposes: one-hot (greedy argmax) or sampled; the q it reports; K per round."""
+
+    onehot: bool
+    q_mode: str = "processed"
+    k: int = 4
+
+    def __post_init__(self) -> None:
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            raise ConfigError(f"drafter: k must be an integer >= 1, got {self.k!r}")
+        if self.q_mode not in Q_MODES:
+            raise ConfigError(f"drafter: q_mode must be one of {Q_MODES}, got {self.q_mode!r}")
+
+
+@dataclass(frozen=True)
+class EngineOutput:
+    """Tokens of every row (in ``rows`` order) and, for speculative runs, per-round telemetry."""
+
+    tokens: torch.Tensor  # [B, T] int64, cpu
+    rounds: pd.DataFrame | None  # row, round, position, drafted, accepted, emitted (int64)
+
+
+# ----------------------------------------------------------------------------- plain
+
+
+def plain_decode(
+    model: LanguageModel,
+    prompt: Sequence[int],
+    rows: Sequence[RowSpec],
+    *,
+    num_positions: int,
+    run_key: int,
+    prompt_id: str,
+    batch_size: int = 256,
+    progress: Progress | None = None,
+) -> EngineOutput:
+    """Plain autoregressive sampling: one uniform per token, inverse CDF on ``logits_to_probs``."""
+    prompt_t = _check_inputs(model, prompt, rows, num_positions, batch_size)
+    chunks = []
+    for lo in range(0, len(rows), batch_size):
+        part = rows[lo : lo + batch_size]
+        keys = _keys(part, run_key, prompt_id, model.device)  # [B]
+        params = SamplingTensors.from_params([r.params for r in part], device=model.device)
+        chunks.append(_plain_chunk(model, prompt_t, keys, params, num_positions).cpu())
+        if progress is not None:
+            progress(lo + len(part))
+    return EngineOutput(torch.cat(chunks, dim=0), None)
+
+
+def _plain_chunk(
+    model: LanguageModel, prompt: torch.Tensor, keys: torch.Tensor, params: SamplingTensors, T: int
+) -> torch.Tensor:
+    B, L = int(keys.shape[0]), int(prompt.shape[0])
+    cache = model.new_cache(B)
+    logits = model.forward(cache, prompt.expand(B, L))[:, -1]  # [B, V] next-token logits
+    out = torch.empty((B, T), dtype=torch.int64, device=model.device)  # [B, T]
+    for t in range(T):
+        probs = logits_to_probs(logits, params)  # [B, V] float64
+        u = uniforms(keys, STREAM_PLAIN, t, 1)[:, 0]  # [B]
+        out[:, t] = categorical(probs, u)  # [B]
+        if t + 1 < T:
+            logits = model.forward(cache, out[:, t : t + 1])[:, 0]  # [B, V]
+    return out
+
+
+# ----------------------------------------------------------------------------- speculative
+
+
+def speculative_decode(
+    target: LanguageModel,
+    draft: LanguageModel,
+    prompt: Sequence[int],
+    rows: Sequence[RowSpec],
+    *,
+    num_positions: int,
+    drafter: DrafterSpec,
+    variant: SpecVariant,
+    run_key: int,
+    prompt_id: str,
+    batch_size: int = 256,
+    progress: Progress | None = None,
+) -> EngineOutput:
+    """Speculative sampling with ``variant``'s hooks; telemetry one row per (row, round)."""
+    from spectest.models.derive import check_same_vocab
+
+    check_same_vocab(target, draft)
+    if target.device != draft.device:
+        raise ModelError(
+            f"target {target.name!r} is on {target.device}, draft {draft.name!r} on {draft.device}"
+        )
+    if not isinstance(drafter, DrafterSpec):
+        raise ConfigError(f"drafter must be a DrafterSpec, got {drafter!r}")
+    prompt_t = _check_inputs(target, prompt, rows, num_positions, batch_size)
+    chunks, frames = [], []
+    for lo in range(0, len(rows), batch_size):
+        part = rows[lo : lo + batch_size]
+        keys = _keys(part, run_key, prompt_id, target.device)  # [B]
+        params = SamplingTensors.from_params([r.params for r in part], device=target.device)
+        toks, rounds = _spec_chunk(
+            target, draft, prompt_t, keys, params, num_positions, drafter, variant
+        )
+        chunks.append(toks.cpu())
+        rounds["row"] += lo
+        frames.append(rounds)
+        if progress is not None:
+            progress(lo + len(part))
+    return EngineOutput(torch.cat(chunks, dim=0), pd.concat(frames, ignore_index=True))
+
+
+def _spec_chunk(
+    target: LanguageModel,
+    draft: LanguageModel,
+    prompt: torch.Tensor,
+    keys: torch.Tensor,
+    params: SamplingTensors,
+    T: int,
+    drafter: DrafterSpec,
+    variant: SpecVariant,
+) -> tuple[torch.Tensor, pd.DataFrame]:
+    B, L, K, dev = int(keys.shape[0]), int(prompt.shape[0]), drafter.k, target.device
+    onehot, q_mode = drafter.onehot, drafter.q_mode
+    slots = spec_slots(K, onehot)
+    tc, dc = target.new_cache(B), draft.new_cache(B)
+    target.forward(tc, prompt[:-1].expand(B, L - 1))  # prefill all but the pending token
+    draft.forward(dc, prompt[:-1].expand(B, L - 1))
+    last = prompt[-1:].expand(B).clone()  # [B] pending token (committed, not yet in the caches)
+    pos = torch.zeros(B, dtype=torch.int64, device=dev)  # [B] tokens emitted so far
+    out = torch.full((B, T + K + 2), PLACEHOLDER_TOKEN_ID, dtype=torch.int64, device=dev)
+    DUMP = T + K + 1  # a scratch column for tokens that are not committed
+    j = torch.arange(K + 1, device=dev)  # [K+1]
+    log: list[tuple[torch.Tensor, ...]] = []
+    while bool((pos < T).any()):
+        active = pos < T  # [B]
+        u = uniforms(keys, STREAM_SPEC, pos, slots.num_slots)  # [B, 2K+1] or [B, K+1]
+        # 1. draft: K tokens from the draft law (argmax for a one-hot drafter: no uniform)
+        tok, drafted, qs = last, [], []
+        for i in range(K):
+            d_logits = draft.forward(dc, tok[:, None])[:, 0]  # [B, V]
+            law, q = variant.draft_law(d_logits, params, onehot=onehot, q_mode=q_mode)  # [B, V]
+            tok = argmax_tokens(law) if onehot else categorical(law, u[:, i])  # [B]
+            drafted.append(tok)
+            qs.append(q)  # [B, V], or None: q = δ(x)
+        draft.forward(dc, tok[:, None])  # x_K too: the draft cache keeps the target's slot layout
+        draft_tokens = torch.stack(drafted, dim=1)  # [B, K]
+        draft_probs = stack_q(qs)  # [B, K, V] or None (one-hot drafter)
+        # 2. verify: the target scores last, x_1..x_K in one forward → K+1 next-token laws
+        t_logits = target.forward(tc, torch.cat([last[:, None], draft_tokens], 1))  # [B, K+1, V]
+        target_probs = variant.verify_probs(t_logits, params)  # [B, K+1, V] float64
+        u_acc, u_fin = u[:, slots.accept], u[:, slots.final]  # [B, K], [B]
+        res = variant.sample(target_probs, draft_probs, draft_tokens, u_acc, u_fin)
+        n, a = res.num_emitted, res.num_accepted  # [B], [B]; emitted = accepted + recovered/bonus
+        # 3. commit: the emitted tokens of active rows go to positions pos .. pos+n-1
+        commit = (j[None, :] < n[:, None]) & active[:, None]  # [B, K+1]
+        out.scatter_(1, torch.where(commit, pos[:, None] + j, DUMP), res.emitted)
+        # 4. holes: this round's slots n0+j hold [last, x_1..x_K][j]; keep last and the committed
+        # drafts x_1..x_{n-1} (emitted = those drafts + 1 token: the commit signal is n, not a)
+        n0 = tc.num_slots - (K + 1)
+        hole = torch.zeros((B, tc.num_slots), dtype=torch.bool, device=dev)  # [B, N]
+        hole[:, n0:] = j[None, :] >= n[:, None]
+        tc.invalidate(hole)
+        dc.invalidate(hole)
+        last = res.emitted.gather(1, (n - 1)[:, None])[:, 0]  # [B] the last emitted token
+        log.append((active, pos.clone(), a, torch.minimum(n, T - pos)))
+        pos = pos + torch.where(active, n, 0)
+    return out[:, :T], _rounds_frame(log, K)
+
+
+def _rounds_frame(log: list[tuple[torch.Tensor, ...]], K: int) -> pd.DataFrame:
+    """Telemetry of active (row, round) pairs; ``emitted`` capped by the remaining budget."""
+    active, pos, acc, emitted = (
+        torch.stack([r[i] for r in log], dim=0).cpu().numpy() for i in range(4)
+    )
+    rnd, row = np.nonzero(active)  # [R, B] → active pairs, round-major
+    order = np.lexsort((rnd, row))  # row-major, then round
+    rnd, row = rnd[order], row[order]
+    return pd.DataFrame(
+        {
+            "row": row.astype(np.int64),
+            "round": rnd.astype(np.int64),
+            "position": pos[rnd, row].astype(np.int64),
+            "drafted": np.full(len(row), K, dtype=np.int64),
+            "accepted": acc[rnd, row].astype(np.int64),
+            "emitted": emitted[rnd, row].astype(np.int64),
+        }
+    )
+
+
+# ----------------------------------------------------------------------------- references
+
+
+def plain_decode_reference(
+    model: LanguageModel,
+    prompt: Sequence[int],
+    rows: Sequence[RowSpec],
+    *,
+    num_positions: int,
+    run_key: int,
+    prompt_id: str,
+) -> torch.Tensor:
+    """Slow reference of ``plain_decode``: one row at a time, full forward per token, no cache."""
+    out = []
+    for r in rows:
+        key = _keys([r], run_key, prompt_id, model.device)  # [1]
+        params = SamplingTensors.from_params([r.params], device=model.device)
+        seq = list(prompt)
+        for t in range(num_positions):
+            logits = model.logits_full(torch.tensor([seq], device=model.device))[:, -1]  # [1, V]
+            u = uniforms(key, STREAM_PLAIN, t, 1)[:, 0]  # [1]
+            seq.append(int(categorical(logits_to_probs(logits, params), u)[0]))
+        out.append(seq[len(prompt) :])
+    return torch.tensor(out, dtype=torch.int64)  # [B, T]
+
+
+def speculative_decode_reference(
+    target: LanguageModel,
+    draft: LanguageModel,
+    prompt: Sequence[int],
+    rows: Sequence[RowSpec],
+    *,
+    num_positions: int,
+    drafter: DrafterSpec,
+    variant: SpecVariant,
+    run_key: int,
+    prompt_id: str,
+) -> tuple[torch.Tensor, list[list[tuple[int, int]]]]:
+    """Slow reference of ``speculative_decode``: one row at a time, full forwards on the committed
+    sequence (no cache, no holes), rounds until ``num_positions`` tokens, then truncation.
+    Returns tokens ``[B, T]`` and, per row, its rounds as ``(num_accepted, num_emitted)``."""
+    K, dev = drafter.k, target.device
+    slots = spec_slots(K, drafter.onehot)
+    out, telemetry = [], []
+    for r in rows:
+        key = _keys([r], run_key, prompt_id, dev)  # [1]
+        params = SamplingTensors.from_params([r.params], device=dev)
+        seq, emitted, rounds = list(prompt), list[int](), list[tuple[int, int]]()
+        while len(emitted) < num_positions:
+            u = uniforms(key, STREAM_SPEC, len(emitted), slots.num_slots)[0]  # [num_slots]
+            ctx, qs = list(seq), []
+            for i in range(K):
+                d_logits = draft.logits_full(torch.tensor([ctx], device=dev))[:, -1]  # [1, V]
+                law, q = variant.draft_law(
+                    d_logits, params, onehot=drafter.onehot, q_mode=drafter.q_mode
+                )
+                tok = argmax_tokens(law) if drafter.onehot else categorical(law, u[i : i + 1])
+                ctx.append(int(tok[0]))
+                qs.append(q)
+            t_logits = target.logits_full(torch.tensor([ctx], device=dev))[
+                :, len(seq) - 1 :
+            ]  # [1, K+1, V]
+            res = variant.sample(
+                variant.verify_probs(t_logits, params),
+                stack_q(qs),
+                torch.tensor([ctx[len(seq) :]], device=dev),
+                u[slots.accept][None],
+                u[slots.final : slots.final + 1],
+            )
+            n = int(res.num_emitted[0])
+            new = [int(x) for x in res.emitted[0, :n]]
+            rounds.append((int(res.num_accepted[0]), n))
+            seq += new
+            emitted += new
+        out.append(emitted[:num_positions])
+        telemetry.append(rounds)
+    return torch.tensor(out, dtype=torch.int64), telemetry
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def to_samples_frame(
+    out: EngineOutput, prompt_id: str, rows: Sequence[RowSpec], arm: str
+) -> pd.DataFrame:
+    """The schema's samples table (one row per token, row-major then position)."""
+    toks = out.tokens.numpy()  # [B, T]
+    B, T = toks.shape
+    if B != len(rows):
+        raise InputError(f"to_samples_frame: {B} token rows but {len(rows)} RowSpecs")
+    return pd.DataFrame(
+        {
+            schema.PROMPT_ID: np.full(B * T, prompt_id, dtype=object),
+            schema.CONFIG_ID: np.repeat(np.array([r.config_id for r in rows], dtype=object), T),
+            schema.ARM: np.full(B * T, arm, dtype=object),
+            schema.SEED: np.repeat(np.array([r.seed for r in rows], dtype=np.int64), T),
+            schema.POSITION: np.tile(np.arange(T, dtype=np.int32), B),
+            schema.TOKEN_ID: toks.reshape(-1).astype(np.int64),
+        }
+    )
+
+
+def to_rounds_frame(
+    out: EngineOutput, prompt_id: str, rows: Sequence[RowSpec], arm: str
+) -> pd.DataFrame:
+    """The schema's rounds table (speculative runs only)."""
+    if out.rounds is None:
+        raise InputError("to_rounds_frame: this output has no rounds (a plain run)")
+    r = out.rounds
+    idx = r["row"].to_numpy()
+    return pd.DataFrame(
+        {
+            schema.PROMPT_ID: np.full(len(r), prompt_id, dtype=object),
+            schema.CONFIG_ID: np.array([rows[i].config_id for i in idx], dtype=object),
+            schema.ARM: np.full(len(r), arm, dtype=object),
+            schema.SEED: np.array([rows[i].seed for i in idx], dtype=np.int64),
+            "round": r["round"].to_numpy().astype(np.int32),
+            schema.POSITION: r["position"].to_numpy().astype(np.int32),
+            "drafted": r["drafted"].to_numpy().astype(np.int32),
+            "accepted": r["accepted"].to_numpy().astype(np.int32),
+            "emitted": r["emitted"].to_numpy().astype(np.int32),
+        }
+    )
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _keys(
+    rows: Sequence[RowSpec], run_key: int, prompt_id: str, device: torch.device
+) -> torch.Tensor:
+    keys = [row_key(run_key, prompt_id, r.config_id, r.seed) for r in rows]
+    return torch.tensor(keys, dtype=torch.int64, device=device)  # [B]
+
+
+def _check_inputs(
+    model: LanguageModel, prompt: Sequence[int], rows: Sequence[RowSpec], T: Any, batch_size: Any
+) -> torch.Tensor:
+    if isinstance(T, bool) or not isinstance(T, int) or T < 1:
+        raise ConfigError(f"num_positions must be an integer >= 1, got {T!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if len(rows) == 0:
+        raise InputError("rows: at least one RowSpec is needed, got none")
+    for r in rows:
+        if not isinstance(r, RowSpec):
+            raise InputError(f"rows must be RowSpec objects, got {r!r}")
+    ids = list(prompt)
+    if not ids:
+        raise InputError("prompt must hold at least one token id (e.g. BOS), got []")
+    for t in ids:
+        if (
+            isinstance(t, bool)
+            or not isinstance(t, (int, np.integer))
+            or not 0 <= t < model.vocab_size
+        ):
+            raise InputError(
+                f"prompt token {t!r} is not an id in [0, {model.vocab_size}) of {model.name!r}"
+            )
+    return torch.tensor(ids, dtype=torch.int64, device=model.device)  # [L]
