@@ -1,0 +1,518 @@
+"""The statistics entry point: samples of two arms → ``Analysis`` (tidy DataFrames + a decision).
+
+Owns: ``AnalysisOptions`` (frozen, validated), ``analyze`` (per cell-position pooled χ²,
+multiplicity, TV against its permutation null, MDE; prefix-trie node χ² and chain-rule G²;
+white-box tests on both arms) and ``Analysis`` with its documented decision rule ``rejected``.
+
+Does not know: files, protocols, teeth arms (``spectest.verdict`` combines several analyses),
+torch. It calls the other ``spectest.stats`` modules and adds no statistic of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from spectest import schema as sc
+from spectest.errors import ConfigError
+from spectest.stats import distance, homogeneity, multiplicity, power, tables, trie, whitebox
+from spectest.stats.histograms import encode_samples, format_prefix
+
+MULTIPLICITY = ("bh", "by", "maxT")
+CELL_COLUMNS = [
+    sc.PROMPT_ID,
+    sc.CONFIG_ID,
+    sc.POSITION,
+    "statistic",
+    "pvalue",
+    "p_adj",
+    "reject",
+    "dof",
+    "n_ref",
+    "n_cand",
+    "n_bins",
+    "pooled_tokens",
+    "min_expected",
+    "tv",
+    "tv_null_mean",
+    "tv_null_q95",
+    "tv_excess",
+    "tv_pvalue",
+    "mde_tv",
+    "status",
+    "pvalue_asymptotic",
+    "pvalue_permutation",
+]
+TRIE_COLUMNS = [
+    sc.PROMPT_ID,
+    sc.CONFIG_ID,
+    "kind",
+    "depth",
+    "prefix",
+    "statistic",
+    "pvalue",
+    "p_adj",
+    "reject",
+    "dof",
+    "n_ref",
+    "n_cand",
+    "n_bins",
+    "status",
+]
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """How ``analyze`` tests (validated on construction; bad values raise ``ConfigError``).
+
+    alpha: run-level false-alarm rate, split equally over the active families (see ``Analysis``).
+    multiplicity: cell-position family correction — 'bh' (Benjamini–Hochberg, the seeds'
+    choice), 'by' (Benjamini–Yekutieli, any dependence) or 'maxT' (Westfall–Young step-down
+    over sequence permutations, exact FWER; needs ``null_permutations >= 1``).
+    min_expected: pooling threshold (``homogeneity``). null_permutations: B sequence
+    permutations for the TV null, max-T, permutation p-values and the chain-rule G².
+    trie_depth: deepest prefix length of the trie (0 = no trie family). trie_min_count: sequences
+    per arm for a node χ². whitebox: run the white-box family when the wb_* columns are present.
+    permutation_pvalues: use permutation p-values (resolution 1/(B + 1)) for the cells instead
+    of the asymptotic χ² ones. tv_quantile: upper null quantile reported. power: for the MDEs.
+    """
+
+    alpha: float = 0.05
+    multiplicity: str = "bh"
+    min_expected: float = 5.0
+    null_permutations: int = 200
+    trie_depth: int = 2
+    trie_min_count: int = 200
+    whitebox: bool = True
+    permutation_pvalues: bool = False
+    tv_quantile: float = 0.95
+    power: float = 0.8
+
+    def __post_init__(self) -> None:
+        def bad(name: str, rule: str) -> ConfigError:
+            return ConfigError(f"analysis option {name}: {rule}, got {getattr(self, name)!r}")
+
+        if not isinstance(self.alpha, (int, float)) or not (0.0 < self.alpha < 1.0):
+            raise bad("alpha", "must be in (0, 1)")
+        if self.multiplicity not in MULTIPLICITY:
+            raise bad("multiplicity", f"must be one of {list(MULTIPLICITY)!r}")
+        if not isinstance(self.min_expected, (int, float)) or not (0.0 < self.min_expected < 1e6):
+            raise bad("min_expected", "must be a number > 0")
+        for name in ("null_permutations", "trie_depth"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise bad(name, "must be an integer >= 0")
+        if (
+            isinstance(self.trie_min_count, bool)
+            or not isinstance(self.trie_min_count, int)
+            or self.trie_min_count < 1
+        ):
+            raise bad("trie_min_count", "must be an integer >= 1")
+        if self.null_permutations > 100_000:
+            raise bad("null_permutations", "must be <= 100000")
+        if self.multiplicity == "maxT" and self.null_permutations < 1:
+            raise bad("null_permutations", "must be >= 1 for multiplicity 'maxT'")
+        if self.permutation_pvalues and self.null_permutations < 1:
+            raise bad("null_permutations", "must be >= 1 for permutation_pvalues")
+        if not isinstance(self.whitebox, bool) or not isinstance(self.permutation_pvalues, bool):
+            raise ConfigError(
+                "analysis options whitebox/permutation_pvalues must be booleans, "
+                f"got {self.whitebox!r}/{self.permutation_pvalues!r}"
+            )
+        if not (0.5 <= self.tv_quantile < 1.0):
+            raise bad("tv_quantile", "must be in [0.5, 1)")
+        if not (self.alpha < self.power < 1.0):
+            raise bad("power", "must be in (alpha, 1)")
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything ``analyze`` found, as tidy DataFrames plus run-level numbers.
+
+    Decision rule (``rejected``): the candidate's law differs from the reference's when ANY of
+      1. a cell-position is rejected after the ``options.multiplicity`` correction, at
+         ``alpha_cells``;
+      2. a trie row is rejected (node χ² and per-cell chain-rule G², one family corrected by BH
+         — BY when ``multiplicity`` is 'by' or 'maxT'), at ``alpha_trie``;
+      3. a white-box test of the candidate arm is rejected after Bonferroni over that arm's
+         white-box tests, at ``alpha_whitebox``;
+      4. the candidate emitted a token with target probability 0 (``support_violation``).
+    The run-level α is split equally over the active families (cells always; trie when
+    ``trie_depth >= 1`` and there are >= 2 positions; white-box when its columns are present),
+    so under H0 P(rejected) ≤ α by the union bound: each procedure bounds its family's
+    P(any rejection) under the global null (FDR = FWER there). A rejected white-box test of the
+    *reference* arm means spectest's own p_t is wrong: ``whitebox_control_failed`` (the verdict
+    should then not trust the white-box family). Untestable cells are counted, never passed.
+    """
+
+    reference: str
+    candidate: str
+    options: AnalysisOptions
+    cells: pd.DataFrame
+    trie: pd.DataFrame
+    whitebox: pd.DataFrame
+    rejected: bool
+    n_tested: int
+    n_rejected: int
+    n_untestable: int
+    max_tv_excess: float
+    max_tv_excess_at: dict[str, Any]  # prompt_id, config_id, position of the max excess
+    mde_tv: float  # median over tested cells of the per-cell MDE in TV
+    mde_tv_max: float
+    directed_z_mde: float  # candidate arm's directed-z MDE (mean excess mass on A per token)
+    alpha_cells: float
+    alpha_trie: float
+    alpha_whitebox: float
+    cells_rejected: bool
+    trie_rejected: bool
+    whitebox_rejected: bool
+    support_violation: bool
+    whitebox_control_failed: bool
+    multiplicity_procedure: str
+    n_permutations: int
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def summary(self) -> dict[str, Any]:
+        """The run-level numbers as a JSON-ready dict (no DataFrames)."""
+        out = {
+            k: v
+            for k, v in asdict(self).items()
+            if k not in ("cells", "trie", "whitebox", "options")
+        }
+        out["options"] = asdict(self.options)
+        out["notes"] = list(self.notes)
+        return out
+
+
+def _family_alpha(alpha: float, n_families: int) -> float:
+    return alpha / max(n_families, 1)
+
+
+def analyze(
+    samples: pd.DataFrame,
+    *,
+    reference: str,
+    candidate: str,
+    options: AnalysisOptions | None = None,
+    rounds: pd.DataFrame | None = None,
+    rng_seed: int = 0,
+) -> Analysis:
+    """Test whether arm ``candidate`` has the law of arm ``reference``, cell by cell.
+
+    Parameters
+    ----------
+    samples : the long samples table (``spectest.schema``), optional wb_* columns.
+    reference, candidate : arm names (other arms in the table are ignored).
+    options : ``AnalysisOptions`` (defaults if None).
+    rounds : the rounds table, for the white-box acceptance test (optional).
+    rng_seed : seeds the permutations and the PIT's uniforms (``numpy.random.SeedSequence``).
+
+    Notes
+    -----
+    Per cell (prompt, config) the B relabelings move whole sequences between the arms (sizes
+    kept); one label matrix is shared by the cells with equal arm sizes (``tables.label_matrix``
+    NOTE). The same relabelings serve the TV null, max-T, permutation p-values and the chain
+    G². Cost: one sparse product per cell, O(tokens × B); singletons merged (``tables``).
+    Verified: type-I rate within 3σ of α per family and run-level P(rejected) ≤ α + 3σ on
+    simulated H0 data; power against the ε-biased acceptor as the MDE predicts
+    (tests/test_stats_analyze.py, tests/test_stats_calibration.py).
+    """
+    opts = options if options is not None else AnalysisOptions()
+    if not isinstance(opts, AnalysisOptions):
+        raise ConfigError(f"options must be an AnalysisOptions, got {type(opts).__name__!r}")
+    if reference == candidate:
+        raise ConfigError(f"reference and candidate arms must differ, got {reference!r} twice")
+    enc = encode_samples(samples, (reference, candidate))
+    ss = np.random.SeedSequence(int(rng_seed))
+    perm_seq, pit_seq = ss.spawn(2)
+    perm_rng, pit_rng = np.random.default_rng(perm_seq), np.random.default_rng(pit_seq)
+    B = opts.null_permutations
+    merge = opts.min_expected > 0.5
+    do_trie = opts.trie_depth >= 1 and enc.n_positions >= 2
+    has_pit = sc.WB_P in samples.columns and sc.WB_CDF_LO in samples.columns
+    do_wb = opts.whitebox and has_pit
+    n_fam = 1 + int(do_trie) + int(do_wb)
+    a_cells = _family_alpha(opts.alpha, n_fam)
+    a_trie = _family_alpha(opts.alpha, n_fam) if do_trie else 0.0
+    a_wb = _family_alpha(opts.alpha, n_fam) if do_wb else 0.0
+
+    labels_cache: dict[tuple[int, int], np.ndarray] = {}
+    cell_parts: list[dict[str, np.ndarray]] = []
+    maxt_obs: list[np.ndarray] = []
+    maxt_null: list[np.ndarray] = []
+    trie_rows: list[pd.DataFrame] = []
+    for c in range(enc.n_cells):
+        lo, hi = int(enc.cell_start[c]), int(enc.cell_start[c + 1])
+        sizes = enc.arm_sizes(c)
+        key = (int(sizes[0]), int(sizes[1]))
+        if key not in labels_cache:
+            labels_cache[key] = tables.label_matrix(key[0], key[1], B, perm_rng)
+        labels = labels_cache[key]  # [n_c, 1+B]
+        tok = enc.tokens[lo:hi]  # [n_c, T]
+        seq, pos = np.nonzero(tok >= 0)  # row-major: sorted by sequence
+        table = tables.build_table(pos, tok[seq, pos], seq, n_seq=hi - lo, merge_singletons=merge)
+        ref = tables.ref_counts(table, labels)  # [K, 1+B]
+        n_ref, n_cand = tables.stratum_arm_sizes(table, ref)  # [S, 1+B]
+        bins = homogeneity.pool_table(table, n_ref[:, 0], n_cand[:, 0], opts.min_expected)
+        chi = homogeneity.chi2_statistics(table, bins, ref[:, :1], n_ref[:, :1], n_cand[:, :1])[
+            :, 0
+        ]
+        dof = np.where(bins.testable, bins.n_bins - 1, 0)
+        with np.errstate(invalid="ignore"):
+            p_asym = np.where(bins.testable, stats.chi2.sf(chi, np.maximum(dof, 1)), np.nan)
+        tv = distance.tv_statistics(table, ref[:, :1], n_ref[:, :1], n_cand[:, :1])[:, 0]
+        S = table.n_strata
+        nan = np.full(S, np.nan)
+        tv_mean, tv_q, tv_p, p_perm = nan, nan, nan, nan
+        if B:
+            chi_all = homogeneity.chi2_statistics(table, bins, ref, n_ref, n_cand, np.float32)
+            tv_all = distance.tv_statistics(table, ref, n_ref, n_cand, np.float32)
+            tv_mean, tv_q, tv_p = distance.summarize_null(
+                tv_all[:, 0], tv_all[:, 1:], opts.tv_quantile
+            )
+            p_perm = distance.summarize_null(chi_all[:, 0], chi_all[:, 1:])[2]
+            p_perm = np.where(bins.testable, p_perm, np.nan)
+            if opts.multiplicity == "maxT":
+                d = np.maximum(dof, 1)[:, None].astype(np.float64)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    s_all = -stats.chi2.logsf(chi_all.astype(np.float64), d)  # [S, 1+B]
+                s_all[~bins.testable] = np.nan
+                maxt_obs.append(s_all[:, 0])
+                maxt_null.append(s_all[:, 1:])
+        cell_parts.append(
+            dict(
+                cell=np.full(S, c),
+                position=table.strata,
+                chi=chi,
+                p_asym=p_asym,
+                p_perm=p_perm,
+                dof=dof,
+                n_ref=n_ref[:, 0],
+                n_cand=n_cand[:, 0],
+                n_bins=bins.n_bins,
+                pooled=bins.pooled_tokens,
+                min_exp=bins.min_expected,
+                testable=bins.testable,
+                tv=tv,
+                tv_mean=tv_mean,
+                tv_q=tv_q,
+                tv_p=tv_p,
+            )
+        )
+        if do_trie:
+            trie_rows.append(_trie_cell(enc, c, tok, labels, opts, merge))
+
+    cells = _cells_frame(enc, cell_parts, opts)
+    testable = cells["status"].to_numpy() == homogeneity.OK
+    m = int(testable.sum())
+    if opts.multiplicity == "maxT" and maxt_obs:
+        res = multiplicity.maxt_adjust(
+            np.concatenate(maxt_obs), np.concatenate(maxt_null, axis=0).T, a_cells
+        )
+    else:
+        res = multiplicity.adjust(
+            cells["pvalue"].to_numpy(),
+            opts.multiplicity if opts.multiplicity != "maxT" else "bh",
+            a_cells,
+        )
+    cells["p_adj"] = res.pvalue_adjusted
+    cells["reject"] = res.reject & testable
+    # per-test α a lone bad cell faces: BH / max-T ≈ α/m; BY α/(m·H_m)
+    harmonic = float(np.sum(1.0 / np.arange(1, m + 1))) if m else 1.0
+    alpha_each = a_cells / max(m, 1) / (harmonic if opts.multiplicity == "by" else 1.0)
+    cells["mde_tv"] = np.where(
+        testable,
+        power.mde_tv(cells["n_ref"], cells["n_cand"], cells["dof"], alpha_each, opts.power),
+        np.nan,
+    )
+
+    trie_df = _trie_frame(trie_rows, opts, a_trie) if do_trie else _empty(TRIE_COLUMNS)
+    wb = (
+        _whitebox_frame(samples, reference, candidate, rounds, pit_rng, a_wb)
+        if do_wb
+        else _empty([*whitebox.WHITEBOX_COLUMNS, "p_adj", "reject"])
+    )
+
+    excess = cells["tv_excess"].to_numpy(dtype=np.float64)
+    where: dict[str, Any] = {}
+    max_excess = float("nan")
+    if np.isfinite(excess).any():
+        i = int(np.nanargmax(excess))
+        max_excess = float(excess[i])
+        where = {k: cells.iloc[i][k] for k in (sc.PROMPT_ID, sc.CONFIG_ID)}
+        where[sc.POSITION] = int(cells.iloc[i][sc.POSITION])
+    mde = cells.loc[testable, "mde_tv"].to_numpy(dtype=np.float64)
+    cand_wb = wb[wb["arm"] == candidate] if len(wb) else wb
+    ref_wb = wb[wb["arm"] == reference] if len(wb) else wb
+    support = bool(
+        len(cand_wb) and ((cand_wb["test"] == "support") & (cand_wb["statistic"] > 0)).any()
+    )
+    dz_mde = float("nan")
+    if len(cand_wb) and (cand_wb["test"] == "directed_z").any():
+        dz_mde = float(cand_wb.loc[cand_wb["test"] == "directed_z", "mde"].iloc[0])
+    cells_rej = bool(cells["reject"].any())
+    trie_rej = bool(len(trie_df) and trie_df["reject"].astype(bool).any())
+    wb_rej = bool(len(cand_wb) and cand_wb["reject"].astype(bool).any())
+    notes = []
+    if m == 0:
+        notes.append("no testable cell-position: nothing was shown equal")
+    if opts.permutation_pvalues and m and 1.0 / (B + 1) > a_cells / m:
+        notes.append(f"permutation p-values cannot reach alpha/m = {a_cells / m:.2g} with B = {B}")
+    return Analysis(
+        reference=reference,
+        candidate=candidate,
+        options=opts,
+        cells=cells,
+        trie=trie_df,
+        whitebox=wb,
+        rejected=cells_rej or trie_rej or wb_rej or support,
+        n_tested=m,
+        n_rejected=int(cells["reject"].sum()),
+        n_untestable=int((~testable).sum()),
+        max_tv_excess=max_excess,
+        max_tv_excess_at=where,
+        mde_tv=float(np.median(mde)) if mde.size else float("nan"),
+        mde_tv_max=float(np.max(mde)) if mde.size else float("nan"),
+        directed_z_mde=dz_mde,
+        alpha_cells=a_cells,
+        alpha_trie=a_trie,
+        alpha_whitebox=a_wb,
+        cells_rejected=cells_rej,
+        trie_rejected=trie_rej,
+        whitebox_rejected=wb_rej,
+        support_violation=support,
+        whitebox_control_failed=bool(len(ref_wb) and ref_wb["reject"].astype(bool).any()),
+        multiplicity_procedure=res.procedure,
+        n_permutations=B,
+        notes=tuple(notes),
+    )
+
+
+def _empty(columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
+
+
+def _cells_frame(
+    enc: Any, parts: list[dict[str, np.ndarray]], opts: AnalysisOptions
+) -> pd.DataFrame:
+    if not parts:
+        return _empty(CELL_COLUMNS)
+    cat = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    cell = cat["cell"].astype(np.int64)
+    testable = cat["testable"]
+    pvalue = cat["p_perm"] if opts.permutation_pvalues else cat["p_asym"]
+    df = pd.DataFrame(
+        {
+            sc.PROMPT_ID: enc.cells[sc.PROMPT_ID].to_numpy()[cell],
+            sc.CONFIG_ID: enc.cells[sc.CONFIG_ID].to_numpy()[cell],
+            sc.POSITION: cat["position"].astype(np.int32),
+            "statistic": np.where(testable, cat["chi"], np.nan),
+            "pvalue": pvalue,
+            "p_adj": np.nan,
+            "reject": False,
+            "dof": cat["dof"].astype(np.int64),
+            "n_ref": cat["n_ref"].astype(np.int64),
+            "n_cand": cat["n_cand"].astype(np.int64),
+            "n_bins": cat["n_bins"].astype(np.int64),
+            "pooled_tokens": cat["pooled"].astype(np.int64),
+            "min_expected": cat["min_exp"],
+            "tv": cat["tv"],
+            "tv_null_mean": cat["tv_mean"].astype(np.float64),
+            "tv_null_q95": cat["tv_q"].astype(np.float64),
+            "tv_excess": cat["tv"] - cat["tv_mean"],
+            "tv_pvalue": cat["tv_p"],
+            "mde_tv": np.nan,
+            "status": np.where(testable, homogeneity.OK, homogeneity.UNTESTABLE),
+            "pvalue_asymptotic": cat["p_asym"],
+            "pvalue_permutation": cat["p_perm"],
+        }
+    )
+    return df[CELL_COLUMNS]
+
+
+def _trie_cell(
+    enc: Any, c: int, tok: np.ndarray, labels: np.ndarray, opts: AnalysisOptions, merge: bool
+) -> pd.DataFrame:
+    """Node χ² rows and the chain-rule G² row of one cell."""
+    tt = trie.build_trie_table(tok, opts.trie_depth, merge_singletons=merge)
+    ref = tables.ref_counts(tt.table, labels)  # [K, 1+B]
+    n_ref, n_cand = tables.stratum_arm_sizes(tt.table, ref)
+    chain = trie.chain_rule_g2(tt, ref, n_ref, n_cand)
+    nodes = trie.node_chi2(
+        tt, ref[:, :1], min_count=opts.trie_min_count, min_expected=opts.min_expected
+    )
+    prompt, config = enc.cells.iloc[c][sc.PROMPT_ID], enc.cells.iloc[c][sc.CONFIG_ID]
+    depth = tt.node_depth[nodes.node]
+    prefixes = [
+        format_prefix(tok[r, :d]) for r, d in zip(tt.node_rep[nodes.node], depth, strict=True)
+    ]
+    node_df = pd.DataFrame(
+        {
+            sc.PROMPT_ID: prompt,
+            sc.CONFIG_ID: config,
+            "kind": "node",
+            "depth": depth,
+            "prefix": prefixes,
+            "statistic": nodes.statistic,
+            "pvalue": nodes.pvalue,
+            "dof": nodes.dof,
+            "n_ref": nodes.n_ref,
+            "n_cand": nodes.n_cand,
+            "n_bins": nodes.n_bins,
+            "status": np.where(nodes.testable, homogeneity.OK, homogeneity.UNTESTABLE),
+        }
+    )
+    chain_df = pd.DataFrame(
+        {
+            sc.PROMPT_ID: [prompt],
+            sc.CONFIG_ID: [config],
+            "kind": ["chain"],
+            "depth": [int(min(opts.trie_depth, tok.shape[1] - 1))],
+            "prefix": [""],
+            "statistic": [chain.statistic],
+            "pvalue": [chain.pvalue],
+            "dof": [chain.dof],
+            "n_ref": [int(enc.arm_sizes(c)[0])],
+            "n_cand": [int(enc.arm_sizes(c)[1])],
+            "n_bins": [chain.n_nodes],
+            "status": [homogeneity.OK if np.isfinite(chain.pvalue) else homogeneity.UNTESTABLE],
+        }
+    )
+    return pd.concat([chain_df, node_df], ignore_index=True)
+
+
+def _trie_frame(rows: list[pd.DataFrame], opts: AnalysisOptions, alpha: float) -> pd.DataFrame:
+    df = pd.concat(rows, ignore_index=True) if rows else _empty(TRIE_COLUMNS)
+    method = "bh" if opts.multiplicity == "bh" else "by"
+    p = df["pvalue"].to_numpy(dtype=np.float64) if len(df) else np.zeros(0)
+    res = multiplicity.adjust(p, method, alpha)
+    df["p_adj"] = res.pvalue_adjusted
+    df["reject"] = res.reject
+    return df[TRIE_COLUMNS]
+
+
+def _whitebox_frame(
+    samples: pd.DataFrame,
+    reference: str,
+    candidate: str,
+    rounds: pd.DataFrame | None,
+    rng: np.random.Generator,
+    alpha: float,
+) -> pd.DataFrame:
+    wb = whitebox.whitebox_tests(samples, [reference, candidate], rng, rounds=rounds)
+    if not len(wb):
+        return _empty([*whitebox.WHITEBOX_COLUMNS, "p_adj", "reject"])
+    p = wb["pvalue"].to_numpy(dtype=np.float64)
+    # Bonferroni within each arm's white-box family; support violations are hard failures
+    n_arm = wb.groupby("arm")["test"].transform(lambda t: int((t != "support").sum())).to_numpy()
+    is_support = wb["test"].to_numpy() == "support"
+    p_adj = np.where(is_support, p, np.minimum(1.0, p * np.maximum(n_arm, 1)))
+    wb["p_adj"] = p_adj
+    wb["reject"] = np.where(
+        is_support, wb["statistic"].to_numpy(dtype=np.float64) > 0, p_adj <= alpha
+    )
+    return wb
