@@ -1,0 +1,147 @@
+"""Teacher forcing: white-box columns against a slow per-token reference on the toy LM."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from spectest import schema
+from spectest.engines.builtin import (
+    DrafterSpec,
+    RowSpec,
+    plain_decode,
+    speculative_decode,
+    to_samples_frame,
+)
+from spectest.engines.teacher import teacher_force, whitebox_columns, whitebox_reference
+from spectest.errors import InputError
+from spectest.models.hf import from_preset
+from spectest.models.toy import ToyLM
+from spectest.sampling.mutants import draft_q, get_variant
+from spectest.sampling.params import SamplingParams, SamplingTensors
+from spectest.sampling.transforms import logits_to_probs
+
+PARAMS = [
+    SamplingParams(temperature=1.0),
+    SamplingParams(temperature=0.8, top_k=4),
+    SamplingParams(temperature=1.2, top_p=0.7),
+    SamplingParams(temperature=0.0),
+]
+ROWS = [RowSpec(f"c{i}", s, p) for s in range(3) for i, p in enumerate(PARAMS)]
+
+
+def assert_columns_equal(got: dict, want: dict) -> None:
+    for c in schema.WHITEBOX_COLUMNS:
+        g, w = got[c], want[c]
+        if isinstance(w, float) and math.isnan(w):
+            assert math.isnan(g), c
+        elif c == schema.WB_IN_A:
+            assert bool(g) == w, c
+        else:
+            assert g == pytest.approx(w, abs=1e-12), c
+
+
+def test_columns_equal_reference_random_laws() -> None:
+    """Random laws with exact zeros, ties in p and in p/q, q = 0 where p > 0."""
+    gen = torch.Generator().manual_seed(0)
+    V, N = 7, 200
+    p = torch.rand((N, V), generator=gen, dtype=torch.float64)
+    p[p < 0.3] = 0.0
+    p[:, 3] = p[:, 2]  # ties in p
+    q = torch.rand((N, V), generator=gen, dtype=torch.float64)
+    q[q < 0.2] = 0.0
+    q[:, 5] = 2 * p[:, 5]
+    q[:, 6] = 2 * p[:, 6]  # ties in p/q
+    p[:, 0] += 1e-3  # every row has mass
+    q[:, 0] += 1e-3
+    p, q = p / p.sum(1, keepdim=True), q / q.sum(1, keepdim=True)
+    x = torch.multinomial(p, 1, generator=gen)[:, 0]  # [N] tokens with p > 0
+    for qq in (q, None):
+        cols = whitebox_columns(p, qq, x)
+        for n in range(N):
+            want = whitebox_reference(
+                p[n].tolist(), None if qq is None else qq[n].tolist(), int(x[n])
+            )
+            assert_columns_equal({c: cols[c][n].item() for c in cols}, want)
+
+
+@pytest.mark.parametrize(
+    ("onehot", "q_mode"), [(False, "processed"), (True, "processed"), (False, "raw")]
+)
+def test_teacher_force_equals_reference_on_toy(onehot: bool, q_mode: str) -> None:
+    target = ToyLM(9, 3, 1.5, seed=4)
+    draft = target.perturbed(0.7, seed=5)
+    drafter = DrafterSpec(onehot=onehot, q_mode=q_mode, k=3)
+    prompt = [1, 2]
+    out = speculative_decode(
+        target, draft, prompt, ROWS, num_positions=6, drafter=drafter,
+        variant=get_variant("exact"), run_key=3, prompt_id="p",
+    )  # fmt: skip
+    wb = teacher_force(
+        target, prompt, [r.params for r in ROWS], out.tokens, draft=draft, drafter=drafter
+    )
+    samples = to_samples_frame(out, "p", ROWS, schema.CANDIDATE)
+    assert len(wb) == len(samples)
+    for b, r in enumerate(ROWS):
+        pt = SamplingTensors.from_params([r.params])
+        seq = prompt + out.tokens[b].tolist()
+        for t in range(6):
+            ctx = seq[: len(prompt) + t]
+            p = logits_to_probs(target.conditional_logits(ctx)[None], pt)[0]
+            d_logits = draft.conditional_logits(ctx)[None]
+            if onehot:
+                q = torch.zeros(9, dtype=torch.float64)
+                q[int(d_logits[0].argmax())] = 1.0
+            else:
+                q = draft_q(d_logits, pt, q_mode)[0]
+            want = whitebox_reference(p.tolist(), q.tolist(), seq[len(prompt) + t])
+            row = wb.iloc[b * 6 + t]
+            assert_columns_equal({c: row[c] for c in schema.WHITEBOX_COLUMNS}, want)
+            assert samples.iloc[b * 6 + t][schema.TOKEN_ID] == seq[len(prompt) + t]
+
+
+def test_no_draft_and_pit_is_uniform_on_plain_arm() -> None:
+    """Without a draft: p_A = 0, not in A, overlap NaN. The randomised PIT of the plain arm under
+    the teacher's p is U(0, 1) (KS, 1200 values, fixed seed; false-failure rate 1e-3)."""
+    target = ToyLM(10, 2, 2.0, seed=8)
+    params = SamplingParams(temperature=0.9, top_p=0.9)
+    rows = [RowSpec("c", s, params) for s in range(200)]
+    out = plain_decode(target, [3], rows, num_positions=6, run_key=9, prompt_id="p")
+    wb = teacher_force(target, [3], [params] * 200, out.tokens)
+    assert (wb[schema.WB_P_A] == 0).all() and not wb[schema.WB_IN_A].any()
+    assert wb[schema.WB_OVERLAP].isna().all() and (wb[schema.WB_P] > 0).all()
+    v = np.random.default_rng(0).random(len(wb))
+    u = wb[schema.WB_CDF_LO].to_numpy() + v * wb[schema.WB_P].to_numpy()
+    assert stats.kstest(u, "uniform").pvalue > 1e-3
+
+
+def test_teacher_force_hf_matches_engine_pipeline() -> None:
+    """On a tiny HF model the teacher's p is positive on every emitted token, and equals the
+    plain engine's law at position 0 (computed from the prompt's logits)."""
+    m = from_preset("qwen3-tiny", seed=1, logit_scale=8.0)
+    rows = ROWS[:4]
+    out = plain_decode(m, [5, 6], rows, num_positions=5, run_key=2, prompt_id="p")
+    wb = teacher_force(m, [5, 6], [r.params for r in rows], out.tokens)
+    assert (wb[schema.WB_P] > 0).all()
+    p0 = logits_to_probs(
+        m.logits_full(torch.tensor([[5, 6]] * 4))[:, -1],
+        SamplingTensors.from_params([r.params for r in rows]),
+    )
+    want = p0.gather(1, out.tokens[:, :1])[:, 0].numpy()
+    np.testing.assert_allclose(wb[schema.WB_P].to_numpy()[::5], want, rtol=1e-6)
+
+
+def test_teacher_bad_input() -> None:
+    target = ToyLM(5, 2, 1.0)
+    with pytest.raises(InputError, match="both draft and drafter"):
+        teacher_force(
+            target, [1], [PARAMS[0]], torch.zeros((1, 2), dtype=torch.int64), draft=target
+        )
+    with pytest.raises(InputError, match="1 token rows but 2 params"):
+        teacher_force(target, [1], PARAMS[:2], torch.zeros((1, 2), dtype=torch.int64))
+    with pytest.raises(InputError, match=r"token ids must be in \[0, 5\)"):
+        teacher_force(target, [1], [PARAMS[0]], torch.tensor([[0, 7]]))
