@@ -40,7 +40,7 @@ DTYPES = ("float32", "float64", "bfloat16", "float16")
 DEVICES = ("cpu", "cuda")
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-_MODEL_PREFIXES = ("toy:", "hf-preset:", "hf-local:", "bundled:")
+_MODEL_PREFIXES = ("toy:", "hf-preset:", "hf-local:", "bundled:", "derived:")
 
 ArmRole = Literal["reference", "candidate", "null", "eps", "mutant"]
 
@@ -440,6 +440,7 @@ def protocol_from_dict(
         raise c.fail(
             "teeth.mutants", "'exact' is not a mutant (the null arm is the exact sampler's tooth)"
         )
+    _check_teeth_can_bite(c, mutants, configs, drafter)
     teeth = TeethSpec(
         null=c.bool_(th.get("null_arm", True), "teeth.null_arm"), epsilons=epsilons, mutants=mutants
     )
@@ -485,6 +486,35 @@ def _variant(c: _Ctx, value: Any, path: str) -> str:
         why = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise c.fail(path, f"unknown sampler variant {spec!r} ({why})") from None
     return spec
+
+
+def _check_teeth_can_bite(
+    c: _Ctx,
+    mutants: Sequence[str],
+    configs: Sequence[tuple[str, SamplingParams]],
+    drafter: DrafterSpec,
+) -> None:
+    """A tooth that provably coincides with the exact sampler in every config of the protocol
+    (``SpecVariant.may_differ``) can never be killed: refuse it rather than report a failure."""
+    try:
+        from spectest.sampling.mutants import get_variant
+    except ImportError:  # NOTE: form-check only until the catalogue lands
+        return
+    for i, spec in enumerate(mutants):
+        v = get_variant(spec)
+        if v.exact:
+            raise c.fail(
+                f"teeth.mutants[{i}]", f"{spec!r} is an exact design (it must pass, not be killed)"
+            )
+        onehot = drafter.kind == "onehot"
+        if not any(
+            v.may_differ(sp, onehot=onehot, K=drafter.k, q_mode=drafter.q) for _, sp in configs
+        ):
+            raise c.fail(
+                f"teeth.mutants[{i}]",
+                f"{spec!r} coincides with the exact sampler under every config with this drafter "
+                f"({drafter.kind}, K={drafter.k}, q={drafter.q}): it cannot be killed",
+            )
 
 
 def _configs(c: _Ctx, value: Any) -> tuple[tuple[str, SamplingParams], ...]:

@@ -318,14 +318,16 @@ class RunDir:
         summary: Mapping[str, Any],
         texts: Mapping[str, str],
         provenance: Mapping[str, Any],
-    ) -> dict[str, Any]:
-        """Write the final tables, summary.json and text reports, then ``manifest.json`` last."""
+        manifest: bool = True,
+    ) -> dict[str, Any] | None:
+        """Write the final tables, summary.json and text files, then ``manifest.json`` last
+        (``manifest=False``: the caller writes more files, then calls ``write_manifest``)."""
         for name, (df, arrow_schema) in tables.items():
             write_table(self.path / name, df, arrow_schema, provenance)
         atomic_write_json(self.path / SUMMARY, dict(summary))
         for name, text in texts.items():
             atomic_write_text(self.path / name, text)
-        return self.write_manifest(provenance)
+        return self.write_manifest(provenance) if manifest else None
 
     def write_manifest(self, provenance: Mapping[str, Any]) -> dict[str, Any]:
         files = {}
@@ -368,23 +370,36 @@ class StoredRun:
         return read_table(p)
 
     @property
+    def provenance(self) -> dict[str, Any]:
+        """The manifest's provenance, else that of samples.parquet (before the manifest exists)."""
+        prov = self.manifest.get("provenance")
+        if prov:
+            return dict(prov)
+        f = self.path / SAMPLES
+        return read_provenance(f) if f.is_file() else {}
+
+    @property
     def protocol_file(self) -> Path | None:
         p = self.path / PROTOCOL_FILE
         return p if p.is_file() else None
 
 
-def load_run(path: str | os.PathLike[str]) -> StoredRun:
-    """Open a completed run directory; an incomplete one (no manifest) is an ``InputError``."""
+def load_run(path: str | os.PathLike[str], *, require_manifest: bool = True) -> StoredRun:
+    """Open a completed run directory; an incomplete one (no manifest) is an ``InputError``.
+
+    ``require_manifest=False`` is for the runner only: it renders reports from the files it has
+    just written, before it writes the manifest.
+    """
     p = Path(path)
     if not p.is_dir():
         raise InputError(f"{p}: no such run directory")
     mpath = p / MANIFEST
-    if not mpath.is_file():
+    if require_manifest and not mpath.is_file():
         raise InputError(
             f"{p}: no {MANIFEST}: the run is incomplete (interrupted?); re-run it to resume"
         )
     try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+        manifest = json.loads(mpath.read_text(encoding="utf-8")) if mpath.is_file() else {}
         info = json.loads((p / RUN_INFO).read_text(encoding="utf-8"))
         summary = json.loads((p / SUMMARY).read_text(encoding="utf-8"))
     except FileNotFoundError as err:
@@ -478,3 +493,11 @@ def read_samples_file(path: str | os.PathLike[str]) -> pd.DataFrame:
         if c not in {f.name for f in schema.BYO_SCHEMA} and c not in schema.WHITEBOX_COLUMNS
     ]
     return df.drop(columns=extra)
+
+
+def rewrite_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Re-list the files of a completed run after reports were (re)rendered into it, keeping its
+    provenance: the run stays complete and its manifest stays true."""
+    stored = load_run(path)
+    rd = RunDir(path=stored.path, info=stored.info)
+    return rd.write_manifest(stored.manifest.get("provenance", {}))

@@ -1,0 +1,26 @@
+"""``spectest analyze``: recompute every test of a completed run from its stored Parquet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from spectest.cli.common import boundary, exit_with, print_result, progress_bars
+
+
+@boundary
+def analyze(
+    run_dir: Annotated[
+        Path, typer.Argument(help="A completed run directory (with manifest.json).")
+    ],
+    progress: Annotated[bool, typer.Option(help="Show progress bars on stderr.")] = True,
+) -> None:
+    """Recompute the tests and the verdict from stored samples, without any model."""
+    from spectest.runner import analyze_run
+
+    with progress_bars(progress) as cb:
+        result = analyze_run(run_dir, progress=cb)
+    print_result(result)
+    exit_with(result.verdict.exit_code)

@@ -1,0 +1,37 @@
+"""``spectest compare``: black-box tests on two samples files an external engine produced."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from spectest.cli.common import boundary, exit_with, print_result, progress_bars
+
+
+@boundary
+def compare(
+    reference: Annotated[
+        Path, typer.Option(help="Samples of plain decoding (Parquet, or CSV with a header).")
+    ],
+    candidate: Annotated[Path, typer.Option(help="Samples of the speculative sampler under test.")],
+    alpha: Annotated[
+        float, typer.Option(help="Significance level after the multiplicity correction.")
+    ] = 0.05,
+    multiplicity: Annotated[str, typer.Option(help="bh, by or maxT.")] = "bh",
+    out: Annotated[
+        Path | None, typer.Option(help="Result directory (default: results/compare-<hash>).")
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="Show progress bars on stderr.")] = True,
+) -> None:
+    """Compare two samples files. Columns: prompt_id (string), config_id (string), seed (int64),
+    position (int32, 0 = first generated token), token_id (int64); one row per generated token."""
+    from spectest.runner import compare_files
+
+    with progress_bars(progress) as cb:
+        result = compare_files(
+            reference, candidate, alpha=alpha, multiplicity=multiplicity, out=out, progress=cb
+        )
+    print_result(result)
+    exit_with(result.verdict.exit_code)

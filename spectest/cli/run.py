@@ -1,0 +1,53 @@
+"""``spectest run``: load a protocol (with overrides), run it, print the verdict, exit with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from spectest.cli.common import boundary, exit_with, print_result, progress_bars
+
+
+@boundary
+def run(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Protocol YAML file.")],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Run directory (default: <protocol output>/<name>-<hash>; re-running resumes)."
+        ),
+    ] = None,
+    device: Annotated[str | None, typer.Option(help="Override models.device: cpu or cuda.")] = None,
+    seeds: Annotated[int | None, typer.Option(help="Override seeds.per_arm.")] = None,
+    positions: Annotated[
+        int | None, typer.Option(help="Override positions (tokens per sequence).")
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KEY=VALUE",
+            help="Override any field: --set tests.alpha=0.01 (value parsed as YAML; repeatable).",
+        ),
+    ] = None,
+    junit: Annotated[Path | None, typer.Option(help="Also write JUnit XML here.")] = None,
+    summary_md: Annotated[
+        Path | None, typer.Option(help="Also write a markdown summary here (CI step summary).")
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="Show progress bars on stderr.")] = True,
+) -> None:
+    """Run a protocol: generate both arms and the teeth, store, test, print the verdict."""
+    from spectest.protocol import load_protocol
+    from spectest.runner import run_protocol
+
+    protocol = load_protocol(
+        config,
+        overrides={"models.device": device, "seeds.per_arm": seeds, "positions": positions},
+        sets=set_ or [],
+    )
+    with progress_bars(progress) as cb:
+        result = run_protocol(protocol, out=out, progress=cb, junit=junit, summary_md=summary_md)
+    print_result(result)
+    exit_with(result.verdict.exit_code)

@@ -1,0 +1,233 @@
+"""Markdown renderings of a stored run: the full ``report.md`` and the short CI step summary.
+
+Owns: the text of the report (verdict, reasons, per-config summary table, teeth, failing cells,
+provenance, a few decoded samples). Reads ``summary.json`` and the stored tables; computes no
+statistic. Knows nothing about how they were produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from spectest.store import SAMPLES, WHITEBOX, StoredRun
+
+N_DECODED = 3  # decoded samples shown per arm
+
+
+def _fmt(x: Any, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and x != x):
+        return "—"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    esc = [[str(c).replace("|", "\\|").replace("\n", " ") for c in r] for r in rows]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in esc]
+    return "\n".join(lines)
+
+
+def config_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = [
+        "config",
+        "cells tested",
+        "rejections",
+        "max TV excess",
+        "where",
+        "MDE (TV)",
+        "teeth rejections",
+    ]
+    rows = [
+        [
+            r["config_id"],
+            f"{r.get('cells_tested', '—')}"
+            + (f" (+{r['cells_untestable']} untestable)" if r.get("cells_untestable") else ""),
+            _fmt(r.get("rejections")),
+            _fmt(r.get("max_tv_excess")),
+            _fmt(r.get("max_tv_where")),
+            _fmt(r.get("mde_tv")),
+            r.get("teeth", ""),
+        ]
+        for r in summary.get("configs", [])
+    ]
+    return header, rows
+
+
+def teeth_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["arm", "must", "rejections", "verdict"]
+    rows = [
+        [
+            t["arm"],
+            "pass" if t["expect"] == "pass" else "be killed",
+            str(t["rejections"]),
+            t["label"],
+        ]
+        for t in summary.get("teeth", [])
+    ]
+    return header, rows
+
+
+def decoded_samples(stored: StoredRun, n: int = N_DECODED) -> list[dict[str, Any]]:
+    """A few emitted sequences per arm (first cell, first seeds) decoded to text when the model
+    pair is the bundled byte-level pair; token ids otherwise."""
+    samples = stored.table(SAMPLES)
+    if samples is None or len(samples) == 0:
+        return []
+    models = stored.summary.get("models") or {}
+    byte_level = str(models.get("target", "")).startswith("bundled:")
+    first = samples.iloc[0]
+    cell = samples[
+        (samples["prompt_id"] == first["prompt_id"]) & (samples["config_id"] == first["config_id"])
+    ]
+    out = []
+    for arm, g in cell.groupby("arm", sort=False):
+        for seed in list(dict.fromkeys(g["seed"]))[:n]:
+            toks = g[g["seed"] == seed].sort_values("position")["token_id"].tolist()
+            if byte_level:
+                from spectest.models import bytetok
+
+                text = bytetok.decode(toks, specials="show")
+            else:
+                text = " ".join(map(str, toks))
+            out.append(
+                {
+                    "arm": arm,
+                    "prompt_id": first["prompt_id"],
+                    "config_id": first["config_id"],
+                    "seed": int(seed),
+                    "text": text,
+                }
+            )
+    return out
+
+
+def whitebox_rows(stored: StoredRun) -> tuple[list[str], list[list[str]]]:
+    """The stored white-box tests of the main comparison (candidate, else the first), both arms:
+    the reference arm's rows are the control on spectest's own p_t."""
+    wb = stored.table(WHITEBOX)
+    header = ["arm", "test", "statistic", "p-value", "p adj", "rejected", "detail"]
+    if wb is None or len(wb) == 0:
+        return header, []
+    comps = list(dict.fromkeys(wb["comparison"]))
+    main = "candidate" if "candidate" in comps else comps[0]
+    sub = wb[wb["comparison"] == main]
+    rows = [
+        [str(r.arm), str(r.test), _fmt(float(r.statistic)), _fmt(float(r.pvalue)),
+         _fmt(float(r.p_adj)), "yes" if bool(r.reject) else "no", str(r.detail)]
+        for r in sub.itertuples(index=False)
+    ]  # fmt: skip
+    return header, rows
+
+
+def failing_rows(summary: dict[str, Any]) -> list[str]:
+    out = []
+    for c in summary.get("comparisons", []):
+        if c["role"] == "candidate" and c["failing"]:
+            out += [f"- {f}" for f in c["failing"]]
+    return out
+
+
+def render_markdown(stored: StoredRun) -> str:
+    """The full report.md of a run."""
+    s = stored.summary
+    v = s["verdict"]
+    prov = stored.provenance
+    lines = [
+        f"# spectest {s.get('kind', 'run')}: {s.get('name', '')}",
+        "",
+        f"**Decision: {v['decision'].upper()}** (exit {v['exit_code']})",
+        "",
+        *[f"- {r}" for r in v["reasons"]],
+        "",
+    ]
+    if s.get("models"):
+        m, d = s["models"], s.get("drafter", {})
+        lines += [
+            f"Models: target `{m.get('target')}`, draft `{m.get('draft')}` "
+            f"({m.get('dtype')}, {m.get('device')}); "
+            f"drafter {d.get('kind')} K={d.get('k')}"
+            + (f" q={d.get('q')}" if d.get("kind") == "sampled" else "")
+            + f"; candidate sampler `{s.get('candidate')}`; {s.get('positions')} positions; "
+            f"{s.get('seeds_per_arm')} seeds per arm.",
+            "",
+        ]
+    a = s.get("analysis") or {}
+    if a:
+        lines += [
+            f"Tests: α = {a.get('alpha')}, multiplicity {a.get('multiplicity')}, pooled χ² "
+            f"with minimum expected count {a.get('min_expected')}, "
+            f"trie depth {a.get('trie', {}).get('depth')} "
+            f"(nodes ≥ {a.get('trie', {}).get('min_count')}), "
+            f"white-box {'on' if a.get('whitebox') else 'off'}, "
+            f"{a.get('null_permutations')} permutations for the TV null.",
+            "",
+        ]
+    h, rows = config_rows(s)
+    lines += ["## Summary per config", "", md_table(h, rows), ""]
+    if s.get("teeth"):
+        h, rows = teeth_rows(s)
+        lines += ["## Teeth", "", md_table(h, rows), ""]
+    fails = failing_rows(s)
+    if fails:
+        lines += ["## Failing cells (candidate)", "", *fails, ""]
+    h, rows = whitebox_rows(stored)
+    if rows:
+        lines += [
+            "## White-box tests (teacher-forced target p_t; reference rows are the control)",
+            "",
+            md_table(h, rows),
+            "",
+        ]
+    dec = decoded_samples(stored)
+    if dec:
+        lines += ["## A few samples", ""]
+        lines += [
+            md_table(
+                ["arm", "prompt", "config", "seed", "text"],
+                [
+                    [d["arm"], d["prompt_id"], d["config_id"], d["seed"], repr(d["text"])]
+                    for d in dec
+                ],
+            ),
+            "",
+        ]
+    if prov:
+        lines += [
+            "## Provenance",
+            "",
+            f"protocol hash `{s.get('protocol_hash')}` · git `{prov.get('git_sha')}` · "
+            f"device {prov.get('device')} · "
+            f"spectest {prov.get('spectest_version')} · "
+            + ", ".join(f"{k} {v}" for k, v in sorted((prov.get("packages") or {}).items())),
+            "",
+            f"Seed ranges per arm: {prov.get('seed_ranges')}",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def render_summary_md(summary: dict[str, Any]) -> str:
+    """A short markdown summary for a CI step summary (``--summary-md``)."""
+    v = summary["verdict"]
+    icon = {"equivalent": "✅", "sound": "✅", "different": "❌"}.get(v["decision"], "⚠️")
+    lines = [
+        f"### {icon} spectest {summary.get('name', '')}: {v['decision']} (exit {v['exit_code']})",
+        "",
+        *[f"- {r}" for r in v["reasons"]],
+        "",
+    ]
+    h, rows = config_rows(summary)
+    lines += [md_table(h, rows), ""]
+    if summary.get("teeth"):
+        h, rows = teeth_rows(summary)
+        lines += [md_table(h, rows), ""]
+    return "\n".join(lines)
+
+
+def frame_to_md(df: pd.DataFrame, max_rows: int = 30) -> str:
+    return md_table(list(map(str, df.columns)), df.head(max_rows).astype(str).to_numpy().tolist())
