@@ -1,0 +1,598 @@
+"""transformers ``generate`` and assisted generation as arms of spectest (the ``hf`` backend).
+
+Owns: turning a batch of rows (one prompt; many (config, seed) rows) into emitted tokens by
+calling transformers itself — ``model.generate(do_sample=True)`` for the reference arm
+(``hf-generate``) and ``generate(..., assistant_model=draft)`` for the candidate arm
+(``hf-assisted``, speculative sampling through transformers' ``_speculative_sampling``) — with every
+sampling parameter set explicitly, and the per-round telemetry of assisted generation.
+
+Knows nothing about statistics, files, protocols or white-box columns (``hf_teacher`` teacher-forces
+the local models along what this module emits).
+
+Works with transformers 4.44 (the hunt venv) and 5.x: version differences are feature-detected
+(``GenerationConfig`` attributes), never compared by version number.
+
+What transformers does, and how this module pins it down
+--------------------------------------------------------
+- ``GenerationConfig`` defaults differ by version (top_k = 50 in both; 5.x fills unset fields from
+  ``model.generation_config`` and then from global defaults). ``generation_config`` below sets every
+  field that shapes the law: ``top_k=0`` is "off" in both versions (``None`` would be filled with 50
+  by 5.x), ``top_p=1.0`` and ``temperature=1.0`` add no warper, ``min_p=0.0`` adds a
+  ``MinPLogitsWarper(0.0)`` that removes nothing.
+- EOS: ``eos_token_id=[]`` (with ``pad_token_id = V``, see the NOTE in ``generation_config``)
+  disables stopping in both versions. ``None`` does *not*: it is filled
+  from the model config, and then ``min_new_tokens`` would mask EOS (a different law). Every row
+  therefore emits exactly ``num_tokens`` tokens (checked).
+- Checkpoint defaults (``model.generation_config``: suppress_tokens, forced BOS, top_h, ...) are
+  merged into every unset field by 5.x: ``own_generation_config`` swaps in a blank config for
+  the duration of a call, on the target and on the draft.
+- Draft length and confidence threshold are read by transformers from
+  ``assistant_model.generation_config`` (not from the call's config) in both versions;
+  ``assistant_settings`` gives the draft a blank config with ``num_assistant_tokens = K``,
+  ``num_assistant_tokens_schedule = "constant"`` and, where the attribute exists (5.x),
+  ``assistant_confidence_threshold``, and restores the draft's config afterwards.
+- Assisted generation allows batch size 1: the candidate arm loops over rows.
+- Per-round telemetry: ``RoundRecorder`` wraps the candidate generator that
+  ``target._get_candidate_generator`` returns (an instance attribute, removed afterwards): its
+  ``get_candidates`` gives the drafted tokens and the draft scores q transformers uses, its
+  ``update_candidate_strategy(input_ids, new_logits, n_matches)`` — called once per round in both
+  versions — gives the processed target scores p and the accepted count. Both are the tensors
+  ``_speculative_sampling`` consumed, so the recorded ``engine_*`` readouts are transformers' own.
+
+Randomness
+----------
+NOTE: transformers draws from torch's *global* generator (``torch.multinomial`` / ``rand_like``
+without a generator argument), so randomness cannot be passed in. Each call runs under
+``torch.random.fork_rng`` (the caller's global state is restored) after ``torch.manual_seed(s)``
+with ``s`` a spectest row key (``spectest.seeding``). Reproducibility: a plain batch is
+reproducible per (batch composition, seed range) — its seed is the row key of its first row — not
+per row; an assisted row is reproducible per row. Same seed, same torch build, same device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from transformers import LogitsProcessor
+
+from spectest.engines.builtin import EngineOutput, Progress, RowSpec
+from spectest.errors import ConfigError, InputError, ModelError
+from spectest.sampling.params import SamplingParams
+from spectest.seeding import row_key
+
+HF_GENERATE = "hf-generate"  # reference-arm backend name
+HF_ASSISTED = "hf-assisted"  # candidate-arm backend name
+
+
+def transformers_version() -> str:
+    import transformers
+
+    return str(transformers.__version__)
+
+
+def has_confidence_threshold() -> bool:
+    """Whether this transformers has ``assistant_confidence_threshold`` (added in 4.4x/5.x)."""
+    from transformers import GenerationConfig
+
+    return hasattr(GenerationConfig(), "assistant_confidence_threshold")
+
+
+def hf_model_of(model: Any) -> Any:
+    """The ``transformers.PreTrainedModel`` behind a spectest model (``HFModel.model``) or itself.
+
+    Raises ``ModelError`` for models transformers cannot run (the toy LM).
+    """
+    from transformers import PreTrainedModel
+
+    if isinstance(model, PreTrainedModel):
+        return model
+    inner = getattr(model, "model", None)  # spectest.models.hf.HFModel.model
+    if isinstance(inner, PreTrainedModel) and hasattr(inner, "generate"):
+        return inner
+    name = getattr(model, "name", type(model).__name__)
+    raise ModelError(f"hf backend: model {name!r} is not a transformers model")
+
+
+def logit_scale_of(model: Any) -> float:
+    """``HFModel.logit_scale`` (1.0 for a bare transformers model)."""
+    return float(getattr(model, "logit_scale", 1.0))
+
+
+class LogitScale(LogitsProcessor):
+    """Multiplies the raw logits by ``scale`` before every other processor.
+
+    Reproduces ``HFModel.logit_scale`` (the entropy knob of random-init zoo models) inside
+    ``generate``. Only built when the scale differs from 1.
+    """
+
+    def __init__(self, scale: float) -> None:
+        self.scale = float(scale)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return scores * self.scale
+
+
+def generation_config(params: SamplingParams, num_tokens: int, vocab_size: int) -> Any:
+    """A ``GenerationConfig`` that leaves nothing to defaults: the protocol decides the law.
+
+    Greedy (``temperature == 0``) is ``do_sample=False``. Everything that could add a processor
+    (repetition penalty, typical-p, ε/η cutoffs, bad words, forced tokens, renormalization) is
+    set to its "off" value, so only temperature → top-k → top-p → min-p remain, in that order.
+    """
+    from transformers import GenerationConfig
+
+    if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 1:
+        raise ConfigError(f"hf backend: num_tokens must be an integer >= 1, got {num_tokens!r}")
+    sample = not params.is_greedy
+    fields: dict[str, Any] = dict(do_sample=sample)
+    if sample:  # greedy leaves them unset: unused there, and 4.44 warns about "off" values
+        fields.update(
+            temperature=float(params.temperature),
+            top_k=int(params.top_k),  # 0 = off in 4.44 and 5.x (None would become 50 in 5.x)
+            top_p=float(params.top_p),
+            min_p=float(params.min_p),
+        )
+    fields.update(
+        typical_p=1.0,
+        epsilon_cutoff=0.0,
+        eta_cutoff=0.0,
+        repetition_penalty=1.0,
+        no_repeat_ngram_size=0,
+        encoder_repetition_penalty=1.0,
+        renormalize_logits=False,
+        num_beams=1,
+        num_return_sequences=1,
+        max_new_tokens=int(num_tokens),
+        min_new_tokens=None,
+        eos_token_id=[],  # no stopping (None would be filled from the model config)
+        # NOTE: pad = vocab_size, an id no model emits. Nothing is ever padded (one prompt, no EOS),
+        # but transformers 5.x re-infers the assistant's attention mask from pad tokens in its
+        # input: with a real id as pad (we first used 0), emitted tokens equal to it were masked
+        # out of the draft's context (measured: q no longer matched the draft's law along the
+        # emitted prefix). 5.x also requires some pad when eos_token_id == [].
+        pad_token_id=int(vocab_size),
+        use_cache=True,
+        return_dict_in_generate=True,
+        output_scores=False,
+        output_logits=False,
+    )
+    return GenerationConfig(**fields)
+
+
+def _processors(target: Any, draft: Any | None) -> list[Any]:
+    """Custom logits processors passed to ``generate``: the zoo's logit scale, if any."""
+    from transformers import LogitsProcessorList
+
+    scale = logit_scale_of(target)
+    if draft is not None and logit_scale_of(draft) != scale:
+        # NOTE: transformers hands the target's custom processors to the assistant too, so one
+        # scale is all that can be expressed.
+        raise ModelError(
+            f"hf backend: target and draft logit_scale differ "
+            f"({scale!r} vs {logit_scale_of(draft)!r})"
+        )
+    return LogitsProcessorList([LogitScale(scale)] if scale != 1.0 else [])
+
+
+@contextlib.contextmanager
+def own_generation_config(model: Any, **fields: Any) -> Iterator[None]:
+    """Replace ``model.generation_config`` by a blank ``GenerationConfig(**fields)``; restore after.
+
+    NOTE: transformers fills every field the call leaves unset from ``model.generation_config``
+    (5.x) — a checkpoint's ``suppress_tokens``, ``forced_bos_token_id``, ``top_h``,
+    ``bad_words_ids``... would add processors the protocol never asked for (measured: they do,
+    tests/test_engine_hf.py). A blank config leaves only transformers' global defaults, which
+    ``generation_config`` overrides one by one. The assistant's ``generate`` merges the *draft's*
+    config the same way, so the draft gets a blank one too (``assistant_settings``).
+    """
+    from transformers import GenerationConfig
+
+    inner = hf_model_of(model)
+    saved = inner.generation_config
+    inner.generation_config = GenerationConfig(**fields)
+    try:
+        yield
+    finally:
+        inner.generation_config = saved
+
+
+@contextlib.contextmanager
+def assistant_settings(
+    draft: Any, num_assistant_tokens: int, confidence_threshold: float = 0.0
+) -> Iterator[None]:
+    """Give the draft a blank generation config with only K, a constant schedule, the threshold.
+
+    transformers reads these three from ``assistant_model.generation_config`` (not from the call)
+    in both versions. ``confidence_threshold`` > 0 needs a transformers that has it
+    (``has_confidence_threshold``); 0 means "off" and is set explicitly where the attribute exists
+    (its 5.x default is 0.4). The draft's own config is restored afterwards.
+    """
+    if (
+        isinstance(num_assistant_tokens, bool)
+        or not isinstance(num_assistant_tokens, int)
+        or num_assistant_tokens < 1
+    ):
+        raise ConfigError(
+            "hf backend: num_assistant_tokens must be an integer >= 1, "
+            f"got {num_assistant_tokens!r}"
+        )
+    if not (isinstance(confidence_threshold, (int, float)) and 0.0 <= confidence_threshold < 1.0):
+        raise ConfigError(
+            f"hf backend: confidence_threshold must be in [0, 1), got {confidence_threshold!r}"
+        )
+    has_thr = has_confidence_threshold()
+    if confidence_threshold > 0 and not has_thr:
+        raise ConfigError(
+            f"hf backend: confidence_threshold={confidence_threshold!r} but transformers "
+            f"{transformers_version()} has no assistant_confidence_threshold"
+        )
+    fields: dict[str, Any] = dict(
+        num_assistant_tokens=int(num_assistant_tokens), num_assistant_tokens_schedule="constant"
+    )
+    if has_thr:
+        fields["assistant_confidence_threshold"] = float(confidence_threshold)
+    with own_generation_config(draft, **fields):
+        yield
+
+
+# ----------------------------------------------------------------------------- round telemetry
+@dataclass(frozen=True)
+class RoundRecord:
+    """One assisted-generation round as transformers ran it.
+
+    ``position``: first generated position of the round (0 = first new token); ``drafted``:
+    candidate tokens proposed; ``accepted``: transformers' ``n_matches``; ``emitted`` =
+    ``accepted + 1``. Per verified draft position (``accepted + (accepted < drafted)`` of them):
+    ``engine_accept_prob`` = min(1, p(x)/q(x)) and ``engine_overlap`` = Σ_v min(p(v), q(v)), both
+    with transformers' own p (processed target scores) and q (softmax of the draft scores it
+    returned).
+    """
+
+    position: int
+    drafted: int
+    accepted: int
+    emitted: int
+    engine_accept_prob: tuple[float, ...]
+    engine_overlap: tuple[float, ...]
+
+
+@dataclass
+class RoundRecorder:
+    """Collects ``RoundRecord`` s of one assisted ``generate`` call (see module docstring)."""
+
+    prompt_len: int
+    keep_scores: bool = False
+    rounds: list[RoundRecord] = field(default_factory=list)
+    # with keep_scores: per round (position, drafted [d], q scores [d, V], p scores [d + 1, V])
+    scores: list[tuple[int, torch.Tensor, torch.Tensor | None, torch.Tensor]] = field(
+        default_factory=list
+    )
+    _pending: tuple[int, torch.Tensor, torch.Tensor | None] | None = None
+
+    def on_candidates(
+        self, input_ids: torch.Tensor, cand_ids: torch.Tensor, cand_logits: Any
+    ) -> None:
+        cur = int(input_ids.shape[1])
+        drafted = cand_ids[0, cur:].clone()  # [drafted]
+        q_scores = (
+            None if cand_logits is None else cand_logits[0].detach().float().clone()
+        )  # [drafted, V]
+        self._pending = (cur, drafted, q_scores)
+
+    def on_update(self, input_ids: torch.Tensor, scores: torch.Tensor, n_matches: Any) -> None:
+        assert self._pending is not None, "update_candidate_strategy before get_candidates"
+        cur, drafted, q_scores = self._pending
+        self._pending = None
+        n = int(n_matches)
+        d = 0 if q_scores is None else int(drafted.shape[0])
+        acc_prob: tuple[float, ...] = ()
+        overlap: tuple[float, ...] = ()
+        if d > 0 and q_scores is not None:
+            verified = n + (1 if n < d else 0)
+            # NOTE: float64 softmax of the float32 scores transformers used; transformers itself
+            # takes the softmax in float32 — the difference is ~1e-7, far below any readout.
+            p = torch.softmax(scores[0, :verified].double(), dim=-1)  # [verified, V]
+            q = torch.softmax(q_scores[:verified].double(), dim=-1)  # [verified, V]
+            x = drafted[:verified].to(p.device)  # [verified]
+            px = p.gather(1, x[:, None])[:, 0]
+            qx = q.gather(1, x[:, None])[:, 0]
+            acc_prob = tuple(torch.clamp(px / qx, max=1.0).tolist())
+            overlap = tuple(torch.minimum(p, q).sum(-1).tolist())
+        self.rounds.append(RoundRecord(cur - self.prompt_len, d, n, n + 1, acc_prob, overlap))
+        if self.keep_scores:
+            p_scores = scores[0].detach().float().cpu().clone()  # [d + 1, V]
+            self.scores.append((cur - self.prompt_len, drafted.cpu(), q_scores, p_scores))
+
+
+@contextlib.contextmanager
+def record_rounds(
+    target: Any, prompt_len: int, keep_scores: bool = False
+) -> Iterator[RoundRecorder]:
+    """Wrap the candidate generator of ``target.generate(..., assistant_model=...)`` (one call)."""
+    hf = hf_model_of(target)
+    rec = RoundRecorder(prompt_len, keep_scores)
+    original = hf._get_candidate_generator  # bound method of the class
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        gen = original(*args, **kwargs)
+        get_c, upd = gen.get_candidates, gen.update_candidate_strategy
+
+        def get_candidates(input_ids: torch.Tensor, *a: Any, **k: Any) -> Any:
+            cand_ids, cand_logits = get_c(input_ids, *a, **k)
+            rec.on_candidates(input_ids, cand_ids, cand_logits)
+            return cand_ids, cand_logits
+
+        def update(input_ids: torch.Tensor, scores: torch.Tensor, num_matches: Any) -> Any:
+            rec.on_update(input_ids, scores, num_matches)
+            return upd(input_ids, scores, num_matches)
+
+        gen.get_candidates = get_candidates
+        gen.update_candidate_strategy = update
+        return gen
+
+    hf._get_candidate_generator = wrapped  # instance attribute shadows the method
+    try:
+        yield rec
+    finally:
+        del hf._get_candidate_generator
+
+
+# ----------------------------------------------------------------------------- the two arms
+def _check_prompt(prompt_ids: torch.Tensor, vocab_size: int) -> None:
+    assert prompt_ids.dim() == 1 and prompt_ids.dtype == torch.int64, (
+        prompt_ids.shape,
+        prompt_ids.dtype,
+    )
+    if prompt_ids.numel() == 0:
+        raise ConfigError("hf backend: the prompt is empty (transformers needs at least one token)")
+    if int(prompt_ids.min()) < 0 or int(prompt_ids.max()) >= vocab_size:
+        raise ConfigError(
+            f"hf backend: prompt token ids must be in [0, {vocab_size}), "
+            f"got {prompt_ids.tolist()!r}"
+        )
+
+
+def _fork_devices(device: torch.device) -> list[torch.device]:
+    return [device] if device.type == "cuda" else []
+
+
+def generate_plain(
+    model: Any,
+    prompt_ids: torch.Tensor,
+    params: SamplingParams,
+    num_tokens: int,
+    batch_size: int,
+    seed: int,
+) -> torch.Tensor:
+    """One batched ``model.generate`` call: ``batch_size`` rows of the same prompt and params.
+
+    Parameters
+    ----------
+    prompt_ids : torch.Tensor
+        ``[L]`` int64.
+    seed : int
+        ``torch.manual_seed`` argument for this batch (a spectest row key).
+
+    Returns
+    -------
+    torch.Tensor
+        ``[batch_size, num_tokens]`` int64 emitted tokens (on CPU).
+    """
+    hf = hf_model_of(model)
+    V = int(hf.config.vocab_size)
+    _check_prompt(prompt_ids, V)
+    dev = hf.device
+    L = int(prompt_ids.shape[0])
+    ids = prompt_ids.to(dev)[None, :].expand(batch_size, L).contiguous()  # [B, L]
+    gc = generation_config(params, num_tokens, V)
+    with (
+        own_generation_config(model),
+        torch.random.fork_rng(devices=_fork_devices(dev)),
+        torch.inference_mode(),
+    ):
+        torch.manual_seed(int(seed))
+        out = hf.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            generation_config=gc,
+            logits_processor=_processors(model, None),
+        )
+    seq = out.sequences  # [B, L + T]
+    if tuple(seq.shape) != (batch_size, L + num_tokens):
+        raise ModelError(
+            f"hf-generate: expected sequences of shape {(batch_size, L + num_tokens)!r}, "
+            f"got {tuple(seq.shape)!r}"
+        )
+    return seq[:, L:].cpu()  # [B, T]
+
+
+def generate_assisted(
+    target: Any,
+    draft: Any,
+    prompt_ids: torch.Tensor,
+    params: SamplingParams,
+    num_tokens: int,
+    num_assistant_tokens: int,
+    seed: int,
+    confidence_threshold: float = 0.0,
+    keep_scores: bool = False,
+) -> tuple[torch.Tensor, RoundRecorder]:
+    """One assisted ``generate`` call (batch size 1) with the round telemetry.
+
+    Returns
+    -------
+    tokens : torch.Tensor
+        ``[num_tokens]`` int64 (CPU).
+    recorder : RoundRecorder
+        ``.rounds`` (one ``RoundRecord`` per round) and, with ``keep_scores``, ``.scores``.
+    """
+    hf_t, hf_d = hf_model_of(target), hf_model_of(draft)
+    V = int(hf_t.config.vocab_size)
+    if int(hf_d.config.vocab_size) != V:
+        raise ModelError(
+            f"hf-assisted: vocabulary mismatch: target V={V!r}, "
+            f"draft V={int(hf_d.config.vocab_size)!r}"
+        )
+    _check_prompt(prompt_ids, V)
+    dev = hf_t.device
+    L = int(prompt_ids.shape[0])
+    ids = prompt_ids.to(dev)[None, :]  # [1, L]
+    gc = generation_config(params, num_tokens, V)
+    procs = _processors(target, draft)
+    with (
+        own_generation_config(target),
+        assistant_settings(draft, num_assistant_tokens, confidence_threshold),
+        record_rounds(target, L, keep_scores) as rec,
+        torch.random.fork_rng(devices=_fork_devices(dev)),
+        torch.inference_mode(),
+    ):
+        torch.manual_seed(int(seed))
+        out = hf_t.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            generation_config=gc,
+            assistant_model=hf_d,
+            logits_processor=procs,
+        )
+    seq = out.sequences  # [1, L + T]
+    if tuple(seq.shape) != (1, L + num_tokens):
+        raise ModelError(
+            f"hf-assisted: expected sequences of shape {(1, L + num_tokens)!r}, "
+            f"got {tuple(seq.shape)!r}"
+        )
+    emitted = sum(r.emitted for r in rec.rounds)
+    if emitted != num_tokens:
+        raise ModelError(
+            f"hf-assisted: round telemetry accounts for {emitted!r} tokens, expected {num_tokens!r}"
+        )
+    return seq[0, L:].cpu(), rec
+
+
+# ----------------------------------------------------------------------------- rows → EngineOutput
+def _check_rows(
+    model: Any, prompt: Sequence[int], rows: Sequence[RowSpec], T: Any, batch_size: Any
+) -> torch.Tensor:
+    if isinstance(T, bool) or not isinstance(T, int) or T < 1:
+        raise ConfigError(f"num_positions must be an integer >= 1, got {T!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if len(rows) == 0:
+        raise InputError("rows: at least one RowSpec is needed, got none")
+    for r in rows:
+        if not isinstance(r, RowSpec):
+            raise InputError(f"rows must be RowSpec objects, got {r!r}")
+    ids = [int(t) for t in prompt]
+    prompt_t = torch.tensor(ids, dtype=torch.int64)  # [L]
+    _check_prompt(prompt_t, int(hf_model_of(model).config.vocab_size))
+    return prompt_t
+
+
+def plain_batches(rows: Sequence[RowSpec], batch_size: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` slices of ``rows``: consecutive rows with equal params, at most ``batch_size``.
+
+    One ``generate`` call takes one ``GenerationConfig``, so a batch never mixes params.
+    """
+    out: list[tuple[int, int]] = []
+    lo = 0
+    for i in range(1, len(rows) + 1):
+        if i == len(rows) or i - lo == batch_size or rows[i].params != rows[lo].params:
+            out.append((lo, i))
+            lo = i
+    return out
+
+
+def hf_plain_decode(
+    model: Any,
+    prompt: Sequence[int],
+    rows: Sequence[RowSpec],
+    *,
+    num_positions: int,
+    run_key: int,
+    prompt_id: str,
+    batch_size: int = 256,
+    progress: Progress | None = None,
+) -> EngineOutput:
+    """Reference arm ``hf-generate``: batched ``model.generate(do_sample=True)``.
+
+    Same signature and output as ``builtin.plain_decode``. Batch seed = the row key of the
+    batch's first row (reproducible per batch composition, see module docstring).
+    """
+    prompt_t = _check_rows(model, prompt, rows, num_positions, batch_size)
+    chunks = []
+    for lo, hi in plain_batches(rows, batch_size):
+        first = rows[lo]
+        seed = row_key(run_key, prompt_id, first.config_id, first.seed)
+        chunks.append(generate_plain(model, prompt_t, first.params, num_positions, hi - lo, seed))
+        if progress is not None:
+            progress(hi)
+    return EngineOutput(torch.cat(chunks, dim=0), None)
+
+
+ROUND_EXTRA_COLUMNS = ("verified", "engine_accept_prob", "engine_overlap")
+
+
+def hf_assisted_decode(
+    target: Any,
+    draft: Any,
+    prompt: Sequence[int],
+    rows: Sequence[RowSpec],
+    *,
+    num_positions: int,
+    num_assistant_tokens: int,
+    run_key: int,
+    prompt_id: str,
+    confidence_threshold: float = 0.0,
+    progress: Progress | None = None,
+) -> EngineOutput:
+    """Candidate arm ``hf-assisted``: one assisted ``generate`` per row (batch size 1).
+
+    Output as ``builtin.speculative_decode``: ``rounds`` has ``row, round, position, drafted,
+    accepted, emitted`` plus ``ROUND_EXTRA_COLUMNS`` (per round: verified draft positions, and the
+    sums over them of transformers' own ``engine_accept_prob`` and ``engine_overlap``, see
+    ``RoundRecord``). Each row's seed is its row key: reproducible per row.
+    """
+    prompt_t = _check_rows(target, prompt, rows, num_positions, 1)
+    toks = []
+    frames = []
+    for i, r in enumerate(rows):
+        seed = row_key(run_key, prompt_id, r.config_id, r.seed)
+        t, rec = generate_assisted(
+            target,
+            draft,
+            prompt_t,
+            r.params,
+            num_positions,
+            num_assistant_tokens,
+            seed,
+            confidence_threshold,
+        )
+        toks.append(t[None, :])  # [1, T]
+        frames.append(_rounds_of(i, rec.rounds))
+        if progress is not None:
+            progress(i + 1)
+    return EngineOutput(torch.cat(toks, dim=0), pd.concat(frames, ignore_index=True))
+
+
+def _rounds_of(row: int, rounds: Sequence[RoundRecord]) -> pd.DataFrame:
+    n = len(rounds)
+    return pd.DataFrame(
+        {
+            "row": np.full(n, row, dtype=np.int64),
+            "round": np.arange(n, dtype=np.int64),
+            "position": np.array([r.position for r in rounds], dtype=np.int64),
+            "drafted": np.array([r.drafted for r in rounds], dtype=np.int64),
+            "accepted": np.array([r.accepted for r in rounds], dtype=np.int64),
+            "emitted": np.array([r.emitted for r in rounds], dtype=np.int64),
+            "verified": np.array([len(r.engine_overlap) for r in rounds], dtype=np.int64),
+            "engine_accept_prob": np.array(
+                [sum(r.engine_accept_prob) for r in rounds], dtype=np.float64
+            ),
+            "engine_overlap": np.array([sum(r.engine_overlap) for r in rounds], dtype=np.float64),
+        }
+    )
