@@ -111,7 +111,7 @@ def test_no_draft_and_pit_is_uniform_on_plain_arm() -> None:
     params = SamplingParams(temperature=0.9, top_p=0.9)
     rows = [RowSpec("c", s, params) for s in range(200)]
     out = plain_decode(target, [3], rows, num_positions=6, run_key=9, prompt_id="p")
-    wb = teacher_force(target, [3], [params] * 200, out.tokens)
+    wb = teacher_force(target, [3], [params] * 200, out.tokens, drafter=DrafterSpec(onehot=True))
     assert (wb[schema.WB_P_A] == 0).all() and not wb[schema.WB_IN_A].any()
     assert wb[schema.WB_OVERLAP].isna().all() and (wb[schema.WB_P] > 0).all()
     v = np.random.default_rng(0).random(len(wb))
@@ -137,7 +137,7 @@ def test_teacher_force_hf_matches_engine_pipeline() -> None:
 
 def test_teacher_bad_input() -> None:
     target = ToyLM(5, 2, 1.0)
-    with pytest.raises(InputError, match="both draft and drafter"):
+    with pytest.raises(InputError, match="a draft needs its drafter"):
         teacher_force(
             target, [1], [PARAMS[0]], torch.zeros((1, 2), dtype=torch.int64), draft=target
         )

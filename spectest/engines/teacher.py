@@ -156,7 +156,8 @@ def teacher_force(
     prompt : the shared prompt token ids.
     params : one ``SamplingParams`` per row (``[r.params for r in rows]``).
     tokens : int64 ``[B, T]`` emitted tokens (``EngineOutput.tokens``).
-    draft, drafter : both or neither; with them q_t is the drafter's law (module docstring).
+    draft, drafter : with a draft, q_t is its drafter's law (module docstring); without one the
+        q columns take their "q unknown" values and ``drafter`` is ignored.
 
     Returns
     -------
@@ -164,8 +165,8 @@ def teacher_force(
     """
     from spectest.sampling.mutants import get_variant
 
-    if (draft is None) != (drafter is None):
-        raise InputError("teacher_force: give both draft and drafter, or neither")
+    if draft is not None and drafter is None:
+        raise InputError("teacher_force: a draft needs its drafter (DrafterSpec) to define q")
     if tokens.dim() != 2 or tokens.dtype != torch.int64:
         raise InputError(
             f"teacher_force: tokens must be int64 [B, T], got {tokens.dtype} {tuple(tokens.shape)}"
