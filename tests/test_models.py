@@ -130,6 +130,18 @@ def test_hf_local_errors(tmp_path) -> None:
         from_local(tmp_path)  # config but no weights
 
 
+def test_hf_sliding_window_refuses_holes() -> None:
+    m = from_preset(
+        "qwen3-tiny", seed=0, num_hidden_layers=1, use_sliding_window=True, sliding_window=8,
+        max_window_layers=0, layer_types=["sliding_attention"],
+    )  # fmt: skip
+    cache = m.new_cache(1)
+    m.forward(cache, torch.tensor([[1, 2, 3]]))
+    cache.invalidate(torch.zeros((1, 3), dtype=torch.bool))  # no hole: fine
+    with pytest.raises(ModelError, match="sliding-window attention cannot take cache holes"):
+        cache.invalidate(torch.tensor([[False, False, True]]))
+
+
 def test_hf_seeded_init_leaves_global_rng(llama: HFModel) -> None:
     state = torch.random.get_rng_state()
     again = from_preset("llama-tiny", seed=1, logit_scale=3.0)

@@ -91,9 +91,31 @@ HF_PRESETS: dict[str, dict[str, Any]] = {
 class HFCache(Cache):
     """A transformers ``DynamicCache`` plus the slot validity the engines edit."""
 
-    def __init__(self, batch_size: int, kv: Any, device: torch.device) -> None:
+    def __init__(
+        self, batch_size: int, kv: Any, device: torch.device, *, sliding: str | None = None
+    ) -> None:
         self.kv = kv
         self.valid = torch.zeros((batch_size, 0), dtype=torch.bool, device=device)  # [B, N]
+        self.sliding = sliding  # model name when it uses sliding-window attention
+
+    def invalidate(self, mask: torch.Tensor) -> None:
+        # NOTE: a sliding window counts slots, holes included, and transformers' sliding cache
+        # layers drop old slots; with holes the window would no longer be "the last W tokens".
+        if self.sliding is not None and bool(mask.any()):
+            raise ModelError(
+                f"{self.sliding}: sliding-window attention cannot take cache holes "
+                "(speculative decoding with the built-in engine); use a full-attention model"
+            )
+        super().invalidate(mask)
+
+
+def uses_sliding_window(config: Any) -> bool:
+    """True when some layer of ``config`` attends through a sliding window."""
+    if "sliding_attention" in (getattr(config, "layer_types", None) or []):
+        return True
+    return bool(getattr(config, "sliding_window", None)) and bool(
+        getattr(config, "use_sliding_window", True)
+    )
 
 
 class HFModel(LanguageModel):
@@ -147,7 +169,8 @@ class HFModel(LanguageModel):
             kv = DynamicCache(config=self.model.config)
         except TypeError:  # transformers < 4.56: no config argument
             kv = DynamicCache()
-        return HFCache(batch_size, kv, self.device)
+        sliding = self.name if uses_sliding_window(self.model.config) else None
+        return HFCache(batch_size, kv, self.device, sliding=sliding)
 
     @torch.inference_mode()
     def forward(self, cache: Cache, input_ids: torch.Tensor) -> torch.Tensor:
