@@ -105,7 +105,17 @@ def plain_decode(
     batch_size: int = 256,
     progress: Progress | None = None,
 ) -> EngineOutput:
-    """Plain autoregressive sampling: one uniform per token, inverse CDF on ``logits_to_probs``."""
+    """Plain autoregressive sampling: one uniform per token, inverse CDF on ``logits_to_probs``.
+
+    Returns ``EngineOutput`` with ``tokens`` ``[len(rows), num_positions]`` (cpu) and no rounds.
+
+    Notes
+    -----
+    Token ``t`` of a row is ``categorical(logits_to_probs(logits_t), u)`` with
+    ``u = uniforms(row key, STREAM_PLAIN, t, 1)``: a deterministic function of the row's key, so
+    batch composition never matters. Verified token-for-token against ``plain_decode_reference``
+    (no cache, one row at a time) on the toy LM and a tiny HF model (tests/test_engine.py).
+    """
     prompt_t = _check_inputs(model, prompt, rows, num_positions, batch_size)
     chunks = []
     for lo in range(0, len(rows), batch_size):
@@ -151,7 +161,24 @@ def speculative_decode(
     batch_size: int = 256,
     progress: Progress | None = None,
 ) -> EngineOutput:
-    """Speculative sampling with ``variant``'s hooks; telemetry one row per (row, round)."""
+    """Speculative sampling with ``variant``'s hooks; telemetry one row per (row, round).
+
+    Returns ``EngineOutput`` with ``tokens`` ``[len(rows), num_positions]`` (cpu) and ``rounds``
+    (row, round, position, drafted, accepted, emitted; ``emitted`` capped by the budget).
+
+    Notes
+    -----
+    The loop is in the module docstring. Assumptions: target and draft share the vocabulary and
+    the device (``ModelError`` otherwise); ``drafter.k >= 1`` (``DrafterSpec``). Verified
+    token-for-token (and telemetry) against ``speculative_decode_reference`` — full forwards on the
+    committed sequence, no cache, one row at a time — for the exact variant and mutants, sampled
+    and one-hot drafters, on the toy LM and a tiny HF model; greedy rows equal plain greedy; the
+    law of the first two positions matches the toy LM's closed form (tests/test_engine.py).
+
+    NOTE memory: every round appends ``K + 1`` slots to both caches for every row, so a chunk
+    holds ``len(prompt) + rounds * (K + 1)`` slots at the end (rounds <= num_positions, set by the
+    slowest row of the chunk); lower ``batch_size`` for long outputs with large models.
+    """
     from spectest.models.derive import check_same_vocab
 
     check_same_vocab(target, draft)
