@@ -161,10 +161,10 @@ def decide(comparisons: Sequence[Comparison], *, max_mde_tv: float | None = None
     for t in null_bad:
         reasons.append(f"null arm {t.arm!r} rejected: the harness's false-alarm control failed")
     if cand is not None and cand.rejected:
-        cells = "; ".join(cand.failing[:5]) + (" ..." if len(cand.failing) > 5 else "")
+        first = cand.failing[0] if cand.failing else "?"
         reasons.append(
             f"candidate differs from the reference: {cand.rejections} rejection(s) "
-            f"after correction: {cells}"
+            f"after correction, most significant: {first}"
         )
     for t in unkilled:
         reasons.append(
@@ -243,9 +243,11 @@ def summarize_comparison(analysis: Any, *, arm: str, role: str, expect: str) -> 
         )
     wb_rej = wb[(wb["arm"] == cand_name) & wb["reject"].astype(bool)] if len(wb) else wb
     for r in wb_rej.itertuples(index=False) if len(wb_rej) else ():
-        failing.append(
-            (float(r.p_adj), f"white-box {r.test}: p_adj={float(r.p_adj):.3g} ({r.detail})")
-        )
+        if r.test == "support":
+            what = f"{int(r.statistic)} emitted token(s) with target probability 0"
+        else:
+            what = f"p_adj={float(r.p_adj):.3g} ({r.detail})"
+        failing.append((float(r.p_adj), f"white-box {r.test}: {what}"))
     failing.sort(key=lambda t: t[0])
     by_config = []
     if len(cells):

@@ -24,6 +24,7 @@ from rich.table import Table
 from spectest.errors import ExitCode, SpectestError
 
 F = TypeVar("F", bound=Callable[..., Any])
+MAX_FAILING_PRINTED = 10
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 no difference detected and the teeth are sound; 1 the distributions differ "
@@ -142,9 +143,17 @@ def print_result(result: Any, con: Console | None = None) -> None:
                 t["label"],
             )
         con.print(tt)
-    con.print(
-        f"[bold {style}]{verdict['decision'].upper()}[/bold {style}] (exit {verdict['exit_code']})"
-    )
+    cand = next((c for c in summary.get("comparisons", []) if c["role"] == "candidate"), None)
+    if cand is not None and cand["failing"]:
+        n = cand["rejections"]
+        con.print(f"failing (candidate vs reference, {n} rejection(s), most significant first):")
+        for f in cand["failing"][:MAX_FAILING_PRINTED]:
+            con.print(f"  {f}", markup=False)
+        if n > MAX_FAILING_PRINTED:
+            more = f"{summary.get('run_dir')}/tests.parquet"
+            con.print(f"  ... {n - MAX_FAILING_PRINTED} more: see {more}", markup=False)
+    decision = verdict["decision"].upper()
+    con.print(f"[bold {style}]{decision}[/bold {style}] (exit {verdict['exit_code']})")
     for r in verdict["reasons"]:
         con.print(f"  - {r}", markup=False)
 

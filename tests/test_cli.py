@@ -1,0 +1,236 @@
+"""The CLI in-process (Typer's CliRunner): exit codes asserted with the output as the message,
+bad input → exit 2 with one line naming the file / field / value, bring-your-own comparisons,
+``power``, ``models``, ``analyze`` / ``report`` on stored runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from toy_protocol import TOY, write_toy
+from typer.testing import CliRunner
+
+from spectest import __version__
+from spectest.cli import app
+from spectest.store import MANIFEST, load_run
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+def flat(text: str) -> str:
+    """Whitespace-normalised text (help and tables wrap at the terminal width)."""
+    return " ".join(text.split())
+
+
+def err_line(result) -> str:
+    """The one error line (stderr)."""
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def test_version_help_models_power() -> None:
+    r = invoke("--version")
+    assert r.exit_code == 0 and __version__ in r.stdout, r.output
+    r = invoke("--help")
+    assert r.exit_code == 0 and "3 inconclusive" in flat(r.stdout), r.output
+    r = invoke("run", "--help")
+    assert r.exit_code == 0 and "Exit codes: 0" in flat(r.stdout) and "--summary-md" in r.stdout, (
+        r.output
+    )
+    r = invoke("models")
+    assert r.exit_code == 0 and "bundled:target" in r.stdout, r.output
+    from spectest.stats.power import mde_tv, seeds_for_tv
+
+    r = invoke("power", "--tv", "0.05")
+    assert r.exit_code == 0 and f": {seeds_for_tv(0.05, 10)}\n" in r.stdout, r.output
+    r = invoke("power", "--seeds", "256", "--df", "20")
+    assert r.exit_code == 0 and f"{float(mde_tv(256, 256, 20)):.4f}" in r.stdout, r.output
+    r = invoke("power")
+    assert r.exit_code == 2 and "exactly one of --tv or --seeds" in err_line(r), r.output
+
+
+@pytest.mark.parametrize(
+    ("edit", "pattern"),
+    [
+        (lambda p: p.write_text("version: 1\nname: x: y\n"), "malformed YAML at line 2"),
+        (
+            lambda p: p.write_text(p.read_text() + "surprise: 1\n"),
+            "surprise: unknown key 'surprise'",
+        ),
+        (
+            lambda p: p.write_text(p.read_text().replace("positions: 4", "positions: four")),
+            "positions: expected an integer",
+        ),
+        (
+            lambda p: (p.parent / "prompts.jsonl").unlink(),
+            "prompts.file: no such prompt file 'prompts.jsonl'",
+        ),
+        (
+            lambda p: p.write_text(
+                p.read_text().replace("toy:V=16,order=2,scale=1.0,seed=4", "hf-local:/no/model")
+            ),
+            "models.draft: no such model directory 'hf-local:/no/model'",
+        ),
+        (
+            lambda p: p.write_text(p.read_text().replace("- always_accept", "- always_acept")),
+            "teeth.mutants[0]: unknown sampler variant 'always_acept'",
+        ),
+    ],
+)
+def test_run_bad_protocols_exit_2_with_one_line(tmp_path: Path, edit, pattern: str) -> None:
+    f = write_toy(tmp_path)
+    edit(f)
+    r = invoke("run", "--config", f, "--out", tmp_path / "out", "--no-progress")
+    assert r.exit_code == 2, r.output
+    line = err_line(r)
+    assert pattern in line and str(f) in line, line
+    assert not (tmp_path / "out" / MANIFEST).exists()
+
+
+def test_bad_override_and_missing_file(tmp_path: Path) -> None:
+    f = write_toy(tmp_path)
+    r = invoke("run", "--config", f, "--set", "tests.alpha=2", "--no-progress")
+    assert r.exit_code == 2 and "tests.alpha: expected a number in (0, 1), got 2" in err_line(r), (
+        r.output
+    )
+    r = invoke("run", "--config", tmp_path / "nope.yaml")
+    assert r.exit_code == 2 and "no such protocol file" in err_line(r), r.output
+    r = invoke("run", "--config", f, "--seeds", "1", "--no-progress")
+    assert r.exit_code == 2 and "seeds.per_arm: expected an integer >= 2, got 1" in err_line(r), (
+        r.output
+    )
+
+
+# ----------------------------------------------------------------------------- compare
+def byo(
+    rng: np.random.Generator,
+    probs: np.ndarray,
+    seeds: range,
+    cells=(("p0", "c0"), ("p1", "c0")),
+    T: int = 3,
+):
+    """Samples whose tokens are iid draws from ``probs`` at every position (a known law)."""
+    rows = []
+    for pid, cid in cells:
+        toks = rng.choice(len(probs), size=(len(seeds), T), p=probs)
+        for i, s in enumerate(seeds):
+            for t in range(T):
+                rows.append((pid, cid, s, t, int(toks[i, t])))
+    return pd.DataFrame(rows, columns=["prompt_id", "config_id", "seed", "position", "token_id"])
+
+
+ZIPF = np.array([1 / k for k in range(1, 9)]) / sum(1 / k for k in range(1, 9))
+SHIFTED = np.roll(ZIPF, 1)  # TV(ZIPF, SHIFTED) ≈ 0.31
+
+
+def test_compare_same_law_exit_0_and_analyze_report(tmp_path: Path) -> None:
+    """Both files are iid draws from one law. Fixed seed; for an arbitrary seed this fails with
+    probability ≤ α = 0.01 (the run-level false-alarm bound of ``analyze``)."""
+    rng = np.random.default_rng(20261129)
+    ref, cand = tmp_path / "ref.csv", tmp_path / "cand.parquet"
+    byo(rng, ZIPF, range(400)).to_csv(ref, index=False)
+    byo(rng, ZIPF, range(400, 800)).to_parquet(cand, index=False)
+    out = tmp_path / "cmp"
+    r = invoke(
+        "compare",
+        "--reference",
+        ref,
+        "--candidate",
+        cand,
+        "--alpha",
+        "0.01",
+        "--out",
+        out,
+        "--no-progress",
+    )
+    assert r.exit_code == 0, r.output
+    assert "EQUIVALENT" in r.stdout
+    stored = load_run(out)
+    assert stored.summary["verdict"]["decision"] == "equivalent"
+    assert stored.summary["configs"][0]["cells_tested"] == 6
+    # analyze recomputes the same decision from the stored Parquet
+    r = invoke("analyze", out, "--no-progress")
+    assert r.exit_code == 0 and "re-analysed from stored samples" in r.stdout, r.output
+    # report re-renders and leaves a true manifest
+    r = invoke("report", out, "--junit", tmp_path / "j.xml", "--summary-md", tmp_path / "s.md")
+    assert r.exit_code == 0, r.output
+    load_run(out)
+    assert "data:image/png;base64," in (out / "report.html").read_text()
+    assert "equivalent" in (tmp_path / "s.md").read_text()
+    assert 'failures="0"' in (tmp_path / "j.xml").read_text()
+
+
+def test_compare_shifted_law_exit_1(tmp_path: Path) -> None:
+    """TV ≈ 0.31 at 400 sequences per arm: every cell's χ² has power ≈ 1 (fails < 1e-9)."""
+    rng = np.random.default_rng(7)
+    ref, cand = tmp_path / "ref.csv", tmp_path / "cand.csv"
+    byo(rng, ZIPF, range(400)).to_csv(ref, index=False)
+    byo(rng, SHIFTED, range(400)).to_csv(cand, index=False)
+    r = invoke(
+        "compare", "--reference", ref, "--candidate", cand, "--out", tmp_path / "o", "--no-progress"
+    )
+    assert r.exit_code == 1, r.output
+    assert "DIFFERENT" in r.stdout and "p0/c0@0" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("mutate", "pattern"),
+    [
+        (lambda d: d.drop(columns=["token_id"]), r"missing column\(s\) token_id"),
+        (lambda d: d.assign(seed="s"), r"column seed: expected integers, got 's' at row 0"),
+        (
+            lambda d: d[d["prompt_id"] == "p0"],
+            r"cell \(prompt_id, config_id\) = \('p1', 'c0'\) is not in",
+        ),
+    ],
+)
+def test_compare_bad_files_exit_2(tmp_path: Path, mutate, pattern: str) -> None:
+    rng = np.random.default_rng(0)
+    ref, cand = tmp_path / "ref.csv", tmp_path / "cand.csv"
+    byo(rng, ZIPF, range(20)).to_csv(ref, index=False)
+    mutate(byo(rng, ZIPF, range(20))).to_csv(cand, index=False)
+    r = invoke(
+        "compare", "--reference", ref, "--candidate", cand, "--out", tmp_path / "o", "--no-progress"
+    )
+    assert r.exit_code == 2, r.output
+    line = err_line(r)
+    assert re.search(pattern, line), line
+    assert ("cand.csv" in line) or ("ref.csv" in line)
+
+
+def test_compare_corrupt_parquet_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"PAR1garbagePAR1")
+    r = invoke("compare", "--reference", bad, "--candidate", bad, "--no-progress")
+    assert r.exit_code == 2 and "bad.parquet: not a readable Parquet file" in err_line(r), r.output
+
+
+def test_analyze_incomplete_or_corrupt_runs_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "run.json").write_text(json.dumps({"kind": "run", "protocol_hash": "x"}))
+    r = invoke("analyze", tmp_path / "half")
+    assert r.exit_code == 2 and "no manifest.json: the run is incomplete" in err_line(r), r.output
+    r = invoke("report", tmp_path / "half")
+    assert r.exit_code == 2, r.output
+    r = invoke("analyze", tmp_path / "nowhere")
+    assert r.exit_code == 2 and "no such run directory" in err_line(r), r.output
+
+
+def test_toy_constant_is_a_valid_protocol(tmp_path: Path) -> None:
+    """The helper protocol the e2e tests rely on validates (guards the helper itself)."""
+    from spectest.protocol import load_protocol
+
+    p = load_protocol(write_toy(tmp_path))
+    assert p.seeds.per_arm == TOY["seeds"]["per_arm"]
+    assert yaml.safe_load((tmp_path / "toy.yaml").read_text())["name"] == "toy"
