@@ -22,7 +22,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote
@@ -39,6 +39,8 @@ MULTIPLICITY_METHODS = ("bh", "by", "maxT")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 DEVICES = ("cpu", "cuda")
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
+ENGINES_REFERENCE = ("builtin", "hf-generate")  # hf: transformers itself (engines/hf.py)
+ENGINES_CANDIDATE = ("builtin", "hf-assisted")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _MODEL_PREFIXES = ("toy:", "hf-preset:", "hf-local:", "bundled:", "derived:")
 
@@ -138,6 +140,18 @@ class TeethSpec:
 
 
 @dataclass(frozen=True)
+class EngineSpec:
+    """Which backend runs the reference and the candidate arm (teeth always run on ``builtin``):
+    ``hf-generate`` = transformers' plain ``generate``, ``hf-assisted`` = its assisted generation
+    (speculative sampling with the draft, K = ``drafter.k``); ``assistant_confidence_threshold``
+    is transformers' draft early-stop (0 = off, 5.x only)."""
+
+    reference: str = "builtin"
+    candidate: str = "builtin"
+    assistant_confidence_threshold: float = 0.0
+
+
+@dataclass(frozen=True)
 class Protocol:
     """A validated protocol. ``hash`` is the sha256 of ``canonical()`` (output dir excluded,
     prompt texts included), so two protocols that would produce different samples never share
@@ -158,6 +172,7 @@ class Protocol:
     output: str
     batch_size: int
     source: str  # the protocol file (for messages)
+    engine: EngineSpec = field(default_factory=EngineSpec)
 
     @property
     def config_map(self) -> dict[str, SamplingParams]:
@@ -188,6 +203,8 @@ class Protocol:
                 "mutants": list(self.teeth.mutants),
             },
             "batch_size": self.batch_size,
+            # only when not the default, so the hashes of builtin-only protocols do not change
+            **({"engine": vars(self.engine).copy()} if self.engine != EngineSpec() else {}),
         }
 
     @property
@@ -340,7 +357,7 @@ def protocol_from_dict(
         "",
         allowed=(
             "version", "name", "description", "models", "drafter", "prompts", "configs",
-            "seeds", "positions", "candidate", "tests", "teeth", "output", "batch_size",
+            "seeds", "positions", "candidate", "tests", "teeth", "output", "batch_size", "engine",
         ),
         required=(
             "version", "name", "models", "drafter", "prompts", "configs", "seeds", "positions",
@@ -447,10 +464,33 @@ def protocol_from_dict(
 
     output = c.str_(top.get("output", "results"), "output")
     batch_size = c.int_(top.get("batch_size", 256), "batch_size", lo=1)
+    e = c.mapping(
+        top.get("engine", {}) or {},
+        "engine",
+        ("reference", "candidate", "assistant_confidence_threshold"),
+    )
+    engine = EngineSpec(
+        reference=c.str_(e.get("reference", "builtin"), "engine.reference", ENGINES_REFERENCE),
+        candidate=c.str_(e.get("candidate", "builtin"), "engine.candidate", ENGINES_CANDIDATE),
+        assistant_confidence_threshold=c.float_(
+            e.get("assistant_confidence_threshold", 0.0), "engine.assistant_confidence_threshold",
+            lambda x: 0.0 <= x < 1.0, "in [0, 1)",
+        ),
+    )  # fmt: skip
+    if engine.candidate == "hf-assisted" and candidate != "exact":
+        raise c.fail(
+            "candidate", f"engine hf-assisted runs transformers' own sampler, got {candidate!r}"
+        )
+    if engine.candidate == "hf-assisted" and (drafter.kind, drafter.q) != ("sampled", "processed"):
+        raise c.fail(
+            "drafter", "engine hf-assisted is teacher-forced with the processed sampled draft law: "
+            f"use kind: sampled, q: processed, got {drafter.kind!r}, {drafter.q!r}",
+        )  # fmt: skip
     return Protocol(
         version=version, name=name, description=description, models=models, drafter=drafter,
         prompts=prompts, configs=configs, seeds=seeds, positions=positions, candidate=candidate,
         tests=tests, teeth=teeth, output=output, batch_size=batch_size, source=source,
+        engine=engine,
     )  # fmt: skip
 
 
@@ -782,6 +822,7 @@ def to_raw(protocol: Protocol, *, prompts_file: str) -> dict[str, Any]:
         },
         "output": p.output,
         "batch_size": p.batch_size,
+        **({"engine": vars(p.engine).copy()} if p.engine != EngineSpec() else {}),
     }
 
 

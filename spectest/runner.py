@@ -139,7 +139,23 @@ def _generate_shard(
         batch_size=protocol.batch_size,
         progress=tick,
     )
-    if arm.role == "reference":
+    engine = protocol.engine
+    on_hf = (arm.role, engine.reference if arm.role == "reference" else engine.candidate) in (
+        ("reference", "hf-generate"),
+        ("candidate", "hf-assisted"),
+    )
+    if on_hf:  # transformers itself (engines/hf.py); teeth always run on the builtin engine
+        from spectest.engines import hf
+
+        if arm.role == "reference":
+            out = hf.hf_plain_decode(target, prompt_ids, rows, **common)
+        else:
+            del common["batch_size"]  # assisted generation runs one row at a time
+            out = hf.hf_assisted_decode(
+                target, draft, prompt_ids, rows, num_assistant_tokens=protocol.drafter.k,
+                confidence_threshold=engine.assistant_confidence_threshold, **common,
+            )  # fmt: skip
+    elif arm.role == "reference":
         out = builtin.plain_decode(target, prompt_ids, rows, **common)
     else:
         from spectest.sampling.mutants import get_variant
@@ -149,7 +165,13 @@ def _generate_shard(
             target, draft, prompt_ids, rows, drafter=drafter, variant=variant, **common
         )
     samples = builtin.to_samples_frame(out, prompt_id, rows, arm.name)
-    if protocol.tests.whitebox:
+    if protocol.tests.whitebox and on_hf:
+        from spectest.engines.hf_teacher import hf_teacher_force
+
+        # NOTE: p_t (and the processed q_t) with transformers' own warpers: its plain law
+        wb = hf_teacher_force(target, prompt_ids, [r.params for r in rows], out.tokens, draft=draft)
+        samples = pd.concat([samples, wb], axis=1)
+    elif protocol.tests.whitebox:
         from spectest.engines.teacher import teacher_force
 
         # NOTE: every arm, the reference included, is teacher-forced with the same draft law q, so
@@ -199,6 +221,12 @@ def _stable_seed(*parts: str) -> int:
     return int.from_bytes(hashlib.sha256("\x1f".join(parts).encode()).digest()[:4], "little")
 
 
+def _readout(protocol: Protocol) -> frozenset[str]:
+    return (
+        frozenset({schema.CANDIDATE}) if protocol.engine.candidate == "hf-assisted" else frozenset()
+    )
+
+
 def _compare_all(
     samples: pd.DataFrame,
     rounds: pd.DataFrame | None,
@@ -206,8 +234,11 @@ def _compare_all(
     tests: Any,
     key: str,
     progress: ProgressFn,
+    readout_rounds: frozenset[str] = frozenset(),
 ) -> list[tuple[Arm, Any]]:
-    """Analyse every non-reference arm against the reference."""
+    """Analyse every non-reference arm against the reference. The rounds of the arms in
+    ``readout_rounds`` are stored but not tested: the hf-assisted draft law is transformers'
+    business, so acceptance vs Σ min(p, q_processed) measures speed there, not the law."""
     from spectest.stats.analyze import analyze
 
     options = _analysis_options(tests)
@@ -216,7 +247,11 @@ def _compare_all(
     for i, arm in enumerate(comps):
         progress("analyze", i, len(comps))
         sub = samples[samples[schema.ARM].isin(["reference", arm.name])]
-        rsub = None if rounds is None else rounds[rounds[schema.ARM].isin(["reference", arm.name])]
+        rsub = (
+            None
+            if rounds is None or arm.name in readout_rounds
+            else rounds[rounds[schema.ARM].isin(["reference", arm.name])]
+        )
         analysis = analyze(
             sub,
             reference="reference",
@@ -447,7 +482,9 @@ def run_protocol(
             rd.write_shard(shard.key, samples, rounds, provenance)
         progress("shards", len(todo), len(todo))
     samples, rounds = _read_shards(rd, plan)
-    results = _compare_all(samples, rounds, plan.arms, protocol.tests, protocol.seeds.key, progress)
+    results = _compare_all(
+        samples, rounds, plan.arms, protocol.tests, protocol.seeds.key, progress, _readout(protocol)
+    )
     verdict, comparisons, summary = _finish(
         rd,
         samples=samples,
@@ -463,6 +500,7 @@ def run_protocol(
             "analysis": _analysis_dict(protocol.tests),
             "models": vars(protocol.models).copy(),
             "drafter": vars(protocol.drafter).copy(),
+            "engine": vars(protocol.engine).copy(),
             "candidate": protocol.candidate,
             "positions": protocol.positions,
             "seeds_per_arm": protocol.seeds.per_arm,
@@ -561,6 +599,7 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         arms = _compare_arms()
         key = "compare"
         max_mde = None
+        readout: frozenset[str] = frozenset()
     else:
         pf = stored.protocol_file
         if pf is None:
@@ -573,7 +612,8 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         plan = make_plan(protocol, candidate=stored.info.get("kind") != "teeth")
         arms = list(plan.arms)
         tests, key, max_mde = protocol.tests, protocol.seeds.key, protocol.tests.max_mde_tv
-    results = _compare_all(samples, rounds, arms, tests, key, progress)
+        readout = _readout(protocol)
+    results = _compare_all(samples, rounds, arms, tests, key, progress, readout)
     comparisons = tuple(summarize(a, arm) for arm, a in results)
     verdict = decide(comparisons, max_mde_tv=max_mde)
     base = stored.summary

@@ -316,3 +316,69 @@ def test_cross_engine_null_builtin_plain_vs_transformers_generate(pair):
     pit = a.whitebox[(a.whitebox["arm"] == "candidate") & (a.whitebox["test"] == "pit_ks")]
     assert len(pit) == 1 and float(pit["pvalue"].iloc[0]) > 0.001
     assert np.isfinite(a.max_tv_excess)
+
+
+# ----------------------------------------------------------------------------- protocol end to end
+PROTOCOLS = __import__("pathlib").Path(__file__).resolve().parent.parent / "protocols"
+
+
+def test_protocol_engine_key_is_validated(tmp_path):
+    import yaml
+
+    from spectest.protocol import EngineSpec, load_protocol
+
+    raw = yaml.safe_load((PROTOCOLS / "hf-assisted-ci.yaml").read_text())
+    raw["prompts"]["file"] = str(PROTOCOLS / "prompts" / "ids-tiny.jsonl")
+    p = load_protocol(PROTOCOLS / "hf-assisted-ci.yaml")
+    assert p.engine == EngineSpec("hf-generate", "hf-assisted", 0.0)
+    cases = [
+        (
+            {"engine": {"candidate": "vllm"}},
+            r"engine.candidate: expected one of builtin, hf-assisted",
+        ),
+        ({"engine": {"reference": "hf-assisted"}}, r"engine.reference: expected one of builtin"),
+        ({"engine": {"flavour": 1}}, r"engine.flavour: unknown key 'flavour'"),
+        ({"candidate": "always_accept"}, r"candidate: engine hf-assisted runs transformers' own"),
+        ({"drafter": {"kind": "onehot", "k": 3}}, r"drafter: engine hf-assisted is teacher-forced"),
+    ]
+    for i, (patch, msg) in enumerate(cases):
+        f = tmp_path / f"p{i}.yaml"
+        f.write_text(yaml.safe_dump({**raw, **patch}))
+        with pytest.raises(ConfigError, match=msg):
+            load_protocol(f)
+    # a builtin-only protocol keeps its hash (engine is hashed only when not the default)
+    f = tmp_path / "builtin.yaml"
+    f.write_text(
+        yaml.safe_dump(
+            {**{k: v for k, v in raw.items() if k != "engine"}, "drafter": raw["drafter"]}
+        )
+    )
+    f2 = tmp_path / "builtin2.yaml"
+    f2.write_text(
+        yaml.safe_dump({**raw, "engine": {"reference": "builtin", "candidate": "builtin"}})
+    )
+    assert load_protocol(f).hash == load_protocol(f2).hash != p.hash
+
+
+def test_ci_protocol_end_to_end(tmp_path):
+    """protocols/hf-assisted-ci.yaml through ``run_protocol``: transformers' assisted generation
+    against its plain generate, with builtin teeth.
+
+    The candidate is exact in transformers >= 4.45 (a pass); 4.44 has transformers #32867
+    (a greedy draft token with q = softmax) and must fail, by a wide margin (TV ≈ 0.65 measured).
+    Fixed seeds; an exact candidate fails with probability ≤ α = 0.05 (union bound).
+    """
+    from transformers import GenerationMixin
+
+    from spectest.protocol import load_protocol
+    from spectest.runner import run_protocol
+
+    res = run_protocol(load_protocol(PROTOCOLS / "hf-assisted-ci.yaml"), out=tmp_path / "run")
+    teeth = {t.arm: t.label for t in res.verdict.teeth}
+    assert teeth == {"null": "passed (sound)", "mutant:onehot_softmax_q": "killed"}, teeth
+    rounds = pd.read_parquet(tmp_path / "run" / "rounds.parquet")
+    assert (
+        rounds[rounds[schema.ARM] == "candidate"].groupby(schema.SEED)["emitted"].sum() == 4
+    ).all()
+    buggy = hasattr(GenerationMixin, "_get_logits_warper")  # 4.4x, before transformers #33534
+    assert res.verdict.decision == ("different" if buggy else "equivalent"), res.summary["verdict"]

@@ -213,6 +213,58 @@ def draft_law(logits: torch.Tensor, params: SamplingParams, law: str) -> torch.T
     return processed_probs(logits, params, times=2 if law == "processed_twice" else 1)
 
 
+ACCEPTANCE_MODELS = ("processed", "processed_twice", "greedy_raw_q")
+
+
+def expected_acceptance(
+    target: Any,
+    draft: Any,
+    prompt: Sequence[int],
+    params: SamplingParams,
+    tokens: torch.Tensor,
+    chunk: int = 256,
+) -> dict[str, torch.Tensor]:
+    """Per emitted position, the acceptance probability of a draft slot there under each drafter.
+
+    ``processed``: Σ min(p, q) with q the processed draft law (the q the draft *should* use);
+    ``processed_twice``: Σ min(p, q) with the warpers applied twice (5.x's assistant);
+    ``greedy_raw_q``: min(1, p(x*) / q_raw(x*)), x* the argmax of the draft logits and q_raw their
+    plain softmax (4.44: greedy token, q = raw softmax). Each is a function of the prefix only,
+    so it is the conditional mean of the accept indicator of a slot verified there (the
+    martingale behind ``stats.whitebox.acceptance_test``).
+
+    Parameters
+    ----------
+    tokens : int64 ``[B, T]`` emitted tokens (one config: ``params``).
+
+    Returns
+    -------
+    dict ``ACCEPTANCE_MODELS`` → float64 ``[B, T]``.
+    """
+    if tokens.dim() != 2 or tokens.dtype != torch.int64:
+        raise InputError(
+            f"expected_acceptance: tokens must be int64 [B, T], got {tokens.dtype} "
+            f"{tuple(tokens.shape)}"
+        )
+    B = int(tokens.shape[0])
+    L = len(prompt)
+    prompt_t = torch.tensor([int(t) for t in prompt], dtype=torch.int64)  # [L]
+    out: dict[str, list[torch.Tensor]] = {m: [] for m in ACCEPTANCE_MODELS}
+    for lo in range(0, B, chunk):
+        toks = tokens[lo : lo + chunk]  # [b, T]
+        seqs = torch.cat([prompt_t.expand(toks.shape[0], L), toks], dim=1)  # [b, L + T]
+        p = target_probs(target, seqs, L, params)  # [b, T, V]
+        d_logits = next_token_logits(draft, seqs, L)  # [b, T, V]
+        for law in ("processed", "processed_twice"):
+            q = draft_law(d_logits, params, law)  # [b, T, V]
+            out[law].append(torch.minimum(p, q).sum(-1))  # [b, T]
+        x_star = d_logits.argmax(-1, keepdim=True)  # [b, T, 1]
+        q_raw = draft_law(d_logits, params, "raw").gather(-1, x_star)[..., 0]  # [b, T]
+        p_star = p.gather(-1, x_star)[..., 0]  # [b, T]
+        out["greedy_raw_q"].append(torch.clamp(p_star / q_raw, max=1.0))
+    return {m: torch.cat(v, dim=0) for m, v in out.items()}
+
+
 @dataclass(frozen=True)
 class DraftLawProbe:
     """Which law transformers' assisted generation used as q, measured on one run.
