@@ -137,8 +137,9 @@ def pooled_chi2(
     n_ref, n_cand = int(ref.sum()), int(cand.sum())
     bins, n_bins = pool_tokens(ref + cand, n_ref, n_cand, min_expected)
     used = bins >= 0
-    ref_b = np.bincount(bins[used], weights=ref[used], minlength=n_bins)  # [n_bins]
-    cand_b = np.bincount(bins[used], weights=cand[used], minlength=n_bins)  # [n_bins]
+    # NOTE: integer tables: scipy's permutation path untabulates them into observations.
+    ref_b = np.bincount(bins[used], weights=ref[used], minlength=n_bins).astype(np.int64)
+    cand_b = np.bincount(bins[used], weights=cand[used], minlength=n_bins).astype(np.int64)
     n = n_ref + n_cand
     w = min(n_ref, n_cand) / n if n else 0.0
     min_exp = float(((ref_b + cand_b) * w).min()) if n_bins else 0.0

@@ -43,7 +43,8 @@ def lambda_star(df: int, alpha: float = 0.05, power: float = 0.8) -> float:
     -----
     Solved by ``scipy.optimize.brentq`` on the monotone ``ncx2.sf`` (relative tolerance
     1e-10). Verified: df 10 → 16.24 and df 100 → 40.56 at α = 0.05, power 0.8 (STATS.md:
-    16.2, 40.6); df 1 → 7.849 = (z_0.975 + z_0.8)² (the normal case, exact).
+    16.2, 40.6); df 1 → the root of Φ(√λ − z) + Φ(−√λ − z) = 0.8 (χ²₁(λ) = (Z + √λ)²),
+    ≈ (z_0.975 + z_0.8)² = 7.849.
     """
     _check(alpha, power)
     if isinstance(df, bool) or int(df) != df or df < 1:

@@ -75,9 +75,10 @@ def segment_sum(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
         return np.zeros((0, *x.shape[1:]), dtype=x.dtype)
     # NOTE: reduceat returns x[i] (not 0) for an empty segment; build_table guarantees none.
     assert np.all(np.diff(starts) > 0), "empty segment"
-    if x.ndim == 2 and x.shape[1] > 8:
+    if x.ndim == 2 and x.shape[1] > 8 and x.size > 100_000:
         # NOTE: np.add.reduceat along axis 0 of a wide C-order array is ~7x slower than a
-        # sparse [S, K] 0/1 matrix product (measured at K = 2e4, L = 201).
+        # sparse [S, K] 0/1 matrix product (measured at K = 2e4, L = 201); for small arrays
+        # the sparse matrix's construction overhead dominates instead.
         seg = sp.csr_matrix(
             (np.ones(x.shape[0], dtype=x.dtype), np.arange(x.shape[0]), starts),
             shape=(n_seg, x.shape[0]),

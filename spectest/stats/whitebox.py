@@ -228,6 +228,9 @@ def acceptance_test(rounds: pd.DataFrame, samples: pd.DataFrame, arm: str) -> Ac
         if col not in rounds.columns:
             raise InputError(f"rounds: missing column {col!r}")
     r = rounds[rounds[sc.ARM] == arm]
+    if len(r) == 0:
+        nan = float("nan")
+        return AcceptanceResult(nan, nan, nan, nan, 0)
     drafted = r["drafted"].to_numpy(dtype=np.int64)
     accepted = r["accepted"].to_numpy(dtype=np.int64)
     if ((accepted < 0) | (accepted > drafted)).any():
