@@ -18,14 +18,16 @@ def st(*params: SamplingParams) -> SamplingTensors:
     return SamplingTensors.from_params(list(params))
 
 
-def random_params(g: torch.Generator, n: int) -> list[SamplingParams]:
+def random_params(
+    g: torch.Generator, n: int, ks: tuple[int, ...] = (0, 1, 3, 6)
+) -> list[SamplingParams]:
     out = []
     for _ in range(n):
         r = torch.rand(4, generator=g, dtype=torch.float64).tolist()
         out.append(
             SamplingParams(
                 temperature=[0.0, 0.3, 1.0, 1.7][int(r[0] * 4)],
-                top_k=[0, 1, 3, 6][int(r[1] * 4)],
+                top_k=ks[int(r[1] * len(ks))],
                 top_p=[1.0, 0.5, 0.8, 0.95][int(r[2] * 4)],
                 min_p=[0.0, 0.05, 0.3, 0.0][int(r[3] * 4)],
             )
@@ -33,12 +35,14 @@ def random_params(g: torch.Generator, n: int) -> list[SamplingParams]:
     return out
 
 
+@pytest.mark.parametrize("ks", [(0, 1, 3, 6), (1, 3, 6)], ids=["mixed_top_k", "all_top_k"])
 @pytest.mark.parametrize("order", ["top_k_then_top_p", "top_p_then_top_k"])
-def test_fast_path_equals_reference(order):
-    """Random logits (continuous) and integer logits (many exact ties) vs the Python reference."""
+def test_fast_path_equals_reference(order, ks):
+    """Random logits (continuous) and integer logits (many exact ties) vs the Python reference.
+    With top-k on every row, top-p sorts only the surviving tokens (the reduced path)."""
     g = torch.Generator().manual_seed(0)
     n, V = 200, 9
-    params = random_params(g, n)
+    params = random_params(g, n, ks)
     cont = torch.randn(n, V, generator=g, dtype=torch.float64) * 2
     ties = torch.randint(-2, 2, (n, V), generator=g).to(torch.float64)
     for logits in (cont, ties, cont.float()):
@@ -118,6 +122,11 @@ def test_top_p_keeps_the_crossing_token_and_breaks_ties_by_id():
     flat = torch.zeros(1, 4, dtype=torch.float64)  # four ties of 0.25: lower ids first
     assert (logits_to_probs(flat, st(SamplingParams(top_p=0.3)))[0] > 0).tolist() == [1, 1, 0, 0]
     assert (logits_to_probs(flat, st(SamplingParams(top_p=0.25)))[0] > 0).tolist() == [1, 0, 0, 0]
+    # after top-k (the reduced sort over survivors): the tie is still broken by id
+    x = torch.tensor([[-5.0, 0.0, 0.0, 3.0, 0.0, -5.0, 0.0, -5.0]], dtype=torch.float64)
+    for k in (5, 6):  # both keep {3} and the four tied zeros (ties at the top-k boundary)
+        kept = logits_to_probs(x, st(SamplingParams(top_k=k, top_p=0.9)))[0] > 0
+        assert kept.tolist() == [0, 1, 1, 1, 0, 0, 0, 0]  # 0.83 + 2 x 0.04 crosses 0.9
 
 
 def test_top_p_one_is_off_even_with_a_tiny_tail():

@@ -81,9 +81,9 @@ def logits_to_probs(
     S = int(logits.shape[1]) if logits.dim() == 3 else 1
     if check:
         params.validate(batch_size=B, where="logits_to_probs params")
-    x = logits.to(torch.float64).reshape(B * S, V)  # [N, V], N = B*S, row n = (b, s) = divmod(n, S)
     if check:
-        _check_finite(x, S, logits.dim() == 3)
+        _check_finite(logits.reshape(B * S, V), S, logits.dim() == 3)
+    x = logits.to(torch.float64).reshape(B * S, V)  # [N, V], N = B*S, row n = (b, s) = divmod(n, S)
     dev = x.device
 
     def per_row(t: torch.Tensor) -> torch.Tensor:  # [B] -> [N]
@@ -99,25 +99,32 @@ def logits_to_probs(
     # NOTE subtracting the max before dividing keeps every exponent <= 0 with the max exactly 0, so
     # w has no overflow, no NaN (even for tiny T) and sum(w) >= 1.
     w = torch.exp((x - x.amax(-1, keepdim=True)) / t[:, None])  # [N, V] in [0, 1]
-    keep = torch.ones_like(w, dtype=torch.bool)  # [N, V]
-    if order == "top_k_then_top_p":
-        keep &= _top_k_keep(_normalise(w, keep), top_k)
-        keep &= _top_p_keep(_normalise(w, keep), top_p)
-    else:
-        keep &= _top_p_keep(_normalise(w, keep), top_p)
-        keep &= _top_k_keep(_normalise(w, keep), top_k)
-    keep &= _min_p_keep(_normalise(w, keep), min_p)
+    # NOTE each filter runs only if some row has it active (one host sync each): sorts over V and
+    # full passes dominate this function's cost (results/LOG.md); an inactive filter keeps all.
+    keep: torch.Tensor | None = None  # [N, V] bool, None = all kept
+    k_on = bool(((top_k > 0) & (top_k < V)).any())
+    p_on = bool((top_p < 1).any())
+    for step in ("k", "p") if order == "top_k_then_top_p" else ("p", "k"):
+        if step == "k" and k_on:
+            keep = _and(keep, _top_k_keep(_normalise(w, keep), top_k))
+        elif step == "p" and p_on:
+            keep = _and(keep, _top_p_keep(_normalise(w, keep), top_p))
+    if bool((min_p > 0).any()):
+        keep = _and(keep, _min_p_keep(_normalise(w, keep), min_p))
     probs = _normalise(w, keep)  # [N, V]
-
-    onehot = torch.zeros_like(probs)
-    onehot.scatter_(-1, _argmax_lowest(x)[:, None], 1.0)
-    probs = torch.where(greedy[:, None], onehot, probs)
+    if bool(greedy.any()):
+        onehot = torch.zeros_like(probs).scatter_(-1, _argmax_lowest(x)[:, None], 1.0)  # [N, V]
+        probs = torch.where(greedy[:, None], onehot, probs)
     return probs.reshape(logits.shape)
 
 
-def _normalise(w: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+def _and(keep: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
+    return new if keep is None else keep & new
+
+
+def _normalise(w: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
     """``w`` restricted to ``keep`` and renormalised; the argmax is always kept, so sum > 0."""
-    wk = torch.where(keep, w, torch.zeros_like(w))  # [N, V]
+    wk = w if keep is None else w.masked_fill(~keep, 0.0)  # [N, V]
     return wk / wk.sum(-1, keepdim=True)
 
 
@@ -125,22 +132,36 @@ def _top_k_keep(probs: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
     """[N, V] bool: tokens with prob >= the k-th largest (ties at the boundary all kept)."""
     V = probs.shape[-1]
     active = (top_k > 0) & (top_k < V)  # [N]
-    kk = top_k.clamp(1, V) - 1  # [N] index of the k-th largest
-    kth = torch.sort(probs, dim=-1, descending=True).values.gather(-1, kk[:, None])  # [N, 1]
+    k_max = int(torch.where(active, top_k, 1).max())
+    # NOTE topk(k_max) instead of a full sort: its sorted *values* are unique whatever the order
+    # of ties, so the k-th largest value is exact.
+    top_vals = torch.topk(probs, k_max, dim=-1, sorted=True).values  # [N, k_max] descending
+    kth = top_vals.gather(-1, (top_k.clamp(1, k_max) - 1)[:, None])  # [N, 1]
     return (probs >= kth) | ~active[:, None]
 
 
 def _top_p_keep(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """[N, V] bool: the smallest prob-descending (ties by id) prefix with mass >= top_p."""
+    V = probs.shape[-1]
     active = top_p < 1  # [N]
     # NOTE top_p == 1 skips the filter: otherwise a rounded cumsum could reach 1 before the tail.
-    sorted_p, idx = torch.sort(probs, dim=-1, descending=True, stable=True)  # [N, V] ties by id
+    support = (probs > 0).sum(-1)  # [N]
+    width = int(torch.where(active, support, 1).max())
+    if width < V:
+        # NOTE only positive tokens can matter: sort the `width` largest (all positive tokens of
+        # every active row, e.g. after top-k) instead of all V. Ids ascending, then a stable sort
+        # by value: the same order (desc, ties by id), so the same running sum bit for bit.
+        cand = torch.topk(probs, width, dim=-1, sorted=False).indices.sort(dim=-1).values  # [N, w]
+        vals, order = torch.sort(probs.gather(-1, cand), dim=-1, descending=True, stable=True)
+        idx = cand.gather(-1, order)  # [N, w] token ids, prob-descending, ties by id
+    else:
+        vals, idx = torch.sort(probs, dim=-1, descending=True, stable=True)  # [N, V] ties by id
     # NOTE the mass strictly before each token is the shifted running sum (not cumsum - p, which
     # adds a rounding), so it equals the sequential sum of the Python reference bit for bit.
-    csum = torch.cumsum(sorted_p, dim=-1)  # [N, V]
-    before = torch.cat([torch.zeros_like(csum[:, :1]), csum[:, :-1]], dim=-1)  # [N, V]
-    keep_sorted = before < top_p[:, None]  # [N, V]
-    keep = torch.zeros_like(keep_sorted).scatter(-1, idx, keep_sorted)  # [N, V] back to token ids
+    csum = torch.cumsum(vals, dim=-1)  # [N, w]
+    before = torch.cat([torch.zeros_like(csum[:, :1]), csum[:, :-1]], dim=-1)  # [N, w]
+    keep_sorted = before < top_p[:, None]  # [N, w]
+    keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, idx, keep_sorted)  # [N, V] by id
     return keep | ~active[:, None]
 
 
