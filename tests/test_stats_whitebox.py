@@ -121,15 +121,19 @@ def test_acceptance_is_calibrated_for_exact_rounds_and_rejects_always_accept():
     Σ min(p, q) < 1, rejected. Fixed seed; false-failure rate ≈ 0.3 %."""
     rng = np.random.default_rng(4)
     m = markov(8, rng)
+    tok, rounds = sample_spec_rounds(m, 80 * 200, 6, 3, rng)  # replication = seed // 80
+    df = _wb_frame(m, {"candidate": tok})
+    df["prompt_id"] = (df["seed"] // 80).astype(str)
+    rounds = rounds.assign(
+        prompt_id=(rounds["seed"] // 80).astype(str), config_id="c", arm="candidate"
+    )
+    frames, rframes = dict(tuple(df.groupby("prompt_id"))), dict(tuple(rounds.groupby("prompt_id")))
     hits = 0
-    for _ in range(200):
-        tok, rounds = sample_spec_rounds(m, 80, 6, 3, rng)
-        df = _wb_frame(m, {"candidate": tok})
-        res = wb.acceptance_test(
-            rounds.assign(prompt_id="p", config_id="c", arm="candidate"), df, "candidate"
-        )
+    for rep, sub in frames.items():
+        res = wb.acceptance_test(rframes[rep], sub, "candidate")
         assert res.n_attempted > 0
         hits += res.pvalue <= 0.05
+    assert len(frames) == 200
     assert abs(hits / 200 - 0.05) <= 3 * np.sqrt(0.05 * 0.95 / 200), hits
     tok, rounds = sample_spec_rounds(m, 200, 6, 3, rng, always_accept=True)
     df = _wb_frame(m, {"candidate": tok})
@@ -152,3 +156,22 @@ def test_whitebox_tests_frame_has_one_row_per_arm_and_test():
     df["wb_p_a"] = 0.0  # q unknown → no directed z
     out = wb.whitebox_tests(df, ["candidate"], np.random.default_rng(0))
     assert "directed_z" not in set(out["test"])
+
+
+def test_not_computed_whitebox_values_skip_the_arm_and_partial_values_are_an_error():
+    rng = np.random.default_rng(6)
+    m = markov(6, rng)
+    df = _wb_frame(
+        m, {"reference": sample_plain(m, 40, 3, rng), "candidate": sample_plain(m, 40, 3, rng)}
+    )
+    cand = df["arm"] == "candidate"
+    skipped = df.copy()
+    skipped.loc[cand, ["wb_p", "wb_cdf_lo", "wb_p_a"]] = np.nan
+    out = wb.whitebox_tests(skipped, ["reference", "candidate"], np.random.default_rng(0))
+    assert set(out["arm"]) == {"reference"}
+    partial = df.copy()
+    partial.loc[partial.index[cand][0], "wb_p"] = np.nan
+    with pytest.raises(
+        InputError, match="'wb_p' is NaN for some but not all rows of arm 'candidate'"
+    ):
+        wb.whitebox_tests(partial, ["candidate"], np.random.default_rng(0))

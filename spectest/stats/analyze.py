@@ -10,7 +10,7 @@ torch. It calls the other ``spectest.stats`` modules and adds no statistic of it
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -147,6 +147,10 @@ class Analysis:
     P(any rejection) under the global null (FDR = FWER there). A rejected white-box test of the
     *reference* arm means spectest's own p_t is wrong: ``whitebox_control_failed`` (the verdict
     should then not trust the white-box family). Untestable cells are counted, never passed.
+
+    MDE: each tested cell's ``mde_tv`` is the binned-law TV its pooled χ² detects with
+    ``options.power`` at the per-test level a lone bad cell faces — α_cells/m for BH and max-T,
+    α_cells/(m·Σ_{i≤m} 1/i) for BY (m tested cells); ``mde_tv`` here is their median.
     """
 
     reference: str
@@ -178,11 +182,9 @@ class Analysis:
 
     def summary(self) -> dict[str, Any]:
         """The run-level numbers as a JSON-ready dict (no DataFrames)."""
-        out = {
-            k: v
-            for k, v in asdict(self).items()
-            if k not in ("cells", "trie", "whitebox", "options")
-        }
+        # NOTE: not asdict(self), which would deep-copy the DataFrames
+        skip = ("cells", "trie", "whitebox", "options")
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         out["options"] = asdict(self.options)
         out["notes"] = list(self.notes)
         return out
@@ -234,7 +236,12 @@ def analyze(
     merge = opts.min_expected > 0.5
     do_trie = opts.trie_depth >= 1 and enc.n_positions >= 2
     has_pit = sc.WB_P in samples.columns and sc.WB_CDF_LO in samples.columns
-    do_wb = opts.whitebox and has_pit
+    # the white-box family is active when the candidate's p_t were computed (not all NaN)
+    do_wb = bool(
+        opts.whitebox
+        and has_pit
+        and samples.loc[samples[sc.ARM] == candidate, sc.WB_P].notna().any()
+    )
     n_fam = 1 + int(do_trie) + int(do_wb)
     a_cells = _family_alpha(opts.alpha, n_fam)
     a_trie = _family_alpha(opts.alpha, n_fam) if do_trie else 0.0

@@ -54,8 +54,9 @@ def adjust(pvalues: np.ndarray, method: str, alpha: float = 0.05) -> Multiplicit
     -----
     Calls ``statsmodels.stats.multitest.multipletests(p, alpha, method=...)`` on the finite
     p-values with the method named explicitly ('fdr_bh', 'fdr_by', 'holm', 'bonferroni').
-    Verified against R ``p.adjust`` on a published p-value list (Benjamini & Hochberg 1995,
-    the 15 p-values of their example) and against ``scipy.stats.false_discovery_control``.
+    Verified on the 15 p-values of Benjamini & Hochberg's (1995) example against values
+    hand-computed from R ``p.adjust``'s definition, and BY against
+    ``scipy.stats.false_discovery_control(p, method='by')`` (tests/test_stats_multiplicity.py).
     """
     _check_alpha(alpha)
     if method not in STATSMODELS_METHOD:

@@ -273,6 +273,8 @@ def acceptance_test(rounds: pd.DataFrame, samples: pd.DataFrame, arm: str) -> Ac
 def validate_whitebox(samples: pd.DataFrame) -> tuple[bool, bool, bool]:
     """Check the ``wb_*`` columns present; return (has PIT columns, has A columns, has overlap).
 
+    NaN means "not computed" (e.g. an arm that was not teacher-forced) and is allowed here;
+    ``whitebox_tests`` skips an arm whose values are all NaN and rejects a partly-NaN arm.
     Raises ``InputError`` naming the column and the first bad value.
     """
     has_pit = sc.WB_P in samples.columns and sc.WB_CDF_LO in samples.columns
@@ -281,10 +283,10 @@ def validate_whitebox(samples: pd.DataFrame) -> tuple[bool, bool, bool]:
     for col in (sc.WB_P, sc.WB_CDF_LO, sc.WB_P_A):
         if col in samples.columns:
             v = samples[col].to_numpy(dtype=np.float64)
-            bad = ~np.isfinite(v) | (v < 0.0) | (v > 1.0 + 1e-9)
+            bad = np.isinf(v) | (v < 0.0) | (v > 1.0 + 1e-9)
             if bad.any():
                 raise InputError(
-                    f"samples: column {col!r} must be finite and in [0, 1], got {v[bad][0]!r}"
+                    f"samples: column {col!r} must be in [0, 1] (or NaN), got {v[bad][0]!r}"
                 )
     if has_pit:
         total = samples[sc.WB_CDF_LO].to_numpy(dtype=np.float64) + samples[sc.WB_P].to_numpy(
@@ -302,6 +304,16 @@ def validate_whitebox(samples: pd.DataFrame) -> tuple[bool, bool, bool]:
                 f"samples: column {sc.WB_OVERLAP!r} must be in [0, 1] or NaN, got {v[bad][0]!r}"
             )
     return has_pit, has_a, has_overlap
+
+
+def _complete(values: np.ndarray, column: str, arm: str) -> bool:
+    """True if every value is finite, False if none is (not computed); else ``InputError``."""
+    finite = np.isfinite(values)
+    if finite.all():
+        return values.size > 0
+    if not finite.any():
+        return False
+    raise InputError(f"samples: column {column!r} is NaN for some but not all rows of arm {arm!r}")
 
 
 WHITEBOX_COLUMNS = ["arm", "test", "statistic", "pvalue", "pvalue_one_sided", "n", "mde", "detail"]
@@ -331,6 +343,8 @@ def whitebox_tests(
         sub = samples[samples[sc.ARM] == arm]
         if has_pit:
             p = sub[sc.WB_P].to_numpy(dtype=np.float64)
+            if not _complete(p, sc.WB_P, arm):
+                continue
             sup = support_check(p)
             rows.append(
                 dict(
@@ -358,10 +372,9 @@ def whitebox_tests(
                         detail="randomized PIT vs U(0,1)",
                     )
                 )
-        if has_a:
-            dz = directed_z(
-                sub[sc.WB_IN_A].to_numpy(dtype=bool), sub[sc.WB_P_A].to_numpy(dtype=np.float64)
-            )
+        p_a = sub[sc.WB_P_A].to_numpy(dtype=np.float64) if has_a else np.zeros(0)
+        if has_a and _complete(p_a, sc.WB_P_A, arm):
+            dz = directed_z(sub[sc.WB_IN_A].fillna(False).to_numpy(dtype=bool), p_a)
             if np.isfinite(dz.statistic):
                 rows.append(
                     dict(
