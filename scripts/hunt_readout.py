@@ -8,8 +8,11 @@ the run itself does not decide on:
   (``hf_teacher.ACCEPTANCE_MODELS``: the processed q it should use, the warpers applied twice as
   in 5.x, a greedy token with q = raw softmax as in 4.44), each as a martingale z
   (``stats.whitebox.acceptance_test``);
-- a probe of which q transformers' ``_speculative_sampling`` actually used
-  (``hf_teacher.probe_draft_law``: recorded draft scores vs teacher-forced laws).
+- a probe, per config, of which q transformers' ``_speculative_sampling`` actually used
+  (``hf_teacher.probe_draft_law``: recorded draft scores vs teacher-forced laws; where the laws
+  coincide, e.g. T = 1 without filters, the first matching law of ``Q_LAWS`` is named).
+
+Acceptance is reported per config and pooled ("all").
 
 Usage (with the Python whose transformers made the run)::
 
@@ -98,40 +101,45 @@ def readout(run_dir: Path, probe_seeds: int) -> dict[str, Any]:
         exp = ht.expected_acceptance(target, draft, prompts[pid], protocol.config_map[cid], toks)
         for k, v in exp.items():
             expected[k].append(v.reshape(-1).numpy())
-    acc = {}
-    for k in ht.ACCEPTANCE_MODELS:
-        mod = cs.copy()
-        mod[schema.WB_OVERLAP] = np.concatenate(expected[k])
-        r = acceptance_test(rounds, mod, schema.CANDIDATE)
-        acc[k] = {
-            "observed_rate": r.observed_rate,
-            "expected_rate": r.expected_rate,
-            "z": r.statistic,
-            "pvalue": r.pvalue,
-            "n_slots": r.n_attempted,
-        }
+    cs = cs.assign(**{f"_exp_{k}": np.concatenate(expected[k]) for k in ht.ACCEPTANCE_MODELS})
+    acc: dict[str, dict[str, Any]] = {}
+    for cid in ["all", *protocol.config_map]:
+        sub = cs if cid == "all" else cs[cs[schema.CONFIG_ID] == cid]
+        rsub = rounds if cid == "all" else rounds[rounds[schema.CONFIG_ID] == cid]
+        acc[cid] = {}
+        for k in ht.ACCEPTANCE_MODELS:
+            r = acceptance_test(
+                rsub, sub.assign(**{schema.WB_OVERLAP: sub[f"_exp_{k}"]}), schema.CANDIDATE
+            )
+            acc[cid][k] = {
+                "observed_rate": r.observed_rate,
+                "expected_rate": r.expected_rate,
+                "z": r.statistic,
+                "pvalue": r.pvalue,
+                "n_slots": r.n_attempted,
+            }
     out["acceptance"] = acc
     rc = rounds[rounds[schema.ARM] == schema.CANDIDATE]
     out["tokens_per_round"] = float(rc["emitted"].sum() / len(rc))
 
     pid = protocol.prompts.items[0].id
-    cid, params = protocol.configs[0]
-    probe = ht.probe_draft_law(
-        target,
-        draft,
-        torch.tensor(prompts[pid]),
-        params,
-        protocol.positions,
-        protocol.drafter.k,
-        seeds=range(probe_seeds),
-    )
-    out["probe"] = {
-        "config_id": cid,
-        "q_law": probe.q_law,
-        "max_abs_diff": probe.max_abs_diff,
-        "argmax_fraction": probe.argmax_fraction,
-        "n_positions": probe.n_positions,
-    }
+    out["probe"] = {}
+    for cid, params in protocol.configs:
+        probe = ht.probe_draft_law(
+            target,
+            draft,
+            torch.tensor(prompts[pid]),
+            params,
+            protocol.positions,
+            protocol.drafter.k,
+            seeds=range(probe_seeds),
+        )
+        out["probe"][cid] = {
+            "q_law": probe.q_law,
+            "max_abs_diff": probe.max_abs_diff,
+            "argmax_fraction": probe.argmax_fraction,
+            "n_positions": probe.n_positions,
+        }
     return out
 
 
@@ -146,23 +154,32 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(res, indent=1, default=str)
     if a.json is not None:
         a.json.write_text(text + "\n", encoding="utf-8")
-    print(f"transformers {res['transformers_run']}: verdict {res['verdict']} (exit {res['exit_code']})")
+    v = res["transformers_run"]
+    print(f"transformers {v}: verdict {res['verdict']} (exit {res['exit_code']})")
     print(f"  teeth: {res['teeth']}")
     c = res["candidate"]
-    print(f"  candidate cells: {c['rejections']}/{c['cells_tested']} rejected; failing {c['failing']}")
+    print(f"  candidate: {c['rejections']} rejection(s), {c['cells_tested']} cells tested")
+    for f in c["failing"][:6]:
+        print(f"    failing: {f}")
     for bc in c["by_config"]:
-        print(f"  {bc['config_id']}: max TV excess {bc['max_tv_excess']:.4f} at {bc['max_tv_where']}")
+        print(
+            f"  {bc['config_id']}: max TV excess {bc['max_tv_excess']:.4f} at {bc['max_tv_where']}"
+        )
     for r in res.get("whitebox", []):
         if r["test"] in ("pit_ks", "directed_z"):
-            print(f"  wb {r['arm']:9s} {r['test']:10s} stat {r['statistic']:+.4f} p {r['pvalue']:.3g}")
-    for k, v in res["acceptance"].items():
-        print(
-            f"  acceptance vs {k:15s}: observed {v['observed_rate']:.4f} expected "
-            f"{v['expected_rate']:.4f} z {v['z']:+.2f} (n={v['n_slots']})"
-        )
-    p = res["probe"]
-    diffs = ", ".join(f"{k} {v:.2g}" for k, v in p["max_abs_diff"].items())
-    print(f"  q used by transformers: {p['q_law']} (max |Δ|: {diffs}); argmax share {p['argmax_fraction']:.3f}")
+            print(
+                f"  wb {r['arm']:9s} {r['test']:10s} stat {r['statistic']:+.4f} p {r['pvalue']:.3g}"
+            )
+    for cid, models in res["acceptance"].items():
+        for k, v in models.items():
+            print(
+                f"  acceptance [{cid}] vs {k:15s}: observed {v['observed_rate']:.4f} expected "
+                f"{v['expected_rate']:.4f} z {v['z']:+.2f} (n={v['n_slots']})"
+            )
+    for cid, p in res["probe"].items():
+        diffs = ", ".join(f"{k} {v:.2g}" for k, v in p["max_abs_diff"].items())
+        share = p["argmax_fraction"]
+        print(f"  q used [{cid}]: {p['q_law']} (max |Δ|: {diffs}); argmax share {share:.3f}")
     return 0
 
 
