@@ -113,7 +113,7 @@ class AnalysisOptions:
         ):
             raise bad("trie_min_count", "must be an integer >= 1")
         if self.null_permutations > 100_000:
-            raise bad("null_permutations", "must be <= 100000")
+            raise bad("null_permutations", "must be <= 100000")  # label matrix n × B uint16
         if self.multiplicity == "maxT" and self.null_permutations < 1:
             raise bad("null_permutations", "must be >= 1 for multiplicity 'maxT'")
         if self.permutation_pvalues and self.null_permutations < 1:
@@ -262,22 +262,19 @@ def analyze(
         tok = enc.tokens[lo:hi]  # [n_c, T]
         seq, pos = np.nonzero(tok >= 0)  # row-major: sorted by sequence
         table = tables.build_table(pos, tok[seq, pos], seq, n_seq=hi - lo, merge_singletons=merge)
-        ref = tables.ref_counts(table, labels)  # [K, 1+B]
-        n_ref, n_cand = tables.stratum_arm_sizes(table, ref)  # [S, 1+B]
+        ref = tables.ref_counts(table, labels[:, :1])  # [K, 1] observed
+        n_ref, n_cand = tables.stratum_arm_sizes(table, ref)  # [S, 1]
         bins = homogeneity.pool_table(table, n_ref[:, 0], n_cand[:, 0], opts.min_expected)
-        chi = homogeneity.chi2_statistics(table, bins, ref[:, :1], n_ref[:, :1], n_cand[:, :1])[
-            :, 0
-        ]
+        chi = homogeneity.chi2_statistics(table, bins, ref, n_ref, n_cand)[:, 0]
         dof = np.where(bins.testable, bins.n_bins - 1, 0)
         with np.errstate(invalid="ignore"):
             p_asym = np.where(bins.testable, stats.chi2.sf(chi, np.maximum(dof, 1)), np.nan)
-        tv = distance.tv_statistics(table, ref[:, :1], n_ref[:, :1], n_cand[:, :1])[:, 0]
+        tv = distance.tv_statistics(table, ref, n_ref, n_cand)[:, 0]
         S = table.n_strata
         nan = np.full(S, np.nan)
         tv_mean, tv_q, tv_p, p_perm = nan, nan, nan, nan
         if B:
-            chi_all = homogeneity.chi2_statistics(table, bins, ref, n_ref, n_cand, np.float32)
-            tv_all = distance.tv_statistics(table, ref, n_ref, n_cand, np.float32)
+            chi_all, tv_all = _null_columns(table, bins, labels)  # [S, 1+B] each
             tv_mean, tv_q, tv_p = distance.summarize_null(
                 tv_all[:, 0], tv_all[:, 1:], opts.tv_quantile
             )
@@ -399,6 +396,28 @@ def analyze(
     )
 
 
+# NOTE: relabelings are processed in blocks of columns so that memory stays O(K·block) for any
+# B (a block of the [K, block] count matrix plus a few float32 copies); B ≤ 255 is one block.
+_BLOCK = 256
+
+
+def _null_columns(
+    table: tables.StrataTable, bins: homogeneity.PooledBins, labels: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pooled χ² and TV of every stratum under every labeling (column 0 = observed), float32.
+
+    Column 0 is recomputed here with the same arithmetic as the relabelings, so that a
+    relabeling equal to the observed one ties exactly (``distance.summarize_null`` NOTE).
+    """
+    chi, tv = [], []
+    for lo in range(0, labels.shape[1], _BLOCK):
+        ref = tables.ref_counts(table, labels[:, lo : lo + _BLOCK])  # [K, block]
+        n_ref, n_cand = tables.stratum_arm_sizes(table, ref)
+        chi.append(homogeneity.chi2_statistics(table, bins, ref, n_ref, n_cand, np.float32))
+        tv.append(distance.tv_statistics(table, ref, n_ref, n_cand, np.float32))
+    return np.concatenate(chi, axis=1), np.concatenate(tv, axis=1)
+
+
 def _empty(columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
 
@@ -450,12 +469,9 @@ def _trie_cell(
     cell cost ~20 ms each (string columns), which dominated runs with hundreds of cells.
     """
     tt = trie.build_trie_table(tok, opts.trie_depth, merge_singletons=merge)
-    ref = tables.ref_counts(tt.table, labels)  # [K, 1+B]
-    n_ref, n_cand = tables.stratum_arm_sizes(tt.table, ref)
-    chain = trie.chain_rule_g2(tt, ref, n_ref, n_cand)
-    nodes = trie.node_chi2(
-        tt, ref[:, :1], min_count=opts.trie_min_count, min_expected=opts.min_expected
-    )
+    chain = trie.chain_rule_g2(tt, labels, block=_BLOCK)
+    ref = tables.ref_counts(tt.table, labels[:, :1])  # [K, 1] observed
+    nodes = trie.node_chi2(tt, ref, min_count=opts.trie_min_count, min_expected=opts.min_expected)
     depth = tt.node_depth[nodes.node]
     prefixes = [
         format_prefix(tok[r, :d]) for r, d in zip(tt.node_rep[nodes.node], depth, strict=True)

@@ -30,7 +30,13 @@ from scipy import stats
 
 from spectest.stats.histograms import prefix_nodes
 from spectest.stats.homogeneity import chi2_statistics, pool_table
-from spectest.stats.tables import StrataTable, build_table, segment_sum, stratum_arm_sizes
+from spectest.stats.tables import (
+    StrataTable,
+    build_table,
+    ref_counts,
+    segment_sum,
+    stratum_arm_sizes,
+)
 
 
 @dataclass(frozen=True)
@@ -134,12 +140,11 @@ def g2_table(ref_counts: np.ndarray, cand_counts: np.ndarray) -> float:
     return float(stats.chi2_contingency(t, correction=False, lambda_="log-likelihood").statistic)
 
 
-def chain_rule_g2(
-    trie: TrieTable, ref: np.ndarray, n_ref: np.ndarray, n_cand: np.ndarray
-) -> ChainG2Result:
+def chain_rule_g2(trie: TrieTable, labels: np.ndarray, *, block: int = 256) -> ChainG2Result:
     """Σ of node G² over the trie and its permutation p-value.
 
-    ``ref``: [K, 1+B] reference counts with column 0 the observed labeling (``label_matrix``).
+    ``labels``: [n_seq, 1+B] reference indicators, column 0 the observed labeling
+    (``tables.label_matrix``); processed ``block`` columns at a time (memory O(K·block)).
 
     Notes
     -----
@@ -150,11 +155,16 @@ def chain_rule_g2(
     α within 3σ on a simulated Markov sequence model (tests/test_stats_trie.py).
     """
     table = trie.table
-    L = ref.shape[1]
-    B = L - 1
+    assert labels.ndim == 2 and labels.shape[0] == table.n_seq and block >= 1
+    B = labels.shape[1] - 1
     if table.n_strata == 0:
         return ChainG2Result(0.0, float("nan") if B == 0 else 1.0, 0, 0, B)
-    g = g2_statistics(table, ref, n_ref, n_cand).sum(axis=0)  # [L]
+    parts = []
+    for lo in range(0, labels.shape[1], block):
+        ref = ref_counts(table, labels[:, lo : lo + block])  # [K, block]
+        n_ref, n_cand = stratum_arm_sizes(table, ref)
+        parts.append(g2_statistics(table, ref, n_ref, n_cand).sum(axis=0))
+    g = np.concatenate(parts)  # [1+B]
     pvalue = float((1.0 + np.sum(g[1:] >= g[0])) / (B + 1.0)) if B else float("nan")
     distinct = np.where(table.is_singleton_row, table.key_total, 1)
     dof = int((segment_sum(distinct, table.stratum_start) - 1).sum())
