@@ -112,8 +112,9 @@ class AnalysisOptions:
             or self.trie_min_count < 1
         ):
             raise bad("trie_min_count", "must be an integer >= 1")
-        if self.null_permutations > 100_000:
-            raise bad("null_permutations", "must be <= 100000")  # label matrix n × B uint16
+        if self.null_permutations > 20_000:
+            # the label matrix is n_seq × (1 + B) uint16: 800 MB at 20 000 seqs per cell
+            raise bad("null_permutations", "must be <= 20000")
         if self.multiplicity == "maxT" and self.null_permutations < 1:
             raise bad("null_permutations", "must be >= 1 for multiplicity 'maxT'")
         if self.permutation_pvalues and self.null_permutations < 1:
