@@ -242,3 +242,31 @@ def test_zoo_bad_specs(spec, match: str) -> None:
 def test_presets_listed() -> None:
     for name in ("toy", "hf-preset:llama-tiny", "hf-preset:qwen3-4b", "bundled:target"):
         assert zoo.PRESETS.get(name)
+
+
+@pytest.mark.parametrize("which", ["toy", "llama"])
+def test_prefill_shared_equals_batched_prefill(which: str, request: pytest.FixtureRequest) -> None:
+    """One prompt forward repeated to B rows == B rows prefilled together, then decode on.
+
+    Rows then diverge (different next tokens, a hole in one row) to show the repeated cache is
+    per-row state, not a view shared between rows.
+    """
+    m: LanguageModel = (
+        ToyLM(vocab_size=11, order=3, seed=5) if which == "toy" else request.getfixturevalue(which)
+    )
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, m.vocab_size, (7,), generator=g)
+    B = 3
+    shared, logits = m.prefill_shared(prompt, B)
+    batched = m.new_cache(B)
+    ref = m.forward(batched, prompt.expand(B, -1))
+    torch.testing.assert_close(logits, ref[0], rtol=1e-5, atol=1e-5)
+    assert shared.num_slots == batched.num_slots == 7
+    nxt = torch.randint(0, m.vocab_size, (B, 2), generator=g)
+    hole = torch.zeros((B, 7), dtype=torch.bool)
+    hole[1, 3] = True
+    for cache in (shared, batched):
+        cache.invalidate(hole)
+    torch.testing.assert_close(
+        m.forward(shared, nxt), m.forward(batched, nxt), rtol=1e-5, atol=1e-5
+    )

@@ -131,9 +131,9 @@ def plain_decode(
 def _plain_chunk(
     model: LanguageModel, prompt: torch.Tensor, keys: torch.Tensor, params: SamplingTensors, T: int
 ) -> torch.Tensor:
-    B, L = int(keys.shape[0]), int(prompt.shape[0])
-    cache = model.new_cache(B)
-    logits = model.forward(cache, prompt.expand(B, L))[:, -1]  # [B, V] next-token logits
+    B = int(keys.shape[0])
+    cache, prompt_logits = model.prefill_shared(prompt, B)  # one prompt forward for B rows
+    logits = prompt_logits[-1].expand(B, -1)  # [B, V] next-token logits
     out = torch.empty((B, T), dtype=torch.int64, device=model.device)  # [B, T]
     for t in range(T):
         probs = logits_to_probs(logits, params)  # [B, V] float64
@@ -215,12 +215,11 @@ def _spec_chunk(
     drafter: DrafterSpec,
     variant: SpecVariant,
 ) -> tuple[torch.Tensor, pd.DataFrame]:
-    B, L, K, dev = int(keys.shape[0]), int(prompt.shape[0]), drafter.k, target.device
+    B, K, dev = int(keys.shape[0]), drafter.k, target.device
     onehot, q_mode = drafter.onehot, drafter.q_mode
     slots = spec_slots(K, onehot)
-    tc, dc = target.new_cache(B), draft.new_cache(B)
-    target.forward(tc, prompt[:-1].expand(B, L - 1))  # prefill all but the pending token
-    draft.forward(dc, prompt[:-1].expand(B, L - 1))
+    tc, _ = target.prefill_shared(prompt[:-1], B)  # all but the pending token, once for B rows
+    dc, _ = draft.prefill_shared(prompt[:-1], B)
     last = prompt[-1:].expand(B).clone()  # [B] pending token (committed, not yet in the caches)
     pos = torch.zeros(B, dtype=torch.int64, device=dev)  # [B] tokens emitted so far
     out = torch.full((B, T + K + 2), PLACEHOLDER_TOKEN_ID, dtype=torch.int64, device=dev)

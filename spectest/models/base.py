@@ -44,9 +44,13 @@ class Cache(ABC):
         return int(self.valid.shape[0])
 
     def invalidate(self, mask: torch.Tensor) -> None:
-        """Mark ``mask`` slots as holes. ``mask``: [B, num_slots] bool (extra trailing columns allowed)."""
+        """Mark ``mask`` [B, num_slots] bool slots as holes (extra trailing columns allowed)."""
         assert mask.dtype == torch.bool and mask.shape[0] == self.valid.shape[0]
         self.valid = self.valid & ~mask[:, : self.num_slots]
+
+    @abstractmethod
+    def repeat_rows(self, n: int) -> None:
+        """In place: turn a one-row cache into ``n`` identical rows (shared-prompt prefill)."""
 
 
 class LanguageModel(ABC):
@@ -70,6 +74,20 @@ class LanguageModel(ABC):
     @abstractmethod
     def forward(self, cache: Cache, input_ids: torch.Tensor) -> torch.Tensor:
         """Append ``input_ids`` [B, S] (int64) to ``cache``; return logits [B, S, V] float32."""
+
+    def prefill_shared(self, prompt: torch.Tensor, batch_size: int) -> tuple[Cache, torch.Tensor]:
+        """Prefill one prompt once and share it: a ``batch_size``-row cache and logits [L, V].
+
+        ``prompt`` is [L] int64. The prompt is run as a single row, then its cache is repeated,
+        so a batch of B rows costs one prompt forward instead of B. NOTE: every row then holds
+        bit-identical prompt state whatever the batch size, which also makes rows independent of
+        the batch composition during prefill (GEMM kernels can differ with the row count).
+        """
+        assert prompt.dim() == 1, prompt.shape
+        cache = self.new_cache(1)
+        logits = self.forward(cache, prompt[None, :])[0]  # [L, V]
+        cache.repeat_rows(batch_size)
+        return cache, logits
 
     def logits_full(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: logits [B, L, V] for full sequences [B, L] (fresh cache, no holes)."""

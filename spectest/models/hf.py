@@ -108,6 +108,11 @@ class HFCache(Cache):
             )
         super().invalidate(mask)
 
+    def repeat_rows(self, n: int) -> None:
+        assert self.batch_size == 1, self.batch_size
+        self.kv.batch_repeat_interleave(n)  # every layer's keys/values [1, ...] → [n, ...]
+        self.valid = self.valid.expand(n, -1).clone()  # [n, N]
+
 
 def uses_sliding_window(config: Any) -> bool:
     """True when some layer of ``config`` attends through a sliding window."""

@@ -37,6 +37,11 @@ class ToyCache(Cache):
         self.tokens = torch.zeros((batch_size, 0), dtype=torch.int64, device=device)  # [B, N]
         self.valid = torch.zeros((batch_size, 0), dtype=torch.bool, device=device)  # [B, N]
 
+    def repeat_rows(self, n: int) -> None:
+        assert self.batch_size == 1, self.batch_size
+        self.tokens = self.tokens.expand(n, -1).clone()  # [n, N]
+        self.valid = self.valid.expand(n, -1).clone()  # [n, N]
+
 
 class ToyLM(LanguageModel):
     """A seeded order-``n`` Markov chain with closed-form conditionals.
