@@ -329,6 +329,9 @@ def from_local(
         )
     dev = torch.device(device)
     dt = _resolve_dtype(dtype, dev)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # no "Loading weights" bars in spectest's own output
     try:
         model: Any = AutoModelForCausalLM.from_pretrained(
             str(p), local_files_only=True, **{_DTYPE_KW: dt}
