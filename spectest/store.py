@@ -210,7 +210,12 @@ def package_versions() -> dict[str, str]:
 
 
 def make_provenance(
-    *, protocol_hash: str | None, device: str, seed_ranges: Mapping[str, Any], kind: str
+    *,
+    protocol_hash: str | None,
+    device: str,
+    seed_ranges: Mapping[str, Any],
+    kind: str,
+    threads: int | None = None,
 ) -> dict[str, Any]:
     """What every result file records about how it was produced."""
     return {
@@ -220,6 +225,7 @@ def make_provenance(
         "git_sha": git_sha(),
         "packages": package_versions(),
         "device": device,
+        "torch_threads": threads,
         "host": platform.node(),
         "seed_ranges": dict(seed_ranges),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

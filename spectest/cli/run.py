@@ -36,6 +36,12 @@ def run(
     summary_md: Annotated[
         Path | None, typer.Option(help="Also write a markdown summary here (CI step summary).")
     ] = None,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            help="torch CPU threads (default 1 unless OMP_NUM_THREADS is set; see README)."
+        ),
+    ] = None,
     progress: Annotated[bool, typer.Option(help="Show progress bars on stderr.")] = True,
 ) -> None:
     """Run a protocol: generate both arms and the teeth, store, test, print the verdict."""
@@ -48,6 +54,8 @@ def run(
         sets=set_ or [],
     )
     with progress_bars(progress) as cb:
-        result = run_protocol(protocol, out=out, progress=cb, junit=junit, summary_md=summary_md)
+        result = run_protocol(
+            protocol, out=out, progress=cb, junit=junit, summary_md=summary_md, threads=threads
+        )
     print_result(result)
     exit_with(result.verdict.exit_code)

@@ -26,6 +26,12 @@ def teeth(
             "--set", metavar="KEY=VALUE", help="Override any field (YAML value; repeatable)."
         ),
     ] = None,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            help="torch CPU threads (default 1 unless OMP_NUM_THREADS is set; see README)."
+        ),
+    ] = None,
     progress: Annotated[bool, typer.Option(help="Show progress bars on stderr.")] = True,
 ) -> None:
     """Check the harness's teeth: the null must pass, every ε arm and mutant must be killed."""
@@ -36,6 +42,6 @@ def teeth(
         config, overrides={"models.device": device, "seeds.per_arm": seeds}, sets=set_ or []
     )
     with progress_bars(progress) as cb:
-        result = run_protocol(protocol, out=out, progress=cb, teeth_only=True)
+        result = run_protocol(protocol, out=out, progress=cb, teeth_only=True, threads=threads)
     print_result(result)
     exit_with(result.verdict.exit_code)
