@@ -139,6 +139,19 @@ def whitebox_reference(
     }
 
 
+def _emitted_logits(model: LanguageModel, prompt: torch.Tensor, toks: torch.Tensor) -> torch.Tensor:
+    """Logits [b, T, V] predicting each emitted token of ``toks`` [b, T] after ``prompt`` [L].
+
+    The prompt is run once and shared by the b rows (``prefill_shared``); its last logits predict
+    token 0, and one forward over tokens 0..T-2 predicts tokens 1..T-1.
+    """
+    b, T = int(toks.shape[0]), int(toks.shape[1])
+    cache, prompt_logits = model.prefill_shared(prompt, b)  # [L, V]
+    first = prompt_logits[-1].expand(b, 1, -1)  # [b, 1, V]
+    rest = model.forward(cache, toks[:, : T - 1])  # [b, T-1, V]
+    return torch.cat([first, rest], dim=1)  # [b, T, V]
+
+
 def teacher_force(
     target: LanguageModel,
     prompt: Sequence[int],
@@ -187,12 +200,10 @@ def teacher_force(
         toks = tokens[lo : lo + chunk].to(dev)  # [b, T]
         b = int(toks.shape[0])
         pt = SamplingTensors.from_params(params[lo : lo + chunk], device=dev)
-        seqs = torch.cat([prompt_t.expand(b, L), toks], dim=1)  # [b, L+T]
-        # logits at positions L-1 .. L+T-2 predict emitted tokens 0 .. T-1
-        p = logits_to_probs(target.logits_full(seqs)[:, L - 1 : L - 1 + T], pt)  # [b, T, V] f64
+        p = logits_to_probs(_emitted_logits(target, prompt_t, toks), pt)  # [b, T, V] f64
         q = None
         if draft is not None and drafter is not None:
-            d_logits = draft.logits_full(seqs)[:, L - 1 : L - 1 + T].reshape(b * T, V)  # [b*T, V]
+            d_logits = _emitted_logits(draft, prompt_t, toks).reshape(b * T, V)  # [b*T, V]
             rep = pt.index(torch.arange(b, device=dev).repeat_interleave(T))  # params per (row, t)
             sample_law, _ = exact.draft_law(
                 d_logits, rep, onehot=drafter.onehot, q_mode=drafter.q_mode
