@@ -346,7 +346,7 @@ def build_summary(
         for t in teeth:
             ts = next((cs for cs in t.by_config if cs.config_id == cid), None)
             if ts is not None:
-                parts.append(f"{t.arm}: {ts.rejections}")
+                parts.append(f"{t.arm.removeprefix('mutant:')} {ts.rejections}")
         row["teeth"] = ", ".join(parts)
         configs.append(row)
     return {
