@@ -417,9 +417,8 @@ def _keys(
     return torch.tensor(keys, dtype=torch.int64, device=device)  # [B]
 
 
-def _check_inputs(
-    model: LanguageModel, prompt: Sequence[int], rows: Sequence[RowSpec], T: Any, batch_size: Any
-) -> torch.Tensor:
+def check_rows(rows: Sequence[RowSpec], T: Any, batch_size: Any) -> None:
+    """The checks every engine (built-in or hf) makes on its rows, positions and batch size."""
     if isinstance(T, bool) or not isinstance(T, int) or T < 1:
         raise ConfigError(f"num_positions must be an integer >= 1, got {T!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -429,6 +428,12 @@ def _check_inputs(
     for r in rows:
         if not isinstance(r, RowSpec):
             raise InputError(f"rows must be RowSpec objects, got {r!r}")
+
+
+def _check_inputs(
+    model: LanguageModel, prompt: Sequence[int], rows: Sequence[RowSpec], T: Any, batch_size: Any
+) -> torch.Tensor:
+    check_rows(rows, T, batch_size)
     ids = list(prompt)
     if not ids:
         raise InputError("prompt must hold at least one token id (e.g. BOS), got []")

@@ -61,8 +61,8 @@ import pandas as pd
 import torch
 from transformers import LogitsProcessor
 
-from spectest.engines.builtin import EngineOutput, Progress, RowSpec
-from spectest.errors import ConfigError, InputError, ModelError
+from spectest.engines.builtin import EngineOutput, Progress, RowSpec, check_rows
+from spectest.errors import ConfigError, ModelError
 from spectest.sampling.params import SamplingParams
 from spectest.seeding import row_key
 
@@ -478,15 +478,7 @@ def generate_assisted(
 def _check_rows(
     model: Any, prompt: Sequence[int], rows: Sequence[RowSpec], T: Any, batch_size: Any
 ) -> torch.Tensor:
-    if isinstance(T, bool) or not isinstance(T, int) or T < 1:
-        raise ConfigError(f"num_positions must be an integer >= 1, got {T!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ConfigError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    if len(rows) == 0:
-        raise InputError("rows: at least one RowSpec is needed, got none")
-    for r in rows:
-        if not isinstance(r, RowSpec):
-            raise InputError(f"rows must be RowSpec objects, got {r!r}")
+    check_rows(rows, T, batch_size)
     ids = [int(t) for t in prompt]
     prompt_t = torch.tensor(ids, dtype=torch.int64)  # [L]
     _check_prompt(prompt_t, int(hf_model_of(model).config.vocab_size))
