@@ -61,6 +61,7 @@ SUMMARY = "summary.json"
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 PROVENANCE_KEY = b"spectest.provenance"
+RENDERED = (REPORT_MD, REPORT_HTML)  # views re-rendered from stored results; not data
 
 # NOTE: per-token histograms are a storage format, not a statistic: the count of each emitted
 # token per (cell, arm, position). Kept here beside the file it describes; schema.py owns the
@@ -415,6 +416,8 @@ def load_run(path: str | os.PathLike[str], *, require_manifest: bool = True) -> 
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise InputError(f"{p}: a JSON file of the run is damaged ({err})") from None
     for name, entry in manifest.get("files", {}).items():
+        if name in RENDERED:
+            continue  # re-rendered views of the stored results (``spectest report``)
         f = p / name
         if not f.is_file():
             raise InputError(f"{f}: listed in {MANIFEST} but missing")
@@ -504,6 +507,10 @@ def read_samples_file(path: str | os.PathLike[str]) -> pd.DataFrame:
 def rewrite_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Re-list the files of a completed run after reports were (re)rendered into it, keeping its
     provenance: the run stays complete and its manifest stays true."""
-    stored = load_run(path)
-    rd = RunDir(path=stored.path, info=stored.info)
-    return rd.write_manifest(stored.manifest.get("provenance", {}))
+    p = Path(path)
+    try:
+        old = json.loads((p / MANIFEST).read_text(encoding="utf-8"))
+        info = json.loads((p / RUN_INFO).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"{p}: cannot re-list a run without a readable manifest ({err})") from None
+    return RunDir(path=p, info=info).write_manifest(old.get("provenance", {}))

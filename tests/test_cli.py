@@ -162,10 +162,13 @@ def test_compare_same_law_exit_0_and_analyze_report(tmp_path: Path) -> None:
     # analyze recomputes the same decision from the stored Parquet
     r = invoke("analyze", out, "--no-progress")
     assert r.exit_code == 0 and "re-analysed from stored samples" in r.stdout, r.output
-    # report re-renders and leaves a true manifest
+    # report re-renders (even over a stale or edited report) and leaves a true manifest
+    (out / "report.md").write_text("edited by hand\n")
     r = invoke("report", out, "--junit", tmp_path / "j.xml", "--summary-md", tmp_path / "s.md")
     assert r.exit_code == 0, r.output
-    load_run(out)
+    stored = load_run(out)
+    assert stored.manifest["files"]["report.md"]["bytes"] == (out / "report.md").stat().st_size
+    assert "edited by hand" not in (out / "report.md").read_text()
     assert "data:image/png;base64," in (out / "report.html").read_text()
     assert "equivalent" in (tmp_path / "s.md").read_text()
     assert 'failures="0"' in (tmp_path / "j.xml").read_text()

@@ -23,6 +23,7 @@ import pandas as pd
 from spectest.report.columns import COLS, pick
 
 Figure = Any
+QQ_CLIP = 10.0
 
 
 def to_base64_png(fig: Figure, dpi: int = 90) -> str:
@@ -42,7 +43,9 @@ def tv_by_position(tests: pd.DataFrame, comparison: str = "candidate") -> Figure
     if tv is None or COLS["position"] not in df.columns or len(df) == 0:
         return None
     configs = list(dict.fromkeys(df[COLS["config_id"]]))
-    fig, axes = plt.subplots(1, len(configs), figsize=(4.2 * len(configs), 3.2), squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(configs), figsize=(max(6.0, 4.2 * len(configs)), 3.4), squeeze=False
+    )
     for ax, cid in zip(axes[0], configs, strict=True):
         sub = df[df[COLS["config_id"]] == cid]
         for pid, g in sub.groupby(COLS["prompt_id"], sort=False):
@@ -60,7 +63,9 @@ def tv_by_position(tests: pd.DataFrame, comparison: str = "candidate") -> Figure
         ax.set_xlabel("position")
         ax.set_ylabel("plug-in TV")
     axes[0][0].legend(fontsize=6, ncol=2)
-    fig.suptitle(f"TV per position: {comparison} vs reference, against its permutation null")
+    fig.suptitle(
+        f"plug-in TV per position, {comparison} vs reference (band: permutation null)", fontsize=9
+    )
     return fig
 
 
@@ -80,7 +85,8 @@ def pvalue_plots(tests: pd.DataFrame, comparisons: list[str]) -> Figure | None:
         if p.size == 0:
             continue
         h.hist(p, bins=20, range=(0, 1), histtype="step", label=comp, density=True)
-        obs = -np.log10(np.sort(np.clip(p, 1e-300, 1)))
+        # NOTE: clipped at QQ_CLIP so a gross mutant does not flatten the H0 arms onto the axis
+        obs = np.minimum(-np.log10(np.sort(np.clip(p, 1e-300, 1))), QQ_CLIP)
         exp = -np.log10((np.arange(1, p.size + 1) - 0.5) / p.size)
         q.plot(exp, obs, ".", ms=3, label=comp)
     h.axhline(1.0, color="k", lw=0.8, ls="--")
@@ -89,7 +95,7 @@ def pvalue_plots(tests: pd.DataFrame, comparisons: list[str]) -> Figure | None:
     lim = q.get_xlim()[1]
     q.plot([0, lim], [0, lim], "k--", lw=0.8)
     q.set_xlabel("expected −log10 p (uniform)")
-    q.set_ylabel("observed −log10 p")
+    q.set_ylabel(f"observed −log10 p (clipped at {QQ_CLIP:g})")
     h.legend(fontsize=7)
     fig.suptitle("per-cell p-values: uniform under H0")
     return fig
