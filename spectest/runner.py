@@ -495,8 +495,14 @@ def run_protocol(
         models = _load_models(protocol, need_draft)
         prompt_ids = prompt_token_ids(protocol, models[0].vocab_size)
         run_key = _run_key(protocol)
-        for i, shard in enumerate(todo):
-            progress("shards", i, len(todo))
+        # one "generate" bar over every row of every shard still to do
+        sizes = [len(protocol.configs) * len(plan.arm(s.arm).seeds) for s in todo]
+        total, base = sum(sizes), 0
+        for shard, size in zip(todo, sizes, strict=True):
+
+            def shard_progress(task: str, done: int, n: int, _base: int = base) -> None:
+                progress("generate", _base + done, total)
+
             samples, rounds = _generate_shard(
                 protocol,
                 plan.arm(shard.arm),
@@ -504,10 +510,11 @@ def run_protocol(
                 prompt_ids[shard.prompt_id],
                 models,
                 run_key,
-                progress,
+                shard_progress,
             )
             rd.write_shard(shard.key, samples, rounds, provenance)
-        progress("shards", len(todo), len(todo))
+            base += size
+        progress("generate", total, total)
     samples, rounds = _read_shards(rd, plan)
     results = _compare_all(
         samples, rounds, plan.arms, protocol.tests, protocol.seeds.key, progress, _readout(protocol)
