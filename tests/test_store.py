@@ -3,6 +3,7 @@ guards, corrupt files, and the bring-your-own samples reader. Deterministic, no 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -54,6 +55,9 @@ def test_shard_write_read_and_provenance(tmp_path: Path) -> None:
     f = tmp_path / "run" / "shards" / "reference__p0.samples.parquet"
     assert read_provenance(f) == PROV
     assert not list((tmp_path / "run" / "shards").glob(".*tmp"))  # no temporaries left
+    mask = os.umask(0)
+    os.umask(mask)
+    assert f.stat().st_mode & 0o777 == 0o666 & ~mask  # an ordinary file, not mkstemp's 0600
 
 
 def test_manifest_last_and_incomplete_runs_refused(tmp_path: Path) -> None:
