@@ -218,6 +218,18 @@ def configure_threads(device: str, threads: int | None) -> int:
     return int(torch.get_num_threads())
 
 
+def _check_device(protocol: Protocol) -> None:
+    """A CUDA protocol on a machine without CUDA is bad input, not a torch traceback."""
+    if protocol.models.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"{protocol.source}: models.device: 'cuda' requested but torch {torch.__version__} "
+                "sees no CUDA device (use --device cpu, or install a CUDA build of torch)"
+            )
+
+
 def _run_key(protocol: Protocol) -> int:
     from spectest.seeding import run_key_from
 
@@ -449,6 +461,7 @@ def run_protocol(
     ``threads``: torch intra-op threads for generation (see ``configure_threads``)."""
     t0 = time.perf_counter()
     progress = progress or _no_progress
+    _check_device(protocol)
     n_threads = configure_threads(protocol.models.device, threads)
     plan: Plan = make_plan(protocol, candidate=not teeth_only)
     if teeth_only and not any(a.is_tooth for a in plan.arms):

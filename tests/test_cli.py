@@ -98,6 +98,17 @@ def test_run_bad_protocols_exit_2_with_one_line(tmp_path: Path, edit, pattern: s
     assert not (tmp_path / "out" / MANIFEST).exists()
 
 
+def test_cuda_without_cuda_exits_2(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    f = write_toy(tmp_path)
+    r = invoke("run", "--config", f, "--device", "cuda", "--out", tmp_path / "o", "--no-progress")
+    assert r.exit_code == 2 and "models.device: 'cuda' requested but torch" in err_line(r), r.output
+    assert not (tmp_path / "o").exists()
+
+
 def test_bad_override_and_missing_file(tmp_path: Path) -> None:
     f = write_toy(tmp_path)
     r = invoke("run", "--config", f, "--set", "tests.alpha=2", "--no-progress")
