@@ -329,22 +329,33 @@ def load_protocol(
 
 
 def _apply_override(raw: Any, key: str, value: Any, source: str) -> Any:
+    """Set the dotted ``key`` in ``raw``. Names may themselves hold dots (config ``t0.8-p0.95``):
+    at each level the longest existing key that prefixes the rest of the path wins, else the next
+    dot-separated segment (created as a mapping when missing)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: cannot apply override {key!r}: the protocol is not a mapping")
-    parts = key.split(".")
     node: dict[str, Any] = raw
-    for i, part in enumerate(parts[:-1]):
+    rest, done = key, ""
+    while True:
+        match = max(
+            (k for k in node if isinstance(k, str) and (rest == k or rest.startswith(k + "."))),
+            key=len,
+            default=None,
+        )
+        part = match if match is not None else rest.split(".", 1)[0]
+        if part == rest:
+            node[part] = value
+            return raw
+        done = f"{done}.{part}" if done else part
+        rest = rest[len(part) + 1 :]
         nxt = node.get(part)
         if nxt is None:
             nxt = node[part] = {}
         if not isinstance(nxt, dict):
-            where = ".".join(parts[: i + 1])
             raise ConfigError(
-                f"override {key}: {where} is not a mapping in {source} (it is {nxt!r})"
+                f"override {key}: {done} is not a mapping in {source} (it is {nxt!r})"
             )
         node = nxt
-    node[parts[-1]] = value
-    return raw
 
 
 def protocol_from_dict(

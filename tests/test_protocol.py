@@ -97,6 +97,12 @@ def test_overrides_are_validated_like_yaml(tmp_path: Path) -> None:
     )
     assert p.seeds.per_arm == 10 and p.positions == 4 and p.tests.alpha == 0.01
     assert p.config_map["a"].top_k == 7
+    # names that hold dots (config ids such as t0.8-p0.95) are matched whole
+    dotted = with_("configs", {"t0.8-p0.95": {"temperature": 0.8, "top_p": 0.95}})
+    q = load_protocol(write(tmp_path, dotted, "dot.yaml"), sets=["configs.t0.8-p0.95.top_p=0.9"])
+    assert q.config_map["t0.8-p0.95"].top_p == 0.9 and len(q.configs) == 1
+    with pytest.raises(ConfigError, match=r"override positions.x: positions is not a mapping"):
+        load_protocol(f, sets=["positions.x=1"])
     with pytest.raises(ConfigError, match=r"tests\.alpha.*'x'"):
         load_protocol(f, sets=["tests.alpha=x"])
     with pytest.raises(ConfigError, match=r"--set: expected key=value, got 'oops'"):
