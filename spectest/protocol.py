@@ -1,9 +1,9 @@
-"""Protocols: YAML → one frozen, validated, hashed ``Protocol``, and its expansion into a ``Plan``.
+"""Protocols: YAML → one frozen, validated, hashed ``Protocol`` (expanded by ``spectest.plan``).
 
 Owns: the protocol file format (``version: 1``), every validation message about it, CLI
 overrides (applied to the raw mapping *before* validation, so an override is checked exactly like
-a YAML value), the protocol hash, and the plan: cells (prompt × config), arms (reference,
-candidate, teeth), disjoint seed ranges per arm, and shards (one per arm × prompt).
+a YAML value), the protocol hash and the protocol's YAML form (``to_raw``). The prompt-set file
+format lives in ``spectest.prompts``; arms, seed ranges and shards in ``spectest.plan``.
 
 Knows nothing about models, engines, files of results or statistics: model specs and the
 candidate's variant are strings here, checked for form (and, for variants, against the mutant
@@ -20,16 +20,15 @@ import hashlib
 import json
 import math
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-from urllib.parse import quote
+from typing import Any
 
 import yaml
 
 from spectest.errors import ConfigError
+from spectest.prompts import NAME_RE, Prompt, PromptsSpec, load_prompt_set, prompts_jsonl
 from spectest.sampling.params import SamplingParams
 
 PROTOCOL_VERSION = 1
@@ -41,10 +40,8 @@ DEVICES = ("cpu", "cuda")
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
 ENGINES_REFERENCE = ("builtin", "hf-generate")  # hf: transformers itself (engines/hf.py)
 ENGINES_CANDIDATE = ("builtin", "hf-assisted")
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+_NAME_RE = NAME_RE
 _MODEL_PREFIXES = ("toy:", "hf-preset:", "hf-local:", "bundled:", "derived:")
-
-ArmRole = Literal["reference", "candidate", "null", "eps", "mutant"]
 
 
 # ----------------------------------------------------------------------------- dataclasses
@@ -69,27 +66,6 @@ class DrafterSpec:
     kind: str
     k: int
     q: str = "processed"
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One prompt: an id and either text (tokenised by the model pair) or explicit token ids."""
-
-    id: str
-    text: str | None
-    ids: tuple[int, ...] | None
-
-
-@dataclass(frozen=True)
-class PromptsSpec:
-    """The prompt set: a JSONL file (lines ``{"id": ..., "text": ...}`` or ``{"id": ..., "ids":
-    [...]}``), resolved relative to the protocol file (then the working directory), and an
-    optional limit (the first ``limit`` prompts)."""
-
-    file: str
-    limit: int | None
-    path: str  # resolved absolute path
-    items: tuple[Prompt, ...]
 
 
 @dataclass(frozen=True)
@@ -408,7 +384,17 @@ def protocol_from_dict(
             f"got {drafter.q!r}",
         )
 
-    prompts = _prompts(c, top["prompts"], base_dir)
+    pv = top["prompts"]
+    pm = c.mapping(
+        {"file": pv} if isinstance(pv, str) else pv, "prompts", ("file", "limit"), ("file",)
+    )
+    limit = pm.get("limit")
+    prompts = load_prompt_set(
+        c.str_(pm["file"], "prompts.file"),
+        limit=None if limit is None else c.int_(limit, "prompts.limit", lo=1),
+        base_dir=base_dir,
+        source=c.source,
+    )
     configs = _configs(c, top["configs"])
 
     s = c.mapping(top["seeds"], "seeds", ("per_arm", "teeth_per_arm", "start", "key"), ("per_arm",))
@@ -604,203 +590,6 @@ def _configs(c: _Ctx, value: Any) -> tuple[tuple[str, SamplingParams], ...]:
     return tuple(out)
 
 
-def _prompts(c: _Ctx, value: Any, base_dir: Path | None) -> PromptsSpec:
-    if isinstance(value, str):
-        value = {"file": value}
-    pm = c.mapping(value, "prompts", ("file", "limit"), ("file",))
-    file = c.str_(pm["file"], "prompts.file")
-    limit = pm.get("limit")
-    if limit is not None:
-        limit = c.int_(limit, "prompts.limit", lo=1)
-    rel = Path(file).expanduser()
-    tried = [rel] if rel.is_absolute() else [(base_dir or Path.cwd()) / rel, Path.cwd() / rel]
-    path = next((p for p in tried if p.is_file()), None)
-    if path is None:
-        raise c.fail(
-            "prompts.file",
-            f"no such prompt file {file!r} (looked in {', '.join(str(t.parent) for t in tried)})",
-        )
-    items: list[Prompt] = []
-    seen: set[str] = set()
-    pfile = str(path)
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ConfigError(
-                f"{pfile}: line {lineno}: not valid JSON ({err.msg}): {line[:60]!r}"
-            ) from None
-        if not isinstance(obj, dict) or not (set(obj) <= {"id", "text", "ids"}) or "id" not in obj:
-            raise ConfigError(
-                f'{pfile}: line {lineno}: expected {{"id": ..., "text": ...}} or '
-                f'{{"id": ..., "ids": [...]}}, got {line[:60]!r}'
-            )
-        pid = obj["id"]
-        if not isinstance(pid, str) or not _NAME_RE.match(pid):
-            raise ConfigError(
-                f"{pfile}: line {lineno}: id must be a name of letters, digits, "
-                f"'_', '.', '-', got {pid!r}"
-            )
-        if pid in seen:
-            raise ConfigError(f"{pfile}: line {lineno}: duplicate prompt id {pid!r}")
-        seen.add(pid)
-        text, ids = obj.get("text"), obj.get("ids")
-        if (text is None) == (ids is None):
-            raise ConfigError(
-                f"{pfile}: line {lineno}: give exactly one of 'text' or 'ids' for prompt {pid!r}"
-            )
-        if text is not None and (not isinstance(text, str) or not text):
-            raise ConfigError(
-                f"{pfile}: line {lineno}: text must be a non-empty string, got {text!r}"
-            )
-        if ids is not None and (
-            not isinstance(ids, list)
-            or not ids
-            or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
-        ):
-            raise ConfigError(
-                f"{pfile}: line {lineno}: ids must be a non-empty list of integers >= 0, "
-                f"got {ids!r}"
-            )
-        items.append(Prompt(id=pid, text=text, ids=tuple(ids) if ids is not None else None))
-    if not items:
-        raise c.fail("prompts.file", f"prompt file {pfile!r} holds no prompts")
-    if limit is not None:
-        items = items[:limit]
-    return PromptsSpec(file=file, limit=limit, path=str(path.resolve()), items=tuple(items))
-
-
-# ----------------------------------------------------------------------------- plan
-@dataclass(frozen=True)
-class SeedRange:
-    """Seeds ``start, start + 1, ..., stop - 1``."""
-
-    start: int
-    stop: int
-
-    def __len__(self) -> int:
-        return self.stop - self.start
-
-    def seeds(self) -> range:
-        return range(self.start, self.stop)
-
-    def overlaps(self, other: SeedRange) -> bool:
-        return self.start < other.stop and other.start < self.stop
-
-
-@dataclass(frozen=True)
-class Arm:
-    """One arm of the plan.
-
-    ``role``: reference (plain decode), candidate (the protocol's sampler), null / eps / mutant
-    (teeth). ``variant``: the sampler variant spec (``None`` for the plain reference).
-    ``expect``: ``"subject"`` for the candidate, ``"pass"`` for the null, ``"fail"`` for ε and
-    mutants, ``"reference"`` for the reference.
-    """
-
-    name: str
-    role: ArmRole
-    variant: str | None
-    seeds: SeedRange
-    expect: str
-
-    @property
-    def is_tooth(self) -> bool:
-        return self.role in ("null", "eps", "mutant")
-
-
-@dataclass(frozen=True)
-class Shard:
-    """The unit of generation and of resume: one arm × one prompt (all configs, all seeds)."""
-
-    arm: str
-    prompt_id: str
-
-    @property
-    def key(self) -> str:
-        """A file-system-safe, injective name (``quote`` escapes ':' '=' '/' ...)."""
-        return f"{quote(self.arm, safe='')}__{quote(self.prompt_id, safe='')}"
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The expansion of a protocol: what to generate and what to compare."""
-
-    protocol: Protocol
-    arms: tuple[Arm, ...]
-    cells: tuple[tuple[str, str], ...]  # (prompt_id, config_id)
-    shards: tuple[Shard, ...]
-
-    def arm(self, name: str) -> Arm:
-        for a in self.arms:
-            if a.name == name:
-                return a
-        raise KeyError(name)
-
-    @property
-    def comparisons(self) -> tuple[Arm, ...]:
-        """Every non-reference arm: each is compared with the reference."""
-        return tuple(a for a in self.arms if a.role != "reference")
-
-    @property
-    def seed_ranges(self) -> dict[str, list[int]]:
-        return {a.name: [a.seeds.start, a.seeds.stop] for a in self.arms}
-
-
-def eps_arm_name(eps: float) -> str:
-    return f"eps={eps:g}"
-
-
-def mutant_arm_name(spec: str) -> str:
-    return f"mutant:{spec}"
-
-
-def all_arms(protocol: Protocol) -> tuple[Arm, ...]:
-    """Every arm the protocol defines, with disjoint seed ranges laid out consecutively in the
-    order reference, candidate, null, ε..., mutants... — so a teeth-only plan and a full plan give
-    each arm the same seeds, and a tooth added at the end moves no earlier arm."""
-    p = protocol
-    specs: list[tuple[str, ArmRole, str | None, int, str]] = [
-        ("reference", "reference", None, p.seeds.per_arm, "reference"),
-        ("candidate", "candidate", p.candidate, p.seeds.per_arm, "subject"),
-    ]
-    if p.teeth.null:
-        specs.append(("null", "null", "exact", p.seeds.teeth_per_arm, "pass"))
-    for eps in p.teeth.epsilons:
-        specs.append(
-            (eps_arm_name(eps), "eps", f"eps_biased:{eps:g}", p.seeds.teeth_per_arm, "fail")
-        )
-    for mut in p.teeth.mutants:
-        specs.append((mutant_arm_name(mut), "mutant", mut, p.seeds.teeth_per_arm, "fail"))
-    arms: list[Arm] = []
-    cursor = p.seeds.start
-    for name, role, variant, n, expect in specs:
-        arms.append(Arm(name, role, variant, SeedRange(cursor, cursor + n), expect))
-        cursor += n
-    names = [a.name for a in arms]
-    if len(set(names)) != len(names):  # e.g. eps=0.1 and eps=0.10 both format as "eps=0.1"
-        raise ConfigError(f"{p.source}: teeth: two teeth arms share the name {names!r}")
-    return tuple(arms)
-
-
-def make_plan(protocol: Protocol, *, candidate: bool = True, teeth: bool = True) -> Plan:
-    """Expand a protocol. ``candidate=False`` gives the teeth-only plan of ``spectest teeth``;
-    ``teeth=False`` skips the teeth arms. Seeds per arm are those of the full plan either way."""
-    arms = tuple(
-        a
-        for a in all_arms(protocol)
-        if a.role == "reference" or (a.role == "candidate" and candidate) or (a.is_tooth and teeth)
-    )
-    for i, a in enumerate(arms):  # collision-freedom is by construction; assert it anyway
-        for b in arms[i + 1 :]:
-            assert not a.seeds.overlaps(b.seeds), (a, b)
-    cells = tuple((pr.id, cid) for pr in protocol.prompts.items for cid, _ in protocol.configs)
-    shards = tuple(Shard(a.name, pr.id) for a in arms for pr in protocol.prompts.items)
-    return Plan(protocol=protocol, arms=arms, cells=cells, shards=shards)
-
-
 def to_raw(protocol: Protocol, *, prompts_file: str) -> dict[str, Any]:
     """The protocol as a YAML-ready mapping that ``protocol_from_dict`` reads back to the same
     hash, with the prompt set pointing at ``prompts_file`` (the store copies prompts beside it so a
@@ -837,14 +626,4 @@ def to_raw(protocol: Protocol, *, prompts_file: str) -> dict[str, Any]:
     }
 
 
-def prompts_jsonl(protocol: Protocol) -> str:
-    """The (limited) prompt set as JSONL text, one ``{"id", "text"|"ids"}`` object per line."""
-    lines = []
-    for pr in protocol.prompts.items:
-        obj: dict[str, Any] = {"id": pr.id}
-        if pr.text is not None:
-            obj["text"] = pr.text
-        else:
-            obj["ids"] = list(pr.ids or ())
-        lines.append(json.dumps(obj, ensure_ascii=False))
-    return "\n".join(lines) + "\n"
+__all__ = ["Prompt", "PromptsSpec", "prompts_jsonl"]  # re-exported: part of a Protocol

@@ -1,10 +1,11 @@
-"""The runner: plan → engines → store → analyze → verdict → reports. The one library function
-each CLI command calls.
+"""The runner: plan → engines → store → analyze → verdict → reports. ``run_protocol`` is the one
+library function ``spectest run`` / ``spectest teeth`` call; ``analyze_run`` is ``spectest
+analyze``'s (``spectest.compare.compare_files`` is ``spectest compare``'s).
 
 Owns: the order of operations of a run (resume from completed shards, generate the missing
 ones, read everything back, compare every arm with the reference, decide, write the final files
-and the manifest last), the translation of prompts into token ids, and the summary that the CLI
-prints and ``summary.json`` stores.
+and the manifest last), the dispatch of an arm to an engine, and torch's CPU thread setting.
+The summary's shape lives in ``spectest.summary``, prompt tokenisation in ``spectest.prompts``.
 
 Knows nothing about how tokens are sampled (``spectest.engines``), how tests are computed
 (``spectest.stats.analyze``), how files are laid out (``spectest.store``), how a decision is
@@ -25,35 +26,26 @@ import yaml
 
 from spectest import schema
 from spectest.errors import ConfigError, InputError
-from spectest.protocol import (
-    Arm,
-    Plan,
-    Protocol,
-    load_protocol,
-    make_plan,
-    prompts_jsonl,
-    to_raw,
-)
+from spectest.plan import Arm, Plan, make_plan
+from spectest.prompts import prompt_token_ids, prompts_jsonl
+from spectest.protocol import Protocol, load_protocol, to_raw
 from spectest.store import (
     HISTOGRAMS,
     HISTOGRAMS_SCHEMA,
     PROMPTS_FILE,
     ROUNDS,
     SAMPLES,
-    TESTS,
-    TRIE,
-    WHITEBOX,
     RunDir,
-    StoredRun,
     load_run,
     make_provenance,
-    read_samples_file,
     samples_schema,
 )
+from spectest.summary import build_summary, json_safe, tidy_tables
 from spectest.verdict import Comparison, Verdict, decide
 
+__all__ = ["RunResult", "analyze_run", "configure_threads", "prompt_token_ids", "run_protocol"]
+
 ProgressFn = Callable[[str, int, int], None]  # (task label, completed, total)
-MAX_FAILING_LISTED = 20
 
 
 def _no_progress(task: str, done: int, total: int) -> None:
@@ -71,35 +63,6 @@ class RunResult:
     shards_generated: int
     shards_resumed: int
     wall_s: float
-
-
-# ----------------------------------------------------------------------------- prompts → ids
-def prompt_token_ids(protocol: Protocol, vocab_size: int) -> dict[str, list[int]]:
-    """Token ids of every prompt. Text prompts use the byte tokenizer (``models.bytetok``,
-    BOS first) — the tokenizer of the bundled pair and of any model with ≥ 259 ids; explicit
-    ``ids`` are used as given. Every id must be < ``vocab_size``."""
-    from spectest.models import bytetok
-
-    out: dict[str, list[int]] = {}
-    pfile = protocol.prompts.path
-    for pr in protocol.prompts.items:
-        if pr.ids is not None:
-            ids = list(pr.ids)
-        else:
-            if vocab_size < bytetok.VOCAB_SIZE:
-                raise ConfigError(
-                    f"{pfile}: prompt {pr.id!r} is text but the model's vocabulary has only "
-                    f"{vocab_size} ids (byte tokenizer needs {bytetok.VOCAB_SIZE}): give 'ids'"
-                )
-            ids = bytetok.encode(pr.text or "")
-        bad = [i for i in ids if i >= vocab_size]
-        if bad:
-            raise ConfigError(
-                f"{pfile}: prompt {pr.id!r}: token id {bad[0]!r} is outside the vocabulary "
-                f"(size {vocab_size})"
-            )
-        out[pr.id] = ids
-    return out
 
 
 # ----------------------------------------------------------------------------- generation
@@ -262,7 +225,7 @@ def _readout(protocol: Protocol) -> frozenset[str]:
     )
 
 
-def _compare_all(
+def compare_all(
     samples: pd.DataFrame,
     rounds: pd.DataFrame | None,
     arms: Sequence[Arm],
@@ -307,101 +270,7 @@ def summarize(analysis: Any, arm: Arm) -> Comparison:
     return summarize_comparison(analysis, arm=arm.name, role=arm.role, expect=arm.expect)
 
 
-# ------------------------------------------------------------------ summary & final files
-def _tidy_tables(results: Sequence[tuple[Arm, Any]]) -> dict[str, pd.DataFrame]:
-    """Concatenate each analysis's tidy tables with a ``comparison`` column (the arm name)."""
-    tables: dict[str, list[pd.DataFrame]] = {TESTS: [], TRIE: [], WHITEBOX: []}
-    for arm, a in results:
-        for fname, attr in ((TESTS, "cells"), (TRIE, "trie"), (WHITEBOX, "whitebox")):
-            df = getattr(a, attr, None)
-            if df is not None and len(df):
-                tables[fname].append(df.assign(comparison=arm.name))
-    return {k: pd.concat(v, ignore_index=True) for k, v in tables.items() if v}
-
-
-def build_summary(
-    *,
-    kind: str,
-    name: str,
-    protocol_hash: str | None,
-    run_dir: Path,
-    comparisons: Sequence[Comparison],
-    verdict: Verdict,
-    extra: Mapping[str, Any],
-) -> dict[str, Any]:
-    """``summary.json``: everything the CLI, the reports and the JUnit file print."""
-    cand = verdict.candidate
-    teeth = [c for c in comparisons if c.is_tooth]
-    tooth_v = {t.arm: t for t in verdict.teeth}
-    config_ids: list[str] = []
-    for c in comparisons:
-        for cs in c.by_config:
-            if cs.config_id not in config_ids:
-                config_ids.append(cs.config_id)
-    configs = []
-    for cid in config_ids:
-        main = cand or (teeth[0] if teeth else None)
-        row: dict[str, Any] = {"config_id": cid}
-        stats = next((cs for cs in main.by_config if cs.config_id == cid), None) if main else None
-        if stats is not None:
-            row.update(
-                cells_tested=stats.cells_tested,
-                cells_untestable=stats.cells_untestable,
-                rejections=stats.rejections if cand is not None else None,
-                max_tv_excess=stats.max_tv_excess if cand is not None else None,
-                max_tv_where=stats.max_tv_where if cand is not None else None,
-                mde_tv=stats.mde_tv,
-            )
-        # rejections of each tooth in this config's cells and trie nodes (white-box tests are
-        # run-level: the teeth table has the verdicts)
-        parts = []
-        for t in teeth:
-            ts = next((cs for cs in t.by_config if cs.config_id == cid), None)
-            if ts is not None:
-                parts.append(f"{t.arm.removeprefix('mutant:')} {ts.rejections}")
-        row["teeth"] = ", ".join(parts)
-        configs.append(row)
-    return {
-        "kind": kind,
-        "name": name,
-        "protocol_hash": protocol_hash,
-        "run_dir": str(run_dir),
-        "has_candidate": cand is not None,
-        "verdict": verdict.to_dict(),
-        "configs": configs,
-        "teeth": [
-            {
-                "arm": c.arm,
-                "role": c.role,
-                "expect": c.expect,
-                "rejected": c.rejected,
-                "rejections": c.rejections,
-                "label": tooth_v[c.arm].label,
-                "sound": tooth_v[c.arm].sound,
-            }
-            for c in teeth
-        ],
-        "comparisons": [_comparison_dict(c) for c in comparisons],
-        **dict(extra),
-    }
-
-
-def _comparison_dict(c: Comparison) -> dict[str, Any]:
-    return {
-        "arm": c.arm,
-        "role": c.role,
-        "expect": c.expect,
-        "rejected": c.rejected,
-        "cells_tested": c.cells_tested,
-        "rejections": c.rejections,
-        "min_qvalue": c.min_qvalue,
-        "mde_tv": c.mde_tv,
-        "failing": list(c.failing[:MAX_FAILING_LISTED]),
-        "by_config": [vars(cs).copy() for cs in c.by_config],
-    }
-
-
-def _finish(
+def finish_run(
     rd: RunDir,
     *,
     samples: pd.DataFrame,
@@ -421,7 +290,7 @@ def _finish(
     verdict = decide(comparisons, max_mde_tv=max_mde_tv)
     summary_base = {
         **summary_base,
-        "details": {arm.name: _json_safe(a.summary()) for arm, a in results},
+        "details": {arm.name: json_safe(a.summary()) for arm, a in results},
     }
     summary = build_summary(
         kind=summary_base["kind"],
@@ -438,7 +307,7 @@ def _finish(
     }
     if rounds is not None and len(rounds):
         tables[ROUNDS] = (rounds, schema.ROUNDS_SCHEMA)
-    for fname, df in _tidy_tables(results).items():
+    for fname, df in tidy_tables(results).items():
         tables[fname] = (df, None)
     rd.write_final(tables=tables, summary=summary, texts={}, provenance=provenance, manifest=False)
     write_reports(rd.path, junit=junit, summary_md=summary_md, require_complete=False)
@@ -529,10 +398,10 @@ def run_protocol(
             base += size
         progress("generate", total, total)
     samples, rounds = _read_shards(rd, plan)
-    results = _compare_all(
+    results = compare_all(
         samples, rounds, plan.arms, protocol.tests, protocol.seeds.key, progress, _readout(protocol)
     )
-    verdict, comparisons, summary = _finish(
+    verdict, comparisons, summary = finish_run(
         rd,
         samples=samples,
         rounds=rounds,
@@ -561,21 +430,6 @@ def run_protocol(
     return RunResult(
         rd.path, verdict, comparisons, summary, len(todo), resumed, time.perf_counter() - t0
     )
-
-
-def _json_safe(obj: Any) -> Any:
-    """NaN / inf → None, numpy scalars → Python, recursively (summary.json is strict JSON)."""
-    import math
-
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
 
 
 def _device_name(device: str) -> str:
@@ -642,8 +496,10 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         raise InputError(f"{stored.path}: no {SAMPLES} in the run directory")
     rounds = stored.table(ROUNDS)
     if stored.info.get("kind") == "compare":
-        tests = _compare_tests(stored.summary["analysis"])
-        arms = _compare_arms()
+        from spectest.compare import byo_arms, byo_tests
+
+        tests = byo_tests(stored.summary["analysis"])
+        arms = byo_arms()
         key = "compare"
         max_mde = None
         readout: frozenset[str] = frozenset()
@@ -660,7 +516,7 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         arms = list(plan.arms)
         tests, key, max_mde = protocol.tests, protocol.seeds.key, protocol.tests.max_mde_tv
         readout = _readout(protocol)
-    results = _compare_all(samples, rounds, arms, tests, key, progress, readout)
+    results = compare_all(samples, rounds, arms, tests, key, progress, readout)
     comparisons = tuple(summarize(a, arm) for arm, a in results)
     verdict = decide(comparisons, max_mde_tv=max_mde)
     base = stored.summary
@@ -680,124 +536,3 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         },
     )
     return RunResult(stored.path, verdict, comparisons, summary, 0, 0, time.perf_counter() - t0)
-
-
-# ------------------------------------------------------------------ bring your own samples
-def _compare_arms() -> list[Arm]:
-    from spectest.protocol import SeedRange
-
-    return [
-        Arm("reference", "reference", None, SeedRange(0, 0), "reference"),
-        Arm("candidate", "candidate", None, SeedRange(0, 0), "subject"),
-    ]
-
-
-def _compare_tests(d: Mapping[str, Any]) -> Any:
-    from spectest.protocol import TestsSpec, TrieSpec
-
-    return TestsSpec(
-        alpha=d["alpha"],
-        multiplicity=d["multiplicity"],
-        min_expected=d["min_expected"],
-        trie=TrieSpec(**d["trie"]),
-        whitebox=False,
-        null_permutations=d["null_permutations"],
-        max_mde_tv=None,
-    )
-
-
-def compare_files(
-    reference: str | Path,
-    candidate: str | Path,
-    *,
-    alpha: float = 0.05,
-    multiplicity: str = "bh",
-    out: str | Path | None = None,
-    progress: ProgressFn | None = None,
-) -> RunResult:
-    """Black-box tests on two bring-your-own samples files; results stored like a run's."""
-    t0 = time.perf_counter()
-    progress = progress or _no_progress
-    from spectest.protocol import MULTIPLICITY_METHODS
-
-    if not (0.0 < alpha < 1.0):
-        raise ConfigError(f"--alpha: expected a number in (0, 1), got {alpha!r}")
-    if multiplicity not in MULTIPLICITY_METHODS:
-        raise ConfigError(
-            f"--multiplicity: expected one of {', '.join(MULTIPLICITY_METHODS)}, "
-            f"got {multiplicity!r}"
-        )
-    ref = read_samples_file(reference)
-    cand = read_samples_file(candidate)
-    cells_r = set(map(tuple, ref[list(schema.CELL)].drop_duplicates().to_numpy().tolist()))
-    cells_c = set(map(tuple, cand[list(schema.CELL)].drop_duplicates().to_numpy().tolist()))
-    if cells_r != cells_c:
-        only_r, only_c = sorted(cells_r - cells_c), sorted(cells_c - cells_r)
-        which, cell, other = (
-            (reference, only_r[0], candidate) if only_r else (candidate, only_c[0], reference)
-        )
-        raise InputError(
-            f"{which}: cell (prompt_id, config_id) = {cell!r} is not in {other} "
-            f"({len(only_r) + len(only_c)} cell(s) not shared; "
-            "the two files must hold the same cells)"
-        )
-    samples = pd.concat(
-        [ref.assign(**{schema.ARM: "reference"}), cand.assign(**{schema.ARM: "candidate"})],
-        ignore_index=True,
-    )
-    samples = samples[[f.name for f in schema.SAMPLES_SCHEMA]]
-    digest = hashlib.sha256()
-    for df in (ref, cand):
-        digest.update(
-            pd.util.hash_pandas_object(df[[f.name for f in schema.BYO_SCHEMA]], index=False)
-            .to_numpy()
-            .tobytes()
-        )
-    analysis_d = {
-        "alpha": alpha,
-        "multiplicity": multiplicity,
-        "min_expected": 5.0,
-        "trie": {"depth": 2, "min_count": 200},
-        "whitebox": False,
-        "null_permutations": 200,
-        "max_mde_tv": None,
-    }
-    digest.update(repr(sorted(analysis_d.items())).encode())
-    h = digest.hexdigest()
-    run_dir = Path(out) if out is not None else Path("results") / f"compare-{h[:10]}"
-    rd = RunDir.open(
-        run_dir,
-        {
-            "kind": "compare",
-            "protocol_hash": h,
-            "name": "compare",
-            "reference": str(reference),
-            "candidate": str(candidate),
-        },
-    )
-    provenance = make_provenance(protocol_hash=h, device="n/a", seed_ranges={}, kind="compare")
-    tests = _compare_tests(analysis_d)
-    results = _compare_all(samples, None, _compare_arms(), tests, "compare", progress)
-    verdict, comparisons, summary = _finish(
-        rd,
-        samples=samples,
-        rounds=None,
-        results=results,
-        summary_base={
-            "kind": "compare",
-            "name": f"{Path(reference).name} vs {Path(candidate).name}",
-            "protocol_hash": h,
-            "analysis": analysis_d,
-            "notes": [],
-        },
-        provenance=provenance,
-        max_mde_tv=None,
-        junit=None,
-        summary_md=None,
-    )
-    return RunResult(rd.path, verdict, comparisons, summary, 0, 0, time.perf_counter() - t0)
-
-
-def open_stored(run_dir: str | Path) -> StoredRun:
-    """A completed run, for notebooks and reports."""
-    return load_run(run_dir)

@@ -9,13 +9,9 @@ import pytest
 import yaml
 
 from spectest.errors import ConfigError, ExitCode
-from spectest.protocol import (
-    load_protocol,
-    make_plan,
-    prompts_jsonl,
-    protocol_from_dict,
-    to_raw,
-)
+from spectest.plan import make_plan
+from spectest.prompts import prompts_jsonl
+from spectest.protocol import load_protocol, protocol_from_dict, to_raw
 
 REPO = Path(__file__).resolve().parents[1]
 

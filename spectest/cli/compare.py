@@ -27,7 +27,7 @@ def compare(
 ) -> None:
     """Compare two samples files. Columns: prompt_id (string), config_id (string), seed (int64),
     position (int32, 0 = first generated token), token_id (int64); one row per generated token."""
-    from spectest.runner import compare_files
+    from spectest.compare import compare_files
 
     with progress_bars(progress) as cb:
         result = compare_files(
