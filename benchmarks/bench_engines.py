@@ -1,10 +1,11 @@
 """Throughput of the built-in engines: rows/second of the plain and speculative arms.
 
-Workload: one prompt (8 tokens), ``--rows`` rows of one sampled config (temperature 1, top-k 50,
-top-p 0.95), ``--positions`` tokens, K draft tokens per round (sampled drafter, exact variant),
+Workload: one prompt (8 token ids; English text for the bundled pair), ``--rows`` rows of one
+sampled config (temperature 1, top-k 50, top-p 0.95), ``--positions`` tokens, K draft tokens per round (sampled drafter, exact variant),
 one batch of all rows. Pairs: the toy LM (V=256, order 2, scale 2; draft = table noise 0.5), the
 tiny HF preset (llama-tiny, logit_scale 8; draft = its first layer), and with ``--big`` the
-random-init Qwen3-0.6B shapes (bf16 on CUDA; draft = its first 4 layers). Side by side in one run.
+random-init Qwen3-0.6B shapes (bf16 on CUDA; draft = its first 4 layers); and the bundled
+trained byte-level pair (fp32). Side by side in one run.
 Records go to results/bench/engines.json (one record per (pair, arm), appended).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_engines.py [--device cuda] [--big]
@@ -24,21 +25,29 @@ from pathlib import Path
 import torch
 
 from spectest.engines.builtin import DrafterSpec, RowSpec, plain_decode, speculative_decode
+from spectest.models import bytetok
 from spectest.models.derive import first_layers
 from spectest.models.hf import from_preset
 from spectest.models.toy import ToyLM
+from spectest.models.zoo import load_pair
 from spectest.sampling.mutants import get_variant
 from spectest.sampling.params import SamplingParams
+
+SYNTH_PROMPT = [1, 2, 3, 4, 5, 6, 7, 8]
 
 
 def pairs(device: str, big: bool):  # type: ignore[no-untyped-def]
     toy = ToyLM(256, 2, 2.0, seed=0, device=device)
-    yield "toy:V=256,order=2", toy, toy.perturbed(0.5, seed=1)
+    yield "toy:V=256,order=2", toy, toy.perturbed(0.5, seed=1), SYNTH_PROMPT
+    tgt, drf = load_pair("bundled:target", "bundled:draft", device=device, dtype="float32", seed=0)
+    # NOTE: a text prompt: after control bytes like SYNTH_PROMPT the pair is out of distribution
+    # (measured: disjoint top-50 supports, zero acceptance), which would bench nothing useful.
+    yield "bundled pair (trained)", tgt, drf, bytetok.encode("The function returns a list of the")
     tiny = from_preset("llama-tiny", seed=0, device=device, dtype=torch.float32, logit_scale=8.0)
-    yield "hf-preset:llama-tiny", tiny, first_layers(tiny, 1)
+    yield "hf-preset:llama-tiny", tiny, first_layers(tiny, 1), SYNTH_PROMPT
     if big:
         q = from_preset("qwen3-0.6b", seed=0, device=device, logit_scale=1.0)
-        yield "hf-preset:qwen3-0.6b (bf16)", q, first_layers(q, 4)
+        yield "hf-preset:qwen3-0.6b (bf16)", q, first_layers(q, 4), SYNTH_PROMPT
 
 
 def sync(device: str) -> None:
@@ -58,7 +67,6 @@ def main() -> None:
     args = ap.parse_args()
     params = SamplingParams(temperature=1.0, top_k=50, top_p=0.95)
     rows = [RowSpec("c", s, params) for s in range(args.rows)]
-    prompt = [1, 2, 3, 4, 5, 6, 7, 8]
     kw = dict(num_positions=args.positions, run_key=1, prompt_id="p", batch_size=args.rows)
     drafter = DrafterSpec(onehot=False, k=args.k)
     exact = get_variant("exact")
@@ -69,7 +77,7 @@ def main() -> None:
     except OSError:
         sha = ""
     records = []
-    for name, target, draft in pairs(args.device, args.big):
+    for name, target, draft, prompt in pairs(args.device, args.big):
         plain_decode(target, prompt, rows[:8], **kw)  # warm-up (allocator, kernels)
         for arm in ("plain", "speculative"):
             sync(args.device)
