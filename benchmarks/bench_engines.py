@@ -1,11 +1,11 @@
 """Throughput of the built-in engines: rows/second of the plain and speculative arms.
 
 Workload: one prompt (8 token ids; English text for the bundled pair), ``--rows`` rows of one
-sampled config (temperature 1, top-k 50, top-p 0.95), ``--positions`` tokens, K draft tokens per round (sampled drafter, exact variant),
-one batch of all rows. Pairs: the toy LM (V=256, order 2, scale 2; draft = table noise 0.5), the
-tiny HF preset (llama-tiny, logit_scale 8; draft = its first layer), and with ``--big`` the
-random-init Qwen3-0.6B shapes (bf16 on CUDA; draft = its first 4 layers); and the bundled
-trained byte-level pair (fp32). Side by side in one run.
+sampled config (temperature 1, top-k 50, top-p 0.95), ``--positions`` tokens, K draft tokens per
+round (sampled drafter, exact variant), one batch of all rows. Pairs: the toy LM (V=256, order 2,
+scale 2; draft = table noise 0.5), the tiny HF preset (llama-tiny, logit_scale 8; draft = its
+first layer), the bundled trained byte-level pair (fp32), and with ``--big`` the random-init
+Qwen3-0.6B shapes (bf16 on CUDA; draft = its first 4 layers). Side by side in one run.
 Records go to results/bench/engines.json (one record per (pair, arm), appended).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_engines.py [--device cuda] [--big]
