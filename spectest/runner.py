@@ -35,6 +35,9 @@ from spectest.store import (
     PROMPTS_FILE,
     ROUNDS,
     SAMPLES,
+    TESTS,
+    TRIE,
+    WHITEBOX,
     RunDir,
     load_run,
     make_provenance,
@@ -307,8 +310,13 @@ def finish_run(
     }
     if rounds is not None and len(rounds):
         tables[ROUNDS] = (rounds, schema.ROUNDS_SCHEMA)
+    analysis_schemas = {
+        TESTS: schema.TESTS_SCHEMA,
+        TRIE: schema.TRIE_SCHEMA,
+        WHITEBOX: schema.WHITEBOX_TESTS_SCHEMA,
+    }
     for fname, df in tidy_tables(results).items():
-        tables[fname] = (df, None)
+        tables[fname] = (df, analysis_schemas[fname])
     rd.write_final(tables=tables, summary=summary, texts={}, provenance=provenance, manifest=False)
     write_reports(rd.path, junit=junit, summary_md=summary_md, require_complete=False)
     rd.write_manifest(provenance)

@@ -84,3 +84,62 @@ ROUNDS_SCHEMA = pa.schema(
         pa.field("emitted", pa.int32(), nullable=False),
     ]
 )
+
+# Analysis tables (one row per test; ``comparison`` names the arm compared with the reference).
+# Columns follow ``stats.analyze.CELL_COLUMNS`` / ``TRIE_COLUMNS`` / ``stats.whitebox``; a test
+# (tests/test_store.py) keeps them in step.
+COMPARISON = "comparison"
+_f64, _i64 = pa.float64(), pa.int64()
+TESTS_SCHEMA = pa.schema(
+    [
+        pa.field(PROMPT_ID, pa.string()),
+        pa.field(CONFIG_ID, pa.string()),
+        pa.field(POSITION, pa.int32()),
+        *(pa.field(n, _f64) for n in ("statistic", "pvalue", "p_adj")),
+        pa.field("reject", pa.bool_()),
+        *(pa.field(n, _i64) for n in ("dof", "n_ref", "n_cand", "n_bins", "pooled_tokens")),
+        *(
+            pa.field(n, _f64)
+            for n in (
+                "min_expected",
+                "tv",
+                "tv_null_mean",
+                "tv_null_q95",
+                "tv_excess",
+                "tv_pvalue",
+                "mde_tv",
+            )
+        ),
+        pa.field("status", pa.string()),
+        pa.field("pvalue_asymptotic", _f64),
+        pa.field("pvalue_permutation", _f64),
+        pa.field(COMPARISON, pa.string()),
+    ]
+)
+TRIE_SCHEMA = pa.schema(
+    [
+        pa.field(PROMPT_ID, pa.string()),
+        pa.field(CONFIG_ID, pa.string()),
+        pa.field("kind", pa.string()),
+        pa.field("depth", _i64),
+        pa.field("prefix", pa.string()),
+        *(pa.field(n, _f64) for n in ("statistic", "pvalue", "p_adj")),
+        pa.field("reject", pa.bool_()),
+        *(pa.field(n, _i64) for n in ("dof", "n_ref", "n_cand", "n_bins")),
+        pa.field("status", pa.string()),
+        pa.field(COMPARISON, pa.string()),
+    ]
+)
+WHITEBOX_TESTS_SCHEMA = pa.schema(
+    [
+        pa.field(ARM, pa.string()),
+        pa.field("test", pa.string()),
+        *(pa.field(n, _f64) for n in ("statistic", "pvalue", "pvalue_one_sided")),
+        pa.field("n", _i64),
+        pa.field("mde", _f64),
+        pa.field("detail", pa.string()),
+        pa.field("p_adj", _f64),
+        pa.field("reject", pa.bool_()),
+        pa.field(COMPARISON, pa.string()),
+    ]
+)
