@@ -14,7 +14,8 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -160,3 +161,21 @@ def print_result(result: Any, con: Console | None = None) -> None:
 
 def exit_with(code: int | ExitCode) -> None:
     raise typer.Exit(int(code))
+
+
+# Options shared by the commands that load a protocol (``run``, ``teeth``): one definition each.
+ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="Protocol YAML file.")]
+DeviceOpt = Annotated[str | None, typer.Option(help="Override models.device: cpu or cuda.")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Override any field: --set tests.alpha=0.01 (value parsed as YAML; repeatable).",
+    ),
+]
+ThreadsOpt = Annotated[
+    int | None,
+    typer.Option(help="torch CPU threads (default 1 unless OMP_NUM_THREADS is set; see README)."),
+]
+ProgressOpt = Annotated[bool, typer.Option(help="Show progress bars on stderr.")]

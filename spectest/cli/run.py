@@ -7,42 +7,40 @@ from typing import Annotated
 
 import typer
 
-from spectest.cli.common import boundary, exit_with, print_result, progress_bars
+from spectest.cli.common import (
+    ConfigOpt,
+    DeviceOpt,
+    ProgressOpt,
+    SetOpt,
+    ThreadsOpt,
+    boundary,
+    exit_with,
+    print_result,
+    progress_bars,
+)
 
 
 @boundary
 def run(
-    config: Annotated[Path, typer.Option("--config", "-c", help="Protocol YAML file.")],
+    config: ConfigOpt,
     out: Annotated[
         Path | None,
         typer.Option(
             help="Run directory (default: <protocol output>/<name>-<hash>; re-running resumes)."
         ),
     ] = None,
-    device: Annotated[str | None, typer.Option(help="Override models.device: cpu or cuda.")] = None,
+    device: DeviceOpt = None,
     seeds: Annotated[int | None, typer.Option(help="Override seeds.per_arm.")] = None,
     positions: Annotated[
         int | None, typer.Option(help="Override positions (tokens per sequence).")
     ] = None,
-    set_: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--set",
-            metavar="KEY=VALUE",
-            help="Override any field: --set tests.alpha=0.01 (value parsed as YAML; repeatable).",
-        ),
-    ] = None,
+    set_: SetOpt = None,
     junit: Annotated[Path | None, typer.Option(help="Also write JUnit XML here.")] = None,
     summary_md: Annotated[
         Path | None, typer.Option(help="Also write a markdown summary here (CI step summary).")
     ] = None,
-    threads: Annotated[
-        int | None,
-        typer.Option(
-            help="torch CPU threads (default 1 unless OMP_NUM_THREADS is set; see README)."
-        ),
-    ] = None,
-    progress: Annotated[bool, typer.Option(help="Show progress bars on stderr.")] = True,
+    threads: ThreadsOpt = None,
+    progress: ProgressOpt = True,
 ) -> None:
     """Run a protocol: generate both arms and the teeth, store, test, print the verdict."""
     from spectest.protocol import load_protocol
