@@ -185,9 +185,8 @@ def acceptance_mask(
     ratio makes that round exact, and accepting keeps the target's support. Raising instead would
     abort a whole statistical run on one row; the law's deviation is what the statistics test.
     """
-    ratio = (
-        p_x / q_x
-    )  # [B, K] +inf where q = 0 < p; NaN where p = q = 0 (NaN comparisons are False)
+    # [B, K]: +inf where q = 0 < p; NaN where p = q = 0 (NaN comparisons are False)
+    ratio = p_x / q_x
     return in_draft & (p_x > 0) & (u_accept <= ratio)
 
 
