@@ -69,11 +69,16 @@ class _Engines:
     """One engine instance per ``EngineChoice`` of the run, built on first use, closed at the
     end; the models are loaded once, with the draft only when an engine or white-box needs it."""
 
-    def __init__(self, protocol: Protocol, arms: Sequence[Arm]) -> None:
+    def __init__(self, protocol: Protocol, arms: Sequence[Arm], *, fast: bool = False) -> None:
         from spectest.engines.registry import engine_class
 
         self.protocol = protocol
-        self.classes = {a.engine: engine_class(a.engine.name) for a in arms}
+        # --fast: every built-in arm (teeth included) on the fast engine, same tokens and law
+        # (engines/fast.py); arms of other engines are untouched
+        self.classes = {
+            a.engine: engine_class("fast" if fast and a.engine.name == "builtin" else a.engine.name)
+            for a in arms
+        }
         need_draft = protocol.tests.whitebox or any(
             self.classes[a.engine].needs_draft(a.variant) for a in arms
         )
@@ -198,10 +203,19 @@ def run_protocol(
     junit: Path | None = None,
     summary_md: Path | None = None,
     threads: int | None = None,
+    fast: bool = False,
 ) -> RunResult:
     """Run a protocol (or its teeth only) into a run directory, resuming completed shards.
-    ``threads``: torch intra-op threads for generation (see ``configure_threads``)."""
+    ``threads``: torch intra-op threads for generation (see ``configure_threads``); ``fast``:
+    the built-in arms on the fast engine (``engines/fast.py``).
+
+    The summary's ``timings`` holds the wall time of each phase in seconds: ``load`` (models),
+    ``generate`` per arm (engine time without white-box, when the engine reports it apart),
+    ``whitebox`` (teacher forcing reported by the engines), ``analyze`` and ``total_to_write``
+    (everything before the final files); the write phase itself is in the returned summary only
+    (``summary.json`` is sealed by the manifest before it ends)."""
     t0 = time.perf_counter()
+    timings: dict[str, Any] = {"load": 0.0, "generate": {}, "whitebox": 0.0}
     progress = progress or no_progress
     _check_device(protocol)
     n_threads = configure_threads(protocol.models.device, threads)
@@ -244,7 +258,9 @@ def run_protocol(
     todo = [s for s in plan.shards if not rd.shard_done(s.key)]
     resumed = len(plan.shards) - len(todo)
     if todo:
-        engines = _Engines(protocol, [plan.arm(s.arm) for s in todo])
+        t_load = time.perf_counter()
+        engines = _Engines(protocol, [plan.arm(s.arm) for s in todo], fast=fast)
+        timings["load"] = time.perf_counter() - t_load
         try:
             target = engines.models.target
             assert target is not None
@@ -258,6 +274,7 @@ def run_protocol(
                 def shard_progress(task: str, done: int, n: int, _base: int = base) -> None:
                     progress("generate", _base + done, total)
 
+                t_gen = time.perf_counter()
                 samples, rounds = _generate_shard(
                     protocol,
                     plan.arm(shard.arm),
@@ -267,6 +284,10 @@ def run_protocol(
                     run_key,
                     shard_progress,
                 )
+                wb_s = float(getattr(engines.get(plan.arm(shard.arm).engine), "last_whitebox_s", 0))
+                gen = timings["generate"]
+                gen[shard.arm] = gen.get(shard.arm, 0.0) + time.perf_counter() - t_gen - wb_s
+                timings["whitebox"] += wb_s
                 engine_prov = {**provenance, "engines": engines.provenance()}
                 rd.write_shard(shard.key, samples, rounds, engine_prov)
                 base += size
@@ -275,10 +296,14 @@ def run_protocol(
             engines.close()
         progress("generate", total, total)
     samples, rounds = _read_shards(rd, plan)
+    t_an = time.perf_counter()
     results = compare_all(
         samples, rounds, plan.arms, protocol.tests, protocol.seeds.key, progress,
         readout_arms(plan.arms),
     )  # fmt: skip
+    timings["analyze"] = time.perf_counter() - t_an
+    timings["total_to_write"] = time.perf_counter() - t0
+    t_write = time.perf_counter()
     verdict, comparisons, summary = finish_run(
         rd,
         samples=samples,
@@ -299,15 +324,32 @@ def run_protocol(
             "positions": protocol.positions,
             "seeds_per_arm": protocol.seeds.per_arm,
             "prompt_set": protocol.prompts.file,
+            "timings": _rounded(timings),
         },
         provenance=provenance,
         max_mde_tv=protocol.tests.max_mde_tv,
         junit=junit,
         summary_md=summary_md,
     )
+    summary = {
+        **summary,
+        "timings": {**summary["timings"], "write": _r(time.perf_counter() - t_write)},
+    }
     return RunResult(
         rd.path, verdict, comparisons, summary, len(todo), resumed, time.perf_counter() - t0
     )
+
+
+def _r(x: float) -> float:
+    return round(float(x), 3)
+
+
+def _rounded(timings: dict[str, Any]) -> dict[str, Any]:
+    """Phase wall times in seconds, 3 decimals (``generate`` is a mapping arm → seconds)."""
+    return {
+        k: {a: _r(s) for a, s in v.items()} if isinstance(v, dict) else _r(v)
+        for k, v in timings.items()
+    }
 
 
 def _device_name(device: str) -> str:

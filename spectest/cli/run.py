@@ -41,6 +41,13 @@ def run(
     ] = None,
     threads: ThreadsOpt = None,
     progress: ProgressOpt = True,
+    fast: Annotated[
+        bool,
+        typer.Option(
+            help="Run the built-in arms (teeth included) on the fast engine: static KV cache, "
+            "CUDA graphs on CUDA, sort-free sampling; same tokens (README 'Speed')."
+        ),
+    ] = False,
 ) -> None:
     """Run a protocol: generate both arms and the teeth, store, test, print the verdict."""
     from spectest.protocol import load_protocol
@@ -53,7 +60,8 @@ def run(
     )
     with progress_bars(progress) as cb:
         result = run_protocol(
-            protocol, out=out, progress=cb, junit=junit, summary_md=summary_md, threads=threads
-        )
+            protocol, out=out, progress=cb, junit=junit, summary_md=summary_md, threads=threads,
+            fast=fast,
+        )  # fmt: skip
     print_result(result)
     exit_with(result.verdict.exit_code)

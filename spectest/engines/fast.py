@@ -35,8 +35,10 @@ from typing import Any
 
 import torch
 
+from spectest.engines.base import ArmJob, ArmOutput, Models
 from spectest.engines.builtin import (
     PLACEHOLDER_TOKEN_ID,
+    BuiltinEngine,
     DrafterSpec,
     EngineOutput,
     RowSpec,
@@ -458,3 +460,63 @@ def _spec_chunk(
         log.append((active, pos.clone(), a, torch.minimum(n, T - pos)))
         pos = pos + torch.where(active, n, 0)
     return out[:, :T], log
+
+
+# ----------------------------------------------------------------------------- the engine
+
+
+class FastEngine(BuiltinEngine):
+    """The built-in engine's arms (plain for the reference, the arm's ``SpecVariant`` otherwise)
+    on the fast loops: registered as ``fast``, and what ``spectest run --fast`` runs every
+    built-in arm on (teeth included). White-box columns as the built-in engine (teacher forcing
+    on the unwrapped models); ``last_whitebox_s`` is the teacher's wall time of the last job."""
+
+    name = "fast"
+
+    def __init__(self, options: Any, models: Models) -> None:
+        super().__init__(options, models)
+        t, d = models.target, models.draft
+        self.fast_models = Models(
+            None if t is None else as_fast(t), None if d is None else as_fast(d)
+        )
+        self.last_whitebox_s = 0.0
+
+    def generate(self, job: ArmJob) -> ArmOutput:
+        import time
+
+        target, draft = self.fast_models.target, self.fast_models.draft
+        assert target is not None
+        kw: dict[str, Any] = dict(
+            num_positions=job.num_positions,
+            run_key=job.run_key,
+            prompt_id=job.prompt_id,
+            batch_size=job.batch_size,
+            progress=job.tick,
+        )
+        if not self.speculative(job):
+            out = plain_decode_fast(target, job.prompt_ids, job.rows, **kw)
+        else:
+            if draft is None:
+                raise ModelError(f"engine {self.name}: arm {job.arm!r} needs the draft model")
+            out = speculative_decode_fast(
+                target, draft, job.prompt_ids, job.rows, drafter=job.drafter,
+                variant=self.variant(job), **kw,
+            )  # fmt: skip
+        wb = None
+        t0 = time.perf_counter()
+        if job.whitebox:
+            from spectest.engines.teacher import teacher_force
+
+            assert self.models.target is not None
+            wb = teacher_force(
+                self.models.target, job.prompt_ids, [r.params for r in job.rows], out.tokens,
+                draft=self.models.draft, drafter=job.drafter,
+            )  # fmt: skip
+        self.last_whitebox_s = time.perf_counter() - t0
+        return ArmOutput(out.tokens.numpy(), out.rounds, True, wb)
+
+    def provenance(self) -> dict[str, Any]:
+        t = self.fast_models.target
+        graphs = isinstance(t, StaticHFModel) and t.cuda_graphs
+        error = t.graph_error if isinstance(t, StaticHFModel) else None
+        return {**super().provenance(), "cuda_graphs": graphs, "graph_error": error}
