@@ -264,13 +264,14 @@ class _Graph:
         dev, N = model.device, model.max_slots
         self.kv = model._pool(B)
         self.ids = torch.zeros((B, S), dtype=torch.int64, device=dev)
+        self.new = torch.arange(N - S, N, device=dev)  # [S] overwritten by every run
         self.mask = torch.zeros((B, S, N), dtype=torch.bool, device=dev)
-        self.mask[:, :, 0] = True  # warm-up rows attend to something
+        self.mask[:, :, N - S] = True  # warm-up queries attend to something
         self.pos = torch.zeros((B, S), dtype=torch.int64, device=dev)
-        self.new = torch.arange(S, device=dev)  # overwritten by every run
-        # NOTE warm-up on a side stream then capture, as torch.cuda.graphs documents; the warm-up
-        # and capture write garbage into slots 0..S-1 of the pool, which every later forward
-        # overwrites (prefill) before any query can see them (the mask follows `valid`).
+        # NOTE warm-up on a side stream then capture, as torch.cuda.graphs documents. The graph is
+        # captured when the pool already holds a prompt, so warm-up and capture write their
+        # garbage into the LAST S slots, which no live row uses yet; a real forward writes a slot
+        # before any query can see it (the mask admits valid slots and the slots being written).
         stream = torch.cuda.Stream(device=dev)
         stream.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(stream):
