@@ -47,6 +47,7 @@ from spectest.judge import (
 from spectest.plan import Arm, Plan, make_plan
 from spectest.prompts import prompt_token_ids, prompts_jsonl
 from spectest.protocol import EngineChoice, Protocol, load_protocol, to_raw
+from spectest.scaleout import local_devices
 from spectest.store import PROMPTS_FILE, ROUNDS, SAMPLES, RunDir, load_run, make_provenance
 from spectest.summary import build_summary
 
@@ -204,10 +205,15 @@ def run_protocol(
     summary_md: Path | None = None,
     threads: int | None = None,
     fast: bool = False,
+    devices: Sequence[str] | None = None,
+    ray: str | None = None,
 ) -> RunResult:
     """Run a protocol (or its teeth only) into a run directory, resuming completed shards.
     ``threads``: torch intra-op threads for generation (see ``configure_threads``); ``fast``:
-    the built-in arms on the fast engine (``engines/fast.py``).
+    the built-in arms on the fast engine (``engines/fast.py``). ``devices``: one worker process
+    per device (default: every visible GPU of a ``cuda`` run, else this process); ``ray``: the
+    shards as Ray tasks (``auto``, an address, or ``local``). Both write the same run directory
+    as a single-device run (``spectest.scaleout``).
 
     The summary's ``timings`` holds the wall time of each phase in seconds: ``load`` (models),
     ``generate`` per arm (engine time without white-box, when the engine reports it apart),
@@ -257,7 +263,15 @@ def run_protocol(
     )
     todo = [s for s in plan.shards if not rd.shard_done(s.key)]
     resumed = len(plan.shards) - len(todo)
-    if todo:
+    workers = list(devices) if devices else local_devices(protocol.models.device)
+    if todo and (ray is not None or len(workers) > 1):
+        t_gen = time.perf_counter()
+        provenance = _generate_spread(
+            protocol, rd, todo, provenance, teeth_only=teeth_only, fast=fast, threads=threads,
+            workers=workers, ray=ray, progress=progress,
+        )  # fmt: skip
+        timings["generate"] = {"all arms, spread": time.perf_counter() - t_gen}
+    elif todo:
         t_load = time.perf_counter()
         engines = _Engines(protocol, [plan.arm(s.arm) for s in todo], fast=fast)
         timings["load"] = time.perf_counter() - t_load
@@ -338,6 +352,56 @@ def run_protocol(
     return RunResult(
         rd.path, verdict, comparisons, summary, len(todo), resumed, time.perf_counter() - t0
     )
+
+
+def _generate_spread(
+    protocol: Protocol,
+    rd: RunDir,
+    todo: Sequence[Any],
+    provenance: dict[str, Any],
+    *,
+    teeth_only: bool,
+    fast: bool,
+    threads: int | None,
+    workers: Sequence[str],
+    ray: str | None,
+    progress: ProgressFn,
+) -> dict[str, Any]:
+    """Generate ``todo`` on several workers (``spectest.scaleout``); the driver writes every
+    shard as it comes back. Returns the provenance with each worker's engines and device."""
+    from spectest import scaleout
+
+    n = scaleout.ray_workers(ray, protocol.models.device) if ray is not None else len(workers)
+    groups = scaleout.split([s.key for s in todo], n)
+    yaml_text = (rd.path / "protocol.yaml").read_text(encoding="utf-8")
+    prompts_text = (rd.path / PROMPTS_FILE).read_text(encoding="utf-8")
+    tasks = [
+        scaleout.ShardTask(
+            yaml_text,
+            prompts_text,
+            protocol.hash,
+            teeth_only,
+            g,
+            protocol.models.device if ray is not None else workers[i],
+            fast,
+            threads,
+        )
+        for i, g in enumerate(groups)
+    ]
+    done: list[str] = []
+    worker_prov: dict[str, Any] = {}
+
+    def on_shard(shard: scaleout.ShardResult) -> None:
+        key, samples, rounds, prov = shard
+        rd.write_shard(key, samples, rounds, {**provenance, **prov})
+        w = prov["worker"]
+        worker_prov[f"{w['host']}:{w['device']}:{w['pid']}"] = prov["engines"]
+        done.append(key)
+        progress("generate", len(done), len(todo))
+
+    progress("generate", 0, len(todo))
+    (scaleout.run_ray if ray is not None else scaleout.run_local)(tasks, on_shard)
+    return {**provenance, "workers": worker_prov, "scaleout": "ray" if ray else "processes"}
 
 
 def _r(x: float) -> float:

@@ -48,6 +48,20 @@ def run(
             "CUDA graphs on CUDA, sort-free sampling; same tokens (README 'Speed')."
         ),
     ] = False,
+    devices: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated devices, one worker process each (e.g. cuda:0,cuda:1; cpu,cpu). "
+            "Default: every visible GPU of a cuda run."
+        ),
+    ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            help="Run the shards as Ray tasks: auto (this host's cluster), an address, or local "
+            "(needs spectest[ray])."
+        ),
+    ] = None,
 ) -> None:
     """Run a protocol: generate both arms and the teeth, store, test, print the verdict."""
     from spectest.protocol import load_protocol
@@ -61,7 +75,8 @@ def run(
     with progress_bars(progress) as cb:
         result = run_protocol(
             protocol, out=out, progress=cb, junit=junit, summary_md=summary_md, threads=threads,
-            fast=fast,
+            fast=fast, ray=ray,
+            devices=[d.strip() for d in devices.split(",") if d.strip()] if devices else None,
         )  # fmt: skip
     print_result(result)
     exit_with(result.verdict.exit_code)
