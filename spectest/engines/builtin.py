@@ -39,6 +39,7 @@ plain prefix law whatever the round boundaries are.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -444,6 +445,7 @@ class BuiltinEngine(Engine):
                 variant=self.variant(job), **kw,
             )  # fmt: skip
         wb = None
+        t_wb = time.perf_counter()  # the runner reports white-box time apart (summary timings)
         if job.whitebox:
             from spectest.engines.teacher import teacher_force
 
@@ -453,4 +455,5 @@ class BuiltinEngine(Engine):
                 target, job.prompt_ids, [r.params for r in job.rows], out.tokens, draft=draft,
                 drafter=job.drafter,
             )  # fmt: skip
+        self.last_whitebox_s = time.perf_counter() - t_wb
         return ArmOutput(out.tokens.numpy(), out.rounds, True, wb)

@@ -300,13 +300,21 @@ class _Graph:
 
 
 def as_fast(
-    model: LanguageModel, *, max_slots: int = 256, cuda_graphs: bool = True
+    model: LanguageModel,
+    *,
+    max_slots: int = 256,
+    cuda_graphs: bool = True,
+    static: bool | None = None,
 ) -> LanguageModel:
-    """``model`` for this engine: an ``HFModel`` gets the static cache (and CUDA graphs on CUDA);
-    other models (the toy LM) are returned as they are."""
+    """``model`` for this engine: an ``HFModel`` gets the static cache and CUDA graphs when
+    ``static`` (default: on CUDA only — on CPU a static cache only adds masked attention work, so
+    the fast engine there is the built-in loops on the fast pipeline); other models (the toy LM)
+    are returned as they are."""
     if isinstance(model, StaticHFModel):
         return model
-    if isinstance(model, HFModel):
+    if static is None:
+        static = model.device.type == "cuda"
+    if isinstance(model, HFModel) and static:
         return StaticHFModel(model, max_slots=max_slots, cuda_graphs=cuda_graphs)
     return model
 
