@@ -29,6 +29,7 @@ from spectest.errors import ConfigError, InputError
 from spectest.plan import Arm, Plan, make_plan
 from spectest.prompts import prompt_token_ids, prompts_jsonl
 from spectest.protocol import Protocol, load_protocol, to_raw
+from spectest.shipped import shipped_name
 from spectest.store import (
     HISTOGRAMS,
     HISTOGRAMS_SCHEMA,
@@ -360,6 +361,9 @@ def run_protocol(
             for a in plan.arms
         ],
         "seed_ranges": plan.seed_ranges,
+        # which protocol file this run used (a bare --config name may resolve to a shipped one)
+        "protocol_source": protocol.source,
+        "protocol_shipped": shipped_name(protocol.source),
     }
     rd = RunDir.open(
         run_dir,

@@ -78,7 +78,7 @@ def test_manifest_last_and_incomplete_runs_refused(tmp_path: Path) -> None:
     )
     assert set(manifest["files"]) >= {SAMPLES, "summary.json", "report.md", "run.json"}
     stored = load_run(run)
-    assert stored.summary == {"decision": "equivalent"}
+    assert stored.summary == {"decision": "equivalent", "complete": True}
     assert len(stored.table(SAMPLES)) == 6
     assert read_provenance(run / SAMPLES)["seed_ranges"] == {"reference": [0, 3]}
     # reopening (resume / re-analysis) removes the manifest first: never half-complete
