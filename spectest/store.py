@@ -297,21 +297,35 @@ class _Lock:
     the holder dies in any way (SIGKILL, OOM), so a lock is never stale. The file is left in
     place (unlinking a locked file races a second opener) and holds the holder's pid for the
     message. The descriptor is not inherited by subprocesses (``os.open`` is non-inheritable).
+
+    NOTE: the lock keeps other processes out. Within one process a new ``RunDir`` on a directory
+    takes over the lock of an earlier one that was never released — a run that raised, whose
+    frames a caller still holds (spectest never writes one directory from two threads).
     """
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, key: str) -> None:
         self.fd: int | None = fd
+        self.key = key
+        _HELD[key] = self
 
     def release(self) -> None:
         if self.fd is not None:
             fd, self.fd = self.fd, None
+            if _HELD.get(self.key) is self:
+                del _HELD[self.key]
             os.close(fd)  # closing the descriptor drops the flock
 
     def __del__(self) -> None:  # a RunDir dropped without release (an exception) unlocks too
         self.release()
 
 
+_HELD: dict[str, _Lock] = {}  # this process's locks, by real path of the run directory
+
+
 def _lock(run: Path) -> _Lock:
+    key = os.path.realpath(run)
+    if key in _HELD:
+        _HELD[key].release()  # abandoned by an earlier RunDir of this process (see _Lock)
     fd = os.open(run / LOCK_FILE, os.O_RDWR | os.O_CREAT, _FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -328,7 +342,7 @@ def _lock(run: Path) -> _Lock:
         raise
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return _Lock(fd)
+    return _Lock(fd, key)
 
 
 def _check_out_path(p: Path) -> None:
