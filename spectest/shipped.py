@@ -69,7 +69,9 @@ def list_shipped() -> list[ShippedProtocol]:
     d = shipped_dir()
     if d is None:
         return []
-    files = sorted(f for f in d.iterdir() if f.suffix in _SUFFIXES and f.is_file())
+    files = sorted(
+        (f for f in d.iterdir() if f.suffix in _SUFFIXES and f.is_file()), key=lambda f: f.stem
+    )
     return [ShippedProtocol(f.stem, f, _description(f)) for f in files]
 
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from rich.table import Table
+import typer
 
-from spectest.cli.common import boundary, console
+from spectest.cli.common import boundary
 
 
 @boundary
 def protocols() -> None:
-    """List the protocols shipped with spectest (``--config NAME`` runs one from anywhere)."""
+    """List the protocols shipped with spectest, one per line: name, then description
+    (``spectest run --config NAME`` runs one from anywhere; a local file of that name wins)."""
     from spectest.errors import InfrastructureError
     from spectest.shipped import list_shipped, shipped_dir
 
@@ -18,11 +19,7 @@ def protocols() -> None:
         raise InfrastructureError(
             "no shipped protocols in this install (spectest/protocols_data is missing)"
         )
-    con = console()
-    table = Table(title=f"shipped protocols ({shipped_dir()})")
-    table.add_column("name")
-    table.add_column("description")
+    width = max(len(p.name) for p in items)
     for p in items:
-        table.add_row(p.name, p.description)
-    con.print(table)
-    con.print("run one from anywhere: spectest run --config NAME (a local file of that name wins)")
+        typer.echo(f"{p.name:<{width}}  {p.description}")
+    typer.echo(f"({len(items)} protocols in {shipped_dir()}; run one: spectest run --config NAME)")
