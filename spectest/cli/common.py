@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import click
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -62,7 +63,7 @@ def infrastructure_line(err: BaseException) -> str:
     """The one line for an exception that is not a ``SpectestError`` (exit 4)."""
     if isinstance(err, OSError):
         return os_error_line(err)
-    if isinstance(err, ModuleNotFoundError):
+    if isinstance(err, ModuleNotFoundError) and not (err.name or "").startswith("spectest"):
         return (
             f"missing package {err.name!r}: this command needs it; install it into this "
             "environment (pip install ...) and re-run"
@@ -106,8 +107,8 @@ def boundary(fn: F) -> F:
         except KeyboardInterrupt:
             err_console().print("interrupted: completed shards are kept; re-run to resume")
             raise typer.Exit(130) from None
-        except (typer.Exit, typer.Abort, SystemExit):
-            raise
+        except (typer.Exit, typer.Abort, click.ClickException):
+            raise  # click's own exits and usage errors (exit 2) keep their meaning
         except Exception as err:
             if os.environ.get(DEBUG_ENV):
                 traceback.print_exc()
