@@ -109,6 +109,7 @@ def compare_files(
             "reference": str(reference),
             "candidate": str(candidate),
         },
+        replace=True,  # nothing to resume: a re-run (after a failure, or of new data) replaces it
     )
     provenance = make_provenance(protocol_hash=h, device="n/a", seed_ranges={}, kind="compare")
     tests = byo_tests(analysis_d)

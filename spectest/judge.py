@@ -183,6 +183,9 @@ def finish_run(
     for fname, df in tidy_tables(results).items():
         tables[fname] = (df, analysis_schemas[fname])
     rd.write_final(tables=tables, summary=summary, texts={}, provenance=provenance, manifest=False)
-    write_reports(rd.path, junit=junit, summary_md=summary_md, require_complete=False)
+    write_reports(rd.path, require_complete=False)
     rd.write_manifest(provenance)
+    if junit is not None or summary_md is not None:
+        # NOTE: the CI outputs only after the manifest: a killed run never leaves a JUnit file
+        write_reports(rd.path, junit=junit, summary_md=summary_md)
     return verdict, comparisons, summary

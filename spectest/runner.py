@@ -47,6 +47,7 @@ from spectest.judge import (
 from spectest.plan import Arm, Plan, make_plan
 from spectest.prompts import prompt_token_ids, prompts_jsonl
 from spectest.protocol import EngineChoice, Protocol, load_protocol, to_raw
+from spectest.shipped import shipped_name
 from spectest.store import PROMPTS_FILE, ROUNDS, SAMPLES, RunDir, load_run, make_provenance
 from spectest.summary import build_summary
 
@@ -225,6 +226,9 @@ def run_protocol(
             for a in plan.arms
         ],
         "seed_ranges": plan.seed_ranges,
+        # which protocol file this run used (a bare --config name may resolve to a shipped one)
+        "protocol_source": protocol.source,
+        "protocol_shipped": shipped_name(protocol.source),
     }
     rd = RunDir.open(
         run_dir,
