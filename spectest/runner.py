@@ -290,7 +290,7 @@ def finish_run(
     from spectest.stats.histograms import position_counts
 
     comparisons = tuple(summarize(a, arm) for arm, a in results)
-    verdict = decide(comparisons, max_mde_tv=max_mde_tv)
+    verdict = decide(comparisons, max_mde_tv=max_mde_tv, kind=summary_base["kind"])
     summary_base = {
         **summary_base,
         "details": {arm.name: json_safe(a.summary()) for arm, a in results},
@@ -509,7 +509,7 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         tests = byo_tests(stored.summary["analysis"])
         arms = byo_arms()
         key = "compare"
-        max_mde = None
+        max_mde = stored.summary["analysis"].get("max_mde_tv")
         readout: frozenset[str] = frozenset()
     else:
         pf = stored.protocol_file
@@ -526,7 +526,7 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         readout = _readout(protocol)
     results = compare_all(samples, rounds, arms, tests, key, progress, readout)
     comparisons = tuple(summarize(a, arm) for arm, a in results)
-    verdict = decide(comparisons, max_mde_tv=max_mde)
+    verdict = decide(comparisons, max_mde_tv=max_mde, kind=str(stored.info.get("kind", "run")))
     base = stored.summary
     summary = build_summary(
         kind=str(base.get("kind")),
