@@ -185,7 +185,12 @@ def test_compare_same_law_exit_0_and_analyze_report(tmp_path: Path) -> None:
     assert "edited by hand" not in (out / "report.md").read_text()
     assert "data:image/png;base64," in (out / "report.html").read_text()
     assert "equivalent" in (tmp_path / "s.md").read_text()
-    assert 'failures="0"' in (tmp_path / "j.xml").read_text()
+    junit = (tmp_path / "j.xml").read_text()
+    assert 'failures="0"' in junit and '<testcase classname="spectest.' in junit
+    assert 'name="resolution" value="resolution (α 0.01, power 80 %): per-cell TV 0.185' in junit
+    for text in ((out / "report.md").read_text(), (tmp_path / "s.md").read_text()):
+        assert "EQUIVALENT (exit 0): no difference found: a per-cell TV of 0.185" in text
+        assert "required per-cell TV ≤ 0.2 (--max-mde-tv)" in text
 
 
 def test_compare_poor_resolution_exits_3_by_default(tmp_path: Path) -> None:
