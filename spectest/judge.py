@@ -132,11 +132,11 @@ def summarize(analysis: Any, arm: Arm) -> Comparison:
 
 
 def judge(
-    results: Sequence[tuple[Arm, Any]], max_mde_tv: float | None
+    results: Sequence[tuple[Arm, Any]], max_mde_tv: float | None, *, kind: str = "run"
 ) -> tuple[tuple[Comparison, ...], Verdict]:
-    """Every analysis summarised, and the decision over them."""
+    """Every analysis summarised, and the decision over them (``kind``: run, teeth, compare)."""
     comparisons = tuple(summarize(a, arm) for arm, a in results)
-    return comparisons, decide(comparisons, max_mde_tv=max_mde_tv)
+    return comparisons, decide(comparisons, max_mde_tv=max_mde_tv, kind=kind)
 
 
 def finish_run(
@@ -155,7 +155,7 @@ def finish_run(
     from spectest.report import write_reports
     from spectest.stats.histograms import position_counts
 
-    comparisons, verdict = judge(results, max_mde_tv)
+    comparisons, verdict = judge(results, max_mde_tv, kind=summary_base["kind"])
     summary_base = {
         **summary_base,
         "details": {arm.name: json_safe(a.summary()) for arm, a in results},

@@ -383,7 +383,7 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         tests = byo_tests(stored.summary["analysis"])
         arms = byo_arms()
         key = "compare"
-        max_mde = None
+        max_mde = stored.summary["analysis"].get("max_mde_tv")
         readout: frozenset[str] = frozenset()
     else:
         pf = stored.protocol_file
@@ -399,7 +399,7 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         tests, key, max_mde = protocol.tests, protocol.seeds.key, protocol.tests.max_mde_tv
         readout = readout_arms(arms)
     results = compare_all(samples, rounds, arms, tests, key, progress, readout)
-    comparisons, verdict = judge(results, max_mde)
+    comparisons, verdict = judge(results, max_mde, kind=str(stored.info.get("kind", "run")))
     base = stored.summary
     summary = build_summary(
         kind=str(base.get("kind")),

@@ -34,11 +34,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 MAX_FAILING_PRINTED = 10
 
 EXIT_CODES_HELP = (
-    "Exit codes: 0 no difference detected and the teeth are sound; 1 the distributions differ "
-    "(failing cells listed); 2 bad input or usage; 3 inconclusive (a null arm rejected, a "
-    "required mutant or ε not killed, or power below the protocol's requirement); 4 "
-    "infrastructure error, no verdict (filesystem, permissions, disk full, missing package, "
-    "killed subprocess, internal error)."
+    "Exit codes: 0 tested and no difference found, at the stated resolution, every tooth "
+    "asked for sound; 1 the distributions differ (failing cells listed); 2 bad input or usage; "
+    "3 inconclusive (nothing testable, a null arm rejected, a tooth not killed or run on no "
+    "data, or a resolution worse than required: the protocol's max_mde_tv, 0.15 by default "
+    "when no tooth shows the power); 4 infrastructure error, no verdict (filesystem, "
+    "permissions, disk full, missing package, killed subprocess, internal error)."
 )
 DEBUG_ENV = "SPECTEST_DEBUG"  # set to 1 to see the traceback of an infrastructure/internal error
 
@@ -149,7 +150,11 @@ def fmt(x: float | None, digits: int = 4) -> str:
 
 
 def print_result(result: Any, con: Console | None = None) -> None:
-    """Print a ``RunResult``: verdict line, per-config summary table, teeth, where the files are."""
+    """Print a ``RunResult``: the per-config summary table, teeth, failing cells, then the
+    verdict as ``spectest.summary.verdict_lines`` words it (headline, what was tested, the
+    resolution, every reason)."""
+    from spectest.summary import verdict_lines
+
     con = con or console()
     summary = result.summary
     verdict = summary["verdict"]
@@ -211,10 +216,14 @@ def print_result(result: Any, con: Console | None = None) -> None:
         if n > MAX_FAILING_PRINTED:
             more = f"{summary.get('run_dir')}/tests.parquet"
             con.print(f"  ... {n - MAX_FAILING_PRINTED} more: see {more}", markup=False)
-    decision = verdict["decision"].upper()
-    con.print(f"[bold {style}]{decision}[/bold {style}] (exit {verdict['exit_code']})")
-    for r in verdict["reasons"]:
-        con.print(f"  - {r}", markup=False)
+    for line in verdict_lines(verdict):
+        # NOTE: one physical line each (soft wrap): CI logs are grepped for them
+        if line.startswith(" "):
+            con.print(line, markup=False, soft_wrap=True)
+        else:
+            word, _, rest = line.partition(" ")
+            con.print(f"[bold {style}]{word}[/bold {style}] ", end="", soft_wrap=True)
+            con.print(rest, markup=False, soft_wrap=True)
 
 
 def exit_with(code: int | ExitCode) -> None:

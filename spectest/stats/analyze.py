@@ -19,7 +19,16 @@ from scipy import stats
 
 from spectest import schema as sc
 from spectest.errors import ConfigError
-from spectest.stats import distance, homogeneity, multiplicity, power, tables, trie, whitebox
+from spectest.stats import (
+    distance,
+    homogeneity,
+    lengths,
+    multiplicity,
+    power,
+    tables,
+    trie,
+    whitebox,
+)
 from spectest.stats.histograms import encode_samples, format_prefix
 
 MULTIPLICITY = ("bh", "by", "maxT")
@@ -141,9 +150,12 @@ class Analysis:
          — BY when ``multiplicity`` is 'by' or 'maxT'), at ``alpha_trie``;
       3. a white-box test of the candidate arm is rejected after Bonferroni over that arm's
          white-box tests, at ``alpha_whitebox``;
-      4. the candidate emitted a token with target probability 0 (``support_violation``).
+      4. the candidate emitted a token with target probability 0 (``support_violation``);
+      5. a cell's sequence-length distribution differs (``spectest.stats.lengths``, BH at
+         ``alpha_lengths``): sequences that stop early are a different law, not "untestable".
     The run-level α is split equally over the active families (cells always; trie when
-    ``trie_depth >= 1`` and there are >= 2 positions; white-box when its columns are present),
+    ``trie_depth >= 1`` and there are >= 2 positions; white-box when its columns are present;
+    lengths when some cell's length table is testable — ``lengths`` module docstring),
     so under H0 P(rejected) ≤ α by the union bound: each procedure bounds its family's
     P(any rejection) under the global null (FDR = FWER there). A rejected white-box test of the
     *reference* arm means spectest's own p_t is wrong: ``whitebox_control_failed`` (the verdict
@@ -180,11 +192,14 @@ class Analysis:
     multiplicity_procedure: str
     n_permutations: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    lengths: pd.DataFrame = field(default_factory=lambda: _empty(lengths.LENGTH_COLUMNS))
+    alpha_lengths: float = 0.0
+    lengths_rejected: bool = False
 
     def summary(self) -> dict[str, Any]:
         """The run-level numbers as a JSON-ready dict (no DataFrames)."""
         # NOTE: not asdict(self), which would deep-copy the DataFrames
-        skip = ("cells", "trie", "whitebox", "options")
+        skip = ("cells", "trie", "whitebox", "lengths", "options")
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         out["options"] = asdict(self.options)
         out["notes"] = list(self.notes)
@@ -243,10 +258,15 @@ def analyze(
         and has_pit
         and samples.loc[samples[sc.ARM] == candidate, sc.WB_P].notna().any()
     )
-    n_fam = 1 + int(do_trie) + int(do_wb)
+    len_df = lengths.length_tests(enc, opts.min_expected)
+    do_len = lengths.is_active(len_df)
+    n_fam = 1 + int(do_trie) + int(do_wb) + int(do_len)
     a_cells = _family_alpha(opts.alpha, n_fam)
     a_trie = _family_alpha(opts.alpha, n_fam) if do_trie else 0.0
     a_wb = _family_alpha(opts.alpha, n_fam) if do_wb else 0.0
+    a_len = _family_alpha(opts.alpha, n_fam) if do_len else 0.0
+    if do_len:
+        len_df = lengths.adjust(len_df, a_len, opts.power)
 
     labels_cache: dict[tuple[int, int], np.ndarray] = {}
     cell_parts: list[dict[str, np.ndarray]] = []
@@ -362,6 +382,7 @@ def analyze(
     cells_rej = bool(cells["reject"].any())
     trie_rej = bool(len(trie_df) and trie_df["reject"].astype(bool).any())
     wb_rej = bool(len(cand_wb) and cand_wb["reject"].astype(bool).any())
+    len_rej = bool(len(len_df) and len_df["reject"].astype(bool).any())
     notes = []
     if m == 0:
         notes.append("no testable cell-position: nothing was shown equal")
@@ -374,7 +395,7 @@ def analyze(
         cells=cells,
         trie=trie_df,
         whitebox=wb,
-        rejected=cells_rej or trie_rej or wb_rej or support,
+        rejected=cells_rej or trie_rej or wb_rej or support or len_rej,
         n_tested=m,
         n_rejected=int(cells["reject"].sum()),
         n_untestable=int((~testable).sum()),
@@ -394,6 +415,9 @@ def analyze(
         multiplicity_procedure=res.procedure,
         n_permutations=B,
         notes=tuple(notes),
+        lengths=len_df,
+        alpha_lengths=a_len,
+        lengths_rejected=len_rej,
     )
 
 
