@@ -642,16 +642,8 @@ def load_run(path: str | os.PathLike[str], *, require_manifest: bool = True) -> 
         raise InputError(
             f"{p}: no {MANIFEST}: the run is incomplete (interrupted?); re-run it to resume"
         )
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8")) if mpath.is_file() else {}
-        info = json.loads((p / RUN_INFO).read_text(encoding="utf-8"))
-        summary = json.loads((p / SUMMARY).read_text(encoding="utf-8"))
-    except FileNotFoundError as err:
-        raise InputError(
-            f"{err.filename}: missing from a run directory that has a manifest"
-        ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise InputError(f"{p}: a JSON file of the run is damaged ({err})") from None
+    manifest = _read_json(mpath) if mpath.is_file() else {}
+    summary = _read_json(p / SUMMARY)  # each JSON file is named when damaged
     if require_manifest and summary.get(COMPLETE_KEY) is False:
         raise InputError(
             f"{p}: {SUMMARY} says complete: false: the run was interrupted while finishing; "
@@ -659,7 +651,18 @@ def load_run(path: str | os.PathLike[str], *, require_manifest: bool = True) -> 
         )
     if require_manifest:
         verify_manifest(p, manifest)
+    info = _read_json(p / RUN_INFO)
     return StoredRun(path=p, info=info, manifest=manifest, summary=summary)
+
+
+def _read_json(f: Path) -> Any:
+    """A JSON file of a run directory; ``InputError`` naming the file when missing or damaged."""
+    try:
+        return json.loads(f.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{f}: missing from the run directory") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"{f}: damaged JSON ({err})") from None
 
 
 def verify_manifest(p: Path, manifest: Mapping[str, Any]) -> None:
