@@ -51,6 +51,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -319,13 +320,16 @@ class _Lock:
         self.release()
 
 
-_HELD: dict[str, _Lock] = {}  # this process's locks, by real path of the run directory
+# this process's live locks, by real path of the run directory; weak, so a RunDir that is
+# dropped without release (a run that raised) still unlocks when it is collected
+_HELD: weakref.WeakValueDictionary[str, _Lock] = weakref.WeakValueDictionary()
 
 
 def _lock(run: Path) -> _Lock:
     key = os.path.realpath(run)
-    if key in _HELD:
-        _HELD[key].release()  # abandoned by an earlier RunDir of this process (see _Lock)
+    held = _HELD.get(key)
+    if held is not None:
+        held.release()  # abandoned by an earlier RunDir of this process (see _Lock)
     fd = os.open(run / LOCK_FILE, os.O_RDWR | os.O_CREAT, _FILE_MODE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
