@@ -17,11 +17,12 @@ from typing import Any
 import pandas as pd
 
 from spectest import schema
+from spectest.byo import read_samples_file
 from spectest.errors import ConfigError, InputError
 from spectest.judge import ProgressFn, RunResult, compare_all, finish_run, no_progress
 from spectest.plan import Arm, SeedRange
 from spectest.protocol import MULTIPLICITY_METHODS, TestsSpec, TrieSpec
-from spectest.store import RunDir, make_provenance, read_samples_file
+from spectest.store import RunDir, make_provenance
 
 
 def byo_arms() -> list[Arm]:

@@ -4,8 +4,8 @@ Owns: the layout of ``results/<run-id>/``, every file write (each one to a tempo
 ``os.replace``, so a reader never sees half a file), the resume bookkeeping (one shard per
 arm × prompt, complete iff its samples file exists), provenance metadata, the writer's lock, and
 the rule that a directory is complete only once ``manifest.json`` — written last — exists and
-every data file it lists still has its sha256. Also reads bring-your-own samples files (Parquet
-or CSV) against ``schema.BYO_SCHEMA``.
+every data file it lists still has its sha256. Bring-your-own samples files are read and checked
+by ``spectest.byo``.
 
 Integrity rules
 ---------------
@@ -42,7 +42,6 @@ Layout
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -58,13 +57,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spectest import __version__, schema
 from spectest.errors import ConfigError, InfrastructureError, InputError, os_error_line
+from spectest.lock import LOCK_FILE, DirLock, lock_dir
 
 MANIFEST = "manifest.json"
 RUN_INFO = "run.json"
@@ -80,7 +79,6 @@ WHITEBOX = "whitebox.parquet"
 SUMMARY = "summary.json"
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
-LOCK_FILE = ".lock"
 COMPLETE_KEY = "complete"  # summary.json: false until the manifest is written
 PROVENANCE_KEY = b"spectest.provenance"
 RENDERED = (REPORT_MD, REPORT_HTML)  # views re-rendered from stored results; not data
@@ -289,62 +287,6 @@ def _crash_point(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-# ----------------------------------------------------------------------------- the writer's lock
-class _Lock:
-    """An exclusive ``flock`` on ``<run>/.lock``, held by an open descriptor.
-
-    NOTE: flock, not a pid file: the kernel releases it when the descriptor is closed, and so when
-    the holder dies in any way (SIGKILL, OOM), so a lock is never stale. The file is left in
-    place (unlinking a locked file races a second opener) and holds the holder's pid for the
-    message. The descriptor is not inherited by subprocesses (``os.open`` is non-inheritable).
-
-    NOTE: the lock keeps other processes out. Within one process a new ``RunDir`` on a directory
-    takes over the lock of an earlier one that was never released — a run that raised, whose
-    frames a caller still holds (spectest never writes one directory from two threads).
-    """
-
-    def __init__(self, fd: int, key: str) -> None:
-        self.fd: int | None = fd
-        self.key = key
-        _HELD[key] = self
-
-    def release(self) -> None:
-        if self.fd is not None:
-            fd, self.fd = self.fd, None
-            if _HELD.get(self.key) is self:
-                del _HELD[self.key]
-            os.close(fd)  # closing the descriptor drops the flock
-
-    def __del__(self) -> None:  # a RunDir dropped without release (an exception) unlocks too
-        self.release()
-
-
-_HELD: dict[str, _Lock] = {}  # this process's locks, by real path of the run directory
-
-
-def _lock(run: Path) -> _Lock:
-    key = os.path.realpath(run)
-    if key in _HELD:
-        _HELD[key].release()  # abandoned by an earlier RunDir of this process (see _Lock)
-    fd = os.open(run / LOCK_FILE, os.O_RDWR | os.O_CREAT, _FILE_MODE)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-        os.close(fd)
-        who = f" (pid {holder})" if holder.isdigit() else ""
-        raise ConfigError(
-            f"{run}: another spectest process{who} is writing to this run directory; "
-            "wait for it to finish or choose another --out"
-        ) from None
-    except BaseException:
-        os.close(fd)
-        raise
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return _Lock(fd, key)
-
-
 def _check_out_path(p: Path) -> None:
     """``--out`` must be, or be creatable as, a directory: name the file that is in the way."""
     if p.exists() and not p.is_dir():
@@ -380,7 +322,7 @@ class RunDir:
 
     path: Path
     info: dict[str, Any]
-    lock: _Lock | None = field(default=None, compare=False, repr=False)
+    lock: DirLock | None = field(default=None, compare=False, repr=False)
 
     @staticmethod
     def open(
@@ -411,7 +353,7 @@ class RunDir:
             )
         try:
             p.mkdir(parents=True, exist_ok=True)
-            lock = _lock(p)
+            lock = lock_dir(p)
         except OSError as err:
             raise InfrastructureError(
                 f"--out: cannot write into {str(p)!r}: {err.strerror or err}"
@@ -689,156 +631,12 @@ def verify_manifest(p: Path, manifest: Mapping[str, Any]) -> None:
             )
 
 
-# ------------------------------------------------------------------ bring-your-own samples
-_INT_COLS = (schema.SEED, schema.POSITION, schema.TOKEN_ID)
-_STR_COLS = (schema.PROMPT_ID, schema.CONFIG_ID)
-# inclusive upper bounds of the stored types (position int32, seed / token_id int64)
-_INT_MAX = {schema.SEED: 2**63 - 1, schema.POSITION: 2**31 - 1, schema.TOKEN_ID: 2**63 - 1}
-_SEQUENCE = (schema.PROMPT_ID, schema.CONFIG_ID, schema.SEED)
-
-
-def read_samples_file(path: str | os.PathLike[str]) -> pd.DataFrame:
-    """Read a bring-your-own samples file (Parquet, or CSV with a header) and check it against
-    ``schema.BYO_SCHEMA``: one line naming the file, the column and the bad value otherwise.
-
-    Notes
-    -----
-    Beyond types: integers must fit their stored type (``position`` int32, ``seed`` and
-    ``token_id`` int64) and be >= 0 — nothing is wrapped or truncated (``2**32 + 100`` would
-    otherwise become position 100); every sequence (prompt_id, config_id, seed) must hold each
-    position once and its positions must be exactly 0, 1, ..., n-1. A missing position in the
-    middle (0, 1, 3) is a gap, refused: the token at 3 was drawn after a token the file does
-    not show, so it cannot be tested as "the token at position 3" of a sequence. A sequence
-    that simply stops early (0..5 of 0..31) is a shorter sequence (EOS, a length limit), not
-    an error: its length is part of the law and is tested as such.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{p}: no such samples file")
-    expected = ", ".join(f.name for f in schema.BYO_SCHEMA)
-    if p.suffix.lower() in (".csv", ".tsv", ".txt"):
-        try:
-            df = pd.read_csv(
-                p,
-                sep="\t" if p.suffix.lower() == ".tsv" else ",",
-                dtype={c: str for c in _STR_COLS},
-            )
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-            raise InputError(f"{p}: not a readable CSV file ({str(err).splitlines()[0]})") from None
-    else:
-        df = read_table(p)
-    missing = [c for c in (f.name for f in schema.BYO_SCHEMA) if c not in df.columns]
-    if missing:
-        raise InputError(f"{p}: missing column(s) {', '.join(missing)} (expected {expected})")
-    if len(df) == 0:
-        raise InputError(f"{p}: holds no samples")
-    for col in _STR_COLS:
-        s = df[col]
-        bad = s[s.isna()]
-        if len(bad):
-            raise InputError(f"{p}: column {col}: empty value at row {int(bad.index[0])}")
-        if not (pd.api.types.is_string_dtype(s) or pd.api.types.is_object_dtype(s)):
-            raise InputError(
-                f"{p}: column {col}: expected strings, got {s.dtype} (e.g. {s.iloc[0]!r})"
-            )
-        df[col] = s.astype(str)
-    for col in _INT_COLS:
-        df[col] = _checked_integers(p, col, df[col])
-    df[schema.POSITION] = df[schema.POSITION].astype("int32")
-    dup = df.duplicated([schema.PROMPT_ID, schema.CONFIG_ID, schema.SEED, schema.POSITION])
-    if dup.any():
-        r = df[dup].iloc[0]
-        key = (
-            r[schema.PROMPT_ID],
-            r[schema.CONFIG_ID],
-            int(r[schema.SEED]),
-            int(r[schema.POSITION]),
-        )
-        raise InputError(f"{p}: duplicate row for (prompt_id, config_id, seed, position) = {key!r}")
-    _check_no_gaps(p, df)
-    extra = [
-        c
-        for c in df.columns
-        if c not in {f.name for f in schema.BYO_SCHEMA} and c not in schema.WHITEBOX_COLUMNS
-    ]
-    return df.drop(columns=extra)
-
-
-def _exact_int(v: Any) -> int | None:
-    """A cell as an exact Python int, or ``None`` when it is not an integer (bools are not)."""
-    if isinstance(v, bool | np.bool_):
-        return None
-    if isinstance(v, int | np.integer):
-        return int(v)
-    if isinstance(v, str):
-        with contextlib.suppress(ValueError):
-            return int(v.strip())
-        try:
-            v = float(v)
-        except ValueError:
-            return None
-    if isinstance(v, float | np.floating) and np.isfinite(v) and float(v).is_integer():
-        return int(v)
-    return None
-
-
-def _checked_integers(p: Path, col: str, s: pd.Series) -> pd.Series:
-    """``s`` as int64 after checking every value is an integer in [0, max of its stored type];
-    the message names the file, the column, the first bad value and its row.
-
-    NOTE: a column that is not already integer typed (floats, strings, a CSV value beyond
-    uint64 that pandas keeps as text) is converted cell by cell to exact Python ints, so the
-    range check never meets a float64 that rounded 2**63 or wrapped a large value."""
-
-    def bad(mask: Any, what: str) -> InputError:
-        i = int(np.asarray(mask, dtype=bool).nonzero()[0][0])
-        v = s.iloc[i]
-        v = v.item() if hasattr(v, "item") else v  # numpy scalar → Python for the message
-        return InputError(f"{p}: column {col}: expected {what}, got {v!r} at row {i}")
-
-    exact: pd.Series = s
-    if pd.api.types.is_bool_dtype(s) or not pd.api.types.is_integer_dtype(s):
-        exact = s.map(_exact_int).astype(object)
-        if exact.isna().any():
-            raise bad(exact.isna(), "integers")
-    lo, hi = 0, _INT_MAX[col]
-    neg = (exact < lo).to_numpy(dtype=bool)
-    if neg.any():
-        raise bad(neg, f"integers >= {lo}")
-    over = (exact > hi).to_numpy(dtype=bool)
-    if over.any():
-        raise bad(over, f"integers <= {hi} (the {col} column is {hi.bit_length() + 1}-bit)")
-    return exact.astype("int64")
-
-
-def _check_no_gaps(p: Path, df: pd.DataFrame) -> None:
-    """Each sequence's positions are 0..n-1 (no duplicates: checked before). A sequence that
-    stops early is fine; one with a hole is named with the first missing position."""
-    g = df.groupby(list(_SEQUENCE), sort=False)[schema.POSITION]
-    stats = g.agg(["size", "max"])
-    holed = stats[stats["max"] + 1 != stats["size"]]
-    if len(holed) == 0:
-        return
-    key = holed.index[0]
-    have = set(df.loc[
-        (df[schema.PROMPT_ID] == key[0]) & (df[schema.CONFIG_ID] == key[1])
-        & (df[schema.SEED] == key[2]), schema.POSITION,
-    ].tolist())  # fmt: skip
-    missing = next(t for t in range(int(stats.loc[key, "max"]) + 1) if t not in have)
-    after = min(t for t in have if t > missing)
-    raise InputError(
-        f"{p}: column position: sequence (prompt_id, config_id, seed) = "
-        f"{(key[0], key[1], int(key[2]))!r} has position {after} but not {missing}: "
-        f"a gap ({len(holed)} sequence(s) with gaps; positions must run 0, 1, ..., n-1)"
-    )
-
-
 def rewrite_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Re-list the files of a completed run after reports were (re)rendered into it, keeping its
     provenance: the run stays complete and its manifest stays true."""
     p = Path(path)
     try:
-        lock = _lock(p)
+        lock = lock_dir(p)
     except OSError as err:
         raise InfrastructureError(os_error_line(err, "run directory")) from None
     try:

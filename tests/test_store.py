@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from spectest import schema
+from spectest.byo import read_samples_file
 from spectest.errors import ConfigError, ExitCode, InputError
 from spectest.store import (
     MANIFEST,
@@ -18,7 +19,6 @@ from spectest.store import (
     load_run,
     make_provenance,
     read_provenance,
-    read_samples_file,
     read_table,
 )
 

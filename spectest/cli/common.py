@@ -231,7 +231,15 @@ def exit_with(code: int | ExitCode) -> None:
 
 
 # Options shared by the commands that load a protocol (``run``, ``teeth``): one definition each.
-ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="Protocol YAML file.")]
+ConfigOpt = Annotated[
+    Path,
+    typer.Option(
+        "--config",
+        "-c",
+        help="Protocol YAML file, or the name of a shipped one (`spectest protocols`); "
+        "a local file wins.",
+    ),
+]
 DeviceOpt = Annotated[str | None, typer.Option(help="Override models.device: cpu or cuda.")]
 SetOpt = Annotated[
     list[str] | None,
