@@ -1,7 +1,9 @@
 """Shared plumbing of the CLI commands: the error boundary, the rich console, progress bars, and
 the printed summary of a run.
 
-Owns: how a ``SpectestError`` becomes one line on stderr and its exit code, how a ``RunResult``
+Owns: how a ``SpectestError`` — or an ``OSError``, a missing module, a failed subprocess or any
+other exception escaping a command — becomes one line on stderr and its exit code (never 1:
+1 means "the distributions differ"), how a ``RunResult``
 is printed (verdict, the per-config summary table, teeth), and the rich progress adapter that
 the runner's progress callback drives. Knows nothing about statistics or files: it prints what
 ``spectest.runner`` returns.
@@ -11,18 +13,22 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
+import subprocess
 import sys
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import click
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from spectest.errors import ExitCode, SpectestError
+from spectest.errors import ExitCode, SpectestError, os_error_line
 
 F = TypeVar("F", bound=Callable[..., Any])
 MAX_FAILING_PRINTED = 10
@@ -32,8 +38,10 @@ EXIT_CODES_HELP = (
     "asked for sound; 1 the distributions differ (failing cells listed); 2 bad input or usage; "
     "3 inconclusive (nothing testable, a null arm rejected, a tooth not killed or run on no "
     "data, or a resolution worse than required: the protocol's max_mde_tv, 0.15 by default "
-    "when no tooth shows the power)."
+    "when no tooth shows the power); 4 infrastructure error, no verdict (filesystem, "
+    "permissions, disk full, missing package, killed subprocess, internal error)."
 )
+DEBUG_ENV = "SPECTEST_DEBUG"  # set to 1 to see the traceback of an infrastructure/internal error
 
 
 def console() -> Console:
@@ -45,8 +53,49 @@ def err_console() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def _signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def infrastructure_line(err: BaseException) -> str:
+    """The one line for an exception that is not a ``SpectestError`` (exit 4)."""
+    if isinstance(err, OSError):
+        return os_error_line(err)
+    if isinstance(err, ModuleNotFoundError) and not (err.name or "").startswith("spectest"):
+        return (
+            f"missing package {err.name!r}: this command needs it; install it into this "
+            "environment (pip install ...) and re-run"
+        )
+    if isinstance(err, subprocess.CalledProcessError):
+        cmd = err.cmd if isinstance(err.cmd, str) else " ".join(map(str, err.cmd))
+        how = (
+            f"was killed by {_signal_name(err.returncode)}"
+            if err.returncode < 0
+            else f"exited with status {err.returncode}"
+        )
+        return f"subprocess {cmd[:120]!r} {how}"
+    if isinstance(err, subprocess.TimeoutExpired):
+        return f"subprocess {str(err.cmd)[:120]!r} timed out after {err.timeout} s"
+    if isinstance(err, MemoryError):
+        return "out of memory"
+    first = (str(err).splitlines() or [""])[0]
+    return (
+        f"internal error: {type(err).__name__}: {first} "
+        f"(a bug in spectest, not a verdict; {DEBUG_ENV}=1 shows the traceback)"
+    )
+
+
 def boundary(fn: F) -> F:
-    """The one place a ``SpectestError`` is caught: one line on stderr, ``err.exit_code``."""
+    """The one place errors are caught: one line on stderr and a documented exit code.
+
+    ``SpectestError`` → its ``exit_code`` (2 or 4); anything else that escapes a command — an
+    ``OSError`` (permissions, disk full, a path under a file), a missing module, a failed or
+    killed subprocess, an internal error — → 4 (``ExitCode.INFRASTRUCTURE``), never Python's
+    default 1, which a CI gate would read as "the distributions differ".
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -59,6 +108,14 @@ def boundary(fn: F) -> F:
         except KeyboardInterrupt:
             err_console().print("interrupted: completed shards are kept; re-run to resume")
             raise typer.Exit(130) from None
+        except (typer.Exit, typer.Abort, click.ClickException):
+            raise  # click's own exits and usage errors (exit 2) keep their meaning
+        except Exception as err:
+            if os.environ.get(DEBUG_ENV):
+                traceback.print_exc()
+            line = " ".join(infrastructure_line(err).split("\n"))
+            err_console().print(f"error: {line}", markup=False)
+            raise typer.Exit(int(ExitCode.INFRASTRUCTURE)) from None
 
     return wrapper  # type: ignore[return-value]
 
