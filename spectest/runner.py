@@ -112,6 +112,10 @@ def _generate_shard(
         ("reference", "hf-generate"),
         ("candidate", "hf-assisted"),
     )
+    wb_mode = whitebox_mode(protocol)
+    # built-in arms record their white-box columns at generation time (exact in every dtype),
+    # except in teacher mode, where every arm is teacher-forced by the same teacher
+    record = protocol.tests.whitebox and wb_mode == "exact" and not on_hf
     if on_hf:  # transformers itself (engines/hf.py); teeth always run on the builtin engine
         from spectest.engines import hf
 
@@ -124,34 +128,51 @@ def _generate_shard(
                 confidence_threshold=engine.assistant_confidence_threshold, **common,
             )  # fmt: skip
     elif arm.role == "reference":
-        out = builtin.plain_decode(target, prompt_ids, rows, **common)
+        out = builtin.plain_decode(
+            target, prompt_ids, rows, whitebox=record, draft=draft, drafter=drafter, **common
+        )
     else:
         from spectest.sampling.mutants import get_variant
 
         variant = get_variant(arm.variant or "exact")
         out = builtin.speculative_decode(
-            target, draft, prompt_ids, rows, drafter=drafter, variant=variant, **common
-        )
+            target, draft, prompt_ids, rows, drafter=drafter, variant=variant, whitebox=record,
+            **common,
+        )  # fmt: skip
     samples = builtin.to_samples_frame(out, prompt_id, rows, arm.name)
-    if protocol.tests.whitebox and on_hf:
+    if record:
+        # NOTE: every arm, the reference included, records q_t with the same drafter law, so the
+        # white-box tests run on the plain arm as the control on spectest's own p and A_t.
+        assert out.whitebox is not None
+        samples = pd.concat([samples, out.whitebox], axis=1)
+    elif protocol.tests.whitebox and (on_hf or wb_mode == "teacher"):
         from spectest.engines.hf_teacher import hf_teacher_force
 
-        # NOTE: p_t (and the processed q_t) with transformers' own warpers: its plain law
+        # NOTE: p_t (and the processed q_t) with transformers' own warpers: its plain law. In
+        # teacher mode the built-in teeth arms are forced by this same teacher too, so that the
+        # two-sample tests compare one function of the sequences across arms.
         wb = hf_teacher_force(target, prompt_ids, [r.params for r in rows], out.tokens, draft=draft)
-        samples = pd.concat([samples, wb], axis=1)
-    elif protocol.tests.whitebox:
-        from spectest.engines.teacher import teacher_force
-
-        # NOTE: every arm, the reference included, is teacher-forced with the same draft law q, so
-        # the white-box tests run on the plain arm as the control on spectest's own p and A_t.
-        wb = teacher_force(
-            target, prompt_ids, [r.params for r in rows], out.tokens, draft=draft, drafter=drafter
-        )
         samples = pd.concat([samples, wb], axis=1)
     rounds = None
     if out.rounds is not None:
         rounds = builtin.to_rounds_frame(out, prompt_id, rows, arm.name)
     return samples, rounds
+
+
+LOW_PRECISION = ("bfloat16", "bf16", "float16", "fp16")
+
+
+def whitebox_mode(protocol: Protocol) -> str:
+    """'teacher' when some arm's white-box columns come from a teacher whose numerics may differ
+    from its engine's (an hf engine in bf16/fp16), else 'exact' (``AnalysisOptions``).
+
+    The built-in engine records its columns at generation time in every dtype; the hf arms are
+    teacher-forced by ``hf_teacher_force``, whose full-sequence forward matches incremental
+    decoding within float32 rounding but not in bf16/fp16 (issue 12).
+    """
+    e = protocol.engine
+    on_hf = e.reference == "hf-generate" or e.candidate == "hf-assisted"
+    return "teacher" if on_hf and protocol.models.dtype in LOW_PRECISION else "exact"
 
 
 def _load_models(protocol: Protocol, need_draft: bool) -> tuple[Any, Any]:
@@ -203,11 +224,12 @@ def _run_key(protocol: Protocol) -> int:
 
 
 # ----------------------------------------------------------------------------- analysis
-def _analysis_options(protocol_tests: Any) -> Any:
+def _analysis_options(protocol_tests: Any, whitebox_mode: str = "exact") -> Any:
     from spectest.stats.analyze import AnalysisOptions
 
     t = protocol_tests
     return AnalysisOptions(
+        whitebox_mode=whitebox_mode,
         alpha=t.alpha,
         multiplicity=t.multiplicity,
         min_expected=t.min_expected,
@@ -236,13 +258,14 @@ def compare_all(
     key: str,
     progress: ProgressFn,
     readout_rounds: frozenset[str] = frozenset(),
+    whitebox_mode: str = "exact",
 ) -> list[tuple[Arm, Any]]:
     """Analyse every non-reference arm against the reference. The rounds of the arms in
     ``readout_rounds`` are stored but not tested: the hf-assisted draft law is transformers'
     business, so acceptance vs Σ min(p, q_processed) measures speed there, not the law."""
     from spectest.stats.analyze import analyze
 
-    options = _analysis_options(tests)
+    options = _analysis_options(tests, whitebox_mode)
     out = []
     comps = [a for a in arms if a.role != "reference"]
     for i, arm in enumerate(comps):
@@ -407,8 +430,9 @@ def run_protocol(
         progress("generate", total, total)
     samples, rounds = _read_shards(rd, plan)
     results = compare_all(
-        samples, rounds, plan.arms, protocol.tests, protocol.seeds.key, progress, _readout(protocol)
-    )
+        samples, rounds, plan.arms, protocol.tests, protocol.seeds.key, progress,
+        _readout(protocol), whitebox_mode(protocol),
+    )  # fmt: skip
     verdict, comparisons, summary = finish_run(
         rd,
         samples=samples,
@@ -511,6 +535,7 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         key = "compare"
         max_mde = None
         readout: frozenset[str] = frozenset()
+        wb_mode = "exact"
     else:
         pf = stored.protocol_file
         if pf is None:
@@ -524,7 +549,8 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         arms = list(plan.arms)
         tests, key, max_mde = protocol.tests, protocol.seeds.key, protocol.tests.max_mde_tv
         readout = _readout(protocol)
-    results = compare_all(samples, rounds, arms, tests, key, progress, readout)
+        wb_mode = whitebox_mode(protocol)
+    results = compare_all(samples, rounds, arms, tests, key, progress, readout, wb_mode)
     comparisons = tuple(summarize(a, arm) for arm, a in results)
     verdict = decide(comparisons, max_mde_tv=max_mde)
     base = stored.summary
