@@ -187,10 +187,12 @@ class Analysis:
     two-sample tests), and ``whitebox_control_failed`` means the reference arm's tolerance
     control rejected: its teacher is farther from the sampled law than ``whitebox_tolerance``.
 
-    Testability at real vocabularies (``power.testability``): ``testable_share`` is the share of
-    cell-positions that were testable; ``seeds_for_testable`` maps each share in
+    Testability at real vocabularies (``power.estimate_testability``): ``testable_share`` is the
+    share of cell-positions that were testable; ``seeds_for_testable`` maps each share in
     ``options.testable_shares`` (as a string) to the seeds per arm that would make that share
-    testable at the observed laws (None: not estimable from this run, see ``power.testability``).
+    testable at the observed laws (None: not estimable from this run, see
+    ``power.estimate_testability``); ``seeds_for_testable_at_least`` the same from the plug-in
+    maximum share, a lower bound (the plug-in max of a small sample is biased upward).
 
     MDE: each tested cell's ``mde_tv`` is the binned-law TV its pooled χ² detects with
     ``options.power`` at the per-test level a lone bad cell faces — α_cells/m for BH and max-T,
@@ -226,6 +228,7 @@ class Analysis:
     whitebox_mode: str = "exact"
     testable_share: float = float("nan")
     seeds_for_testable: dict[str, int | None] = field(default_factory=dict)
+    seeds_for_testable_at_least: dict[str, int | None] = field(default_factory=dict)
     seeds_per_arm_observed: float = float("nan")
 
     def summary(self) -> dict[str, Any]:
@@ -447,6 +450,7 @@ def analyze(
         whitebox_mode=opts.whitebox_mode,
         testable_share=float(m / len(cells)) if len(cells) else float("nan"),
         seeds_for_testable={f"{k:g}": v for k, v in testability.seeds_for_share.items()},
+        seeds_for_testable_at_least={f"{k:g}": v for k, v in testability.seeds_at_least.items()},
         seeds_per_arm_observed=testability.seeds_per_arm,
     )
 
@@ -596,22 +600,25 @@ def _teacher_whitebox_frame(
 
 
 def _testability(enc: Any, opts: AnalysisOptions) -> power.Testability:
-    """Per cell-position arm histograms → ``power.testability`` (pooled-χ² keep rule)."""
-    top_ref, top_cand, n_ref, n_cand = [], [], [], []
+    """Per cell-position arm histograms → ``power.estimate_testability`` (pooled-χ² keep rule)."""
+    top_ref, top_cand, top, n_ref, n_cand = [], [], [], [], []
     for c in range(enc.n_cells):
         lo, hi = int(enc.cell_start[c]), int(enc.cell_start[c + 1])
         tok = enc.tokens[lo:hi]  # [n_c, T]
         is_ref = enc.seq_arm[lo:hi] == 0  # [n_c] arms are (reference, candidate)
-        a, b, na, nb = power.cross_fitted_top_counts(tok[is_ref], tok[~is_ref])
+        a, b, mx, na, nb = power.cross_fitted_top_counts(tok[is_ref], tok[~is_ref])
         top_ref.append(a)
         top_cand.append(b)
+        top.append(mx)
         n_ref.append(na)
         n_cand.append(nb)
     if not top_ref:
-        return power.testability(np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), 5.0, ())
-    return power.testability(
+        z = np.zeros(0)
+        return power.estimate_testability(z, z, z, z, z, opts.min_expected, ())
+    return power.estimate_testability(
         np.concatenate(top_ref),
         np.concatenate(top_cand),
+        np.concatenate(top),
         np.concatenate(n_ref),
         np.concatenate(n_cand),
         opts.min_expected,

@@ -5,7 +5,7 @@ Owns: ``lambda_star`` (the noncentrality a χ²(df) test needs for a given power
 χ² detects with the given power), ``seeds_for_tv`` (the inverse: seeds per arm for a TV) and
 ``directed_z_mde``; and testability bookkeeping at real vocabularies: how many seeds per arm
 would make a given share of cell-positions testable under the pooling rule
-(``cross_fitted_top_counts``, ``seeds_to_testable``, ``testability`` → ``Testability``).
+(``cross_fitted_top_counts``, ``seeds_to_testable``, ``estimate_testability`` → ``Testability``).
 
 Does not know: samples, cells, multiplicity (callers pass the per-test α they face).
 
@@ -151,23 +151,27 @@ class Testability:
     ``seeds_needed`` [K]: per cell-position, the seeds per arm N* at which the pooled χ²'s keep
     rule makes it testable (inf where it never would at the estimated law, or where the run
     cannot estimate it); ``seeds_for_share``: share s → the smallest N at which a share ≥ s of
-    the K cell-positions has N* ≤ N (None where that N is infinite); ``seeds_per_arm``: the
-    run's mean observed seeds per arm (for comparison).
+    the K cell-positions has N* ≤ N (None where that N is infinite); ``seeds_at_least``: the
+    same from the plug-in maximum share (biased upward, so a lower bound on the seeds — useful
+    where the cross-fitted estimate is None); ``seeds_per_arm``: the run's mean observed seeds
+    per arm (for comparison).
     """
 
     seeds_needed: np.ndarray
     seeds_for_share: dict[float, int | None]
+    seeds_at_least: dict[float, int | None]
     seeds_per_arm: float
 
 
 def cross_fitted_top_counts(
     ref: np.ndarray, cand: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per position, the count in each arm of the *other* arm's most frequent token.
 
-    ``ref`` [n_r, T], ``cand`` [n_c, T] token ids (< 0 = missing). Returns ``(a, b, n_r, n_c)``,
-    each [T]: a = count in ``cand`` of ref's top token, b = count in ``ref`` of cand's top
-    token (ties: the lowest id), and the arms' non-missing counts per position.
+    ``ref`` [n_r, T], ``cand`` [n_c, T] token ids (< 0 = missing). Returns
+    ``(a, b, top, n_r, n_c)``, each [T]: a = count in ``cand`` of ref's top token, b = count in
+    ``ref`` of cand's top token (ties: the lowest id), top = the largest combined count of one
+    token (the plug-in maximum), and the arms' non-missing counts per position.
 
     Notes
     -----
@@ -178,6 +182,7 @@ def cross_fitted_top_counts(
     """
     T = int(ref.shape[1])
     a, b = np.zeros(T, dtype=np.int64), np.zeros(T, dtype=np.int64)
+    top = np.zeros(T, dtype=np.int64)
     for t in range(T):
         x, y = ref[:, t], cand[:, t]
         x, y = x[x >= 0], y[y >= 0]
@@ -186,7 +191,8 @@ def cross_fitted_top_counts(
             uy, cy = np.unique(y, return_counts=True)
             a[t] = int(np.sum(y == ux[np.argmax(cx)]))
             b[t] = int(np.sum(x == uy[np.argmax(cy)]))
-    return a, b, (ref >= 0).sum(axis=0), (cand >= 0).sum(axis=0)
+            top[t] = int(np.unique(np.r_[x, y], return_counts=True)[1].max())
+    return a, b, top, (ref >= 0).sum(axis=0), (cand >= 0).sum(axis=0)
 
 
 def seeds_to_testable(top_share: np.ndarray, min_expected: float = 5.0) -> np.ndarray:
@@ -209,9 +215,10 @@ def seeds_to_testable(top_share: np.ndarray, min_expected: float = 5.0) -> np.nd
         return np.where(m > 0, np.ceil(min_expected / np.where(m > 0, m, 1.0) - 1e-9), np.inf)
 
 
-def testability(
+def estimate_testability(
     top_ref_in_cand: np.ndarray,
     top_cand_in_ref: np.ndarray,
+    top_combined: np.ndarray,
     n_ref: np.ndarray,
     n_cand: np.ndarray,
     min_expected: float,
@@ -220,7 +227,8 @@ def testability(
     """``Testability`` from ``cross_fitted_top_counts`` of every cell-position ([K] each).
 
     π̂ = (a/n_c + b/n_r)/2 (the two cross-fitted estimates averaged); N* from
-    ``seeds_to_testable``; for a share s, the ⌈s·K⌉-th smallest N*.
+    ``seeds_to_testable``; for a share s, the ⌈s·K⌉-th smallest N*. ``seeds_at_least`` uses
+    the plug-in share top/(n_r + n_c) instead.
     """
     a = np.asarray(top_ref_in_cand, dtype=np.float64)
     b = np.asarray(top_cand_in_ref, dtype=np.float64)
@@ -229,14 +237,19 @@ def testability(
     ok = (nr > 0) & (nc > 0)
     pi = np.where(ok, 0.5 * (a / np.maximum(nc, 1) + b / np.maximum(nr, 1)), 0.0)
     need = np.where(ok, seeds_to_testable(pi, min_expected), np.inf)  # [K]
+    plug = np.where(ok, np.asarray(top_combined, dtype=np.float64) / np.maximum(nr + nc, 1), 0.0)
+    need_lo = np.where(ok, seeds_to_testable(plug, min_expected), np.inf)  # [K]
+    K = int(need.shape[0])
+    seeds = float(np.mean(0.5 * (nr + nc))) if K else float("nan")
+    return Testability(need, _quantiles(need, shares), _quantiles(need_lo, shares), seeds)
+
+
+def _quantiles(need: np.ndarray, shares: tuple[float, ...]) -> dict[float, int | None]:
+    """Share s → the ⌈s·K⌉-th smallest of ``need`` [K] (None if infinite or K = 0)."""
     K = int(need.shape[0])
     srt = np.sort(need)
     out: dict[float, int | None] = {}
     for s in shares:
-        if K == 0:
-            out[s] = None
-            continue
-        v = srt[max(0, math.ceil(s * K) - 1)]
+        v = srt[max(0, math.ceil(s * K) - 1)] if K else np.inf
         out[s] = int(v) if np.isfinite(v) else None
-    seeds = float(np.mean(0.5 * (nr + nc))) if K else float("nan")
-    return Testability(need, out, seeds)
+    return out
