@@ -59,7 +59,7 @@ def _run(n: int, seed: int, exps: np.ndarray, vocab: int):
 
 def test_predicted_seeds_bracket_the_share_actually_testable() -> None:
     """40 positions with Zipf exponents 0.9..1.5 over 2000 tokens: a 16-seed run is mostly
-    untestable at 16 seeds. Rerun at the seeds it predicts for 50 % / 90 %: at the cross-fitted estimate
+    untestable. Rerun at the seeds it predicts for 50 % / 90 %: at the cross-fitted estimate
     at least the target share minus 0.1 is testable (it errs towards more seeds: the top token
     of 16 draws is not always the law's top), at the plug-in lower bound at most the target
     plus 0.1. Fixed seeds; the 0.1 margins cover the sampling error of 40 positions
