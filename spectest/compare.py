@@ -3,7 +3,7 @@
 Owns: reading and checking the pair of files (same cells in both), the arms and test settings of
 a comparison (no teeth, no white-box), its result directory (``results/compare-<hash>``, hashed on
 the data and the settings). Knows nothing about models; the tests and the verdict go through the
-same ``runner.compare_all`` / ``runner.finish_run`` as a protocol run.
+same ``judge.compare_all`` / ``judge.finish_run`` as a protocol run.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import pandas as pd
 
 from spectest import schema
 from spectest.errors import ConfigError, InputError
+from spectest.judge import ProgressFn, RunResult, compare_all, finish_run, no_progress
 from spectest.plan import Arm, SeedRange
 from spectest.protocol import MULTIPLICITY_METHODS, TestsSpec, TrieSpec
-from spectest.runner import ProgressFn, RunResult, _no_progress, compare_all, finish_run
 from spectest.store import RunDir, make_provenance, read_samples_file
 
 
@@ -54,7 +54,7 @@ def compare_files(
 ) -> RunResult:
     """Black-box tests on two bring-your-own samples files; results stored like a run's."""
     t0 = time.perf_counter()
-    progress = progress or _no_progress
+    progress = progress or no_progress
     if not (0.0 < alpha < 1.0):
         raise ConfigError(f"--alpha: expected a number in (0, 1), got {alpha!r}")
     if multiplicity not in MULTIPLICITY_METHODS:

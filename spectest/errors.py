@@ -37,5 +37,10 @@ class ModelError(SpectestError):
     """A model cannot be built or loaded, or target and draft are incompatible (vocab mismatch)."""
 
 
+class EngineError(SpectestError):
+    """An engine under test cannot be loaded or broke its contract (a malformed return): names
+    the engine or plug-in. Bad input, never a statistical verdict."""
+
+
 class NumericsError(SpectestError):
     """NaN / inf logits or probabilities that do not form a distribution."""

@@ -1,6 +1,8 @@
 """The plan: a ``Protocol`` expanded into arms, disjoint seed ranges, cells and shards.
 
-Owns: ``Arm`` (reference, candidate, null, ε and mutant arms with what each must do),
+Owns: ``Arm`` (reference, candidate, null, ε and mutant arms with what each must do and the
+engine that runs it: the protocol's reference and candidate engines, the built-in engine for
+every tooth),
 ``SeedRange`` (consecutive, disjoint per arm, collision-free by construction), ``Shard`` (one arm
 × one prompt, the unit of generation and resume) and ``make_plan``. Knows nothing about models,
 files or statistics.
@@ -8,12 +10,12 @@ files or statistics.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import quote
 
 from spectest.errors import ConfigError
-from spectest.protocol import Protocol
+from spectest.protocol import EngineChoice, Protocol
 
 ArmRole = Literal["reference", "candidate", "null", "eps", "mutant"]
 
@@ -42,7 +44,9 @@ class Arm:
     ``role``: reference (plain decode), candidate (the protocol's sampler), null / eps / mutant
     (teeth). ``variant``: the sampler variant spec (``None`` for the plain reference).
     ``expect``: ``"subject"`` for the candidate, ``"pass"`` for the null, ``"fail"`` for ε and
-    mutants, ``"reference"`` for the reference.
+    mutants, ``"reference"`` for the reference. ``engine``: the engine that generates the arm
+    (always the built-in engine for teeth: they prove the harness's power with spectest's own
+    sampler, whatever engine is under test).
     """
 
     name: str
@@ -50,6 +54,7 @@ class Arm:
     variant: str | None
     seeds: SeedRange
     expect: str
+    engine: EngineChoice = field(default_factory=EngineChoice.builtin)
 
     @property
     def is_tooth(self) -> bool:
@@ -107,22 +112,25 @@ def all_arms(protocol: Protocol) -> tuple[Arm, ...]:
     order reference, candidate, null, ε..., mutants... — so a teeth-only plan and a full plan give
     each arm the same seeds, and a tooth added at the end moves no earlier arm."""
     p = protocol
-    specs: list[tuple[str, ArmRole, str | None, int, str]] = [
-        ("reference", "reference", None, p.seeds.per_arm, "reference"),
-        ("candidate", "candidate", p.candidate, p.seeds.per_arm, "subject"),
-    ]
+    builtin = EngineChoice.builtin()  # every tooth runs on spectest's own sampler
+    specs: list[tuple[str, ArmRole, str | None, int, str, EngineChoice]] = [
+        ("reference", "reference", None, p.seeds.per_arm, "reference", p.reference_engine),
+        (
+            "candidate", "candidate", p.candidate_variant, p.seeds.per_arm, "subject",
+            p.candidate_engine,
+        ),
+    ]  # fmt: skip
+    n_teeth = p.seeds.teeth_per_arm
     if p.teeth.null:
-        specs.append(("null", "null", "exact", p.seeds.teeth_per_arm, "pass"))
+        specs.append(("null", "null", "exact", n_teeth, "pass", builtin))
     for eps in p.teeth.epsilons:
-        specs.append(
-            (eps_arm_name(eps), "eps", f"eps_biased:{eps:g}", p.seeds.teeth_per_arm, "fail")
-        )
+        specs.append((eps_arm_name(eps), "eps", f"eps_biased:{eps:g}", n_teeth, "fail", builtin))
     for mut in p.teeth.mutants:
-        specs.append((mutant_arm_name(mut), "mutant", mut, p.seeds.teeth_per_arm, "fail"))
+        specs.append((mutant_arm_name(mut), "mutant", mut, n_teeth, "fail", builtin))
     arms: list[Arm] = []
     cursor = p.seeds.start
-    for name, role, variant, n, expect in specs:
-        arms.append(Arm(name, role, variant, SeedRange(cursor, cursor + n), expect))
+    for name, role, variant, n, expect, engine in specs:
+        arms.append(Arm(name, role, variant, SeedRange(cursor, cursor + n), expect, engine))
         cursor += n
     names = [a.name for a in arms]
     if len(set(names)) != len(names):  # e.g. eps=0.1 and eps=0.10 both format as "eps=0.1"

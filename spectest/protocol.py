@@ -1,13 +1,24 @@
 """Protocols: YAML → one frozen, validated, hashed ``Protocol`` (expanded by ``spectest.plan``).
 
-Owns: the protocol file format (``version: 1``), every validation message about it, CLI
+Owns: the protocol file format (``version: 1`` and ``version: 2``), every validation message
+about it, the choice of engine for the reference and candidate arms (``EngineChoice``: a
+registered name and that engine's parsed options), CLI
 overrides (applied to the raw mapping *before* validation, so an override is checked exactly like
 a YAML value), the protocol hash and the protocol's YAML form (``to_raw``). The prompt-set file
 format lives in ``spectest.prompts``; arms, seed ranges and shards in ``spectest.plan``.
 
-Knows nothing about models, engines, files of results or statistics: model specs and the
-candidate's variant are strings here, checked for form (and, for variants, against the mutant
-catalogue when it is importable); loading them is the runner's business.
+Knows nothing about models, files of results or statistics, nor about what an engine does: an
+engine is resolved through ``spectest.engines.registry`` only to parse its options and run its
+cross-field rules (``Engine.check_protocol``). Model specs and the candidate's variant are strings
+here, checked for form (variants against the mutant catalogue); loading them is the runner's.
+
+Versions
+--------
+Version 1 names engines with the closed ``engine: {reference, candidate,
+assistant_confidence_threshold}`` mapping; version 2 with ``engines: {reference: E, candidate:
+E}``, each ``E`` a registered name or ``{name: NAME, OPTION: VALUE, ...}``. In both,
+``candidate: acceptor:SPEC`` is shorthand for the candidate engine ``{name: acceptor, kernel:
+SPEC}``. A version-1 file hashes exactly as it did before version 2 existed (``canonical``).
 
 Every error is a ``ConfigError`` whose message is one line naming the protocol file, the field
 path and the offending value (``{value!r}``).
@@ -31,15 +42,17 @@ from spectest.errors import ConfigError
 from spectest.prompts import NAME_RE, Prompt, PromptsSpec, load_prompt_set, prompts_jsonl
 from spectest.sampling.params import SamplingParams
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # the newest version this spectest reads (and writes for new files)
+PROTOCOL_VERSIONS = (1, 2)
 DRAFTER_KINDS = ("onehot", "sampled")
 Q_MODES = ("processed", "temperature", "raw")
 MULTIPLICITY_METHODS = ("bh", "by", "maxT")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 DEVICES = ("cpu", "cuda")
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
-ENGINES_REFERENCE = ("builtin", "hf-generate")  # hf: transformers itself (engines/hf.py)
+ENGINES_REFERENCE = ("builtin", "hf-generate")  # version 1's closed lists (engines/hf.py)
 ENGINES_CANDIDATE = ("builtin", "hf-assisted")
+ACCEPTOR_PREFIX = "acceptor:"  # candidate: acceptor:SPEC = engines.candidate {acceptor, kernel}
 _NAME_RE = NAME_RE
 _MODEL_PREFIXES = ("toy:", "hf-preset:", "hf-local:", "bundled:", "derived:")
 
@@ -116,15 +129,23 @@ class TeethSpec:
 
 
 @dataclass(frozen=True)
-class EngineSpec:
-    """Which backend runs the reference and the candidate arm (teeth always run on ``builtin``):
-    ``hf-generate`` = transformers' plain ``generate``, ``hf-assisted`` = its assisted generation
-    (speculative sampling with the draft, K = ``drafter.k``); ``assistant_confidence_threshold``
-    is transformers' draft early-stop (0 = off, 5.x only)."""
+class EngineChoice:
+    """The engine of an arm: a registered name (``spectest.engines.registry``) and that engine's
+    parsed ``Options`` (a frozen dataclass). The teeth always use ``EngineChoice.builtin()``."""
 
-    reference: str = "builtin"
-    candidate: str = "builtin"
-    assistant_confidence_threshold: float = 0.0
+    name: str
+    options: Any = None
+    uses_variant: bool = field(default=True, compare=False)  # Engine.uses_variant, cached
+
+    @staticmethod
+    def builtin() -> EngineChoice:
+        return EngineChoice("builtin", None, True)
+
+    def canonical(self) -> dict[str, Any]:
+        """``{"name": ..., OPTION: VALUE...}``: the YAML form and the hashed form."""
+        from spectest.engines.base import options_dict
+
+        return {"name": self.name, **options_dict(self.options)}
 
 
 @dataclass(frozen=True)
@@ -148,11 +169,40 @@ class Protocol:
     output: str
     batch_size: int
     source: str  # the protocol file (for messages)
-    engine: EngineSpec = field(default_factory=EngineSpec)
+    reference_engine: EngineChoice = field(default_factory=EngineChoice.builtin)
+    candidate_engine: EngineChoice = field(default_factory=EngineChoice.builtin)
 
     @property
     def config_map(self) -> dict[str, SamplingParams]:
         return dict(self.configs)
+
+    @property
+    def candidate_variant(self) -> str | None:
+        """The built-in sampler variant of the candidate arm, or None when its engine has none."""
+        return self.candidate if self.candidate_engine.uses_variant else None
+
+    def engines_canonical(self) -> dict[str, Any]:
+        return {
+            "reference": self.reference_engine.canonical(),
+            "candidate": self.candidate_engine.canonical(),
+        }
+
+    def _v1_engine(self) -> dict[str, Any]:
+        """Version 1's ``engine`` mapping (the acceptor is named by ``candidate`` there)."""
+        cand = self.candidate_engine
+        return {
+            "reference": self.reference_engine.name,
+            "candidate": "builtin" if cand.name == "acceptor" else cand.name,
+            "assistant_confidence_threshold": float(
+                getattr(cand.options, "assistant_confidence_threshold", 0.0)
+            ),
+        }
+
+    def _engine_fields(self) -> dict[str, Any]:
+        if self.version == 1:  # only when not the default: builtin-only hashes never changed
+            e = self._v1_engine()
+            return {} if e == _V1_DEFAULT_ENGINE else {"engine": e}
+        return {"engines": self.engines_canonical()}
 
     def canonical(self) -> dict[str, Any]:
         """Every field that determines samples or decisions, as plain JSON values."""
@@ -179,8 +229,7 @@ class Protocol:
                 "mutants": list(self.teeth.mutants),
             },
             "batch_size": self.batch_size,
-            # only when not the default, so the hashes of builtin-only protocols do not change
-            **({"engine": vars(self.engine).copy()} if self.engine != EngineSpec() else {}),
+            **self._engine_fields(),
         }
 
     @property
@@ -192,6 +241,13 @@ class Protocol:
     def run_id(self) -> str:
         """Default run directory name: deterministic, so a re-run resumes into the same place."""
         return f"{self.name}-{self.hash[:10]}"
+
+
+_V1_DEFAULT_ENGINE = {
+    "reference": "builtin",
+    "candidate": "builtin",
+    "assistant_confidence_threshold": 0.0,
+}
 
 
 # ----------------------------------------------------------------------------- validation helpers
@@ -345,16 +401,18 @@ def protocol_from_dict(
         allowed=(
             "version", "name", "description", "models", "drafter", "prompts", "configs",
             "seeds", "positions", "candidate", "tests", "teeth", "output", "batch_size", "engine",
+            "engines",
         ),
         required=(
             "version", "name", "models", "drafter", "prompts", "configs", "seeds", "positions",
         ),
     )  # fmt: skip
     version = c.int_(top["version"], "version")
-    if version != PROTOCOL_VERSION:
+    if version not in PROTOCOL_VERSIONS:
         raise c.fail(
             "version",
-            f"unsupported protocol version {version!r} (this spectest reads {PROTOCOL_VERSION})",
+            f"unsupported protocol version {version!r} (this spectest reads "
+            f"{', '.join(map(str, PROTOCOL_VERSIONS))})",
         )
     name = c.name(top["name"], "name")
     description = top.get("description", "")
@@ -406,7 +464,12 @@ def protocol_from_dict(
         key=c.str_(s.get("key", name), "seeds.key"),
     )
     positions = c.int_(top["positions"], "positions", lo=1, hi=4096)
-    candidate = _variant(c, top.get("candidate", "exact"), "candidate")
+    candidate_raw = c.str_(top.get("candidate", "exact"), "candidate")
+    candidate = (
+        candidate_raw
+        if candidate_raw.startswith(ACCEPTOR_PREFIX)
+        else _variant(c, candidate_raw, "candidate")
+    )
 
     t = c.mapping(
         top.get("tests", {}) or {},
@@ -461,34 +524,109 @@ def protocol_from_dict(
 
     output = c.str_(top.get("output", "results"), "output")
     batch_size = c.int_(top.get("batch_size", 256), "batch_size", lo=1)
-    e = c.mapping(
-        top.get("engine", {}) or {},
-        "engine",
-        ("reference", "candidate", "assistant_confidence_threshold"),
+    reference_engine, candidate_engine, candidate = _engines(
+        c, top, version, candidate, drafter, base_dir
     )
-    engine = EngineSpec(
-        reference=c.str_(e.get("reference", "builtin"), "engine.reference", ENGINES_REFERENCE),
-        candidate=c.str_(e.get("candidate", "builtin"), "engine.candidate", ENGINES_CANDIDATE),
-        assistant_confidence_threshold=c.float_(
-            e.get("assistant_confidence_threshold", 0.0), "engine.assistant_confidence_threshold",
-            lambda x: 0.0 <= x < 1.0, "in [0, 1)",
-        ),
-    )  # fmt: skip
-    if engine.candidate == "hf-assisted" and candidate != "exact":
-        raise c.fail(
-            "candidate", f"engine hf-assisted runs transformers' own sampler, got {candidate!r}"
-        )
-    if engine.candidate == "hf-assisted" and (drafter.kind, drafter.q) != ("sampled", "processed"):
-        raise c.fail(
-            "drafter", "engine hf-assisted is teacher-forced with the processed sampled draft law: "
-            f"use kind: sampled, q: processed, got {drafter.kind!r}, {drafter.q!r}",
-        )  # fmt: skip
     return Protocol(
         version=version, name=name, description=description, models=models, drafter=drafter,
         prompts=prompts, configs=configs, seeds=seeds, positions=positions, candidate=candidate,
         tests=tests, teeth=teeth, output=output, batch_size=batch_size, source=source,
-        engine=engine,
+        reference_engine=reference_engine, candidate_engine=candidate_engine,
     )  # fmt: skip
+
+
+def _engines(
+    c: _Ctx,
+    top: Mapping[str, Any],
+    version: int,
+    candidate: str,
+    drafter: DrafterSpec,
+    base_dir: Path | None,
+) -> tuple[EngineChoice, EngineChoice, str]:
+    """The reference and candidate engines (and the candidate string as hashed): version 1's
+    ``engine`` mapping or version 2's ``engines``; the ``acceptor:`` shorthand; each engine's
+    cross-field rules."""
+    raw: dict[str, Any] = {"reference": "builtin", "candidate": "builtin"}
+    if version == 1:
+        if "engines" in top:
+            raise c.fail("engines", "needs version: 2 (version 1 names engines under 'engine')")
+        e = c.mapping(
+            top.get("engine", {}) or {},
+            "engine",
+            ("reference", "candidate", "assistant_confidence_threshold"),
+        )
+        raw["reference"] = c.str_(
+            e.get("reference", "builtin"), "engine.reference", ENGINES_REFERENCE
+        )
+        raw["candidate"] = c.str_(
+            e.get("candidate", "builtin"), "engine.candidate", ENGINES_CANDIDATE
+        )
+        thr = c.float_(
+            e.get("assistant_confidence_threshold", 0.0), "engine.assistant_confidence_threshold",
+            lambda x: 0.0 <= x < 1.0, "in [0, 1)",
+        )  # fmt: skip
+        if raw["candidate"] == "hf-assisted":
+            raw["candidate"] = {"name": "hf-assisted", "assistant_confidence_threshold": thr}
+        elif thr != 0.0:
+            raise c.fail(
+                "engine.assistant_confidence_threshold",
+                f"only meaningful with candidate: hf-assisted, got {thr!r}",
+            )
+        prefix = "engine"
+    else:
+        if "engine" in top:
+            raise c.fail("engine", "is version 1's form: version 2 uses 'engines'")
+        raw.update(c.mapping(top.get("engines", {}) or {}, "engines", ("reference", "candidate")))
+        prefix = "engines"
+    if candidate.startswith(ACCEPTOR_PREFIX):
+        cand_raw = raw["candidate"]
+        if cand_raw != "builtin":
+            raise c.fail(
+                "candidate",
+                f"{candidate!r} selects the acceptor engine, but {prefix}.candidate is "
+                f"{cand_raw!r}",
+            )
+        raw["candidate"] = {"name": "acceptor", "kernel": candidate[len(ACCEPTOR_PREFIX) :]}
+        prefix_c = "candidate"
+        if version != 1:  # version 2 hashes the engine; the candidate variant is then 'exact'
+            candidate = "exact"
+    else:
+        prefix_c = f"{prefix}.candidate"
+    reference = _engine_choice(c, raw["reference"], f"{prefix}.reference", base_dir)
+    cand = _engine_choice(c, raw["candidate"], prefix_c, base_dir)
+    for role, choice in (("reference", reference), ("candidate", cand)):
+        from spectest.engines.registry import engine_class
+
+        rule = engine_class(choice.name).check_protocol(
+            choice.options,
+            role=role,
+            variant="exact" if candidate.startswith(ACCEPTOR_PREFIX) else candidate,
+            drafter_kind=drafter.kind,
+            drafter_q=drafter.q,
+        )
+        if rule is not None:
+            raise c.fail(*rule)
+    return reference, cand, candidate
+
+
+def _engine_choice(c: _Ctx, value: Any, path: str, base_dir: Path | None) -> EngineChoice:
+    """``NAME`` or ``{name: NAME, OPTION: VALUE...}`` → ``EngineChoice`` (options parsed by the
+    engine class, messages naming the file and ``path``)."""
+    from spectest.engines.registry import engine_class
+
+    body = {"name": value} if isinstance(value, str) else value
+    if not isinstance(body, Mapping):
+        raise c.fail(path, f"expected an engine name or a mapping with 'name', got {value!r}")
+    if "name" not in body:
+        raise c.fail(f"{path}.name", "required field is missing")
+    m = dict(body)
+    name = c.str_(m.pop("name"), f"{path}.name")
+    try:
+        cls = engine_class(name)
+    except ConfigError as err:
+        raise c.fail(f"{path}.name", str(err)) from None
+    options = cls.parse_options(m, f"{c.source}: {path}", base_dir)
+    return EngineChoice(name, options, cls.uses_variant)
 
 
 def _model_spec(c: _Ctx, value: Any, path: str, base_dir: Path | None) -> str:
@@ -622,7 +760,11 @@ def to_raw(protocol: Protocol, *, prompts_file: str) -> dict[str, Any]:
         },
         "output": p.output,
         "batch_size": p.batch_size,
-        **({"engine": vars(p.engine).copy()} if p.engine != EngineSpec() else {}),
+        **(
+            {"engines": p.engines_canonical()}
+            if p.version != 1
+            else ({"engine": e} if (e := p._v1_engine()) != _V1_DEFAULT_ENGINE else {})
+        ),
     }
 
 

@@ -1,23 +1,22 @@
-"""The runner: plan → engines → store → analyze → verdict → reports. ``run_protocol`` is the one
-library function ``spectest run`` / ``spectest teeth`` call; ``analyze_run`` is ``spectest
-analyze``'s (``spectest.compare.compare_files`` is ``spectest compare``'s).
+"""The runner: plan → engines → store → judge. ``run_protocol`` is the one library function
+``spectest run`` / ``spectest teeth`` call; ``analyze_run`` is ``spectest analyze``'s
+(``spectest.compare.compare_files`` is ``spectest compare``'s).
 
 Owns: the order of operations of a run (resume from completed shards, generate the missing
-ones, read everything back, compare every arm with the reference, decide, write the final files
-and the manifest last), the dispatch of an arm to an engine, and torch's CPU thread setting.
-The summary's shape lives in ``spectest.summary``, prompt tokenisation in ``spectest.prompts``.
+ones, read everything back, hand them to ``spectest.judge``), the dispatch of each shard to its
+arm's engine (through ``spectest.engines.registry``: no engine is named here), the loading of
+the models the engines need, and torch's CPU thread setting. The summary's shape lives in
+``spectest.summary``, prompt tokenisation in ``spectest.prompts``.
 
-Knows nothing about how tokens are sampled (``spectest.engines``), how tests are computed
-(``spectest.stats.analyze``), how files are laid out (``spectest.store``), how a decision is
-made (``spectest.verdict``) or rendered (``spectest.report``).
+Knows nothing about how tokens are sampled (``spectest.engines``), how tests are computed or a
+decision made (``spectest.judge``), how files are laid out (``spectest.store``) or rendered
+(``spectest.report``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,54 +24,80 @@ import pandas as pd
 import yaml
 
 from spectest import schema
+from spectest.engines.base import (
+    ArmJob,
+    DrafterSpec,
+    Engine,
+    Models,
+    RowSpec,
+    check_output,
+    rounds_frame,
+    samples_frame,
+)
 from spectest.errors import ConfigError, InputError
+from spectest.judge import (
+    ProgressFn,
+    RunResult,
+    compare_all,
+    finish_run,
+    judge,
+    no_progress,
+    readout_arms,
+    whitebox_mode,
+)
 from spectest.plan import Arm, Plan, make_plan
 from spectest.prompts import prompt_token_ids, prompts_jsonl
-from spectest.protocol import Protocol, load_protocol, to_raw
-from spectest.store import (
-    HISTOGRAMS,
-    HISTOGRAMS_SCHEMA,
-    PROMPTS_FILE,
-    ROUNDS,
-    SAMPLES,
-    TESTS,
-    TRIE,
-    WHITEBOX,
-    RunDir,
-    load_run,
-    make_provenance,
-    samples_schema,
-)
-from spectest.summary import build_summary, json_safe, tidy_tables
-from spectest.verdict import Comparison, Verdict, decide
+from spectest.protocol import EngineChoice, Protocol, load_protocol, to_raw
+from spectest.store import PROMPTS_FILE, ROUNDS, SAMPLES, RunDir, load_run, make_provenance
+from spectest.summary import build_summary
 
 __all__ = ["RunResult", "analyze_run", "configure_threads", "prompt_token_ids", "run_protocol"]
 
-ProgressFn = Callable[[str, int, int], None]  # (task label, completed, total)
-
-
-def _no_progress(task: str, done: int, total: int) -> None:
-    return None
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """What a run / analysis / comparison produced. ``summary`` is what ``summary.json`` holds."""
-
-    run_dir: Path
-    verdict: Verdict
-    comparisons: tuple[Comparison, ...]
-    summary: dict[str, Any]
-    shards_generated: int
-    shards_resumed: int
-    wall_s: float
-
 
 # ----------------------------------------------------------------------------- generation
-def _rows(protocol: Protocol, arm: Arm) -> list[Any]:
-    from spectest.engines.builtin import RowSpec
+def _rows(protocol: Protocol, arm: Arm) -> tuple[RowSpec, ...]:
+    return tuple(
+        RowSpec(cid, seed, sp) for cid, sp in protocol.configs for seed in arm.seeds.seeds()
+    )
 
-    return [RowSpec(cid, seed, sp) for cid, sp in protocol.configs for seed in arm.seeds.seeds()]
+
+def _drafter(protocol: Protocol) -> DrafterSpec:
+    d = protocol.drafter
+    return DrafterSpec(onehot=d.kind == "onehot", q_mode=d.q, k=d.k)
+
+
+class _Engines:
+    """One engine instance per ``EngineChoice`` of the run, built on first use, closed at the
+    end; the models are loaded once, with the draft only when an engine or white-box needs it."""
+
+    def __init__(
+        self, protocol: Protocol, arms: Sequence[Arm], plan_arms: Sequence[Arm] = ()
+    ) -> None:
+        from spectest.engines.registry import engine_class
+
+        self.protocol = protocol
+        self.classes = {a.engine: engine_class(a.engine.name) for a in arms}
+        # white-box teacher mode is a property of the whole plan (resumed shards included)
+        every = tuple(plan_arms) or tuple(arms)
+        self.teacher_mode = whitebox_mode(protocol.models.dtype, every) == "teacher"
+        self.hf_teacher = any(a.engine.name.startswith("hf-") for a in every)
+        need_draft = protocol.tests.whitebox or any(
+            self.classes[a.engine].needs_draft(a.variant) for a in arms
+        )
+        self.models = Models(*_load_models(protocol, need_draft))
+        self.live: dict[EngineChoice, Engine] = {}
+
+    def get(self, choice: EngineChoice) -> Engine:
+        if choice not in self.live:
+            self.live[choice] = self.classes[choice](choice.options, self.models)
+        return self.live[choice]
+
+    def provenance(self) -> dict[str, Any]:
+        return {f"{c.name}#{i}": e.provenance() for i, (c, e) in enumerate(self.live.items())}
+
+    def close(self) -> None:
+        for e in self.live.values():
+            e.close()
 
 
 def _generate_shard(
@@ -80,99 +105,70 @@ def _generate_shard(
     arm: Arm,
     prompt_id: str,
     prompt_ids: list[int],
-    models: tuple[Any, Any],
+    engines: _Engines,
     run_key: int,
     progress: ProgressFn,
 ) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """Samples (with white-box columns when enabled) and rounds of one shard: one arm × one
-    prompt, all configs × the arm's seeds."""
-    from spectest.engines import builtin
-
-    target, draft = models
+    prompt, all configs × the arm's seeds, generated by the arm's engine."""
+    engine = engines.get(arm.engine)
     rows = _rows(protocol, arm)
     label = f"generate {arm.name} / {prompt_id}"
-    drafter = builtin.DrafterSpec(
-        onehot=protocol.drafter.kind == "onehot", q_mode=protocol.drafter.q, k=protocol.drafter.k
-    )
+    teacher_mode = engines.teacher_mode
 
     def tick(done: int) -> None:
         progress(label, done, len(rows))
 
     tick(0)
-
-    common: dict[str, Any] = dict(
+    job = ArmJob(
+        arm=arm.name,
+        role=arm.role,
+        variant=arm.variant,
+        prompt_id=prompt_id,
+        prompt_ids=tuple(prompt_ids),
+        rows=rows,
         num_positions=protocol.positions,
         run_key=run_key,
-        prompt_id=prompt_id,
         batch_size=protocol.batch_size,
+        drafter=_drafter(protocol),
+        # teacher mode: the runner forces every arm with one shared teacher (``_shared_teacher``)
+        whitebox=protocol.tests.whitebox and engine.whitebox != "none" and not teacher_mode,
         progress=tick,
     )
-    engine = protocol.engine
-    on_hf = (arm.role, engine.reference if arm.role == "reference" else engine.candidate) in (
-        ("reference", "hf-generate"),
-        ("candidate", "hf-assisted"),
-    )
-    wb_mode = whitebox_mode(protocol)
-    # built-in arms record their white-box columns at generation time (exact in every dtype),
-    # except in teacher mode, where every arm is teacher-forced by the same teacher
-    record = protocol.tests.whitebox and wb_mode == "exact" and not on_hf
-    if on_hf:  # transformers itself (engines/hf.py); teeth always run on the builtin engine
-        from spectest.engines import hf
-
-        if arm.role == "reference":
-            out = hf.hf_plain_decode(target, prompt_ids, rows, **common)
-        else:
-            del common["batch_size"]  # assisted generation runs one row at a time
-            out = hf.hf_assisted_decode(
-                target, draft, prompt_ids, rows, num_assistant_tokens=protocol.drafter.k,
-                confidence_threshold=engine.assistant_confidence_threshold, **common,
-            )  # fmt: skip
-    elif arm.role == "reference":
-        out = builtin.plain_decode(
-            target, prompt_ids, rows, whitebox=record, draft=draft, drafter=drafter, **common
-        )
-    else:
-        from spectest.sampling.mutants import get_variant
-
-        variant = get_variant(arm.variant or "exact")
-        out = builtin.speculative_decode(
-            target, draft, prompt_ids, rows, drafter=drafter, variant=variant, whitebox=record,
-            **common,
-        )  # fmt: skip
-    samples = builtin.to_samples_frame(out, prompt_id, rows, arm.name)
-    if record:
-        # NOTE: every arm, the reference included, records q_t with the same drafter law, so the
-        # white-box tests run on the plain arm as the control on spectest's own p and A_t.
-        assert out.whitebox is not None
-        samples = pd.concat([samples, out.whitebox], axis=1)
-    elif protocol.tests.whitebox and (on_hf or wb_mode == "teacher"):
-        from spectest.engines.hf_teacher import hf_teacher_force
-
-        # NOTE: p_t (and the processed q_t) with transformers' own warpers: its plain law. In
-        # teacher mode the built-in teeth arms are forced by this same teacher too, so that the
-        # two-sample tests compare one function of the sequences across arms.
-        wb = hf_teacher_force(target, prompt_ids, [r.params for r in rows], out.tokens, draft=draft)
-        samples = pd.concat([samples, wb], axis=1)
+    out = engine.generate(job)
+    target = engines.models.target
+    check_output(out, job, None if target is None else target.vocab_size, engine.name)
+    samples = samples_frame(out.tokens, prompt_id, rows, arm.name)
+    if job.whitebox:
+        if out.whitebox is None:
+            raise InputError(f"engine {engine.name}: white-box columns were asked for, got none")
+        samples = pd.concat([samples, out.whitebox.reset_index(drop=True)], axis=1)
+    elif teacher_mode and protocol.tests.whitebox:
+        wb = _shared_teacher(engines, job, out.tokens)
+        samples = pd.concat([samples, wb.reset_index(drop=True)], axis=1)
     rounds = None
     if out.rounds is not None:
-        rounds = builtin.to_rounds_frame(out, prompt_id, rows, arm.name)
+        rounds = rounds_frame(out.rounds, prompt_id, rows, arm.name)
     return samples, rounds
 
 
-LOW_PRECISION = ("bfloat16", "bf16", "float16", "fp16")
+def _shared_teacher(engines: _Engines, job: ArmJob, tokens: Any) -> pd.DataFrame:
+    """Teacher mode: the white-box columns of any arm from the run's one teacher — transformers'
+    warpers (``hf_teacher_force``) when an hf engine is in the run, else spectest's pipeline
+    (``teacher_force``) — so every arm's columns are the same function of its sequences."""
+    import torch
 
+    target, draft = engines.models.target, engines.models.draft
+    toks = torch.as_tensor(tokens, dtype=torch.int64)  # [B, T]
+    params = [r.params for r in job.rows]
+    if engines.hf_teacher:
+        from spectest.engines.hf_teacher import hf_teacher_force
 
-def whitebox_mode(protocol: Protocol) -> str:
-    """'teacher' when some arm's white-box columns come from a teacher whose numerics may differ
-    from its engine's (an hf engine in bf16/fp16), else 'exact' (``AnalysisOptions``).
+        return hf_teacher_force(target, job.prompt_ids, params, toks, draft=draft)
+    from spectest.engines.teacher import teacher_force
 
-    The built-in engine records its columns at generation time in every dtype; the hf arms are
-    teacher-forced by ``hf_teacher_force``, whose full-sequence forward matches incremental
-    decoding within float32 rounding but not in bf16/fp16 (issue 12).
-    """
-    e = protocol.engine
-    on_hf = e.reference == "hf-generate" or e.candidate == "hf-assisted"
-    return "teacher" if on_hf and protocol.models.dtype in LOW_PRECISION else "exact"
+    assert target is not None
+    return teacher_force(target, job.prompt_ids, params, toks, draft=draft, drafter=job.drafter)
 
 
 def _load_models(protocol: Protocol, need_draft: bool) -> tuple[Any, Any]:
@@ -223,129 +219,6 @@ def _run_key(protocol: Protocol) -> int:
     return run_key_from(protocol.seeds.key)
 
 
-# ----------------------------------------------------------------------------- analysis
-def _analysis_options(protocol_tests: Any, whitebox_mode: str = "exact") -> Any:
-    from spectest.stats.analyze import AnalysisOptions
-
-    t = protocol_tests
-    return AnalysisOptions(
-        whitebox_mode=whitebox_mode,
-        alpha=t.alpha,
-        multiplicity=t.multiplicity,
-        min_expected=t.min_expected,
-        trie_depth=t.trie.depth,
-        trie_min_count=t.trie.min_count,
-        whitebox=t.whitebox,
-        null_permutations=t.null_permutations,
-    )
-
-
-def _stable_seed(*parts: str) -> int:
-    return int.from_bytes(hashlib.sha256("\x1f".join(parts).encode()).digest()[:4], "little")
-
-
-def _readout(protocol: Protocol) -> frozenset[str]:
-    return (
-        frozenset({schema.CANDIDATE}) if protocol.engine.candidate == "hf-assisted" else frozenset()
-    )
-
-
-def compare_all(
-    samples: pd.DataFrame,
-    rounds: pd.DataFrame | None,
-    arms: Sequence[Arm],
-    tests: Any,
-    key: str,
-    progress: ProgressFn,
-    readout_rounds: frozenset[str] = frozenset(),
-    whitebox_mode: str = "exact",
-) -> list[tuple[Arm, Any]]:
-    """Analyse every non-reference arm against the reference. The rounds of the arms in
-    ``readout_rounds`` are stored but not tested: the hf-assisted draft law is transformers'
-    business, so acceptance vs Σ min(p, q_processed) measures speed there, not the law."""
-    from spectest.stats.analyze import analyze
-
-    options = _analysis_options(tests, whitebox_mode)
-    out = []
-    comps = [a for a in arms if a.role != "reference"]
-    for i, arm in enumerate(comps):
-        progress("analyze", i, len(comps))
-        sub = samples[samples[schema.ARM].isin(["reference", arm.name])]
-        rsub = (
-            None
-            if rounds is None or arm.name in readout_rounds
-            else rounds[rounds[schema.ARM].isin(["reference", arm.name])]
-        )
-        analysis = analyze(
-            sub,
-            reference="reference",
-            candidate=arm.name,
-            options=options,
-            rounds=rsub,
-            rng_seed=_stable_seed(key, arm.name),
-        )
-        out.append((arm, analysis))
-    progress("analyze", len(comps), len(comps))
-    return out
-
-
-def summarize(analysis: Any, arm: Arm) -> Comparison:
-    """The verdict's view of one analysis (see ``verdict.Comparison``)."""
-    from spectest.verdict import summarize_comparison
-
-    return summarize_comparison(analysis, arm=arm.name, role=arm.role, expect=arm.expect)
-
-
-def finish_run(
-    rd: RunDir,
-    *,
-    samples: pd.DataFrame,
-    rounds: pd.DataFrame | None,
-    results: Sequence[tuple[Arm, Any]],
-    summary_base: dict[str, Any],
-    provenance: Mapping[str, Any],
-    max_mde_tv: float | None,
-    junit: Path | None,
-    summary_md: Path | None,
-) -> tuple[Verdict, tuple[Comparison, ...], dict[str, Any]]:
-    """Decide, write every final file, render reports from what was written, manifest last."""
-    from spectest.report import write_reports
-    from spectest.stats.histograms import position_counts
-
-    comparisons = tuple(summarize(a, arm) for arm, a in results)
-    verdict = decide(comparisons, max_mde_tv=max_mde_tv)
-    summary_base = {
-        **summary_base,
-        "details": {arm.name: json_safe(a.summary()) for arm, a in results},
-    }
-    summary = build_summary(
-        kind=summary_base["kind"],
-        name=summary_base["name"],
-        protocol_hash=summary_base.get("protocol_hash"),
-        run_dir=rd.path,
-        comparisons=comparisons,
-        verdict=verdict,
-        extra={k: v for k, v in summary_base.items() if k not in ("kind", "name", "protocol_hash")},
-    )
-    tables: dict[str, tuple[pd.DataFrame, Any]] = {
-        SAMPLES: (samples, samples_schema(samples)),
-        HISTOGRAMS: (position_counts(samples), HISTOGRAMS_SCHEMA),
-    }
-    if rounds is not None and len(rounds):
-        tables[ROUNDS] = (rounds, schema.ROUNDS_SCHEMA)
-    analysis_schemas = {
-        TESTS: schema.TESTS_SCHEMA,
-        TRIE: schema.TRIE_SCHEMA,
-        WHITEBOX: schema.WHITEBOX_TESTS_SCHEMA,
-    }
-    for fname, df in tidy_tables(results).items():
-        tables[fname] = (df, analysis_schemas[fname])
-    rd.write_final(tables=tables, summary=summary, texts={}, provenance=provenance, manifest=False)
-    write_reports(rd.path, junit=junit, summary_md=summary_md, require_complete=False)
-    rd.write_manifest(provenance)
-    return verdict, comparisons, summary
-
-
 # ----------------------------------------------------------------------------- entry points
 def run_protocol(
     protocol: Protocol,
@@ -360,7 +233,7 @@ def run_protocol(
     """Run a protocol (or its teeth only) into a run directory, resuming completed shards.
     ``threads``: torch intra-op threads for generation (see ``configure_threads``)."""
     t0 = time.perf_counter()
-    progress = progress or _no_progress
+    progress = progress or no_progress
     _check_device(protocol)
     n_threads = configure_threads(protocol.models.device, threads)
     plan: Plan = make_plan(protocol, candidate=not teeth_only)
@@ -402,36 +275,40 @@ def run_protocol(
     todo = [s for s in plan.shards if not rd.shard_done(s.key)]
     resumed = len(plan.shards) - len(todo)
     if todo:
-        need_draft = protocol.tests.whitebox or any(
-            plan.arm(s.arm).role != "reference" for s in todo
-        )
-        models = _load_models(protocol, need_draft)
-        prompt_ids = prompt_token_ids(protocol, models[0].vocab_size)
-        run_key = _run_key(protocol)
-        # one "generate" bar over every row of every shard still to do
-        sizes = [len(protocol.configs) * len(plan.arm(s.arm).seeds) for s in todo]
-        total, base = sum(sizes), 0
-        for shard, size in zip(todo, sizes, strict=True):
+        engines = _Engines(protocol, [plan.arm(s.arm) for s in todo], plan.arms)
+        try:
+            target = engines.models.target
+            assert target is not None
+            prompt_ids = prompt_token_ids(protocol, target.vocab_size)
+            run_key = _run_key(protocol)
+            # one "generate" bar over every row of every shard still to do
+            sizes = [len(protocol.configs) * len(plan.arm(s.arm).seeds) for s in todo]
+            total, base = sum(sizes), 0
+            for shard, size in zip(todo, sizes, strict=True):
 
-            def shard_progress(task: str, done: int, n: int, _base: int = base) -> None:
-                progress("generate", _base + done, total)
+                def shard_progress(task: str, done: int, n: int, _base: int = base) -> None:
+                    progress("generate", _base + done, total)
 
-            samples, rounds = _generate_shard(
-                protocol,
-                plan.arm(shard.arm),
-                shard.prompt_id,
-                prompt_ids[shard.prompt_id],
-                models,
-                run_key,
-                shard_progress,
-            )
-            rd.write_shard(shard.key, samples, rounds, provenance)
-            base += size
+                samples, rounds = _generate_shard(
+                    protocol,
+                    plan.arm(shard.arm),
+                    shard.prompt_id,
+                    prompt_ids[shard.prompt_id],
+                    engines,
+                    run_key,
+                    shard_progress,
+                )
+                engine_prov = {**provenance, "engines": engines.provenance()}
+                rd.write_shard(shard.key, samples, rounds, engine_prov)
+                base += size
+            provenance = {**provenance, "engines": engines.provenance()}
+        finally:
+            engines.close()
         progress("generate", total, total)
     samples, rounds = _read_shards(rd, plan)
     results = compare_all(
         samples, rounds, plan.arms, protocol.tests, protocol.seeds.key, progress,
-        _readout(protocol), whitebox_mode(protocol),
+        readout_arms(plan.arms), whitebox_mode(protocol.models.dtype, plan.arms),
     )  # fmt: skip
     verdict, comparisons, summary = finish_run(
         rd,
@@ -448,7 +325,7 @@ def run_protocol(
             "analysis": _analysis_dict(protocol.tests),
             "models": vars(protocol.models).copy(),
             "drafter": vars(protocol.drafter).copy(),
-            "engine": vars(protocol.engine).copy(),
+            "engines": protocol.engines_canonical(),
             "candidate": protocol.candidate,
             "positions": protocol.positions,
             "seeds_per_arm": protocol.seeds.per_arm,
@@ -521,7 +398,7 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
     """Recompute every test and the verdict of a completed run from its stored Parquet (no model).
     The run directory is not modified; the result's summary is printed, not stored."""
     t0 = time.perf_counter()
-    progress = progress or _no_progress
+    progress = progress or no_progress
     stored = load_run(run_dir)
     samples = stored.table(SAMPLES)
     if samples is None:
@@ -548,11 +425,10 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         plan = make_plan(protocol, candidate=stored.info.get("kind") != "teeth")
         arms = list(plan.arms)
         tests, key, max_mde = protocol.tests, protocol.seeds.key, protocol.tests.max_mde_tv
-        readout = _readout(protocol)
-        wb_mode = whitebox_mode(protocol)
+        readout = readout_arms(arms)
+        wb_mode = whitebox_mode(protocol.models.dtype, arms)
     results = compare_all(samples, rounds, arms, tests, key, progress, readout, wb_mode)
-    comparisons = tuple(summarize(a, arm) for arm, a in results)
-    verdict = decide(comparisons, max_mde_tv=max_mde)
+    comparisons, verdict = judge(results, max_mde)
     base = stored.summary
     summary = build_summary(
         kind=str(base.get("kind")),

@@ -325,12 +325,15 @@ PROTOCOLS = __import__("pathlib").Path(__file__).resolve().parent.parent / "prot
 def test_protocol_engine_key_is_validated(tmp_path):
     import yaml
 
-    from spectest.protocol import EngineSpec, load_protocol
+    DROP = object()
+    from spectest.engines.hf import HFAssistedEngine, HFGenerateEngine
+    from spectest.protocol import EngineChoice, load_protocol
 
     raw = yaml.safe_load((PROTOCOLS / "hf-assisted-ci.yaml").read_text())
     raw["prompts"]["file"] = str(PROTOCOLS / "prompts" / "ids-tiny.jsonl")
     p = load_protocol(PROTOCOLS / "hf-assisted-ci.yaml")
-    assert p.engine == EngineSpec("hf-generate", "hf-assisted", 0.0)
+    assert p.reference_engine == EngineChoice("hf-generate", HFGenerateEngine.Options())
+    assert p.candidate_engine == EngineChoice("hf-assisted", HFAssistedEngine.Options(0.0))
     cases = [
         (
             {"engine": {"candidate": "vllm"}},
@@ -338,12 +341,29 @@ def test_protocol_engine_key_is_validated(tmp_path):
         ),
         ({"engine": {"reference": "hf-assisted"}}, r"engine.reference: expected one of builtin"),
         ({"engine": {"flavour": 1}}, r"engine.flavour: unknown key 'flavour'"),
+        (
+            {"engine": {**raw["engine"], "assistant_confidence_threshold": 1.5}},
+            r"engine.assistant_confidence_threshold: expected a number in \[0, 1\)",
+        ),
+        (
+            {
+                "version": 2,
+                "engine": DROP,
+                "engines": {"candidate": {"name": "hf-assisted", "x": 1}},
+            },
+            r"engines.candidate.x: unknown key 'x' \(allowed: name, assistant_confidence_thr",
+        ),
+        (
+            {"version": 2, "engine": DROP, "engines": {"candidate": "vllm"}},
+            r"engines.candidate.name: unknown engine 'vllm' \(known: builtin, hf-generate",
+        ),
+        ({"engines": {"candidate": "builtin"}}, r"engines: needs version: 2"),
         ({"candidate": "always_accept"}, r"candidate: engine hf-assisted runs transformers' own"),
         ({"drafter": {"kind": "onehot", "k": 3}}, r"drafter: engine hf-assisted is teacher-forced"),
     ]
     for i, (patch, msg) in enumerate(cases):
         f = tmp_path / f"p{i}.yaml"
-        f.write_text(yaml.safe_dump({**raw, **patch}))
+        f.write_text(yaml.safe_dump({k: v for k, v in {**raw, **patch}.items() if v is not DROP}))
         with pytest.raises(ConfigError, match=msg):
             load_protocol(f)
     # a builtin-only protocol keeps its hash (engine is hashed only when not the default)

@@ -139,7 +139,7 @@ def test_round_trip_through_to_raw(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("path", "value", "pattern"),
     [
-        ("version", 2, r"version: unsupported protocol version 2"),
+        ("version", 3, r"version: unsupported protocol version 3 \(this spectest reads 1, 2\)"),
         ("positions", 0, r"positions: expected an integer in \[1, 4096\], got 0"),
         ("positions", "32", r"positions: expected an integer.*'32'"),
         ("drafter.kind", "greedy", r"drafter\.kind: expected one of onehot, sampled, got 'greedy'"),

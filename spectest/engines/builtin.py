@@ -1,9 +1,10 @@
 """The built-in batched engines: plain decode and speculative decode over ``LanguageModel`` s.
 
-Owns: the decode loops (``plain_decode``, ``speculative_decode``), the row/drafter/output
-dataclasses, the conversion of outputs to the schema's samples and rounds tables, and slow
-per-row references of both loops (``plain_decode_reference``, ``speculative_decode_reference``:
-no cache, no batching, tested token-for-token equal in tests/test_engine.py).
+Owns: the decode loops (``plain_decode``, ``speculative_decode``) and their output
+(``EngineOutput``), slow per-row references of both loops (``plain_decode_reference``,
+``speculative_decode_reference``: no cache, no batching, tested token-for-token equal in
+tests/test_engine.py), and ``BuiltinEngine``: the loops as the ``builtin`` engine of the
+contract (``spectest.engines.base``; a plain arm when the job has no variant, else speculative).
 
 Knows nothing about statistics or files, and nothing about *which* sampler is correct: the
 speculative loop calls the hooks of a ``SpecVariant`` (exact or a mutant). Both arms go through
@@ -47,40 +48,26 @@ import pandas as pd
 import torch
 
 from spectest import schema
+from spectest.engines.base import (
+    ArmJob,
+    ArmOutput,
+    DrafterSpec,
+    Engine,
+    RowSpec,
+    check_rows,
+    rounds_frame,
+    samples_frame,
+)
 from spectest.errors import ConfigError, InputError, ModelError
 from spectest.models.base import LanguageModel
 from spectest.sampling.draw import argmax_tokens, categorical
-from spectest.sampling.mutants import Q_MODES, SpecVariant, get_variant, stack_q
-from spectest.sampling.params import SamplingParams, SamplingTensors
+from spectest.sampling.mutants import SpecVariant, get_variant, stack_q
+from spectest.sampling.params import SamplingTensors
 from spectest.sampling.transforms import logits_to_probs
 from spectest.seeding import STREAM_PLAIN, STREAM_SPEC, row_key, spec_slots, uniforms
 
 PLACEHOLDER_TOKEN_ID = -1
 Progress = Callable[[int], None]
-
-
-@dataclass(frozen=True)
-class RowSpec:
-    """One row of a batch: a named sampling config and a seed (the prompt is shared)."""
-
-    config_id: str
-    seed: int
-    params: SamplingParams
-
-
-@dataclass(frozen=True)
-class DrafterSpec:
-    """How the draft proposes: one-hot (greedy argmax) or sampled; the q it reports; K per round."""
-
-    onehot: bool
-    q_mode: str = "processed"
-    k: int = 4
-
-    def __post_init__(self) -> None:
-        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
-            raise ConfigError(f"drafter: k must be an integer >= 1, got {self.k!r}")
-        if self.q_mode not in Q_MODES:
-            raise ConfigError(f"drafter: q_mode must be one of {Q_MODES}, got {self.q_mode!r}")
 
 
 @dataclass(frozen=True)
@@ -527,20 +514,7 @@ def to_samples_frame(
     out: EngineOutput, prompt_id: str, rows: Sequence[RowSpec], arm: str
 ) -> pd.DataFrame:
     """The schema's samples table (one row per token, row-major then position)."""
-    toks = out.tokens.numpy()  # [B, T]
-    B, T = toks.shape
-    if B != len(rows):
-        raise InputError(f"to_samples_frame: {B} token rows but {len(rows)} RowSpecs")
-    return pd.DataFrame(
-        {
-            schema.PROMPT_ID: np.full(B * T, prompt_id, dtype=object),
-            schema.CONFIG_ID: np.repeat(np.array([r.config_id for r in rows], dtype=object), T),
-            schema.ARM: np.full(B * T, arm, dtype=object),
-            schema.SEED: np.repeat(np.array([r.seed for r in rows], dtype=np.int64), T),
-            schema.POSITION: np.tile(np.arange(T, dtype=np.int32), B),
-            schema.TOKEN_ID: toks.reshape(-1).astype(np.int64),
-        }
-    )
+    return samples_frame(out.tokens.numpy(), prompt_id, rows, arm)
 
 
 def to_rounds_frame(
@@ -549,21 +523,7 @@ def to_rounds_frame(
     """The schema's rounds table (speculative runs only)."""
     if out.rounds is None:
         raise InputError("to_rounds_frame: this output has no rounds (a plain run)")
-    r = out.rounds
-    idx = r["row"].to_numpy()
-    return pd.DataFrame(
-        {
-            schema.PROMPT_ID: np.full(len(r), prompt_id, dtype=object),
-            schema.CONFIG_ID: np.array([rows[i].config_id for i in idx], dtype=object),
-            schema.ARM: np.full(len(r), arm, dtype=object),
-            schema.SEED: np.array([rows[i].seed for i in idx], dtype=np.int64),
-            "round": r["round"].to_numpy().astype(np.int32),
-            schema.POSITION: r["position"].to_numpy().astype(np.int32),
-            "drafted": r["drafted"].to_numpy().astype(np.int32),
-            "accepted": r["accepted"].to_numpy().astype(np.int32),
-            "emitted": r["emitted"].to_numpy().astype(np.int32),
-        }
-    )
+    return rounds_frame(out.rounds, prompt_id, rows, arm)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -574,19 +534,6 @@ def _keys(
 ) -> torch.Tensor:
     keys = [row_key(run_key, prompt_id, r.config_id, r.seed) for r in rows]
     return torch.tensor(keys, dtype=torch.int64, device=device)  # [B]
-
-
-def check_rows(rows: Sequence[RowSpec], T: Any, batch_size: Any) -> None:
-    """The checks every engine (built-in or hf) makes on its rows, positions and batch size."""
-    if isinstance(T, bool) or not isinstance(T, int) or T < 1:
-        raise ConfigError(f"num_positions must be an integer >= 1, got {T!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ConfigError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    if len(rows) == 0:
-        raise InputError("rows: at least one RowSpec is needed, got none")
-    for r in rows:
-        if not isinstance(r, RowSpec):
-            raise InputError(f"rows must be RowSpec objects, got {r!r}")
 
 
 def _check_inputs(
@@ -606,3 +553,60 @@ def _check_inputs(
                 f"prompt token {t!r} is not an id in [0, {model.vocab_size}) of {model.name!r}"
             )
     return torch.tensor(ids, dtype=torch.int64, device=model.device)  # [L]
+
+
+# ----------------------------------------------------------------------------- the engine
+
+
+class BuiltinEngine(Engine):
+    """spectest's own loops as an engine: ``plain_decode`` for an arm without a variant (the
+    reference), ``speculative_decode`` with the arm's ``SpecVariant`` otherwise (the candidate
+    and every tooth). White-box columns recorded at generation time by the loops, from the rows
+    they sampled from (exact in every dtype), with the same drafter law q for every arm, the
+    reference included (the control on spectest's own p)."""
+
+    name = "builtin"
+    needs = "draft"
+    whitebox = "generation"
+    rounds = "tested"
+    uses_variant = True
+
+    @classmethod
+    def needs_draft(cls, variant: str | None) -> bool:
+        return variant is not None
+
+    def speculative(self, job: ArmJob) -> bool:
+        """Whether the job runs the speculative loop (else plain decode)."""
+        return job.variant is not None
+
+    def variant(self, job: ArmJob) -> SpecVariant:
+        """The sampler of a speculative job (the acceptor engine swaps in the user's kernel)."""
+        from spectest.sampling.mutants import get_variant
+
+        return get_variant(job.variant or "exact")
+
+    def generate(self, job: ArmJob) -> ArmOutput:
+        target, draft = self.models.target, self.models.draft
+        assert target is not None
+        kw: dict[str, Any] = dict(
+            num_positions=job.num_positions,
+            run_key=job.run_key,
+            prompt_id=job.prompt_id,
+            batch_size=job.batch_size,
+            progress=job.tick,
+        )
+        if not self.speculative(job):
+            # NOTE: the plain arm records q_t too (the draft run along its sequence, same
+            # drafter law), so the white-box tests run on it as the control on spectest's own p
+            out = plain_decode(
+                target, job.prompt_ids, job.rows, whitebox=job.whitebox,
+                draft=draft if job.whitebox else None, drafter=job.drafter, **kw,
+            )  # fmt: skip
+        else:
+            if draft is None:
+                raise ModelError(f"engine {self.name}: arm {job.arm!r} needs the draft model")
+            out = speculative_decode(
+                target, draft, job.prompt_ids, job.rows, drafter=job.drafter,
+                variant=self.variant(job), whitebox=job.whitebox, **kw,
+            )  # fmt: skip
+        return ArmOutput(out.tokens.numpy(), out.rounds, True, out.whitebox)

@@ -6,8 +6,11 @@ calling transformers itself — ``model.generate(do_sample=True)`` for the refer
 (``hf-assisted``, speculative sampling through transformers' ``_speculative_sampling``) — with every
 sampling parameter set explicitly, and the per-round telemetry of assisted generation.
 
-Knows nothing about statistics, files, protocols or white-box columns (``hf_teacher`` teacher-forces
-the local models along what this module emits).
+Also owns ``HFGenerateEngine`` and ``HFAssistedEngine``: the two as engines of the contract
+(``spectest.engines.base``), white-box columns by ``hf_teacher`` (transformers' own warpers).
+
+Knows nothing about statistics, files or protocols (``hf_teacher`` teacher-forces the local models
+along what this module emits).
 
 Works with transformers 4.44 (the hunt venv) and 5.x: version differences are feature-detected
 (``GenerationConfig`` attributes), never compared by version number.
@@ -61,7 +64,8 @@ import pandas as pd
 import torch
 from transformers import LogitsProcessor
 
-from spectest.engines.builtin import EngineOutput, Progress, RowSpec, check_rows
+from spectest.engines.base import ArmJob, ArmOutput, Engine, Progress, RowSpec, check_rows
+from spectest.engines.builtin import EngineOutput
 from spectest.errors import ConfigError, ModelError
 from spectest.sampling.params import SamplingParams
 from spectest.seeding import row_key
@@ -588,3 +592,91 @@ def _rounds_of(row: int, rounds: Sequence[RoundRecord]) -> pd.DataFrame:
             "engine_overlap": np.array([sum(r.engine_overlap) for r in rounds], dtype=np.float64),
         }
     )
+
+
+# ----------------------------------------------------------------------------- the engines
+
+
+def _hf_whitebox(engine: Engine, job: ArmJob, tokens: torch.Tensor) -> pd.DataFrame | None:
+    if not job.whitebox:
+        return None
+    from spectest.engines.hf_teacher import hf_teacher_force
+
+    # NOTE: p_t (and the processed q_t) with transformers' own warpers: its plain law
+    return hf_teacher_force(
+        engine.models.target,
+        job.prompt_ids,
+        [r.params for r in job.rows],
+        tokens,
+        draft=engine.models.draft,
+    )
+
+
+class HFGenerateEngine(Engine):
+    """transformers' plain ``generate(do_sample=True)`` (batched; see ``hf_plain_decode``)."""
+
+    name = HF_GENERATE
+    needs = "target"
+    whitebox = "teacher"
+    rounds = "none"
+
+    def generate(self, job: ArmJob) -> ArmOutput:
+        out = hf_plain_decode(
+            self.models.target, job.prompt_ids, job.rows, num_positions=job.num_positions,
+            run_key=job.run_key, prompt_id=job.prompt_id, batch_size=job.batch_size,
+            progress=job.tick,
+        )  # fmt: skip
+        return ArmOutput(out.tokens.numpy(), None, False, _hf_whitebox(self, job, out.tokens))
+
+    def provenance(self) -> dict[str, Any]:
+        return {**super().provenance(), "transformers": transformers_version()}
+
+
+class HFAssistedEngine(Engine):
+    """transformers' assisted generation (speculative sampling with the protocol's draft,
+    K = ``drafter.k``, one row at a time); its rounds are a readout (transformers' own q)."""
+
+    name = HF_ASSISTED
+    needs = "draft"
+    whitebox = "teacher"
+    rounds = "readout"
+
+    @dataclass(frozen=True)
+    class Options:
+        """``assistant_confidence_threshold``: transformers' draft early-stop (0 = off, 5.x)."""
+
+        assistant_confidence_threshold: float = 0.0
+
+        def __post_init__(self) -> None:
+            t = self.assistant_confidence_threshold
+            if not 0.0 <= t < 1.0:
+                raise ConfigError(
+                    f"assistant_confidence_threshold: expected a number in [0, 1), got {t!r}"
+                )
+
+    @classmethod
+    def check_protocol(
+        cls, options: Any, *, role: str, variant: str, drafter_kind: str, drafter_q: str
+    ) -> tuple[str, str] | None:
+        if role == "candidate" and variant != "exact":
+            return "candidate", (
+                f"engine hf-assisted runs transformers' own sampler, got {variant!r}"
+            )
+        if (drafter_kind, drafter_q) != ("sampled", "processed"):
+            return "drafter", (
+                "engine hf-assisted is teacher-forced with the processed sampled draft law: "
+                f"use kind: sampled, q: processed, got {drafter_kind!r}, {drafter_q!r}"
+            )
+        return None
+
+    def generate(self, job: ArmJob) -> ArmOutput:
+        out = hf_assisted_decode(
+            self.models.target, self.models.draft, job.prompt_ids, job.rows,
+            num_positions=job.num_positions, num_assistant_tokens=job.drafter.k,
+            run_key=job.run_key, prompt_id=job.prompt_id,
+            confidence_threshold=self.options.assistant_confidence_threshold, progress=job.tick,
+        )  # fmt: skip
+        return ArmOutput(out.tokens.numpy(), out.rounds, False, _hf_whitebox(self, job, out.tokens))
+
+    def provenance(self) -> dict[str, Any]:
+        return {**super().provenance(), "transformers": transformers_version()}

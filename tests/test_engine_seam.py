@@ -1,0 +1,213 @@
+"""The engine seam: the contract (``engines.base``), the registry, protocol versions 1 and 2, and
+the plan's engines. Deterministic; no model runs here except through the toy end-to-end tests in
+test_acceptor.py / test_e2e.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from spectest.engines import registry
+from spectest.engines.base import (
+    ArmJob,
+    ArmOutput,
+    DrafterSpec,
+    Engine,
+    RowSpec,
+    check_output,
+)
+from spectest.errors import ConfigError, EngineError
+from spectest.plan import make_plan
+from spectest.prompts import prompts_jsonl
+from spectest.protocol import EngineChoice, load_protocol, protocol_from_dict, to_raw
+from spectest.sampling.params import SamplingParams
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Hashes of the shipped protocols computed on main before version 2 existed (commit 5dfe5e0):
+# a version-1 file must keep its hash, hence its run directory and its resumable shards.
+SHIPPED_V1_HASHES = {
+    "ci.yaml": "e45a85e3fbf5ab1cbd5632eecf165853b58dd6a9861bfc191340d27df3bc256f",
+    "combined.yaml": "a7c9cbbe61af185287be0f52ae68eae5feb930bb8403ea364b0560ff8711016a",
+    "hf-assisted-ci.yaml": "60a1c2d6b102bc0187416709f7fd6e1858754d8cacbbca1108c57f43d5d3b98e",
+    "hf-assisted.yaml": "e0d3a49628249fdce1c3e7f3d247021b100255d49df928a05c20fe9fbaa119e6",
+    "openinfer-512.yaml": "8e68c9f21f6ff5d96eaf67c76f9228228e856355ed09bed186027755466feade",
+    "sglang-eagle.yaml": "0a4cbeda3b33e2adda5b5e2f846827b29ccf059a99e04820acdec5e68e5f99f1",
+    "top_k.yaml": "6f3a247426bde31a9e63a5e5f4aefa8537f007d9caa69727b04aeb4c73bd43bf",
+    "top_p.yaml": "ead64077d06852362a9ae97544d72fc6d3bbba4a00c40006344841c95075d58e",
+    "vllm-rlt-187.yaml": "2d74e86c6faf797e6f30f1465c7b1f831f04fef79a0a253bca887f336380312d",
+}
+
+BASE = {
+    "version": 2,
+    "name": "tiny",
+    "models": {
+        "target": "toy:V=16,order=2,scale=2.0,seed=3",
+        "draft": "toy:V=16,order=2,scale=1.0,seed=4",
+    },
+    "drafter": {"kind": "sampled", "k": 3},
+    "prompts": {"file": "p.jsonl"},
+    "configs": {"a": {"temperature": 0.8}},
+    "seeds": {"per_arm": 64},
+    "positions": 4,
+    "teeth": {"null_arm": True, "epsilons": [0.5], "mutants": ["always_accept"]},
+}
+
+
+def write(tmp_path: Path, body: dict, name: str = "proto.yaml") -> Path:
+    (tmp_path / "p.jsonl").write_text('{"id": "p0", "ids": [1, 2, 3]}\n')
+    f = tmp_path / name
+    f.write_text(yaml.safe_dump(body))
+    return f
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED_V1_HASHES))
+def test_version_1_protocols_keep_their_hash(name: str) -> None:
+    p = load_protocol(REPO / "protocols" / name)
+    assert p.version == 1
+    assert p.hash == SHIPPED_V1_HASHES[name]
+
+
+def test_every_shipped_protocol_is_listed() -> None:
+    v1 = {f.name for f in (REPO / "protocols").glob("*.yaml") if load_protocol(f).version == 1}
+    assert v1 == set(SHIPPED_V1_HASHES)
+
+
+def test_every_registered_engine_resolves() -> None:
+    for name in registry.names():
+        cls = registry.engine_class(name)
+        assert issubclass(cls, Engine) and cls.name == name
+        assert cls.needs in ("target", "draft", "none")
+        assert cls.whitebox in ("generation", "teacher", "none")
+        assert cls.rounds in ("tested", "readout", "none")
+        if name == "acceptor":  # the one engine with a required option
+            with pytest.raises(ConfigError, match=r"<test>\.kernel: required field is missing"):
+                cls.parse_options({}, "<test>")
+        else:
+            cls.parse_options({}, "<test>")  # every option has a default
+
+
+def test_unknown_engine_names_the_known_ones() -> None:
+    with pytest.raises(ConfigError, match=r"unknown engine 'vllm' \(known: builtin, hf-generate"):
+        registry.engine_class("vllm")
+
+
+def test_importing_the_registry_imports_no_torch() -> None:
+    code = (
+        "import sys; import spectest.engines.registry as r; import spectest.engines.base;"
+        "r.names(); assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+def test_version_2_engines_round_trip_and_plan(tmp_path: Path) -> None:
+    body = {
+        **BASE,
+        "engines": {
+            "reference": "builtin",
+            "candidate": {"name": "hf-assisted", "assistant_confidence_threshold": 0.25},
+        },
+    }
+    p = load_protocol(write(tmp_path, body))
+    assert p.candidate_engine.name == "hf-assisted"
+    assert p.candidate_engine.options.assistant_confidence_threshold == 0.25
+    assert p.canonical()["engines"]["candidate"] == {
+        "name": "hf-assisted",
+        "assistant_confidence_threshold": 0.25,
+    }
+    (tmp_path / "copy.jsonl").write_text(prompts_jsonl(p))
+    raw = yaml.safe_load(yaml.safe_dump(to_raw(p, prompts_file="copy.jsonl")))
+    q = protocol_from_dict(raw, source="copy", base_dir=tmp_path)
+    assert q.hash == p.hash and q.candidate_engine == p.candidate_engine
+    plan = make_plan(p)
+    engines = {a.name: a.engine.name for a in plan.arms}
+    assert engines == {
+        "reference": "builtin",
+        "candidate": "hf-assisted",
+        "null": "builtin",
+        "eps=0.5": "builtin",
+        "mutant:always_accept": "builtin",
+    }
+    assert plan.arm("candidate").variant is None  # hf-assisted has no built-in variant
+    assert all(a.engine == EngineChoice.builtin() for a in plan.arms if a.is_tooth)
+    # a different option is a different protocol
+    body["engines"]["candidate"]["assistant_confidence_threshold"] = 0.5
+    assert load_protocol(write(tmp_path, body, "b.yaml")).hash != p.hash
+
+
+def test_version_2_defaults_and_engine_is_hashed(tmp_path: Path) -> None:
+    v2 = load_protocol(write(tmp_path, BASE))
+    assert v2.reference_engine.name == v2.candidate_engine.name == "builtin"
+    explicit = {**BASE, "engines": {"reference": {"name": "builtin"}, "candidate": "builtin"}}
+    assert load_protocol(write(tmp_path, explicit, "e.yaml")).hash == v2.hash
+    v1 = load_protocol(write(tmp_path, {**BASE, "version": 1}, "v1.yaml"))
+    assert v1.hash != v2.hash  # the version is part of the hash
+
+
+@pytest.mark.parametrize(
+    ("patch", "pattern"),
+    [
+        ({"engine": {"candidate": "builtin"}}, r"engine: is version 1's form"),
+        ({"engines": {"candidate": {"kind": "x"}}}, r"engines\.candidate\.name: required"),
+        ({"engines": {"candidate": 3}}, r"engines\.candidate: expected an engine name"),
+        ({"engines": {"teeth": "builtin"}}, r"engines\.teeth: unknown key 'teeth'"),
+        (
+            {
+                "engines": {
+                    "candidate": {"name": "hf-assisted", "assistant_confidence_threshold": "x"}
+                }
+            },
+            r"engines\.candidate\.assistant_confidence_threshold: expected a float, got 'x'",
+        ),
+        (
+            {"engines": {"candidate": "hf-generate"}, "candidate": "always_accept"},
+            r"candidate: engine hf-generate runs its own sampler, got 'always_accept'",
+        ),
+        (
+            {"engines": {"candidate": "hf-assisted"}, "drafter": {"kind": "onehot", "k": 2}},
+            r"drafter: engine hf-assisted is teacher-forced",
+        ),
+    ],
+)
+def test_version_2_errors_name_file_and_field(tmp_path: Path, patch: dict, pattern: str) -> None:
+    f = write(tmp_path, {**BASE, **patch})
+    with pytest.raises(ConfigError, match=pattern) as info:
+        load_protocol(f)
+    assert str(info.value).startswith(str(f))
+
+
+def _job(B: int = 2, T: int = 3) -> ArmJob:
+    rows = tuple(RowSpec("a", s, SamplingParams()) for s in range(B))
+    return ArmJob("candidate", "candidate", None, "p0", (1,), rows, T, 7, 8, DrafterSpec(False))
+
+
+@pytest.mark.parametrize(
+    ("tokens", "pattern"),
+    [
+        (np.zeros((2, 3), dtype=np.int32), r"engine e: tokens must be an int64 numpy array"),
+        (np.zeros((2, 4), dtype=np.int64), r"of shape \(2, 3\), got int64 \(2, 4\)"),
+        (np.array([[0, 1, 16], [0, 0, 0]]), r"token 16 at row 0, position 2 is not an id"),
+        (np.array([[0, -2, 1], [0, 0, 0]]), r"token -2 at row 0, position 1"),
+        (np.array([[0, -1, 1], [0, 0, 0]]), r"row 0 has a token after -1"),
+    ],
+)
+def test_check_output_rejects_malformed_tokens(tokens: np.ndarray, pattern: str) -> None:
+    with pytest.raises(EngineError, match=pattern):
+        check_output(ArmOutput(tokens), _job(), 16, "e")
+
+
+def test_check_output_accepts_early_stop() -> None:
+    check_output(ArmOutput(np.array([[0, 1, -1], [2, -1, -1]], dtype=np.int64)), _job(), 16, "e")
+
+
+def test_q_modes_agree() -> None:
+    from spectest.engines import base
+    from spectest.protocol import Q_MODES
+    from spectest.sampling import mutants
+
+    assert base.Q_MODES == mutants.Q_MODES == Q_MODES
