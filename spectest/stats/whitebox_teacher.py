@@ -212,7 +212,12 @@ def _pit_statistics(tab: SequenceTable, labels: np.ndarray) -> tuple[np.ndarray,
 
 
 def two_sample_tests(
-    tab: SequenceTable, B: int, rng: np.random.Generator, *, power: float = 0.8
+    tab: SequenceTable,
+    B: int,
+    rng: np.random.Generator,
+    *,
+    power: float = 0.8,
+    support_margin: float = 0.0,
 ) -> list[TwoSampleResult]:
     """The four two-sample white-box tests of the candidate against the reference.
 
@@ -225,7 +230,12 @@ def two_sample_tests(
     residual per token), two-sided |T| p-value and the one-sided "candidate puts more mass on
     A" one; the statistic reported is T over the relabelings' sd; its MDE is
     (z_{1−α/2} + z_power)·sd with α = 0.05. ``support_2s``: zero-p rate difference, one-sided
-    (a sampler that leaves the support emits *more* zero-p tokens than the reference).
+    (a sampler that leaves the support emits *more* zero-p tokens than the reference); it
+    rejects only when the share difference also exceeds ``support_margin`` (still level α: the
+    rejection region only shrinks). NOTE the margin: two correct bf16 engines (say transformers'
+    ``generate`` and a multi-token verify forward) sit at different numerical distances from the
+    teacher, and the teacher's zero-p share is where that shows first — at truncation
+    boundaries, a law difference of numerics rather than of the sampler.
     """
     if B < 1:
         raise ConfigError(f"two-sample white-box tests need B >= 1 relabelings, got {B!r}")
@@ -242,16 +252,17 @@ def two_sample_tests(
     z_c = tab.zeros @ lab
     rate = z_c / tok_c - (tab.zeros.sum() - z_c) / tok_r  # [1+B]
     sd = float(np.std(rate[1:])) if B > 1 else float("nan")
+    p_sup = _perm_pvalue(rate) if tab.zeros.sum() > 0 and rate[0] > support_margin else 1.0
     out.append(
         TwoSampleResult(
             "support_2s",
             float(rate[0] / sd) if sd > 0 else 0.0,
-            _perm_pvalue(rate) if tab.zeros.sum() > 0 else 1.0,
-            _perm_pvalue(rate) if tab.zeros.sum() > 0 else 1.0,
+            p_sup,
+            p_sup,
             n,
             float("nan"),
             f"zero-p share: candidate {z_c[0] / tok_c[0]:.4g}, "
-            f"reference {(tab.zeros.sum() - z_c[0]) / tok_r[0]:.4g}",
+            f"reference {(tab.zeros.sum() - z_c[0]) / tok_r[0]:.4g} (margin {support_margin:g})",
         )
     )
 
@@ -347,7 +358,8 @@ def teacher_whitebox_tests(
 ) -> pd.DataFrame:
     """The teacher-mode family as a tidy frame (``stats.whitebox.WHITEBOX_COLUMNS``): the
     reference's control rows (``CONTROL_TESTS``) then the candidate's two-sample rows
-    (``TWO_SAMPLE_TESTS``, under the candidate's arm name)."""
+    (``TWO_SAMPLE_TESTS``, under the candidate's arm name). ``support_2s`` uses the margin
+    ``tolerance / 10`` (``two_sample_tests``)."""
     rows: list[dict[str, object]] = []
     nan = float("nan")
     for r in tolerance_control(samples, reference, tolerance, rng):
@@ -360,7 +372,7 @@ def teacher_whitebox_tests(
         if p.size == 0 or not np.isfinite(p).all():
             return pd.DataFrame(rows, columns=WHITEBOX_COLUMNS)
     tab = sequence_table(samples, reference, candidate, rng)
-    for t in two_sample_tests(tab, B, rng):
+    for t in two_sample_tests(tab, B, rng, support_margin=tolerance / 10.0):
         rows.append(
             dict(arm=candidate, test=t.test, statistic=t.statistic, pvalue=t.pvalue,
                  pvalue_one_sided=t.pvalue_one_sided, n=t.n, mde=t.mde, detail=t.detail)
