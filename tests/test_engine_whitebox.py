@@ -124,3 +124,60 @@ def test_no_whitebox_unless_asked_and_bad_input() -> None:
         out.tokens,
         plain_decode(target, [1], ROWS[:2], num_positions=3, run_key=1, prompt_id="p").tokens,
     )
+
+
+# ------------------------------------------------------------------------------- through a run
+def test_whitebox_mode_of_a_plan() -> None:
+    """bf16/fp16 with an engine that needs a teacher → teacher mode; float32, or the built-in
+    engine alone (generation-time columns) in any dtype → exact. Deterministic."""
+    from spectest.judge import whitebox_mode
+    from spectest.plan import make_plan
+    from spectest.protocol import load_protocol
+
+    hf = make_plan(load_protocol("protocols/hf-assisted-ci.yaml")).arms
+    builtin = make_plan(load_protocol("protocols/ci.yaml")).arms
+    assert whitebox_mode("bfloat16", hf) == "teacher"
+    assert whitebox_mode("float16", hf) == "teacher"
+    assert whitebox_mode("float32", hf) == "exact"
+    assert whitebox_mode("bfloat16", builtin) == "exact"
+
+
+def test_builtin_run_uses_generation_time_columns(tmp_path) -> None:
+    """protocols/ci.yaml at 60 seeds: the stored samples carry the loops' own columns (a plain
+    arm's p > 0 on every token), the analysis is in exact mode, the control passes."""
+    import pandas as pd
+
+    from spectest.protocol import load_protocol
+    from spectest.runner import run_protocol
+
+    proto = load_protocol("protocols/ci.yaml", overrides={"seeds.per_arm": 60})
+    res = run_protocol(proto, out=tmp_path / "run")
+    s = pd.read_parquet(tmp_path / "run" / "samples.parquet")
+    assert (s.loc[s[schema.ARM] == "reference", schema.WB_P] > 0).all()
+    for d in res.summary["details"].values():
+        assert d["whitebox_mode"] == "exact" and not d["whitebox_control_failed"]
+
+
+@pytest.mark.slow
+def test_hf_bf16_run_is_in_teacher_mode_slow(tmp_path) -> None:
+    """protocols/hf-assisted-ci.yaml in bfloat16 at 120 seeds: every comparison runs the
+    teacher-mode family (control rows on the reference, two-sample rows on the arm), the
+    control and the null pass, the onehot_softmax_q mutant is killed. Fixed seeds (the
+    protocol's key); false-failure rate: the null and control at α = 0.05 each."""
+    import pandas as pd
+
+    from spectest.protocol import load_protocol
+    from spectest.runner import run_protocol
+
+    proto = load_protocol(
+        "protocols/hf-assisted-ci.yaml",
+        overrides={"seeds.per_arm": 120, "batch_size": 120, "models.dtype": "bfloat16"},
+    )
+    res = run_protocol(proto, out=tmp_path / "run")
+    wb = pd.read_parquet(tmp_path / "run" / "whitebox.parquet")
+    assert set(wb.loc[wb["arm"] == "reference", "test"]) == {"support_tol", "pit_tol"}
+    assert "directed_z_2s" in set(wb["test"])
+    teeth = {t["arm"]: t for t in res.summary["verdict"]["teeth"]}
+    assert teeth["null"]["sound"] and teeth["mutant:onehot_softmax_q"]["sound"], teeth
+    for d in res.summary["details"].values():
+        assert d["whitebox_mode"] == "teacher" and not d["whitebox_control_failed"]

@@ -192,6 +192,13 @@ def null_rates(reps: int, n: int, seed: int) -> dict[str, float]:
             fam_hits[fam] |= row.pvalue * k <= ALPHA
         for fam, v in fam_hits.items():
             hits[f"family_{fam}"] = hits.get(f"family_{fam}", 0) + int(v)
+        # the support test without its margin: the permutation p-value alone
+        tab = sequence_table(samples, "reference", "candidate", rng)
+        sup = two_sample_tests(tab, 199, rng, support_margin=0.0)[0]
+        assert sup.test == "support_2s"
+        hits["support_2s_no_margin"] = hits.get("support_2s_no_margin", 0) + int(
+            sup.pvalue <= ALPHA
+        )
         hits["one_sample_exact_tests"] = hits.get("one_sample_exact_tests", 0) + int(
             _one_sample_rejects(samples, "reference", rng)
         )
@@ -207,7 +214,7 @@ def test_null_false_alarms_at_most_alpha_under_bf16_sized_teacher_noise() -> Non
     replications (the issue-12 symptom it replaces)."""
     rates = null_rates(200, 100, 0)
     print(rates)
-    for test in ("support_2s", "pit_ks_2s", "pit_ad_2s", "directed_z_2s"):
+    for test in ("support_2s", "support_2s_no_margin", "pit_ks_2s", "pit_ad_2s", "directed_z_2s"):
         assert _within_or_below(round(rates[test] * 200), 200), (test, rates)
     assert _within_or_below(round(rates["family_two_sample"] * 200), 200), rates
     assert _within_or_below(round(rates["family_control"] * 200), 200), rates
