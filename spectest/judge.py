@@ -58,12 +58,14 @@ class RunResult:
     wall_s: float
 
 
-def analysis_options(protocol_tests: Any) -> Any:
-    """A protocol's ``TestsSpec`` as ``stats.analyze.AnalysisOptions``."""
+def analysis_options(protocol_tests: Any, whitebox_mode: str = "exact") -> Any:
+    """A protocol's ``TestsSpec`` as ``stats.analyze.AnalysisOptions`` (``whitebox_mode``: see
+    ``whitebox_mode``)."""
     from spectest.stats.analyze import AnalysisOptions
 
     t = protocol_tests
     return AnalysisOptions(
+        whitebox_mode=whitebox_mode,
         alpha=t.alpha,
         multiplicity=t.multiplicity,
         min_expected=t.min_expected,
@@ -85,6 +87,25 @@ def readout_arms(arms: Sequence[Arm]) -> frozenset[str]:
     return frozenset(a.name for a in arms if engine_class(a.engine.name).rounds == "readout")
 
 
+LOW_PRECISION = ("bfloat16", "bf16", "float16", "fp16")
+
+
+def whitebox_mode(dtype: str, arms: Sequence[Arm]) -> str:
+    """'teacher' when some arm's white-box columns come from a teacher whose numerics may differ
+    from its engine's — an engine with ``whitebox == "teacher"`` in bf16/fp16 — else 'exact'
+    (``stats.analyze.AnalysisOptions.whitebox_mode``).
+
+    The built-in engine records its columns at generation time in every dtype (exact); a
+    teacher's full-sequence forward matches incremental decoding within float32 rounding but
+    not in bf16/fp16 (issue 12). In teacher mode the runner forces every arm with one shared
+    teacher, so that the two-sample tests compare one function of the sequences.
+    """
+    from spectest.engines.registry import engine_class
+
+    teacher = any(engine_class(a.engine.name).whitebox == "teacher" for a in arms)
+    return "teacher" if teacher and dtype in LOW_PRECISION else "exact"
+
+
 def compare_all(
     samples: pd.DataFrame,
     rounds: pd.DataFrame | None,
@@ -93,6 +114,7 @@ def compare_all(
     key: str,
     progress: ProgressFn,
     readout_rounds: frozenset[str] = frozenset(),
+    whitebox_mode: str = "exact",
 ) -> list[tuple[Arm, Any]]:
     """Analyse every non-reference arm against the reference. The rounds of the arms in
     ``readout_rounds`` are stored but not tested: e.g. the hf-assisted draft law is
@@ -100,7 +122,7 @@ def compare_all(
     law."""
     from spectest.stats.analyze import analyze
 
-    options = analysis_options(tests)
+    options = analysis_options(tests, whitebox_mode)
     out = []
     comps = [a for a in arms if a.role != "reference"]
     for i, arm in enumerate(comps):

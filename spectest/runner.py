@@ -43,6 +43,7 @@ from spectest.judge import (
     judge,
     no_progress,
     readout_arms,
+    whitebox_mode,
 )
 from spectest.plan import Arm, Plan, make_plan
 from spectest.prompts import prompt_token_ids, prompts_jsonl
@@ -70,11 +71,17 @@ class _Engines:
     """One engine instance per ``EngineChoice`` of the run, all started before generation, closed
     at the end; the models are loaded once, the draft only when an engine or white-box needs it."""
 
-    def __init__(self, protocol: Protocol, arms: Sequence[Arm]) -> None:
+    def __init__(
+        self, protocol: Protocol, arms: Sequence[Arm], plan_arms: Sequence[Arm] = ()
+    ) -> None:
         from spectest.engines.registry import engine_class
 
         self.protocol = protocol
         self.classes = {a.engine: engine_class(a.engine.name) for a in arms}
+        # white-box teacher mode is a property of the whole plan (resumed shards included)
+        every = tuple(plan_arms) or tuple(arms)
+        self.teacher_mode = whitebox_mode(protocol.models.dtype, every) == "teacher"
+        self.hf_teacher = any(a.engine.name.startswith("hf-") for a in every)
         need_draft = protocol.tests.whitebox or any(
             self.classes[a.engine].needs_draft(a.variant) for a in arms
         )
@@ -114,6 +121,7 @@ def _generate_shard(
     engine = engines.get(arm.engine)
     rows = _rows(protocol, arm)
     label = f"generate {arm.name} / {prompt_id}"
+    teacher_mode = engines.teacher_mode
 
     def tick(done: int) -> None:
         progress(label, done, len(rows))
@@ -130,7 +138,8 @@ def _generate_shard(
         run_key=run_key,
         batch_size=protocol.batch_size,
         drafter=_drafter(protocol),
-        whitebox=protocol.tests.whitebox and engine.whitebox != "none",
+        # teacher mode: the runner forces every arm with one shared teacher (``_shared_teacher``)
+        whitebox=protocol.tests.whitebox and engine.whitebox != "none" and not teacher_mode,
         progress=tick,
     )
     out = engine.generate(job)
@@ -148,10 +157,32 @@ def _generate_shard(
         if out.whitebox is None:
             raise InputError(f"engine {engine.name}: white-box columns were asked for, got none")
         samples = pd.concat([samples, out.whitebox.reset_index(drop=True)], axis=1)
+    elif teacher_mode and protocol.tests.whitebox:
+        wb = _shared_teacher(engines, job, out.tokens)
+        samples = pd.concat([samples, wb.reset_index(drop=True)], axis=1)
     rounds = None
     if out.rounds is not None:
         rounds = rounds_frame(out.rounds, prompt_id, rows, arm.name)
     return samples, rounds
+
+
+def _shared_teacher(engines: _Engines, job: ArmJob, tokens: Any) -> pd.DataFrame:
+    """Teacher mode: the white-box columns of any arm from the run's one teacher — transformers'
+    warpers (``hf_teacher_force``) when an hf engine is in the run, else spectest's pipeline
+    (``teacher_force``) — so every arm's columns are the same function of its sequences."""
+    import torch
+
+    target, draft = engines.models.target, engines.models.draft
+    toks = torch.as_tensor(tokens, dtype=torch.int64)  # [B, T]
+    params = [r.params for r in job.rows]
+    if engines.hf_teacher:
+        from spectest.engines.hf_teacher import hf_teacher_force
+
+        return hf_teacher_force(target, job.prompt_ids, params, toks, draft=draft)
+    from spectest.engines.teacher import teacher_force
+
+    assert target is not None
+    return teacher_force(target, job.prompt_ids, params, toks, draft=draft, drafter=job.drafter)
 
 
 def _load_models(protocol: Protocol, need_draft: bool) -> tuple[Any, Any]:
@@ -261,7 +292,7 @@ def run_protocol(
     todo = [s for s in plan.shards if not rd.shard_done(s.key)]
     resumed = len(plan.shards) - len(todo)
     if todo:
-        engines = _Engines(protocol, [plan.arm(s.arm) for s in todo])
+        engines = _Engines(protocol, [plan.arm(s.arm) for s in todo], plan.arms)
         try:
             target = engines.models.target
             assert target is not None
@@ -294,7 +325,7 @@ def run_protocol(
     samples, rounds = _read_shards(rd, plan)
     results = compare_all(
         samples, rounds, plan.arms, protocol.tests, protocol.seeds.key, progress,
-        readout_arms(plan.arms),
+        readout_arms(plan.arms), whitebox_mode(protocol.models.dtype, plan.arms),
     )  # fmt: skip
     verdict, comparisons, summary = finish_run(
         rd,
@@ -398,6 +429,7 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         key = "compare"
         max_mde = stored.summary["analysis"].get("max_mde_tv")
         readout: frozenset[str] = frozenset()
+        wb_mode = "exact"
     else:
         pf = stored.protocol_file
         if pf is None:
@@ -411,7 +443,8 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         arms = list(plan.arms)
         tests, key, max_mde = protocol.tests, protocol.seeds.key, protocol.tests.max_mde_tv
         readout = readout_arms(arms)
-    results = compare_all(samples, rounds, arms, tests, key, progress, readout)
+        wb_mode = whitebox_mode(protocol.models.dtype, arms)
+    results = compare_all(samples, rounds, arms, tests, key, progress, readout, wb_mode)
     comparisons, verdict = judge(results, max_mde, kind=str(stored.info.get("kind", "run")))
     base = stored.summary
     summary = build_summary(
