@@ -48,6 +48,7 @@ from spectest.judge import (
 from spectest.plan import Arm, Plan, make_plan
 from spectest.prompts import prompt_token_ids, prompts_jsonl
 from spectest.protocol import EngineChoice, Protocol, load_protocol, to_raw
+from spectest.scaleout import local_devices
 from spectest.shipped import shipped_name
 from spectest.store import PROMPTS_FILE, ROUNDS, SAMPLES, RunDir, load_run, make_provenance
 from spectest.summary import build_summary
@@ -72,12 +73,22 @@ class _Engines:
     at the end; the models are loaded once, the draft only when an engine or white-box needs it."""
 
     def __init__(
-        self, protocol: Protocol, arms: Sequence[Arm], plan_arms: Sequence[Arm] = ()
+        self,
+        protocol: Protocol,
+        arms: Sequence[Arm],
+        plan_arms: Sequence[Arm] = (),
+        *,
+        fast: bool = False,
     ) -> None:
         from spectest.engines.registry import engine_class
 
         self.protocol = protocol
-        self.classes = {a.engine: engine_class(a.engine.name) for a in arms}
+        # --fast: every built-in arm (teeth included) on the fast engine, same tokens and law
+        # (engines/fast.py); arms of other engines are untouched
+        self.classes = {
+            a.engine: engine_class("fast" if fast and a.engine.name == "builtin" else a.engine.name)
+            for a in arms
+        }
         # white-box teacher mode is a property of the whole plan (resumed shards included)
         every = tuple(plan_arms) or tuple(arms)
         self.teacher_mode = whitebox_mode(protocol.models.dtype, every) == "teacher"
@@ -243,10 +254,24 @@ def run_protocol(
     junit: Path | None = None,
     summary_md: Path | None = None,
     threads: int | None = None,
+    fast: bool = False,
+    devices: Sequence[str] | None = None,
+    ray: str | None = None,
 ) -> RunResult:
     """Run a protocol (or its teeth only) into a run directory, resuming completed shards.
-    ``threads``: torch intra-op threads for generation (see ``configure_threads``)."""
+    ``threads``: torch intra-op threads for generation (see ``configure_threads``); ``fast``:
+    the built-in arms on the fast engine (``engines/fast.py``). ``devices``: one worker process
+    per device (default: every visible GPU of a ``cuda`` run, else this process); ``ray``: the
+    shards as Ray tasks (``auto``, an address, or ``local``). Both write the same run directory
+    as a single-device run (``spectest.scaleout``).
+
+    The summary's ``timings`` holds the wall time of each phase in seconds: ``load`` (models),
+    ``generate`` per arm (engine time without white-box, when the engine reports it apart),
+    ``whitebox`` (teacher forcing reported by the engines), ``analyze`` and ``total_to_write``
+    (everything before the final files); the write phase itself is in the returned summary only
+    (``summary.json`` is sealed by the manifest before it ends)."""
     t0 = time.perf_counter()
+    timings: dict[str, Any] = {"load": 0.0, "generate": {}, "whitebox": 0.0}
     progress = progress or no_progress
     _check_device(protocol)
     n_threads = configure_threads(protocol.models.device, threads)
@@ -291,8 +316,18 @@ def run_protocol(
     )
     todo = [s for s in plan.shards if not rd.shard_done(s.key)]
     resumed = len(plan.shards) - len(todo)
-    if todo:
-        engines = _Engines(protocol, [plan.arm(s.arm) for s in todo], plan.arms)
+    workers = list(devices) if devices else local_devices(protocol.models.device)
+    if todo and (ray is not None or len(workers) > 1):
+        t_gen = time.perf_counter()
+        provenance = _generate_spread(
+            protocol, rd, todo, provenance, teeth_only=teeth_only, fast=fast, threads=threads,
+            workers=workers, ray=ray, progress=progress,
+        )  # fmt: skip
+        timings["generate"] = {"all arms, spread": time.perf_counter() - t_gen}
+    elif todo:
+        t_load = time.perf_counter()
+        engines = _Engines(protocol, [plan.arm(s.arm) for s in todo], plan.arms, fast=fast)
+        timings["load"] = time.perf_counter() - t_load
         try:
             target = engines.models.target
             assert target is not None
@@ -306,6 +341,7 @@ def run_protocol(
                 def shard_progress(task: str, done: int, n: int, _base: int = base) -> None:
                     progress("generate", _base + done, total)
 
+                t_gen = time.perf_counter()
                 samples, rounds = _generate_shard(
                     protocol,
                     plan.arm(shard.arm),
@@ -315,6 +351,10 @@ def run_protocol(
                     run_key,
                     shard_progress,
                 )
+                wb_s = float(getattr(engines.get(plan.arm(shard.arm).engine), "last_whitebox_s", 0))
+                gen = timings["generate"]
+                gen[shard.arm] = gen.get(shard.arm, 0.0) + time.perf_counter() - t_gen - wb_s
+                timings["whitebox"] += wb_s
                 engine_prov = {**provenance, "engines": engines.provenance()}
                 rd.write_shard(shard.key, samples, rounds, engine_prov)
                 base += size
@@ -323,10 +363,14 @@ def run_protocol(
             engines.close()
         progress("generate", total, total)
     samples, rounds = _read_shards(rd, plan)
+    t_an = time.perf_counter()
     results = compare_all(
         samples, rounds, plan.arms, protocol.tests, protocol.seeds.key, progress,
         readout_arms(plan.arms), whitebox_mode(protocol.models.dtype, plan.arms),
     )  # fmt: skip
+    timings["analyze"] = time.perf_counter() - t_an
+    timings["total_to_write"] = time.perf_counter() - t0
+    t_write = time.perf_counter()
     verdict, comparisons, summary = finish_run(
         rd,
         samples=samples,
@@ -347,15 +391,82 @@ def run_protocol(
             "positions": protocol.positions,
             "seeds_per_arm": protocol.seeds.per_arm,
             "prompt_set": protocol.prompts.file,
+            "timings": _rounded(timings),
         },
         provenance=provenance,
         max_mde_tv=protocol.tests.max_mde_tv,
         junit=junit,
         summary_md=summary_md,
     )
+    summary = {
+        **summary,
+        "timings": {**summary["timings"], "write": _r(time.perf_counter() - t_write)},
+    }
     return RunResult(
         rd.path, verdict, comparisons, summary, len(todo), resumed, time.perf_counter() - t0
     )
+
+
+def _generate_spread(
+    protocol: Protocol,
+    rd: RunDir,
+    todo: Sequence[Any],
+    provenance: dict[str, Any],
+    *,
+    teeth_only: bool,
+    fast: bool,
+    threads: int | None,
+    workers: Sequence[str],
+    ray: str | None,
+    progress: ProgressFn,
+) -> dict[str, Any]:
+    """Generate ``todo`` on several workers (``spectest.scaleout``); the driver writes every
+    shard as it comes back. Returns the provenance with each worker's engines and device."""
+    from spectest import scaleout
+
+    n = scaleout.ray_workers(ray, protocol.models.device) if ray is not None else len(workers)
+    groups = scaleout.split([s.key for s in todo], n)
+    yaml_text = (rd.path / "protocol.yaml").read_text(encoding="utf-8")
+    prompts_text = (rd.path / PROMPTS_FILE).read_text(encoding="utf-8")
+    tasks = [
+        scaleout.ShardTask(
+            yaml_text,
+            prompts_text,
+            protocol.hash,
+            teeth_only,
+            g,
+            protocol.models.device if ray is not None else workers[i],
+            fast,
+            threads,
+        )
+        for i, g in enumerate(groups)
+    ]
+    done: list[str] = []
+    worker_prov: dict[str, Any] = {}
+
+    def on_shard(shard: scaleout.ShardResult) -> None:
+        key, samples, rounds, prov = shard
+        rd.write_shard(key, samples, rounds, {**provenance, **prov})
+        w = prov["worker"]
+        worker_prov[f"{w['host']}:{w['device']}:{w['pid']}"] = prov["engines"]
+        done.append(key)
+        progress("generate", len(done), len(todo))
+
+    progress("generate", 0, len(todo))
+    (scaleout.run_ray if ray is not None else scaleout.run_local)(tasks, on_shard)
+    return {**provenance, "workers": worker_prov, "scaleout": "ray" if ray else "processes"}
+
+
+def _r(x: float) -> float:
+    return round(float(x), 3)
+
+
+def _rounded(timings: dict[str, Any]) -> dict[str, Any]:
+    """Phase wall times in seconds, 3 decimals (``generate`` is a mapping arm → seconds)."""
+    return {
+        k: {a: _r(s) for a, s in v.items()} if isinstance(v, dict) else _r(v)
+        for k, v in timings.items()
+    }
 
 
 def _device_name(device: str) -> str:

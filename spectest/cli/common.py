@@ -216,6 +216,14 @@ def print_result(result: Any, con: Console | None = None) -> None:
         if n > MAX_FAILING_PRINTED:
             more = f"{summary.get('run_dir')}/tests.parquet"
             con.print(f"  ... {n - MAX_FAILING_PRINTED} more: see {more}", markup=False)
+    if t := summary.get("timings"):  # phase wall times (runner.run_protocol docstring)
+        gen = ", ".join(f"{a} {s:.1f}" for a, s in t.get("generate", {}).items())
+        con.print(
+            f"timings (s): load {t.get('load', 0):.1f} · generate [{gen}] · white-box "
+            f"{t.get('whitebox', 0):.1f} · analyze {t.get('analyze', 0):.1f} · write "
+            f"{t.get('write', 0):.1f}",
+            markup=False,
+        )
     for line in verdict_lines(verdict):
         # NOTE: one physical line each (soft wrap): CI logs are grepped for them
         if line.startswith(" "):
