@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +45,10 @@ from spectest.judge import (
     no_progress,
     readout_arms,
 )
-from spectest.plan import Arm, Plan, make_plan
+from spectest.plan import Arm, Plan, Shard, make_plan, stages
 from spectest.prompts import prompt_token_ids, prompts_jsonl
 from spectest.protocol import EngineChoice, Protocol, load_protocol, to_raw
+from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
 from spectest.store import PROMPTS_FILE, ROUNDS, SAMPLES, RunDir, load_run, make_provenance
 from spectest.summary import build_summary
 
@@ -138,6 +140,52 @@ def _generate_shard(
     if out.rounds is not None:
         rounds = rounds_frame(out.rounds, prompt_id, rows, arm.name)
     return samples, rounds
+
+
+def _generate_missing(
+    rd: RunDir, plan: Plan, protocol: Protocol, provenance: dict[str, Any], progress: ProgressFn
+) -> tuple[int, dict[str, Any]]:
+    """Generate the plan's shards that are not done yet; (shards generated, provenance)."""
+    todo = [s for s in plan.shards if not rd.shard_done(s.key)]
+    if todo:
+        engines = _Engines(protocol, [plan.arm(s.arm) for s in todo])
+        try:
+            target = engines.models.target
+            assert target is not None
+            prompt_ids = prompt_token_ids(protocol, target.vocab_size)
+            run_key = _run_key(protocol)
+            # one "generate" bar over every row of every shard still to do
+            arms = [_shard_arm(plan, s) for s in todo]
+            sizes = [len(protocol.configs) * len(a.seeds) for a in arms]
+            total, base = sum(sizes), 0
+            for shard, arm, size in zip(todo, arms, sizes, strict=True):
+
+                def shard_progress(task: str, done: int, n: int, _base: int = base) -> None:
+                    progress("generate", _base + done, total)
+
+                samples, rounds = _generate_shard(
+                    protocol,
+                    arm,
+                    shard.prompt_id,
+                    prompt_ids[shard.prompt_id],
+                    engines,
+                    run_key,
+                    shard_progress,
+                )
+                engine_prov = {**provenance, "engines": engines.provenance()}
+                rd.write_shard(shard.key, samples, rounds, engine_prov)
+                base += size
+            provenance = {**provenance, "engines": engines.provenance()}
+        finally:
+            engines.close()
+        progress("generate", total, total)
+    return len(todo), provenance
+
+
+def _shard_arm(plan: Plan, shard: Shard) -> Arm:
+    """The shard's arm, with the shard's seeds when it is one stage of a growing arm."""
+    arm = plan.arm(shard.arm)
+    return arm if shard.seeds is None else replace(arm, seeds=shard.seeds)
 
 
 def _load_models(protocol: Protocol, need_draft: bool) -> tuple[Any, Any]:
@@ -241,44 +289,36 @@ def run_protocol(
         seed_ranges=plan.seed_ranges,
         kind=kind,
     )
-    todo = [s for s in plan.shards if not rd.shard_done(s.key)]
-    resumed = len(plan.shards) - len(todo)
-    if todo:
-        engines = _Engines(protocol, [plan.arm(s.arm) for s in todo])
-        try:
-            target = engines.models.target
-            assert target is not None
-            prompt_ids = prompt_token_ids(protocol, target.vocab_size)
-            run_key = _run_key(protocol)
-            # one "generate" bar over every row of every shard still to do
-            sizes = [len(protocol.configs) * len(plan.arm(s.arm).seeds) for s in todo]
-            total, base = sum(sizes), 0
-            for shard, size in zip(todo, sizes, strict=True):
-
-                def shard_progress(task: str, done: int, n: int, _base: int = base) -> None:
-                    progress("generate", _base + done, total)
-
-                samples, rounds = _generate_shard(
-                    protocol,
-                    plan.arm(shard.arm),
-                    shard.prompt_id,
-                    prompt_ids[shard.prompt_id],
-                    engines,
-                    run_key,
-                    shard_progress,
-                )
-                engine_prov = {**provenance, "engines": engines.provenance()}
-                rd.write_shard(shard.key, samples, rounds, engine_prov)
-                base += size
-            provenance = {**provenance, "engines": engines.provenance()}
-        finally:
-            engines.close()
-        progress("generate", total, total)
-    samples, rounds = _read_shards(rd, plan)
-    results = compare_all(
-        samples, rounds, plan.arms, protocol.tests, protocol.seeds.key, progress,
-        readout_arms(plan.arms),
-    )  # fmt: skip
+    # sequential protocols (seeds.max_per_arm) grow the reference and candidate arms stage by
+    # stage, looking after each at that look's α (spectest.sequential); otherwise one stage
+    sizes = stages(protocol)[: 1 if teeth_only else None]
+    alphas = look_alphas(protocol.tests.alpha, sizes, protocol.seeds.spending)
+    looks: list[Look] = []
+    generated = 0
+    for stage in range(len(sizes)):
+        plan = make_plan(protocol, candidate=not teeth_only, stage=stage)
+        n_new, provenance = _generate_missing(rd, plan, protocol, provenance, progress)
+        generated += n_new
+        samples, rounds = _read_shards(rd, plan)
+        tests = protocol.tests if len(sizes) == 1 else replace(protocol.tests, alpha=alphas[stage])
+        results = compare_all(
+            samples, rounds, plan.arms, tests, protocol.seeds.key, progress,
+            readout_arms(plan.arms),
+        )  # fmt: skip
+        if len(sizes) == 1:
+            break
+        cand = next(a for arm, a in results if arm.role == "candidate")
+        looks.append(
+            decide_look(
+                stage, sizes, alphas, rejected=bool(cand.rejected), mde_tv=cand.mde_tv,
+                max_mde_tv=protocol.tests.max_mde_tv,
+            )
+        )  # fmt: skip
+        progress(f"look {stage}: {looks[-1].decision}", stage + 1, len(sizes))
+        if looks[-1].decision != CONTINUE:
+            break
+    todo_n, resumed = generated, len(plan.shards) - generated
+    sequential = path_dict(looks, sizes, protocol.seeds.spending, protocol.tests.alpha)
     verdict, comparisons, summary = finish_run(
         rd,
         samples=samples,
@@ -288,7 +328,7 @@ def run_protocol(
             "kind": kind,
             "name": protocol.name,
             "protocol_hash": protocol.hash,
-            "notes": [f"shards: {len(todo)} generated, {resumed} resumed from {rd.path}"]
+            "notes": [f"shards: {todo_n} generated, {resumed} resumed from {rd.path}"]
             if resumed
             else [],
             "analysis": _analysis_dict(protocol.tests),
@@ -297,8 +337,9 @@ def run_protocol(
             "engines": protocol.engines_canonical(),
             "candidate": protocol.candidate,
             "positions": protocol.positions,
-            "seeds_per_arm": protocol.seeds.per_arm,
+            "seeds_per_arm": sizes[len(looks) - 1] if looks else protocol.seeds.per_arm,
             "prompt_set": protocol.prompts.file,
+            **({"sequential": sequential} if looks else {}),
         },
         provenance=provenance,
         max_mde_tv=protocol.tests.max_mde_tv,
@@ -306,7 +347,7 @@ def run_protocol(
         summary_md=summary_md,
     )
     return RunResult(
-        rd.path, verdict, comparisons, summary, len(todo), resumed, time.perf_counter() - t0
+        rd.path, verdict, comparisons, summary, todo_n, resumed, time.perf_counter() - t0
     )
 
 
@@ -373,6 +414,7 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
     if samples is None:
         raise InputError(f"{stored.path}: no {SAMPLES} in the run directory")
     rounds = stored.table(ROUNDS)
+    base_summary = stored.summary
     if stored.info.get("kind") == "compare":
         from spectest.compare import byo_arms, byo_tests
 
@@ -390,9 +432,17 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
             raise InputError(
                 f"{pf}: its hash differs from run.json's: the run directory was edited"
             )
-        plan = make_plan(protocol, candidate=stored.info.get("kind") != "teeth")
+        # a sequential run stored the samples of its last look: re-test them at that look's α
+        looks = (base_summary.get("sequential") or {}).get("looks") or []
+        plan = make_plan(
+            protocol,
+            candidate=stored.info.get("kind") != "teeth",
+            stage=looks[-1]["stage"] if looks else None,
+        )
         arms = list(plan.arms)
         tests, key, max_mde = protocol.tests, protocol.seeds.key, protocol.tests.max_mde_tv
+        if looks:
+            tests = replace(tests, alpha=looks[-1]["alpha"])
         readout = readout_arms(arms)
     results = compare_all(samples, rounds, arms, tests, key, progress, readout)
     comparisons, verdict = judge(results, max_mde)
