@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +46,11 @@ from spectest.judge import (
     readout_arms,
     whitebox_mode,
 )
-from spectest.plan import Arm, Plan, make_plan
+from spectest.plan import Arm, Plan, Shard, make_plan, stages
 from spectest.prompts import prompt_token_ids, prompts_jsonl
 from spectest.protocol import EngineChoice, Protocol, load_protocol, to_raw
 from spectest.scaleout import local_devices
+from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
 from spectest.shipped import shipped_name
 from spectest.store import PROMPTS_FILE, ROUNDS, SAMPLES, RunDir, load_run, make_provenance
 from spectest.summary import build_summary
@@ -196,6 +198,80 @@ def _shared_teacher(engines: _Engines, job: ArmJob, tokens: Any) -> pd.DataFrame
     return teacher_force(target, job.prompt_ids, params, toks, draft=draft, drafter=job.drafter)
 
 
+def _generate_missing(
+    rd: RunDir,
+    plan: Plan,
+    protocol: Protocol,
+    provenance: dict[str, Any],
+    progress: ProgressFn,
+    timings: dict[str, Any],
+    *,
+    teeth_only: bool,
+    fast: bool,
+    threads: int | None,
+    workers: Sequence[str],
+    ray: str | None,
+) -> tuple[int, dict[str, Any]]:
+    """Generate the plan's shards that are not done yet, on this process or spread over
+    ``workers`` / Ray (``spectest.scaleout``); (shards generated, provenance). Adds the phase
+    wall times to ``timings``."""
+    todo = [s for s in plan.shards if not rd.shard_done(s.key)]
+    if todo and (ray is not None or len(workers) > 1):
+        t_gen = time.perf_counter()
+        provenance = _generate_spread(
+            protocol, rd, todo, provenance, teeth_only=teeth_only, fast=fast, threads=threads,
+            workers=workers, ray=ray, progress=progress,
+        )  # fmt: skip
+        gen = timings["generate"]
+        gen["all arms, spread"] = gen.get("all arms, spread", 0.0) + time.perf_counter() - t_gen
+    elif todo:
+        t_load = time.perf_counter()
+        engines = _Engines(protocol, [plan.arm(s.arm) for s in todo], plan.arms, fast=fast)
+        timings["load"] += time.perf_counter() - t_load
+        try:
+            target = engines.models.target
+            assert target is not None
+            prompt_ids = prompt_token_ids(protocol, target.vocab_size)
+            run_key = _run_key(protocol)
+            # one "generate" bar over every row of every shard still to do
+            arms = [_shard_arm(plan, s) for s in todo]
+            sizes = [len(protocol.configs) * len(a.seeds) for a in arms]
+            total, base = sum(sizes), 0
+            for shard, arm, size in zip(todo, arms, sizes, strict=True):
+
+                def shard_progress(task: str, done: int, n: int, _base: int = base) -> None:
+                    progress("generate", _base + done, total)
+
+                t_gen = time.perf_counter()
+                samples, rounds = _generate_shard(
+                    protocol,
+                    arm,
+                    shard.prompt_id,
+                    prompt_ids[shard.prompt_id],
+                    engines,
+                    run_key,
+                    shard_progress,
+                )
+                wb_s = float(getattr(engines.get(arm.engine), "last_whitebox_s", 0))
+                gen = timings["generate"]
+                gen[shard.arm] = gen.get(shard.arm, 0.0) + time.perf_counter() - t_gen - wb_s
+                timings["whitebox"] += wb_s
+                engine_prov = {**provenance, "engines": engines.provenance()}
+                rd.write_shard(shard.key, samples, rounds, engine_prov)
+                base += size
+            provenance = {**provenance, "engines": engines.provenance()}
+        finally:
+            engines.close()
+        progress("generate", total, total)
+    return len(todo), provenance
+
+
+def _shard_arm(plan: Plan, shard: Shard) -> Arm:
+    """The shard's arm, with the shard's seeds when it is one stage of a growing arm."""
+    arm = plan.arm(shard.arm)
+    return arm if shard.seeds is None else replace(arm, seeds=shard.seeds)
+
+
 def _load_models(protocol: Protocol, need_draft: bool) -> tuple[Any, Any]:
     from spectest.models.zoo import load_model, load_pair
 
@@ -314,61 +390,42 @@ def run_protocol(
         seed_ranges=plan.seed_ranges,
         kind=kind,
     )
-    todo = [s for s in plan.shards if not rd.shard_done(s.key)]
-    resumed = len(plan.shards) - len(todo)
     workers = list(devices) if devices else local_devices(protocol.models.device)
-    if todo and (ray is not None or len(workers) > 1):
-        t_gen = time.perf_counter()
-        provenance = _generate_spread(
-            protocol, rd, todo, provenance, teeth_only=teeth_only, fast=fast, threads=threads,
-            workers=workers, ray=ray, progress=progress,
+    # sequential protocols (seeds.max_per_arm) grow the reference and candidate arms stage by
+    # stage, looking after each at that look's α (spectest.sequential); otherwise one stage
+    sizes = stages(protocol)[: 1 if teeth_only else None]
+    alphas = look_alphas(protocol.tests.alpha, sizes, protocol.seeds.spending)
+    looks: list[Look] = []
+    generated = 0
+    for stage in range(len(sizes)):
+        plan = make_plan(protocol, candidate=not teeth_only, stage=stage)
+        n_new, provenance = _generate_missing(
+            rd, plan, protocol, provenance, progress, timings, teeth_only=teeth_only, fast=fast,
+            threads=threads, workers=workers, ray=ray,
         )  # fmt: skip
-        timings["generate"] = {"all arms, spread": time.perf_counter() - t_gen}
-    elif todo:
-        t_load = time.perf_counter()
-        engines = _Engines(protocol, [plan.arm(s.arm) for s in todo], plan.arms, fast=fast)
-        timings["load"] = time.perf_counter() - t_load
-        try:
-            target = engines.models.target
-            assert target is not None
-            prompt_ids = prompt_token_ids(protocol, target.vocab_size)
-            run_key = _run_key(protocol)
-            # one "generate" bar over every row of every shard still to do
-            sizes = [len(protocol.configs) * len(plan.arm(s.arm).seeds) for s in todo]
-            total, base = sum(sizes), 0
-            for shard, size in zip(todo, sizes, strict=True):
-
-                def shard_progress(task: str, done: int, n: int, _base: int = base) -> None:
-                    progress("generate", _base + done, total)
-
-                t_gen = time.perf_counter()
-                samples, rounds = _generate_shard(
-                    protocol,
-                    plan.arm(shard.arm),
-                    shard.prompt_id,
-                    prompt_ids[shard.prompt_id],
-                    engines,
-                    run_key,
-                    shard_progress,
-                )
-                wb_s = float(getattr(engines.get(plan.arm(shard.arm).engine), "last_whitebox_s", 0))
-                gen = timings["generate"]
-                gen[shard.arm] = gen.get(shard.arm, 0.0) + time.perf_counter() - t_gen - wb_s
-                timings["whitebox"] += wb_s
-                engine_prov = {**provenance, "engines": engines.provenance()}
-                rd.write_shard(shard.key, samples, rounds, engine_prov)
-                base += size
-            provenance = {**provenance, "engines": engines.provenance()}
-        finally:
-            engines.close()
-        progress("generate", total, total)
-    samples, rounds = _read_shards(rd, plan)
-    t_an = time.perf_counter()
-    results = compare_all(
-        samples, rounds, plan.arms, protocol.tests, protocol.seeds.key, progress,
-        readout_arms(plan.arms), whitebox_mode(protocol.models.dtype, plan.arms),
-    )  # fmt: skip
-    timings["analyze"] = time.perf_counter() - t_an
+        generated += n_new
+        samples, rounds = _read_shards(rd, plan)
+        tests = protocol.tests if len(sizes) == 1 else replace(protocol.tests, alpha=alphas[stage])
+        t_an = time.perf_counter()
+        results = compare_all(
+            samples, rounds, plan.arms, tests, protocol.seeds.key, progress,
+            readout_arms(plan.arms), whitebox_mode(protocol.models.dtype, plan.arms),
+        )  # fmt: skip
+        timings["analyze"] = timings.get("analyze", 0.0) + time.perf_counter() - t_an
+        if len(sizes) == 1:
+            break
+        cand = next(a for arm, a in results if arm.role == "candidate")
+        looks.append(
+            decide_look(
+                stage, sizes, alphas, rejected=bool(cand.rejected), mde_tv=cand.mde_tv,
+                max_mde_tv=protocol.tests.max_mde_tv,
+            )
+        )  # fmt: skip
+        progress(f"look {stage}: {looks[-1].decision}", stage + 1, len(sizes))
+        if looks[-1].decision != CONTINUE:
+            break
+    todo_n, resumed = generated, len(plan.shards) - generated
+    sequential = path_dict(looks, sizes, protocol.seeds.spending, protocol.tests.alpha)
     timings["total_to_write"] = time.perf_counter() - t0
     t_write = time.perf_counter()
     verdict, comparisons, summary = finish_run(
@@ -380,7 +437,7 @@ def run_protocol(
             "kind": kind,
             "name": protocol.name,
             "protocol_hash": protocol.hash,
-            "notes": [f"shards: {len(todo)} generated, {resumed} resumed from {rd.path}"]
+            "notes": [f"shards: {todo_n} generated, {resumed} resumed from {rd.path}"]
             if resumed
             else [],
             "analysis": _analysis_dict(protocol.tests),
@@ -389,9 +446,10 @@ def run_protocol(
             "engines": protocol.engines_canonical(),
             "candidate": protocol.candidate,
             "positions": protocol.positions,
-            "seeds_per_arm": protocol.seeds.per_arm,
+            "seeds_per_arm": sizes[len(looks) - 1] if looks else protocol.seeds.per_arm,
             "prompt_set": protocol.prompts.file,
             "timings": _rounded(timings),
+            **({"sequential": sequential} if looks else {}),
         },
         provenance=provenance,
         max_mde_tv=protocol.tests.max_mde_tv,
@@ -403,7 +461,7 @@ def run_protocol(
         "timings": {**summary["timings"], "write": _r(time.perf_counter() - t_write)},
     }
     return RunResult(
-        rd.path, verdict, comparisons, summary, len(todo), resumed, time.perf_counter() - t0
+        rd.path, verdict, comparisons, summary, todo_n, resumed, time.perf_counter() - t0
     )
 
 
@@ -532,6 +590,7 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
     if samples is None:
         raise InputError(f"{stored.path}: no {SAMPLES} in the run directory")
     rounds = stored.table(ROUNDS)
+    base_summary = stored.summary
     if stored.info.get("kind") == "compare":
         from spectest.compare import byo_arms, byo_tests
 
@@ -550,9 +609,17 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
             raise InputError(
                 f"{pf}: its hash differs from run.json's: the run directory was edited"
             )
-        plan = make_plan(protocol, candidate=stored.info.get("kind") != "teeth")
+        # a sequential run stored the samples of its last look: re-test them at that look's α
+        looks = (base_summary.get("sequential") or {}).get("looks") or []
+        plan = make_plan(
+            protocol,
+            candidate=stored.info.get("kind") != "teeth",
+            stage=looks[-1]["stage"] if looks else None,
+        )
         arms = list(plan.arms)
         tests, key, max_mde = protocol.tests, protocol.seeds.key, protocol.tests.max_mde_tv
+        if looks:
+            tests = replace(tests, alpha=looks[-1]["alpha"])
         readout = readout_arms(arms)
         wb_mode = whitebox_mode(protocol.models.dtype, arms)
     results = compare_all(samples, rounds, arms, tests, key, progress, readout, wb_mode)

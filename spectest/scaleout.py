@@ -102,7 +102,7 @@ def generate_shards(task: ShardTask) -> list[ShardResult]:
         run_key = runner._run_key(protocol)
         for s in todo:
             samples, rounds = runner._generate_shard(
-                protocol, plan.arm(s.arm), s.prompt_id, prompt_ids[s.prompt_id], engines,
+                protocol, runner._shard_arm(plan, s), s.prompt_id, prompt_ids[s.prompt_id], engines,
                 run_key, lambda task, done, n: None,
             )  # fmt: skip
             prov = {

@@ -176,11 +176,12 @@ def test_analysis_schemas_match_the_analysis_columns() -> None:
     """tests/trie/whitebox.parquet are written with explicit schemas: keep them in step with the
     columns ``stats.analyze`` produces (plus the ``comparison`` column the runner adds)."""
     from spectest import schema
-    from spectest.stats.analyze import CELL_COLUMNS, TRIE_COLUMNS
+    from spectest.stats.analyze import CELL_COLUMNS, SEQUENCE_COLUMNS, TRIE_COLUMNS
     from spectest.stats.whitebox import WHITEBOX_COLUMNS
 
     assert schema.TESTS_SCHEMA.names == [*CELL_COLUMNS, schema.COMPARISON]
     assert schema.TRIE_SCHEMA.names == [*TRIE_COLUMNS, schema.COMPARISON]
+    assert schema.SEQUENCE_SCHEMA.names == [*SEQUENCE_COLUMNS, schema.COMPARISON]
     assert schema.WHITEBOX_TESTS_SCHEMA.names == [
         *WHITEBOX_COLUMNS,
         "p_adj",
