@@ -4,18 +4,20 @@ Owns: ``Arm`` (reference, candidate, null, ε and mutant arms with what each mus
 engine that runs it: the protocol's reference and candidate engines, the built-in engine for
 every tooth),
 ``SeedRange`` (consecutive, disjoint per arm, collision-free by construction), ``Shard`` (one arm
-× one prompt, the unit of generation and resume) and ``make_plan``. Knows nothing about models,
+× one prompt [× one stage of a sequential run], the unit of generation and resume), ``stages``
+and ``make_plan``. Knows nothing about models,
 files or statistics.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 from urllib.parse import quote
 
 from spectest.errors import ConfigError
 from spectest.protocol import EngineChoice, Protocol
+from spectest.sequential import stage_sizes
 
 ArmRole = Literal["reference", "candidate", "null", "eps", "mutant"]
 
@@ -63,15 +65,24 @@ class Arm:
 
 @dataclass(frozen=True)
 class Shard:
-    """The unit of generation and of resume: one arm × one prompt (all configs, all seeds)."""
+    """The unit of generation and of resume: one arm × one prompt (all configs, all seeds).
+
+    In a sequential run (``seeds.max_per_arm``) a growing arm has one shard per prompt and
+    stage: ``seeds`` is the stage's new seed range (None = the arm's whole range), so the
+    shards of earlier stages are reused as they are.
+    """
 
     arm: str
     prompt_id: str
+    stage: int = 0
+    seeds: SeedRange | None = None
 
     @property
     def key(self) -> str:
-        """A file-system-safe, injective name (``quote`` escapes ':' '=' '/' ...)."""
-        return f"{quote(self.arm, safe='')}__{quote(self.prompt_id, safe='')}"
+        """A file-system-safe, injective name (``quote`` escapes ':' '=' '/' ...); stage 0 keeps
+        the single-stage name, so a sequential run's first stage is a plain run's shards."""
+        base = f"{quote(self.arm, safe='')}__{quote(self.prompt_id, safe='')}"
+        return base if self.stage == 0 else f"{base}__stage{self.stage}"
 
 
 @dataclass(frozen=True)
@@ -114,9 +125,9 @@ def all_arms(protocol: Protocol) -> tuple[Arm, ...]:
     p = protocol
     builtin = EngineChoice.builtin()  # every tooth runs on spectest's own sampler
     specs: list[tuple[str, ArmRole, str | None, int, str, EngineChoice]] = [
-        ("reference", "reference", None, p.seeds.per_arm, "reference", p.reference_engine),
+        ("reference", "reference", None, _reserved(p), "reference", p.reference_engine),
         (
-            "candidate", "candidate", p.candidate_variant, p.seeds.per_arm, "subject",
+            "candidate", "candidate", p.candidate_variant, _reserved(p), "subject",
             p.candidate_engine,
         ),
     ]  # fmt: skip
@@ -138,11 +149,33 @@ def all_arms(protocol: Protocol) -> tuple[Arm, ...]:
     return tuple(arms)
 
 
-def make_plan(protocol: Protocol, *, candidate: bool = True, teeth: bool = True) -> Plan:
+def _reserved(p: Protocol) -> int:
+    """Seeds reserved for the reference and candidate arms: the last stage's (sequential)."""
+    return p.seeds.max_per_arm if p.seeds.max_per_arm is not None else p.seeds.per_arm
+
+
+def stages(protocol: Protocol) -> tuple[int, ...]:
+    """Seeds per arm after each stage (``spectest.sequential.stage_sizes``); one stage unless
+    ``seeds.max_per_arm`` is set."""
+    return stage_sizes(protocol.seeds.per_arm, protocol.seeds.max_per_arm)
+
+
+def make_plan(
+    protocol: Protocol, *, candidate: bool = True, teeth: bool = True, stage: int | None = None
+) -> Plan:
     """Expand a protocol. ``candidate=False`` gives the teeth-only plan of ``spectest teeth``;
-    ``teeth=False`` skips the teeth arms. Seeds per arm are those of the full plan either way."""
+    ``teeth=False`` skips the teeth arms. Seeds per arm are those of the full plan either way.
+
+    ``stage`` (sequential protocols): the reference and candidate arms use the first
+    ``stages(protocol)[stage]`` seeds of their reserved range, in one shard per prompt and
+    stage ≤ ``stage``; None = the last stage. Teeth arms never grow.
+    """
+    sizes = stages(protocol)
+    k = len(sizes) - 1 if stage is None else stage
+    if not (0 <= k < len(sizes)):
+        raise ConfigError(f"{protocol.source}: stage {stage!r} outside the {len(sizes)} stages")
     arms = tuple(
-        a
+        _at_stage(a, sizes[k])
         for a in all_arms(protocol)
         if a.role == "reference" or (a.role == "candidate" and candidate) or (a.is_tooth and teeth)
     )
@@ -150,5 +183,28 @@ def make_plan(protocol: Protocol, *, candidate: bool = True, teeth: bool = True)
         for b in arms[i + 1 :]:
             assert not a.seeds.overlaps(b.seeds), (a, b)
     cells = tuple((pr.id, cid) for pr in protocol.prompts.items for cid, _ in protocol.configs)
-    shards = tuple(Shard(a.name, pr.id) for a in arms for pr in protocol.prompts.items)
+    shards = tuple(
+        shard
+        for a in arms
+        for pr in protocol.prompts.items
+        for shard in _shards(a, pr.id, sizes[: k + 1] if len(sizes) > 1 else ())
+    )
     return Plan(protocol=protocol, arms=arms, cells=cells, shards=shards)
+
+
+def _at_stage(arm: Arm, n: int) -> Arm:
+    if arm.role not in ("reference", "candidate"):
+        return arm
+    return replace(arm, seeds=SeedRange(arm.seeds.start, arm.seeds.start + n))
+
+
+def _shards(arm: Arm, prompt_id: str, sizes: tuple[int, ...]) -> tuple[Shard, ...]:
+    """One shard, or (a growing arm of a sequential plan) one per stage with its new seeds."""
+    if not sizes or arm.role not in ("reference", "candidate"):
+        return (Shard(arm.name, prompt_id),)
+    lo = arm.seeds.start
+    bounds = [lo, *(lo + n for n in sizes)]
+    return tuple(
+        Shard(arm.name, prompt_id, j, SeedRange(bounds[j], bounds[j + 1]))
+        for j in range(len(sizes))
+    )

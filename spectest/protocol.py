@@ -41,6 +41,7 @@ import yaml
 from spectest.errors import ConfigError
 from spectest.prompts import NAME_RE, Prompt, PromptsSpec, load_prompt_set, prompts_jsonl
 from spectest.sampling.params import SamplingParams
+from spectest.sequential import SPENDING
 
 PROTOCOL_VERSION = 2  # the newest version this spectest reads (and writes for new files)
 PROTOCOL_VERSIONS = (1, 2)
@@ -85,12 +86,27 @@ class DrafterSpec:
 class SeedsSpec:
     """Seeds per arm. Arms get disjoint consecutive ranges starting at ``start`` (see ``Plan``);
     teeth arms use ``teeth_per_arm`` seeds (default ``per_arm``). ``key`` names the run key from
-    which every row key is derived (default: the protocol name)."""
+    which every row key is derived (default: the protocol name).
+
+    Sequential runs (``spectest.sequential``): with ``max_per_arm`` the reference and candidate
+    arms grow in stages, doubling from ``per_arm`` to ``max_per_arm`` seeds, with a look after
+    each stage at the α share of ``spending`` ("equal" or "proportional"); the run stops at the
+    first rejection or once ``tests.power.max_mde_tv`` is reached."""
 
     per_arm: int
     teeth_per_arm: int
     start: int
     key: str
+    max_per_arm: int | None = None
+    spending: str = "equal"
+
+    def canonical(self) -> dict[str, Any]:
+        """The fields as plain values; the sequential ones only when set, so a protocol without
+        ``max_per_arm`` keeps the hash it had before they existed."""
+        out = vars(self).copy()
+        if self.max_per_arm is None:
+            del out["max_per_arm"], out["spending"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -216,7 +232,7 @@ class Protocol:
                 for p in self.prompts.items
             ],
             "configs": [[cid, vars(sp).copy()] for cid, sp in self.configs],
-            "seeds": vars(self.seeds).copy(),
+            "seeds": self.seeds.canonical(),
             "positions": self.positions,
             "candidate": self.candidate,
             "tests": {
@@ -326,15 +342,17 @@ def load_protocol(
 
     Parameters
     ----------
-    path : the YAML file.
+    path : the YAML file, or the name of a shipped protocol (``spectest.shipped``).
     overrides : dotted field path → value (e.g. ``{"seeds.per_arm": 64}``), applied before
         validation. ``None`` values are ignored (an unset CLI option).
     sets : ``"dotted.key=value"`` strings (CLI ``--set``); the value is parsed as YAML.
     """
-    source = str(path)
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{source}: no such protocol file")
+    from spectest.shipped import resolve_protocol_file
+
+    # a local file wins; a bare name (top_p, top_p.yaml) falls back to a shipped protocol, and
+    # then ``source`` is the shipped file's full path, so the run records which one it used
+    p, shipped = resolve_protocol_file(path)
+    source = str(p) if shipped else str(path)
     try:
         raw = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
@@ -455,13 +473,24 @@ def protocol_from_dict(
     )
     configs = _configs(c, top["configs"])
 
-    s = c.mapping(top["seeds"], "seeds", ("per_arm", "teeth_per_arm", "start", "key"), ("per_arm",))
+    s = c.mapping(
+        top["seeds"],
+        "seeds",
+        ("per_arm", "teeth_per_arm", "start", "key", "max_per_arm", "spending"),
+        ("per_arm",),
+    )
     per_arm = c.int_(s["per_arm"], "seeds.per_arm", lo=2)
+    max_per_arm = s.get("max_per_arm")
+    if max_per_arm is not None:
+        max_per_arm = c.int_(max_per_arm, "seeds.max_per_arm", lo=per_arm)
+    spending = c.str_(s.get("spending", "equal"), "seeds.spending", SPENDING)
     seeds = SeedsSpec(
         per_arm=per_arm,
         teeth_per_arm=c.int_(s.get("teeth_per_arm", per_arm), "seeds.teeth_per_arm", lo=2),
         start=c.int_(s.get("start", 0), "seeds.start", lo=0, hi=2**53),
         key=c.str_(s.get("key", name), "seeds.key"),
+        max_per_arm=max_per_arm,
+        spending=spending,
     )
     positions = c.int_(top["positions"], "positions", lo=1, hi=4096)
     candidate_raw = c.str_(top.get("candidate", "exact"), "candidate")
@@ -741,7 +770,7 @@ def to_raw(protocol: Protocol, *, prompts_file: str) -> dict[str, Any]:
         "drafter": vars(p.drafter).copy(),
         "prompts": {"file": prompts_file},
         "configs": {cid: vars(sp).copy() for cid, sp in p.configs},
-        "seeds": vars(p.seeds).copy(),
+        "seeds": p.seeds.canonical(),
         "positions": p.positions,
         "candidate": p.candidate,
         "tests": {

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from spectest.engines.base import (
     rounds_frame,
     samples_frame,
 )
-from spectest.errors import ConfigError, InputError
+from spectest.errors import ConfigError, EngineError, InputError
 from spectest.judge import (
     ProgressFn,
     RunResult,
@@ -43,11 +44,14 @@ from spectest.judge import (
     judge,
     no_progress,
     readout_arms,
+    whitebox_mode,
 )
-from spectest.plan import Arm, Plan, make_plan
+from spectest.plan import Arm, Plan, Shard, make_plan, stages
 from spectest.prompts import prompt_token_ids, prompts_jsonl
 from spectest.protocol import EngineChoice, Protocol, load_protocol, to_raw
 from spectest.scaleout import local_devices
+from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
+from spectest.shipped import shipped_name
 from spectest.store import PROMPTS_FILE, ROUNDS, SAMPLES, RunDir, load_run, make_provenance
 from spectest.summary import build_summary
 
@@ -67,10 +71,17 @@ def _drafter(protocol: Protocol) -> DrafterSpec:
 
 
 class _Engines:
-    """One engine instance per ``EngineChoice`` of the run, built on first use, closed at the
-    end; the models are loaded once, with the draft only when an engine or white-box needs it."""
+    """One engine instance per ``EngineChoice`` of the run, all started before generation, closed
+    at the end; the models are loaded once, the draft only when an engine or white-box needs it."""
 
-    def __init__(self, protocol: Protocol, arms: Sequence[Arm], *, fast: bool = False) -> None:
+    def __init__(
+        self,
+        protocol: Protocol,
+        arms: Sequence[Arm],
+        plan_arms: Sequence[Arm] = (),
+        *,
+        fast: bool = False,
+    ) -> None:
         from spectest.engines.registry import engine_class
 
         self.protocol = protocol
@@ -80,11 +91,21 @@ class _Engines:
             a.engine: engine_class("fast" if fast and a.engine.name == "builtin" else a.engine.name)
             for a in arms
         }
+        # white-box teacher mode is a property of the whole plan (resumed shards included)
+        every = tuple(plan_arms) or tuple(arms)
+        self.teacher_mode = whitebox_mode(protocol.models.dtype, every) == "teacher"
+        self.hf_teacher = any(a.engine.name.startswith("hf-") for a in every)
         need_draft = protocol.tests.whitebox or any(
             self.classes[a.engine].needs_draft(a.variant) for a in arms
         )
         self.models = Models(*_load_models(protocol, need_draft))
         self.live: dict[EngineChoice, Engine] = {}
+        try:  # start every engine now: a broken one fails before any work
+            for choice in self.classes:
+                self.get(choice)
+        except BaseException:
+            self.close()
+            raise
 
     def get(self, choice: EngineChoice) -> Engine:
         if choice not in self.live:
@@ -113,6 +134,7 @@ def _generate_shard(
     engine = engines.get(arm.engine)
     rows = _rows(protocol, arm)
     label = f"generate {arm.name} / {prompt_id}"
+    teacher_mode = engines.teacher_mode
 
     def tick(done: int) -> None:
         progress(label, done, len(rows))
@@ -129,21 +151,125 @@ def _generate_shard(
         run_key=run_key,
         batch_size=protocol.batch_size,
         drafter=_drafter(protocol),
-        whitebox=protocol.tests.whitebox and engine.whitebox != "none",
+        # teacher mode: the runner forces every arm with one shared teacher (``_shared_teacher``)
+        whitebox=protocol.tests.whitebox and engine.whitebox != "none" and not teacher_mode,
         progress=tick,
     )
     out = engine.generate(job)
     target = engines.models.target
     check_output(out, job, None if target is None else target.vocab_size, engine.name)
+    if out.rounds is not None and (
+        engine.rounds == "none" or out.rounds_tested != (engine.rounds == "tested")
+    ):
+        raise EngineError(
+            f"engine {engine.name}: returned rounds (tested: {out.rounds_tested}) but declares "
+            f"rounds = {engine.rounds!r}"
+        )
     samples = samples_frame(out.tokens, prompt_id, rows, arm.name)
     if job.whitebox:
         if out.whitebox is None:
             raise InputError(f"engine {engine.name}: white-box columns were asked for, got none")
         samples = pd.concat([samples, out.whitebox.reset_index(drop=True)], axis=1)
+    elif teacher_mode and protocol.tests.whitebox:
+        wb = _shared_teacher(engines, job, out.tokens)
+        samples = pd.concat([samples, wb.reset_index(drop=True)], axis=1)
     rounds = None
     if out.rounds is not None:
         rounds = rounds_frame(out.rounds, prompt_id, rows, arm.name)
     return samples, rounds
+
+
+def _shared_teacher(engines: _Engines, job: ArmJob, tokens: Any) -> pd.DataFrame:
+    """Teacher mode: the white-box columns of any arm from the run's one teacher — transformers'
+    warpers (``hf_teacher_force``) when an hf engine is in the run, else spectest's pipeline
+    (``teacher_force``) — so every arm's columns are the same function of its sequences."""
+    import torch
+
+    target, draft = engines.models.target, engines.models.draft
+    toks = torch.as_tensor(tokens, dtype=torch.int64)  # [B, T]
+    params = [r.params for r in job.rows]
+    if engines.hf_teacher:
+        from spectest.engines.hf_teacher import hf_teacher_force
+
+        return hf_teacher_force(target, job.prompt_ids, params, toks, draft=draft)
+    from spectest.engines.teacher import teacher_force
+
+    assert target is not None
+    return teacher_force(target, job.prompt_ids, params, toks, draft=draft, drafter=job.drafter)
+
+
+def _generate_missing(
+    rd: RunDir,
+    plan: Plan,
+    protocol: Protocol,
+    provenance: dict[str, Any],
+    progress: ProgressFn,
+    timings: dict[str, Any],
+    *,
+    teeth_only: bool,
+    fast: bool,
+    threads: int | None,
+    workers: Sequence[str],
+    ray: str | None,
+) -> tuple[int, dict[str, Any]]:
+    """Generate the plan's shards that are not done yet, on this process or spread over
+    ``workers`` / Ray (``spectest.scaleout``); (shards generated, provenance). Adds the phase
+    wall times to ``timings``."""
+    todo = [s for s in plan.shards if not rd.shard_done(s.key)]
+    if todo and (ray is not None or len(workers) > 1):
+        t_gen = time.perf_counter()
+        provenance = _generate_spread(
+            protocol, rd, todo, provenance, teeth_only=teeth_only, fast=fast, threads=threads,
+            workers=workers, ray=ray, progress=progress,
+        )  # fmt: skip
+        gen = timings["generate"]
+        gen["all arms, spread"] = gen.get("all arms, spread", 0.0) + time.perf_counter() - t_gen
+    elif todo:
+        t_load = time.perf_counter()
+        engines = _Engines(protocol, [plan.arm(s.arm) for s in todo], plan.arms, fast=fast)
+        timings["load"] += time.perf_counter() - t_load
+        try:
+            target = engines.models.target
+            assert target is not None
+            prompt_ids = prompt_token_ids(protocol, target.vocab_size)
+            run_key = _run_key(protocol)
+            # one "generate" bar over every row of every shard still to do
+            arms = [_shard_arm(plan, s) for s in todo]
+            sizes = [len(protocol.configs) * len(a.seeds) for a in arms]
+            total, base = sum(sizes), 0
+            for shard, arm, size in zip(todo, arms, sizes, strict=True):
+
+                def shard_progress(task: str, done: int, n: int, _base: int = base) -> None:
+                    progress("generate", _base + done, total)
+
+                t_gen = time.perf_counter()
+                samples, rounds = _generate_shard(
+                    protocol,
+                    arm,
+                    shard.prompt_id,
+                    prompt_ids[shard.prompt_id],
+                    engines,
+                    run_key,
+                    shard_progress,
+                )
+                wb_s = float(getattr(engines.get(arm.engine), "last_whitebox_s", 0))
+                gen = timings["generate"]
+                gen[shard.arm] = gen.get(shard.arm, 0.0) + time.perf_counter() - t_gen - wb_s
+                timings["whitebox"] += wb_s
+                engine_prov = {**provenance, "engines": engines.provenance()}
+                rd.write_shard(shard.key, samples, rounds, engine_prov)
+                base += size
+            provenance = {**provenance, "engines": engines.provenance()}
+        finally:
+            engines.close()
+        progress("generate", total, total)
+    return len(todo), provenance
+
+
+def _shard_arm(plan: Plan, shard: Shard) -> Arm:
+    """The shard's arm, with the shard's seeds when it is one stage of a growing arm."""
+    arm = plan.arm(shard.arm)
+    return arm if shard.seeds is None else replace(arm, seeds=shard.seeds)
 
 
 def _load_models(protocol: Protocol, need_draft: bool) -> tuple[Any, Any]:
@@ -245,6 +371,9 @@ def run_protocol(
             for a in plan.arms
         ],
         "seed_ranges": plan.seed_ranges,
+        # which protocol file this run used (a bare --config name may resolve to a shipped one)
+        "protocol_source": protocol.source,
+        "protocol_shipped": shipped_name(protocol.source),
     }
     rd = RunDir.open(
         run_dir,
@@ -261,61 +390,42 @@ def run_protocol(
         seed_ranges=plan.seed_ranges,
         kind=kind,
     )
-    todo = [s for s in plan.shards if not rd.shard_done(s.key)]
-    resumed = len(plan.shards) - len(todo)
     workers = list(devices) if devices else local_devices(protocol.models.device)
-    if todo and (ray is not None or len(workers) > 1):
-        t_gen = time.perf_counter()
-        provenance = _generate_spread(
-            protocol, rd, todo, provenance, teeth_only=teeth_only, fast=fast, threads=threads,
-            workers=workers, ray=ray, progress=progress,
+    # sequential protocols (seeds.max_per_arm) grow the reference and candidate arms stage by
+    # stage, looking after each at that look's α (spectest.sequential); otherwise one stage
+    sizes = stages(protocol)[: 1 if teeth_only else None]
+    alphas = look_alphas(protocol.tests.alpha, sizes, protocol.seeds.spending)
+    looks: list[Look] = []
+    generated = 0
+    for stage in range(len(sizes)):
+        plan = make_plan(protocol, candidate=not teeth_only, stage=stage)
+        n_new, provenance = _generate_missing(
+            rd, plan, protocol, provenance, progress, timings, teeth_only=teeth_only, fast=fast,
+            threads=threads, workers=workers, ray=ray,
         )  # fmt: skip
-        timings["generate"] = {"all arms, spread": time.perf_counter() - t_gen}
-    elif todo:
-        t_load = time.perf_counter()
-        engines = _Engines(protocol, [plan.arm(s.arm) for s in todo], fast=fast)
-        timings["load"] = time.perf_counter() - t_load
-        try:
-            target = engines.models.target
-            assert target is not None
-            prompt_ids = prompt_token_ids(protocol, target.vocab_size)
-            run_key = _run_key(protocol)
-            # one "generate" bar over every row of every shard still to do
-            sizes = [len(protocol.configs) * len(plan.arm(s.arm).seeds) for s in todo]
-            total, base = sum(sizes), 0
-            for shard, size in zip(todo, sizes, strict=True):
-
-                def shard_progress(task: str, done: int, n: int, _base: int = base) -> None:
-                    progress("generate", _base + done, total)
-
-                t_gen = time.perf_counter()
-                samples, rounds = _generate_shard(
-                    protocol,
-                    plan.arm(shard.arm),
-                    shard.prompt_id,
-                    prompt_ids[shard.prompt_id],
-                    engines,
-                    run_key,
-                    shard_progress,
-                )
-                wb_s = float(getattr(engines.get(plan.arm(shard.arm).engine), "last_whitebox_s", 0))
-                gen = timings["generate"]
-                gen[shard.arm] = gen.get(shard.arm, 0.0) + time.perf_counter() - t_gen - wb_s
-                timings["whitebox"] += wb_s
-                engine_prov = {**provenance, "engines": engines.provenance()}
-                rd.write_shard(shard.key, samples, rounds, engine_prov)
-                base += size
-            provenance = {**provenance, "engines": engines.provenance()}
-        finally:
-            engines.close()
-        progress("generate", total, total)
-    samples, rounds = _read_shards(rd, plan)
-    t_an = time.perf_counter()
-    results = compare_all(
-        samples, rounds, plan.arms, protocol.tests, protocol.seeds.key, progress,
-        readout_arms(plan.arms),
-    )  # fmt: skip
-    timings["analyze"] = time.perf_counter() - t_an
+        generated += n_new
+        samples, rounds = _read_shards(rd, plan)
+        tests = protocol.tests if len(sizes) == 1 else replace(protocol.tests, alpha=alphas[stage])
+        t_an = time.perf_counter()
+        results = compare_all(
+            samples, rounds, plan.arms, tests, protocol.seeds.key, progress,
+            readout_arms(plan.arms), whitebox_mode(protocol.models.dtype, plan.arms),
+        )  # fmt: skip
+        timings["analyze"] = timings.get("analyze", 0.0) + time.perf_counter() - t_an
+        if len(sizes) == 1:
+            break
+        cand = next(a for arm, a in results if arm.role == "candidate")
+        looks.append(
+            decide_look(
+                stage, sizes, alphas, rejected=bool(cand.rejected), mde_tv=cand.mde_tv,
+                max_mde_tv=protocol.tests.max_mde_tv,
+            )
+        )  # fmt: skip
+        progress(f"look {stage}: {looks[-1].decision}", stage + 1, len(sizes))
+        if looks[-1].decision != CONTINUE:
+            break
+    todo_n, resumed = generated, len(plan.shards) - generated
+    sequential = path_dict(looks, sizes, protocol.seeds.spending, protocol.tests.alpha)
     timings["total_to_write"] = time.perf_counter() - t0
     t_write = time.perf_counter()
     verdict, comparisons, summary = finish_run(
@@ -327,7 +437,7 @@ def run_protocol(
             "kind": kind,
             "name": protocol.name,
             "protocol_hash": protocol.hash,
-            "notes": [f"shards: {len(todo)} generated, {resumed} resumed from {rd.path}"]
+            "notes": [f"shards: {todo_n} generated, {resumed} resumed from {rd.path}"]
             if resumed
             else [],
             "analysis": _analysis_dict(protocol.tests),
@@ -336,9 +446,10 @@ def run_protocol(
             "engines": protocol.engines_canonical(),
             "candidate": protocol.candidate,
             "positions": protocol.positions,
-            "seeds_per_arm": protocol.seeds.per_arm,
+            "seeds_per_arm": sizes[len(looks) - 1] if looks else protocol.seeds.per_arm,
             "prompt_set": protocol.prompts.file,
             "timings": _rounded(timings),
+            **({"sequential": sequential} if looks else {}),
         },
         provenance=provenance,
         max_mde_tv=protocol.tests.max_mde_tv,
@@ -350,7 +461,7 @@ def run_protocol(
         "timings": {**summary["timings"], "write": _r(time.perf_counter() - t_write)},
     }
     return RunResult(
-        rd.path, verdict, comparisons, summary, len(todo), resumed, time.perf_counter() - t0
+        rd.path, verdict, comparisons, summary, todo_n, resumed, time.perf_counter() - t0
     )
 
 
@@ -479,14 +590,16 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
     if samples is None:
         raise InputError(f"{stored.path}: no {SAMPLES} in the run directory")
     rounds = stored.table(ROUNDS)
+    base_summary = stored.summary
     if stored.info.get("kind") == "compare":
         from spectest.compare import byo_arms, byo_tests
 
         tests = byo_tests(stored.summary["analysis"])
         arms = byo_arms()
         key = "compare"
-        max_mde = None
+        max_mde = stored.summary["analysis"].get("max_mde_tv")
         readout: frozenset[str] = frozenset()
+        wb_mode = "exact"
     else:
         pf = stored.protocol_file
         if pf is None:
@@ -496,12 +609,21 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
             raise InputError(
                 f"{pf}: its hash differs from run.json's: the run directory was edited"
             )
-        plan = make_plan(protocol, candidate=stored.info.get("kind") != "teeth")
+        # a sequential run stored the samples of its last look: re-test them at that look's α
+        looks = (base_summary.get("sequential") or {}).get("looks") or []
+        plan = make_plan(
+            protocol,
+            candidate=stored.info.get("kind") != "teeth",
+            stage=looks[-1]["stage"] if looks else None,
+        )
         arms = list(plan.arms)
         tests, key, max_mde = protocol.tests, protocol.seeds.key, protocol.tests.max_mde_tv
+        if looks:
+            tests = replace(tests, alpha=looks[-1]["alpha"])
         readout = readout_arms(arms)
-    results = compare_all(samples, rounds, arms, tests, key, progress, readout)
-    comparisons, verdict = judge(results, max_mde)
+        wb_mode = whitebox_mode(protocol.models.dtype, arms)
+    results = compare_all(samples, rounds, arms, tests, key, progress, readout, wb_mode)
+    comparisons, verdict = judge(results, max_mde, kind=str(stored.info.get("kind", "run")))
     base = stored.summary
     summary = build_summary(
         kind=str(base.get("kind")),

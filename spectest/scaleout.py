@@ -93,7 +93,7 @@ def generate_shards(task: ShardTask) -> list[ShardResult]:
     plan = make_plan(protocol, candidate=not task.teeth_only)
     shards = {s.key: s for s in plan.shards}
     todo = [shards[k] for k in task.shard_keys]
-    engines = runner._Engines(protocol, [plan.arm(s.arm) for s in todo], fast=task.fast)
+    engines = runner._Engines(protocol, [plan.arm(s.arm) for s in todo], plan.arms, fast=task.fast)
     out: list[ShardResult] = []
     try:
         target = engines.models.target
@@ -102,7 +102,7 @@ def generate_shards(task: ShardTask) -> list[ShardResult]:
         run_key = runner._run_key(protocol)
         for s in todo:
             samples, rounds = runner._generate_shard(
-                protocol, plan.arm(s.arm), s.prompt_id, prompt_ids[s.prompt_id], engines,
+                protocol, runner._shard_arm(plan, s), s.prompt_id, prompt_ids[s.prompt_id], engines,
                 run_key, lambda task, done, n: None,
             )  # fmt: skip
             prov = {

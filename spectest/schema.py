@@ -130,6 +130,23 @@ TRIE_SCHEMA = pa.schema(
         pa.field(COMPARISON, pa.string()),
     ]
 )
+# The sequence family (stats.sequence): pooled rows (prompt_id = config_id = "*") decide,
+# per-cell rows locate. Written as sequence.parquet once the run writer stores it.
+SEQUENCE_SCHEMA = pa.schema(
+    [
+        pa.field(PROMPT_ID, pa.string()),
+        pa.field(CONFIG_ID, pa.string()),
+        pa.field("test", pa.string()),
+        pa.field("scope", pa.string()),
+        *(pa.field(n, _f64) for n in ("statistic", "z", "pvalue", "p_adj")),
+        pa.field("reject", pa.bool_()),
+        *(pa.field(n, _f64) for n in ("null_mean", "null_sd")),
+        *(pa.field(n, _i64) for n in ("n_ref", "n_cand")),
+        pa.field("mde", _f64),
+        pa.field("unit", pa.string()),
+        pa.field(COMPARISON, pa.string()),
+    ]
+)
 WHITEBOX_TESTS_SCHEMA = pa.schema(
     [
         pa.field(ARM, pa.string()),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 
+import pandas as pd
 import pytest
 import torch
 
@@ -43,12 +44,18 @@ def hf_pair() -> tuple[HFModel, HFModel]:
 
 
 def test_plain_equals_builtin(hf_pair) -> None:
-    target, _ = hf_pair
-    want = plain_decode(target, [1, 2, 3], ROWS, num_positions=7, batch_size=6, **KW)
+    target, draft = hf_pair
+    wb = dict(whitebox=True, draft=draft, drafter=DrafterSpec(onehot=True, k=3))
+    want = plain_decode(target, [1, 2, 3], ROWS, num_positions=7, batch_size=6, **wb, **KW)
     got = plain_decode_fast(
-        as_fast(target, static=True), [1, 2, 3], ROWS, num_positions=7, batch_size=6, **KW
-    )
+        as_fast(target, static=True), [1, 2, 3], ROWS, num_positions=7, batch_size=6,
+        **{**wb, "draft": as_fast(draft, static=True)}, **KW,
+    )  # fmt: skip
     assert torch.equal(got.tokens, want.tokens)
+    assert got.whitebox is not None and want.whitebox is not None
+    # NOTE the static cache attends over all its slots (masked), so float32 logits differ from
+    # the dynamic cache's in the last bits: the columns agree to float32 rounding, tokens exactly
+    pd.testing.assert_frame_equal(got.whitebox, want.whitebox, rtol=1e-5)
 
 
 @pytest.mark.parametrize("onehot", [True, False], ids=["onehot", "sampled"])
@@ -57,13 +64,19 @@ def test_speculative_equals_builtin(hf_pair, onehot, variant) -> None:
     target, draft = hf_pair
     v, drafter = get_variant(variant), DrafterSpec(onehot=onehot, k=3)
     want = speculative_decode(
-        target, draft, [1, 2, 3], ROWS, num_positions=9, drafter=drafter, variant=v, **KW
-    )
+        target, draft, [1, 2, 3], ROWS, num_positions=9, drafter=drafter, variant=v,
+        whitebox=True, **KW,
+    )  # fmt: skip
     fast_t, fast_d = as_fast(target, static=True), as_fast(draft, static=True)
     got = speculative_decode_fast(
-        fast_t, fast_d, [1, 2, 3], ROWS, num_positions=9, drafter=drafter, variant=v, **KW
-    )
+        fast_t, fast_d, [1, 2, 3], ROWS, num_positions=9, drafter=drafter, variant=v,
+        whitebox=True, **KW,
+    )  # fmt: skip
     assert torch.equal(got.tokens, want.tokens)
+    assert got.whitebox is not None and want.whitebox is not None
+    # NOTE the static cache attends over all its slots (masked), so float32 logits differ from
+    # the dynamic cache's in the last bits: the columns agree to float32 rounding, tokens exactly
+    pd.testing.assert_frame_equal(got.whitebox, want.whitebox, rtol=1e-5)
     assert got.rounds is not None and want.rounds is not None
     assert got.rounds.equals(want.rounds)
     assert float(got.rounds["accepted"].mean()) > 0  # the pair accepts: holes are exercised

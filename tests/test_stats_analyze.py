@@ -22,7 +22,7 @@ from test_stats_sim import (
 
 from spectest.errors import ConfigError, InputError
 from spectest.stats import AnalysisOptions, analyze
-from spectest.stats.analyze import CELL_COLUMNS, TRIE_COLUMNS
+from spectest.stats.analyze import CELL_COLUMNS, SEQUENCE_COLUMNS, TRIE_COLUMNS
 
 V = 200
 P = zipf(V, 1.2)
@@ -93,7 +93,13 @@ def test_h0_run_passes_and_frames_are_complete():
     assert not a.rejected and a.n_tested == 8 and a.n_untestable == 0
     assert list(a.cells.columns) == CELL_COLUMNS and list(a.trie.columns) == TRIE_COLUMNS
     assert len(a.whitebox) == 0 and a.alpha_whitebox == 0.0
-    assert a.alpha_cells == pytest.approx(0.025) and a.alpha_trie == pytest.approx(0.025)
+    # cells, trie and the sequence family share α = 0.05
+    assert a.alpha_cells == pytest.approx(0.05 / 3) and a.alpha_trie == pytest.approx(0.05 / 3)
+    assert a.alpha_sequence == pytest.approx(0.05 / 3) and not a.sequence_rejected
+    assert list(a.sequence.columns) == SEQUENCE_COLUMNS
+    pooled = a.sequence[a.sequence["scope"] == "pooled"]
+    assert len(pooled) == 5 and len(a.sequence) == 5 + 2 * 5  # + 2 cells × 5 statistics
+    assert pooled["mde"].between(0, 1).all() and 0 < a.sequence_mde_tv < 1
     c = a.cells
     assert (c["n_ref"] == 300).all() and (c["n_cand"] == 300).all()
     assert (c["tv_null_q95"] >= c["tv_null_mean"]).all()
@@ -121,7 +127,7 @@ def test_a_biased_cell_position_is_found_and_located():
             candidate="candidate",
             options=AnalysisOptions(multiplicity=mult, null_permutations=99, trie_depth=0),
         )
-        assert a.rejected and a.cells_rejected and a.alpha_cells == 0.05
+        assert a.rejected and a.cells_rejected and a.alpha_cells == 0.05 / 2  # + sequence
         hit = a.cells[a.cells["reject"]]
         assert set(zip(hit["prompt_id"], hit["position"], strict=True)) == {("b", 2)}
         assert a.max_tv_excess_at == {"prompt_id": "b", "config_id": "x", "position": 2}
@@ -204,7 +210,7 @@ def test_whitebox_family_in_the_decision():
     cand_tok, rounds = sample_spec_rounds(m, 400, 4, 2, rng)
     rounds = rounds.assign(prompt_id="p", config_id="c", arm="candidate")
     df, a = _wb_run(rng, m, cand_tok, ref_tok, rounds=rounds)
-    assert a.alpha_whitebox == pytest.approx(0.05 / 3)
+    assert a.alpha_whitebox == pytest.approx(0.05 / 4)  # cells, trie, white-box, sequence
     assert set(a.whitebox["test"]) == {
         "support",
         "pit_ks",

@@ -14,6 +14,7 @@ from spectest.cli.common import (
     SetOpt,
     ThreadsOpt,
     boundary,
+    err_console,
     exit_with,
     print_result,
     progress_bars,
@@ -72,6 +73,10 @@ def run(
         overrides={"models.device": device, "seeds.per_arm": seeds, "positions": positions},
         sets=set_ or [],
     )
+    from spectest.shipped import shipped_name
+
+    if shipped_name(protocol.source) and not Path(config).is_file():
+        err_console().print(f"using the shipped protocol {protocol.source}", markup=False)
     with progress_bars(progress) as cb:
         result = run_protocol(
             protocol, out=out, progress=cb, junit=junit, summary_md=summary_md, threads=threads,

@@ -1,0 +1,88 @@
+"""Sequential runs end to end on the analytic toy LM (``seeds.max_per_arm``): a blatant bug stops
+at the first look, a correct sampler stops once the requested resolution is reached, a run that
+cannot reach it ends inconclusive with the path of the evidence, and resume reuses every stage's
+shards. Fixed seeds (the protocol's seed ranges and run key): every outcome is deterministic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from toy_protocol import TOY, write_toy
+
+from spectest.errors import ConfigError
+from spectest.protocol import load_protocol
+from spectest.runner import run_protocol
+
+FAST_TESTS = {"alpha": 0.05, "trie": {"depth": 1, "min_count": 50}, "null_permutations": 50}
+
+
+def _run(tmp_path: Path, **sections):
+    proto = write_toy(tmp_path, teeth={"null_arm": False}, **sections)
+    return run_protocol(load_protocol(proto), out=tmp_path / "run", threads=1)
+
+
+def test_a_protocol_without_max_per_arm_hashes_as_before(tmp_path: Path) -> None:
+    p = load_protocol(write_toy(tmp_path))
+    assert set(p.canonical()["seeds"]) == {"per_arm", "teeth_per_arm", "start", "key"}
+    q = load_protocol(write_toy(tmp_path, "q.yaml", seeds={"per_arm": 200, "max_per_arm": 800}))
+    assert q.canonical()["seeds"]["max_per_arm"] == 800 and q.hash != p.hash
+    with pytest.raises(ConfigError, match=r"seeds\.max_per_arm"):
+        load_protocol(write_toy(tmp_path, "r.yaml", seeds={"per_arm": 200, "max_per_arm": 100}))
+    with pytest.raises(ConfigError, match=r"seeds\.spending"):
+        load_protocol(
+            write_toy(tmp_path, "s.yaml", seeds={"per_arm": 2, "max_per_arm": 4, "spending": "x"})
+        )
+
+
+def test_a_blatant_bug_stops_at_the_first_look(tmp_path: Path) -> None:
+    """always_accept (TV ≈ 1 at position 0 here): rejected at the first look, at α/4, with 100
+    of the 800 seeds per arm; no later stage is generated."""
+    res = _run(
+        tmp_path,
+        candidate="always_accept",
+        seeds={"per_arm": 100, "max_per_arm": 800},
+        tests={**FAST_TESTS, "whitebox": False},
+    )
+    seq = res.summary["sequential"]
+    assert [lk["decision"] for lk in seq["looks"]] == ["reject"]
+    assert seq["seeds_used_per_arm"] == 100 and seq["stages"] == [100, 200, 400, 800]
+    assert seq["looks"][0]["alpha"] == pytest.approx(0.05 / 4)
+    assert res.verdict.exit_code == 1 and res.summary["seeds_per_arm"] == 100
+    assert not list((tmp_path / "run").rglob("*stage1*"))
+
+
+def test_a_correct_sampler_stops_once_the_resolution_is_reached(tmp_path: Path) -> None:
+    """The exact sampler with max_mde_tv 0.3: the per-cell MDE shrinks as 1/√n while the sample
+    doubles, so the run continues until it is ≤ 0.3 and stops resolved before the budget, with
+    the equivalent verdict (a false alarm at some look has probability ≤ α = 0.05)."""
+    res = _run(
+        tmp_path,
+        seeds={"per_arm": 100, "max_per_arm": 400},
+        tests={**FAST_TESTS, "whitebox": False, "power": {"max_mde_tv": 0.3}},
+    )
+    seq = res.summary["sequential"]
+    decisions = [lk["decision"] for lk in seq["looks"]]
+    assert decisions[-1] == "resolved" and set(decisions[:-1]) <= {"continue"}, seq
+    assert seq["seeds_used_per_arm"] < 400
+    assert seq["looks"][-1]["mde_tv"] <= 0.3
+    assert res.verdict.exit_code == 0, res.summary["verdict"]
+
+
+def test_budget_spent_without_the_resolution_is_inconclusive_and_resumes(tmp_path: Path) -> None:
+    """max_mde_tv 0.01 is out of reach at 200 seeds: both looks continue, the budget ends, exit 3
+    with the resolution reached in the path. Re-running resumes every stage's shards."""
+    sections = dict(
+        seeds={"per_arm": 100, "max_per_arm": 200},
+        tests={**FAST_TESTS, "whitebox": False, "power": {"max_mde_tv": 0.01}},
+    )
+    res = _run(tmp_path, **sections)
+    seq = res.summary["sequential"]
+    assert [lk["decision"] for lk in seq["looks"]] == ["continue", "budget"]
+    assert seq["seeds_used_per_arm"] == 200 and seq["looks"][1]["mde_tv"] > 0.01
+    assert res.verdict.exit_code == 3
+    assert res.shards_generated == 8  # 2 prompts × 2 arms × 2 stages
+    again = _run(tmp_path, **sections)
+    assert again.shards_generated == 0 and again.shards_resumed == 8
+    assert again.summary["sequential"] == seq
+    assert TOY["seeds"] == {"per_arm": 200}  # the helper's protocol is untouched
