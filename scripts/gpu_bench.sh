@@ -50,7 +50,7 @@ step "P1: the full plan, 256 seeds/arm, white-box off (generation + analysis; ta
 /usr/bin/time -f "wall %e s" timeout 120 python -m spectest run "${P1[@]}" --set tests.whitebox=false \
   --out "$OUT/p1-256-nowb" 2>&1 | tail -8
 
-step "P1: 32 seeds/arm with white-box (teacher forcing, issue 12's cost; baseline 342 s built-in)"
+step "P1: 32 seeds/arm with white-box (columns recorded at generation time; baseline 342 s built-in)"
 /usr/bin/time -f "wall %e s" timeout 75 python -m spectest run "${P1[@]}" --seeds 32 \
   --out "$OUT/p1-32-wb" 2>&1 | tail -8
 for d in "$OUT"/p1-*; do

@@ -100,6 +100,7 @@ class _Engines:
         )
         self.models = Models(*_load_models(protocol, need_draft))
         self.live: dict[EngineChoice, Engine] = {}
+        self.teacher_s = 0.0  # wall time of the shared teacher (teacher mode), for the timings
         try:  # start every engine now: a broken one fails before any work
             for choice in self.classes:
                 self.get(choice)
@@ -171,7 +172,9 @@ def _generate_shard(
             raise InputError(f"engine {engine.name}: white-box columns were asked for, got none")
         samples = pd.concat([samples, out.whitebox.reset_index(drop=True)], axis=1)
     elif teacher_mode and protocol.tests.whitebox:
+        t_teacher = time.perf_counter()
         wb = _shared_teacher(engines, job, out.tokens)
+        engines.teacher_s += time.perf_counter() - t_teacher
         samples = pd.concat([samples, wb.reset_index(drop=True)], axis=1)
     rounds = None
     if out.rounds is not None:
@@ -242,7 +245,7 @@ def _generate_missing(
                 def shard_progress(task: str, done: int, n: int, _base: int = base) -> None:
                     progress("generate", _base + done, total)
 
-                t_gen = time.perf_counter()
+                t_gen, teacher0 = time.perf_counter(), engines.teacher_s
                 samples, rounds = _generate_shard(
                     protocol,
                     arm,
@@ -252,7 +255,11 @@ def _generate_missing(
                     run_key,
                     shard_progress,
                 )
+                # white-box apart from generation: an engine's own teacher forcing (when it
+                # reports it) and the shared teacher of teacher mode; generation-time columns
+                # are part of generation
                 wb_s = float(getattr(engines.get(arm.engine), "last_whitebox_s", 0))
+                wb_s += engines.teacher_s - teacher0
                 gen = timings["generate"]
                 gen[shard.arm] = gen.get(shard.arm, 0.0) + time.perf_counter() - t_gen - wb_s
                 timings["whitebox"] += wb_s
@@ -342,8 +349,9 @@ def run_protocol(
     as a single-device run (``spectest.scaleout``).
 
     The summary's ``timings`` holds the wall time of each phase in seconds: ``load`` (models),
-    ``generate`` per arm (engine time without white-box, when the engine reports it apart),
-    ``whitebox`` (teacher forcing reported by the engines), ``analyze`` and ``total_to_write``
+    ``generate`` per arm (including white-box columns recorded at generation time),
+    ``whitebox`` (teacher forcing apart from generation: teacher mode, or an engine that reports
+    it), ``analyze`` and ``total_to_write``
     (everything before the final files); the write phase itself is in the returned summary only
     (``summary.json`` is sealed by the manifest before it ends)."""
     t0 = time.perf_counter()
