@@ -20,7 +20,7 @@ Translation (read from the kernel source, sglang 0.5.23)
   ``predicts.view(B, K+1)`` is the contract's ``output_token_ids`` once padded with -1;
 - ``uniform_samples[:, j]`` (j < K) is draft j+1's coin, ``uniform_samples_for_final_sampling``
   the final token's: the contract's ``uniforms[:, :K]`` and ``uniforms[:, K]``, cast to float32
-  as SGLang's sampler passes them;
+  as SGLang's sampler passes them (and kept below 1, SGLang's range);
 - ``accept_token_num`` is the committed count: both ``accepted_num`` and ``emitted_num``.
 """
 
@@ -97,7 +97,9 @@ def _run(
     predicts = torch.full((B * (K + 1),), -1, dtype=torch.int32, device=dev)  # [B (K+1)]
     accept_index = torch.full((B, K + 1), -1, dtype=torch.int32, device=dev)
     accept_token_num = torch.zeros((B,), dtype=torch.int32, device=dev)
-    u = uniforms.to(torch.float32)  # [B, K+1]
+    # float32 as SGLang's torch.rand gives them, kept below 1 (a float64 u within 2^-25 of 1
+    # would round to 1.0f, outside SGLang's [0, 1) and past its final CDF scan)
+    u = uniforms.to(torch.float32).clamp(max=1.0 - 2.0**-24)  # [B, K+1]
     fn(
         predicts, accept_index, accept_token_num, candidates, retrive_index,
         torch.full_like(candidates, -1), torch.full_like(candidates, -1),  # tree links: unused
