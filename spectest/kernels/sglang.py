@@ -9,7 +9,12 @@ Knows nothing about spectest's loop.
 
 Where the file comes from (first found): ``$SPECTEST_SGLANG_REJECT_SAMPLING`` (a path to the
 file), else an installed ``sglang`` package (located with ``importlib.util.find_spec``, which
-imports nothing). The module needs ``triton`` and a CUDA device.
+imports nothing). The module needs ``triton`` and a CUDA device — or, slowly, Triton's CPU
+interpreter (``TRITON_INTERPRET=1``, set before triton is imported), which tests/test_acceptor.py
+uses where triton is installed. Measured there (triton 3.6.0): classic chain verification emits
+exactly what spectest's exact sampler emits from the same uniforms; block verification stops in
+the interpreter (``InterpreterError: only 0-dimensional arrays can be converted to Python
+scalars``), an interpreter limit, so it is checked on the GPU only.
 
 Translation (read from the kernel source, sglang 0.5.23)
 --------------------------------------------------------
@@ -85,13 +90,14 @@ def _run(
     *,
     block_verification: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    if draft_probs.device.type != "cuda":
+    if draft_probs.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise EngineError(
-            "spectest.kernels.sglang: the Triton kernel needs CUDA tensors (models.device: cuda)"
+            "spectest.kernels.sglang: the Triton kernel needs CUDA tensors (models.device: cuda; "
+            "or TRITON_INTERPRET=1 to run Triton's interpreter on CPU, slowly)"
         )
     B, K = (int(s) for s in draft_token_ids.shape)
     dev = draft_token_ids.device
-    fn = getattr(kernel_module(), FUNCTION)
+    fn = getattr(kernel_module(), FUNCTION)  # [B (K+1)] flat output slots below
     candidates = torch.cat([draft_token_ids[:, :1], draft_token_ids], dim=1)  # [B, K+1] root=x_1
     retrive_index = torch.arange(B * (K + 1), device=dev, dtype=torch.int64).view(B, K + 1)
     predicts = torch.full((B * (K + 1),), -1, dtype=torch.int32, device=dev)  # [B (K+1)]
