@@ -168,7 +168,7 @@ def _generate_shard(
     samples = samples_frame(out.tokens, prompt_id, rows, arm.name)
     if job.whitebox:
         if out.whitebox is None:
-            raise InputError(f"engine {engine.name}: white-box columns were asked for, got none")
+            raise EngineError(f"engine {engine.name}: white-box columns were asked for, got none")
         samples = pd.concat([samples, out.whitebox.reset_index(drop=True)], axis=1)
     elif teacher_mode and protocol.tests.whitebox:
         wb = _shared_teacher(engines, job, out.tokens)
