@@ -233,8 +233,8 @@ def _nothing_tested(c: Comparison) -> str:
     return (
         f"nothing was testable: 0 of {n} cell-positions had enough samples "
         "(pooled χ² needs an expected count ≥ 5 per arm in two bins or more), and no trie "
-        "node, white-box test or sequence-length table ran: no difference could have been "
-        "seen, so none is claimed"
+        "node, sequence-level, white-box or sequence-length test ran on enough data: no "
+        "difference could have been seen, so none is claimed"
     )
 
 
@@ -318,7 +318,7 @@ def decide(
         if mde is None:
             reasons.append(
                 (
-                    "the resolution is unknown",
+                    "no cell-position was testable, so the resolution is unknown",
                     f"resolution unknown: no cell-position was tested, so the required per-cell "
                     f"MDE (TV) ≤ {required:g} ({requirement}) cannot be checked",
                 )
