@@ -93,6 +93,7 @@ SEQUENCE_COLUMNS = [
 ]
 ALL_CELLS = "*"  # prompt_id / config_id of the sequence family's pooled rows
 FAMILIES = ("cells", "trie", "whitebox", "sequence")  # the α split's order
+SEQUENCE_DEFAULT = sequence.DEFAULT  # (the option ``sequence`` shadows the module in the class)
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,8 @@ class AnalysisOptions:
     permutation_pvalues: use permutation p-values (resolution 1/(B + 1)) for the cells instead
     of the asymptotic χ² ones. tv_quantile: upper null quantile reported. power: for the MDEs.
     sequence: run the sequence-level family (``spectest.stats.sequence``; needs
-    ``null_permutations >= 1``, else it is off with a note).
+    ``null_permutations >= 1``, else it is off with a note). sequence_statistics: which of
+    ``sequence.STATISTICS`` it combines (default ``sequence.DEFAULT``).
     """
 
     alpha: float = 0.05
@@ -124,6 +126,7 @@ class AnalysisOptions:
     tv_quantile: float = 0.95
     power: float = 0.8
     sequence: bool = True
+    sequence_statistics: tuple[str, ...] = SEQUENCE_DEFAULT
 
     def __post_init__(self) -> None:
         def bad(name: str, rule: str) -> ConfigError:
@@ -155,6 +158,14 @@ class AnalysisOptions:
         for name in ("whitebox", "permutation_pvalues", "sequence"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "must be a boolean")
+        st = self.sequence_statistics
+        if (
+            not isinstance(st, tuple)
+            or not st
+            or len(set(st)) != len(st)
+            or any(s not in sequence.STATISTICS for s in st)
+        ):
+            raise bad("sequence_statistics", f"must be a tuple of {list(sequence.STATISTICS)!r}")
         if not (0.5 <= self.tv_quantile < 1.0):
             raise bad("tv_quantile", "must be in [0.5, 1)")
         if not (self.alpha < self.power < 1.0):
@@ -173,7 +184,7 @@ class Analysis:
       3. a white-box test of the candidate arm is rejected after Bonferroni over that arm's
          white-box tests, at ``alpha_whitebox``;
       4. the candidate emitted a token with target probability 0 (``support_violation``);
-      5. the sequence family's min-p over its pooled statistics is significant at
+      5. the sequence family's max-T over its pooled statistics is significant at
          ``alpha_sequence`` (``sequence_pvalue``; rows of ``sequence`` with scope "pooled").
     The run-level α is split equally over the active families (``split_alpha``: cells always;
     trie when ``trie_depth >= 1`` and there are >= 2 positions; white-box when its columns are
@@ -189,8 +200,9 @@ class Analysis:
     ``options.power`` at the per-test level a lone bad cell faces — α_cells/m for BH and max-T,
     α_cells/(m·Σ_{i≤m} 1/i) for BY (m tested cells); ``mde_tv`` here is their median.
     The sequence family states each pooled statistic's resolution in its own unit (columns
-    ``mde`` and ``unit`` of ``sequence``; ``sequence.resolution``); ``sequence_mde_tv`` is the
-    ``position_chi2`` one: the TV by which every cell-position must move alike to be detected.
+    ``mde`` and ``unit`` of ``sequence``; ``sequence.resolution``); ``sequence_mde`` is that of
+    its first statistic stated in TV (``sequence.TV_STATISTICS``), ``sequence_mde_unit`` says
+    which law that TV is of.
     """
 
     reference: str
@@ -221,8 +233,9 @@ class Analysis:
     sequence: pd.DataFrame  # SEQUENCE_COLUMNS: pooled rows (decide) then per-cell rows (locate)
     alpha_sequence: float
     sequence_rejected: bool
-    sequence_pvalue: float  # the family's min-p permutation p-value (NaN when inactive)
-    sequence_mde_tv: float  # resolution of position_chi2 (TV per position, all shifted alike)
+    sequence_pvalue: float  # the family's max-T permutation p-value (NaN when inactive)
+    sequence_mde: float  # resolution in TV of the family's first TV-unit statistic (NaN: none)
+    sequence_mde_unit: str  # what that TV is of (sequence.UNITS)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def summary(self) -> dict[str, Any]:
@@ -395,10 +408,10 @@ def analyze(
         else _empty([*whitebox.WHITEBOX_COLUMNS, "p_adj", "reject"])
     )
 
-    seq_df, seq_p, seq_mde = (
+    seq_df, seq_p, seq_mde, seq_unit = (
         _sequence_frame(enc, seq_cells, seq_sizes, opts, a_seq)
         if do_seq
-        else (_empty(SEQUENCE_COLUMNS), float("nan"), float("nan"))
+        else (_empty(SEQUENCE_COLUMNS), float("nan"), float("nan"), "")
     )
 
     excess = cells["tv_excess"].to_numpy(dtype=np.float64)
@@ -459,7 +472,8 @@ def analyze(
         alpha_sequence=a_seq,
         sequence_rejected=seq_rej,
         sequence_pvalue=seq_p,
-        sequence_mde_tv=seq_mde,
+        sequence_mde=seq_mde,
+        sequence_mde_unit=seq_unit,
         notes=tuple(notes),
     )
 
@@ -591,21 +605,22 @@ def _sequence_frame(
     sizes: list[np.ndarray],
     opts: AnalysisOptions,
     alpha: float,
-) -> tuple[pd.DataFrame, float, float]:
-    """The sequence family: pooled rows (one per statistic: z, min-p adjusted p, decision,
-    resolution) then per-cell rows (diagnostic p-values); its p-value and TV resolution."""
+) -> tuple[pd.DataFrame, float, float, str]:
+    """The sequence family: pooled rows (one per statistic: z, max-T adjusted p, decision,
+    resolution) then per-cell rows (diagnostic p-values); its p-value, TV resolution, unit."""
     if not cells:
-        return _empty(SEQUENCE_COLUMNS), float("nan"), float("nan")
-    res = sequence.combine(cells)
+        return _empty(SEQUENCE_COLUMNS), float("nan"), float("nan"), ""
+    names = opts.sequence_statistics
+    rows = [sequence.STATISTICS.index(n) for n in names]
+    res = sequence.combine([c[rows] for c in cells], names)
     sz = np.stack(sizes)  # [C, 3]: cell code, n_ref, n_cand
     mde = sequence.resolution(res, sz[:, 1], sz[:, 2], enc.n_positions, alpha, opts.power)
-    names = np.array(res.names, dtype=object)
     J, C = len(names), sz.shape[0]
     pooled = pd.DataFrame(
         {
             sc.PROMPT_ID: ALL_CELLS,
             sc.CONFIG_ID: ALL_CELLS,
-            "test": names,
+            "test": np.array(names, dtype=object),
             "scope": "pooled",
             "statistic": res.z,
             "z": res.z,
@@ -628,7 +643,7 @@ def _sequence_frame(
         {
             sc.PROMPT_ID: enc.cells[sc.PROMPT_ID].to_numpy()[cell],
             sc.CONFIG_ID: enc.cells[sc.CONFIG_ID].to_numpy()[cell],
-            "test": np.tile(names, C),
+            "test": np.tile(np.array(names, dtype=object), C),
             "scope": "cell",
             "statistic": res.cell_observed.reshape(-1),
             "z": np.where(sd > 0, zc, 0.0),
@@ -644,7 +659,10 @@ def _sequence_frame(
         }
     )
     df = pd.concat([pooled, per_cell], ignore_index=True)[SEQUENCE_COLUMNS]
-    return df, res.pvalue, float(mde[list(res.names).index("position_chi2")])
+    tv = [j for j, n in enumerate(names) if n in sequence.TV_STATISTICS]
+    if not tv:
+        return df, res.pvalue, float("nan"), ""
+    return df, res.pvalue, float(mde[tv[0]]), sequence.UNITS[names[tv[0]]]
 
 
 def _whitebox_frame(
