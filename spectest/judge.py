@@ -71,6 +71,7 @@ def analysis_options(protocol_tests: Any) -> Any:
         trie_min_count=t.trie.min_count,
         whitebox=t.whitebox,
         null_permutations=t.null_permutations,
+        sequence=getattr(t, "sequence", True),
     )
 
 
