@@ -17,11 +17,12 @@ from typing import Any
 import pandas as pd
 
 from spectest import schema
+from spectest.byo import read_samples_file
 from spectest.errors import ConfigError, InputError
 from spectest.judge import ProgressFn, RunResult, compare_all, finish_run, no_progress
 from spectest.plan import Arm, SeedRange
 from spectest.protocol import MULTIPLICITY_METHODS, TestsSpec, TrieSpec
-from spectest.store import RunDir, make_provenance, read_samples_file
+from spectest.store import RunDir, make_provenance
 
 
 def byo_arms() -> list[Arm]:
@@ -39,7 +40,7 @@ def byo_tests(d: Mapping[str, Any]) -> Any:
         trie=TrieSpec(**d["trie"]),
         whitebox=False,
         null_permutations=d["null_permutations"],
-        max_mde_tv=None,
+        max_mde_tv=d.get("max_mde_tv"),
     )
 
 
@@ -49,10 +50,15 @@ def compare_files(
     *,
     alpha: float = 0.05,
     multiplicity: str = "bh",
+    max_mde_tv: float | None = None,
     out: str | Path | None = None,
     progress: ProgressFn | None = None,
 ) -> RunResult:
-    """Black-box tests on two bring-your-own samples files; results stored like a run's."""
+    """Black-box tests on two bring-your-own samples files; results stored like a run's.
+
+    ``max_mde_tv``: the required per-cell resolution (median MDE in TV); ``None`` applies
+    ``spectest.verdict.DEFAULT_MAX_MDE_TV``, since a comparison runs no teeth (see there).
+    """
     t0 = time.perf_counter()
     progress = progress or no_progress
     if not (0.0 < alpha < 1.0):
@@ -62,6 +68,8 @@ def compare_files(
             f"--multiplicity: expected one of {', '.join(MULTIPLICITY_METHODS)}, "
             f"got {multiplicity!r}"
         )
+    if max_mde_tv is not None and not (0.0 < max_mde_tv <= 1.0):
+        raise ConfigError(f"--max-mde-tv: expected a number in (0, 1], got {max_mde_tv!r}")
     ref = read_samples_file(reference)
     cand = read_samples_file(candidate)
     cells_r = set(map(tuple, ref[list(schema.CELL)].drop_duplicates().to_numpy().tolist()))
@@ -95,7 +103,7 @@ def compare_files(
         "trie": {"depth": 2, "min_count": 200},
         "whitebox": False,
         "null_permutations": 200,
-        "max_mde_tv": None,
+        "max_mde_tv": max_mde_tv,
     }
     digest.update(repr(sorted(analysis_d.items())).encode())
     h = digest.hexdigest()
@@ -109,6 +117,7 @@ def compare_files(
             "reference": str(reference),
             "candidate": str(candidate),
         },
+        replace=True,  # nothing to resume: a re-run (after a failure, or of new data) replaces it
     )
     provenance = make_provenance(protocol_hash=h, device="n/a", seed_ranges={}, kind="compare")
     tests = byo_tests(analysis_d)
@@ -126,7 +135,7 @@ def compare_files(
             "notes": [],
         },
         provenance=provenance,
-        max_mde_tv=None,
+        max_mde_tv=max_mde_tv,
         junit=None,
         summary_md=None,
     )

@@ -55,7 +55,7 @@ ENGINES_REFERENCE = ("builtin", "hf-generate")  # version 1's closed lists (engi
 ENGINES_CANDIDATE = ("builtin", "hf-assisted")
 ACCEPTOR_PREFIX = "acceptor:"  # candidate: acceptor:SPEC = engines.candidate {acceptor, kernel}
 _NAME_RE = NAME_RE
-_MODEL_PREFIXES = ("toy:", "hf-preset:", "hf-local:", "bundled:", "derived:")
+_MODEL_PREFIXES = ("toy:", "hf-preset:", "realistic:", "hf-local:", "bundled:", "derived:")
 
 
 # ----------------------------------------------------------------------------- dataclasses
@@ -347,15 +347,17 @@ def load_protocol(
 
     Parameters
     ----------
-    path : the YAML file.
+    path : the YAML file, or the name of a shipped protocol (``spectest.shipped``).
     overrides : dotted field path → value (e.g. ``{"seeds.per_arm": 64}``), applied before
         validation. ``None`` values are ignored (an unset CLI option).
     sets : ``"dotted.key=value"`` strings (CLI ``--set``); the value is parsed as YAML.
     """
-    source = str(path)
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{source}: no such protocol file")
+    from spectest.shipped import resolve_protocol_file
+
+    # a local file wins; a bare name (top_p, top_p.yaml) falls back to a shipped protocol, and
+    # then ``source`` is the shipped file's full path, so the run records which one it used
+    p, shipped = resolve_protocol_file(path)
+    source = str(p) if shipped else str(path)
     try:
         raw = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:

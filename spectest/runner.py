@@ -35,7 +35,7 @@ from spectest.engines.base import (
     rounds_frame,
     samples_frame,
 )
-from spectest.errors import ConfigError, InputError
+from spectest.errors import ConfigError, EngineError, InputError
 from spectest.judge import (
     ProgressFn,
     RunResult,
@@ -44,11 +44,14 @@ from spectest.judge import (
     judge,
     no_progress,
     readout_arms,
+    whitebox_mode,
 )
 from spectest.plan import Arm, Plan, Shard, make_plan, stages
 from spectest.prompts import prompt_token_ids, prompts_jsonl
 from spectest.protocol import EngineChoice, Protocol, load_protocol, to_raw
+from spectest.scaleout import local_devices
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
+from spectest.shipped import shipped_name
 from spectest.store import PROMPTS_FILE, ROUNDS, SAMPLES, RunDir, load_run, make_provenance
 from spectest.summary import build_summary
 
@@ -68,19 +71,41 @@ def _drafter(protocol: Protocol) -> DrafterSpec:
 
 
 class _Engines:
-    """One engine instance per ``EngineChoice`` of the run, built on first use, closed at the
-    end; the models are loaded once, with the draft only when an engine or white-box needs it."""
+    """One engine instance per ``EngineChoice`` of the run, all started before generation, closed
+    at the end; the models are loaded once, the draft only when an engine or white-box needs it."""
 
-    def __init__(self, protocol: Protocol, arms: Sequence[Arm]) -> None:
+    def __init__(
+        self,
+        protocol: Protocol,
+        arms: Sequence[Arm],
+        plan_arms: Sequence[Arm] = (),
+        *,
+        fast: bool = False,
+    ) -> None:
         from spectest.engines.registry import engine_class
 
         self.protocol = protocol
-        self.classes = {a.engine: engine_class(a.engine.name) for a in arms}
+        # --fast: every built-in arm (teeth included) on the fast engine, same tokens and law
+        # (engines/fast.py); arms of other engines are untouched
+        self.classes = {
+            a.engine: engine_class("fast" if fast and a.engine.name == "builtin" else a.engine.name)
+            for a in arms
+        }
+        # white-box teacher mode is a property of the whole plan (resumed shards included)
+        every = tuple(plan_arms) or tuple(arms)
+        self.teacher_mode = whitebox_mode(protocol.models.dtype, every) == "teacher"
+        self.hf_teacher = any(a.engine.name.startswith("hf-") for a in every)
         need_draft = protocol.tests.whitebox or any(
             self.classes[a.engine].needs_draft(a.variant) for a in arms
         )
         self.models = Models(*_load_models(protocol, need_draft))
         self.live: dict[EngineChoice, Engine] = {}
+        try:  # start every engine now: a broken one fails before any work
+            for choice in self.classes:
+                self.get(choice)
+        except BaseException:
+            self.close()
+            raise
 
     def get(self, choice: EngineChoice) -> Engine:
         if choice not in self.live:
@@ -109,6 +134,7 @@ def _generate_shard(
     engine = engines.get(arm.engine)
     rows = _rows(protocol, arm)
     label = f"generate {arm.name} / {prompt_id}"
+    teacher_mode = engines.teacher_mode
 
     def tick(done: int) -> None:
         progress(label, done, len(rows))
@@ -125,30 +151,83 @@ def _generate_shard(
         run_key=run_key,
         batch_size=protocol.batch_size,
         drafter=_drafter(protocol),
-        whitebox=protocol.tests.whitebox and engine.whitebox != "none",
+        # teacher mode: the runner forces every arm with one shared teacher (``_shared_teacher``)
+        whitebox=protocol.tests.whitebox and engine.whitebox != "none" and not teacher_mode,
         progress=tick,
     )
     out = engine.generate(job)
     target = engines.models.target
     check_output(out, job, None if target is None else target.vocab_size, engine.name)
+    if out.rounds is not None and (
+        engine.rounds == "none" or out.rounds_tested != (engine.rounds == "tested")
+    ):
+        raise EngineError(
+            f"engine {engine.name}: returned rounds (tested: {out.rounds_tested}) but declares "
+            f"rounds = {engine.rounds!r}"
+        )
     samples = samples_frame(out.tokens, prompt_id, rows, arm.name)
     if job.whitebox:
         if out.whitebox is None:
             raise InputError(f"engine {engine.name}: white-box columns were asked for, got none")
         samples = pd.concat([samples, out.whitebox.reset_index(drop=True)], axis=1)
+    elif teacher_mode and protocol.tests.whitebox:
+        wb = _shared_teacher(engines, job, out.tokens)
+        samples = pd.concat([samples, wb.reset_index(drop=True)], axis=1)
     rounds = None
     if out.rounds is not None:
         rounds = rounds_frame(out.rounds, prompt_id, rows, arm.name)
     return samples, rounds
 
 
+def _shared_teacher(engines: _Engines, job: ArmJob, tokens: Any) -> pd.DataFrame:
+    """Teacher mode: the white-box columns of any arm from the run's one teacher — transformers'
+    warpers (``hf_teacher_force``) when an hf engine is in the run, else spectest's pipeline
+    (``teacher_force``) — so every arm's columns are the same function of its sequences."""
+    import torch
+
+    target, draft = engines.models.target, engines.models.draft
+    toks = torch.as_tensor(tokens, dtype=torch.int64)  # [B, T]
+    params = [r.params for r in job.rows]
+    if engines.hf_teacher:
+        from spectest.engines.hf_teacher import hf_teacher_force
+
+        return hf_teacher_force(target, job.prompt_ids, params, toks, draft=draft)
+    from spectest.engines.teacher import teacher_force
+
+    assert target is not None
+    return teacher_force(target, job.prompt_ids, params, toks, draft=draft, drafter=job.drafter)
+
+
 def _generate_missing(
-    rd: RunDir, plan: Plan, protocol: Protocol, provenance: dict[str, Any], progress: ProgressFn
+    rd: RunDir,
+    plan: Plan,
+    protocol: Protocol,
+    provenance: dict[str, Any],
+    progress: ProgressFn,
+    timings: dict[str, Any],
+    *,
+    teeth_only: bool,
+    fast: bool,
+    threads: int | None,
+    workers: Sequence[str],
+    ray: str | None,
 ) -> tuple[int, dict[str, Any]]:
-    """Generate the plan's shards that are not done yet; (shards generated, provenance)."""
+    """Generate the plan's shards that are not done yet, on this process or spread over
+    ``workers`` / Ray (``spectest.scaleout``); (shards generated, provenance). Adds the phase
+    wall times to ``timings``."""
     todo = [s for s in plan.shards if not rd.shard_done(s.key)]
-    if todo:
-        engines = _Engines(protocol, [plan.arm(s.arm) for s in todo])
+    if todo and (ray is not None or len(workers) > 1):
+        t_gen = time.perf_counter()
+        provenance = _generate_spread(
+            protocol, rd, todo, provenance, teeth_only=teeth_only, fast=fast, threads=threads,
+            workers=workers, ray=ray, progress=progress,
+        )  # fmt: skip
+        gen = timings["generate"]
+        gen["all arms, spread"] = gen.get("all arms, spread", 0.0) + time.perf_counter() - t_gen
+    elif todo:
+        t_load = time.perf_counter()
+        engines = _Engines(protocol, [plan.arm(s.arm) for s in todo], plan.arms, fast=fast)
+        timings["load"] += time.perf_counter() - t_load
         try:
             target = engines.models.target
             assert target is not None
@@ -163,6 +242,7 @@ def _generate_missing(
                 def shard_progress(task: str, done: int, n: int, _base: int = base) -> None:
                     progress("generate", _base + done, total)
 
+                t_gen = time.perf_counter()
                 samples, rounds = _generate_shard(
                     protocol,
                     arm,
@@ -172,6 +252,10 @@ def _generate_missing(
                     run_key,
                     shard_progress,
                 )
+                wb_s = float(getattr(engines.get(arm.engine), "last_whitebox_s", 0))
+                gen = timings["generate"]
+                gen[shard.arm] = gen.get(shard.arm, 0.0) + time.perf_counter() - t_gen - wb_s
+                timings["whitebox"] += wb_s
                 engine_prov = {**provenance, "engines": engines.provenance()}
                 rd.write_shard(shard.key, samples, rounds, engine_prov)
                 base += size
@@ -246,10 +330,24 @@ def run_protocol(
     junit: Path | None = None,
     summary_md: Path | None = None,
     threads: int | None = None,
+    fast: bool = False,
+    devices: Sequence[str] | None = None,
+    ray: str | None = None,
 ) -> RunResult:
     """Run a protocol (or its teeth only) into a run directory, resuming completed shards.
-    ``threads``: torch intra-op threads for generation (see ``configure_threads``)."""
+    ``threads``: torch intra-op threads for generation (see ``configure_threads``); ``fast``:
+    the built-in arms on the fast engine (``engines/fast.py``). ``devices``: one worker process
+    per device (default: every visible GPU of a ``cuda`` run, else this process); ``ray``: the
+    shards as Ray tasks (``auto``, an address, or ``local``). Both write the same run directory
+    as a single-device run (``spectest.scaleout``).
+
+    The summary's ``timings`` holds the wall time of each phase in seconds: ``load`` (models),
+    ``generate`` per arm (engine time without white-box, when the engine reports it apart),
+    ``whitebox`` (teacher forcing reported by the engines), ``analyze`` and ``total_to_write``
+    (everything before the final files); the write phase itself is in the returned summary only
+    (``summary.json`` is sealed by the manifest before it ends)."""
     t0 = time.perf_counter()
+    timings: dict[str, Any] = {"load": 0.0, "generate": {}, "whitebox": 0.0}
     progress = progress or no_progress
     _check_device(protocol)
     n_threads = configure_threads(protocol.models.device, threads)
@@ -273,6 +371,9 @@ def run_protocol(
             for a in plan.arms
         ],
         "seed_ranges": plan.seed_ranges,
+        # which protocol file this run used (a bare --config name may resolve to a shipped one)
+        "protocol_source": protocol.source,
+        "protocol_shipped": shipped_name(protocol.source),
     }
     rd = RunDir.open(
         run_dir,
@@ -289,6 +390,7 @@ def run_protocol(
         seed_ranges=plan.seed_ranges,
         kind=kind,
     )
+    workers = list(devices) if devices else local_devices(protocol.models.device)
     # sequential protocols (seeds.max_per_arm) grow the reference and candidate arms stage by
     # stage, looking after each at that look's α (spectest.sequential); otherwise one stage
     sizes = stages(protocol)[: 1 if teeth_only else None]
@@ -297,14 +399,19 @@ def run_protocol(
     generated = 0
     for stage in range(len(sizes)):
         plan = make_plan(protocol, candidate=not teeth_only, stage=stage)
-        n_new, provenance = _generate_missing(rd, plan, protocol, provenance, progress)
+        n_new, provenance = _generate_missing(
+            rd, plan, protocol, provenance, progress, timings, teeth_only=teeth_only, fast=fast,
+            threads=threads, workers=workers, ray=ray,
+        )  # fmt: skip
         generated += n_new
         samples, rounds = _read_shards(rd, plan)
         tests = protocol.tests if len(sizes) == 1 else replace(protocol.tests, alpha=alphas[stage])
+        t_an = time.perf_counter()
         results = compare_all(
             samples, rounds, plan.arms, tests, protocol.seeds.key, progress,
-            readout_arms(plan.arms),
+            readout_arms(plan.arms), whitebox_mode(protocol.models.dtype, plan.arms),
         )  # fmt: skip
+        timings["analyze"] = timings.get("analyze", 0.0) + time.perf_counter() - t_an
         if len(sizes) == 1:
             break
         cand = next(a for arm, a in results if arm.role == "candidate")
@@ -319,6 +426,8 @@ def run_protocol(
             break
     todo_n, resumed = generated, len(plan.shards) - generated
     sequential = path_dict(looks, sizes, protocol.seeds.spending, protocol.tests.alpha)
+    timings["total_to_write"] = time.perf_counter() - t0
+    t_write = time.perf_counter()
     verdict, comparisons, summary = finish_run(
         rd,
         samples=samples,
@@ -339,6 +448,7 @@ def run_protocol(
             "positions": protocol.positions,
             "seeds_per_arm": sizes[len(looks) - 1] if looks else protocol.seeds.per_arm,
             "prompt_set": protocol.prompts.file,
+            "timings": _rounded(timings),
             **({"sequential": sequential} if looks else {}),
         },
         provenance=provenance,
@@ -346,9 +456,75 @@ def run_protocol(
         junit=junit,
         summary_md=summary_md,
     )
+    summary = {
+        **summary,
+        "timings": {**summary["timings"], "write": _r(time.perf_counter() - t_write)},
+    }
     return RunResult(
         rd.path, verdict, comparisons, summary, todo_n, resumed, time.perf_counter() - t0
     )
+
+
+def _generate_spread(
+    protocol: Protocol,
+    rd: RunDir,
+    todo: Sequence[Any],
+    provenance: dict[str, Any],
+    *,
+    teeth_only: bool,
+    fast: bool,
+    threads: int | None,
+    workers: Sequence[str],
+    ray: str | None,
+    progress: ProgressFn,
+) -> dict[str, Any]:
+    """Generate ``todo`` on several workers (``spectest.scaleout``); the driver writes every
+    shard as it comes back. Returns the provenance with each worker's engines and device."""
+    from spectest import scaleout
+
+    n = scaleout.ray_workers(ray, protocol.models.device) if ray is not None else len(workers)
+    groups = scaleout.split([s.key for s in todo], n)
+    yaml_text = (rd.path / "protocol.yaml").read_text(encoding="utf-8")
+    prompts_text = (rd.path / PROMPTS_FILE).read_text(encoding="utf-8")
+    tasks = [
+        scaleout.ShardTask(
+            yaml_text,
+            prompts_text,
+            protocol.hash,
+            teeth_only,
+            g,
+            protocol.models.device if ray is not None else workers[i],
+            fast,
+            threads,
+        )
+        for i, g in enumerate(groups)
+    ]
+    done: list[str] = []
+    worker_prov: dict[str, Any] = {}
+
+    def on_shard(shard: scaleout.ShardResult) -> None:
+        key, samples, rounds, prov = shard
+        rd.write_shard(key, samples, rounds, {**provenance, **prov})
+        w = prov["worker"]
+        worker_prov[f"{w['host']}:{w['device']}:{w['pid']}"] = prov["engines"]
+        done.append(key)
+        progress("generate", len(done), len(todo))
+
+    progress("generate", 0, len(todo))
+    (scaleout.run_ray if ray is not None else scaleout.run_local)(tasks, on_shard)
+    return {**provenance, "workers": worker_prov, "scaleout": "ray" if ray else "processes"}
+
+
+def _r(x: float) -> float:
+    return round(float(x), 3)
+
+
+def _rounded(timings: dict[str, Any]) -> dict[str, Any]:
+    """Phase wall times in seconds, 3 decimals (``generate`` is a mapping arm → seconds)."""
+    return {
+        k: {a: _r(s) for a, s in v.items()} if isinstance(v, dict) else _r(v)
+        for k, v in timings.items()
+    }
 
 
 def _device_name(device: str) -> str:
@@ -421,8 +597,9 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         tests = byo_tests(stored.summary["analysis"])
         arms = byo_arms()
         key = "compare"
-        max_mde = None
+        max_mde = stored.summary["analysis"].get("max_mde_tv")
         readout: frozenset[str] = frozenset()
+        wb_mode = "exact"
     else:
         pf = stored.protocol_file
         if pf is None:
@@ -444,8 +621,9 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         if looks:
             tests = replace(tests, alpha=looks[-1]["alpha"])
         readout = readout_arms(arms)
-    results = compare_all(samples, rounds, arms, tests, key, progress, readout)
-    comparisons, verdict = judge(results, max_mde)
+        wb_mode = whitebox_mode(protocol.models.dtype, arms)
+    results = compare_all(samples, rounds, arms, tests, key, progress, readout, wb_mode)
+    comparisons, verdict = judge(results, max_mde, kind=str(stored.info.get("kind", "run")))
     base = stored.summary
     summary = build_summary(
         kind=str(base.get("kind")),

@@ -2,9 +2,25 @@
 
 Owns: the layout of ``results/<run-id>/``, every file write (each one to a temporary name then
 ``os.replace``, so a reader never sees half a file), the resume bookkeeping (one shard per
-arm × prompt, complete iff its samples file exists), provenance metadata, and the rule that a
-directory is complete only once ``manifest.json`` — written last — exists. Also reads
-bring-your-own samples files (Parquet or CSV) against ``schema.BYO_SCHEMA``.
+arm × prompt, complete iff its samples file exists), provenance metadata, the writer's lock, and
+the rule that a directory is complete only once ``manifest.json`` — written last — exists and
+every data file it lists still has its sha256. Bring-your-own samples files are read and checked
+by ``spectest.byo``.
+
+Integrity rules
+---------------
+- One writer per directory: ``RunDir.open`` takes an exclusive ``flock`` on ``<run>/.lock`` and
+  holds it until the manifest is written (or the process ends: the kernel drops the lock of a
+  killed process, so a stale lock never blocks a resume). A second writer gets one line, exit 2.
+- ``summary.json`` carries ``complete: false`` until the manifest exists; the manifest records
+  the sha256 of its final (``complete: true``) bytes, which are written right after it. A CI step
+  that reads only ``summary.json`` therefore never takes an interrupted run for a finished one.
+- ``load_run`` (``analyze``, ``report``) checks size and sha256 of every data file the manifest
+  lists and names the first one that changed.
+- A ``compare`` directory is not resumable (nothing is expensive to redo): a re-run into it
+  replaces it, whatever the outcome of the previous attempt.
+- Filesystem failures (permissions, disk full, an ``--out`` that cannot be a directory) are
+  ``InfrastructureError`` (exit 4), never a traceback.
 
 Knows nothing about statistics or models: it stores the DataFrames it is given, with the Arrow
 schema it is given, and checks nothing about their meaning.
@@ -30,10 +46,12 @@ import hashlib
 import json
 import os
 import platform
+import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -44,7 +62,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spectest import __version__, schema
-from spectest.errors import ConfigError, InputError
+from spectest.errors import ConfigError, InfrastructureError, InputError, os_error_line
+from spectest.lock import LOCK_FILE, DirLock, lock_dir
 
 MANIFEST = "manifest.json"
 RUN_INFO = "run.json"
@@ -60,8 +79,15 @@ WHITEBOX = "whitebox.parquet"
 SUMMARY = "summary.json"
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
+COMPLETE_KEY = "complete"  # summary.json: false until the manifest is written
 PROVENANCE_KEY = b"spectest.provenance"
 RENDERED = (REPORT_MD, REPORT_HTML)  # views re-rendered from stored results; not data
+# every name a run directory may hold that spectest wrote (a compare re-run clears these)
+_OWN_FILES = (
+    MANIFEST, SUMMARY, RUN_INFO, PROTOCOL_FILE, PROMPTS_FILE, SAMPLES, ROUNDS, HISTOGRAMS, TESTS,
+    TRIE, WHITEBOX, REPORT_MD, REPORT_HTML,
+)  # fmt: skip
+CRASH_ENV = "SPECTEST_CRASH_AT"  # test-only fault injection, see ``_crash_point``
 
 # NOTE: per-token histograms are a storage format, not a statistic: the count of each emitted
 # token per (cell, arm, position). Kept here beside the file it describes; schema.py owns the
@@ -244,13 +270,59 @@ def make_provenance(
     }
 
 
+# ----------------------------------------------------------------------------- fault injection
+_shards_written = 0  # in this process, for ``_crash_point("shard:<n>")``
+
+
+def _crash_point(point: str) -> None:
+    """Test-only fault injection: SIGKILL this process at a named point of a write.
+
+    ``SPECTEST_CRASH_AT`` = ``shard:<n>`` (after the n-th shard this process wrote),
+    ``final:<file>`` (after that final file was written), ``manifest`` (everything written but
+    the manifest), ``manifest-written`` (the manifest written, summary.json still
+    ``complete: false``). A real SIGKILL — no handler, no cleanup, no flush — at an exact point,
+    so the kill-and-resume tests are deterministic instead of racing a timer. Unset: one lookup.
+    """
+    if os.environ.get(CRASH_ENV) == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _check_out_path(p: Path) -> None:
+    """``--out`` must be, or be creatable as, a directory: name the file that is in the way."""
+    if p.exists() and not p.is_dir():
+        raise InfrastructureError(f"--out: {str(p)!r} exists and is not a directory")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InfrastructureError(
+                    f"--out: cannot create {str(p)!r}: {str(parent)!r} is a file, not a directory"
+                )
+            return
+
+
+def _foreign_entries(p: Path) -> list[str]:
+    """Entries of ``p`` that are neither spectest's lock nor a dead writer's temporary."""
+    return sorted(f.name for f in p.iterdir() if f.name != LOCK_FILE and not _is_temporary(f.name))
+
+
+def _is_temporary(name: str) -> bool:
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def _json_bytes(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8")
+
+
 # ----------------------------------------------------------------------------- the run directory
 @dataclass(frozen=True)
 class RunDir:
-    """A run directory being written. Create with ``RunDir.open``."""
+    """A run directory being written, locked against a second writer. Create with
+    ``RunDir.open``; the lock is released when the manifest is written (``write_manifest``), by
+    ``release()``, or when the process ends."""
 
     path: Path
     info: dict[str, Any]
+    lock: DirLock | None = field(default=None, compare=False, repr=False)
 
     @staticmethod
     def open(
@@ -259,46 +331,90 @@ class RunDir:
         *,
         protocol_yaml: str | None = None,
         prompts: str | None = None,
+        replace: bool = False,
     ) -> RunDir:
-        """Create ``path`` or resume into it.
+        """Create ``path`` or resume into it, and lock it.
 
         ``info`` must hold ``kind`` and ``protocol_hash``. An existing directory is resumed only
         when its ``run.json`` names the same kind and hash; otherwise ``ConfigError``. An existing
-        non-empty directory without ``run.json`` is refused (never overwrite foreign files). The
-        manifest of a previous completed run is removed first, so the directory reads as
-        incomplete until this run finishes.
+        non-empty directory without ``run.json`` is refused (never overwrite foreign files).
+        ``replace=True`` (``compare``, which has nothing worth resuming): an existing directory of
+        the same kind is cleared of spectest's files and reused, whatever its hash or state.
+        A previous completed run first gets ``complete: false`` in its summary, then loses its
+        manifest, so the directory reads as incomplete until this run finishes. A directory
+        locked by another live writer is a ``ConfigError``; a filesystem refusal is an
+        ``InfrastructureError``.
         """
         p = Path(path)
-        if p.exists() and not p.is_dir():
-            raise ConfigError(f"--out: {str(p)!r} exists and is not a directory")
+        _check_out_path(p)
+        if p.is_dir() and not (p / RUN_INFO).is_file() and _foreign_entries(p):
+            raise ConfigError(
+                f"--out: {str(p)!r} is a non-empty directory that is not a spectest run"
+            )
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+            lock = lock_dir(p)
+        except OSError as err:
+            raise InfrastructureError(
+                f"--out: cannot write into {str(p)!r}: {err.strerror or err}"
+            ) from None
+        try:
+            RunDir._prepare(p, info, protocol_yaml, prompts, replace)
+        except OSError as err:
+            lock.release()
+            raise InfrastructureError(os_error_line(err, "--out")) from None
+        except BaseException:
+            lock.release()
+            raise
+        return RunDir(path=p, info=dict(info), lock=lock)
+
+    @staticmethod
+    def _prepare(
+        p: Path,
+        info: Mapping[str, Any],
+        protocol_yaml: str | None,
+        prompts: str | None,
+        replace: bool,
+    ) -> None:
+        """Under the lock: check what the directory holds, mark it incomplete, write run.json."""
         info_path = p / RUN_INFO
         if info_path.is_file():
             try:
                 old = json.loads(info_path.read_text(encoding="utf-8"))
             except (json.JSONDecodeError, UnicodeDecodeError):
-                raise InputError(f"{info_path}: not valid JSON (a damaged run directory)") from None
-            if old.get("protocol_hash") != info.get("protocol_hash") or old.get("kind") != info.get(
-                "kind"
-            ):
+                if not replace:
+                    raise InputError(
+                        f"{info_path}: not valid JSON (a damaged run directory)"
+                    ) from None
+                old = {"kind": info.get("kind")}  # a damaged compare directory: replaced
+            same_kind = old.get("kind") == info.get("kind")
+            if replace and same_kind:
+                _clear_own_files(p)
+            elif not same_kind or old.get("protocol_hash") != info.get("protocol_hash"):
                 raise ConfigError(
                     f"{p}: holds a {old.get('kind')!r} run of protocol hash "
                     f"{str(old.get('protocol_hash'))[:12]!r}, not "
                     f"{str(info.get('protocol_hash'))[:12]!r}: choose another --out or delete it"
                 )
-        elif p.is_dir() and any(p.iterdir()):
+        elif _foreign_entries(p):  # appeared between the first check and the lock
             raise ConfigError(
                 f"--out: {str(p)!r} is a non-empty directory that is not a spectest run"
             )
-        p.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(p / MANIFEST)
+        for f in p.iterdir():  # temporaries of a writer that died (we hold the lock)
+            if _is_temporary(f.name):
+                f.unlink()
+        _mark_incomplete(p)
         if not info_path.is_file():
             if protocol_yaml is not None:
                 atomic_write_text(p / PROTOCOL_FILE, protocol_yaml)
             if prompts is not None:
                 atomic_write_text(p / PROMPTS_FILE, prompts)
             atomic_write_json(info_path, dict(info))
-        return RunDir(path=p, info=dict(info))
+
+    def release(self) -> None:
+        """Release the writer's lock (idempotent)."""
+        if self.lock is not None:
+            self.lock.release()
 
     # -- shards
     def _shard_path(self, key: str, table: str) -> Path:
@@ -319,9 +435,12 @@ class RunDir:
         provenance: Mapping[str, Any],
     ) -> None:
         """Write one shard: rounds first, samples last (the completion mark), each atomically."""
+        global _shards_written
         if rounds is not None:
             write_table(self._shard_path(key, "rounds"), rounds, schema.ROUNDS_SCHEMA, provenance)
         write_table(self._shard_path(key, "samples"), samples, samples_schema(samples), provenance)
+        _shards_written += 1
+        _crash_point(f"shard:{_shards_written}")
 
     def read_shard(self, key: str) -> tuple[pd.DataFrame, pd.DataFrame | None]:
         samples = read_table(self._shard_path(key, "samples"))
@@ -338,19 +457,35 @@ class RunDir:
         provenance: Mapping[str, Any],
         manifest: bool = True,
     ) -> dict[str, Any] | None:
-        """Write the final tables, summary.json and text files, then ``manifest.json`` last
-        (``manifest=False``: the caller writes more files, then calls ``write_manifest``)."""
+        """Write the final tables, summary.json (``complete: false``) and text files, then
+        ``manifest.json`` last (``manifest=False``: the caller writes more files, then calls
+        ``write_manifest``)."""
         for name, (df, arrow_schema) in tables.items():
             write_table(self.path / name, df, arrow_schema, provenance)
-        atomic_write_json(self.path / SUMMARY, dict(summary))
+            _crash_point(f"final:{name}")
+        atomic_write_json(self.path / SUMMARY, {**summary, COMPLETE_KEY: False})
+        _crash_point(f"final:{SUMMARY}")
         for name, text in texts.items():
             atomic_write_text(self.path / name, text)
         return self.write_manifest(provenance) if manifest else None
 
     def write_manifest(self, provenance: Mapping[str, Any]) -> dict[str, Any]:
+        """List every file with size and sha256, write ``manifest.json``, then ``summary.json``
+        with ``complete: true`` (the manifest records those final bytes), then release the lock.
+
+        NOTE: the order makes ``complete: true`` imply a manifest; a kill between the two writes
+        leaves a manifest beside ``complete: false``, which ``load_run`` reads as incomplete."""
+        _crash_point("manifest")
+        final_summary: bytes | None = None
+        if (self.path / SUMMARY).is_file():
+            summary = json.loads((self.path / SUMMARY).read_text(encoding="utf-8"))
+            final_summary = _json_bytes({**summary, COMPLETE_KEY: True})
         files = {}
         for f in sorted(self.path.iterdir()):
-            if f.is_file() and f.name != MANIFEST and not f.name.startswith("."):
+            if f.name == SUMMARY and final_summary is not None:
+                digest = hashlib.sha256(final_summary).hexdigest()
+                files[f.name] = {"bytes": len(final_summary), "sha256": digest}
+            elif f.is_file() and f.name != MANIFEST and not f.name.startswith("."):
                 files[f.name] = {"bytes": f.stat().st_size, "sha256": _sha256(f)}
         manifest = {
             "complete": True,
@@ -362,7 +497,38 @@ class RunDir:
             "files": files,
         }
         atomic_write_json(self.path / MANIFEST, manifest)
+        _crash_point("manifest-written")
+        if final_summary is not None:
+            _atomic_write_bytes(self.path / SUMMARY, final_summary)
+        self.release()
         return manifest
+
+
+def _mark_incomplete(p: Path) -> None:
+    """``complete: false`` in summary.json first, then no manifest: never a moment where a
+    reader of either file sees the old run as complete while this one writes."""
+    sp = p / SUMMARY
+    if sp.is_file():
+        try:
+            summary = json.loads(sp.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            summary = None
+        if isinstance(summary, dict):
+            if summary.get(COMPLETE_KEY) is not False:
+                atomic_write_json(sp, {**summary, COMPLETE_KEY: False})
+        else:
+            sp.unlink()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(p / MANIFEST)
+
+
+def _clear_own_files(p: Path) -> None:
+    """Remove what a previous spectest attempt wrote here (summary and manifest first)."""
+    _mark_incomplete(p)
+    for name in _OWN_FILES:
+        with contextlib.suppress(FileNotFoundError):
+            (p / name).unlink()
+    shutil.rmtree(p / SHARDS_DIR, ignore_errors=True)
 
 
 def samples_schema(df: pd.DataFrame) -> pa.Schema:
@@ -403,10 +569,12 @@ class StoredRun:
 
 
 def load_run(path: str | os.PathLike[str], *, require_manifest: bool = True) -> StoredRun:
-    """Open a completed run directory; an incomplete one (no manifest) is an ``InputError``.
+    """Open a completed run directory; an incomplete one (no manifest, or a summary that says
+    ``complete: false``) or one whose data files changed since the manifest (size or sha256;
+    the first changed file is named) is an ``InputError``.
 
     ``require_manifest=False`` is for the runner only: it renders reports from the files it has
-    just written, before it writes the manifest.
+    just written, before it writes the manifest (nothing is verified then).
     """
     p = Path(path)
     if not p.is_dir():
@@ -416,103 +584,51 @@ def load_run(path: str | os.PathLike[str], *, require_manifest: bool = True) -> 
         raise InputError(
             f"{p}: no {MANIFEST}: the run is incomplete (interrupted?); re-run it to resume"
         )
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8")) if mpath.is_file() else {}
-        info = json.loads((p / RUN_INFO).read_text(encoding="utf-8"))
-        summary = json.loads((p / SUMMARY).read_text(encoding="utf-8"))
-    except FileNotFoundError as err:
+    manifest = _read_json(mpath) if mpath.is_file() else {}
+    summary = _read_json(p / SUMMARY)  # each JSON file is named when damaged
+    if require_manifest and summary.get(COMPLETE_KEY) is False:
         raise InputError(
-            f"{err.filename}: missing from a run directory that has a manifest"
-        ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise InputError(f"{p}: a JSON file of the run is damaged ({err})") from None
-    for name, entry in manifest.get("files", {}).items():
-        if name in RENDERED:
-            continue  # re-rendered views of the stored results (``spectest report``)
-        f = p / name
-        if not f.is_file():
-            raise InputError(f"{f}: listed in {MANIFEST} but missing")
-        if f.stat().st_size != entry.get("bytes"):
-            raise InputError(
-                f"{f}: size differs from {MANIFEST} ({f.stat().st_size} != "
-                f"{entry.get('bytes')}): modified after the run"
-            )
+            f"{p}: {SUMMARY} says complete: false: the run was interrupted while finishing; "
+            "re-run it to resume"
+        )
+    if require_manifest:
+        verify_manifest(p, manifest)
+    info = _read_json(p / RUN_INFO)
     return StoredRun(path=p, info=info, manifest=manifest, summary=summary)
 
 
-# ------------------------------------------------------------------ bring-your-own samples
-_INT_COLS = (schema.SEED, schema.POSITION, schema.TOKEN_ID)
-_STR_COLS = (schema.PROMPT_ID, schema.CONFIG_ID)
+def _read_json(f: Path) -> Any:
+    """A JSON file of a run directory; ``InputError`` naming the file when missing or damaged."""
+    try:
+        return json.loads(f.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{f}: missing from the run directory") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"{f}: damaged JSON ({err})") from None
 
 
-def read_samples_file(path: str | os.PathLike[str]) -> pd.DataFrame:
-    """Read a bring-your-own samples file (Parquet, or CSV with a header) and check it against
-    ``schema.BYO_SCHEMA``: one line naming the file, the column and the bad value otherwise."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{p}: no such samples file")
-    expected = ", ".join(f.name for f in schema.BYO_SCHEMA)
-    if p.suffix.lower() in (".csv", ".tsv", ".txt"):
-        try:
-            df = pd.read_csv(
-                p,
-                sep="\t" if p.suffix.lower() == ".tsv" else ",",
-                dtype={c: str for c in _STR_COLS},
-            )
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-            raise InputError(f"{p}: not a readable CSV file ({str(err).splitlines()[0]})") from None
-    else:
-        df = read_table(p)
-    missing = [c for c in (f.name for f in schema.BYO_SCHEMA) if c not in df.columns]
-    if missing:
-        raise InputError(f"{p}: missing column(s) {', '.join(missing)} (expected {expected})")
-    if len(df) == 0:
-        raise InputError(f"{p}: holds no samples")
-    for col in _STR_COLS:
-        s = df[col]
-        bad = s[s.isna()]
-        if len(bad):
-            raise InputError(f"{p}: column {col}: empty value at row {int(bad.index[0])}")
-        if not (pd.api.types.is_string_dtype(s) or pd.api.types.is_object_dtype(s)):
+def verify_manifest(p: Path, manifest: Mapping[str, Any]) -> None:
+    """Every data file the manifest lists exists with its size and sha256 (rendered reports are
+    views, re-rendered by ``spectest report``, and are not checked). Raises ``InputError`` naming
+    the first file that differs."""
+    for name, entry in sorted(manifest.get("files", {}).items()):
+        if name in RENDERED:
+            continue
+        f = p / name
+        if not f.is_file():
+            raise InputError(f"{f}: listed in {MANIFEST} but missing")
+        size = f.stat().st_size
+        if size != entry.get("bytes"):
             raise InputError(
-                f"{p}: column {col}: expected strings, got {s.dtype} (e.g. {s.iloc[0]!r})"
+                f"{f}: size differs from {MANIFEST} ({size} != {entry.get('bytes')}): "
+                "modified after the run"
             )
-        df[col] = s.astype(str)
-    for col in _INT_COLS:
-        s = df[col]
-        if not pd.api.types.is_integer_dtype(s) or pd.api.types.is_bool_dtype(s):
-            num = pd.to_numeric(s, errors="coerce")
-            bad_mask = num.isna() | (num != num.round())
-            if bad_mask.any():
-                i = int(bad_mask.to_numpy().nonzero()[0][0])
-                v = s.iloc[i]
-                v = v.item() if hasattr(v, "item") else v  # numpy scalar → Python for the message
-                raise InputError(f"{p}: column {col}: expected integers, got {v!r} at row {i}")
-            s = num
-        df[col] = s.astype("int64")
-        if (df[col] < 0).any():
-            i = int((df[col] < 0).to_numpy().nonzero()[0][0])
+        digest = _sha256(f)
+        if digest != entry.get("sha256"):
             raise InputError(
-                f"{p}: column {col}: expected integers >= 0, "
-                f"got {int(df[col].iloc[i])!r} at row {i}"
+                f"{f}: sha256 differs from {MANIFEST} ({digest[:12]}… != "
+                f"{str(entry.get('sha256'))[:12]}…): modified after the run"
             )
-    df[schema.POSITION] = df[schema.POSITION].astype("int32")
-    dup = df.duplicated([schema.PROMPT_ID, schema.CONFIG_ID, schema.SEED, schema.POSITION])
-    if dup.any():
-        r = df[dup].iloc[0]
-        key = (
-            r[schema.PROMPT_ID],
-            r[schema.CONFIG_ID],
-            int(r[schema.SEED]),
-            int(r[schema.POSITION]),
-        )
-        raise InputError(f"{p}: duplicate row for (prompt_id, config_id, seed, position) = {key!r}")
-    extra = [
-        c
-        for c in df.columns
-        if c not in {f.name for f in schema.BYO_SCHEMA} and c not in schema.WHITEBOX_COLUMNS
-    ]
-    return df.drop(columns=extra)
 
 
 def rewrite_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -520,8 +636,13 @@ def rewrite_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     provenance: the run stays complete and its manifest stays true."""
     p = Path(path)
     try:
+        lock = lock_dir(p)
+    except OSError as err:
+        raise InfrastructureError(os_error_line(err, "run directory")) from None
+    try:
         old = json.loads((p / MANIFEST).read_text(encoding="utf-8"))
         info = json.loads((p / RUN_INFO).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        lock.release()
         raise InputError(f"{p}: cannot re-list a run without a readable manifest ({err})") from None
-    return RunDir(path=p, info=info).write_manifest(old.get("provenance", {}))
+    return RunDir(path=p, info=info, lock=lock).write_manifest(old.get("provenance", {}))

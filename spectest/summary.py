@@ -1,7 +1,9 @@
 """The run summary: what ``summary.json`` stores and the CLI and the reports print.
 
 Owns: ``build_summary`` (verdict, per-config table, teeth, every comparison), the tidy tables of
-all comparisons concatenated with a ``comparison`` column, and ``json_safe``. Knows nothing about
+all comparisons concatenated with a ``comparison`` column, ``verdict_lines`` (the verdict as
+every renderer prints it: headline, what was tested, the resolution, the reasons) and
+``json_safe``. Knows nothing about
 how tests are computed (it reads ``verdict.Comparison``) nor about files.
 """
 
@@ -125,3 +127,19 @@ def json_safe(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     return obj
+
+
+def verdict_lines(verdict: dict[str, Any]) -> list[str]:
+    """The verdict as printed: the headline (decision, exit code, the claim), what was tested,
+    at what resolution, then every reason. Falls back to the decision word for summaries
+    written before headlines existed."""
+    headline = verdict.get("headline") or (
+        f"{verdict['decision'].upper()} (exit {verdict['exit_code']})"
+    )
+    lines = [headline]
+    scope = verdict.get("scope") or {}
+    for key in ("tested", "resolution"):
+        if scope.get(key):
+            lines.append(f"  {scope[key]}")
+    lines += [f"  - {r}" for r in verdict["reasons"]]
+    return lines

@@ -161,12 +161,15 @@ def test_compare_same_law_exit_0_and_analyze_report(tmp_path: Path) -> None:
         cand,
         "--alpha",
         "0.01",
+        "--max-mde-tv",
+        "0.2",
         "--out",
         out,
         "--no-progress",
     )
     assert r.exit_code == 0, r.output
-    assert "EQUIVALENT" in r.stdout
+    assert "EQUIVALENT (exit 0): no difference found: a per-cell TV of 0.185 or more" in r.stdout
+    assert "teeth are sound" not in r.stdout and "no teeth ran (compare has" in r.stdout
     stored = load_run(out)
     assert stored.summary["verdict"]["decision"] == "equivalent"
     assert stored.summary["configs"][0]["cells_tested"] == 6
@@ -182,7 +185,90 @@ def test_compare_same_law_exit_0_and_analyze_report(tmp_path: Path) -> None:
     assert "edited by hand" not in (out / "report.md").read_text()
     assert "data:image/png;base64," in (out / "report.html").read_text()
     assert "equivalent" in (tmp_path / "s.md").read_text()
-    assert 'failures="0"' in (tmp_path / "j.xml").read_text()
+    junit = (tmp_path / "j.xml").read_text()
+    assert 'failures="0"' in junit and '<testcase classname="spectest.' in junit
+    assert 'name="resolution" value="resolution (α 0.01, power 80 %): per-cell TV 0.185' in junit
+    for text in ((out / "report.md").read_text(), (tmp_path / "s.md").read_text()):
+        assert "EQUIVALENT (exit 0): no difference found: a per-cell TV of 0.185" in text
+        assert "required per-cell TV ≤ 0.2 (--max-mde-tv)" in text
+
+
+def test_compare_poor_resolution_exits_3_by_default(tmp_path: Path) -> None:
+    """Issue 9: same law, 400 sequences per cell: the median per-cell MDE is TV 0.185, worse
+    than the default 0.15 that applies when no tooth shows the power → exit 3 with the reason
+    (never EQUIVALENT). The MDE depends on the sizes and the pooled bins only; a chance
+    rejection (rate ≤ α = 0.01) would print DIFFERENT instead (fixed seed)."""
+    rng = np.random.default_rng(20261129)
+    ref, cand = tmp_path / "ref.csv", tmp_path / "cand.csv"
+    byo(rng, ZIPF, range(400)).to_csv(ref, index=False)
+    byo(rng, ZIPF, range(400, 800)).to_csv(cand, index=False)
+    r = invoke(
+        "compare", "--reference", ref, "--candidate", cand, "--alpha", "0.01",
+        "--out", tmp_path / "o", "--no-progress",
+    )  # fmt: skip
+    assert r.exit_code == 3, r.output
+    assert (
+        "INCONCLUSIVE (exit 3): resolution TV 0.185 per cell is worse than the required 0.15"
+        in r.stdout
+    )
+    assert "required per-cell TV ≤ 0.15 (default: no tooth shows the tests' power)" in r.stdout
+    scope = load_run(tmp_path / "o").summary["verdict"]["scope"]
+    assert scope["required_mde_tv"] == 0.15 and scope["teeth_ran"] == []
+    r = invoke("compare", "--reference", ref, "--candidate", cand, "--max-mde-tv", "0")
+    assert r.exit_code == 2 and "--max-mde-tv: expected a number in (0, 1], got 0" in err_line(r)
+
+
+def test_compare_three_samples_of_another_law_is_not_equivalent(tmp_path: Path) -> None:
+    """The issue's input: 3 samples per cell, 12 cells × 8 positions, a completely different law
+    (TV ≈ 0.31) → 0 of 96 cell-positions tested → exit 3 "nothing was testable" (it was
+    EQUIVALENT, exit 0). Deterministic: 6 sequences per cell never reach an expected count of
+    5 per arm in two bins. Every rendering (console, report.md/html, JUnit, step summary)
+    carries the same claim."""
+    rng = np.random.default_rng(3)
+    cells = [(f"p{i}", f"c{j}") for i in range(4) for j in range(3)]
+    ref, cand = tmp_path / "ref.csv", tmp_path / "cand.csv"
+    byo(rng, ZIPF, range(3), cells=cells, T=8).to_csv(ref, index=False)
+    byo(rng, SHIFTED, range(3), cells=cells, T=8).to_csv(cand, index=False)
+    out = tmp_path / "o"
+    r = invoke("compare", "--reference", ref, "--candidate", cand, "--out", out, "--no-progress")
+    assert r.exit_code == 3, r.output
+    assert "INCONCLUSIVE (exit 3): nothing was testable" in r.stdout
+    assert "tested: 0 of 96 cell-positions (96 untestable); families that ran: none" in r.stdout
+    assert "EQUIVALENT" not in r.stdout and "teeth are sound" not in r.stdout
+    r = invoke("report", out, "--junit", tmp_path / "j.xml", "--summary-md", tmp_path / "s.md")
+    assert r.exit_code == 0, r.output
+    for text in (
+        (out / "report.md").read_text(),
+        (out / "report.html").read_text(),
+        (tmp_path / "s.md").read_text(),
+        (tmp_path / "j.xml").read_text(),
+    ):
+        assert "INCONCLUSIVE (exit 3): nothing was testable" in text
+        assert "tested: 0 of 96 cell-positions (96 untestable)" in text
+    assert 'failures="1"' in (tmp_path / "j.xml").read_text()
+
+
+@pytest.mark.parametrize("case", ["positions past 5 missing", "half the sequences truncated"])
+def test_compare_early_stopping_candidate_exits_1(tmp_path: Path, case: str) -> None:
+    """Issue 9: a candidate whose sequences stop early is DIFFERENT (exit 1), found by the
+    sequence-length family (it passed: late positions were just "untestable"). 400 sequences
+    per cell, T = 8; the length χ² has p < 1e-30 (cannot fail by chance)."""
+    rng = np.random.default_rng(5)
+    ref, cand = tmp_path / "ref.csv", tmp_path / "cand.parquet"
+    byo(rng, ZIPF, range(400), T=8).to_csv(ref, index=False)
+    c = byo(rng, ZIPF, range(400), T=8)
+    if case == "positions past 5 missing":
+        c = c[c["position"] < 5]
+    else:
+        cut = (c["seed"] % 2 == 1) & (c["position"] >= 1 + c["seed"] % 7)
+        c = c[~cut]
+    c.to_parquet(cand, index=False)
+    r = invoke(
+        "compare", "--reference", ref, "--candidate", cand, "--out", tmp_path / "o", "--no-progress"
+    )
+    assert r.exit_code == 1, r.output
+    assert "DIFFERENT (exit 1)" in r.stdout and "sequence lengths p0/c0 p_adj=" in r.stdout
+    assert "sequence lengths (2)" in r.stdout  # the family ran on both cells
 
 
 def test_compare_shifted_law_exit_1(tmp_path: Path) -> None:

@@ -88,7 +88,8 @@ def test_exact_sampler_exits_0_and_stores_everything(exact_run) -> None:
     assert [t["label"] for t in s["teeth"]] == ["passed (sound)", "killed", "killed"]
     assert "data:image/png;base64," in (run / "report.html").read_text()
     suite = ET.parse(d / "junit.xml").getroot()
-    assert suite.get("tests") == "5" and suite.get("failures") == "0"  # 2 configs + 3 teeth
+    # 2 configs + 3 teeth + the verdict's scope case
+    assert suite.get("tests") == "6" and suite.get("failures") == "0"
     assert "equivalent" in (d / "summary.md").read_text()
 
 

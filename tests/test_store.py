@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from spectest import schema
+from spectest.byo import read_samples_file
 from spectest.errors import ConfigError, ExitCode, InputError
 from spectest.store import (
     MANIFEST,
@@ -18,7 +19,6 @@ from spectest.store import (
     load_run,
     make_provenance,
     read_provenance,
-    read_samples_file,
     read_table,
 )
 
@@ -78,7 +78,7 @@ def test_manifest_last_and_incomplete_runs_refused(tmp_path: Path) -> None:
     )
     assert set(manifest["files"]) >= {SAMPLES, "summary.json", "report.md", "run.json"}
     stored = load_run(run)
-    assert stored.summary == {"decision": "equivalent"}
+    assert stored.summary == {"decision": "equivalent", "complete": True}
     assert len(stored.table(SAMPLES)) == 6
     assert read_provenance(run / SAMPLES)["seed_ranges"] == {"reference": [0, 3]}
     # reopening (resume / re-analysis) removes the manifest first: never half-complete
@@ -188,3 +188,78 @@ def test_analysis_schemas_match_the_analysis_columns() -> None:
         "reject",
         schema.COMPARISON,
     ]
+
+
+# ------------------------------------------------------ bring-your-own: positions (issue 9)
+def byo_df(n_seeds: int = 3, positions: int = 4) -> pd.DataFrame:
+    return samples_df(n_seeds, positions).drop(columns=["arm"])
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_byo_position_beyond_int32_is_refused_not_wrapped(tmp_path: Path, fmt: str) -> None:
+    """The issue's exact input: 2**32 + 100 used to become position 100."""
+    df = byo_df()
+    df.loc[5, "position"] = 2**32 + 100
+    f = write_byo(tmp_path, df, fmt)
+    with pytest.raises(InputError) as info:
+        read_samples_file(f)
+    msg = str(info.value)
+    assert msg == (
+        f"{f}: column position: expected integers <= 2147483647 (the position column is "
+        f"32-bit), got {2**32 + 100} at row 5"
+    )
+    assert info.value.exit_code == ExitCode.BAD_INPUT
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_byo_negative_position_is_refused(tmp_path: Path, fmt: str) -> None:
+    df = byo_df()
+    df.loc[2, "position"] = -3
+    f = write_byo(tmp_path, df, fmt)
+    with pytest.raises(InputError) as info:
+        read_samples_file(f)
+    assert str(info.value) == f"{f}: column position: expected integers >= 0, got -3 at row 2"
+
+
+def test_byo_seed_and_token_beyond_int64_are_refused(tmp_path: Path) -> None:
+    """Values beyond int64 (CSV keeps them as text) are named exactly, never wrapped."""
+    for col in ("seed", "token_id"):
+        df = byo_df().astype({col: object})
+        df.loc[1, col] = 2**64 + 5
+        f = write_byo(tmp_path, df, "csv")
+        with pytest.raises(InputError, match=rf"column {col}: expected integers <= {2**63 - 1}"):
+            read_samples_file(f)
+    df = byo_df().astype({"seed": "uint64"})
+    df.loc[0, "seed"] = 2**63  # a Parquet uint64 column beyond int64
+    f = write_byo(tmp_path, df, "parquet")
+    with pytest.raises(InputError, match=rf"column seed: .* got {2**63} at row 0"):
+        read_samples_file(f)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_byo_gap_in_positions_is_refused(tmp_path: Path, fmt: str) -> None:
+    """A sequence with positions 0, 1, 3 (2 missing) is a gap: exit 2 naming the sequence."""
+    df = byo_df(n_seeds=3, positions=4)
+    df = df[~((df["seed"] == 1) & (df["position"] == 2))].reset_index(drop=True)
+    f = write_byo(tmp_path, df, fmt)
+    with pytest.raises(InputError) as info:
+        read_samples_file(f)
+    assert str(info.value) == (
+        f"{f}: column position: sequence (prompt_id, config_id, seed) = ('p0', 'c', 1) has "
+        "position 3 but not 2: a gap (1 sequence(s) with gaps; positions must run 0, 1, ..., n-1)"
+    )
+    # a sequence that does not start at 0 has a gap too
+    df = byo_df(n_seeds=2, positions=3)
+    df = df[~((df["seed"] == 0) & (df["position"] == 0))]
+    with pytest.raises(InputError, match=r"\('p0', 'c', 0\) has position 1 but not 0: a gap"):
+        read_samples_file(write_byo(tmp_path, df, fmt))
+
+
+def test_byo_sequences_that_stop_early_are_not_gaps(tmp_path: Path) -> None:
+    """Positions 0..5 of 0..31 is a shorter sequence (EOS), read as it is: its length is part
+    of the law and tested as such, not a malformed file."""
+    df = byo_df(n_seeds=4, positions=32)
+    short = df[(df["seed"] != 2) | (df["position"] <= 5)]
+    got = read_samples_file(write_byo(tmp_path, short, "parquet"))
+    lengths = got.groupby("seed")["position"].size().to_dict()
+    assert lengths == {0: 32, 1: 32, 2: 6, 3: 32}

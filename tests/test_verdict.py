@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spectest.errors import ExitCode
-from spectest.verdict import Comparison, decide
+from spectest.verdict import DEFAULT_MAX_MDE_TV, Comparison, decide
 
 
 def comp(
@@ -72,3 +72,110 @@ def test_teeth_only_run() -> None:
     assert bad.exit_code == ExitCode.INCONCLUSIVE
     d = bad.to_dict()
     assert d["teeth"][1]["label"] == "NOT KILLED" and d["exit_code"] == 3
+
+
+# ----------------------------------------------------------------- scope and resolution (issue 9)
+def fam(name: str, tested: int, *, mde: float | None = None, rejected: bool = False):
+    from spectest.verdict import FamilyScope
+
+    return FamilyScope(name, tested, 96 - tested, 0.05, mde, "TV per cell-position", rejected)
+
+
+def scoped(arm: str, role: str, *, tested: int, mde: float | None, rejected: bool = False):
+    """A comparison with its families: ``tested`` cell-positions of 96, nothing else ran."""
+    expect = {"candidate": "subject", "null": "pass"}.get(role, "fail")
+    return Comparison(
+        arm=arm,
+        role=role,
+        expect=expect,
+        rejected=rejected,
+        cells_tested=tested,
+        rejections=int(rejected),
+        min_qvalue=None,
+        mde_tv=mde,
+        failing=("p0/a@1 p_adj=0.01",) if rejected else (),
+        cells_untestable=96 - tested,
+        families=(fam("cells", tested, mde=mde, rejected=rejected), fam("trie", 0)),
+        alpha=0.05,
+        power=0.8,
+        mde_tv_max=mde,
+    )
+
+
+def test_nothing_testable_is_inconclusive_whatever_the_teeth() -> None:
+    """The issue's compare with 3 samples per cell: 0 cells tested, 96 untestable → exit 3 (it
+    printed EQUIVALENT, exit 0); the same with every tooth switched off (`run --seeds 2`)."""
+    v = decide([scoped("candidate", "candidate", tested=0, mde=None)], kind="compare")
+    assert (v.decision, v.exit_code) == ("inconclusive", ExitCode.INCONCLUSIVE)
+    assert v.headline == "INCONCLUSIVE (exit 3): nothing was testable"
+    assert "0 of 96 cell-positions" in v.reasons[0]
+    assert v.scope is not None
+    assert v.scope.tested_line().startswith("tested: 0 of 96 cell-positions (96 untestable)")
+    assert "families that ran: none; teeth that ran: none" in v.scope.tested_line()
+    assert not any("teeth are sound" in r for r in v.reasons)
+    v = decide([scoped("candidate", "candidate", tested=0, mde=None)], kind="run")
+    assert v.exit_code == ExitCode.INCONCLUSIVE
+    assert any("no teeth ran (the protocol switched them off)" in r for r in v.reasons)
+
+
+def test_compare_says_it_ran_no_teeth_and_holds_the_default_resolution() -> None:
+    """The issue's hidden benchmark: 256 samples per cell, MDE TV 0.28, no rejection. Default:
+    exit 3 naming the resolution; an explicit --max-mde-tv 0.3 accepts it and the headline
+    still states it. Never "the teeth are sound"."""
+    c = scoped("candidate", "candidate", tested=96, mde=0.28)
+    v = decide([c], kind="compare")
+    assert v.exit_code == ExitCode.INCONCLUSIVE and v.max_mde_tv == DEFAULT_MAX_MDE_TV
+    assert v.headline == (
+        "INCONCLUSIVE (exit 3): resolution TV 0.280 per cell is worse than the required 0.15"
+    )
+    assert any("compare has samples only, no sampler to mutate" in r for r in v.reasons)
+    assert "required per-cell TV ≤ 0.15 (default: no tooth shows" in v.scope.resolution_line()
+    ok = decide([c], kind="compare", max_mde_tv=0.3)
+    assert ok.exit_code == ExitCode.OK
+    assert ok.headline == (
+        "EQUIVALENT (exit 0): no difference found: a per-cell TV of 0.280 or more would have "
+        "been seen with 80 % power"
+    )
+    assert not any("teeth are sound" in r for r in ok.reasons)
+    assert "per-cell TV 0.280 (median, worst 0.280)" in ok.scope.resolution_line()
+    assert "(--max-mde-tv)" in ok.scope.resolution_line()
+    # a fine enough resolution passes the default
+    fine = decide([scoped("candidate", "candidate", tested=96, mde=0.12)], kind="compare")
+    assert fine.exit_code == ExitCode.OK, fine.reasons
+    # a rejection is a detection at any resolution
+    rej = decide([scoped("candidate", "candidate", tested=96, mde=0.28, rejected=True)])
+    assert rej.exit_code == ExitCode.DIFFERENT
+    assert rej.headline == "DIFFERENT (exit 1): the candidate's law differs from the reference's"
+
+
+def test_teeth_show_the_power_so_no_default_requirement() -> None:
+    cand = scoped("candidate", "candidate", tested=96, mde=0.28)
+    v = decide(
+        [
+            cand,
+            scoped("null", "null", tested=96, mde=0.28),
+            scoped("mutant:x", "mutant", tested=96, mde=0.28, rejected=True),
+        ]
+    )
+    assert v.exit_code == ExitCode.OK and v.max_mde_tv is None
+    assert v.reasons[0].startswith("the teeth are sound: null passed (sound), mutant:x killed")
+    assert "teeth that ran: null, mutant:x" in v.scope.tested_line()
+    # a null arm alone shows no power: the default applies
+    v = decide([cand, scoped("null", "null", tested=96, mde=0.28)])
+    assert v.exit_code == ExitCode.INCONCLUSIVE and v.max_mde_tv == DEFAULT_MAX_MDE_TV
+
+
+def test_a_tooth_that_tested_nothing_did_not_run() -> None:
+    """A null arm "passing" on no testable data checked nothing: exit 3, labelled NO DATA."""
+    v = decide(
+        [
+            scoped("candidate", "candidate", tested=96, mde=0.1),
+            scoped("null", "null", tested=0, mde=None),
+            scoped("mutant:x", "mutant", tested=96, mde=0.1, rejected=True),
+        ]
+    )
+    assert v.exit_code == ExitCode.INCONCLUSIVE
+    assert v.headline == "INCONCLUSIVE (exit 3): tooth 'null' tested nothing"
+    labels = {t.arm: t.label for t in v.teeth}
+    assert labels["null"] == "NO DATA (tested nothing)"
+    assert "teeth that ran: mutant:x" in v.scope.tested_line()

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from spectest import __version__
-from spectest.cli import analyze, compare, models, power, report, run, teeth
+from spectest.cli import analyze, bench, compare, models, power, protocols, report, run, teeth
 from spectest.cli.common import EXIT_CODES_HELP
 
 app = typer.Typer(
@@ -54,6 +54,8 @@ app.command("teeth", epilog=EXIT_CODES_HELP)(teeth.teeth)
 app.command("power")(power.power)
 app.command("report")(report.report)
 app.command("models")(models.models)
+app.command("protocols")(protocols.protocols)
+app.command("bench")(bench.bench)
 
 
 def main() -> None:

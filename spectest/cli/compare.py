@@ -20,6 +20,13 @@ def compare(
         float, typer.Option(help="Significance level after the multiplicity correction.")
     ] = 0.05,
     multiplicity: Annotated[str, typer.Option(help="bh, by or maxT.")] = "bh",
+    max_mde_tv: Annotated[
+        float | None,
+        typer.Option(
+            help="Required resolution: the median per-cell MDE (TV) must be at most this, else "
+            "exit 3. Default 0.15 (compare runs no teeth; README 'Exit codes'); 1 accepts any."
+        ),
+    ] = None,
     out: Annotated[
         Path | None, typer.Option(help="Result directory (default: results/compare-<hash>).")
     ] = None,
@@ -31,7 +38,13 @@ def compare(
 
     with progress_bars(progress) as cb:
         result = compare_files(
-            reference, candidate, alpha=alpha, multiplicity=multiplicity, out=out, progress=cb
+            reference,
+            candidate,
+            alpha=alpha,
+            multiplicity=multiplicity,
+            max_mde_tv=max_mde_tv,
+            out=out,
+            progress=cb,
         )
     print_result(result)
     exit_with(result.verdict.exit_code)

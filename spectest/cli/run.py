@@ -14,6 +14,7 @@ from spectest.cli.common import (
     SetOpt,
     ThreadsOpt,
     boundary,
+    err_console,
     exit_with,
     print_result,
     progress_bars,
@@ -41,6 +42,27 @@ def run(
     ] = None,
     threads: ThreadsOpt = None,
     progress: ProgressOpt = True,
+    fast: Annotated[
+        bool,
+        typer.Option(
+            help="Run the built-in arms (teeth included) on the fast engine: static KV cache, "
+            "CUDA graphs on CUDA, sort-free sampling; same tokens (README 'Speed')."
+        ),
+    ] = False,
+    devices: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated devices, one worker process each (e.g. cuda:0,cuda:1; cpu,cpu). "
+            "Default: every visible GPU of a cuda run."
+        ),
+    ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            help="Run the shards as Ray tasks: auto (this host's cluster), an address, or local "
+            "(needs spectest[ray])."
+        ),
+    ] = None,
 ) -> None:
     """Run a protocol: generate both arms and the teeth, store, test, print the verdict."""
     from spectest.protocol import load_protocol
@@ -51,9 +73,15 @@ def run(
         overrides={"models.device": device, "seeds.per_arm": seeds, "positions": positions},
         sets=set_ or [],
     )
+    from spectest.shipped import shipped_name
+
+    if shipped_name(protocol.source) and not Path(config).is_file():
+        err_console().print(f"using the shipped protocol {protocol.source}", markup=False)
     with progress_bars(progress) as cb:
         result = run_protocol(
-            protocol, out=out, progress=cb, junit=junit, summary_md=summary_md, threads=threads
-        )
+            protocol, out=out, progress=cb, junit=junit, summary_md=summary_md, threads=threads,
+            fast=fast, ray=ray,
+            devices=[d.strip() for d in devices.split(",") if d.strip()] if devices else None,
+        )  # fmt: skip
     print_result(result)
     exit_with(result.verdict.exit_code)

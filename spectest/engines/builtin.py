@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from spectest import schema
 from spectest.engines.base import (
     ArmJob,
     ArmOutput,
@@ -60,7 +61,7 @@ from spectest.engines.base import (
 from spectest.errors import ConfigError, InputError, ModelError
 from spectest.models.base import LanguageModel
 from spectest.sampling.draw import argmax_tokens, categorical
-from spectest.sampling.mutants import SpecVariant, stack_q
+from spectest.sampling.mutants import SpecVariant, get_variant, stack_q
 from spectest.sampling.params import SamplingTensors
 from spectest.sampling.transforms import logits_to_probs
 from spectest.seeding import STREAM_PLAIN, STREAM_SPEC, row_key, spec_slots, uniforms
@@ -71,10 +72,15 @@ Progress = Callable[[int], None]
 
 @dataclass(frozen=True)
 class EngineOutput:
-    """Tokens of every row (in ``rows`` order) and, for speculative runs, per-round telemetry."""
+    """Tokens of every row (in ``rows`` order) and, for speculative runs, per-round telemetry.
+
+    ``whitebox``: the generation-time white-box columns (``schema.WHITEBOX_COLUMNS``, ``B * T``
+    rows aligned with ``to_samples_frame``) when the loop was asked to record them, else None.
+    """
 
     tokens: torch.Tensor  # [B, T] int64, cpu
     rounds: pd.DataFrame | None  # row, round, position, drafted, accepted, emitted (int64)
+    whitebox: pd.DataFrame | None = None  # wb_* columns from the laws the loop sampled from
 
 
 # ----------------------------------------------------------------------------- plain
@@ -90,10 +96,16 @@ def plain_decode(
     prompt_id: str,
     batch_size: int = 256,
     progress: Progress | None = None,
+    whitebox: bool = False,
+    draft: LanguageModel | None = None,
+    drafter: DrafterSpec | None = None,
 ) -> EngineOutput:
     """Plain autoregressive sampling: one uniform per token, inverse CDF on ``logits_to_probs``.
 
     Returns ``EngineOutput`` with ``tokens`` ``[len(rows), num_positions]`` (cpu) and no rounds.
+    With ``whitebox``, also the white-box columns of every emitted token from the very p_t row
+    it was drawn from (``_WhiteboxRecorder``); q_t comes from ``draft`` run along the emitted
+    sequence under ``drafter`` (the q the teacher would use), or is unknown without a draft.
 
     Notes
     -----
@@ -103,30 +115,56 @@ def plain_decode(
     (no cache, one row at a time) on the toy LM and a tiny HF model (tests/test_engine.py).
     """
     prompt_t = _check_inputs(model, prompt, rows, num_positions, batch_size)
-    chunks = []
+    wb_draft = _whitebox_draft(model, draft, drafter) if whitebox else None
+    chunks, wb_parts = [], []
     for lo in range(0, len(rows), batch_size):
         part = rows[lo : lo + batch_size]
         keys = _keys(part, run_key, prompt_id, model.device)  # [B]
         params = SamplingTensors.from_params([r.params for r in part], device=model.device)
-        chunks.append(_plain_chunk(model, prompt_t, keys, params, num_positions).cpu())
+        rec = _WhiteboxRecorder(len(part), num_positions, model.device) if whitebox else None
+        chunks.append(
+            _plain_chunk(model, prompt_t, keys, params, num_positions, rec, wb_draft).cpu()
+        )
+        if rec is not None:
+            wb_parts.append(rec.frame(num_positions))
         if progress is not None:
             progress(lo + len(part))
-    return EngineOutput(torch.cat(chunks, dim=0), None)
+    wb = pd.concat(wb_parts, ignore_index=True) if whitebox else None
+    return EngineOutput(torch.cat(chunks, dim=0), None, wb)
 
 
 def _plain_chunk(
-    model: LanguageModel, prompt: torch.Tensor, keys: torch.Tensor, params: SamplingTensors, T: int
+    model: LanguageModel,
+    prompt: torch.Tensor,
+    keys: torch.Tensor,
+    params: SamplingTensors,
+    T: int,
+    rec: _WhiteboxRecorder | None = None,
+    wb_draft: tuple[LanguageModel, DrafterSpec] | None = None,
 ) -> torch.Tensor:
     B = int(keys.shape[0])
     cache, prompt_logits = model.prefill_shared(prompt, B)  # one prompt forward for B rows
     logits = prompt_logits[-1].expand(B, -1)  # [B, V] next-token logits
+    d_cache, d_logits = None, None
+    if rec is not None and wb_draft is not None:
+        d_cache, d_prompt_logits = wb_draft[0].prefill_shared(prompt, B)
+        d_logits = d_prompt_logits[-1].expand(B, -1)  # [B, V] the draft's law at position 0
     out = torch.empty((B, T), dtype=torch.int64, device=model.device)  # [B, T]
+    every = torch.ones(B, dtype=torch.bool, device=model.device)  # [B]
     for t in range(T):
         probs = logits_to_probs(logits, params)  # [B, V] float64
         u = uniforms(keys, STREAM_PLAIN, t, 1)[:, 0]  # [B]
         out[:, t] = categorical(probs, u)  # [B]
+        if rec is not None:
+            q = None
+            if wb_draft is not None and d_logits is not None:
+                q = _teacher_q(d_logits[:, None], params, wb_draft[1])  # [B, 1, V]
+            at = torch.full((B,), t, dtype=torch.int64, device=model.device)  # [B]
+            rec.record(probs[:, None], q, out[:, t : t + 1], at, every[:, None])
         if t + 1 < T:
             logits = model.forward(cache, out[:, t : t + 1])[:, 0]  # [B, V]
+            if d_cache is not None and wb_draft is not None:
+                d_logits = wb_draft[0].forward(d_cache, out[:, t : t + 1])[:, 0]  # [B, V]
     return out
 
 
@@ -146,11 +184,16 @@ def speculative_decode(
     prompt_id: str,
     batch_size: int = 256,
     progress: Progress | None = None,
+    whitebox: bool = False,
 ) -> EngineOutput:
     """Speculative sampling with ``variant``'s hooks; telemetry one row per (row, round).
 
     Returns ``EngineOutput`` with ``tokens`` ``[len(rows), num_positions]`` (cpu) and ``rounds``
-    (row, round, position, drafted, accepted, emitted; ``emitted`` capped by the budget).
+    (row, round, position, drafted, accepted, emitted; ``emitted`` capped by the budget). With
+    ``whitebox``, also the white-box columns of every emitted token: token j of a round was
+    produced under row j of the verify forward's p (``logits_to_probs`` of the target logits,
+    the row the exact sampler used) and q is the drafter's exact law at that slot (the K draft
+    forwards, plus the forward of x_K for the bonus slot), as teacher forcing defines them.
 
     Notes
     -----
@@ -175,20 +218,25 @@ def speculative_decode(
     if not isinstance(drafter, DrafterSpec):
         raise ConfigError(f"drafter must be a DrafterSpec, got {drafter!r}")
     prompt_t = _check_inputs(target, prompt, rows, num_positions, batch_size)
-    chunks, frames = [], []
+    chunks, frames, wb_parts = [], [], []
     for lo in range(0, len(rows), batch_size):
         part = rows[lo : lo + batch_size]
         keys = _keys(part, run_key, prompt_id, target.device)  # [B]
         params = SamplingTensors.from_params([r.params for r in part], device=target.device)
+        width = num_positions + drafter.k + 1
+        rec = _WhiteboxRecorder(len(part), width, target.device) if whitebox else None
         toks, rounds = _spec_chunk(
-            target, draft, prompt_t, keys, params, num_positions, drafter, variant
+            target, draft, prompt_t, keys, params, num_positions, drafter, variant, rec
         )
         chunks.append(toks.cpu())
         rounds["row"] += lo
         frames.append(rounds)
+        if rec is not None:
+            wb_parts.append(rec.frame(num_positions))
         if progress is not None:
             progress(lo + len(part))
-    return EngineOutput(torch.cat(chunks, dim=0), pd.concat(frames, ignore_index=True))
+    wb = pd.concat(wb_parts, ignore_index=True) if whitebox else None
+    return EngineOutput(torch.cat(chunks, dim=0), pd.concat(frames, ignore_index=True), wb)
 
 
 def _spec_chunk(
@@ -200,6 +248,7 @@ def _spec_chunk(
     T: int,
     drafter: DrafterSpec,
     variant: SpecVariant,
+    rec: _WhiteboxRecorder | None = None,
 ) -> tuple[torch.Tensor, pd.DataFrame]:
     B, K, dev = int(keys.shape[0]), drafter.k, target.device
     onehot, q_mode = drafter.onehot, drafter.q_mode
@@ -216,14 +265,17 @@ def _spec_chunk(
         active = pos < T  # [B]
         u = uniforms(keys, STREAM_SPEC, pos, slots.num_slots)  # [B, 2K+1] or [B, K+1]
         # 1. draft: K tokens from the draft law (argmax for a one-hot drafter: no uniform)
-        tok, drafted, qs = last, [], []
+        tok, drafted, qs, d_rows = last, [], [], []
         for i in range(K):
             d_logits = draft.forward(dc, tok[:, None])[:, 0]  # [B, V]
             law, q = variant.draft_law(d_logits, params, onehot=onehot, q_mode=q_mode)  # [B, V]
             tok = argmax_tokens(law) if onehot else categorical(law, u[:, i])  # [B]
             drafted.append(tok)
             qs.append(q)  # [B, V], or None: q = δ(x)
-        draft.forward(dc, tok[:, None])  # x_K too: the draft cache keeps the target's slot layout
+            d_rows.append(d_logits)
+        # x_K too: the draft cache keeps the target's slot layout (and its logits are the
+        # draft's law at the bonus slot, for the white-box q)
+        d_rows.append(draft.forward(dc, tok[:, None])[:, 0])  # [B, V]
         draft_tokens = torch.stack(drafted, dim=1)  # [B, K]
         draft_probs = stack_q(qs)  # [B, K, V] or None (one-hot drafter)
         # 2. verify: the target scores last, x_1..x_K in one forward → K+1 next-token laws
@@ -235,6 +287,16 @@ def _spec_chunk(
         # 3. commit: the emitted tokens of active rows go to positions pos .. pos+n-1
         commit = (j[None, :] < n[:, None]) & active[:, None]  # [B, K+1]
         out.scatter_(1, torch.where(commit, pos[:, None] + j, DUMP), res.emitted)
+        if rec is not None:
+            # token j of the round was drawn under verify row j: record that p (the exact
+            # pipeline's row — a mutant's verify_probs is not the plain law) and the drafter's q
+            p_rows = (
+                target_probs
+                if variant.verify_fn is _EXACT_VERIFY
+                else logits_to_probs(t_logits, params)
+            )  # [B, K+1, V] float64
+            q_rows = _teacher_q(torch.stack(d_rows, dim=1), params, drafter)  # [B, K+1, V]
+            rec.record(p_rows, q_rows, res.emitted, pos, commit)
         # 4. holes: this round's slots n0+j hold [last, x_1..x_K][j]; keep last and the committed
         # drafts x_1..x_{n-1} (emitted = those drafts + 1 token: the commit signal is n, not a)
         n0 = tc.num_slots - (K + 1)
@@ -266,6 +328,104 @@ def _rounds_frame(log: list[tuple[torch.Tensor, ...]], K: int) -> pd.DataFrame:
             "emitted": emitted[rnd, row].astype(np.int64),
         }
     )
+
+
+# ----------------------------------------------------------------------------- white-box
+
+
+_EXACT_VERIFY = get_variant("exact").verify_fn
+# NOTE: the float64 [rows, V] temporaries of ``whitebox_columns`` (p, q, the order key, masks)
+# stay under ~512 MiB each: 2^26 elements
+_WB_CHUNK_ELEMENTS = 1 << 26
+
+
+def _whitebox_draft(
+    model: LanguageModel, draft: LanguageModel | None, drafter: DrafterSpec | None
+) -> tuple[LanguageModel, DrafterSpec] | None:
+    """The (draft, drafter) that defines q for a plain arm's white-box columns, checked."""
+    if draft is None:
+        return None
+    if not isinstance(drafter, DrafterSpec):
+        raise InputError("plain_decode: whitebox with a draft needs its drafter (DrafterSpec)")
+    from spectest.models.derive import check_same_vocab
+
+    check_same_vocab(model, draft)
+    if model.device != draft.device:
+        raise ModelError(
+            f"target {model.name!r} is on {model.device}, draft {draft.name!r} on {draft.device}"
+        )
+    return draft, drafter
+
+
+def _teacher_q(
+    d_logits: torch.Tensor, params: SamplingTensors, drafter: DrafterSpec
+) -> torch.Tensor:
+    """The drafter's exact law (what teacher forcing calls q) at each slot: ``[B, J, V]`` f64.
+
+    ``d_logits`` ``[B, J, V]``: draft logits at J slots of each row. The exact variant's sample
+    law, as ``engines.teacher.teacher_force`` computes it (one-hot at the argmax for a one-hot
+    drafter, else the ``q_mode`` law) — never a mutant's reported q.
+    """
+    exact = get_variant("exact")
+    J = int(d_logits.shape[1])
+    laws = [
+        exact.draft_law(d_logits[:, i], params, onehot=drafter.onehot, q_mode=drafter.q_mode)[0]
+        for i in range(J)
+    ]  # J × [B, V]
+    return torch.stack(laws, dim=1)  # [B, J, V]
+
+
+class _WhiteboxRecorder:
+    """Generation-time white-box columns of one chunk of ``B`` rows.
+
+    Buffers ``[B, width + 1]`` per ``schema.WHITEBOX_COLUMNS`` column (the last column is a
+    scratch slot for tokens that are not committed), filled as tokens are committed; ``frame``
+    returns the first ``T`` positions row-major, aligned with ``to_samples_frame``.
+    """
+
+    def __init__(self, B: int, width: int, device: torch.device) -> None:
+        self.dump = width
+        self.buf: dict[str, torch.Tensor] = {}
+        for c in schema.WHITEBOX_COLUMNS:
+            if c == schema.WB_IN_A:
+                self.buf[c] = torch.zeros((B, width + 1), dtype=torch.bool, device=device)
+            else:
+                self.buf[c] = torch.full(
+                    (B, width + 1), float("nan"), dtype=torch.float64, device=device
+                )
+
+    def record(
+        self,
+        p: torch.Tensor,
+        q: torch.Tensor | None,
+        tokens: torch.Tensor,
+        start: torch.Tensor,
+        commit: torch.Tensor,
+    ) -> None:
+        """Columns of ``tokens`` ``[B, J]`` under ``p`` (and ``q``) ``[B, J, V]`` float64, stored
+        at positions ``start[b] + j`` where ``commit`` ``[B, J]`` (bool) holds."""
+        from spectest.engines.teacher import whitebox_columns
+
+        B, J, V = (int(s) for s in p.shape)
+        toks = torch.where(commit, tokens, torch.zeros_like(tokens)).reshape(B * J)  # [B*J]
+        flat_p = p.reshape(B * J, V)  # [B*J, V]
+        flat_q = None if q is None else q.reshape(B * J, V)
+        step = max(1, _WB_CHUNK_ELEMENTS // max(1, V))
+        parts: dict[str, list[torch.Tensor]] = {c: [] for c in schema.WHITEBOX_COLUMNS}
+        for lo in range(0, B * J, step):
+            qq = None if flat_q is None else flat_q[lo : lo + step]
+            cols = whitebox_columns(flat_p[lo : lo + step], qq, toks[lo : lo + step])
+            for c in schema.WHITEBOX_COLUMNS:
+                parts[c].append(cols[c])
+        j = torch.arange(J, device=p.device)[None, :]  # [1, J]
+        idx = torch.where(commit, start[:, None] + j, self.dump)  # [B, J]
+        for c in schema.WHITEBOX_COLUMNS:
+            self.buf[c].scatter_(1, idx, torch.cat(parts[c]).reshape(B, J))
+
+    def frame(self, T: int) -> pd.DataFrame:
+        return pd.DataFrame(
+            {c: self.buf[c][:, :T].reshape(-1).cpu().numpy() for c in schema.WHITEBOX_COLUMNS}
+        )
 
 
 # ----------------------------------------------------------------------------- references
@@ -401,12 +561,13 @@ def _check_inputs(
 class BuiltinEngine(Engine):
     """spectest's own loops as an engine: ``plain_decode`` for an arm without a variant (the
     reference), ``speculative_decode`` with the arm's ``SpecVariant`` otherwise (the candidate
-    and every tooth). White-box columns by teacher forcing (``engines.teacher``) with the same
-    draft law q for every arm, the reference included (the control on spectest's own p)."""
+    and every tooth). White-box columns recorded at generation time by the loops, from the rows
+    they sampled from (exact in every dtype), with the same drafter law q for every arm, the
+    reference included (the control on spectest's own p)."""
 
     name = "builtin"
     needs = "draft"
-    whitebox = "teacher"
+    whitebox = "generation"
     rounds = "tested"
     uses_variant = True
 
@@ -435,22 +596,17 @@ class BuiltinEngine(Engine):
             progress=job.tick,
         )
         if not self.speculative(job):
-            out = plain_decode(target, job.prompt_ids, job.rows, **kw)
+            # NOTE: the plain arm records q_t too (the draft run along its sequence, same
+            # drafter law), so the white-box tests run on it as the control on spectest's own p
+            out = plain_decode(
+                target, job.prompt_ids, job.rows, whitebox=job.whitebox,
+                draft=draft if job.whitebox else None, drafter=job.drafter, **kw,
+            )  # fmt: skip
         else:
             if draft is None:
                 raise ModelError(f"engine {self.name}: arm {job.arm!r} needs the draft model")
             out = speculative_decode(
                 target, draft, job.prompt_ids, job.rows, drafter=job.drafter,
-                variant=self.variant(job), **kw,
+                variant=self.variant(job), whitebox=job.whitebox, **kw,
             )  # fmt: skip
-        wb = None
-        if job.whitebox:
-            from spectest.engines.teacher import teacher_force
-
-            # NOTE: every arm, the reference included, is teacher-forced with the same draft law
-            # q, so the white-box tests run on the plain arm as the control on spectest's own p.
-            wb = teacher_force(
-                target, job.prompt_ids, [r.params for r in job.rows], out.tokens, draft=draft,
-                drafter=job.drafter,
-            )  # fmt: skip
-        return ArmOutput(out.tokens.numpy(), out.rounds, True, wb)
+        return ArmOutput(out.tokens.numpy(), out.rounds, True, out.whitebox)

@@ -14,6 +14,9 @@ Spec grammar (a string ``kind:rest`` or a dict ``{"kind": ..., **options}``)
 - ``hf-local:/path/to/dir`` — a local transformers directory (dict form for options:
   ``{"kind": "hf-local", "path": ..., "logit_scale": 2.0}``);
 - ``bundled:target`` / ``bundled:draft`` — the shipped trained pair in ``spectest/zoo/bundled/``;
+- ``realistic:qwen3-0.6b[,draft_layers=4,damp=0.03,logit_scale=20,seed=0,<config field>=<int>]``
+  — a benchmark target whose first ``draft_layers`` layers make a draft that accepts like a real
+  one (``realistic.damped_target``); its draft is ``derived:first_layers,layers=<draft_layers>``;
 - drafts only (``load_pair`` or ``load_model(..., target=...)``): ``derived:first_layers,layers=2``
   (layer skip sharing the target's tensors), ``derived:noised,noise=0.1,seed=2`` (noised copy).
 
@@ -44,6 +47,10 @@ PRESETS: dict[str, str] = {
     "hf-preset:qwen3-0.6b": "random-init Qwen3-0.6B shapes, V=151936, 28 layers (GPU)",
     "hf-preset:qwen3-4b": "random-init Qwen3-4B shapes, V=151936, 36 layers (GPU)",
     "hf-local:<dir>": "a transformers causal LM from a local directory (local_files_only)",
+    "realistic:qwen3-0.6b": (
+        "benchmark target at Qwen3-0.6B shape, deep layers damped, peaked logits; draft "
+        "derived:first_layers,layers=4 accepts like a real one (GPU)"
+    ),
     "bundled:target": "the shipped trained target (spectest/zoo/bundled/target)",
     "bundled:draft": "the shipped trained draft (spectest/zoo/bundled/draft)",
     "derived:first_layers": "draft only: the target's first n layers, shared weights (layers=n)",
@@ -53,6 +60,7 @@ assert {f"hf-preset:{k}" for k in HF_PRESETS} <= set(PRESETS)
 
 _TOY_KEYS = {"V": int, "order": int, "scale": float, "seed": int}
 _HF_KEYS = {"logit_scale": float, "seed": int}
+_REALISTIC_KEYS = {"draft_layers": int, "damp": float, "logit_scale": float, "seed": int}
 _DERIVED_KEYS = {"layers": int, "noise": float, "seed": int}
 
 
@@ -142,6 +150,16 @@ def load_model(
         s = o.pop("seed", seed)
         scale = o.pop("logit_scale", 1.0)
         return from_preset(head, seed=s, device=device, dtype=dtype, logit_scale=scale, **o)
+    if kind == "realistic":
+        from spectest.models.realistic import damped_target
+
+        if head not in HF_PRESETS:
+            raise ConfigError(
+                f"model spec {spec!r}: unknown preset {head!r}; valid: {', '.join(HF_PRESETS)}"
+            )
+        o = _typed(spec, opts, _REALISTIC_KEYS, extra_int=True)  # extra ints = config overrides
+        o.setdefault("seed", seed)
+        return damped_target(head, device=device, dtype=dtype, **o)
     if kind == "hf-local":
         o = _typed(spec, opts, {"logit_scale": float})
         if not head:
@@ -167,7 +185,7 @@ def load_model(
         return derive_draft(target, head, **o)
     raise ConfigError(
         f"model spec {spec!r}: unknown kind {kind!r}; "
-        "valid: toy, hf-preset, hf-local, bundled, derived"
+        "valid: toy, hf-preset, realistic, hf-local, bundled, derived"
     )
 
 

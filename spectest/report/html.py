@@ -20,6 +20,7 @@ from spectest.report.markdown import (
     whitebox_rows,
 )
 from spectest.store import ROUNDS, TESTS, StoredRun
+from spectest.summary import verdict_lines
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;
@@ -55,11 +56,14 @@ def render_html(stored: StoredRun) -> str:
     name, kind, dec = (
         html.escape(str(x)) for x in (s.get("name", ""), s.get("kind", "run"), v["decision"])
     )
+    head, *rest = verdict_lines(v)
+    scope = [ln for ln in rest if not ln.startswith("  - ")]
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>spectest {name}</title><style>{_CSS}</style></head><body>",
         f"<h1>spectest {kind}: {name}</h1>",
-        f"<h2 class='{dec}'>{dec.upper()} (exit {v['exit_code']})</h2>",
+        f"<h2 class='{dec}'>{html.escape(head)}</h2>",
+        *[f"<p class='small'>{html.escape(ln.strip())}</p>" for ln in scope],
         "<ul>" + "".join(f"<li>{html.escape(r)}</li>" for r in v["reasons"]) + "</ul>",
     ]
     h, rows = config_rows(s)

@@ -1,5 +1,5 @@
 """JUnit XML of a stored run, for CI systems: one test case per config × prompt set (failures list
-the failing cells) and one per tooth.
+the failing cells), one per tooth, and one ``scope`` case with the verdict's claim.
 
 Owns: the XML layout. Reads ``summary.json`` only; computes no statistic.
 """
@@ -9,10 +9,14 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from spectest.summary import verdict_lines
+
 
 def render_junit(summary: dict[str, Any], prompt_set: str = "prompts") -> str:
     """JUnit XML text. A config's case fails when the candidate has rejections in that config;
-    a tooth's case fails when the tooth is unsound; an inconclusive run adds one failing case."""
+    a tooth's case fails when the tooth is unsound; the ``scope`` case states what was tested
+    and the resolution (properties, system-out) and fails when the run is inconclusive for a
+    reason no tooth case shows."""
     name = str(summary.get("name", "spectest"))
     suite = ET.Element("testsuite", name=f"spectest.{name}")
     cases = 0
@@ -48,13 +52,29 @@ def render_junit(summary: dict[str, Any], prompt_set: str = "prompts") -> str:
                 tc, "failure", message=f"tooth {t['arm']}: {t['label']}", type="unsound harness"
             )
     v = summary["verdict"]
+    # the verdict's scope: one case that carries what was tested and the resolution, and fails
+    # with the headline whenever the run is inconclusive for a reason no other case shows
+    # (nothing testable, resolution worse than required, no teeth where asked)
+    scope = v.get("scope") or {}
+    cases += 1
+    tc = ET.SubElement(suite, "testcase", classname=f"spectest.{name}", name="scope")
+    props = ET.SubElement(tc, "properties")
+    for key in ("tested", "resolution"):
+        if scope.get(key):
+            ET.SubElement(props, "property", name=key, value=str(scope[key]))
+    for key in ("cells_tested", "cells_untestable", "mde_tv", "required_mde_tv"):
+        if scope.get(key) is not None:
+            ET.SubElement(props, "property", name=key, value=str(scope[key]))
     if v["decision"] == "inconclusive" and not any(
         not t["sound"] for t in summary.get("teeth", [])
     ):
-        cases += 1
         failures += 1
-        tc = ET.SubElement(suite, "testcase", classname=f"spectest.{name}", name="power")
-        ET.SubElement(tc, "failure", message="; ".join(v["reasons"]), type="inconclusive")
+        fe = ET.SubElement(
+            tc, "failure", message=str(v.get("headline") or v["decision"]), type="inconclusive"
+        )
+        fe.text = "\n".join(v["reasons"])
+    out = ET.SubElement(tc, "system-out")
+    out.text = "\n".join(verdict_lines(v))
     suite.set("tests", str(cases))
     suite.set("failures", str(failures))
     suite.set("errors", "0")

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from spectest.store import SAMPLES, WHITEBOX, StoredRun
+from spectest.summary import verdict_lines
 
 N_DECODED = 3  # decoded samples shown per arm
 
@@ -132,19 +133,21 @@ def failing_rows(summary: dict[str, Any]) -> list[str]:
     return out
 
 
+def verdict_md(verdict: dict[str, Any]) -> list[str]:
+    """The verdict as markdown: the headline in bold, what was tested and the resolution, then
+    the reasons as a list (``spectest.summary.verdict_lines``, the console's wording)."""
+    head, *rest = verdict_lines(verdict)
+    scope = [ln.strip() for ln in rest if not ln.startswith("  - ")]
+    reasons = [ln.strip() for ln in rest if ln.startswith("  - ")]
+    return [f"**{head}**", "", *[f"*{ln}*  " for ln in scope], "", *reasons]
+
+
 def render_markdown(stored: StoredRun) -> str:
     """The full report.md of a run."""
     s = stored.summary
     v = s["verdict"]
     prov = stored.provenance
-    lines = [
-        f"# spectest {s.get('kind', 'run')}: {s.get('name', '')}",
-        "",
-        f"**Decision: {v['decision'].upper()}** (exit {v['exit_code']})",
-        "",
-        *[f"- {r}" for r in v["reasons"]],
-        "",
-    ]
+    lines = [f"# spectest {s.get('kind', 'run')}: {s.get('name', '')}", "", *verdict_md(v), ""]
     if s.get("models"):
         m, d = s["models"], s.get("drafter", {})
         lines += [
@@ -218,7 +221,7 @@ def render_summary_md(summary: dict[str, Any]) -> str:
     lines = [
         f"### {icon} spectest {summary.get('name', '')}: {v['decision']} (exit {v['exit_code']})",
         "",
-        *[f"- {r}" for r in v["reasons"]],
+        *verdict_md(v),
         "",
     ]
     h, rows = config_rows(summary)

@@ -24,16 +24,19 @@ from spectest.errors import ConfigError
 from spectest.stats import (
     distance,
     homogeneity,
+    lengths,
     multiplicity,
     power,
     sequence,
     tables,
     trie,
     whitebox,
+    whitebox_teacher,
 )
 from spectest.stats.histograms import encode_samples, format_prefix
 
 MULTIPLICITY = ("bh", "by", "maxT")
+WHITEBOX_MODES = ("exact", "teacher")
 CELL_COLUMNS = [
     sc.PROMPT_ID,
     sc.CONFIG_ID,
@@ -92,7 +95,7 @@ SEQUENCE_COLUMNS = [
     "unit",
 ]
 ALL_CELLS = "*"  # prompt_id / config_id of the sequence family's pooled rows
-FAMILIES = ("cells", "trie", "whitebox", "sequence")  # the α split's order
+FAMILIES = ("cells", "trie", "whitebox", "sequence", "lengths")  # the α split's order
 SEQUENCE_DEFAULT = sequence.DEFAULT  # (the option ``sequence`` shadows the module in the class)
 
 
@@ -110,6 +113,14 @@ class AnalysisOptions:
     per arm for a node χ². whitebox: run the white-box family when the wb_* columns are present.
     permutation_pvalues: use permutation p-values (resolution 1/(B + 1)) for the cells instead
     of the asymptotic χ² ones. tv_quantile: upper null quantile reported. power: for the MDEs.
+    whitebox_mode: 'exact' — the wb_* columns are the laws the tokens were drawn from (built-in
+    engine at generation time, or a teacher with the engine's numerics): one-sample tests per
+    arm; 'teacher' — a teacher whose numerics may differ (bf16/fp16 teacher forcing of a foreign
+    engine): two-sample tests candidate vs reference and the tolerance control
+    (``stats.whitebox_teacher``). whitebox_tolerance: τ of that control (mean per-step TV between
+    the teacher's law and the sampled one). whitebox_permutations: whole-sequence relabelings of
+    the two-sample tests (their p-values must reach α_whitebox / 4).
+    testable_shares: the shares of cell-positions ``seeds_for_testable`` reports seeds for.
     sequence: run the sequence-level family (``spectest.stats.sequence``; needs
     ``null_permutations >= 1``, else it is off with a note). sequence_statistics: which of
     ``sequence.STATISTICS`` it combines (default ``sequence.DEFAULT``).
@@ -125,6 +136,10 @@ class AnalysisOptions:
     permutation_pvalues: bool = False
     tv_quantile: float = 0.95
     power: float = 0.8
+    whitebox_mode: str = "exact"
+    whitebox_tolerance: float = 0.05
+    whitebox_permutations: int = 1999
+    testable_shares: tuple[float, ...] = (0.5, 0.9)
     sequence: bool = True
     sequence_statistics: tuple[str, ...] = SEQUENCE_DEFAULT
 
@@ -170,6 +185,16 @@ class AnalysisOptions:
             raise bad("tv_quantile", "must be in [0.5, 1)")
         if not (self.alpha < self.power < 1.0):
             raise bad("power", "must be in (alpha, 1)")
+        if self.whitebox_mode not in WHITEBOX_MODES:
+            raise bad("whitebox_mode", f"must be one of {list(WHITEBOX_MODES)!r}")
+        tol = self.whitebox_tolerance
+        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (0.0 <= tol < 1.0):
+            raise bad("whitebox_tolerance", "must be a number in [0, 1)")
+        wp = self.whitebox_permutations
+        if isinstance(wp, bool) or not isinstance(wp, int) or not (1 <= wp <= 100_000):
+            raise bad("whitebox_permutations", "must be an integer in [1, 100000]")
+        if not all(isinstance(x, float) and 0.0 < x <= 1.0 for x in self.testable_shares):
+            raise bad("testable_shares", "must be floats in (0, 1]")
 
 
 @dataclass(frozen=True)
@@ -185,16 +210,32 @@ class Analysis:
          white-box tests, at ``alpha_whitebox``;
       4. the candidate emitted a token with target probability 0 (``support_violation``);
       5. the sequence family's max-T over its pooled statistics is significant at
-         ``alpha_sequence`` (``sequence_pvalue``; rows of ``sequence`` with scope "pooled").
+         ``alpha_sequence`` (``sequence_pvalue``; rows of ``sequence`` with scope "pooled");
+      6. a cell's sequence-length distribution differs (``spectest.stats.lengths``, BH at
+         ``alpha_lengths``): sequences that stop early are a different law, not "untestable".
     The run-level α is split equally over the active families (``split_alpha``: cells always;
     trie when ``trie_depth >= 1`` and there are >= 2 positions; white-box when its columns are
-    present; sequence when ``options.sequence`` and ``null_permutations >= 1``), so under H0
+    present; sequence when ``options.sequence`` and ``null_permutations >= 1``; lengths when some
+    cell's length table is testable — ``lengths`` module docstring), so under H0
     P(rejected) ≤ α by the union bound: each procedure bounds its family's P(any rejection)
     under the global null (FDR = FWER there; the sequence family is an exact permutation test
     whatever the dependence between positions, ``spectest.stats.sequence``). A rejected
     white-box test of the *reference* arm means spectest's own p_t is wrong:
     ``whitebox_control_failed`` (the verdict should then not trust the white-box family).
     Untestable cells are counted, never passed.
+
+    White-box mode 'teacher' (``AnalysisOptions.whitebox_mode``; ``stats.whitebox_teacher``):
+    rule 3 uses the candidate's two-sample tests against the reference (Bonferroni over them),
+    rule 4 does not apply (a teacher-forced p = 0 can be numerics: ``support_2s`` is one of the
+    two-sample tests), and ``whitebox_control_failed`` means the reference arm's tolerance
+    control rejected: its teacher is farther from the sampled law than ``whitebox_tolerance``.
+
+    Testability at real vocabularies (``power.estimate_testability``): ``testable_share`` is the
+    share of cell-positions that were testable; ``seeds_for_testable`` maps each share in
+    ``options.testable_shares`` (as a string) to the seeds per arm that would make that share
+    testable at the observed laws (None: not estimable from this run, see
+    ``power.estimate_testability``); ``seeds_for_testable_at_least`` the same from the plug-in
+    maximum share, a lower bound (the plug-in max of a small sample is biased upward).
 
     MDE: each tested cell's ``mde_tv`` is the binned-law TV its pooled χ² detects with
     ``options.power`` at the per-test level a lone bad cell faces — α_cells/m for BH and max-T,
@@ -237,11 +278,19 @@ class Analysis:
     sequence_mde: float  # resolution in TV of the family's first TV-unit statistic (NaN: none)
     sequence_mde_unit: str  # what that TV is of (sequence.UNITS)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    lengths: pd.DataFrame = field(default_factory=lambda: _empty(lengths.LENGTH_COLUMNS))
+    alpha_lengths: float = 0.0
+    lengths_rejected: bool = False
+    whitebox_mode: str = "exact"
+    testable_share: float = float("nan")
+    seeds_for_testable: dict[str, int | None] = field(default_factory=dict)
+    seeds_for_testable_at_least: dict[str, int | None] = field(default_factory=dict)
+    seeds_per_arm_observed: float = float("nan")
 
     def summary(self) -> dict[str, Any]:
         """The run-level numbers as a JSON-ready dict (no DataFrames)."""
         # NOTE: not asdict(self), which would deep-copy the DataFrames
-        skip = ("cells", "trie", "whitebox", "sequence", "options")
+        skip = ("cells", "trie", "whitebox", "lengths", "sequence", "options")
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         out["options"] = asdict(self.options)
         out["notes"] = list(self.notes)
@@ -303,11 +352,16 @@ def analyze(
         and has_pit
         and samples.loc[samples[sc.ARM] == candidate, sc.WB_P].notna().any()
     )
+    len_df = lengths.length_tests(enc, opts.min_expected)
+    do_len = lengths.is_active(len_df)
     do_seq = opts.sequence and B >= 1
     alphas = split_alpha(
-        opts.alpha, {"cells": True, "trie": do_trie, "whitebox": do_wb, "sequence": do_seq}
+        opts.alpha,
+        {"cells": True, "trie": do_trie, "whitebox": do_wb, "sequence": do_seq, "lengths": do_len},
     )
-    a_cells, a_trie, a_wb, a_seq = (alphas[f] for f in FAMILIES)
+    a_cells, a_trie, a_wb, a_seq, a_len = (alphas[f] for f in FAMILIES)
+    if do_len:
+        len_df = lengths.adjust(len_df, a_len, opts.power)
 
     labels_cache: dict[tuple[int, int], np.ndarray] = {}
     cell_parts: list[dict[str, np.ndarray]] = []
@@ -402,11 +456,13 @@ def analyze(
     )
 
     trie_df = _trie_frame(enc, trie_rows, opts, a_trie) if do_trie else _empty(TRIE_COLUMNS)
-    wb = (
-        _whitebox_frame(samples, reference, candidate, rounds, pit_rng, a_wb)
-        if do_wb
-        else _empty([*whitebox.WHITEBOX_COLUMNS, "p_adj", "reject"])
-    )
+    if not do_wb:
+        wb = _empty([*whitebox.WHITEBOX_COLUMNS, "p_adj", "reject"])
+    elif opts.whitebox_mode == "teacher":
+        wb = _teacher_whitebox_frame(samples, reference, candidate, pit_rng, a_wb, opts)
+    else:
+        wb = _whitebox_frame(samples, reference, candidate, rounds, pit_rng, a_wb)
+    testability = _testability(enc, opts)
 
     seq_df, seq_p, seq_mde, seq_unit = (
         _sequence_frame(enc, seq_cells, seq_sizes, opts, a_seq)
@@ -429,11 +485,13 @@ def analyze(
         len(cand_wb) and ((cand_wb["test"] == "support") & (cand_wb["statistic"] > 0)).any()
     )
     dz_mde = float("nan")
-    if len(cand_wb) and (cand_wb["test"] == "directed_z").any():
-        dz_mde = float(cand_wb.loc[cand_wb["test"] == "directed_z", "mde"].iloc[0])
+    dz_name = "directed_z_2s" if opts.whitebox_mode == "teacher" else "directed_z"
+    if len(cand_wb) and (cand_wb["test"] == dz_name).any():
+        dz_mde = float(cand_wb.loc[cand_wb["test"] == dz_name, "mde"].iloc[0])
     cells_rej = bool(cells["reject"].any())
     trie_rej = bool(len(trie_df) and trie_df["reject"].astype(bool).any())
     wb_rej = bool(len(cand_wb) and cand_wb["reject"].astype(bool).any())
+    len_rej = bool(len(len_df) and len_df["reject"].astype(bool).any())
     seq_rej = bool(len(seq_df) and seq_df["reject"].astype(bool).any())
     notes = []
     if opts.sequence and not do_seq:
@@ -449,7 +507,7 @@ def analyze(
         cells=cells,
         trie=trie_df,
         whitebox=wb,
-        rejected=cells_rej or trie_rej or wb_rej or support or seq_rej,
+        rejected=cells_rej or trie_rej or wb_rej or support or len_rej or seq_rej,
         n_tested=m,
         n_rejected=int(cells["reject"].sum()),
         n_untestable=int((~testable).sum()),
@@ -475,6 +533,14 @@ def analyze(
         sequence_mde=seq_mde,
         sequence_mde_unit=seq_unit,
         notes=tuple(notes),
+        lengths=len_df,
+        alpha_lengths=a_len,
+        lengths_rejected=len_rej,
+        whitebox_mode=opts.whitebox_mode,
+        testable_share=float(m / len(cells)) if len(cells) else float("nan"),
+        seeds_for_testable={f"{k:g}": v for k, v in testability.seeds_for_share.items()},
+        seeds_for_testable_at_least={f"{k:g}": v for k, v in testability.seeds_at_least.items()},
+        seeds_per_arm_observed=testability.seeds_per_arm,
     )
 
 
@@ -597,6 +663,56 @@ def _trie_frame(
     df["p_adj"] = res.pvalue_adjusted
     df["reject"] = res.reject
     return df[TRIE_COLUMNS]
+
+
+def _teacher_whitebox_frame(
+    samples: pd.DataFrame,
+    reference: str,
+    candidate: str,
+    rng: np.random.Generator,
+    alpha: float,
+    opts: AnalysisOptions,
+) -> pd.DataFrame:
+    """Teacher mode: the reference's tolerance control and the candidate's two-sample tests,
+    Bonferroni within each arm's rows (``stats.whitebox_teacher``)."""
+    wb = whitebox_teacher.teacher_whitebox_tests(
+        samples, reference, candidate, rng,
+        B=opts.whitebox_permutations, tolerance=opts.whitebox_tolerance,
+    )  # fmt: skip
+    if not len(wb):
+        return _empty([*whitebox.WHITEBOX_COLUMNS, "p_adj", "reject"])
+    n_arm = wb.groupby("arm")["test"].transform("size").to_numpy()
+    p_adj = np.minimum(1.0, wb["pvalue"].to_numpy(dtype=np.float64) * n_arm)
+    wb["p_adj"] = p_adj
+    wb["reject"] = p_adj <= alpha
+    return wb
+
+
+def _testability(enc: Any, opts: AnalysisOptions) -> power.Testability:
+    """Per cell-position arm histograms → ``power.estimate_testability`` (pooled-χ² keep rule)."""
+    top_ref, top_cand, top, n_ref, n_cand = [], [], [], [], []
+    for c in range(enc.n_cells):
+        lo, hi = int(enc.cell_start[c]), int(enc.cell_start[c + 1])
+        tok = enc.tokens[lo:hi]  # [n_c, T]
+        is_ref = enc.seq_arm[lo:hi] == 0  # [n_c] arms are (reference, candidate)
+        a, b, mx, na, nb = power.cross_fitted_top_counts(tok[is_ref], tok[~is_ref])
+        top_ref.append(a)
+        top_cand.append(b)
+        top.append(mx)
+        n_ref.append(na)
+        n_cand.append(nb)
+    if not top_ref:
+        z = np.zeros(0)
+        return power.estimate_testability(z, z, z, z, z, opts.min_expected, ())
+    return power.estimate_testability(
+        np.concatenate(top_ref),
+        np.concatenate(top_cand),
+        np.concatenate(top),
+        np.concatenate(n_ref),
+        np.concatenate(n_cand),
+        opts.min_expected,
+        opts.testable_shares,
+    )
 
 
 def _sequence_frame(

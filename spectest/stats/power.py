@@ -3,7 +3,9 @@
 Owns: ``lambda_star`` (the noncentrality a χ²(df) test needs for a given power),
 ``chi2_power``, ``two_sample_noncentrality``, ``mde_tv`` (the smallest TV the pooled two-sample
 χ² detects with the given power), ``seeds_for_tv`` (the inverse: seeds per arm for a TV) and
-``directed_z_mde``.
+``directed_z_mde``; and testability bookkeeping at real vocabularies: how many seeds per arm
+would make a given share of cell-positions testable under the pooling rule
+(``cross_fitted_top_counts``, ``seeds_to_testable``, ``estimate_testability`` → ``Testability``).
 
 Does not know: samples, cells, multiplicity (callers pass the per-test α they face).
 
@@ -20,6 +22,7 @@ worst case over the shape of the difference and refers to the TV between the *bi
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -138,3 +141,115 @@ def directed_z_mde(
         return float("nan")
     z_a = stats.norm.isf(alpha / 2 if two_sided else alpha)
     return float((z_a + stats.norm.ppf(power)) * math.sqrt(p_a * (1.0 - p_a) / n_tokens))
+
+
+# ----------------------------------------------------------------------------- testability
+@dataclass(frozen=True)
+class Testability:
+    """How many seeds per arm would make cell-positions testable, at the observed laws.
+
+    ``seeds_needed`` [K]: per cell-position, the seeds per arm N* at which the pooled χ²'s keep
+    rule makes it testable (inf where it never would at the estimated law, or where the run
+    cannot estimate it); ``seeds_for_share``: share s → the smallest N at which a share ≥ s of
+    the K cell-positions has N* ≤ N (None where that N is infinite); ``seeds_at_least``: the
+    same from the plug-in maximum share (biased upward, so a lower bound on the seeds — useful
+    where the cross-fitted estimate is None); ``seeds_per_arm``: the run's mean observed seeds
+    per arm (for comparison).
+    """
+
+    seeds_needed: np.ndarray
+    seeds_for_share: dict[float, int | None]
+    seeds_at_least: dict[float, int | None]
+    seeds_per_arm: float
+
+
+def cross_fitted_top_counts(
+    ref: np.ndarray, cand: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per position, the count in each arm of the *other* arm's most frequent token.
+
+    ``ref`` [n_r, T], ``cand`` [n_c, T] token ids (< 0 = missing). Returns
+    ``(a, b, top, n_r, n_c)``, each [T]: a = count in ``cand`` of ref's top token, b = count in
+    ``ref`` of cand's top token (ties: the lowest id), top = the largest combined count of one
+    token (the plug-in maximum), and the arms' non-missing counts per position.
+
+    Notes
+    -----
+    Cross-fitting: choosing the top token on one arm and counting it on the other gives an
+    unbiased estimate of the chosen token's probability, which is ≤ the law's top probability.
+    The plug-in max of one sample is biased upward — badly so for near-flat laws over large
+    vocabularies (the max of many counts of 1) — and would promise testability too early.
+    """
+    T = int(ref.shape[1])
+    a, b = np.zeros(T, dtype=np.int64), np.zeros(T, dtype=np.int64)
+    top = np.zeros(T, dtype=np.int64)
+    for t in range(T):
+        x, y = ref[:, t], cand[:, t]
+        x, y = x[x >= 0], y[y >= 0]
+        if x.size and y.size:
+            ux, cx = np.unique(x, return_counts=True)
+            uy, cy = np.unique(y, return_counts=True)
+            a[t] = int(np.sum(y == ux[np.argmax(cx)]))
+            b[t] = int(np.sum(x == uy[np.argmax(cy)]))
+            top[t] = int(np.unique(np.r_[x, y], return_counts=True)[1].max())
+    return a, b, top, (ref >= 0).sum(axis=0), (cand >= 0).sum(axis=0)
+
+
+def seeds_to_testable(top_share: np.ndarray, min_expected: float = 5.0) -> np.ndarray:
+    """Seeds per arm N* at which a cell-position with top-token share π becomes testable.
+
+    Notes
+    -----
+    The keep rule of ``homogeneity.pool_table`` at equal arms (w = 1/2): a token is its own bin
+    when its combined count c satisfies c/2 ≥ ``min_expected``; the table is testable with ≥ 2
+    bins. At N seeds per arm the expected combined counts are 2N·π for the top token and
+    2N·(1 − π) for the rest, so (plugging expected counts in) it is testable iff the top token
+    is kept and either a second token is kept or the pooled rest is a bin of its own — iff
+    N·min(π, 1 − π) ≥ ``min_expected``: N* = ⌈min_expected / min(π, 1 − π)⌉ (inf when π is 0
+    or 1: a position with one possible token is never testable). Verified against the pooling
+    rule on simulated Zipf laws (tests/test_stats_power.py).
+    """
+    pi = np.asarray(top_share, dtype=np.float64)
+    m = np.minimum(pi, 1.0 - pi)
+    with np.errstate(divide="ignore"):
+        return np.where(m > 0, np.ceil(min_expected / np.where(m > 0, m, 1.0) - 1e-9), np.inf)
+
+
+def estimate_testability(
+    top_ref_in_cand: np.ndarray,
+    top_cand_in_ref: np.ndarray,
+    top_combined: np.ndarray,
+    n_ref: np.ndarray,
+    n_cand: np.ndarray,
+    min_expected: float,
+    shares: tuple[float, ...],
+) -> Testability:
+    """``Testability`` from ``cross_fitted_top_counts`` of every cell-position ([K] each).
+
+    π̂ = (a/n_c + b/n_r)/2 (the two cross-fitted estimates averaged); N* from
+    ``seeds_to_testable``; for a share s, the ⌈s·K⌉-th smallest N*. ``seeds_at_least`` uses
+    the plug-in share top/(n_r + n_c) instead.
+    """
+    a = np.asarray(top_ref_in_cand, dtype=np.float64)
+    b = np.asarray(top_cand_in_ref, dtype=np.float64)
+    nr = np.asarray(n_ref, dtype=np.float64)
+    nc = np.asarray(n_cand, dtype=np.float64)
+    ok = (nr > 0) & (nc > 0)
+    pi = np.where(ok, 0.5 * (a / np.maximum(nc, 1) + b / np.maximum(nr, 1)), 0.0)
+    need = np.where(ok, seeds_to_testable(pi, min_expected), np.inf)  # [K]
+    plug = np.where(ok, np.asarray(top_combined, dtype=np.float64) / np.maximum(nr + nc, 1), 0.0)
+    need_lo = np.where(ok, seeds_to_testable(plug, min_expected), np.inf)  # [K]
+    K = int(need.shape[0])
+    seeds = float(np.mean(0.5 * (nr + nc))) if K else float("nan")
+    return Testability(need, _quantiles(need, shares), _quantiles(need_lo, shares), seeds)
+
+
+def _quantiles(need: np.ndarray, shares: tuple[float, ...]) -> dict[float, int | None]:
+    """Share s → the ⌈s·K⌉-th smallest of ``need`` [K] (None if infinite or K = 0)."""
+    K = int(need.shape[0])
+    srt = np.sort(need)
+    out: dict[float, int | None] = {}
+    for s in shares:
+        v = srt[max(0, math.ceil(s * K) - 1)] if K else np.inf
+        out[s] = int(v) if np.isfinite(v) else None
+    return out

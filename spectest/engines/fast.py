@@ -1,0 +1,523 @@
+"""The fast engine: the built-in engine's decode loops on a static KV cache, CUDA graphs for the
+decode steps, and the fast sampling pipeline — same RNG protocol, same tokens.
+
+Owns: ``StaticHFModel`` (an HF causal LM behind the ``LanguageModel`` slot-cache contract with
+preallocated keys/values, an explicit 4-D attention mask over slots, and optional CUDA-graph
+replay of fixed-shape forwards), ``as_fast`` (wrap a model for this engine) and the loops
+``plain_decode_fast`` / ``speculative_decode_fast``. Knows nothing about statistics, files or
+which sampler is correct (the variant's hooks decide, as in ``builtin``).
+
+Relation to ``builtin`` (the reference)
+---------------------------------------
+The loops are the built-in loops (``builtin`` module docstring: row keys, ``STREAM_PLAIN`` one
+uniform per token, ``STREAM_SPEC`` with ``spec_slots(K, onehot)``, holes for rejected drafts,
+truncation of the last round), with three substitutions that do not change a token's law:
+
+1. ``logits_to_probs_fast`` / ``fast_variant`` instead of the exact pipeline (the NOTE on
+   numerics in ``sampling/fast.py``: float64 on the surviving set, equal up to reduction order);
+2. a static cache: every row's keys/values live in a buffer of ``max_slots`` slots allocated
+   once; attention is masked to the row's valid slots (holes and unwritten slots are masked out,
+   so they contribute exact zeros); positions are the row's count of valid slots, as in
+   ``HFModel``;
+3. on CUDA, a forward of a fixed ``(B, S)`` is captured once as a CUDA graph (inputs copied into
+   static buffers, one replay per step): no Python per layer, no allocation.
+
+Every uniform is still a pure function of (row key, stream, step, slot), so a row's tokens do not
+depend on its batch (tested: alone vs inside a shuffled batch) and, in float32 on CPU, equal the
+built-in engine's token for token (tests/test_engine_fast.py). On GPU in bfloat16, batch
+composition can change GEMM reduction order (true of the built-in engine too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from spectest.engines.base import ArmJob, ArmOutput, Models
+from spectest.engines.builtin import (
+    PLACEHOLDER_TOKEN_ID,
+    BuiltinEngine,
+    DrafterSpec,
+    EngineOutput,
+    RowSpec,
+    _check_inputs,
+    _keys,
+    _rounds_frame,
+)
+from spectest.errors import ConfigError, ModelError
+from spectest.models.base import Cache, LanguageModel
+from spectest.models.hf import HFModel
+from spectest.sampling.draw import argmax_tokens, categorical
+from spectest.sampling.fast import fast_variant, logits_to_probs_fast
+from spectest.sampling.mutants import SpecVariant, stack_q
+from spectest.sampling.params import SamplingTensors
+from spectest.seeding import STREAM_PLAIN, STREAM_SPEC, spec_slots, uniforms
+
+Progress = Callable[[int], None]
+
+
+# ----------------------------------------------------------------------------- static cache
+
+
+class _StaticKV:
+    """Duck-typed transformers cache: ``update`` writes the new keys/values at ``write_idx``
+    (a device tensor, so the write is capturable in a CUDA graph) and returns every slot."""
+
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        self.keys = keys  # per layer [B, H_kv, max_slots, D]
+        self.values = values
+        self.write_idx = torch.zeros(0, dtype=torch.int64, device=keys[0].device)  # [S]
+
+    def update(
+        self,
+        key_states: torch.Tensor,
+        value_states: torch.Tensor,
+        layer_idx: int,
+        *a: Any,
+        **k: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self.keys[layer_idx].index_copy_(2, self.write_idx, key_states)
+        self.values[layer_idx].index_copy_(2, self.write_idx, value_states)
+        return self.keys[layer_idx], self.values[layer_idx]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:  # never used: positions are explicit
+        return 0
+
+
+class StaticCache(Cache):
+    """Slot validity (the ``Cache`` contract) over a preallocated ``_StaticKV`` of ``max_slots``."""
+
+    def __init__(self, kv: _StaticKV, batch_size: int, device: torch.device) -> None:
+        self.kv = kv
+        self.valid = torch.zeros((batch_size, 0), dtype=torch.bool, device=device)  # [B, N]
+
+    @property
+    def max_slots(self) -> int:
+        return int(self.kv.keys[0].shape[2])
+
+    def repeat_rows(self, n: int) -> None:
+        raise ModelError("StaticCache: use StaticHFModel.prefill_shared (it fills an n-row pool)")
+
+
+class StaticHFModel(LanguageModel):
+    """An ``HFModel`` with a static KV cache and, on CUDA, CUDA-graph replay of decode steps.
+
+    Parameters
+    ----------
+    base : the ``HFModel`` (weights are shared, not copied).
+    max_slots : slots per row (prompt + every slot a decode appends); ``reserve`` raises it.
+    cuda_graphs : capture fixed-shape forwards on CUDA (ignored on CPU).
+
+    Notes
+    -----
+    One key/value pool per batch size is kept and reused by every cache of that size (a chunk's
+    cache resets it), so CUDA graphs, which bake in buffer addresses, are captured once per
+    ``(B, S)`` and replayed for every later chunk, prompt and arm. Consequently only one cache per
+    batch size is live at a time — what the decode loops need (target and draft are two models).
+    """
+
+    def __init__(self, base: HFModel, *, max_slots: int = 256, cuda_graphs: bool = True) -> None:
+        if not isinstance(base, HFModel):
+            raise ModelError(f"StaticHFModel wraps an HFModel, got {type(base).__name__}")
+        self.base = base
+        self.name = base.name
+        self.vocab_size = base.vocab_size
+        self.max_slots = int(max_slots)
+        self.cuda_graphs = bool(cuda_graphs) and base.device.type == "cuda"
+        self._pools: dict[int, _StaticKV] = {}
+        self._graphs: dict[tuple[int, int], _Graph] = {}
+        cfg = base.config
+        self._layers = int(cfg.num_hidden_layers)
+        self._kv_heads = int(getattr(cfg, "num_key_value_heads", cfg.num_attention_heads))
+        self._head_dim = int(
+            getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        )
+        self._additive = getattr(cfg, "_attn_implementation", "sdpa") == "eager"
+        self.graph_error: str | None = None  # why CUDA graphs were turned off, if they were
+
+    @property
+    def device(self) -> torch.device:
+        return self.base.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.base.dtype
+
+    def reserve(self, max_slots: int) -> None:
+        """Make room for ``max_slots`` slots per row (drops pools and graphs if it grows)."""
+        if max_slots > self.max_slots:
+            self.max_slots = int(max_slots)
+            self._pools.clear()
+            self._graphs.clear()
+
+    def _pool(self, batch_size: int) -> _StaticKV:
+        kv = self._pools.get(batch_size)
+        if kv is None or int(kv.keys[0].shape[2]) != self.max_slots:
+            shape = (batch_size, self._kv_heads, self.max_slots, self._head_dim)
+            keys = [self._zeros(shape) for _ in range(self._layers)]
+            values = [self._zeros(shape) for _ in range(self._layers)]
+            kv = self._pools[batch_size] = _StaticKV(keys, values)
+            self._graphs = {k: g for k, g in self._graphs.items() if k[0] != batch_size}
+        return kv
+
+    def _zeros(self, shape: tuple[int, ...]) -> torch.Tensor:
+        return torch.zeros(shape, dtype=self.dtype, device=self.device)
+
+    def new_cache(self, batch_size: int) -> StaticCache:
+        return StaticCache(self._pool(batch_size), batch_size, self.device)
+
+    def prefill_shared(self, prompt: torch.Tensor, batch_size: int) -> tuple[Cache, torch.Tensor]:
+        """One prompt forward on a one-row pool, its keys/values copied into every row."""
+        assert prompt.dim() == 1, prompt.shape
+        one = self.new_cache(1)
+        logits = self._forward(one, prompt[None, :], graphs=False)[0]  # [L, V] eager
+        if batch_size == 1:
+            return one, logits
+        cache = self.new_cache(batch_size)
+        L = int(prompt.shape[0])
+        for src, dst in ((one.kv.keys, cache.kv.keys), (one.kv.values, cache.kv.values)):
+            for s, d in zip(src, dst, strict=True):
+                d[:, :, :L] = s[:, :, :L]  # broadcast the one row to B rows
+        cache.valid = one.valid.expand(batch_size, -1).clone()  # [B, L]
+        return cache, logits
+
+    def forward(self, cache: Cache, input_ids: torch.Tensor) -> torch.Tensor:
+        return self._forward(cache, input_ids, graphs=self.cuda_graphs)
+
+    @torch.inference_mode()
+    def _forward(self, cache: Cache, input_ids: torch.Tensor, *, graphs: bool) -> torch.Tensor:
+        assert isinstance(cache, StaticCache), type(cache)
+        assert input_ids.dim() == 2 and input_ids.shape[0] == cache.batch_size, input_ids.shape
+        if input_ids.dtype != torch.int64:
+            raise ModelError(f"{self.name}: input_ids must be int64, got {input_ids.dtype!r}")
+        B, S = (int(s) for s in input_ids.shape)
+        n0, N = cache.num_slots, cache.max_slots
+        if n0 + S > N:
+            raise ModelError(
+                f"{self.name}: static cache full ({n0} + {S} slots > max_slots {N}); reserve more"
+            )
+        dev = self.device
+        slots = torch.arange(N, device=dev)  # [N]
+        new = torch.arange(n0, n0 + S, device=dev)  # [S] slots written by this call
+        # [B, S, N]: query i sees the row's valid earlier slots and the new slots n0..n0+i
+        old = torch.zeros((B, N), dtype=torch.bool, device=dev)
+        old[:, :n0] = cache.valid
+        mask = old[:, None, :] | ((slots[None, :] >= n0) & (slots[None, :] <= new[:, None]))[None]
+        pos = cache.valid.sum(dim=1, keepdim=True) + torch.arange(S, device=dev)  # [B, S]
+        graph = self._graph(B, S) if graphs and self.cuda_graphs else None
+        if graph is not None:
+            logits = graph.run(cache.kv, input_ids, mask, pos, new)
+        else:
+            logits = self._eager(cache.kv, input_ids, mask, pos, new)
+        cache.valid = torch.cat([cache.valid, torch.ones((B, S), dtype=torch.bool, device=dev)], 1)
+        return logits
+
+    def _eager(
+        self,
+        kv: _StaticKV,
+        ids: torch.Tensor,  # [B, S]
+        mask: torch.Tensor,  # [B, S, N] bool
+        pos: torch.Tensor,  # [B, S]
+        new: torch.Tensor,  # [S]
+    ) -> torch.Tensor:
+        kv.write_idx = new
+        m4 = mask[:, None]  # [B, 1, S, N]
+        if self._additive:
+            m4 = torch.zeros(m4.shape, dtype=self.dtype, device=self.device).masked_fill(
+                ~m4, torch.finfo(self.dtype).min
+            )
+        kwargs: dict[str, Any] = {self.base._cache_kw: kv}
+        if self.base._pass_cache_position:
+            kwargs["cache_position"] = new
+        out = self.base.model(
+            input_ids=ids, attention_mask=m4, position_ids=pos, use_cache=True, **kwargs
+        )
+        logits = out.logits.float()  # [B, S, V]
+        if self.base.logit_scale != 1.0:
+            logits = logits * self.base.logit_scale
+        return logits
+
+    def _graph(self, B: int, S: int) -> _Graph | None:
+        """The graph of ``(B, S)``, captured on first use; ``None`` (eager from then on, the
+        reason in ``graph_error``) if capture fails, e.g. a model with a host sync inside."""
+        g = self._graphs.get((B, S))
+        if g is None:
+            try:
+                g = self._graphs[(B, S)] = _Graph(self, B, S)
+            except Exception as err:  # torch raises RuntimeError subclasses from capture
+                self.cuda_graphs = False
+                self.graph_error = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+                torch.cuda.synchronize(self.device)
+                return None
+        return g
+
+    def logits_full(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.base.logits_full(input_ids)
+
+
+class _Graph:
+    """One CUDA graph of ``StaticHFModel._eager`` at a fixed ``(B, S)`` over the B-row pool."""
+
+    def __init__(self, model: StaticHFModel, B: int, S: int) -> None:
+        dev, N = model.device, model.max_slots
+        self.kv = model._pool(B)
+        self.ids = torch.zeros((B, S), dtype=torch.int64, device=dev)
+        self.new = torch.arange(N - S, N, device=dev)  # [S] overwritten by every run
+        self.mask = torch.zeros((B, S, N), dtype=torch.bool, device=dev)
+        self.mask[:, :, N - S] = True  # warm-up queries attend to something
+        self.pos = torch.zeros((B, S), dtype=torch.int64, device=dev)
+        # NOTE warm-up on a side stream then capture, as torch.cuda.graphs documents. The graph is
+        # captured when the pool already holds a prompt, so warm-up and capture write their
+        # garbage into the LAST S slots, which no live row uses yet; a real forward writes a slot
+        # before any query can see it (the mask admits valid slots and the slots being written).
+        stream = torch.cuda.Stream(device=dev)
+        stream.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                model._eager(self.kv, self.ids, self.mask, self.pos, self.new)
+        torch.cuda.current_stream(dev).wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.out = model._eager(self.kv, self.ids, self.mask, self.pos, self.new)
+
+    def run(
+        self,
+        kv: _StaticKV,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        pos: torch.Tensor,
+        new: torch.Tensor,
+    ) -> torch.Tensor:
+        assert kv is self.kv, "a graph replays only on the pool it was captured with"
+        self.ids.copy_(ids)
+        self.mask.copy_(mask)
+        self.pos.copy_(pos)
+        self.new.copy_(new)
+        self.graph.replay()
+        return self.out.clone()  # [B, S, V] the next replay overwrites self.out
+
+
+def as_fast(
+    model: LanguageModel, *, max_slots: int = 256, cuda_graphs: bool = True
+) -> LanguageModel:
+    """``model`` for this engine: an ``HFModel`` gets the static cache (and CUDA graphs on CUDA);
+    other models (the toy LM) are returned as they are."""
+    if isinstance(model, StaticHFModel):
+        return model
+    if isinstance(model, HFModel):
+        return StaticHFModel(model, max_slots=max_slots, cuda_graphs=cuda_graphs)
+    return model
+
+
+def _reserve(model: LanguageModel, slots: int) -> None:
+    if isinstance(model, StaticHFModel):
+        model.reserve(slots)
+
+
+# ----------------------------------------------------------------------------- plain
+
+
+def plain_decode_fast(
+    model: LanguageModel,
+    prompt: Sequence[int],
+    rows: Sequence[RowSpec],
+    *,
+    num_positions: int,
+    run_key: int,
+    prompt_id: str,
+    batch_size: int = 256,
+    progress: Progress | None = None,
+) -> EngineOutput:
+    """``builtin.plain_decode`` on the fast pipeline and (for an ``as_fast`` model) the static
+    cache; the same tokens under the same keys (module docstring)."""
+    prompt_t = _check_inputs(model, prompt, rows, num_positions, batch_size)
+    _reserve(model, len(prompt) + num_positions)
+    chunks = []
+    for lo in range(0, len(rows), batch_size):
+        part = rows[lo : lo + batch_size]
+        keys = _keys(part, run_key, prompt_id, model.device)  # [B]
+        params = SamplingTensors.from_params([r.params for r in part], device=model.device)
+        chunks.append(_plain_chunk(model, prompt_t, keys, params, num_positions).cpu())
+        if progress is not None:
+            progress(lo + len(part))
+    return EngineOutput(torch.cat(chunks, dim=0), None)
+
+
+def _plain_chunk(
+    model: LanguageModel, prompt: torch.Tensor, keys: torch.Tensor, params: SamplingTensors, T: int
+) -> torch.Tensor:
+    B = int(keys.shape[0])
+    cache, prompt_logits = model.prefill_shared(prompt, B)
+    logits = prompt_logits[-1].expand(B, -1)  # [B, V]
+    u = torch.cat([uniforms(keys, STREAM_PLAIN, t, 1) for t in range(T)], dim=1)  # [B, T]
+    out = torch.empty((B, T), dtype=torch.int64, device=model.device)  # [B, T]
+    for t in range(T):
+        probs = logits_to_probs_fast(logits, params)  # [B, V] float64
+        out[:, t] = categorical(probs, u[:, t], check=False)  # [B]
+        if t + 1 < T:
+            logits = model.forward(cache, out[:, t : t + 1])[:, 0]  # [B, V]
+    return out
+
+
+# ----------------------------------------------------------------------------- speculative
+
+
+def speculative_decode_fast(
+    target: LanguageModel,
+    draft: LanguageModel,
+    prompt: Sequence[int],
+    rows: Sequence[RowSpec],
+    *,
+    num_positions: int,
+    drafter: DrafterSpec,
+    variant: SpecVariant,
+    run_key: int,
+    prompt_id: str,
+    batch_size: int = 256,
+    progress: Progress | None = None,
+) -> EngineOutput:
+    """``builtin.speculative_decode`` with ``fast_variant(variant)`` and (for ``as_fast`` models)
+    the static cache; the same tokens and telemetry under the same keys (module docstring)."""
+    import pandas as pd
+
+    from spectest.models.derive import check_same_vocab
+
+    check_same_vocab(target, draft)
+    if target.device != draft.device:
+        raise ModelError(
+            f"target {target.name!r} is on {target.device}, draft {draft.name!r} on {draft.device}"
+        )
+    if not isinstance(drafter, DrafterSpec):
+        raise ConfigError(f"drafter must be a DrafterSpec, got {drafter!r}")
+    prompt_t = _check_inputs(target, prompt, rows, num_positions, batch_size)
+    slots = len(prompt) + num_positions * (drafter.k + 1)  # every round appends K+1 slots
+    _reserve(target, slots)
+    _reserve(draft, slots)
+    fast = fast_variant(variant)
+    chunks, frames = [], []
+    for lo in range(0, len(rows), batch_size):
+        part = rows[lo : lo + batch_size]
+        keys = _keys(part, run_key, prompt_id, target.device)  # [B]
+        params = SamplingTensors.from_params([r.params for r in part], device=target.device)
+        toks, log = _spec_chunk(target, draft, prompt_t, keys, params, num_positions, drafter, fast)
+        chunks.append(toks.cpu())
+        rounds = _rounds_frame(log, drafter.k)
+        rounds["row"] += lo
+        frames.append(rounds)
+        if progress is not None:
+            progress(lo + len(part))
+    return EngineOutput(torch.cat(chunks, dim=0), pd.concat(frames, ignore_index=True))
+
+
+def _spec_chunk(
+    target: LanguageModel,
+    draft: LanguageModel,
+    prompt: torch.Tensor,
+    keys: torch.Tensor,
+    params: SamplingTensors,
+    T: int,
+    drafter: DrafterSpec,
+    variant: SpecVariant,
+) -> tuple[torch.Tensor, list[tuple[torch.Tensor, ...]]]:
+    """The loop of ``builtin._spec_chunk`` (its comments carry the algorithm), unchanged."""
+    B, K, dev = int(keys.shape[0]), drafter.k, target.device
+    onehot, q_mode = drafter.onehot, drafter.q_mode
+    slots = spec_slots(K, onehot)
+    tc, _ = target.prefill_shared(prompt[:-1], B)
+    dc, _ = draft.prefill_shared(prompt[:-1], B)
+    last = prompt[-1:].expand(B).clone()  # [B]
+    pos = torch.zeros(B, dtype=torch.int64, device=dev)  # [B]
+    out = torch.full((B, T + K + 2), PLACEHOLDER_TOKEN_ID, dtype=torch.int64, device=dev)
+    DUMP = T + K + 1
+    j = torch.arange(K + 1, device=dev)  # [K+1]
+    log: list[tuple[torch.Tensor, ...]] = []
+    while bool((pos < T).any()):
+        active = pos < T  # [B]
+        u = uniforms(keys, STREAM_SPEC, pos, slots.num_slots)  # [B, num_slots]
+        tok, drafted, qs = last, [], []
+        for i in range(K):
+            d_logits = draft.forward(dc, tok[:, None])[:, 0]  # [B, V]
+            law, q = variant.draft_law(d_logits, params, onehot=onehot, q_mode=q_mode)
+            tok = argmax_tokens(law) if onehot else categorical(law, u[:, i], check=False)
+            drafted.append(tok)
+            qs.append(q)
+        draft.forward(dc, tok[:, None])  # x_K: both caches keep the same slot layout
+        draft_tokens = torch.stack(drafted, dim=1)  # [B, K]
+        t_logits = target.forward(tc, torch.cat([last[:, None], draft_tokens], 1))  # [B, K+1, V]
+        target_probs = variant.verify_probs(t_logits, params)  # [B, K+1, V] one batched call
+        u_acc, u_fin = u[:, slots.accept], u[:, slots.final]  # [B, K], [B]
+        res = variant.sample(target_probs, stack_q(qs), draft_tokens, u_acc, u_fin)
+        n, a = res.num_emitted, res.num_accepted  # [B], [B]
+        commit = (j[None, :] < n[:, None]) & active[:, None]  # [B, K+1]
+        out.scatter_(1, torch.where(commit, pos[:, None] + j, DUMP), res.emitted)
+        n0 = tc.num_slots - (K + 1)
+        hole = torch.zeros((B, tc.num_slots), dtype=torch.bool, device=dev)  # [B, N]
+        hole[:, n0:] = j[None, :] >= n[:, None]
+        tc.invalidate(hole)
+        dc.invalidate(hole)
+        last = res.emitted.gather(1, (n - 1)[:, None])[:, 0]  # [B]
+        log.append((active, pos.clone(), a, torch.minimum(n, T - pos)))
+        pos = pos + torch.where(active, n, 0)
+    return out[:, :T], log
+
+
+# ----------------------------------------------------------------------------- the engine
+
+
+class FastEngine(BuiltinEngine):
+    """The built-in engine's arms (plain for the reference, the arm's ``SpecVariant`` otherwise)
+    on the fast loops: registered as ``fast``, and what ``spectest run --fast`` runs every
+    built-in arm on (teeth included). White-box columns as the built-in engine (teacher forcing
+    on the unwrapped models); ``last_whitebox_s`` is the teacher's wall time of the last job."""
+
+    name = "fast"
+
+    def __init__(self, options: Any, models: Models) -> None:
+        super().__init__(options, models)
+        t, d = models.target, models.draft
+        self.fast_models = Models(
+            None if t is None else as_fast(t), None if d is None else as_fast(d)
+        )
+        self.last_whitebox_s = 0.0
+
+    def generate(self, job: ArmJob) -> ArmOutput:
+        import time
+
+        target, draft = self.fast_models.target, self.fast_models.draft
+        assert target is not None
+        kw: dict[str, Any] = dict(
+            num_positions=job.num_positions,
+            run_key=job.run_key,
+            prompt_id=job.prompt_id,
+            batch_size=job.batch_size,
+            progress=job.tick,
+        )
+        if not self.speculative(job):
+            out = plain_decode_fast(target, job.prompt_ids, job.rows, **kw)
+        else:
+            if draft is None:
+                raise ModelError(f"engine {self.name}: arm {job.arm!r} needs the draft model")
+            out = speculative_decode_fast(
+                target, draft, job.prompt_ids, job.rows, drafter=job.drafter,
+                variant=self.variant(job), **kw,
+            )  # fmt: skip
+        wb = None
+        t0 = time.perf_counter()
+        if job.whitebox:
+            from spectest.engines.teacher import teacher_force
+
+            assert self.models.target is not None
+            wb = teacher_force(
+                self.models.target, job.prompt_ids, [r.params for r in job.rows], out.tokens,
+                draft=self.models.draft, drafter=job.drafter,
+            )  # fmt: skip
+        self.last_whitebox_s = time.perf_counter() - t0
+        return ArmOutput(out.tokens.numpy(), out.rounds, True, wb)
+
+    def provenance(self) -> dict[str, Any]:
+        t = self.fast_models.target
+        graphs = isinstance(t, StaticHFModel) and t.cuda_graphs
+        error = t.graph_error if isinstance(t, StaticHFModel) else None
+        return {**super().provenance(), "cuda_graphs": graphs, "graph_error": error}

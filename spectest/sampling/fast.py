@@ -1,0 +1,229 @@
+"""A fast sampling pipeline beside the exact one: the same law, no full-vocabulary sort.
+
+Owns: ``logits_to_probs_fast`` (a drop-in for ``transforms.logits_to_probs`` with the pipeline
+order ``top_k_then_top_p``) and ``fast_variant`` (a ``SpecVariant`` whose pipeline hooks call it).
+Knows nothing about models, engines or uniforms; the exact pipeline, its tie rules and its float64
+NOTE live in ``transforms``, which stays the reference this module is tested equal to.
+
+How it avoids the sorts
+-----------------------
+``transforms.logits_to_probs`` sorts the vocabulary (top-p) and selects the k-th value (top-k) on
+float64 probabilities of all ``V`` tokens. Here, per filtered row:
+
+1. *candidates*: ``torch.topk`` on the float32 logits picks the ``W`` (``width``) largest logits.
+   Temperature and ``exp`` are monotone non-decreasing, so these are ``W`` tokens of largest
+   weight ``w = exp((x - max x) / T)``.
+2. their ``w`` is computed in float64 exactly as the reference computes it (``x`` converted to
+   float64 before the max, the division and the exponential), and they are stable-sorted by ``w``
+   descending with ties by id — the reference's order.
+3. the *safe region* is the candidates whose ``w`` is strictly above the smallest candidate
+   weight ``w_min``: every token of the vocabulary with ``w > w_min`` is in it, and in the same
+   order as in the reference's full sort. Top-k with its k-th weight ``> w_min``, a nucleus that
+   closes inside the safe region (the mass before the first ``w_min`` token is already
+   ``>= top_p``), and a min-p threshold above ``w_min`` are therefore decided exactly as by the
+   reference on the candidates alone. A row for which none of that holds (the nucleus or the kept
+   set is wider than ``W``, or ties straddle the boundary) goes through the reference
+   ``logits_to_probs`` — the fallback, so the law never depends on ``width``.
+4. rows with no filter active need no candidates: ``w / sum(w)`` over ``V`` as the reference.
+
+NOTE numerics (which steps are not the reference's, and why they cannot change a token's law
+beyond the tolerance): the only float32 step is the *selection* of candidates by ``torch.topk``,
+which compares float32 numbers without arithmetic; every weight, normaliser, running mass and
+probability is float64, computed by the same operations as the reference on the same inputs. What
+differs is the *reduction order* of two float64 sums (the normaliser over ``W`` candidates instead
+of over ``V`` with zeros, and the top-p normaliser, which with top-k off is the full-vocabulary sum
+computed by the same ``sum`` on a row subset): probabilities then agree with the reference to a
+few float64 ulps (relative ``<= 1e-12`` asserted by the tests), the support is identical except
+when a running mass or a min-p ratio lies within that rounding of its threshold (a top-p or min-p
+decision at distance ``< 1e-12``), and a draw under the same uniform is identical except when
+``u * total`` lies within that rounding of a CDF step. Both events have probability ``~1e-12``
+per decision; they are the same class of event as the reference's own CPU-vs-CUDA reduction
+differences (results/LOG.md), invisible to any statistical test of this harness.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from spectest.errors import InputError
+from spectest.sampling import mutants
+from spectest.sampling.params import SamplingTensors
+from spectest.sampling.transforms import _argmax_lowest, _check_finite, logits_to_probs
+
+DEFAULT_WIDTH = 1024  # candidates per row: covers top-k <= 1024 and nuclei of <= ~1000 tokens
+
+
+def logits_to_probs_fast(
+    logits: torch.Tensor,
+    params: SamplingTensors,
+    *,
+    width: int = DEFAULT_WIDTH,
+    check: bool = True,
+) -> torch.Tensor:
+    """``transforms.logits_to_probs`` (order ``top_k_then_top_p``) without full-vocabulary sorts.
+
+    Parameters
+    ----------
+    logits : Tensor ``[B, V]`` or ``[B, S, V]`` (float32 or float64; e.g. the K+1 target rows of
+        a speculative round, processed in one call).
+    params : per-row parameters ``[B]``, broadcast over ``S``.
+    width : candidates per filtered row (``W``); rows whose kept set cannot be decided inside
+        ``W`` candidates fall back to the reference (module docstring).
+    check : validate params and raise ``NumericsError`` on NaN/±inf logits (one host sync).
+
+    Returns
+    -------
+    float64, the shape of ``logits``: filtered tokens are exact zeros, rows sum to 1.
+
+    Notes
+    -----
+    Equal to ``logits_to_probs`` up to the float64 reduction order of two sums (module NOTE);
+    verified on random and tied logits, every filter combination, narrow widths that force the
+    fallback, and under the same uniforms through ``categorical`` (tests/test_sampling_fast.py).
+    """
+    if logits.dim() not in (2, 3):
+        raise InputError(f"logits must be [B, V] or [B, S, V], got shape {tuple(logits.shape)!r}")
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+        raise InputError(f"logits_to_probs_fast: width must be an integer >= 1, got {width!r}")
+    B, V = int(logits.shape[0]), int(logits.shape[-1])
+    S = int(logits.shape[1]) if logits.dim() == 3 else 1
+    if check:
+        params.validate(batch_size=B, where="logits_to_probs_fast params")
+        _check_finite(logits.reshape(B * S, V), S, logits.dim() == 3)
+    x = logits.reshape(B * S, V)  # [N, V] as given (float32 from the models)
+    dev = x.device
+    rep = _per_row(S, dev)
+    temperature, top_k = rep(params.temperature), rep(params.top_k)  # [N] each
+    top_p, min_p = rep(params.top_p), rep(params.min_p)  # [N] each
+    greedy = temperature == 0  # [N]
+    k_on = (top_k > 0) & (top_k < V)  # [N]
+    filtered = ~greedy & (k_on | (top_p < 1) | (min_p > 0))  # [N]
+    plain = ~greedy & ~filtered  # [N] temperature only
+
+    out = torch.zeros((x.shape[0], V), dtype=torch.float64, device=dev)  # [N, V]
+    rows = torch.nonzero(plain).squeeze(-1)  # [M]
+    if rows.numel():
+        w = _weights(x[rows], temperature[rows])  # [M, V] float64, as the reference
+        out[rows] = w / w.sum(-1, keepdim=True)
+    rows = torch.nonzero(filtered).squeeze(-1)  # [M]
+    if rows.numel():
+        sub = SamplingTensors(temperature[rows], top_k[rows], top_p[rows], min_p[rows])
+        probs, ok = _filtered(x[rows], sub, min(width, V))  # [M, V], [M]
+        out[rows] = probs
+        bad = rows[~ok]  # [F] rows the candidates cannot decide: the reference decides them
+        if bad.numel():
+            sub_bad = SamplingTensors(temperature[bad], top_k[bad], top_p[bad], min_p[bad])
+            out[bad] = logits_to_probs(x[bad], sub_bad, check=False)
+    rows = torch.nonzero(greedy).squeeze(-1)  # [M]
+    if rows.numel():
+        hot = _argmax_lowest(x[rows].to(torch.float64))  # [M] lowest id on ties
+        out[rows] = torch.zeros_like(out[rows]).scatter_(-1, hot[:, None], 1.0)
+    return out.reshape(logits.shape)
+
+
+def _per_row(S: int, dev: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
+    def rep(t: torch.Tensor) -> torch.Tensor:  # [B] -> [N]
+        return t.to(dev).repeat_interleave(S) if S > 1 else t.to(dev)
+
+    return rep
+
+
+def _weights(x: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+    """``[M, V]`` float64 ``exp((x - max x) / T)``: the reference's operations, in its order."""
+    x64 = x.to(torch.float64)  # [M, V]
+    return torch.exp((x64 - x64.amax(-1, keepdim=True)) / temperature[:, None])
+
+
+def _filtered(
+    x: torch.Tensor, params: SamplingTensors, W: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows with a filter: ``(probs [M, V] float64, ok [M] bool)``; ``ok`` False = fall back."""
+    M, V = (int(s) for s in x.shape)
+    t, k, p, mp = params.temperature, params.top_k, params.top_p, params.min_p  # [M] each
+    k_on = (k > 0) & (k < V)  # [M]
+    p_on = p < 1  # [M]
+    m_on = mp > 0  # [M]
+    # 1-2. candidates (float32 selection, no arithmetic), then float64 weights as the reference
+    cand = torch.topk(x, W, dim=-1, sorted=False).indices.sort(dim=-1).values  # [M, W] ids asc
+    x64 = x.to(torch.float64)  # [M, V]
+    mx = x64.amax(-1, keepdim=True)  # [M, 1]
+    w_c = torch.exp((x64.gather(-1, cand) - mx) / t[:, None])  # [M, W] float64
+    vals, order = torch.sort(w_c, dim=-1, descending=True, stable=True)  # [M, W] ties by id
+    ids = cand.gather(-1, order)  # [M, W] token ids in the reference's order
+    w_min = vals[:, -1:]  # [M, 1]
+    full = W == V  # every token is a candidate: always decidable
+    # top-k: keep w >= k-th weight; decidable when that weight is above w_min (or all are here)
+    kth = vals.gather(-1, (k.clamp(1, W) - 1)[:, None])  # [M, 1]
+    ok_k = ~k_on | ((k <= W) & ((kth[:, 0] > w_min[:, 0]) | full))  # [M]
+    keep = ~k_on[:, None] | (vals >= kth)  # [M, W]
+    # top-p on the post-top-k law; its normaliser is the full-vocabulary sum when top-k is off
+    kept_w = vals.masked_fill(~keep, 0.0)  # [M, W]
+    z = kept_w.sum(-1)  # [M]
+    no_k = p_on & ~k_on  # [M] rows that need the full sum
+    if bool(no_k.any()):
+        r = torch.nonzero(no_k).squeeze(-1)  # [R]
+        z_full = torch.exp((x64[r] - mx[r]) / t[r, None]).sum(-1)  # [R] as the reference's sum
+        z = z.index_put((r,), z_full)
+    probs = kept_w / z[:, None]  # [M, W]
+    csum = torch.cumsum(probs, dim=-1)  # [M, W]
+    before = torch.cat([torch.zeros_like(csum[:, :1]), csum[:, :-1]], dim=-1)  # [M, W]
+    keep_p = ~p_on[:, None] | (before < p[:, None])  # [M, W]
+    first_min = (vals > w_min).sum(-1)  # [M] index of the first w_min token (safe region end)
+    closed = before.gather(-1, first_min.clamp(max=W - 1)[:, None])[:, 0] >= p  # [M]
+    ok_p = ~p_on | (k_on & ok_k) | closed | full  # [M]
+    keep = keep & keep_p
+    # min-p on the post-top-p law (scale invariant: compare weights renormalised over the kept set)
+    kept_w = vals.masked_fill(~keep, 0.0)  # [M, W]
+    if bool(m_on.any()):
+        z2 = kept_w.sum(-1, keepdim=True)  # [M, 1]
+        pr = kept_w / z2  # [M, W]
+        if bool((m_on & ~k_on & ~p_on).any()):
+            # NOTE min-p alone normalises over the whole vocabulary, as the reference does
+            r = torch.nonzero(m_on & ~k_on & ~p_on).squeeze(-1)  # [R]
+            z_full = torch.exp((x64[r] - mx[r]) / t[r, None]).sum(-1)  # [R]
+            pr[r] = vals[r] / z_full[:, None]
+        thr = mp[:, None] * pr[:, :1]  # [M, 1] min_p * max p (the first is the largest)
+        keep = keep & (~m_on[:, None] | (pr >= thr))
+        # decidable when the threshold is above every non-candidate's probability
+        ok_m = ~m_on | k_on | p_on | full | (thr[:, 0] > pr[:, -1])  # [M]
+        kept_w = vals.masked_fill(~keep, 0.0)
+    else:
+        ok_m = torch.ones_like(m_on)
+    final = kept_w / kept_w.sum(-1, keepdim=True)  # [M, W]
+    out = torch.zeros((M, V), dtype=torch.float64, device=x.device).scatter_(-1, ids, final)
+    return out, ok_k & ok_p & ok_m
+
+
+# ----------------------------------------------------------------------------- variants
+
+
+def _verify_fast(target_logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
+    return logits_to_probs_fast(target_logits, params)
+
+
+def _draft_fast(
+    draft_logits: torch.Tensor, params: SamplingTensors, onehot: bool, q_mode: str
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    if onehot:
+        return mutants._onehot_argmax(draft_logits), None
+    if q_mode == "processed":
+        q = logits_to_probs_fast(draft_logits, params)
+    else:
+        q = mutants.draft_q(draft_logits, params, q_mode)  # temperature / raw: no sort anyway
+    return q, q
+
+
+def fast_variant(variant: mutants.SpecVariant) -> mutants.SpecVariant:
+    """``variant`` with its pipeline hooks (the truthful target law and draft law) replaced by the
+    fast pipeline; a hook a mutant changes (an unprocessed or swapped verifier, a lying q) keeps
+    the reference implementation, so a mutant's deviation is exactly the one it was built with."""
+    changes: dict[str, Any] = {}
+    if variant.verify_fn is mutants._verify_pipeline:
+        changes["verify_fn"] = _verify_fast
+    if variant.draft_fn is mutants._draft_truthful:
+        changes["draft_fn"] = _draft_fast
+    return dataclasses.replace(variant, **changes)

@@ -1,0 +1,68 @@
+"""``spectest bench`` on CPU with a tiny pair: every arm runs on the same workload, the derived
+figures are consistent, records are appended as JSON lines, bad options exit 2. No timing
+assertions (speed lives in results/bench/ and results/LOG.md)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from spectest.bench import ARMS, BenchConfig, flops_per_token, run_bench, write_records
+from spectest.cli import app
+from spectest.errors import ConfigError
+from spectest.models.zoo import load_model
+
+TINY = "realistic:qwen3-tiny,draft_layers=1,num_hidden_layers=3"
+DRAFT = "derived:first_layers,layers=1"
+
+
+def test_every_arm_runs_and_the_figures_are_consistent(tmp_path):
+    cfg = BenchConfig(
+        target=TINY, draft=DRAFT, rows=4, positions=4, k=2, assisted_rows=1, peak_tflops=1.0
+    )
+    res = run_bench(cfg)
+    assert [a.arm for a in res.arms] == list(ARMS)
+    hf = next(a for a in res.arms if a.arm == "hf-generate")
+    for a in res.arms:
+        assert a.rows == (1 if a.arm == "hf-assisted" else 4)
+        assert a.rows_per_s == pytest.approx(a.rows / a.wall_s)
+        assert a.tokens_per_s == pytest.approx(a.rows_per_s * 4)
+        assert a.ratio_to_hf_generate == pytest.approx(a.rows_per_s / hf.rows_per_s)
+        assert a.mfu == pytest.approx(a.tokens_per_s * res.flops_per_token / 1e12)
+        assert (a.mean_accepted is None) == (
+            a.arm in ("fast-plain", "builtin-plain", "hf-generate")
+        )
+    path = write_records(res, tmp_path / "b.jsonl")
+    write_records(res, path)  # appends
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(recs) == 2 * len(ARMS)
+    assert recs[0]["config"]["params"]["top_p"] == 0.95 and recs[0]["flops_per_token"] > 0
+
+
+def test_flops_per_token_from_the_config():
+    m = load_model("hf-preset:qwen3-tiny")
+    cfg = m.model.config  # type: ignore[attr-defined]
+    layers = sum(p.numel() for p in m.model.model.layers.parameters())  # type: ignore[attr-defined]
+    want = 2 * (layers + cfg.hidden_size + cfg.vocab_size * cfg.hidden_size)  # + final norm
+    assert flops_per_token(m) == want
+
+
+def test_bad_config():
+    with pytest.raises(ConfigError, match="arms must be among"):
+        BenchConfig(arms=("nope",))
+    with pytest.raises(ConfigError, match="rows must be an integer >= 1"):
+        BenchConfig(rows=0)
+
+
+def test_cli(tmp_path):
+    out = tmp_path / "bench.jsonl"
+    args = ["bench", "--target", TINY, "--draft", DRAFT, "--rows", "2", "--positions", "3",
+            "--arms", "fast-plain,fast-spec,hf-generate", "--out", str(out)]  # fmt: skip
+    r = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert "fast-spec" in r.output and "× hf-generate" in r.output
+    assert len(out.read_text().splitlines()) == 3
+    r = CliRunner().invoke(app, ["bench", "--drafter", "greedy"], catch_exceptions=False)
+    assert r.exit_code == 2 and "--drafter must be onehot or sampled" in r.output

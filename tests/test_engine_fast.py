@@ -1,0 +1,134 @@
+"""The fast engine (engines/fast.py) against the built-in engine, its reference: the same tokens
+and telemetry in float32 on CPU (static cache + fast pipeline), batch invariance, the static
+cache's contract (holes, one pool per batch size, a full cache is an error), and on CUDA the
+CUDA-graph replay against eager (skipped cleanly without CUDA)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from spectest.engines.builtin import DrafterSpec, RowSpec, plain_decode, speculative_decode
+from spectest.engines.fast import (
+    StaticHFModel,
+    as_fast,
+    plain_decode_fast,
+    speculative_decode_fast,
+)
+from spectest.errors import ModelError
+from spectest.models.derive import first_layers
+from spectest.models.hf import HFModel, from_preset
+from spectest.models.toy import ToyLM
+from spectest.sampling.mutants import get_variant
+from spectest.sampling.params import SamplingParams
+
+RUN_KEY = 99
+PARAMS = [
+    SamplingParams(temperature=1.0),
+    SamplingParams(temperature=0.7, top_k=5),
+    SamplingParams(temperature=0.8, top_p=0.95),
+    SamplingParams(temperature=0.0),
+    SamplingParams(temperature=1.0, top_k=8, top_p=0.9, min_p=0.05),
+]
+ROWS = [RowSpec(f"cfg{i}", seed, p) for seed in range(3) for i, p in enumerate(PARAMS)]
+KW = dict(run_key=RUN_KEY, prompt_id="p")
+
+
+@pytest.fixture(scope="module")
+def hf_pair() -> tuple[HFModel, HFModel]:
+    target = from_preset("qwen3-tiny", seed=5, logit_scale=12.0, num_hidden_layers=3)
+    return target, first_layers(target, 1)
+
+
+def test_plain_equals_builtin(hf_pair) -> None:
+    target, _ = hf_pair
+    want = plain_decode(target, [1, 2, 3], ROWS, num_positions=7, batch_size=6, **KW)
+    got = plain_decode_fast(as_fast(target), [1, 2, 3], ROWS, num_positions=7, batch_size=6, **KW)
+    assert torch.equal(got.tokens, want.tokens)
+
+
+@pytest.mark.parametrize("onehot", [True, False], ids=["onehot", "sampled"])
+@pytest.mark.parametrize("variant", ["exact", "always_accept", "eps_biased:0.5"])
+def test_speculative_equals_builtin(hf_pair, onehot, variant) -> None:
+    target, draft = hf_pair
+    v, drafter = get_variant(variant), DrafterSpec(onehot=onehot, k=3)
+    want = speculative_decode(
+        target, draft, [1, 2, 3], ROWS, num_positions=9, drafter=drafter, variant=v, **KW
+    )
+    fast_t, fast_d = as_fast(target), as_fast(draft)
+    got = speculative_decode_fast(
+        fast_t, fast_d, [1, 2, 3], ROWS, num_positions=9, drafter=drafter, variant=v, **KW
+    )
+    assert torch.equal(got.tokens, want.tokens)
+    assert got.rounds is not None and want.rounds is not None
+    assert got.rounds.equals(want.rounds)
+    assert float(got.rounds["accepted"].mean()) > 0  # the pair accepts: holes are exercised
+
+
+def test_toy_model_runs_unwrapped_and_equal() -> None:
+    toy = ToyLM(12, 2, 2.0, seed=1)
+    assert as_fast(toy) is toy
+    drafter = DrafterSpec(onehot=False, k=2)
+    v = get_variant("exact")
+    draft = toy.perturbed(0.5, seed=2)
+    want = speculative_decode(
+        toy, draft, [1], ROWS, num_positions=6, drafter=drafter, variant=v, **KW
+    )
+    got = speculative_decode_fast(
+        toy, draft, [1], ROWS, num_positions=6, drafter=drafter, variant=v, **KW
+    )
+    assert torch.equal(got.tokens, want.tokens)
+
+
+def test_batch_invariance(hf_pair) -> None:
+    """A row's tokens alone == inside a shuffled batch of another size (one pool per size)."""
+    target, draft = as_fast(hf_pair[0]), as_fast(hf_pair[1])
+    drafter, v = DrafterSpec(onehot=True, k=3), get_variant("exact")
+    shuffled = ROWS[:]
+    random.Random(0).shuffle(shuffled)
+    full = speculative_decode_fast(
+        target, draft, [4, 5], shuffled, num_positions=8, drafter=drafter, variant=v, **KW
+    )
+    for i in (0, 7):
+        alone = speculative_decode_fast(
+            target, draft, [4, 5], [shuffled[i]], num_positions=8, drafter=drafter, variant=v, **KW
+        )
+        assert torch.equal(alone.tokens[0], full.tokens[i])
+
+
+def test_static_cache_contract(hf_pair) -> None:
+    target = hf_pair[0]
+    fast = StaticHFModel(target, max_slots=8, cuda_graphs=False)
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    cache, _ = fast.prefill_shared(ids[0, :2], 2)
+    got = fast.forward(cache, ids[:, 2:].expand(2, -1))  # [2, 3, V]
+    assert torch.allclose(got, target.logits_full(ids)[:, 2:].expand(2, -1, -1), atol=1e-5)
+    hole = torch.zeros((2, 5), dtype=torch.bool)
+    hole[:, 3:] = True  # drop the last two slots (a rejected draft): the next sees 3, 1, 4
+    cache.invalidate(hole)
+    nxt = fast.forward(cache, torch.tensor([[9], [9]]))[:, -1]  # [2, V]
+    want = target.logits_full(torch.tensor([[3, 1, 4, 9]]))[:, -1]
+    assert torch.allclose(nxt, want.expand(2, -1), atol=1e-5)
+    with pytest.raises(ModelError, match="static cache full"):
+        fast.forward(cache, torch.tensor([[1, 2, 3], [1, 2, 3]]))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_graphs_equal_eager_on_cuda() -> None:
+    target = from_preset("qwen3-tiny", seed=5, logit_scale=12.0, device="cuda", dtype="float32")
+    draft = first_layers(target, 1)
+    drafter, v = DrafterSpec(onehot=True, k=3), get_variant("exact")
+    outs = []
+    for graphs in (False, True):
+        t = StaticHFModel(target, cuda_graphs=graphs)
+        d = StaticHFModel(draft, cuda_graphs=graphs)
+        outs.append(
+            speculative_decode_fast(
+                t, d, [1, 2, 3], ROWS, num_positions=9, drafter=drafter, variant=v, **KW
+            )
+        )
+        assert t.graph_error is None, t.graph_error
+    assert torch.equal(outs[0].tokens, outs[1].tokens)

@@ -1,0 +1,130 @@
+"""The fast sampling pipeline (``sampling/fast.py``) against the exact one (``transforms``): the
+same support, probabilities within 1e-12 relative, the same tokens under the same uniforms, on
+random and tied logits, every filter combination, widths that force the fallback; and the exact
+variant wired to it still has the exact law (quadrature, as tests/test_mutants.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from spectest.errors import InputError
+from spectest.sampling.draw import categorical
+from spectest.sampling.exact_law import complete_law, plain_law, round_law, total_variation
+from spectest.sampling.fast import fast_variant, logits_to_probs_fast
+from spectest.sampling.mutants import get_variant
+from spectest.sampling.params import SamplingParams, SamplingTensors
+from spectest.sampling.transforms import logits_to_probs
+
+
+def random_params(g: torch.Generator, n: int, V: int) -> list[SamplingParams]:
+    out = []
+    for _ in range(n):
+        r = torch.rand(4, generator=g, dtype=torch.float64).tolist()
+        out.append(
+            SamplingParams(
+                temperature=[0.0, 0.3, 0.8, 1.0, 1.7][int(r[0] * 5)],
+                top_k=[0, 1, 3, 20, V - 1, V][int(r[1] * 6)],
+                top_p=[1.0, 0.5, 0.9, 0.95, 0.999][int(r[2] * 5)],
+                min_p=[0.0, 0.0, 0.05, 0.3][int(r[3] * 4)],
+            )
+        )
+    return out
+
+
+def logits_sets(g: torch.Generator, n: int, V: int) -> list[torch.Tensor]:
+    cont = (torch.randn(n, V, generator=g) * 3).float()  # [n, V] float32, as the models give
+    ties = torch.randint(-3, 3, (n, V), generator=g).float()  # many exact ties at every boundary
+    flat = torch.randn(n, V, generator=g).float() * 0.01  # near-uniform: wide nuclei (fallback)
+    return [cont, ties, flat]
+
+
+def assert_same_law(got: torch.Tensor, ref: torch.Tensor) -> None:
+    assert got.dtype == torch.float64 and got.shape == ref.shape
+    assert torch.equal(got > 0, ref > 0)  # the support, exactly
+    assert torch.allclose(got, ref, rtol=1e-12, atol=1e-300)
+
+
+@pytest.mark.parametrize("width", [4, 16, 64, 1024])
+def test_equal_to_the_exact_pipeline(width):
+    """Widths 4 and 16 force the fallback on many rows (nuclei and top-k sets wider than W, ties
+    across the candidate boundary); 1024 > V takes every token as a candidate."""
+    g = torch.Generator().manual_seed(1)
+    n, V = 150, 300
+    params = SamplingTensors.from_params(random_params(g, n, V))
+    for logits in logits_sets(g, n, V):
+        got = logits_to_probs_fast(logits, params, width=width)
+        assert_same_law(got, logits_to_probs(logits, params))
+
+
+def test_three_d_logits_process_the_k_plus_1_rows_in_one_call():
+    g = torch.Generator().manual_seed(2)
+    B, S, V = 40, 5, 200
+    params = SamplingTensors.from_params(random_params(g, B, V))
+    logits = (torch.randn(B, S, V, generator=g) * 2).float()  # [B, K+1, V]
+    assert_same_law(logits_to_probs_fast(logits, params, width=32), logits_to_probs(logits, params))
+
+
+def test_same_tokens_under_the_same_uniforms():
+    """The draws of categorical() on both laws, 50 uniforms per row (a boundary event, u*total
+    within 1e-12 of a CDF step, has probability ~1e-10 over this test: effectively never)."""
+    g = torch.Generator().manual_seed(3)
+    n, V = 120, 500
+    params = SamplingTensors.from_params(random_params(g, n, V))
+    for logits in logits_sets(g, n, V):
+        fast = logits_to_probs_fast(logits, params, width=64)
+        ref = logits_to_probs(logits, params)
+        for _ in range(50):
+            u = torch.rand(n, generator=g, dtype=torch.float64).clamp(1e-12, 1 - 1e-12)
+            assert torch.equal(categorical(fast, u), categorical(ref, u))
+
+
+def test_seed_001_configs_at_a_large_vocabulary():
+    """The three configs of seed 001 at V = 151 936 (Qwen3's vocabulary), logits with a realistic
+    spread: equal laws, and the nucleus decided on the candidates alone (no fallback needed)."""
+    g = torch.Generator().manual_seed(4)
+    V = 151_936
+    configs = [
+        SamplingParams(temperature=0.8, top_p=0.95),
+        SamplingParams(temperature=1.0, top_k=50),
+        SamplingParams(temperature=0.7, top_k=20, top_p=0.9),
+    ]
+    params = SamplingTensors.from_params(configs * 2)
+    logits = (torch.randn(6, V, generator=g) * 1.5).float()
+    logits[:, :40] += 9.0  # a peaked head, as a trained or lm_head-scaled model
+    assert_same_law(logits_to_probs_fast(logits, params), logits_to_probs(logits, params))
+
+
+def test_bad_width_and_shape():
+    params = SamplingTensors.from_params([SamplingParams()])
+    with pytest.raises(InputError, match="width must be an integer >= 1"):
+        logits_to_probs_fast(torch.zeros(1, 4), params, width=0)
+    with pytest.raises(InputError, match=r"logits must be \[B, V\]"):
+        logits_to_probs_fast(torch.zeros(4), params)
+
+
+CANON = SamplingParams(temperature=0.8, top_k=4, top_p=0.8)
+
+
+@pytest.mark.parametrize("onehot", [False, True], ids=["sampled", "onehot"])
+def test_exact_variant_on_the_fast_pipeline_has_the_exact_law(onehot):
+    """Quadrature over the uniforms (exact, no sampling): the fast-wired exact sampler's emitted
+    prefix completed by plain sampling has the plain law to 1e-9 (the test_mutants setting)."""
+    from test_mutants import canonical_chain
+
+    chain = canonical_chain()
+    variant = fast_variant(get_variant("exact"))
+    assert variant.verify_fn is not get_variant("exact").verify_fn
+    law = round_law(variant, chain.target, chain.draft, CANON, 2, onehot=onehot)
+    assert math.isclose(sum(law.values()), 1.0, abs_tol=1e-12)
+    plain = plain_law(chain.target, CANON, 3)
+    assert total_variation(complete_law(law, chain.target, CANON, 3), plain) <= 1e-9
+
+
+def test_fast_variant_keeps_a_mutants_changed_hook():
+    swapped = get_variant("swapped_filter_order")
+    assert fast_variant(swapped).verify_fn is swapped.verify_fn
+    lying = get_variant("raw_q")
+    assert fast_variant(lying).draft_fn is lying.draft_fn
