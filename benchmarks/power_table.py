@@ -270,8 +270,8 @@ def table(args: argparse.Namespace) -> None:
             if arm == "H0":
                 assert exact is not None
                 rng = np.random.default_rng([14, r])
-                rs = rng.choice(n_pool, PER_ARM, replace=False)
-                cs = rng.choice(n_pool, PER_ARM, replace=False)
+                rs = rng.choice(n_pool, args.per_arm, replace=False)
+                cs = rng.choice(n_pool, args.per_arm, replace=False)
                 res = _analyze_one(ref, exact, rs, cs, args.perms, r, stats_)
             else:
                 if arm not in pools:
@@ -279,7 +279,7 @@ def table(args: argparse.Namespace) -> None:
                 pool = pools[arm]
                 if pool is None:
                     continue
-                seeds = np.arange(r * PER_ARM, (r + 1) * PER_ARM)
+                seeds = np.arange(r * args.per_arm, (r + 1) * args.per_arm)
                 res = _analyze_one(ref, pool, seeds, seeds, args.perms, r, stats_)
             rec = {"arm": arm, "rep": r, "wall_s": time.perf_counter() - t0, **res}
             fh.write(json.dumps(rec) + "\n")
@@ -347,6 +347,7 @@ if __name__ == "__main__":
     t = sub.add_parser("table", help="analyse replications (resumable JSON lines cache)")
     t.add_argument("--pair", default="toy", choices=sorted(PAIRS))
     t.add_argument("--reps", type=int, default=20)
+    t.add_argument("--per-arm", type=int, default=PER_ARM)
     t.add_argument("--h0-reps", type=int, default=200)
     t.add_argument("--perms", type=int, default=200)
     t.add_argument("--tag", default="", help="suffix of the cache file (e.g. -all5)")
