@@ -34,7 +34,7 @@ from spectest.engines.base import (
     rounds_frame,
     samples_frame,
 )
-from spectest.errors import ConfigError, InputError
+from spectest.errors import ConfigError, EngineError, InputError
 from spectest.judge import (
     ProgressFn,
     RunResult,
@@ -67,8 +67,8 @@ def _drafter(protocol: Protocol) -> DrafterSpec:
 
 
 class _Engines:
-    """One engine instance per ``EngineChoice`` of the run, built on first use, closed at the
-    end; the models are loaded once, with the draft only when an engine or white-box needs it."""
+    """One engine instance per ``EngineChoice`` of the run, all started before generation, closed
+    at the end; the models are loaded once, the draft only when an engine or white-box needs it."""
 
     def __init__(
         self, protocol: Protocol, arms: Sequence[Arm], plan_arms: Sequence[Arm] = ()
@@ -86,6 +86,12 @@ class _Engines:
         )
         self.models = Models(*_load_models(protocol, need_draft))
         self.live: dict[EngineChoice, Engine] = {}
+        try:  # start every engine now: a broken one fails before any work
+            for choice in self.classes:
+                self.get(choice)
+        except BaseException:
+            self.close()
+            raise
 
     def get(self, choice: EngineChoice) -> Engine:
         if choice not in self.live:
@@ -138,6 +144,13 @@ def _generate_shard(
     out = engine.generate(job)
     target = engines.models.target
     check_output(out, job, None if target is None else target.vocab_size, engine.name)
+    if out.rounds is not None and (
+        engine.rounds == "none" or out.rounds_tested != (engine.rounds == "tested")
+    ):
+        raise EngineError(
+            f"engine {engine.name}: returned rounds (tested: {out.rounds_tested}) but declares "
+            f"rounds = {engine.rounds!r}"
+        )
     samples = samples_frame(out.tokens, prompt_id, rows, arm.name)
     if job.whitebox:
         if out.whitebox is None:

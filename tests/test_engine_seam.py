@@ -4,6 +4,7 @@ test_acceptor.py / test_e2e.py."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -162,7 +163,7 @@ def test_version_2_defaults_and_engine_is_hashed(tmp_path: Path) -> None:
                     "candidate": {"name": "hf-assisted", "assistant_confidence_threshold": "x"}
                 }
             },
-            r"engines\.candidate\.assistant_confidence_threshold: expected a float, got 'x'",
+            r"engines\.candidate\.assistant_confidence_threshold: expected type float, got 'x'",
         ),
         (
             {"engines": {"candidate": "hf-generate"}, "candidate": "always_accept"},
@@ -211,3 +212,92 @@ def test_q_modes_agree() -> None:
     from spectest.sampling import mutants
 
     assert base.Q_MODES == mutants.Q_MODES == Q_MODES
+
+
+# ----------------------------------------------------------------------------- entry points
+TOY_ENGINE = '''
+"""A third-party engine: plain sampling from the target with its own (numpy) inverse CDF."""
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from spectest.engines.base import ArmOutput, Engine
+from spectest.sampling.params import SamplingTensors
+from spectest.sampling.transforms import logits_to_probs
+from spectest.seeding import STREAM_PLAIN, row_key, uniforms
+
+
+class ToyPlain(Engine):
+    name = "toy-plain"
+    needs = "target"
+    whitebox = "none"
+    rounds = "none"
+
+    @dataclass(frozen=True)
+    class Options:
+        salt: int = 0
+
+    def generate(self, job):
+        m = self.models.target
+        out = np.empty((len(job.rows), job.num_positions), dtype=np.int64)
+        for i, r in enumerate(job.rows):
+            key = torch.tensor([row_key(job.run_key + self.options.salt, job.prompt_id,
+                                        r.config_id, r.seed)])
+            st = SamplingTensors.from_params([r.params])
+            seq = list(job.prompt_ids)
+            for t in range(job.num_positions):
+                p = logits_to_probs(m.logits_full(torch.tensor([seq]))[:, -1], st)[0].numpy()
+                u = float(uniforms(key, STREAM_PLAIN, t, 1)[0, 0])
+                tok = min(int(np.searchsorted(np.cumsum(p), u, side="right")), len(p) - 1)
+                seq.append(tok)
+                out[i, t] = tok
+            job.tick(i + 1)
+        return ArmOutput(out)
+'''
+
+
+def _toy_distribution(root: Path) -> Path:
+    """A real installed distribution on a path entry: package + dist-info with entry_points.txt."""
+    (root / "spectest_toy_engine").mkdir(parents=True)
+    (root / "spectest_toy_engine" / "__init__.py").write_text(TOY_ENGINE)
+    info = root / "spectest_toy_engine-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: spectest-toy-engine\nVersion: 0.1\n"
+    )
+    (info / "entry_points.txt").write_text(
+        "[spectest.engines]\ntoy-plain = spectest_toy_engine:ToyPlain\n"
+    )
+    return root
+
+
+def test_entry_point_engine_registers_and_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A toy engine in a third-party distribution, found through the ``spectest.engines``
+    entry-point group, runs as the candidate of a version-2 protocol; both arms sample plainly
+    from the target, so the run passes (fixed seeds: deterministic)."""
+    site = _toy_distribution(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(site))
+    assert "toy-plain" in registry.names()
+    assert registry.engine_class("toy-plain").__module__ == "spectest_toy_engine"
+    body = {
+        **BASE,
+        "engines": {"candidate": {"name": "toy-plain", "salt": 1}},
+        "seeds": {"per_arm": 300},
+        "teeth": {"null_arm": True, "epsilons": [], "mutants": ["always_accept"]},
+        "tests": {"whitebox": False, "trie": {"depth": 1, "min_count": 100}},
+    }
+    proto = write(tmp_path, body)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(site)])}
+    res = subprocess.run(
+        [sys.executable, "-m", "spectest", "run", "--config", str(proto), "--out",
+         str(tmp_path / "run"), "--no-progress"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "EQUIVALENT" in res.stdout
+    with pytest.raises(ConfigError, match=r"engines\.candidate\.salt: expected type int, got 'x'"):
+        body["engines"]["candidate"]["salt"] = "x"
+        load_protocol(write(tmp_path, body, "bad.yaml"))

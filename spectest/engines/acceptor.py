@@ -39,6 +39,10 @@ sampler its own generators) declares it with the function attribute
 row). Cost: a row's tokens depend on its batch (reproducible for the same protocol and batch
 size, not batch-invariant), which the statistics do not need but the batch-invariance checks of
 spectest's own loops cannot be applied to such a kernel.
+
+A kernel may also carry ``spectest_prepare``, a function called once when the engine starts
+(before any arm is generated): adapters import their package there, so a missing one is a
+one-line error at once rather than after the reference arm.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from spectest.sampling.rejection import AcceptanceTelemetry, RoundResult
 
 PADDING = -1
 RANDOMNESS_ATTR = "spectest_randomness"  # "uniforms" (default) or "generator"
+PREPARE_ATTR = "spectest_prepare"  # optional: called once when the engine starts
 
 
 @dataclass(frozen=True)
@@ -255,6 +260,15 @@ class AcceptorEngine(BuiltinEngine):
         super().__init__(options, models)
         self.spec = parse_kernel_spec(options.kernel, "acceptor kernel")
         self.kernel = load_kernel(self.spec)
+        prepare = getattr(self.kernel, PREPARE_ATTR, None)
+        if prepare is not None:
+            try:
+                prepare()
+            except EngineError:
+                raise
+            except Exception as err:
+                why = " ".join(str(err).split()) or type(err).__name__
+                raise EngineError(f"acceptor {self.spec.text}: preparing failed: {why}") from None
 
     def speculative(self, job: ArmJob) -> bool:
         return True

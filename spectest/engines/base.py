@@ -120,8 +120,9 @@ class ArmOutput:
     before ``T``; only as a suffix of a row). ``rounds``: per-round telemetry with
     ``ROUNDS_COLUMNS`` (``row`` indexes ``job.rows``; extra columns allowed), or None.
     ``rounds_tested``: the rounds follow spectest's draft law and are tested (acceptance vs
-    Σ min(p, q)); False = a readout, stored but not tested. ``whitebox``: white-box columns
-    (``wb_*``, one row per token, row-major) recorded at generation time, or None.
+    Σ min(p, q)); False = a readout, stored but not tested (must agree with ``Engine.rounds``:
+    checked). ``whitebox``: white-box columns (``wb_*``, one row per token, row-major) recorded
+    at generation time, or None.
     """
 
     tokens: np.ndarray  # [B, T] int64
@@ -222,7 +223,7 @@ def parse_options(cls: type, raw: Mapping[str, Any], where: str) -> Any:
             "str": isinstance(value, str) and bool(value),
         }.get(want, True)
         if not ok:
-            raise ConfigError(f"{where}.{key}: expected a {want}, got {value!r}")
+            raise ConfigError(f"{where}.{key}: expected type {want}, got {value!r}")
         kwargs[key] = float(value) if want == "float" else value
     try:
         return cls(**kwargs)
