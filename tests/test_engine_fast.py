@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 
+import pandas as pd
 import pytest
 import torch
 
@@ -43,10 +44,18 @@ def hf_pair() -> tuple[HFModel, HFModel]:
 
 
 def test_plain_equals_builtin(hf_pair) -> None:
-    target, _ = hf_pair
-    want = plain_decode(target, [1, 2, 3], ROWS, num_positions=7, batch_size=6, **KW)
-    got = plain_decode_fast(as_fast(target), [1, 2, 3], ROWS, num_positions=7, batch_size=6, **KW)
+    target, draft = hf_pair
+    wb = dict(whitebox=True, draft=draft, drafter=DrafterSpec(onehot=True, k=3))
+    want = plain_decode(target, [1, 2, 3], ROWS, num_positions=7, batch_size=6, **wb, **KW)
+    got = plain_decode_fast(
+        as_fast(target, static=True), [1, 2, 3], ROWS, num_positions=7, batch_size=6,
+        **{**wb, "draft": as_fast(draft, static=True)}, **KW,
+    )  # fmt: skip
     assert torch.equal(got.tokens, want.tokens)
+    assert got.whitebox is not None and want.whitebox is not None
+    # NOTE the static cache attends over all its slots (masked), so float32 logits differ from
+    # the dynamic cache's in the last bits: the columns agree to float32 rounding, tokens exactly
+    pd.testing.assert_frame_equal(got.whitebox, want.whitebox, rtol=1e-5)
 
 
 @pytest.mark.parametrize("onehot", [True, False], ids=["onehot", "sampled"])
@@ -55,13 +64,19 @@ def test_speculative_equals_builtin(hf_pair, onehot, variant) -> None:
     target, draft = hf_pair
     v, drafter = get_variant(variant), DrafterSpec(onehot=onehot, k=3)
     want = speculative_decode(
-        target, draft, [1, 2, 3], ROWS, num_positions=9, drafter=drafter, variant=v, **KW
-    )
-    fast_t, fast_d = as_fast(target), as_fast(draft)
+        target, draft, [1, 2, 3], ROWS, num_positions=9, drafter=drafter, variant=v,
+        whitebox=True, **KW,
+    )  # fmt: skip
+    fast_t, fast_d = as_fast(target, static=True), as_fast(draft, static=True)
     got = speculative_decode_fast(
-        fast_t, fast_d, [1, 2, 3], ROWS, num_positions=9, drafter=drafter, variant=v, **KW
-    )
+        fast_t, fast_d, [1, 2, 3], ROWS, num_positions=9, drafter=drafter, variant=v,
+        whitebox=True, **KW,
+    )  # fmt: skip
     assert torch.equal(got.tokens, want.tokens)
+    assert got.whitebox is not None and want.whitebox is not None
+    # NOTE the static cache attends over all its slots (masked), so float32 logits differ from
+    # the dynamic cache's in the last bits: the columns agree to float32 rounding, tokens exactly
+    pd.testing.assert_frame_equal(got.whitebox, want.whitebox, rtol=1e-5)
     assert got.rounds is not None and want.rounds is not None
     assert got.rounds.equals(want.rounds)
     assert float(got.rounds["accepted"].mean()) > 0  # the pair accepts: holes are exercised
@@ -70,6 +85,9 @@ def test_speculative_equals_builtin(hf_pair, onehot, variant) -> None:
 def test_toy_model_runs_unwrapped_and_equal() -> None:
     toy = ToyLM(12, 2, 2.0, seed=1)
     assert as_fast(toy) is toy
+    tiny = from_preset("qwen3-tiny")
+    assert as_fast(tiny) is tiny  # on CPU the static cache is opt-in
+    assert isinstance(as_fast(tiny, static=True), StaticHFModel)
     drafter = DrafterSpec(onehot=False, k=2)
     v = get_variant("exact")
     draft = toy.perturbed(0.5, seed=2)
@@ -84,7 +102,7 @@ def test_toy_model_runs_unwrapped_and_equal() -> None:
 
 def test_batch_invariance(hf_pair) -> None:
     """A row's tokens alone == inside a shuffled batch of another size (one pool per size)."""
-    target, draft = as_fast(hf_pair[0]), as_fast(hf_pair[1])
+    target, draft = as_fast(hf_pair[0], static=True), as_fast(hf_pair[1], static=True)
     drafter, v = DrafterSpec(onehot=True, k=3), get_variant("exact")
     shuffled = ROWS[:]
     random.Random(0).shuffle(shuffled)

@@ -10,6 +10,7 @@ import json
 
 import pandas as pd
 import pytest
+import torch
 from toy_protocol import write_toy
 from typer.testing import CliRunner
 
@@ -77,3 +78,24 @@ def test_ray_missing_is_one_line_exit_2(tmp_path):
     r = CliRunner().invoke(app, args, catch_exceptions=False)
     assert r.exit_code == 2, r.output
     assert "--ray needs Ray: pip install 'spectest[ray]'" in r.output
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() and torch.cuda.device_count() >= 2), reason="needs 2 GPUs"
+)
+def test_two_gpus_equal_one_gpu(tmp_path):
+    """A cuda run spreads over every visible GPU by default; the same run pinned to one GPU."""
+    models = {
+        "target": "realistic:qwen3-tiny,draft_layers=1,num_hidden_layers=3",
+        "draft": "derived:first_layers,layers=1",
+        "dtype": "float32",
+        "device": "cuda",
+    }
+    cfg = write_toy(tmp_path, models=models, seeds={"per_arm": 60}, positions=3)
+    spread = run_protocol(load_protocol(cfg), out=tmp_path / "spread", fast=True)
+    one = run_protocol(load_protocol(cfg), out=tmp_path / "one", fast=True, devices=["cuda:0"])
+    prov = json.loads((spread.run_dir / "manifest.json").read_text())["provenance"]
+    assert len(prov["workers"]) == torch.cuda.device_count()
+    for name, df in _tables(one.run_dir).items():
+        pd.testing.assert_frame_equal(df, _tables(spread.run_dir)[name])

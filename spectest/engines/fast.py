@@ -33,10 +33,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import pandas as pd
 import torch
 
 from spectest.engines.base import ArmJob, ArmOutput, Models
 from spectest.engines.builtin import (
+    _EXACT_VERIFY,
     PLACEHOLDER_TOKEN_ID,
     BuiltinEngine,
     DrafterSpec,
@@ -45,14 +47,18 @@ from spectest.engines.builtin import (
     _check_inputs,
     _keys,
     _rounds_frame,
+    _teacher_q,
+    _whitebox_draft,
+    _WhiteboxRecorder,
 )
 from spectest.errors import ConfigError, ModelError
 from spectest.models.base import Cache, LanguageModel
 from spectest.models.hf import HFModel
 from spectest.sampling.draw import argmax_tokens, categorical
-from spectest.sampling.fast import fast_variant, logits_to_probs_fast
+from spectest.sampling.fast import _verify_fast, fast_variant, logits_to_probs_fast
 from spectest.sampling.mutants import SpecVariant, stack_q
 from spectest.sampling.params import SamplingTensors
+from spectest.sampling.transforms import logits_to_probs
 from spectest.seeding import STREAM_PLAIN, STREAM_SPEC, spec_slots, uniforms
 
 Progress = Callable[[int], None]
@@ -300,13 +306,21 @@ class _Graph:
 
 
 def as_fast(
-    model: LanguageModel, *, max_slots: int = 256, cuda_graphs: bool = True
+    model: LanguageModel,
+    *,
+    max_slots: int = 256,
+    cuda_graphs: bool = True,
+    static: bool | None = None,
 ) -> LanguageModel:
-    """``model`` for this engine: an ``HFModel`` gets the static cache (and CUDA graphs on CUDA);
-    other models (the toy LM) are returned as they are."""
+    """``model`` for this engine: an ``HFModel`` gets the static cache and CUDA graphs when
+    ``static`` (default: on CUDA only — on CPU a static cache only adds masked attention work, so
+    the fast engine there is the built-in loops on the fast pipeline); other models (the toy LM)
+    are returned as they are."""
     if isinstance(model, StaticHFModel):
         return model
-    if isinstance(model, HFModel):
+    if static is None:
+        static = model.device.type == "cuda"
+    if isinstance(model, HFModel) and static:
         return StaticHFModel(model, max_slots=max_slots, cuda_graphs=cuda_graphs)
     return model
 
@@ -329,35 +343,68 @@ def plain_decode_fast(
     prompt_id: str,
     batch_size: int = 256,
     progress: Progress | None = None,
+    whitebox: bool = False,
+    draft: LanguageModel | None = None,
+    drafter: DrafterSpec | None = None,
 ) -> EngineOutput:
     """``builtin.plain_decode`` on the fast pipeline and (for an ``as_fast`` model) the static
-    cache; the same tokens under the same keys (module docstring)."""
+    cache; the same tokens under the same keys (module docstring), and with ``whitebox`` the
+    generation-time white-box columns as ``builtin.plain_decode`` records them."""
     prompt_t = _check_inputs(model, prompt, rows, num_positions, batch_size)
     _reserve(model, len(prompt) + num_positions)
-    chunks = []
+    wb_draft = _whitebox_draft(model, draft, drafter) if whitebox else None
+    if wb_draft is not None:
+        _reserve(wb_draft[0], len(prompt) + num_positions)
+    chunks, wb_parts = [], []
     for lo in range(0, len(rows), batch_size):
         part = rows[lo : lo + batch_size]
         keys = _keys(part, run_key, prompt_id, model.device)  # [B]
         params = SamplingTensors.from_params([r.params for r in part], device=model.device)
-        chunks.append(_plain_chunk(model, prompt_t, keys, params, num_positions).cpu())
+        rec = _WhiteboxRecorder(len(part), num_positions, model.device) if whitebox else None
+        chunks.append(
+            _plain_chunk(model, prompt_t, keys, params, num_positions, rec, wb_draft).cpu()
+        )
+        if rec is not None:
+            wb_parts.append(rec.frame(num_positions))
         if progress is not None:
             progress(lo + len(part))
-    return EngineOutput(torch.cat(chunks, dim=0), None)
+    wb = pd.concat(wb_parts, ignore_index=True) if whitebox else None
+    return EngineOutput(torch.cat(chunks, dim=0), None, wb)
 
 
 def _plain_chunk(
-    model: LanguageModel, prompt: torch.Tensor, keys: torch.Tensor, params: SamplingTensors, T: int
+    model: LanguageModel,
+    prompt: torch.Tensor,
+    keys: torch.Tensor,
+    params: SamplingTensors,
+    T: int,
+    rec: _WhiteboxRecorder | None = None,
+    wb_draft: tuple[LanguageModel, DrafterSpec] | None = None,
 ) -> torch.Tensor:
+    """The loop of ``builtin._plain_chunk`` (white-box recording included), unchanged."""
     B = int(keys.shape[0])
     cache, prompt_logits = model.prefill_shared(prompt, B)
     logits = prompt_logits[-1].expand(B, -1)  # [B, V]
+    d_cache, d_logits = None, None
+    if rec is not None and wb_draft is not None:
+        d_cache, d_prompt_logits = wb_draft[0].prefill_shared(prompt, B)
+        d_logits = d_prompt_logits[-1].expand(B, -1)  # [B, V] the draft's law at position 0
     u = torch.cat([uniforms(keys, STREAM_PLAIN, t, 1) for t in range(T)], dim=1)  # [B, T]
     out = torch.empty((B, T), dtype=torch.int64, device=model.device)  # [B, T]
+    every = torch.ones(B, dtype=torch.bool, device=model.device)  # [B]
     for t in range(T):
         probs = logits_to_probs_fast(logits, params)  # [B, V] float64
         out[:, t] = categorical(probs, u[:, t], check=False)  # [B]
+        if rec is not None:
+            q = None
+            if wb_draft is not None and d_logits is not None:
+                q = _teacher_q(d_logits[:, None], params, wb_draft[1])  # [B, 1, V]
+            at = torch.full((B,), t, dtype=torch.int64, device=model.device)  # [B]
+            rec.record(probs[:, None], q, out[:, t : t + 1], at, every[:, None])
         if t + 1 < T:
             logits = model.forward(cache, out[:, t : t + 1])[:, 0]  # [B, V]
+            if d_cache is not None and wb_draft is not None:
+                d_logits = wb_draft[0].forward(d_cache, out[:, t : t + 1])[:, 0]  # [B, V]
     return out
 
 
@@ -377,11 +424,11 @@ def speculative_decode_fast(
     prompt_id: str,
     batch_size: int = 256,
     progress: Progress | None = None,
+    whitebox: bool = False,
 ) -> EngineOutput:
     """``builtin.speculative_decode`` with ``fast_variant(variant)`` and (for ``as_fast`` models)
-    the static cache; the same tokens and telemetry under the same keys (module docstring)."""
-    import pandas as pd
-
+    the static cache; the same tokens and telemetry under the same keys (module docstring), and
+    with ``whitebox`` the generation-time white-box columns as the built-in loop records them."""
     from spectest.models.derive import check_same_vocab
 
     check_same_vocab(target, draft)
@@ -396,19 +443,26 @@ def speculative_decode_fast(
     _reserve(target, slots)
     _reserve(draft, slots)
     fast = fast_variant(variant)
-    chunks, frames = [], []
+    chunks, frames, wb_parts = [], [], []
     for lo in range(0, len(rows), batch_size):
         part = rows[lo : lo + batch_size]
         keys = _keys(part, run_key, prompt_id, target.device)  # [B]
         params = SamplingTensors.from_params([r.params for r in part], device=target.device)
-        toks, log = _spec_chunk(target, draft, prompt_t, keys, params, num_positions, drafter, fast)
+        width = num_positions + drafter.k + 1
+        rec = _WhiteboxRecorder(len(part), width, target.device) if whitebox else None
+        toks, log = _spec_chunk(
+            target, draft, prompt_t, keys, params, num_positions, drafter, fast, rec
+        )
         chunks.append(toks.cpu())
         rounds = _rounds_frame(log, drafter.k)
         rounds["row"] += lo
         frames.append(rounds)
+        if rec is not None:
+            wb_parts.append(rec.frame(num_positions))
         if progress is not None:
             progress(lo + len(part))
-    return EngineOutput(torch.cat(chunks, dim=0), pd.concat(frames, ignore_index=True))
+    wb = pd.concat(wb_parts, ignore_index=True) if whitebox else None
+    return EngineOutput(torch.cat(chunks, dim=0), pd.concat(frames, ignore_index=True), wb)
 
 
 def _spec_chunk(
@@ -420,6 +474,7 @@ def _spec_chunk(
     T: int,
     drafter: DrafterSpec,
     variant: SpecVariant,
+    rec: _WhiteboxRecorder | None = None,
 ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, ...]]]:
     """The loop of ``builtin._spec_chunk`` (its comments carry the algorithm), unchanged."""
     B, K, dev = int(keys.shape[0]), drafter.k, target.device
@@ -436,14 +491,15 @@ def _spec_chunk(
     while bool((pos < T).any()):
         active = pos < T  # [B]
         u = uniforms(keys, STREAM_SPEC, pos, slots.num_slots)  # [B, num_slots]
-        tok, drafted, qs = last, [], []
+        tok, drafted, qs, d_rows = last, [], [], []
         for i in range(K):
             d_logits = draft.forward(dc, tok[:, None])[:, 0]  # [B, V]
             law, q = variant.draft_law(d_logits, params, onehot=onehot, q_mode=q_mode)
             tok = argmax_tokens(law) if onehot else categorical(law, u[:, i], check=False)
             drafted.append(tok)
             qs.append(q)
-        draft.forward(dc, tok[:, None])  # x_K: both caches keep the same slot layout
+            d_rows.append(d_logits)
+        d_rows.append(draft.forward(dc, tok[:, None])[:, 0])  # x_K: same slot layout; bonus q
         draft_tokens = torch.stack(drafted, dim=1)  # [B, K]
         t_logits = target.forward(tc, torch.cat([last[:, None], draft_tokens], 1))  # [B, K+1, V]
         target_probs = variant.verify_probs(t_logits, params)  # [B, K+1, V] one batched call
@@ -452,6 +508,11 @@ def _spec_chunk(
         n, a = res.num_emitted, res.num_accepted  # [B], [B]
         commit = (j[None, :] < n[:, None]) & active[:, None]  # [B, K+1]
         out.scatter_(1, torch.where(commit, pos[:, None] + j, DUMP), res.emitted)
+        if rec is not None:  # as builtin: the pipeline's p rows (a mutant's verify is not it)
+            exact = variant.verify_fn in (_verify_fast, _EXACT_VERIFY)
+            p_rows = target_probs if exact else logits_to_probs(t_logits, params)  # [B, K+1, V]
+            q_rows = _teacher_q(torch.stack(d_rows, dim=1), params, drafter)  # [B, K+1, V]
+            rec.record(p_rows, q_rows, res.emitted, pos, commit)
         n0 = tc.num_slots - (K + 1)
         hole = torch.zeros((B, tc.num_slots), dtype=torch.bool, device=dev)  # [B, N]
         hole[:, n0:] = j[None, :] >= n[:, None]
@@ -469,8 +530,8 @@ def _spec_chunk(
 class FastEngine(BuiltinEngine):
     """The built-in engine's arms (plain for the reference, the arm's ``SpecVariant`` otherwise)
     on the fast loops: registered as ``fast``, and what ``spectest run --fast`` runs every
-    built-in arm on (teeth included). White-box columns as the built-in engine (teacher forcing
-    on the unwrapped models); ``last_whitebox_s`` is the teacher's wall time of the last job."""
+    built-in arm on (teeth included). White-box columns recorded at generation time, as the
+    built-in engine records them."""
 
     name = "fast"
 
@@ -480,11 +541,8 @@ class FastEngine(BuiltinEngine):
         self.fast_models = Models(
             None if t is None else as_fast(t), None if d is None else as_fast(d)
         )
-        self.last_whitebox_s = 0.0
 
     def generate(self, job: ArmJob) -> ArmOutput:
-        import time
-
         target, draft = self.fast_models.target, self.fast_models.draft
         assert target is not None
         kw: dict[str, Any] = dict(
@@ -495,26 +553,18 @@ class FastEngine(BuiltinEngine):
             progress=job.tick,
         )
         if not self.speculative(job):
-            out = plain_decode_fast(target, job.prompt_ids, job.rows, **kw)
+            out = plain_decode_fast(
+                target, job.prompt_ids, job.rows, whitebox=job.whitebox,
+                draft=draft if job.whitebox else None, drafter=job.drafter, **kw,
+            )  # fmt: skip
         else:
             if draft is None:
                 raise ModelError(f"engine {self.name}: arm {job.arm!r} needs the draft model")
             out = speculative_decode_fast(
                 target, draft, job.prompt_ids, job.rows, drafter=job.drafter,
-                variant=self.variant(job), **kw,
+                variant=self.variant(job), whitebox=job.whitebox, **kw,
             )  # fmt: skip
-        wb = None
-        t0 = time.perf_counter()
-        if job.whitebox:
-            from spectest.engines.teacher import teacher_force
-
-            assert self.models.target is not None
-            wb = teacher_force(
-                self.models.target, job.prompt_ids, [r.params for r in job.rows], out.tokens,
-                draft=self.models.draft, drafter=job.drafter,
-            )  # fmt: skip
-        self.last_whitebox_s = time.perf_counter() - t0
-        return ArmOutput(out.tokens.numpy(), out.rounds, True, wb)
+        return ArmOutput(out.tokens.numpy(), out.rounds, True, out.whitebox)
 
     def provenance(self) -> dict[str, Any]:
         t = self.fast_models.target
