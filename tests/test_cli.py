@@ -337,3 +337,48 @@ def test_toy_constant_is_a_valid_protocol(tmp_path: Path) -> None:
     p = load_protocol(write_toy(tmp_path))
     assert p.seeds.per_arm == TOY["seeds"]["per_arm"]
     assert yaml.safe_load((tmp_path / "toy.yaml").read_text())["name"] == "toy"
+
+
+def _hf_dir(path: Path, *, weights: str) -> Path:
+    """A real tiny HF Llama directory, saved with safetensors or as a pickle ``.bin``."""
+    from spectest.models.zoo import load_model
+
+    model = load_model("hf-preset:llama-tiny", device="cpu", dtype="float32")
+    model.model.save_pretrained(path)  # the transformers module inside spectest's HFModel
+    if weights == "bin":  # the same weights as a pickle (transformers 5 writes safetensors only)
+        import torch
+        from safetensors.torch import load_file
+
+        (st,) = path.glob("*.safetensors")
+        torch.save(load_file(st), path / "pytorch_model.bin")
+        st.unlink()
+    assert any(path.glob("*.safetensors")) == (weights == "safetensors")
+    return path
+
+
+def test_load_failures_name_the_protocol_file_and_field(tmp_path: Path) -> None:
+    """Issue 9: a vocabulary mismatch, a model directory with pickle weights only and one with
+    damaged weights are each one line naming the protocol file and ``models.<field>``, exit 2."""
+    f = write_toy(tmp_path)
+    text = f.read_text()
+    # a draft whose vocabulary differs from the toy target's V=16
+    f.write_text(text.replace("toy:V=16,order=2,scale=1.0,seed=4", "toy:V=17,order=2,seed=4"))
+    r = invoke("run", "--config", f, "--out", tmp_path / "o1", "--no-progress")
+    line = err_line(r)
+    assert r.exit_code == 2 and str(f) in line and "models.draft: vocabulary mismatch" in line, line
+    # hf-local with pytorch_model.bin only: refused before anything is unpickled
+    binary = _hf_dir(tmp_path / "bin-model", weights="bin")
+    f.write_text(text.replace("toy:V=16,order=2,scale=1.0,seed=4", f"hf-local:{binary}"))
+    r = invoke("run", "--config", f, "--out", tmp_path / "o2", "--no-progress")
+    line = err_line(r)
+    assert r.exit_code == 2 and str(f) in line and "models.draft: hf-local:" in line, line
+    assert "no *.safetensors weights" in line, line
+    # hf-local with damaged safetensors: transformers' failure, named
+    broken = _hf_dir(tmp_path / "broken-model", weights="safetensors")
+    for w in broken.glob("*.safetensors"):
+        w.write_bytes(b"not a safetensors file")
+    f.write_text(text.replace("toy:V=16,order=2,scale=1.0,seed=4", f"hf-local:{broken}"))
+    r = invoke("run", "--config", f, "--out", tmp_path / "o3", "--no-progress")
+    line = err_line(r)
+    assert r.exit_code == 2 and str(f) in line, line
+    assert "models.draft: hf-local: cannot load model from" in line, line
