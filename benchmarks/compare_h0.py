@@ -110,7 +110,12 @@ def main() -> None:
             if cand_c.mde_tv is not None:
                 mdes.append(cand_c.mde_tv)
             if (i + 1) % 20 == 0:
-                print(f"{i + 1}/{args.reps}: default {dict(default_codes)}", flush=True)
+                print(
+                    f"{i + 1}/{args.reps}: default {dict(default_codes)}, "
+                    f"--max-mde-tv 1 {dict(permissive_codes)}, "
+                    f"rejections {dict(family_rejections)}",
+                    flush=True,
+                )
     n = args.reps
 
     def rate(c: Counter[int], code: int) -> dict[str, float]:

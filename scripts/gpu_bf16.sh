@@ -1,34 +1,48 @@
 #!/usr/bin/env bash
 # Issue 12 on the H200: verdicts on real-size bf16 models.
 #
-#   builtin  spectest's built-in engine, Qwen3-0.6B shape (random init, V = 151 936) in bf16:
-#            the issue's command. White-box columns are recorded at generation time (exact in
-#            every dtype, no teacher forwards): expect control and null passing, ε tooth killed.
-#   hf       transformers' generate vs assisted generation (protocols/hf-assisted.yaml, bundled
-#            pair) in bf16, with an ε = 0.5 tooth added: the hf arms are teacher-forced, so the
-#            white-box family runs in teacher mode (two-sample tests + tolerance control).
-#   hf-qwen  the same on the Qwen3-0.6B shape (teacher mode at a real vocabulary), 100 seeds.
+#   builtin         the issue's command: spectest's built-in engine, Qwen3-0.6B shape (random init,
+#                   V = 151 936) in bf16, draft = its first 4 layers. White-box columns are recorded
+#                   at generation time (exact in every dtype, no teacher forwards): expect control
+#                   and null passing. The ε tooth CANNOT be killed with this pair: the draft's argmax
+#                   has target probability 0 (measured on CPU, float32, 12 prompt positions, top-k 0,
+#                   50 and 20, logit scales 1..16: p(argmax draft) = 0.0000), so the ε-biased
+#                   acceptor accepts with (1 + ε)·0 = 0 and IS the exact sampler: expect INCONCLUSIVE
+#                   with "tooth eps=0.5 was not killed" — a true statement about this pair.
+#   builtin-noised  the same with a draft that agrees with the target (derived:noised,noise=0.05:
+#                   one-hot acceptance p(argmax draft) ≈ 0.03 at top-k 50, 0.065 at top-k 20):
+#                   expect control and null passing and the ε tooth killed (EQUIVALENT, exit 0).
+#   hf              transformers' generate vs assisted generation (protocols/hf-assisted.yaml,
+#                   bundled pair, 300 seeds) in bf16, with an ε = 0.5 tooth added: the hf arms are
+#                   teacher-forced, so the white-box family runs in teacher mode (two-sample tests
+#                   + tolerance control): expect EQUIVALENT, null passing, ε and onehot_softmax_q
+#                   killed.
+#   hf-qwen         the same on the Qwen3-0.6B shape with the noised draft (teacher mode at a real
+#                   vocabulary), HF_SEEDS seeds.
 #
-# Seeds of the builtin step: 32, the issue's count. It took 342 s with teacher forcing, of which
+# Usage: scripts/gpu_bf16.sh [STEPS] [OUT_DIR]   STEPS: comma-separated step names or "all"
+#        (default all: about 15 minutes — run the steps in separate commands where one command
+#        is limited to 10 minutes); OUT_DIR default $OUT or /tmp/gpu_bf16.
+#        Env: SEEDS (builtin steps, default 32), HF_SEEDS (hf-qwen, default 200), DEVICE
+#        (default cuda; cpu for a smoke test), EXTRA (more run arguments for every step, e.g.
+#        EXTRA="--seeds 40" for a quick CPU smoke test of the hf step).
+#
+# Seeds of the builtin steps: 32, the issue's count. It took 342 s with teacher forcing, of which
 # the teacher was roughly 75 s (3 072 one-row forwards of target and draft); generation is bound
 # by the float64 sampling pipeline over V = 151 936, which scales with the rows, and recording
 # the white-box columns adds a fraction of one pipeline pass per step: 32 seeds should end in
 # about 5 minutes. Each step prints its wall time: raise SEEDS if it leaves room.
 #
-# Usage: scripts/gpu_bf16.sh [builtin|hf|hf-qwen|all] [OUT_DIR]   (defaults: all, $OUT or
-#        /tmp/gpu_bf16). Env: SEEDS (builtin step, default 32), HF_SEEDS (hf-qwen, default 100),
-#        DEVICE (default cuda; cpu for a smoke test), EXTRA (more run arguments for every step,
-#        e.g. EXTRA="--seeds 40" for a quick CPU smoke test of the hf step).
 # Each step prints its wall time, the exit code (0 equivalent, 1 different, 3 inconclusive) and
 # one JSON line (prefix "RESULT ") read from the run's summary.json: decision, reasons, teeth,
 # per arm the white-box mode, control, rejected white-box tests and the testability numbers.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-STEP=${1:-all}
+STEPS=${1:-all}
 OUT=${2:-${OUT:-/tmp/gpu_bf16}}
 SEEDS=${SEEDS:-32}
-HF_SEEDS=${HF_SEEDS:-100}
+HF_SEEDS=${HF_SEEDS:-200}
 DEVICE=${DEVICE:-cuda}
 read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
 mkdir -p "$OUT"
@@ -82,16 +96,24 @@ step() {  # $1 name, rest: spectest run arguments
   report "$run" "$rc" "$((SECONDS - t0))"
 }
 
-case $STEP in builtin|all)
-  step openinfer-qwen3-0.6b-bf16 --config protocols/openinfer-512.yaml --device "$DEVICE" \
-    "${QWEN[@]}" --set models.dtype=bfloat16 --seeds "$SEEDS" ;;
-esac
-case $STEP in hf|all)
-  step hf-assisted-bundled-bf16 --config protocols/hf-assisted.yaml --device "$DEVICE" \
-    --set models.dtype=bfloat16 --set "teeth.epsilons=[0.5]" ;;
-esac
-case $STEP in hf-qwen|all)
-  step hf-assisted-qwen3-0.6b-bf16 --config protocols/hf-assisted.yaml --device "$DEVICE" \
-    "${QWEN[@]}" --set models.dtype=bfloat16 --set "teeth.epsilons=[0.5]" \
-    --set seeds.per_arm="$HF_SEEDS" --set batch_size="$HF_SEEDS" ;;
-esac
+QWEN_NOISED=(--set models.target=hf-preset:qwen3-0.6b --set "models.draft=derived:noised,noise=0.05")
+[ "$STEPS" = all ] && STEPS=builtin,builtin-noised,hf,hf-qwen
+IFS=, read -r -a STEP_LIST <<< "$STEPS"
+for STEP in "${STEP_LIST[@]}"; do
+  case $STEP in
+    builtin)
+      step openinfer-qwen3-0.6b-bf16 --config protocols/openinfer-512.yaml --device "$DEVICE" \
+        "${QWEN[@]}" --set models.dtype=bfloat16 --seeds "$SEEDS" ;;
+    builtin-noised)
+      step openinfer-qwen3-0.6b-noised-bf16 --config protocols/openinfer-512.yaml \
+        --device "$DEVICE" "${QWEN_NOISED[@]}" --set models.dtype=bfloat16 --seeds "$SEEDS" ;;
+    hf)
+      step hf-assisted-bundled-bf16 --config protocols/hf-assisted.yaml --device "$DEVICE" \
+        --set models.dtype=bfloat16 --set "teeth.epsilons=[0.5]" ;;
+    hf-qwen)
+      step hf-assisted-qwen3-0.6b-noised-bf16 --config protocols/hf-assisted.yaml \
+        --device "$DEVICE" "${QWEN_NOISED[@]}" --set models.dtype=bfloat16 \
+        --set "teeth.epsilons=[0.5]" --set seeds.per_arm="$HF_SEEDS" --set batch_size="$HF_SEEDS" ;;
+    *) echo "unknown step $STEP (builtin, builtin-noised, hf, hf-qwen, all)" >&2; exit 2 ;;
+  esac
+done

@@ -63,7 +63,8 @@ SITE=${SITE:-/tmp/site}
 mkdir -p "$SITE" "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target "$SITE" .whl/*.whl || echo "wheel install failed (flashinfer will be missing)"
-tar -xJf .whl/flashinfer-slim.tar.xz -C "$SITE" || echo "flashinfer tarball missing"
+python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
+  .whl/flashinfer-slim.tar.xz "$SITE" || echo "flashinfer tarball missing"
 export PYTHONPATH="$PWD:$SITE"
 export SPECTEST_SGLANG_REJECT_SAMPLING="$PWD/.whl/sglang/reject_sampling.py"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}

@@ -22,6 +22,7 @@ FAMILY_LABELS = {
     "trie": "prefix trie",
     "whitebox": "white-box",
     "lengths": "sequence lengths",
+    "sequence": "sequence-level (pooled over cells)",
 }
 
 
@@ -34,7 +35,7 @@ class FamilyScope:
     lone bad cell faces, in ``mde_unit`` (None where the family has no closed-form MDE).
     """
 
-    name: str  # cells | trie | whitebox | lengths
+    name: str  # cells | trie | whitebox | sequence | lengths
     n_tested: int
     n_untestable: int
     alpha: float
@@ -152,6 +153,23 @@ def _families(analysis: Any) -> tuple[FamilyScope, ...]:
                 bool(analysis.whitebox_rejected or analysis.support_violation),
             )
         )
+    seq = getattr(analysis, "sequence", None)
+    a_seq = float(getattr(analysis, "alpha_sequence", 0.0) or 0.0)
+    if seq is not None and a_seq > 0 and len(seq):
+        pooled = seq[seq["scope"] == "pooled"]
+        finite = pooled["pvalue"].astype(float).notna()
+        n_ok = int(finite.sum()) if _can_reach(seq, analysis.n_permutations, a_seq) else 0
+        fams.append(
+            FamilyScope(
+                "sequence",
+                n_ok,
+                len(pooled) - n_ok,
+                a_seq,
+                _f(getattr(analysis, "sequence_mde_tv", None)),
+                "TV per position, every cell-position shifted alike (Σ position χ²)",
+                bool(getattr(analysis, "sequence_rejected", False)),
+            )
+        )
     ln = getattr(analysis, "lengths", None)
     if ln is not None and len(ln):
         ok = ln["status"] == "ok"
@@ -168,6 +186,20 @@ def _families(analysis: Any) -> tuple[FamilyScope, ...]:
             )
         )
     return tuple(fams)
+
+
+def _can_reach(seq: Any, n_permutations: int, alpha: float) -> bool:
+    """Whether the sequence family's permutation p-value can reach its level at all: its smallest
+    attainable value is 1/(B + 1), or 1/Π_c C(n_c, n_ref,c) when the cells have fewer distinct
+    relabelings than that. At 2 + 2 sequences in one cell (6 relabelings) it cannot: such a
+    family ran formally but tested nothing."""
+    cells = seq[seq["scope"] == "cell"].drop_duplicates(["prompt_id", "config_id"])
+    log_labelings = sum(
+        math.lgamma(a + b + 1) - math.lgamma(a + 1) - math.lgamma(b + 1)
+        for a, b in zip(cells["n_ref"].astype(int), cells["n_cand"].astype(int), strict=True)
+    )
+    smallest = max(1.0 / (n_permutations + 1), math.exp(-min(log_labelings, 700.0)))
+    return smallest <= alpha
 
 
 def summarize_comparison(analysis: Any, *, arm: str, role: str, expect: str) -> Comparison:
@@ -224,6 +256,20 @@ def summarize_comparison(analysis: Any, *, arm: str, role: str, expect: str) -> 
                 f"{int(r.short_ref)}/{int(r.n_ref)} vs {int(r.short_cand)}/{int(r.n_cand)}",
             )
         )
+    seq = getattr(analysis, "sequence", None)
+    seq_rej = (
+        seq[(seq["scope"] == "pooled") & seq["reject"].astype(bool)]
+        if seq is not None and len(seq)
+        else None
+    )
+    for r in seq_rej.itertuples(index=False) if seq_rej is not None else ():
+        failing.append(
+            (
+                float(r.p_adj),
+                f"sequence-level {r.test} (pooled over cells) p_adj={float(r.p_adj):.3g} "
+                f"z={float(r.z):.2f}",
+            )
+        )
     failing.sort(key=lambda t: t[0])
     by_config = []
     if len(cells):
@@ -261,7 +307,8 @@ def summarize_comparison(analysis: Any, *, arm: str, role: str, expect: str) -> 
         rejections=int(analysis.n_rejected)
         + len(trie_rej)
         + len(wb_rej)
-        + (len(len_rej) if len_rej is not None else 0),
+        + (len(len_rej) if len_rej is not None else 0)
+        + (len(seq_rej) if seq_rej is not None else 0),
         min_qvalue=_f(p_adj.min()) if p_adj is not None and p_adj.notna().any() else None,
         mde_tv=_f(analysis.mde_tv),
         failing=tuple(f for _, f in failing),

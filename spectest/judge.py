@@ -73,6 +73,7 @@ def analysis_options(protocol_tests: Any, whitebox_mode: str = "exact") -> Any:
         trie_min_count=t.trie.min_count,
         whitebox=t.whitebox,
         null_permutations=t.null_permutations,
+        sequence=getattr(t, "sequence", True),
     )
 
 

@@ -129,6 +129,7 @@ class TestsSpec:
     whitebox: bool
     null_permutations: int
     max_mde_tv: float | None  # power requirement: the run's MDE (TV) must not exceed this
+    sequence: bool = True  # the sequence-level family (stats.sequence); hashed only when off
 
 
 @dataclass(frozen=True)
@@ -236,7 +237,11 @@ class Protocol:
             "positions": self.positions,
             "candidate": self.candidate,
             "tests": {
-                **{k: v for k, v in vars(self.tests).items() if k != "trie"},
+                **{
+                    k: v
+                    for k, v in vars(self.tests).items()
+                    if k != "trie" and not (k == "sequence" and v)
+                },
                 "trie": vars(self.tests.trie).copy(),
             },
             "teeth": {
@@ -503,8 +508,11 @@ def protocol_from_dict(
     t = c.mapping(
         top.get("tests", {}) or {},
         "tests",
-        ("alpha", "multiplicity", "min_expected", "trie", "whitebox", "null_permutations", "power"),
-    )
+        (
+            "alpha", "multiplicity", "min_expected", "trie", "whitebox", "null_permutations",
+            "power", "sequence",
+        ),
+    )  # fmt: skip
     tr = c.mapping(t.get("trie", {}) or {}, "tests.trie", ("depth", "min_count"))
     pw = c.mapping(t.get("power", {}) or {}, "tests.power", ("max_mde_tv",))
     max_mde = pw.get("max_mde_tv")
@@ -525,6 +533,7 @@ def protocol_from_dict(
         max_mde_tv=None
         if max_mde is None
         else c.float_(max_mde, "tests.power.max_mde_tv", lambda x: 0.0 < x <= 1.0, "in (0, 1]"),
+        sequence=c.bool_(t.get("sequence", True), "tests.sequence"),
     )
 
     th = c.mapping(top.get("teeth", {}) or {}, "teeth", ("null_arm", "epsilons", "mutants"))
@@ -781,6 +790,7 @@ def to_raw(protocol: Protocol, *, prompts_file: str) -> dict[str, Any]:
             "whitebox": p.tests.whitebox,
             "null_permutations": p.tests.null_permutations,
             "power": {"max_mde_tv": p.tests.max_mde_tv},
+            **({} if p.tests.sequence else {"sequence": False}),
         },
         "teeth": {
             "null_arm": p.teeth.null,

@@ -35,7 +35,7 @@ from spectest.engines.base import (
     rounds_frame,
     samples_frame,
 )
-from spectest.errors import ConfigError, EngineError, InputError
+from spectest.errors import ConfigError, EngineError, InputError, ModelError
 from spectest.judge import (
     ProgressFn,
     RunResult,
@@ -169,7 +169,7 @@ def _generate_shard(
     samples = samples_frame(out.tokens, prompt_id, rows, arm.name)
     if job.whitebox:
         if out.whitebox is None:
-            raise InputError(f"engine {engine.name}: white-box columns were asked for, got none")
+            raise EngineError(f"engine {engine.name}: white-box columns were asked for, got none")
         samples = pd.concat([samples, out.whitebox.reset_index(drop=True)], axis=1)
     elif teacher_mode and protocol.tests.whitebox:
         t_teacher = time.perf_counter()
@@ -280,12 +280,29 @@ def _shard_arm(plan: Plan, shard: Shard) -> Arm:
 
 
 def _load_models(protocol: Protocol, need_draft: bool) -> tuple[Any, Any]:
-    from spectest.models.zoo import load_model, load_pair
+    """The protocol's target (and draft): a model that cannot be built or loaded, or a draft
+    whose vocabulary differs from the target's, is one ``ModelError`` naming the protocol file
+    and the field (``models.target`` / ``models.draft``)."""
+    from spectest.models.derive import check_same_vocab
+    from spectest.models.zoo import load_model
 
     m = protocol.models
-    if need_draft:
-        return load_pair(m.target, m.draft, device=m.device, dtype=m.dtype)
-    return load_model(m.target, device=m.device, dtype=m.dtype), None
+
+    def load(field: str, spec: str, **kw: Any) -> Any:
+        try:
+            return load_model(spec, device=m.device, dtype=m.dtype, **kw)
+        except (ModelError, ConfigError) as err:
+            raise type(err)(f"{protocol.source}: models.{field}: {err}") from None
+
+    target = load("target", m.target, seed=0)
+    if not need_draft:
+        return target, None
+    draft = load("draft", m.draft, seed=1, target=target)  # load_pair's seeds
+    try:
+        check_same_vocab(target, draft)
+    except ModelError as err:
+        raise ModelError(f"{protocol.source}: models.draft: {err}") from None
+    return target, draft
 
 
 def configure_threads(device: str, threads: int | None) -> int:

@@ -21,7 +21,8 @@ Decision rules (the exit codes of ``spectest.errors.ExitCode``)
    power: an unkilled mutant says the test is weak, not that a detection is false.
 3. Otherwise, **inconclusive (3)** when "no difference found" would claim more than was tested:
    a. nothing was tested: no test family ran on enough data (every cell-position untestable, no
-      trie node or chain with enough sequences, no white-box test, no testable length table);
+      trie node or chain with enough sequences, no sequence-level test whose permutation p-value
+      can reach its level, no white-box test, no testable length table — ``spectest.comparison``);
    b. a tooth the protocol asks for did not run on enough data (it tested nothing — a null arm
       that "passes" on no data checked nothing), or an ε arm / mutant was not killed;
    c. the resolution is worse than required: the median per-cell MDE (TV) exceeds the required
@@ -233,8 +234,8 @@ def _nothing_tested(c: Comparison) -> str:
     return (
         f"nothing was testable: 0 of {n} cell-positions had enough samples "
         "(pooled χ² needs an expected count ≥ 5 per arm in two bins or more), and no trie "
-        "node, white-box test or sequence-length table ran: no difference could have been "
-        "seen, so none is claimed"
+        "node, sequence-level, white-box or sequence-length test ran on enough data: no "
+        "difference could have been seen, so none is claimed"
     )
 
 
@@ -318,7 +319,7 @@ def decide(
         if mde is None:
             reasons.append(
                 (
-                    "the resolution is unknown",
+                    "no cell-position was testable, so the resolution is unknown",
                     f"resolution unknown: no cell-position was tested, so the required per-cell "
                     f"MDE (TV) ≤ {required:g} ({requirement}) cannot be checked",
                 )

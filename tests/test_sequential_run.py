@@ -86,3 +86,17 @@ def test_budget_spent_without_the_resolution_is_inconclusive_and_resumes(tmp_pat
     assert again.shards_generated == 0 and again.shards_resumed == 8
     assert again.summary["sequential"] == seq
     assert TOY["seeds"] == {"per_arm": 200}  # the helper's protocol is untouched
+
+
+def test_the_sequence_family_can_be_switched_off_without_moving_old_hashes(tmp_path: Path) -> None:
+    from spectest.judge import analysis_options
+
+    on = load_protocol(write_toy(tmp_path))
+    off = load_protocol(write_toy(tmp_path, "off.yaml", tests={**FAST_TESTS, "sequence": False}))
+    same = load_protocol(write_toy(tmp_path, "on.yaml", tests={**FAST_TESTS, "sequence": True}))
+    assert "sequence" not in on.canonical()["tests"]
+    assert off.canonical()["tests"]["sequence"] is False
+    assert analysis_options(on.tests).sequence and not analysis_options(off.tests).sequence
+    assert same.hash == load_protocol(write_toy(tmp_path, "plain.yaml", tests=FAST_TESTS)).hash
+    with pytest.raises(ConfigError, match=r"tests\.sequence"):
+        load_protocol(write_toy(tmp_path, "bad.yaml", tests={**FAST_TESTS, "sequence": "yes"}))

@@ -98,8 +98,8 @@ def test_h0_run_passes_and_frames_are_complete():
     assert a.alpha_sequence == pytest.approx(0.05 / 3) and not a.sequence_rejected
     assert list(a.sequence.columns) == SEQUENCE_COLUMNS
     pooled = a.sequence[a.sequence["scope"] == "pooled"]
-    assert len(pooled) == 5 and len(a.sequence) == 5 + 2 * 5  # + 2 cells × 5 statistics
-    assert pooled["mde"].between(0, 1).all() and 0 < a.sequence_mde_tv < 1
+    assert len(pooled) == 3 and len(a.sequence) == 3 + 2 * 3  # + 2 cells × 3 statistics
+    assert pooled["mde"].between(0, 1).all() and 0 < a.sequence_mde < 1
     c = a.cells
     assert (c["n_ref"] == 300).all() and (c["n_cand"] == 300).all()
     assert (c["tv_null_q95"] >= c["tv_null_mean"]).all()

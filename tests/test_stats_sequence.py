@@ -162,8 +162,9 @@ def test_analyze_pools_a_small_bias_spread_over_every_cell_position():
     assert a.sequence_rejected and a.rejected
     assert a.alpha_sequence == pytest.approx(0.025) and a.sequence_pvalue <= 0.025
     pooled = a.sequence[a.sequence["scope"] == "pooled"].set_index("test")
-    assert pooled.loc["position_chi2", "mde"] == pytest.approx(a.sequence_mde_tv)
-    assert a.sequence_mde_tv < a.mde_tv
+    assert list(pooled.index) == list(sequence.DEFAULT)
+    assert pooled.loc["transition", "mde"] == pytest.approx(a.sequence_mde)
+    assert a.sequence_mde < a.mde_tv and "pair" in a.sequence_mde_unit
     off = analyze(
         samples_frame(arms),
         reference="reference",

@@ -179,3 +179,22 @@ def test_a_tooth_that_tested_nothing_did_not_run() -> None:
     labels = {t.arm: t.label for t in v.teeth}
     assert labels["null"] == "NO DATA (tested nothing)"
     assert "teeth that ran: mutant:x" in v.scope.tested_line()
+
+
+def test_sequence_family_counts_only_when_its_permutation_p_can_reach_its_level() -> None:
+    """Exact: 2 + 2 sequences in one cell have C(4, 2) = 6 relabelings, so the smallest p-value is
+    1/6 > α/3 — the family ran formally but tested nothing (the issue's `run --seeds 2`); 3 + 3
+    in 12 cells have 20^12 relabelings and B = 100 permutations give 1/101 ≤ 0.05/3."""
+    import pandas as pd
+
+    from spectest.comparison import _can_reach
+
+    def cells(n: int, k: int) -> pd.DataFrame:
+        return pd.DataFrame(
+            {"prompt_id": [f"p{i}" for i in range(k)], "config_id": "c", "scope": "cell",
+             "n_ref": n, "n_cand": n}
+        )  # fmt: skip
+
+    assert not _can_reach(cells(2, 1), 100, 0.05 / 3)
+    assert _can_reach(cells(3, 12), 100, 0.05 / 3)
+    assert not _can_reach(cells(3, 12), 20, 0.05 / 3)  # 1/21 > α/3: B too small

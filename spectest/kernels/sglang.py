@@ -9,7 +9,12 @@ Knows nothing about spectest's loop.
 
 Where the file comes from (first found): ``$SPECTEST_SGLANG_REJECT_SAMPLING`` (a path to the
 file), else an installed ``sglang`` package (located with ``importlib.util.find_spec``, which
-imports nothing). The module needs ``triton`` and a CUDA device.
+imports nothing). The module needs ``triton`` and a CUDA device — or, slowly, Triton's CPU
+interpreter (``TRITON_INTERPRET=1``, set before triton is imported), which tests/test_acceptor.py
+uses where triton is installed. Measured there (triton 3.6.0): classic chain verification emits
+exactly what spectest's exact sampler emits from the same uniforms; block verification stops in
+the interpreter (``InterpreterError: only 0-dimensional arrays can be converted to Python
+scalars``), an interpreter limit, so it is checked on the GPU only.
 
 Translation (read from the kernel source, sglang 0.5.23)
 --------------------------------------------------------
@@ -20,7 +25,7 @@ Translation (read from the kernel source, sglang 0.5.23)
   ``predicts.view(B, K+1)`` is the contract's ``output_token_ids`` once padded with -1;
 - ``uniform_samples[:, j]`` (j < K) is draft j+1's coin, ``uniform_samples_for_final_sampling``
   the final token's: the contract's ``uniforms[:, :K]`` and ``uniforms[:, K]``, cast to float32
-  as SGLang's sampler passes them;
+  as SGLang's sampler passes them (and kept below 1, SGLang's range);
 - ``accept_token_num`` is the committed count: both ``accepted_num`` and ``emitted_num``.
 """
 
@@ -85,19 +90,22 @@ def _run(
     *,
     block_verification: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    if draft_probs.device.type != "cuda":
+    if draft_probs.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise EngineError(
-            "spectest.kernels.sglang: the Triton kernel needs CUDA tensors (models.device: cuda)"
+            "spectest.kernels.sglang: the Triton kernel needs CUDA tensors (models.device: cuda; "
+            "or TRITON_INTERPRET=1 to run Triton's interpreter on CPU, slowly)"
         )
     B, K = (int(s) for s in draft_token_ids.shape)
     dev = draft_token_ids.device
-    fn = getattr(kernel_module(), FUNCTION)
+    fn = getattr(kernel_module(), FUNCTION)  # [B (K+1)] flat output slots below
     candidates = torch.cat([draft_token_ids[:, :1], draft_token_ids], dim=1)  # [B, K+1] root=x_1
     retrive_index = torch.arange(B * (K + 1), device=dev, dtype=torch.int64).view(B, K + 1)
     predicts = torch.full((B * (K + 1),), -1, dtype=torch.int32, device=dev)  # [B (K+1)]
     accept_index = torch.full((B, K + 1), -1, dtype=torch.int32, device=dev)
     accept_token_num = torch.zeros((B,), dtype=torch.int32, device=dev)
-    u = uniforms.to(torch.float32)  # [B, K+1]
+    # float32 as SGLang's torch.rand gives them, kept below 1 (a float64 u within 2^-25 of 1
+    # would round to 1.0f, outside SGLang's [0, 1) and past its final CDF scan)
+    u = uniforms.to(torch.float32).clamp(max=1.0 - 2.0**-24)  # [B, K+1]
     fn(
         predicts, accept_index, accept_token_num, candidates, retrive_index,
         torch.full_like(candidates, -1), torch.full_like(candidates, -1),  # tree links: unused

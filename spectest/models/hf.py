@@ -327,6 +327,12 @@ def from_local(
         raise ModelError(
             f"hf-local: {str(path)!r} has no config.json (not a transformers model dir)"
         )
+    if not any(p.glob("*.safetensors")):
+        # NOTE: pickle-based weights (pytorch_model.bin) can run code when loaded: never load them
+        raise ModelError(
+            f"hf-local: {str(path)!r} has no *.safetensors weights (spectest loads safetensors "
+            "only; convert the checkpoint with transformers' save_pretrained)"
+        )
     dev = torch.device(device)
     dt = _resolve_dtype(dtype, dev)
     from transformers.utils import logging as hf_logging
@@ -334,7 +340,7 @@ def from_local(
     hf_logging.disable_progress_bar()  # no "Loading weights" bars in spectest's own output
     try:
         model: Any = AutoModelForCausalLM.from_pretrained(
-            str(p), local_files_only=True, **{_DTYPE_KW: dt}
+            str(p), local_files_only=True, use_safetensors=True, **{_DTYPE_KW: dt}
         )
     except Exception as err:  # transformers raises OSError/ValueError/KeyError/... for bad dirs
         msg = str(err).splitlines()[0] if str(err) else type(err).__name__

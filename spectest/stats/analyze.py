@@ -96,6 +96,7 @@ SEQUENCE_COLUMNS = [
 ]
 ALL_CELLS = "*"  # prompt_id / config_id of the sequence family's pooled rows
 FAMILIES = ("cells", "trie", "whitebox", "sequence", "lengths")  # the α split's order
+SEQUENCE_DEFAULT = sequence.DEFAULT  # (the option ``sequence`` shadows the module in the class)
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,8 @@ class AnalysisOptions:
     the two-sample tests (their p-values must reach α_whitebox / 4).
     testable_shares: the shares of cell-positions ``seeds_for_testable`` reports seeds for.
     sequence: run the sequence-level family (``spectest.stats.sequence``; needs
-    ``null_permutations >= 1``, else it is off with a note).
+    ``null_permutations >= 1``, else it is off with a note). sequence_statistics: which of
+    ``sequence.STATISTICS`` it combines (default ``sequence.DEFAULT``).
     """
 
     alpha: float = 0.05
@@ -139,6 +141,7 @@ class AnalysisOptions:
     whitebox_permutations: int = 1999
     testable_shares: tuple[float, ...] = (0.5, 0.9)
     sequence: bool = True
+    sequence_statistics: tuple[str, ...] = SEQUENCE_DEFAULT
 
     def __post_init__(self) -> None:
         def bad(name: str, rule: str) -> ConfigError:
@@ -170,6 +173,14 @@ class AnalysisOptions:
         for name in ("whitebox", "permutation_pvalues", "sequence"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "must be a boolean")
+        st = self.sequence_statistics
+        if (
+            not isinstance(st, tuple)
+            or not st
+            or len(set(st)) != len(st)
+            or any(s not in sequence.STATISTICS for s in st)
+        ):
+            raise bad("sequence_statistics", f"must be a tuple of {list(sequence.STATISTICS)!r}")
         if not (0.5 <= self.tv_quantile < 1.0):
             raise bad("tv_quantile", "must be in [0.5, 1)")
         if not (self.alpha < self.power < 1.0):
@@ -198,7 +209,7 @@ class Analysis:
       3. a white-box test of the candidate arm is rejected after Bonferroni over that arm's
          white-box tests, at ``alpha_whitebox``;
       4. the candidate emitted a token with target probability 0 (``support_violation``);
-      5. the sequence family's min-p over its pooled statistics is significant at
+      5. the sequence family's max-T over its pooled statistics is significant at
          ``alpha_sequence`` (``sequence_pvalue``; rows of ``sequence`` with scope "pooled");
       6. a cell's sequence-length distribution differs (``spectest.stats.lengths``, BH at
          ``alpha_lengths``): sequences that stop early are a different law, not "untestable".
@@ -230,8 +241,9 @@ class Analysis:
     ``options.power`` at the per-test level a lone bad cell faces — α_cells/m for BH and max-T,
     α_cells/(m·Σ_{i≤m} 1/i) for BY (m tested cells); ``mde_tv`` here is their median.
     The sequence family states each pooled statistic's resolution in its own unit (columns
-    ``mde`` and ``unit`` of ``sequence``; ``sequence.resolution``); ``sequence_mde_tv`` is the
-    ``position_chi2`` one: the TV by which every cell-position must move alike to be detected.
+    ``mde`` and ``unit`` of ``sequence``; ``sequence.resolution``); ``sequence_mde`` is that of
+    its first statistic stated in TV (``sequence.TV_STATISTICS``), ``sequence_mde_unit`` says
+    which law that TV is of.
     """
 
     reference: str
@@ -262,8 +274,9 @@ class Analysis:
     sequence: pd.DataFrame  # SEQUENCE_COLUMNS: pooled rows (decide) then per-cell rows (locate)
     alpha_sequence: float
     sequence_rejected: bool
-    sequence_pvalue: float  # the family's min-p permutation p-value (NaN when inactive)
-    sequence_mde_tv: float  # resolution of position_chi2 (TV per position, all shifted alike)
+    sequence_pvalue: float  # the family's max-T permutation p-value (NaN when inactive)
+    sequence_mde: float  # resolution in TV of the family's first TV-unit statistic (NaN: none)
+    sequence_mde_unit: str  # what that TV is of (sequence.UNITS)
     notes: tuple[str, ...] = field(default_factory=tuple)
     lengths: pd.DataFrame = field(default_factory=lambda: _empty(lengths.LENGTH_COLUMNS))
     alpha_lengths: float = 0.0
@@ -451,10 +464,10 @@ def analyze(
         wb = _whitebox_frame(samples, reference, candidate, rounds, pit_rng, a_wb)
     testability = _testability(enc, opts)
 
-    seq_df, seq_p, seq_mde = (
+    seq_df, seq_p, seq_mde, seq_unit = (
         _sequence_frame(enc, seq_cells, seq_sizes, opts, a_seq)
         if do_seq
-        else (_empty(SEQUENCE_COLUMNS), float("nan"), float("nan"))
+        else (_empty(SEQUENCE_COLUMNS), float("nan"), float("nan"), "")
     )
 
     excess = cells["tv_excess"].to_numpy(dtype=np.float64)
@@ -517,7 +530,8 @@ def analyze(
         alpha_sequence=a_seq,
         sequence_rejected=seq_rej,
         sequence_pvalue=seq_p,
-        sequence_mde_tv=seq_mde,
+        sequence_mde=seq_mde,
+        sequence_mde_unit=seq_unit,
         notes=tuple(notes),
         lengths=len_df,
         alpha_lengths=a_len,
@@ -707,21 +721,22 @@ def _sequence_frame(
     sizes: list[np.ndarray],
     opts: AnalysisOptions,
     alpha: float,
-) -> tuple[pd.DataFrame, float, float]:
-    """The sequence family: pooled rows (one per statistic: z, min-p adjusted p, decision,
-    resolution) then per-cell rows (diagnostic p-values); its p-value and TV resolution."""
+) -> tuple[pd.DataFrame, float, float, str]:
+    """The sequence family: pooled rows (one per statistic: z, max-T adjusted p, decision,
+    resolution) then per-cell rows (diagnostic p-values); its p-value, TV resolution, unit."""
     if not cells:
-        return _empty(SEQUENCE_COLUMNS), float("nan"), float("nan")
-    res = sequence.combine(cells)
+        return _empty(SEQUENCE_COLUMNS), float("nan"), float("nan"), ""
+    names = opts.sequence_statistics
+    rows = [sequence.STATISTICS.index(n) for n in names]
+    res = sequence.combine([c[rows] for c in cells], names)
     sz = np.stack(sizes)  # [C, 3]: cell code, n_ref, n_cand
     mde = sequence.resolution(res, sz[:, 1], sz[:, 2], enc.n_positions, alpha, opts.power)
-    names = np.array(res.names, dtype=object)
     J, C = len(names), sz.shape[0]
     pooled = pd.DataFrame(
         {
             sc.PROMPT_ID: ALL_CELLS,
             sc.CONFIG_ID: ALL_CELLS,
-            "test": names,
+            "test": np.array(names, dtype=object),
             "scope": "pooled",
             "statistic": res.z,
             "z": res.z,
@@ -744,7 +759,7 @@ def _sequence_frame(
         {
             sc.PROMPT_ID: enc.cells[sc.PROMPT_ID].to_numpy()[cell],
             sc.CONFIG_ID: enc.cells[sc.CONFIG_ID].to_numpy()[cell],
-            "test": np.tile(names, C),
+            "test": np.tile(np.array(names, dtype=object), C),
             "scope": "cell",
             "statistic": res.cell_observed.reshape(-1),
             "z": np.where(sd > 0, zc, 0.0),
@@ -760,7 +775,10 @@ def _sequence_frame(
         }
     )
     df = pd.concat([pooled, per_cell], ignore_index=True)[SEQUENCE_COLUMNS]
-    return df, res.pvalue, float(mde[list(res.names).index("position_chi2")])
+    tv = [j for j, n in enumerate(names) if n in sequence.TV_STATISTICS]
+    if not tv:
+        return df, res.pvalue, float("nan"), ""
+    return df, res.pvalue, float(mde[tv[0]]), sequence.UNITS[names[tv[0]]]
 
 
 def _whitebox_frame(
