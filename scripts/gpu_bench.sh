@@ -54,6 +54,6 @@ step "P1: 32 seeds/arm with white-box (columns recorded at generation time; base
 /usr/bin/time -f "wall %e s" timeout 75 python -m spectest run "${P1[@]}" --seeds 32 \
   --out "$OUT/p1-32-wb" 2>&1 | tail -8
 for d in "$OUT"/p1-*; do
-  [ -f "$d/summary.json" ] && python -c "import json,sys; s=json.load(open(sys.argv[1])); print(sys.argv[1], s['verdict']['decision'], json.dumps(s.get('timings')))" "$d/summary.json"
+  [ -f "$d/summary.json" ] && python -c "import json,sys; s=json.load(open(sys.argv[1]+'/summary.json')); m=json.load(open(sys.argv[1]+'/manifest.json')); print(sys.argv[1], s['verdict']['decision'], json.dumps(s.get('timings')), 'engines:', json.dumps(m['provenance'].get('engines')))" "$d"
 done
 echo; echo "=== done ($(date -u +%H:%M:%S)); bench records:"; tail -n 7 results/bench/bench.jsonl | cut -c1-400

@@ -208,6 +208,9 @@ def run_bench(cfg: BenchConfig, *, log: Callable[[str], None] | None = None) -> 
         "torch_threads": torch.get_num_threads(),
         "git": _git_sha(),
         "load_s": round(load_s, 3),
+        # whether the fast arms ran on CUDA graphs (False on CPU, or after a failed capture)
+        "cuda_graphs": bool(getattr(fast_t, "cuda_graphs", False)),
+        "graph_error": getattr(fast_t, "graph_error", None),
         "target_name": target.name,
         "draft_name": draft.name,
     }

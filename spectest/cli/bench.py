@@ -72,5 +72,7 @@ def bench(
     for a in result.arms:
         if a.note:
             con.print(f"{a.arm}: {a.note}", markup=False)
+    prov = result.provenance
+    con.print(f"fast arms on CUDA graphs: {prov['cuda_graphs']}", markup=False)
     path = write_records(result, out)
     con.print(f"FLOPs/token {result.flops_per_token / 1e9:.3g} G; records appended to {path}")
