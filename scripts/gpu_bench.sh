@@ -35,7 +35,7 @@ if [ "${1:-}" = multi ]; then
 fi
 
 step "GPU tests: CUDA graphs == eager static cache; built-in engine on CUDA"
-timeout 90 python -m pytest -q -m gpu tests/test_engine_fast.py tests/test_engine_gpu.py 2>&1 | tail -6
+timeout 70 python -m pytest -q -m gpu tests/test_engine_fast.py tests/test_engine_gpu.py 2>&1 | tail -6
 
 step "P2: bench, batch 256 x 32 tokens, K=4 one-hot drafter, t 0.8 p 0.95, bf16"
 timeout 150 python -m spectest bench --device cuda "${PAIR[@]}" --rows 256 --positions 32 --k 4 \
@@ -45,6 +45,10 @@ timeout 150 python -m spectest bench --device cuda "${PAIR[@]}" --rows 256 --pos
 step "P2: fast speculative arm with a sampled drafter (acceptance of the realistic pair)"
 timeout 45 python -m spectest bench --device cuda "${PAIR[@]}" --rows 256 --positions 32 --k 4 \
   --drafter sampled --peak-tflops 800 --arms fast-spec,hf-generate --out results/bench/bench.jsonl
+
+step "P2 diagnosis: torch profiler of the fast arms (top ops by CUDA time; traces in $OUT/profile)"
+timeout 50 python -m spectest bench --device cuda "${PAIR[@]}" --rows 256 --positions 32 --k 4 \
+  --arms fast-plain,fast-spec --profile "$OUT/profile" --out "$OUT/profile.jsonl" 2>&1 | tail -45
 
 step "P1: the full plan, 256 seeds/arm, white-box off (generation + analysis; target <= 60 s)"
 /usr/bin/time -f "wall %e s" timeout 120 python -m spectest run "${P1[@]}" --set tests.whitebox=false \

@@ -25,6 +25,7 @@ counts only emitted tokens, so its MFU is useful work, not work done.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -63,6 +64,7 @@ class BenchConfig:
     prompt: tuple[int, ...] = SYNTH_PROMPT
     peak_tflops: float | None = None  # None: no MFU (e.g. on CPU)
     seed: int = 0
+    profile: str | None = None  # a directory: torch profiler trace + top ops of each arm's run
 
     def __post_init__(self) -> None:
         bad = [a for a in self.arms if a not in ARMS]
@@ -164,6 +166,9 @@ def run_bench(cfg: BenchConfig, *, log: Callable[[str], None] | None = None) -> 
         out = call(arm, rows[:n])
         _sync(cfg.device)
         wall = time.perf_counter() - t
+        if cfg.profile:  # after the timed run, so the figures are not profiled ones
+            rerun = functools.partial(call, arm, rows[:n])
+            say(_profile(rerun, cfg.device, Path(cfg.profile) / arm))
         acc = None if out.rounds is None else float(out.rounds["accepted"].mean())
         note = ""
         graph_error = getattr(fast_t, "graph_error", None)
@@ -232,6 +237,22 @@ def write_records(result: BenchResult, path: str | Path) -> Path:
             }
             fh.write(json.dumps(rec) + "\n")
     return p
+
+
+def _profile(fn: Callable[[], Any], device: str, path: Path) -> str:
+    """Run ``fn`` under torch's profiler; write a Chrome trace to ``path``.json and return the
+    top operators by device (or CPU) time as text."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    with profile(activities=acts) as prof:
+        fn()
+        _sync(device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(path) + ".json")
+    key = "cuda_time_total" if device.startswith("cuda") else "cpu_time_total"
+    table = prof.key_averages().table(sort_by=key, row_limit=15)
+    return f"profile of {path.name} ({path}.json):\n{table}"
 
 
 def _sync(device: str) -> None:

@@ -64,5 +64,12 @@ def test_cli(tmp_path):
     assert r.exit_code == 0, r.output
     assert "fast-spec" in r.output and "× hf-generate" in r.output
     assert len(out.read_text().splitlines()) == 3
+    assert "fast arms on CUDA graphs: False" in r.output  # CPU
+    prof = tmp_path / "prof"
+    args = ["bench", "--target", TINY, "--draft", DRAFT, "--rows", "2", "--positions", "2",
+            "--arms", "fast-plain", "--out", str(out), "--profile", str(prof)]  # fmt: skip
+    r = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    assert (prof / "fast-plain.json").is_file()
     r = CliRunner().invoke(app, ["bench", "--drafter", "greedy"], catch_exceptions=False)
     assert r.exit_code == 2 and "--drafter must be onehot or sampled" in r.output

@@ -39,6 +39,12 @@ def bench(
     peak_tflops: Annotated[
         float | None, typer.Option(help="Peak TFLOP/s of the device, for MFU (e.g. 800 on H200).")
     ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="Directory for a torch profiler trace and top ops of each arm (extra run)."
+        ),
+    ] = None,
     out: Annotated[
         str, typer.Option(help="JSON-lines file the records are appended to.")
     ] = "results/bench/bench.jsonl",
@@ -53,7 +59,7 @@ def bench(
         target=target, draft=draft, device=device, dtype=dtype, rows=rows, positions=positions,
         k=k, onehot=drafter == "onehot", params=SamplingParams(temperature, top_k, top_p),
         assisted_rows=assisted_rows, arms=tuple(a.strip() for a in arms.split(",") if a.strip()),
-        peak_tflops=peak_tflops,
+        peak_tflops=peak_tflops, profile=profile,
     )  # fmt: skip
     err = err_console()
     result = run_bench(cfg, log=lambda s: err.print(s, markup=False))
