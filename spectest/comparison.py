@@ -165,8 +165,8 @@ def _families(analysis: Any) -> tuple[FamilyScope, ...]:
                 n_ok,
                 len(pooled) - n_ok,
                 a_seq,
-                _f(getattr(analysis, "sequence_mde_tv", None)),
-                "TV per position, every cell-position shifted alike (Σ position χ²)",
+                _f(getattr(analysis, "sequence_mde", None)),
+                str(getattr(analysis, "sequence_mde_unit", "") or ""),
                 bool(getattr(analysis, "sequence_rejected", False)),
             )
         )

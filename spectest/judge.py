@@ -29,6 +29,7 @@ from spectest.store import (
     HISTOGRAMS_SCHEMA,
     ROUNDS,
     SAMPLES,
+    SEQUENCE,
     TESTS,
     TRIE,
     WHITEBOX,
@@ -202,6 +203,7 @@ def finish_run(
         TESTS: schema.TESTS_SCHEMA,
         TRIE: schema.TRIE_SCHEMA,
         WHITEBOX: schema.WHITEBOX_TESTS_SCHEMA,
+        SEQUENCE: schema.SEQUENCE_SCHEMA,
     }
     for fname, df in tidy_tables(results).items():
         tables[fname] = (df, analysis_schemas[fname])

@@ -131,7 +131,7 @@ TRIE_SCHEMA = pa.schema(
     ]
 )
 # The sequence family (stats.sequence): pooled rows (prompt_id = config_id = "*") decide,
-# per-cell rows locate. Written as sequence.parquet once the run writer stores it.
+# per-cell rows locate. Written as sequence.parquet (store.SEQUENCE).
 SEQUENCE_SCHEMA = pa.schema(
     [
         pa.field(PROMPT_ID, pa.string()),

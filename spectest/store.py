@@ -76,6 +76,7 @@ HISTOGRAMS = "histograms.parquet"
 TESTS = "tests.parquet"
 TRIE = "trie.parquet"
 WHITEBOX = "whitebox.parquet"
+SEQUENCE = "sequence.parquet"  # the sequence-level family (stats.sequence)
 SUMMARY = "summary.json"
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"

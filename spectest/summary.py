@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from spectest.plan import Arm
-from spectest.store import TESTS, TRIE, WHITEBOX
+from spectest.store import SEQUENCE, TESTS, TRIE, WHITEBOX
 from spectest.verdict import Comparison, Verdict
 
 MAX_FAILING_LISTED = 20
@@ -25,9 +25,14 @@ MAX_FAILING_LISTED = 20
 
 def tidy_tables(results: Sequence[tuple[Arm, Any]]) -> dict[str, pd.DataFrame]:
     """Concatenate each analysis's tidy tables with a ``comparison`` column (the arm name)."""
-    tables: dict[str, list[pd.DataFrame]] = {TESTS: [], TRIE: [], WHITEBOX: []}
+    tables: dict[str, list[pd.DataFrame]] = {TESTS: [], TRIE: [], WHITEBOX: [], SEQUENCE: []}
     for arm, a in results:
-        for fname, attr in ((TESTS, "cells"), (TRIE, "trie"), (WHITEBOX, "whitebox")):
+        for fname, attr in (
+            (TESTS, "cells"),
+            (TRIE, "trie"),
+            (WHITEBOX, "whitebox"),
+            (SEQUENCE, "sequence"),
+        ):
             df = getattr(a, attr, None)
             if df is not None and len(df):
                 tables[fname].append(df.assign(comparison=arm.name))

@@ -83,6 +83,16 @@ def test_exact_sampler_exits_0_and_stores_everything(exact_run) -> None:
         "eps=0.5",
         "mutant:always_accept",
     }
+    # the sequence-level family's decisions (pooled rows) and diagnostics (per cell), every arm
+    seq = stored.table("sequence.parquet")
+    assert seq is not None and set(seq["comparison"]) == {
+        "candidate",
+        "null",
+        "eps=0.5",
+        "mutant:always_accept",
+    }
+    pooled = seq[(seq["scope"] == "pooled") & (seq["comparison"] == "candidate")]
+    assert len(pooled) and not pooled["reject"].any() and pooled["mde"].notna().any()
     s = stored.summary
     assert s["verdict"]["decision"] == "equivalent"
     assert [t["label"] for t in s["teeth"]] == ["passed (sound)", "killed", "killed"]

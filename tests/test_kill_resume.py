@@ -31,6 +31,7 @@ from spectest.store import (
     MANIFEST,
     ROUNDS,
     SAMPLES,
+    SEQUENCE,
     SUMMARY,
     TESTS,
     TRIE,
@@ -45,7 +46,7 @@ ENV = {
     "OMP_NUM_THREADS": "1",
     "SPECTEST_NO_PROGRESS": "1",
 }
-TABLES = (SAMPLES, ROUNDS, HISTOGRAMS, TESTS, TRIE, WHITEBOX)
+TABLES = (SAMPLES, ROUNDS, HISTOGRAMS, TESTS, TRIE, WHITEBOX, SEQUENCE)
 N_SHARDS = 10  # 5 arms (reference, candidate, null, eps=0.5, mutant:always_accept) x 2 prompts
 
 pytestmark = pytest.mark.slow
