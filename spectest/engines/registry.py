@@ -26,6 +26,7 @@ BUILTIN: dict[str, str] = {
     "hf-generate": "spectest.engines.hf:HFGenerateEngine",
     "hf-assisted": "spectest.engines.hf:HFAssistedEngine",
     "acceptor": "spectest.engines.acceptor:AcceptorEngine",
+    "command": "spectest.engines.command:CommandEngine",
 }
 
 

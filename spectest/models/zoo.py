@@ -14,6 +14,8 @@ Spec grammar (a string ``kind:rest`` or a dict ``{"kind": ..., **options}``)
 - ``hf-local:/path/to/dir`` — a local transformers directory (dict form for options:
   ``{"kind": "hf-local", "path": ..., "logit_scale": 2.0}``);
 - ``bundled:target`` / ``bundled:draft`` — the shipped trained pair in ``spectest/zoo/bundled/``;
+- ``fixture:tiny-llama/target`` / ``/draft`` — the real-engine fixture pair (``fixtures``), built
+  deterministically into ``~/.cache/spectest/fixtures`` on first use;
 - drafts only (``load_pair`` or ``load_model(..., target=...)``): ``derived:first_layers,layers=2``
   (layer skip sharing the target's tensors), ``derived:noised,noise=0.1,seed=2`` (noised copy).
 
@@ -48,6 +50,8 @@ PRESETS: dict[str, str] = {
     "bundled:draft": "the shipped trained draft (spectest/zoo/bundled/draft)",
     "derived:first_layers": "draft only: the target's first n layers, shared weights (layers=n)",
     "derived:noised": "draft only: the target with seeded Gaussian weight noise (noise=, seed=)",
+    "fixture:tiny-llama/target": "real-engine fixture (models/fixtures.py): HF dir + GGUF, cached",
+    "fixture:tiny-llama/draft": "its draft: the target with weight noise 0.1 (sampled acc. ~0.66)",
 }
 assert {f"hf-preset:{k}" for k in HF_PRESETS} <= set(PRESETS)
 
@@ -156,6 +160,11 @@ def load_model(
         return from_local(
             BUNDLED_DIR / head, device=device, dtype=dtype, logit_scale=o.get("logit_scale", 1.0)
         )
+    if kind == "fixture":  # built on first use under ~/.cache/spectest/fixtures
+        from spectest.models.fixtures import hf_dir, parse_fixture_spec
+
+        _typed(spec, opts, {})  # no options
+        return from_local(hf_dir(*parse_fixture_spec(head)), device=device, dtype=dtype)
     if kind == "derived":
         if target is None:
             raise ConfigError(
@@ -167,7 +176,7 @@ def load_model(
         return derive_draft(target, head, **o)
     raise ConfigError(
         f"model spec {spec!r}: unknown kind {kind!r}; "
-        "valid: toy, hf-preset, hf-local, bundled, derived"
+        "valid: toy, hf-preset, hf-local, bundled, derived, fixture"
     )
 
 
