@@ -27,6 +27,7 @@ BUILTIN: dict[str, str] = {
     "hf-assisted": "spectest.engines.hf:HFAssistedEngine",
     "acceptor": "spectest.engines.acceptor:AcceptorEngine",
     "command": "spectest.engines.command:CommandEngine",
+    "http": "spectest.engines.http:HTTPEngine",
 }
 
 
