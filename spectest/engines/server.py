@@ -62,7 +62,10 @@ def llamacpp_dir() -> Path:
             f"{{llama_server}}: {script} not found (a source checkout is needed to build "
             "llama.cpp; or set SPECTEST_LLAMA_SERVER to a llama-server binary)"
         )
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    import sys
+
+    env = {**os.environ, "PYTHON": os.environ.get("PYTHON", sys.executable)}
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
         raise EngineProcessError(f"scripts/build_llamacpp.sh: exit {proc.returncode}: {tail}")
