@@ -347,7 +347,7 @@ class CommandEngine(Engine):
             key = (obj.get("id"), obj.get("seed"))
             if key not in pending:
                 raise proc.failure(f"answered a job/seed that is not pending: {key!r}")
-            row = pending.pop(key)  # type: ignore[arg-type]
+            row = pending.pop(key)
             toks = obj.get("tokens")
             if (
                 not isinstance(toks, list)
