@@ -61,4 +61,9 @@ start=$(date +%s)
 run patched "$@"
 rc_patched=$?
 echo "== patched: exit $rc_patched in $(($(date +%s) - start)) s (expected 0)"
-[[ $rc_unpatched -eq 1 && $rc_patched -eq 0 ]]
+if [[ $rc_unpatched -eq 1 && $rc_patched -eq 0 ]]; then
+    echo "vllm_cpu_bug: reproduced: unpatched DIFFERENT (exit 1), fixed EQUIVALENT (exit 0)"
+    exit 0
+fi
+echo "vllm_cpu_bug: NOT as expected: unpatched exit $rc_unpatched, fixed exit $rc_patched"
+exit 1

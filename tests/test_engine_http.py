@@ -134,3 +134,27 @@ def test_options_are_checked() -> None:
     )
     assert o.url == "http://localhost:1" and o.samplers == ("top_p", "temperature")
     hash(o)  # an EngineChoice key
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "llamacpp-spec.yaml",
+        "llamacpp-spec-greedy.yaml",
+        "llamacpp-misordered.yaml",
+        "vllm-cpu-spec.yaml",
+        "command-example.yaml",
+    ],
+)
+def test_engine_options_round_trip_through_a_run_directory(name: str, tmp_path: Path) -> None:
+    """A run directory's protocol.yaml (the canonical options) reads back to the same hash, so
+    ``spectest analyze`` accepts it (env as pairs, extra as JSON, default samplers)."""
+    import yaml
+
+    from spectest.prompts import prompts_jsonl
+    from spectest.protocol import load_protocol, to_raw
+
+    p = load_protocol(Path(__file__).resolve().parents[1] / "protocols" / name)
+    (tmp_path / "prompts.jsonl").write_text(prompts_jsonl(p))
+    (tmp_path / "protocol.yaml").write_text(yaml.safe_dump(to_raw(p, prompts_file="prompts.jsonl")))
+    assert load_protocol(tmp_path / "protocol.yaml").hash == p.hash

@@ -105,8 +105,14 @@ def expand(argv: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def parse_env(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """``{NAME: value}`` or the canonical ``[[NAME, value], ...]`` (what a stored run's
+    protocol.yaml holds) → sorted pairs."""
     if value is None:
         return ()
+    if isinstance(value, (list, tuple)) and all(
+        isinstance(p, (list, tuple)) and len(p) == 2 for p in value
+    ):
+        value = {k: v for k, v in value}
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise ConfigError(f"{where}: expected a mapping of NAME: value, got {value!r}")
     return tuple(sorted((k, str(v)) for k, v in value.items()))

@@ -129,7 +129,7 @@ class HTTPEngine(Engine):
             raise ConfigError(
                 f"{where}.samplers: expected a list of {LLAMACPP_SAMPLERS}, got {samplers!r}"
             )
-        if api != "llamacpp" and "samplers" in raw:
+        if api != "llamacpp" and tuple(samplers) != SPECTEST_ORDER:
             raise ConfigError(f"{where}.samplers: only llama.cpp's API takes a sampler order")
         kw["samplers"] = tuple(samplers)
         for key, typ, lo in (
@@ -156,6 +156,11 @@ class HTTPEngine(Engine):
                 raise ConfigError(f"{where}.check_seeds: expected true or false")
             kw["check_seeds"] = raw["check_seeds"]
         extra = raw.get("extra", {})
+        if isinstance(extra, str):  # the canonical form a stored protocol.yaml holds
+            try:
+                extra = json.loads(extra)
+            except ValueError:
+                raise ConfigError(f"{where}.extra: not a JSON object: {extra!r}") from None
         if not isinstance(extra, Mapping):
             raise ConfigError(f"{where}.extra: expected a mapping, got {extra!r}")
         kw["extra"] = json.dumps(dict(extra), sort_keys=True)
