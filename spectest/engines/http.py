@@ -19,6 +19,7 @@ Loopback only: a ``url`` whose host is not 127.0.0.1 / localhost / ::1 is refuse
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.error
@@ -290,7 +291,13 @@ class HTTPEngine(Engine):
                         f"(HTTP {err.code}): {text}"
                     ) from None
                 last = f"HTTP {err.code}: {text}"
-            except (urllib.error.URLError, OSError, TimeoutError, ValueError) as err:
+            except (
+                urllib.error.URLError,
+                http.client.HTTPException,
+                OSError,
+                TimeoutError,
+                ValueError,
+            ) as err:  # a server dying mid-reply raises IncompleteRead / RemoteDisconnected
                 last = f"{type(err).__name__}: {getattr(err, 'reason', err)}"
         msg = f"{self.where}: {self.base_url}{path} failed {o.retries + 1} times; last: {last}"
         if self.server is not None:
