@@ -3,7 +3,7 @@
 seeded hash: tokens are a pure function of (prompt, seed, position), unless told to misbehave.
 
 Usage: python tests/fake_completion_server.py --port N [--ignore-seed] [--drop PARAM]
-       [--fail-first N] [--die-after N]
+       [--fail-first N] [--die-after N] [--delay SECONDS]
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 import os
 import random
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ARGS = argparse.Namespace()
@@ -47,6 +48,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         COUNT["n"] += 1
+        time.sleep(ARGS.delay)
         if ARGS.die_after and COUNT["n"] > ARGS.die_after:
             print("fake server: simulated crash", file=sys.stderr, flush=True)
             os._exit(9)
@@ -84,6 +86,7 @@ def main() -> None:
     ap.add_argument("--drop", default="")
     ap.add_argument("--fail-first", type=int, default=0)
     ap.add_argument("--die-after", type=int, default=0)
+    ap.add_argument("--delay", type=float, default=0.0)
     ap.parse_args(namespace=ARGS)
     print(f"fake server on 127.0.0.1:{ARGS.port}", flush=True)
     ThreadingHTTPServer(("127.0.0.1", ARGS.port), Handler).serve_forever()

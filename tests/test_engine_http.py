@@ -10,6 +10,7 @@ are exact (no statistics).
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -158,3 +159,68 @@ def test_engine_options_round_trip_through_a_run_directory(name: str, tmp_path: 
     (tmp_path / "prompts.jsonl").write_text(prompts_jsonl(p))
     (tmp_path / "protocol.yaml").write_text(yaml.safe_dump(to_raw(p, prompts_file="prompts.jsonl")))
     assert load_protocol(tmp_path / "protocol.yaml").hash == p.hash
+
+
+def command_lines() -> list[str]:
+    """The command line of every process (from /proc: ``ps`` may truncate long lines)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                out.append((d / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+            except OSError:
+                continue
+    return out
+
+
+CTRL_C_PROTOCOL = """
+version: 2
+name: ctrl-c
+models: {{target: "toy:V=16,order=1,scale=2.0,seed=3", draft: "toy:V=16,order=1,scale=2.0,seed=4"}}
+drafter: {{kind: sampled, k: 2}}
+prompts: {{file: prompts.jsonl}}
+configs: {{t1: {{temperature: 1.0}}}}
+seeds: {{per_arm: 50}}
+positions: 3
+tests: {{whitebox: false, null_permutations: 20}}
+teeth: {{null_arm: false}}
+engines:
+  reference: {{name: http, concurrency: 1,
+              server: ["{{python}}", "{fake}", --port, "{{port}}", --delay, "0.5"]}}
+"""
+
+
+def test_ctrl_c_stops_the_managed_server(tmp_path: Path) -> None:
+    """SIGINT to ``spectest run`` while a managed server is serving: the run stops and no server
+    process is left (the runner's ``finally`` closes every engine)."""
+    import os
+    import signal
+    import subprocess
+
+    (tmp_path / "prompts.jsonl").write_text('{"id": "p0", "ids": [1, 2]}\n')
+    (tmp_path / "p.yaml").write_text(CTRL_C_PROTOCOL.format(fake=FAKE))
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spectest", "run", "--config", str(tmp_path / "p.yaml"),
+         "--out", str(tmp_path / "run")],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+    def servers() -> list[str]:
+        return [c for c in command_lines() if str(FAKE) in c and "--delay" in c]
+
+    for _ in range(1200):
+        if servers():
+            break
+        time.sleep(0.1)
+    time.sleep(3.0)  # a few requests in flight (0.5 s each)
+    assert servers(), "the managed server never started"
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0, out
+    for _ in range(50):
+        if not servers():
+            break
+        time.sleep(0.1)
+    assert not servers(), servers()

@@ -69,5 +69,6 @@ def test_sampler_order_top_p_first_is_different(llamacpp: Path, tmp_path: Path) 
 
 def test_no_server_outlives_the_run(llamacpp: Path) -> None:
     """After the runs above (same module), no llama-server started by spectest is left."""
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert str(llamacpp / "bin" / "llama-server") not in ps
+    from test_engine_http import command_lines
+
+    assert not [c for c in command_lines() if str(llamacpp / "bin" / "llama-server") in c]
