@@ -55,7 +55,15 @@ ENGINES_REFERENCE = ("builtin", "hf-generate")  # version 1's closed lists (engi
 ENGINES_CANDIDATE = ("builtin", "hf-assisted")
 ACCEPTOR_PREFIX = "acceptor:"  # candidate: acceptor:SPEC = engines.candidate {acceptor, kernel}
 _NAME_RE = NAME_RE
-_MODEL_PREFIXES = ("toy:", "hf-preset:", "realistic:", "hf-local:", "bundled:", "derived:")
+_MODEL_PREFIXES = (
+    "toy:",
+    "hf-preset:",
+    "realistic:",
+    "hf-local:",
+    "bundled:",
+    "derived:",
+    "fixture:",
+)
 
 
 # ----------------------------------------------------------------------------- dataclasses

@@ -89,6 +89,9 @@ def test_every_registered_engine_resolves() -> None:
         if name == "acceptor":  # the one engine with a required option
             with pytest.raises(ConfigError, match=r"<test>\.kernel: required field is missing"):
                 cls.parse_options({}, "<test>")
+        elif name in ("command", "http"):  # the program / the server (url or command line)
+            with pytest.raises(ConfigError, match=r"<test>.*(command: required|exactly one)"):
+                cls.parse_options({}, "<test>")
         else:
             cls.parse_options({}, "<test>")  # every option has a default
 

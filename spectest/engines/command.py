@@ -1,0 +1,395 @@
+"""The ``command`` engine: any program that speaks spectest's JSON-lines protocol on stdin/stdout.
+
+Owns: the line protocol (``PROTOCOL``, below), starting the program, streaming jobs, matching
+results, per-line timeouts, and turning a dead or misbehaving program into one line naming its
+exit status and the tail of its stderr. Knows nothing about how the program samples; nothing
+about files (the runner writes a shard only after ``generate`` returned every row, so a program
+that dies mid-shard never leaves a shard marked complete).
+
+The protocol ``spectest-jsonl/1`` (one JSON object per line, UTF-8)
+----------------------------------------------------------------------
+The program must first print a hello line (within ``startup_timeout_s``)::
+
+    {"type": "hello", "protocol": "spectest-jsonl/1", "engine": "my-engine", "version": "1.2"}
+
+spectest then writes jobs, one per line; a job is one prompt × one sampling config × many seeds::
+
+    {"type": "job", "id": 7, "arm": "candidate", "role": "candidate",
+     "prompt_id": "p0", "prompt": [1, 72, 101], "config_id": "t0.8-p0.95",
+     "sampling": {"temperature": 0.8, "top_k": 0, "top_p": 0.95, "min_p": 0.0,
+                  "order": ["temperature", "top_k", "top_p", "min_p"]},
+     "max_tokens": 8, "seeds": [400, 401, ...], "row_keys": [..., ...], "run_key": 123,
+     "drafter": {"kind": "sampled", "k": 3, "q": "processed"}}
+
+``order`` is the order spectest applies the filters in (top_k = 0, top_p = 1, min_p = 0 mean
+off); ``row_keys[i]`` is spectest's 63-bit key of (run key, prompt, config, seeds[i]) for a
+program that wants a per-row RNG independent of ``seeds``. The program answers each seed with
+one line, in any order::
+
+    {"type": "result", "id": 7, "seed": 400, "tokens": [72, 33, ...],
+     "rounds": [{"drafted": 3, "accepted": 2, "emitted": 3}, ...]}
+
+``tokens`` holds ``max_tokens`` ids (fewer = the sequence ended, e.g. at EOS); ``rounds`` is
+optional telemetry of a speculative engine (stored as a readout, never tested). A job the
+program cannot run is answered ``{"type": "error", "id": 7, "message": "..."}`` (spectest stops
+with that message, exit 2). Lines that are not JSON objects are an error; ``{"type": "log",
+"message": ...}`` lines are ignored. spectest closes stdin at the end; the program exits 0.
+
+Failures: a program that exits, prints garbage, or stays silent for ``timeout_s`` seconds while
+a job is pending is killed and reported as one line with its exit status and the last lines of
+its stderr (exit 4 where spectest has its infrastructure exit code, else 2; never 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import shlex
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from spectest import errors
+from spectest.engines.base import (
+    PLACEHOLDER_TOKEN_ID,
+    ArmJob,
+    ArmOutput,
+    Engine,
+    options_dict,
+)
+from spectest.errors import ConfigError, EngineError
+
+PROTOCOL = "spectest-jsonl/1"
+SAMPLER_ORDER = ("temperature", "top_k", "top_p", "min_p")
+STDERR_TAIL_LINES = 5
+
+
+class EngineProcessError(EngineError):
+    """The engine's process (or server) died, timed out or broke the line protocol. Exit 4
+    (infrastructure) where spectest defines it, else 2: never the statistical 1."""
+
+    exit_code = getattr(errors.ExitCode, "INFRASTRUCTURE", errors.ExitCode.BAD_INPUT)
+
+
+def parse_argv(value: Any, where: str, base_dir: Path | None = None) -> tuple[str, ...]:
+    """A command as a YAML list of strings or one shell-quoted string; ``{protocol_dir}`` is
+    replaced now (the protocol file's directory), ``{python}`` and the other placeholders of
+    ``expand`` when the program starts."""
+    if isinstance(value, str) and value.strip():
+        argv = tuple(shlex.split(value))
+    elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        argv = tuple(value)
+    else:
+        raise ConfigError(
+            f"{where}: expected a non-empty list of strings or a string, got {value!r}"
+        )
+    pdir = str((base_dir or Path.cwd()).resolve())
+    return tuple(a.replace("{protocol_dir}", pdir) for a in argv)
+
+
+def expand(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """Placeholders resolved when a program starts: ``{python}`` = spectest's interpreter."""
+    import sys
+
+    return tuple(a.replace("{python}", sys.executable) for a in argv)
+
+
+def parse_env(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """``{NAME: value}`` or the canonical ``[[NAME, value], ...]`` (what a stored run's
+    protocol.yaml holds) → sorted pairs."""
+    if value is None:
+        return ()
+    if isinstance(value, (list, tuple)) and all(
+        isinstance(p, (list, tuple)) and len(p) == 2 for p in value
+    ):
+        value = {k: v for k, v in value}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ConfigError(f"{where}: expected a mapping of NAME: value, got {value!r}")
+    return tuple(sorted((k, str(v)) for k, v in value.items()))
+
+
+def job_lines(job: ArmJob, first_id: int) -> list[dict[str, Any]]:
+    """The protocol's job objects of an ``ArmJob``: one per sampling config, rows in order."""
+    from spectest.seeding import row_key
+
+    by_config: dict[str, list[int]] = {}
+    for i, r in enumerate(job.rows):
+        by_config.setdefault(r.config_id, []).append(i)
+    out = []
+    for n, (cid, idx) in enumerate(by_config.items()):
+        sp = job.rows[idx[0]].params
+        out.append(
+            {
+                "type": "job",
+                "id": first_id + n,
+                "arm": job.arm,
+                "role": job.role,
+                "prompt_id": job.prompt_id,
+                "prompt": list(job.prompt_ids),
+                "config_id": cid,
+                "sampling": {
+                    "temperature": float(sp.temperature),
+                    "top_k": int(sp.top_k),
+                    "top_p": float(sp.top_p),
+                    "min_p": float(sp.min_p),
+                    "order": list(SAMPLER_ORDER),
+                },
+                "max_tokens": job.num_positions,
+                "seeds": [job.rows[i].seed for i in idx],
+                "row_keys": [
+                    row_key(job.run_key, job.prompt_id, cid, job.rows[i].seed) for i in idx
+                ],
+                "run_key": job.run_key,
+                "drafter": {
+                    "kind": "onehot" if job.drafter.onehot else "sampled",
+                    "k": job.drafter.k,
+                    "q": job.drafter.q_mode,
+                },
+                "_rows": idx,  # stripped before sending
+            }
+        )
+    return out
+
+
+class LineProcess:
+    """A child process read line by line from a thread; stderr kept in a bounded tail."""
+
+    def __init__(self, argv: tuple[str, ...], env: Mapping[str, str], cwd: str | None, label: str):
+        self.label = label
+        self.argv = argv
+        try:
+            self.proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+                env={**os.environ, **env},
+                cwd=cwd,
+                start_new_session=True,  # Ctrl-C reaches spectest, which then closes us
+            )
+        except OSError as err:
+            raise EngineProcessError(f"{label}: cannot start {argv[0]!r}: {err.strerror}") from None
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.stderr: deque[str] = deque(maxlen=200)
+        threading.Thread(target=self._pump_out, daemon=True).start()
+        threading.Thread(target=self._pump_err, daemon=True).start()
+
+    def _pump_out(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def _pump_err(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.stderr.append(line.rstrip("\n"))
+
+    def send(self, obj: Mapping[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(obj, separators=(",", ":")) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self.failure("closed its stdin") from None
+
+    def read(self, timeout_s: float, waiting_for: str) -> dict[str, Any]:
+        """The next JSON object line (``log`` lines skipped); errors name the program."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                line = self.lines.get(timeout=max(left, 0.0))
+            except queue.Empty:
+                raise self.failure(
+                    f"sent nothing for {timeout_s:g} s while {waiting_for}"
+                ) from None
+            if line is None:
+                raise self.failure(f"ended its output while {waiting_for}")
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                raise self.failure(
+                    f"printed a line that is not JSON: {line.strip()[:120]!r}"
+                ) from None
+            if not isinstance(obj, dict):
+                raise self.failure(f"printed a JSON value that is not an object: {line[:120]!r}")
+            if obj.get("type") == "log":
+                continue
+            return obj
+
+    def failure(self, what: str) -> EngineProcessError:
+        """Kill the program and build the one-line error: what happened, exit status, stderr."""
+        alive = self.proc.poll() is None
+        self.kill()
+        status = "killed by spectest" if alive else f"exit status {self.proc.returncode}"
+        time.sleep(0.05)  # let the stderr pump drain
+        tail = " | ".join(list(self.stderr)[-STDERR_TAIL_LINES:]) or "(empty)"
+        return EngineProcessError(
+            f"{self.label}: {shlex.join(self.argv)} {what} ({status}); stderr tail: {tail}"
+        )
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, 9)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+
+    def close(self, timeout_s: float = 10.0) -> int | None:
+        """Close stdin, wait for a clean exit, kill otherwise; the exit status."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode
+
+
+class CommandEngine(Engine):
+    """Runs an arm with an external program over the ``spectest-jsonl/1`` line protocol.
+
+    Options (protocol ``engines.<arm>``): ``command`` (list or shell string; relative program
+    paths resolve against the working directory; ``{protocol_dir}`` and ``{python}`` are
+    placeholders), ``env`` (mapping), ``timeout_s`` (60: the
+    longest silence while a job is pending), ``startup_timeout_s`` (120: until the hello line).
+    """
+
+    name = "command"
+    needs = "none"
+    whitebox = "none"
+    rounds = "readout"
+    uses_variant = False
+
+    @dataclass(frozen=True)
+    class Options:
+        command: tuple[str, ...] = ()
+        env: tuple[tuple[str, str], ...] = ()
+        cwd: str = ""
+        timeout_s: float = 60.0
+        startup_timeout_s: float = 120.0
+
+    @classmethod
+    def parse_options(cls, raw: Mapping[str, Any], where: str, base_dir: Path | None = None) -> Any:
+        allowed = ("command", "env", "cwd", "timeout_s", "startup_timeout_s")
+        for key in raw:
+            if key not in allowed:
+                raise ConfigError(
+                    f"{where}.{key}: unknown key {key!r} (allowed: name, {', '.join(allowed)})"
+                )
+        if "command" not in raw:
+            raise ConfigError(f"{where}.command: required (the program to run)")
+        argv = parse_argv(raw["command"], f"{where}.command", base_dir)
+        cwd = str(raw.get("cwd", "") or "")
+        out = {}
+        for key, default in (("timeout_s", 60.0), ("startup_timeout_s", 120.0)):
+            v = raw.get(key, default)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ConfigError(f"{where}.{key}: expected a number of seconds > 0, got {v!r}")
+            out[key] = float(v)
+        return cls.Options(
+            command=argv, env=parse_env(raw.get("env"), f"{where}.env"), cwd=cwd, **out
+        )
+
+    def __init__(self, options: Any, models: Any) -> None:
+        super().__init__(options, models)
+        self.proc: LineProcess | None = None
+        self.hello: dict[str, Any] = {}
+        self.next_id = 0
+
+    def _start(self) -> LineProcess:
+        if self.proc is not None and self.proc.proc.poll() is None:
+            return self.proc
+        o = self.options
+        self.proc = LineProcess(expand(o.command), dict(o.env), o.cwd or None, "engine command")
+        hello = self.proc.read(o.startup_timeout_s, "starting (no hello line)")
+        if hello.get("type") != "hello" or hello.get("protocol") != PROTOCOL:
+            raise self.proc.failure(
+                f"did not start with a hello line for {PROTOCOL!r}: {json.dumps(hello)[:160]}"
+            )
+        self.hello = hello
+        return self.proc
+
+    def generate(self, job: ArmJob) -> ArmOutput:
+        proc = self._start()
+        B, T = len(job.rows), job.num_positions
+        tokens = np.full((B, T), PLACEHOLDER_TOKEN_ID, dtype=np.int64)  # [B, T]
+        lines = job_lines(job, self.next_id)
+        self.next_id += len(lines)
+        pending: dict[tuple[int, int], int] = {}  # (job id, seed) -> row
+        for line in lines:
+            rows = line.pop("_rows")
+            for r in rows:
+                pending[(line["id"], job.rows[r].seed)] = r
+            proc.send(line)
+        rounds: list[tuple[int, int, int, int, int, int]] = []
+        done = 0
+        while pending:
+            obj = proc.read(self.options.timeout_s, f"{len(pending)} results were pending")
+            kind = obj.get("type")
+            if kind == "error":
+                proc.close()
+                raise EngineError(
+                    f"engine command {self.hello.get('engine', '?')!r}: job {obj.get('id')!r}: "
+                    f"{obj.get('message')}"
+                )
+            if kind != "result":
+                raise proc.failure(f"sent an unexpected line: {json.dumps(obj)[:160]}")
+            key = (obj.get("id"), obj.get("seed"))
+            if key not in pending:
+                raise proc.failure(f"answered a job/seed that is not pending: {key!r}")
+            row = pending.pop(key)
+            toks = obj.get("tokens")
+            if (
+                not isinstance(toks, list)
+                or len(toks) > T
+                or not all(isinstance(t, int) and not isinstance(t, bool) for t in toks)
+            ):
+                raise proc.failure(
+                    f"result {key!r}: 'tokens' must be a list of at most {T} integers, "
+                    f"got {str(toks)[:120]}"
+                )
+            tokens[row, : len(toks)] = toks
+            pos = 0
+            for i, rd in enumerate(obj.get("rounds") or []):
+                try:
+                    d, a, e = int(rd["drafted"]), int(rd["accepted"]), int(rd["emitted"])
+                except (KeyError, TypeError, ValueError):
+                    raise proc.failure(f"result {key!r}: bad rounds entry {rd!r}") from None
+                rounds.append((row, i, pos, d, a, e))
+                pos += e
+            done += 1
+            job.tick(done)
+        rframe = None
+        if rounds:
+            rframe = pd.DataFrame(
+                rounds, columns=["row", "round", "position", "drafted", "accepted", "emitted"]
+            )
+        return ArmOutput(tokens, rframe, False, None)
+
+    def provenance(self) -> dict[str, Any]:
+        hello = {k: v for k, v in self.hello.items() if k != "type"}
+        return {"name": self.name, "options": options_dict(self.options), "hello": hello}
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.close()
+            self.proc = None
+
+
+__all__ = ["PROTOCOL", "CommandEngine", "EngineProcessError", "LineProcess", "job_lines"]

@@ -1,0 +1,400 @@
+"""The ``http`` engine: an inference server under test, over llama.cpp's native ``/completion``
+or the OpenAI-compatible ``/v1/completions`` (vLLM, SGLang, ...), optionally started by spectest.
+
+Owns: the request of one row (token-id prompt, per-request seed, explicit sampling parameters
+and, for llama.cpp, the sampler order), the parsing of token ids and acceptance telemetry from the
+reply, bounded concurrency, timeouts, retries with backoff, the check that the server honours
+seeds (the same request twice → the same tokens) and, where the server echoes its settings
+(llama.cpp's ``generation_settings``), the check that no parameter was silently dropped. Knows
+nothing about process management (``spectest.engines.server``) or statistics.
+
+Seeds: the seed sent for a row is spectest's row key ``(run key, prompt, config, seed)`` modulo
+2^31, so ``seeds.key`` changes the draws and arms never share a server seed except by a 2^-31
+collision (llama.cpp's speculative output equals its plain output under the same seed, so
+shared seeds would correlate the arms).
+
+Loopback only: a ``url`` whose host is not 127.0.0.1 / localhost / ::1 is refused unless
+``allow_remote: true``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+import pandas as pd
+
+from spectest.engines.base import PLACEHOLDER_TOKEN_ID, ArmJob, ArmOutput, Engine, options_dict
+from spectest.engines.command import EngineProcessError, parse_argv, parse_env
+from spectest.errors import ConfigError, EngineError
+
+APIS = ("llamacpp", "openai")
+SPECTEST_ORDER = ("temperature", "top_k", "top_p", "min_p")
+LLAMACPP_SAMPLERS = ("temperature", "top_k", "top_p", "min_p", "typ_p", "xtc", "dry")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+SEED_MOD = 2**31
+
+
+@dataclass(frozen=True)
+class _Reply:
+    tokens: list[int]
+    drafted: int | None
+    accepted: int | None
+
+
+class HTTPEngine(Engine):
+    """An arm run by an HTTP inference server (see the module docstring).
+
+    Options: ``api`` (llamacpp | openai), ``url`` (an external server; empty = managed),
+    ``server`` (the command line of a managed server, placeholders in ``engines.server``),
+    ``env``, ``ready_path`` (``/health``), ``model`` (OpenAI ``model`` field), ``samplers``
+    (llama.cpp's sampler order; default spectest's: temperature, top_k, top_p, min_p),
+    ``concurrency`` (4), ``timeout_s`` (120), ``retries`` (3), ``startup_timeout_s`` (600),
+    ``check_seeds`` (true), ``extra`` (a JSON object merged into every request),
+    ``allow_remote`` (false).
+    """
+
+    name = "http"
+    needs = "none"
+    whitebox = "none"
+    rounds = "readout"
+    uses_variant = False
+
+    @dataclass(frozen=True)
+    class Options:
+        api: str = "llamacpp"
+        url: str = ""
+        server: tuple[str, ...] = ()
+        env: tuple[tuple[str, str], ...] = ()
+        ready_path: str = "/health"
+        model: str = ""
+        samplers: tuple[str, ...] = SPECTEST_ORDER
+        concurrency: int = 4
+        timeout_s: float = 120.0
+        retries: int = 3
+        startup_timeout_s: float = 600.0
+        check_seeds: bool = True
+        extra: str = "{}"  # canonical JSON (options must be hashable)
+        allow_remote: bool = False
+
+    @classmethod
+    def parse_options(cls, raw: Mapping[str, Any], where: str, base_dir: Path | None = None) -> Any:
+        fields = cls.Options.__dataclass_fields__
+        for key in raw:
+            if key not in fields:
+                raise ConfigError(
+                    f"{where}.{key}: unknown key {key!r} (allowed: name, {', '.join(fields)})"
+                )
+        kw: dict[str, Any] = {}
+        api = raw.get("api", "llamacpp")
+        if api not in APIS:
+            raise ConfigError(f"{where}.api: expected one of {APIS}, got {api!r}")
+        kw["api"] = api
+        if "server" in raw:
+            kw["server"] = parse_argv(raw["server"], f"{where}.server", base_dir)
+        kw["env"] = parse_env(raw.get("env"), f"{where}.env")
+        url = raw.get("url", "")
+        if not isinstance(url, str):
+            raise ConfigError(f"{where}.url: expected a string, got {url!r}")
+        if bool(url) == bool(kw.get("server")):
+            raise ConfigError(f"{where}: give exactly one of url (a running server) or server")
+        allow_remote = raw.get("allow_remote", False)
+        if not isinstance(allow_remote, bool):
+            raise ConfigError(f"{where}.allow_remote: expected true or false, got {allow_remote!r}")
+        if url:
+            host = urlparse(url).hostname
+            if urlparse(url).scheme not in ("http", "https") or not host:
+                raise ConfigError(f"{where}.url: expected http://HOST:PORT, got {url!r}")
+            if host not in LOOPBACK and not allow_remote:
+                raise ConfigError(
+                    f"{where}.url: {host!r} is not a loopback address (allow_remote: true to "
+                    "test a remote server)"
+                )
+        kw["url"], kw["allow_remote"] = url.rstrip("/"), allow_remote
+        samplers = raw.get("samplers", list(SPECTEST_ORDER))
+        if (
+            not isinstance(samplers, list)
+            or not samplers
+            or any(s not in LLAMACPP_SAMPLERS for s in samplers)
+        ):
+            raise ConfigError(
+                f"{where}.samplers: expected a list of {LLAMACPP_SAMPLERS}, got {samplers!r}"
+            )
+        if api != "llamacpp" and tuple(samplers) != SPECTEST_ORDER:
+            raise ConfigError(f"{where}.samplers: only llama.cpp's API takes a sampler order")
+        kw["samplers"] = tuple(samplers)
+        for key, typ, lo in (
+            ("concurrency", int, 1),
+            ("retries", int, 0),
+            ("timeout_s", float, 0.001),
+            ("startup_timeout_s", float, 0.001),
+        ):
+            if key in raw:
+                v = raw[key]
+                ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v >= lo
+                if not ok or (typ is int and not isinstance(v, int)):
+                    raise ConfigError(
+                        f"{where}.{key}: expected a {typ.__name__} >= {lo}, got {v!r}"
+                    )
+                kw[key] = typ(v)
+        for key in ("ready_path", "model"):
+            if key in raw:
+                if not isinstance(raw[key], str):
+                    raise ConfigError(f"{where}.{key}: expected a string, got {raw[key]!r}")
+                kw[key] = raw[key]
+        if "check_seeds" in raw:
+            if not isinstance(raw["check_seeds"], bool):
+                raise ConfigError(f"{where}.check_seeds: expected true or false")
+            kw["check_seeds"] = raw["check_seeds"]
+        extra = raw.get("extra", {})
+        if isinstance(extra, str):  # the canonical form a stored protocol.yaml holds
+            try:
+                extra = json.loads(extra)
+            except ValueError:
+                raise ConfigError(f"{where}.extra: not a JSON object: {extra!r}") from None
+        if not isinstance(extra, Mapping):
+            raise ConfigError(f"{where}.extra: expected a mapping, got {extra!r}")
+        kw["extra"] = json.dumps(dict(extra), sort_keys=True)
+        return cls.Options(**kw)
+
+    def __init__(self, options: Any, models: Any) -> None:
+        super().__init__(options, models)
+        self.server: Any = None
+        self.base_url = options.url
+        self.resolved: dict[str, str] = {}
+        self.server_info: dict[str, Any] = {}
+        self.seeds_checked = False
+        self.where = f"engine http ({options.api})"
+
+    # ------------------------------------------------------------------------- lifecycle
+    def _ensure_server(self) -> None:
+        o = self.options
+        if not o.server or (self.server is not None and self.server.alive()):
+            return
+        from spectest.engines.server import ManagedServer, expand_command, free_port
+
+        port = free_port()
+        argv, self.resolved = expand_command(o.server, port)
+        self.base_url = f"http://127.0.0.1:{port}"
+        self.server = ManagedServer(
+            argv, dict(o.env), self.base_url + o.ready_path, o.startup_timeout_s, self.where
+        )
+        self.server.start()
+        self.server_info = self._info()
+
+    def _info(self) -> dict[str, Any]:
+        """Version and settings the server reports (llama.cpp ``/props``, vLLM ``/version``)."""
+        info: dict[str, Any] = {}
+        for path in ("/props", "/version"):
+            try:
+                with urllib.request.urlopen(self.base_url + path, timeout=5) as r:
+                    body = json.loads(r.read())
+            except (urllib.error.URLError, OSError, ValueError):
+                continue
+            if isinstance(body, dict):
+                keep = ("build_info", "version", "model_path", "total_slots")
+                info[path] = {k: body[k] for k in keep if k in body}
+        return info
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def provenance(self) -> dict[str, Any]:
+        from spectest.engines.server import fixture_provenance
+
+        out: dict[str, Any] = {"name": self.name, "options": options_dict(self.options)}
+        if self.server is not None:
+            out["command"] = list(self.server.argv)
+            out["log"] = str(self.server.log_path)
+        out["server_info"] = self.server_info
+        out["fixtures"] = fixture_provenance(self.resolved)
+        return out
+
+    # ------------------------------------------------------------------------- requests
+    def request_body(self, prompt: list[int], sp: Any, seed: int, T: int) -> dict[str, Any]:
+        """The JSON body of one row (spectest's parameters spelled for the server's API)."""
+        o = self.options
+        if o.api == "llamacpp":
+            body: dict[str, Any] = {
+                "prompt": prompt,
+                "n_predict": T,
+                "seed": seed,
+                "temperature": float(sp.temperature),
+                "top_k": int(sp.top_k),  # 0 = off in both
+                "top_p": float(sp.top_p),
+                "min_p": float(sp.min_p),
+                "typical_p": 1.0,
+                "repeat_penalty": 1.0,
+                "presence_penalty": 0.0,
+                "frequency_penalty": 0.0,
+                "dry_multiplier": 0.0,
+                "xtc_probability": 0.0,
+                "samplers": list(o.samplers),
+                "ignore_eos": True,
+                "return_tokens": True,
+                "cache_prompt": False,
+                "stream": False,
+            }
+        else:
+            body = {
+                "prompt": prompt,
+                "max_tokens": T,
+                "seed": seed,
+                "temperature": float(sp.temperature),
+                "top_k": int(sp.top_k) if sp.top_k > 0 else -1,  # -1 = off in vLLM
+                "top_p": float(sp.top_p),
+                "min_p": float(sp.min_p),
+                "ignore_eos": True,
+                "return_token_ids": True,
+                "stream": False,
+            }
+            if o.model:
+                body["model"] = o.model
+        body.update(json.loads(o.extra))
+        return body
+
+    def _post(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST with timeout and retries (backoff 0.5 s, 1 s, 2 s ...) on connection errors,
+        timeouts and 5xx; a 4xx is the server refusing a parameter: no retry."""
+        o = self.options
+        path = "/completion" if o.api == "llamacpp" else "/v1/completions"
+        data = json.dumps(body).encode()
+        last = ""
+        for attempt in range(o.retries + 1):
+            if attempt:
+                time.sleep(0.5 * 2 ** (attempt - 1))
+            if self.server is not None and not self.server.alive():
+                raise self.server.failure("died while serving requests")
+            req = urllib.request.Request(
+                self.base_url + path, data=data, headers={"Content-Type": "application/json"}
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=o.timeout_s) as r:
+                    return dict(json.loads(r.read()))
+            except urllib.error.HTTPError as err:
+                text = err.read().decode(errors="replace")[:300]
+                if 400 <= err.code < 500:
+                    raise EngineError(
+                        f"{self.where}: {self.base_url}{path} refused the request "
+                        f"(HTTP {err.code}): {text}"
+                    ) from None
+                last = f"HTTP {err.code}: {text}"
+            except (
+                urllib.error.URLError,
+                http.client.HTTPException,
+                OSError,
+                TimeoutError,
+                ValueError,
+            ) as err:  # a server dying mid-reply raises IncompleteRead / RemoteDisconnected
+                last = f"{type(err).__name__}: {getattr(err, 'reason', err)}"
+        msg = f"{self.where}: {self.base_url}{path} failed {o.retries + 1} times; last: {last}"
+        if self.server is not None:
+            raise self.server.failure(f"did not answer ({msg})")
+        raise EngineProcessError(msg)
+
+    def parse_reply(self, reply: Mapping[str, Any], body: Mapping[str, Any], T: int) -> _Reply:
+        """Token ids and acceptance telemetry; checks echoed settings against what was sent."""
+        if self.options.api == "llamacpp":
+            toks = reply.get("tokens")
+            if not isinstance(toks, list):
+                raise EngineError(
+                    f"{self.where}: the reply has no 'tokens' list (return_tokens dropped?)"
+                )
+            self._check_echo(reply.get("generation_settings"), body)
+            timings = reply.get("timings") or {}
+            drafted = timings.get("draft_n")
+            accepted = timings.get("draft_n_accepted")
+        else:
+            choices = reply.get("choices") or [{}]
+            toks = choices[0].get("token_ids")
+            if not isinstance(toks, list):
+                raise EngineError(
+                    f"{self.where}: the reply has no choices[0].token_ids (the server ignored "
+                    "return_token_ids)"
+                )
+            drafted = accepted = None
+        if len(toks) > T or not all(isinstance(t, int) for t in toks):
+            raise EngineError(f"{self.where}: expected at most {T} integer token ids, got {toks!r}")
+        return _Reply([int(t) for t in toks], drafted, accepted)
+
+    def _check_echo(self, settings: Any, body: Mapping[str, Any]) -> None:
+        """llama.cpp echoes the settings it used: any difference is a dropped parameter."""
+        if not isinstance(settings, Mapping):
+            return
+        for key in ("temperature", "top_k", "top_p", "min_p", "seed", "samplers", "ignore_eos"):
+            if key not in settings or key not in body:
+                continue
+            used, sent = settings[key], body[key]
+            same = (
+                abs(float(used) - float(sent)) <= 1e-6 * max(1.0, abs(float(sent)))
+                if isinstance(sent, float)
+                else list(used) == list(sent)
+                if isinstance(sent, list)
+                else used == sent
+            )
+            if not same:
+                raise EngineError(
+                    f"{self.where}: the server silently changed {key!r}: sent {sent!r}, it used "
+                    f"{used!r}"
+                )
+
+    def _one(self, prompt: list[int], sp: Any, seed: int, T: int) -> _Reply:
+        body = self.request_body(prompt, sp, seed, T)
+        return self.parse_reply(self._post(body), body, T)
+
+    def _check_seeds(self, prompt: list[int], sp: Any, seed: int, T: int) -> None:
+        """Two identical requests must give the same tokens, or seeds mean nothing here."""
+        a = self._one(prompt, sp, seed, T)
+        b = self._one(prompt, sp, seed, T)
+        if a.tokens != b.tokens:
+            raise EngineError(
+                f"{self.where}: the server does not honour seeds: two identical requests "
+                f"(seed {seed}) gave {a.tokens} and {b.tokens}"
+            )
+
+    def generate(self, job: ArmJob) -> ArmOutput:
+        from spectest.seeding import row_key
+
+        self._ensure_server()
+        B, T = len(job.rows), job.num_positions
+        prompt = list(job.prompt_ids)
+        seeds = [
+            row_key(job.run_key, job.prompt_id, r.config_id, r.seed) % SEED_MOD for r in job.rows
+        ]
+        if self.options.check_seeds and not self.seeds_checked:
+            self._check_seeds(prompt, job.rows[0].params, seeds[0], T)
+            self.seeds_checked = True
+        tokens = np.full((B, T), PLACEHOLDER_TOKEN_ID, dtype=np.int64)  # [B, T]
+        rounds: list[tuple[int, int, int, int, int, int]] = []
+        done = 0
+        with ThreadPoolExecutor(max_workers=self.options.concurrency) as pool:
+            futures = [
+                pool.submit(self._one, prompt, r.params, seeds[i], T)
+                for i, r in enumerate(job.rows)
+            ]
+            for i, fut in enumerate(futures):
+                rep = fut.result()
+                tokens[i, : len(rep.tokens)] = rep.tokens
+                if rep.drafted is not None and rep.accepted is not None:
+                    # one readout row per sequence: the server reports totals, not rounds
+                    rounds.append((i, 0, 0, int(rep.drafted), int(rep.accepted), len(rep.tokens)))
+                done += 1
+                job.tick(done)
+        rframe = None
+        if rounds:
+            rframe = pd.DataFrame(
+                rounds, columns=["row", "round", "position", "drafted", "accepted", "emitted"]
+            )
+        return ArmOutput(tokens, rframe, False, None)

@@ -1,0 +1,96 @@
+"""A small real HTTP server on 127.0.0.1 speaking llama.cpp's ``/completion`` and the OpenAI
+``/v1/completions`` shapes, for the http engine's tests of its own checks. Its "model" is a
+seeded hash: tokens are a pure function of (prompt, seed, position), unless told to misbehave.
+
+Usage: python tests/fake_completion_server.py --port N [--ignore-seed] [--drop PARAM]
+       [--fail-first N] [--die-after N] [--delay SECONDS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ARGS = argparse.Namespace()
+COUNT = {"n": 0}
+
+
+def tokens(prompt: list[int], seed: int, n: int) -> list[int]:
+    h = hashlib.sha256(json.dumps([prompt, seed]).encode()).digest()
+    return [h[i % 32] % 16 for i in range(n)]
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *a: object) -> None:
+        return
+
+    def _send(self, code: int, obj: object) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path == "/health":
+            self._send(200, {"status": "ok"})
+        elif self.path == "/props":
+            self._send(200, {"build_info": "fake-1"})
+        else:
+            self._send(404, {})
+
+    def do_POST(self) -> None:
+        COUNT["n"] += 1
+        time.sleep(ARGS.delay)
+        if ARGS.die_after and COUNT["n"] > ARGS.die_after:
+            print("fake server: simulated crash", file=sys.stderr, flush=True)
+            os._exit(9)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if COUNT["n"] <= ARGS.fail_first:
+            self._send(503, {"error": "loading"})
+            return
+        if body.get("top_k", 0) > 1000:
+            self._send(400, {"error": "top_k too large"})
+            return
+        seed = random.randrange(1 << 30) if ARGS.ignore_seed else body["seed"]
+        n = body.get("n_predict", body.get("max_tokens"))
+        toks = tokens(body["prompt"], seed, n)
+        if self.path == "/completion":
+            settings = {k: body[k] for k in ("temperature", "top_k", "top_p", "min_p", "seed")}
+            settings["samplers"] = body.get("samplers", [])
+            if ARGS.drop:
+                settings[ARGS.drop] = {"temperature": 1.0, "top_p": 1.0}.get(ARGS.drop, 0)
+            self._send(
+                200,
+                {
+                    "tokens": toks,
+                    "generation_settings": settings,
+                    "timings": {"draft_n": 6, "draft_n_accepted": 4},
+                },
+            )
+        else:
+            self._send(200, {"choices": [{"token_ids": toks, "text": ""}]})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--ignore-seed", action="store_true")
+    ap.add_argument("--drop", default="")
+    ap.add_argument("--fail-first", type=int, default=0)
+    ap.add_argument("--die-after", type=int, default=0)
+    ap.add_argument("--delay", type=float, default=0.0)
+    ap.parse_args(namespace=ARGS)
+    print(f"fake server on 127.0.0.1:{ARGS.port}", flush=True)
+    ThreadingHTTPServer(("127.0.0.1", ARGS.port), Handler).serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""llama.cpp's real server under test end to end through ``spectest run``.
+
+``protocols/llamacpp-spec.yaml``: llama-server with speculative decoding (draft model,
+probabilistic draft sampling) against the same server without it on the same GGUF weights; both
+servers started and stopped by spectest. Must exit 0. ``protocols/llamacpp-misordered.yaml``:
+the candidate's requests put top-p before temperature; must exit 1.
+
+The server binary comes from ``scripts/build_llamacpp.sh`` (cached per machine; a fresh machine
+builds it, which takes 10-40 minutes on 2 cores). These tests skip only when a build is
+impossible here (no C++ compiler and no apt-get to install one); a failed build is a failure.
+
+False-failure rates: fixed seeds on one build give the same tokens on every run (llama.cpp's
+seeded sampling is reproducible), so each run is deterministic on a machine. Over fresh seeds the
+EQUIVALENT run exits non-zero with probability about α (candidate) + α (null tooth) = 10 %;
+the mis-ordered run's per-cell TV (measured in results/LOG.md) is far above the MDE.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def llamacpp() -> Path:
+    if shutil.which("c++") is None and shutil.which("apt-get") is None:
+        pytest.skip("llama.cpp cannot be built here: no C++ compiler and no apt-get")
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "build_llamacpp.sh")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": sys.executable},  # the converter imports this torch
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = Path(proc.stdout.strip().splitlines()[-1])
+    assert (out / "bin" / "llama-server").is_file()
+    return out
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run(
+        [sys.executable, "-m", "spectest", *args], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+
+
+def test_speculative_server_is_equivalent_to_plain(llamacpp: Path, tmp_path: Path) -> None:
+    r = _run("run", "--config", "protocols/llamacpp-spec.yaml", "--out", str(tmp_path / "run"))
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "EQUIVALENT" in r.stdout
+    assert not list((tmp_path / "run").glob("**/*.tmp"))
+
+
+def test_sampler_order_top_p_first_is_different(llamacpp: Path, tmp_path: Path) -> None:
+    r = _run(
+        "run", "--config", "protocols/llamacpp-misordered.yaml", "--out", str(tmp_path / "run")
+    )  # fmt: skip
+    assert r.returncode == 1, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "DIFFERENT" in r.stdout
+
+
+def test_no_server_outlives_the_run(llamacpp: Path) -> None:
+    """After the runs above (same module), no llama-server started by spectest is left."""
+    from test_engine_http import command_lines
+
+    assert not [c for c in command_lines() if str(llamacpp / "bin" / "llama-server") in c]
