@@ -247,6 +247,12 @@ def check_rows(rows: Sequence[RowSpec], T: Any, batch_size: Any) -> None:
             raise InputError(f"rows must be RowSpec objects, got {r!r}")
 
 
+def rounds_from_tuples(rounds: Sequence[tuple[int, ...]]) -> pd.DataFrame | None:
+    """Round telemetry as tuples in ``ROUNDS_COLUMNS`` order → the frame ``ArmOutput`` takes
+    (None when there is none)."""
+    return pd.DataFrame(list(rounds), columns=list(ROUNDS_COLUMNS)) if rounds else None
+
+
 def check_output(out: ArmOutput, job: ArmJob, vocab_size: int | None, engine: str) -> None:
     """An engine's output against the contract; ``EngineError`` naming the engine otherwise.
 

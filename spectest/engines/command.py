@@ -57,7 +57,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from spectest import errors
 from spectest.engines.base import (
@@ -66,6 +65,7 @@ from spectest.engines.base import (
     ArmOutput,
     Engine,
     options_dict,
+    rounds_from_tuples,
 )
 from spectest.errors import ConfigError, EngineError
 
@@ -75,10 +75,10 @@ STDERR_TAIL_LINES = 5
 
 
 class EngineProcessError(EngineError):
-    """The engine's process (or server) died, timed out or broke the line protocol. Exit 4
-    (infrastructure) where spectest defines it, else 2: never the statistical 1."""
+    """The engine's process (or server) died, timed out or broke the line protocol: exit 4
+    (infrastructure, ``errors.ExitCode``), never the statistical 1."""
 
-    exit_code = getattr(errors.ExitCode, "INFRASTRUCTURE", errors.ExitCode.BAD_INPUT)
+    exit_code = errors.ExitCode.INFRASTRUCTURE
 
 
 def parse_argv(value: Any, where: str, base_dir: Path | None = None) -> tuple[str, ...]:
@@ -375,12 +375,7 @@ class CommandEngine(Engine):
                 pos += e
             done += 1
             job.tick(done)
-        rframe = None
-        if rounds:
-            rframe = pd.DataFrame(
-                rounds, columns=["row", "round", "position", "drafted", "accepted", "emitted"]
-            )
-        return ArmOutput(tokens, rframe, False, None)
+        return ArmOutput(tokens, rounds_from_tuples(rounds), False, None)
 
     def provenance(self) -> dict[str, Any]:
         hello = {k: v for k, v in self.hello.items() if k != "type"}

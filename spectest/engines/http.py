@@ -32,14 +32,20 @@ from typing import Any
 from urllib.parse import urlparse
 
 import numpy as np
-import pandas as pd
 
-from spectest.engines.base import PLACEHOLDER_TOKEN_ID, ArmJob, ArmOutput, Engine, options_dict
-from spectest.engines.command import EngineProcessError, parse_argv, parse_env
+from spectest.engines.base import (
+    PLACEHOLDER_TOKEN_ID,
+    ArmJob,
+    ArmOutput,
+    Engine,
+    options_dict,
+    rounds_from_tuples,
+)
+from spectest.engines.command import SAMPLER_ORDER, EngineProcessError, parse_argv, parse_env
 from spectest.errors import ConfigError, EngineError
 
 APIS = ("llamacpp", "openai")
-SPECTEST_ORDER = ("temperature", "top_k", "top_p", "min_p")
+SPECTEST_ORDER = SAMPLER_ORDER  # spectest's pipeline order (engines.command)
 LLAMACPP_SAMPLERS = ("temperature", "top_k", "top_p", "min_p", "typ_p", "xtc", "dry")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 SEED_MOD = 2**31
@@ -392,9 +398,4 @@ class HTTPEngine(Engine):
                     rounds.append((i, 0, 0, int(rep.drafted), int(rep.accepted), len(rep.tokens)))
                 done += 1
                 job.tick(done)
-        rframe = None
-        if rounds:
-            rframe = pd.DataFrame(
-                rounds, columns=["row", "round", "position", "drafted", "accepted", "emitted"]
-            )
-        return ArmOutput(tokens, rframe, False, None)
+        return ArmOutput(tokens, rounds_from_tuples(rounds), False, None)
