@@ -53,6 +53,7 @@ from spectest.engines.base import (
     ArmOutput,
     DrafterSpec,
     Engine,
+    Models,
     RowSpec,
     check_rows,
     rounds_frame,
@@ -585,8 +586,17 @@ class BuiltinEngine(Engine):
 
         return get_variant(job.variant or "exact")
 
+    def decode_models(self) -> Models:
+        """The models the decode loops run on (the fast engine wraps them for its static cache)."""
+        return self.models
+
+    # the decode loops: the fast engine swaps in its own (same tokens, same RNG protocol)
+    plain_loop = staticmethod(plain_decode)
+    speculative_loop = staticmethod(speculative_decode)
+
     def generate(self, job: ArmJob) -> ArmOutput:
-        target, draft = self.models.target, self.models.draft
+        models = self.decode_models()
+        target, draft = models.target, models.draft
         assert target is not None
         kw: dict[str, Any] = dict(
             num_positions=job.num_positions,
@@ -598,14 +608,14 @@ class BuiltinEngine(Engine):
         if not self.speculative(job):
             # NOTE: the plain arm records q_t too (the draft run along its sequence, same
             # drafter law), so the white-box tests run on it as the control on spectest's own p
-            out = plain_decode(
+            out = self.plain_loop(
                 target, job.prompt_ids, job.rows, whitebox=job.whitebox,
                 draft=draft if job.whitebox else None, drafter=job.drafter, **kw,
             )  # fmt: skip
         else:
             if draft is None:
                 raise ModelError(f"engine {self.name}: arm {job.arm!r} needs the draft model")
-            out = speculative_decode(
+            out = self.speculative_loop(
                 target, draft, job.prompt_ids, job.rows, drafter=job.drafter,
                 variant=self.variant(job), whitebox=job.whitebox, **kw,
             )  # fmt: skip

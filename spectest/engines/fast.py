@@ -36,7 +36,7 @@ from typing import Any
 import pandas as pd
 import torch
 
-from spectest.engines.base import ArmJob, ArmOutput, Models
+from spectest.engines.base import Models
 from spectest.engines.builtin import (
     _EXACT_VERIFY,
     PLACEHOLDER_TOKEN_ID,
@@ -542,29 +542,11 @@ class FastEngine(BuiltinEngine):
             None if t is None else as_fast(t), None if d is None else as_fast(d)
         )
 
-    def generate(self, job: ArmJob) -> ArmOutput:
-        target, draft = self.fast_models.target, self.fast_models.draft
-        assert target is not None
-        kw: dict[str, Any] = dict(
-            num_positions=job.num_positions,
-            run_key=job.run_key,
-            prompt_id=job.prompt_id,
-            batch_size=job.batch_size,
-            progress=job.tick,
-        )
-        if not self.speculative(job):
-            out = plain_decode_fast(
-                target, job.prompt_ids, job.rows, whitebox=job.whitebox,
-                draft=draft if job.whitebox else None, drafter=job.drafter, **kw,
-            )  # fmt: skip
-        else:
-            if draft is None:
-                raise ModelError(f"engine {self.name}: arm {job.arm!r} needs the draft model")
-            out = speculative_decode_fast(
-                target, draft, job.prompt_ids, job.rows, drafter=job.drafter,
-                variant=self.variant(job), whitebox=job.whitebox, **kw,
-            )  # fmt: skip
-        return ArmOutput(out.tokens.numpy(), out.rounds, True, out.whitebox)
+    def decode_models(self) -> Models:
+        return self.fast_models
+
+    plain_loop = staticmethod(plain_decode_fast)
+    speculative_loop = staticmethod(speculative_decode_fast)
 
     def provenance(self) -> dict[str, Any]:
         t = self.fast_models.target
