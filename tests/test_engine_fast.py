@@ -13,6 +13,7 @@ import torch
 
 from spectest.engines.builtin import DrafterSpec, RowSpec, plain_decode, speculative_decode
 from spectest.engines.fast import (
+    WINDOW_STEP,
     StaticHFModel,
     as_fast,
     plain_decode_fast,
@@ -82,6 +83,27 @@ def test_speculative_equals_builtin(hf_pair, onehot, variant) -> None:
     assert float(got.rounds["accepted"].mean()) > 0  # the pair accepts: holes are exercised
 
 
+def test_attention_window_crossings_equal_builtin(hf_pair) -> None:
+    """Rows long enough that forwards attend to 32, 64 and 96 slots (``WINDOW_STEP``): tokens
+    still equal the built-in engine's (a window too short would drop a valid slot)."""
+    target, draft = hf_pair
+    v, drafter = get_variant("exact"), DrafterSpec(onehot=False, k=3)
+    rows, prompt = ROWS[:5], list(range(1, 31))  # 30 prompt slots + 40 positions + holes
+    want = speculative_decode(
+        target, draft, prompt, rows, num_positions=40, drafter=drafter, variant=v, **KW
+    )
+    fast_t = StaticHFModel(target, max_slots=8, cuda_graphs=False)  # reserve() grows it
+    got = speculative_decode_fast(
+        fast_t, as_fast(draft, static=True), prompt, rows, num_positions=40, drafter=drafter,
+        variant=v, **KW,
+    )  # fmt: skip
+    assert fast_t.max_slots > 2 * WINDOW_STEP
+    assert torch.equal(got.tokens, want.tokens)
+    plain = plain_decode(target, prompt, rows, num_positions=40, **KW)
+    got_plain = plain_decode_fast(fast_t, prompt, rows, num_positions=40, **KW)
+    assert torch.equal(got_plain.tokens, plain.tokens)
+
+
 def test_toy_model_runs_unwrapped_and_equal() -> None:
     toy = ToyLM(12, 2, 2.0, seed=1)
     assert as_fast(toy) is toy
@@ -145,8 +167,8 @@ def test_cuda_graphs_equal_eager_on_cuda() -> None:
         d = StaticHFModel(draft, cuda_graphs=graphs)
         outs.append(
             speculative_decode_fast(
-                t, d, [1, 2, 3], ROWS, num_positions=9, drafter=drafter, variant=v, **KW
-            )
+                t, d, [1, 2, 3], ROWS, num_positions=70, drafter=drafter, variant=v, **KW
+            )  # 70 positions: graphs of three attention windows (WINDOW_STEP 32)
         )
         assert t.graph_error is None, t.graph_error
     assert torch.equal(outs[0].tokens, outs[1].tokens)

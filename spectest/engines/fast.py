@@ -18,9 +18,10 @@ truncation of the last round), with three substitutions that do not change a tok
 2. a static cache: every row's keys/values live in a buffer of ``max_slots`` slots allocated
    once; attention is masked to the row's valid slots (holes and unwritten slots are masked out,
    so they contribute exact zeros); positions are the row's count of valid slots, as in
-   ``HFModel``;
-3. on CUDA, a forward of a fixed ``(B, S)`` is captured once as a CUDA graph (inputs copied into
-   static buffers, one replay per step): no Python per layer, no allocation.
+   ``HFModel``; a forward attends only to the pool's first ``W`` slots (``W`` = slots in use
+   rounded up to ``WINDOW_STEP``), every slot past them being masked anyway;
+3. on CUDA, a forward of a fixed ``(B, S, W)`` is captured once as a CUDA graph (inputs copied
+   into static buffers, one replay per step): no Python per layer, no allocation.
 
 Every uniform is still a pure function of (row key, stream, step, slot), so a row's tokens do not
 depend on its batch (tested: alone vs inside a shuffled batch) and, in float32 on CPU, equal the
@@ -62,6 +63,9 @@ from spectest.sampling.transforms import logits_to_probs
 from spectest.seeding import STREAM_PLAIN, STREAM_SPEC, spec_slots, uniforms
 
 Progress = Callable[[int], None]
+# attention window granularity (slots): a forward attends to the first ceil((n0 + S) / step)·step
+# slots of the pool, so its cost follows the row length, at one CUDA graph per window size
+WINDOW_STEP = 32
 
 
 # ----------------------------------------------------------------------------- static cache
@@ -69,12 +73,15 @@ Progress = Callable[[int], None]
 
 class _StaticKV:
     """Duck-typed transformers cache: ``update`` writes the new keys/values at ``write_idx``
-    (a device tensor, so the write is capturable in a CUDA graph) and returns every slot."""
+    (a device tensor, so the write is capturable in a CUDA graph) and returns the first
+    ``window`` slots (a view: attention, and the GQA head expansion HF does before it with an
+    explicit mask, cost O(window), not O(max_slots))."""
 
     def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
         self.keys = keys  # per layer [B, H_kv, max_slots, D]
         self.values = values
         self.write_idx = torch.zeros(0, dtype=torch.int64, device=keys[0].device)  # [S]
+        self.window = int(keys[0].shape[2])
 
     def update(
         self,
@@ -86,7 +93,8 @@ class _StaticKV:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         self.keys[layer_idx].index_copy_(2, self.write_idx, key_states)
         self.values[layer_idx].index_copy_(2, self.write_idx, value_states)
-        return self.keys[layer_idx], self.values[layer_idx]
+        w = self.window
+        return self.keys[layer_idx][:, :, :w], self.values[layer_idx][:, :, :w]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:  # never used: positions are explicit
         return 0
@@ -120,8 +128,9 @@ class StaticHFModel(LanguageModel):
     -----
     One key/value pool per batch size is kept and reused by every cache of that size (a chunk's
     cache resets it), so CUDA graphs, which bake in buffer addresses, are captured once per
-    ``(B, S)`` and replayed for every later chunk, prompt and arm. Consequently only one cache per
-    batch size is live at a time — what the decode loops need (target and draft are two models).
+    ``(B, S, W)`` and replayed for every later chunk, prompt and arm. Consequently only one cache
+    per batch size is live at a time — what the decode loops need (target and draft are two
+    models).
     """
 
     def __init__(self, base: HFModel, *, max_slots: int = 256, cuda_graphs: bool = True) -> None:
@@ -205,14 +214,16 @@ class StaticHFModel(LanguageModel):
                 f"{self.name}: static cache full ({n0} + {S} slots > max_slots {N}); reserve more"
             )
         dev = self.device
-        slots = torch.arange(N, device=dev)  # [N]
+        W = min(N, -(-(n0 + S) // WINDOW_STEP) * WINDOW_STEP)  # attended slots, bucketed
+        slots = torch.arange(W, device=dev)  # [W]
         new = torch.arange(n0, n0 + S, device=dev)  # [S] slots written by this call
-        # [B, S, N]: query i sees the row's valid earlier slots and the new slots n0..n0+i
-        old = torch.zeros((B, N), dtype=torch.bool, device=dev)
+        # [B, S, W]: query i sees the row's valid earlier slots and the new slots n0..n0+i;
+        # slots >= n0 + S are never seen (unwritten, or garbage from a graph's warm-up)
+        old = torch.zeros((B, W), dtype=torch.bool, device=dev)
         old[:, :n0] = cache.valid
         mask = old[:, None, :] | ((slots[None, :] >= n0) & (slots[None, :] <= new[:, None]))[None]
         pos = cache.valid.sum(dim=1, keepdim=True) + torch.arange(S, device=dev)  # [B, S]
-        graph = self._graph(B, S) if graphs and self.cuda_graphs else None
+        graph = self._graph(B, S, W) if graphs and self.cuda_graphs else None
         if graph is not None:
             logits = graph.run(cache.kv, input_ids, mask, pos, new)
         else:
@@ -224,12 +235,13 @@ class StaticHFModel(LanguageModel):
         self,
         kv: _StaticKV,
         ids: torch.Tensor,  # [B, S]
-        mask: torch.Tensor,  # [B, S, N] bool
+        mask: torch.Tensor,  # [B, S, W] bool
         pos: torch.Tensor,  # [B, S]
         new: torch.Tensor,  # [S]
     ) -> torch.Tensor:
         kv.write_idx = new
-        m4 = mask[:, None]  # [B, 1, S, N]
+        kv.window = int(mask.shape[2])
+        m4 = mask[:, None]  # [B, 1, S, W]
         if self._additive:
             m4 = torch.zeros(m4.shape, dtype=self.dtype, device=self.device).masked_fill(
                 ~m4, torch.finfo(self.dtype).min
@@ -245,13 +257,13 @@ class StaticHFModel(LanguageModel):
             logits = logits * self.base.logit_scale
         return logits
 
-    def _graph(self, B: int, S: int) -> _Graph | None:
-        """The graph of ``(B, S)``, captured on first use; ``None`` (eager from then on, the
+    def _graph(self, B: int, S: int, W: int) -> _Graph | None:
+        """The graph of ``(B, S, W)``, captured on first use; ``None`` (eager from then on, the
         reason in ``graph_error``) if capture fails, e.g. a model with a host sync inside."""
-        g = self._graphs.get((B, S))
+        g = self._graphs.get((B, S, W))
         if g is None:
             try:
-                g = self._graphs[(B, S)] = _Graph(self, B, S)
+                g = self._graphs[(B, S, W)] = _Graph(self, B, S, W)
             except Exception as err:  # torch raises RuntimeError subclasses from capture
                 self.cuda_graphs = False
                 self.graph_error = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
@@ -264,20 +276,22 @@ class StaticHFModel(LanguageModel):
 
 
 class _Graph:
-    """One CUDA graph of ``StaticHFModel._eager`` at a fixed ``(B, S)`` over the B-row pool."""
+    """One CUDA graph of ``StaticHFModel._eager`` at a fixed ``(B, S, W)`` over the B-row pool
+    (``W`` attended slots: the graph's keys/values are views of the pool's first ``W``)."""
 
-    def __init__(self, model: StaticHFModel, B: int, S: int) -> None:
-        dev, N = model.device, model.max_slots
+    def __init__(self, model: StaticHFModel, B: int, S: int, W: int) -> None:
+        dev = model.device
         self.kv = model._pool(B)
         self.ids = torch.zeros((B, S), dtype=torch.int64, device=dev)
-        self.new = torch.arange(N - S, N, device=dev)  # [S] overwritten by every run
-        self.mask = torch.zeros((B, S, N), dtype=torch.bool, device=dev)
-        self.mask[:, :, N - S] = True  # warm-up queries attend to something
+        self.new = torch.arange(W - S, W, device=dev)  # [S] overwritten by every run
+        self.mask = torch.zeros((B, S, W), dtype=torch.bool, device=dev)
+        self.mask[:, :, W - S] = True  # warm-up queries attend to something
         self.pos = torch.zeros((B, S), dtype=torch.int64, device=dev)
         # NOTE warm-up on a side stream then capture, as torch.cuda.graphs documents. The graph is
-        # captured when the pool already holds a prompt, so warm-up and capture write their
-        # garbage into the LAST S slots, which no live row uses yet; a real forward writes a slot
-        # before any query can see it (the mask admits valid slots and the slots being written).
+        # captured at the first forward with n0 + S <= W, so the live rows use slots < n0 <= W - S
+        # and warm-up and capture write their garbage into slots W - S .. W - 1, which no live row
+        # uses yet; a real forward writes a slot before any query can see it (the mask admits
+        # valid slots and the slots being written).
         stream = torch.cuda.Stream(device=dev)
         stream.wait_stream(torch.cuda.current_stream(dev))
         with torch.cuda.stream(stream):
