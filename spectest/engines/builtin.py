@@ -84,6 +84,28 @@ class EngineOutput:
     whitebox: pd.DataFrame | None = None  # wb_* columns from the laws the loop sampled from
 
 
+_EXACT_VERIFY = get_variant("exact").verify_fn
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """How a decode loop turns logits into laws: the reference pipeline (``REFERENCE``: the exact
+    float64 ``logits_to_probs``, variants as built, inputs of every draw checked) or the fast
+    one (``engines.fast.FAST``: ``sampling/fast.py``, equal up to reduction order).
+
+    ``exact_verify`` lists the verify hooks whose rows *are* the plain law, so the white-box p of
+    an emitted token can be read from them (a mutant's verify_probs is recomputed)."""
+
+    name: str
+    probs: Callable[[torch.Tensor, SamplingTensors], torch.Tensor]  # [.., V] → [.., V] float64
+    variant: Callable[[SpecVariant], SpecVariant]
+    check: bool
+    exact_verify: tuple[Callable[..., Any], ...]
+
+
+REFERENCE = Pipeline("reference", logits_to_probs, lambda v: v, True, (_EXACT_VERIFY,))
+
+
 # ----------------------------------------------------------------------------- plain
 
 
@@ -100,8 +122,10 @@ def plain_decode(
     whitebox: bool = False,
     draft: LanguageModel | None = None,
     drafter: DrafterSpec | None = None,
+    pipeline: Pipeline = REFERENCE,
 ) -> EngineOutput:
-    """Plain autoregressive sampling: one uniform per token, inverse CDF on ``logits_to_probs``.
+    """Plain autoregressive sampling: one uniform per token, inverse CDF on ``logits_to_probs``
+    (``pipeline.probs``).
 
     Returns ``EngineOutput`` with ``tokens`` ``[len(rows), num_positions]`` (cpu) and no rounds.
     With ``whitebox``, also the white-box columns of every emitted token from the very p_t row
@@ -116,16 +140,18 @@ def plain_decode(
     (no cache, one row at a time) on the toy LM and a tiny HF model (tests/test_engine.py).
     """
     prompt_t = _check_inputs(model, prompt, rows, num_positions, batch_size)
+    model.reserve(len(prompt) + num_positions)
     wb_draft = _whitebox_draft(model, draft, drafter) if whitebox else None
+    if wb_draft is not None:
+        wb_draft[0].reserve(len(prompt) + num_positions)
     chunks, wb_parts = [], []
     for lo in range(0, len(rows), batch_size):
         part = rows[lo : lo + batch_size]
         keys = _keys(part, run_key, prompt_id, model.device)  # [B]
         params = SamplingTensors.from_params([r.params for r in part], device=model.device)
         rec = _WhiteboxRecorder(len(part), num_positions, model.device) if whitebox else None
-        chunks.append(
-            _plain_chunk(model, prompt_t, keys, params, num_positions, rec, wb_draft).cpu()
-        )
+        toks = _plain_chunk(model, prompt_t, keys, params, num_positions, rec, wb_draft, pipeline)
+        chunks.append(toks.cpu())
         if rec is not None:
             wb_parts.append(rec.frame(num_positions))
         if progress is not None:
@@ -142,6 +168,7 @@ def _plain_chunk(
     T: int,
     rec: _WhiteboxRecorder | None = None,
     wb_draft: tuple[LanguageModel, DrafterSpec] | None = None,
+    pipeline: Pipeline = REFERENCE,
 ) -> torch.Tensor:
     B = int(keys.shape[0])
     cache, prompt_logits = model.prefill_shared(prompt, B)  # one prompt forward for B rows
@@ -153,9 +180,9 @@ def _plain_chunk(
     out = torch.empty((B, T), dtype=torch.int64, device=model.device)  # [B, T]
     every = torch.ones(B, dtype=torch.bool, device=model.device)  # [B]
     for t in range(T):
-        probs = logits_to_probs(logits, params)  # [B, V] float64
+        probs = pipeline.probs(logits, params)  # [B, V] float64
         u = uniforms(keys, STREAM_PLAIN, t, 1)[:, 0]  # [B]
-        out[:, t] = categorical(probs, u)  # [B]
+        out[:, t] = categorical(probs, u, check=pipeline.check)  # [B]
         if rec is not None:
             q = None
             if wb_draft is not None and d_logits is not None:
@@ -186,8 +213,10 @@ def speculative_decode(
     batch_size: int = 256,
     progress: Progress | None = None,
     whitebox: bool = False,
+    pipeline: Pipeline = REFERENCE,
 ) -> EngineOutput:
-    """Speculative sampling with ``variant``'s hooks; telemetry one row per (row, round).
+    """Speculative sampling with ``variant``'s hooks (``pipeline.variant(variant)``); telemetry
+    one row per (row, round).
 
     Returns ``EngineOutput`` with ``tokens`` ``[len(rows), num_positions]`` (cpu) and ``rounds``
     (row, round, position, drafted, accepted, emitted; ``emitted`` capped by the budget). With
@@ -219,6 +248,10 @@ def speculative_decode(
     if not isinstance(drafter, DrafterSpec):
         raise ConfigError(f"drafter must be a DrafterSpec, got {drafter!r}")
     prompt_t = _check_inputs(target, prompt, rows, num_positions, batch_size)
+    slots = len(prompt) + num_positions * (drafter.k + 1)  # every round appends K+1 slots
+    target.reserve(slots)
+    draft.reserve(slots)
+    variant = pipeline.variant(variant)
     chunks, frames, wb_parts = [], [], []
     for lo in range(0, len(rows), batch_size):
         part = rows[lo : lo + batch_size]
@@ -227,7 +260,7 @@ def speculative_decode(
         width = num_positions + drafter.k + 1
         rec = _WhiteboxRecorder(len(part), width, target.device) if whitebox else None
         toks, rounds = _spec_chunk(
-            target, draft, prompt_t, keys, params, num_positions, drafter, variant, rec
+            target, draft, prompt_t, keys, params, num_positions, drafter, variant, rec, pipeline
         )
         chunks.append(toks.cpu())
         rounds["row"] += lo
@@ -250,6 +283,7 @@ def _spec_chunk(
     drafter: DrafterSpec,
     variant: SpecVariant,
     rec: _WhiteboxRecorder | None = None,
+    pipeline: Pipeline = REFERENCE,
 ) -> tuple[torch.Tensor, pd.DataFrame]:
     B, K, dev = int(keys.shape[0]), drafter.k, target.device
     onehot, q_mode = drafter.onehot, drafter.q_mode
@@ -270,7 +304,7 @@ def _spec_chunk(
         for i in range(K):
             d_logits = draft.forward(dc, tok[:, None])[:, 0]  # [B, V]
             law, q = variant.draft_law(d_logits, params, onehot=onehot, q_mode=q_mode)  # [B, V]
-            tok = argmax_tokens(law) if onehot else categorical(law, u[:, i])  # [B]
+            tok = argmax_tokens(law) if onehot else categorical(law, u[:, i], check=pipeline.check)
             drafted.append(tok)
             qs.append(q)  # [B, V], or None: q = δ(x)
             d_rows.append(d_logits)
@@ -293,7 +327,7 @@ def _spec_chunk(
             # pipeline's row — a mutant's verify_probs is not the plain law) and the drafter's q
             p_rows = (
                 target_probs
-                if variant.verify_fn is _EXACT_VERIFY
+                if variant.verify_fn in pipeline.exact_verify
                 else logits_to_probs(t_logits, params)
             )  # [B, K+1, V] float64
             q_rows = _teacher_q(torch.stack(d_rows, dim=1), params, drafter)  # [B, K+1, V]
@@ -334,7 +368,6 @@ def _rounds_frame(log: list[tuple[torch.Tensor, ...]], K: int) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- white-box
 
 
-_EXACT_VERIFY = get_variant("exact").verify_fn
 # NOTE: the float64 [rows, V] temporaries of ``whitebox_columns`` (p, q, the order key, masks)
 # stay under ~512 MiB each: 2^26 elements
 _WB_CHUNK_ELEMENTS = 1 << 26

@@ -3,15 +3,16 @@ decode steps, and the fast sampling pipeline — same RNG protocol, same tokens.
 
 Owns: ``StaticHFModel`` (an HF causal LM behind the ``LanguageModel`` slot-cache contract with
 preallocated keys/values, an explicit 4-D attention mask over slots, and optional CUDA-graph
-replay of fixed-shape forwards), ``as_fast`` (wrap a model for this engine) and the loops
-``plain_decode_fast`` / ``speculative_decode_fast``. Knows nothing about statistics, files or
-which sampler is correct (the variant's hooks decide, as in ``builtin``).
+replay of fixed-shape forwards), ``as_fast`` (wrap a model for this engine), the ``FAST``
+pipeline and the entry points ``plain_decode_fast`` / ``speculative_decode_fast``. Knows
+nothing about statistics, files or which sampler is correct (the variant's hooks decide).
 
 Relation to ``builtin`` (the reference)
 ---------------------------------------
-The loops are the built-in loops (``builtin`` module docstring: row keys, ``STREAM_PLAIN`` one
-uniform per token, ``STREAM_SPEC`` with ``spec_slots(K, onehot)``, holes for rejected drafts,
-truncation of the last round), with three substitutions that do not change a token's law:
+The loops *are* the built-in loops, run with ``pipeline=FAST`` (``builtin`` module docstring:
+row keys, ``STREAM_PLAIN`` one uniform per token, ``STREAM_SPEC`` with ``spec_slots(K,
+onehot)``, holes for rejected drafts, truncation of the last round), with three substitutions
+that do not change a token's law:
 
 1. ``logits_to_probs_fast`` / ``fast_variant`` instead of the exact pipeline (the NOTE on
    numerics in ``sampling/fast.py``: float64 on the surviving set, equal up to reduction order);
@@ -31,38 +32,19 @@ composition can change GEMM reduction order (true of the built-in engine too).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import pandas as pd
 import torch
 
+from spectest.engines import builtin
 from spectest.engines.base import Models
-from spectest.engines.builtin import (
-    _EXACT_VERIFY,
-    PLACEHOLDER_TOKEN_ID,
-    BuiltinEngine,
-    DrafterSpec,
-    EngineOutput,
-    RowSpec,
-    _check_inputs,
-    _keys,
-    _rounds_frame,
-    _teacher_q,
-    _whitebox_draft,
-    _WhiteboxRecorder,
-)
-from spectest.errors import ConfigError, ModelError
+from spectest.engines.builtin import BuiltinEngine, EngineOutput, Pipeline, RowSpec
+from spectest.errors import ModelError
 from spectest.models.base import Cache, LanguageModel
 from spectest.models.hf import HFModel
-from spectest.sampling.draw import argmax_tokens, categorical
 from spectest.sampling.fast import _verify_fast, fast_variant, logits_to_probs_fast
-from spectest.sampling.mutants import SpecVariant, stack_q
-from spectest.sampling.params import SamplingTensors
-from spectest.sampling.transforms import logits_to_probs
-from spectest.seeding import STREAM_PLAIN, STREAM_SPEC, spec_slots, uniforms
 
-Progress = Callable[[int], None]
 # attention window granularity (slots): a forward attends to the first ceil((n0 + S) / step)·step
 # slots of the pool, so its cost follows the row length, at one CUDA graph per window size
 WINDOW_STEP = 32
@@ -142,7 +124,7 @@ class StaticHFModel(LanguageModel):
         self.max_slots = int(max_slots)
         self.cuda_graphs = bool(cuda_graphs) and base.device.type == "cuda"
         self._pools: dict[int, _StaticKV] = {}
-        self._graphs: dict[tuple[int, int], _Graph] = {}
+        self._graphs: dict[tuple[int, int, int], _Graph] = {}
         cfg = base.config
         self._layers = int(cfg.num_hidden_layers)
         self._kv_heads = int(getattr(cfg, "num_key_value_heads", cfg.num_attention_heads))
@@ -339,90 +321,18 @@ def as_fast(
     return model
 
 
-def _reserve(model: LanguageModel, slots: int) -> None:
-    if isinstance(model, StaticHFModel):
-        model.reserve(slots)
-
-
-# ----------------------------------------------------------------------------- plain
+FAST = Pipeline(
+    "fast", logits_to_probs_fast, fast_variant, False, (_verify_fast, builtin._EXACT_VERIFY)
+)
 
 
 def plain_decode_fast(
-    model: LanguageModel,
-    prompt: Sequence[int],
-    rows: Sequence[RowSpec],
-    *,
-    num_positions: int,
-    run_key: int,
-    prompt_id: str,
-    batch_size: int = 256,
-    progress: Progress | None = None,
-    whitebox: bool = False,
-    draft: LanguageModel | None = None,
-    drafter: DrafterSpec | None = None,
+    model: LanguageModel, prompt: Sequence[int], rows: Sequence[RowSpec], **kw: Any
 ) -> EngineOutput:
     """``builtin.plain_decode`` on the fast pipeline and (for an ``as_fast`` model) the static
-    cache; the same tokens under the same keys (module docstring), and with ``whitebox`` the
-    generation-time white-box columns as ``builtin.plain_decode`` records them."""
-    prompt_t = _check_inputs(model, prompt, rows, num_positions, batch_size)
-    _reserve(model, len(prompt) + num_positions)
-    wb_draft = _whitebox_draft(model, draft, drafter) if whitebox else None
-    if wb_draft is not None:
-        _reserve(wb_draft[0], len(prompt) + num_positions)
-    chunks, wb_parts = [], []
-    for lo in range(0, len(rows), batch_size):
-        part = rows[lo : lo + batch_size]
-        keys = _keys(part, run_key, prompt_id, model.device)  # [B]
-        params = SamplingTensors.from_params([r.params for r in part], device=model.device)
-        rec = _WhiteboxRecorder(len(part), num_positions, model.device) if whitebox else None
-        chunks.append(
-            _plain_chunk(model, prompt_t, keys, params, num_positions, rec, wb_draft).cpu()
-        )
-        if rec is not None:
-            wb_parts.append(rec.frame(num_positions))
-        if progress is not None:
-            progress(lo + len(part))
-    wb = pd.concat(wb_parts, ignore_index=True) if whitebox else None
-    return EngineOutput(torch.cat(chunks, dim=0), None, wb)
-
-
-def _plain_chunk(
-    model: LanguageModel,
-    prompt: torch.Tensor,
-    keys: torch.Tensor,
-    params: SamplingTensors,
-    T: int,
-    rec: _WhiteboxRecorder | None = None,
-    wb_draft: tuple[LanguageModel, DrafterSpec] | None = None,
-) -> torch.Tensor:
-    """The loop of ``builtin._plain_chunk`` (white-box recording included), unchanged."""
-    B = int(keys.shape[0])
-    cache, prompt_logits = model.prefill_shared(prompt, B)
-    logits = prompt_logits[-1].expand(B, -1)  # [B, V]
-    d_cache, d_logits = None, None
-    if rec is not None and wb_draft is not None:
-        d_cache, d_prompt_logits = wb_draft[0].prefill_shared(prompt, B)
-        d_logits = d_prompt_logits[-1].expand(B, -1)  # [B, V] the draft's law at position 0
-    u = torch.cat([uniforms(keys, STREAM_PLAIN, t, 1) for t in range(T)], dim=1)  # [B, T]
-    out = torch.empty((B, T), dtype=torch.int64, device=model.device)  # [B, T]
-    every = torch.ones(B, dtype=torch.bool, device=model.device)  # [B]
-    for t in range(T):
-        probs = logits_to_probs_fast(logits, params)  # [B, V] float64
-        out[:, t] = categorical(probs, u[:, t], check=False)  # [B]
-        if rec is not None:
-            q = None
-            if wb_draft is not None and d_logits is not None:
-                q = _teacher_q(d_logits[:, None], params, wb_draft[1])  # [B, 1, V]
-            at = torch.full((B,), t, dtype=torch.int64, device=model.device)  # [B]
-            rec.record(probs[:, None], q, out[:, t : t + 1], at, every[:, None])
-        if t + 1 < T:
-            logits = model.forward(cache, out[:, t : t + 1])[:, 0]  # [B, V]
-            if d_cache is not None and wb_draft is not None:
-                d_logits = wb_draft[0].forward(d_cache, out[:, t : t + 1])[:, 0]  # [B, V]
-    return out
-
-
-# ----------------------------------------------------------------------------- speculative
+    cache: the same loop, the same tokens under the same keys (module docstring), and with
+    ``whitebox`` the same generation-time white-box columns."""
+    return builtin.plain_decode(model, prompt, rows, pipeline=FAST, **kw)
 
 
 def speculative_decode_fast(
@@ -430,112 +340,11 @@ def speculative_decode_fast(
     draft: LanguageModel,
     prompt: Sequence[int],
     rows: Sequence[RowSpec],
-    *,
-    num_positions: int,
-    drafter: DrafterSpec,
-    variant: SpecVariant,
-    run_key: int,
-    prompt_id: str,
-    batch_size: int = 256,
-    progress: Progress | None = None,
-    whitebox: bool = False,
+    **kw: Any,
 ) -> EngineOutput:
     """``builtin.speculative_decode`` with ``fast_variant(variant)`` and (for ``as_fast`` models)
-    the static cache; the same tokens and telemetry under the same keys (module docstring), and
-    with ``whitebox`` the generation-time white-box columns as the built-in loop records them."""
-    from spectest.models.derive import check_same_vocab
-
-    check_same_vocab(target, draft)
-    if target.device != draft.device:
-        raise ModelError(
-            f"target {target.name!r} is on {target.device}, draft {draft.name!r} on {draft.device}"
-        )
-    if not isinstance(drafter, DrafterSpec):
-        raise ConfigError(f"drafter must be a DrafterSpec, got {drafter!r}")
-    prompt_t = _check_inputs(target, prompt, rows, num_positions, batch_size)
-    slots = len(prompt) + num_positions * (drafter.k + 1)  # every round appends K+1 slots
-    _reserve(target, slots)
-    _reserve(draft, slots)
-    fast = fast_variant(variant)
-    chunks, frames, wb_parts = [], [], []
-    for lo in range(0, len(rows), batch_size):
-        part = rows[lo : lo + batch_size]
-        keys = _keys(part, run_key, prompt_id, target.device)  # [B]
-        params = SamplingTensors.from_params([r.params for r in part], device=target.device)
-        width = num_positions + drafter.k + 1
-        rec = _WhiteboxRecorder(len(part), width, target.device) if whitebox else None
-        toks, log = _spec_chunk(
-            target, draft, prompt_t, keys, params, num_positions, drafter, fast, rec
-        )
-        chunks.append(toks.cpu())
-        rounds = _rounds_frame(log, drafter.k)
-        rounds["row"] += lo
-        frames.append(rounds)
-        if rec is not None:
-            wb_parts.append(rec.frame(num_positions))
-        if progress is not None:
-            progress(lo + len(part))
-    wb = pd.concat(wb_parts, ignore_index=True) if whitebox else None
-    return EngineOutput(torch.cat(chunks, dim=0), pd.concat(frames, ignore_index=True), wb)
-
-
-def _spec_chunk(
-    target: LanguageModel,
-    draft: LanguageModel,
-    prompt: torch.Tensor,
-    keys: torch.Tensor,
-    params: SamplingTensors,
-    T: int,
-    drafter: DrafterSpec,
-    variant: SpecVariant,
-    rec: _WhiteboxRecorder | None = None,
-) -> tuple[torch.Tensor, list[tuple[torch.Tensor, ...]]]:
-    """The loop of ``builtin._spec_chunk`` (its comments carry the algorithm), unchanged."""
-    B, K, dev = int(keys.shape[0]), drafter.k, target.device
-    onehot, q_mode = drafter.onehot, drafter.q_mode
-    slots = spec_slots(K, onehot)
-    tc, _ = target.prefill_shared(prompt[:-1], B)
-    dc, _ = draft.prefill_shared(prompt[:-1], B)
-    last = prompt[-1:].expand(B).clone()  # [B]
-    pos = torch.zeros(B, dtype=torch.int64, device=dev)  # [B]
-    out = torch.full((B, T + K + 2), PLACEHOLDER_TOKEN_ID, dtype=torch.int64, device=dev)
-    DUMP = T + K + 1
-    j = torch.arange(K + 1, device=dev)  # [K+1]
-    log: list[tuple[torch.Tensor, ...]] = []
-    while bool((pos < T).any()):
-        active = pos < T  # [B]
-        u = uniforms(keys, STREAM_SPEC, pos, slots.num_slots)  # [B, num_slots]
-        tok, drafted, qs, d_rows = last, [], [], []
-        for i in range(K):
-            d_logits = draft.forward(dc, tok[:, None])[:, 0]  # [B, V]
-            law, q = variant.draft_law(d_logits, params, onehot=onehot, q_mode=q_mode)
-            tok = argmax_tokens(law) if onehot else categorical(law, u[:, i], check=False)
-            drafted.append(tok)
-            qs.append(q)
-            d_rows.append(d_logits)
-        d_rows.append(draft.forward(dc, tok[:, None])[:, 0])  # x_K: same slot layout; bonus q
-        draft_tokens = torch.stack(drafted, dim=1)  # [B, K]
-        t_logits = target.forward(tc, torch.cat([last[:, None], draft_tokens], 1))  # [B, K+1, V]
-        target_probs = variant.verify_probs(t_logits, params)  # [B, K+1, V] one batched call
-        u_acc, u_fin = u[:, slots.accept], u[:, slots.final]  # [B, K], [B]
-        res = variant.sample(target_probs, stack_q(qs), draft_tokens, u_acc, u_fin)
-        n, a = res.num_emitted, res.num_accepted  # [B], [B]
-        commit = (j[None, :] < n[:, None]) & active[:, None]  # [B, K+1]
-        out.scatter_(1, torch.where(commit, pos[:, None] + j, DUMP), res.emitted)
-        if rec is not None:  # as builtin: the pipeline's p rows (a mutant's verify is not it)
-            exact = variant.verify_fn in (_verify_fast, _EXACT_VERIFY)
-            p_rows = target_probs if exact else logits_to_probs(t_logits, params)  # [B, K+1, V]
-            q_rows = _teacher_q(torch.stack(d_rows, dim=1), params, drafter)  # [B, K+1, V]
-            rec.record(p_rows, q_rows, res.emitted, pos, commit)
-        n0 = tc.num_slots - (K + 1)
-        hole = torch.zeros((B, tc.num_slots), dtype=torch.bool, device=dev)  # [B, N]
-        hole[:, n0:] = j[None, :] >= n[:, None]
-        tc.invalidate(hole)
-        dc.invalidate(hole)
-        last = res.emitted.gather(1, (n - 1)[:, None])[:, 0]  # [B]
-        log.append((active, pos.clone(), a, torch.minimum(n, T - pos)))
-        pos = pos + torch.where(active, n, 0)
-    return out[:, :T], log
+    the static cache: the same loop, tokens and telemetry under the same keys."""
+    return builtin.speculative_decode(target, draft, prompt, rows, pipeline=FAST, **kw)
 
 
 # ----------------------------------------------------------------------------- the engine

@@ -89,6 +89,11 @@ class LanguageModel(ABC):
         cache.repeat_rows(batch_size)
         return cache, logits
 
+    def reserve(self, max_slots: int) -> None:
+        """Make room for ``max_slots`` slots per row before a decode (a growing cache needs
+        none; a preallocated one, ``engines.fast.StaticHFModel``, grows its pool)."""
+        return None
+
     def logits_full(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: logits [B, L, V] for full sequences [B, L] (fresh cache, no holes)."""
         return self.forward(self.new_cache(int(input_ids.shape[0])), input_ids)
