@@ -89,6 +89,12 @@ def generate_shards(task: ShardTask) -> list[ShardResult]:
             f"is {task.protocol_hash[:12]} (different spectest versions?)"
         )
     protocol = replace(protocol, models=replace(protocol.models, device=task.device))
+    if task.device.startswith("cuda:"):
+        import torch
+
+        # NOTE the current device must be the worker's: CUDA-graph capture and side streams
+        # created without a device argument (torch.cuda.graph's capture stream) use it
+        torch.cuda.set_device(task.device)
     threads = runner.configure_threads(task.device, task.threads)
     plan = make_plan(protocol, candidate=not task.teeth_only)
     shards = {s.key: s for s in plan.shards}
@@ -117,10 +123,16 @@ def generate_shards(task: ShardTask) -> list[ShardResult]:
 
 
 def run_local(tasks: Sequence[ShardTask], on_shard: Callable[[ShardResult], None]) -> None:
-    """One spawned process per task (per device); ``on_shard`` gets each shard as it returns."""
+    """One spawned process per task (per device); ``on_shard`` gets each shard as it returns.
+
+    Workers without an explicit thread count share the host's cores (``cpu_count // workers``
+    each): N processes of ``cpu_count`` intra-op threads each oversubscribe the cores."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    share = max(1, (os.cpu_count() or 1) // max(1, len(tasks)))
+    tasks = [t if t.threads is not None or t.device == "cpu" else replace(t, threads=share)
+             for t in tasks]  # fmt: skip
     ctx = multiprocessing.get_context("spawn")  # CUDA cannot be forked
     with ProcessPoolExecutor(max_workers=len(tasks), mp_context=ctx) as pool:
         futures = [pool.submit(generate_shards, t) for t in tasks]

@@ -97,5 +97,8 @@ def test_two_gpus_equal_one_gpu(tmp_path):
     one = run_protocol(load_protocol(cfg), out=tmp_path / "one", fast=True, devices=["cuda:0"])
     prov = json.loads((spread.run_dir / "manifest.json").read_text())["provenance"]
     assert len(prov["workers"]) == torch.cuda.device_count()
+    for name, engines in prov["workers"].items():  # every worker replayed CUDA graphs
+        for e in engines.values():
+            assert e.get("cuda_graphs") is True and e.get("graph_error") is None, (name, e)
     for name, df in _tables(one.run_dir).items():
         pd.testing.assert_frame_equal(df, _tables(spread.run_dir)[name])

@@ -274,15 +274,16 @@ class _Graph:
         # and warm-up and capture write their garbage into slots W - S .. W - 1, which no live row
         # uses yet; a real forward writes a slot before any query can see it (the mask admits
         # valid slots and the slots being written).
-        stream = torch.cuda.Stream(device=dev)
-        stream.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                model._eager(self.kv, self.ids, self.mask, self.pos, self.new)
-        torch.cuda.current_stream(dev).wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.out = model._eager(self.kv, self.ids, self.mask, self.pos, self.new)
+        with torch.cuda.device(dev):  # capture streams are created on the current device
+            stream = torch.cuda.Stream(device=dev)
+            stream.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    model._eager(self.kv, self.ids, self.mask, self.pos, self.new)
+            torch.cuda.current_stream(dev).wait_stream(stream)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.out = model._eager(self.kv, self.ids, self.mask, self.pos, self.new)
 
     def run(
         self,
@@ -297,7 +298,8 @@ class _Graph:
         self.mask.copy_(mask)
         self.pos.copy_(pos)
         self.new.copy_(new)
-        self.graph.replay()
+        with torch.cuda.device(self.ids.device):
+            self.graph.replay()
         return self.out.clone()  # [B, S, V] the next replay overwrites self.out
 
 
