@@ -153,6 +153,8 @@ def test_whitebox_mode_of_a_plan(monkeypatch) -> None:
     assert whitebox_mode("bfloat16", hf) == "teacher"
     assert whitebox_mode("float16", hf) == "teacher"
     assert whitebox_mode("float32", hf) == "exact"
+    command = make_plan(load_protocol("protocols/command-example.yaml")).arms
+    assert whitebox_mode("float32", command) == "teacher"  # token-only: never spectest's numerics
 
 
 def test_builtin_run_uses_generation_time_columns(tmp_path) -> None:

@@ -117,3 +117,27 @@ def test_sizing_helpers() -> None:
     assert power.directed_z_2s_mde(8000, 0.4, 4) == pytest.approx(one * 1.25**0.5)
     with pytest.raises(ConfigError, match="mde_ratio must be > 1"):
         power.reference_multiplier_for(1.0)
+
+
+def test_token_only_engine_in_teacher_mode_with_a_larger_reference(tmp_path: Path) -> None:
+    """protocols/command-example.yaml (an external program over spectest-jsonl/1, bundled pair,
+    float32) with white-box on, 100 seeds and a 4 × reference: a token-only engine is
+    teacher-forced by the runner in teacher mode whatever the dtype; the reference's control
+    passes, the candidate's and the null's two-sample tests do not reject, always_accept's do.
+    Fixed seeds (the protocol's key); false-failure rate ≤ α = 0.05 per comparison."""
+    from spectest.judge import whitebox_mode
+
+    proto = load_protocol(
+        "protocols/command-example.yaml",
+        overrides={"seeds.per_arm": 100},
+        sets=["seeds.reference_per_arm=400", "tests.whitebox=true"],
+    )
+    assert whitebox_mode("float32", make_plan(proto).arms) == "teacher"
+    res = run_protocol(proto, out=tmp_path / "run")
+    wb = pd.read_parquet(tmp_path / "run" / "whitebox.parquet")
+    assert set(wb.loc[wb["arm"] == "reference", "test"]) == {"support_tol", "pit_tol"}
+    for arm, d in res.summary["details"].items():
+        assert d["whitebox_mode"] == "teacher" and not d["whitebox_control_failed"], arm
+    two = wb[wb["test"].str.endswith("_2s")].set_index(["arm", "test"])["pvalue"]
+    assert (two["mutant:always_accept"] < 0.01).all()
+    assert res.verdict.exit_code == 0, res.summary["verdict"]
