@@ -11,7 +11,7 @@
 #             one-sample tests), control and null passing, ε and onehot_softmax_q killed:
 #             EQUIVALENT (exit 0). The provenance names where the columns came from.
 #   command   protocols/command-example.yaml (an external program over spectest-jsonl/1, bundled
-#             pair) with white-box on, 400 candidate seeds and seeds.reference_per_arm = 1600
+#             pair) with white-box on, 1000 candidate seeds and seeds.reference_per_arm = 4000
 #             (the recommended 4 ×), ε = 0.5 added: a token-only engine runs in teacher mode
 #             (two-sample tests against the larger reference, tolerance control on it): expect
 #             control and null passing, ε and always_accept killed, EQUIVALENT (exit 0).
@@ -19,7 +19,7 @@
 # Usage: scripts/gpu_issue12.sh [STEPS] [OUT_DIR]   STEPS: comma-separated (check,hf,command) or
 #        "all" (default); OUT_DIR default $OUT or /tmp/gpu_issue12.
 #        Env: DEVICE (default cuda; cpu for a smoke test), HF_SEEDS (default 300), CMD_SEEDS
-#        (default 400), REF_MULT (default 4).
+#        (default 1000), REF_MULT (default 4).
 # Each step runs under `timeout`, prints its wall time, exit code and one "RESULT {json}" line
 # (decision, teeth, per arm: white-box mode, control, rejected white-box tests).
 set -uo pipefail
@@ -29,7 +29,7 @@ STEPS=${1:-all}
 OUT=${2:-${OUT:-/tmp/gpu_issue12}}
 DEVICE=${DEVICE:-cuda}
 HF_SEEDS=${HF_SEEDS:-300}
-CMD_SEEDS=${CMD_SEEDS:-400}
+CMD_SEEDS=${CMD_SEEDS:-1000}
 REF_MULT=${REF_MULT:-4}
 mkdir -p "$OUT"
 python -c "import torch, transformers; from spectest.engines import hf; print('torch', \
