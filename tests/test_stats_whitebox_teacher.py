@@ -260,6 +260,9 @@ def test_analyze_teacher_mode_passes_a_correct_engine_exact_mode_does_not() -> N
     tests = set(teach.whitebox.loc[teach.whitebox["arm"] == "candidate", "test"])
     assert tests == {"support_2s", "pit_ks_2s", "pit_ad_2s", "directed_z_2s"}
     assert np.isfinite(teach.directed_z_mde)
+    # equal arms: the sizing advice (MDE × √(1.25/2) with a 4 × reference)
+    (note,) = [n for n in teach.notes if "reference_per_arm" in n]
+    assert "reference 1 x the candidate; seeds.reference_per_arm = 4 x" in note, note
 
 
 # ------------------------------------------------------------------------------- power
