@@ -142,3 +142,31 @@ def test_token_only_engine_in_teacher_mode_with_a_larger_reference(tmp_path: Pat
     two = wb[wb["test"].str.endswith("_2s")].set_index(["arm", "test"])["pvalue"]
     assert (two["mutant:always_accept"] < 0.01).all()
     assert res.verdict.exit_code == 0, res.summary["verdict"]
+
+
+def test_lengths_family_with_a_4x_reference() -> None:
+    """The sequence-length family with unequal arms: both arms stop with probability 0.15 after
+    each position (T = 8), 150 candidate and 600 reference sequences, 600 H0 replications at
+    α = 0.05: the rejection rate lies within 3σ (±0.027) of α (false-failure rate ≈ 0.003;
+    fixed seed)."""
+    import numpy as np
+    from test_stats_lengths import frame
+
+    from spectest.stats.histograms import encode_samples
+    from spectest.stats.lengths import adjust, is_active, length_tests
+
+    rng = np.random.default_rng(20261201)
+    T, n, reps = 8, 150, 600
+    rejected = 0
+    for _ in range(reps):
+        parts = []
+        for arm, k, seed0 in (("reference", 4 * n, 0), ("candidate", n, 4 * n)):
+            ln = np.minimum(rng.geometric(0.15, size=k), T)
+            parts.append(frame(rng, arm, k, T, lengths=ln, seed0=seed0))
+        enc = encode_samples(pd.concat(parts, ignore_index=True), ("reference", "candidate"))
+        df = length_tests(enc)
+        assert is_active(df) and int(df["n_ref"].iloc[0]) == 4 * n
+        rejected += int(adjust(df, 0.05)["reject"].iloc[0])
+    rate = rejected / reps
+    print(f"\nlengths family, 4x reference: H0 rejection rate {rate:.4f}")
+    assert abs(rate - 0.05) < 3 * np.sqrt(0.05 * 0.95 / reps), rate
