@@ -94,7 +94,8 @@ LOW_PRECISION = ("bfloat16", "bf16", "float16", "fp16")
 
 def whitebox_mode(dtype: str, arms: Sequence[Arm]) -> str:
     """'teacher' when some arm's white-box columns come from a teacher whose numerics may differ
-    from its engine's — an engine with ``whitebox == "teacher"`` in bf16/fp16 — else 'exact'
+    from its engine's — an engine with ``whitebox == "teacher"`` in bf16/fp16, or a token-only
+    engine (``whitebox == "tokens"``: command, http) in any dtype — else 'exact'
     (``stats.analyze.AnalysisOptions.whitebox_mode``).
 
     The built-in engine records its columns at generation time in every dtype (exact); a
@@ -104,8 +105,10 @@ def whitebox_mode(dtype: str, arms: Sequence[Arm]) -> str:
     """
     from spectest.engines.registry import engine_class
 
-    teacher = any(engine_class(a.engine.name).whitebox == "teacher" for a in arms)
-    return "teacher" if teacher and dtype in LOW_PRECISION else "exact"
+    kinds = {engine_class(a.engine.name).whitebox for a in arms}
+    if "tokens" in kinds or ("teacher" in kinds and dtype in LOW_PRECISION):
+        return "teacher"
+    return "exact"
 
 
 def compare_all(

@@ -125,7 +125,7 @@ def all_arms(protocol: Protocol) -> tuple[Arm, ...]:
     p = protocol
     builtin = EngineChoice.builtin()  # every tooth runs on spectest's own sampler
     specs: list[tuple[str, ArmRole, str | None, int, str, EngineChoice]] = [
-        ("reference", "reference", None, _reserved(p), "reference", p.reference_engine),
+        ("reference", "reference", None, _reserved(p, True), "reference", p.reference_engine),
         (
             "candidate", "candidate", p.candidate_variant, _reserved(p), "subject",
             p.candidate_engine,
@@ -149,9 +149,12 @@ def all_arms(protocol: Protocol) -> tuple[Arm, ...]:
     return tuple(arms)
 
 
-def _reserved(p: Protocol) -> int:
-    """Seeds reserved for the reference and candidate arms: the last stage's (sequential)."""
-    return p.seeds.max_per_arm if p.seeds.max_per_arm is not None else p.seeds.per_arm
+def _reserved(p: Protocol, reference: bool = False) -> int:
+    """Seeds reserved for the reference and candidate arms: the last stage's (sequential); the
+    reference's own size when ``seeds.reference_per_arm`` is set (never with stages)."""
+    if p.seeds.max_per_arm is not None:
+        return p.seeds.max_per_arm
+    return p.seeds.reference if reference else p.seeds.per_arm
 
 
 def stages(protocol: Protocol) -> tuple[int, ...]:
@@ -175,7 +178,7 @@ def make_plan(
     if not (0 <= k < len(sizes)):
         raise ConfigError(f"{protocol.source}: stage {stage!r} outside the {len(sizes)} stages")
     arms = tuple(
-        _at_stage(a, sizes[k])
+        _at_stage(a, sizes[k]) if len(sizes) > 1 else a  # one stage: the reserved sizes
         for a in all_arms(protocol)
         if a.role == "reference" or (a.role == "candidate" and candidate) or (a.is_tooth and teeth)
     )

@@ -99,7 +99,15 @@ class SeedsSpec:
     Sequential runs (``spectest.sequential``): with ``max_per_arm`` the reference and candidate
     arms grow in stages, doubling from ``per_arm`` to ``max_per_arm`` seeds, with a look after
     each stage at the α share of ``spending`` ("equal" or "proportional"); the run stops at the
-    first rejection or once ``tests.power.max_mde_tv`` is reached."""
+    first rejection or once ``tests.power.max_mde_tv`` is reached.
+
+    ``reference_per_arm`` (default ``per_arm``): seeds of the plain reference arm, which every
+    comparison (candidate and teeth) shares. A larger reference buys power where a two-sample test
+    pays for the reference's variance — the teacher-mode white-box tests of token-only engines
+    (``stats.whitebox_teacher``: the directed z's variance factor is 1 + n_cand/n_ref, so
+    4 × ``per_arm`` takes it from 2 to 1.25) and every black-box family (N_eff = 2·n_a·n_b/n).
+    Every family takes unequal arm sizes (permutations keep the sizes). Not combined with
+    ``max_per_arm`` (a sequential reference grows with the candidate)."""
 
     per_arm: int
     teeth_per_arm: int
@@ -107,13 +115,21 @@ class SeedsSpec:
     key: str
     max_per_arm: int | None = None
     spending: str = "equal"
+    reference_per_arm: int | None = None
+
+    @property
+    def reference(self) -> int:
+        """Seeds of the reference arm (``reference_per_arm``, default ``per_arm``)."""
+        return self.per_arm if self.reference_per_arm is None else self.reference_per_arm
 
     def canonical(self) -> dict[str, Any]:
-        """The fields as plain values; the sequential ones only when set, so a protocol without
-        ``max_per_arm`` keeps the hash it had before they existed."""
+        """The fields as plain values; the sequential ones and ``reference_per_arm`` only when
+        set, so a protocol without them keeps the hash it had before they existed."""
         out = vars(self).copy()
         if self.max_per_arm is None:
             del out["max_per_arm"], out["spending"]
+        if self.reference_per_arm is None:
+            del out["reference_per_arm"]
         return out
 
 
@@ -489,7 +505,15 @@ def protocol_from_dict(
     s = c.mapping(
         top["seeds"],
         "seeds",
-        ("per_arm", "teeth_per_arm", "start", "key", "max_per_arm", "spending"),
+        (
+            "per_arm",
+            "teeth_per_arm",
+            "start",
+            "key",
+            "max_per_arm",
+            "spending",
+            "reference_per_arm",
+        ),
         ("per_arm",),
     )
     per_arm = c.int_(s["per_arm"], "seeds.per_arm", lo=2)
@@ -497,6 +521,15 @@ def protocol_from_dict(
     if max_per_arm is not None:
         max_per_arm = c.int_(max_per_arm, "seeds.max_per_arm", lo=per_arm)
     spending = c.str_(s.get("spending", "equal"), "seeds.spending", SPENDING)
+    reference_per_arm = s.get("reference_per_arm")
+    if reference_per_arm is not None:
+        reference_per_arm = c.int_(reference_per_arm, "seeds.reference_per_arm", lo=2)
+        if max_per_arm is not None:
+            raise c.fail(
+                "seeds.reference_per_arm",
+                f"{reference_per_arm!r} cannot be combined with seeds.max_per_arm (a sequential "
+                "reference grows with the candidate)",
+            )
     seeds = SeedsSpec(
         per_arm=per_arm,
         teeth_per_arm=c.int_(s.get("teeth_per_arm", per_arm), "seeds.teeth_per_arm", lo=2),
@@ -504,6 +537,7 @@ def protocol_from_dict(
         key=c.str_(s.get("key", name), "seeds.key"),
         max_per_arm=max_per_arm,
         spending=spending,
+        reference_per_arm=reference_per_arm,
     )
     positions = c.int_(top["positions"], "positions", lo=1, hi=4096)
     candidate_raw = c.str_(top.get("candidate", "exact"), "candidate")

@@ -153,7 +153,11 @@ def _generate_shard(
         batch_size=protocol.batch_size,
         drafter=_drafter(protocol),
         # teacher mode: the runner forces every arm with one shared teacher (``_shared_teacher``)
-        whitebox=protocol.tests.whitebox and engine.whitebox != "none" and not teacher_mode,
+        whitebox=(
+            protocol.tests.whitebox
+            and engine.whitebox in ("generation", "teacher")
+            and not teacher_mode
+        ),
         progress=tick,
     )
     out = engine.generate(job)

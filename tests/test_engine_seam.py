@@ -84,7 +84,7 @@ def test_every_registered_engine_resolves() -> None:
         cls = registry.engine_class(name)
         assert issubclass(cls, Engine) and cls.name == name
         assert cls.needs in ("target", "draft", "none")
-        assert cls.whitebox in ("generation", "teacher", "none")
+        assert cls.whitebox in ("generation", "teacher", "tokens", "none")
         assert cls.rounds in ("tested", "readout", "none")
         if name == "acceptor":  # the one engine with a required option
             with pytest.raises(ConfigError, match=r"<test>\.kernel: required field is missing"):

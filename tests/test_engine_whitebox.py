@@ -127,19 +127,34 @@ def test_no_whitebox_unless_asked_and_bad_input() -> None:
 
 
 # ------------------------------------------------------------------------------- through a run
-def test_whitebox_mode_of_a_plan() -> None:
-    """bf16/fp16 with an engine that needs a teacher → teacher mode; float32, or the built-in
-    engine alone (generation-time columns) in any dtype → exact. Deterministic."""
+def _hf_teacher_fallback(monkeypatch) -> None:
+    """The hf engines as on a transformers whose scores are not per emitted token
+    (``hf.scores_support`` false): they declare teacher-forced white-box columns."""
+    from spectest.engines import hf
+
+    monkeypatch.setattr(hf, "SCORES", hf.ScoresSupport(False, "simulated"))
+    monkeypatch.setattr(hf.HFGenerateEngine, "whitebox", "teacher")
+    monkeypatch.setattr(hf.HFAssistedEngine, "whitebox", "teacher")
+
+
+def test_whitebox_mode_of_a_plan(monkeypatch) -> None:
+    """bf16/fp16 with an engine that needs a teacher → teacher mode; float32, or engines that
+    record at generation time (built-in; hf through transformers' output_scores) in any dtype →
+    exact. Deterministic."""
     from spectest.judge import whitebox_mode
     from spectest.plan import make_plan
     from spectest.protocol import load_protocol
 
     hf = make_plan(load_protocol("protocols/hf-assisted-ci.yaml")).arms
     builtin = make_plan(load_protocol("protocols/ci.yaml")).arms
+    assert whitebox_mode("bfloat16", hf) == "exact"  # output_scores: generation time
+    assert whitebox_mode("bfloat16", builtin) == "exact"
+    _hf_teacher_fallback(monkeypatch)
     assert whitebox_mode("bfloat16", hf) == "teacher"
     assert whitebox_mode("float16", hf) == "teacher"
     assert whitebox_mode("float32", hf) == "exact"
-    assert whitebox_mode("bfloat16", builtin) == "exact"
+    command = make_plan(load_protocol("protocols/command-example.yaml")).arms
+    assert whitebox_mode("float32", command) == "teacher"  # token-only: never spectest's numerics
 
 
 def test_builtin_run_uses_generation_time_columns(tmp_path) -> None:
@@ -159,12 +174,15 @@ def test_builtin_run_uses_generation_time_columns(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_hf_bf16_run_is_in_teacher_mode_slow(tmp_path) -> None:
-    """protocols/hf-assisted-ci.yaml in bfloat16 at 120 seeds: every comparison runs the
-    teacher-mode family (control rows on the reference, two-sample rows on the arm), the
-    control and the null pass, the onehot_softmax_q mutant is killed. Fixed seeds (the
-    protocol's key); false-failure rate: the null and control at α = 0.05 each."""
+def test_hf_bf16_run_is_in_teacher_mode_slow(tmp_path, monkeypatch) -> None:
+    """protocols/hf-assisted-ci.yaml in bfloat16 at 120 seeds, hf engines in their teacher
+    fallback (``_hf_teacher_fallback``): every comparison runs the teacher-mode family (control
+    rows on the reference, two-sample rows on the arm), the control and the null pass, the
+    onehot_softmax_q mutant is killed. Fixed seeds (the protocol's key); false-failure rate: the
+    null and control at α = 0.05 each."""
     import pandas as pd
+
+    _hf_teacher_fallback(monkeypatch)
 
     from spectest.protocol import load_protocol
     from spectest.runner import run_protocol

@@ -30,23 +30,25 @@ def _within(hits: int, n: int, alpha: float = ALPHA) -> bool:
 
 
 def _cells_as_replications(
-    n_cells: int, n: int, length: int, seed: int, spec: bool
+    n_cells: int, n: int, length: int, seed: int, spec: bool, ref_mult: int = 1
 ) -> dict[str, float]:
     """One analyze call in which every cell is an independent replication: reference plain
-    decode, candidate plain (iid Zipf) or exact token-level speculative decode of a Markov
-    model. Returns the per-test rejection rates at α (unadjusted p-values)."""
+    decode (``ref_mult · n`` sequences, ``seeds.reference_per_arm``), candidate plain (iid Zipf)
+    or exact token-level speculative decode of a Markov model (``n``). Returns the per-test
+    rejection rates at α (unadjusted p-values)."""
     rng = np.random.default_rng(seed)
     arms = {}
+    n_ref = n * ref_mult
     if spec:
         m = markov(12, rng, s=1.1)
         for c in range(n_cells):
-            arms[(f"p{c:04d}", "c", "reference")] = sample_plain(m, n, length, rng)
+            arms[(f"p{c:04d}", "c", "reference")] = sample_plain(m, n_ref, length, rng)
             arms[(f"p{c:04d}", "c", "candidate")] = sample_spec(m, n, length, rng)
     else:
         law = zipf(400, 1.3)
         for c in range(n_cells):
-            for arm in ("reference", "candidate"):
-                arms[(f"p{c:04d}", "c", arm)] = rng.choice(400, size=(n, length), p=law)
+            for arm, k in (("reference", n_ref), ("candidate", n)):
+                arms[(f"p{c:04d}", "c", arm)] = rng.choice(400, size=(k, length), p=law)
     a = analyze(
         samples_frame(arms),
         reference="reference",
@@ -94,10 +96,13 @@ def test_per_family_rates_plain_vs_exact_speculative_markov():
     _check_families(r)
 
 
-def _run_level(reps: int, seed: int, multiplicity: str, whitebox: bool) -> tuple[int, int]:
-    """``reps`` independent small runs (2 cells × 4 positions, 120 sequences per arm, Markov
-    V = 8; reference plain, candidate exact speculative rounds of K = 2 with the rounds table);
-    returns (runs rejected, runs whose white-box control failed)."""
+def _run_level(
+    reps: int, seed: int, multiplicity: str, whitebox: bool, ref_mult: int = 1
+) -> tuple[int, int]:
+    """``reps`` independent small runs (2 cells × 4 positions, 120 sequences per arm — the
+    reference ``ref_mult`` × 120 — Markov V = 8; reference plain, candidate exact speculative
+    rounds of K = 2 with the rounds table); returns (runs rejected, runs whose white-box control
+    failed)."""
     rng = np.random.default_rng(seed)
     m = markov(8, rng)
     opts = AnalysisOptions(
@@ -111,7 +116,7 @@ def _run_level(reps: int, seed: int, multiplicity: str, whitebox: bool) -> tuple
     for i in range(reps):
         arms, extra, rounds = {}, {}, []
         for c in ("a", "b"):
-            ref = sample_plain(m, 120, 4, rng)
+            ref = sample_plain(m, 120 * ref_mult, 4, rng)
             cand, rr = sample_spec_rounds(m, 120, 4, 2, rng)
             arms[(c, "x", "reference")], arms[(c, "x", "candidate")] = ref, cand
             extra[(c, "x", "reference")] = whitebox_columns(m, ref)
@@ -129,6 +134,26 @@ def _run_level(reps: int, seed: int, multiplicity: str, whitebox: bool) -> tuple
         rejected += a.rejected
         control += a.whitebox_control_failed
     return rejected, control
+
+
+@pytest.mark.parametrize("spec", [False, True])
+def test_per_family_rates_with_a_4x_reference(spec):
+    """``seeds.reference_per_arm = 4 · per_arm``: 250 cells × 2 positions, 150 candidate and
+    600 reference sequences: the pooled χ² (asymptotic and permutation), the TV permutation
+    p-value, the chain G² and the node χ² each reject at α within 3σ with unequal arm sizes."""
+    r = _cells_as_replications(250, 150, 2, seed=30 + int(spec), spec=spec, ref_mult=4)
+    assert r["n_cells"] == 500 and r["n_nodes"] > 100
+    _check_families(r)
+
+
+def test_run_level_false_alarm_with_a_4x_reference():
+    """200 H0 runs with every family on (cells, trie, exact white-box and the acceptance test,
+    the sequence family) and a reference arm 4 × the candidate's: P(rejected) ≤ α + 3σ and the
+    white-box control fails at most α + 3σ of the time (false-failure rate ≈ 0.3 % each)."""
+    rejected, control = _run_level(200, seed=3, multiplicity="bh", whitebox=True, ref_mult=4)
+    print(f"\nrun-level H0, 4x reference: rejected {rejected}/200, control failed {control}/200")
+    bound = ALPHA + 3 * np.sqrt(ALPHA * (1 - ALPHA) / 200)
+    assert rejected / 200 <= bound and control / 200 <= bound
 
 
 def test_run_level_false_alarm_at_most_alpha():

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 PLACEHOLDER_TOKEN_ID = -1  # no token: past the end of a sequence that stopped early
 Needs = Literal["target", "draft", "none"]
-WhiteboxKind = Literal["generation", "teacher", "none"]
+WhiteboxKind = Literal["generation", "teacher", "tokens", "none"]
 RoundsKind = Literal["tested", "readout", "none"]
 Progress = Callable[[int], None]  # rows completed so far in this job
 ROUNDS_COLUMNS = ("row", "round", "position", "drafted", "accepted", "emitted")
@@ -141,7 +141,9 @@ class Engine:
     needs : ``"target"`` (the target model), ``"draft"`` (target and draft) or ``"none"``.
     whitebox : how white-box columns are had for this engine's arms: ``"generation"`` (recorded
         in ``ArmOutput.whitebox`` while generating), ``"teacher"`` (computed by teacher forcing
-        the emitted tokens, also returned in ``ArmOutput.whitebox``) or ``"none"``.
+        the emitted tokens, also returned in ``ArmOutput.whitebox``; teacher mode in bf16/fp16),
+        ``"tokens"`` (a foreign engine that gives tokens only: the runner's shared teacher forces
+        them, always in teacher mode — its numerics are never spectest's) or ``"none"``.
     rounds : ``"tested"`` (round telemetry under spectest's draft law), ``"readout"`` (the
         engine's own, stored only) or ``"none"``.
     uses_variant : whether the arm's sampler variant (``candidate: exact`` / a mutant) means

@@ -272,7 +272,7 @@ class CommandEngine(Engine):
 
     name = "command"
     needs = "none"
-    whitebox = "none"
+    whitebox = "tokens"  # teacher mode (judge.whitebox_mode) with tests.whitebox
     rounds = "readout"
     uses_variant = False
 

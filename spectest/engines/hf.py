@@ -7,7 +7,9 @@ calling transformers itself — ``model.generate(do_sample=True)`` for the refer
 sampling parameter set explicitly, and the per-round telemetry of assisted generation.
 
 Also owns ``HFGenerateEngine`` and ``HFAssistedEngine``: the two as engines of the contract
-(``spectest.engines.base``), white-box columns by ``hf_teacher`` (transformers' own warpers).
+(``spectest.engines.base``), with white-box columns recorded at generation time from
+transformers' own ``output_scores`` (see "White-box columns" below), or by ``hf_teacher``
+(transformers' own warpers, teacher forcing) where this transformers does not return them.
 
 Knows nothing about statistics, files or protocols (``hf_teacher`` teacher-forces the local models
 along what this module emits).
@@ -42,6 +44,36 @@ What transformers does, and how this module pins it down
   versions — gives the processed target scores p and the accepted count. Both are the tensors
   ``_speculative_sampling`` consumed, so the recorded ``engine_*`` readouts are transformers' own.
 
+White-box columns (issue 12)
+----------------------------
+``generate(..., output_scores=True, return_dict_in_generate=True)`` returns, per emitted token,
+the *processed* scores transformers sampled it from (read in ``transformers/generation/utils.py``,
+5.x and 4.44):
+
+- plain sampling (``_sample``): ``next_token_scores = logits_processor(input_ids, logits)``
+  (float32; the custom ``LogitScale`` and every warper included),
+  ``scores += (next_token_scores,)``, then
+  ``multinomial(softmax(next_token_scores))`` — score t is the law token t was drawn from.
+- assisted decoding (``_assisted_decoding``): the verify forward's K + 1 logits are processed
+  position by position into ``new_logits``, ``_speculative_sampling`` accepts / recovers / adds
+  the bonus from ``softmax(new_logits)``, and ``scores += tuple(new_logits[:, i, :] for i in
+  range(n_matches + 1))`` — one entry per emitted token, the target law p_t of its position as the
+  sampler used it (the law a correct speculative sampler's output must follow there).
+
+So p_t = softmax(score_t) (float64 of transformers' float32 scores) is *the* law of the engine's
+own numerics, in every dtype: the exact one-sample white-box tests apply, as for the built-in
+engine, and bf16 no longer needs teacher mode. q_t (which only orders the CDF and defines
+A_t = {q > p}; it must be a function of the prefix, nothing more) comes from teacher forcing the
+draft (``hf_teacher.draft_probs``), as before. ``scores_support`` checks transformers' source for
+those two statements (not its version number); where they are missing the engines declare
+``whitebox = "teacher"`` and the reason goes to provenance. ``generate`` then checks every score
+tuple (one per token, ``[rows, V]``) and fails with ``EngineError`` otherwise.
+NOTE memory: the scores are ``[rows, T, V]`` float32 on the device; with white-box on, a plain
+batch holds at most ``SCORES_BUDGET`` elements (``whitebox_batch``) and each batch's scores are
+reduced to the five columns (``hf_teacher.hf_teacher_force(target_scores=...)``, chunked) before
+the next batch runs. With a Qwen vocabulary (151 936) and 32 positions that is 55 rows per batch;
+the batch seeds (row key of a batch's first row) follow the batches.
+
 Randomness
 ----------
 NOTE: transformers draws from torch's *global* generator (``torch.multinomial`` / ``rand_like``
@@ -66,7 +98,7 @@ from transformers import LogitsProcessor
 
 from spectest.engines.base import ArmJob, ArmOutput, Engine, Progress, RowSpec, check_rows
 from spectest.engines.builtin import EngineOutput
-from spectest.errors import ConfigError, ModelError
+from spectest.errors import ConfigError, EngineError, ModelError
 from spectest.sampling.params import SamplingParams
 from spectest.seeding import row_key
 
@@ -85,6 +117,56 @@ def has_confidence_threshold() -> bool:
     from transformers import GenerationConfig
 
     return hasattr(GenerationConfig(), "assistant_confidence_threshold")
+
+
+@dataclass(frozen=True)
+class ScoresSupport:
+    """Whether ``output_scores`` gives the law each emitted token was drawn from (``ok``), and why
+    not (``reason``; empty when ok). See the module docstring, "White-box columns"."""
+
+    ok: bool
+    reason: str
+
+
+# the statements of transformers' decode loops that make score t the law of token t
+SCORES_STATEMENTS = {
+    "_sample": ("scores += (next_token_scores,)", "softmax(next_token_scores"),
+    "_assisted_decoding": ("scores += tuple(new_logits[:, i, :] for i in range(",),
+}
+
+
+def scores_support() -> ScoresSupport:
+    """Read this transformers' ``GenerationMixin`` decode loops: ok when both keep, per emitted
+    token, the processed scores they sample from (``SCORES_STATEMENTS``). A check of the code,
+    not of the version number."""
+    import inspect
+
+    from transformers.generation.utils import GenerationMixin
+
+    for fn, statements in SCORES_STATEMENTS.items():
+        method = getattr(GenerationMixin, fn, None)
+        if method is None:
+            return ScoresSupport(False, f"transformers {transformers_version()} has no {fn}")
+        try:
+            src = inspect.getsource(method)
+        except (OSError, TypeError) as e:
+            return ScoresSupport(False, f"cannot read transformers' {fn}: {e}")
+        for st in statements:
+            if st not in src:
+                return ScoresSupport(
+                    False, f"transformers {transformers_version()} {fn} lacks {st!r}"
+                )
+    return ScoresSupport(True, "")
+
+
+SCORES = scores_support()
+# white-box with output_scores: at most this many float32 score elements per plain batch (1 GiB)
+SCORES_BUDGET = 1 << 28
+
+
+def whitebox_batch(batch_size: int, num_tokens: int, vocab_size: int) -> int:
+    """Rows per plain ``generate`` call when its scores are kept (``SCORES_BUDGET``)."""
+    return max(1, min(batch_size, SCORES_BUDGET // max(1, num_tokens * vocab_size)))
 
 
 def hf_model_of(model: Any) -> Any:
@@ -122,7 +204,9 @@ class LogitScale(LogitsProcessor):
         return scores * self.scale
 
 
-def generation_config(params: SamplingParams, num_tokens: int, vocab_size: int) -> Any:
+def generation_config(
+    params: SamplingParams, num_tokens: int, vocab_size: int, output_scores: bool = False
+) -> Any:
     """A ``GenerationConfig`` that leaves nothing to defaults: the protocol decides the law.
 
     Greedy (``temperature == 0``) is ``do_sample=False``. Everything that could add a processor
@@ -163,7 +247,7 @@ def generation_config(params: SamplingParams, num_tokens: int, vocab_size: int) 
         pad_token_id=int(vocab_size),
         use_cache=True,
         return_dict_in_generate=True,
-        output_scores=False,
+        output_scores=bool(output_scores),  # the processed scores sampled from (white-box)
         output_logits=False,
     )
     return GenerationConfig(**fields)
@@ -278,6 +362,8 @@ class RoundRecorder:
         default_factory=list
     )
     _pending: tuple[int, torch.Tensor, torch.Tensor | None] | None = None
+    # with output_scores: processed target scores of the emitted tokens [1, T, V]
+    emitted: torch.Tensor | None = None
 
     def on_candidates(
         self, input_ids: torch.Tensor, cand_ids: torch.Tensor, cand_logits: Any
@@ -366,6 +452,27 @@ def _fork_devices(device: torch.device) -> list[torch.device]:
     return [device] if device.type == "cuda" else []
 
 
+def emitted_scores(out: Any, rows: int, num_tokens: int, where: str) -> torch.Tensor:
+    """``out.scores`` of ``generate(output_scores=True)`` as ``[rows, num_tokens, V]`` float32.
+
+    Checks what the white-box columns rely on: one score tensor per emitted token, each
+    ``[rows, V]`` (``EngineError`` otherwise: this transformers' scores are not per token).
+    """
+    scores = getattr(out, "scores", None)
+    if scores is None or len(scores) != num_tokens:
+        n = None if scores is None else len(scores)
+        raise EngineError(
+            f"{where}: output_scores returned {n!r} score tensors for {num_tokens} emitted tokens "
+            "(one per token expected): this transformers' scores cannot give white-box columns"
+        )
+    shapes = {tuple(sc.shape) for sc in scores}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 2 or next(iter(shapes))[0] != rows:
+        raise EngineError(
+            f"{where}: output_scores shapes {sorted(shapes)!r}, expected one [{rows}, V] per token"
+        )
+    return torch.stack([sc.float() for sc in scores], dim=1)  # [rows, T, V]
+
+
 def generate_plain(
     model: Any,
     prompt_ids: torch.Tensor,
@@ -388,13 +495,27 @@ def generate_plain(
     torch.Tensor
         ``[batch_size, num_tokens]`` int64 emitted tokens (on CPU).
     """
+    return generate_plain_scored(model, prompt_ids, params, num_tokens, batch_size, seed)[0]
+
+
+def generate_plain_scored(
+    model: Any,
+    prompt_ids: torch.Tensor,
+    params: SamplingParams,
+    num_tokens: int,
+    batch_size: int,
+    seed: int,
+    output_scores: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``generate_plain``, and with ``output_scores`` the processed scores each token was drawn
+    from: ``[batch_size, num_tokens, V]`` float32 on the model's device (``emitted_scores``)."""
     hf = hf_model_of(model)
     V = int(hf.config.vocab_size)
     _check_prompt(prompt_ids, V)
     dev = hf.device
     L = int(prompt_ids.shape[0])
     ids = prompt_ids.to(dev)[None, :].expand(batch_size, L).contiguous()  # [B, L]
-    gc = generation_config(params, num_tokens, V)
+    gc = generation_config(params, num_tokens, V, output_scores)
     with (
         own_generation_config(model),
         torch.random.fork_rng(devices=_fork_devices(dev)),
@@ -413,7 +534,8 @@ def generate_plain(
             f"hf-generate: expected sequences of shape {(batch_size, L + num_tokens)!r}, "
             f"got {tuple(seq.shape)!r}"
         )
-    return seq[:, L:].cpu()  # [B, T]
+    scores = emitted_scores(out, batch_size, num_tokens, HF_GENERATE) if output_scores else None
+    return seq[:, L:].cpu(), scores  # [B, T], [B, T, V] | None
 
 
 def generate_assisted(
@@ -426,8 +548,12 @@ def generate_assisted(
     seed: int,
     confidence_threshold: float = 0.0,
     keep_scores: bool = False,
+    output_scores: bool = False,
 ) -> tuple[torch.Tensor, RoundRecorder]:
     """One assisted ``generate`` call (batch size 1) with the round telemetry.
+
+    With ``output_scores``, ``recorder.emitted`` holds the processed target scores of every
+    emitted token, ``[1, num_tokens, V]`` float32 (``emitted_scores``; module docstring).
 
     Returns
     -------
@@ -447,7 +573,7 @@ def generate_assisted(
     dev = hf_t.device
     L = int(prompt_ids.shape[0])
     ids = prompt_ids.to(dev)[None, :]  # [1, L]
-    gc = generation_config(params, num_tokens, V)
+    gc = generation_config(params, num_tokens, V, output_scores)
     procs = _processors(target, draft)
     with (
         own_generation_config(target),
@@ -475,6 +601,8 @@ def generate_assisted(
         raise ModelError(
             f"hf-assisted: round telemetry accounts for {emitted!r} tokens, expected {num_tokens!r}"
         )
+    if output_scores:
+        rec.emitted = emitted_scores(out, 1, num_tokens, HF_ASSISTED)
     return seq[0, L:].cpu(), rec
 
 
@@ -513,21 +641,51 @@ def hf_plain_decode(
     prompt_id: str,
     batch_size: int = 256,
     progress: Progress | None = None,
+    whitebox: bool = False,
+    draft: Any | None = None,
 ) -> EngineOutput:
     """Reference arm ``hf-generate``: batched ``model.generate(do_sample=True)``.
 
     Same signature and output as ``builtin.plain_decode``. Batch seed = the row key of the
-    batch's first row (reproducible per batch composition, see module docstring).
+    batch's first row (reproducible per batch composition, see module docstring). With
+    ``whitebox``, the white-box columns from transformers' own scores (p_t) and the teacher-forced
+    ``draft`` (q_t, or none), each batch reduced before the next (``whitebox_batch`` rows).
     """
     prompt_t = _check_rows(model, prompt, rows, num_positions, batch_size)
-    chunks = []
+    if whitebox:
+        batch_size = whitebox_batch(
+            batch_size, num_positions, int(hf_model_of(model).config.vocab_size)
+        )
+    chunks, wb = [], []
     for lo, hi in plain_batches(rows, batch_size):
         first = rows[lo]
         seed = row_key(run_key, prompt_id, first.config_id, first.seed)
-        chunks.append(generate_plain(model, prompt_t, first.params, num_positions, hi - lo, seed))
+        toks, scores = generate_plain_scored(
+            model, prompt_t, first.params, num_positions, hi - lo, seed, output_scores=whitebox
+        )
+        chunks.append(toks)
+        if scores is not None:
+            wb.append(_scored_whitebox(model, draft, prompt, rows[lo:hi], toks, scores))
         if progress is not None:
             progress(hi)
-    return EngineOutput(torch.cat(chunks, dim=0), None)
+    frame = pd.concat(wb, ignore_index=True) if whitebox else None
+    return EngineOutput(torch.cat(chunks, dim=0), None, frame)
+
+
+def _scored_whitebox(
+    target: Any,
+    draft: Any | None,
+    prompt: Sequence[int],
+    rows: Sequence[RowSpec],
+    tokens: torch.Tensor,
+    scores: torch.Tensor,
+) -> pd.DataFrame:
+    """White-box columns of ``tokens [b, T]`` with p_t = softmax(``scores [b, T, V]``)."""
+    from spectest.engines.hf_teacher import hf_teacher_force
+
+    return hf_teacher_force(
+        target, prompt, [r.params for r in rows], tokens, draft=draft, target_scores=scores
+    )
 
 
 ROUND_EXTRA_COLUMNS = ("verified", "engine_accept_prob", "engine_overlap")
@@ -545,8 +703,13 @@ def hf_assisted_decode(
     prompt_id: str,
     confidence_threshold: float = 0.0,
     progress: Progress | None = None,
+    whitebox: bool = False,
+    draft_teacher: Any | None = None,
 ) -> EngineOutput:
     """Candidate arm ``hf-assisted``: one assisted ``generate`` per row (batch size 1).
+
+    With ``whitebox``: the white-box columns with p_t from transformers' own scores of each
+    emitted token and q_t from teacher forcing ``draft_teacher`` (or none).
 
     Output as ``builtin.speculative_decode``: ``rounds`` has ``row, round, position, drafted,
     accepted, emitted`` plus ``ROUND_EXTRA_COLUMNS`` (per round: verified draft positions, and the
@@ -556,6 +719,9 @@ def hf_assisted_decode(
     prompt_t = _check_rows(target, prompt, rows, num_positions, 1)
     toks = []
     frames = []
+    scored: list[torch.Tensor] = []  # [1, T, V] each, reduced every ``whitebox_batch`` rows
+    wb: list[pd.DataFrame] = []
+    every = whitebox_batch(len(rows), num_positions, int(hf_model_of(target).config.vocab_size))
     for i, r in enumerate(rows):
         seed = row_key(run_key, prompt_id, r.config_id, r.seed)
         t, rec = generate_assisted(
@@ -567,12 +733,23 @@ def hf_assisted_decode(
             num_assistant_tokens,
             seed,
             confidence_threshold,
+            output_scores=whitebox,
         )
         toks.append(t[None, :])  # [1, T]
         frames.append(_rounds_of(i, rec.rounds))
+        if rec.emitted is not None:
+            scored.append(rec.emitted)
+            if len(scored) == every or i + 1 == len(rows):
+                lo = i + 1 - len(scored)
+                done = torch.cat(toks[lo:], dim=0)  # [b, T]
+                s_b = torch.cat(scored, dim=0)  # [b, T, V]
+                part = rows[lo : i + 1]
+                wb.append(_scored_whitebox(target, draft_teacher, prompt, part, done, s_b))
+                scored = []
         if progress is not None:
             progress(i + 1)
-    return EngineOutput(torch.cat(toks, dim=0), pd.concat(frames, ignore_index=True))
+    frame = pd.concat(wb, ignore_index=True) if whitebox else None
+    return EngineOutput(torch.cat(toks, dim=0), pd.concat(frames, ignore_index=True), frame)
 
 
 def _rounds_of(row: int, rounds: Sequence[RoundRecord]) -> pd.DataFrame:
@@ -597,7 +774,17 @@ def _rounds_of(row: int, rounds: Sequence[RoundRecord]) -> pd.DataFrame:
 # ----------------------------------------------------------------------------- the engines
 
 
+WHITEBOX_KIND: Any = "generation" if SCORES.ok else "teacher"
+
+
+def _whitebox_provenance() -> dict[str, Any]:
+    if SCORES.ok:
+        return {"whitebox": "generation (transformers output_scores)"}
+    return {"whitebox": "teacher", "whitebox_reason": SCORES.reason}
+
+
 def _hf_whitebox(engine: Engine, job: ArmJob, tokens: torch.Tensor) -> pd.DataFrame | None:
+    """Teacher-forced columns (the fallback when ``SCORES`` is not ok)."""
     if not job.whitebox:
         return None
     from spectest.engines.hf_teacher import hf_teacher_force
@@ -617,19 +804,25 @@ class HFGenerateEngine(Engine):
 
     name = HF_GENERATE
     needs = "target"
-    whitebox = "teacher"
+    whitebox = WHITEBOX_KIND
     rounds = "none"
 
     def generate(self, job: ArmJob) -> ArmOutput:
+        scored = job.whitebox and SCORES.ok
         out = hf_plain_decode(
             self.models.target, job.prompt_ids, job.rows, num_positions=job.num_positions,
             run_key=job.run_key, prompt_id=job.prompt_id, batch_size=job.batch_size,
-            progress=job.tick,
+            progress=job.tick, whitebox=scored, draft=self.models.draft,
         )  # fmt: skip
-        return ArmOutput(out.tokens.numpy(), None, False, _hf_whitebox(self, job, out.tokens))
+        wb = out.whitebox if scored else _hf_whitebox(self, job, out.tokens)
+        return ArmOutput(out.tokens.numpy(), None, False, wb)
 
     def provenance(self) -> dict[str, Any]:
-        return {**super().provenance(), "transformers": transformers_version()}
+        return {
+            **super().provenance(),
+            "transformers": transformers_version(),
+            **_whitebox_provenance(),
+        }
 
 
 class HFAssistedEngine(Engine):
@@ -638,7 +831,7 @@ class HFAssistedEngine(Engine):
 
     name = HF_ASSISTED
     needs = "draft"
-    whitebox = "teacher"
+    whitebox = WHITEBOX_KIND
     rounds = "readout"
 
     @dataclass(frozen=True)
@@ -670,13 +863,20 @@ class HFAssistedEngine(Engine):
         return None
 
     def generate(self, job: ArmJob) -> ArmOutput:
+        scored = job.whitebox and SCORES.ok
         out = hf_assisted_decode(
             self.models.target, self.models.draft, job.prompt_ids, job.rows,
             num_positions=job.num_positions, num_assistant_tokens=job.drafter.k,
             run_key=job.run_key, prompt_id=job.prompt_id,
             confidence_threshold=self.options.assistant_confidence_threshold, progress=job.tick,
+            whitebox=scored, draft_teacher=self.models.draft,
         )  # fmt: skip
-        return ArmOutput(out.tokens.numpy(), out.rounds, False, _hf_whitebox(self, job, out.tokens))
+        wb = out.whitebox if scored else _hf_whitebox(self, job, out.tokens)
+        return ArmOutput(out.tokens.numpy(), out.rounds, False, wb)
 
     def provenance(self) -> dict[str, Any]:
-        return {**super().provenance(), "transformers": transformers_version()}
+        return {
+            **super().provenance(),
+            "transformers": transformers_version(),
+            **_whitebox_provenance(),
+        }

@@ -135,6 +135,20 @@ def processed_probs(logits: torch.Tensor, params: SamplingParams, times: int = 1
     return torch.softmax(scores.double(), dim=-1)  # [B, T, V]
 
 
+def scores_probs(scores: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """float64 law ``[B, T, V]`` from transformers' processed float32 ``scores [B, T, V]``.
+
+    Sampled params: softmax (NOTE in float64 of the float32 scores; transformers takes it in
+    float32 — tokens it filtered are exact zeros in both, the rest differ by ~1e-7). Greedy: the
+    one-hot argmax, as ``generate`` picks it (scores are then only the unwarped logits).
+    """
+    assert scores.dim() == 3, scores.shape
+    if params.is_greedy:
+        probs = torch.zeros(scores.shape, dtype=torch.float64)
+        return probs.scatter_(-1, scores.argmax(-1, keepdim=True), 1.0)
+    return torch.softmax(scores.double(), dim=-1)
+
+
 def target_probs(
     model: Any, sequences: torch.Tensor, prompt_len: int, params: SamplingParams
 ) -> torch.Tensor:
@@ -156,6 +170,7 @@ def hf_teacher_force(
     tokens: torch.Tensor,
     *,
     draft: Any | None = None,
+    target_scores: torch.Tensor | None = None,
 ) -> pd.DataFrame:
     """White-box columns of an hf arm, aligned with ``builtin.to_samples_frame``.
 
@@ -166,6 +181,10 @@ def hf_teacher_force(
     Parameters
     ----------
     tokens : int64 ``[B, T]`` (``EngineOutput.tokens``); ``params``: one per row.
+    target_scores : float32 ``[B, T, V]`` (any device), optional
+        transformers' processed scores each token was drawn from (``generate(output_scores=
+        True)``, ``engines.hf.emitted_scores``): then p_t = softmax(scores) in float64 — the
+        engine's own law, no teacher forward of the target — and only q_t is teacher-forced.
     """
     if tokens.dim() != 2 or tokens.dtype != torch.int64:
         raise InputError(
@@ -179,6 +198,13 @@ def hf_teacher_force(
     if L == 0:
         raise InputError("hf_teacher_force: prompt must hold at least one token id, got []")
     V = int(hf_model_of(target).config.vocab_size)
+    if target_scores is not None:
+        if target_scores.dim() != 3 or tuple(target_scores.shape[:2]) != (B, T):
+            raise InputError(
+                f"hf_teacher_force: target_scores must be [{B}, {T}, V], "
+                f"got {tuple(target_scores.shape)!r}"
+            )
+        V = int(target_scores.shape[2])
     prompt_t = torch.tensor([int(t) for t in prompt], dtype=torch.int64)  # [L]
     cols: dict[str, list[np.ndarray]] = {c: [] for c in schema.WHITEBOX_COLUMNS}
     # rows with equal params share one warper pass; chunks bound the float64 [b, T, V] tensors
@@ -191,7 +217,10 @@ def hf_teacher_force(
         toks = tokens[lo:hi]  # [b, T]
         b = hi - lo
         seqs = torch.cat([prompt_t.expand(b, L), toks], dim=1)  # [b, L + T]
-        p = target_probs(target, seqs, L, params[lo])  # [b, T, V]
+        if target_scores is None:
+            p = target_probs(target, seqs, L, params[lo])  # [b, T, V]
+        else:
+            p = scores_probs(target_scores[lo:hi].cpu(), params[lo])  # [b, T, V]
         q = None if draft is None else draft_probs(draft, seqs, L, params[lo]).reshape(b * T, V)
         out = whitebox_columns(p.reshape(b * T, V), q, toks.reshape(b * T))
         for c in schema.WHITEBOX_COLUMNS:

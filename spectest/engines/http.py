@@ -72,7 +72,7 @@ class HTTPEngine(Engine):
 
     name = "http"
     needs = "none"
-    whitebox = "none"
+    whitebox = "tokens"  # teacher mode (judge.whitebox_mode) with tests.whitebox
     rounds = "readout"
     uses_variant = False
 

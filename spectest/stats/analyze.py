@@ -95,6 +95,8 @@ SEQUENCE_COLUMNS = [
     "unit",
 ]
 ALL_CELLS = "*"  # prompt_id / config_id of the sequence family's pooled rows
+# teacher mode's recommended reference size, × the candidate's (``_reference_size_note``)
+REFERENCE_MULTIPLIER = 4
 FAMILIES = ("cells", "trie", "whitebox", "sequence", "lengths")  # the α split's order
 SEQUENCE_DEFAULT = sequence.DEFAULT  # (the option ``sequence`` shadows the module in the class)
 
@@ -500,6 +502,10 @@ def analyze(
         notes.append("no testable cell-position: nothing was shown equal")
     if opts.permutation_pvalues and m and 1.0 / (B + 1) > a_cells / m:
         notes.append(f"permutation p-values cannot reach alpha/m = {a_cells / m:.2g} with B = {B}")
+    if opts.whitebox_mode == "teacher" and np.isfinite(dz_mde):
+        note = _reference_size_note(samples, reference, candidate, dz_mde)
+        if note:
+            notes.append(note)
     return Analysis(
         reference=reference,
         candidate=candidate,
@@ -686,6 +692,25 @@ def _teacher_whitebox_frame(
     wb["p_adj"] = p_adj
     wb["reject"] = p_adj <= alpha
     return wb
+
+
+def _reference_size_note(
+    samples: pd.DataFrame, reference: str, candidate: str, dz_mde: float
+) -> str:
+    """Teacher mode's sizing advice: the two-sample directed z's MDE scales as √(1 + n_c/n_r)
+    (``power.directed_z_2s_mde``); say what a reference of ``REFERENCE_MULTIPLIER`` × the
+    candidate would give when this run's reference is smaller than that ("" otherwise)."""
+    n_r = int((samples[sc.ARM] == reference).sum())
+    n_c = int((samples[sc.ARM] == candidate).sum())
+    if n_r == 0 or n_c == 0 or n_r >= REFERENCE_MULTIPLIER * n_c:
+        return ""
+    one = dz_mde / np.sqrt(1.0 + n_c / n_r)  # the one-sample MDE at the candidate's size
+    at_m = one * np.sqrt(1.0 + 1.0 / REFERENCE_MULTIPLIER)
+    return (
+        f"teacher mode: the two-sample directed z's MDE is {dz_mde:.3g} with a reference "
+        f"{n_r / n_c:.2g} x the candidate; seeds.reference_per_arm = {REFERENCE_MULTIPLIER} x "
+        f"per_arm would make it {at_m:.3g} (one-sample: {one:.3g})"
+    )
 
 
 def _testability(enc: Any, opts: AnalysisOptions) -> power.Testability:

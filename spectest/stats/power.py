@@ -143,6 +143,41 @@ def directed_z_mde(
     return float((z_a + stats.norm.ppf(power)) * math.sqrt(p_a * (1.0 - p_a) / n_tokens))
 
 
+def directed_z_2s_mde(
+    n_tokens: float,
+    p_a: float,
+    reference_multiplier: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    *,
+    two_sided: bool = True,
+) -> float:
+    """``directed_z_mde`` of the two-sample (teacher-mode) directed z: candidate ``n_tokens``,
+    reference ``reference_multiplier`` × as many (``seeds.reference_per_arm``).
+
+    Notes
+    -----
+    The two-sample statistic is the difference of the arms' mean 1[x ∈ A] − p(A); its variance
+    is the candidate's times 1 + 1/m (m = ``reference_multiplier``), so the MDE is
+    √(1 + 1/m) × the one-sample MDE: × 1.41 at m = 1, × 1.12 at m = 4, × 1.10 at m = 5.
+    Measured power against the ε = 0.05 acceptor (results/LOG.md, "h8"): 0.52 at m = 1 vs 0.76
+    for the exact one-sample z.
+    """
+    if reference_multiplier <= 0:
+        raise ConfigError(f"reference_multiplier must be > 0, got {reference_multiplier!r}")
+    one = directed_z_mde(n_tokens, p_a, alpha, power, two_sided=two_sided)
+    return float(one * math.sqrt(1.0 + 1.0 / reference_multiplier))
+
+
+def reference_multiplier_for(mde_ratio: float) -> int:
+    """Smallest integer m with √(1 + 1/m) ≤ ``mde_ratio``: the reference size (× ``per_arm``)
+    at which a two-sample z's MDE is within ``mde_ratio`` of the one-sample MDE (1.10 → 5;
+    1.12 → 4). See ``directed_z_2s_mde``."""
+    if not mde_ratio > 1.0:
+        raise ConfigError(f"mde_ratio must be > 1, got {mde_ratio!r}")
+    return math.ceil(1.0 / (mde_ratio * mde_ratio - 1.0) - 1e-12)
+
+
 # ----------------------------------------------------------------------------- testability
 @dataclass(frozen=True)
 class Testability:
@@ -207,7 +242,9 @@ def seeds_to_testable(top_share: np.ndarray, min_expected: float = 5.0) -> np.nd
     is kept and either a second token is kept or the pooled rest is a bin of its own — iff
     N·min(π, 1 − π) ≥ ``min_expected``: N* = ⌈min_expected / min(π, 1 − π)⌉ (inf when π is 0
     or 1: a position with one possible token is never testable). Verified against the pooling
-    rule on simulated Zipf laws (tests/test_stats_power.py).
+    rule on simulated Zipf laws (tests/test_stats_power.py). With unequal arms the rule's weight
+    is min(n_r, n_c)/n and the expected combined count n·π, so the same N* counts the *smaller*
+    arm's seeds (the candidate's ``per_arm`` when ``seeds.reference_per_arm`` is larger).
     """
     pi = np.asarray(top_share, dtype=np.float64)
     m = np.minimum(pi, 1.0 - pi)
@@ -240,7 +277,8 @@ def estimate_testability(
     plug = np.where(ok, np.asarray(top_combined, dtype=np.float64) / np.maximum(nr + nc, 1), 0.0)
     need_lo = np.where(ok, seeds_to_testable(plug, min_expected), np.inf)  # [K]
     K = int(need.shape[0])
-    seeds = float(np.mean(0.5 * (nr + nc))) if K else float("nan")
+    # N* counts the smaller arm's seeds (``seeds_to_testable``): report that arm's size
+    seeds = float(np.mean(np.minimum(nr, nc))) if K else float("nan")
     return Testability(need, _quantiles(need, shares), _quantiles(need_lo, shares), seeds)
 
 

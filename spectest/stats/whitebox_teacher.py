@@ -42,6 +42,17 @@ an ε-biased acceptor produces shrinks by √2 (measured in results/LOG.md, 2026
 ε tooth (ε = 0.5 in openinfer-512) stays far above that threshold. The acceptance test is
 skipped in teacher mode (Σ min(p̃, q̃) moves by up to 2·TV with the teacher's numerics).
 
+A larger reference (``seeds.reference_per_arm`` = m × ``per_arm``). The statistic is a difference
+of the arms' means, so its variance is the candidate's times 1 + n_cand/n_ref = 1 + 1/m:
+2 at m = 1, 1.25 at m = 4, 1.125 at m = 8 (``stats.power.directed_z_2s_mde``). Nothing above
+assumes equal arm sizes: the relabelings keep each cell's two sizes, and exchangeability of
+whole sequences under H0 does not depend on them, so the tests stay exact at any m; the KS / AD
+statistics use the two-sample forms with n_ref ≠ n_cand. Measured (results/LOG.md, 2026-11-30
+h8; tests/test_stats_whitebox_teacher.py, ``-m slow``): power against the ε = 0.05 acceptor,
+4 000 candidate tokens, σ = 0.05 teacher, directed z 0.50 / 0.61 / 0.75 / 0.78 at m = 1 / 2 / 4 /
+8 vs 0.79 for the exact one-sample z (within 10 % from m = 4); PIT KS 0.30 / 0.46 / 0.53 / 0.56
+vs 0.66 one-sample. H0 at m = 4 over 200 replications: every test ≤ 0.045, control 0.
+
 The control in teacher mode. Two-sample tests cannot see a broken teacher (both arms share it:
 no false alarm, only lost power), so the control asks whether the teacher is *near* the law
 the reference arm was sampled from: H_ctl: the mean over steps of TV(p_t, p̃_t) is ≤ τ
