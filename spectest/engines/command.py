@@ -72,6 +72,7 @@ from spectest.errors import ConfigError, EngineError
 PROTOCOL = "spectest-jsonl/1"
 SAMPLER_ORDER = ("temperature", "top_k", "top_p", "min_p")
 STDERR_TAIL_LINES = 5
+EXIT_GRACE_S = 5.0  # a program that closed stdout gets this long to exit with its status
 
 
 class EngineProcessError(EngineError):
@@ -203,7 +204,7 @@ class LineProcess:
             self.proc.stdin.write(json.dumps(obj, separators=(",", ":")) + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
-            raise self.failure("closed its stdin") from None
+            raise self.failure("closed its stdin", grace_s=EXIT_GRACE_S) from None
 
     def read(self, timeout_s: float, waiting_for: str) -> dict[str, Any]:
         """The next JSON object line (``log`` lines skipped); errors name the program."""
@@ -216,8 +217,8 @@ class LineProcess:
                 raise self.failure(
                     f"sent nothing for {timeout_s:g} s while {waiting_for}"
                 ) from None
-            if line is None:
-                raise self.failure(f"ended its output while {waiting_for}")
+            if line is None:  # stdout closed: the program is exiting, let it say how
+                raise self.failure(f"ended its output while {waiting_for}", grace_s=EXIT_GRACE_S)
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError:
@@ -230,8 +231,13 @@ class LineProcess:
                 continue
             return obj
 
-    def failure(self, what: str) -> EngineProcessError:
-        """Kill the program and build the one-line error: what happened, exit status, stderr."""
+    def failure(self, what: str, grace_s: float = 0.0) -> EngineProcessError:
+        """Kill the program and build the one-line error: what happened, exit status, stderr.
+        ``grace_s``: how long a program that closed its pipes may take to exit on its own (its
+        exit status is the useful part of the message) before it counts as killed."""
+        if grace_s > 0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=grace_s)
         alive = self.proc.poll() is None
         self.kill()
         status = "killed by spectest" if alive else f"exit status {self.proc.returncode}"
