@@ -263,10 +263,12 @@ def test_hf_teacher_force_alignment(pair):
     out = hf.hf_plain_decode(target, PROMPT, rows, num_positions=4, run_key=RUN_KEY, prompt_id="p")
     wb = ht.hf_teacher_force(target, PROMPT, [r.params for r in rows], out.tokens, draft=draft)
     assert list(wb.columns) == list(schema.WHITEBOX_COLUMNS) and len(wb) == len(rows) * 4
-    # row 5, position 2 by hand
+    # row 5, position 2 by hand. NOTE a one-row float32 forward may round differently from the
+    # batched one (CPU GEMM kernels depend on shape and threads: 2e-7 seen under load); the check
+    # is the alignment (row, position, token), which a misalignment would miss by far more
     seq = torch.cat([torch.tensor(PROMPT), out.tokens[5]])[None]
     p = ht.target_probs(target, seq, len(PROMPT), rows[5].params)[0, 2]
-    assert wb[schema.WB_P].iloc[5 * 4 + 2] == pytest.approx(float(p[out.tokens[5, 2]]), abs=1e-12)
+    assert wb[schema.WB_P].iloc[5 * 4 + 2] == pytest.approx(float(p[out.tokens[5, 2]]), rel=1e-5)
     assert (wb[schema.WB_P] > 0).all() and wb[schema.WB_OVERLAP].between(0, 1).all()
 
 
