@@ -5,17 +5,27 @@ families, plus the false-alarm rate of every family under H0.
 Benchmark shape (issue 14): the bundled pair, 4 prompts (english-8, first 4) × 2 configs × 12
 positions, one-hot drafter K = 3. Generating is the expensive part, so a big *pool* is generated
 once per arm — ``--reps × --per-arm`` seeds per cell, disjoint seed ranges per arm — and cached as
-Parquet under ``results/power_pool/`` (ignored by git); replications are disjoint slices of it.
+Parquet under ``<dir>/power_pool/<pair>-<seeds>/`` (ignored by git); replications are disjoint
+slices of it. ``scripts/gpu_power_table.sh`` runs the three steps on a GPU host in one command.
 
-    # 1. pools (resumable: one file per arm × prompt; CPU: ~14 min per speculative arm, 1 thread)
-    OMP_NUM_THREADS=1 python benchmarks/power_table.py generate [--device cuda] [--arms a,b]
-    # 2. the table (reads the pools; arms without a complete pool are skipped and listed)
-    OMP_NUM_THREADS=1 python benchmarks/power_table.py table [--reps 20] [--h0-reps 200]
+    # 1. pools (resumable: one file per arm × prompt; --workers/--worker deal the files out)
+    OMP_NUM_THREADS=1 python benchmarks/power_table.py generate --pair bundled [--device cuda]
+    # 2. analyses (resumable: one JSON line per (arm, replication) in <dir>/power_<pair>/w<k>.jsonl)
+    OMP_NUM_THREADS=1 python benchmarks/power_table.py table --pair bundled [--workers N --worker k]
+    # 3. the table (markdown; arms without a complete pool or short of replications are listed)
+    python benchmarks/power_table.py report --pair bundled [--md F] [--json F]
 
-``table`` prints a markdown table and writes ``results/bench/power_table.json``. Under H0 a
-replication draws 256 + 256 sequences per cell at random (without replacement) from the
-reference and exact pools; replications then overlap a little (each uses 5 % of a pool), so the
-false-alarm estimate is unbiased but its spread is slightly above the binomial one.
+Under H0 a replication draws 256 + 256 sequences per cell at random (without replacement) from
+the reference and exact pools; replications then overlap a little (each uses 5 % of a pool), so
+the false-alarm estimate is unbiased but its spread is slightly above the binomial one.
+
+Configurations (``CONFIGS_FAMILIES``) combine families by the union bound, each at α / (their
+number), as ``analyze`` splits the run's α; a family's decision is "its smallest adjusted p-value
+≤ its level" (BH, Bonferroni and the max-T adjusted p-values do not depend on the level). The
+issue's comparison is "sequence alone" (the new families) vs "chi2+BH alone", black-box; the
+report prints that ratio, the ratio with the default black-box families + sequence, and each
+family's H0 rate. The length family (``stats.lengths``) is recorded but only active when some
+cell's length table is testable (an end-of-sequence token inside the 12 positions).
 """
 
 from __future__ import annotations
@@ -365,11 +375,17 @@ def _markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def _upper95(k: int, n: int) -> float:
-    """One-sided 95 % Clopper–Pearson upper bound of a rate seen k times in n."""
+def _rate(k: int, n: int) -> dict[str, float]:
+    """A false-alarm count k of n: the rate, its one-sided 95 % Clopper–Pearson upper bound and
+    the binomial p-value of "the rate exceeds α" (P(X ≥ k) at rate α). A family calibrated at
+    exactly α (the sequence family's permutation p-value with B = 200 rejects with probability
+    10/201 under H0) shows a rate above α in about 40 % of 200-replication estimates, so the
+    strict reading "measured rate ≤ α" is reported beside the statistical one (p ≥ 0.05)."""
     from scipy import stats
 
-    return 1.0 if k >= n else float(stats.beta.ppf(0.95, k + 1, n - k))
+    upper = 1.0 if k >= n else float(stats.beta.ppf(0.95, k + 1, n - k))
+    p_exceeds = float(stats.binom.sf(k - 1, n, ALPHA))
+    return {"k": k, "n": n, "rate": k / n, "upper95": upper, "p_exceeds_alpha": p_exceeds}
 
 
 def _kills(g: pd.DataFrame, fams: tuple[str, ...]) -> np.ndarray:
@@ -441,17 +457,17 @@ def report(args: argparse.Namespace) -> None:
         for c in cols:
             v = h0[c].dropna()
             if len(v):
-                k = int((v <= ALPHA).sum())
-                fa[c] = {"k": k, "n": len(v), "rate": k / len(v), "upper95": _upper95(k, len(v))}
+                fa[c] = _rate(int((v <= ALPHA).sum()), len(v))
         for name, fams in CONFIGS_FAMILIES.items():
-            k = int(_kills(h0, fams).sum())
-            fa[f"config: {name}"] = {
-                "k": k, "n": len(h0), "rate": k / len(h0), "upper95": _upper95(k, len(h0))
-            }  # fmt: skip
-    fam_ok = all(v["rate"] <= ALPHA for c, v in fa.items() if not c.startswith("config"))
-    n_h0_ok = len(h0) >= min(args.h0_reps, 200)
-    crit = totals[chi2] > 0 and totals[seq_alone] >= 2 * totals[chi2] and fam_ok and n_h0_ok
-    crit_bb = totals[chi2] > 0 and totals[bb_seq] >= 2 * totals[chi2] and fam_ok and n_h0_ok
+            fa[f"config: {name}"] = _rate(int(_kills(h0, fams).sum()), len(h0))
+    fams_fa = {c: v for c, v in fa.items() if not c.startswith("config")}
+    fam_ok = bool(fams_fa) and all(v["rate"] <= ALPHA for v in fams_fa.values())
+    fam_ok_stat = bool(fams_fa) and all(v["p_exceeds_alpha"] >= 0.05 for v in fams_fa.values())
+    n_h0_ok = len(h0) >= 200
+    doubled = totals[chi2] > 0 and totals[seq_alone] >= 2 * totals[chi2]
+    doubled_bb = totals[chi2] > 0 and totals[bb_seq] >= 2 * totals[chi2]
+    crit = doubled and fam_ok and n_h0_ok
+    crit_bb = doubled_bb and fam_ok and n_h0_ok
     # what did not finish: arms without records or short of replications, H0 short of reps
     missing = [a for a in ARMS[2:] if a not in set(df["arm"])]
     short = [
@@ -470,7 +486,9 @@ def report(args: argparse.Namespace) -> None:
     lines += [
         f"Kills out of `reps` replications (H0 row: false alarms out of its replications). Each "
         f"configuration splits α = {ALPHA} equally over its families; the `@α` columns are one "
-        "family (or one sequence statistic) alone at α.",
+        "family (or one sequence statistic) alone at α. Arms: ε ∈ {0.05, 0.1, 0.2} and every "
+        "buggy catalogue mutant (`draft_raw_consistent` is not one: with a one-hot drafter it "
+        "is the exact sampler).",
         "",
         _markdown(out),
         "",
@@ -488,19 +506,34 @@ def report(args: argparse.Namespace) -> None:
         "",
     ]
     if fa:
-        lines += [
-            f"**False alarms under H0** ({len(h0)} replications; rate, one-sided 95 % upper "
-            "bound): "
-            + "; ".join(
-                f"{c} {v['k']}/{v['n']} = {v['rate']:.3f} (≤ {v['upper95']:.3f})"
+        fa_df = pd.DataFrame(
+            [
+                {
+                    "family (or configuration)": c,
+                    "false alarms": f"{v['k']}/{v['n']}",
+                    "rate": f"{v['rate']:.3f}",
+                    "95 % upper bound": f"{v['upper95']:.3f}",
+                    "P(≥ k at rate α)": f"{v['p_exceeds_alpha']:.2f}",
+                }
                 for c, v in fa.items()
-            ),
+            ]
+        )
+        lines += [
+            f"**False alarms under H0** ({len(h0)} replications of {args.per_arm} + "
+            f"{args.per_arm} sequences per cell drawn from the reference and exact pools; each "
+            "family alone at α, each configuration at its split):",
+            "",
+            _markdown(fa_df),
             "",
         ]
+    yn = {True: "yes", False: "no"}
     lines += [
-        f"**Criterion** (sequence family ≥ 2× χ²+BH kills, every family's H0 rate ≤ α over "
-        f"≥ 200 H0 replications): **{'MET' if crit else 'NOT MET'}** (with black-box + sequence "
-        f"as 'the new families': {'met' if crit_bb else 'not met'}).",
+        f"**Criterion** (issue 14: at {args.per_arm} seeds per arm, black-box, the new families "
+        "≥ 2× the kills of χ²+BH alone, every family's measured H0 rate ≤ α over ≥ 200 H0 "
+        f"replications): **{'MET' if crit else 'NOT MET'}** — sequence family alone ≥ 2×: "
+        f"{yn[doubled]}; black-box + sequence ≥ 2×: {yn[doubled_bb]}; every family's H0 rate "
+        f"≤ α: {yn[fam_ok]} (within binomial noise of α, P ≥ 0.05: {yn[fam_ok_stat]}); "
+        f"≥ 200 H0 replications: {yn[n_h0_ok]} ({len(h0)}).",
         "",
     ]
     unfinished = [
@@ -529,8 +562,10 @@ def report(args: argparse.Namespace) -> None:
             "pair": args.pair, "alpha": ALPHA, "per_arm": args.per_arm, "reps": args.reps,
             "h0_reps": args.h0_reps, "rows": out.to_dict(orient="records"), "totals": totals,
             "doubling": ratios, "false_alarms": fa, "criterion_met": crit,
-            "criterion_met_blackbox_plus_sequence": crit_bb, "missing_arms": missing,
-            "short_arms": short, "incomplete_pools": no_pool, "median_resolution": mde,
+            "criterion_met_blackbox_plus_sequence": crit_bb, "every_family_h0_le_alpha": fam_ok,
+            "every_family_h0_within_noise": fam_ok_stat, "h0_reps_done": len(h0),
+            "missing_arms": missing, "short_arms": short, "incomplete_pools": no_pool,
+            "median_resolution": mde,
             "records": len(df),
         },
     )  # fmt: skip
