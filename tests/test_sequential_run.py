@@ -156,3 +156,26 @@ def test_with_killer_teeth_and_no_protocol_resolution_no_look_requires_one(
     assert res.verdict.exit_code == 0, res.summary["verdict"]
     md, _ = _report_texts(tmp_path / "run")
     assert "the seed budget was spent" in md and "no resolution required" in md
+
+
+def test_the_console_prints_the_path_of_the_evidence(tmp_path: Path) -> None:
+    """``spectest run`` on a sequential protocol: a blatant bug, stopped at the first look; the
+    console says so with the seeds used and the looks, next to the verdict (exit 1)."""
+    from typer.testing import CliRunner
+
+    from spectest.cli import app
+
+    proto = write_toy(
+        tmp_path,
+        candidate="always_accept",
+        teeth={"null_arm": False},
+        seeds={"per_arm": 100, "max_per_arm": 400},
+        tests={**FAST_TESTS, "whitebox": False},
+    )
+    r = CliRunner().invoke(
+        app, ["run", "--config", str(proto), "--out", str(tmp_path / "run"), "--no-progress"]
+    )
+    text = " ".join(r.stdout.split())
+    assert r.exit_code == 1, r.output
+    assert "Stopped after look 1 of 3 because the candidate was rejected" in text, text
+    assert "100 of 400 seeds per arm used" in text and "looks: 100 → reject (MDE" in text
