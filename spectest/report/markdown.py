@@ -1,8 +1,8 @@
 """Markdown renderings of a stored run: the full ``report.md`` and the short CI step summary.
 
-Owns: the text of the report (verdict, reasons, per-config summary table, teeth, failing cells,
-provenance, a few decoded samples). Reads ``summary.json`` and the stored tables; computes no
-statistic. Knows nothing about how they were produced.
+Owns: the text of the report (verdict, reasons, the path of a sequential run's looks, per-config
+summary table, teeth, failing cells, provenance, a few decoded samples). Reads ``summary.json``
+and the stored tables; computes no statistic. Knows nothing about how they were produced.
 """
 
 from __future__ import annotations
@@ -154,8 +154,9 @@ def sequential_rows(summary: dict[str, Any]) -> tuple[str, list[str], list[list[
     req = last.get("required_mde_tv")
     line = (
         f"Sequential run: stages {stages} seeds per arm, α = {seq.get('alpha')} spent "
-        f"{seq.get('spending')}ly over {len(stages)} looks (Bonferroni: any look's false alarm "
-        f"≤ α in total). Stopped after look {last['stage'] + 1} of {len(stages)} because "
+        f"{seq.get('spending')}ly over {len(stages)} looks (Bonferroni: a false alarm at any "
+        f"look has probability ≤ α). Stopped after look {last['stage'] + 1} of {len(stages)} "
+        "because "
         f"{why.get(str(seq.get('stopped')), str(seq.get('stopped')))}: "
         f"**{seq.get('seeds_used_per_arm')} of {stages[-1] if stages else '?'} seeds per arm "
         "used**"
