@@ -80,6 +80,12 @@ ARMS = (
     "greedy_verify",
     "always_accept",
 )
+# the H0 pools, generated last: the reference and exact samplers again on their own seed ranges,
+# ``--h0-reps × --per-arm`` seeds per cell, so each H0 replication is a disjoint slice of both —
+# independent replications, an exact binomial false-alarm count. Until they are complete the H0
+# replications resample the main reference and exact pools (unbiased, correlated: ``table``).
+H0_ARMS = {"h0_reference": "reference", "h0_exact": "exact"}
+ALL_ARMS = (*ARMS, *H0_ARMS)
 
 
 def _prompts(pair: str) -> list[tuple[str, list[int]]]:
@@ -105,12 +111,17 @@ def _rounds_path(pool: Path, arm: str, prompt_id: str) -> Path:
     return pool / arm.replace(":", "_") / f"{prompt_id}.rounds.parquet"
 
 
+def _pool_seeds(arm: str, n_seeds: int, h0_seeds: int) -> int:
+    """Seeds per cell of ``arm``'s pool (the H0 arms have their own size, and directory)."""
+    return h0_seeds if arm in H0_ARMS else n_seeds
+
+
 def units(pair: str, arms: list[str], workers: int, worker: int) -> list[tuple[str, str]]:
     """This worker's (arm, prompt id) pool files: every arm's prompts dealt round-robin in the
     arms' priority order, so each of ``workers`` processes (one per GPU) gets an equal share of
     every arm — balanced whatever an arm costs (speculative arms cost more than the reference),
-    and the subtle arms are finished first by every worker."""
-    all_units = [(a, pid) for a in ARMS if a in arms for pid, _ in _prompts(pair)]
+    and the subtle arms are finished first by every worker (the big H0 pools last)."""
+    all_units = [(a, pid) for a in ALL_ARMS if a in arms for pid, _ in _prompts(pair)]
     return all_units[worker::workers]
 
 
@@ -128,15 +139,18 @@ def generate(args: argparse.Namespace) -> None:
 
     if args.device == "cpu" and not os.environ.get("OMP_NUM_THREADS"):
         torch.set_num_threads(1)
-    arms = args.arms.split(",") if args.arms else list(ARMS)
-    unknown = sorted(set(arms) - set(ARMS))
+    arms = args.arms.split(",") if args.arms else list(ALL_ARMS)
+    unknown = sorted(set(arms) - set(ALL_ARMS))
     if unknown:
-        sys.exit(f"--arms: unknown arm(s) {unknown}; known: {list(ARMS)}")
-    n_seeds = args.reps * args.per_arm
-    pool = _pool_dir(Path(args.dir), args.pair, n_seeds)
+        sys.exit(f"--arms: unknown arm(s) {unknown}; known: {list(ALL_ARMS)}")
+    n_seeds, h0_seeds = args.reps * args.per_arm, args.h0_reps * args.per_arm
+
+    def pool_of(arm: str) -> Path:
+        return _pool_dir(Path(args.dir), args.pair, _pool_seeds(arm, n_seeds, h0_seeds))
+
     todo = [
         u for u in units(args.pair, arms, args.workers, args.worker)
-        if not _pool_path(pool, *u).exists()
+        if not _pool_path(pool_of(u[0]), *u).exists()
     ]  # fmt: skip
     if not todo:
         print(f"worker {args.worker}: every pool file is on disk", flush=True)
@@ -148,11 +162,13 @@ def generate(args: argparse.Namespace) -> None:
     drafter = builtin.DrafterSpec(onehot=True, k=K)
     prompt_ids = dict(_prompts(args.pair))
     for arm, pid in todo:
-        base = ARMS.index(arm) * SEED_STRIDE
+        base = ALL_ARMS.index(arm) * SEED_STRIDE
+        sampler = H0_ARMS.get(arm, arm)
+        pool = pool_of(arm)
         rows = [
             builtin.RowSpec(cid, base + s, SamplingParams(**p))
             for cid, p in CONFIGS.items()
-            for s in range(n_seeds)
+            for s in range(_pool_seeds(arm, n_seeds, h0_seeds))
         ]
         path = _pool_path(pool, arm, pid)
         t0 = time.perf_counter()
@@ -161,11 +177,11 @@ def generate(args: argparse.Namespace) -> None:
             whitebox=True,
         )  # fmt: skip
         ids = prompt_ids[pid]
-        if arm == "reference":
+        if sampler == "reference":
             out = builtin.plain_decode(target, ids, rows, draft=draft, drafter=drafter, **common)
         else:
             out = builtin.speculative_decode(
-                target, draft, ids, rows, drafter=drafter, variant=get_variant(arm), **common
+                target, draft, ids, rows, drafter=drafter, variant=get_variant(sampler), **common
             )
         assert out.whitebox is not None
         samples = pd.concat([builtin.to_samples_frame(out, pid, rows, arm), out.whitebox], axis=1)
@@ -180,13 +196,19 @@ def generate(args: argparse.Namespace) -> None:
         print(f"{arm} {pid}: {len(rows)} rows in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
+def pool_complete(root: Path, pair: str, n_seeds: int, arm: str) -> bool:
+    """Every prompt's pool file of ``arm`` (``n_seeds`` seeds per cell) is on disk."""
+    pool = _pool_dir(root, pair, n_seeds)
+    return all(_pool_path(pool, arm, pid).exists() for pid, _ in _prompts(pair))
+
+
 def load_pool(
     root: Path, pair: str, n_seeds: int, arm: str
 ) -> tuple[pd.DataFrame, pd.DataFrame | None] | None:
     """An arm's pool (samples, rounds) with ``seed`` rebased to 0..n-1, or None if incomplete."""
     pool = _pool_dir(root, pair, n_seeds)
     parts, rparts = [], []
-    base = ARMS.index(arm) * SEED_STRIDE
+    base = ALL_ARMS.index(arm) * SEED_STRIDE
     for pid, _ in _prompts(pair):
         path = _pool_path(pool, arm, pid)
         if not path.exists():
@@ -325,18 +347,25 @@ def job_list(reps: int, h0_reps: int, with_h0: bool) -> list[tuple[str, int]]:
 def table(args: argparse.Namespace) -> None:
     """Analyse slices of the pools; one JSON line per (arm, replication) in this worker's file.
     Stops starting analyses once ``--budget-s`` would be exceeded (the last analysis's wall time
-    as the estimate), so a timed step ends cleanly; re-running resumes."""
+    as the estimate), so a timed step ends cleanly; re-running resumes.
+
+    H0 replication r: with both H0 pools complete ("disjoint"), seeds [r·n, (r+1)·n) of each —
+    independent replications; otherwise ("resampled") n + n sequences per cell drawn at random
+    from the main reference and exact pools — each replication exact, but replications share
+    sequences (each uses n / pool of them), so the count's spread exceeds the binomial one."""
     t_start = time.perf_counter()
     root = Path(args.dir)
-    n_seeds = args.reps * args.per_arm
+    n_seeds, h0_seeds = args.reps * args.per_arm, args.h0_reps * args.per_arm
     cache = _cache_dir(root, args.pair, args.tag)
     cache.mkdir(parents=True, exist_ok=True)
     done = {(r["arm"], r["rep"]) for r in read_records(cache)}
     ref = load_pool(root, args.pair, n_seeds, "reference")
-    exact = load_pool(root, args.pair, n_seeds, "exact")
     if ref is None:
         sys.exit(f"no complete reference pool under {_pool_dir(root, args.pair, n_seeds)}")
-    jobs = [j for j in job_list(args.reps, args.h0_reps, exact is not None) if j not in done]
+    disjoint = all(pool_complete(root, args.pair, h0_seeds, a) for a in H0_ARMS)
+    h0_pair: tuple | None = None  # (reference-side pool, exact-side pool), loaded when needed
+    with_h0 = disjoint or pool_complete(root, args.pair, n_seeds, "exact")
+    jobs = [j for j in job_list(args.reps, args.h0_reps, with_h0) if j not in done]
     jobs = jobs[args.worker :: args.workers]
     pools: dict[str, tuple[pd.DataFrame, pd.DataFrame | None] | None] = {}
     stats_ = tuple(x for x in args.statistics.split(",") if x)
@@ -348,11 +377,23 @@ def table(args: argparse.Namespace) -> None:
                 break
             t0 = time.perf_counter()
             if arm == "H0":
-                assert exact is not None
-                rng = np.random.default_rng([14, r])
-                rs = rng.choice(n_seeds, args.per_arm, replace=False)
-                cs = rng.choice(n_seeds, args.per_arm, replace=False)
-                res = _analyze_one(ref, exact, rs, cs, args.perms, r, stats_)
+                if h0_pair is None:
+                    h0_pair = (
+                        (load_pool(root, args.pair, h0_seeds, "h0_reference"),
+                         load_pool(root, args.pair, h0_seeds, "h0_exact"))
+                        if disjoint
+                        else (ref, load_pool(root, args.pair, n_seeds, "exact"))
+                    )  # fmt: skip
+                h0_ref, h0_exact = h0_pair
+                assert h0_ref is not None and h0_exact is not None
+                if disjoint:
+                    rs = cs = np.arange(r * args.per_arm, (r + 1) * args.per_arm)
+                else:
+                    rng = np.random.default_rng([14, r])
+                    rs = rng.choice(n_seeds, args.per_arm, replace=False)
+                    cs = rng.choice(n_seeds, args.per_arm, replace=False)
+                res = _analyze_one(h0_ref, h0_exact, rs, cs, args.perms, r, stats_)
+                res["h0_scheme"] = "disjoint" if disjoint else "resampled"  # type: ignore[assignment]
             else:
                 if arm not in pools:
                     pools[arm] = load_pool(root, args.pair, n_seeds, arm)
@@ -431,6 +472,11 @@ def report(args: argparse.Namespace) -> None:
     out = out.sort_values("arm", key=lambda s: s.map(order)).reset_index(drop=True)
     mut = out[out["arm"] != "H0"]
     h0 = df[df["arm"] == "H0"]
+    schemes = (
+        h0["h0_scheme"].fillna("resampled").value_counts().to_dict()
+        if "h0_scheme" in h0
+        else {"resampled": len(h0)}
+    )
     totals = {c: int(mut[c].sum()) for c in CONFIGS_FAMILIES}
     chi2, seq_alone, bb_seq = "chi2+BH alone", "sequence alone", "black-box + sequence"
     unsat = mut[mut[chi2] < mut["reps"]]
@@ -477,11 +523,10 @@ def report(args: argparse.Namespace) -> None:
     ]
     if len(h0) < args.h0_reps:
         short.append(f"H0 ({len(h0)}/{args.h0_reps})")
+    h0_seeds = args.h0_reps * args.per_arm
     no_pool = [
-        a for a in ARMS if not all(
-            _pool_path(_pool_dir(root, args.pair, n_seeds), a, pid).exists()
-            for pid, _ in _prompts(args.pair)
-        )
+        a for a in ALL_ARMS
+        if not pool_complete(root, args.pair, _pool_seeds(a, n_seeds, h0_seeds), a)
     ]  # fmt: skip
     lines += [
         f"Kills out of `reps` replications (H0 row: false alarms out of its replications). Each "
@@ -520,8 +565,11 @@ def report(args: argparse.Namespace) -> None:
         )
         lines += [
             f"**False alarms under H0** ({len(h0)} replications of {args.per_arm} + "
-            f"{args.per_arm} sequences per cell drawn from the reference and exact pools; each "
-            "family alone at α, each configuration at its split):",
+            f"{args.per_arm} sequences per cell, reference (plain) vs exact (speculative): "
+            f"{schemes.get('disjoint', 0)} on disjoint seeds of the H0 pools (independent), "
+            f"{schemes.get('resampled', 0)} resampled from the main pools (exact each, but "
+            "sharing sequences: spread above binomial); each family alone at α, each "
+            "configuration at its split):",
             "",
             _markdown(fa_df),
             "",
@@ -564,6 +612,7 @@ def report(args: argparse.Namespace) -> None:
             "doubling": ratios, "false_alarms": fa, "criterion_met": crit,
             "criterion_met_blackbox_plus_sequence": crit_bb, "every_family_h0_le_alpha": fam_ok,
             "every_family_h0_within_noise": fam_ok_stat, "h0_reps_done": len(h0),
+            "h0_schemes": schemes,
             "missing_arms": missing, "short_arms": short, "incomplete_pools": no_pool,
             "median_resolution": mde,
             "records": len(df),
@@ -588,18 +637,17 @@ if __name__ == "__main__":
     g.add_argument("--batch", type=int, default=1024)
     g.add_argument("--arms", default="", help="comma-separated subset of the arms")
     t = sub.add_parser("table", help="analyse replications (resumable JSON lines cache)")
-    t.add_argument("--h0-reps", type=int, default=200)
     t.add_argument("--perms", type=int, default=200)
     t.add_argument("--statistics", default="", help="sequence statistics (default: DEFAULT)")
     t.add_argument("--budget-s", type=float, default=0.0, help="stop starting analyses after")
     r = sub.add_parser("report", help="print the kill-rate table from the cache")
-    r.add_argument("--h0-reps", type=int, default=200)
     r.add_argument("--md", default="", help="also write the markdown here")
     r.add_argument("--json", default="", help="write the JSON summary here")
     for p in (g, t, r):
         p.add_argument("--pair", default="toy", choices=sorted(PAIRS))
         p.add_argument("--reps", type=int, default=20)
         p.add_argument("--per-arm", type=int, default=PER_ARM)
+        p.add_argument("--h0-reps", type=int, default=200, help="H0 replications (H0 pools)")
         p.add_argument("--dir", default=str(RESULTS), help="results root (pools, caches)")
     for p in (t, r):
         p.add_argument("--tag", default="", help="suffix of the cache directory (e.g. -all5)")

@@ -4,19 +4,24 @@
 #
 #   bash scripts/gpu_power_table.sh            # from the repository root; writes to $OUT
 #
-# Steps, each under a timeout that leaves time for the next (defaults sum to 480 s, ~8.3 min with start-up):
-#   1. pools   (GEN_TIMEOUT 270 s): one `power_table.py generate` per visible GPU
+# Steps, each under a timeout that leaves time for the next (330 + 120 + 30 = 480 s, ~8.3 min
+# with start-up; expected ~4–6 min):
+#   1. pools   (GEN_TIMEOUT 330 s): one `power_table.py generate` per visible GPU
 #              (CUDA_VISIBLE_DEVICES=that GPU), each a disjoint share of the (arm, prompt) pool
 #              files dealt round-robin in priority order: every GPU gets half of every arm, so
-#              the shares are balanced whatever an arm costs (speculative arms ~2.4× the
+#              the shares are balanced whatever an arm costs (a speculative arm ~2× the
 #              reference on CPU) and the subtle arms finish first. 16 arms × 4 prompts × 2
-#              configs × REPS·PER_ARM seeds × 12 positions, white-box columns recorded by the
-#              decode loops at generation time (no teacher-forcing pass).
-#   2. table   (TABLE_TIMEOUT 150 s): H0_REPS + 14 arms × REPS analyses at PER_ARM seeds per
+#              configs × REPS·PER_ARM seeds × 12 positions, then (last) the two H0 pools —
+#              reference and exact again, H0_REPS·PER_ARM seeds per cell, so each H0
+#              replication is a disjoint slice (independent); white-box columns recorded by the
+#              decode loops at generation time (no teacher-forcing pass). If the H0 pools do not
+#              finish, H0 resamples the main pools (the report says which). A GPU worker that
+#              fails early leaves its files to a CPU pass in the time left.
+#   2. table   (TABLE_TIMEOUT 120 s): H0_REPS + 14 arms × REPS analyses at PER_ARM seeds per
 #              arm (white-box on, PERMS whole-sequence permutations) on WORKERS = nproc − 2
 #              CPU processes; each stops starting analyses before its budget and every record
 #              is one JSON line, so a cut step keeps what finished.
-#   3. report  (REPORT_TIMEOUT 60 s): the markdown table (kills per configuration, each family
+#   3. report  (REPORT_TIMEOUT 30 s): the markdown table (kills per configuration, each family
 #              alone, H0 false-alarm rates with 95 % upper bounds, the doubling ratio of the
 #              issue's criterion, and every arm skipped or short of replications).
 # Resumable: pool files and analysis records already on disk are skipped, so re-running the
@@ -37,13 +42,13 @@ OUT="${OUT:-/tmp/spectest-gpu-power}"
 PAIR="${PAIR:-bundled}" REPS="${REPS:-20}" PER_ARM="${PER_ARM:-256}"
 H0_REPS="${H0_REPS:-200}" PERMS="${PERMS:-200}" DIR="${DIR:-results}" STEP="${STEP:-all}"
 WORKERS="${WORKERS:-$(( $(nproc) > 2 ? $(nproc) - 2 : 1 ))}"
-GEN_TIMEOUT="${GEN_TIMEOUT:-270}" TABLE_TIMEOUT="${TABLE_TIMEOUT:-150}"
-REPORT_TIMEOUT="${REPORT_TIMEOUT:-60}"
+GEN_TIMEOUT="${GEN_TIMEOUT:-330}" TABLE_TIMEOUT="${TABLE_TIMEOUT:-120}"
+REPORT_TIMEOUT="${REPORT_TIMEOUT:-30}"
 mkdir -p "$OUT" "$DIR/logs"
 T0=$(date +%s)
 step() { echo; echo "=== $* ($(date -u +%H:%M:%S), +$(( $(date +%s) - T0 )) s)"; }
 PT=(python benchmarks/power_table.py)
-SIZE=(--pair "$PAIR" --reps "$REPS" --per-arm "$PER_ARM" --dir "$DIR")
+SIZE=(--pair "$PAIR" --reps "$REPS" --per-arm "$PER_ARM" --h0-reps "$H0_REPS" --dir "$DIR")
 
 gen_pass() {  # gen_pass N DEV BATCH TIMEOUT LABEL: N generate workers, wait, one line each
   local n=$1 dev=$2 batch=$3 tmo=$4 label=$5 w rc pids=() dev_env
@@ -59,11 +64,12 @@ gen_pass() {  # gen_pass N DEV BATCH TIMEOUT LABEL: N generate workers, wait, on
   done
 }
 
-pools_done() {  # prints how many of the 64 pool files are on disk
+pools_done() {  # prints how many of the 72 pool files are on disk
   python -c "
 import sys; sys.path.insert(0, 'benchmarks'); from pathlib import Path; import power_table as pt
-n = $REPS * $PER_ARM; pool = pt._pool_dir(Path('$DIR'), '$PAIR', n)
-print(sum(pt._pool_path(pool, a, p).exists() for a in pt.ARMS for p, _ in pt._prompts('$PAIR')))"
+n, h = $REPS * $PER_ARM, $H0_REPS * $PER_ARM
+print(sum(pt._pool_path(pt._pool_dir(Path('$DIR'), '$PAIR', pt._pool_seeds(a, n, h)), a, p).exists()
+          for a in pt.ALL_ARMS for p, _ in pt._prompts('$PAIR')))"
 }
 
 main() {
@@ -89,7 +95,7 @@ if [ "$STEP" = all ] || [ "$STEP" = pools ]; then
   fi
   step "1. pools on $N × $DEV (batch $BATCH, timeout $GEN_TIMEOUT s)"; T_GEN=$(date +%s)
   gen_pass "$N" "$DEV" "$BATCH" "$GEN_TIMEOUT" "$DEV"
-  TOTAL=64; DONE=$(pools_done)  # 16 arms × 4 prompts
+  TOTAL=72; DONE=$(pools_done)  # (16 arms + 2 H0 arms) × 4 prompts
   LEFT=$(( GEN_TIMEOUT - ($(date +%s) - T_GEN) ))
   echo "pool files on disk: $DONE of $TOTAL"
   if [ "$DEV" = cuda ] && [ "$DONE" -lt "$TOTAL" ] && [ "$LEFT" -gt 60 ]; then
@@ -106,7 +112,7 @@ if [ "$STEP" = all ] || [ "$STEP" = table ]; then
   step "2. analyses: $H0_REPS H0 + 14 arms × $REPS at $PER_ARM seeds per arm, $PERMS permutations, $WORKERS CPU workers (budget $BUDGET s, timeout $TABLE_TIMEOUT s)"
   pids=()
   for ((w = 0; w < WORKERS; w++)); do
-    timeout "$TABLE_TIMEOUT" "${PT[@]}" table "${SIZE[@]}" --h0-reps "$H0_REPS" \
+    timeout "$TABLE_TIMEOUT" "${PT[@]}" table "${SIZE[@]}" \
       --perms "$PERMS" --budget-s "$BUDGET" --workers "$WORKERS" --worker "$w" \
       > "$DIR/logs/table_$w.log" 2>&1 &
     pids+=($!)
@@ -123,7 +129,7 @@ if [ "$STEP" = all ] || [ "$STEP" = table ]; then
 
   step "3. report (timeout $REPORT_TIMEOUT s)"
   mkdir -p "$DIR/bench"
-  timeout "$REPORT_TIMEOUT" "${PT[@]}" report "${SIZE[@]}" --h0-reps "$H0_REPS" \
+  timeout "$REPORT_TIMEOUT" "${PT[@]}" report "${SIZE[@]}" \
     --md "$DIR/bench/power_table_$PAIR.md" --json "$DIR/bench/power_table_$PAIR.json"
   echo "report: exit $?"
   cp "$DIR/bench/power_table_$PAIR.md" "$DIR/bench/power_table_$PAIR.json" "$OUT/" 2>/dev/null

@@ -29,7 +29,8 @@ def pt():
 
 def test_pool_files_are_dealt_disjoint_complete_and_balanced(pt):
     """Two GPU workers: every (arm, prompt) file exactly once, each worker half of every arm (so
-    the expensive speculative arms are shared evenly), in the arms' priority order."""
+    the expensive speculative arms are shared evenly), in the arms' priority order, the H0
+    pools last."""
     arms = list(pt.ARMS)
     shares = [pt.units("bundled", arms, 2, w) for w in range(2)]
     every = [u for s in shares for u in s]
@@ -39,6 +40,11 @@ def test_pool_files_are_dealt_disjoint_complete_and_balanced(pt):
         assert set(per_arm.values()) == {pt.N_PROMPTS // 2}
         assert [a for a, _ in s] == sorted((a for a, _ in s), key=arms.index)
     assert pt.units("bundled", ["exact"], 1, 0) == [("exact", f"p{i}") for i in range(4)]
+    # the big H0 pools come last for every worker, shared evenly too
+    for w in range(2):
+        share = pt.units("bundled", list(pt.ALL_ARMS), 2, w)
+        assert [a for a, _ in share[-4:]] == ["h0_reference"] * 2 + ["h0_exact"] * 2
+        assert share[:-4] == shares[w]
 
 
 def test_jobs_are_rep_major_with_h0_spread_evenly(pt):
@@ -86,7 +92,7 @@ def test_report_counts_kills_ratio_h0_rates_and_what_did_not_finish(pt, tmp_path
         _rec("greedy_verify", 0, cells=0.0, trie=0.0, whitebox=0.0, sequence=0.005),
         _rec("greedy_verify", 1, cells=0.0, trie=0.0, whitebox=0.0, sequence=0.005),
         *[_rec("H0", i) for i in range(3)],
-        _rec("H0", 3, sequence=0.04),
+        {**_rec("H0", 3, sequence=0.04), "h0_scheme": "disjoint"},
     ]
     (cache / "w0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     md, js = tmp_path / "t.md", tmp_path / "t.json"
@@ -105,8 +111,10 @@ def test_report_counts_kills_ratio_h0_rates_and_what_did_not_finish(pt, tmp_path
     assert fa["config: black-box + sequence"]["k"] == 0  # 0.04 > α/3
     assert "lengths" not in fa  # never active
     assert not data["criterion_met"] and data["h0_reps_done"] == 4
+    assert data["h0_schemes"] == {"resampled": 3, "disjoint": 1}
     assert "eps_biased:0.05" in data["missing_arms"]
     assert set(data["short_arms"]) == {"eps_biased:0.1 (2/3)", "greedy_verify (2/3)"}
     text = md.read_text()
     assert "**1.33×**" in text and "NOT MET" in text and "arms without any replication" in text
-    assert "pools incomplete: reference" in text  # no pool on disk here
+    assert "pools incomplete: reference" in text and "h0_exact" in text  # no pool on disk
+    assert "1 on disjoint seeds of the H0 pools (independent), 3 resampled" in text
