@@ -44,6 +44,7 @@ from spectest.judge import (
     judge,
     no_progress,
     readout_arms,
+    summarize,
     whitebox_mode,
 )
 from spectest.plan import Arm, Plan, Shard, make_plan, stages
@@ -54,6 +55,7 @@ from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_d
 from spectest.shipped import shipped_name
 from spectest.store import PROMPTS_FILE, ROUNDS, SAMPLES, RunDir, load_run, make_provenance
 from spectest.summary import build_summary
+from spectest.verdict import required_resolution
 
 __all__ = ["RunResult", "analyze_run", "configure_threads", "prompt_token_ids", "run_protocol"]
 
@@ -443,11 +445,15 @@ def run_protocol(
         timings["analyze"] = timings.get("analyze", 0.0) + time.perf_counter() - t_an
         if len(sizes) == 1:
             break
-        cand = next(a for arm, a in results if arm.role == "candidate")
+        # the stop rule asks for the resolution the verdict will require (the protocol's, or
+        # the 0.15 default when no ε arm / mutant shows the power): judged as the verdict is
+        comps = tuple(summarize(a, arm) for arm, a in results)
+        cand = next(c for c in comps if c.role == "candidate")
+        required, requirement = required_resolution(comps, protocol.tests.max_mde_tv, kind=kind)
         looks.append(
             decide_look(
                 stage, sizes, alphas, rejected=bool(cand.rejected), mde_tv=cand.mde_tv,
-                max_mde_tv=protocol.tests.max_mde_tv,
+                max_mde_tv=required, requirement=requirement,
             )
         )  # fmt: skip
         progress(f"look {stage}: {looks[-1].decision}", stage + 1, len(sizes))

@@ -87,6 +87,8 @@ class Look:
     rejected: bool  # the candidate's analysis rejected at ``alpha``
     mde_tv: float | None  # the resolution reached (TV; None if unknown)
     decision: str  # REJECT | RESOLVED | BUDGET | CONTINUE
+    required_mde_tv: float | None = None  # the resolution the stop rule asked for (None: none)
+    requirement: str = "none"  # where it comes from (``spectest.verdict.required_resolution``)
 
 
 def decide_look(
@@ -97,10 +99,16 @@ def decide_look(
     rejected: bool,
     mde_tv: float | None,
     max_mde_tv: float | None,
+    requirement: str = "protocol",
 ) -> Look:
     """The decision after look ``stage``: reject → stop; else the resolution asked for
     (``max_mde_tv``) reached → stop; else the last stage → stop (budget spent); else continue.
-    Without ``max_mde_tv`` a sampler that is never rejected runs to the last stage."""
+    Without ``max_mde_tv`` a sampler that is never rejected runs to the last stage.
+
+    ``max_mde_tv`` is the requirement the verdict applies (``spectest.verdict.
+    required_resolution``: the protocol's ``tests.power.max_mde_tv``, else 0.15 when no ε arm or
+    mutant shows the power, else none), ``requirement`` where it comes from: the run stops
+    "resolved" exactly when the verdict would accept the resolution reached."""
     if not (0 <= stage < len(sizes)) or len(alphas) != len(sizes):
         raise ConfigError(f"look {stage!r}: outside the {len(sizes)} planned stages")
     resolved = (
@@ -122,6 +130,8 @@ def decide_look(
         rejected=bool(rejected),
         mde_tv=None if mde_tv is None or mde_tv != mde_tv else float(mde_tv),
         decision=decision,
+        required_mde_tv=None if max_mde_tv is None else float(max_mde_tv),
+        requirement=requirement if max_mde_tv is not None else "none",
     )
 
 

@@ -80,6 +80,7 @@ __all__ = [
     "Verdict",
     "decide",
     "judge_tooth",
+    "required_resolution",
     "summarize_comparison",
 ]
 
@@ -239,6 +240,24 @@ def _nothing_tested(c: Comparison) -> str:
     )
 
 
+def required_resolution(
+    comparisons: Sequence[Comparison], max_mde_tv: float | None = None, *, kind: str = "run"
+) -> tuple[float | None, str]:
+    """The per-cell MDE (TV) the verdict requires (rule 3c) and where the requirement comes from:
+    the protocol's ``max_mde_tv`` (``compare``: ``--max-mde-tv``) when set; else
+    ``DEFAULT_MAX_MDE_TV`` when there is a candidate and no tooth that must be killed (ε arm or
+    mutant) ran; else none (the teeth show the power). ``decide`` and the stop rule of a
+    sequential run's looks (``spectest.sequential``) both use it, so a run stops "resolved"
+    exactly when the verdict would accept its resolution."""
+    has_cand = any(c.role == "candidate" for c in comparisons)
+    killers = [c for c in comparisons if c.is_tooth and c.expect == "fail"]
+    if max_mde_tv is not None:
+        return max_mde_tv, "protocol" if kind != "compare" else "--max-mde-tv"
+    if has_cand and not killers:
+        return DEFAULT_MAX_MDE_TV, "default: no tooth shows the tests' power"
+    return None, "none"
+
+
 def decide(
     comparisons: Sequence[Comparison], *, max_mde_tv: float | None = None, kind: str = "run"
 ) -> Verdict:
@@ -261,14 +280,8 @@ def decide(
     main = cand if cand is not None else (comparisons[0] if comparisons else None)
     control_bad = main is not None and main.control_failed
     unkilled = [t for t in teeth if t.expect == "fail" and t.ran and not t.sound]
-    killers = [t for t in teeth if t.expect == "fail"]
     mde = cand.mde_tv if cand is not None else None
-    if max_mde_tv is not None:
-        required, requirement = max_mde_tv, "protocol" if kind != "compare" else "--max-mde-tv"
-    elif cand is not None and not killers:
-        required, requirement = DEFAULT_MAX_MDE_TV, "default: no tooth shows the tests' power"
-    else:
-        required, requirement = None, "none"
+    required, requirement = required_resolution(comparisons, max_mde_tv, kind=kind)
     nothing = cand is not None and not cand.tested_anything and not cand.rejected
     low_power = cand is not None and required is not None and (mde is None or mde > required)
 

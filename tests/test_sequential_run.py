@@ -18,7 +18,7 @@ FAST_TESTS = {"alpha": 0.05, "trie": {"depth": 1, "min_count": 50}, "null_permut
 
 
 def _run(tmp_path: Path, **sections):
-    proto = write_toy(tmp_path, teeth={"null_arm": False}, **sections)
+    proto = write_toy(tmp_path, **{"teeth": {"null_arm": False}, **sections})
     return run_protocol(load_protocol(proto), out=tmp_path / "run", threads=1)
 
 
@@ -100,3 +100,82 @@ def test_the_sequence_family_can_be_switched_off_without_moving_old_hashes(tmp_p
     assert same.hash == load_protocol(write_toy(tmp_path, "plain.yaml", tests=FAST_TESTS)).hash
     with pytest.raises(ConfigError, match=r"tests\.sequence"):
         load_protocol(write_toy(tmp_path, "bad.yaml", tests={**FAST_TESTS, "sequence": "yes"}))
+
+
+def _report_texts(run_dir: Path) -> tuple[str, str]:
+    from spectest.store import REPORT_HTML, REPORT_MD
+
+    return (run_dir / REPORT_MD).read_text(), (run_dir / REPORT_HTML).read_text()
+
+
+def test_without_a_protocol_resolution_the_looks_stop_at_the_verdicts_default(
+    tmp_path: Path,
+) -> None:
+    """No ``max_mde_tv`` and no ε arm or mutant: the verdict requires the 0.15 default
+    (``verdict.required_resolution``), so the looks must stop "resolved" as soon as the median
+    per-cell MDE is ≤ 0.15 — here at 1 600 of 3 200 seeds per arm (MDE 0.29, 0.22, 0.15+,
+    0.11 at 200, 400, 800, 1 600; deterministic: fixed seeds) — not run on to the budget. The
+    look's requirement is the verdict's, and the reports show the path of the evidence."""
+    res = _run(
+        tmp_path,
+        teeth={"null_arm": False, "epsilons": [], "mutants": []},
+        seeds={"per_arm": 200, "max_per_arm": 3200},
+        tests={**FAST_TESTS, "whitebox": False},
+    )
+    seq = res.summary["sequential"]
+    looks = seq["looks"]
+    assert [lk["decision"] for lk in looks] == ["continue"] * (len(looks) - 1) + ["resolved"]
+    assert seq["seeds_used_per_arm"] < 3200 and looks[-1]["mde_tv"] <= 0.15 < looks[-2]["mde_tv"]
+    assert {lk["required_mde_tv"] for lk in looks} == {0.15} == {res.verdict.max_mde_tv}
+    assert all(lk["requirement"].startswith("default") for lk in looks)
+    assert res.verdict.exit_code == 0, res.summary["verdict"]
+    md, page = _report_texts(tmp_path / "run")
+    assert "## Path of the evidence (sequential looks)" in md
+    assert f"**{seq['seeds_used_per_arm']} of 3200 seeds per arm used**" in md
+    assert "the resolution asked for was reached" in md and "≤ 0.15" in md
+    for lk in looks:
+        assert f"| {lk['stage'] + 1} | {lk['per_arm']} | {lk['alpha']:.4g} |" in md
+    assert "Path of the evidence" in page and f"{seq['seeds_used_per_arm']} of 3200" in page
+
+
+def test_with_killer_teeth_and_no_protocol_resolution_no_look_requires_one(
+    tmp_path: Path,
+) -> None:
+    """An always_accept tooth (killed) shows the power: the verdict requires no
+    resolution, so neither does any look — an exact candidate runs to the budget (exit 0: the
+    teeth are killed), and the report says why it stopped."""
+    res = _run(
+        tmp_path,
+        teeth={"null_arm": False, "epsilons": [], "mutants": ["always_accept"]},
+        seeds={"per_arm": 100, "max_per_arm": 200},
+        tests={**FAST_TESTS, "whitebox": False},
+    )
+    looks = res.summary["sequential"]["looks"]
+    assert [lk["decision"] for lk in looks] == ["continue", "budget"]
+    assert all(lk["required_mde_tv"] is None for lk in looks) and res.verdict.max_mde_tv is None
+    assert res.verdict.exit_code == 0, res.summary["verdict"]
+    md, _ = _report_texts(tmp_path / "run")
+    assert "the seed budget was spent" in md and "no resolution required" in md
+
+
+def test_the_console_prints_the_path_of_the_evidence(tmp_path: Path) -> None:
+    """``spectest run`` on a sequential protocol: a blatant bug, stopped at the first look; the
+    console says so with the seeds used and the looks, next to the verdict (exit 1)."""
+    from typer.testing import CliRunner
+
+    from spectest.cli import app
+
+    proto = write_toy(
+        tmp_path,
+        candidate="always_accept",
+        teeth={"null_arm": False},
+        seeds={"per_arm": 100, "max_per_arm": 400},
+        tests={**FAST_TESTS, "whitebox": False},
+    )
+    r = CliRunner().invoke(
+        app, ["run", "--config", str(proto), "--out", str(tmp_path / "run"), "--no-progress"]
+    )
+    text = " ".join(r.stdout.split())
+    assert r.exit_code == 1, r.output
+    assert "Stopped after look 1 of 3 because the candidate was rejected" in text, text
+    assert "100 of 400 seeds per arm used" in text and "looks: 100 → reject (MDE" in text

@@ -198,3 +198,27 @@ def test_sequence_family_counts_only_when_its_permutation_p_can_reach_its_level(
     assert not _can_reach(cells(2, 1), 100, 0.05 / 3)
     assert _can_reach(cells(3, 12), 100, 0.05 / 3)
     assert not _can_reach(cells(3, 12), 20, 0.05 / 3)  # 1/21 > α/3: B too small
+
+
+def test_required_resolution_is_the_one_decide_applies():
+    """The three sources of rule 3c's requirement, and ``decide`` applying exactly that one (the
+    sequential stop rule calls the same function, tests/test_sequential_run.py)."""
+    from spectest.verdict import required_resolution
+
+    cand = comp("candidate", "candidate", False, mde=0.12)
+    null = comp("null", "null", False)
+    killer = comp("always_accept", "mutant", True)
+    cases = [
+        (([cand, null, killer], 0.3, "run"), (0.3, "protocol")),
+        (([cand], 0.3, "compare"), (0.3, "--max-mde-tv")),
+        (([cand, null], None, "run"), (DEFAULT_MAX_MDE_TV, "default")),
+        (([cand], None, "compare"), (DEFAULT_MAX_MDE_TV, "default")),
+        (([cand, null, killer], None, "run"), (None, "none")),
+        (([null, killer], None, "teeth"), (None, "none")),
+    ]
+    for (comps, max_mde, kind), (want, source) in cases:
+        got, requirement = required_resolution(comps, max_mde, kind=kind)
+        assert got == want and requirement.startswith(source), (comps, max_mde, kind)
+        v = decide(comps, max_mde_tv=max_mde, kind=kind)
+        assert v.max_mde_tv == want
+        assert v.scope is not None and v.scope.requirement == requirement

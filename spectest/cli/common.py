@@ -224,6 +224,17 @@ def print_result(result: Any, con: Console | None = None) -> None:
             f"{t.get('write', 0):.1f}",
             markup=False,
         )
+    seq = summary.get("sequential") or {}
+    if seq.get("looks"):  # the path of the evidence (report.markdown.sequential_rows)
+        from spectest.report.markdown import sequential_rows
+
+        line, _, _ = sequential_rows(summary)
+        con.print(line.replace("**", ""), markup=False, soft_wrap=True)
+        path = " · ".join(
+            f"{lk['per_arm']} → {lk['decision']} (MDE {fmt(lk.get('mde_tv'))})"
+            for lk in seq["looks"]
+        )
+        con.print(f"  looks: {path}", markup=False, soft_wrap=True)
     for line in verdict_lines(verdict):
         # NOTE: one physical line each (soft wrap): CI logs are grepped for them
         if line.startswith(" "):

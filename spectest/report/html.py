@@ -16,6 +16,7 @@ from spectest.report.markdown import (
     config_rows,
     decoded_samples,
     failing_rows,
+    sequential_rows,
     teeth_rows,
     whitebox_rows,
 )
@@ -66,6 +67,13 @@ def render_html(stored: StoredRun) -> str:
         *[f"<p class='small'>{html.escape(ln.strip())}</p>" for ln in scope],
         "<ul>" + "".join(f"<li>{html.escape(r)}</li>" for r in v["reasons"]) + "</ul>",
     ]
+    seq_line, h, rows = sequential_rows(s)
+    if rows:
+        parts += [
+            "<h2>Path of the evidence (sequential looks)</h2>",
+            f"<p>{html.escape(seq_line.replace('**', ''))}</p>",
+            _table(h, rows),
+        ]
     h, rows = config_rows(s)
     parts += ["<h2>Summary per config</h2>", _table(h, rows)]
     if s.get("teeth"):

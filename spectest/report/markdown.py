@@ -1,8 +1,8 @@
 """Markdown renderings of a stored run: the full ``report.md`` and the short CI step summary.
 
-Owns: the text of the report (verdict, reasons, per-config summary table, teeth, failing cells,
-provenance, a few decoded samples). Reads ``summary.json`` and the stored tables; computes no
-statistic. Knows nothing about how they were produced.
+Owns: the text of the report (verdict, reasons, the path of a sequential run's looks, per-config
+summary table, teeth, failing cells, provenance, a few decoded samples). Reads ``summary.json``
+and the stored tables; computes no statistic. Knows nothing about how they were produced.
 """
 
 from __future__ import annotations
@@ -125,6 +125,63 @@ def whitebox_rows(stored: StoredRun) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def sequential_rows(summary: dict[str, Any]) -> tuple[str, list[str], list[list[str]]]:
+    """The path of the evidence of a sequential run (``summary["sequential"]``, written by the
+    runner from ``spectest.sequential.path_dict``): a one-line account (plan, spending, where it
+    stopped and why, seeds used) and one row per look. Empty for a single-stage run."""
+    seq = summary.get("sequential") or {}
+    looks = seq.get("looks") or []
+    header = [
+        "look",
+        "seeds per arm",
+        "α of the look",
+        "α spent",
+        "rejected",
+        "resolution (median per-cell TV)",
+        "required",
+        "decision",
+    ]
+    if not looks:
+        return "", header, []
+    why = {
+        "reject": "the candidate was rejected",
+        "resolved": "the resolution asked for was reached",
+        "budget": "the seed budget was spent before the resolution asked for was reached",
+        "continue": "it was interrupted after a look that asked for more seeds",
+    }
+    stages = seq.get("stages") or []
+    last = looks[-1]
+    req = last.get("required_mde_tv")
+    line = (
+        f"Sequential run: stages {stages} seeds per arm, α = {seq.get('alpha')} spent "
+        f"{seq.get('spending')}ly over {len(stages)} looks (Bonferroni: a false alarm at any "
+        f"look has probability ≤ α). Stopped after look {last['stage'] + 1} of {len(stages)} "
+        "because "
+        f"{why.get(str(seq.get('stopped')), str(seq.get('stopped')))}: "
+        f"**{seq.get('seeds_used_per_arm')} of {stages[-1] if stages else '?'} seeds per arm "
+        "used**"
+        + (
+            f"; required resolution TV ≤ {req:g} ({last.get('requirement')})."
+            if req is not None
+            else "; no resolution required (the teeth show the power)."
+        )
+    )
+    rows = [
+        [
+            str(int(lk["stage"]) + 1),
+            str(lk["per_arm"]),
+            f"{lk['alpha']:.4g}",
+            f"{lk['alpha_spent']:.4g}",
+            "yes" if lk["rejected"] else "no",
+            _fmt(lk.get("mde_tv"), 3),
+            "—" if lk.get("required_mde_tv") is None else f"≤ {lk['required_mde_tv']:g}",
+            str(lk["decision"]),
+        ]
+        for lk in looks
+    ]
+    return line, header, rows
+
+
 def failing_rows(summary: dict[str, Any]) -> list[str]:
     out = []
     for c in summary.get("comparisons", []):
@@ -170,6 +227,10 @@ def render_markdown(stored: StoredRun) -> str:
             f"{a.get('null_permutations')} permutations for the TV null.",
             "",
         ]
+    seq_line, h, rows = sequential_rows(s)
+    if rows:
+        lines += ["## Path of the evidence (sequential looks)", "", seq_line, "", md_table(h, rows)]
+        lines += [""]
     h, rows = config_rows(s)
     lines += ["## Summary per config", "", md_table(h, rows), ""]
     if s.get("teeth"):
@@ -224,6 +285,9 @@ def render_summary_md(summary: dict[str, Any]) -> str:
         *verdict_md(v),
         "",
     ]
+    seq_line, _, seq_rows = sequential_rows(summary)
+    if seq_rows:
+        lines += [seq_line, ""]
     h, rows = config_rows(summary)
     lines += [md_table(h, rows), ""]
     if summary.get("teeth"):
