@@ -343,15 +343,23 @@ def power_by_ref_mult(
         dz = directed_z(c[sc.WB_IN_A], c[sc.WB_P_A])
         hit("directed_z_1s_exact", dz.pvalue_greater <= ALPHA)
         u = pit_values(c[sc.WB_CDF_LO], c[sc.WB_P], rng)
-        hit("pit_ks_1s_exact", uniformity_tests(u, tests=("ks",))[0].pvalue <= ALPHA)
+        pit = uniformity_tests(u)  # ks, cvm, ad
+        hit("pit_ks_1s_exact", pit[0].pvalue <= ALPHA)
+        # the family as a run decides it (analyze): Bonferroni over the exact mode's four tests,
+        # two-sided p-values (support is a hard failure, never hit by an ε acceptor)
+        fam = [*(r.pvalue for r in pit), dz.pvalue]
+        hit("family_1s_exact", min(fam) * len(fam) <= ALPHA)
         for m in mults:
             tok = {"reference": ref[: m * n], "candidate": cand}
             arms = {("p", "c", a): t for a, t in tok.items()}
             extra = {("p", "c", a): columns(w.teacher, t) for a, t in tok.items()}
             tab = sequence_table(samples_frame(arms, extra), "reference", "candidate", rng)
-            for res in two_sample_tests(tab, 199, rng):
+            two = two_sample_tests(tab, 199, rng)
+            for res in two:
                 p = res.pvalue_one_sided if res.test == "directed_z_2s" else res.pvalue
                 hit(f"{res.test}_m{m}", p <= ALPHA)
+            # teacher mode's family as analyze decides it: Bonferroni over TWO_SAMPLE_TESTS
+            hit(f"family_2s_m{m}", min(r.pvalue for r in two) * len(two) <= ALPHA)
     return {k: v / reps for k, v in hits.items()}
 
 
