@@ -204,7 +204,9 @@ def read_provenance(path: Path) -> dict[str, Any]:
     return json.loads(raw) if raw else {}
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks (run files here, fixture files in
+    ``models.fixtures``)."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -487,7 +489,7 @@ class RunDir:
                 digest = hashlib.sha256(final_summary).hexdigest()
                 files[f.name] = {"bytes": len(final_summary), "sha256": digest}
             elif f.is_file() and f.name != MANIFEST and not f.name.startswith("."):
-                files[f.name] = {"bytes": f.stat().st_size, "sha256": _sha256(f)}
+                files[f.name] = {"bytes": f.stat().st_size, "sha256": sha256_file(f)}
         manifest = {
             "complete": True,
             "kind": self.info.get("kind"),
@@ -624,7 +626,7 @@ def verify_manifest(p: Path, manifest: Mapping[str, Any]) -> None:
                 f"{f}: size differs from {MANIFEST} ({size} != {entry.get('bytes')}): "
                 "modified after the run"
             )
-        digest = _sha256(f)
+        digest = sha256_file(f)
         if digest != entry.get("sha256"):
             raise InputError(
                 f"{f}: sha256 differs from {MANIFEST} ({digest[:12]}… != "

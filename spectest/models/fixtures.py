@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from spectest.errors import ConfigError, ModelError
+from spectest.store import sha256_file
 
 FORMAT_VERSION = 1
 ROLES = ("target", "draft")
@@ -130,14 +131,6 @@ def parse_fixture_spec(head: str) -> tuple[str, str]:
     return name, role
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 # ----------------------------------------------------------------------------- HF pair
 def build_hf(name: str) -> Path:
     """Build (or find) the HF target/draft directories of a fixture; returns the fixture dir.
@@ -173,7 +166,7 @@ def build_hf(name: str) -> Path:
         for role, model in (("target", target), ("draft", draft)):
             model.model.save_pretrained(tmp / role, safe_serialization=True)
             for f in sorted((tmp / role).iterdir()):
-                files[f"{role}/{f.name}"] = _sha256(f)
+                files[f"{role}/{f.name}"] = sha256_file(f)
         meta = {
             "name": name,
             "key": fixture_key(name),
@@ -299,9 +292,9 @@ def build_gguf(name: str, llamacpp_dir: str | Path) -> dict[str, Path]:
             raise ModelError(f"convert_hf_to_gguf.py {root / role}: exit {proc.returncode}: {tail}")
         tmp.replace(path)
     meta = json.loads((root / FIXTURE_FILE).read_text())
-    meta.setdefault("files", {})[TOKENIZER_FILE] = _sha256(tok)
+    meta.setdefault("files", {})[TOKENIZER_FILE] = sha256_file(tok)
     for path in paths.values():
-        meta["files"][f"{out.name}/{path.name}"] = _sha256(path)
+        meta["files"][f"{out.name}/{path.name}"] = sha256_file(path)
     tmp_meta = root / (FIXTURE_FILE + ".tmp")
     tmp_meta.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     tmp_meta.replace(root / FIXTURE_FILE)
