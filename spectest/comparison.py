@@ -1,7 +1,8 @@
 """One arm compared with the reference, as the verdict sees it: ``Comparison`` (rejected or not,
 failing cells most significant first, per-config numbers) with one ``FamilyScope`` per test family
 (what it tested, its share of α, its MDE), and ``summarize_comparison``, which reads them from a
-``spectest.stats.analyze.Analysis``.
+``spectest.stats.analyze.Analysis``; ``eps_cannot_bite`` says from an ε arm's rounds when that
+tooth cannot differ from the exact sampler in the run at all.
 
 Owns: which analysis fields make up a comparison, what counts as "tested" per family (a trie
 chain on a handful of sequences does not), the human-readable failing lines. Does not know how
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 FAMILY_LABELS = {
     "cells": "token χ² per cell-position",
@@ -85,6 +87,7 @@ class Comparison:
     alpha: float | None = None
     power: float | None = None
     mde_tv_max: float | None = None
+    cannot_bite: str | None = None  # why this tooth's law equals the exact one here (ε arms)
 
     @property
     def is_tooth(self) -> bool:
@@ -202,7 +205,9 @@ def _can_reach(seq: Any, n_permutations: int, alpha: float) -> bool:
     return smallest <= alpha
 
 
-def summarize_comparison(analysis: Any, *, arm: str, role: str, expect: str) -> Comparison:
+def summarize_comparison(
+    analysis: Any, *, arm: str, role: str, expect: str, cannot_bite: str | None = None
+) -> Comparison:
     """Read one ``spectest.stats.analyze.Analysis`` into a ``Comparison``.
 
     Uses only the documented fields: ``rejected``, ``n_tested``, ``n_rejected``, ``mde_tv``,
@@ -319,4 +324,39 @@ def summarize_comparison(analysis: Any, *, arm: str, role: str, expect: str) -> 
         alpha=float(analysis.options.alpha),
         power=float(analysis.options.power),
         mde_tv_max=_f(analysis.mde_tv_max),
+        cannot_bite=cannot_bite,
+    )
+
+
+def eps_cannot_bite(eps: float, rounds: pd.DataFrame | None) -> str | None:
+    """Why an ε arm (accept with min(1, (1 + ε) p/q)) cannot differ from the exact sampler in
+    this run, read from its own rounds; ``None`` when it can (or no rounds were recorded).
+
+    Notes
+    -----
+    Couple the ε acceptor and the exact one through the same uniforms. At a drafted token with
+    ratio r = p(x)/q(x) the exact sampler accepts iff u ≤ min(1, r) and the ε one iff
+    u ≤ min(1, (1 + ε) r); for ε > 0 the second set contains the first, so the coupled
+    sequences differ only where the ε arm accepts a token the exact sampler rejects. If the ε
+    arm accepted no drafted token in any of the S sequences of a cell, then P(an ε sequence of
+    that cell accepts anything) ≤ 1 − 0.05^(1/S) ≈ 3/S (95 %, exact binomial bound), hence its
+    sequence law is within that TV of the exact sampler's: the tooth has nothing to bite —
+    typically a one-hot drafter whose every proposal the target gives p = 0 ((1 + ε)·0 = 0),
+    e.g. a random-init draft at a real vocabulary. Not killing it then says nothing about the
+    tests' power. For ε ≤ 0 (the ε acceptor accepts less) or any accepted token no such claim
+    is made.
+    """
+    if eps <= 0.0 or rounds is None or not len(rounds):
+        return None
+    if int(rounds["accepted"].sum()) > 0:
+        return None
+    drafted = int(rounds["drafted"].sum())
+    per_cell = rounds.groupby(["prompt_id", "config_id"], sort=False)["seed"].nunique()
+    n_seq, s_min = int(per_cell.sum()), int(per_cell.min())
+    bound = 1.0 - 0.05 ** (1.0 / s_min)  # exact one-sided 95 % bound for 0 of s_min
+    return (
+        f"its arm accepted 0 of {drafted} drafted tokens in {n_seq} sequences: the target gives "
+        f"the drafted tokens p ≈ 0, where (1 + ε)·p changes nothing, so in this run the "
+        f"ε-biased acceptor's sequence law is within TV {bound:.2g} of the exact sampler's in "
+        f"every cell (95 % each): the tooth cannot show the tests' power"
     )

@@ -151,18 +151,31 @@ def compare_all(
     return out
 
 
-def summarize(analysis: Any, arm: Arm) -> Comparison:
-    """The verdict's view of one analysis (see ``verdict.Comparison``)."""
+def summarize(analysis: Any, arm: Arm, rounds: pd.DataFrame | None = None) -> Comparison:
+    """The verdict's view of one analysis (see ``verdict.Comparison``); ``rounds`` (every arm's)
+    lets an ε arm say when it cannot bite (``comparison.eps_cannot_bite``)."""
+    from spectest.comparison import eps_cannot_bite
+    from spectest.sampling.mutants import eps_of
     from spectest.verdict import summarize_comparison
 
-    return summarize_comparison(analysis, arm=arm.name, role=arm.role, expect=arm.expect)
+    eps = eps_of(arm.variant) if arm.role == "eps" else None
+    bite = None
+    if eps is not None and rounds is not None and len(rounds):
+        bite = eps_cannot_bite(eps, rounds[rounds[schema.ARM] == arm.name])
+    return summarize_comparison(
+        analysis, arm=arm.name, role=arm.role, expect=arm.expect, cannot_bite=bite
+    )
 
 
 def judge(
-    results: Sequence[tuple[Arm, Any]], max_mde_tv: float | None, *, kind: str = "run"
+    results: Sequence[tuple[Arm, Any]],
+    max_mde_tv: float | None,
+    *,
+    kind: str = "run",
+    rounds: pd.DataFrame | None = None,
 ) -> tuple[tuple[Comparison, ...], Verdict]:
     """Every analysis summarised, and the decision over them (``kind``: run, teeth, compare)."""
-    comparisons = tuple(summarize(a, arm) for arm, a in results)
+    comparisons = tuple(summarize(a, arm, rounds) for arm, a in results)
     return comparisons, decide(comparisons, max_mde_tv=max_mde_tv, kind=kind)
 
 
@@ -182,7 +195,7 @@ def finish_run(
     from spectest.report import write_reports
     from spectest.stats.histograms import position_counts
 
-    comparisons, verdict = judge(results, max_mde_tv, kind=summary_base["kind"])
+    comparisons, verdict = judge(results, max_mde_tv, kind=summary_base["kind"], rounds=rounds)
     summary_base = {
         **summary_base,
         "details": {arm.name: json_safe(a.summary()) for arm, a in results},

@@ -447,7 +447,7 @@ def run_protocol(
             break
         # the stop rule asks for the resolution the verdict will require (the protocol's, or
         # the 0.15 default when no ε arm / mutant shows the power): judged as the verdict is
-        comps = tuple(summarize(a, arm) for arm, a in results)
+        comps = tuple(summarize(a, arm, rounds) for arm, a in results)
         cand = next(c for c in comps if c.role == "candidate")
         required, requirement = required_resolution(comps, protocol.tests.max_mde_tv, kind=kind)
         looks.append(
@@ -658,7 +658,9 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         readout = readout_arms(arms)
         wb_mode = whitebox_mode(protocol.models.dtype, arms)
     results = compare_all(samples, rounds, arms, tests, key, progress, readout, wb_mode)
-    comparisons, verdict = judge(results, max_mde, kind=str(stored.info.get("kind", "run")))
+    comparisons, verdict = judge(
+        results, max_mde, kind=str(stored.info.get("kind", "run")), rounds=rounds
+    )
     base = stored.summary
     summary = build_summary(
         kind=str(base.get("kind")),

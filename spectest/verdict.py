@@ -24,7 +24,11 @@ Decision rules (the exit codes of ``spectest.errors.ExitCode``)
       trie node or chain with enough sequences, no sequence-level test whose permutation p-value
       can reach its level, no white-box test, no testable length table — ``spectest.comparison``);
    b. a tooth the protocol asks for did not run on enough data (it tested nothing — a null arm
-      that "passes" on no data checked nothing), or an ε arm / mutant was not killed;
+      that "passes" on no data checked nothing), or an ε arm / mutant was not killed — unless
+      the ε arm *cannot bite* in this run (``Comparison.cannot_bite``: it accepted no drafted
+      token, so its law is the exact sampler's; ``comparison.eps_cannot_bite``). Such a tooth
+      is reported, shows no power, and does not count for rule 3c; if it *rejects*, that is a
+      false alarm like a null arm's (rule 1);
    c. the resolution is worse than required: the median per-cell MDE (TV) exceeds the required
       ``max_mde_tv``, or no cell-position was tested so the resolution is unknown.
 4. Otherwise **equivalent (0)**: no difference found, at the stated resolution.
@@ -32,7 +36,8 @@ Decision rules (the exit codes of ``spectest.errors.ExitCode``)
 The power requirement (rule 3c)
 -------------------------------
 Power evidence comes from teeth (an ε arm or mutant that the tests killed shows they see a bug of
-that size in this very run) or from the resolution (the MDE). The required ``max_mde_tv`` is the
+that size in this very run; an ε arm that cannot bite shows nothing) or from the resolution (the
+MDE). The required ``max_mde_tv`` is the
 protocol's ``tests.power.max_mde_tv`` (``compare``: ``--max-mde-tv``) when set. When it is not set
 and no tooth that must be killed ran — the protocol switched every ε and mutant off, or the run is
 a ``compare``, which has samples only and no sampler to mutate — ``DEFAULT_MAX_MDE_TV`` (0.15)
@@ -99,9 +104,12 @@ class ToothVerdict:
     rejected: bool
     sound: bool
     ran: bool = True
+    cannot_bite: str | None = None  # an ε arm whose law is the exact sampler's in this run
 
     @property
     def label(self) -> str:
+        if self.cannot_bite is not None:
+            return "REJECTED (a false alarm: it cannot bite)" if self.rejected else "cannot bite"
         if not self.ran and not self.rejected:
             return "NO DATA (tested nothing)"
         if self.expect == "pass":
@@ -213,6 +221,7 @@ class Verdict:
                     "sound": t.sound,
                     "ran": t.ran,
                     "label": t.label,
+                    "cannot_bite": t.cannot_bite,
                 }
                 for t in self.teeth
             ],
@@ -221,13 +230,18 @@ class Verdict:
 
 def judge_tooth(c: Comparison) -> ToothVerdict:
     """A null is sound when it tested something and did not reject; an ε arm or mutant when it
-    rejected (a rejection always tested something)."""
+    rejected (a rejection always tested something); an ε arm that cannot bite when it did not
+    reject (its law is the exact sampler's: a rejection is a false alarm)."""
     assert c.is_tooth, c
     ran = c.tested_anything or c.rejected
-    sound = (ran and not c.rejected) if c.expect == "pass" else c.rejected
+    if c.cannot_bite is not None:
+        sound = not c.rejected
+    else:
+        sound = (ran and not c.rejected) if c.expect == "pass" else c.rejected
     return ToothVerdict(
-        arm=c.arm, role=c.role, expect=c.expect, rejected=c.rejected, sound=sound, ran=ran
-    )
+        arm=c.arm, role=c.role, expect=c.expect, rejected=c.rejected, sound=sound, ran=ran,
+        cannot_bite=c.cannot_bite,
+    )  # fmt: skip
 
 
 def _nothing_tested(c: Comparison) -> str:
@@ -246,11 +260,13 @@ def required_resolution(
     """The per-cell MDE (TV) the verdict requires (rule 3c) and where the requirement comes from:
     the protocol's ``max_mde_tv`` (``compare``: ``--max-mde-tv``) when set; else
     ``DEFAULT_MAX_MDE_TV`` when there is a candidate and no tooth that must be killed (ε arm or
-    mutant) ran; else none (the teeth show the power). ``decide`` and the stop rule of a
-    sequential run's looks (``spectest.sequential``) both use it, so a run stops "resolved"
-    exactly when the verdict would accept its resolution."""
+    mutant; not an ε arm that cannot bite) ran; else none (the teeth show the power).
+    ``decide`` and the stop rule of a sequential run's looks (``spectest.sequential``) both use
+    it, so a run stops "resolved" exactly when the verdict would accept its resolution."""
     has_cand = any(c.role == "candidate" for c in comparisons)
-    killers = [c for c in comparisons if c.is_tooth and c.expect == "fail"]
+    killers = [
+        c for c in comparisons if c.is_tooth and c.expect == "fail" and c.cannot_bite is None
+    ]
     if max_mde_tv is not None:
         return max_mde_tv, "protocol" if kind != "compare" else "--max-mde-tv"
     if has_cand and not killers:
@@ -276,10 +292,14 @@ def decide(
     tooth_comps = [c for c in comparisons if c.is_tooth]
     teeth = tuple(judge_tooth(c) for c in tooth_comps)
     null_bad = [t for t in teeth if t.expect == "pass" and t.ran and not t.sound]
-    no_data = [t for t in teeth if not t.ran]
+    toothless = [t for t in teeth if t.cannot_bite is not None]
+    null_bad += [t for t in toothless if t.rejected]
+    no_data = [t for t in teeth if not t.ran and t.cannot_bite is None]
     main = cand if cand is not None else (comparisons[0] if comparisons else None)
     control_bad = main is not None and main.control_failed
-    unkilled = [t for t in teeth if t.expect == "fail" and t.ran and not t.sound]
+    unkilled = [
+        t for t in teeth if t.expect == "fail" and t.ran and not t.sound and t.cannot_bite is None
+    ]
     mde = cand.mde_tv if cand is not None else None
     required, requirement = required_resolution(comparisons, max_mde_tv, kind=kind)
     nothing = cand is not None and not cand.tested_anything and not cand.rejected
@@ -296,10 +316,11 @@ def decide(
             )
         )
     for t in null_bad:
+        what = "null arm" if t.cannot_bite is None else "tooth (one that cannot bite)"
         reasons.append(
             (
-                "a null arm rejected",
-                f"null arm {t.arm!r} rejected: the harness's false-alarm control failed",
+                "a null arm rejected" if t.cannot_bite is None else f"tooth {t.arm!r} rejected",
+                f"{what} {t.arm!r} rejected: the harness's false-alarm control failed",
             )
         )
     if cand is not None and cand.rejected:
@@ -321,6 +342,9 @@ def decide(
                 "untestable at its seeds)",
             )
         )
+    for t in toothless:
+        if not t.rejected:
+            reasons.append(("", f"tooth {t.arm!r} cannot bite: {t.cannot_bite}"))
     for t in unkilled:
         reasons.append(
             (

@@ -512,6 +512,19 @@ def get_variant(spec: str) -> SpecVariant:
     return _CATALOGUE[name]()
 
 
+def eps_of(spec: str | None) -> float | None:
+    """The ε of an ``eps_biased[:<ε>]`` spec (bare = ``DEFAULT_EPS``), else ``None``."""
+    if spec is None:
+        return None
+    name, sep, arg = spec.strip().partition(":")
+    if name != "eps_biased":
+        return None
+    try:
+        return float(arg) if sep else DEFAULT_EPS
+    except ValueError:
+        return None
+
+
 def stack_q(qs: list[torch.Tensor | None]) -> torch.Tensor | None:
     """Stack per-position ``q_reported`` ``[B, V]`` into ``draft_probs`` ``[B, K, V]`` (None if
     all are None: a one-hot drafter). Mixed None/tensor is an ``InputError``."""
