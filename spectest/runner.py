@@ -229,7 +229,7 @@ def _generate_missing(
         t_gen = time.perf_counter()
         provenance = _generate_spread(
             protocol, rd, todo, provenance, teeth_only=teeth_only, fast=fast, threads=threads,
-            workers=workers, ray=ray, progress=progress,
+            workers=workers, ray=ray, progress=progress, timings=timings,
         )  # fmt: skip
         gen = timings["generate"]
         gen["all arms, spread"] = gen.get("all arms, spread", 0.0) + time.perf_counter() - t_gen
@@ -512,9 +512,12 @@ def _generate_spread(
     workers: Sequence[str],
     ray: str | None,
     progress: ProgressFn,
+    timings: dict[str, Any],
 ) -> dict[str, Any]:
     """Generate ``todo`` on several workers (``spectest.scaleout``); the driver writes every
-    shard as it comes back. Returns the provenance with each worker's engines and device."""
+    shard as it comes back. Returns the provenance with each worker's engines and device, and
+    adds each worker's phase times to ``timings["workers"]`` ("<worker> load" / "generate" /
+    "wall" / "driver_wait"; a worker is its device, or host:pid on Ray)."""
     from spectest import scaleout
 
     n = scaleout.ray_workers(ray, protocol.models.device) if ray is not None else len(workers)
@@ -536,12 +539,17 @@ def _generate_spread(
     ]
     done: list[str] = []
     worker_prov: dict[str, Any] = {}
+    worker_times = timings.setdefault("workers", {})
+    by_device = ray is None and len(set(workers)) == len(workers)
 
     def on_shard(shard: scaleout.ShardResult) -> None:
         key, samples, rounds, prov = shard
         rd.write_shard(key, samples, rounds, {**provenance, **prov})
         w = prov["worker"]
         worker_prov[f"{w['host']}:{w['device']}:{w['pid']}"] = prov["engines"]
+        who = w["device"] if by_device else f"{w['host']}:{w['pid']}"
+        for phase, sec in (w.get("timings") or {}).items():  # "cuda:1 load": 6.2, ...
+            worker_times[f"{who} {phase}"] = sec
         done.append(key)
         progress("generate", len(done), len(todo))
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import platform
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -72,7 +73,12 @@ def local_devices(device: str) -> list[str]:
 
 
 def generate_shards(task: ShardTask) -> list[ShardResult]:
-    """The worker: generate ``task.shard_keys`` on ``task.device`` as a local run would."""
+    """The worker: generate ``task.shard_keys`` on ``task.device`` as a local run would.
+
+    Every shard's provenance carries the worker's phase wall times (``worker.timings``: ``load``
+    = models and engines, ``generate`` = every shard of this worker, ``wall`` = this function),
+    so a spread run can say where its time went (``runner._generate_spread``)."""
+    t_entry = time.perf_counter()
     from spectest import runner
     from spectest.plan import make_plan
     from spectest.prompts import prompt_token_ids
@@ -99,7 +105,9 @@ def generate_shards(task: ShardTask) -> list[ShardResult]:
     plan = make_plan(protocol, candidate=not task.teeth_only)
     shards = {s.key: s for s in plan.shards}
     todo = [shards[k] for k in task.shard_keys]
+    t_load = time.perf_counter()
     engines = runner._Engines(protocol, [plan.arm(s.arm) for s in todo], plan.arms, fast=task.fast)
+    t_gen = time.perf_counter()
     out: list[ShardResult] = []
     try:
         target = engines.models.target
@@ -111,7 +119,7 @@ def generate_shards(task: ShardTask) -> list[ShardResult]:
                 protocol, runner._shard_arm(plan, s), s.prompt_id, prompt_ids[s.prompt_id], engines,
                 run_key, lambda task, done, n: None,
             )  # fmt: skip
-            prov = {
+            prov: dict[str, Any] = {
                 "engines": engines.provenance(),
                 "worker": {"host": platform.node(), "device": task.device, "pid": os.getpid()},
                 "torch_threads": threads,
@@ -119,6 +127,10 @@ def generate_shards(task: ShardTask) -> list[ShardResult]:
             out.append((s.key, samples, rounds, prov))
     finally:
         engines.close()
+    t_end = time.perf_counter()
+    timings = {"load": t_gen - t_load, "generate": t_end - t_gen, "wall": t_end - t_entry}
+    for _, _, _, prov in out:
+        prov["worker"]["timings"] = timings
     return out
 
 
@@ -134,10 +146,13 @@ def run_local(tasks: Sequence[ShardTask], on_shard: Callable[[ShardResult], None
     tasks = [t if t.threads is not None or t.device == "cpu" else replace(t, threads=share)
              for t in tasks]  # fmt: skip
     ctx = multiprocessing.get_context("spawn")  # CUDA cannot be forked
+    t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=len(tasks), mp_context=ctx) as pool:
         futures = [pool.submit(generate_shards, t) for t in tasks]
         for fut in as_completed(futures):
+            waited = time.perf_counter() - t0  # spawn + imports + the worker's own wall
             for shard in fut.result():
+                shard[3]["worker"].setdefault("timings", {})["driver_wait"] = waited
                 on_shard(shard)
 
 

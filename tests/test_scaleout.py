@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 
 import pandas as pd
 import pytest
@@ -52,6 +53,11 @@ def test_two_worker_processes_equal_one_process(single, tmp_path):
     prov = json.loads((two.run_dir / "manifest.json").read_text())["provenance"]
     assert prov["scaleout"] == "processes" and len(prov["workers"]) == 2
     assert two.summary["timings"]["generate"]
+    # each worker's phases (two workers on one device: named host:pid)
+    w = two.summary["timings"]["workers"]
+    assert len(w) == 8 and all(v >= 0 for v in w.values()), w
+    loads = [k for k in w if k.endswith(" load")]
+    assert len(loads) == 2 and all(w[k.replace(" load", " wall")] >= w[k] for k in loads)
 
 
 @pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install 'spectest[ray]')")
@@ -71,8 +77,10 @@ def test_ray_local_cluster_equals_one_process(single, tmp_path):
     assert prov["scaleout"] == "ray" and len(prov["workers"]) == 2
 
 
-@pytest.mark.skipif(HAS_RAY, reason="checks the message shown when ray is missing")
-def test_ray_missing_is_one_line_exit_2(tmp_path):
+def test_ray_missing_is_one_line_exit_2(tmp_path, monkeypatch):
+    """Without Ray (installed or not here: ``sys.modules["ray"] = None`` makes ``import ray``
+    raise ImportError, as on a machine without it) ``--ray`` is one line and exit 2."""
+    monkeypatch.setitem(sys.modules, "ray", None)
     cfg = write_toy(tmp_path, seeds={"per_arm": 20}, positions=2)
     args = ["run", "-c", str(cfg), "--out", str(tmp_path / "r"), "--ray", "auto", "--no-progress"]
     r = CliRunner().invoke(app, args, catch_exceptions=False)

@@ -224,6 +224,9 @@ def print_result(result: Any, con: Console | None = None) -> None:
             f"{t.get('write', 0):.1f}",
             markup=False,
         )
+        if w := t.get("workers"):  # a spread run: each worker's phases (runner._generate_spread)
+            con.print("workers (s): " + ", ".join(f"{k} {v:.1f}" for k, v in w.items()),
+                      markup=False)  # fmt: skip
     seq = summary.get("sequential") or {}
     if seq.get("looks"):  # the path of the evidence (report.markdown.sequential_rows)
         from spectest.report.markdown import sequential_rows
