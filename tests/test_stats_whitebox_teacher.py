@@ -23,8 +23,9 @@ from test_stats_sim import Markov, sample_plain, sample_spec, samples_frame, zip
 
 from spectest import schema as sc
 from spectest.stats import AnalysisOptions, analyze
-from spectest.stats.whitebox import directed_z, pit_values, uniformity_tests
+from spectest.stats.whitebox import directed_z, pit_values, uniformity_tests, weighted_bonferroni
 from spectest.stats.whitebox_teacher import (
+    TEACHER_WEIGHTS,
     _pit_statistics,
     cell_permutations,
     pit_tolerance,
@@ -187,15 +188,15 @@ def null_rates(reps: int, n: int, seed: int, ref_mult: int = 1) -> dict[str, flo
         zero_share.append(float((samples[sc.WB_P] == 0).mean()))
         rng = np.random.default_rng(r)
         wb = teacher_whitebox_tests(samples, "reference", "candidate", rng, B=199, tolerance=0.05)
-        fam_hits = {"two_sample": False, "control": False}
         for row in wb.itertuples():
-            rej = row.pvalue <= ALPHA
-            hits[row.test] = hits.get(row.test, 0) + int(rej)
-            fam = "control" if row.arm == "reference" else "two_sample"
-            k = int((wb["arm"] == row.arm).sum())
-            fam_hits[fam] |= row.pvalue * k <= ALPHA
-        for fam, v in fam_hits.items():
-            hits[f"family_{fam}"] = hits.get(f"family_{fam}", 0) + int(v)
+            hits[row.test] = hits.get(row.test, 0) + int(row.pvalue <= ALPHA)
+        # each family as analyze decides it: weighted Bonferroni within the arm's rows
+        for fam, arm in (("two_sample", "candidate"), ("control", "reference")):
+            rows = wb[wb["arm"] == arm]
+            p_adj, _ = weighted_bonferroni(
+                rows["test"].tolist(), rows["pvalue"].to_numpy(float), TEACHER_WEIGHTS
+            )
+            hits[f"family_{fam}"] = hits.get(f"family_{fam}", 0) + int((p_adj <= ALPHA).any())
         # the support test without its margin: the permutation p-value alone
         tab = sequence_table(samples, "reference", "candidate", rng)
         sup = two_sample_tests(tab, 199, rng, support_margin=0.0)[0]

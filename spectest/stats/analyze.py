@@ -121,7 +121,8 @@ class AnalysisOptions:
     engine): two-sample tests candidate vs reference and the tolerance control
     (``stats.whitebox_teacher``). whitebox_tolerance: τ of that control (mean per-step TV between
     the teacher's law and the sampled one). whitebox_permutations: whole-sequence relabelings of
-    the two-sample tests (their p-values must reach α_whitebox / 4).
+    the two-sample tests (their p-values must reach α_whitebox × the smallest share of
+    ``whitebox_teacher.TEACHER_WEIGHTS``).
     testable_shares: the shares of cell-positions ``seeds_for_testable`` reports seeds for.
     sequence: run the sequence-level family (``spectest.stats.sequence``; needs
     ``null_permutations >= 1``, else it is off with a note). sequence_statistics: which of
@@ -208,8 +209,8 @@ class Analysis:
          ``alpha_cells``;
       2. a trie row is rejected (node χ² and per-cell chain-rule G², one family corrected by BH
          — BY when ``multiplicity`` is 'by' or 'maxT'), at ``alpha_trie``;
-      3. a white-box test of the candidate arm is rejected after Bonferroni over that arm's
-         white-box tests, at ``alpha_whitebox``;
+      3. a white-box test of the candidate arm is rejected after a weighted Bonferroni over
+         that arm's white-box tests (``whitebox.WHITEBOX_WEIGHTS``), at ``alpha_whitebox``;
       4. the candidate emitted a token with target probability 0 (``support_violation``);
       5. the sequence family's max-T over its pooled statistics is significant at
          ``alpha_sequence`` (``sequence_pvalue``; rows of ``sequence`` with scope "pooled");
@@ -227,7 +228,8 @@ class Analysis:
     Untestable cells are counted, never passed.
 
     White-box mode 'teacher' (``AnalysisOptions.whitebox_mode``; ``stats.whitebox_teacher``):
-    rule 3 uses the candidate's two-sample tests against the reference (Bonferroni over them),
+    rule 3 uses the candidate's two-sample tests against the reference (weighted Bonferroni over
+    them, ``whitebox_teacher.TEACHER_WEIGHTS``),
     rule 4 does not apply (a teacher-forced p = 0 can be numerics: ``support_2s`` is one of the
     two-sample tests), and ``whitebox_control_failed`` means the reference arm's tolerance
     control rejected: its teacher is farther from the sampled law than ``whitebox_tolerance``.
@@ -680,18 +682,31 @@ def _teacher_whitebox_frame(
     opts: AnalysisOptions,
 ) -> pd.DataFrame:
     """Teacher mode: the reference's tolerance control and the candidate's two-sample tests,
-    Bonferroni within each arm's rows (``stats.whitebox_teacher``)."""
+    weighted Bonferroni within each arm's rows (``whitebox_teacher.TEACHER_WEIGHTS``)."""
     wb = whitebox_teacher.teacher_whitebox_tests(
         samples, reference, candidate, rng,
         B=opts.whitebox_permutations, tolerance=opts.whitebox_tolerance,
     )  # fmt: skip
     if not len(wb):
         return _empty([*whitebox.WHITEBOX_COLUMNS, "p_adj", "reject"])
-    n_arm = wb.groupby("arm")["test"].transform("size").to_numpy()
-    p_adj = np.minimum(1.0, wb["pvalue"].to_numpy(dtype=np.float64) * n_arm)
+    p_adj = _weighted_within_arms(wb, whitebox_teacher.TEACHER_WEIGHTS)
     wb["p_adj"] = p_adj
     wb["reject"] = p_adj <= alpha
     return wb
+
+
+def _weighted_within_arms(wb: pd.DataFrame, weights: dict[str, float]) -> np.ndarray:
+    """Weighted Bonferroni (``whitebox.weighted_bonferroni``) within each arm's rows of ``wb``:
+    p_adj per row, in row order; the weights renormalised over the tests each arm ran."""
+    p_adj = np.ones(len(wb), dtype=np.float64)
+    arms = wb["arm"].to_numpy()
+    for arm in pd.unique(arms):
+        idx = np.flatnonzero(arms == arm)
+        rows = wb.iloc[idx]
+        p_adj[idx], _ = whitebox.weighted_bonferroni(
+            rows["test"].tolist(), rows["pvalue"].to_numpy(dtype=np.float64), weights
+        )
+    return p_adj
 
 
 def _reference_size_note(
@@ -818,10 +833,12 @@ def _whitebox_frame(
     if not len(wb):
         return _empty([*whitebox.WHITEBOX_COLUMNS, "p_adj", "reject"])
     p = wb["pvalue"].to_numpy(dtype=np.float64)
-    # Bonferroni within each arm's white-box family; support violations are hard failures
-    n_arm = wb.groupby("arm")["test"].transform(lambda t: int((t != "support").sum())).to_numpy()
+    # weighted Bonferroni within each arm's white-box family (whitebox.WHITEBOX_WEIGHTS);
+    # support violations are hard failures, outside the split
     is_support = wb["test"].to_numpy() == "support"
-    p_adj = np.where(is_support, p, np.minimum(1.0, p * np.maximum(n_arm, 1)))
+    p_adj = p.copy()
+    if (~is_support).any():
+        p_adj[~is_support] = _weighted_within_arms(wb[~is_support], whitebox.WHITEBOX_WEIGHTS)
     wb["p_adj"] = p_adj
     wb["reject"] = np.where(
         is_support, wb["statistic"].to_numpy(dtype=np.float64) > 0, p_adj <= alpha
