@@ -23,14 +23,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from test_stats_whitebox_weights import (  # noqa: E402
+from test_stats_whitebox_weights import (
     EXACT_TESTS,
     family_pvalues,
     family_rejects,
 )
 
-from spectest.stats.whitebox import WHITEBOX_WEIGHTS  # noqa: E402
-from spectest.stats.whitebox_teacher import TEACHER_WEIGHTS, TWO_SAMPLE_TESTS  # noqa: E402
+from spectest.stats.whitebox import WHITEBOX_WEIGHTS
+from spectest.stats.whitebox_teacher import TEACHER_WEIGHTS, TWO_SAMPLE_TESTS
 
 
 def main() -> None:
@@ -41,14 +41,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=100)
     ap.add_argument("--B", type=int, default=399)
     ap.add_argument("--mults", default="1,2,4,8,16")
-    ap.add_argument("--grid", action="store_true", help="the experimental pit_grid_*_2s too")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     mults = tuple(int(x) for x in args.mults.split(","))
     draws: list[dict[str, float]] = []
     t0 = time.time()
     for r in range(args.reps):
-        draws.append(family_pvalues(args.alt, args.n, args.seed + r, mults, args.B, args.grid))
+        draws.append(family_pvalues(args.alt, args.n, args.seed + r, mults, args.B))
         if r % 20 == 0:
             print(r, f"{time.time() - t0:.0f}s", file=sys.stderr, flush=True)
     res = {k: [d[k] for d in draws] for k in draws[0]}

@@ -504,6 +504,10 @@ def analyze(
         notes.append("no testable cell-position: nothing was shown equal")
     if opts.permutation_pvalues and m and 1.0 / (B + 1) > a_cells / m:
         notes.append(f"permutation p-values cannot reach alpha/m = {a_cells / m:.2g} with B = {B}")
+    if opts.whitebox_mode == "teacher" and len(cand_wb):
+        note = _permutation_floor_note(cand_wb, a_wb, opts.whitebox_permutations)
+        if note:
+            notes.append(note)
     if opts.whitebox_mode == "teacher" and np.isfinite(dz_mde):
         note = _reference_size_note(samples, reference, candidate, dz_mde)
         if note:
@@ -707,6 +711,25 @@ def _weighted_within_arms(wb: pd.DataFrame, weights: dict[str, float]) -> np.nda
             rows["test"].tolist(), rows["pvalue"].to_numpy(dtype=np.float64), weights
         )
     return p_adj
+
+
+def _permutation_floor_note(cand_wb: pd.DataFrame, alpha: float, B: int) -> str:
+    """Teacher mode: the two-sample tests' permutation p-values cannot go below 1/(B + 1), so a
+    test whose α share α_whitebox × w is smaller can never reject; name them and the B that
+    would let them ("" when every test can reach its share)."""
+    tests = cand_wb["test"].tolist()
+    _, w = whitebox.weighted_bonferroni(
+        tests, np.ones(len(tests)), whitebox_teacher.TEACHER_WEIGHTS
+    )
+    short = [t for t, wi in zip(tests, w, strict=True) if 1.0 / (B + 1) > alpha * wi]
+    if not short:
+        return ""
+    need = int(np.ceil(1.0 / (alpha * float(np.min(w))))) + 1
+    return (
+        f"teacher mode: with whitebox_permutations = {B} the two-sample p-values cannot reach "
+        f"their α share for {', '.join(short)} (α_whitebox {alpha:.3g}); "
+        f"whitebox_permutations >= {need} would"
+    )
 
 
 def _reference_size_note(

@@ -145,22 +145,6 @@ class SequenceTable:
     u: np.ndarray
     u_seq: np.ndarray
     has_a: bool
-    grid: np.ndarray | None = None  # [S, J] Σ_t (F_t(x_j) − x_j), the non-randomised PIT's CDF
-
-
-# NOTE: the grid of the non-randomised PIT (``pit_grid_2s``): 49 interior points, 0.02 apart
-PIT_GRID_X = np.arange(1, 50, dtype=np.float64) / 50.0
-
-
-def pit_cdf_grid(cdf_lo: np.ndarray, p: np.ndarray, x: np.ndarray = PIT_GRID_X) -> np.ndarray:
-    """F_t(x_j) = P(u_t ≤ x_j | x_t) = clip((x_j − F_t(x_t⁻)) / p_t(x_t), 0, 1), the randomised
-    PIT's conditional CDF given the token (Czado, Gneiting & Held 2009's non-randomised PIT):
-    [n] × [n] → [n, J]. p = 0 gives the step 1[x_j ≥ F_t(x_t⁻)]."""
-    lo = np.asarray(cdf_lo, dtype=np.float64)[:, None]  # [n, 1]
-    pp = np.asarray(p, dtype=np.float64)[:, None]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        f = np.where(pp > 0, (x[None, :] - lo) / pp, np.where(x[None, :] >= lo, 1.0, 0.0))
-    return np.clip(f, 0.0, 1.0)
 
 
 def sequence_table(
@@ -177,8 +161,7 @@ def sequence_table(
     cell_of_tok = sub.groupby([sc.PROMPT_ID, sc.CONFIG_ID], sort=False).ngroup().to_numpy()
     S = int(seq.max()) + 1 if seq.size else 0
     p = sub[sc.WB_P].to_numpy(dtype=np.float64)  # [N]
-    lo = sub[sc.WB_CDF_LO].to_numpy(dtype=np.float64)  # [N]
-    u = pit_values(lo, p, rng)  # [N]
+    u = pit_values(sub[sc.WB_CDF_LO].to_numpy(dtype=np.float64), p, rng)  # [N]
     has_a = sc.WB_P_A in sub.columns and sc.WB_IN_A in sub.columns
     if has_a:
         pa = sub[sc.WB_P_A].to_numpy(dtype=np.float64)
@@ -200,20 +183,7 @@ def sequence_table(
         u=u,
         u_seq=seq,
         has_a=bool(has_a and np.any(pa > 0)),
-        grid=_per_sequence(seq, pit_cdf_grid(lo, p) - PIT_GRID_X[None, :], S),
     )
-
-
-def _per_sequence(seq: np.ndarray, values: np.ndarray, S: int) -> np.ndarray:
-    """Σ over each sequence's tokens: ``seq`` [N], ``values`` [N, J] → [S, J]."""
-    out = np.zeros((S, values.shape[1]), dtype=np.float64)
-    if seq.size == 0:
-        return out
-    order = np.argsort(seq, kind="stable")
-    s = seq[order]
-    start = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])  # first row of each present sequence
-    out[s[start]] = np.add.reduceat(values[order], start, axis=0)
-    return out
 
 
 def cell_permutations(
@@ -262,24 +232,6 @@ def _pit_statistics(tab: SequenceTable, labels: np.ndarray) -> tuple[np.ndarray,
     return np.concatenate(ks), np.concatenate(ad)
 
 
-def _pit_grid_statistics(
-    tab: SequenceTable, lab: np.ndarray, tok_c: np.ndarray, tok_r: np.ndarray
-) -> dict[str, np.ndarray]:
-    """Two-sample statistics of the non-randomised PIT under every labeling (``lab`` [S, 1+B]
-    float): Δ_j = candidate − reference mean of F_t(x_j) − x_j per token at each grid point,
-    standardised by its sd over all 1 + B labelings (a symmetric function of the labelings, so
-    the observed and the relabeled statistics stay exchangeable). Returns [1+B] arrays:
-    ``max`` = max_j |z_j| (KS-like, variance-weighted), ``sq`` = Σ_j z_j² (AD-like),
-    ``ks`` = max_j |Δ_j| (unweighted)."""
-    assert tab.grid is not None
-    g_c = lab.T @ tab.grid  # [1+B, J] candidate sums
-    g_all = tab.grid.sum(axis=0)  # [J]
-    d = g_c / tok_c[:, None] - (g_all[None, :] - g_c) / tok_r[:, None]  # [1+B, J]
-    sd = d.std(axis=0)
-    z = np.where(sd > 0, d / np.where(sd > 0, sd, 1.0), 0.0)
-    return {"max": np.abs(z).max(axis=1), "sq": (z * z).sum(axis=1), "ks": np.abs(d).max(axis=1)}
-
-
 def two_sample_tests(
     tab: SequenceTable,
     B: int,
@@ -287,7 +239,6 @@ def two_sample_tests(
     *,
     power: float = 0.8,
     support_margin: float = 0.0,
-    experimental_grid: bool = False,
 ) -> list[TwoSampleResult]:
     """The four two-sample white-box tests of the candidate against the reference.
 
@@ -336,14 +287,6 @@ def two_sample_tests(
         )
     )
 
-    if tab.grid is not None and experimental_grid:
-        for name, t in _pit_grid_statistics(tab, lab, tok_c, tok_r).items():
-            out.append(
-                TwoSampleResult(
-                    f"pit_grid_{name}_2s", float(t[0]), _perm_pvalue(t), float("nan"), n,
-                    float("nan"), "",
-                )
-            )  # fmt: skip
     ks, ad = _pit_statistics(tab, labels)
     out.append(
         TwoSampleResult(
