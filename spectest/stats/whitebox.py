@@ -3,8 +3,9 @@
 Owns: the randomized PIT (``pit_values``) and its uniformity tests (KS, Cramér–von Mises,
 Anderson–Darling → ``UniformityResult``), the directed z-test on A_t = {q_t > p_t}
 (``directed_z``), the acceptance-rate test against Σ min(p, q) (``acceptance_test``), the exact
-support check (``support_check``), validation of the ``wb_*`` columns, and ``whitebox_tests``
-which runs all of them on each arm and returns a tidy DataFrame.
+support check (``support_check``), validation of the ``wb_*`` columns, ``whitebox_tests``
+which runs all of them on each arm and returns a tidy DataFrame, and the α split inside the
+family (``WHITEBOX_WEIGHTS``, ``weighted_bonferroni``; ``stats.analyze`` applies it per arm).
 
 Does not know: how p_t / q_t were computed (``engines/teacher.py`` fills the ``wb_*`` columns,
 see ``spectest.schema``), two-sample tests, multiplicity across families.
@@ -19,7 +20,7 @@ Running every test on the plain (reference) arm too is the control on spectest's
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -317,6 +318,54 @@ def _complete(values: np.ndarray, column: str, arm: str) -> bool:
 
 
 WHITEBOX_COLUMNS = ["arm", "test", "statistic", "pvalue", "pvalue_one_sided", "n", "mde", "detail"]
+
+# The α split inside the exact white-box family (weighted Bonferroni, ``weighted_bonferroni``):
+# each test's share of the family's α, renormalised over the tests that ran (no rounds → no
+# acceptance test; no q → no directed z). "support" is not in it (a hard failure). Chosen from
+# measured power on three alternatives — the ε = 0.05 acceptor, a verifier at the wrong
+# temperature, a wrong reported q — as the split maximising the worst ratio of the family's
+# power to the best single test's (results/LOG.md, 2026-11-30 h10; the reasoning in
+# ``stats.whitebox_teacher``'s Notes, "The α split": the p/q-ordered PIT's Anderson–Darling sees
+# acceptance bias in the upper tail nearly as well as the directed z, and law errors it cannot).
+# Measured family power (ε / temperature / wrong q): equal split 0.70 / 0.445 / 0.35, these
+# weights 0.72 / 0.675 / 0.405.
+WHITEBOX_WEIGHTS: dict[str, float] = {
+    "directed_z": 0.15,
+    "pit_ks": 0.05,
+    "pit_cvm": 0.05,
+    "pit_ad": 0.65,
+    "acceptance": 0.10,
+}
+
+
+def weighted_bonferroni(
+    tests: Sequence[str], pvalues: np.ndarray, weights: Mapping[str, float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted Bonferroni over one arm's tests: ``(p_adj, w)``, each ``[len(tests)]``.
+
+    w_i = weights[test_i] / Σ_j weights[test_j] over the ``tests`` given (the tests that ran:
+    a missing one's share goes to the others), p_adj_i = min(1, p_i / w_i); reject at
+    p_adj_i ≤ α. Raises ``ConfigError`` for a test without a positive weight.
+
+    Notes
+    -----
+    Valid by the union bound for any dependence between the tests: under H0,
+    P(∃ i: p_i ≤ w_i·α) ≤ Σ_i w_i·α = α when each p_i is valid (P(p_i ≤ x) ≤ x) and Σ w_i = 1
+    (Holm 1979; Westfall & Young 1993 §2.3 — the equal split w_i = 1/k is the Bonferroni
+    factor k). Unequal weights move power to the tests that see the likely alternatives without
+    costing level; the weights must be fixed before the data (here: module constants chosen on
+    simulated alternatives, never from the run being analysed).
+    """
+    names = list(tests)
+    raw = np.array([float(weights.get(t, 0.0)) for t in names], dtype=np.float64)
+    if names and not (raw > 0).all():
+        missing = [t for t, v in zip(names, raw, strict=True) if not v > 0]
+        raise ConfigError(f"white-box test(s) without a positive α weight: {missing!r}")
+    w = raw / raw.sum() if names else raw
+    p = np.asarray(pvalues, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        p_adj = np.minimum(1.0, p / np.where(w > 0, w, 1.0))
+    return p_adj, w
 
 
 def whitebox_tests(
