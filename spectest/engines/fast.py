@@ -22,7 +22,10 @@ that do not change a token's law:
    ``HFModel``; a forward attends only to the pool's first ``W`` slots (``W`` = slots in use
    rounded up to ``WINDOW_STEP``), every slot past them being masked anyway;
 3. on CUDA, a forward of a fixed ``(B, S, W)`` is captured once as a CUDA graph (inputs copied
-   into static buffers, one replay per step): no Python per layer, no allocation.
+   into static buffers, one replay per step): no Python per layer, no allocation;
+4. grouped-query attention without transformers' ``repeat_kv`` copy of keys and values
+   (``engines/attention.py``: the query heads sharing a KV head packed into query rows; the same
+   per-head softmax, rounding of the attention kernel only).
 
 Every uniform is still a pure function of (row key, stream, step, slot), so a row's tokens do not
 depend on its batch (tested: alone vs inside a shuffled batch) and, in float32 on CPU, equal the
@@ -33,11 +36,12 @@ composition can change GEMM reduction order (true of the built-in engine too).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
 
-from spectest.engines import builtin
+from spectest.engines import attention, builtin
 from spectest.engines.base import Models
 from spectest.engines.builtin import BuiltinEngine, EngineOutput, Pipeline, RowSpec
 from spectest.errors import ModelError
@@ -105,6 +109,8 @@ class StaticHFModel(LanguageModel):
     base : the ``HFModel`` (weights are shared, not copied).
     max_slots : slots per row (prompt + every slot a decode appends); ``reserve`` raises it.
     cuda_graphs : capture fixed-shape forwards on CUDA (ignored on CPU).
+    packed_gqa : attend with ``attention.packed_gqa_sdpa`` (the query heads of a KV head packed
+        into rows, no ``repeat_kv`` copy) where the model is sdpa with grouped KV heads.
 
     Notes
     -----
@@ -115,7 +121,14 @@ class StaticHFModel(LanguageModel):
     models).
     """
 
-    def __init__(self, base: HFModel, *, max_slots: int = 256, cuda_graphs: bool = True) -> None:
+    def __init__(
+        self,
+        base: HFModel,
+        *,
+        max_slots: int = 256,
+        cuda_graphs: bool = True,
+        packed_gqa: bool = True,
+    ) -> None:
         if not isinstance(base, HFModel):
             raise ModelError(f"StaticHFModel wraps an HFModel, got {type(base).__name__}")
         self.base = base
@@ -132,6 +145,8 @@ class StaticHFModel(LanguageModel):
             getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         )
         self._additive = getattr(cfg, "_attn_implementation", "sdpa") == "eager"
+        # GQA without transformers' K/V copy (engines/attention.py); off when ``packed_gqa=False``
+        self.packed_gqa = bool(packed_gqa) and attention.usable(cfg)
         self.graph_error: str | None = None  # why CUDA graphs were turned off, if they were
 
     @property
@@ -231,9 +246,11 @@ class StaticHFModel(LanguageModel):
         kwargs: dict[str, Any] = {self.base._cache_kw: kv}
         if self.base._pass_cache_position:
             kwargs["cache_position"] = new
-        out = self.base.model(
-            input_ids=ids, attention_mask=m4, position_ids=pos, use_cache=True, **kwargs
-        )
+        packed = attention.packed_attention(self.base.config) if self.packed_gqa else nullcontext()
+        with packed:
+            out = self.base.model(
+                input_ids=ids, attention_mask=m4, position_ids=pos, use_cache=True, **kwargs
+            )
         logits = out.logits.float()  # [B, S, V]
         if self.base.logit_scale != 1.0:
             logits = logits * self.base.logit_scale
@@ -377,4 +394,10 @@ class FastEngine(BuiltinEngine):
         t = self.fast_models.target
         graphs = isinstance(t, StaticHFModel) and t.cuda_graphs
         error = t.graph_error if isinstance(t, StaticHFModel) else None
-        return {**super().provenance(), "cuda_graphs": graphs, "graph_error": error}
+        packed = isinstance(t, StaticHFModel) and t.packed_gqa
+        return {
+            **super().provenance(),
+            "cuda_graphs": graphs,
+            "graph_error": error,
+            "packed_gqa": packed,
+        }
