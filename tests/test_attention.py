@@ -81,3 +81,17 @@ def test_static_model_uses_packed_attention_and_restores_config() -> None:
     finally:
         AttentionInterface.register(attention.IMPLEMENTATION, attention.packed_gqa_sdpa)
     assert base.config._attn_implementation == "sdpa"  # restored after the error too
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_packed_equals_repeat_kv_on_cuda(dtype: torch.dtype) -> None:
+    """On CUDA the packed call may pick another SDPA kernel than the 16-head call: equal to
+    float32 rounding (bf16: to bf16 rounding)."""
+    q, k, v, mask = (t.cuda() for t in _inputs(64, 16, 8, 5, 160, seed=1))
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    got, _ = attention.packed_gqa_sdpa(_Module(2), q, k, v, mask[:, :, :, :], scaling=0.25)
+    ref, _ = attention.repeat_kv_sdpa(_Module(2), q, k, v, mask, scaling=0.25)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(got.float(), ref.float(), **tol)

@@ -171,4 +171,12 @@ def test_cuda_graphs_equal_eager_on_cuda() -> None:
             )  # 70 positions: graphs of three attention windows (WINDOW_STEP 32)
         )
         assert t.graph_error is None, t.graph_error
+        if graphs:
+            # one memory pool for every capture; one logits buffer per (B, S) outside it
+            gs = list(t._graphs.items())
+            assert len({k[2] for k, _ in gs}) >= 3  # three attention windows
+            assert len({g.graph.pool() for _, g in gs}) == 1
+            for (B, S, _W), g in gs:
+                assert g.out.data_ptr() == t._out_buffer(B, S).data_ptr()
+            assert t.packed_gqa  # qwen3-tiny: 4 query heads on 2 KV heads
     assert torch.equal(outs[0].tokens, outs[1].tokens)

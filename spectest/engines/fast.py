@@ -138,6 +138,10 @@ class StaticHFModel(LanguageModel):
         self.cuda_graphs = bool(cuda_graphs) and base.device.type == "cuda"
         self._pools: dict[int, _StaticKV] = {}
         self._graphs: dict[tuple[int, int, int], _Graph] = {}
+        # CUDA-graph memory: one pool shared by every capture of this model (scratch only) and one
+        # logits buffer per (B, S) outside it (module NOTE in ``_Graph``)
+        self._graph_pool: Any = None
+        self._outs: dict[tuple[int, int], torch.Tensor] = {}
         cfg = base.config
         self._layers = int(cfg.num_hidden_layers)
         self._kv_heads = int(getattr(cfg, "num_key_value_heads", cfg.num_attention_heads))
@@ -163,6 +167,8 @@ class StaticHFModel(LanguageModel):
             self.max_slots = int(max_slots)
             self._pools.clear()
             self._graphs.clear()
+            self._outs.clear()
+            self._graph_pool = None
 
     def _pool(self, batch_size: int) -> _StaticKV:
         kv = self._pools.get(batch_size)
@@ -235,6 +241,7 @@ class StaticHFModel(LanguageModel):
         mask: torch.Tensor,  # [B, S, W] bool
         pos: torch.Tensor,  # [B, S]
         new: torch.Tensor,  # [S]
+        out: torch.Tensor | None = None,  # [B, S, V] float32: write the logits here
     ) -> torch.Tensor:
         kv.write_idx = new
         kv.window = int(mask.shape[2])
@@ -248,13 +255,33 @@ class StaticHFModel(LanguageModel):
             kwargs["cache_position"] = new
         packed = attention.packed_attention(self.base.config) if self.packed_gqa else nullcontext()
         with packed:
-            out = self.base.model(
+            res = self.base.model(
                 input_ids=ids, attention_mask=m4, position_ids=pos, use_cache=True, **kwargs
             )
-        logits = out.logits.float()  # [B, S, V]
+        if out is None:
+            logits = res.logits.float()  # [B, S, V]
+            if self.base.logit_scale != 1.0:
+                logits = logits * self.base.logit_scale
+            return logits
+        # the same two float32 operations, into a buffer (conversion to float32 is exact)
+        out.copy_(res.logits)  # [B, S, V]
         if self.base.logit_scale != 1.0:
-            logits = logits * self.base.logit_scale
-        return logits
+            out.mul_(self.base.logit_scale)
+        return out
+
+    def _out_buffer(self, B: int, S: int) -> torch.Tensor:
+        """The ``[B, S, V]`` float32 logits buffer every graph of ``(B, S)`` writes into."""
+        buf = self._outs.get((B, S))
+        if buf is None:
+            shape = (B, S, self.vocab_size)
+            buf = self._outs[(B, S)] = torch.empty(shape, dtype=torch.float32, device=self.device)
+        return buf
+
+    def _pool_handle(self) -> Any:
+        if self._graph_pool is None:
+            with torch.cuda.device(self.device):
+                self._graph_pool = torch.cuda.graph_pool_handle()
+        return self._graph_pool
 
     def _graph(self, B: int, S: int, W: int) -> _Graph | None:
         """The graph of ``(B, S, W)``, captured on first use; ``None`` (eager from then on, the
@@ -276,7 +303,17 @@ class StaticHFModel(LanguageModel):
 
 class _Graph:
     """One CUDA graph of ``StaticHFModel._eager`` at a fixed ``(B, S, W)`` over the B-row pool
-    (``W`` attended slots: the graph's keys/values are views of the pool's first ``W``)."""
+    (``W`` attended slots: the graph's keys/values are views of the pool's first ``W``).
+
+    NOTE memory: every graph of a model is captured into ONE shared memory pool, and what lives
+    across replays is outside it — the key/value pool, the static inputs, and the ``[B, S, V]``
+    float32 logits buffer shared by the graphs of one ``(B, S)`` (``_out_buffer``). Everything a
+    capture allocates in the pool (activations, the model's own logits) is therefore scratch that
+    another graph's replay may overwrite; that is safe because replays run one at a time on one
+    stream and ``run`` consumes the output (a clone, enqueued right after the replay) before any
+    other replay. Before this (one private pool per graph) each graph kept its own activations and
+    logits: 42.8 GiB at ``batch_size=768`` (results/LOG.md, lead session 3).
+    """
 
     def __init__(self, model: StaticHFModel, B: int, S: int, W: int) -> None:
         dev = model.device
@@ -299,8 +336,9 @@ class _Graph:
                     model._eager(self.kv, self.ids, self.mask, self.pos, self.new)
             torch.cuda.current_stream(dev).wait_stream(stream)
             self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                self.out = model._eager(self.kv, self.ids, self.mask, self.pos, self.new)
+            self.out = model._out_buffer(B, S)  # [B, S, V] float32, outside the graph pool
+            with torch.cuda.graph(self.graph, pool=model._pool_handle()):
+                model._eager(self.kv, self.ids, self.mask, self.pos, self.new, out=self.out)
 
     def run(
         self,
@@ -317,7 +355,9 @@ class _Graph:
         self.new.copy_(new)
         with torch.cuda.device(self.ids.device):
             self.graph.replay()
-        return self.out.clone()  # [B, S, V] the next replay overwrites self.out
+            # consumed before any other replay: the buffer (and the shared pool) is reused by
+            # every graph of this (B, S)
+            return self.out.clone()  # [B, S, V]
 
 
 def as_fast(
