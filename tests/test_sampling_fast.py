@@ -128,3 +128,40 @@ def test_fast_variant_keeps_a_mutants_changed_hook():
     assert fast_variant(swapped).verify_fn is swapped.verify_fn
     lying = get_variant("raw_q")
     assert fast_variant(lying).draft_fn is lying.draft_fn
+
+
+@pytest.mark.parametrize("shape", ["2d", "3d"])
+def test_candidate_law_is_the_fast_pipelines_law_and_draws_the_same_tokens(shape):
+    """``candidate_probs(x).dense()`` is bit-equal to ``logits_to_probs_fast(x)``, and its draw on
+    the candidates gives ``categorical(dense)``'s token under every uniform (exact on CPU: the
+    float64 CDF is summed in the same order); ``None`` whenever a row is greedy, unfiltered or
+    not decided on its candidates."""
+    from spectest.sampling.fast import candidate_probs
+
+    g = torch.Generator().manual_seed(5)
+    B, S, V, W = 60, 3, 400, 64
+    # filtered rows whose kept sets fit in W = 64 candidates: top-k <= 20 or a 0.9-nucleus
+    grid = [(t, k, tp, mp) for t in (0.3, 0.8, 1.0) for k in (0, 1, 3, 20)
+            for tp in (1.0, 0.5, 0.9) for mp in (0.0, 0.05, 0.3)]  # fmt: skip
+    grid = [c for c in grid if c[1] > 0 or c[2] < 1 or c[3] > 0]
+    filt = [SamplingParams(temperature=t, top_k=k, top_p=tp, min_p=mp) for t, k, tp, mp in grid]
+    filt = (filt * 3)[:B]
+    params = SamplingTensors.from_params(filt)
+    logits = (torch.randn(B, S, V, generator=g) * 3).float()  # [B, S, V] peaked enough for W
+    if shape == "2d":
+        logits = logits[:, 0]
+    law = candidate_probs(logits, params, width=W)
+    assert law is not None and law.ids.shape == (*logits.shape[:-1], W)
+    dense = logits_to_probs_fast(logits, params, width=W)
+    assert torch.equal(law.dense(), dense)
+    assert bool((law.ids.diff(dim=-1) > 0).all())  # ascending, distinct
+    for _ in range(30):
+        u = torch.rand(logits.shape[:-1], generator=g, dtype=torch.float64).clamp(1e-12, 1 - 1e-12)
+        assert torch.equal(law.draw(u), categorical(dense, u))
+    greedy = SamplingTensors.from_params([SamplingParams(temperature=0.0), *filt[1:]])
+    assert candidate_probs(logits, greedy, width=W) is None
+    plain = SamplingTensors.from_params([SamplingParams(temperature=0.9), *filt[1:]])
+    assert candidate_probs(logits, plain, width=W) is None
+    wide = SamplingTensors.from_params([SamplingParams(temperature=1.0, top_k=W + 1), *filt[1:]])
+    assert candidate_probs(logits, wide, width=W) is None  # top-k wider than W: fallback row
+    assert candidate_probs(logits, params, width=V) is None
