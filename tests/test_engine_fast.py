@@ -180,3 +180,47 @@ def test_cuda_graphs_equal_eager_on_cuda() -> None:
                 assert g.out.data_ptr() == t._out_buffer(B, S).data_ptr()
             assert t.packed_gqa  # qwen3-tiny: 4 query heads on 2 KV heads
     assert torch.equal(outs[0].tokens, outs[1].tokens)
+
+
+@pytest.mark.parametrize("onehot", [True, False], ids=["onehot", "sampled"])
+def test_candidate_laws_equal_builtin(hf_pair, onehot) -> None:
+    """The fast pipeline's draws and rounds on candidate laws (no dense [B, K+1, V] rows; width
+    32 < V = 512 so that they run here) give the built-in engine's tokens and rounds, plain and
+    speculative, float32 on CPU; the candidate path is really taken (counted)."""
+    import dataclasses
+    from functools import partial
+
+    from spectest.engines.fast import FAST
+    from spectest.sampling.fast import candidate_probs, logits_to_probs_fast
+
+    target, draft = hf_pair
+    taken: list[bool] = []
+
+    def candidates(logits, params):  # type: ignore[no-untyped-def]
+        law = candidate_probs(logits, params, width=32)
+        taken.append(law is not None)
+        return law
+
+    narrow = dataclasses.replace(
+        FAST, probs=partial(logits_to_probs_fast, width=32), candidates=candidates
+    )
+    rows = [r for r in ROWS if r.params.temperature > 0 and r.params.temperature != 1.0]
+    rows += [RowSpec("k8", s, PARAMS[4]) for s in range(3)]
+    v, drafter = get_variant("exact"), DrafterSpec(onehot=onehot, k=3)
+    fast_t, fast_d = as_fast(target, static=True), as_fast(draft, static=True)
+    want = speculative_decode(
+        target, draft, [1, 2, 3], rows, num_positions=12, drafter=drafter, variant=v, **KW
+    )
+    got = speculative_decode(
+        fast_t, fast_d, [1, 2, 3], rows, num_positions=12, drafter=drafter, variant=v,
+        pipeline=narrow, **KW,
+    )  # fmt: skip
+    assert torch.equal(got.tokens, want.tokens)
+    assert got.rounds is not None and want.rounds is not None
+    assert got.rounds.equals(want.rounds)
+    assert sum(taken) >= len(taken) // 2 > 0  # most calls decided on candidates
+    taken.clear()
+    plain = plain_decode(target, [1, 2, 3], rows, num_positions=12, **KW)
+    got_plain = plain_decode(fast_t, [1, 2, 3], rows, num_positions=12, pipeline=narrow, **KW)
+    assert torch.equal(got_plain.tokens, plain.tokens)
+    assert sum(taken) >= len(taken) // 2 > 0

@@ -165,3 +165,26 @@ def test_candidate_law_is_the_fast_pipelines_law_and_draws_the_same_tokens(shape
     wide = SamplingTensors.from_params([SamplingParams(temperature=1.0, top_k=W + 1), *filt[1:]])
     assert candidate_probs(logits, wide, width=W) is None  # top-k wider than W: fallback row
     assert candidate_probs(logits, params, width=V) is None
+
+
+def test_non_finite_logits_raise_as_the_exact_pipeline():
+    """The one-pass finite check raises the reference's error for NaN / ±inf, and lets through
+    float64 logits whose sum overflows although every value is finite."""
+    from spectest.errors import NumericsError
+    from spectest.sampling.fast import candidate_probs
+
+    params = SamplingTensors.from_params([SamplingParams(temperature=0.8, top_p=0.9)] * 2)
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        x = torch.zeros(2, 3, 50)
+        x[1, 2, 7] = bad
+        with pytest.raises(NumericsError) as ref:
+            logits_to_probs(x, params)
+        for fn in (logits_to_probs_fast, candidate_probs):
+            with pytest.raises(NumericsError) as got:
+                fn(x, params, width=8)
+            assert str(got.value) == str(ref.value)
+            assert "row 1, position 2" in str(got.value) and "token 7" in str(got.value)
+    huge = torch.full((2, 50), 1e308, dtype=torch.float64)
+    huge[:, 0] = 0.0
+    got_p = logits_to_probs_fast(huge, params, width=8)
+    assert torch.equal(got_p, logits_to_probs(huge, params))

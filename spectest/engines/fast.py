@@ -47,7 +47,15 @@ from spectest.engines.builtin import BuiltinEngine, EngineOutput, Pipeline, RowS
 from spectest.errors import ModelError
 from spectest.models.base import Cache, LanguageModel
 from spectest.models.hf import HFModel
-from spectest.sampling.fast import _verify_fast, fast_variant, logits_to_probs_fast
+from spectest.sampling.fast import (
+    _draft_fast,
+    _verify_fast,
+    candidate_probs,
+    fast_variant,
+    logits_to_probs_fast,
+)
+from spectest.sampling.mutants import SpecVariant
+from spectest.sampling.rejection import rejection_sample
 
 # attention window granularity (slots): a forward attends to the first ceil((n0 + S) / step)·step
 # slots of the pool, so its cost follows the row length, at one CUDA graph per window size
@@ -380,8 +388,25 @@ def as_fast(
     return model
 
 
+def _round_on_candidates(variant: SpecVariant) -> bool:
+    """Whether a round of ``variant`` (after ``fast_variant``) may run on candidate laws: the
+    exact chain sampler told the pipeline's truthful target and draft laws — any other hook (a
+    mutant's, a user's kernel) sees the dense laws it was written for."""
+    return (
+        variant.verify_fn is _verify_fast
+        and variant.draft_fn is _draft_fast
+        and variant.sample_fn is rejection_sample
+    )
+
+
 FAST = Pipeline(
-    "fast", logits_to_probs_fast, fast_variant, False, (_verify_fast, builtin._EXACT_VERIFY)
+    "fast",
+    logits_to_probs_fast,
+    fast_variant,
+    False,
+    (_verify_fast, builtin._EXACT_VERIFY),
+    candidates=candidate_probs,
+    candidate_round=_round_on_candidates,
 )
 
 
