@@ -36,6 +36,12 @@ timeout 60 python -m spectest bench "${B[@]}" --rows 256 --drafter sampled \
 step "P2: batch 1024, sampled drafter"
 timeout 75 python -m spectest bench "${B[@]}" --rows 1024 --drafter sampled \
   --arms fast-plain,fast-spec,hf-generate 2>&1 | tail -10
+step "P2: batch 768, sampled drafter, white-box recorded (the P1 shape's generation cost)"
+timeout 90 python -m spectest bench "${B[@]}" --rows 768 --drafter sampled --whitebox \
+  --arms fast-plain,fast-spec 2>&1 | tail -8
+step "profile: batch 1024, sampled drafter (top CUDA ops of each fast arm, trace in \$OUT)"
+timeout 120 python -m spectest bench "${B[@]}" --rows 1024 --drafter sampled \
+  --arms fast-plain,fast-spec --profile "$OUT/profile" --out "$OUT/profile.jsonl" 2>&1 | tail -60
 fi
 
 # P1: 8 prompts x 3 configs x 256 seeds x 32 positions, null + eps teeth, white-box on, the
