@@ -8,6 +8,8 @@
 #
 #   bash scripts/gpu_bench.sh            # from the repository root, on the GPU machine
 #   bash scripts/gpu_bench.sh scaleout   # only P1 on one GPU vs every GPU (nvidia-h200-x2)
+#   bash scripts/gpu_bench.sh profile    # a white-box bench at 768 rows, the fast arms' profiles
+#                                        # at 1024 rows without and with white-box (<= 7 min)
 #
 # Each step has its own timeout so one slow step cannot eat the others' time.
 set -u
@@ -21,7 +23,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 NGPU=$(python -c "import torch; print(torch.cuda.device_count())")
 python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 
-if [ "${1:-}" != scaleout ]; then
+if [ "${1:-}" != scaleout ] && [ "${1:-}" != profile ]; then
 step "GPU tests: CUDA graphs == eager static cache (3 attention windows); built-in engine on CUDA; scale-out"
 timeout 150 python -m pytest -q -m gpu tests/test_engine_fast.py tests/test_engine_gpu.py \
   tests/test_attention.py tests/test_scaleout.py 2>&1 | tail -6
@@ -36,12 +38,21 @@ timeout 60 python -m spectest bench "${B[@]}" --rows 256 --drafter sampled \
 step "P2: batch 1024, sampled drafter"
 timeout 75 python -m spectest bench "${B[@]}" --rows 1024 --drafter sampled \
   --arms fast-plain,fast-spec,hf-generate 2>&1 | tail -10
+fi
+if [ "${1:-}" = profile ]; then
+B=(--device cuda "${PAIR[@]}" --positions 32 --k 4 --peak-tflops 800 --out results/bench/bench.jsonl)
 step "P2: batch 768, sampled drafter, white-box recorded (the P1 shape's generation cost)"
 timeout 90 python -m spectest bench "${B[@]}" --rows 768 --drafter sampled --whitebox \
   --arms fast-plain,fast-spec 2>&1 | tail -8
 step "profile: batch 1024, sampled drafter (top CUDA ops of each fast arm, trace in \$OUT)"
-timeout 120 python -m spectest bench "${B[@]}" --rows 1024 --drafter sampled \
+timeout 150 python -m spectest bench "${B[@]}" --rows 1024 --drafter sampled \
   --arms fast-plain,fast-spec --profile "$OUT/profile" --out "$OUT/profile.jsonl" 2>&1 | tail -60
+step "profile: the same with white-box recorded"
+timeout 150 python -m spectest bench "${B[@]}" --rows 1024 --drafter sampled --whitebox \
+  --arms fast-plain,fast-spec --profile "$OUT/profile-wb" --out "$OUT/profile.jsonl" 2>&1 | tail -60
+cp results/bench/bench.jsonl "$OUT/bench.jsonl" 2>/dev/null || true
+echo; echo "=== done ($(date -u +%H:%M:%S))"
+exit 0
 fi
 
 # P1: 8 prompts x 3 configs x 256 seeds x 32 positions, null + eps teeth, white-box on, the
