@@ -95,6 +95,9 @@ def test_seed_001_configs_at_a_large_vocabulary():
     logits = (torch.randn(6, V, generator=g) * 1.5).float()
     logits[:, :40] += 9.0  # a peaked head, as a trained or lm_head-scaled model
     assert_same_law(logits_to_probs_fast(logits, params), logits_to_probs(logits, params))
+    # every row the same top-p-only config (the normaliser over V for all rows at once)
+    one = SamplingTensors.from_params(configs[:1] * 6)
+    assert_same_law(logits_to_probs_fast(logits, one), logits_to_probs(logits, one))
 
 
 def test_bad_width_and_shape():

@@ -231,10 +231,19 @@ def _per_row(S: int, dev: torch.device) -> Callable[[torch.Tensor], torch.Tensor
     return rep
 
 
-def _weights(x: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+def _weights(
+    x: torch.Tensor, temperature: torch.Tensor, mx: torch.Tensor | None = None
+) -> torch.Tensor:
     """``[M, V]`` float64 ``exp((x - max x) / T)``: the reference's operations, in its order."""
-    x64 = x.to(torch.float64)  # [M, V]
-    return torch.exp((x64 - x64.amax(-1, keepdim=True)) / temperature[:, None])
+    # NOTE in place on one float64 copy: the same elementwise operations as the reference's
+    # expression (so bit-equal values), one [M, V] float64 buffer instead of four
+    w = x.to(torch.float64)  # [M, V] (a copy: x is float32, or cloned below when float64)
+    if w.data_ptr() == x.data_ptr():
+        w = w.clone()
+    # ``mx`` [M, 1] float64: the row max when the caller has it (max of the float64 copy = the
+    # float64 conversion of the float32 max: conversion is exact and monotone)
+    w.sub_(w.amax(-1, keepdim=True) if mx is None else mx).div_(temperature[:, None])
+    return w.exp_()
 
 
 def _filtered(
@@ -266,8 +275,10 @@ def _filtered(
     no_k = p_on & ~k_on  # [M] rows that need the full sum
     if bool(no_k.any()):
         r = torch.nonzero(no_k).squeeze(-1)  # [R]
-        xr, tr = (x, t) if int(r.shape[0]) == M else (x[r], t[r])  # no [M, V] copy for all rows
-        z_full = _weights(xr, tr).sum(-1)  # [R] as the reference's sum
+        if int(r.shape[0]) == M:  # every row: no [M, V] row gather
+            z_full = _weights(x, t, mx).sum(-1)  # [M] as the reference's sum
+        else:
+            z_full = _weights(x[r], t[r], mx[r]).sum(-1)  # [R]
         z = z.index_put((r,), z_full)
     probs = kept_w / z[:, None]  # [M, W]
     csum = torch.cumsum(probs, dim=-1)  # [M, W]
