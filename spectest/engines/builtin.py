@@ -62,7 +62,7 @@ from spectest.engines.base import (
 from spectest.errors import ConfigError, InputError, ModelError
 from spectest.models.base import LanguageModel
 from spectest.sampling.draw import argmax_tokens, categorical
-from spectest.sampling.fast import CandidateLaw
+from spectest.sampling.fast import CandidateLaw, _draft_fast
 from spectest.sampling.mutants import SpecVariant, get_variant, stack_q
 from spectest.sampling.params import SamplingTensors
 from spectest.sampling.rejection import rejection_sample_candidates
@@ -87,6 +87,7 @@ class EngineOutput:
 
 
 _EXACT_VERIFY = get_variant("exact").verify_fn
+_TRUTHFUL_DRAFT = (get_variant("exact").draft_fn, _draft_fast)  # q reported = q sampled from
 
 
 @dataclass(frozen=True)
@@ -202,7 +203,7 @@ def _plain_chunk(
         if rec is not None:
             q = None
             if wb_draft is not None and d_logits is not None:
-                q = _teacher_q(d_logits[:, None], params, wb_draft[1])  # [B, 1, V]
+                q = _teacher_q(d_logits[:, None], params, wb_draft[1], pipeline)  # [B, 1, V]
             at = torch.full((B,), t, dtype=torch.int64, device=model.device)  # [B]
             rec.record(probs[:, None], q, out[:, t : t + 1], at, every[:, None])
         if t + 1 < T:
@@ -382,7 +383,14 @@ def _spec_chunk(
                 if variant.verify_fn in pipeline.exact_verify
                 else logits_to_probs(t_logits, params)
             )  # [B, K+1, V] float64
-            q_rows = _teacher_q(torch.stack(d_rows, dim=1), params, drafter)  # [B, K+1, V]
+            dense_qs = [q for q in qs if isinstance(q, torch.Tensor)]  # the K reported q's
+            if variant.draft_fn in _TRUTHFUL_DRAFT and len(dense_qs) == K and not onehot:
+                # a truthful drafter's reported q IS the law teacher forcing defines (the same
+                # pipeline call on the same logits): only the bonus slot's is computed
+                bonus_q = _teacher_q(d_rows[K][:, None], params, drafter, pipeline)  # [B, 1, V]
+                q_rows = torch.cat([torch.stack(dense_qs, dim=1), bonus_q], dim=1)  # [B, K+1, V]
+            else:
+                q_rows = _teacher_q(torch.stack(d_rows, dim=1), params, drafter, pipeline)
             rec.record(p_rows, q_rows, res.emitted, pos, commit)
         # 4. holes: this round's slots n0+j hold [last, x_1..x_K][j]; keep last and the committed
         # drafts x_1..x_{n-1} (emitted = those drafts + 1 token: the commit signal is n, not a)
@@ -444,15 +452,19 @@ def _whitebox_draft(
 
 
 def _teacher_q(
-    d_logits: torch.Tensor, params: SamplingTensors, drafter: DrafterSpec
+    d_logits: torch.Tensor,
+    params: SamplingTensors,
+    drafter: DrafterSpec,
+    pipeline: Pipeline = REFERENCE,
 ) -> torch.Tensor:
     """The drafter's exact law (what teacher forcing calls q) at each slot: ``[B, J, V]`` f64.
 
     ``d_logits`` ``[B, J, V]``: draft logits at J slots of each row. The exact variant's sample
     law, as ``engines.teacher.teacher_force`` computes it (one-hot at the argmax for a one-hot
-    drafter, else the ``q_mode`` law) — never a mutant's reported q.
+    drafter, else the ``q_mode`` law) — never a mutant's reported q — on ``pipeline`` (the fast
+    pipeline's law equals the reference's up to float64 reduction order, ``sampling/fast.py``).
     """
-    exact = get_variant("exact")
+    exact = pipeline.variant(get_variant("exact"))
     J = int(d_logits.shape[1])
     laws = [
         exact.draft_law(d_logits[:, i], params, onehot=drafter.onehot, q_mode=drafter.q_mode)[0]
