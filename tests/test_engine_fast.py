@@ -182,11 +182,13 @@ def test_cuda_graphs_equal_eager_on_cuda() -> None:
     assert torch.equal(outs[0].tokens, outs[1].tokens)
 
 
+@pytest.mark.parametrize("whitebox", [False, True], ids=["tokens", "whitebox"])
 @pytest.mark.parametrize("onehot", [True, False], ids=["onehot", "sampled"])
-def test_candidate_laws_equal_builtin(hf_pair, onehot) -> None:
+def test_candidate_laws_equal_builtin(hf_pair, onehot, whitebox) -> None:
     """The fast pipeline's draws and rounds on candidate laws (no dense [B, K+1, V] rows; width
     32 < V = 512 so that they run here) give the built-in engine's tokens and rounds, plain and
-    speculative, float32 on CPU; the candidate path is really taken (counted)."""
+    speculative, float32 on CPU, and with white-box recording its columns (rtol 1e-5, as the
+    other equality tests); the candidate path is really taken (counted)."""
     import dataclasses
     from functools import partial
 
@@ -209,18 +211,31 @@ def test_candidate_laws_equal_builtin(hf_pair, onehot) -> None:
     v, drafter = get_variant("exact"), DrafterSpec(onehot=onehot, k=3)
     fast_t, fast_d = as_fast(target, static=True), as_fast(draft, static=True)
     want = speculative_decode(
-        target, draft, [1, 2, 3], rows, num_positions=12, drafter=drafter, variant=v, **KW
-    )
+        target, draft, [1, 2, 3], rows, num_positions=12, drafter=drafter, variant=v,
+        whitebox=whitebox, **KW,
+    )  # fmt: skip
     got = speculative_decode(
         fast_t, fast_d, [1, 2, 3], rows, num_positions=12, drafter=drafter, variant=v,
-        pipeline=narrow, **KW,
+        pipeline=narrow, whitebox=whitebox, **KW,
     )  # fmt: skip
     assert torch.equal(got.tokens, want.tokens)
     assert got.rounds is not None and want.rounds is not None
     assert got.rounds.equals(want.rounds)
+    if whitebox:
+        assert got.whitebox is not None and want.whitebox is not None
+        pd.testing.assert_frame_equal(got.whitebox, want.whitebox, rtol=1e-5)
     assert sum(taken) >= len(taken) // 2 > 0  # most calls decided on candidates
     taken.clear()
-    plain = plain_decode(target, [1, 2, 3], rows, num_positions=12, **KW)
-    got_plain = plain_decode(fast_t, [1, 2, 3], rows, num_positions=12, pipeline=narrow, **KW)
+    wb = dict(whitebox=True, drafter=drafter) if whitebox else {}
+    plain = plain_decode(
+        target, [1, 2, 3], rows, num_positions=12, **({**wb, "draft": draft} if wb else {}), **KW
+    )
+    got_plain = plain_decode(
+        fast_t, [1, 2, 3], rows, num_positions=12, pipeline=narrow,
+        **({**wb, "draft": fast_d} if wb else {}), **KW,
+    )  # fmt: skip
     assert torch.equal(got_plain.tokens, plain.tokens)
+    if whitebox:
+        assert got_plain.whitebox is not None and plain.whitebox is not None
+        pd.testing.assert_frame_equal(got_plain.whitebox, plain.whitebox, rtol=1e-5)
     assert sum(taken) >= len(taken) // 2 > 0

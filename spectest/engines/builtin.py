@@ -103,7 +103,7 @@ class Pipeline:
     when some row is not decided on its candidates; the loops then draw on the candidates and,
     for a variant ``candidate_round`` accepts (the exact chain sampler on the pipeline's truthful
     hooks), run the round with ``rejection_sample_candidates`` — the same tokens as the dense
-    laws (the NOTEs there) — whenever no white-box columns are recorded (those need dense rows)."""
+    laws (the NOTEs there); white-box columns get the laws densified (``CandidateLaw.dense``)."""
 
     name: str
     probs: Callable[[torch.Tensor, SamplingTensors], torch.Tensor]  # [.., V] → [.., V] float64
@@ -193,7 +193,7 @@ def _plain_chunk(
     for t in range(T):
         u = uniforms(keys, STREAM_PLAIN, t, 1)[:, 0]  # [B]
         law = None
-        if rec is None and pipeline.candidates is not None:
+        if pipeline.candidates is not None:
             law = pipeline.candidates(logits, params)  # on [B, W] candidates, or None
         if law is not None:
             out[:, t] = law.draw(u)  # [B] the dense draw's token (CandidateLaw.draw NOTE)
@@ -201,6 +201,8 @@ def _plain_chunk(
             probs = pipeline.probs(logits, params)  # [B, V] float64
             out[:, t] = categorical(probs, u, check=pipeline.check)  # [B]
         if rec is not None:
+            if law is not None:
+                probs = law.dense()  # [B, V] the law drawn from (bit-equal to pipeline.probs)
             q = None
             if wb_draft is not None and d_logits is not None:
                 q = _teacher_q(d_logits[:, None], params, wb_draft[1], pipeline)  # [B, 1, V]
@@ -313,10 +315,10 @@ def _spec_chunk(
     DUMP = T + K + 1  # a scratch column for tokens that are not committed
     j = torch.arange(K + 1, device=dev)  # [K+1]
     log: list[tuple[torch.Tensor, ...]] = []
-    # laws on candidates (no [B, K+1, V] float64 tensors): the fast pipeline's exact sampler
+    # laws on candidates (no [B, K+1, V] float64 tensors but the white-box recorder's, if any):
+    # the fast pipeline's exact sampler
     sparse = (
-        rec is None
-        and pipeline.candidates is not None
+        pipeline.candidates is not None
         and pipeline.candidate_round is not None
         and pipeline.candidate_round(variant)
         and (onehot or q_mode == "processed")
@@ -377,13 +379,17 @@ def _spec_chunk(
         if rec is not None:
             # token j of the round was drawn under verify row j: record that p (the exact
             # pipeline's row — a mutant's verify_probs is not the plain law) and the drafter's q
-            assert target_probs is not None  # the candidate round runs without a recorder
+            if p_c is not None:
+                target_probs = p_c.dense()  # [B, K+1, V] = the pipeline's verify law, bit-equal
+            assert target_probs is not None
             p_rows = (
                 target_probs
                 if variant.verify_fn in pipeline.exact_verify
                 else logits_to_probs(t_logits, params)
             )  # [B, K+1, V] float64
-            dense_qs = [q for q in qs if isinstance(q, torch.Tensor)]  # the K reported q's
+            dense_qs = [
+                q.dense() if isinstance(q, CandidateLaw) else q for q in qs if q is not None
+            ]  # the K reported q's [B, V] (a sampled drafter)
             if variant.draft_fn in _TRUTHFUL_DRAFT and len(dense_qs) == K and not onehot:
                 # a truthful drafter's reported q IS the law teacher forcing defines (the same
                 # pipeline call on the same logits): only the bonus slot's is computed
