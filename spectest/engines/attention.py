@@ -124,7 +124,10 @@ def usable(config: Any) -> bool:
     impl = getattr(config, "_attn_implementation", None)
     heads = int(getattr(config, "num_attention_heads", 0) or 0)
     kv = int(getattr(config, "num_key_value_heads", heads) or heads)
-    return impl == "sdpa" and kv > 0 and heads > kv and heads % kv == 0 and register()
+    switchable = hasattr(config, "_attn_implementation_internal")  # what packed_attention sets
+    return (
+        impl == "sdpa" and switchable and kv > 0 and heads > kv and heads % kv == 0 and register()
+    )
 
 
 @contextlib.contextmanager
