@@ -15,7 +15,10 @@ onehot)``, holes for rejected drafts, truncation of the last round), with three 
 that do not change a token's law:
 
 1. ``logits_to_probs_fast`` / ``fast_variant`` instead of the exact pipeline (the NOTE on
-   numerics in ``sampling/fast.py``: float64 on the surviving set, equal up to reduction order);
+   numerics in ``sampling/fast.py``: float64 on the surviving set, equal up to reduction order),
+   and where every row is decided on its candidates, draws and the exact sampler's rounds on the
+   candidate laws (``candidate_probs``, ``rejection_sample_candidates``: the dense laws' tokens,
+   without ``[B, K+1, V]`` float64 tensors);
 2. a static cache: every row's keys/values live in a buffer of ``max_slots`` slots allocated
    once; attention is masked to the row's valid slots (holes and unwritten slots are masked out,
    so they contribute exact zeros); positions are the row's count of valid slots, as in
