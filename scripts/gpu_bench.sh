@@ -8,6 +8,8 @@
 #
 #   bash scripts/gpu_bench.sh            # from the repository root, on the GPU machine
 #   bash scripts/gpu_bench.sh scaleout   # only P1 on one GPU vs every GPU (nvidia-h200-x2)
+#   bash scripts/gpu_bench.sh profile    # a white-box bench at 768 rows, the fast arms' profiles
+#                                        # at 1024 rows without and with white-box (<= 7 min)
 #
 # Each step has its own timeout so one slow step cannot eat the others' time.
 set -u
@@ -21,10 +23,10 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 NGPU=$(python -c "import torch; print(torch.cuda.device_count())")
 python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
 
-if [ "${1:-}" != scaleout ]; then
+if [ "${1:-}" != scaleout ] && [ "${1:-}" != profile ]; then
 step "GPU tests: CUDA graphs == eager static cache (3 attention windows); built-in engine on CUDA; scale-out"
 timeout 150 python -m pytest -q -m gpu tests/test_engine_fast.py tests/test_engine_gpu.py \
-  tests/test_scaleout.py 2>&1 | tail -6
+  tests/test_attention.py tests/test_scaleout.py 2>&1 | tail -6
 
 B=(--device cuda "${PAIR[@]}" --positions 32 --k 4 --peak-tflops 800 --out results/bench/bench.jsonl)
 step "P2: bench, batch 256 x 32 tokens, K=4 one-hot drafter, t 0.8 p 0.95, bf16"
@@ -37,9 +39,25 @@ step "P2: batch 1024, sampled drafter"
 timeout 75 python -m spectest bench "${B[@]}" --rows 1024 --drafter sampled \
   --arms fast-plain,fast-spec,hf-generate 2>&1 | tail -10
 fi
+if [ "${1:-}" = profile ]; then
+B=(--device cuda "${PAIR[@]}" --positions 32 --k 4 --peak-tflops 800 --out results/bench/bench.jsonl)
+step "P2: batch 768, sampled drafter, white-box recorded (the P1 shape's generation cost)"
+timeout 90 python -m spectest bench "${B[@]}" --rows 768 --drafter sampled --whitebox \
+  --arms fast-plain,fast-spec 2>&1 | tail -8
+step "profile: batch 1024, sampled drafter (top CUDA ops of each fast arm, trace in \$OUT)"
+timeout 150 python -m spectest bench "${B[@]}" --rows 1024 --drafter sampled \
+  --arms fast-plain,fast-spec --profile "$OUT/profile" --out "$OUT/profile.jsonl" 2>&1 | tail -60
+step "profile: the same with white-box recorded"
+timeout 150 python -m spectest bench "${B[@]}" --rows 1024 --drafter sampled --whitebox \
+  --arms fast-plain,fast-spec --profile "$OUT/profile-wb" --out "$OUT/profile.jsonl" 2>&1 | tail -60
+cp results/bench/bench.jsonl "$OUT/bench.jsonl" 2>/dev/null || true
+echo; echo "=== done ($(date -u +%H:%M:%S))"
+exit 0
+fi
 
 # P1: 8 prompts x 3 configs x 256 seeds x 32 positions, null + eps teeth, white-box on, the
-# protocol's batch of 256 rows (768, one batch per shard, ran out of memory in CUDA-graph pools)
+# protocol's batch of 256 rows, then 768 (one batch per shard: ran out of memory in CUDA-graph
+# pools before h11 shared one pool across captures)
 P1=(--config protocols/openinfer-512.yaml --device cuda --fast --no-progress
     --set models.target=realistic:qwen3-0.6b --set "models.draft=derived:first_layers,layers=4"
     --set models.dtype=bfloat16)
@@ -50,6 +68,10 @@ step "P1: the full plan on one GPU, white-box on (target <= 60 s wall, load and 
 /usr/bin/time -f "wall %e s" timeout 170 python -m spectest run "${P1[@]}" --devices cuda:0 \
   --out "$OUT/p1-1gpu" 2>&1 | tail -6
 summary "$OUT/p1-1gpu"
+step "P1: the same plan, batch_size=768 (one batch per shard; shared CUDA-graph pool, h11)"
+/usr/bin/time -f "wall %e s" timeout 170 python -m spectest run "${P1[@]}" --devices cuda:0 \
+  --set batch_size=768 --out "$OUT/p1-1gpu-768" 2>&1 | tail -6
+summary "$OUT/p1-1gpu-768"
 if [ "$NGPU" -ge 2 ]; then
   step "P1: the same plan over all $NGPU GPUs (one worker per GPU)"
   /usr/bin/time -f "wall %e s" timeout 120 python -m spectest run "${P1[@]}" \

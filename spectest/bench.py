@@ -65,6 +65,7 @@ class BenchConfig:
     peak_tflops: float | None = None  # None: no MFU (e.g. on CPU)
     seed: int = 0
     profile: str | None = None  # a directory: torch profiler trace + top ops of each arm's run
+    whitebox: bool = False  # spectest's arms record the white-box columns (as a run does)
 
     def __post_init__(self) -> None:
         bad = [a for a in self.arms if a not in ARMS]
@@ -136,20 +137,30 @@ def run_bench(cfg: BenchConfig, *, log: Callable[[str], None] | None = None) -> 
     prompt = list(cfg.prompt)
     kw: dict[str, Any] = dict(num_positions=cfg.positions, run_key=1, prompt_id="bench")
 
+    # white-box columns as a run records them: the plain arm runs the draft along its tokens
+    wb: dict[str, Any] = dict(whitebox=cfg.whitebox)
+    wb_plain = dict(wb, drafter=drafter) if cfg.whitebox else wb
+
     def call(arm: str, part: Sequence[Any]) -> Any:
         if arm == "fast-plain":
-            return fast.plain_decode_fast(fast_t, prompt, part, batch_size=cfg.rows, **kw)
+            return fast.plain_decode_fast(
+                fast_t, prompt, part, batch_size=cfg.rows,
+                **(dict(wb_plain, draft=fast_d) if cfg.whitebox else wb), **kw,
+            )  # fmt: skip
         if arm == "fast-spec":
             return fast.speculative_decode_fast(
                 fast_t, fast_d, prompt, part, drafter=drafter, variant=exact,
-                batch_size=cfg.rows, **kw,
+                batch_size=cfg.rows, **wb, **kw,
             )  # fmt: skip
         if arm == "builtin-plain":
-            return builtin.plain_decode(target, prompt, part, batch_size=cfg.rows, **kw)
+            return builtin.plain_decode(
+                target, prompt, part, batch_size=cfg.rows,
+                **(dict(wb_plain, draft=draft) if cfg.whitebox else wb), **kw,
+            )  # fmt: skip
         if arm == "builtin-spec":
             return builtin.speculative_decode(
                 target, draft, prompt, part, drafter=drafter, variant=exact,
-                batch_size=cfg.rows, **kw,
+                batch_size=cfg.rows, **wb, **kw,
             )  # fmt: skip
         if arm == "hf-generate":
             return hf.hf_plain_decode(target, prompt, part, batch_size=cfg.rows, **kw)
@@ -174,6 +185,9 @@ def run_bench(cfg: BenchConfig, *, log: Callable[[str], None] | None = None) -> 
         graph_error = getattr(fast_t, "graph_error", None)
         if arm.startswith("fast") and graph_error:
             note = f"CUDA graphs off: {graph_error}"
+        if cfg.whitebox and arm.split("-")[0] in ("fast", "builtin"):
+            wb_rows = 0 if out.whitebox is None else len(out.whitebox)
+            note = "; ".join(x for x in (note, f"white-box columns: {wb_rows} rows") if x)
         timed.append((arm, n, wall, acc, note))
         say(f"{arm}: {n} rows in {wall:.2f} s" + (f", accepted/round {acc:.2f}" if acc else ""))
     hf_rate = next((n / w for a, n, w, _, _ in timed if a == "hf-generate"), None)

@@ -41,6 +41,15 @@ def test_every_arm_runs_and_the_figures_are_consistent(tmp_path):
     assert recs[0]["config"]["params"]["top_p"] == 0.95 and recs[0]["flops_per_token"] > 0
 
 
+def test_whitebox_arms_record_the_columns():
+    """``whitebox=True``: spectest's arms record white-box columns of every token (as a run)."""
+    arms = ("fast-plain", "fast-spec", "builtin-plain", "builtin-spec")
+    cfg = BenchConfig(target=TINY, draft=DRAFT, rows=3, positions=4, k=2, arms=arms, whitebox=True)
+    res = run_bench(cfg)
+    assert [a.note for a in res.arms] == ["white-box columns: 12 rows"] * 4
+    assert res.config["whitebox"] is True
+
+
 def test_flops_per_token_from_the_config():
     m = load_model("hf-preset:qwen3-tiny")
     cfg = m.model.config  # type: ignore[attr-defined]

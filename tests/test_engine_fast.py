@@ -171,4 +171,97 @@ def test_cuda_graphs_equal_eager_on_cuda() -> None:
             )  # 70 positions: graphs of three attention windows (WINDOW_STEP 32)
         )
         assert t.graph_error is None, t.graph_error
+        if graphs:
+            # one memory pool for every capture; one logits buffer per (B, S) outside it
+            gs = list(t._graphs.items())
+            assert len({k[2] for k, _ in gs}) >= 3  # three attention windows
+            assert len({g.graph.pool() for _, g in gs}) == 1
+            for (B, S, _W), g in gs:
+                assert g.out.data_ptr() == t._out_buffer(B, S).data_ptr()
+            assert t.packed_gqa  # qwen3-tiny: 4 query heads on 2 KV heads
     assert torch.equal(outs[0].tokens, outs[1].tokens)
+
+
+@pytest.mark.parametrize("whitebox", [False, True], ids=["tokens", "whitebox"])
+@pytest.mark.parametrize("onehot", [True, False], ids=["onehot", "sampled"])
+def test_candidate_laws_equal_builtin(hf_pair, onehot, whitebox) -> None:
+    """The fast pipeline's draws and rounds on candidate laws (no dense [B, K+1, V] rows; width
+    32 < V = 512 so that they run here) give the built-in engine's tokens and rounds, plain and
+    speculative, float32 on CPU, and with white-box recording its columns (rtol 1e-5, as the
+    other equality tests); the candidate path is really taken (counted)."""
+    import dataclasses
+    from functools import partial
+
+    from spectest.engines.fast import FAST
+    from spectest.sampling.fast import candidate_probs, logits_to_probs_fast
+
+    target, draft = hf_pair
+    taken: list[bool] = []
+
+    def candidates(logits, params):  # type: ignore[no-untyped-def]
+        law = candidate_probs(logits, params, width=32)
+        taken.append(law is not None)
+        return law
+
+    narrow = dataclasses.replace(
+        FAST, probs=partial(logits_to_probs_fast, width=32), candidates=candidates
+    )
+    rows = [r for r in ROWS if r.params.temperature > 0 and r.params.temperature != 1.0]
+    rows += [RowSpec("k8", s, PARAMS[4]) for s in range(3)]
+    v, drafter = get_variant("exact"), DrafterSpec(onehot=onehot, k=3)
+    fast_t, fast_d = as_fast(target, static=True), as_fast(draft, static=True)
+    want = speculative_decode(
+        target, draft, [1, 2, 3], rows, num_positions=12, drafter=drafter, variant=v,
+        whitebox=whitebox, **KW,
+    )  # fmt: skip
+    got = speculative_decode(
+        fast_t, fast_d, [1, 2, 3], rows, num_positions=12, drafter=drafter, variant=v,
+        pipeline=narrow, whitebox=whitebox, **KW,
+    )  # fmt: skip
+    assert torch.equal(got.tokens, want.tokens)
+    assert got.rounds is not None and want.rounds is not None
+    assert got.rounds.equals(want.rounds)
+    if whitebox:
+        assert got.whitebox is not None and want.whitebox is not None
+        pd.testing.assert_frame_equal(got.whitebox, want.whitebox, rtol=1e-5)
+    assert sum(taken) >= len(taken) // 2 > 0  # most calls decided on candidates
+    taken.clear()
+    wb = dict(whitebox=True, drafter=drafter) if whitebox else {}
+    plain = plain_decode(
+        target, [1, 2, 3], rows, num_positions=12, **({**wb, "draft": draft} if wb else {}), **KW
+    )
+    got_plain = plain_decode(
+        fast_t, [1, 2, 3], rows, num_positions=12, pipeline=narrow,
+        **({**wb, "draft": fast_d} if wb else {}), **KW,
+    )  # fmt: skip
+    assert torch.equal(got_plain.tokens, plain.tokens)
+    if whitebox:
+        assert got_plain.whitebox is not None and plain.whitebox is not None
+        pd.testing.assert_frame_equal(got_plain.whitebox, plain.whitebox, rtol=1e-5)
+    assert sum(taken) >= len(taken) // 2 > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_packed_gqa_equals_hf_attention_on_cuda() -> None:
+    """float32 on CUDA, CUDA graphs on: the static model with packed GQA attention gives the
+    tokens of the same model on transformers' own sdpa path. The two attention calls may round
+    differently in the last float32 bits, so a token could flip when a uniform lies within ~1e-6
+    of a CDF step: ~1e-3 chance over this test's ~1 000 draws (fixed keys: it passes or fails
+    the same way every time on one platform)."""
+    target = from_preset("qwen3-tiny", seed=5, logit_scale=12.0, device="cuda", dtype="float32")
+    draft = first_layers(target, 1)
+    drafter, v = DrafterSpec(onehot=False, k=3), get_variant("exact")
+    outs = []
+    for packed in (True, False):
+        t = StaticHFModel(target, packed_gqa=packed)
+        d = StaticHFModel(draft, packed_gqa=packed)
+        assert t.packed_gqa == packed
+        outs.append(
+            speculative_decode_fast(
+                t, d, [1, 2, 3], ROWS, num_positions=40, drafter=drafter, variant=v, **KW
+            )
+        )
+        assert t.graph_error is None and len(t._graphs) > 0, t.graph_error
+    assert torch.equal(outs[0].tokens, outs[1].tokens)
+    assert outs[0].rounds is not None and outs[0].rounds.equals(outs[1].rounds)

@@ -25,6 +25,7 @@ from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.rejection import (
     PLACEHOLDER_TOKEN_ID,
     rejection_sample,
+    rejection_sample_candidates,
     rejection_sample_reference,
 )
 from spectest.sampling.transforms import logits_to_probs
@@ -187,6 +188,71 @@ def test_fast_path_equals_reference():
             tp[3:4], None if onehot else dp[3:4], dt[3:4], ua[3:4], uf[3:4], draft_lens=lens[3:4]
         )
         assert torch.equal(one.emitted[0], fast.emitted[3])
+
+
+def _candidate_laws(
+    g: torch.Generator, B: int, R: int, V: int, W: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``R`` laws per row on ``W`` random ascending ids of ``V``, zeros among them:
+    ``(ids [B, R, W], probs [B, R, W], dense [B, R, V])``."""
+    ids = torch.rand(B, R, V, generator=g).argsort(-1)[..., :W].sort(-1).values  # [B, R, W]
+    probs = torch.rand(B, R, W, generator=g, dtype=torch.float64)
+    probs[torch.rand(B, R, W, generator=g) < 0.3] = 0.0
+    probs[..., 0] += 1e-3
+    probs = probs / probs.sum(-1, keepdim=True)
+    dense = torch.zeros(B, R, V, dtype=torch.float64).scatter_(-1, ids, probs)
+    return ids, probs, dense
+
+
+@pytest.mark.parametrize("K", [0, 1, 3])
+@pytest.mark.parametrize("onehot", [False, True], ids=["sampled", "onehot"])
+def test_candidate_round_equals_dense_round(K, onehot):
+    """``rejection_sample_candidates`` == ``rejection_sample`` on the densified laws, token for
+    token (emitted, counts, telemetry) under the same uniforms (exact): random laws on 8 of 40
+    tokens, drafts from q plus drafts off q's candidates (q(x) = 0) and with p(x) = 0, rows with
+    q = p (empty residual → p), ragged draft_lens, K = 0."""
+    g = torch.Generator().manual_seed(10 + K)
+    B, V, W = 800, 40, 8
+    p_ids, p_probs, tp = _candidate_laws(g, B, K + 1, V, W)
+    q_ids, q_probs, dp = _candidate_laws(g, B, K, V, W)
+    q_ids[:50], q_probs[:50], dp[:50] = p_ids[:50, :K], p_probs[:50, :K], tp[:50, :K]  # q = p
+    if onehot or K == 0:
+        dt = torch.randint(0, V, (B, K), generator=g)
+    else:
+        dt = torch.multinomial(dp.reshape(-1, V), 1, generator=g).reshape(B, K)
+        dt[50:90, 0] = torch.randint(0, V, (40,), generator=g)  # q(x) = 0 for most of these
+    if K:
+        dt[90:130, -1] = p_ids[90:130, K - 1, 0]  # p(x) may be 0 (zeros among candidates)
+        p_probs[90:130, K - 1, 0] = 0.0
+        tp[90:130, K - 1] = torch.zeros(40, V, dtype=torch.float64).scatter_(
+            -1, p_ids[90:130, K - 1], p_probs[90:130, K - 1]
+        )
+    ua = torch.rand(B, K, generator=g, dtype=torch.float64)
+    uf = torch.rand(B, generator=g, dtype=torch.float64)
+    lens = torch.randint(0, K + 1, (B,), generator=g)
+    for draft_lens in (None, lens):
+        want = rejection_sample(tp, None if onehot else dp, dt, ua, uf, draft_lens=draft_lens)
+        got = rejection_sample_candidates(
+            p_ids, p_probs, None if onehot else q_ids, None if onehot else q_probs, dt, ua, uf,
+            draft_lens=draft_lens,
+        )  # fmt: skip
+        assert torch.equal(got.emitted, want.emitted)
+        assert torch.equal(got.num_emitted, want.num_emitted)
+        assert torch.equal(got.num_accepted, want.num_accepted)
+        assert torch.equal(got.telemetry.accepted_mask, want.telemetry.accepted_mask)
+    if K:  # not vacuous: rejections, acceptances and bonus rows all occur
+        n = want.num_accepted
+        assert bool((n == 0).any()) and bool((n > 0).any()) and bool((n == lens).any())
+
+
+def test_candidate_round_rejects_bad_inputs():
+    g = torch.Generator().manual_seed(0)
+    p_ids, p_probs, _ = _candidate_laws(g, 2, 2, 10, 4)
+    dt, uf = torch.zeros(2, 1, dtype=torch.int64), torch.full((2,), 0.5, dtype=torch.float64)
+    with pytest.raises(InputError, match="u_accept out of range"):
+        rejection_sample_candidates(
+            p_ids, p_probs, None, None, dt, torch.zeros(2, 1, dtype=torch.float64), uf
+        )
 
 
 def test_telemetry_counts_past_the_first_rejection():

@@ -95,6 +95,9 @@ def test_seed_001_configs_at_a_large_vocabulary():
     logits = (torch.randn(6, V, generator=g) * 1.5).float()
     logits[:, :40] += 9.0  # a peaked head, as a trained or lm_head-scaled model
     assert_same_law(logits_to_probs_fast(logits, params), logits_to_probs(logits, params))
+    # every row the same top-p-only config (the normaliser over V for all rows at once)
+    one = SamplingTensors.from_params(configs[:1] * 6)
+    assert_same_law(logits_to_probs_fast(logits, one), logits_to_probs(logits, one))
 
 
 def test_bad_width_and_shape():
@@ -128,3 +131,63 @@ def test_fast_variant_keeps_a_mutants_changed_hook():
     assert fast_variant(swapped).verify_fn is swapped.verify_fn
     lying = get_variant("raw_q")
     assert fast_variant(lying).draft_fn is lying.draft_fn
+
+
+@pytest.mark.parametrize("shape", ["2d", "3d"])
+def test_candidate_law_is_the_fast_pipelines_law_and_draws_the_same_tokens(shape):
+    """``candidate_probs(x).dense()`` is bit-equal to ``logits_to_probs_fast(x)``, and its draw on
+    the candidates gives ``categorical(dense)``'s token under every uniform (exact on CPU: the
+    float64 CDF is summed in the same order); ``None`` whenever a row is greedy, unfiltered or
+    not decided on its candidates."""
+    from spectest.sampling.fast import candidate_probs
+
+    g = torch.Generator().manual_seed(5)
+    B, S, V, W = 60, 3, 400, 64
+    # filtered rows whose kept sets fit in W = 64 candidates: top-k <= 20 or a 0.9-nucleus
+    grid = [(t, k, tp, mp) for t in (0.3, 0.8, 1.0) for k in (0, 1, 3, 20)
+            for tp in (1.0, 0.5, 0.9) for mp in (0.0, 0.05, 0.3)]  # fmt: skip
+    grid = [c for c in grid if c[1] > 0 or c[2] < 1 or c[3] > 0]
+    filt = [SamplingParams(temperature=t, top_k=k, top_p=tp, min_p=mp) for t, k, tp, mp in grid]
+    filt = (filt * 3)[:B]
+    params = SamplingTensors.from_params(filt)
+    logits = (torch.randn(B, S, V, generator=g) * 3).float()  # [B, S, V] peaked enough for W
+    if shape == "2d":
+        logits = logits[:, 0]
+    law = candidate_probs(logits, params, width=W)
+    assert law is not None and law.ids.shape == (*logits.shape[:-1], W)
+    dense = logits_to_probs_fast(logits, params, width=W)
+    assert torch.equal(law.dense(), dense)
+    assert bool((law.ids.diff(dim=-1) > 0).all())  # ascending, distinct
+    for _ in range(30):
+        u = torch.rand(logits.shape[:-1], generator=g, dtype=torch.float64).clamp(1e-12, 1 - 1e-12)
+        assert torch.equal(law.draw(u), categorical(dense, u))
+    greedy = SamplingTensors.from_params([SamplingParams(temperature=0.0), *filt[1:]])
+    assert candidate_probs(logits, greedy, width=W) is None
+    plain = SamplingTensors.from_params([SamplingParams(temperature=0.9), *filt[1:]])
+    assert candidate_probs(logits, plain, width=W) is None
+    wide = SamplingTensors.from_params([SamplingParams(temperature=1.0, top_k=W + 1), *filt[1:]])
+    assert candidate_probs(logits, wide, width=W) is None  # top-k wider than W: fallback row
+    assert candidate_probs(logits, params, width=V) is None
+
+
+def test_non_finite_logits_raise_as_the_exact_pipeline():
+    """The one-pass finite check raises the reference's error for NaN / ±inf, and lets through
+    float64 logits whose sum overflows although every value is finite."""
+    from spectest.errors import NumericsError
+    from spectest.sampling.fast import candidate_probs
+
+    params = SamplingTensors.from_params([SamplingParams(temperature=0.8, top_p=0.9)] * 2)
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        x = torch.zeros(2, 3, 50)
+        x[1, 2, 7] = bad
+        with pytest.raises(NumericsError) as ref:
+            logits_to_probs(x, params)
+        for fn in (logits_to_probs_fast, candidate_probs):
+            with pytest.raises(NumericsError) as got:
+                fn(x, params, width=8)
+            assert str(got.value) == str(ref.value)
+            assert "row 1, position 2" in str(got.value) and "token 7" in str(got.value)
+    huge = torch.full((2, 50), 1e308, dtype=torch.float64)
+    huge[:, 0] = 0.0
+    got_p = logits_to_probs_fast(huge, params, width=8)
+    assert torch.equal(got_p, logits_to_probs(huge, params))

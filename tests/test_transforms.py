@@ -224,6 +224,27 @@ def test_categorical_equals_reference_and_never_a_zero_weight_token():
     assert tok.tolist() == ref
 
 
+def test_categorical_fixup_equals_the_reference_rule():
+    """``_next_positive`` (the fix-up of rows whose found index has zero weight) against the
+    reference's rule, a Python loop: the first positive-weight id at or after the index, else the
+    last positive-weight id — every index of random rows with zeros (exact)."""
+    from spectest.sampling.draw import _next_positive
+
+    g = torch.Generator().manual_seed(4)
+    n, V = 300, 9
+    w = torch.rand(n, V, generator=g, dtype=torch.float64)
+    w[torch.rand(n, V, generator=g) < 0.6] = 0.0
+    w[:, 0] += 1e-3  # every row has mass
+    for i in range(V):
+        idx = torch.full((n,), i, dtype=torch.int64)
+        got = _next_positive(w, idx).tolist()
+        want = []
+        for row in w.tolist():
+            nxt = [j for j in range(i, V) if row[j] > 0]
+            want.append(nxt[0] if nxt else max(j for j in range(V) if row[j] > 0))
+        assert got == want
+
+
 def test_categorical_law_by_quadrature():
     """Midpoints of the CDF pieces land on each token with weight = its probability (exact)."""
     w = torch.tensor([0.0, 0.2, 0.0, 0.5, 0.3, 0.0], dtype=torch.float64)

@@ -45,6 +45,13 @@ def bench(
             help="Directory for a torch profiler trace and top ops of each arm (extra run)."
         ),
     ] = None,
+    whitebox: Annotated[
+        bool,
+        typer.Option(
+            "--whitebox/--no-whitebox",
+            help="spectest's arms record the white-box columns during generation (as a run does).",
+        ),
+    ] = False,
     out: Annotated[
         str, typer.Option(help="JSON-lines file the records are appended to.")
     ] = "results/bench/bench.jsonl",
@@ -59,7 +66,7 @@ def bench(
         target=target, draft=draft, device=device, dtype=dtype, rows=rows, positions=positions,
         k=k, onehot=drafter == "onehot", params=SamplingParams(temperature, top_k, top_p),
         assisted_rows=assisted_rows, arms=tuple(a.strip() for a in arms.split(",") if a.strip()),
-        peak_tflops=peak_tflops, profile=profile,
+        peak_tflops=peak_tflops, profile=profile, whitebox=whitebox,
     )  # fmt: skip
     err = err_console()
     result = run_bench(cfg, log=lambda s: err.print(s, markup=False))

@@ -62,8 +62,10 @@ from spectest.engines.base import (
 from spectest.errors import ConfigError, InputError, ModelError
 from spectest.models.base import LanguageModel
 from spectest.sampling.draw import argmax_tokens, categorical
+from spectest.sampling.fast import CandidateLaw, _draft_fast
 from spectest.sampling.mutants import SpecVariant, get_variant, stack_q
 from spectest.sampling.params import SamplingTensors
+from spectest.sampling.rejection import rejection_sample_candidates
 from spectest.sampling.transforms import logits_to_probs
 from spectest.seeding import STREAM_PLAIN, STREAM_SPEC, row_key, spec_slots, uniforms
 
@@ -85,6 +87,7 @@ class EngineOutput:
 
 
 _EXACT_VERIFY = get_variant("exact").verify_fn
+_TRUTHFUL_DRAFT = (get_variant("exact").draft_fn, _draft_fast)  # q reported = q sampled from
 
 
 @dataclass(frozen=True)
@@ -94,13 +97,21 @@ class Pipeline:
     one (``engines.fast.FAST``: ``sampling/fast.py``, equal up to reduction order).
 
     ``exact_verify`` lists the verify hooks whose rows *are* the plain law, so the white-box p of
-    an emitted token can be read from them (a mutant's verify_probs is recomputed)."""
+    an emitted token can be read from them (a mutant's verify_probs is recomputed).
+
+    ``candidates`` (fast pipeline only): the law as a ``sampling.fast.CandidateLaw``, or ``None``
+    when some row is not decided on its candidates; the loops then draw on the candidates and,
+    for a variant ``candidate_round`` accepts (the exact chain sampler on the pipeline's truthful
+    hooks), run the round with ``rejection_sample_candidates`` — the same tokens as the dense
+    laws (the NOTEs there); white-box columns get the laws densified (``CandidateLaw.dense``)."""
 
     name: str
     probs: Callable[[torch.Tensor, SamplingTensors], torch.Tensor]  # [.., V] → [.., V] float64
     variant: Callable[[SpecVariant], SpecVariant]
     check: bool
     exact_verify: tuple[Callable[..., Any], ...]
+    candidates: Callable[[torch.Tensor, SamplingTensors], CandidateLaw | None] | None = None
+    candidate_round: Callable[[SpecVariant], bool] | None = None
 
 
 REFERENCE = Pipeline("reference", logits_to_probs, lambda v: v, True, (_EXACT_VERIFY,))
@@ -180,13 +191,21 @@ def _plain_chunk(
     out = torch.empty((B, T), dtype=torch.int64, device=model.device)  # [B, T]
     every = torch.ones(B, dtype=torch.bool, device=model.device)  # [B]
     for t in range(T):
-        probs = pipeline.probs(logits, params)  # [B, V] float64
         u = uniforms(keys, STREAM_PLAIN, t, 1)[:, 0]  # [B]
-        out[:, t] = categorical(probs, u, check=pipeline.check)  # [B]
+        law = None
+        if pipeline.candidates is not None:
+            law = pipeline.candidates(logits, params)  # on [B, W] candidates, or None
+        if law is not None:
+            out[:, t] = law.draw(u)  # [B] the dense draw's token (CandidateLaw.draw NOTE)
+        else:
+            probs = pipeline.probs(logits, params)  # [B, V] float64
+            out[:, t] = categorical(probs, u, check=pipeline.check)  # [B]
         if rec is not None:
+            if law is not None:
+                probs = law.dense()  # [B, V] the law drawn from (bit-equal to pipeline.probs)
             q = None
             if wb_draft is not None and d_logits is not None:
-                q = _teacher_q(d_logits[:, None], params, wb_draft[1])  # [B, 1, V]
+                q = _teacher_q(d_logits[:, None], params, wb_draft[1], pipeline)  # [B, 1, V]
             at = torch.full((B,), t, dtype=torch.int64, device=model.device)  # [B]
             rec.record(probs[:, None], q, out[:, t : t + 1], at, every[:, None])
         if t + 1 < T:
@@ -296,28 +315,63 @@ def _spec_chunk(
     DUMP = T + K + 1  # a scratch column for tokens that are not committed
     j = torch.arange(K + 1, device=dev)  # [K+1]
     log: list[tuple[torch.Tensor, ...]] = []
+    # laws on candidates (no [B, K+1, V] float64 tensors but the white-box recorder's, if any):
+    # the fast pipeline's exact sampler
+    sparse = (
+        pipeline.candidates is not None
+        and pipeline.candidate_round is not None
+        and pipeline.candidate_round(variant)
+        and (onehot or q_mode == "processed")
+    )
     while bool((pos < T).any()):
         active = pos < T  # [B]
         u = uniforms(keys, STREAM_SPEC, pos, slots.num_slots)  # [B, 2K+1] or [B, K+1]
         # 1. draft: K tokens from the draft law (argmax for a one-hot drafter: no uniform)
-        tok, drafted, qs, d_rows = last, [], [], []
+        tok, drafted, d_rows = last, [], []
+        qs: list[torch.Tensor | CandidateLaw | None] = []
         for i in range(K):
             d_logits = draft.forward(dc, tok[:, None])[:, 0]  # [B, V]
-            law, q = variant.draft_law(d_logits, params, onehot=onehot, q_mode=q_mode)  # [B, V]
-            tok = argmax_tokens(law) if onehot else categorical(law, u[:, i], check=pipeline.check)
+            q: torch.Tensor | CandidateLaw | None
+            q_c = None
+            if sparse and not onehot and pipeline.candidates is not None:
+                q_c = pipeline.candidates(d_logits, params)  # the processed q on candidates
+            if sparse and onehot:
+                tok, q = argmax_tokens(d_logits), None  # == argmax of the one-hot law
+            elif q_c is not None:
+                tok, q = q_c.draw(u[:, i]), q_c
+            else:
+                law, q_dense = variant.draft_law(d_logits, params, onehot=onehot, q_mode=q_mode)
+                q = q_dense  # [B, V], or None: q = δ(x)
+                if onehot:
+                    tok = argmax_tokens(law)  # [B]
+                else:
+                    tok = categorical(law, u[:, i], check=pipeline.check)  # [B]
             drafted.append(tok)
-            qs.append(q)  # [B, V], or None: q = δ(x)
+            qs.append(q)  # [B, V], a CandidateLaw, or None: q = δ(x)
             d_rows.append(d_logits)
         # x_K too: the draft cache keeps the target's slot layout (and its logits are the
         # draft's law at the bonus slot, for the white-box q)
         d_rows.append(draft.forward(dc, tok[:, None])[:, 0])  # [B, V]
         draft_tokens = torch.stack(drafted, dim=1)  # [B, K]
-        draft_probs = stack_q(qs)  # [B, K, V] or None (one-hot drafter)
         # 2. verify: the target scores last, x_1..x_K in one forward → K+1 next-token laws
         t_logits = target.forward(tc, torch.cat([last[:, None], draft_tokens], 1))  # [B, K+1, V]
-        target_probs = variant.verify_probs(t_logits, params)  # [B, K+1, V] float64
         u_acc, u_fin = u[:, slots.accept], u[:, slots.final]  # [B, K], [B]
-        res = variant.sample(target_probs, draft_probs, draft_tokens, u_acc, u_fin)
+        p_c, target_probs = None, None
+        if sparse and pipeline.candidates is not None:
+            if onehot or all(isinstance(q, CandidateLaw) for q in qs):
+                p_c = pipeline.candidates(t_logits, params)  # [B, K+1, W] or None
+        if p_c is not None:
+            q_laws = [q for q in qs if isinstance(q, CandidateLaw)]  # K laws, or none (one-hot)
+            q_ids = torch.stack([q.ids for q in q_laws], 1) if q_laws else None  # [B, K, W]
+            q_probs = torch.stack([q.probs for q in q_laws], 1) if q_laws else None  # [B, K, W]
+            res = rejection_sample_candidates(
+                p_c.ids, p_c.probs, q_ids, q_probs, draft_tokens, u_acc, u_fin
+            )
+        else:
+            dense = [q.dense() if isinstance(q, CandidateLaw) else q for q in qs]
+            draft_probs = stack_q(dense)  # [B, K, V] or None (one-hot drafter)
+            target_probs = variant.verify_probs(t_logits, params)  # [B, K+1, V] float64
+            res = variant.sample(target_probs, draft_probs, draft_tokens, u_acc, u_fin)
         n, a = res.num_emitted, res.num_accepted  # [B], [B]; emitted = accepted + recovered/bonus
         # 3. commit: the emitted tokens of active rows go to positions pos .. pos+n-1
         commit = (j[None, :] < n[:, None]) & active[:, None]  # [B, K+1]
@@ -325,12 +379,24 @@ def _spec_chunk(
         if rec is not None:
             # token j of the round was drawn under verify row j: record that p (the exact
             # pipeline's row — a mutant's verify_probs is not the plain law) and the drafter's q
+            if p_c is not None:
+                target_probs = p_c.dense()  # [B, K+1, V] = the pipeline's verify law, bit-equal
+            assert target_probs is not None
             p_rows = (
                 target_probs
                 if variant.verify_fn in pipeline.exact_verify
                 else logits_to_probs(t_logits, params)
             )  # [B, K+1, V] float64
-            q_rows = _teacher_q(torch.stack(d_rows, dim=1), params, drafter)  # [B, K+1, V]
+            dense_qs = [
+                q.dense() if isinstance(q, CandidateLaw) else q for q in qs if q is not None
+            ]  # the K reported q's [B, V] (a sampled drafter)
+            if variant.draft_fn in _TRUTHFUL_DRAFT and len(dense_qs) == K and not onehot:
+                # a truthful drafter's reported q IS the law teacher forcing defines (the same
+                # pipeline call on the same logits): only the bonus slot's is computed
+                bonus_q = _teacher_q(d_rows[K][:, None], params, drafter, pipeline)  # [B, 1, V]
+                q_rows = torch.cat([torch.stack(dense_qs, dim=1), bonus_q], dim=1)  # [B, K+1, V]
+            else:
+                q_rows = _teacher_q(torch.stack(d_rows, dim=1), params, drafter, pipeline)
             rec.record(p_rows, q_rows, res.emitted, pos, commit)
         # 4. holes: this round's slots n0+j hold [last, x_1..x_K][j]; keep last and the committed
         # drafts x_1..x_{n-1} (emitted = those drafts + 1 token: the commit signal is n, not a)
@@ -392,15 +458,19 @@ def _whitebox_draft(
 
 
 def _teacher_q(
-    d_logits: torch.Tensor, params: SamplingTensors, drafter: DrafterSpec
+    d_logits: torch.Tensor,
+    params: SamplingTensors,
+    drafter: DrafterSpec,
+    pipeline: Pipeline = REFERENCE,
 ) -> torch.Tensor:
     """The drafter's exact law (what teacher forcing calls q) at each slot: ``[B, J, V]`` f64.
 
     ``d_logits`` ``[B, J, V]``: draft logits at J slots of each row. The exact variant's sample
     law, as ``engines.teacher.teacher_force`` computes it (one-hot at the argmax for a one-hot
-    drafter, else the ``q_mode`` law) — never a mutant's reported q.
+    drafter, else the ``q_mode`` law) — never a mutant's reported q — on ``pipeline`` (the fast
+    pipeline's law equals the reference's up to float64 reduction order, ``sampling/fast.py``).
     """
-    exact = get_variant("exact")
+    exact = pipeline.variant(get_variant("exact"))
     J = int(d_logits.shape[1])
     laws = [
         exact.draft_law(d_logits[:, i], params, onehot=drafter.onehot, q_mode=drafter.q_mode)[0]

@@ -15,14 +15,20 @@ onehot)``, holes for rejected drafts, truncation of the last round), with three 
 that do not change a token's law:
 
 1. ``logits_to_probs_fast`` / ``fast_variant`` instead of the exact pipeline (the NOTE on
-   numerics in ``sampling/fast.py``: float64 on the surviving set, equal up to reduction order);
+   numerics in ``sampling/fast.py``: float64 on the surviving set, equal up to reduction order),
+   and where every row is decided on its candidates, draws and the exact sampler's rounds on the
+   candidate laws (``candidate_probs``, ``rejection_sample_candidates``: the dense laws' tokens,
+   without ``[B, K+1, V]`` float64 tensors);
 2. a static cache: every row's keys/values live in a buffer of ``max_slots`` slots allocated
    once; attention is masked to the row's valid slots (holes and unwritten slots are masked out,
    so they contribute exact zeros); positions are the row's count of valid slots, as in
    ``HFModel``; a forward attends only to the pool's first ``W`` slots (``W`` = slots in use
    rounded up to ``WINDOW_STEP``), every slot past them being masked anyway;
 3. on CUDA, a forward of a fixed ``(B, S, W)`` is captured once as a CUDA graph (inputs copied
-   into static buffers, one replay per step): no Python per layer, no allocation.
+   into static buffers, one replay per step): no Python per layer, no allocation;
+4. grouped-query attention without transformers' ``repeat_kv`` copy of keys and values
+   (``engines/attention.py``: the query heads sharing a KV head packed into query rows; the same
+   per-head softmax, rounding of the attention kernel only).
 
 Every uniform is still a pure function of (row key, stream, step, slot), so a row's tokens do not
 depend on its batch (tested: alone vs inside a shuffled batch) and, in float32 on CPU, equal the
@@ -33,17 +39,26 @@ composition can change GEMM reduction order (true of the built-in engine too).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
 
-from spectest.engines import builtin
+from spectest.engines import attention, builtin
 from spectest.engines.base import Models
 from spectest.engines.builtin import BuiltinEngine, EngineOutput, Pipeline, RowSpec
 from spectest.errors import ModelError
 from spectest.models.base import Cache, LanguageModel
 from spectest.models.hf import HFModel
-from spectest.sampling.fast import _verify_fast, fast_variant, logits_to_probs_fast
+from spectest.sampling.fast import (
+    _draft_fast,
+    _verify_fast,
+    candidate_probs,
+    fast_variant,
+    logits_to_probs_fast,
+)
+from spectest.sampling.mutants import SpecVariant
+from spectest.sampling.rejection import rejection_sample
 
 # attention window granularity (slots): a forward attends to the first ceil((n0 + S) / step)·step
 # slots of the pool, so its cost follows the row length, at one CUDA graph per window size
@@ -105,6 +120,8 @@ class StaticHFModel(LanguageModel):
     base : the ``HFModel`` (weights are shared, not copied).
     max_slots : slots per row (prompt + every slot a decode appends); ``reserve`` raises it.
     cuda_graphs : capture fixed-shape forwards on CUDA (ignored on CPU).
+    packed_gqa : attend with ``attention.packed_gqa_sdpa`` (the query heads of a KV head packed
+        into rows, no ``repeat_kv`` copy) where the model is sdpa with grouped KV heads.
 
     Notes
     -----
@@ -115,7 +132,14 @@ class StaticHFModel(LanguageModel):
     models).
     """
 
-    def __init__(self, base: HFModel, *, max_slots: int = 256, cuda_graphs: bool = True) -> None:
+    def __init__(
+        self,
+        base: HFModel,
+        *,
+        max_slots: int = 256,
+        cuda_graphs: bool = True,
+        packed_gqa: bool = True,
+    ) -> None:
         if not isinstance(base, HFModel):
             raise ModelError(f"StaticHFModel wraps an HFModel, got {type(base).__name__}")
         self.base = base
@@ -125,6 +149,10 @@ class StaticHFModel(LanguageModel):
         self.cuda_graphs = bool(cuda_graphs) and base.device.type == "cuda"
         self._pools: dict[int, _StaticKV] = {}
         self._graphs: dict[tuple[int, int, int], _Graph] = {}
+        # CUDA-graph memory: one pool shared by every capture of this model (scratch only) and one
+        # logits buffer per (B, S) outside it (module NOTE in ``_Graph``)
+        self._graph_pool: Any = None
+        self._outs: dict[tuple[int, int], torch.Tensor] = {}
         cfg = base.config
         self._layers = int(cfg.num_hidden_layers)
         self._kv_heads = int(getattr(cfg, "num_key_value_heads", cfg.num_attention_heads))
@@ -132,6 +160,8 @@ class StaticHFModel(LanguageModel):
             getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         )
         self._additive = getattr(cfg, "_attn_implementation", "sdpa") == "eager"
+        # GQA without transformers' K/V copy (engines/attention.py); off when ``packed_gqa=False``
+        self.packed_gqa = bool(packed_gqa) and attention.usable(cfg)
         self.graph_error: str | None = None  # why CUDA graphs were turned off, if they were
 
     @property
@@ -148,6 +178,8 @@ class StaticHFModel(LanguageModel):
             self.max_slots = int(max_slots)
             self._pools.clear()
             self._graphs.clear()
+            self._outs.clear()
+            self._graph_pool = None
 
     def _pool(self, batch_size: int) -> _StaticKV:
         kv = self._pools.get(batch_size)
@@ -220,6 +252,7 @@ class StaticHFModel(LanguageModel):
         mask: torch.Tensor,  # [B, S, W] bool
         pos: torch.Tensor,  # [B, S]
         new: torch.Tensor,  # [S]
+        out: torch.Tensor | None = None,  # [B, S, V] float32: write the logits here
     ) -> torch.Tensor:
         kv.write_idx = new
         kv.window = int(mask.shape[2])
@@ -231,13 +264,35 @@ class StaticHFModel(LanguageModel):
         kwargs: dict[str, Any] = {self.base._cache_kw: kv}
         if self.base._pass_cache_position:
             kwargs["cache_position"] = new
-        out = self.base.model(
-            input_ids=ids, attention_mask=m4, position_ids=pos, use_cache=True, **kwargs
-        )
-        logits = out.logits.float()  # [B, S, V]
+        packed = attention.packed_attention(self.base.config) if self.packed_gqa else nullcontext()
+        with packed:
+            res = self.base.model(
+                input_ids=ids, attention_mask=m4, position_ids=pos, use_cache=True, **kwargs
+            )
+        if out is None:
+            logits = res.logits.float()  # [B, S, V]
+            if self.base.logit_scale != 1.0:
+                logits = logits * self.base.logit_scale
+            return logits
+        # the same two float32 operations, into a buffer (conversion to float32 is exact)
+        out.copy_(res.logits)  # [B, S, V]
         if self.base.logit_scale != 1.0:
-            logits = logits * self.base.logit_scale
-        return logits
+            out.mul_(self.base.logit_scale)
+        return out
+
+    def _out_buffer(self, B: int, S: int) -> torch.Tensor:
+        """The ``[B, S, V]`` float32 logits buffer every graph of ``(B, S)`` writes into."""
+        buf = self._outs.get((B, S))
+        if buf is None:
+            shape = (B, S, self.vocab_size)
+            buf = self._outs[(B, S)] = torch.empty(shape, dtype=torch.float32, device=self.device)
+        return buf
+
+    def _pool_handle(self) -> Any:
+        if self._graph_pool is None:
+            with torch.cuda.device(self.device):
+                self._graph_pool = torch.cuda.graph_pool_handle()
+        return self._graph_pool
 
     def _graph(self, B: int, S: int, W: int) -> _Graph | None:
         """The graph of ``(B, S, W)``, captured on first use; ``None`` (eager from then on, the
@@ -259,7 +314,17 @@ class StaticHFModel(LanguageModel):
 
 class _Graph:
     """One CUDA graph of ``StaticHFModel._eager`` at a fixed ``(B, S, W)`` over the B-row pool
-    (``W`` attended slots: the graph's keys/values are views of the pool's first ``W``)."""
+    (``W`` attended slots: the graph's keys/values are views of the pool's first ``W``).
+
+    NOTE memory: every graph of a model is captured into ONE shared memory pool, and what lives
+    across replays is outside it — the key/value pool, the static inputs, and the ``[B, S, V]``
+    float32 logits buffer shared by the graphs of one ``(B, S)`` (``_out_buffer``). Everything a
+    capture allocates in the pool (activations, the model's own logits) is therefore scratch that
+    another graph's replay may overwrite; that is safe because replays run one at a time on one
+    stream and ``run`` consumes the output (a clone, enqueued right after the replay) before any
+    other replay. Before this (one private pool per graph) each graph kept its own activations and
+    logits: 42.8 GiB at ``batch_size=768`` (results/LOG.md, lead session 3).
+    """
 
     def __init__(self, model: StaticHFModel, B: int, S: int, W: int) -> None:
         dev = model.device
@@ -282,8 +347,9 @@ class _Graph:
                     model._eager(self.kv, self.ids, self.mask, self.pos, self.new)
             torch.cuda.current_stream(dev).wait_stream(stream)
             self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                self.out = model._eager(self.kv, self.ids, self.mask, self.pos, self.new)
+            self.out = model._out_buffer(B, S)  # [B, S, V] float32, outside the graph pool
+            with torch.cuda.graph(self.graph, pool=model._pool_handle()):
+                model._eager(self.kv, self.ids, self.mask, self.pos, self.new, out=self.out)
 
     def run(
         self,
@@ -300,7 +366,9 @@ class _Graph:
         self.new.copy_(new)
         with torch.cuda.device(self.ids.device):
             self.graph.replay()
-        return self.out.clone()  # [B, S, V] the next replay overwrites self.out
+            # consumed before any other replay: the buffer (and the shared pool) is reused by
+            # every graph of this (B, S)
+            return self.out.clone()  # [B, S, V]
 
 
 def as_fast(
@@ -323,8 +391,25 @@ def as_fast(
     return model
 
 
+def _round_on_candidates(variant: SpecVariant) -> bool:
+    """Whether a round of ``variant`` (after ``fast_variant``) may run on candidate laws: the
+    exact chain sampler told the pipeline's truthful target and draft laws — any other hook (a
+    mutant's, a user's kernel) sees the dense laws it was written for."""
+    return (
+        variant.verify_fn is _verify_fast
+        and variant.draft_fn is _draft_fast
+        and variant.sample_fn is rejection_sample
+    )
+
+
 FAST = Pipeline(
-    "fast", logits_to_probs_fast, fast_variant, False, (_verify_fast, builtin._EXACT_VERIFY)
+    "fast",
+    logits_to_probs_fast,
+    fast_variant,
+    False,
+    (_verify_fast, builtin._EXACT_VERIFY),
+    candidates=candidate_probs,
+    candidate_round=_round_on_candidates,
 )
 
 
@@ -377,4 +462,10 @@ class FastEngine(BuiltinEngine):
         t = self.fast_models.target
         graphs = isinstance(t, StaticHFModel) and t.cuda_graphs
         error = t.graph_error if isinstance(t, StaticHFModel) else None
-        return {**super().provenance(), "cuda_graphs": graphs, "graph_error": error}
+        packed = isinstance(t, StaticHFModel) and t.packed_gqa
+        return {
+            **super().provenance(),
+            "cuda_graphs": graphs,
+            "graph_error": error,
+            "packed_gqa": packed,
+        }

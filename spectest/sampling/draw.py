@@ -38,8 +38,10 @@ def categorical(probs: torch.Tensor, u: torch.Tensor, *, check: bool = True) -> 
     parallel scan may make ``cdf`` differ between a token and a zero-weight neighbour; either could
     land on a zero-weight id (SGLang #35771, FlashInfer #879). The found index is moved to the next
     positive-weight token at or after it, else to the last positive-weight token. These moves only
-    happen on rounding events (probability ~1e-16 per draw). Verified equal to the Python-loop
-    ``categorical_reference`` on random inputs and on u → 0, u → 1 edge cases.
+    happen on rounding events (probability ~1e-16 per draw), so only rows whose found index has
+    zero weight get the ``[V]``-wide fix-up (``_next_positive``). Verified equal to the
+    Python-loop ``categorical_reference`` on random inputs, on u → 0, u → 1 edge cases and on rows
+    forced through the fix-up (tests/test_sampling*.py).
     """
     assert probs.dtype == torch.float64 and u.dtype == torch.float64, (probs.dtype, u.dtype)
     assert probs.shape[:-1] == u.shape, (tuple(probs.shape), tuple(u.shape))
@@ -48,24 +50,42 @@ def categorical(probs: torch.Tensor, u: torch.Tensor, *, check: bool = True) -> 
     uf = u.reshape(-1)  # [N]
     cdf = torch.cumsum(w, dim=-1)  # [N, V]
     total = cdf[:, -1]  # [N]
-    if check:
-        _check(w, total, uf)
     target = (uf * total)[:, None].contiguous()  # [N, 1]
     idx = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=V - 1)  # [N]
-    ar = torch.arange(V, device=w.device).expand_as(w)  # [N, V]
-    positive = w > 0  # [N, V]
-    # next_pos[n, i] = smallest j >= i with w[n, j] > 0, else V (a reversed running minimum)
-    next_pos = torch.where(positive, ar, V).flip(-1).cummin(-1).values.flip(-1)  # [N, V]
-    last_pos = torch.where(positive, ar, -1).amax(-1)  # [N]
-    tok = next_pos.gather(-1, idx[:, None]).squeeze(-1)  # [N]
-    tok = torch.where(tok == V, last_pos, tok)
-    return tok.reshape(u.shape)
+    # NOTE the found index has positive weight except on a rounding event (docstring): only those
+    # rows get the "next positive-weight id" fix-up, decided by one host sync (shared with the
+    # input check); the fix-up is ``_next_positive`` on them, the rule of ``categorical_reference``
+    zero = ~(w.gather(-1, idx[:, None]).squeeze(-1) > 0)  # [N] rounding events
+    if check:
+        fix = _check(w, total, uf, zero)
+    else:
+        fix = bool(zero.any())
+    if fix:
+        rows = torch.nonzero(zero).squeeze(-1)  # [F]
+        idx = idx.index_put((rows,), _next_positive(w[rows], idx[rows]))
+    return idx.reshape(u.shape)
 
 
-def _check(w: torch.Tensor, total: torch.Tensor, u: torch.Tensor) -> None:
+def _next_positive(w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``[F]``: the smallest id ``>= idx`` with positive weight in ``w`` ``[F, V]``, else the
+    last positive-weight id (a reversed running minimum over each row)."""
+    V = int(w.shape[-1])
+    ar = torch.arange(V, device=w.device).expand_as(w)  # [F, V]
+    positive = w > 0  # [F, V]
+    # next_pos[n, i] = smallest j >= i with w[n, j] > 0, else V
+    next_pos = torch.where(positive, ar, V).flip(-1).cummin(-1).values.flip(-1)  # [F, V]
+    last_pos = torch.where(positive, ar, -1).amax(-1)  # [F]
+    tok = next_pos.gather(-1, idx[:, None]).squeeze(-1)  # [F]
+    return torch.where(tok == V, last_pos, tok)
+
+
+def _check(w: torch.Tensor, total: torch.Tensor, u: torch.Tensor, zero: torch.Tensor) -> bool:
+    """Raise on a bad row or uniform; else return whether any row of ``zero`` needs the fix-up
+    (one host sync for both)."""
     bad_row = ~torch.isfinite(total) | ~(total > 0) | (w < 0).any(-1)  # [N]
     bad_u = ~((u > 0) & (u < 1))  # [N]
-    if bool(bad_row.any() | bad_u.any()):
+    bad, fix = torch.stack([(bad_row | bad_u).any(), zero.any()]).tolist()
+    if bad:
         if bool(bad_row.any()):
             n = int(torch.nonzero(bad_row)[0, 0])
             raise NumericsError(
@@ -76,6 +96,7 @@ def _check(w: torch.Tensor, total: torch.Tensor, u: torch.Tensor) -> None:
         raise InputError(
             f"categorical: uniform {n} must be strictly inside (0, 1), got {float(u[n])!r}"
         )
+    return bool(fix)
 
 
 def argmax_tokens(probs: torch.Tensor) -> torch.Tensor:

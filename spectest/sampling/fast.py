@@ -51,6 +51,7 @@ import torch
 
 from spectest.errors import InputError
 from spectest.sampling import mutants
+from spectest.sampling.draw import categorical
 from spectest.sampling.params import SamplingTensors
 from spectest.sampling.transforms import _argmax_lowest, _check_finite, logits_to_probs
 
@@ -93,7 +94,7 @@ def logits_to_probs_fast(
     S = int(logits.shape[1]) if logits.dim() == 3 else 1
     if check:
         params.validate(batch_size=B, where="logits_to_probs_fast params")
-        _check_finite(logits.reshape(B * S, V), S, logits.dim() == 3)
+        _check_finite_fast(logits.reshape(B * S, V), S, logits.dim() == 3)
     if width >= V:
         # NOTE every token would be a candidate: the exact pipeline's own reduced sort is then as
         # cheap as this one (measured slower here on the bundled pair, V = 260), so use it as is
@@ -108,6 +109,17 @@ def logits_to_probs_fast(
     filtered = ~greedy & (k_on | (top_p < 1) | (min_p > 0))  # [N]
     plain = ~greedy & ~filtered  # [N] temperature only
 
+    rows = torch.nonzero(filtered).squeeze(-1)  # [M]
+    if int(rows.shape[0]) == int(x.shape[0]):
+        # every row filtered (the common call): no row gathers or index_put over [N, V]
+        every = SamplingTensors(temperature, top_k, top_p, min_p)  # [N] each
+        ids, p_c, ok = _filtered(x, every, min(width, V))  # [N, W], [N, W], [N]
+        out = torch.zeros((x.shape[0], V), dtype=torch.float64, device=dev).scatter_(-1, ids, p_c)
+        bad = torch.nonzero(~ok).squeeze(-1)  # [F] rows the candidates cannot decide
+        if bad.numel():
+            sub_bad = SamplingTensors(temperature[bad], top_k[bad], top_p[bad], min_p[bad])
+            out[bad] = logits_to_probs(x[bad], sub_bad, check=False)
+        return out.reshape(logits.shape)
     out = torch.zeros((x.shape[0], V), dtype=torch.float64, device=dev)  # [N, V]
     rows = torch.nonzero(plain).squeeze(-1)  # [M]
     if rows.numel():
@@ -116,8 +128,9 @@ def logits_to_probs_fast(
     rows = torch.nonzero(filtered).squeeze(-1)  # [M]
     if rows.numel():
         sub = SamplingTensors(temperature[rows], top_k[rows], top_p[rows], min_p[rows])
-        probs, ok = _filtered(x[rows], sub, min(width, V))  # [M, V], [M]
-        out[rows] = probs
+        ids, p_c, ok = _filtered(x[rows], sub, min(width, V))  # [M, W], [M, W], [M]
+        probs = torch.zeros((int(rows.shape[0]), V), dtype=torch.float64, device=dev)  # [M, V]
+        out[rows] = probs.scatter_(-1, ids, p_c)
         bad = rows[~ok]  # [F] rows the candidates cannot decide: the reference decides them
         if bad.numel():
             sub_bad = SamplingTensors(temperature[bad], top_k[bad], top_p[bad], min_p[bad])
@@ -129,6 +142,88 @@ def logits_to_probs_fast(
     return out.reshape(logits.shape)
 
 
+@dataclasses.dataclass(frozen=True)
+class CandidateLaw:
+    """A law given on ``W`` candidate tokens per row: what ``logits_to_probs_fast`` scatters into
+    its dense ``[.., V]`` output, before the scatter."""
+
+    ids: torch.Tensor  # [..., W] int64 token ids, ascending along the last dim, distinct
+    probs: torch.Tensor  # [..., W] float64: the law at ``ids`` (zeros allowed), 0 off them
+    vocab_size: int
+
+    def dense(self) -> torch.Tensor:
+        """``[..., V]`` float64: the law over the vocabulary (bit-equal to the fast pipeline's)."""
+        shape = (*self.ids.shape[:-1], self.vocab_size)
+        out = torch.zeros(shape, dtype=torch.float64, device=self.ids.device)
+        return out.scatter_(-1, self.ids, self.probs)
+
+    def draw(self, u: torch.Tensor) -> torch.Tensor:
+        """``categorical`` on the candidates: token ids ``[...]`` for uniforms ``u`` ``[...]``.
+
+        NOTE the same token as ``categorical(self.dense(), u)``: the candidates are in id order, so
+        the running sums are the dense CDF's at the candidate ids (the dense row only adds exact
+        zeros between them), the first CDF entry above ``u * total`` is a candidate's, and the
+        positive-weight fix-up moves to the same next positive id. Bit-equal where ``cumsum`` sums
+        sequentially (CPU; tested); a parallel scan (CUDA) may associate the ``W`` and the ``V``
+        sums differently: then a draw can differ only when ``u * total`` lies within float64
+        rounding of a CDF step (probability ~1e-16, as ``categorical``'s own rounding events).
+        """
+        return self.ids.gather(-1, categorical(self.probs, u)[..., None]).squeeze(-1)
+
+
+def candidate_probs(
+    logits: torch.Tensor,
+    params: SamplingTensors,
+    *,
+    width: int = DEFAULT_WIDTH,
+    check: bool = True,
+) -> CandidateLaw | None:
+    """``logits_to_probs_fast`` on candidates, without the dense output: a ``CandidateLaw`` of
+    the shape of ``logits`` with ``V`` replaced by ``width``, or ``None`` when some row's law is
+    not decided on its candidates (a greedy or unfiltered row, a fallback row, ``width >= V``) —
+    the caller then takes the dense pipeline for the whole call.
+
+    Notes
+    -----
+    ``candidate_probs(x, p).dense()`` is bit-equal to ``logits_to_probs_fast(x, p)`` whenever it is
+    not ``None`` (the same ``_filtered`` call, the same scatter; tests/test_sampling_fast.py).
+    """
+    if logits.dim() not in (2, 3):
+        raise InputError(f"logits must be [B, V] or [B, S, V], got shape {tuple(logits.shape)!r}")
+    B, V = int(logits.shape[0]), int(logits.shape[-1])
+    S = int(logits.shape[1]) if logits.dim() == 3 else 1
+    if width >= V:
+        return None
+    if check:
+        params.validate(batch_size=B, where="candidate_probs params")
+        _check_finite_fast(logits.reshape(B * S, V), S, logits.dim() == 3)
+    rep = _per_row(S, logits.device)
+    p = SamplingTensors(
+        rep(params.temperature), rep(params.top_k), rep(params.top_p), rep(params.min_p)
+    )  # [N] each
+    k_on = (p.top_k > 0) & (p.top_k < V)  # [N]
+    filtered = (p.temperature > 0) & (k_on | (p.top_p < 1) | (p.min_p > 0))  # [N]
+    if not bool(filtered.all()):
+        return None
+    ids, probs, ok = _filtered(logits.reshape(B * S, V), p, width)  # [N, W], [N, W], [N]
+    if not bool(ok.all()):
+        return None
+    shape = (*logits.shape[:-1], width)
+    return CandidateLaw(ids.reshape(shape), probs.reshape(shape), V)
+
+
+def _check_finite_fast(x: torch.Tensor, S: int, has_positions: bool) -> None:
+    """``transforms._check_finite`` in one read of ``x`` ``[N, V]`` when every value is finite.
+
+    NOTE the float64 sum of float32 values cannot overflow (``V·N·3.4e38 << 1.8e308``) and a NaN
+    or ±inf term makes it NaN or ±inf, so a finite sum proves every value finite; otherwise (or
+    for float64 logits whose sum overflowed) the reference check runs and raises with its message
+    — the same error for the same inputs.
+    """
+    if not bool(torch.isfinite(x.sum(dtype=torch.float64))):
+        _check_finite(x, S, has_positions)
+
+
 def _per_row(S: int, dev: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
     def rep(t: torch.Tensor) -> torch.Tensor:  # [B] -> [N]
         return t.to(dev).repeat_interleave(S) if S > 1 else t.to(dev)
@@ -136,16 +231,26 @@ def _per_row(S: int, dev: torch.device) -> Callable[[torch.Tensor], torch.Tensor
     return rep
 
 
-def _weights(x: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
+def _weights(
+    x: torch.Tensor, temperature: torch.Tensor, mx: torch.Tensor | None = None
+) -> torch.Tensor:
     """``[M, V]`` float64 ``exp((x - max x) / T)``: the reference's operations, in its order."""
-    x64 = x.to(torch.float64)  # [M, V]
-    return torch.exp((x64 - x64.amax(-1, keepdim=True)) / temperature[:, None])
+    # NOTE in place on one float64 copy: the same elementwise operations as the reference's
+    # expression (so bit-equal values), one [M, V] float64 buffer instead of four
+    w = x.to(torch.float64)  # [M, V] (a copy: x is float32, or cloned below when float64)
+    if w.data_ptr() == x.data_ptr():
+        w = w.clone()
+    # ``mx`` [M, 1] float64: the row max when the caller has it (max of the float64 copy = the
+    # float64 conversion of the float32 max: conversion is exact and monotone)
+    w.sub_(w.amax(-1, keepdim=True) if mx is None else mx).div_(temperature[:, None])
+    return w.exp_()
 
 
 def _filtered(
     x: torch.Tensor, params: SamplingTensors, W: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows with a filter: ``(probs [M, V] float64, ok [M] bool)``; ``ok`` False = fall back."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rows with a filter on their candidates: ``(ids [M, W] int64 ascending, probs [M, W]
+    float64 — the law, zero off the kept set —, ok [M] bool)``; ``ok`` False = fall back."""
     M, V = (int(s) for s in x.shape)
     t, k, p, mp = params.temperature, params.top_k, params.top_p, params.min_p  # [M] each
     k_on = (k > 0) & (k < V)  # [M]
@@ -158,7 +263,6 @@ def _filtered(
     mx = x.amax(-1, keepdim=True).to(torch.float64)  # [M, 1]
     w_c = torch.exp((x.gather(-1, cand).to(torch.float64) - mx) / t[:, None])  # [M, W] float64
     vals, order = torch.sort(w_c, dim=-1, descending=True, stable=True)  # [M, W] ties by id
-    ids = cand.gather(-1, order)  # [M, W] token ids in the reference's order
     w_min = vals[:, -1:]  # [M, 1]
     full = W == V  # every token is a candidate: always decidable
     # top-k: keep w >= k-th weight; decidable when that weight is above w_min (or all are here)
@@ -171,7 +275,10 @@ def _filtered(
     no_k = p_on & ~k_on  # [M] rows that need the full sum
     if bool(no_k.any()):
         r = torch.nonzero(no_k).squeeze(-1)  # [R]
-        z_full = _weights(x[r], t[r]).sum(-1)  # [R] as the reference's sum
+        if int(r.shape[0]) == M:  # every row: no [M, V] row gather
+            z_full = _weights(x, t, mx).sum(-1)  # [M] as the reference's sum
+        else:
+            z_full = _weights(x[r], t[r], mx[r]).sum(-1)  # [R]
         z = z.index_put((r,), z_full)
     probs = kept_w / z[:, None]  # [M, W]
     csum = torch.cumsum(probs, dim=-1)  # [M, W]
@@ -198,9 +305,10 @@ def _filtered(
         kept_w = vals.masked_fill(~keep, 0.0)
     else:
         ok_m = torch.ones_like(m_on)
-    final = kept_w / kept_w.sum(-1, keepdim=True)  # [M, W]
-    out = torch.zeros((M, V), dtype=torch.float64, device=x.device).scatter_(-1, ids, final)
-    return out, ok_k & ok_p & ok_m
+    final = kept_w / kept_w.sum(-1, keepdim=True)  # [M, W] in weight order
+    # back to the candidates' id order (``cand`` ascending): order[j] is the slot of final[j]
+    probs_by_id = torch.empty_like(final).scatter_(-1, order, final)  # [M, W]
+    return cand, probs_by_id, ok_k & ok_p & ok_m
 
 
 # ----------------------------------------------------------------------------- variants

@@ -248,6 +248,109 @@ def assemble_round(
     return RoundResult(emitted, num_accepted + 1, num_accepted, telemetry)
 
 
+# ----------------------------------------------------------------------------- on candidates
+
+
+def rejection_sample_candidates(
+    p_ids: torch.Tensor,
+    p_probs: torch.Tensor,
+    q_ids: torch.Tensor | None,
+    q_probs: torch.Tensor | None,
+    draft_tokens: torch.Tensor,
+    u_accept: torch.Tensor,
+    u_final: torch.Tensor,
+    *,
+    draft_lens: torch.Tensor | None = None,
+    check: bool = True,
+) -> RoundResult:
+    """``rejection_sample`` with both laws given on candidate tokens, never densified.
+
+    Parameters
+    ----------
+    p_ids, p_probs : int64 / float64 ``[B, K+1, W]``: row ``j`` of the target law is ``p_probs``
+        at the (ascending, distinct) token ids ``p_ids``, zero elsewhere.
+    q_ids, q_probs : ``[B, K, Wq]`` the drafter's laws the same way, or both ``None`` (one-hot).
+    draft_tokens, u_accept, u_final, draft_lens : as ``rejection_sample``.
+    check : validate uniforms, lengths and probabilities (one host sync over ``[B, K+1, W]``).
+
+    Notes
+    -----
+    The round of ``rejection_sample`` on the dense laws (``zeros(V).scatter_(ids, probs)``): the
+    same building blocks (``acceptance_mask``, ``accepted_prefix_len``, ``assemble_round``) on
+    ``p(x)``, ``q(x)`` looked up at the drafted tokens (a token off a law's candidates has
+    probability 0 there, as in the dense row); the final token's weights are built for the ONE
+    row each sequence draws from (first rejection or bonus) on the target's candidates only —
+    ``max(0, p - q)`` is 0 wherever ``p`` is, so the residual lives on ``p``'s candidates, and
+    its values there are the dense residual's (the same subtraction of the same numbers); the
+    empty-residual test ``sum > 0`` holds for the same rows in any summation order. The draw is
+    ``categorical`` on those weights in id order: the dense draw's tokens (``CandidateLaw.draw``'s
+    NOTE). Tested token-for-token (emitted, counts, telemetry) equal to ``rejection_sample`` on
+    the densified laws on random inputs, one-hot drafts, p = 0 drafts, ragged rows and K = 0
+    (tests/test_rejection_exact.py); the exact law itself is ``rejection_sample``'s.
+    """
+    assert p_ids.dim() == 3 and p_ids.shape == p_probs.shape, (p_ids.shape, p_probs.shape)
+    assert p_probs.dtype == torch.float64 and p_ids.dtype == torch.int64
+    B, K1, _W = (int(s) for s in p_ids.shape)
+    K = K1 - 1
+    assert K >= 0 and draft_tokens.shape == (B, K) and draft_tokens.dtype == torch.int64
+    assert (q_ids is None) == (q_probs is None)
+    if q_ids is not None and q_probs is not None:
+        assert q_ids.shape[:2] == (B, K) and q_ids.shape == q_probs.shape
+        assert q_probs.dtype == torch.float64
+    assert u_accept.shape == (B, K) and u_final.shape == (B,)
+    dev = p_ids.device
+    lens = torch.full((B,), K, dtype=torch.int64, device=dev) if draft_lens is None else draft_lens
+    in_draft = torch.arange(K, device=dev)[None, :] < lens[:, None]  # [B, K]
+    if check:
+        bad = torch.stack(
+            [
+                ((lens < 0) | (lens > K)).any(),
+                (in_draft & ~((u_accept > 0) & (u_accept < 1))).any(),
+                (p_probs < 0).any(),
+                (q_probs < 0).any() if q_probs is not None else torch.zeros((), dtype=torch.bool),
+            ]
+        )
+        if bool(bad.any()):
+            name = ["draft_lens", "u_accept", "p_probs", "q_probs"][int(torch.nonzero(bad)[0, 0])]
+            raise InputError(f"rejection_sample_candidates: {name} out of range (K={K})")
+    tok = torch.where(in_draft, draft_tokens, 0)  # [B, K] padding read as id 0, as the dense path
+    p_x = _lookup(p_ids[:, :K], p_probs[:, :K], tok[..., None]).squeeze(-1)  # [B, K]
+    if q_ids is None or q_probs is None:
+        q_x = torch.ones_like(p_x)  # [B, K] q = δ(x): q(x) = 1
+    else:
+        q_x = _lookup(q_ids, q_probs, tok[..., None]).squeeze(-1)  # [B, K]
+    accepted_mask = acceptance_mask(p_x, q_x, u_accept, in_draft)  # [B, K]
+    num_accepted = accepted_prefix_len(accepted_mask)  # [B]
+    rows = torch.arange(B, device=dev)  # [B]
+    ids = p_ids[rows, num_accepted]  # [B, W] the target's candidates at the stop
+    p_stop = p_probs[rows, num_accepted]  # [B, W]
+    weights = p_stop
+    if K > 0:
+        j = num_accepted.clamp(max=K - 1)  # [B] the rejected position (clamped for bonus rows)
+        if q_ids is None or q_probs is None:
+            x = draft_tokens[rows, j]  # [B]
+            q_stop = (ids == x[:, None]).to(torch.float64)  # [B, W] δ(x) at the candidates
+        else:
+            q_stop = _lookup(q_ids[rows, j], q_probs[rows, j], ids)  # [B, W]
+        residual = (p_stop - q_stop).clamp(min=0.0)  # [B, W]
+        empty = ~(residual.sum(-1) > 0)  # [B] (final_weights' NOTE: falls back to p)
+        residual = torch.where(empty[:, None], p_stop, residual)
+        rejected = num_accepted < lens  # [B]
+        weights = torch.where(rejected[:, None], residual, p_stop)  # [B, W]
+    pick = categorical(weights, u_final, check=check)  # [B] index into the candidates
+    final = ids.gather(-1, pick[:, None]).squeeze(-1)  # [B] recovered or bonus token
+    return assemble_round(draft_tokens, num_accepted, final, accepted_mask)
+
+
+def _lookup(ids: torch.Tensor, probs: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+    """``probs`` at token ``tok`` per row (0 where ``tok`` is not among ``ids``): ``ids``,
+    ``probs`` ``[..., W]`` (ids ascending), ``tok`` ``[..., J]`` → ``[..., J]`` float64."""
+    W = int(ids.shape[-1])
+    pos = torch.searchsorted(ids.contiguous(), tok.contiguous()).clamp(max=W - 1)  # [..., J]
+    hit = ids.gather(-1, pos) == tok  # [..., J]
+    return torch.where(hit, probs.gather(-1, pos), 0.0)
+
+
 # ----------------------------------------------------------------------------- reference
 
 
