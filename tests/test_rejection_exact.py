@@ -204,13 +204,25 @@ def _candidate_laws(
     return ids, probs, dense
 
 
+_CUDA = pytest.param(
+    "cuda",
+    marks=[
+        pytest.mark.gpu,
+        pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),
+    ],
+)
+
+
+@pytest.mark.parametrize("device", ["cpu", _CUDA])
 @pytest.mark.parametrize("K", [0, 1, 3])
 @pytest.mark.parametrize("onehot", [False, True], ids=["sampled", "onehot"])
-def test_candidate_round_equals_dense_round(K, onehot):
+def test_candidate_round_equals_dense_round(K, onehot, device):
     """``rejection_sample_candidates`` == ``rejection_sample`` on the densified laws, token for
     token (emitted, counts, telemetry) under the same uniforms (exact): random laws on 8 of 40
     tokens, drafts from q plus drafts off q's candidates (q(x) = 0) and with p(x) = 0, rows with
-    q = p (empty residual → p), ragged draft_lens, K = 0."""
+    q = p (empty residual → p), ragged draft_lens, K = 0. On CUDA too (every input on the device;
+    a parallel-scan rounding event could flip a draw with probability ~1e-16 per draw, so the
+    exact assertion's false-failure rate is ~1e-13 for these 800 rows)."""
     g = torch.Generator().manual_seed(10 + K)
     B, V, W = 800, 40, 8
     p_ids, p_probs, tp = _candidate_laws(g, B, K + 1, V, W)
@@ -230,6 +242,9 @@ def test_candidate_round_equals_dense_round(K, onehot):
     ua = torch.rand(B, K, generator=g, dtype=torch.float64)
     uf = torch.rand(B, generator=g, dtype=torch.float64)
     lens = torch.randint(0, K + 1, (B,), generator=g)
+    p_ids, p_probs, tp, q_ids, q_probs, dp, dt, ua, uf, lens = (
+        t.to(device) for t in (p_ids, p_probs, tp, q_ids, q_probs, dp, dt, ua, uf, lens)
+    )
     for draft_lens in (None, lens):
         want = rejection_sample(tp, None if onehot else dp, dt, ua, uf, draft_lens=draft_lens)
         got = rejection_sample_candidates(

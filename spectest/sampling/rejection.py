@@ -307,7 +307,9 @@ def rejection_sample_candidates(
                 ((lens < 0) | (lens > K)).any(),
                 (in_draft & ~((u_accept > 0) & (u_accept < 1))).any(),
                 (p_probs < 0).any(),
-                (q_probs < 0).any() if q_probs is not None else torch.zeros((), dtype=torch.bool),
+                (q_probs < 0).any()
+                if q_probs is not None
+                else torch.zeros((), dtype=torch.bool, device=dev),
             ]
         )
         if bool(bad.any()):
