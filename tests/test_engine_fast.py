@@ -248,8 +248,10 @@ def test_candidate_laws_equal_builtin(hf_pair, onehot, whitebox) -> None:
         (False, "processed", "exact"),
         (False, "temperature", "exact"),
         (False, "processed", "residual_from_p"),
+        (True, "processed", "residual_from_p"),
+        (True, "processed", "onehot_softmax_q"),
     ],
-    ids=["onehot", "processed", "temperature-q", "mutant"],
+    ids=["onehot", "processed", "temperature-q", "mutant", "onehot-mutant", "lying-q"],
 )
 def test_whitebox_on_candidates_equals_dense(hf_pair, monkeypatch, onehot, q_mode, variant) -> None:
     """The white-box columns computed on candidate laws (``whitebox_columns_candidates``, width
@@ -257,8 +259,9 @@ def test_whitebox_on_candidates_equals_dense(hf_pair, monkeypatch, onehot, q_mod
     order (rtol 1e-12, ``wb_in_a`` exact): the same fast pipeline with ``candidates`` off draws
     the same tokens (``CandidateLaw.draw`` NOTE, CPU) from the bit-equal dense laws and records
     densely. One-hot q (W = 1), processed q on candidates, a temperature-only q (dense q beside
-    a candidate p) and a mutant's dense rounds (p put on candidates for the white-box only),
-    speculative and plain; the candidate path is really taken (counted)."""
+    a candidate p), mutants' dense rounds (p put on candidates for the white-box only; a lying
+    q: the teacher q from the draft logits), speculative and plain; the candidate path is really
+    taken (counted)."""
     import dataclasses
     from functools import partial
 

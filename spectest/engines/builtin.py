@@ -403,7 +403,12 @@ def _spec_chunk(
                 )  # [B, K+1, V] float64
             q_rows: torch.Tensor | CandidateLaw
             reported = [q for q in qs if q is not None]  # the K reported q's (a sampled drafter)
-            if variant.draft_fn in _TRUTHFUL_DRAFT and len(reported) == K and not onehot:
+            if variant.draft_fn in _TRUTHFUL_DRAFT and onehot:
+                # a truthful one-hot drafter drafted the argmax: q = δ(x_i) at the K draft
+                # slots; only the bonus slot's argmax is computed
+                bonus_tok = argmax_tokens(d_rows[K])[:, None]  # [B, 1]
+                q_rows = _onehot_law(torch.cat([draft_tokens, bonus_tok], 1), target.vocab_size)
+            elif variant.draft_fn in _TRUTHFUL_DRAFT and len(reported) == K and not onehot:
                 # a truthful drafter's reported q IS the law teacher forcing defines (the same
                 # pipeline call on the same logits): only the bonus slot's is computed
                 bonus = _teacher_q_law(d_rows[K][:, None], params, drafter, pipeline)
@@ -500,6 +505,12 @@ def _flat_law(law: torch.Tensor | CandidateLaw, N: int) -> torch.Tensor | Candid
     return law.reshape(N, int(law.shape[-1]))
 
 
+def _onehot_law(tok: torch.Tensor, V: int) -> CandidateLaw:
+    """δ(tok) for token ids ``tok`` ``[B, J]``: a ``CandidateLaw`` ``[B, J, 1]``."""
+    ones = torch.ones((*tok.shape, 1), dtype=torch.float64, device=tok.device)
+    return CandidateLaw(tok[..., None], ones, V)
+
+
 def _cat_laws(
     reported: list[torch.Tensor | CandidateLaw], bonus: torch.Tensor | CandidateLaw
 ) -> torch.Tensor | CandidateLaw:
@@ -542,16 +553,16 @@ def _teacher_q_law(
     """``_teacher_q`` as a ``CandidateLaw`` ``[B, J, W]`` where the law is one on candidates.
 
     A one-hot drafter: δ(``argmax_tokens`` of the logits) with ``W = 1`` (the exact draft law's
-    ``_onehot_argmax``, for every ``q_mode``). A sampled ``q_mode="processed"`` drafter on a
+    ``_onehot_argmax``, for every ``q_mode``; one slot at a time: ``[B, V]`` temporaries). A
+    sampled ``q_mode="processed"`` drafter on a
     pipeline with ``candidates``: that call on the draft logits (``_draft_fast``'s law, its
     ``dense()`` bit-equal) when it decides every row. Otherwise (temperature/raw ``q_mode``: full
     support; the reference pipeline; a row not decided on candidates) the dense ``_teacher_q``.
     """
-    B, J, V = (int(s) for s in d_logits.shape)
+    J, V = int(d_logits.shape[1]), int(d_logits.shape[2])
     if drafter.onehot:
-        tok = argmax_tokens(d_logits)  # [B, J]
-        ones = torch.ones((B, J, 1), dtype=torch.float64, device=d_logits.device)
-        return CandidateLaw(tok[..., None], ones, V)
+        tok = torch.stack([argmax_tokens(d_logits[:, i]) for i in range(J)], 1)  # [B, J]
+        return _onehot_law(tok, V)
     if drafter.q_mode == "processed" and pipeline.candidates is not None:
         law = pipeline.candidates(d_logits, params)  # [B, J, W] or None
         if law is not None:
