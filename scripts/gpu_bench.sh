@@ -8,8 +8,10 @@
 #
 #   bash scripts/gpu_bench.sh            # from the repository root, on the GPU machine
 #   bash scripts/gpu_bench.sh scaleout   # only P1 on one GPU vs every GPU (nvidia-h200-x2)
-#   bash scripts/gpu_bench.sh profile    # a white-box bench at 768 rows, the fast arms' profiles
-#                                        # at 1024 rows without and with white-box (<= 7 min)
+#   bash scripts/gpu_bench.sh profile    # white-box benches at 768 rows (sampled and one-hot
+#                                        # drafter), the white-box columns micro-bench, the fast
+#                                        # arms' profiles at 1024 rows without and with white-box
+#                                        # (<= 9 min)
 #
 # Each step has its own timeout so one slow step cannot eat the others' time.
 set -u
@@ -43,6 +45,12 @@ if [ "${1:-}" = profile ]; then
 B=(--device cuda "${PAIR[@]}" --positions 32 --k 4 --peak-tflops 800 --out results/bench/bench.jsonl)
 step "P2: batch 768, sampled drafter, white-box recorded (the P1 shape's generation cost)"
 timeout 90 python -m spectest bench "${B[@]}" --rows 768 --drafter sampled --whitebox \
+  --arms fast-plain,fast-spec 2>&1 | tail -8
+step "white-box columns: dense vs candidate laws, [768*5, 151936] (h12; values asserted equal)"
+timeout 60 python benchmarks/bench_whitebox.py --device cuda --out results/bench/whitebox.jsonl \
+  2>&1 | tail -4
+step "P2: batch 768, one-hot drafter (P1's), white-box recorded"
+timeout 90 python -m spectest bench "${B[@]}" --rows 768 --drafter onehot --whitebox \
   --arms fast-plain,fast-spec 2>&1 | tail -8
 step "profile: batch 1024, sampled drafter (top CUDA ops of each fast arm, trace in \$OUT)"
 timeout 150 python -m spectest bench "${B[@]}" --rows 1024 --drafter sampled \

@@ -241,6 +241,70 @@ def test_candidate_laws_equal_builtin(hf_pair, onehot, whitebox) -> None:
     assert sum(taken) >= len(taken) // 2 > 0
 
 
+@pytest.mark.parametrize(
+    ("onehot", "q_mode", "variant"),
+    [
+        (True, "processed", "exact"),
+        (False, "processed", "exact"),
+        (False, "temperature", "exact"),
+        (False, "processed", "residual_from_p"),
+        (True, "processed", "residual_from_p"),
+        (True, "processed", "onehot_softmax_q"),
+    ],
+    ids=["onehot", "processed", "temperature-q", "mutant", "onehot-mutant", "lying-q"],
+)
+def test_whitebox_on_candidates_equals_dense(hf_pair, monkeypatch, onehot, q_mode, variant) -> None:
+    """The white-box columns computed on candidate laws (``whitebox_columns_candidates``, width
+    32 < V = 512) equal the dense ``whitebox_columns`` of the same decode to float64 summation
+    order (rtol 1e-12, ``wb_in_a`` exact): the same fast pipeline with ``candidates`` off draws
+    the same tokens (``CandidateLaw.draw`` NOTE, CPU) from the bit-equal dense laws and records
+    densely. One-hot q (W = 1), processed q on candidates, a temperature-only q (dense q beside
+    a candidate p), mutants' dense rounds (p put on candidates for the white-box only; a lying
+    q: the teacher q from the draft logits), speculative and plain; the candidate path is really
+    taken (counted)."""
+    import dataclasses
+    from functools import partial
+
+    from spectest.engines import teacher
+    from spectest.engines.fast import FAST
+    from spectest.sampling.fast import candidate_probs, logits_to_probs_fast
+
+    target, draft = hf_pair
+    calls: list[int] = []
+    real = teacher.whitebox_columns_candidates
+
+    def counted(p, q, tokens):  # type: ignore[no-untyped-def]
+        calls.append(int(tokens.shape[0]))
+        return real(p, q, tokens)
+
+    monkeypatch.setattr(teacher, "whitebox_columns_candidates", counted)
+    narrow = dataclasses.replace(
+        FAST,
+        probs=partial(logits_to_probs_fast, width=32),
+        candidates=partial(candidate_probs, width=32),
+    )
+    dense = dataclasses.replace(narrow, candidates=None)
+    rows = [r for r in ROWS if r.params.temperature > 0 and r.params.temperature != 1.0]
+    rows += [RowSpec("k8", s, PARAMS[4]) for s in range(3)]
+    drafter = DrafterSpec(onehot=onehot, k=3, q_mode=q_mode)
+    kw = dict(num_positions=12, drafter=drafter, whitebox=True, **KW)
+    v = get_variant(variant)
+    got = speculative_decode(target, draft, [1, 2, 3], rows, variant=v, pipeline=narrow, **kw)
+    assert calls, "the candidate white-box path was not taken"
+    calls.clear()
+    want = speculative_decode(target, draft, [1, 2, 3], rows, variant=v, pipeline=dense, **kw)
+    assert not calls
+    assert torch.equal(got.tokens, want.tokens)
+    assert got.whitebox is not None and want.whitebox is not None
+    pd.testing.assert_frame_equal(got.whitebox, want.whitebox, rtol=1e-12)
+    got_p = plain_decode(target, [1, 2, 3], rows, draft=draft, pipeline=narrow, **kw)
+    assert calls
+    want_p = plain_decode(target, [1, 2, 3], rows, draft=draft, pipeline=dense, **kw)
+    assert torch.equal(got_p.tokens, want_p.tokens)
+    assert got_p.whitebox is not None and want_p.whitebox is not None
+    pd.testing.assert_frame_equal(got_p.whitebox, want_p.whitebox, rtol=1e-12)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_packed_gqa_equals_hf_attention_on_cuda() -> None:

@@ -17,10 +17,16 @@ from spectest.engines.builtin import (
     speculative_decode,
     to_samples_frame,
 )
-from spectest.engines.teacher import teacher_force, whitebox_columns, whitebox_reference
+from spectest.engines.teacher import (
+    teacher_force,
+    whitebox_columns,
+    whitebox_columns_candidates,
+    whitebox_reference,
+)
 from spectest.errors import InputError
 from spectest.models.hf import from_preset
 from spectest.models.toy import ToyLM
+from spectest.sampling.fast import CandidateLaw
 from spectest.sampling.mutants import draft_q, get_variant
 from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.transforms import logits_to_probs
@@ -67,6 +73,82 @@ def test_columns_equal_reference_random_laws() -> None:
                 p[n].tolist(), None if qq is None else qq[n].tolist(), int(x[n])
             )
             assert_columns_equal({c: cols[c][n].item() for c in cols}, want)
+
+
+def _random_candidates(
+    gen: torch.Generator, N: int, V: int, W: int, *, dyadic: bool, avoid: torch.Tensor | None = None
+) -> CandidateLaw:
+    """``N`` rows of ``W`` distinct ascending ids in ``[0, V)`` (outside ``avoid`` ``[N, *]`` when
+    given: disjoint supports), probabilities with exact zeros; ``dyadic``: multiples of 1/8 (ties
+    in p and in p/q, exact sums)."""
+    ids = torch.empty((N, W), dtype=torch.int64)
+    for n in range(N):
+        perm = torch.randperm(V, generator=gen)
+        if avoid is not None:
+            perm = perm[~torch.isin(perm, avoid[n])]
+        ids[n] = perm[:W].sort().values
+    if dyadic:
+        probs = torch.randint(0, 5, (N, W), generator=gen).to(torch.float64) / 8
+    else:
+        probs = torch.rand((N, W), generator=gen, dtype=torch.float64)
+        probs[probs < 0.2] = 0.0
+    return CandidateLaw(ids, probs, V)
+
+
+def _assert_close_columns(got: dict, want: dict) -> None:
+    for c in schema.WHITEBOX_COLUMNS:
+        if c == schema.WB_IN_A:
+            assert torch.equal(got[c], want[c]), c
+        else:
+            torch.testing.assert_close(got[c], want[c], rtol=1e-12, atol=1e-15, equal_nan=True)
+
+
+@pytest.mark.parametrize("dyadic", [False, True], ids=["random", "ties"])
+@pytest.mark.parametrize("q_kind", ["none", "candidates", "onehot", "dense", "disjoint"])
+def test_candidate_columns_equal_dense(q_kind: str, dyadic: bool) -> None:
+    """``whitebox_columns_candidates`` == ``whitebox_columns`` on the densified laws (relative
+    1e-12, ``wb_in_a`` exact) and == ``whitebox_reference``: q absent, on candidates (overlapping
+    p's), one-hot (``W = 1``), dense with exact zeros, or on ids disjoint from p's; tokens drawn
+    from p's candidates, q's candidates and the rest of the vocabulary (p(x) = 0, q(x) = 0);
+    ``dyadic`` laws make ties in p and in p/q (then sums are exact in both orders)."""
+    gen = torch.Generator().manual_seed(1)
+    N, V, W = 300, 40, 9
+    p = _random_candidates(gen, N, V, W, dyadic=dyadic)
+    q: CandidateLaw | torch.Tensor | None = None
+    if q_kind == "candidates":
+        q = _random_candidates(gen, N, V, 12, dyadic=dyadic)
+    elif q_kind == "onehot":
+        other = torch.randint(0, V, (N,), generator=gen)
+        tok = torch.where(torch.rand(N, generator=gen) < 0.5, p.ids[:, 0], other)  # [N]
+        q = CandidateLaw(tok[:, None], torch.ones((N, 1), dtype=torch.float64), V)
+    elif q_kind == "dense":
+        q = _random_candidates(gen, N, V, V // 2, dyadic=dyadic).dense()  # [N, V] zeros off half
+    elif q_kind == "disjoint":
+        q = _random_candidates(gen, N, V, 7, dyadic=dyadic, avoid=p.ids)
+    # tokens: a third p's candidates, a third q's (or anything), a third uniform over V
+    pick = torch.randint(0, W, (N,), generator=gen)
+    x = p.ids.gather(1, pick[:, None])[:, 0]  # [N]
+    if isinstance(q, CandidateLaw):
+        qx = q.ids.gather(1, torch.randint(0, int(q.ids.shape[1]), (N, 1), generator=gen))[:, 0]
+        x = torch.where(torch.arange(N) % 3 == 1, qx, x)
+    x = torch.where(torch.arange(N) % 3 == 2, torch.randint(0, V, (N,), generator=gen), x)
+    q_dense = q.dense() if isinstance(q, CandidateLaw) else q
+    p_dense = p.dense()
+    got = whitebox_columns_candidates(p, q, x)
+    want = whitebox_columns(p_dense, q_dense, x)
+    _assert_close_columns(got, want)
+    assert bool((got[schema.WB_P] == 0).any()) and bool((got[schema.WB_P] > 0).any())
+    for n in range(0, N, 7):
+        ref = whitebox_reference(
+            p_dense[n].tolist(), None if q_dense is None else q_dense[n].tolist(), int(x[n])
+        )
+        assert_columns_equal({c: got[c][n].item() for c in got}, ref)
+
+
+def test_candidate_columns_bad_token() -> None:
+    p = CandidateLaw(torch.tensor([[1, 3]]), torch.tensor([[0.5, 0.5]], dtype=torch.float64), 5)
+    with pytest.raises(InputError, match="whitebox_columns_candidates"):
+        whitebox_columns_candidates(p, None, torch.tensor([5]))
 
 
 @pytest.mark.parametrize(

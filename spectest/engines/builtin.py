@@ -103,7 +103,8 @@ class Pipeline:
     when some row is not decided on its candidates; the loops then draw on the candidates and,
     for a variant ``candidate_round`` accepts (the exact chain sampler on the pipeline's truthful
     hooks), run the round with ``rejection_sample_candidates`` — the same tokens as the dense
-    laws (the NOTEs there); white-box columns get the laws densified (``CandidateLaw.dense``)."""
+    laws (the NOTEs there); white-box columns are computed on the candidate laws
+    (``teacher.whitebox_columns_candidates``, O(W) per token; ``_WhiteboxRecorder.record``)."""
 
     name: str
     probs: Callable[[torch.Tensor, SamplingTensors], torch.Tensor]  # [.., V] → [.., V] float64
@@ -201,13 +202,16 @@ def _plain_chunk(
             probs = pipeline.probs(logits, params)  # [B, V] float64
             out[:, t] = categorical(probs, u, check=pipeline.check)  # [B]
         if rec is not None:
-            if law is not None:
-                probs = law.dense()  # [B, V] the law drawn from (bit-equal to pipeline.probs)
-            q = None
+            p_wb: torch.Tensor | CandidateLaw
+            if law is not None:  # the law drawn from, on its candidates: [B, 1, W]
+                p_wb = CandidateLaw(law.ids[:, None], law.probs[:, None], law.vocab_size)
+            else:
+                p_wb = probs[:, None]  # [B, 1, V]
+            q: torch.Tensor | CandidateLaw | None = None
             if wb_draft is not None and d_logits is not None:
-                q = _teacher_q(d_logits[:, None], params, wb_draft[1], pipeline)  # [B, 1, V]
+                q = _teacher_q_law(d_logits[:, None], params, wb_draft[1], pipeline)  # [B, 1, *]
             at = torch.full((B,), t, dtype=torch.int64, device=model.device)  # [B]
-            rec.record(probs[:, None], q, out[:, t : t + 1], at, every[:, None])
+            rec.record(p_wb, q, out[:, t : t + 1], at, every[:, None])
         if t + 1 < T:
             logits = model.forward(cache, out[:, t : t + 1])[:, 0]  # [B, V]
             if d_cache is not None and wb_draft is not None:
@@ -379,24 +383,38 @@ def _spec_chunk(
         if rec is not None:
             # token j of the round was drawn under verify row j: record that p (the exact
             # pipeline's row — a mutant's verify_probs is not the plain law) and the drafter's q
-            if p_c is not None:
-                target_probs = p_c.dense()  # [B, K+1, V] = the pipeline's verify law, bit-equal
-            assert target_probs is not None
-            p_rows = (
-                target_probs
-                if variant.verify_fn in pipeline.exact_verify
-                else logits_to_probs(t_logits, params)
-            )  # [B, K+1, V] float64
-            dense_qs = [
-                q.dense() if isinstance(q, CandidateLaw) else q for q in qs if q is not None
-            ]  # the K reported q's [B, V] (a sampled drafter)
-            if variant.draft_fn in _TRUTHFUL_DRAFT and len(dense_qs) == K and not onehot:
+            p_rows: torch.Tensor | CandidateLaw
+            exact_p = variant.verify_fn in pipeline.exact_verify
+            if p_c is None and exact_p and pipeline.candidates is not None:
+                # a dense round (a mutant's hooks): the exact verify law on candidates, for the
+                # white-box only (its dense() is bit-equal to the fast verify law,
+                # ``candidate_probs``; the reference's up to float64 reduction order)
+                p_c = pipeline.candidates(t_logits, params)  # [B, K+1, W] or None
+            if p_c is not None and exact_p:
+                p_rows = p_c  # [B, K+1, W] the pipeline's verify law on its candidates
+            else:
+                if p_c is not None:
+                    target_probs = p_c.dense()  # [B, K+1, V] the pipeline's verify law
+                assert target_probs is not None
+                p_rows = (
+                    target_probs
+                    if variant.verify_fn in pipeline.exact_verify
+                    else logits_to_probs(t_logits, params)
+                )  # [B, K+1, V] float64
+            q_rows: torch.Tensor | CandidateLaw
+            reported = [q for q in qs if q is not None]  # the K reported q's (a sampled drafter)
+            if variant.draft_fn in _TRUTHFUL_DRAFT and onehot:
+                # a truthful one-hot drafter drafted the argmax: q = δ(x_i) at the K draft
+                # slots; only the bonus slot's argmax is computed
+                bonus_tok = argmax_tokens(d_rows[K])[:, None]  # [B, 1]
+                q_rows = _onehot_law(torch.cat([draft_tokens, bonus_tok], 1), target.vocab_size)
+            elif variant.draft_fn in _TRUTHFUL_DRAFT and len(reported) == K and not onehot:
                 # a truthful drafter's reported q IS the law teacher forcing defines (the same
                 # pipeline call on the same logits): only the bonus slot's is computed
-                bonus_q = _teacher_q(d_rows[K][:, None], params, drafter, pipeline)  # [B, 1, V]
-                q_rows = torch.cat([torch.stack(dense_qs, dim=1), bonus_q], dim=1)  # [B, K+1, V]
+                bonus = _teacher_q_law(d_rows[K][:, None], params, drafter, pipeline)
+                q_rows = _cat_laws(reported, bonus)  # [B, K+1, W] or [B, K+1, V]
             else:
-                q_rows = _teacher_q(torch.stack(d_rows, dim=1), params, drafter, pipeline)
+                q_rows = _teacher_q_law(torch.stack(d_rows, dim=1), params, drafter, pipeline)
             rec.record(p_rows, q_rows, res.emitted, pos, commit)
         # 4. holes: this round's slots n0+j hold [last, x_1..x_K][j]; keep last and the committed
         # drafts x_1..x_{n-1} (emitted = those drafts + 1 token: the commit signal is n, not a)
@@ -479,6 +497,79 @@ def _teacher_q(
     return torch.stack(laws, dim=1)  # [B, J, V]
 
 
+def _flat_law(law: torch.Tensor | CandidateLaw, N: int) -> torch.Tensor | CandidateLaw:
+    """``[B, J, *]`` → ``[B*J, *]`` for a dense law or a ``CandidateLaw``."""
+    if isinstance(law, CandidateLaw):
+        W = int(law.ids.shape[-1])
+        return CandidateLaw(law.ids.reshape(N, W), law.probs.reshape(N, W), law.vocab_size)
+    return law.reshape(N, int(law.shape[-1]))
+
+
+def _onehot_law(tok: torch.Tensor, V: int) -> CandidateLaw:
+    """δ(tok) for token ids ``tok`` ``[B, J]``: a ``CandidateLaw`` ``[B, J, 1]``."""
+    ones = torch.ones((*tok.shape, 1), dtype=torch.float64, device=tok.device)
+    return CandidateLaw(tok[..., None], ones, V)
+
+
+def _cat_laws(
+    reported: list[torch.Tensor | CandidateLaw], bonus: torch.Tensor | CandidateLaw
+) -> torch.Tensor | CandidateLaw:
+    """The K reported q's (``[B, V]`` or ``CandidateLaw`` ``[B, W]`` each) and the bonus slot's
+    law (``[B, 1, *]``) as one ``[B, K+1, *]`` law: on candidates when all are, else dense."""
+    laws = [*(r[:, None] if isinstance(r, torch.Tensor) else _unsqueeze(r) for r in reported)]
+    laws.append(bonus)
+    if all(isinstance(law, CandidateLaw) for law in laws):
+        cl = [law for law in laws if isinstance(law, CandidateLaw)]
+        if len({int(law.ids.shape[-1]) for law in cl}) == 1:
+            ids = torch.cat([law.ids for law in cl], dim=1)  # [B, K+1, W]
+            probs = torch.cat([law.probs for law in cl], dim=1)  # [B, K+1, W]
+            return CandidateLaw(ids, probs, cl[0].vocab_size)
+    dense = [law.dense() if isinstance(law, CandidateLaw) else law for law in laws]
+    return torch.cat(dense, dim=1)  # [B, K+1, V]
+
+
+def _unsqueeze(law: CandidateLaw) -> CandidateLaw:
+    return CandidateLaw(law.ids[:, None], law.probs[:, None], law.vocab_size)
+
+
+def _law_width(law: torch.Tensor | CandidateLaw | None) -> int:
+    if law is None:
+        return 1
+    return int((law.ids if isinstance(law, CandidateLaw) else law).shape[-1])
+
+
+def _law_rows(law: torch.Tensor | CandidateLaw, lo: int, n: int) -> torch.Tensor | CandidateLaw:
+    if isinstance(law, CandidateLaw):
+        return CandidateLaw(law.ids[lo : lo + n], law.probs[lo : lo + n], law.vocab_size)
+    return law[lo : lo + n]
+
+
+def _teacher_q_law(
+    d_logits: torch.Tensor,
+    params: SamplingTensors,
+    drafter: DrafterSpec,
+    pipeline: Pipeline = REFERENCE,
+) -> torch.Tensor | CandidateLaw:
+    """``_teacher_q`` as a ``CandidateLaw`` ``[B, J, W]`` where the law is one on candidates.
+
+    A one-hot drafter: δ(``argmax_tokens`` of the logits) with ``W = 1`` (the exact draft law's
+    ``_onehot_argmax``, for every ``q_mode``; one slot at a time: ``[B, V]`` temporaries). A
+    sampled ``q_mode="processed"`` drafter on a
+    pipeline with ``candidates``: that call on the draft logits (``_draft_fast``'s law, its
+    ``dense()`` bit-equal) when it decides every row. Otherwise (temperature/raw ``q_mode``: full
+    support; the reference pipeline; a row not decided on candidates) the dense ``_teacher_q``.
+    """
+    J, V = int(d_logits.shape[1]), int(d_logits.shape[2])
+    if drafter.onehot:
+        tok = torch.stack([argmax_tokens(d_logits[:, i]) for i in range(J)], 1)  # [B, J]
+        return _onehot_law(tok, V)
+    if drafter.q_mode == "processed" and pipeline.candidates is not None:
+        law = pipeline.candidates(d_logits, params)  # [B, J, W] or None
+        if law is not None:
+            return law
+    return _teacher_q(d_logits, params, drafter, pipeline)
+
+
 class _WhiteboxRecorder:
     """Generation-time white-box columns of one chunk of ``B`` rows.
 
@@ -500,28 +591,49 @@ class _WhiteboxRecorder:
 
     def record(
         self,
-        p: torch.Tensor,
-        q: torch.Tensor | None,
+        p: torch.Tensor | CandidateLaw,
+        q: torch.Tensor | CandidateLaw | None,
         tokens: torch.Tensor,
         start: torch.Tensor,
         commit: torch.Tensor,
     ) -> None:
-        """Columns of ``tokens`` ``[B, J]`` under ``p`` (and ``q``) ``[B, J, V]`` float64, stored
-        at positions ``start[b] + j`` where ``commit`` ``[B, J]`` (bool) holds."""
-        from spectest.engines.teacher import whitebox_columns
+        """Columns of ``tokens`` ``[B, J]`` under ``p`` (and ``q``) ``[B, J, V]`` float64 or
+        ``CandidateLaw`` ``[B, J, W]``, stored at positions ``start[b] + j`` where ``commit``
+        ``[B, J]`` (bool) holds.
 
-        B, J, V = (int(s) for s in p.shape)
+        NOTE a ``CandidateLaw`` p takes ``teacher.whitebox_columns_candidates`` (O(B·J·W), q as a
+        ``CandidateLaw`` or dense); a dense p takes ``whitebox_columns`` (a ``CandidateLaw`` q is
+        densified). The two give the same values up to float64 summation order (tested)."""
+        from spectest.engines.teacher import whitebox_columns, whitebox_columns_candidates
+
+        B, J = int(tokens.shape[0]), int(tokens.shape[1])
         toks = torch.where(commit, tokens, torch.zeros_like(tokens)).reshape(B * J)  # [B*J]
-        flat_p = p.reshape(B * J, V)  # [B*J, V]
-        flat_q = None if q is None else q.reshape(B * J, V)
-        step = max(1, _WB_CHUNK_ELEMENTS // max(1, V))
         parts: dict[str, list[torch.Tensor]] = {c: [] for c in schema.WHITEBOX_COLUMNS}
-        for lo in range(0, B * J, step):
-            qq = None if flat_q is None else flat_q[lo : lo + step]
-            cols = whitebox_columns(flat_p[lo : lo + step], qq, toks[lo : lo + step])
-            for c in schema.WHITEBOX_COLUMNS:
-                parts[c].append(cols[c])
-        j = torch.arange(J, device=p.device)[None, :]  # [1, J]
+        if isinstance(p, CandidateLaw):
+            W = int(p.ids.shape[-1])
+            flat_pc = _flat_law(p, B * J)  # [B*J, W]
+            flat_qc = None if q is None else _flat_law(q, B * J)  # [B*J, Wq] or [B*J, V]
+            step = max(1, _WB_CHUNK_ELEMENTS // max(1, W, _law_width(flat_qc)))
+            for lo in range(0, B * J, step):
+                pc = _law_rows(flat_pc, lo, step)
+                qc = None if flat_qc is None else _law_rows(flat_qc, lo, step)
+                assert isinstance(pc, CandidateLaw)
+                cols = whitebox_columns_candidates(pc, qc, toks[lo : lo + step])
+                for c in schema.WHITEBOX_COLUMNS:
+                    parts[c].append(cols[c])
+        else:
+            V = int(p.shape[-1])
+            flat_p = p.reshape(B * J, V)  # [B*J, V]
+            if isinstance(q, CandidateLaw):
+                q = q.dense()  # [B, J, V]
+            flat_q = None if q is None else q.reshape(B * J, V)
+            step = max(1, _WB_CHUNK_ELEMENTS // max(1, V))
+            for lo in range(0, B * J, step):
+                qq = None if flat_q is None else flat_q[lo : lo + step]
+                cols = whitebox_columns(flat_p[lo : lo + step], qq, toks[lo : lo + step])
+                for c in schema.WHITEBOX_COLUMNS:
+                    parts[c].append(cols[c])
+        j = torch.arange(J, device=tokens.device)[None, :]  # [1, J]
         idx = torch.where(commit, start[:, None] + j, self.dump)  # [B, J]
         for c in schema.WHITEBOX_COLUMNS:
             self.buf[c].scatter_(1, idx, torch.cat(parts[c]).reshape(B, J))

@@ -1,7 +1,9 @@
 """Teacher forcing: the white-box columns of ``schema.py`` along emitted sequences.
 
 Owns: ``whitebox_columns`` (p_t, q_t and the emitted tokens → ``wb_p``, ``wb_cdf_lo``, ``wb_p_a``,
-``wb_in_a``, ``wb_overlap``; a pure function, also used by the hf backend), ``teacher_force``
+``wb_in_a``, ``wb_overlap``; a pure function, also used by the hf backend), its candidate-law
+twin ``whitebox_columns_candidates`` (the same values from a ``sampling.fast.CandidateLaw`` p in
+O(N·W); the decode loops' recorder uses it when the fast pipeline hands it one), ``teacher_force``
 (runs the local target — and draft — over prompt + emitted tokens under the exact sampling
 pipeline, batched) and a slow per-token reference ``whitebox_reference``.
 
@@ -30,6 +32,7 @@ import torch
 from spectest import schema
 from spectest.errors import InputError
 from spectest.models.base import LanguageModel
+from spectest.sampling.fast import CandidateLaw
 from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.transforms import logits_to_probs
 
@@ -102,6 +105,82 @@ def whitebox_columns(
         out[schema.WB_P_A] = torch.where(in_a, p, torch.zeros_like(p)).sum(1)  # [N]
         out[schema.WB_IN_A] = in_a.gather(1, x)[:, 0]  # [N]
         out[schema.WB_OVERLAP] = torch.minimum(p, q).sum(1)  # [N]
+    return out
+
+
+def law_at(law: CandidateLaw | torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """The law's probabilities at token ids ``at`` ``[N, M]`` (int64): ``[N, M]`` float64.
+
+    ``law``: dense ``[N, V]`` (a gather) or a ``CandidateLaw`` ``[N, W]`` (a batched
+    ``searchsorted`` in its ascending ids + an equality check; 0 where ``at`` is no candidate —
+    the law is 0 off its candidates).
+    """
+    if isinstance(law, torch.Tensor):
+        return law.gather(1, at)
+    ids = law.ids.contiguous()  # [N, W] ascending
+    W = int(ids.shape[1])
+    pos = torch.searchsorted(ids, at.contiguous()).clamp_(max=W - 1)  # [N, M]
+    hit = ids.gather(1, pos) == at  # [N, M]
+    return torch.where(hit, law.probs.gather(1, pos), law.probs.new_zeros(()))  # [N, M]
+
+
+def whitebox_columns_candidates(
+    p: CandidateLaw, q: CandidateLaw | torch.Tensor | None, tokens: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """``whitebox_columns`` when p is a ``CandidateLaw``: O(N·W) instead of O(N·V) (same values).
+
+    Parameters
+    ----------
+    p : ``CandidateLaw`` ``[N, W]`` (ids ascending, distinct; p = 0 off them).
+    q : ``CandidateLaw`` ``[N, Wq]`` (e.g. ``Wq = 1`` for a one-hot drafter), float64 ``[N, V]``
+        (a dense draft law, e.g. ``q_mode`` temperature/raw), or ``None`` (no draft).
+    tokens : int64 ``[N]``, the emitted tokens (any id in ``[0, V)``, candidates of p or not).
+
+    Returns
+    -------
+    dict of ``[N]`` tensors keyed by ``schema.WHITEBOX_COLUMNS``, equal to
+    ``whitebox_columns(p.dense(), dense q, tokens)`` up to float64 summation order.
+
+    Notes
+    -----
+    Every sum of ``whitebox_columns`` is weighted by p_v (``wb_cdf_lo``, ``wb_p_a``) or by
+    min(p_v, q_v) (``wb_overlap``), so tokens off p's candidates add exact zeros and only p's
+    candidates are summed, in id order instead of over ``V``. The per-token quantities of x (p(x),
+    q(x), its order key and ``wb_in_a`` = q(x) > p(x)) are looked up (``law_at``: 0 where x is no
+    candidate); the order key of x uses ``order_key`` on those scalars, so x off supp(p) has key 0
+    (p = 0: 0/q or 0/0) exactly as in the dense row. The ``before`` relation (key, then id) is
+    compared only at p's candidates — the dense mask at the other ids multiplies p = 0.
+    Equality with the dense path (relative <= 1e-12, booleans exact) is tested on random
+    candidate laws, one-hot and dense q, ties, q(x) = 0, x off supp(p) and disjoint supports
+    (tests/test_teacher.py).
+    """
+    ids, pp = p.ids, p.probs  # [N, W], [N, W]
+    assert ids.dim() == 2 and pp.dtype == torch.float64, (pp.dtype, tuple(ids.shape))
+    N = int(ids.shape[0])
+    assert tokens.shape == (N,) and tokens.dtype == torch.int64, (tokens.dtype, tuple(tokens.shape))
+    _check_tokens(tokens, p.vocab_size, "whitebox_columns_candidates")
+    x = tokens[:, None]  # [N, 1]
+    p_x = law_at(p, x)  # [N, 1]
+    q_p = None if q is None else law_at(q, ids)  # [N, W] q at p's candidates
+    q_x = None if q is None else law_at(q, x)  # [N, 1]
+    key = order_key(pp, q_p)  # [N, W]
+    key_x = order_key(p_x, q_x)  # [N, 1]
+    before = (key > key_x) | ((key == key_x) & (ids < x))  # [N, W]
+    zero = torch.zeros((), dtype=torch.float64, device=pp.device)
+    out = {
+        schema.WB_P: p_x[:, 0],  # [N]
+        schema.WB_CDF_LO: torch.where(before, pp, zero).sum(1),  # [N]
+    }
+    if q_p is None or q_x is None:
+        out[schema.WB_P_A] = torch.zeros(N, dtype=torch.float64, device=pp.device)
+        out[schema.WB_IN_A] = torch.zeros(N, dtype=torch.bool, device=pp.device)
+        out[schema.WB_OVERLAP] = torch.full(
+            (N,), float("nan"), dtype=torch.float64, device=pp.device
+        )
+    else:
+        out[schema.WB_P_A] = torch.where(q_p > pp, pp, zero).sum(1)  # [N]
+        out[schema.WB_IN_A] = (q_x > p_x)[:, 0]  # [N]
+        out[schema.WB_OVERLAP] = torch.minimum(pp, q_p).sum(1)  # [N]
     return out
 
 
