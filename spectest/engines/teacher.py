@@ -34,6 +34,7 @@ from spectest.errors import InputError
 from spectest.models.base import LanguageModel
 from spectest.sampling.fast import CandidateLaw
 from spectest.sampling.params import SamplingParams, SamplingTensors
+from spectest.sampling.rejection import probs_at
 from spectest.sampling.transforms import logits_to_probs
 
 if TYPE_CHECKING:
@@ -111,17 +112,13 @@ def whitebox_columns(
 def law_at(law: CandidateLaw | torch.Tensor, at: torch.Tensor) -> torch.Tensor:
     """The law's probabilities at token ids ``at`` ``[N, M]`` (int64): ``[N, M]`` float64.
 
-    ``law``: dense ``[N, V]`` (a gather) or a ``CandidateLaw`` ``[N, W]`` (a batched
-    ``searchsorted`` in its ascending ids + an equality check; 0 where ``at`` is no candidate —
-    the law is 0 off its candidates).
+    ``law``: dense ``[N, V]`` (a gather) or a ``CandidateLaw`` ``[N, W]``
+    (``rejection.probs_at``: a batched ``searchsorted`` in its ascending ids + an equality check;
+    0 where ``at`` is no candidate — the law is 0 off its candidates).
     """
     if isinstance(law, torch.Tensor):
         return law.gather(1, at)
-    ids = law.ids.contiguous()  # [N, W] ascending
-    W = int(ids.shape[1])
-    pos = torch.searchsorted(ids, at.contiguous()).clamp_(max=W - 1)  # [N, M]
-    hit = ids.gather(1, pos) == at  # [N, M]
-    return torch.where(hit, law.probs.gather(1, pos), law.probs.new_zeros(()))  # [N, M]
+    return probs_at(law.ids, law.probs, at)  # [N, M]
 
 
 def whitebox_columns_candidates(

@@ -316,11 +316,11 @@ def rejection_sample_candidates(
             name = ["draft_lens", "u_accept", "p_probs", "q_probs"][int(torch.nonzero(bad)[0, 0])]
             raise InputError(f"rejection_sample_candidates: {name} out of range (K={K})")
     tok = torch.where(in_draft, draft_tokens, 0)  # [B, K] padding read as id 0, as the dense path
-    p_x = _lookup(p_ids[:, :K], p_probs[:, :K], tok[..., None]).squeeze(-1)  # [B, K]
+    p_x = probs_at(p_ids[:, :K], p_probs[:, :K], tok[..., None]).squeeze(-1)  # [B, K]
     if q_ids is None or q_probs is None:
         q_x = torch.ones_like(p_x)  # [B, K] q = δ(x): q(x) = 1
     else:
-        q_x = _lookup(q_ids, q_probs, tok[..., None]).squeeze(-1)  # [B, K]
+        q_x = probs_at(q_ids, q_probs, tok[..., None]).squeeze(-1)  # [B, K]
     accepted_mask = acceptance_mask(p_x, q_x, u_accept, in_draft)  # [B, K]
     num_accepted = accepted_prefix_len(accepted_mask)  # [B]
     rows = torch.arange(B, device=dev)  # [B]
@@ -333,7 +333,7 @@ def rejection_sample_candidates(
             x = draft_tokens[rows, j]  # [B]
             q_stop = (ids == x[:, None]).to(torch.float64)  # [B, W] δ(x) at the candidates
         else:
-            q_stop = _lookup(q_ids[rows, j], q_probs[rows, j], ids)  # [B, W]
+            q_stop = probs_at(q_ids[rows, j], q_probs[rows, j], ids)  # [B, W]
         residual = (p_stop - q_stop).clamp(min=0.0)  # [B, W]
         empty = ~(residual.sum(-1) > 0)  # [B] (final_weights' NOTE: falls back to p)
         residual = torch.where(empty[:, None], p_stop, residual)
@@ -344,9 +344,10 @@ def rejection_sample_candidates(
     return assemble_round(draft_tokens, num_accepted, final, accepted_mask)
 
 
-def _lookup(ids: torch.Tensor, probs: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
-    """``probs`` at token ``tok`` per row (0 where ``tok`` is not among ``ids``): ``ids``,
-    ``probs`` ``[..., W]`` (ids ascending), ``tok`` ``[..., J]`` → ``[..., J]`` float64."""
+def probs_at(ids: torch.Tensor, probs: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+    """A candidate law's probabilities at token ids ``tok`` (0 where ``tok`` is not among
+    ``ids``: the law is 0 off its candidates): ``ids``, ``probs`` ``[..., W]`` (ids ascending),
+    ``tok`` ``[..., J]`` → ``[..., J]`` float64, by a batched ``searchsorted`` + equality check."""
     W = int(ids.shape[-1])
     pos = torch.searchsorted(ids.contiguous(), tok.contiguous()).clamp(max=W - 1)  # [..., J]
     hit = ids.gather(-1, pos) == tok  # [..., J]
