@@ -109,32 +109,29 @@ def logits_to_probs_fast(
     filtered = ~greedy & (k_on | (top_p < 1) | (min_p > 0))  # [N]
     plain = ~greedy & ~filtered  # [N] temperature only
 
-    rows = torch.nonzero(filtered).squeeze(-1)  # [M]
-    if int(rows.shape[0]) == int(x.shape[0]):
-        # every row filtered (the common call): no row gathers or index_put over [N, V]
-        every = SamplingTensors(temperature, top_k, top_p, min_p)  # [N] each
-        ids, p_c, ok = _filtered(x, every, min(width, V))  # [N, W], [N, W], [N]
-        out = torch.zeros((x.shape[0], V), dtype=torch.float64, device=dev).scatter_(-1, ids, p_c)
-        bad = torch.nonzero(~ok).squeeze(-1)  # [F] rows the candidates cannot decide
-        if bad.numel():
-            sub_bad = SamplingTensors(temperature[bad], top_k[bad], top_p[bad], min_p[bad])
-            out[bad] = logits_to_probs(x[bad], sub_bad, check=False)
-        return out.reshape(logits.shape)
     out = torch.zeros((x.shape[0], V), dtype=torch.float64, device=dev)  # [N, V]
-    rows = torch.nonzero(plain).squeeze(-1)  # [M]
-    if rows.numel():
-        w = _weights(x[rows], temperature[rows])  # [M, V] float64, as the reference
-        out[rows] = w / w.sum(-1, keepdim=True)
     rows = torch.nonzero(filtered).squeeze(-1)  # [M]
+    every = int(rows.shape[0]) == int(x.shape[0])  # the common call: no row gathers over [N, V]
     if rows.numel():
-        sub = SamplingTensors(temperature[rows], top_k[rows], top_p[rows], min_p[rows])
-        ids, p_c, ok = _filtered(x[rows], sub, min(width, V))  # [M, W], [M, W], [M]
-        probs = torch.zeros((int(rows.shape[0]), V), dtype=torch.float64, device=dev)  # [M, V]
-        out[rows] = probs.scatter_(-1, ids, p_c)
+        sub = SamplingTensors(temperature, top_k, top_p, min_p)  # [N] each
+        if not every:
+            sub = SamplingTensors(temperature[rows], top_k[rows], top_p[rows], min_p[rows])
+        ids, p_c, ok = _filtered(x if every else x[rows], sub, min(width, V))  # [M, W] ×2, [M]
+        if every:
+            out.scatter_(-1, ids, p_c)
+        else:
+            probs = torch.zeros((int(rows.shape[0]), V), dtype=torch.float64, device=dev)
+            out[rows] = probs.scatter_(-1, ids, p_c)  # [M, V]
         bad = rows[~ok]  # [F] rows the candidates cannot decide: the reference decides them
         if bad.numel():
             sub_bad = SamplingTensors(temperature[bad], top_k[bad], top_p[bad], min_p[bad])
             out[bad] = logits_to_probs(x[bad], sub_bad, check=False)
+    if every:
+        return out.reshape(logits.shape)
+    rows = torch.nonzero(plain).squeeze(-1)  # [M]
+    if rows.numel():
+        w = _weights(x[rows], temperature[rows])  # [M, V] float64, as the reference
+        out[rows] = w / w.sum(-1, keepdim=True)
     rows = torch.nonzero(greedy).squeeze(-1)  # [M]
     if rows.numel():
         hot = _argmax_lowest(x[rows].to(torch.float64))  # [M] lowest id on ties
