@@ -390,17 +390,13 @@ def _spec_chunk(
                 # white-box only (its dense() is bit-equal to the fast verify law,
                 # ``candidate_probs``; the reference's up to float64 reduction order)
                 p_c = pipeline.candidates(t_logits, params)  # [B, K+1, W] or None
-            if p_c is not None and exact_p:
+            if not exact_p:  # a mutant's verify law is not the plain law: recompute it
+                p_rows = logits_to_probs(t_logits, params)  # [B, K+1, V] float64
+            elif p_c is not None:
                 p_rows = p_c  # [B, K+1, W] the pipeline's verify law on its candidates
-            else:
-                if p_c is not None:
-                    target_probs = p_c.dense()  # [B, K+1, V] the pipeline's verify law
+            else:  # a dense round with the exact verify hook (a candidate round sets p_c)
                 assert target_probs is not None
-                p_rows = (
-                    target_probs
-                    if variant.verify_fn in pipeline.exact_verify
-                    else logits_to_probs(t_logits, params)
-                )  # [B, K+1, V] float64
+                p_rows = target_probs  # [B, K+1, V] float64
             q_rows: torch.Tensor | CandidateLaw
             reported = [q for q in qs if q is not None]  # the K reported q's (a sampled drafter)
             if variant.draft_fn in _TRUTHFUL_DRAFT and onehot:
