@@ -605,30 +605,21 @@ class _WhiteboxRecorder:
         B, J = int(tokens.shape[0]), int(tokens.shape[1])
         toks = torch.where(commit, tokens, torch.zeros_like(tokens)).reshape(B * J)  # [B*J]
         parts: dict[str, list[torch.Tensor]] = {c: [] for c in schema.WHITEBOX_COLUMNS}
-        if isinstance(p, CandidateLaw):
-            W = int(p.ids.shape[-1])
-            flat_pc = _flat_law(p, B * J)  # [B*J, W]
-            flat_qc = None if q is None else _flat_law(q, B * J)  # [B*J, Wq] or [B*J, V]
-            step = max(1, _WB_CHUNK_ELEMENTS // max(1, W, _law_width(flat_qc)))
-            for lo in range(0, B * J, step):
-                pc = _law_rows(flat_pc, lo, step)
-                qc = None if flat_qc is None else _law_rows(flat_qc, lo, step)
-                assert isinstance(pc, CandidateLaw)
+        if not isinstance(p, CandidateLaw) and isinstance(q, CandidateLaw):
+            q = q.dense()  # [B, J, V]: a dense p takes the dense columns
+        flat_p = _flat_law(p, B * J)  # [B*J, W] or [B*J, V]
+        flat_q = None if q is None else _flat_law(q, B * J)  # [B*J, Wq] or [B*J, V]
+        step = max(1, _WB_CHUNK_ELEMENTS // max(1, _law_width(flat_p), _law_width(flat_q)))
+        for lo in range(0, B * J, step):
+            pc = _law_rows(flat_p, lo, step)
+            qc = None if flat_q is None else _law_rows(flat_q, lo, step)
+            if isinstance(pc, CandidateLaw):
                 cols = whitebox_columns_candidates(pc, qc, toks[lo : lo + step])
-                for c in schema.WHITEBOX_COLUMNS:
-                    parts[c].append(cols[c])
-        else:
-            V = int(p.shape[-1])
-            flat_p = p.reshape(B * J, V)  # [B*J, V]
-            if isinstance(q, CandidateLaw):
-                q = q.dense()  # [B, J, V]
-            flat_q = None if q is None else q.reshape(B * J, V)
-            step = max(1, _WB_CHUNK_ELEMENTS // max(1, V))
-            for lo in range(0, B * J, step):
-                qq = None if flat_q is None else flat_q[lo : lo + step]
-                cols = whitebox_columns(flat_p[lo : lo + step], qq, toks[lo : lo + step])
-                for c in schema.WHITEBOX_COLUMNS:
-                    parts[c].append(cols[c])
+            else:
+                assert not isinstance(qc, CandidateLaw)
+                cols = whitebox_columns(pc, qc, toks[lo : lo + step])
+            for c in schema.WHITEBOX_COLUMNS:
+                parts[c].append(cols[c])
         j = torch.arange(J, device=tokens.device)[None, :]  # [1, J]
         idx = torch.where(commit, start[:, None] + j, self.dump)  # [B, J]
         for c in schema.WHITEBOX_COLUMNS:
