@@ -11,7 +11,7 @@ Relation to ``builtin`` (the reference)
 ---------------------------------------
 The loops *are* the built-in loops, run with ``pipeline=FAST`` (``builtin`` module docstring:
 row keys, ``STREAM_PLAIN`` one uniform per token, ``STREAM_SPEC`` with ``spec_slots(K,
-onehot)``, holes for rejected drafts, truncation of the last round), with three substitutions
+onehot)``, holes for rejected drafts, truncation of the last round), with four substitutions
 that do not change a token's law:
 
 1. ``logits_to_probs_fast`` / ``fast_variant`` instead of the exact pipeline (the NOTE on
