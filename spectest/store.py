@@ -35,6 +35,8 @@ Layout
     <run>/shards/<arm>__<prompt>.{rounds,samples}.parquet   one per arm × prompt
     <run>/samples.parquet rounds.parquet histograms.parquet tests.parquet trie.parquet
           whitebox.parquet    final tables (provenance in each file's metadata)
+    <run>/tooth_sizes.parquet the ε arms' and mutants' TV per cell-position (run / teeth with
+                              such teeth; spectest.tooth_size), read back by analyze
     <run>/summary.json report.md report.html
     <run>/manifest.json       LAST: files with sizes and sha256; absent ⇒ incomplete
 """
@@ -77,6 +79,7 @@ TESTS = "tests.parquet"
 TRIE = "trie.parquet"
 WHITEBOX = "whitebox.parquet"
 SEQUENCE = "sequence.parquet"  # the sequence-level family (stats.sequence)
+TOOTH_SIZES = "tooth_sizes.parquet"  # the ε arms' and mutants' TV per cell-position (tooth_size)
 SUMMARY = "summary.json"
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -86,7 +89,7 @@ RENDERED = (REPORT_MD, REPORT_HTML)  # views re-rendered from stored results; no
 # every name a run directory may hold that spectest wrote (a compare re-run clears these)
 _OWN_FILES = (
     MANIFEST, SUMMARY, RUN_INFO, PROTOCOL_FILE, PROMPTS_FILE, SAMPLES, ROUNDS, HISTOGRAMS, TESTS,
-    TRIE, WHITEBOX, REPORT_MD, REPORT_HTML,
+    TRIE, WHITEBOX, TOOTH_SIZES, REPORT_MD, REPORT_HTML,
 )  # fmt: skip
 CRASH_ENV = "SPECTEST_CRASH_AT"  # test-only fault injection, see ``_crash_point``
 

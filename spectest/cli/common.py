@@ -220,8 +220,9 @@ def print_result(result: Any, con: Console | None = None) -> None:
         gen = ", ".join(f"{a} {s:.1f}" for a, s in t.get("generate", {}).items())
         con.print(
             f"timings (s): load {t.get('load', 0):.1f} · generate [{gen}] · white-box "
-            f"{t.get('whitebox', 0):.1f} · analyze {t.get('analyze', 0):.1f} · write "
-            f"{t.get('write', 0):.1f}",
+            f"{t.get('whitebox', 0):.1f} · "
+            + (f"tooth sizes {t['tooth sizes']:.1f} · " if "tooth sizes" in t else "")
+            + f"analyze {t.get('analyze', 0):.1f} · write {t.get('write', 0):.1f}",
             markup=False,
         )
         if w := t.get("workers"):  # a spread run: each worker's phases (runner._generate_spread)

@@ -46,6 +46,10 @@ def render_junit(summary: dict[str, Any], prompt_set: str = "prompts") -> str:
     for t in summary.get("teeth", []):
         cases += 1
         tc = ET.SubElement(suite, "testcase", classname=f"spectest.{name}.teeth", name=t["arm"])
+        tp = ET.SubElement(tc, "properties")  # the verdict ("killed (size 0.167)") and the size
+        ET.SubElement(tp, "property", name="verdict", value=str(t["label"]))
+        if t.get("size_tv") is not None:
+            ET.SubElement(tp, "property", name="size_tv", value=str(t["size_tv"]))
         if not t["sound"]:
             failures += 1
             ET.SubElement(
