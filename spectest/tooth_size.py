@@ -2,7 +2,7 @@
 
 Owns: the per-cell-position total variation between the law of an ε arm or mutant and the plain
 law, computed from the run's own models (``tooth_sizes`` → one row per tooth × prompt × config ×
-position, the table the run stores as ``teeth.parquet``), and the size of a tooth read from that
+position, the table the run stores as ``tooth_sizes.parquet``), and the size of a tooth read from that
 table (``size_of``: the largest TV over its cell-positions, or unknown). A killed tooth of size s
 is evidence that the run's tests see a bug of per-cell TV s; ``spectest.verdict`` turns the
 weakest such tooth into the run's power claim. Knows nothing about statistics, verdicts or files.
@@ -20,14 +20,21 @@ tooth's TV at that cell-position — the quantity the per-cell MDE is stated in 
 cell-position's token law). The completion expands each sequence shorter than n by the target's
 plain law p(· | prompt + sequence), most weight first.
 
-The size is never below the truth: where the work would exceed ``budget`` contexts (model rows)
-per tooth and cell, the unexpanded sequences' weight is added to the positions it could reach
-(each contributes at most half its absolute weight to a marginal's TV), and a sampled drafter's
-draft sequences beyond ``max_drafts`` add their probability mass; each position is also capped
-by the TV of the round laws themselves (completion and marginalisation only shrink TV). A row's
-``slack`` is what was added; ``exact`` means slack 0 (up to the quadrature's float rounding,
-~1e-12). A cell whose round law cannot be computed (``NumericsError``, or a grid beyond
-``MAX_CELLS``) is unknown, and so is the tooth's size.
+The size is never below the truth. The budget (``teeth.size_budget``, ``DEFAULT_BUDGET`` contexts
+per tooth and cell) bounds three things: the plain completion expands at most ``budget``
+sequences, most weight first, and the weight of the others is added to every position it could
+reach (a sequence of signed weight w moves a marginal's TV by at most |w|/2); a sampled drafter
+keeps its ``budget // (2K + 1)`` most probable draft sequences, and as many of them as fit in
+``budget × CELLS_PER_CONTEXT`` quadrature cells, the others' probability mass added to every
+position; and each position is capped by the TV of the two round laws themselves (completion and
+marginalisation only shrink TV). A row's ``slack`` is what was added: ``exact`` means none
+(exact up to the quadrature's float rounding, ~1e-12), ``bound`` an upper bound. A cell whose
+round law does not fit at all (a one-hot drafter's one grid beyond the cells, or
+``NumericsError``) is ``unknown``, and so is the tooth's size. Budget 0 computes nothing.
+
+Cost on the bundled pair (2-core CPU, results/LOG.md): the one-hot protocols' sizes are exact
+in 0.4–2 s (top_p: 2 cells × 2 teeth); a sampled drafter with a wide law costs more and is mostly
+bounded or unknown at the default budget.
 
 Notes
 -----
@@ -48,9 +55,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -104,9 +109,10 @@ def size_of(table: pd.DataFrame | None, arm: str) -> ToothSize:
     rows = table[table["arm"] == arm]
     if not len(rows) or (rows["status"] == "unknown").any():
         return ToothSize(arm, None, False, None)
-    i = rows["tv"].astype(float).idxmax()
-    r = rows.loc[i]
-    exact = bool((rows["status"] == "exact").all())
+    tv = rows["tv"].astype(float)
+    r = rows.loc[tv.idxmax()]
+    # every bound is ≤ the maximum, so the maximum is exact when an exact row attains it
+    exact = bool(((rows["status"] == "exact") & (tv == tv.max())).any())
     where = f"{r['prompt_id']}/{r['config_id']}@{int(r['position'])}"
     return ToothSize(arm, float(r["tv"]), exact, where)
 
@@ -246,9 +252,9 @@ def cell_tvs(
     slack = np.full(n, base)
     # sequences still to complete, by length: (tokens [N, length], signed weights [N])
     todo: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for s, w in sorted(delta.items()):
+    for s, dw in sorted(delta.items()):
         for i in range(min(len(s), n)):
-            marg[i, s[i]] += w
+            marg[i, s[i]] += dw
     for length in range(1, n):
         group = sorted((s, w) for s, w in delta.items() if len(s) == length)
         if group:
@@ -339,8 +345,14 @@ def tooth_sizes(
                     status = "unknown" if tv != tv else ("exact" if sl <= 1e-12 else "bound")
                     rows.append(
                         {
-                            "arm": arm, "variant": spec, "prompt_id": pid, "config_id": cid,
-                            "position": i, "tv": tv, "slack": sl, "status": status,
-                        }  # fmt: skip
+                            "arm": arm,
+                            "variant": spec,
+                            "prompt_id": pid,
+                            "config_id": cid,
+                            "position": i,
+                            "tv": tv,
+                            "slack": sl,
+                            "status": status,
+                        }
                     )
     return pd.DataFrame(rows, columns=list(SIZE_COLUMNS))

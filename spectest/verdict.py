@@ -87,12 +87,12 @@ __all__ = [
     "ConfigStats",
     "Decision",
     "FamilyScope",
+    "PowerClaim",
     "Scope",
     "ToothVerdict",
     "Verdict",
     "decide",
     "judge_tooth",
-    "PowerClaim",
     "power_claim",
     "required_resolution",
     "summarize_comparison",
@@ -168,7 +168,9 @@ class PowerClaim:
                 f"a per-cell TV of {self.tv:.3g} or more would have been seen, as the killed "
                 f"tooth {self.tooth} of {size} shows"
             )
-        return f"a per-cell TV of {self.tv:.3f} or more would have been seen with {_pct(power)} power"
+        return (
+            f"a per-cell TV of {self.tv:.3f} or more would have been seen with {_pct(power)} power"
+        )
 
     def where(self) -> str:
         """Where the claim comes from, for the resolution line and the reasons."""

@@ -73,7 +73,7 @@ def test_sizes_equal_brute_force_on_the_canonical_chain(onehot: bool) -> None:
                      budget=10_000)  # fmt: skip
     assert list(df.columns) == list(SIZE_COLUMNS)
     assert len(df) == len(prompts) * len(teeth) * (K + 1)
-    for (arm, spec) in teeth:
+    for arm, spec in teeth:
         for pid, ids in prompts.items():
             want = brute_force(spec, target, draft, ids, CANON_PARAMS, drafter, 5)
             rows = df[(df["arm"] == arm) & (df["prompt_id"] == pid)].sort_values("position")
@@ -139,6 +139,8 @@ def test_size_of_a_table() -> None:
         ("a", "x", "p", "c", 1, 0.3, 0.0, "exact"),
         ("b", "y", "p", "c", 0, 0.2, 0.05, "bound"),
         ("b", "y", "q", "c", 0, 0.1, 0.0, "exact"),
+        ("m", "w", "p", "c", 0, 0.3, 0.0, "exact"),
+        ("m", "w", "q", "c", 0, 0.25, 0.1, "bound"),
         ("u", "z", "p", "c", 0, 0.5, 0.0, "exact"),
         ("u", "z", "q", "c", 0, math.nan, math.nan, "unknown"),
     ]
@@ -147,6 +149,9 @@ def test_size_of_a_table() -> None:
     assert (a.tv, a.exact, a.where) == (0.3, True, "p/c@1") and a.label() == "size 0.3"
     b = size_of(df, "b")
     assert (b.tv, b.exact) == (0.2, False) and b.label() == "size ≤ 0.2"
+    # a bound below an exact maximum: the maximum is still exact (the bound's truth is lower)
+    m = size_of(df, "m")
+    assert (m.tv, m.exact, m.where) == (0.3, True, "p/c@0")
     # one unknown cell: the maximum over cells is not bounded
     assert size_of(df, "u").tv is None and size_of(df, "u").label() == "size unknown"
     assert size_of(df, "nope").tv is None and size_of(None, "a").tv is None

@@ -88,8 +88,14 @@ def test_a_tooth_that_cannot_bite_is_reported_and_shows_no_power() -> None:
     assert (with_mutant.decision, with_mutant.max_mde_tv) == ("equivalent", DEFAULT_MAX_MDE_TV)
     assert with_mutant.claim is not None and with_mutant.claim.tooth == "mutant:x"
     # a killed mutant of unknown size shows nothing: the MDE is the claim
-    unsized = decide([comp("candidate", "candidate", False, mde=0.3), arms[1],
-                      comp("eps=0.5", "eps", False, bite=why), comp("mutant:x", "mutant", True)])
+    unsized = decide(
+        [
+            comp("candidate", "candidate", False, mde=0.3),
+            arms[1],
+            comp("eps=0.5", "eps", False, bite=why),
+            comp("mutant:x", "mutant", True),
+        ]
+    )
     assert unsized.exit_code == ExitCode.INCONCLUSIVE
 
 

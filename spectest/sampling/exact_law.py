@@ -27,7 +27,6 @@ Laws are dicts ``{tuple of token ids: probability}``.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -202,10 +201,11 @@ def draft_tree(
                 continue
             mids, lens = _pieces(_cdf_points(row[0]))
             toks = categorical(row.expand(len(mids), -1).contiguous(), mids)  # [n]
-            if check and not _constant_on_cells(
-                lambda u, row=row: categorical(row.expand(len(u), -1).contiguous(), u),
-                mids, lens, toks,
-            ):  # fmt: skip
+
+            def draw(u: torch.Tensor, row: torch.Tensor = row) -> torch.Tensor:
+                return categorical(row.expand(len(u), -1).contiguous(), u)
+
+            if check and not _constant_on_cells(draw, mids, lens, toks):
                 raise NumericsError(f"exact_law: a draft breakpoint is missing after {seq}")
             agg: dict[int, float] = {}
             for t, ln in zip(toks.tolist(), lens.tolist(), strict=True):
@@ -348,7 +348,12 @@ def round_law(
         # the rows' laws, gathered once for the midpoints and every probe
         tp_r, dp_r, x_r = tp[idx], None if dp is None else dp[idx], seqs[idx]
 
-        def run(u: torch.Tensor, tp_r=tp_r, dp_r=dp_r, x_r=x_r) -> torch.Tensor:  # type: ignore[no-untyped-def]
+        def run(
+            u: torch.Tensor,
+            tp_r: torch.Tensor = tp_r,
+            dp_r: torch.Tensor | None = dp_r,
+            x_r: torch.Tensor = x_r,
+        ) -> torch.Tensor:
             return _evaluate(variant, tp_r, dp_r, x_r, u)
 
         emitted = run(m)  # [n, K+1]
