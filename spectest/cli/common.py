@@ -34,12 +34,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 MAX_FAILING_PRINTED = 10
 
 EXIT_CODES_HELP = (
-    "Exit codes: 0 tested and no difference found, at the stated resolution, every tooth "
+    "Exit codes: 0 tested and no difference found, at the stated power claim, every tooth "
     "asked for sound; 1 the distributions differ (failing cells listed); 2 bad input or usage; "
     "3 inconclusive (nothing testable, a null arm rejected, a tooth not killed or run on no "
-    "data, or a resolution worse than required: the protocol's max_mde_tv, 0.15 by default "
-    "when no tooth shows the power); 4 infrastructure error, no verdict (filesystem, "
-    "permissions, disk full, missing package, killed subprocess, internal error)."
+    "data, or a power claim — the better of the per-cell MDE and the weakest killed tooth's "
+    "size — worse than required or unknown: the protocol's max_mde_tv, 0.15 by default, "
+    "always); 4 infrastructure error, no verdict (filesystem, permissions, disk full, missing "
+    "package, killed subprocess, internal error)."
 )
 DEBUG_ENV = "SPECTEST_DEBUG"  # set to 1 to see the traceback of an infrastructure/internal error
 
