@@ -2,10 +2,11 @@
 
 Owns: the per-cell-position total variation between the law of an ε arm or mutant and the plain
 law, computed from the run's own models (``tooth_sizes`` → one row per tooth × prompt × config ×
-position, the table the run stores as ``tooth_sizes.parquet``), and the size of a tooth read from that
-table (``size_of``: the largest TV over its cell-positions, or unknown). A killed tooth of size s
-is evidence that the run's tests see a bug of per-cell TV s; ``spectest.verdict`` turns the
-weakest such tooth into the run's power claim. Knows nothing about statistics, verdicts or files.
+position, the table a run stores as ``tooth_sizes.parquet``), and the size of a tooth read from
+that table (``size_of``: the largest TV over its cell-positions, or unknown). A killed tooth of
+size s is evidence that the run's tests see a bug of per-cell TV s; ``spectest.verdict`` turns
+the weakest such tooth into the run's power claim. Knows nothing about statistics, verdicts or
+files.
 
 Method (by quadrature FROM THE IMPLEMENTATION: ``spectest.sampling.exact_law``)
 ------------------------------------------------------------------------------
