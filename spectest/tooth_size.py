@@ -76,7 +76,7 @@ __all__ = [
 ]
 
 DEFAULT_BUDGET = 2048  # contexts (model forward rows) per tooth and cell: teeth.size_budget
-CELLS_PER_CONTEXT = 150  # quadrature cells per round law: budget x this (2048 → 307 200)
+CELLS_PER_CONTEXT = 25  # quadrature cells per round law: budget x this (2048 → 51 200)
 DRAFT_CHUNK = 16  # draft sequences per quadrature call
 MAX_ROWS = 16_384  # quadrature cells evaluated at once (memory: rows x (K + 1) x V' float64)
 DROP = 1e-15  # |weight| below which a difference is dropped (its mass goes to the slack)

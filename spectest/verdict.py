@@ -480,7 +480,7 @@ def decide(
                 "no teeth ran",
                 f"no teeth ran ({what}): no null arm checked the false-alarm rate and no "
                 "ε arm or mutant showed that these tests catch a bug of a given size here; "
-                "the resolution requirement is the only power check",
+                "the per-cell MDE is the only power claim",
             )
         )
 
