@@ -446,9 +446,12 @@ def decide(
         )
     if low_power and claim is not None and (not nothing or claim.tv is not None):
         if claim.tv is None:
+            killed = any(t.killed for t in teeth)
             reasons.append(
                 (
-                    "the resolution is unknown",
+                    "no cell-position was testable"
+                    + (" and no killed tooth has a known size" if killed else "")
+                    + ", so the resolution is unknown",
                     "resolution unknown: no cell-position was tested and no killed tooth has a "
                     f"known size, so the required per-cell TV ≤ {required:g} ({requirement}) "
                     "cannot be checked",

@@ -230,7 +230,10 @@ def test_unknown_resolution_is_inconclusive_even_with_a_killed_tooth() -> None:
     killer = replace(sized("mutant:always_accept", "mutant", None), families=c.families)
     v = decide([c, null, killer])
     assert v.exit_code == ExitCode.INCONCLUSIVE
-    assert v.headline == "INCONCLUSIVE (exit 3): the resolution is unknown"
+    assert v.headline == (
+        "INCONCLUSIVE (exit 3): no cell-position was testable and no killed tooth has a known "
+        "size, so the resolution is unknown"
+    )
     assert "no killed tooth has a known size" in " ".join(v.reasons)
     assert "power claim unknown" in v.scope.resolution_line()
     v = decide([c, null, replace(killer, size_tv=0.97, size_exact=True)])
