@@ -124,9 +124,20 @@ def test_a_temperature_of_1e_300(tmp_path: Path, candidate: str) -> None:
 
 def test_the_stored_sizes_decide_analyze_the_same_way(tmp_path: Path) -> None:
     """The sizes live in the run directory (tooth_sizes.parquet, in the manifest), so `spectest
-    analyze` (no models) recomputes the same verdict and the same teeth labels."""
-    code, _out, s = run(tmp_path, "--seeds", "20")
+    analyze` (no models) recomputes the same verdict and the same teeth labels; every renderer
+    (console, summary.json, report.md / report.html, JUnit, --summary-md) shows the size next to
+    "killed"."""
+    junit, md = tmp_path / "j.xml", tmp_path / "s.md"
+    code, out, s = run(tmp_path, "--seeds", "20", "--junit", str(junit), "--summary-md", str(md))
     assert code == 3
+    label = "killed (size 0.969)"
+    assert label in out and s["teeth"][1]["label"] == label
+    assert (
+        s["teeth"][1]["size_tv"] == pytest.approx(0.9689, abs=1e-4) and s["teeth"][1]["size_exact"]
+    )
+    for f in (tmp_path / "run" / "report.md", tmp_path / "run" / "report.html", junit, md):
+        assert label in f.read_text(), f
+    assert 'name="size_tv"' in junit.read_text()
     stored = load_run(tmp_path / "run")
     assert TOOTH_SIZES in stored.manifest["files"]
     r = runner.invoke(app, ["analyze", str(tmp_path / "run")], catch_exceptions=False)
