@@ -80,7 +80,8 @@ CELLS_PER_CONTEXT = 25  # quadrature cells per round law: budget x this (2048 â†
 DRAFT_CHUNK = 16  # draft sequences per quadrature call
 MAX_ROWS = 16_384  # quadrature cells evaluated at once (memory: rows x (K + 1) x V' float64)
 DROP = 1e-15  # |weight| below which a difference is dropped (its mass goes to the slack)
-FORWARD_ROWS = 256  # rows per batched forward
+FORWARD_ROWS = 256  # rows per batched forward (and per expansion step of the completion)
+CACHE_BYTES = 256 << 20  # logits kept per prompt and model (float32): 256 MiB
 SIZE_COLUMNS = (
     "arm", "variant", "prompt_id", "config_id", "position", "tv", "slack", "status",
 )  # fmt: skip
@@ -120,7 +121,8 @@ def size_of(table: pd.DataFrame | None, arm: str) -> ToothSize:
 
 class _Logits:
     """Next-token logits of one model after ``prompt + ctx``, for many contexts ``ctx``: batched
-    forwards over the prompt's shared KV cache (``prefill_shared``), cached by context."""
+    forwards over the prompt's shared KV cache (``prefill_shared``), kept by context up to
+    ``CACHE_BYTES`` (the oldest dropped first: a large vocabulary keeps fewer)."""
 
     def __init__(self, model: Any, prompt: Sequence[int]) -> None:
         import torch
@@ -128,42 +130,53 @@ class _Logits:
         self.model = model
         self.prompt = torch.tensor(list(prompt), dtype=torch.int64, device=model.device)
         self.cache: dict[tuple[int, ...], torch.Tensor] = {}
+        self.max_entries = max(64, CACHE_BYTES // (4 * int(model.vocab_size)))
         self.rows = 0  # forward rows computed (for the timings)
 
     def get(self, ctx: tuple[int, ...]) -> torch.Tensor:
-        if ctx not in self.cache:
-            self.fill([ctx])
-        return self.cache[ctx]
-
-    def many(self, ctxs: Sequence[tuple[int, ...]]) -> torch.Tensor:
-        import torch
-
-        self.fill(ctxs)
-        return torch.stack([self.cache[c] for c in ctxs])  # [N, V]
+        return self.many([ctx])[0]
 
     def fill(self, ctxs: Sequence[tuple[int, ...]]) -> None:
+        """Compute (and keep, as room allows) the contexts not kept yet."""
+        self._store(self._compute([c for c in ctxs if c not in self.cache]))
+
+    def many(self, ctxs: Sequence[tuple[int, ...]]) -> torch.Tensor:
+        """Logits ``[N, V]`` float32 (CPU) after each context."""
         import torch
 
-        todo = sorted({c for c in ctxs if c not in self.cache})
+        new = self._compute([c for c in ctxs if c not in self.cache])
+        out = torch.stack([new[c] if c in new else self.cache[c] for c in ctxs])
+        self._store(new)
+        return out
+
+    def _store(self, new: dict[tuple[int, ...], torch.Tensor]) -> None:
+        self.cache.update(new)
+        while len(self.cache) > self.max_entries:
+            del self.cache[next(iter(self.cache))]
+
+    def _compute(self, ctxs: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], torch.Tensor]:
+        import torch
+
+        todo = sorted(set(ctxs))
+        out: dict[tuple[int, ...], torch.Tensor] = {}
         if () in todo:
             _, logits = self.model.prefill_shared(self.prompt, 1)  # [L, V]
-            self.cache[()] = logits[-1].float().cpu()
+            out[()] = logits[-1].float().cpu().clone()
             self.rows += 1
             todo.remove(())
         by_len: dict[int, list[tuple[int, ...]]] = {}
         for c in todo:
             by_len.setdefault(len(c), []).append(c)
         with torch.inference_mode():
-            for n, group in sorted(by_len.items()):
+            for _, group in sorted(by_len.items()):
                 for a in range(0, len(group), FORWARD_ROWS):
                     part = group[a : a + FORWARD_ROWS]
                     cache, _ = self.model.prefill_shared(self.prompt, len(part))
                     ids = torch.tensor(part, dtype=torch.int64, device=self.model.device)
-                    logits = self.model.forward(cache, ids).float().cpu()  # [B, n, V]
+                    logits = self.model.forward(cache, ids)[:, -1].float().cpu()  # [B, V]
                     self.rows += len(part)
-                    for b, c in enumerate(part):
-                        for j in range(n):
-                            self.cache.setdefault(c[: j + 1], logits[b, j])
+                    out.update(zip(part, logits.unbind(0), strict=True))
+        return out
 
 
 def _round(
@@ -276,18 +289,24 @@ def cell_tvs(
         if k == 0:
             continue
         spent += k
-        seqs, w = seqs[:k], w[:k]
-        logits = target.many([tuple(r) for r in seqs.tolist()])  # [k, V]
-        probs = logits_to_probs(logits, prm.index(torch.zeros(k, dtype=torch.int64))).numpy()
-        marg[length] += w @ probs
-        if length + 1 < n:
-            rows, toks = np.nonzero(probs > 0.0)
-            child = np.concatenate([seqs[rows], toks[:, None]], axis=1)  # [M, length + 1]
-            cw = w[rows] * probs[rows, toks]
+        kids: list[tuple[np.ndarray, np.ndarray]] = []
+        for a in range(0, k, FORWARD_ROWS):  # in chunks: [rows, V] float64 for a large V
+            s_a, w_a = seqs[a : min(k, a + FORWARD_ROWS)], w[a : min(k, a + FORWARD_ROWS)]
+            logits = target.many([tuple(r) for r in s_a.tolist()])  # [rows, V]
+            rows_p = prm.index(torch.zeros(len(w_a), dtype=torch.int64))
+            probs = logits_to_probs(logits, rows_p).numpy()  # [rows, V] the plain law
+            marg[length] += w_a @ probs
+            if length + 1 < n:
+                rows, toks = np.nonzero(probs > 0.0)
+                child = np.concatenate([s_a[rows], toks[:, None]], axis=1)  # [M, length + 1]
+                kids.append((child, w_a[rows] * probs[rows, toks]))
+        if kids:
             if length + 1 in todo:
-                old_s, old_w = todo[length + 1]
-                child, cw = np.concatenate([old_s, child]), np.concatenate([old_w, cw])
-            todo[length + 1] = (child, cw)
+                kids.insert(0, todo[length + 1])
+            todo[length + 1] = (
+                np.concatenate([c for c, _ in kids]),
+                np.concatenate([cw for _, cw in kids]),
+            )
     out = []
     for i in range(n):
         known = 0.5 * float(np.abs(marg[i]).sum())
