@@ -188,3 +188,18 @@ def test_compact_vocabulary_and_batched_drafts_give_the_same_law(onehot: bool) -
     assert len(kept) == 4
     assert missing == pytest.approx(1.0 - sum(w for _, w, _ in kept), abs=1e-12)
     assert missing > 0.0
+
+
+def test_a_small_logits_cache_gives_the_same_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The logits kept per prompt are bounded (``CACHE_BYTES``; a large vocabulary keeps fewer):
+    with room for 64 contexts only, every size is the same as with all of them kept."""
+    import spectest.tooth_size as ts
+
+    target, draft = chain_lms()
+    drafter = DrafterSpec(onehot=False, k=K)
+    teeth = [("e", "eps_biased:0.5"), ("r", "residual_from_p"), ("a", "always_accept")]
+    args = (target, draft, {"p": [0]}, [("c", CANON_PARAMS)], teeth, drafter, 5)
+    full = tooth_sizes(*args)
+    monkeypatch.setattr(ts, "CACHE_BYTES", 1)  # the floor: 64 contexts
+    small = tooth_sizes(*args)
+    pd.testing.assert_frame_equal(full, small)
