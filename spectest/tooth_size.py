@@ -130,7 +130,7 @@ class _Logits:
         self.model = model
         self.prompt = torch.tensor(list(prompt), dtype=torch.int64, device=model.device)
         self.cache: dict[tuple[int, ...], torch.Tensor] = {}
-        self.max_entries = max(64, CACHE_BYTES // (4 * int(model.vocab_size)))
+        self.max_entries = max(16, CACHE_BYTES // (4 * int(model.vocab_size)))
         self.rows = 0  # forward rows computed (for the timings)
 
     def get(self, ctx: tuple[int, ...]) -> torch.Tensor:

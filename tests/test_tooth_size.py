@@ -192,14 +192,26 @@ def test_compact_vocabulary_and_batched_drafts_give_the_same_law(onehot: bool) -
 
 def test_a_small_logits_cache_gives_the_same_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
     """The logits kept per prompt are bounded (``CACHE_BYTES``; a large vocabulary keeps fewer):
-    with room for 64 contexts only, every size is the same as with all of them kept."""
+    with room for 16 contexts only (contexts are then computed again), every size is the same
+    as with all of them kept."""
     import spectest.tooth_size as ts
 
+    computed: list[int] = []
+    compute = ts._Logits._compute
+
+    def counting(self, ctxs):  # type: ignore[no-untyped-def]
+        computed.append(len(set(ctxs)))
+        return compute(self, ctxs)
+
+    monkeypatch.setattr(ts._Logits, "_compute", counting)
     target, draft = chain_lms()
     drafter = DrafterSpec(onehot=False, k=K)
     teeth = [("e", "eps_biased:0.5"), ("r", "residual_from_p"), ("a", "always_accept")]
     args = (target, draft, {"p": [0]}, [("c", CANON_PARAMS)], teeth, drafter, 5)
     full = tooth_sizes(*args)
-    monkeypatch.setattr(ts, "CACHE_BYTES", 1)  # the floor: 64 contexts
+    n_full = sum(computed)
+    computed.clear()
+    monkeypatch.setattr(ts, "CACHE_BYTES", 1)  # the floor: 16 contexts
     small = tooth_sizes(*args)
+    assert sum(computed) > n_full  # evicted contexts were computed again
     pd.testing.assert_frame_equal(full, small)
