@@ -373,8 +373,8 @@ def decide(
     Parameters
     ----------
     comparisons : every non-reference arm against the reference (at most one candidate).
-    max_mde_tv : the protocol's power requirement (``None`` = none set: the default applies
-        when no tooth that must be killed ran).
+    max_mde_tv : the protocol's power requirement (``None`` = none set: ``DEFAULT_MAX_MDE_TV``
+        applies, whatever the teeth; ``required_resolution``).
     kind : "run", "teeth", "compare" — for the wording of the no-teeth reason only.
     """
     cands = [c for c in comparisons if c.role == "candidate"]
