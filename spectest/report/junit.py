@@ -69,6 +69,9 @@ def render_junit(summary: dict[str, Any], prompt_set: str = "prompts") -> str:
     for key in ("cells_tested", "cells_untestable", "mde_tv", "required_mde_tv"):
         if scope.get(key) is not None:
             ET.SubElement(props, "property", name=key, value=str(scope[key]))
+    claim = scope.get("power_claim") or {}
+    if claim.get("tv") is not None:  # the power claim checked against required_mde_tv
+        ET.SubElement(props, "property", name="power_claim_tv", value=str(claim["tv"]))
     if v["decision"] == "inconclusive" and not any(
         not t["sound"] for t in summary.get("teeth", [])
     ):
