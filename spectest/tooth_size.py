@@ -33,9 +33,9 @@ marginalisation only shrink TV). A row's ``slack`` is what was added: ``exact`` 
 round law does not fit at all (a one-hot drafter's one grid beyond the cells, or
 ``NumericsError``) is ``unknown``, and so is the tooth's size. Budget 0 computes nothing.
 
-Cost on the bundled pair (2-core CPU, results/LOG.md): the one-hot protocols' sizes are exact
-in 0.4–2 s (top_p: 2 cells × 2 teeth); a sampled drafter with a wide law costs more and is mostly
-bounded or unknown at the default budget.
+Cost on the bundled pair (2-core CPU, results/LOG.md): 0.5–6 s per one-hot shipped protocol
+(top_p: 2 cells × 2 teeth, exact, 1.2 s; openinfer-512: 24 cells, 11 s); a sampled drafter with a
+wide law costs up to a few seconds more and is mostly bounded or unknown at the default budget.
 
 Notes
 -----
