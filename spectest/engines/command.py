@@ -165,6 +165,21 @@ def job_lines(job: ArmJob, first_id: int) -> list[dict[str, Any]]:
     return out
 
 
+def check_job_line(obj: Any, result_schema: replies.Schema, arm: str) -> str:
+    """A line read while results are pending, checked field by field: a ``result`` against
+    ``result_schema`` (``replies.result_line``) or an ``error``; the context of its messages
+    (``engine command (arm A, job N, seed S)``). ``ReplyError`` (exit 2) otherwise."""
+    ids = obj if isinstance(obj, dict) else {}
+    job_id, seed = replies.known_int(ids.get("id")), replies.known_int(ids.get("seed"))
+    where = replies.where("command", arm=arm, job=job_id, seed=seed)
+    try:
+        replies.check(replies.JOB_LINE_TYPE, obj)
+        replies.check(replies.ERROR_LINE if obj["type"] == "error" else result_schema, obj)
+    except replies.Violation as v:
+        raise replies.ReplyError(f"{where}: {v} (the program was stopped)") from None
+    return where
+
+
 class _Event:
     """A pump's note in the line queue (not a line)."""
 
@@ -435,22 +450,15 @@ class CommandEngine(Engine):
                 f"{len(pending)} results were pending",
                 replies.where("command", arm=job.arm),
             )
-            ids = obj if isinstance(obj, dict) else {}
-            job_id, seed = replies.known_int(ids.get("id")), replies.known_int(ids.get("seed"))
-            where = replies.where("command", arm=job.arm, job=job_id, seed=seed)
             try:
-                replies.check(replies.JOB_LINE_TYPE, obj)
-                if obj["type"] == "error":
-                    replies.check(replies.ERROR_LINE, obj)
-                else:
-                    replies.check(result_schema, obj)
-            except replies.Violation as v:
-                raise proc.violation(where, str(v)) from None
+                where = check_job_line(obj, result_schema, job.arm)
+            except replies.ReplyError:
+                proc.kill()
+                raise
             if obj["type"] == "error":
                 proc.close(timeout_s=EXIT_GRACE_S)
                 raise EngineError(
-                    f"{replies.where('command', arm=job.arm, job=job_id)}: the program refused "
-                    f"the job: {replies.short(obj['message'], 300)}"
+                    f"{where}: the program refused the job: {replies.short(obj['message'], 300)}"
                 )
             key = (obj["id"], obj["seed"])
             if key not in pending:
@@ -479,4 +487,11 @@ class CommandEngine(Engine):
             self.proc = None
 
 
-__all__ = ["PROTOCOL", "CommandEngine", "EngineProcessError", "LineProcess", "job_lines"]
+__all__ = [
+    "PROTOCOL",
+    "CommandEngine",
+    "EngineProcessError",
+    "LineProcess",
+    "check_job_line",
+    "job_lines",
+]

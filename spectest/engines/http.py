@@ -297,6 +297,10 @@ class HTTPEngine(Engine):
                 status, location, raw = exchange("POST", url, data, o.timeout_s, self._inflight)
             except _Cancelled:
                 raise
+            except _TooLong:
+                raise replies.ReplyError(
+                    f"{where}: the reply of {url} is longer than {MAX_REPLY_BYTES} bytes"
+                ) from None
             except (OSError, http.client.HTTPException) as err:
                 # a server dying mid-reply raises IncompleteRead / RemoteDisconnected; a server
                 # that answers too slowly TimeoutError (socket.timeout)
@@ -463,6 +467,10 @@ def _scalar(value: Any) -> Any:
     return replies.short(value, 200)
 
 
+class _TooLong(Exception):
+    """A reply longer than ``MAX_REPLY_BYTES`` (a contract violation, not retried)."""
+
+
 class _Cancelled(Exception):
     """A request abandoned because another request of the job already failed."""
 
@@ -513,7 +521,7 @@ def exchange(
     ``timeout_s``: (status, Location header, body). Redirects are returned, never followed, so
     the loopback allow-list checked on ``url`` is the only host ever contacted. Raises
     ``TimeoutError`` past the deadline, ``OSError`` / ``http.client.HTTPException`` when the
-    connection fails, a reply longer than ``MAX_REPLY_BYTES`` is an ``OSError`` too."""
+    connection fails, ``_TooLong`` for a reply longer than ``MAX_REPLY_BYTES``."""
     u = urlparse(url)
     deadline = time.monotonic() + timeout_s
     cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
@@ -546,9 +554,11 @@ def exchange(
                 break
             size += len(chunk)
             if size > MAX_REPLY_BYTES:
-                raise OSError(f"a reply longer than {MAX_REPLY_BYTES} bytes")
+                raise _TooLong()
             chunks.append(chunk)
         return resp.status, resp.getheader("Location"), b"".join(chunks)
+    except TimeoutError:  # the deadline, or a socket timeout set to what was left of it
+        raise TimeoutError(f"no complete reply within {timeout_s:g} s") from None
     finally:
         if inflight is not None and sock is not None:
             inflight.discard(sock)

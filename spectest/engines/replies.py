@@ -195,8 +195,14 @@ class Nullable(Schema):
         return f"null or {self.inner.describe()}"
 
     def check(self, value: Any, path: str) -> None:
-        if value is not None:
+        if value is None:
+            return
+        try:
             self.inner.check(value, path)
+        except Violation as v:
+            if v.path != path:  # a field inside the value: its own message
+                raise
+            raise Violation(path, self.describe(), value) from None
 
 
 @dataclass(frozen=True)
@@ -278,7 +284,8 @@ ROUND = Obj(
     {"drafted": Int(0, I32), "accepted": Int(0, I32), "emitted": Int(0, I32)},
     required=("drafted", "accepted", "emitted"),
 )
-JOB_LINE_TYPE = Obj({"type": Const(("result", "error", "log"))}, required=("type",))
+# a line read while results are pending (``log`` lines are skipped before this check)
+JOB_LINE_TYPE = Obj({"type": Const(("result", "error"))}, required=("type",))
 ERROR_LINE = Obj(
     {"type": Const(("error",)), "id": Nullable(Int(0, I64, "an int job id")), "message": Str()},
     required=("type", "message"),
