@@ -243,6 +243,8 @@ def test_malformed_result_is_one_line_exit_2(
          r"field 'engine': expected a string of at most 200 characters, got 5"),
         (b'{"type": "result", "protocol": "spectest-jsonl/1"}', r"field 'type': expected 'hello'"),
         (b'"hello"', r"the reply: expected a JSON object .*got 'hello'"),
+        (b'{"type": "hello", "protocol": "spectest-jsonl/1", "blob": "' + b"x" * 20_000 + b'"}',
+         r"the reply: expected at most 10000 characters, got \{'type': 'hello'.*… \(\d+ chars\)"),
     ],
 )  # fmt: skip
 def test_bad_hello_is_one_line_exit_2(

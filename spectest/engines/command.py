@@ -1,10 +1,11 @@
 """The ``command`` engine: any program that speaks spectest's JSON-lines protocol on stdin/stdout.
 
-Owns: the line protocol (``PROTOCOL``, below), starting the program, streaming jobs, matching
-results, per-line timeouts, and turning a dead or misbehaving program into one line naming its
-exit status and the tail of its stderr. Knows nothing about how the program samples; nothing
-about files (the runner writes a shard only after ``generate`` returned every row, so a program
-that dies mid-shard never leaves a shard marked complete).
+Owns: the line protocol (``PROTOCOL``, below), starting the program, streaming jobs (a writer
+thread), matching results, the check of every line against its schema (``engines.replies``),
+timeouts, and turning a dead or misbehaving program into one line. Knows nothing about how the
+program samples; nothing about files (the runner writes a shard only after ``generate`` returned
+every row and ``check_output`` passed, so a program that dies or misbehaves mid-shard never
+leaves a shard marked complete).
 
 The protocol ``spectest-jsonl/1`` (one JSON object per line, UTF-8)
 ----------------------------------------------------------------------
@@ -29,15 +30,53 @@ one line, in any order::
     {"type": "result", "id": 7, "seed": 400, "tokens": [72, 33, ...],
      "rounds": [{"drafted": 3, "accepted": 2, "emitted": 3}, ...]}
 
-``tokens`` holds ``max_tokens`` ids (fewer = the sequence ended, e.g. at EOS); ``rounds`` is
-optional telemetry of a speculative engine (stored as a readout, never tested). A job the
-program cannot run is answered ``{"type": "error", "id": 7, "message": "..."}`` (spectest stops
-with that message, exit 2). Lines that are not JSON objects are an error; ``{"type": "log",
-"message": ...}`` lines are ignored. spectest closes stdin at the end; the program exits 0.
+A job the program cannot run is answered ``{"type": "error", "id": 7, "message": "..."}``
+(spectest stops with that message, exit 2). ``{"type": "log", ...}`` lines are ignored.
+spectest closes stdin at the end; the program exits 0.
 
-Failures: a program that exits, prints garbage, or stays silent for ``timeout_s`` seconds while
-a job is pending is killed and reported as one line with its exit status and the last lines of
-its stderr (exit 4 where spectest has its infrastructure exit code, else 2; never 1).
+The reply schema (``engines.replies``), field by field
+------------------------------------------------------
+- hello: ``type`` = ``"hello"``, ``protocol`` = ``"spectest-jsonl/1"``; ``engine`` and
+  ``version``, when given, strings of at most 200 characters; other keys allowed (kept in the
+  provenance; the whole line at most ``HELLO_MAX_CHARS``, 10 000 characters).
+- result: ``type`` = ``"result"``; ``id`` an int job id; ``seed`` an int (int64); ``tokens`` a
+  list of 1 to ``max_tokens`` int token ids in ``[0, V)`` (V: the target's vocabulary; JSON
+  ``true`` is not the token 1, ``1.0`` is not a token id); ``rounds`` absent, ``null`` or a
+  list of at most ``max_tokens`` objects with ``drafted``, ``accepted``, ``emitted`` ints in
+  ``[0, 2^31)``. The (``id``, ``seed``) pair must be pending (asked, not answered yet).
+- error: ``type`` = ``"error"``, ``message`` a string; ``id`` an int or null.
+- any line: valid UTF-8, valid JSON, at most ``MAX_LINE_BYTES``; an object whose ``type`` is
+  ``"result"`` or ``"error"`` (or ``"log"``, skipped). Objects may carry keys the schema does
+  not name.
+
+**Early stop.** ``tokens`` with fewer than ``max_tokens`` ids is a sequence that ended (EOS, a
+stop rule): its positions past the end have no row in the samples table, so it is a shorter
+sequence there, exactly like a bring-your-own file whose sequence stops early, and the
+sequence-length family tests the law of the lengths. A result with no token at all is refused
+(a sequence that ends at once has nothing to test: emit its end token).
+
+Exit codes
+----------
+- 2 (``replies.ReplyError``, an ``EngineError``): a line that breaks the schema above, in any
+  way (shape, type, range, vocabulary, a job/seed not pending, not JSON, not UTF-8, too long);
+  one line naming the engine, the arm, the job and seed (where the line gives them), the field
+  and the value (``engine command (arm candidate, job 7, seed 400): field 'tokens[3]': expected
+  an int token id in [0, 259], got True``); also an ``error`` line. The program is stopped.
+- 4 (``EngineProcessError``): the program cannot be started, exits or closes its output while
+  results are pending, closes its stdin while jobs are still to be written, or stays silent
+  too long (below): one line with its exit status and the last lines of its stderr.
+- Never 1, and never a traceback.
+
+Timeouts: the bounds
+--------------------
+- The hello line must come within ``startup_timeout_s`` (120 s) of the start.
+- While results are pending, the program is killed when no result or error line arrives for
+  ``timeout_s`` (60 s; log lines do not extend it). Jobs are written by a writer thread, so a
+  program that never reads its stdin cannot block spectest: a job line of any size (20 000
+  seeds: 550 KB) to a program that does not read ends at ``timeout_s``, like a silent program.
+- A program that closed its output gets ``EXIT_GRACE_S`` (5 s) to exit with its status; at
+  the end of a run stdin is closed and the program gets 10 s to exit before it is killed.
+- SIGTERM to spectest stops the program at once (``engines.children``).
 """
 
 from __future__ import annotations
@@ -75,6 +114,7 @@ SAMPLER_ORDER = ("temperature", "top_k", "top_p", "min_p")
 STDERR_TAIL_LINES = 5
 STDERR_LINE_BYTES = 4096  # a longer stderr line is kept in pieces
 MAX_LINE_BYTES = 64 * 2**20  # a result line of T tokens is far shorter: longer = a runaway program
+HELLO_MAX_CHARS = 10_000  # the hello is stored in every file's provenance
 EXIT_GRACE_S = 5.0  # a program that closed stdout gets this long to exit with its status
 
 
@@ -416,12 +456,16 @@ class CommandEngine(Engine):
     def _start(self, arm: str) -> LineProcess:
         if self.proc is not None and self.proc.proc.poll() is None:
             return self.proc
+        if self.proc is not None:  # it exited between jobs: reap it before starting anew
+            self.proc.kill()
         o = self.options
         self.proc = LineProcess(expand(o.command), dict(o.env), o.cwd or None, "engine command")
         where = replies.where("command", arm=arm)
         hello = self.proc.read(o.startup_timeout_s, "starting (no hello line)", where)
         try:
             replies.check(replies.HELLO, hello)
+            if len(json.dumps(hello)) > HELLO_MAX_CHARS:
+                raise replies.Violation("", f"at most {HELLO_MAX_CHARS} characters", hello)
         except replies.Violation as v:
             raise self.proc.violation(
                 where, f"did not start with a hello line for {PROTOCOL!r}: {v}"

@@ -3,7 +3,9 @@ or the OpenAI-compatible ``/v1/completions`` (vLLM, SGLang, ...), optionally sta
 
 Owns: the request of one row (token-id prompt, per-request seed, explicit sampling parameters
 and, for llama.cpp, the sampler order), the parsing of token ids and acceptance telemetry from the
-reply, bounded concurrency, timeouts, retries with backoff, the check that the server honours
+reply (checked against ``engines.replies``), one HTTP exchange under a deadline that never
+follows a redirect (``exchange``), bounded concurrency that fails fast, retries with backoff,
+the check that the server honours
 seeds (the same request twice → the same tokens) and, where the server echoes its settings
 (llama.cpp's ``generation_settings``), the check that no parameter was silently dropped. Knows
 nothing about process management (``spectest.engines.server``) or statistics.
@@ -14,7 +16,28 @@ collision (llama.cpp's speculative output equals its plain output under the same
 shared seeds would correlate the arms).
 
 Loopback only: a ``url`` whose host is not 127.0.0.1 / localhost / ::1 is refused unless
-``allow_remote: true``.
+``allow_remote: true``. Redirects are never followed (a 3xx is one line, exit 2, naming where
+it pointed), so the host checked against that allow-list is the only host ever contacted; the
+same holds for the ``/props`` / ``/version`` probes and a managed server's readiness probe.
+
+Replies are checked field by field against their schema (``engines.replies``: llama.cpp
+``tokens`` — 1 to ``n_predict`` int ids in the target's vocabulary, ``generation_settings``
+with the echoed parameters of their types, ``timings.draft_n`` / ``draft_n_accepted`` ints or
+null; OpenAI exactly one ``choices[0].token_ids``); a violation, a reply that is not JSON or is
+longer than ``MAX_REPLY_BYTES``, an echo that differs from what was sent, a 3xx or 4xx: one line
+naming the engine, api, arm, prompt, row and seed, the field and the value, exit 2, never
+retried. Fewer ids than asked = the sequence ended (a shorter sequence, as for ``command``).
+
+Timeouts: the bound
+-------------------
+One attempt — connect, send, and every byte of the reply — must finish within ``timeout_s``
+(a deadline for the whole exchange: a server trickling one byte a second cannot extend it). A
+timeout, a connection error or a 5xx is retried ``retries`` times with backoff 0.5 s, 1 s, 2 s
+…; a row that has failed ``retries + 1`` times ends the job at once (exit 4): queued rows never
+start, and requests in flight are cut off (their sockets shut down). So a dead or hanging server
+is reported within ``(retries + 1) × timeout_s + 0.5 × (2^retries − 1)`` seconds of the first
+request (``timeout_s 2, retries 1``: 4.5 s, whatever ``concurrency`` and the number of rows);
+the seed check (two requests before the first job) is bounded the same way, each.
 """
 
 from __future__ import annotations
