@@ -50,6 +50,7 @@ EXIT_CODES_HELP = (
     "data, or a resolution worse than required: the protocol's max_mde_tv, 0.15 by default "
     "when no tooth shows the power); 4 infrastructure error, no verdict (filesystem, "
     "permissions, disk full, missing package, killed subprocess, internal error)."
+    " 130 interrupted by the user (Ctrl-C)."
 )
 DEBUG_ENV = "SPECTEST_DEBUG"  # set to 1 to see the traceback of an infrastructure/internal error
 USER_INTERRUPT = 130  # the user's Ctrl-C (128 + SIGINT), as a shell reports it
