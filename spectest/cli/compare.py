@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from spectest.cli.common import boundary, exit_with, print_result, progress_bars
+from spectest.cli.common import boundary, progress_bars, show_result
 
 
 @boundary
@@ -46,5 +46,4 @@ def compare(
             out=out,
             progress=cb,
         )
-    print_result(result)
-    exit_with(result.verdict.exit_code)
+    show_result(result)  # exits with the stored verdict's code, even if printing fails
