@@ -60,10 +60,21 @@ def track_user_interrupts() -> Iterator[None]:
         _state.update(saved)
 
 
-def user_interrupted() -> bool:
-    """True when a ``KeyboardInterrupt`` may be the user's: a real SIGINT arrived, or nobody is
-    tracking (library use: then it cannot be told apart, and Python's meaning is kept)."""
+def user_interrupted(err: BaseException | None = None) -> bool:
+    """True when a ``KeyboardInterrupt`` may be the user's: a real SIGINT arrived, a signal
+    handler raised it (it carries the shell's ``exit_code``, e.g. SIGTERM's 143:
+    ``spectest.engines.children.Terminated``), or nobody is tracking (library use: then it
+    cannot be told apart, and Python's meaning is kept)."""
+    if err is not None and signal_exit_code(err) is not None:
+        return True
     return bool(_state["sigint"]) or not _state["tracking"]
+
+
+def signal_exit_code(err: BaseException) -> int | None:
+    """The shell's code of an interrupt a signal handler raised (128 + signal number), else
+    ``None`` (a plain ``KeyboardInterrupt``: SIGINT's 130 or a plug-in's)."""
+    code = getattr(err, "exit_code", None) if isinstance(err, KeyboardInterrupt) else None
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
 def escape_reason(err: BaseException) -> str:
@@ -120,7 +131,7 @@ def contained(
     except SpectestError:
         raise
     except KeyboardInterrupt as err:
-        if user_interrupted():
+        if user_interrupted(err):
             raise
         raise EngineError(message(err)) from None
     except BaseException as err:

@@ -36,7 +36,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from spectest.contain import escape_reason, track_user_interrupts, user_interrupted
+from spectest.contain import (
+    escape_reason,
+    signal_exit_code,
+    track_user_interrupts,
+    user_interrupted,
+)
 from spectest.errors import ExitCode, SpectestError, os_error_line
 from spectest.report.escape import one_line, printable
 
@@ -195,11 +200,11 @@ def boundary(fn: F) -> F:
                 error_line(str(err))
                 raise typer.Exit(int(err.exit_code)) from None
             except KeyboardInterrupt as err:
-                if user_interrupted():
+                if user_interrupted(err):
                     err_console().print(
                         "interrupted: completed shards are kept; re-run to resume", markup=False
                     )
-                    raise typer.Exit(USER_INTERRUPT) from None
+                    raise typer.Exit(signal_exit_code(err) or USER_INTERRUPT) from None
                 code, line = escaped_line(err)
                 error_line(line)
                 raise typer.Exit(code) from None
