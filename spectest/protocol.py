@@ -387,7 +387,7 @@ class _Ctx:
 
 
 # ----------------------------------------------------------------------------- loading
-MAX_PROTOCOL_BYTES = 2**20  # a protocol is a few KB; prompts live in their own file
+MAX_PROTOCOL_BYTES = 2**18  # a protocol is a few KB; PyYAML parses ~10⁵ B/s: a few s at most
 MAX_BATCH_SIZE = 2**20  # rows per engine batch (an engine may allocate per batch row)
 
 
@@ -669,9 +669,11 @@ def protocol_from_dict(
     )
     mutants = tuple(_variant(c, v, f"teeth.mutants[{i}]") for i, v in enumerate(mut_raw))
     for what, seq in (("epsilons", epsilons), ("mutants", mutants)):
-        dup = [x for i, x in enumerate(seq) if x in seq[:i]]
-        if dup:
-            raise c.fail(f"teeth.{what}", f"duplicate entry {dup[0]!r}")
+        seen: set[Any] = set()  # (a set: a list scan is quadratic in a long hostile list)
+        for x in seq:
+            if x in seen:
+                raise c.fail(f"teeth.{what}", f"duplicate entry {x!r}")
+            seen.add(x)
     if "exact" in mutants:
         raise c.fail(
             "teeth.mutants", "'exact' is not a mutant (the null arm is the exact sampler's tooth)"

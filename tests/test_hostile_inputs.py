@@ -109,11 +109,11 @@ def test_a_huge_value_is_named_in_a_short_line(tmp_path: Path) -> None:
     assert len(str(info.value)) < 700 and "characters)" in str(info.value)
 
 
-def test_a_protocol_file_over_1_mib_is_refused_unread(tmp_path: Path) -> None:
+def test_a_protocol_file_over_256_kib_is_refused_unread(tmp_path: Path) -> None:
     f = tmp_path / "huge.yaml"
-    f.write_text("# " + "x" * 2**20 + "\n")
+    f.write_text("# " + "x" * 2**18 + "\n")
     r = invoke("run", "--config", f, "--no-progress")
-    refused(r, BAD, str(f), "larger than 1048576 bytes")
+    refused(r, BAD, str(f), "larger than 262144 bytes")
 
 
 # ----------------------------------------------------------------------------- plan budget
