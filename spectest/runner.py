@@ -259,7 +259,9 @@ def _generate_missing(
         try:
             target = engines.models.target
             assert target is not None
-            prompt_ids = prompt_token_ids(protocol, target.vocab_size)
+            prompt_ids = prompt_token_ids(
+                protocol, target.vocab_size, (target, engines.models.draft)
+            )
             run_key = _run_key(protocol)
             # one "generate" bar over every row of every shard still to do
             arms = [_shard_arm(plan, s) for s in todo]

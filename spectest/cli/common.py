@@ -391,6 +391,7 @@ ConfigOpt = Annotated[
         "-c",
         help="Protocol YAML file, or the name of a shipped one (`spectest protocols`); "
         "a local file wins.",
+        readable=False,  # spectest reads it: an unreadable file is exit 4 naming it, not click's 2
     ),
 ]
 DeviceOpt = Annotated[str | None, typer.Option(help="Override models.device: cpu or cuda.")]

@@ -13,9 +13,15 @@ from spectest.cli.common import boundary, progress_bars, show_result
 @boundary
 def compare(
     reference: Annotated[
-        Path, typer.Option(help="Samples of plain decoding (Parquet, or CSV with a header).")
+        Path,
+        typer.Option(
+            help="Samples of plain decoding (Parquet, or CSV with a header).", readable=False
+        ),
     ],
-    candidate: Annotated[Path, typer.Option(help="Samples of the speculative sampler under test.")],
+    candidate: Annotated[
+        Path,
+        typer.Option(help="Samples of the speculative sampler under test.", readable=False),
+    ],
     alpha: Annotated[
         float, typer.Option(help="Significance level after the multiplicity correction.")
     ] = 0.05,
