@@ -266,11 +266,14 @@ def test_entry_point_engine_that_exits_is_exit_2_naming_it(tmp_path: Path, mode:
 
 # ----------------------------------------------------------------------------- 2. hostile ids
 def test_byo_config_id_markup_exits_with_the_stored_verdict(tmp_path: Path) -> None:
-    """The issue's exact case: a BYO ``config_id`` of ``[/]`` (rich's closing tag). Same law in
-    both files at 300 seeds × 3 positions: whatever the verdict (here 3: the median per-cell MDE
-    is worse than the default 0.15 — fixed seeds), the process exits with the code summary.json
-    stores, the id is printed literally, and ``analyze`` works and agrees."""
-    ids = [("p0", "[/]")]
+    """The issue's case: rich markup in a BYO ``config_id``. Its exact id ``[/]`` (rich's closing
+    tag) holds a ``/``, which BYO ids may not hold (``byo.py``: exit 2 naming file, column and
+    value: ``test_byo_separator_in_an_id_is_refused_naming_it``); the same markup without a
+    separator, ``[bold]x[red]``, must print literally. Same law in both files at 300 seeds × 3
+    positions: whatever the verdict (here 3: the median per-cell MDE is worse than the default
+    0.15 — fixed seeds), the process exits with the code summary.json stores, and ``analyze``
+    works and agrees."""
+    ids = [("p0", "[bold]x[red]")]
     ref = byo(tmp_path / "ref.parquet", range(300), ids, T=3)
     cand = byo(tmp_path / "cand.parquet", range(300, 600), ids, T=3)
     out = tmp_path / "cmp"
@@ -280,25 +283,44 @@ def test_byo_config_id_markup_exits_with_the_stored_verdict(tmp_path: Path) -> N
     assert stored["complete"] is True
     assert r.returncode == stored["verdict"]["exit_code"], (r.stdout, r.stderr)
     assert r.returncode in (0, 1, 3) and r.stderr == "", r.stderr
-    assert "│ [/]" in r.stdout  # the table cell, literally
+    assert "│ [bold]x[red]" in r.stdout  # the table cell, literally
     r2 = spectest("analyze", out, "--no-progress", cwd=tmp_path)
     assert r2.returncode == r.returncode and r2.stderr == "", r2.stderr
-    assert "│ [/]" in r2.stdout
+    assert "│ [bold]x[red]" in r2.stdout
+
+
+@pytest.mark.parametrize("value", ["[/]", "c\x1b[31m\x0b:x:"])
+def test_byo_separator_in_an_id_is_refused_naming_it(tmp_path: Path, value: str) -> None:
+    """The issue's exact ``[/]`` and an id with ANSI / C0 control characters: refused at read
+    (exit 2) in one line naming the file and the column; the line itself shows the value
+    escaped, so no raw control character reaches the terminal."""
+    ref = byo(tmp_path / "ref.parquet", range(300), [("p0", value)], T=3)
+    cand = byo(tmp_path / "cand.parquet", range(300, 600), [("p0", value)], T=3)
+    r = spectest("compare", "--reference", ref, "--candidate", cand, "--out", tmp_path / "cmp",
+                 "--no-progress", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    line = one_error_line(r)
+    assert "ref.parquet" in line and "config_id" in line, line
+    for raw in ("\x1b", "\x0b"):
+        assert raw not in r.stdout + r.stderr, repr(raw)
+    assert_no_result(tmp_path / "cmp")
 
 
 def test_control_characters_and_emoji_codes_never_reach_the_terminal(tmp_path: Path) -> None:
-    """ANSI escapes, C0 controls and ``:x:`` in ids: shown as escapes / literally, never raw
-    (no ESC byte, no vertical tab, no ❌ on stdout); the code is the stored verdict's."""
-    ids = [("p\x01", "c\x1b[31m\x0b:x:[/]"), ("p\u202e2", "<script>alert(1)</script>")]
+    """Markup, ``:x:``, HTML and a bidi override in ids: shown literally or as an escape, never
+    rendered or raw (no ❌, no U+202E on stdout); the code is the stored verdict's. (C0 controls
+    and separators are refused at read: the test above.)"""
+    ids = [("p-x", "c[31m:x:[b]"), ("p\u202e2", "<img src=x onerror=alert(1)>")]
     ref = byo(tmp_path / "ref.parquet", range(300), ids)
     cand = byo(tmp_path / "cand.parquet", range(300, 600), ids, probs=np.roll(ZIPF, 1))
     out = tmp_path / "cmp"
     r = spectest("compare", "--reference", ref, "--candidate", cand, "--out", out,
                  "--no-progress", cwd=tmp_path)  # fmt: skip
     assert r.returncode == stored_summary(out)["verdict"]["exit_code"] == 1, r.stdout + r.stderr
-    for bad in ("\x1b", "\x01", "\x0b", "\u202e", "❌"):
+    for bad in ("❌", "\u202e"):
         assert bad not in r.stdout + r.stderr, repr(bad)
-    assert r"c\x1b[31m\x0b:x:[/]" in r.stdout and r"p\u202e2" in r.stdout
+    assert "c[31m:x:[b]" in r.stdout and "<img src=x onerror=alert(1)>" in r.stdout
+    assert r"p\u202e2" in r.stdout
 
 
 def test_a_closed_stdout_keeps_the_verdicts_code(tmp_path: Path) -> None:
