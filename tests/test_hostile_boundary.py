@@ -506,19 +506,22 @@ def test_every_transformers_load_passes_trust_remote_code_false() -> None:
     assert all(ok for _, ok in calls), [c for c, ok in calls if not ok]
 
 
+# NOTE: BYO ids may not hold "/", "\" or control characters (refused at read: byo.py,
+# test_byo_separator_in_an_id_is_refused_naming_it), so the injections here do without them;
+# xml_text's handling of control characters is test_escape_rules'.
 INJECTION_IDS = [
-    ("<img src=x onerror=alert(1)>", "<script>alert(1)</script>"),
-    ("[click](javascript:alert(1))", "![x](http://evil.example/p.png)"),
-    ("p\x01\x1b[31m", "c|`code`*em*_u_~~s~~"),
+    ("<img src=x onerror=alert(1)>", "<script>alert(1)<script>"),
+    ("[click](javascript:alert(1))", "![x](http:evil.example)"),
+    ("p\u202e[31m", "c|`code`*em*_u_~~s~~"),
 ]
 
 
 def test_report_md_and_junit_escape_user_text(tmp_path: Path) -> None:
     """HTML / markdown injection in ids reaches report.md, --summary-md and the failing lines
     as text: rendered by a CommonMark renderer (markdown-it, rich's own dependency, GFM tables
-    on) no tag, link or image comes out of it; the JUnit file with control characters in ids
-    parses as XML. Different laws (TV ≈ 0.31, 300 seeds): every config fails (p < 1e-10), so
-    the failing lines carry the ids too."""
+    on) no tag, link or image comes out of it; the JUnit file parses as XML. Different laws
+    (TV ≈ 0.31, 300 seeds): every config fails (p < 1e-10), so the failing lines carry the ids
+    too."""
     from markdown_it import MarkdownIt
 
     ref = byo(tmp_path / "ref.parquet", range(300), INJECTION_IDS)
@@ -535,14 +538,11 @@ def test_report_md_and_junit_escape_user_text(tmp_path: Path) -> None:
         html = md.render(text)
         for tag in ("<script", "<img", "<a ", "<code>code", "<em>em", "<s>s"):
             assert tag not in html, (tag, html[:2000])
-        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-        assert "\x1b" not in text and "\x01" not in text
+        assert "&lt;script&gt;alert(1)&lt;script&gt;" in html
     assert "&lt;img src=x onerror=alert(1)&gt;" in md.render((out / "report.md").read_text())
     root = ET.parse(junit).getroot()  # valid XML 1.0
     names = {tc.get("name") for tc in root.iter("testcase")}
-    assert "<script>alert(1)</script>" in names and "c|`code`*em*_u_~~s~~" in names
-    failing = "\n".join(f.text or "" for f in root.iter("failure"))
-    assert r"p\x01\x1b[31m/" in failing  # the control characters shown, not dropped
+    assert "<script>alert(1)<script>" in names and "c|`code`*em*_u_~~s~~" in names
 
 
 def test_escape_rules() -> None:
