@@ -39,7 +39,9 @@ def setup(
 
         info = mistralrs.setup(version or mistralrs.VERSION, force=force)
     else:
-        raise ConfigError(f"spectest setup: unknown engine {engine!r} (known: {', '.join(ENGINES)})")
+        raise ConfigError(
+            f"spectest setup: unknown engine {engine!r} (known: {', '.join(ENGINES)})"
+        )
     typer.echo(f"{engine}: python {info['python']}")
     models = info["models"]
     assert isinstance(models, dict)

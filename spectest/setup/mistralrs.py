@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv[:1] == ["run"]:
             launch(argv[1:])
         elif argv[:1] == ["setup"]:
-            print(json.dumps(setup(*(argv[1:2] or [VERSION]))))
+            print(json.dumps(setup(argv[1] if len(argv) > 1 else VERSION)))
         else:
             raise ConfigError("usage: python -m spectest.setup.mistralrs run|setup ...")
     except SpectestError as err:

@@ -41,7 +41,6 @@ from spectest.errors import ConfigError, SpectestError
 from spectest.setup.venv import (
     EnvSpec,
     Log,
-    stderr_log,
     cache_lock,
     ensure,
     env_dir,
@@ -49,6 +48,7 @@ from spectest.setup.venv import (
     program_path,
     require,
     run_logged,
+    stderr_log,
 )
 
 VERSION = "2026.4.1.0"
@@ -145,8 +145,15 @@ def export(model: str, log: Log = stderr_log) -> Path:
             "source_files": {
                 k: v for k, v in manifest["files"].items() if k.startswith(f"{role}/")
             },
-            "exporter": ["optimum-cli", "export", "openvino", "--task",
-                         "text-generation-with-past", "--weight-format", "fp32"],
+            "exporter": [
+                "optimum-cli",
+                "export",
+                "openvino",
+                "--task",
+                "text-generation-with-past",
+                "--weight-format",
+                "fp32",
+            ],
             "requirements": list(SPEC.requirements),
             "export_s": round(wall, 1),
         }

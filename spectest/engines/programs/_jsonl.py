@@ -14,14 +14,15 @@ standard library.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, Any
 
 PROTOCOL = "spectest-jsonl/1"
 Rounds = list[dict[str, int]] | None
-Decoded = Iterable[tuple[int, list[int], Rounds]]
+Decoded = Iterator[tuple[int, list[int], Rounds]]
 
 
 class JobRefused(Exception):
@@ -81,6 +82,18 @@ def result_line(job_id: Any, seed: int, tokens: list[int], rounds: Rounds) -> di
     return res
 
 
+def protocol_stdout() -> IO[str]:
+    """Keep the protocol's stdout for this program alone: a private duplicate of file
+    descriptor 1 becomes the protocol stream, and descriptor 1 itself is pointed at stderr, so
+    whatever the engine's native code prints to stdout (mistral.rs logs there) lands in stderr
+    instead of breaking the line protocol. Call before the engine is imported."""
+    sys.stdout.flush()
+    fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return os.fdopen(fd, "w", buffering=1, encoding="utf-8")
+
+
 def serve(
     hello: Mapping[str, Any],
     decode: Callable[[dict[str, Any]], Decoded],
@@ -90,9 +103,11 @@ def serve(
     """Print ``hello`` (``type`` and ``protocol`` added), then answer every job line until
     ``stdin`` closes; returns the exit status (0).
 
-    A job whose ``decode`` raises ``JobRefused`` or any other exception is answered with an
-    error line naming it (the traceback goes to stderr, which spectest shows the tail of); the
-    program goes on reading, since spectest decides what to do with the error.
+    ``decode`` may be a generator: each seed's result line is sent as soon as it is yielded, so
+    a long job is never silent for the command engine's ``timeout_s``. A job whose ``decode``
+    raises ``JobRefused`` or any other exception (before or after some of its results) is
+    answered with an error line naming it (the traceback goes to stderr, whose tail spectest
+    shows); the program goes on reading, since spectest decides what to do with the error.
     """
     inp = sys.stdin if stdin is None else stdin
     out = sys.stdout if stdout is None else stdout
@@ -113,14 +128,12 @@ def serve(
         if not isinstance(job, dict) or job.get("type") != "job":
             continue  # the protocol defines no other input; ignore, do not guess
         try:
-            answers = [result_line(job["id"], s, t, r) for s, t, r in decode(job)]
+            for seed, tokens, rounds in decode(job):  # streamed: each seed as it is done
+                send(result_line(job["id"], seed, tokens, rounds))
         except JobRefused as err:
             send({"type": "error", "id": job.get("id"), "message": str(err)})
         except Exception as err:
             traceback.print_exc(file=sys.stderr)
             msg = f"{type(err).__name__}: {err}".replace("\n", " ")
             send({"type": "error", "id": job.get("id"), "message": msg[:500]})
-        else:
-            for a in answers:
-                send(a)
     return 0

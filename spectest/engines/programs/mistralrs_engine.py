@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _jsonl  # noqa: E402  (a sibling file: this program runs outside spectest's package)
+import _jsonl
 
 ENGINE = "mistral.rs"
 WORD = re.compile(r"t(\d+)")
@@ -95,7 +95,6 @@ class MistralRunner:
         if self.burned is None:  # offset this process's stream from another arm's (docstring)
             self.burned = 1 + int(job["row_keys"][0]) % BURN_MOD
             self.runner.send_completion_request(self.request(job, self.burned, 1.0, {}))
-        out = []
         for seed in job["seeds"]:
             res = self.runner.send_completion_request(
                 self.request(job, T, float(s["temperature"]), f)
@@ -107,17 +106,15 @@ class MistralRunner:
                     f"{ENGINE} returned {len(tokens)} of {T} tokens "
                     f"(finish reason {res.choices[0].finish_reason!r})"
                 )
-            out.append((seed, tokens, None))
-        return out
+            yield seed, tokens, None
 
 
 def build(args: argparse.Namespace) -> tuple[MistralRunner, dict[str, Any]]:
     import importlib.metadata as md
     import json
-
     import os
 
-    os.environ.setdefault("RUST_LOG", "warn")  # its INFO lines would bury an error's stderr tail
+    os.environ.setdefault("RUST_LOG", "error")  # its INFO lines would bury an error's stderr tail
     import mistralrs as mr
 
     def which(path: str) -> Any:
@@ -158,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         help="set a CompletionRequest field on every request (a misconfigured tooth)",
     )
     args = ap.parse_args(argv)
+    out = _jsonl.protocol_stdout()  # before the engine loads: its prints go to stderr
     runner, hello = build(args)
-    return _jsonl.serve(hello, runner.decode)
+    return _jsonl.serve(hello, runner.decode, stdout=out)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ imports only the standard library, ``openvino`` / ``openvino_genai`` and its sib
 ``_jsonl``). spectest starts it through ``python -m spectest.setup.openvino run ...``, which
 finds the venv and the exported models and then executes this file::
 
-    openvino_genai_engine.py --target IR_DIR [--draft IR_DIR --num-assistant-tokens 3] [--prefix-caching]
+    openvino_genai_engine.py --target IR [--draft IR --num-assistant-tokens 3] [--prefix-caching]
 
 Per seed, one ``LLMPipeline.generate`` call on the job's token ids (``ov.Tensor``, no
 tokenizer involved) with ``do_sample``, the job's temperature and its one filter (``top_k``,
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import _jsonl  # noqa: E402  (a sibling file: this program runs outside spectest's package)
+import _jsonl
 
 ENGINE = "openvino-genai"
 PROPERTIES = {"INFERENCE_PRECISION_HINT": "f32"}
@@ -93,13 +93,12 @@ class OVRunner:
         seeds, keys = job["seeds"], job["row_keys"]
         if len(seeds) != len(keys):
             raise _jsonl.JobRefused("seeds and row_keys differ in length")
+        configs = [self.config(job, key) for key in keys]  # a refused job sends no result
         inputs = self.to_input([int(t) for t in job["prompt"]])
-        out = []
-        for seed, key in zip(seeds, keys, strict=True):
-            res = self.pipe.generate(inputs, self.config(job, key))
+        for seed, config in zip(seeds, configs, strict=True):
+            res = self.pipe.generate(inputs, config)
             tokens = [int(t) for t in res.tokens[0]][: int(job["max_tokens"])]
-            out.append((seed, tokens, self.rounds(res, len(tokens))))
-        return out
+            yield seed, tokens, self.rounds(res, len(tokens))
 
     def rounds(self, res: Any, emitted: int) -> _jsonl.Rounds:
         """The request's speculative totals as one rounds entry (none in plain mode)."""
@@ -176,8 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         help="set a GenerationConfig field after the job's settings (a misconfigured tooth)",
     )
     args = ap.parse_args(argv)
+    out = _jsonl.protocol_stdout()  # before the engine loads: its prints go to stderr
     runner, hello = build(args)
-    return _jsonl.serve(hello, runner.decode)
+    return _jsonl.serve(hello, runner.decode, stdout=out)
 
 
 if __name__ == "__main__":
