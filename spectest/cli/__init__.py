@@ -17,6 +17,7 @@ from spectest.cli import (
     analyze,
     bench,
     compare,
+    hunt,
     models,
     power,
     protocols,
@@ -68,6 +69,7 @@ app.command("models")(models.models)
 app.command("protocols")(protocols.protocols)
 app.command("bench")(bench.bench)
 app.command("setup")(setup.setup)
+app.command("hunt")(hunt.hunt)
 
 
 def main() -> None:

@@ -11,12 +11,12 @@ import typer
 
 from spectest.cli.common import boundary
 
-ENGINES = ("openvino", "mistralrs")
+ENGINES = ("openvino", "mistralrs", "mlx")
 
 
 @boundary
 def setup(
-    engine: Annotated[str, typer.Argument(help="openvino or mistralrs")],
+    engine: Annotated[str, typer.Argument(help="openvino, mistralrs or mlx")],
     version: Annotated[
         str | None,
         typer.Option("--version", help="mistralrs only: the release (0.5.0 default, 0.6.0)"),
@@ -38,6 +38,12 @@ def setup(
         from spectest.setup import mistralrs
 
         info = mistralrs.setup(version or mistralrs.VERSION, force=force)
+    elif engine == "mlx":
+        from spectest.setup import mlx
+
+        if version is not None and version != mlx.VERSION:
+            raise ConfigError(f"--version: mlx-lm is pinned to {mlx.VERSION}")
+        info = mlx.setup(force=force)
     else:
         raise ConfigError(
             f"spectest setup: unknown engine {engine!r} (known: {', '.join(ENGINES)})"

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spectest.errors import ConfigError, SpectestError
+from spectest.errors import ConfigError
 from spectest.setup.venv import (
     EnvSpec,
     Log,
@@ -45,6 +45,7 @@ from spectest.setup.venv import (
     cache_root,
     ensure,
     exec_program,
+    module_main,
     program_path,
     require,
     stderr_log,
@@ -224,21 +225,5 @@ def launch(argv: list[str]) -> None:
     exec_program(py, program_path(PROGRAM), [*args, *rest])
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m spectest.setup.mistralrs run ...`` (the launcher) or ``... setup [V]``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        if argv[:1] == ["run"]:
-            launch(argv[1:])
-        elif argv[:1] == ["setup"]:
-            print(json.dumps(setup(argv[1] if len(argv) > 1 else VERSION)))
-        else:
-            raise ConfigError("usage: python -m spectest.setup.mistralrs run|setup ...")
-    except SpectestError as err:
-        print(f"spectest: {err}", file=sys.stderr, flush=True)
-        return int(err.exit_code)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(module_main("spectest.setup.mistralrs", sys.argv[1:], launch, setup))

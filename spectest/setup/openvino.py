@@ -45,6 +45,7 @@ from spectest.setup.venv import (
     ensure,
     env_dir,
     exec_program,
+    module_main,
     program_path,
     require,
     run_logged,
@@ -195,21 +196,5 @@ def launch(argv: list[str]) -> None:
     exec_program(py, program_path(PROGRAM), [*args, *rest])
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m spectest.setup.openvino run ...`` (the launcher) or ``... setup``."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        if argv[:1] == ["run"]:
-            launch(argv[1:])
-        elif argv[:1] == ["setup"]:
-            print(json.dumps(setup()))
-        else:
-            raise ConfigError("usage: python -m spectest.setup.openvino run|setup ...")
-    except SpectestError as err:
-        print(f"spectest: {err}", file=sys.stderr, flush=True)
-        return int(err.exit_code)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(module_main("spectest.setup.openvino", sys.argv[1:], launch, setup))

@@ -278,3 +278,24 @@ def exec_program(python: Path, program: Path, args: Sequence[str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(str(python), [str(python), str(program), *args])
+
+
+def module_main(
+    module: str, argv: list[str], launch: Callable[[list[str]], None], setup: Callable[[], object]
+) -> int:
+    """The ``python -m spectest.setup.ENGINE run ...|setup`` entry point of an engine module:
+    ``run`` becomes the engine program (``launch``), ``setup`` prints what ``setup`` made; a
+    ``SpectestError`` is one line on stderr and its exit code (4 for a missing environment)."""
+    from spectest.errors import ConfigError, SpectestError
+
+    try:
+        if argv[:1] == ["run"]:
+            launch(argv[1:])
+        elif argv[:1] == ["setup"]:
+            print(json.dumps(setup()))
+        else:
+            raise ConfigError(f"usage: python -m {module} run|setup ...")
+    except SpectestError as err:
+        print(f"spectest: {err}", file=sys.stderr, flush=True)
+        return int(err.exit_code)
+    return 0
