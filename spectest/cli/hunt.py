@@ -34,8 +34,9 @@ def hunt(
     extra = ["--seeds", str(seeds)] if seeds else []
     rows = run_hunt(out, tuple(only or ()), extra)
     table = Table(title="spectest hunt: speculative vs plain, per engine")
+    notes = any(r.note for r in rows)
     for col in ("engine", "version", "protocol", "verdict", "rejections", "max TV excess",
-                "seeds", "wall (s)", "note"):  # fmt: skip
+                "seeds", "wall (s)", *(["note"] if notes else [])):  # fmt: skip
         table.add_column(col)
     for r in rows:
         table.add_row(
@@ -47,7 +48,7 @@ def hunt(
             "" if r.max_tv_excess is None else f"{r.max_tv_excess:.3f}",
             r.seeds,
             "" if r.wall_s is None else f"{r.wall_s:.0f}",
-            r.note,
+            *([r.note] if notes else []),
         )
     console().print(table)
     out.mkdir(parents=True, exist_ok=True)
