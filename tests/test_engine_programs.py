@@ -30,6 +30,7 @@ def _load(name: str) -> ModuleType:
 
 ov = _load("openvino_genai_engine")
 mr = _load("mistralrs_engine")
+ml = _load("mlx_lm_engine")
 jsonl = sys.modules["_jsonl"]  # the sibling the programs imported
 
 
@@ -207,9 +208,59 @@ def test_mistralrs_program_refuses_text_that_is_not_the_tokens(words, message) -
     assert lines[1]["type"] == "error" and message in lines[1]["message"]
 
 
+# ----------------------------------------------------------------------------- MLX-LM
+def test_mlx_rounds_from_draft_flags() -> None:
+    f = ml.rounds_from_flags
+    # round 1: 2 of 3 accepted + target token; round 2: 0 accepted + target; round 3: last slot
+    assert f([True, True, False, False, True], k=3, max_tokens=5) == [
+        {"drafted": 3, "accepted": 2, "emitted": 3},
+        {"drafted": 2, "accepted": 0, "emitted": 1},
+        {"drafted": 1, "accepted": 1, "emitted": 1},
+    ]
+    assert f([True, True, True, False], k=3, max_tokens=4) == [
+        {"drafted": 3, "accepted": 3, "emitted": 4}
+    ]
+    assert f([True, True], k=3, max_tokens=2) == [{"drafted": 2, "accepted": 2, "emitted": 2}]
+    assert sum(r["emitted"] for r in f([False] * 6, k=3, max_tokens=6)) == 6
+
+
+class FakeMX:
+    """``mlx.core`` as the program uses it: ``array`` and ``random.seed``."""
+
+    def __init__(self) -> None:
+        self.seeds: list[int] = []
+        self.random = SimpleNamespace(seed=self.seeds.append)
+
+    def array(self, xs: list[int]) -> tuple[int, ...]:
+        return tuple(xs)
+
+
+def test_mlx_program_seeds_every_sequence_with_its_row_key() -> None:
+    mx = FakeMX()
+    calls: list[dict[str, Any]] = []
+
+    def spec_step(prompt, target, draft, num_draft_tokens, max_tokens, sampler):
+        calls.append({"prompt": prompt, "k": num_draft_tokens, "max": max_tokens})
+        seed = mx.seeds[-1]
+        return [(seed + i, None, i % 2 == 0) for i in range(max_tokens)]
+
+    su = SimpleNamespace(make_sampler=lambda **kw: ("mlx-sampler", kw))
+    gen = SimpleNamespace(speculative_generate_step=spec_step)
+    runner = ml.MLXRunner(mx, gen, su, "T", "D", 3, "mlx")
+    lines = converse({}, runner.decode, [job(top_p=0.9)])[1:]
+    assert mx.seeds == [1005, 1006, 1007]
+    assert [r["tokens"] for r in lines] == [[k + i for i in range(4)] for k in (1005, 1006, 1007)]
+    assert all(sum(x["emitted"] for x in r["rounds"]) == 4 for r in lines)
+    assert calls[0] == {"prompt": (1, 45, 200, 17), "k": 3, "max": 4}
+    assert runner.sampler(job(top_p=0.9)["sampling"]) == (
+        "mlx-sampler",
+        {"temp": 0.8, "top_p": 0.9, "min_p": 0.0, "top_k": 0},
+    )
+
+
 # ----------------------------------------------------------------------------- imports
 def test_programs_import_only_stdlib_their_engine_and_jsonl() -> None:
-    allowed = {"openvino", "openvino_genai", "numpy", "mistralrs", "_jsonl"}
+    allowed = {"openvino", "openvino_genai", "numpy", "mistralrs", "mlx", "_jsonl"}
     for f in sorted(PROGRAMS.glob("*.py")):
         if f.name == "__init__.py":
             continue
