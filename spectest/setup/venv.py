@@ -5,8 +5,10 @@ lives (``<cache>/<engine>/<version>/venv``; ``SPECTEST_CACHE`` moves the cache r
 once under an exclusive lock (``ensure``), finding it at run time (``require``: a missing one is
 ``EnvMissing``, exit 4, one line naming the ``spectest setup`` command that makes it), running a
 long subprocess with a progress line at least every ``PROGRESS_EVERY_S`` seconds (``run_logged``),
-and the cache lock itself (``cache_lock``). Knows nothing about any one engine
-(``spectest.setup.openvino``, ``spectest.setup.mistralrs``).
+the cache lock itself (``cache_lock``), executing a shipped engine program under the venv's
+python (``exec_program``) and the ``python -m spectest.setup.ENGINE run|setup`` entry point
+(``module_main``). Knows nothing about any one engine (``spectest.setup.openvino``,
+``spectest.setup.mistralrs``, ``spectest.setup.mlx``).
 
 Notes
 -----
@@ -64,8 +66,7 @@ class EnvSpec:
 
     ``requirements`` go to one ``pip install`` (every version pinned); ``check`` is Python run
     by the new interpreter that must print one JSON object (the versions it imported; stored in
-    ``.ready`` and in the engine's provenance); ``pip_args`` are extra pip options (tests pass
-    ``--no-index``).
+    ``.ready``); ``pip_args`` are extra pip options (tests pass ``--no-index``).
     """
 
     engine: str  # cache folder and the name of ``spectest setup ENGINE``
