@@ -117,22 +117,32 @@ def read_run(run_dir: Path) -> dict[str, Any]:
         out["rejections"] = cand.get("rejections")
         tvs = [b["max_tv_excess"] for b in cand.get("by_config", []) if b.get("max_tv_excess")]
         out["max_tv_excess"] = max(tvs) if tvs else None
-    hellos = []
+    engines: dict[str, Any] = {}
+    pkgs: dict[str, Any] = {}
     try:
         import pyarrow.parquet as pq
 
         meta = pq.read_metadata(run_dir / "samples.parquet").metadata or {}
         prov = json.loads(meta.get(b"spectest.provenance", b"{}"))
-        hellos = [e["hello"] for e in prov.get("engines", {}).values() if e.get("hello")]
-        pkgs = prov.get("packages", {})
+        engines, pkgs = prov.get("engines", {}), prov.get("packages", {})
     except (OSError, ValueError, ImportError):
-        pkgs = {}
-    if hellos:
+        pass
+    hellos = [e["hello"] for e in engines.values() if e.get("hello")]
+    servers = [e["server_info"] for e in engines.values() if e.get("server_info")]
+    if hellos:  # command engines: the program's hello line
         version = str(hellos[0].get("version", "?")).split("-")[0]  # no build suffix
         out["version"] = f"{hellos[0].get('engine', '?')} {version}"
         ignored = any(str(h.get("seeds", "")).startswith("ignored") for h in hellos)
         out["seeds"] = "ignored (not reproducible)" if ignored else "honoured"
-    elif "transformers" in pkgs:
+    elif servers:  # http engines: what the server said (llama.cpp /props, vLLM /version)
+        info = servers[0]
+        if (info.get("/props") or {}).get("build_info"):
+            out["version"] = "llama.cpp " + str(info["/props"]["build_info"]).split("-")[0]
+        elif info.get("/version"):
+            v = info["/version"]
+            out["version"] = "vLLM " + str(v.get("version", v) if isinstance(v, dict) else v)
+        out["seeds"] = "honoured"  # the http engine checks it (check_seeds) unless turned off
+    elif "transformers" in pkgs and any(str(k).startswith("hf") for k in engines):
         out["version"] = f"transformers {pkgs['transformers']}"
         out["seeds"] = "honoured"
     return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -33,6 +33,19 @@ def hunt(
 
     extra = ["--seeds", str(seeds)] if seeds else []
     rows = run_hunt(out, tuple(only or ()), extra)
+    print_table(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "hunt.json").write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
+    typer.echo(f"hunt: {sum(r.status == 'ran' for r in rows)} of {len(rows)} engines ran; "
+               f"table in {out / 'hunt.json'}")  # fmt: skip
+    if any(r.status == "ran" and r.exit_code not in (0, 1, 3) for r in rows):
+        raise typer.Exit(4)
+
+
+def print_table(rows: list[Any]) -> None:
+    """One row per hunted engine (``spectest.hunt.HuntRow``), wide enough not to wrap."""
+    from rich.console import Console
+
     table = Table(title="spectest hunt: speculative vs plain, per engine")
     notes = any(r.note for r in rows)
     for col in ("engine", "version", "protocol", "verdict", "rejections", "max TV excess",
@@ -50,10 +63,4 @@ def hunt(
             "" if r.wall_s is None else f"{r.wall_s:.0f}",
             *([r.note] if notes else []),
         )
-    console().print(table)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "hunt.json").write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
-    typer.echo(f"hunt: {sum(r.status == 'ran' for r in rows)} of {len(rows)} engines ran; "
-               f"table in {out / 'hunt.json'}")  # fmt: skip
-    if any(r.status == "ran" and r.exit_code not in (0, 1, 3) for r in rows):
-        raise typer.Exit(4)
+    Console(highlight=False, width=max(console().width, 150)).print(table)
