@@ -4,10 +4,10 @@ its shipped speculative-vs-plain protocol, and one table says which of them pres
 Owns: the list of hunted engines (``ENGINES``: a name, its shipped protocol, how to tell whether
 it is set up and how to set it up), running each protocol as its own ``spectest run``
 subprocess (so an engine that dies or hangs costs its own row, never the hunt), and reading
-each run back into a ``HuntRow`` (verdict, exit code, rejections, worst TV excess, whether the
-engine honours seeds, wall time). Knows nothing about statistics (the runs decide) nor about
-how an engine is installed (``spectest.setup``, ``scripts/build_llamacpp.sh``,
-``scripts/vllm_cpu_bug.sh``).
+each run back into a ``HuntRow`` (verdict, exit code, rejections, worst TV excess, what the
+engine says it does with seeds — a claim, not a check —, wall time). Knows nothing about
+statistics (the runs decide) nor about how an engine is installed (``spectest.setup``,
+``scripts/build_llamacpp.sh``, ``scripts/vllm_cpu_bug.sh``).
 
 Notes
 -----
@@ -51,7 +51,7 @@ class HuntRow:
     verdict: str = ""
     rejections: int | None = None
     max_tv_excess: float | None = None
-    seeds: str = ""  # "honoured" / "ignored (not reproducible)" / ""
+    seeds: str = ""  # what the engine says it does with seeds: "per request", "ignored (...)"
     version: str = ""
     wall_s: float | None = None
     run_dir: str = ""
@@ -132,8 +132,10 @@ def read_run(run_dir: Path) -> dict[str, Any]:
     if hellos:  # command engines: the program's hello line
         version = str(hellos[0].get("version", "?")).split("-")[0]  # no build suffix
         out["version"] = f"{hellos[0].get('engine', '?')} {version}"
-        ignored = any(str(h.get("seeds", "")).startswith("ignored") for h in hellos)
-        out["seeds"] = "ignored (not reproducible)" if ignored else "honoured"
+        said = [str(h.get("seeds", "")).split(":")[0] for h in hellos]  # the program's claim
+        out["seeds"] = (
+            "ignored (not reproducible)" if "ignored" in said else ", ".join(sorted(set(said)))
+        )
     elif servers:  # http engines: what the server said (llama.cpp /props, vLLM /version)
         info = servers[0]
         if (info.get("/props") or {}).get("build_info"):
@@ -141,10 +143,10 @@ def read_run(run_dir: Path) -> dict[str, Any]:
         elif info.get("/version"):
             v = info["/version"]
             out["version"] = "vLLM " + str(v.get("version", v) if isinstance(v, dict) else v)
-        out["seeds"] = "honoured"  # the http engine checks it (check_seeds) unless turned off
+        out["seeds"] = "per request"  # the http engine checks it (check_seeds) unless turned off
     elif "transformers" in pkgs and any(str(k).startswith("hf") for k in engines):
         out["version"] = f"transformers {pkgs['transformers']}"
-        out["seeds"] = "honoured"
+        out["seeds"] = "per row"  # spectest's own counter-based RNG
     return out
 
 

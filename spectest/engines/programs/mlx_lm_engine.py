@@ -140,7 +140,7 @@ def build(args: argparse.Namespace) -> tuple[MLXRunner, dict[str, Any]]:
         "mode": "speculative" if args.draft else "plain",
         "num_draft_tokens": args.num_draft_tokens if args.draft else None,
         "sampler": args.sampler,
-        "seeds": "honoured: mx.random.seed(row key) before each sequence",
+        "seeds": "per sequence: mx.random.seed(row key) before each",
         "target": args.target,
         "draft": args.draft,
     }

@@ -148,7 +148,7 @@ def build(args: argparse.Namespace) -> tuple[OVRunner, dict[str, Any]]:
         "device": args.device,
         "properties": PROPERTIES,
         "scheduler": scheduler,
-        "seeds": "honoured: rng_seed per request = spectest's row key",
+        "seeds": "per request: rng_seed = spectest's row key",
         "target": args.target,
         "draft": args.draft,
         "overrides": overrides,
