@@ -19,9 +19,17 @@ import pandas as pd
 from spectest import schema
 from spectest.byo import read_samples_file
 from spectest.errors import ConfigError, InputError
-from spectest.judge import ProgressFn, RunResult, compare_all, finish_run, no_progress
+from spectest.judge import (
+    ProgressFn,
+    RunResult,
+    analysis_options,
+    compare_all,
+    finish_run,
+    no_progress,
+)
 from spectest.plan import Arm, SeedRange
-from spectest.protocol import MULTIPLICITY_METHODS, TestsSpec, TrieSpec
+from spectest.protocol import TestsSpec, TrieSpec
+from spectest.stats.analyze import OptionError
 from spectest.store import RunDir, make_provenance
 
 
@@ -61,15 +69,23 @@ def compare_files(
     """
     t0 = time.perf_counter()
     progress = progress or no_progress
-    if not (0.0 < alpha < 1.0):
-        raise ConfigError(f"--alpha: expected a number in (0, 1), got {alpha!r}")
-    if multiplicity not in MULTIPLICITY_METHODS:
-        raise ConfigError(
-            f"--multiplicity: expected one of {', '.join(MULTIPLICITY_METHODS)}, "
-            f"got {multiplicity!r}"
-        )
     if max_mde_tv is not None and not (0.0 < max_mde_tv <= 1.0):
         raise ConfigError(f"--max-mde-tv: expected a number in (0, 1], got {max_mde_tv!r}")
+    analysis_d = {
+        "alpha": alpha,
+        "multiplicity": multiplicity,
+        "min_expected": 5.0,
+        "trie": {"depth": 2, "min_count": 200},
+        "whitebox": False,
+        "null_permutations": 200,
+        "max_mde_tv": max_mde_tv,
+    }
+    tests = byo_tests(analysis_d)
+    try:  # the analysis' own validator, before any file is read (protocol._check_tests)
+        analysis_options(tests)
+    except OptionError as err:
+        flag = {"alpha": "--alpha", "multiplicity": "--multiplicity"}.get(err.option, err.option)
+        raise ConfigError(f"{flag}: {err.rule}, got {err.value!r}") from None
     ref = read_samples_file(reference)
     cand = read_samples_file(candidate)
     cells_r = set(map(tuple, ref[list(schema.CELL)].drop_duplicates().to_numpy().tolist()))
@@ -96,15 +112,6 @@ def compare_files(
             .to_numpy()
             .tobytes()
         )
-    analysis_d = {
-        "alpha": alpha,
-        "multiplicity": multiplicity,
-        "min_expected": 5.0,
-        "trie": {"depth": 2, "min_count": 200},
-        "whitebox": False,
-        "null_permutations": 200,
-        "max_mde_tv": max_mde_tv,
-    }
     digest.update(repr(sorted(analysis_d.items())).encode())
     h = digest.hexdigest()
     run_dir = Path(out) if out is not None else Path("results") / f"compare-{h[:10]}"
@@ -120,7 +127,6 @@ def compare_files(
         replace=True,  # nothing to resume: a re-run (after a failure, or of new data) replaces it
     )
     provenance = make_provenance(protocol_hash=h, device="n/a", seed_ranges={}, kind="compare")
-    tests = byo_tests(analysis_d)
     results = compare_all(samples, None, byo_arms(), tests, "compare", progress)
     verdict, comparisons, summary = finish_run(
         rd,

@@ -15,6 +15,7 @@ Knows nothing about engines or models (``spectest.runner`` generates), how tests
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from spectest.store import (
     ROUNDS,
     SAMPLES,
     SEQUENCE,
+    SUMMARY,
     TESTS,
     TOOTH_SIZES,
     TRIE,
@@ -207,7 +209,7 @@ def finish_run(
     """Decide, write every final file, render reports from what was written, manifest last.
     ``sizes``: the teeth's sizes (``spectest.tooth_size``), stored as ``tooth_sizes.parquet`` so
     that ``spectest analyze`` decides the same without the models."""
-    from spectest.report import write_reports
+    from spectest.report import write_ci_outputs, write_reports
     from spectest.stats.histograms import position_counts
 
     comparisons, verdict = judge(
@@ -244,8 +246,17 @@ def finish_run(
         tables[fname] = (df, analysis_schemas[fname])
     rd.write_final(tables=tables, summary=summary, texts={}, provenance=provenance, manifest=False)
     write_reports(rd.path, require_complete=False)
-    rd.write_manifest(provenance)
-    if junit is not None or summary_md is not None:
-        # NOTE: the CI outputs only after the manifest: a killed run never leaves a JUnit file
-        write_reports(rd.path, junit=junit, summary_md=summary_md)
+    rd.write_manifest(provenance, release=False)
+    try:
+        # NOTE: the CI outputs only after the manifest: a killed run never leaves a JUnit file.
+        # One that cannot be written (disk full) takes the completion back: the process exits 4
+        # and no complete summary.json says otherwise (a re-run resumes and writes them).
+        if junit is not None or summary_md is not None:
+            stored = json.loads((rd.path / SUMMARY).read_text(encoding="utf-8"))  # as written
+            write_ci_outputs(stored, junit=junit, summary_md=summary_md)
+    except BaseException:
+        rd.mark_incomplete()
+        raise
+    finally:
+        rd.release()
     return verdict, comparisons, summary

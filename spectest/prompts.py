@@ -7,21 +7,46 @@ Knows nothing about protocols beyond the file name it reports, nor about models 
 vocabulary size.
 
 Format: one JSON object per line, ``{"id": "p0", "text": "..."}`` or ``{"id": "p0", "ids": [1,
-2]}``; ids are names (letters, digits, ``_ . -``), unique in the file; blank lines are ignored.
+2]}``; ids are names (``NAME_RE``: letters, digits, ``_ . -``, at most 128 characters, nothing
+after the last one — no trailing newline), unique in the file; blank lines are ignored. The file
+is UTF-8 (a byte-order mark on line 1 is allowed).
+
+Limits (refused before any model is loaded, one line naming the file and line)
+------------------------------------------------------------------------------
+A prompt holds at most ``MAX_PROMPT_TOKENS`` tokens (text: its UTF-8 bytes + BOS, the byte
+tokenizer's count), a line at most ``MAX_LINE_BYTES`` bytes (read with a bounded ``readline``, so
+a file without newlines never becomes one huge string). Once the models are loaded,
+``prompt_token_ids`` refuses a prompt longer than the models' context minus the generated
+positions (``context_limit``) before any forward: a transformer's prefill allocates activations
+in proportion to the prompt (a 1 MB prompt took 8.8 GB before it failed).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from spectest.errors import ConfigError
+from spectest.inputs import not_regular, open_input, refused
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-_NAME_RE = NAME_RE
+# NOTE: \A...\Z, not ^...$: "$" also matches before a trailing newline, so "ci\n" passed and
+# named a run directory "ci\n-<hash>". Use ``NAME_RE.fullmatch`` (or ``is_name``).
+NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}\Z")
+NAME_RULE = (
+    "a name of letters, digits, '_', '.', '-' (at most 128, starting with a letter or digit)"
+)
+MAX_PROMPT_TOKENS = 131_072  # above every zoo model's context (40 960); see the module docstring
+MAX_LINE_BYTES = 8 * 2**20  # one JSONL line; a MAX_PROMPT_TOKENS text fits with escapes
+MAX_PROMPT_FILE_BYTES = 64 * 2**20
+
+
+def is_name(value: object) -> bool:
+    """``value`` is a string that is a name (``NAME_RE``, matched in full)."""
+    return isinstance(value, str) and NAME_RE.fullmatch(value) is not None
 
 
 @dataclass(frozen=True)
@@ -45,23 +70,79 @@ class PromptsSpec:
     items: tuple[Prompt, ...]
 
 
+def _find(file: str, base_dir: Path | None, source: str) -> Path:
+    """The prompt file: ``file`` relative to ``base_dir`` (the protocol's directory), then to
+    the working directory. Something there that is not a regular file, or a path the machine
+    will not let us look at, is refused (exit 4) rather than skipped."""
+    rel = Path(file).expanduser()
+    tried = [rel] if rel.is_absolute() else [(base_dir or Path.cwd()) / rel, Path.cwd() / rel]
+    for t in tried:
+        try:
+            mode = t.stat().st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as err:
+            raise refused(t, "prompt file", err.strerror or type(err).__name__) from None
+        why = not_regular(mode)
+        if why is not None:
+            raise refused(t, "prompt file", why)
+        return t
+    where = ", ".join(str(t.parent) for t in tried)
+    raise ConfigError(f"{source}: prompts.file: no such prompt file {file!r} (looked in {where})")
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of every line, each read with a bounded ``readline`` and decoded
+    as UTF-8; one ``ConfigError`` naming the file and line when a line is too long or not
+    UTF-8, or the file is larger than ``MAX_PROMPT_FILE_BYTES``."""
+    pfile, total = str(path), 0
+    with open_input(path, "prompt file") as f:
+        for lineno in range(1, 2**62):
+            try:
+                raw = f.readline(MAX_LINE_BYTES + 1)
+            except OSError as err:
+                raise refused(path, "prompt file", err.strerror or type(err).__name__) from None
+            if not raw:
+                return
+            total += len(raw)
+            if len(raw) > MAX_LINE_BYTES:
+                raise ConfigError(
+                    f"{pfile}: line {lineno}: longer than {MAX_LINE_BYTES} bytes (a prompt holds "
+                    f"at most {MAX_PROMPT_TOKENS} tokens)"
+                )
+            if total > MAX_PROMPT_FILE_BYTES:
+                raise ConfigError(
+                    f"{pfile}: larger than {MAX_PROMPT_FILE_BYTES} bytes at line {lineno} (a "
+                    "prompt set is at most that)"
+                )
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]  # a UTF-8 byte-order mark
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ConfigError(
+                    f"{pfile}: line {lineno}: not UTF-8 text (byte 0x{raw[err.start]:02x} at "
+                    f"column {err.start + 1}: {err.reason})"
+                ) from None
+            yield lineno, text.rstrip("\r\n")
+
+
+def _token_count(pr: Prompt) -> int:
+    """Tokens of a prompt: its ids, or (text) its UTF-8 bytes plus BOS — the byte tokenizer's
+    count (``prompt_token_ids``), known without encoding it."""
+    return len(pr.ids) if pr.ids is not None else len((pr.text or "").encode("utf-8")) + 1
+
+
 def load_prompt_set(
     file: str, *, limit: int | None, base_dir: Path | None, source: str
 ) -> PromptsSpec:
     """Load ``file`` (relative to ``base_dir`` — the protocol's directory — then to the working
     directory), keep the first ``limit`` prompts. ``source`` names the protocol in messages."""
-    rel = Path(file).expanduser()
-    tried = [rel] if rel.is_absolute() else [(base_dir or Path.cwd()) / rel, Path.cwd() / rel]
-    path = next((p for p in tried if p.is_file()), None)
-    if path is None:
-        where = ", ".join(str(t.parent) for t in tried)
-        raise ConfigError(
-            f"{source}: prompts.file: no such prompt file {file!r} (looked in {where})"
-        )
+    path = _find(file, base_dir, source)
     items: list[Prompt] = []
     seen: set[str] = set()
     pfile = str(path)
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for lineno, line in _lines(path):
         if not line.strip():
             continue
         try:
@@ -76,11 +157,8 @@ def load_prompt_set(
                 f'{{"id": ..., "ids": [...]}}, got {line[:60]!r}'
             )
         pid = obj["id"]
-        if not isinstance(pid, str) or not _NAME_RE.match(pid):
-            raise ConfigError(
-                f"{pfile}: line {lineno}: id must be a name of letters, digits, "
-                f"'_', '.', '-', got {pid!r}"
-            )
+        if not is_name(pid):
+            raise ConfigError(f"{pfile}: line {lineno}: id must be {NAME_RULE}, got {pid!r:.200}")
         if pid in seen:
             raise ConfigError(f"{pfile}: line {lineno}: duplicate prompt id {pid!r}")
         seen.add(pid)
@@ -91,8 +169,16 @@ def load_prompt_set(
             )
         if text is not None and (not isinstance(text, str) or not text):
             raise ConfigError(
-                f"{pfile}: line {lineno}: text must be a non-empty string, got {text!r}"
+                f"{pfile}: line {lineno}: text must be a non-empty string, got {text!r:.200}"
             )
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as err:  # a lone surrogate written as a JSON escape
+                raise ConfigError(
+                    f"{pfile}: line {lineno}: text of prompt {pid!r} is not valid Unicode "
+                    f"({err.reason} at character {err.start + 1})"
+                ) from None
         if ids is not None and (
             not isinstance(ids, list)
             or not ids
@@ -100,9 +186,15 @@ def load_prompt_set(
         ):
             raise ConfigError(
                 f"{pfile}: line {lineno}: ids must be a non-empty list of integers >= 0, "
-                f"got {ids!r}"
+                f"got {ids!r:.200}"
             )
-        items.append(Prompt(id=pid, text=text, ids=tuple(ids) if ids is not None else None))
+        prompt = Prompt(id=pid, text=text, ids=tuple(ids) if ids is not None else None)
+        if (n := _token_count(prompt)) > MAX_PROMPT_TOKENS:
+            raise ConfigError(
+                f"{pfile}: line {lineno}: prompt {pid!r} is {n} tokens long; a prompt holds at "
+                f"most {MAX_PROMPT_TOKENS} (text: UTF-8 bytes + BOS)"
+            )
+        items.append(prompt)
     if not items:
         raise ConfigError(f"{source}: prompts.file: prompt file {pfile!r} holds no prompts")
     if limit is not None:
@@ -125,17 +217,55 @@ def prompts_jsonl(prompts: PromptsSpec | Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def prompt_token_ids(prompts: PromptsSpec | Any, vocab_size: int) -> dict[str, list[int]]:
+def model_context(model: Any) -> int | None:
+    """The most positions ``model`` attends over: a transformers config's
+    ``max_position_embeddings``; None when the model states none (the analytic toy LM reads only
+    its last ``order - 1`` tokens, so any length works)."""
+    n = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return int(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+def context_limit(models: Sequence[Any], positions: int) -> tuple[int, str] | None:
+    """The longest prompt the models can take while generating ``positions`` tokens — the
+    smallest ``model_context`` of ``models`` (target, draft; None entries skipped) minus
+    ``positions`` — and the model that sets it; None when no model states a context."""
+    known = [
+        (c, i, getattr(m, "name", "?"))
+        for i, m in enumerate(models)
+        if (c := model_context(m)) is not None
+    ]
+    if not known:
+        return None
+    ctx, _, name = min(known)  # the target first on a tie
+    return ctx - positions, f"{name}: context {ctx} - {positions} generated positions"
+
+
+def prompt_token_ids(
+    prompts: PromptsSpec | Any, vocab_size: int, models: Sequence[Any] = ()
+) -> dict[str, list[int]]:
     """Token ids of every prompt. Text prompts use the byte tokenizer (``models.bytetok``,
     BOS first) — the tokenizer of the bundled pair and of any model with ≥ 259 ids; explicit
     ``ids`` are used as given. Every id must be < ``vocab_size``. Accepts a ``PromptsSpec`` or a
-    ``Protocol``."""
+    ``Protocol``.
+
+    ``models`` (the loaded target and draft, with a ``Protocol``): every prompt must fit
+    ``context_limit(models, protocol.positions)``; the length is checked before the prompt is
+    encoded or reaches a model (``ConfigError`` naming the prompt file, the prompt id, its length
+    and the limit).
+    """
     from spectest.models import bytetok
 
     spec = prompts if isinstance(prompts, PromptsSpec) else prompts.prompts
+    positions = getattr(prompts, "positions", None)
+    limit = context_limit(models, int(positions)) if positions is not None else None
     out: dict[str, list[int]] = {}
     pfile = spec.path
     for pr in spec.items:
+        if limit is not None and (n := _token_count(pr)) > limit[0]:
+            raise ConfigError(
+                f"{pfile}: prompt {pr.id!r} is {n} tokens long, longer than the models take: at "
+                f"most {max(limit[0], 0)} ({limit[1]})"
+            )
         if pr.ids is not None:
             ids = list(pr.ids)
         else:

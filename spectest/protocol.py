@@ -39,7 +39,15 @@ from typing import Any
 import yaml
 
 from spectest.errors import ConfigError
-from spectest.prompts import NAME_RE, Prompt, PromptsSpec, load_prompt_set, prompts_jsonl
+from spectest.inputs import read_input, refused
+from spectest.prompts import (
+    NAME_RULE,
+    Prompt,
+    PromptsSpec,
+    is_name,
+    load_prompt_set,
+    prompts_jsonl,
+)
 from spectest.sampling.params import SamplingParams
 from spectest.sequential import SPENDING
 from spectest.tooth_size import DEFAULT_BUDGET as DEFAULT_SIZE_BUDGET
@@ -55,7 +63,7 @@ SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
 ENGINES_REFERENCE = ("builtin", "hf-generate")  # version 1's closed lists (engines/hf.py)
 ENGINES_CANDIDATE = ("builtin", "hf-assisted")
 ACCEPTOR_PREFIX = "acceptor:"  # candidate: acceptor:SPEC = engines.candidate {acceptor, kernel}
-_NAME_RE = NAME_RE
+LIMITS_FIELD = "limits.max_tokens"
 _MODEL_PREFIXES = (
     "toy:",
     "hf-preset:",
@@ -174,6 +182,15 @@ class TeethSpec:
 
 
 @dataclass(frozen=True)
+class LimitsSpec:
+    """What the protocol may cost: ``max_tokens``, the most tokens its full plan may hold (None
+    = ``plan.DEFAULT_MAX_TOKENS``; ``plan.check_budget``). Not hashed: it changes no sample and
+    no decision, only whether the run is allowed to start."""
+
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True)
 class EngineChoice:
     """The engine of an arm: a registered name (``spectest.engines.registry``) and that engine's
     parsed ``Options`` (a frozen dataclass). The teeth always use ``EngineChoice.builtin()``."""
@@ -216,6 +233,7 @@ class Protocol:
     source: str  # the protocol file (for messages)
     reference_engine: EngineChoice = field(default_factory=EngineChoice.builtin)
     candidate_engine: EngineChoice = field(default_factory=EngineChoice.builtin)
+    limits: LimitsSpec = field(default_factory=LimitsSpec)  # not hashed (like ``output``)
 
     @property
     def config_map(self) -> dict[str, SamplingParams]:
@@ -305,6 +323,9 @@ _V1_DEFAULT_ENGINE = {
 
 
 # ----------------------------------------------------------------------------- validation helpers
+_MAX_DETAIL = 400  # characters of a message after the field path
+
+
 class _Ctx:
     """Carries the file name so every message names it."""
 
@@ -312,6 +333,8 @@ class _Ctx:
         self.source = source
 
     def fail(self, path: str, msg: str) -> ConfigError:
+        if len(msg) > _MAX_DETAIL:  # a value's repr can be as long as the file: keep one line
+            msg = f"{msg[:_MAX_DETAIL]}... ({len(msg)} characters)"
         return ConfigError(f"{self.source}: {path}: {msg}")
 
     def mapping(
@@ -321,8 +344,9 @@ class _Ctx:
             raise self.fail(path or "<top>", f"expected a mapping, got {value!r}")
         for key in value:
             if not isinstance(key, str) or key not in allowed:
-                where = f"{path}.{key}" if path else str(key)
-                raise self.fail(where, f"unknown key {key!r} (allowed: {', '.join(allowed)})")
+                shown = str(key) if is_name(key) or key is None else f"[{key!r:.60}]"
+                where = f"{path}.{shown}" if path else shown
+                raise self.fail(where, f"unknown key {key!r:.60} (allowed: {', '.join(allowed)})")
         for key in required:
             if key not in value:
                 where = f"{path}.{key}" if path else key
@@ -343,10 +367,14 @@ class _Ctx:
             or not isinstance(value, (int, float))
             or not math.isfinite(value)
         ):
-            raise self.fail(path, f"expected a number {what}, got {value!r}")
+            raise self.fail(path, f"expected a number{' ' + what if what else ''}, got {value!r}")
         if not check(float(value)):
             raise self.fail(path, f"expected a number {what}, got {value!r}")
         return float(value)
+
+    def number(self, value: Any, path: str) -> float:
+        """A finite number (its range is the caller's)."""
+        return self.float_(value, path, lambda _: True, "")
 
     def str_(self, value: Any, path: str, choices: Sequence[str] | None = None) -> str:
         if not isinstance(value, str) or not value:
@@ -362,14 +390,54 @@ class _Ctx:
 
     def name(self, value: Any, path: str) -> str:
         s = self.str_(value, path)
-        if not _NAME_RE.match(s):
-            raise self.fail(
-                path, f"expected a name of letters, digits, '_', '.', '-', got {value!r}"
-            )
+        if not is_name(s):
+            raise self.fail(path, f"expected {NAME_RULE}, got {value!r}")
         return s
 
 
 # ----------------------------------------------------------------------------- loading
+MAX_PROTOCOL_BYTES = 2**18  # a protocol is a few KB; PyYAML parses ~10⁵ B/s: a few s at most
+MAX_BATCH_SIZE = 2**20  # rows per engine batch (an engine may allocate per batch row)
+
+
+class _ProtocolLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` without aliases: a ``*name`` is refused where it stands.
+
+    NOTE: an alias costs nothing to write and is expanded wherever the value is used (copied,
+    compared, printed in a message): nine nested levels of ten aliases each are 10⁹ nodes from
+    a 1 KB file (measured: 240 s and 6.5 GB, then a traceback). A protocol needs none, so
+    refusing them is simpler than capping the expansion; anchors alone (``&name``) are inert."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            mark = event.start_mark
+            raise _AliasRefused(event.anchor, mark.line + 1, mark.column + 1)
+        return super().compose_node(parent, index)
+
+
+class _AliasRefused(Exception):
+    def __init__(self, anchor: str, line: int, column: int) -> None:
+        self.anchor, self.line, self.column = anchor, line, column
+
+
+def _yaml_load(text: str, source: str) -> Any:
+    """``text`` as YAML (safe types only, no aliases); one ``ConfigError`` line naming
+    ``source`` (the file, or ``--set KEY``) and the line otherwise."""
+    try:
+        return yaml.load(text, Loader=_ProtocolLoader)  # a SafeLoader subclass
+    except _AliasRefused as err:
+        raise ConfigError(
+            f"{source}: line {err.line}, column {err.column}: YAML alias *{err.anchor:.40} is not "
+            "allowed (aliases can expand without bound; write the value out)"
+        ) from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "?"
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{source}: malformed YAML at {where}: {problem}") from None
+
+
 def load_protocol(
     path: str | os.PathLike[str],
     *,
@@ -389,27 +457,32 @@ def load_protocol(
 
     # a local file wins; a bare name (top_p, top_p.yaml) falls back to a shipped protocol, and
     # then ``source`` is the shipped file's full path, so the run records which one it used
-    p, shipped = resolve_protocol_file(path)
-    source = str(p) if shipped else str(path)
     try:
-        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "?"
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"{source}: malformed YAML at {where}: {problem}") from None
+        p, shipped = resolve_protocol_file(path)
+    except OSError as err:  # a path component the machine will not let us look at
+        raise refused(path, "protocol file", err.strerror or type(err).__name__) from None
+    source = str(p) if shipped else str(path)
+    data = read_input(p, "protocol file", MAX_PROTOCOL_BYTES)
+    if len(data) > MAX_PROTOCOL_BYTES:
+        raise ConfigError(
+            f"{source}: larger than {MAX_PROTOCOL_BYTES} bytes: not a protocol (prompts live in "
+            "the prompts.file)"
+        )
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise ConfigError(f"{source}: not UTF-8 text ({err.reason})") from None
+        line = data[: err.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{source}: line {line}: not UTF-8 text (byte 0x{data[err.start]:02x}: {err.reason})"
+        ) from None
+    raw = _yaml_load(text, source)
     raw = copy.deepcopy(raw)
     all_overrides: dict[str, Any] = {}
     for item in sets:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set: expected key=value, got {item!r}")
-        try:
-            all_overrides[key.strip()] = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise ConfigError(f"--set {key.strip()}: value is not valid YAML: {text!r}") from None
+        all_overrides[key.strip()] = _yaml_load(text, f"--set {key.strip()}")
     all_overrides.update({k: v for k, v in (overrides or {}).items() if v is not None})
     for key, value in all_overrides.items():
         raw = _apply_override(raw, key, value, source)
@@ -457,7 +530,7 @@ def protocol_from_dict(
         allowed=(
             "version", "name", "description", "models", "drafter", "prompts", "configs",
             "seeds", "positions", "candidate", "tests", "teeth", "output", "batch_size", "engine",
-            "engines",
+            "engines", "limits",
         ),
         required=(
             "version", "name", "models", "drafter", "prompts", "configs", "seeds", "positions",
@@ -567,25 +640,31 @@ def protocol_from_dict(
     tr = c.mapping(t.get("trie", {}) or {}, "tests.trie", ("depth", "min_count"))
     pw = c.mapping(t.get("power", {}) or {}, "tests.power", ("max_mde_tv",))
     max_mde = pw.get("max_mde_tv")
+    # the forms are checked here, the ranges by AnalysisOptions (_check_tests): one copy of each
+    raw_tests = {
+        "alpha": t.get("alpha", 0.05),
+        "multiplicity": t.get("multiplicity", "bh"),
+        "min_expected": t.get("min_expected", 5.0),
+        "trie_depth": tr.get("depth", 2),
+        "trie_min_count": tr.get("min_count", 200),
+        "null_permutations": t.get("null_permutations", 200),
+    }
     tests = TestsSpec(
-        alpha=c.float_(t.get("alpha", 0.05), "tests.alpha", lambda a: 0.0 < a < 1.0, "in (0, 1)"),
-        multiplicity=c.str_(
-            t.get("multiplicity", "bh"), "tests.multiplicity", MULTIPLICITY_METHODS
-        ),
-        min_expected=c.float_(
-            t.get("min_expected", 5.0), "tests.min_expected", lambda x: x > 0, "> 0"
-        ),
+        alpha=c.number(raw_tests["alpha"], "tests.alpha"),
+        multiplicity=c.str_(raw_tests["multiplicity"], "tests.multiplicity", MULTIPLICITY_METHODS),
+        min_expected=c.number(raw_tests["min_expected"], "tests.min_expected"),
         trie=TrieSpec(
-            depth=c.int_(tr.get("depth", 2), "tests.trie.depth", lo=0, hi=64),
-            min_count=c.int_(tr.get("min_count", 200), "tests.trie.min_count", lo=1),
+            depth=c.int_(raw_tests["trie_depth"], "tests.trie.depth"),
+            min_count=c.int_(raw_tests["trie_min_count"], "tests.trie.min_count"),
         ),
         whitebox=c.bool_(t.get("whitebox", True), "tests.whitebox"),
-        null_permutations=c.int_(t.get("null_permutations", 200), "tests.null_permutations", lo=0),
+        null_permutations=c.int_(raw_tests["null_permutations"], "tests.null_permutations"),
         max_mde_tv=None
         if max_mde is None
         else c.float_(max_mde, "tests.power.max_mde_tv", lambda x: 0.0 < x <= 1.0, "in (0, 1]"),
         sequence=c.bool_(t.get("sequence", True), "tests.sequence"),
     )
+    _check_tests(c, tests, raw_tests)
 
     th = c.mapping(
         top.get("teeth", {}) or {}, "teeth", ("null_arm", "epsilons", "mutants", "size_budget")
@@ -601,9 +680,11 @@ def protocol_from_dict(
     )
     mutants = tuple(_variant(c, v, f"teeth.mutants[{i}]") for i, v in enumerate(mut_raw))
     for what, seq in (("epsilons", epsilons), ("mutants", mutants)):
-        dup = [x for i, x in enumerate(seq) if x in seq[:i]]
-        if dup:
-            raise c.fail(f"teeth.{what}", f"duplicate entry {dup[0]!r}")
+        seen: set[Any] = set()  # (a set: a list scan is quadratic in a long hostile list)
+        for x in seq:
+            if x in seen:
+                raise c.fail(f"teeth.{what}", f"duplicate entry {x!r}")
+            seen.add(x)
     if "exact" in mutants:
         raise c.fail(
             "teeth.mutants", "'exact' is not a mutant (the null arm is the exact sampler's tooth)"
@@ -617,16 +698,52 @@ def protocol_from_dict(
     )
 
     output = c.str_(top.get("output", "results"), "output")
-    batch_size = c.int_(top.get("batch_size", 256), "batch_size", lo=1)
+    batch_size = c.int_(top.get("batch_size", 256), "batch_size", lo=1, hi=MAX_BATCH_SIZE)
     reference_engine, candidate_engine, candidate = _engines(
         c, top, version, candidate, drafter, base_dir
     )
-    return Protocol(
+    lm = c.mapping(top.get("limits", {}) or {}, "limits", ("max_tokens",))
+    limits = LimitsSpec(
+        max_tokens=None
+        if lm.get("max_tokens") is None
+        else c.int_(lm["max_tokens"], LIMITS_FIELD, lo=1)
+    )
+    protocol = Protocol(
         version=version, name=name, description=description, models=models, drafter=drafter,
         prompts=prompts, configs=configs, seeds=seeds, positions=positions, candidate=candidate,
         tests=tests, teeth=teeth, output=output, batch_size=batch_size, source=source,
-        reference_engine=reference_engine, candidate_engine=candidate_engine,
+        reference_engine=reference_engine, candidate_engine=candidate_engine, limits=limits,
     )  # fmt: skip
+    from spectest.plan import check_budget  # (plan imports this module)
+
+    check_budget(protocol)  # before any work: the plan's size against limits.max_tokens
+    return protocol
+
+
+_TESTS_FIELDS = {  # AnalysisOptions field → the protocol's field path
+    "alpha": "tests.alpha",
+    "multiplicity": "tests.multiplicity",
+    "min_expected": "tests.min_expected",
+    "trie_depth": "tests.trie.depth",
+    "trie_min_count": "tests.trie.min_count",
+    "null_permutations": "tests.null_permutations",
+    "whitebox": "tests.whitebox",
+    "sequence": "tests.sequence",
+}
+
+
+def _check_tests(c: _Ctx, tests: TestsSpec, raw: Mapping[str, Any]) -> None:
+    """Every analysis option of ``tests`` at load, through the one validator the analysis uses
+    (``stats.analyze.AnalysisOptions`` via ``judge.analysis_options``), so a value the analysis
+    would refuse after generation is refused here, naming the file, the field and the value."""
+    from spectest.judge import analysis_options
+    from spectest.stats.analyze import OptionError
+
+    try:
+        analysis_options(tests)
+    except OptionError as err:
+        value = raw.get(err.option, err.value)
+        raise c.fail(_TESTS_FIELDS.get(err.option, "tests"), f"{err.rule}, got {value!r}") from None
 
 
 def _engines(
@@ -793,7 +910,7 @@ def _configs(c: _Ctx, value: Any) -> tuple[tuple[str, SamplingParams], ...]:
         )
     out: list[tuple[str, SamplingParams]] = []
     for cid, body in value.items():
-        cid_s = c.name(cid, f"configs.{cid}")
+        cid_s = c.name(cid, f"configs.{cid}" if is_name(cid) else "configs")
         b = c.mapping(body if body is not None else {}, f"configs.{cid_s}", SAMPLING_KEYS)
         try:
             sp = SamplingParams(
@@ -860,6 +977,7 @@ def to_raw(protocol: Protocol, *, prompts_file: str) -> dict[str, Any]:
         },
         "output": p.output,
         "batch_size": p.batch_size,
+        **({} if p.limits.max_tokens is None else {"limits": vars(p.limits).copy()}),
         **(
             {"engines": p.engines_canonical()}
             if p.version != 1

@@ -180,20 +180,37 @@ def _generate_shard(
             f"engine {engine.name}: returned rounds (tested: {out.rounds_tested}) but declares "
             f"rounds = {engine.rounds!r}"
         )
-    samples = samples_frame(out.tokens, prompt_id, rows, arm.name)
+    wb = None
     if job.whitebox:
         if out.whitebox is None:
             raise EngineError(f"engine {engine.name}: white-box columns were asked for, got none")
-        samples = pd.concat([samples, out.whitebox.reset_index(drop=True)], axis=1)
+        wb = out.whitebox
     elif teacher_mode and protocol.tests.whitebox:
         t_teacher = time.perf_counter()
         wb = _shared_teacher(engines, job, out.tokens)
         engines.teacher_s += time.perf_counter() - t_teacher
-        samples = pd.concat([samples, wb.reset_index(drop=True)], axis=1)
+    # one row per emitted token: a sequence that ended early is a shorter sequence
+    samples = samples_frame(out.tokens, prompt_id, rows, arm.name, wb)
     rounds = None
     if out.rounds is not None:
         rounds = rounds_frame(out.rounds, prompt_id, rows, arm.name)
+    _check_shard(samples, engine.name, arm.name, prompt_id)
     return samples, rounds
+
+
+def _check_shard(samples: pd.DataFrame, engine: str, arm: str, prompt_id: str) -> None:
+    """The analysis's own check of a samples table, before the shard is written and marked
+    complete: a shard it would refuse is never stored (``check_output`` should have refused its
+    output already; this is the last line)."""
+    from spectest.stats.histograms import validate_samples
+
+    try:
+        validate_samples(samples)
+    except InputError as err:
+        raise EngineError(
+            f"engine {engine} (arm {arm}, prompt {prompt_id}): the shard's samples are not "
+            f"valid, nothing was written: {err}"
+        ) from None
 
 
 def _shared_teacher(engines: _Engines, job: ArmJob, tokens: Any) -> pd.DataFrame:
@@ -203,7 +220,9 @@ def _shared_teacher(engines: _Engines, job: ArmJob, tokens: Any) -> pd.DataFrame
     import torch
 
     target, draft = engines.models.target, engines.models.draft
-    toks = torch.as_tensor(tokens, dtype=torch.int64)  # [B, T]
+    # past a sequence's end (-1) force token 0: the models are causal, so it changes no column
+    # of an emitted position, and samples_frame drops the ended positions' rows
+    toks = torch.as_tensor(tokens, dtype=torch.int64).clamp(min=0)  # [B, T]
     params = [r.params for r in job.rows]
     if engines.hf_teacher:
         from spectest.engines.hf_teacher import hf_teacher_force
@@ -250,7 +269,9 @@ def _generate_missing(
         try:
             target = engines.models.target
             assert target is not None
-            prompt_ids = prompt_token_ids(protocol, target.vocab_size)
+            prompt_ids = prompt_token_ids(
+                protocol, target.vocab_size, (target, engines.models.draft)
+            )
             run_key = _run_key(protocol)
             # one "generate" bar over every row of every shard still to do
             arms = [_shard_arm(plan, s) for s in todo]

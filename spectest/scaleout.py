@@ -112,7 +112,7 @@ def generate_shards(task: ShardTask) -> list[ShardResult]:
     try:
         target = engines.models.target
         assert target is not None
-        prompt_ids = prompt_token_ids(protocol, target.vocab_size)
+        prompt_ids = prompt_token_ids(protocol, target.vocab_size, (target, engines.models.draft))
         run_key = runner._run_key(protocol)
         for s in todo:
             samples, rounds = runner._generate_shard(

@@ -31,6 +31,7 @@ from pathlib import Path
 import yaml
 
 from spectest.errors import ConfigError
+from spectest.inputs import not_regular, refused
 
 PACKAGE_DIR = "protocols_data"  # inside the spectest package (a symlink in a checkout)
 REPO_DIR = "protocols"
@@ -89,7 +90,9 @@ def resolve_protocol_file(path: str | os.PathLike[str]) -> tuple[Path, bool]:
 
     Local first (``PATH``, then ``PATH.yaml``); then, for a bare name or ``protocols/NAME``,
     the shipped ``NAME`` / ``NAME.yaml``. Otherwise ``ConfigError`` naming ``PATH`` and the
-    shipped names."""
+    shipped names — or, when ``PATH`` is there but is not a regular file (a directory, a FIFO)
+    and no shipped one matches, ``InfrastructureError`` (exit 4) naming it; an ``OSError`` of
+    the file system (a directory that cannot be searched) passes through."""
     p = Path(path)
     if p.is_file():
         return p, False
@@ -107,6 +110,13 @@ def resolve_protocol_file(path: str | os.PathLike[str]) -> tuple[Path, bool]:
             f = d / name
             if f.is_file():
                 return f, True
+    for cand in (p, *(p.with_name(p.name + s) for s in _SUFFIXES if p.suffix not in _SUFFIXES)):
+        try:  # there but not a regular file (a directory, a FIFO): the machine's (exit 4)
+            why = not_regular(cand.stat().st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if why is not None:
+            raise refused(cand, "protocol file", why)
     shipped = ", ".join(s.name for s in list_shipped()) or "none in this install"
     raise ConfigError(
         f"{path}: no such protocol file (shipped protocols: {shipped}; "

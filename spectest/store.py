@@ -16,11 +16,17 @@ Integrity rules
   the sha256 of its final (``complete: true``) bytes, which are written right after it. A CI step
   that reads only ``summary.json`` therefore never takes an interrupted run for a finished one.
 - ``load_run`` (``analyze``, ``report``) checks size and sha256 of every data file the manifest
-  lists and names the first one that changed.
+  lists and names the first one that changed, and checks that the manifest lists every data file
+  the run must have (``REQUIRED_FILES`` of its kind, the tables ``summary.json`` says were
+  written, any data file present on disk): a manifest entry deleted beside an edited file is
+  tampering, named like an edit.
+- ``spectest report`` writes the rendered views only (``RENDERED``) and updates only their
+  entries in the manifest (``update_manifest_entries``): the data files' hashes, the
+  provenance and the ``completed`` time are never rewritten, so a report cannot bless an edit.
 - A ``compare`` directory is not resumable (nothing is expensive to redo): a re-run into it
   replaces it, whatever the outcome of the previous attempt.
 - Filesystem failures (permissions, disk full, an ``--out`` that cannot be a directory) are
-  ``InfrastructureError`` (exit 4), never a traceback.
+  ``InfrastructureError`` (exit 4) naming the file being written, never a traceback.
 
 Knows nothing about statistics or models: it stores the DataFrames it is given, with the Arrow
 schema it is given, and checks nothing about their meaning.
@@ -86,11 +92,22 @@ REPORT_HTML = "report.html"
 COMPLETE_KEY = "complete"  # summary.json: false until the manifest is written
 PROVENANCE_KEY = b"spectest.provenance"
 RENDERED = (REPORT_MD, REPORT_HTML)  # views re-rendered from stored results; not data
-# every name a run directory may hold that spectest wrote (a compare re-run clears these)
-_OWN_FILES = (
-    MANIFEST, SUMMARY, RUN_INFO, PROTOCOL_FILE, PROMPTS_FILE, SAMPLES, ROUNDS, HISTOGRAMS, TESTS,
-    TRIE, WHITEBOX, TOOTH_SIZES, REPORT_MD, REPORT_HTML,
+DATA_FILES_KEY = "data_files"  # summary.json: the tables write_final wrote (verify_manifest)
+# the data files spectest writes into a run directory (every one present must be in the manifest)
+DATA_FILES = (
+    RUN_INFO, PROTOCOL_FILE, PROMPTS_FILE, SUMMARY, SAMPLES, ROUNDS, HISTOGRAMS, TESTS, TRIE,
+    WHITEBOX, SEQUENCE, TOOTH_SIZES,
 )  # fmt: skip
+# what every completed run of a kind has, whatever its protocol (rounds, trie, white-box and
+# sequence tables depend on the protocol and the data: summary.json's ``data_files`` lists them)
+_RUN_FILES = (RUN_INFO, PROTOCOL_FILE, PROMPTS_FILE, SUMMARY, SAMPLES, HISTOGRAMS, TESTS)
+REQUIRED_FILES: dict[str, tuple[str, ...]] = {
+    "run": _RUN_FILES,
+    "teeth": _RUN_FILES,
+    "compare": (RUN_INFO, SUMMARY, SAMPLES, HISTOGRAMS, TESTS),
+}
+# every name a run directory may hold that spectest wrote (a compare re-run clears these)
+_OWN_FILES = (MANIFEST, *DATA_FILES, *RENDERED)
 CRASH_ENV = "SPECTEST_CRASH_AT"  # test-only fault injection, see ``_crash_point``
 
 # NOTE: per-token histograms are a storage format, not a statistic: the count of each emitted
@@ -119,6 +136,21 @@ _PACKAGES = (
 
 
 # ----------------------------------------------------------------------------- atomic writes
+def write_failed(path: Path, err: OSError) -> InfrastructureError:
+    """The one line for a write the OS refused (ENOSPC, EDQUOT, EROFS, EACCES, EFBIG, EIO ...):
+    it names the file being written — the OS error of a ``write()`` names none."""
+    # NOTE: Arrow's strerror is "Error writing bytes to file. Detail: [errno 28] ..."
+    reason = os.strerror(err.errno) if err.errno else ""
+    reason = reason or err.strerror or " ".join(str(err).split()) or type(err).__name__
+    if (
+        err.filename is not None
+        and str(err.filename) != str(path)
+        and ".tmp" not in str(err.filename)
+    ):
+        reason = f"{reason} ({err.filename})"
+    return InfrastructureError(f"cannot write {path}: {reason}")
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -129,8 +161,13 @@ _FILE_MODE = 0o666 & ~_umask()  # NOTE: mkstemp creates 0600; results are ordina
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """``data`` into ``path`` through a temporary and ``os.replace``; an ``OSError`` is one
+    ``InfrastructureError`` naming ``path`` (``write_failed``)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:
+        raise write_failed(path, err) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -138,9 +175,11 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
             os.fsync(fh.fileno())
         os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+    except BaseException as err:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(err, OSError):
+            raise write_failed(path, err) from None
         raise
 
 
@@ -170,16 +209,21 @@ def write_table(
     meta[PROVENANCE_KEY] = json.dumps(provenance, sort_keys=True, default=str).encode()
     meta.pop(b"pandas", None)  # NOTE: keep the explicit Arrow schema the source of truth
     table = table.replace_schema_metadata(meta)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+    except OSError as err:
+        raise write_failed(path, err) from None
     try:
         pq.write_table(table, tmp)
         os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+    except BaseException as err:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(err, OSError):  # Arrow's "Error writing bytes to file" names no file
+            raise write_failed(path, err) from None
         raise
     return table.num_rows
 
@@ -469,15 +513,23 @@ class RunDir:
         for name, (df, arrow_schema) in tables.items():
             write_table(self.path / name, df, arrow_schema, provenance)
             _crash_point(f"final:{name}")
-        atomic_write_json(self.path / SUMMARY, {**summary, COMPLETE_KEY: False})
+        # verify_manifest: each must be listed (rendered views are not data)
+        data_files = sorted(n for n in {*tables, *texts} if n not in RENDERED)
+        atomic_write_json(
+            self.path / SUMMARY, {**summary, DATA_FILES_KEY: data_files, COMPLETE_KEY: False}
+        )
         _crash_point(f"final:{SUMMARY}")
         for name, text in texts.items():
             atomic_write_text(self.path / name, text)
         return self.write_manifest(provenance) if manifest else None
 
-    def write_manifest(self, provenance: Mapping[str, Any]) -> dict[str, Any]:
+    def write_manifest(
+        self, provenance: Mapping[str, Any], *, release: bool = True
+    ) -> dict[str, Any]:
         """List every file with size and sha256, write ``manifest.json``, then ``summary.json``
-        with ``complete: true`` (the manifest records those final bytes), then release the lock.
+        with ``complete: true`` (the manifest records those final bytes), then release the lock
+        (``release=False``: the caller writes more, then releases, or takes the completion back
+        with ``mark_incomplete`` when that fails).
 
         NOTE: the order makes ``complete: true`` imply a manifest; a kill between the two writes
         leaves a manifest beside ``complete: false``, which ``load_run`` reads as incomplete."""
@@ -506,8 +558,14 @@ class RunDir:
         _crash_point("manifest-written")
         if final_summary is not None:
             _atomic_write_bytes(self.path / SUMMARY, final_summary)
-        self.release()
+        if release:
+            self.release()
         return manifest
+
+    def mark_incomplete(self) -> None:
+        """Take a completion back (``complete: false``, no manifest): something the run was
+        asked to write after its manifest failed, so it is not a finished result."""
+        _mark_incomplete(self.path)
 
 
 def _mark_incomplete(p: Path) -> None:
@@ -590,8 +648,8 @@ def load_run(path: str | os.PathLike[str], *, require_manifest: bool = True) -> 
         raise InputError(
             f"{p}: no {MANIFEST}: the run is incomplete (interrupted?); re-run it to resume"
         )
-    manifest = _read_json(mpath) if mpath.is_file() else {}
-    summary = _read_json(p / SUMMARY)  # each JSON file is named when damaged
+    manifest = _read_object(mpath) if mpath.is_file() else {}
+    summary = _read_object(p / SUMMARY)  # each JSON file is named when damaged
     if require_manifest and summary.get(COMPLETE_KEY) is False:
         raise InputError(
             f"{p}: {SUMMARY} says complete: false: the run was interrupted while finishing; "
@@ -599,7 +657,7 @@ def load_run(path: str | os.PathLike[str], *, require_manifest: bool = True) -> 
         )
     if require_manifest:
         verify_manifest(p, manifest)
-    info = _read_json(p / RUN_INFO)
+    info = _read_object(p / RUN_INFO)
     return StoredRun(path=p, info=info, manifest=manifest, summary=summary)
 
 
@@ -613,11 +671,24 @@ def _read_json(f: Path) -> Any:
         raise InputError(f"{f}: damaged JSON ({err})") from None
 
 
+def _read_object(f: Path) -> dict[str, Any]:
+    """A JSON object of a run directory (``_read_json``; anything but an object is damage)."""
+    obj = _read_json(f)
+    if not isinstance(obj, dict):
+        raise InputError(f"{f}: damaged JSON (expected an object, got {type(obj).__name__})")
+    return obj
+
+
 def verify_manifest(p: Path, manifest: Mapping[str, Any]) -> None:
     """Every data file the manifest lists exists with its size and sha256 (rendered reports are
-    views, re-rendered by ``spectest report``, and are not checked). Raises ``InputError`` naming
-    the first file that differs."""
-    for name, entry in sorted(manifest.get("files", {}).items()):
+    views, re-rendered by ``spectest report``, and are not checked), and the manifest lists
+    every data file the run must have: ``REQUIRED_FILES`` of its kind (``run.json``'s, which
+    must agree with the manifest's), the tables ``summary.json`` says were written, and every
+    data file present on disk. Raises ``InputError`` naming the first file that fails."""
+    files = manifest.get("files") if isinstance(manifest, Mapping) else None
+    if not isinstance(files, Mapping) or not all(isinstance(e, Mapping) for e in files.values()):
+        raise InputError(f"{p / MANIFEST}: damaged ('files' must map each name to its entry)")
+    for name, entry in sorted(files.items()):
         if name in RENDERED:
             continue
         f = p / name
@@ -636,19 +707,50 @@ def verify_manifest(p: Path, manifest: Mapping[str, Any]) -> None:
                 f"{str(entry.get('sha256'))[:12]}…): modified after the run"
             )
 
+    def unlisted(name: str, why: str) -> InputError:
+        return InputError(
+            f"{p / name}: not listed in {MANIFEST} although {why}: the manifest was edited "
+            "(tampering?); re-run to regenerate the directory"
+        )
 
-def rewrite_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Re-list the files of a completed run after reports were (re)rendered into it, keeping its
-    provenance: the run stays complete and its manifest stays true."""
+    for name in DATA_FILES:  # a data file on disk the manifest does not vouch for
+        if name not in files and (p / name).is_file():
+            raise unlisted(name, "the run directory holds it")
+    if RUN_INFO not in files:
+        raise unlisted(RUN_INFO, "every run directory has it")
+    kind = _read_object(p / RUN_INFO).get("kind")  # verified above
+    if kind not in REQUIRED_FILES or manifest.get("kind") not in (None, kind):
+        raise InputError(
+            f"{p / RUN_INFO}: kind {kind!r} (manifest: {manifest.get('kind')!r}) is not one of "
+            f"{sorted(REQUIRED_FILES)}: a damaged run directory"
+        )
+    for name in REQUIRED_FILES[kind]:
+        if name not in files:
+            raise unlisted(name, f"every run of kind {kind!r} has it")
+    written = _read_object(p / SUMMARY).get(DATA_FILES_KEY) or []  # verified above
+    for name in written if isinstance(written, list) else []:
+        if isinstance(name, str) and name not in files:
+            raise unlisted(name, f"{SUMMARY} says the run wrote it")
+
+
+def update_manifest_entries(path: str | os.PathLike[str], names: Iterable[str]) -> bool:
+    """Re-list the rendered views ``names`` (``RENDERED``) of a completed run after
+    ``spectest report`` re-rendered them: their entries only — every other entry, the
+    provenance and the ``completed`` time are kept byte for byte. Returns whether the manifest
+    changed (it is rewritten only then). The caller holds the run directory's lock."""
     p = Path(path)
-    try:
-        lock = lock_dir(p)
-    except OSError as err:
-        raise InfrastructureError(os_error_line(err, "run directory")) from None
-    try:
-        old = json.loads((p / MANIFEST).read_text(encoding="utf-8"))
-        info = json.loads((p / RUN_INFO).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        lock.release()
-        raise InputError(f"{p}: cannot re-list a run without a readable manifest ({err})") from None
-    return RunDir(path=p, info=info, lock=lock).write_manifest(old.get("provenance", {}))
+    names = list(names)
+    if bad := [n for n in names if n not in RENDERED]:
+        raise ValueError(f"update_manifest_entries: {bad!r} are not rendered views")
+    manifest = _read_object(p / MANIFEST)
+    files = dict(manifest.get("files") or {})
+    for name in names:
+        f = p / name
+        if f.is_file():
+            files[name] = {"bytes": f.stat().st_size, "sha256": sha256_file(f)}
+        else:
+            files.pop(name, None)
+    if files == manifest.get("files"):
+        return False
+    atomic_write_json(p / MANIFEST, {**manifest, "files": dict(sorted(files.items()))})
+    return True

@@ -3,7 +3,7 @@
 seeded hash: tokens are a pure function of (prompt, seed, position), unless told to misbehave.
 
 Usage: python tests/fake_completion_server.py --port N [--ignore-seed] [--drop PARAM]
-       [--fail-first N] [--die-after N] [--delay SECONDS]
+       [--fail-first N] [--die-after N] [--delay SECONDS] [--tag TEXT]
 """
 
 from __future__ import annotations
@@ -87,6 +87,7 @@ def main() -> None:
     ap.add_argument("--fail-first", type=int, default=0)
     ap.add_argument("--die-after", type=int, default=0)
     ap.add_argument("--delay", type=float, default=0.0)
+    ap.add_argument("--tag", default="")  # ignored: lets a test find this process by its argv
     ap.parse_args(namespace=ARGS)
     print(f"fake server on 127.0.0.1:{ARGS.port}", flush=True)
     ThreadingHTTPServer(("127.0.0.1", ARGS.port), Handler).serve_forever()

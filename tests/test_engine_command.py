@@ -25,6 +25,7 @@ import pytest
 
 from spectest.engines.base import ArmJob, DrafterSpec, Models, RowSpec
 from spectest.engines.command import CommandEngine, EngineProcessError
+from spectest.engines.replies import ReplyError
 from spectest.errors import ConfigError, EngineError
 from spectest.sampling.params import SamplingParams
 
@@ -140,8 +141,9 @@ def test_silent_program_is_killed_after_timeout(tmp_path: Path) -> None:
 
 def test_program_without_hello_is_refused(tmp_path: Path) -> None:
     eng = _engine(_program(tmp_path, 'print("ready")\n'))
-    with pytest.raises(EngineProcessError, match="not JSON"):
+    with pytest.raises(ReplyError, match="not JSON: 'ready'") as info:
         eng.generate(_job())
+    assert info.value.exit_code == 2  # the engine broke the protocol: bad input, not the machine
     eng.close()
 
 

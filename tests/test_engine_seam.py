@@ -211,16 +211,33 @@ def _job(B: int = 2, T: int = 3) -> ArmJob:
 @pytest.mark.parametrize(
     ("tokens", "pattern"),
     [
-        (np.zeros((2, 3), dtype=np.int32), r"engine e: tokens must be an int64 numpy array"),
+        (
+            np.zeros((2, 3), dtype=np.int32),
+            r"^engine e \(arm candidate, prompt p0\): field 'tokens': expected an int64 numpy "
+            r"array of shape \(2, 3\), got int32 \(2, 3\)$",
+        ),
         (np.zeros((2, 4), dtype=np.int64), r"of shape \(2, 3\), got int64 \(2, 4\)"),
-        (np.array([[0, 1, 16], [0, 0, 0]]), r"token 16 at row 0, position 2 is not an id"),
-        (np.array([[0, -2, 1], [0, 0, 0]]), r"token -2 at row 0, position 1"),
-        (np.array([[0, -1, 1], [0, 0, 0]]), r"row 0 has a token after -1"),
+        (
+            np.array([[0, 1, 16], [0, 0, 0]]),
+            r"\(arm candidate, prompt p0, row 0, seed 0\): field 'tokens\[0, 2\]': expected a "
+            r"token id in \[0, 15\] \(or -1 after the sequence's end\), got 16$",
+        ),
+        (np.array([[0, -2, 1], [0, 0, 0]]), r"field 'tokens\[0, 1\]': .*, got -2$"),
+        (
+            np.array([[0, 1, 2], [0, -1, 1]]),
+            r"row 1, seed 1\): field 'tokens\[1, 2\]': expected -1 \(the sequence ended at "
+            r"position 1: -1 only as a suffix\), got 1$",
+        ),
+        (
+            np.array([[0, 1, 2], [-1, -1, -1]]),
+            r"field 'tokens\[1, 0\]': .*\(a sequence needs at least one token\), got -1$",
+        ),
     ],
 )
 def test_check_output_rejects_malformed_tokens(tokens: np.ndarray, pattern: str) -> None:
-    with pytest.raises(EngineError, match=pattern):
+    with pytest.raises(EngineError, match=pattern) as info:
         check_output(ArmOutput(tokens), _job(), 16, "e")
+    assert info.value.exit_code == 2  # every output violation is bad input, never 4
 
 
 def test_check_output_accepts_early_stop() -> None:

@@ -26,7 +26,8 @@ from toy_protocol import write_toy
 from typer.testing import CliRunner
 
 from spectest.cli import app
-from spectest.store import LOCK_FILE, MANIFEST, SAMPLES, SUMMARY, RunDir, load_run
+from spectest.errors import InputError
+from spectest.store import LOCK_FILE, MANIFEST, SAMPLES, SUMMARY, RunDir, load_run, sha256_file
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {
@@ -166,10 +167,16 @@ def test_summary_says_complete_false_until_the_manifest(tmp_path: Path) -> None:
         tables={SAMPLES: (df, None)}, summary={"verdict": 1}, texts={}, provenance={},
         manifest=False,
     )  # fmt: skip
-    assert json.loads((run / SUMMARY).read_text()) == {"verdict": 1, "complete": False}
+    written = {"verdict": 1, "data_files": [SAMPLES]}  # data_files: what verify_manifest needs
+    assert json.loads((run / SUMMARY).read_text()) == {**written, "complete": False}
     rd.write_manifest({})
-    assert json.loads((run / SUMMARY).read_text()) == {"verdict": 1, "complete": True}
-    load_run(run)  # the manifest's sha256 of summary.json is that of the final bytes
+    assert json.loads((run / SUMMARY).read_text()) == {**written, "complete": True}
+    # the manifest's sha256 of summary.json is that of the final bytes
+    entry = json.loads((run / MANIFEST).read_text())["files"][SUMMARY]
+    assert entry["sha256"] == sha256_file(run / SUMMARY)
+    with pytest.raises(InputError, match=r"protocol\.yaml: not listed in manifest\.json although "
+                       "every run of kind .run. has it"):  # fmt: skip
+        load_run(run)  # a "run" without its protocol is not a complete run
     RunDir.open(run, {"kind": "run", "protocol_hash": "abc"})  # resume: incomplete again
     assert json.loads((run / SUMMARY).read_text())["complete"] is False
     assert not (run / MANIFEST).exists()

@@ -150,7 +150,7 @@ def test_round_trip_through_to_raw(tmp_path: Path) -> None:
         ("configs.a.temperature", 0, r"configs\.a\.temperature: temperature 0"),
         ("configs.a.typo", 1, r"configs\.a\.typo: unknown key 'typo'"),
         ("seeds.per_arm", 1, r"seeds\.per_arm: .*got 1"),
-        ("tests.alpha", 1.0, r"tests\.alpha: expected a number in \(0, 1\), got 1\.0"),
+        ("tests.alpha", 1.0, r"tests\.alpha: expected a number in \(0, 0\.5\], got 1\.0"),
         (
             "tests.multiplicity",
             "holm",

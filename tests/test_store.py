@@ -13,8 +13,10 @@ from spectest import schema
 from spectest.byo import read_samples_file
 from spectest.errors import ConfigError, ExitCode, InputError
 from spectest.store import (
+    HISTOGRAMS,
     MANIFEST,
     SAMPLES,
+    TESTS,
     RunDir,
     load_run,
     make_provenance,
@@ -62,7 +64,9 @@ def test_shard_write_read_and_provenance(tmp_path: Path) -> None:
 
 def test_manifest_last_and_incomplete_runs_refused(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    rd = RunDir.open(run, {"kind": "run", "protocol_hash": "abc"})
+    rd = RunDir.open(
+        run, {"kind": "run", "protocol_hash": "abc"}, protocol_yaml="version: 1\n", prompts=""
+    )
     with pytest.raises(InputError, match=r"no manifest\.json: the run is incomplete") as info:
         load_run(run)
     assert info.value.exit_code == ExitCode.BAD_INPUT
@@ -71,14 +75,22 @@ def test_manifest_last_and_incomplete_runs_refused(tmp_path: Path) -> None:
     )
     assert {"git_sha", "packages", "device", "seed_ranges", "protocol_hash"} <= set(prov)
     manifest = rd.write_final(
-        tables={SAMPLES: (samples_df(), schema.SAMPLES_SCHEMA)},
+        tables={
+            SAMPLES: (samples_df(), schema.SAMPLES_SCHEMA),
+            HISTOGRAMS: (pd.DataFrame({"count": [6]}), None),  # every run has these two
+            TESTS: (pd.DataFrame({"pvalue": [0.5]}), None),
+        },
         summary={"decision": "equivalent"},
         texts={"report.md": "# r\n"},
         provenance=prov,
     )
     assert set(manifest["files"]) >= {SAMPLES, "summary.json", "report.md", "run.json"}
     stored = load_run(run)
-    assert stored.summary == {"decision": "equivalent", "complete": True}
+    assert stored.summary == {
+        "decision": "equivalent",
+        "complete": True,
+        "data_files": [HISTOGRAMS, SAMPLES, TESTS],  # the tables written (report.md: a view)
+    }
     assert len(stored.table(SAMPLES)) == 6
     assert read_provenance(run / SAMPLES)["seed_ranges"] == {"reference": [0, 3]}
     # reopening (resume / re-analysis) removes the manifest first: never half-complete

@@ -13,7 +13,19 @@ from typing import Annotated
 import typer
 
 from spectest import __version__
-from spectest.cli import analyze, bench, compare, models, power, protocols, report, run, teeth
+from spectest.cli import (
+    analyze,
+    bench,
+    compare,
+    hunt,
+    models,
+    power,
+    protocols,
+    report,
+    run,
+    setup,
+    teeth,
+)
 from spectest.cli.common import EXIT_CODES_HELP
 
 app = typer.Typer(
@@ -56,6 +68,8 @@ app.command("report")(report.report)
 app.command("models")(models.models)
 app.command("protocols")(protocols.protocols)
 app.command("bench")(bench.bench)
+app.command("setup")(setup.setup)
+app.command("hunt")(hunt.hunt)
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from spectest.cli.common import boundary, exit_with, print_result, progress_bars
+from spectest.cli.common import boundary, progress_bars, show_result
 
 
 @boundary
@@ -22,5 +22,4 @@ def analyze(
 
     with progress_bars(progress) as cb:
         result = analyze_run(run_dir, progress=cb)
-    print_result(result)
-    exit_with(result.verdict.exit_code)
+    show_result(result)  # exits with the stored verdict's code, even if printing fails

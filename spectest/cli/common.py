@@ -2,33 +2,48 @@
 the printed summary of a run.
 
 Owns: how a ``SpectestError`` — or an ``OSError``, a missing module, a failed subprocess or any
-other exception escaping a command — becomes one line on stderr and its exit code (never 1:
-1 means "the distributions differ"), how a ``RunResult``
-is printed (verdict, the per-config summary table, teeth), and the rich progress adapter that
-the runner's progress callback drives. Knows nothing about statistics or files: it prints what
-``spectest.runner`` returns.
+other exception escaping a command, or a ``BaseException`` that is not one (a plug-in's
+``SystemExit``, ``KeyboardInterrupt`` or ``GeneratorExit``) — becomes one line on stderr and its
+exit code (never 1: 1 means "the distributions differ"; 130 only for the user's own Ctrl-C), how
+a ``RunResult`` is printed (verdict, the per-config summary table, teeth) with every piece of
+user text escaped for rich markup and stripped of control characters, the rule that a printed
+result exits with its verdict's code even when printing fails (``show_result``), and the rich
+progress adapter that the runner's progress callback drives. Knows nothing about statistics or
+files: it prints what ``spectest.runner`` returns.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
 import subprocess
 import sys
+import sysconfig
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import TracebackType
 from typing import Annotated, Any, TypeVar
 
 import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
+from spectest.contain import (
+    escape_reason,
+    signal_exit_code,
+    track_user_interrupts,
+    user_interrupted,
+)
 from spectest.errors import ExitCode, SpectestError, os_error_line
+from spectest.report.escape import one_line, printable
 
 F = TypeVar("F", bound=Callable[..., Any])
 MAX_FAILING_PRINTED = 10
@@ -41,17 +56,45 @@ EXIT_CODES_HELP = (
     "size — worse than required or unknown: the protocol's max_mde_tv, 0.15 by default, "
     "always); 4 infrastructure error, no verdict (filesystem, permissions, disk full, missing "
     "package, killed subprocess, internal error)."
+    " 130 interrupted by the user (Ctrl-C)."
 )
 DEBUG_ENV = "SPECTEST_DEBUG"  # set to 1 to see the traceback of an infrastructure/internal error
+USER_INTERRUPT = 130  # the user's Ctrl-C (128 + SIGINT), as a shell reports it
+_SPECTEST_DIR = str(Path(__file__).resolve().parents[1]) + os.sep
+_STDLIB_DIR = str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + os.sep
+
+
+class _Console(Console):
+    """rich's console, except that a closed pipe is a ``BrokenPipeError`` (an ``OSError``:
+    exit 4, or the verdict's code once a result is complete) — rich's own reaction is
+    ``SystemExit(1)``, which a CI gate would read as "the distributions differ"."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # NOTE: else Python's exit flush fails again
+        raise BrokenPipeError(32, "Broken pipe", "<stdout>")
 
 
 def console() -> Console:
-    """stdout console; plain (no colour, wide) when not a terminal so logs and tests read well."""
-    return Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 120)
+    """stdout console; plain (no colour, wide) when not a terminal so logs and tests read well.
+    ``emoji=False``: a config id ``:x:`` is printed as it is, never as an emoji."""
+    width = None if sys.stdout.isatty() else 120
+    return _Console(highlight=False, soft_wrap=False, width=width, emoji=False)
 
 
 def err_console() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return _Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+
+
+def u(text: object) -> str:
+    """User text inside a markup string: control characters shown, rich markup escaped."""
+    return escape(printable(text))
+
+
+def cell(text: object) -> Text:
+    """User text as a table cell (a ``Text`` is never parsed as markup)."""
+    return Text(printable(text))
 
 
 def _signal_name(returncode: int) -> str:
@@ -89,36 +132,124 @@ def infrastructure_line(err: BaseException) -> str:
     )
 
 
+def _origin(tb: TracebackType | None) -> tuple[str, int] | None:
+    """The innermost frame of a traceback that is neither spectest's nor the standard library's
+    (site-packages counts as outside: an installed plug-in lives there): where a plug-in raised.
+    ``None`` when every frame is spectest's or the standard library's."""
+    found = None
+    while tb is not None:
+        f = os.path.realpath(tb.tb_frame.f_code.co_filename)
+        own = f.startswith(_SPECTEST_DIR)
+        stdlib = f.startswith(_STDLIB_DIR) and "site-packages" not in f
+        if not own and not stdlib and not f.startswith("<frozen"):
+            found = (f, tb.tb_lineno)
+        elif own:
+            found = None  # spectest called on after the plug-in returned: not the plug-in's
+        tb = tb.tb_next
+    return found
+
+
+def escaped_line(err: BaseException) -> tuple[int, str]:
+    """Exit code and line for a ``BaseException`` that is not an ``Exception`` (or a click
+    exit raised outside spectest) escaping a command: raised by code outside spectest — a
+    plug-in's ``sys.exit``, ``KeyboardInterrupt`` without a Ctrl-C, ``GeneratorExit`` — it is
+    bad input, exit 2, naming the file and line; raised inside spectest, an internal error, 4."""
+    where = _origin(err.__traceback__)
+    what = (
+        f"{type(err).__name__}({err.exit_code!r})"
+        if isinstance(err, click.exceptions.Exit)
+        else escape_reason(err)
+    )
+    if where is not None:
+        return int(ExitCode.BAD_INPUT), (
+            f"code outside spectest (a plug-in) at {where[0]}:{where[1]} {what}; "
+            "contained: no verdict"
+        )
+    return int(ExitCode.INFRASTRUCTURE), (
+        f"internal error: {what} inside spectest (a bug in spectest, not a verdict; "
+        f"{DEBUG_ENV}=1 shows the traceback)"
+    )
+
+
+def _raised_by_spectest(err: BaseException) -> bool:
+    return _origin(err.__traceback__) is None
+
+
+def error_line(text: str) -> None:
+    """``error: <text>`` as one physical line on stderr, control characters shown."""
+    err_console().print(f"error: {one_line(text)}", markup=False, soft_wrap=True)
+
+
 def boundary(fn: F) -> F:
     """The one place errors are caught: one line on stderr and a documented exit code.
 
     ``SpectestError`` → its ``exit_code`` (2 or 4); anything else that escapes a command — an
     ``OSError`` (permissions, disk full, a path under a file), a missing module, a failed or
     killed subprocess, an internal error — → 4 (``ExitCode.INFRASTRUCTURE``), never Python's
-    default 1, which a CI gate would read as "the distributions differ".
+    default 1, which a CI gate would read as "the distributions differ". A ``BaseException``
+    that is not an ``Exception`` is contained too (``escaped_line``): exit 2 naming the plug-in
+    code that raised it, or 4. The user's own Ctrl-C (a real SIGINT, ``spectest.contain``) is
+    130, completed shards kept; a ``KeyboardInterrupt`` a plug-in raises is not the user's.
     """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except SpectestError as err:
-            line = " ".join(str(err).split("\n"))
-            err_console().print(f"error: {line}", markup=False)
-            raise typer.Exit(int(err.exit_code)) from None
-        except KeyboardInterrupt:
-            err_console().print("interrupted: completed shards are kept; re-run to resume")
-            raise typer.Exit(130) from None
-        except (typer.Exit, typer.Abort, click.ClickException):
-            raise  # click's own exits and usage errors (exit 2) keep their meaning
-        except Exception as err:
-            if os.environ.get(DEBUG_ENV):
-                traceback.print_exc()
-            line = " ".join(infrastructure_line(err).split("\n"))
-            err_console().print(f"error: {line}", markup=False)
-            raise typer.Exit(int(ExitCode.INFRASTRUCTURE)) from None
+        with track_user_interrupts():
+            try:
+                return fn(*args, **kwargs)
+            except SpectestError as err:
+                error_line(str(err))
+                raise typer.Exit(int(err.exit_code)) from None
+            except KeyboardInterrupt as err:
+                if user_interrupted(err):
+                    err_console().print(
+                        "interrupted: completed shards are kept; re-run to resume", markup=False
+                    )
+                    raise typer.Exit(signal_exit_code(err) or USER_INTERRUPT) from None
+                code, line = escaped_line(err)
+                error_line(line)
+                raise typer.Exit(code) from None
+            except (typer.Exit, typer.Abort, click.ClickException) as err:
+                if _raised_by_spectest(err):
+                    raise  # click's own exits and usage errors (exit 2) keep their meaning
+                code, line = escaped_line(err)  # a plug-in raising typer.Exit(0)
+                error_line(line)
+                raise typer.Exit(code) from None
+            except Exception as err:
+                if os.environ.get(DEBUG_ENV):
+                    traceback.print_exc()
+                error_line(infrastructure_line(err))
+                raise typer.Exit(int(ExitCode.INFRASTRUCTURE)) from None
+            except BaseException as err:  # SystemExit, GeneratorExit: never the process's code
+                if os.environ.get(DEBUG_ENV):
+                    traceback.print_exc()
+                code, line = escaped_line(err)
+                error_line(line)
+                raise typer.Exit(code) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def show_result(result: Any) -> None:
+    """Print a ``RunResult`` and exit with its verdict's code — the code ``summary.json``
+    stores — even when printing fails (a closed stdout, a terminal that cannot encode a
+    character, a bug in the printing): then one line on stderr says so and the code is kept."""
+    code = int(result.verdict.exit_code)
+    try:
+        print_result(result)
+        sys.stdout.flush()
+    except BaseException as err:  # the run is complete: nothing here may change its code
+        if isinstance(err, BrokenPipeError):  # NOTE: else Python's exit flush fails again (120)
+            with open(os.devnull, "w") as devnull:
+                os.dup2(devnull.fileno(), sys.stdout.fileno())
+        v = result.summary.get("verdict", {})
+        with contextlib.suppress(Exception):
+            error_line(
+                f"could not print the result ({type(err).__name__}: {err}); the verdict "
+                f"stands: {v.get('decision', '?')} (exit {code}), stored in "
+                f"{result.run_dir}/summary.json"
+            )
+    exit_with(code)
 
 
 @contextmanager
@@ -132,14 +263,14 @@ def progress_bars(enabled: bool = True) -> Iterator[Callable[[str, int, int], No
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=_Console(stderr=True, emoji=False),
         transient=False,
     )
     tasks: dict[str, Any] = {}
 
     def update(task: str, done: int, total: int) -> None:
-        if task not in tasks:
-            tasks[task] = bars.add_task(task, total=total)
+        if task not in tasks:  # a label may hold a prompt id: markup escaped, controls shown
+            tasks[task] = bars.add_task(u(task), total=total)
         bars.update(tasks[task], completed=done, total=total)
 
     with bars:
@@ -163,13 +294,13 @@ def print_result(result: Any, con: Console | None = None) -> None:
         verdict["decision"], "yellow"
     )
     con.print(
-        f"[bold]spectest[/bold] {summary.get('kind', 'run')} "
-        f"[bold]{summary.get('name', '')}[/bold]  "
-        f"protocol {str(summary.get('protocol_hash') or '')[:12]}  "
-        f"→ {summary.get('run_dir', '')}"
+        f"[bold]spectest[/bold] {u(summary.get('kind', 'run'))} "
+        f"[bold]{u(summary.get('name', ''))}[/bold]  "
+        f"protocol {u(str(summary.get('protocol_hash') or '')[:12])}  "
+        f"→ {u(summary.get('run_dir', ''))}"
     )
     for line in summary.get("notes", []):
-        con.print(f"  {line}", markup=False)
+        con.print(f"  {printable(line)}", markup=False)
     table = Table(
         title="per config (candidate vs reference)"
         if summary.get("has_candidate")
@@ -187,13 +318,13 @@ def print_result(result: Any, con: Console | None = None) -> None:
     for row in summary.get("configs", []):
         where = f" ({row['max_tv_where']})" if row.get("max_tv_where") else ""
         table.add_row(
-            row["config_id"],
+            cell(row["config_id"]),
             f"{row['cells_tested']}"
             + (f" (+{row['cells_untestable']} untestable)" if row.get("cells_untestable") else ""),
             "—" if row.get("rejections") is None else str(row["rejections"]),
-            fmt(row.get("max_tv_excess")) + where,
+            cell(fmt(row.get("max_tv_excess")) + where),
             fmt(row.get("mde_tv")),
-            row.get("teeth", ""),
+            cell(row.get("teeth", "")),
         )
     con.print(table)
     if summary.get("teeth"):
@@ -202,10 +333,10 @@ def print_result(result: Any, con: Console | None = None) -> None:
             tt.add_column(col)
         for t in summary["teeth"]:
             tt.add_row(
-                t["arm"],
+                cell(t["arm"]),
                 "pass" if t["expect"] == "pass" else "killed",
                 str(t["rejections"]),
-                t["label"],
+                cell(t["label"]),
             )
         con.print(tt)
     cand = next((c for c in summary.get("comparisons", []) if c["role"] == "candidate"), None)
@@ -213,12 +344,12 @@ def print_result(result: Any, con: Console | None = None) -> None:
         n = cand["rejections"]
         con.print(f"failing (candidate vs reference, {n} rejection(s), most significant first):")
         for f in cand["failing"][:MAX_FAILING_PRINTED]:
-            con.print(f"  {f}", markup=False)
+            con.print(f"  {printable(f)}", markup=False)
         if n > MAX_FAILING_PRINTED:
-            more = f"{summary.get('run_dir')}/tests.parquet"
+            more = printable(f"{summary.get('run_dir')}/tests.parquet")
             con.print(f"  ... {n - MAX_FAILING_PRINTED} more: see {more}", markup=False)
     if t := summary.get("timings"):  # phase wall times (runner.run_protocol docstring)
-        gen = ", ".join(f"{a} {s:.1f}" for a, s in t.get("generate", {}).items())
+        gen = ", ".join(f"{printable(a)} {s:.1f}" for a, s in t.get("generate", {}).items())
         con.print(
             f"timings (s): load {t.get('load', 0):.1f} · generate [{gen}] · white-box "
             f"{t.get('whitebox', 0):.1f} · "
@@ -227,14 +358,14 @@ def print_result(result: Any, con: Console | None = None) -> None:
             markup=False,
         )
         if w := t.get("workers"):  # a spread run: each worker's phases (runner._generate_spread)
-            con.print("workers (s): " + ", ".join(f"{k} {v:.1f}" for k, v in w.items()),
+            con.print("workers (s): " + ", ".join(f"{printable(k)} {v:.1f}" for k, v in w.items()),
                       markup=False)  # fmt: skip
     seq = summary.get("sequential") or {}
     if seq.get("looks"):  # the path of the evidence (report.markdown.sequential_rows)
         from spectest.report.markdown import sequential_rows
 
         line, _, _ = sequential_rows(summary)
-        con.print(line.replace("**", ""), markup=False, soft_wrap=True)
+        con.print(printable(line.replace("**", "")), markup=False, soft_wrap=True)
         path = " · ".join(
             f"{lk['per_arm']} → {lk['decision']} (MDE {fmt(lk.get('mde_tv'))})"
             for lk in seq["looks"]
@@ -243,11 +374,11 @@ def print_result(result: Any, con: Console | None = None) -> None:
     for line in verdict_lines(verdict):
         # NOTE: one physical line each (soft wrap): CI logs are grepped for them
         if line.startswith(" "):
-            con.print(line, markup=False, soft_wrap=True)
+            con.print(printable(line), markup=False, soft_wrap=True)
         else:
             word, _, rest = line.partition(" ")
-            con.print(f"[bold {style}]{word}[/bold {style}] ", end="", soft_wrap=True)
-            con.print(rest, markup=False, soft_wrap=True)
+            con.print(f"[bold {style}]{u(word)}[/bold {style}] ", end="", soft_wrap=True)
+            con.print(printable(rest), markup=False, soft_wrap=True)
 
 
 def exit_with(code: int | ExitCode) -> None:
@@ -262,6 +393,7 @@ ConfigOpt = Annotated[
         "-c",
         help="Protocol YAML file, or the name of a shipped one (`spectest protocols`); "
         "a local file wins.",
+        readable=False,  # spectest reads it: an unreadable file is exit 4 naming it, not click's 2
     ),
 ]
 DeviceOpt = Annotated[str | None, typer.Option(help="Override models.device: cpu or cuda.")]

@@ -7,15 +7,21 @@ from typing import Annotated
 
 import typer
 
-from spectest.cli.common import boundary, exit_with, print_result, progress_bars
+from spectest.cli.common import boundary, progress_bars, show_result
 
 
 @boundary
 def compare(
     reference: Annotated[
-        Path, typer.Option(help="Samples of plain decoding (Parquet, or CSV with a header).")
+        Path,
+        typer.Option(
+            help="Samples of plain decoding (Parquet, or CSV with a header).", readable=False
+        ),
     ],
-    candidate: Annotated[Path, typer.Option(help="Samples of the speculative sampler under test.")],
+    candidate: Annotated[
+        Path,
+        typer.Option(help="Samples of the speculative sampler under test.", readable=False),
+    ],
     alpha: Annotated[
         float, typer.Option(help="Significance level after the multiplicity correction.")
     ] = 0.05,
@@ -46,5 +52,4 @@ def compare(
             out=out,
             progress=cb,
         )
-    print_result(result)
-    exit_with(result.verdict.exit_code)
+    show_result(result)  # exits with the stored verdict's code, even if printing fails

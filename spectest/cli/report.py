@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from spectest.cli.common import boundary, console
+from spectest.report.escape import printable
 
 
 @boundary
@@ -24,4 +25,4 @@ def report(
     from spectest.report import write_reports
 
     for path in write_reports(run_dir, junit=junit, summary_md=summary_md):
-        console().print(f"wrote {path}", markup=False)
+        console().print(f"wrote {printable(path)}", markup=False)

@@ -15,10 +15,10 @@ from spectest.cli.common import (
     ThreadsOpt,
     boundary,
     err_console,
-    exit_with,
-    print_result,
     progress_bars,
+    show_result,
 )
+from spectest.report.escape import printable
 
 
 @boundary
@@ -76,12 +76,12 @@ def run(
     from spectest.shipped import shipped_name
 
     if shipped_name(protocol.source) and not Path(config).is_file():
-        err_console().print(f"using the shipped protocol {protocol.source}", markup=False)
+        shipped = printable(protocol.source)
+        err_console().print(f"using the shipped protocol {shipped}", markup=False)
     with progress_bars(progress) as cb:
         result = run_protocol(
             protocol, out=out, progress=cb, junit=junit, summary_md=summary_md, threads=threads,
             fast=fast, ray=ray,
             devices=[d.strip() for d in devices.split(",") if d.strip()] if devices else None,
         )  # fmt: skip
-    print_result(result)
-    exit_with(result.verdict.exit_code)
+    show_result(result)  # exits with the stored verdict's code, even if printing fails

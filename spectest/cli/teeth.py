@@ -14,9 +14,8 @@ from spectest.cli.common import (
     SetOpt,
     ThreadsOpt,
     boundary,
-    exit_with,
-    print_result,
     progress_bars,
+    show_result,
 )
 
 
@@ -43,5 +42,4 @@ def teeth(
     )
     with progress_bars(progress) as cb:
         result = run_protocol(protocol, out=out, progress=cb, teeth_only=True, threads=threads)
-    print_result(result)
-    exit_with(result.verdict.exit_code)
+    show_result(result)  # exits with the stored verdict's code, even if printing fails

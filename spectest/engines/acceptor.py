@@ -59,6 +59,7 @@ from typing import Any
 
 import torch
 
+from spectest.contain import contained, escape_reason
 from spectest.engines.base import ArmJob, Models
 from spectest.engines.builtin import BuiltinEngine
 from spectest.errors import ConfigError, EngineError
@@ -101,23 +102,18 @@ def parse_kernel_spec(text: str, where: str, base_dir: Path | None = None) -> Ke
 
 
 def load_kernel(spec: KernelSpec) -> Callable[..., Any]:
-    """Import the kernel; any failure is one ``EngineError`` line naming it."""
-    try:
-        if spec.path is not None:
-            name = "spectest_kernel_" + hashlib.sha256(spec.path.encode()).hexdigest()[:12]
-            mspec = importlib.util.spec_from_file_location(name, spec.path)
-            assert mspec is not None and mspec.loader is not None
-            module = importlib.util.module_from_spec(mspec)
-            sys.modules[name] = module
-            mspec.loader.exec_module(module)
-        else:
-            assert spec.module is not None
-            module = importlib.import_module(spec.module)
-    except EngineError:
-        raise
-    except Exception as err:  # the plug-in's own import error, whatever it is
-        why = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise EngineError(f"acceptor {spec.text}: cannot import the kernel ({why})") from None
+    """Import the kernel; any failure — an exception, or a ``sys.exit`` / ``argparse`` /
+    ``KeyboardInterrupt`` at import (``spectest.contain``) — is one ``EngineError`` line naming
+    it. What the module prints while it is imported is held, and shown with the error."""
+
+    def why(err: BaseException) -> str:
+        if isinstance(err, Exception):
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        else:  # SystemExit (sys.exit, argparse), KeyboardInterrupt, GeneratorExit
+            reason = escape_reason(err)
+        return f"acceptor {spec.text}: cannot import the kernel ({reason})"
+
+    module = contained(why, _import_kernel_module, spec, hold_output=True)
     fn = getattr(module, spec.function, None)
     if not callable(fn):
         raise EngineError(f"acceptor {spec.text}: no function {spec.function!r} in the module")
@@ -128,6 +124,23 @@ def load_kernel(spec: KernelSpec) -> Callable[..., Any]:
             f"got {mode!r}"
         )
     return fn
+
+
+def _import_kernel_module(spec: KernelSpec) -> Any:
+    if spec.path is not None:
+        name = "spectest_kernel_" + hashlib.sha256(spec.path.encode()).hexdigest()[:12]
+        mspec = importlib.util.spec_from_file_location(name, spec.path)
+        assert mspec is not None and mspec.loader is not None
+        module = importlib.util.module_from_spec(mspec)
+        sys.modules[name] = module
+        try:
+            mspec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)  # a half-imported module is not kept
+            raise
+        return module
+    assert spec.module is not None
+    return importlib.import_module(spec.module)
 
 
 def kernel_digest(spec: KernelSpec) -> str | None:
@@ -169,14 +182,8 @@ def run_kernel(
         gen = torch.Generator(device=target_probs.device)
         gen.manual_seed(int(u_final[0].item() * 2.0**53))  # per call, from the first row's key
         kwargs["generator"] = gen
-    try:
-        ret = kernel(*args, **kwargs)
-    except EngineError:
-        raise
-    except Exception as err:
-        why = " ".join(str(err).split()) or type(err).__name__
-        kind = type(err).__name__
-        raise EngineError(f"acceptor {name}: the kernel raised {kind}: {why}") from None
+    ret = contained(lambda err: f"acceptor {name}: the kernel {escape_reason(err)}", kernel,
+                    *args, **kwargs)  # fmt: skip
     out, acc, emit = check_return(ret, name, draft_tokens, V, target_probs.device)
     mask = torch.arange(K, device=acc.device)[None, :] < acc[:, None]  # [B, K] (counts only)
     return RoundResult(out, emit + 1, emit, AcceptanceTelemetry(mask, acc))
@@ -228,6 +235,12 @@ def check_return(
     return out, acc, emit
 
 
+def _prepare_why(err: BaseException) -> str:
+    if isinstance(err, Exception):
+        return " ".join(str(err).split()) or type(err).__name__
+    return escape_reason(err)
+
+
 class AcceptorEngine(BuiltinEngine):
     """spectest's speculative loop with the user's verification kernel (module docstring)."""
 
@@ -262,13 +275,9 @@ class AcceptorEngine(BuiltinEngine):
         self.kernel = load_kernel(self.spec)
         prepare = getattr(self.kernel, PREPARE_ATTR, None)
         if prepare is not None:
-            try:
-                prepare()
-            except EngineError:
-                raise
-            except Exception as err:
-                why = " ".join(str(err).split()) or type(err).__name__
-                raise EngineError(f"acceptor {self.spec.text}: preparing failed: {why}") from None
+            text = self.spec.text
+            contained(lambda err: f"acceptor {text}: preparing failed: {_prepare_why(err)}",
+                      prepare, hold_output=True)  # fmt: skip
 
     def speculative(self, job: ArmJob) -> bool:
         return True

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from spectest import schema
-from spectest.errors import ConfigError, EngineError, InputError
+from spectest.errors import ConfigError, InputError
 
 if TYPE_CHECKING:
     from spectest.models.base import LanguageModel
@@ -255,62 +255,122 @@ def rounds_from_tuples(rounds: Sequence[tuple[int, ...]]) -> pd.DataFrame | None
     return pd.DataFrame(list(rounds), columns=list(ROUNDS_COLUMNS)) if rounds else None
 
 
-def check_output(out: ArmOutput, job: ArmJob, vocab_size: int | None, engine: str) -> None:
-    """An engine's output against the contract; ``EngineError`` naming the engine otherwise.
+def check_output(out: Any, job: ArmJob, vocab_size: int | None, engine: str) -> None:
+    """An engine's output against the contract; one ``ReplyError`` (exit 2) naming the engine,
+    the arm, the prompt, the row and seed, the field and the value otherwise.
 
-    Checks: ``tokens`` is int64 ``[len(rows), T]``, ids in ``[0, vocab_size)`` or ``-1`` only as
-    a row's suffix; ``rounds`` (when given) has ``ROUNDS_COLUMNS`` and row indices in range;
-    ``whitebox`` (when given) has one row per token.
+    Checks: ``out`` is an ``ArmOutput``; ``tokens`` is int64 ``[len(rows), T]``, ids in
+    ``[0, vocab_size)`` (``< 2^31`` when no vocabulary is known), every row starts with a token
+    and ``-1`` appears only as a row's suffix (the sequence ended there); ``rounds_tested`` is a
+    bool; ``rounds`` (when given) is a DataFrame with ``ROUNDS_COLUMNS`` of integers in
+    ``[0, 2^31)`` (their stored int32) and row indices in ``[0, len(rows))``; ``whitebox`` (when
+    given) a DataFrame with one row per (row, position).
     """
+    from spectest.engines.replies import I32, TOKEN_ID_MAX, ReplyError, short, where
+
+    base = where(engine, arm=job.arm, prompt=job.prompt_id)
+
+    def bad(field: str, expected: str, value: Any, row: int | None = None) -> ReplyError:
+        ctx = base
+        if row is not None:
+            ctx = where(engine, arm=job.arm, prompt=job.prompt_id, row=row, seed=job.rows[row].seed)
+        return ReplyError(f"{ctx}: field {field!r}: expected {expected}, got {short(value)}")
+
+    if not isinstance(out, ArmOutput):
+        raise bad("generate()", "an ArmOutput", out)
     toks = out.tokens
     B, T = len(job.rows), job.num_positions
     if not isinstance(toks, np.ndarray) or toks.dtype != np.int64 or toks.shape != (B, T):
         shape = getattr(toks, "shape", None)
         dtype = getattr(toks, "dtype", type(toks).__name__)
-        raise EngineError(
-            f"engine {engine}: tokens must be an int64 numpy array of shape {(B, T)}, "
+        raise ReplyError(
+            f"{base}: field 'tokens': expected an int64 numpy array of shape {(B, T)}, "
             f"got {dtype} {shape}"
         )
-    hi = vocab_size if vocab_size is not None else np.iinfo(np.int64).max
-    bad = (toks < PLACEHOLDER_TOKEN_ID) | (toks >= hi)
-    if bad.any():
-        r, t = np.argwhere(bad)[0]
-        raise EngineError(
-            f"engine {engine}: token {int(toks[r, t])} at row {r}, position {t} is not an id in "
-            f"[0, {vocab_size}) nor -1"
+    hi = (vocab_size if vocab_size is not None else TOKEN_ID_MAX + 1) - 1
+    ids = f"a token id in [0, {hi}]"
+    wrong = (toks < PLACEHOLDER_TOKEN_ID) | (toks > hi)
+    if wrong.any():
+        r, t = (int(i) for i in np.argwhere(wrong)[0])
+        raise bad(
+            f"tokens[{r}, {t}]", f"{ids} (or -1 after the sequence's end)", int(toks[r, t]), r
         )
     pad = toks == PLACEHOLDER_TOKEN_ID
-    if (pad[:, :-1] & ~pad[:, 1:]).any():
-        r = int(np.argwhere(pad[:, :-1] & ~pad[:, 1:])[0, 0])
-        raise EngineError(f"engine {engine}: row {r} has a token after -1 (-1 ends a sequence)")
-    if out.rounds is not None:
-        missing = [c for c in ROUNDS_COLUMNS if c not in out.rounds.columns]
-        if missing:
-            raise EngineError(f"engine {engine}: rounds lack the columns {missing}")
-        rows = out.rounds["row"].to_numpy()
-        if len(rows) and (rows.min() < 0 or rows.max() >= B):
-            raise EngineError(f"engine {engine}: rounds name a row outside [0, {B})")
-    if out.whitebox is not None and len(out.whitebox) != B * T:
-        raise EngineError(
-            f"engine {engine}: whitebox has {len(out.whitebox)} rows, expected {B * T}"
+    if pad[:, 0].any():
+        r = int(np.flatnonzero(pad[:, 0])[0])
+        raise bad(f"tokens[{r}, 0]", f"{ids} (a sequence needs at least one token)", -1, r)
+    after = pad[:, :-1] & ~pad[:, 1:]
+    if after.any():
+        r, t = (int(i) for i in np.argwhere(after)[0])
+        raise bad(
+            f"tokens[{r}, {t + 1}]",
+            f"-1 (the sequence ended at position {t}: -1 only as a suffix)",
+            int(toks[r, t + 1]),
+            r,
         )
+    if not isinstance(out.rounds_tested, bool):
+        raise bad("rounds_tested", "true or false", out.rounds_tested)
+    rounds = out.rounds
+    if rounds is not None:
+        if not isinstance(rounds, pd.DataFrame):
+            raise bad("rounds", "a pandas DataFrame or None", type(rounds).__name__)
+        for c in ROUNDS_COLUMNS:
+            if c not in rounds.columns:
+                raise bad(f"rounds.{c}", "a column", f"columns {list(rounds.columns)}")
+            col = rounds[c]
+            if not pd.api.types.is_integer_dtype(col.dtype) or pd.api.types.is_bool_dtype(
+                col.dtype
+            ):
+                raise bad(f"rounds.{c}", "a column of integers", f"dtype {col.dtype}")
+            vals = col.to_numpy()
+            top = B - 1 if c == "row" else I32
+            out_of = (vals < 0) | (vals > top)
+            if out_of.any():
+                i = int(np.flatnonzero(out_of)[0])
+                raise bad(f"rounds.{c}[{i}]", f"an int in [0, {top}]", int(vals[i]))
+    wb = out.whitebox
+    if wb is not None and (not isinstance(wb, pd.DataFrame) or len(wb) != B * T):
+        got = f"{len(wb)} rows" if isinstance(wb, pd.DataFrame) else type(wb).__name__
+        raise bad("whitebox", f"a DataFrame of {B * T} rows (one per row and position)", got)
 
 
-def samples_frame(tokens: np.ndarray, prompt_id: str, rows: Sequence[RowSpec], arm: str) -> Any:
-    """The schema's samples table (one row per token, row-major then position)."""
+def samples_frame(
+    tokens: np.ndarray,
+    prompt_id: str,
+    rows: Sequence[RowSpec],
+    arm: str,
+    columns: pd.DataFrame | None = None,
+) -> Any:
+    """The schema's samples table: one row per emitted token, row-major then position.
+
+    A sequence that ended early (``-1`` from its end on) has no row past its end, so it is a
+    shorter sequence of the table (what ``spectest compare`` reads from a file whose sequence
+    stops early; the sequence-length family tests its length). ``columns`` (white-box columns,
+    one row per (row, position) like ``tokens``) are aligned before the ended positions are
+    dropped.
+    """
     B, T = tokens.shape
     if B != len(rows):
         raise InputError(f"samples_frame: {B} token rows but {len(rows)} RowSpecs")
-    return pd.DataFrame(
+    if columns is not None and len(columns) != B * T:
+        raise InputError(f"samples_frame: {len(columns)} column rows but {B * T} tokens")
+    flat = tokens.reshape(-1).astype(np.int64)
+    df = pd.DataFrame(
         {
             schema.PROMPT_ID: np.full(B * T, prompt_id, dtype=object),
             schema.CONFIG_ID: np.repeat(np.array([r.config_id for r in rows], dtype=object), T),
             schema.ARM: np.full(B * T, arm, dtype=object),
             schema.SEED: np.repeat(np.array([r.seed for r in rows], dtype=np.int64), T),
             schema.POSITION: np.tile(np.arange(T, dtype=np.int32), B),
-            schema.TOKEN_ID: tokens.reshape(-1).astype(np.int64),
+            schema.TOKEN_ID: flat,
         }
     )
+    if columns is not None:
+        df = pd.concat([df, columns.reset_index(drop=True)], axis=1)
+    present = flat != PLACEHOLDER_TOKEN_ID
+    if not present.all():
+        df = df[present].reset_index(drop=True)
+    return df
 
 
 def rounds_frame(rounds: pd.DataFrame, prompt_id: str, rows: Sequence[RowSpec], arm: str) -> Any:

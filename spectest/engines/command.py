@@ -1,10 +1,11 @@
 """The ``command`` engine: any program that speaks spectest's JSON-lines protocol on stdin/stdout.
 
-Owns: the line protocol (``PROTOCOL``, below), starting the program, streaming jobs, matching
-results, per-line timeouts, and turning a dead or misbehaving program into one line naming its
-exit status and the tail of its stderr. Knows nothing about how the program samples; nothing
-about files (the runner writes a shard only after ``generate`` returned every row, so a program
-that dies mid-shard never leaves a shard marked complete).
+Owns: the line protocol (``PROTOCOL``, below), starting the program, streaming jobs (a writer
+thread), matching results, the check of every line against its schema (``engines.replies``),
+timeouts, and turning a dead or misbehaving program into one line. Knows nothing about how the
+program samples; nothing about files (the runner writes a shard only after ``generate`` returned
+every row and ``check_output`` passed, so a program that dies or misbehaves mid-shard never
+leaves a shard marked complete).
 
 The protocol ``spectest-jsonl/1`` (one JSON object per line, UTF-8)
 ----------------------------------------------------------------------
@@ -29,15 +30,53 @@ one line, in any order::
     {"type": "result", "id": 7, "seed": 400, "tokens": [72, 33, ...],
      "rounds": [{"drafted": 3, "accepted": 2, "emitted": 3}, ...]}
 
-``tokens`` holds ``max_tokens`` ids (fewer = the sequence ended, e.g. at EOS); ``rounds`` is
-optional telemetry of a speculative engine (stored as a readout, never tested). A job the
-program cannot run is answered ``{"type": "error", "id": 7, "message": "..."}`` (spectest stops
-with that message, exit 2). Lines that are not JSON objects are an error; ``{"type": "log",
-"message": ...}`` lines are ignored. spectest closes stdin at the end; the program exits 0.
+A job the program cannot run is answered ``{"type": "error", "id": 7, "message": "..."}``
+(spectest stops with that message, exit 2). ``{"type": "log", ...}`` lines are ignored.
+spectest closes stdin at the end; the program exits 0.
 
-Failures: a program that exits, prints garbage, or stays silent for ``timeout_s`` seconds while
-a job is pending is killed and reported as one line with its exit status and the last lines of
-its stderr (exit 4 where spectest has its infrastructure exit code, else 2; never 1).
+The reply schema (``engines.replies``), field by field
+------------------------------------------------------
+- hello: ``type`` = ``"hello"``, ``protocol`` = ``"spectest-jsonl/1"``; ``engine`` and
+  ``version``, when given, strings of at most 200 characters; other keys allowed (kept in the
+  provenance; the whole line at most ``HELLO_MAX_CHARS``, 10 000 characters).
+- result: ``type`` = ``"result"``; ``id`` an int job id; ``seed`` an int (int64); ``tokens`` a
+  list of 1 to ``max_tokens`` int token ids in ``[0, V)`` (V: the target's vocabulary; JSON
+  ``true`` is not the token 1, ``1.0`` is not a token id); ``rounds`` absent, ``null`` or a
+  list of at most ``max_tokens`` objects with ``drafted``, ``accepted``, ``emitted`` ints in
+  ``[0, 2^31)``. The (``id``, ``seed``) pair must be pending (asked, not answered yet).
+- error: ``type`` = ``"error"``, ``message`` a string; ``id`` an int or null.
+- any line: valid UTF-8, valid JSON, at most ``MAX_LINE_BYTES``; an object whose ``type`` is
+  ``"result"`` or ``"error"`` (or ``"log"``, skipped). Objects may carry keys the schema does
+  not name.
+
+**Early stop.** ``tokens`` with fewer than ``max_tokens`` ids is a sequence that ended (EOS, a
+stop rule): its positions past the end have no row in the samples table, so it is a shorter
+sequence there, exactly like a bring-your-own file whose sequence stops early, and the
+sequence-length family tests the law of the lengths. A result with no token at all is refused
+(a sequence that ends at once has nothing to test: emit its end token).
+
+Exit codes
+----------
+- 2 (``replies.ReplyError``, an ``EngineError``): a line that breaks the schema above, in any
+  way (shape, type, range, vocabulary, a job/seed not pending, not JSON, not UTF-8, too long);
+  one line naming the engine, the arm, the job and seed (where the line gives them), the field
+  and the value (``engine command (arm candidate, job 7, seed 400): field 'tokens[3]': expected
+  an int token id in [0, 259], got True``); also an ``error`` line. The program is stopped.
+- 4 (``EngineProcessError``): the program cannot be started, exits or closes its output while
+  results are pending, closes its stdin while jobs are still to be written, or stays silent
+  too long (below): one line with its exit status and the last lines of its stderr.
+- Never 1, and never a traceback.
+
+Timeouts: the bounds
+--------------------
+- The hello line must come within ``startup_timeout_s`` (120 s) of the start.
+- While results are pending, the program is killed when no result or error line arrives for
+  ``timeout_s`` (60 s; log lines do not extend it). Jobs are written by a writer thread, so a
+  program that never reads its stdin cannot block spectest: a job line of any size (20 000
+  seeds: 550 KB) to a program that does not read ends at ``timeout_s``, like a silent program.
+- A program that closed its output gets ``EXIT_GRACE_S`` (5 s) to exit with its status; at
+  the end of a run stdin is closed and the program gets 10 s to exit before it is killed.
+- SIGTERM to spectest stops the program at once (``engines.children``).
 """
 
 from __future__ import annotations
@@ -59,6 +98,7 @@ from typing import Any
 import numpy as np
 
 from spectest import errors
+from spectest.engines import children, replies
 from spectest.engines.base import (
     PLACEHOLDER_TOKEN_ID,
     ArmJob,
@@ -69,9 +109,12 @@ from spectest.engines.base import (
 )
 from spectest.errors import ConfigError, EngineError
 
-PROTOCOL = "spectest-jsonl/1"
+PROTOCOL = replies.PROTOCOL
 SAMPLER_ORDER = ("temperature", "top_k", "top_p", "min_p")
 STDERR_TAIL_LINES = 5
+STDERR_LINE_BYTES = 4096  # a longer stderr line is kept in pieces
+MAX_LINE_BYTES = 64 * 2**20  # a result line of T tokens is far shorter: longer = a runaway program
+HELLO_MAX_CHARS = 10_000  # the hello is stored in every file's provenance
 EXIT_GRACE_S = 5.0  # a program that closed stdout gets this long to exit with its status
 
 
@@ -162,8 +205,38 @@ def job_lines(job: ArmJob, first_id: int) -> list[dict[str, Any]]:
     return out
 
 
+def check_job_line(obj: Any, result_schema: replies.Schema, arm: str) -> str:
+    """A line read while results are pending, checked field by field: a ``result`` against
+    ``result_schema`` (``replies.result_line``) or an ``error``; the context of its messages
+    (``engine command (arm A, job N, seed S)``). ``ReplyError`` (exit 2) otherwise."""
+    ids = obj if isinstance(obj, dict) else {}
+    job_id, seed = replies.known_int(ids.get("id")), replies.known_int(ids.get("seed"))
+    where = replies.where("command", arm=arm, job=job_id, seed=seed)
+    try:
+        replies.check(replies.JOB_LINE_TYPE, obj)
+        replies.check(replies.ERROR_LINE if obj["type"] == "error" else result_schema, obj)
+    except replies.Violation as v:
+        raise replies.ReplyError(f"{where}: {v} (the program was stopped)") from None
+    return where
+
+
+class _Event:
+    """A pump's note in the line queue (not a line)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+EOF = _Event("stdout closed")
+TOO_LONG = _Event("a line too long")
+STDIN_CLOSED = _Event("stdin closed")
+
+
 class LineProcess:
-    """A child process read line by line from a thread; stderr kept in a bounded tail."""
+    """A child process spoken to in lines: a writer thread feeds its stdin (so a program that
+    never reads cannot block spectest), a reader thread queues its stdout lines (each at most
+    ``MAX_LINE_BYTES``), its stderr is kept as a bounded tail. Registered with
+    ``engines.children`` (stopped on SIGTERM) while it lives."""
 
     def __init__(self, argv: tuple[str, ...], env: Mapping[str, str], cwd: str | None, label: str):
         self.label = label
@@ -174,64 +247,116 @@ class LineProcess:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                text=True,
-                bufsize=1,
                 env={**os.environ, **env},
                 cwd=cwd,
                 start_new_session=True,  # Ctrl-C reaches spectest, which then closes us
             )
         except OSError as err:
             raise EngineProcessError(f"{label}: cannot start {argv[0]!r}: {err.strerror}") from None
-        self.lines: queue.Queue[str | None] = queue.Queue()
+        children.register(self)
+        self.lines: queue.Queue[bytes | _Event] = queue.Queue()
+        self.outbox: queue.Queue[bytes | None] = queue.Queue()
         self.stderr: deque[str] = deque(maxlen=200)
-        threading.Thread(target=self._pump_out, daemon=True).start()
-        threading.Thread(target=self._pump_err, daemon=True).start()
+        for target in (self._pump_out, self._pump_err, self._write):
+            threading.Thread(target=target, daemon=True).start()
 
     def _pump_out(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
+        out = self.proc.stdout
+        assert out is not None
+        while True:
+            try:
+                line = out.readline(MAX_LINE_BYTES + 1)
+            except (OSError, ValueError):
+                line = b""
+            if not line:
+                self.lines.put(EOF)
+                return
+            if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+                self.lines.put(TOO_LONG)
+                return
             self.lines.put(line)
-        self.lines.put(None)
 
     def _pump_err(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.stderr.append(line.rstrip("\n"))
+        err = self.proc.stderr
+        assert err is not None
+        with contextlib.suppress(OSError, ValueError):
+            while chunk := err.readline(STDERR_LINE_BYTES):
+                self.stderr.append(chunk.decode("utf-8", errors="replace").rstrip("\n"))
+
+    def _write(self) -> None:
+        """The only writer of the program's stdin; ``None`` in the outbox closes it."""
+        stdin = self.proc.stdin
+        assert stdin is not None
+        while True:
+            data = self.outbox.get()
+            try:
+                if data is None:
+                    stdin.close()
+                    return
+                stdin.write(data)
+                stdin.flush()
+            except (OSError, ValueError):  # BrokenPipeError: the program closed its stdin
+                self.lines.put(STDIN_CLOSED)
+                return
 
     def send(self, obj: Mapping[str, Any]) -> None:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(json.dumps(obj, separators=(",", ":")) + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            raise self.failure("closed its stdin", grace_s=EXIT_GRACE_S) from None
+        """Queue one line for the program; never blocks (the writer thread writes it)."""
+        self.outbox.put(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
 
-    def read(self, timeout_s: float, waiting_for: str) -> dict[str, Any]:
-        """The next JSON object line (``log`` lines skipped); errors name the program."""
+    def read(self, timeout_s: float, waiting_for: str, where: str) -> Any:
+        """The next JSON value of a line (``{"type": "log"}`` objects skipped), or the program is
+        killed: ``EngineProcessError`` (exit 4) when it ended its output or stayed silent for
+        ``timeout_s``, ``ReplyError`` (exit 2, naming ``where``) for a line that is too long,
+        not UTF-8 or not JSON."""
         deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
             try:
-                line = self.lines.get(timeout=max(left, 0.0))
+                item = self.lines.get(timeout=max(left, 0.0))
             except queue.Empty:
                 raise self.failure(
-                    f"sent nothing for {timeout_s:g} s while {waiting_for}"
+                    f"sent nothing for {timeout_s:g} s while {waiting_for}", where=where
                 ) from None
-            if line is None:  # stdout closed: the program is exiting, let it say how
-                raise self.failure(f"ended its output while {waiting_for}", grace_s=EXIT_GRACE_S)
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
+            if item is EOF:  # stdout closed: the program is exiting, let it say how
                 raise self.failure(
-                    f"printed a line that is not JSON: {line.strip()[:120]!r}"
+                    f"ended its output while {waiting_for}", EXIT_GRACE_S, where=where
+                )
+            if item is STDIN_CLOSED:
+                raise self.failure(
+                    f"closed its stdin while {waiting_for}", EXIT_GRACE_S, where=where
+                )
+            if item is TOO_LONG:
+                raise self.violation(where, f"printed a line longer than {MAX_LINE_BYTES} bytes")
+            assert isinstance(item, bytes)
+            try:
+                obj = json.loads(item.decode("utf-8"))
+            except UnicodeDecodeError:
+                raise self.violation(
+                    where, f"printed a line that is not UTF-8: {replies.short(item)}"
                 ) from None
-            if not isinstance(obj, dict):
-                raise self.failure(f"printed a JSON value that is not an object: {line[:120]!r}")
-            if obj.get("type") == "log":
+            except (ValueError, RecursionError):  # JSONDecodeError, an int of > 4300 digits
+                raise self.violation(
+                    where,
+                    f"printed a line that is not JSON: {replies.short(item.decode().strip())}",
+                ) from None
+            if isinstance(obj, dict) and obj.get("type") == "log":
+                if time.monotonic() > deadline:
+                    raise self.failure(
+                        f"sent only log lines for {timeout_s:g} s while {waiting_for}",
+                        where=where,
+                    )
                 continue
             return obj
 
-    def failure(self, what: str, grace_s: float = 0.0) -> EngineProcessError:
+    def violation(self, where: str, what: str) -> replies.ReplyError:
+        """Kill the program and build the one-line error of a reply that breaks the protocol
+        (exit 2: the engine's output is wrong, not the machine)."""
+        self.kill()
+        return replies.ReplyError(f"{where}: {what} (the program was stopped)")
+
+    def failure(
+        self, what: str, grace_s: float = 0.0, where: str | None = None
+    ) -> EngineProcessError:
         """Kill the program and build the one-line error: what happened, exit status, stderr.
         ``grace_s``: how long a program that closed its pipes may take to exit on its own (its
         exit status is the useful part of the message) before it counts as killed."""
@@ -244,26 +369,32 @@ class LineProcess:
         time.sleep(0.05)  # let the stderr pump drain
         tail = " | ".join(list(self.stderr)[-STDERR_TAIL_LINES:]) or "(empty)"
         return EngineProcessError(
-            f"{self.label}: {shlex.join(self.argv)} {what} ({status}); stderr tail: {tail}"
+            f"{where or self.label}: {shlex.join(self.argv)} {what} ({status}); stderr tail: {tail}"
         )
 
     def kill(self) -> None:
+        """SIGKILL to the program's process group and reap it; idempotent."""
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, 9)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
+        children.unregister(self)
+
+    def stop_now(self) -> None:
+        """``engines.children``: SIGTERM to spectest stops the program at once."""
+        self.kill()
 
     def close(self, timeout_s: float = 10.0) -> int | None:
-        """Close stdin, wait for a clean exit, kill otherwise; the exit status."""
+        """Close stdin (after the lines already queued), wait for a clean exit, kill otherwise;
+        the exit status."""
         if self.proc.poll() is None:
-            with contextlib.suppress(OSError):
-                assert self.proc.stdin is not None
-                self.proc.stdin.close()
+            self.outbox.put(None)
             try:
                 self.proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                self.kill()
+                pass
+        self.kill()
         return self.proc.returncode
 
 
@@ -318,22 +449,34 @@ class CommandEngine(Engine):
         self.hello: dict[str, Any] = {}
         self.next_id = 0
 
-    def _start(self) -> LineProcess:
+    def _vocab_size(self) -> int | None:
+        target = getattr(self.models, "target", None)
+        return None if target is None else int(target.vocab_size)
+
+    def _start(self, arm: str) -> LineProcess:
         if self.proc is not None and self.proc.proc.poll() is None:
             return self.proc
+        if self.proc is not None:  # it exited between jobs: reap it before starting anew
+            self.proc.kill()
         o = self.options
         self.proc = LineProcess(expand(o.command), dict(o.env), o.cwd or None, "engine command")
-        hello = self.proc.read(o.startup_timeout_s, "starting (no hello line)")
-        if hello.get("type") != "hello" or hello.get("protocol") != PROTOCOL:
-            raise self.proc.failure(
-                f"did not start with a hello line for {PROTOCOL!r}: {json.dumps(hello)[:160]}"
-            )
+        where = replies.where("command", arm=arm)
+        hello = self.proc.read(o.startup_timeout_s, "starting (no hello line)", where)
+        try:
+            replies.check(replies.HELLO, hello)
+            if len(json.dumps(hello)) > HELLO_MAX_CHARS:
+                raise replies.Violation("", f"at most {HELLO_MAX_CHARS} characters", hello)
+        except replies.Violation as v:
+            raise self.proc.violation(
+                where, f"did not start with a hello line for {PROTOCOL!r}: {v}"
+            ) from None
         self.hello = hello
         return self.proc
 
     def generate(self, job: ArmJob) -> ArmOutput:
-        proc = self._start()
+        proc = self._start(job.arm)
         B, T = len(job.rows), job.num_positions
+        result_schema = replies.result_line(T, self._vocab_size())
         tokens = np.full((B, T), PLACEHOLDER_TOKEN_ID, dtype=np.int64)  # [B, T]
         lines = job_lines(job, self.next_id)
         self.next_id += len(lines)
@@ -342,43 +485,38 @@ class CommandEngine(Engine):
             rows = line.pop("_rows")
             for r in rows:
                 pending[(line["id"], job.rows[r].seed)] = r
-            proc.send(line)
+            proc.send(line)  # queued: the writer thread feeds the program
         rounds: list[tuple[int, int, int, int, int, int]] = []
         done = 0
         while pending:
-            obj = proc.read(self.options.timeout_s, f"{len(pending)} results were pending")
-            kind = obj.get("type")
-            if kind == "error":
-                proc.close()
+            obj = proc.read(
+                self.options.timeout_s,
+                f"{len(pending)} results were pending",
+                replies.where("command", arm=job.arm),
+            )
+            try:
+                where = check_job_line(obj, result_schema, job.arm)
+            except replies.ReplyError:
+                proc.kill()
+                raise
+            if obj["type"] == "error":
+                proc.close(timeout_s=EXIT_GRACE_S)
                 raise EngineError(
-                    f"engine command {self.hello.get('engine', '?')!r}: job {obj.get('id')!r}: "
-                    f"{obj.get('message')}"
+                    f"{where}: the program refused the job: {replies.short(obj['message'], 300)}"
                 )
-            if kind != "result":
-                raise proc.failure(f"sent an unexpected line: {json.dumps(obj)[:160]}")
-            key = (obj.get("id"), obj.get("seed"))
+            key = (obj["id"], obj["seed"])
             if key not in pending:
-                raise proc.failure(f"answered a job/seed that is not pending: {key!r}")
-            row = pending.pop(key)
-            toks = obj.get("tokens")
-            if (
-                not isinstance(toks, list)
-                or len(toks) > T
-                or not all(isinstance(t, int) and not isinstance(t, bool) for t in toks)
-            ):
-                raise proc.failure(
-                    f"result {key!r}: 'tokens' must be a list of at most {T} integers, "
-                    f"got {str(toks)[:120]}"
+                raise proc.violation(
+                    where,
+                    "answered a job and seed that are not pending (unknown, or answered twice)",
                 )
+            row = pending.pop(key)
+            toks = obj["tokens"]
             tokens[row, : len(toks)] = toks
             pos = 0
             for i, rd in enumerate(obj.get("rounds") or []):
-                try:
-                    d, a, e = int(rd["drafted"]), int(rd["accepted"]), int(rd["emitted"])
-                except (KeyError, TypeError, ValueError):
-                    raise proc.failure(f"result {key!r}: bad rounds entry {rd!r}") from None
-                rounds.append((row, i, pos, d, a, e))
-                pos += e
+                rounds.append((row, i, pos, rd["drafted"], rd["accepted"], rd["emitted"]))
+                pos += rd["emitted"]
             done += 1
             job.tick(done)
         return ArmOutput(tokens, rounds_from_tuples(rounds), False, None)
@@ -393,4 +531,11 @@ class CommandEngine(Engine):
             self.proc = None
 
 
-__all__ = ["PROTOCOL", "CommandEngine", "EngineProcessError", "LineProcess", "job_lines"]
+__all__ = [
+    "PROTOCOL",
+    "CommandEngine",
+    "EngineProcessError",
+    "LineProcess",
+    "check_job_line",
+    "job_lines",
+]

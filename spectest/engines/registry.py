@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import importlib
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from spectest.contain import contained, escape_reason
 from spectest.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -56,10 +57,17 @@ def engine_class(name: str) -> type[Engine]:
 
     target = target_of(name)
     module, _, attr = target.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as err:
-        raise ConfigError(f"engine {name!r}: cannot load {target!r} ({err})") from None
+
+    def load() -> Any:
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as err:
+            raise ConfigError(f"engine {name!r}: cannot load {target!r} ({err})") from None
+
+    # NOTE: an entry point's module is a plug-in: a sys.exit, an argparse or any exception at
+    # its import is one line naming it (spectest.contain), never the process's exit code
+    cls = contained(lambda err: f"engine {name!r}: importing {target!r} {escape_reason(err)}",
+                    load, hold_output=True)  # fmt: skip
     if not (isinstance(cls, type) and issubclass(cls, Engine)):
         raise ConfigError(f"engine {name!r}: {target!r} is not a spectest Engine subclass")
     if cls.name != name:

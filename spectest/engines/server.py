@@ -34,12 +34,24 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from spectest.engines import children
 from spectest.engines.command import EngineProcessError
 from spectest.errors import ConfigError
 
 LOG_TAIL_LINES = 8
 _PLACEHOLDER = re.compile(r"\{(port|python|llama_server|vllm_python|gguf:[^}]+|hf:[^}]+)\}")
 VLLM_VERSION = "0.32.0"
+STOP_NOW_GRACE_S = 2.0  # on SIGTERM to spectest: the server's SIGTERM grace before SIGKILL
+
+
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect of the readiness probe is not followed (it is then not ready)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_PROBE = urllib.request.build_opener(_RefuseRedirects)
 
 
 def free_port() -> int:
@@ -169,13 +181,14 @@ class ManagedServer:
                     f"{self.label}: cannot start {self.argv[0]!r}: {err.strerror}"
                 ) from None
         atexit.register(self.stop)
+        children.register(self)
         deadline = time.monotonic() + self.startup_timeout_s
         while True:
             rc = self.proc.poll()
             if rc is not None:
                 raise self.failure(f"exited with status {rc} before it was ready")
             try:
-                with urllib.request.urlopen(self.ready_url, timeout=2) as r:
+                with _PROBE.open(self.ready_url, timeout=2) as r:
                     if r.status == 200:
                         return
             except (urllib.error.URLError, OSError, TimeoutError):
@@ -216,3 +229,8 @@ class ManagedServer:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)  # workers that outlived their parent
         atexit.unregister(self.stop)
+        children.unregister(self)
+
+    def stop_now(self) -> None:
+        """``engines.children``: SIGTERM to spectest stops the server with a short grace."""
+        self.stop(grace_s=STOP_NOW_GRACE_S)

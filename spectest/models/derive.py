@@ -64,7 +64,7 @@ def first_layers(target: HFModel, num_layers: int) -> HFModel:
     if getattr(cfg, "max_window_layers", None) is not None:
         cfg.max_window_layers = min(int(cfg.max_window_layers), num_layers)
     with torch.device("meta"):
-        draft = AutoModelForCausalLM.from_config(cfg)
+        draft = AutoModelForCausalLM.from_config(cfg, trust_remote_code=False)
     source: dict[str, torch.Tensor] = dict(target.model.named_parameters(remove_duplicate=False))
     source.update(dict(target.model.named_buffers(remove_duplicate=False)))
     _assign_from(draft, source, target.name)

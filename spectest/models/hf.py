@@ -20,6 +20,7 @@ the hole-free sequence (fp32, allclose), on a random-init preset and on a saved-
 from __future__ import annotations
 
 import inspect
+import json
 from pathlib import Path
 from typing import Any
 
@@ -288,7 +289,9 @@ def from_config(
     with torch.random.fork_rng(devices=fork_devices):
         torch.manual_seed(int(seed))
         with torch.device(dev):
-            model: Any = AutoModelForCausalLM.from_config(config, **{_DTYPE_KW: dt})
+            model: Any = AutoModelForCausalLM.from_config(
+                config, trust_remote_code=False, **{_DTYPE_KW: dt}
+            )
     return HFModel(model.to(dev), name, logit_scale=logit_scale)
 
 
@@ -310,6 +313,27 @@ def from_preset(
     )
 
 
+def refuse_remote_code(config_json: Path) -> None:
+    """``ModelError`` when ``config.json`` is not a JSON object or asks for custom code
+    (``auto_map``): spectest runs no model directory's code (``from_local`` Notes)."""
+    where = f"hf-local: {str(config_json)!r}"
+    try:
+        cfg = json.loads(config_json.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ModelError(f"{where}: not valid JSON ({err})") from None
+    if not isinstance(cfg, dict):
+        raise ModelError(f"{where}: expected a JSON object, got {type(cfg).__name__}")
+    if "auto_map" in cfg:
+        classes = cfg["auto_map"] if isinstance(cfg["auto_map"], dict) else {}
+        names = ", ".join(f"{k} → {v}" for k, v in list(classes.items())[:3])
+        raise ModelError(
+            f"{where}: has auto_map ({names or cfg['auto_map']!r}): the directory ships its own "
+            "modelling code, and spectest never runs a model directory's code "
+            "(trust_remote_code=False); use an architecture transformers implements, or remove "
+            "auto_map if the model_type is one"
+        )
+
+
 def from_local(
     path: str | Path,
     *,
@@ -317,7 +341,15 @@ def from_local(
     dtype: torch.dtype | str | None = None,
     logit_scale: float = 1.0,
 ) -> HFModel:
-    """Load a causal LM from a local directory (``local_files_only=True``; never downloads)."""
+    """Load a causal LM from a local directory (``local_files_only=True``; never downloads).
+
+    Notes
+    -----
+    A model directory is data, never code: ``trust_remote_code=False`` is passed explicitly,
+    and a ``config.json`` with ``auto_map`` (custom modelling code shipped beside the weights) is
+    refused before transformers sees it — otherwise transformers asks on stdin whether to run
+    that code, and a ``y`` on stdin (a CI script's ``yes |``) would run it.
+    """
     from transformers import AutoModelForCausalLM
 
     p = Path(path)
@@ -333,6 +365,7 @@ def from_local(
             f"hf-local: {str(path)!r} has no *.safetensors weights (spectest loads safetensors "
             "only; convert the checkpoint with transformers' save_pretrained)"
         )
+    refuse_remote_code(p / "config.json")
     dev = torch.device(device)
     dt = _resolve_dtype(dtype, dev)
     from transformers.utils import logging as hf_logging
@@ -340,7 +373,11 @@ def from_local(
     hf_logging.disable_progress_bar()  # no "Loading weights" bars in spectest's own output
     try:
         model: Any = AutoModelForCausalLM.from_pretrained(
-            str(p), local_files_only=True, use_safetensors=True, **{_DTYPE_KW: dt}
+            str(p),
+            local_files_only=True,
+            use_safetensors=True,
+            trust_remote_code=False,
+            **{_DTYPE_KW: dt},
         )
     except Exception as err:  # transformers raises OSError/ValueError/KeyError/... for bad dirs
         msg = str(err).splitlines()[0] if str(err) else type(err).__name__

@@ -51,7 +51,7 @@ def load_model(directory: Path) -> Any:
     if not (directory / "config.json").is_file():
         raise ModelError(f"pair_card: no config.json in model directory {str(directory)!r}")
     model = AutoModelForCausalLM.from_pretrained(
-        directory, local_files_only=True, dtype=torch.float32
+        directory, local_files_only=True, trust_remote_code=False, dtype=torch.float32
     )
     model.eval()
     return model

@@ -1,7 +1,9 @@
 """JUnit XML of a stored run, for CI systems: one test case per config × prompt set (failures list
 the failing cells), one per tooth, and one ``scope`` case with the verdict's claim.
 
-Owns: the XML layout. Reads ``summary.json`` only; computes no statistic.
+Owns: the XML layout. Reads ``summary.json`` only; computes no statistic. The file is valid
+XML 1.0 whatever the ids hold: every text and attribute passes ``report.escape.xml_text``
+(ElementTree escapes markup characters but writes a control character raw).
 """
 
 from __future__ import annotations
@@ -9,7 +11,19 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from spectest.report.escape import xml_text
 from spectest.summary import verdict_lines
+
+
+def _scrub(root: ET.Element) -> None:
+    """Every text, tail and attribute of the tree made valid XML 1.0 (``xml_text``)."""
+    for el in root.iter():
+        if el.text is not None:
+            el.text = xml_text(el.text)
+        if el.tail is not None:
+            el.tail = xml_text(el.tail)
+        for key, value in el.attrib.items():
+            el.attrib[key] = xml_text(value)
 
 
 def render_junit(summary: dict[str, Any], prompt_set: str = "prompts") -> str:
@@ -85,6 +99,7 @@ def render_junit(summary: dict[str, Any], prompt_set: str = "prompts") -> str:
     suite.set("tests", str(cases))
     suite.set("failures", str(failures))
     suite.set("errors", "0")
+    _scrub(suite)
     ET.indent(suite)
     return (
         '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"

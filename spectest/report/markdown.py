@@ -3,6 +3,11 @@
 Owns: the text of the report (verdict, reasons, the path of a sequential run's looks, per-config
 summary table, teeth, failing cells, provenance, a few decoded samples). Reads ``summary.json``
 and the stored tables; computes no statistic. Knows nothing about how they were produced.
+
+Every value that is not spectest's own wording goes through ``report.escape`` (``md_text``,
+``md_code``, every table cell): ids, names, notes, failing lines and reasons render as the
+literal text, never as HTML, a link, an image or a table break — a step summary is rendered by
+the CI system, so a config id ``<script>`` must stay text there.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from spectest.report.escape import md_code, md_text
 from spectest.store import SAMPLES, WHITEBOX, StoredRun
 from spectest.summary import verdict_lines
 
@@ -27,7 +33,8 @@ def _fmt(x: Any, digits: int = 4) -> str:
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    esc = [[str(c).replace("|", "\\|").replace("\n", " ") for c in r] for r in rows]
+    """A GFM table; every cell is text (``md_text``: one line, no markup of its own)."""
+    esc = [[md_text(" ".join(str(c).split("\n"))) for c in r] for r in rows]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in esc]
     return "\n".join(lines)
@@ -189,7 +196,7 @@ def failing_rows(summary: dict[str, Any]) -> list[str]:
     out = []
     for c in summary.get("comparisons", []):
         if c["role"] == "candidate" and c["failing"]:
-            out += [f"- {f}" for f in c["failing"]]
+            out += [f"- {md_text(f)}" for f in c["failing"]]
     return out
 
 
@@ -197,9 +204,9 @@ def verdict_md(verdict: dict[str, Any]) -> list[str]:
     """The verdict as markdown: the headline in bold, what was tested and the resolution, then
     the reasons as a list (``spectest.summary.verdict_lines``, the console's wording)."""
     head, *rest = verdict_lines(verdict)
-    scope = [ln.strip() for ln in rest if not ln.startswith("  - ")]
-    reasons = [ln.strip() for ln in rest if ln.startswith("  - ")]
-    return [f"**{head}**", "", *[f"*{ln}*  " for ln in scope], "", *reasons]
+    scope = [md_text(ln.strip()) for ln in rest if not ln.startswith("  - ")]
+    reasons = [f"- {md_text(ln.strip()[2:])}" for ln in rest if ln.startswith("  - ")]
+    return [f"**{md_text(head)}**", "", *[f"*{ln}*  " for ln in scope], "", *reasons]
 
 
 def render_markdown(stored: StoredRun) -> str:
@@ -207,27 +214,31 @@ def render_markdown(stored: StoredRun) -> str:
     s = stored.summary
     v = s["verdict"]
     prov = stored.provenance
-    lines = [f"# spectest {s.get('kind', 'run')}: {s.get('name', '')}", "", *verdict_md(v), ""]
+    title = f"# spectest {md_text(s.get('kind', 'run'))}: {md_text(s.get('name', ''))}"
+    lines = [title, "", *verdict_md(v), ""]
     if s.get("models"):
         m, d = s["models"], s.get("drafter", {})
         lines += [
-            f"Models: target `{m.get('target')}`, draft `{m.get('draft')}` "
-            f"({m.get('dtype')}, {m.get('device')}); "
-            f"drafter {d.get('kind')} K={d.get('k')}"
-            + (f" q={d.get('q')}" if d.get("kind") == "sampled" else "")
-            + f"; candidate sampler `{s.get('candidate')}`; {s.get('positions')} positions; "
-            f"{s.get('seeds_per_arm')} seeds per arm.",
+            f"Models: target {md_code(m.get('target'))}, draft {md_code(m.get('draft'))} "
+            f"({md_text(m.get('dtype'))}, {md_text(m.get('device'))}); "
+            f"drafter {md_text(d.get('kind'))} K={md_text(d.get('k'))}"
+            + (f" q={md_text(d.get('q'))}" if d.get("kind") == "sampled" else "")
+            + f"; candidate sampler {md_code(s.get('candidate'))}; "
+            f"{md_text(s.get('positions'))} positions; "
+            f"{md_text(s.get('seeds_per_arm'))} seeds per arm.",
             "",
         ]
     a = s.get("analysis") or {}
     if a:
+        trie = a.get("trie") or {}
         lines += [
-            f"Tests: α = {a.get('alpha')}, multiplicity {a.get('multiplicity')}, pooled χ² "
-            f"with minimum expected count {a.get('min_expected')}, "
-            f"trie depth {a.get('trie', {}).get('depth')} "
-            f"(nodes ≥ {a.get('trie', {}).get('min_count')}), "
-            f"white-box {'on' if a.get('whitebox') else 'off'}, "
-            f"{a.get('null_permutations')} permutations for the TV null.",
+            md_text(
+                f"Tests: α = {a.get('alpha')}, multiplicity {a.get('multiplicity')}, pooled χ² "
+                f"with minimum expected count {a.get('min_expected')}, "
+                f"trie depth {trie.get('depth')} (nodes ≥ {trie.get('min_count')}), "
+                f"white-box {'on' if a.get('whitebox') else 'off'}, "
+                f"{a.get('null_permutations')} permutations for the TV null."
+            ),
             "",
         ]
     seq_line, h, rows = sequential_rows(s)
@@ -267,12 +278,14 @@ def render_markdown(stored: StoredRun) -> str:
         lines += [
             "## Provenance",
             "",
-            f"protocol hash `{s.get('protocol_hash')}` · git `{prov.get('git_sha')}` · "
-            f"device {prov.get('device')} · "
-            f"spectest {prov.get('spectest_version')} · "
-            + ", ".join(f"{k} {v}" for k, v in sorted((prov.get("packages") or {}).items())),
+            f"protocol hash {md_code(s.get('protocol_hash'))} · "
+            f"git {md_code(prov.get('git_sha'))} · "
+            + md_text(
+                f"device {prov.get('device')} · spectest {prov.get('spectest_version')} · "
+                + ", ".join(f"{k} {v}" for k, v in sorted((prov.get("packages") or {}).items()))
+            ),
             "",
-            f"Seed ranges per arm: {prov.get('seed_ranges')}",
+            f"Seed ranges per arm: {md_text(prov.get('seed_ranges'))}",
             "",
         ]
     return "\n".join(lines)
@@ -283,7 +296,8 @@ def render_summary_md(summary: dict[str, Any]) -> str:
     v = summary["verdict"]
     icon = {"equivalent": "✅", "sound": "✅", "different": "❌"}.get(v["decision"], "⚠️")
     lines = [
-        f"### {icon} spectest {summary.get('name', '')}: {v['decision']} (exit {v['exit_code']})",
+        f"### {icon} spectest {md_text(summary.get('name', ''))}: {md_text(v['decision'])} "
+        f"(exit {v['exit_code']})",
         "",
         *verdict_md(v),
         "",

@@ -21,9 +21,16 @@ import numpy as np
 import pandas as pd
 
 from spectest.report.columns import COLS, pick
+from spectest.report.escape import printable
 
 Figure = Any
 QQ_CLIP = 10.0
+
+
+def label(text: object) -> str:
+    """User text as a figure label: control characters shown, ``$`` escaped (matplotlib would
+    parse ``$...$`` as mathtext, and a malformed one fails the whole report)."""
+    return printable(text).replace("$", r"\$")
 
 
 def to_base64_png(fig: Figure, dpi: int = 90) -> str:
@@ -50,7 +57,7 @@ def tv_by_position(tests: pd.DataFrame, comparison: str = "candidate") -> Figure
         sub = df[df[COLS["config_id"]] == cid]
         for pid, g in sub.groupby(COLS["prompt_id"], sort=False):
             g = g.sort_values(COLS["position"])
-            ax.plot(g[COLS["position"]], tv.loc[g.index], marker=".", lw=1, label=str(pid))
+            ax.plot(g[COLS["position"]], tv.loc[g.index], marker=".", lw=1, label=label(pid))
         if lo is not None and hi is not None:
             band = pd.DataFrame(
                 {"p": sub[COLS["position"]], "lo": lo.loc[sub.index], "hi": hi.loc[sub.index]}
@@ -59,7 +66,7 @@ def tv_by_position(tests: pd.DataFrame, comparison: str = "candidate") -> Figure
             ax.fill_between(
                 band.index, band["lo"], band["hi"], color="0.8", label="null mean…q", zorder=0
             )
-        ax.set_title(str(cid))
+        ax.set_title(label(cid))
         ax.set_xlabel("position")
         ax.set_ylabel("plug-in TV")
     axes[0][0].legend(fontsize=6, ncol=2)
@@ -84,11 +91,11 @@ def pvalue_plots(tests: pd.DataFrame, comparisons: list[str]) -> Figure | None:
         p = pv[mask].dropna().to_numpy(dtype=float)
         if p.size == 0:
             continue
-        h.hist(p, bins=20, range=(0, 1), histtype="step", label=comp, density=True)
+        h.hist(p, bins=20, range=(0, 1), histtype="step", label=label(comp), density=True)
         # NOTE: clipped at QQ_CLIP so a gross mutant does not flatten the H0 arms onto the axis
         obs = np.minimum(-np.log10(np.sort(np.clip(p, 1e-300, 1))), QQ_CLIP)
         exp = -np.log10((np.arange(1, p.size + 1) - 0.5) / p.size)
-        q.plot(exp, obs, ".", ms=3, label=comp)
+        q.plot(exp, obs, ".", ms=3, label=label(comp))
     h.axhline(1.0, color="k", lw=0.8, ls="--")
     h.set_xlabel("p-value (per cell)")
     h.set_ylabel("density")
@@ -109,7 +116,9 @@ def acceptance_by_position(rounds: pd.DataFrame | None) -> Figure | None:
     g = rounds.groupby(["arm", "position"])[["accepted", "drafted"]].sum().reset_index()
     for arm, sub in g.groupby("arm", sort=False):
         sub = sub[sub["drafted"] > 0].sort_values("position")
-        ax.plot(sub["position"], sub["accepted"] / sub["drafted"], marker=".", lw=1, label=str(arm))
+        ax.plot(
+            sub["position"], sub["accepted"] / sub["drafted"], marker=".", lw=1, label=label(arm)
+        )
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("position at the start of the round")
     ax.set_ylabel("accepted / drafted")

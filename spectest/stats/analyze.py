@@ -102,6 +102,26 @@ ALL_CELLS = "*"  # prompt_id / config_id of the sequence family's pooled rows
 REFERENCE_MULTIPLIER = 16
 FAMILIES = ("cells", "trie", "whitebox", "sequence", "lengths")  # the α split's order
 SEQUENCE_DEFAULT = sequence.DEFAULT  # (the option ``sequence`` shadows the module in the class)
+# The documented ranges of the options a protocol sets (README "Protocol reference"); the
+# protocol parser validates ``tests`` through ``AnalysisOptions`` at load, so these are the one
+# copy. α above one half is not a false-alarm rate anyone gates on (and would meet the power
+# 0.8 of the MDEs); a pooling threshold above 1000 expected counts per bin leaves nothing
+# testable at any seed count spectest runs; B above 20 000 permutations is 800 MB of labels per
+# cell at 20 000 sequences, for a p-value resolution no α here needs.
+ALPHA_MAX = 0.5
+MIN_EXPECTED_MAX = 1000.0
+NULL_PERMUTATIONS_MAX = 20_000
+TRIE_DEPTH_MAX = 64
+
+
+class OptionError(ConfigError):
+    """An ``AnalysisOptions`` field outside its rule: ``option`` (the field), ``rule`` (what it
+    must be, e.g. "expected a number in (0, 0.5]") and ``value``, so a caller that took the
+    value from a file can name the file and its own field path instead."""
+
+    def __init__(self, option: str, rule: str, value: Any) -> None:
+        self.option, self.rule, self.value = option, rule, value
+        super().__init__(f"analysis option {option}: {rule}, got {value!r:.200}")
 
 
 @dataclass(frozen=True)
@@ -150,35 +170,36 @@ class AnalysisOptions:
     sequence_statistics: tuple[str, ...] = SEQUENCE_DEFAULT
 
     def __post_init__(self) -> None:
-        def bad(name: str, rule: str) -> ConfigError:
-            return ConfigError(f"analysis option {name}: {rule}, got {getattr(self, name)!r}")
+        def bad(name: str, rule: str) -> OptionError:
+            return OptionError(name, rule, getattr(self, name))
 
-        if not isinstance(self.alpha, (int, float)) or not (0.0 < self.alpha < 1.0):
-            raise bad("alpha", "must be in (0, 1)")
+        def number(v: Any) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+
+        def integer(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        if not number(self.alpha) or not (0.0 < self.alpha <= ALPHA_MAX):
+            raise bad("alpha", f"expected a number in (0, {ALPHA_MAX:g}]")
         if self.multiplicity not in MULTIPLICITY:
-            raise bad("multiplicity", f"must be one of {list(MULTIPLICITY)!r}")
-        if not isinstance(self.min_expected, (int, float)) or not (0.0 < self.min_expected < 1e6):
-            raise bad("min_expected", "must be a number > 0")
-        for name in ("null_permutations", "trie_depth"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise bad(name, "must be an integer >= 0")
-        if (
-            isinstance(self.trie_min_count, bool)
-            or not isinstance(self.trie_min_count, int)
-            or self.trie_min_count < 1
-        ):
-            raise bad("trie_min_count", "must be an integer >= 1")
-        if self.null_permutations > 20_000:
+            raise bad("multiplicity", f"expected one of {', '.join(MULTIPLICITY)}")
+        if not number(self.min_expected) or not (0.0 < self.min_expected <= MIN_EXPECTED_MAX):
+            raise bad("min_expected", f"expected a number in (0, {MIN_EXPECTED_MAX:g}]")
+        B = self.null_permutations
+        if not integer(B) or not (0 <= B <= NULL_PERMUTATIONS_MAX):
             # the label matrix is n_seq × (1 + B) uint16: 800 MB at 20 000 seqs per cell
-            raise bad("null_permutations", "must be <= 20000")
-        if self.multiplicity == "maxT" and self.null_permutations < 1:
-            raise bad("null_permutations", "must be >= 1 for multiplicity 'maxT'")
-        if self.permutation_pvalues and self.null_permutations < 1:
-            raise bad("null_permutations", "must be >= 1 for permutation_pvalues")
+            raise bad("null_permutations", f"expected an integer in [0, {NULL_PERMUTATIONS_MAX}]")
+        if not integer(self.trie_depth) or not (0 <= self.trie_depth <= TRIE_DEPTH_MAX):
+            raise bad("trie_depth", f"expected an integer in [0, {TRIE_DEPTH_MAX}]")
+        if not integer(self.trie_min_count) or self.trie_min_count < 1:
+            raise bad("trie_min_count", "expected an integer >= 1")
+        if self.multiplicity == "maxT" and B < 1:
+            raise bad("null_permutations", "expected an integer >= 1 with multiplicity 'maxT'")
         for name in ("whitebox", "permutation_pvalues", "sequence"):
             if not isinstance(getattr(self, name), bool):
-                raise bad(name, "must be a boolean")
+                raise bad(name, "expected true or false")
+        if self.permutation_pvalues and B < 1:
+            raise bad("null_permutations", "expected an integer >= 1 for permutation_pvalues")
         st = self.sequence_statistics
         if (
             not isinstance(st, tuple)
@@ -187,17 +208,17 @@ class AnalysisOptions:
             or any(s not in sequence.STATISTICS for s in st)
         ):
             raise bad("sequence_statistics", f"must be a tuple of {list(sequence.STATISTICS)!r}")
-        if not (0.5 <= self.tv_quantile < 1.0):
+        if not number(self.tv_quantile) or not (0.5 <= self.tv_quantile < 1.0):
             raise bad("tv_quantile", "must be in [0.5, 1)")
-        if not (self.alpha < self.power < 1.0):
+        if not number(self.power) or not (self.alpha < self.power < 1.0):
             raise bad("power", "must be in (alpha, 1)")
         if self.whitebox_mode not in WHITEBOX_MODES:
             raise bad("whitebox_mode", f"must be one of {list(WHITEBOX_MODES)!r}")
         tol = self.whitebox_tolerance
-        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not (0.0 <= tol < 1.0):
+        if not number(tol) or not (0.0 <= tol < 1.0):
             raise bad("whitebox_tolerance", "must be a number in [0, 1)")
         wp = self.whitebox_permutations
-        if isinstance(wp, bool) or not isinstance(wp, int) or not (1 <= wp <= 100_000):
+        if not integer(wp) or not (1 <= wp <= 100_000):
             raise bad("whitebox_permutations", "must be an integer in [1, 100000]")
         if not all(isinstance(x, float) and 0.0 < x <= 1.0 for x in self.testable_shares):
             raise bad("testable_shares", "must be floats in (0, 1]")
@@ -637,7 +658,8 @@ def _trie_cell(
     nodes = trie.node_chi2(tt, ref, min_count=opts.trie_min_count, min_expected=opts.min_expected)
     depth = tt.node_depth[nodes.node]
     prefixes = [
-        format_prefix(tok[r, :d]) for r, d in zip(tt.node_rep[nodes.node], depth, strict=True)
+        format_prefix(enc.token_id(tok[r, :d]))
+        for r, d in zip(tt.node_rep[nodes.node], depth, strict=True)
     ]
     sizes = enc.arm_sizes(c)
     chain_ok = homogeneity.OK if np.isfinite(chain.pvalue) else homogeneity.UNTESTABLE

@@ -54,9 +54,6 @@ def validate_samples(samples: object, arms: Sequence[str] | None = None) -> pd.D
         if len(samples) and int(samples[col].min()) < 0:
             bad = int(samples[col].min())
             raise InputError(f"samples: column {col!r} must be >= 0, got {bad!r}")
-    if len(samples) and int(samples[sc.TOKEN_ID].max()) >= 2**31:
-        bad = int(samples[sc.TOKEN_ID].max())
-        raise InputError(f"samples: column {sc.TOKEN_ID!r} must be < 2**31, got {bad!r}")
     if arms is not None:
         present = set(pd.unique(samples[sc.ARM]).tolist())
         for arm in arms:
@@ -73,6 +70,11 @@ class EncodedSamples:
 
     ``arms[i]`` is the name of arm code ``i``; for a two-arm encoding code 0 is the reference
     arm, code 1 the other arm, so within a cell the reference sequences come first.
+
+    ``tokens`` holds the token ids themselves when they fit int32 (every engine's vocabulary);
+    otherwise (a bring-your-own file's int64 ids ≥ 2**31) their ranks among the distinct ids,
+    with ``token_values[rank]`` the id. Ranks keep equality and order, which is all any statistic
+    uses; ``token_id`` maps entries back wherever an id is reported.
     """
 
     arms: tuple[str, ...]
@@ -84,6 +86,12 @@ class EncodedSamples:
     cell_start: np.ndarray  # [C+1] int64 sequence offsets of each cell
     row_index: np.ndarray  # [n] int64 position (iloc) of each encoded input row
     row_seq: np.ndarray  # [n] int64 sequence of each encoded input row
+    token_values: np.ndarray | None = None  # [U] int64 id of each rank; None: tokens are ids
+
+    def token_id(self, entries: np.ndarray) -> np.ndarray:
+        """Token ids of ``tokens`` entries (>= 0) as int64."""
+        e = np.asarray(entries, dtype=np.int64)
+        return e if self.token_values is None else self.token_values[e]
 
     @property
     def n_cells(self) -> int:
@@ -186,7 +194,12 @@ def encode_samples(samples: pd.DataFrame, arms: Sequence[str]) -> EncodedSamples
             f"seed={int(seq_seed[s])!r}, position={t!r}"
         )
     tokens = np.full((n_seq, n_pos), MISSING, dtype=np.int32)  # [S, T]
-    tokens.reshape(-1)[flat] = take(samples[sc.TOKEN_ID].to_numpy(dtype=np.int64))
+    tok = take(samples[sc.TOKEN_ID].to_numpy(dtype=np.int64))
+    token_values = None
+    if tok.size and int(tok.max()) > np.iinfo(np.int32).max:  # int64 ids: ranks (see the class)
+        tok, token_values = _codes(tok)
+        token_values = np.asarray(token_values, dtype=np.int64)
+    tokens.reshape(-1)[flat] = tok
     cell_start = np.searchsorted(seq_cell, np.arange(len(cells) + 1)).astype(np.int64)
     return EncodedSamples(
         arms=arms,
@@ -198,6 +211,7 @@ def encode_samples(samples: pd.DataFrame, arms: Sequence[str]) -> EncodedSamples
         cell_start=cell_start,
         row_index=row_index,
         row_seq=row_seq,
+        token_values=token_values,
     )
 
 
@@ -257,7 +271,7 @@ def position_counts(samples: pd.DataFrame, arms: Sequence[str] | None = None) ->
             sc.CONFIG_ID: enc.cells[sc.CONFIG_ID].to_numpy()[u_cell],
             sc.POSITION: u_pos.astype(np.int32),
             sc.ARM: np.asarray(enc.arms, dtype=object)[u_arm],
-            sc.TOKEN_ID: u_tok.astype(np.int64),
+            sc.TOKEN_ID: enc.token_id(u_tok),
             "count": count,
         }
     )
@@ -312,7 +326,9 @@ def trie_counts(
         seq_ids = np.flatnonzero(alive)[sel]
         rep = np.zeros(n_nodes, dtype=np.int64)
         rep[node[sel]] = seq_ids
-        prefixes = {int(n): format_prefix(enc.tokens[rep[n], :d]) for n in np.unique(u_node)}
+        prefixes = {
+            int(n): format_prefix(enc.token_id(enc.tokens[rep[n], :d])) for n in np.unique(u_node)
+        }
         cell = enc.seq_cell[rep[u_node]]
         frames.append(
             pd.DataFrame(
@@ -322,7 +338,7 @@ def trie_counts(
                     "depth": np.full(len(uniq), d, dtype=np.int32),
                     "prefix": [prefixes[int(n)] for n in u_node],
                     sc.ARM: np.asarray(enc.arms, dtype=object)[u_arm],
-                    sc.TOKEN_ID: u_tok.astype(np.int64),
+                    sc.TOKEN_ID: enc.token_id(u_tok),
                     "count": count,
                 }
             )
