@@ -88,6 +88,11 @@ class Comparison:
     power: float | None = None
     mde_tv_max: float | None = None
     cannot_bite: str | None = None  # why this tooth's law equals the exact one here (ε arms)
+    # an ε arm's or mutant's size: its largest per-cell-position TV from plain sampling
+    # (``spectest.tooth_size``; None: unknown), exact or an upper bound, and where it is
+    size_tv: float | None = None
+    size_exact: bool = False
+    size_where: str | None = None
 
     @property
     def is_tooth(self) -> bool:
@@ -206,7 +211,13 @@ def _can_reach(seq: Any, n_permutations: int, alpha: float) -> bool:
 
 
 def summarize_comparison(
-    analysis: Any, *, arm: str, role: str, expect: str, cannot_bite: str | None = None
+    analysis: Any,
+    *,
+    arm: str,
+    role: str,
+    expect: str,
+    cannot_bite: str | None = None,
+    size: Any = None,
 ) -> Comparison:
     """Read one ``spectest.stats.analyze.Analysis`` into a ``Comparison``.
 
@@ -216,7 +227,7 @@ def summarize_comparison(
     per node) and ``whitebox`` (arm, test, reject, p_adj). ``rejections`` counts every rejected
     test of every family (cells, trie rows, the candidate's white-box tests, length tables).
     ``lengths`` / ``alpha_lengths`` / ``lengths_rejected`` (``spectest.stats.lengths``) are read
-    when present.
+    when present. ``size``: the tooth's ``spectest.tooth_size.ToothSize`` (ε arms and mutants).
     """
     cells = analysis.cells
     trie = analysis.trie
@@ -325,6 +336,9 @@ def summarize_comparison(
         power=float(analysis.options.power),
         mde_tv_max=_f(analysis.mde_tv_max),
         cannot_bite=cannot_bite,
+        size_tv=None if size is None else size.tv,
+        size_exact=False if size is None else bool(size.exact),
+        size_where=None if size is None else size.where,
     )
 
 

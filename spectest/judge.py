@@ -33,6 +33,7 @@ from spectest.store import (
     SEQUENCE,
     SUMMARY,
     TESTS,
+    TOOTH_SIZES,
     TRIE,
     WHITEBOX,
     RunDir,
@@ -153,19 +154,28 @@ def compare_all(
     return out
 
 
-def summarize(analysis: Any, arm: Arm, rounds: pd.DataFrame | None = None) -> Comparison:
+def summarize(
+    analysis: Any,
+    arm: Arm,
+    rounds: pd.DataFrame | None = None,
+    sizes: pd.DataFrame | None = None,
+) -> Comparison:
     """The verdict's view of one analysis (see ``verdict.Comparison``); ``rounds`` (every arm's)
-    lets an ε arm say when it cannot bite (``comparison.eps_cannot_bite``)."""
+    lets an ε arm say when it cannot bite (``comparison.eps_cannot_bite``); ``sizes`` (the run's
+    ``tooth_sizes.parquet``, ``spectest.tooth_size``) gives an ε arm or mutant its size
+    (unknown without it)."""
     from spectest.comparison import eps_cannot_bite
     from spectest.sampling.mutants import eps_of
+    from spectest.tooth_size import size_of
     from spectest.verdict import summarize_comparison
 
     eps = eps_of(arm.variant) if arm.role == "eps" else None
     bite = None
     if eps is not None and rounds is not None and len(rounds):
         bite = eps_cannot_bite(eps, rounds[rounds[schema.ARM] == arm.name])
+    size = size_of(sizes, arm.name) if arm.role in ("eps", "mutant") else None
     return summarize_comparison(
-        analysis, arm=arm.name, role=arm.role, expect=arm.expect, cannot_bite=bite
+        analysis, arm=arm.name, role=arm.role, expect=arm.expect, cannot_bite=bite, size=size
     )
 
 
@@ -175,9 +185,11 @@ def judge(
     *,
     kind: str = "run",
     rounds: pd.DataFrame | None = None,
+    sizes: pd.DataFrame | None = None,
 ) -> tuple[tuple[Comparison, ...], Verdict]:
-    """Every analysis summarised, and the decision over them (``kind``: run, teeth, compare)."""
-    comparisons = tuple(summarize(a, arm, rounds) for arm, a in results)
+    """Every analysis summarised, and the decision over them (``kind``: run, teeth, compare;
+    ``sizes``: the teeth's sizes, see ``summarize``)."""
+    comparisons = tuple(summarize(a, arm, rounds, sizes) for arm, a in results)
     return comparisons, decide(comparisons, max_mde_tv=max_mde_tv, kind=kind)
 
 
@@ -192,12 +204,17 @@ def finish_run(
     max_mde_tv: float | None,
     junit: Path | None,
     summary_md: Path | None,
+    sizes: pd.DataFrame | None = None,
 ) -> tuple[Verdict, tuple[Comparison, ...], dict[str, Any]]:
-    """Decide, write every final file, render reports from what was written, manifest last."""
+    """Decide, write every final file, render reports from what was written, manifest last.
+    ``sizes``: the teeth's sizes (``spectest.tooth_size``), stored as ``tooth_sizes.parquet`` so
+    that ``spectest analyze`` decides the same without the models."""
     from spectest.report import write_ci_outputs, write_reports
     from spectest.stats.histograms import position_counts
 
-    comparisons, verdict = judge(results, max_mde_tv, kind=summary_base["kind"], rounds=rounds)
+    comparisons, verdict = judge(
+        results, max_mde_tv, kind=summary_base["kind"], rounds=rounds, sizes=sizes
+    )
     summary_base = {
         **summary_base,
         "details": {arm.name: json_safe(a.summary()) for arm, a in results},
@@ -217,6 +234,8 @@ def finish_run(
     }
     if rounds is not None and len(rounds):
         tables[ROUNDS] = (rounds, schema.ROUNDS_SCHEMA)
+    if sizes is not None:
+        tables[TOOTH_SIZES] = (sizes, schema.TOOTH_SIZES_SCHEMA)
     analysis_schemas = {
         TESTS: schema.TESTS_SCHEMA,
         TRIE: schema.TRIE_SCHEMA,

@@ -50,6 +50,7 @@ from spectest.prompts import (
 )
 from spectest.sampling.params import SamplingParams
 from spectest.sequential import SPENDING
+from spectest.tooth_size import DEFAULT_BUDGET as DEFAULT_SIZE_BUDGET
 
 PROTOCOL_VERSION = 2  # the newest version this spectest reads (and writes for new files)
 PROTOCOL_VERSIONS = (1, 2)
@@ -175,6 +176,9 @@ class TeethSpec:
     null: bool
     epsilons: tuple[float, ...]
     mutants: tuple[str, ...]
+    # contexts (model forward rows) per tooth and cell for the teeth's sizes (spectest.tooth_size;
+    # 0: not computed, every size unknown); hashed only when not the default
+    size_budget: int = DEFAULT_SIZE_BUDGET
 
 
 @dataclass(frozen=True)
@@ -290,6 +294,11 @@ class Protocol:
                 "null": self.teeth.null,
                 "epsilons": list(self.teeth.epsilons),
                 "mutants": list(self.teeth.mutants),
+                **(
+                    {}
+                    if self.teeth.size_budget == DEFAULT_SIZE_BUDGET
+                    else {"size_budget": self.teeth.size_budget}
+                ),
             },
             "batch_size": self.batch_size,
             **self._engine_fields(),
@@ -657,7 +666,9 @@ def protocol_from_dict(
     )
     _check_tests(c, tests, raw_tests)
 
-    th = c.mapping(top.get("teeth", {}) or {}, "teeth", ("null_arm", "epsilons", "mutants"))
+    th = c.mapping(
+        top.get("teeth", {}) or {}, "teeth", ("null_arm", "epsilons", "mutants", "size_budget")
+    )
     eps_raw = th.get("epsilons", []) or []
     mut_raw = th.get("mutants", []) or []
     if not isinstance(eps_raw, list):
@@ -680,7 +691,10 @@ def protocol_from_dict(
         )
     _check_teeth_can_bite(c, mutants, configs, drafter)
     teeth = TeethSpec(
-        null=c.bool_(th.get("null_arm", True), "teeth.null_arm"), epsilons=epsilons, mutants=mutants
+        null=c.bool_(th.get("null_arm", True), "teeth.null_arm"),
+        epsilons=epsilons,
+        mutants=mutants,
+        size_budget=c.int_(th.get("size_budget", DEFAULT_SIZE_BUDGET), "teeth.size_budget", lo=0),
     )
 
     output = c.str_(top.get("output", "results"), "output")
@@ -955,6 +969,11 @@ def to_raw(protocol: Protocol, *, prompts_file: str) -> dict[str, Any]:
             "null_arm": p.teeth.null,
             "epsilons": list(p.teeth.epsilons),
             "mutants": list(p.teeth.mutants),
+            **(
+                {}
+                if p.teeth.size_budget == DEFAULT_SIZE_BUDGET
+                else {"size_budget": p.teeth.size_budget}
+            ),
         },
         "output": p.output,
         "batch_size": p.batch_size,

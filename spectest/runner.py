@@ -53,9 +53,17 @@ from spectest.protocol import EngineChoice, Protocol, load_protocol, to_raw
 from spectest.scaleout import local_devices
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
 from spectest.shipped import shipped_name
-from spectest.store import PROMPTS_FILE, ROUNDS, SAMPLES, RunDir, load_run, make_provenance
+from spectest.store import (
+    PROMPTS_FILE,
+    ROUNDS,
+    SAMPLES,
+    TOOTH_SIZES,
+    RunDir,
+    load_run,
+    make_provenance,
+)
 from spectest.summary import build_summary
-from spectest.verdict import required_resolution
+from spectest.verdict import power_claim, required_resolution
 
 __all__ = ["RunResult", "analyze_run", "configure_threads", "prompt_token_ids", "run_protocol"]
 
@@ -239,11 +247,12 @@ def _generate_missing(
     threads: int | None,
     workers: Sequence[str],
     ray: str | None,
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int, dict[str, Any], Models | None]:
     """Generate the plan's shards that are not done yet, on this process or spread over
-    ``workers`` / Ray (``spectest.scaleout``); (shards generated, provenance). Adds the phase
-    wall times to ``timings``."""
+    ``workers`` / Ray (``spectest.scaleout``); (shards generated, provenance, the models this
+    process loaded or None). Adds the phase wall times to ``timings``."""
     todo = [s for s in plan.shards if not rd.shard_done(s.key)]
+    models: Models | None = None
     if todo and (ray is not None or len(workers) > 1):
         t_gen = time.perf_counter()
         provenance = _generate_spread(
@@ -255,6 +264,7 @@ def _generate_missing(
     elif todo:
         t_load = time.perf_counter()
         engines = _Engines(protocol, [plan.arm(s.arm) for s in todo], plan.arms, fast=fast)
+        models = engines.models
         timings["load"] += time.perf_counter() - t_load
         try:
             target = engines.models.target
@@ -297,7 +307,37 @@ def _generate_missing(
         finally:
             engines.close()
         progress("generate", total, total)
-    return len(todo), provenance
+    return len(todo), provenance, models
+
+
+def _tooth_sizes(
+    protocol: Protocol,
+    plan: Plan,
+    models: Models | None,
+    progress: ProgressFn,
+    timings: dict[str, Any],
+) -> pd.DataFrame | None:
+    """The ε arms' and mutants' TV per cell-position (``spectest.tooth_size``), from the run's
+    models (loaded here when this process has not: a resumed or spread-out run); None when the
+    plan has no such tooth. Adds ``tooth sizes`` (seconds, loading included) to ``timings``."""
+    from spectest.tooth_size import tooth_sizes
+
+    teeth = [(a.name, str(a.variant)) for a in plan.arms if a.role in ("eps", "mutant")]
+    if not teeth:
+        return None
+    t0 = time.perf_counter()
+    progress("tooth sizes", 0, 1)
+    if models is None or models.target is None or models.draft is None:
+        models = Models(*_load_models(protocol, need_draft=True))
+    target, draft = models.target, models.draft
+    assert target is not None and draft is not None
+    sizes = tooth_sizes(
+        target, draft, prompt_token_ids(protocol, target.vocab_size), protocol.configs, teeth,
+        _drafter(protocol), protocol.positions, budget=protocol.teeth.size_budget,
+    )  # fmt: skip
+    progress("tooth sizes", 1, 1)
+    timings["tooth sizes"] = time.perf_counter() - t0
+    return sizes
 
 
 def _shard_arm(plan: Plan, shard: Shard) -> Arm:
@@ -449,13 +489,17 @@ def run_protocol(
     alphas = look_alphas(protocol.tests.alpha, sizes, protocol.seeds.spending)
     looks: list[Look] = []
     generated = 0
+    teeth_sizes: pd.DataFrame | None = None
     for stage in range(len(sizes)):
         plan = make_plan(protocol, candidate=not teeth_only, stage=stage)
-        n_new, provenance = _generate_missing(
+        n_new, provenance, models = _generate_missing(
             rd, plan, protocol, provenance, progress, timings, teeth_only=teeth_only, fast=fast,
             threads=threads, workers=workers, ray=ray,
         )  # fmt: skip
         generated += n_new
+        if stage == 0:  # the teeth are the same at every stage: their sizes once
+            teeth_sizes = _tooth_sizes(protocol, plan, models, progress, timings)
+        del models
         samples, rounds = _read_shards(rd, plan)
         tests = protocol.tests if len(sizes) == 1 else replace(protocol.tests, alpha=alphas[stage])
         t_an = time.perf_counter()
@@ -466,15 +510,17 @@ def run_protocol(
         timings["analyze"] = timings.get("analyze", 0.0) + time.perf_counter() - t_an
         if len(sizes) == 1:
             break
-        # the stop rule asks for the resolution the verdict will require (the protocol's, or
-        # the 0.15 default when no ε arm / mutant shows the power): judged as the verdict is
-        comps = tuple(summarize(a, arm, rounds) for arm, a in results)
+        # the stop rule asks the verdict's question: does the power claim (the MDE, or the
+        # weakest killed tooth's size) meet the requirement (the protocol's, or 0.15)?
+        comps = tuple(summarize(a, arm, rounds, teeth_sizes) for arm, a in results)
         cand = next(c for c in comps if c.role == "candidate")
-        required, requirement = required_resolution(comps, protocol.tests.max_mde_tv, kind=kind)
+        required, requirement = required_resolution(protocol.tests.max_mde_tv, kind=kind)
+        claim = power_claim(comps)
         looks.append(
             decide_look(
                 stage, sizes, alphas, rejected=bool(cand.rejected), mde_tv=cand.mde_tv,
-                max_mde_tv=required, requirement=requirement,
+                max_mde_tv=required, requirement=requirement, claim_tv=claim.tv,
+                claim_source=claim.where(),
             )
         )  # fmt: skip
         progress(f"look {stage}: {looks[-1].decision}", stage + 1, len(sizes))
@@ -511,6 +557,7 @@ def run_protocol(
         max_mde_tv=protocol.tests.max_mde_tv,
         junit=junit,
         summary_md=summary_md,
+        sizes=teeth_sizes,
     )
     summary = {
         **summary,
@@ -688,8 +735,9 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         wb_mode = whitebox_mode(protocol.models.dtype, arms)
     results = compare_all(samples, rounds, arms, tests, key, progress, readout, wb_mode)
     comparisons, verdict = judge(
-        results, max_mde, kind=str(stored.info.get("kind", "run")), rounds=rounds
-    )
+        results, max_mde, kind=str(stored.info.get("kind", "run")), rounds=rounds,
+        sizes=stored.table(TOOTH_SIZES),
+    )  # fmt: skip
     base = stored.summary
     summary = build_summary(
         kind=str(base.get("kind")),

@@ -147,6 +147,21 @@ SEQUENCE_SCHEMA = pa.schema(
         pa.field(COMPARISON, pa.string()),
     ]
 )
+# the size of each ε arm / mutant per cell-position (spectest.tooth_size.SIZE_COLUMNS): its TV from
+# plain sampling there, ``slack`` the part that bounds what was not computed, ``status`` exact /
+# bound / unknown (``tv`` NaN)
+TOOTH_SIZES_SCHEMA = pa.schema(
+    [
+        pa.field(ARM, pa.string()),
+        pa.field("variant", pa.string()),
+        pa.field(PROMPT_ID, pa.string()),
+        pa.field(CONFIG_ID, pa.string()),
+        pa.field(POSITION, _i64),
+        pa.field("tv", _f64),
+        pa.field("slack", _f64),
+        pa.field("status", pa.string()),
+    ]
+)
 WHITEBOX_TESTS_SCHEMA = pa.schema(
     [
         pa.field(ARM, pa.string()),

@@ -89,6 +89,8 @@ class Look:
     decision: str  # REJECT | RESOLVED | BUDGET | CONTINUE
     required_mde_tv: float | None = None  # the resolution the stop rule asked for (None: none)
     requirement: str = "none"  # where it comes from (``spectest.verdict.required_resolution``)
+    claim_tv: float | None = None  # the power claim checked (``spectest.verdict.power_claim``)
+    claim: str = ""  # where it comes from (``PowerClaim.where``)
 
 
 def decide_look(
@@ -100,19 +102,29 @@ def decide_look(
     mde_tv: float | None,
     max_mde_tv: float | None,
     requirement: str = "protocol",
+    claim_tv: float | None = None,
+    claim_source: str = "",
 ) -> Look:
-    """The decision after look ``stage``: reject → stop; else the resolution asked for
-    (``max_mde_tv``) reached → stop; else the last stage → stop (budget spent); else continue.
-    Without ``max_mde_tv`` a sampler that is never rejected runs to the last stage.
+    """The decision after look ``stage``: reject → stop; else the power claim meets the
+    requirement (``max_mde_tv``) → stop; else the last stage → stop (budget spent); else
+    continue. Without ``max_mde_tv`` a sampler that is never rejected runs to the last stage.
 
     ``max_mde_tv`` is the requirement the verdict applies (``spectest.verdict.
-    required_resolution``: the protocol's ``tests.power.max_mde_tv``, else 0.15 when no ε arm or
-    mutant shows the power, else none), ``requirement`` where it comes from: the run stops
-    "resolved" exactly when the verdict would accept the resolution reached."""
+    required_resolution``: the protocol's ``tests.power.max_mde_tv``, else 0.15), ``requirement``
+    where it comes from; ``claim_tv`` the power claim the verdict checks (``spectest.verdict.
+    power_claim``: the MDE, or the weakest killed tooth's size, whichever is smaller; the MDE
+    ``mde_tv`` when not given): the run stops "resolved" exactly when the verdict would accept
+    the claim. A killed tooth's size does not grow with the seeds, so a run whose tooth already
+    meets the requirement stops at its first look unless it rejects."""
     if not (0 <= stage < len(sizes)) or len(alphas) != len(sizes):
         raise ConfigError(f"look {stage!r}: outside the {len(sizes)} planned stages")
+    if claim_tv is None and not claim_source:
+        claim_tv = mde_tv
     resolved = (
-        max_mde_tv is not None and mde_tv is not None and mde_tv == mde_tv and mde_tv <= max_mde_tv
+        max_mde_tv is not None
+        and claim_tv is not None
+        and claim_tv == claim_tv
+        and claim_tv <= max_mde_tv
     )
     if rejected:
         decision = REJECT
@@ -132,6 +144,8 @@ def decide_look(
         decision=decision,
         required_mde_tv=None if max_mde_tv is None else float(max_mde_tv),
         requirement=requirement if max_mde_tv is not None else "none",
+        claim_tv=None if claim_tv is None or claim_tv != claim_tv else float(claim_tv),
+        claim=claim_source,
     )
 
 

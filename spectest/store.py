@@ -41,6 +41,8 @@ Layout
     <run>/shards/<arm>__<prompt>.{rounds,samples}.parquet   one per arm × prompt
     <run>/samples.parquet rounds.parquet histograms.parquet tests.parquet trie.parquet
           whitebox.parquet    final tables (provenance in each file's metadata)
+    <run>/tooth_sizes.parquet the ε arms' and mutants' TV per cell-position (run / teeth with
+                              such teeth; spectest.tooth_size), read back by analyze
     <run>/summary.json report.md report.html
     <run>/manifest.json       LAST: files with sizes and sha256; absent ⇒ incomplete
 """
@@ -83,6 +85,7 @@ TESTS = "tests.parquet"
 TRIE = "trie.parquet"
 WHITEBOX = "whitebox.parquet"
 SEQUENCE = "sequence.parquet"  # the sequence-level family (stats.sequence)
+TOOTH_SIZES = "tooth_sizes.parquet"  # the ε arms' and mutants' TV per cell-position (tooth_size)
 SUMMARY = "summary.json"
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -93,7 +96,7 @@ DATA_FILES_KEY = "data_files"  # summary.json: the tables write_final wrote (ver
 # the data files spectest writes into a run directory (every one present must be in the manifest)
 DATA_FILES = (
     RUN_INFO, PROTOCOL_FILE, PROMPTS_FILE, SUMMARY, SAMPLES, ROUNDS, HISTOGRAMS, TESTS, TRIE,
-    WHITEBOX, SEQUENCE,
+    WHITEBOX, SEQUENCE, TOOTH_SIZES,
 )  # fmt: skip
 # what every completed run of a kind has, whatever its protocol (rounds, trie, white-box and
 # sequence tables depend on the protocol and the data: summary.json's ``data_files`` lists them)

@@ -98,6 +98,12 @@ def build_summary(
                 "rejections": c.rejections,
                 "label": tooth_v[c.arm].label,
                 "sound": tooth_v[c.arm].sound,
+                # an ε arm's / mutant's size: its largest per-cell-position TV (tooth_size)
+                **(
+                    {"size_tv": c.size_tv, "size_exact": c.size_exact, "size_where": c.size_where}
+                    if c.expect == "fail"
+                    else {}
+                ),
             }
             for c in teeth
         ],

@@ -93,13 +93,20 @@ def test_buggy_kernels_are_detected(tmp_path: Path, name: str, drafter: dict) ->
     res = run_protocol(p, out=tmp_path / "run")
     assert res.verdict.decision == "different", res.summary["verdict"]
     assert res.verdict.exit_code == ExitCode.DIFFERENT
-    assert all(t.label in ("passed (sound)", "killed") for t in res.verdict.teeth), res.verdict
+    labels = [t.label for t in res.verdict.teeth]
+    assert all(x == "passed (sound)" or x.startswith("killed (size ") for x in labels), labels
 
 
 def test_correct_sampled_and_own_randomness_pass(tmp_path: Path) -> None:
+    """Correct kernels pass. The toy at 200 seeds resolves per-cell TV ≈ 0.28 and the ε tooth's
+    size with this sampled drafter is only bounded (≤ 0.25), so the requirement is stated at 0.3
+    (the 0.15 default would make this a power test, not a kernel test)."""
     sampled = {"kind": "sampled", "k": 3, "q": "processed"}
+    tests = {**TOY["tests"], "power": {"max_mde_tv": 0.3}}
     for i, name in enumerate(("accept", "own_randomness")):
-        p = load_protocol(write_toy(tmp_path / str(i), drafter=sampled, candidate=kernel(name)))
+        p = load_protocol(
+            write_toy(tmp_path / str(i), drafter=sampled, candidate=kernel(name), tests=tests)
+        )
         res = run_protocol(p, out=tmp_path / str(i) / "run")
         assert res.verdict.exit_code == ExitCode.OK, (name, res.summary["verdict"])
 

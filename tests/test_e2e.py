@@ -61,6 +61,7 @@ def test_exact_sampler_exits_0_and_stores_everything(exact_run) -> None:
         HISTOGRAMS,
         TESTS,
         "rounds.parquet",
+        "tooth_sizes.parquet",
         "summary.json",
         "report.md",
         "report.html",
@@ -95,7 +96,13 @@ def test_exact_sampler_exits_0_and_stores_everything(exact_run) -> None:
     assert len(pooled) and not pooled["reject"].any() and pooled["mde"].notna().any()
     s = stored.summary
     assert s["verdict"]["decision"] == "equivalent"
-    assert [t["label"] for t in s["teeth"]] == ["passed (sound)", "killed", "killed"]
+    assert [t["label"] for t in s["teeth"]] == [
+        "passed (sound)", "killed (size 0.0875)", "killed (size 1)",
+    ]  # fmt: skip
+    # the teeth's exact sizes (tooth_sizes.parquet): the weakest killed one is the power claim
+    assert s["verdict"]["power_claim"] == {
+        "tv": s["teeth"][1]["size_tv"], "source": "tooth", "tooth": "eps=0.5", "exact": True,
+    }  # fmt: skip
     assert "data:image/png;base64," in (run / "report.html").read_text()
     suite = ET.parse(d / "junit.xml").getroot()
     # 2 configs + 3 teeth + the verdict's scope case

@@ -41,9 +41,10 @@ def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_correct_example_program_is_equivalent(tmp_path: Path) -> None:
+    # 200 seeds (not the protocol's 700) resolve per-cell TV ≈ 0.26: stated, to test the seam fast
     r = _run(
         "run", "--config", "protocols/command-example.yaml", "--seeds", "200",
-        "--out", str(tmp_path / "run"),
+        "--set", "tests.power.max_mde_tv=0.3", "--out", str(tmp_path / "run"),
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     assert "EQUIVALENT" in r.stdout

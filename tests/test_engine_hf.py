@@ -397,7 +397,9 @@ def test_ci_protocol_end_to_end(tmp_path):
 
     res = run_protocol(load_protocol(PROTOCOLS / "hf-assisted-ci.yaml"), out=tmp_path / "run")
     teeth = {t.arm: t.label for t in res.verdict.teeth}
-    assert teeth == {"null": "passed (sound)", "mutant:onehot_softmax_q": "killed"}, teeth
+    assert teeth == {
+        "null": "passed (sound)", "mutant:onehot_softmax_q": "killed (size 0.509)",
+    }, teeth  # fmt: skip
     rounds = pd.read_parquet(tmp_path / "run" / "rounds.parquet")
     assert (
         rounds[rounds[schema.ARM] == "candidate"].groupby(schema.SEED)["emitted"].sum() == 4

@@ -31,14 +31,16 @@ from spectest.sampling.params import SamplingParams
 REPO = Path(__file__).resolve().parents[1]
 
 # Hashes of the shipped protocols computed on main before version 2 existed (commit 5dfe5e0):
-# a version-1 file must keep its hash, hence its run directory and its resumable shards.
+# a version-1 file must keep its hash, hence its run directory and its resumable shards. Issue 19
+# edited five files (ci: more seeds; sglang-eagle, hf-assisted-ci, hf-assisted, openinfer-512: a
+# stated tests.power.max_mde_tv): theirs are the edited files' hashes, by the same canonical form.
 SHIPPED_V1_HASHES = {
-    "ci.yaml": "e45a85e3fbf5ab1cbd5632eecf165853b58dd6a9861bfc191340d27df3bc256f",
+    "ci.yaml": "1680464e9b66136409176aed8d7a1a7fb4a1de78d03bba162a44e0108cdc7487",
     "combined.yaml": "a7c9cbbe61af185287be0f52ae68eae5feb930bb8403ea364b0560ff8711016a",
-    "hf-assisted-ci.yaml": "60a1c2d6b102bc0187416709f7fd6e1858754d8cacbbca1108c57f43d5d3b98e",
-    "hf-assisted.yaml": "e0d3a49628249fdce1c3e7f3d247021b100255d49df928a05c20fe9fbaa119e6",
-    "openinfer-512.yaml": "8e68c9f21f6ff5d96eaf67c76f9228228e856355ed09bed186027755466feade",
-    "sglang-eagle.yaml": "0a4cbeda3b33e2adda5b5e2f846827b29ccf059a99e04820acdec5e68e5f99f1",
+    "hf-assisted-ci.yaml": "30820844ec99b11656a17debbd329b7f4ab8d7459dbbf0286f98166cec2b9439",
+    "hf-assisted.yaml": "3e806eb707d9c5422ffe4ae8dd0595a230a06252610c5781bf2a57764b7c1664",
+    "openinfer-512.yaml": "8cc89ad2fd90a6de986d446deeefb590a583b4ad5fb83c69a630212eaeb09545",
+    "sglang-eagle.yaml": "acfef4c621a6b91d30cd8c920a93e353e3c87aa9c2e2e9dafa805813efb600ee",
     "top_k.yaml": "6f3a247426bde31a9e63a5e5f4aefa8537f007d9caa69727b04aeb4c73bd43bf",
     "top_p.yaml": "ead64077d06852362a9ae97544d72fc6d3bbba4a00c40006344841c95075d58e",
     "vllm-rlt-187.yaml": "2d74e86c6faf797e6f30f1465c7b1f831f04fef79a0a253bca887f336380312d",
@@ -323,8 +325,11 @@ def test_entry_point_engine_registers_and_runs(
         "engines": {"candidate": {"name": "toy-plain", "salt": 1}},
         "seeds": {"per_arm": 300},
         "teeth": {"null_arm": True, "epsilons": [], "mutants": ["always_accept"]},
-        "tests": {"whitebox": False, "trie": {"depth": 1, "min_count": 100}},
-    }
+        # 300 seeds resolve per-cell TV 0.21 (the gross tooth's size claims less): the test is
+        # the seam, so the requirement is stated rather than the 0.15 default
+        "tests": {"whitebox": False, "trie": {"depth": 1, "min_count": 100},
+                  "power": {"max_mde_tv": 0.25}},
+    }  # fmt: skip
     proto = write(tmp_path, body)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(site)])}
     res = subprocess.run(

@@ -124,13 +124,15 @@ def test_token_only_engine_in_teacher_mode_with_a_larger_reference(tmp_path: Pat
     float32) with white-box on, 100 seeds and a 4 × reference: a token-only engine is
     teacher-forced by the runner in teacher mode whatever the dtype; the reference's control
     passes, the candidate's and the null's two-sample tests do not reject, always_accept's do.
-    Fixed seeds (the protocol's key); false-failure rate ≤ α = 0.05 per comparison."""
+    Fixed seeds (the protocol's key); false-failure rate ≤ α = 0.05 per comparison. 100 seeds
+    resolve per-cell TV 0.28 (the gross tooth claims less), so the test states its requirement
+    (0.3) instead of the 0.15 default: it is about teacher mode, not power."""
     from spectest.judge import whitebox_mode
 
     proto = load_protocol(
         "protocols/command-example.yaml",
         overrides={"seeds.per_arm": 100},
-        sets=["seeds.reference_per_arm=400", "tests.whitebox=true"],
+        sets=["seeds.reference_per_arm=400", "tests.whitebox=true", "tests.power.max_mde_tv=0.3"],
     )
     assert whitebox_mode("float32", make_plan(proto).arms) == "teacher"
     res = run_protocol(proto, out=tmp_path / "run")

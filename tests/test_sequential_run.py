@@ -138,12 +138,11 @@ def test_without_a_protocol_resolution_the_looks_stop_at_the_verdicts_default(
     assert "Path of the evidence" in page and f"{seq['seeds_used_per_arm']} of 3200" in page
 
 
-def test_with_killer_teeth_and_no_protocol_resolution_no_look_requires_one(
-    tmp_path: Path,
-) -> None:
-    """An always_accept tooth (killed) shows the power: the verdict requires no
-    resolution, so neither does any look — an exact candidate runs to the budget (exit 0: the
-    teeth are killed), and the report says why it stopped."""
+def test_a_gross_killed_tooth_does_not_waive_the_looks_requirement(tmp_path: Path) -> None:
+    """Issue 19: an always_accept tooth (killed; its exact size on this toy is TV 1 per
+    cell-position) shows power only against bugs that gross, so the looks ask for the verdict's
+    0.15 like a run without teeth: the MDE (≈ 0.3 at 200 seeds) never gets there, the budget is
+    spent, and the verdict is inconclusive (it used to be "no resolution required", exit 0)."""
     res = _run(
         tmp_path,
         teeth={"null_arm": False, "epsilons": [], "mutants": ["always_accept"]},
@@ -152,10 +151,34 @@ def test_with_killer_teeth_and_no_protocol_resolution_no_look_requires_one(
     )
     looks = res.summary["sequential"]["looks"]
     assert [lk["decision"] for lk in looks] == ["continue", "budget"]
-    assert all(lk["required_mde_tv"] is None for lk in looks) and res.verdict.max_mde_tv is None
-    assert res.verdict.exit_code == 0, res.summary["verdict"]
+    assert {lk["required_mde_tv"] for lk in looks} == {0.15} == {res.verdict.max_mde_tv}
+    assert all(lk["claim_tv"] == lk["mde_tv"] > 0.15 for lk in looks)
+    assert res.verdict.exit_code == 3, res.summary["verdict"]
+    assert res.summary["teeth"][0]["label"] == "killed (size 1)"
     md, _ = _report_texts(tmp_path / "run")
-    assert "the seed budget was spent" in md and "no resolution required" in md
+    assert "the seed budget was spent" in md and "≤ 0.15 (default)" in md
+    assert "no resolution required" not in md
+
+
+def test_a_killed_tooth_of_small_size_resolves_the_look_that_kills_it(tmp_path: Path) -> None:
+    """An ε = 0.5 tooth of exact size 0.0875 per cell-position (tooth_sizes.parquet): not killed
+    at the first look (200 seeds, α/3), killed at the second (the reference has grown): the
+    power claim is then 0.0875 ≤ 0.15 while the MDE is still ≈ 0.2, so the run stops "resolved"
+    there, exactly when the verdict accepts (exit 0, the headline naming the tooth)."""
+    res = _run(
+        tmp_path,
+        teeth={"null_arm": False, "epsilons": [0.5], "mutants": []},
+        seeds={"per_arm": 200, "max_per_arm": 800},
+        tests={**FAST_TESTS, "whitebox": False},
+    )
+    looks = res.summary["sequential"]["looks"]
+    assert [lk["decision"] for lk in looks] == ["continue", "resolved"], looks
+    assert looks[0]["claim_tv"] == looks[0]["mde_tv"] > 0.15  # the tooth not killed yet
+    assert looks[1]["claim_tv"] == pytest.approx(0.0875, abs=5e-4)
+    assert looks[1]["claim_tv"] < 0.15 < looks[1]["mde_tv"]
+    assert "killed tooth eps=0.5" in looks[1]["claim"]
+    assert res.verdict.exit_code == 0, res.summary["verdict"]
+    assert res.verdict.headline.endswith("as the killed tooth eps=0.5 of exact size 0.0875 shows")
 
 
 def test_the_console_prints_the_path_of_the_evidence(tmp_path: Path) -> None:

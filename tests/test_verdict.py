@@ -9,8 +9,9 @@ from spectest.verdict import DEFAULT_MAX_MDE_TV, Comparison, decide
 
 
 def comp(
-    arm: str, role: str, rejected: bool, *, mde: float | None = 0.1, control_failed: bool = False
-) -> Comparison:
+    arm: str, role: str, rejected: bool, *, mde: float | None = 0.1, control_failed: bool = False,
+    size: float | None = None,
+) -> Comparison:  # fmt: skip
     expect = {"candidate": "subject", "null": "pass"}.get(role, "fail")
     return Comparison(
         arm=arm,
@@ -23,6 +24,8 @@ def comp(
         mde_tv=mde,
         failing=("p0/a@1 p_adj=0.01",) if rejected else (),
         control_failed=control_failed,
+        size_tv=size,
+        size_exact=size is not None,
     )
 
 
@@ -56,7 +59,7 @@ def test_decision_rules(cand, null, mutant, max_mde, decision, code) -> None:
     assert v.reasons and all("\n" not in r for r in v.reasons)
     labels = {t.arm: t.label for t in v.teeth}
     assert labels["null"] == ("REJECTED (unsound)" if null else "passed (sound)")
-    assert labels["mutant:x"] == ("killed" if mutant else "NOT KILLED")
+    assert labels["mutant:x"] == ("killed" if mutant else "NOT KILLED") + " (size unknown)"
 
 
 def test_whitebox_control_failure_is_inconclusive() -> None:
@@ -71,7 +74,11 @@ def test_teeth_only_run() -> None:
     bad = decide([comp("null", "null", False), comp("eps=0.5", "eps", False)])
     assert bad.exit_code == ExitCode.INCONCLUSIVE
     d = bad.to_dict()
-    assert d["teeth"][1]["label"] == "NOT KILLED" and d["exit_code"] == 3
+    assert d["teeth"][1]["label"] == "NOT KILLED (size unknown)" and d["exit_code"] == 3
+    # a teeth-only run claims no power: sizes are stated, the decision is "sound" either way
+    big = decide([comp("null", "null", False), comp("eps=0.5", "eps", True, size=0.9)])
+    assert big.decision == "sound" and big.claim is None
+    assert big.to_dict()["teeth"][1]["label"] == "killed (size 0.9)"
 
 
 # ----------------------------------------------------------------- scope and resolution (issue 9)
@@ -129,7 +136,8 @@ def test_compare_says_it_ran_no_teeth_and_holds_the_default_resolution() -> None
         "INCONCLUSIVE (exit 3): resolution TV 0.280 per cell is worse than the required 0.15"
     )
     assert any("compare has samples only, no sampler to mutate" in r for r in v.reasons)
-    assert "required per-cell TV ≤ 0.15 (default: no tooth shows" in v.scope.resolution_line()
+    assert "required per-cell TV ≤ 0.15 (default)" in v.scope.resolution_line()
+    assert "power claim per-cell TV 0.280 from the median MDE" in v.scope.resolution_line()
     ok = decide([c], kind="compare", max_mde_tv=0.3)
     assert ok.exit_code == ExitCode.OK
     assert ok.headline == (
@@ -148,21 +156,91 @@ def test_compare_says_it_ran_no_teeth_and_holds_the_default_resolution() -> None
     assert rej.headline == "DIFFERENT (exit 1): the candidate's law differs from the reference's"
 
 
-def test_teeth_show_the_power_so_no_default_requirement() -> None:
+def sized(arm: str, role: str, size: float | None, *, rejected: bool = True, exact: bool = True):
+    from dataclasses import replace
+
+    c = scoped(arm, role, tested=96, mde=0.28, rejected=rejected)
+    return replace(c, size_tv=size, size_exact=exact, size_where=None if size is None else "p/c@0")
+
+
+def test_teeth_add_evidence_but_never_waive_the_requirement() -> None:
+    """Issue 19: a killed gross tooth used to print "no resolution required (teeth show the
+    power)". Now the claim R is the better of the MDE and the weakest killed tooth's known size,
+    and exit 0 needs R ≤ the requirement (0.15 unless the protocol states one)."""
     cand = scoped("candidate", "candidate", tested=96, mde=0.28)
-    v = decide(
-        [
-            cand,
-            scoped("null", "null", tested=96, mde=0.28),
-            scoped("mutant:x", "mutant", tested=96, mde=0.28, rejected=True),
-        ]
-    )
-    assert v.exit_code == ExitCode.OK and v.max_mde_tv is None
-    assert v.reasons[0].startswith("the teeth are sound: null passed (sound), mutant:x killed")
-    assert "teeth that ran: null, mutant:x" in v.scope.tested_line()
-    # a null arm alone shows no power: the default applies
-    v = decide([cand, scoped("null", "null", tested=96, mde=0.28)])
+    null = scoped("null", "null", tested=96, mde=0.28)
+    # a killed tooth of unknown size shows nothing: R = MDE 0.28 > 0.15
+    v = decide([cand, null, sized("mutant:x", "mutant", None)])
     assert v.exit_code == ExitCode.INCONCLUSIVE and v.max_mde_tv == DEFAULT_MAX_MDE_TV
+    assert v.headline == (
+        "INCONCLUSIVE (exit 3): resolution TV 0.280 per cell is worse than the required 0.15"
+    )
+    assert "no resolution required" not in v.scope.resolution_line()
+    # a gross killed tooth (size 0.9) is no evidence for bugs of 0.15: R = MDE 0.28
+    v = decide([cand, null, sized("mutant:x", "mutant", 0.9)])
+    assert v.exit_code == ExitCode.INCONCLUSIVE and v.claim.source == "mde"  # type: ignore[union-attr]
+    # a killed tooth of exact size 0.08: R = 0.08 ≤ 0.15, stated with where it came from
+    v = decide([cand, null, sized("mutant:x", "mutant", 0.9), sized("eps=0.5", "eps", 0.08)])
+    assert v.exit_code == ExitCode.OK, v.reasons
+    assert v.headline == (
+        "EQUIVALENT (exit 0): no difference found: a per-cell TV of 0.08 or more would have been "
+        "seen, as the killed tooth eps=0.5 of exact size 0.08 shows"
+    )
+    assert v.reasons[0].startswith(
+        "the teeth are sound: null passed (sound), mutant:x killed (size 0.9), eps=0.5 killed "
+        "(size 0.08)"
+    )
+    line = v.scope.resolution_line()
+    assert "power claim per-cell TV 0.08 from the killed tooth eps=0.5 (exact size)" in line
+    assert line.endswith("required per-cell TV ≤ 0.15 (default)")
+    assert v.to_dict()["power_claim"] == {
+        "tv": 0.08, "source": "tooth", "tooth": "eps=0.5", "exact": True,
+    }  # fmt: skip
+    # an upper bound says so
+    v = decide([cand, null, sized("eps=0.5", "eps", 0.12, exact=False)])
+    assert v.exit_code == ExitCode.OK
+    assert v.headline.endswith("as the killed tooth eps=0.5 of size ≤ 0.12 shows")
+    # the protocol's requirement applies to the tooth's size too
+    v = decide([cand, null, sized("eps=0.5", "eps", 0.12)], max_mde_tv=0.1)
+    assert v.exit_code == ExitCode.INCONCLUSIVE
+    assert any(
+        "the power claim, the killed tooth eps=0.5's exact size 0.1200 per cell, > required "
+        "0.1000 (protocol)" in r
+        for r in v.reasons
+    )
+    # a tooth that was not killed claims nothing, whatever its size (and fails rule 3b)
+    v = decide([cand, null, sized("eps=0.5", "eps", 0.05, rejected=False)], max_mde_tv=0.3)
+    assert v.exit_code == ExitCode.INCONCLUSIVE and v.claim.source == "mde"  # type: ignore[union-attr]
+    # the MDE wins when it is better
+    v = decide([scoped("candidate", "candidate", tested=96, mde=0.07), null,
+                sized("eps=0.5", "eps", 0.12)])  # fmt: skip
+    assert v.exit_code == ExitCode.OK and v.claim.source == "mde"  # type: ignore[union-attr]
+    assert "a per-cell TV of 0.070 or more would have been seen with 80 % power" in v.headline
+
+
+def test_unknown_resolution_is_inconclusive_even_with_a_killed_tooth() -> None:
+    """Issue 19's `ci --seeds 5`: no cell-position tested (MDE unknown), the gross tooth killed
+    by the white-box family: without a known size R is unknown → exit 3; with the gross tooth's
+    size (0.97) R = 0.97 > 0.15 → exit 3."""
+    c = scoped("candidate", "candidate", tested=0, mde=None)
+    from dataclasses import replace
+
+    c = replace(c, families=(fam("cells", 0), fam("whitebox", 5)))
+    null = replace(scoped("null", "null", tested=0, mde=None), families=c.families)
+    killer = replace(sized("mutant:always_accept", "mutant", None), families=c.families)
+    v = decide([c, null, killer])
+    assert v.exit_code == ExitCode.INCONCLUSIVE
+    assert v.headline == (
+        "INCONCLUSIVE (exit 3): no cell-position was testable and no killed tooth has a known "
+        "size, so the resolution is unknown"
+    )
+    assert "no killed tooth has a known size" in " ".join(v.reasons)
+    assert "power claim unknown" in v.scope.resolution_line()
+    v = decide([c, null, replace(killer, size_tv=0.97, size_exact=True)])
+    assert v.exit_code == ExitCode.INCONCLUSIVE
+    assert v.headline == (
+        "INCONCLUSIVE (exit 3): resolution TV 0.970 per cell is worse than the required 0.15"
+    )
 
 
 def test_a_tooth_that_tested_nothing_did_not_run() -> None:
@@ -201,24 +279,29 @@ def test_sequence_family_counts_only_when_its_permutation_p_can_reach_its_level(
 
 
 def test_required_resolution_is_the_one_decide_applies():
-    """The three sources of rule 3c's requirement, and ``decide`` applying exactly that one (the
-    sequential stop rule calls the same function, tests/test_sequential_run.py)."""
-    from spectest.verdict import required_resolution
+    """The sources of rule 3c's requirement — the protocol's, ``--max-mde-tv`` or 0.15, whatever
+    the teeth — and ``decide`` applying exactly that one (the sequential stop rule calls the same
+    function, tests/test_sequential_run.py)."""
+    from spectest.verdict import power_claim, required_resolution
 
     cand = comp("candidate", "candidate", False, mde=0.12)
     null = comp("null", "null", False)
-    killer = comp("always_accept", "mutant", True)
+    killer = comp("always_accept", "mutant", True, size=0.9)
     cases = [
         (([cand, null, killer], 0.3, "run"), (0.3, "protocol")),
         (([cand], 0.3, "compare"), (0.3, "--max-mde-tv")),
         (([cand, null], None, "run"), (DEFAULT_MAX_MDE_TV, "default")),
         (([cand], None, "compare"), (DEFAULT_MAX_MDE_TV, "default")),
-        (([cand, null, killer], None, "run"), (None, "none")),
-        (([null, killer], None, "teeth"), (None, "none")),
+        (([cand, null, killer], None, "run"), (DEFAULT_MAX_MDE_TV, "default")),
+        (([null, killer], None, "teeth"), (DEFAULT_MAX_MDE_TV, "default")),
     ]
     for (comps, max_mde, kind), (want, source) in cases:
-        got, requirement = required_resolution(comps, max_mde, kind=kind)
+        got, requirement = required_resolution(max_mde, kind=kind)
         assert got == want and requirement.startswith(source), (comps, max_mde, kind)
         v = decide(comps, max_mde_tv=max_mde, kind=kind)
         assert v.max_mde_tv == want
         assert v.scope is not None and v.scope.requirement == requirement
+        claim = power_claim(comps)
+        if kind != "teeth":
+            assert v.claim == claim and claim.tv == 0.12 and claim.source == "mde"
+            assert v.exit_code == (ExitCode.OK if 0.12 <= want else ExitCode.INCONCLUSIVE)

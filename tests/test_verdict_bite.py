@@ -51,12 +51,16 @@ def test_cannot_bite_only_when_nothing_was_accepted_and_eps_positive() -> None:
     assert eps_cannot_bite(0.5, rounds([0]).iloc[:0]) is None
 
 
-def comp(arm: str, role: str, rejected: bool, *, mde: float = 0.1, bite: str | None = None):
+def comp(
+    arm: str, role: str, rejected: bool, *, mde: float = 0.1, bite: str | None = None,
+    size: float | None = None,
+):  # fmt: skip
     expect = {"candidate": "subject", "null": "pass"}.get(role, "fail")
     return Comparison(
         arm=arm, role=role, expect=expect, rejected=rejected, cells_tested=10,
         rejections=int(rejected), min_qvalue=None, mde_tv=mde,
         failing=("p0/a@1 p_adj=0.01",) if rejected else (), cannot_bite=bite,
+        size_tv=size, size_exact=size is not None,
     )  # fmt: skip
 
 
@@ -76,11 +80,23 @@ def test_a_tooth_that_cannot_bite_is_reported_and_shows_no_power() -> None:
     # the same ε arm without the bite note is an unkilled tooth: inconclusive whatever the MDE
     weak = decide([*arms, comp("eps=0.5", "eps", False)])
     assert weak.exit_code == ExitCode.INCONCLUSIVE and "was not killed" in weak.headline
-    # a mutant that was killed still shows the power: no resolution requirement
+    # a killed mutant of size 0.1 shows the power the MDE (0.3) lacks; the ε arm that cannot
+    # bite shows none even with a small size
     with_mutant = decide([comp("candidate", "candidate", False, mde=0.3), arms[1],
-                          comp("eps=0.5", "eps", False, bite=why),
-                          comp("mutant:x", "mutant", True)])  # fmt: skip
-    assert (with_mutant.decision, with_mutant.max_mde_tv) == ("equivalent", None)
+                          comp("eps=0.5", "eps", False, bite=why, size=0.01),
+                          comp("mutant:x", "mutant", True, size=0.1)])  # fmt: skip
+    assert (with_mutant.decision, with_mutant.max_mde_tv) == ("equivalent", DEFAULT_MAX_MDE_TV)
+    assert with_mutant.claim is not None and with_mutant.claim.tooth == "mutant:x"
+    # a killed mutant of unknown size shows nothing: the MDE is the claim
+    unsized = decide(
+        [
+            comp("candidate", "candidate", False, mde=0.3),
+            arms[1],
+            comp("eps=0.5", "eps", False, bite=why),
+            comp("mutant:x", "mutant", True),
+        ]
+    )
+    assert unsized.exit_code == ExitCode.INCONCLUSIVE
 
 
 def test_a_rejection_by_a_tooth_that_cannot_bite_is_a_false_alarm() -> None:

@@ -49,12 +49,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 MAX_FAILING_PRINTED = 10
 
 EXIT_CODES_HELP = (
-    "Exit codes: 0 tested and no difference found, at the stated resolution, every tooth "
+    "Exit codes: 0 tested and no difference found, at the stated power claim, every tooth "
     "asked for sound; 1 the distributions differ (failing cells listed); 2 bad input or usage; "
     "3 inconclusive (nothing testable, a null arm rejected, a tooth not killed or run on no "
-    "data, or a resolution worse than required: the protocol's max_mde_tv, 0.15 by default "
-    "when no tooth shows the power); 4 infrastructure error, no verdict (filesystem, "
-    "permissions, disk full, missing package, killed subprocess, internal error)."
+    "data, or a power claim — the better of the per-cell MDE and the weakest killed tooth's "
+    "size — worse than required or unknown: the protocol's max_mde_tv, 0.15 by default, "
+    "always); 4 infrastructure error, no verdict (filesystem, permissions, disk full, missing "
+    "package, killed subprocess, internal error)."
     " 130 interrupted by the user (Ctrl-C)."
 )
 DEBUG_ENV = "SPECTEST_DEBUG"  # set to 1 to see the traceback of an infrastructure/internal error
@@ -351,8 +352,9 @@ def print_result(result: Any, con: Console | None = None) -> None:
         gen = ", ".join(f"{printable(a)} {s:.1f}" for a, s in t.get("generate", {}).items())
         con.print(
             f"timings (s): load {t.get('load', 0):.1f} · generate [{gen}] · white-box "
-            f"{t.get('whitebox', 0):.1f} · analyze {t.get('analyze', 0):.1f} · write "
-            f"{t.get('write', 0):.1f}",
+            f"{t.get('whitebox', 0):.1f} · "
+            + (f"tooth sizes {t['tooth sizes']:.1f} · " if "tooth sizes" in t else "")
+            + f"analyze {t.get('analyze', 0):.1f} · write {t.get('write', 0):.1f}",
             markup=False,
         )
         if w := t.get("workers"):  # a spread run: each worker's phases (runner._generate_spread)

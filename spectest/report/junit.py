@@ -60,6 +60,10 @@ def render_junit(summary: dict[str, Any], prompt_set: str = "prompts") -> str:
     for t in summary.get("teeth", []):
         cases += 1
         tc = ET.SubElement(suite, "testcase", classname=f"spectest.{name}.teeth", name=t["arm"])
+        tp = ET.SubElement(tc, "properties")  # the verdict ("killed (size 0.167)") and the size
+        ET.SubElement(tp, "property", name="verdict", value=str(t["label"]))
+        if t.get("size_tv") is not None:
+            ET.SubElement(tp, "property", name="size_tv", value=str(t["size_tv"]))
         if not t["sound"]:
             failures += 1
             ET.SubElement(
@@ -79,6 +83,9 @@ def render_junit(summary: dict[str, Any], prompt_set: str = "prompts") -> str:
     for key in ("cells_tested", "cells_untestable", "mde_tv", "required_mde_tv"):
         if scope.get(key) is not None:
             ET.SubElement(props, "property", name=key, value=str(scope[key]))
+    claim = scope.get("power_claim") or {}
+    if claim.get("tv") is not None:  # the power claim checked against required_mde_tv
+        ET.SubElement(props, "property", name="power_claim_tv", value=str(claim["tv"]))
     if v["decision"] == "inconclusive" and not any(
         not t["sound"] for t in summary.get("teeth", [])
     ):

@@ -145,6 +145,7 @@ def sequential_rows(summary: dict[str, Any]) -> tuple[str, list[str], list[list[
         "α spent",
         "rejected",
         "resolution (median per-cell TV)",
+        "power claim",
         "required",
         "decision",
     ]
@@ -168,9 +169,10 @@ def sequential_rows(summary: dict[str, Any]) -> tuple[str, list[str], list[list[
         f"**{seq.get('seeds_used_per_arm')} of {stages[-1] if stages else '?'} seeds per arm "
         "used**"
         + (
-            f"; required resolution TV ≤ {req:g} ({last.get('requirement')})."
+            f"; required resolution TV ≤ {req:g} ({last.get('requirement')})"
+            + (f", power claim {last['claim']}." if last.get("claim") else ".")
             if req is not None
-            else "; no resolution required (the teeth show the power)."
+            else "; no resolution required."
         )
     )
     rows = [
@@ -181,6 +183,7 @@ def sequential_rows(summary: dict[str, Any]) -> tuple[str, list[str], list[list[
             f"{lk['alpha_spent']:.4g}",
             "yes" if lk["rejected"] else "no",
             _fmt(lk.get("mde_tv"), 3),
+            _fmt(lk.get("claim_tv", lk.get("mde_tv")), 3),
             "—" if lk.get("required_mde_tv") is None else f"≤ {lk['required_mde_tv']:g}",
             str(lk["decision"]),
         ]

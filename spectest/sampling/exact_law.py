@@ -26,6 +26,7 @@ Laws are dicts ``{tuple of token ids: probability}``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -43,6 +44,10 @@ EDGE = 1e-7  # probes sit this fraction of a cell side (at least ULPS) inside it
 ULPS = 1e-15
 MERGE = 1e-12  # breakpoints closer than this are one
 ExtraBreaks = Callable[[int, torch.Tensor, torch.Tensor | None, int], Iterable[float]]
+
+
+class GridTooLarge(NumericsError):
+    """``round_law``'s quadrature grid would exceed its ``max_cells``: nothing was evaluated."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +139,10 @@ def marginal(law: Law, position: int) -> dict[int, float]:
     return out
 
 
+Draft = tuple[tuple[int, ...], float, list[torch.Tensor | None]]  # tokens, probability, q's
+BatchLogitsFn = Callable[[list[tuple[int, ...]]], torch.Tensor]  # N contexts → logits [N, V]
+
+
 def _drafts(
     variant: SpecVariant,
     draft: LogitsFn,
@@ -142,34 +151,73 @@ def _drafts(
     onehot: bool,
     q_mode: str,
     check: bool,
-) -> list[tuple[tuple[int, ...], float, list[torch.Tensor | None]]]:
+) -> list[Draft]:
     """Every draft sequence with its probability and the q reported at each position."""
-    prm = SamplingTensors.from_params([params])
-    out: list[tuple[tuple[int, ...], float, list[torch.Tensor | None]]] = []
 
-    def rec(seq: tuple[int, ...], w: float, qs: list[torch.Tensor | None]) -> None:
-        if len(seq) == K:
-            out.append((seq, w, qs))
-            return
-        sample_probs, q = variant.draft_law(draft(seq)[None], prm, onehot=onehot, q_mode=q_mode)
-        q_row = q  # [1, V] or None
-        if onehot:
-            rec((*seq, int(argmax_tokens(sample_probs)[0])), w, [*qs, q_row])
-            return
-        mids, lens = _pieces(_cdf_points(sample_probs[0]))
-        toks = categorical(sample_probs.expand(len(mids), -1).contiguous(), mids)  # [n]
-        if check and not _constant_on_cells(
-            lambda u: categorical(sample_probs.expand(len(u), -1).contiguous(), u), mids, lens, toks
-        ):
-            raise NumericsError(f"exact_law: a draft breakpoint is missing after {seq}")
-        agg: dict[int, float] = {}
-        for t, ln in zip(toks.tolist(), lens.tolist(), strict=True):
-            agg[t] = agg.get(t, 0.0) + ln
-        for t, wt in sorted(agg.items()):
-            rec((*seq, t), w * wt, [*qs, q_row])
+    def batch(ctxs: list[tuple[int, ...]]) -> torch.Tensor:
+        return torch.stack([draft(c) for c in ctxs])  # [N, V]
 
-    rec((), 1.0, [])
-    return out
+    drafts, missing = draft_tree(variant, batch, params, K, onehot=onehot, q_mode=q_mode,
+                                 check=check)  # fmt: skip
+    assert missing == 0.0
+    return drafts
+
+
+def draft_tree(
+    variant: SpecVariant,
+    draft: BatchLogitsFn,
+    params: SamplingParams,
+    K: int,
+    *,
+    onehot: bool,
+    q_mode: str = "processed",
+    check: bool = True,
+    max_drafts: int | None = None,
+) -> tuple[list[Draft], float]:
+    """The draft sequences of ``variant``'s drafter, level by level (one ``draft`` call per
+    level, for batched forwards), with their probability and the q reported at each position;
+    and the probability mass of the sequences left out (0 when all are kept).
+
+    A token's probability is the measure of the draft uniforms that ``categorical`` maps to it
+    (its breakpoints, the draft CDF: from the implementation, as ``round_law``); a one-hot drafter
+    takes ``argmax_tokens`` (one sequence). With ``max_drafts`` only the most probable
+    ``max_drafts`` prefixes are kept at each level (ties by token order), and the mass of the
+    dropped prefixes is returned: a caller that bounds a law from the kept drafts must add it.
+    """
+    level: list[Draft] = [((), 1.0, [])]
+    missing = 0.0
+    for _ in range(K):
+        logits = draft([seq for seq, _, _ in level])  # [N, V]
+        sample_probs, q = variant.draft_law(
+            logits, SamplingTensors.from_params([params] * len(level)), onehot=onehot,
+            q_mode=q_mode,
+        )  # fmt: skip
+        nxt: list[Draft] = []
+        for i, (seq, w, qs) in enumerate(level):
+            row = sample_probs[i : i + 1]  # [1, V]
+            q_row = None if q is None else q[i : i + 1]  # [1, V] or None (one-hot: δ(x))
+            if onehot:
+                nxt.append(((*seq, int(argmax_tokens(row)[0])), w, [*qs, q_row]))
+                continue
+            mids, lens = _pieces(_cdf_points(row[0]))
+            toks = categorical(row.expand(len(mids), -1).contiguous(), mids)  # [n]
+
+            def draw(u: torch.Tensor, row: torch.Tensor = row) -> torch.Tensor:
+                return categorical(row.expand(len(u), -1).contiguous(), u)
+
+            if check and not _constant_on_cells(draw, mids, lens, toks):
+                raise NumericsError(f"exact_law: a draft breakpoint is missing after {seq}")
+            agg: dict[int, float] = {}
+            for t, ln in zip(toks.tolist(), lens.tolist(), strict=True):
+                agg[t] = agg.get(t, 0.0) + ln
+            nxt += [((*seq, t), w * wt, [*qs, q_row]) for t, wt in sorted(agg.items())]
+        if max_drafts is not None and len(nxt) > max_drafts:
+            order = sorted(range(len(nxt)), key=lambda i: -nxt[i][1])
+            keep = sorted(order[:max_drafts])
+            missing += sum(nxt[i][1] for i in order[max_drafts:])
+            nxt = [nxt[i] for i in keep]
+        level = nxt
+    return level, missing
 
 
 def _constant_on_cells(
@@ -215,14 +263,27 @@ def round_law(
     extra_accept_breaks: ExtraBreaks | None = None,
     check: bool = True,
     max_rows: int = 200_000,
+    drafts: list[Draft] | None = None,
+    max_cells: int | None = None,
+    compact: bool = False,
+    stats: dict[str, int] | None = None,
 ) -> Law:
     """The exact law of the tokens one round of ``variant`` emits (sequences of 1..K+1 tokens).
 
     ``target(ctx)``/``draft(ctx)`` give logits ``[V]`` after the round's context ``ctx`` (the
     drafted tokens so far). ``extra_accept_breaks(j, p_j, q_j | None, x_j)`` adds thresholds of
-    acceptance uniform ``j`` that a mutant compares against (e.g. ``(1 + ε) p/q``).
+    acceptance uniform ``j`` that a mutant compares against (e.g. ``(1 + ε) p/q``). ``drafts``
+    (from ``draft_tree``, e.g. with ``max_drafts``): the draft sequences to use instead of all
+    of them (``draft`` is then not called); the law is then the sub-measure over those drafts.
+    ``max_cells``: raise ``GridTooLarge`` before evaluating a grid of more cells than that.
+    ``compact``: evaluate the variant on the tokens that can matter only — those with p > 0 at
+    some position of some draft, q > 0, or drafted — in vocabulary order (the same law for any
+    variant whose round never emits a token of zero p and zero q: the catalogue's, tested in
+    tests/test_tooth_size.py; ``check`` still probes every cell). Much cheaper for a large
+    vocabulary under top-k / top-p. ``stats`` (a dict) receives ``cells``, the grid's size.
     """
-    drafts = _drafts(variant, draft, params, K, onehot, q_mode, check)
+    if drafts is None:
+        drafts = _drafts(variant, draft, params, K, onehot, q_mode, check)
     S = len(drafts)
     seqs = torch.tensor([d[0] for d in drafts], dtype=torch.int64).reshape(S, K)  # [S, K]
     w_draft = torch.tensor([d[1] for d in drafts], dtype=torch.float64)  # [S]
@@ -235,9 +296,22 @@ def round_law(
         for j in range(K)
     ]  # K x [S, V] or None (one-hot)
     dp = stack_q(q_pos)  # [S, K, V] or None
+    vocab = None
+    if compact:
+        keep = (tp > 0).reshape(-1, tp.shape[-1]).any(0)  # [V]
+        if dp is not None:
+            keep |= (dp > 0).reshape(-1, dp.shape[-1]).any(0)
+        keep[seqs.reshape(-1)] = True
+        vocab = keep.nonzero()[:, 0]  # [V'] ascending: the order of the vocabulary is kept
+        remap = torch.full((int(tp.shape[-1]),), -1, dtype=torch.int64)
+        remap[vocab] = torch.arange(len(vocab))
+        tp, seqs = tp[..., vocab].contiguous(), remap[seqs]
+        dp = None if dp is None else dp[..., vocab].contiguous()
     V = int(tp.shape[-1])
     all_mids, all_sides, owner = [], [], []
-    for s_i, (seq, _, _) in enumerate(drafts):
+    n_cells = 0
+    for s_i in range(S):
+        seq = seqs[s_i].tolist()
         accept_grids, final_breaks = [], []
         for j in range(K + 1):
             p_j = tp[s_i, j]  # [V]
@@ -255,18 +329,32 @@ def round_law(
                 brk += list(extra_accept_breaks(j, p_j, q_j, seq[j]))
             accept_grids.append(_pieces(brk))
         grids = [*accept_grids, _pieces(final_breaks)]
+        n_cells += math.prod(len(m) for m, _ in grids)
+        if max_cells is not None and n_cells > max_cells:
+            raise GridTooLarge(
+                f"exact_law: the quadrature grid of {variant.name!r} exceeds {max_cells} cells"
+            )
         mids = torch.cartesian_prod(*[m for m, _ in grids]).reshape(-1, K + 1)  # [n, K+1]
         all_mids.append(mids)
         all_sides.append(torch.cartesian_prod(*[ln for _, ln in grids]).reshape(-1, K + 1))
         owner.append(torch.full((int(mids.shape[0]),), s_i, dtype=torch.int64))
+    if stats is not None:
+        stats["cells"] = n_cells
     mids_t, sides_t, own = torch.cat(all_mids), torch.cat(all_sides), torch.cat(owner)  # [N, ...]
     weights = sides_t.prod(-1) * w_draft[own]  # [N] cell volume x draft probability
     outs = []
     for a in range(0, int(mids_t.shape[0]), max_rows):
         idx, m = own[a : a + max_rows], mids_t[a : a + max_rows]
+        # the rows' laws, gathered once for the midpoints and every probe
+        tp_r, dp_r, x_r = tp[idx], None if dp is None else dp[idx], seqs[idx]
 
-        def run(u: torch.Tensor, idx: torch.Tensor = idx) -> torch.Tensor:
-            return _evaluate(variant, tp[idx], None if dp is None else dp[idx], seqs[idx], u)
+        def run(
+            u: torch.Tensor,
+            tp_r: torch.Tensor = tp_r,
+            dp_r: torch.Tensor | None = dp_r,
+            x_r: torch.Tensor = x_r,
+        ) -> torch.Tensor:
+            return _evaluate(variant, tp_r, dp_r, x_r, u)
 
         emitted = run(m)  # [n, K+1]
         if check and not _constant_on_cells(run, m, sides_t[a : a + max_rows], emitted):
@@ -276,6 +364,8 @@ def round_law(
             )
         outs.append(emitted)
     emitted_all = torch.cat(outs)  # [N, K+1]
+    if vocab is not None:  # back to token ids
+        emitted_all = torch.where(emitted_all >= 0, vocab[emitted_all.clamp(min=0)], emitted_all)
     uniq, inv = torch.unique(emitted_all, dim=0, return_inverse=True)  # [U, K+1], [N]
     mass = torch.zeros(int(uniq.shape[0]), dtype=torch.float64).index_add_(0, inv, weights)  # [U]
     law: Law = {}
