@@ -93,6 +93,11 @@ class Comparison:
     size_tv: float | None = None
     size_exact: bool = False
     size_where: str | None = None
+    # it emitted a token with target probability 0 and no black-box family (cells, trie,
+    # sequence, lengths) rejected it: the support check is certain for a support bug whatever
+    # its TV, and the white-box PIT of a zero-probability token is a point mass, so such a kill
+    # shows nothing about the tests' power against TV-sized bugs (``verdict.power_claim``)
+    support_only: bool = False
 
     @property
     def is_tooth(self) -> bool:
@@ -339,6 +344,13 @@ def summarize_comparison(
         size_tv=None if size is None else size.tv,
         size_exact=False if size is None else bool(size.exact),
         size_where=None if size is None else size.where,
+        support_only=bool(analysis.support_violation)
+        and not (
+            analysis.cells_rejected
+            or analysis.trie_rejected
+            or getattr(analysis, "sequence_rejected", False)
+            or getattr(analysis, "lengths_rejected", False)
+        ),
     )
 
 

@@ -340,8 +340,11 @@ def power_claim(comparisons: Sequence[Comparison]) -> PowerClaim:
     """The run's power claim R (rule 3c): the candidate's median per-cell MDE, or the size of
     the weakest (smallest) killed tooth whose size is known (``Comparison.size_tv``), whichever
     is smaller (the MDE on a tie); unknown when neither exists. A tooth that cannot bite, one
-    that was not killed, or one of unknown size claims nothing. ``decide`` and a sequential
-    run's looks both use it.
+    that was not killed, one of unknown size, or one that emitted a token with target probability 0
+    and was rejected by no black-box family (``Comparison.support_only``: the support check is
+    certain for a support bug whatever its TV, and the white-box PIT of a zero-probability token
+    is a point mass, so the kill says nothing about TV-sized bugs) claims nothing. ``decide`` and a
+    sequential run's looks both use it.
 
     Notes
     -----
@@ -358,7 +361,7 @@ def power_claim(comparisons: Sequence[Comparison]) -> PowerClaim:
         best = PowerClaim(float(cand.mde_tv), "mde")
     for c in comparisons:
         t = judge_tooth(c) if c.is_tooth else None
-        if t is None or not t.killed or c.size_tv is None:
+        if t is None or not t.killed or c.size_tv is None or c.support_only:
             continue
         if best.tv is None or c.size_tv < best.tv:
             best = PowerClaim(float(c.size_tv), "tooth", c.arm, bool(c.size_exact))

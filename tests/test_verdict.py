@@ -216,6 +216,14 @@ def test_teeth_add_evidence_but_never_waive_the_requirement() -> None:
                 sized("eps=0.5", "eps", 0.12)])  # fmt: skip
     assert v.exit_code == ExitCode.OK and v.claim.source == "mde"  # type: ignore[union-attr]
     assert "a per-cell TV of 0.070 or more would have been seen with 80 % power" in v.headline
+    # a tooth killed by the support check alone (an emitted token with p = 0) claims nothing:
+    # that check catches a support bug whatever its TV (combined.yaml's swapped_filter_order)
+    from dataclasses import replace
+
+    support = replace(sized("mutant:swapped_filter_order", "mutant", 0.026), support_only=True)
+    v = decide([cand, null, support])
+    assert v.exit_code == ExitCode.INCONCLUSIVE and v.claim.source == "mde"  # type: ignore[union-attr]
+    assert v.claim.tv == 0.28  # type: ignore[union-attr]
 
 
 def test_unknown_resolution_is_inconclusive_even_with_a_killed_tooth() -> None:
