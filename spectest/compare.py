@@ -24,7 +24,7 @@ from spectest.progress import ProgressFn, no_progress
 from spectest.protocol import TestsSpec
 from spectest.stats.analyze import OptionError
 from spectest.store import RunDir, make_provenance
-from spectest.summary import Subject
+from spectest.summary import Header
 
 FLAGS = {"alpha": "--alpha", "multiplicity": "--multiplicity", "max_mde_tv": "--max-mde-tv"}
 
@@ -114,7 +114,7 @@ def compare_files(
         samples=samples,
         rounds=None,
         results=results,
-        subject=Subject("compare", name, h, tests.canonical()),
+        header=Header("compare", name, h, tests.canonical()),
         provenance=provenance,
         max_mde_tv=max_mde_tv,
         junit=None,

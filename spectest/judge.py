@@ -41,7 +41,7 @@ from spectest.store import (
     RunDir,
     samples_schema,
 )
-from spectest.summary import Subject, build_summary, json_safe, tidy_tables
+from spectest.summary import Header, build_summary, json_safe, tidy_tables
 from spectest.verdict import Comparison, Verdict, decide
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ def finish_run(
     samples: pd.DataFrame,
     rounds: pd.DataFrame | None,
     results: Sequence[tuple[Arm, Any]],
-    subject: Subject,
+    header: Header,
     provenance: Mapping[str, Any],
     max_mde_tv: float | None,
     junit: Path | None,
@@ -161,9 +161,9 @@ def finish_run(
     from spectest.report import write_ci_outputs, write_reports
     from spectest.stats.histograms import position_counts
 
-    comparisons, verdict = judge(results, max_mde_tv, kind=subject.kind, rounds=rounds, sizes=sizes)
+    comparisons, verdict = judge(results, max_mde_tv, kind=header.kind, rounds=rounds, sizes=sizes)
     summary = build_summary(
-        subject,
+        header,
         run_dir=rd.path,
         comparisons=comparisons,
         verdict=verdict,

@@ -22,7 +22,7 @@ from spectest.plan import Arm, make_plan
 from spectest.progress import ProgressFn, no_progress
 from spectest.protocol import TestsSpec, load_protocol
 from spectest.store import ROUNDS, SAMPLES, TOOTH_SIZES, StoredRun, load_run
-from spectest.summary import Subject, build_summary
+from spectest.summary import Header, build_summary
 
 
 def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> RunResult:
@@ -41,14 +41,14 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
     )
     base = stored.summary
     was = base["verdict"]["decision"]
-    subject = Subject(
+    header = Header(
         kind=str(base.get("kind")),
         name=str(base.get("name")),
         protocol_hash=base.get("protocol_hash"),
         analysis=base.get("analysis"),
         notes=(f"re-analysed from stored samples; stored decision was {was!r}",),
     )
-    summary = build_summary(subject, run_dir=stored.path, comparisons=comparisons, verdict=verdict)
+    summary = build_summary(header, run_dir=stored.path, comparisons=comparisons, verdict=verdict)
     return RunResult(stored.path, verdict, comparisons, summary, 0, 0, time.perf_counter() - t0)
 
 

@@ -50,7 +50,7 @@ from spectest.scaleout import generate_spread, local_devices
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
 from spectest.shipped import shipped_name
 from spectest.store import PROMPTS_FILE, RunDir, make_provenance
-from spectest.summary import Subject, protocol_setup
+from spectest.summary import Header, protocol_setup
 from spectest.verdict import power_claim, required_resolution
 
 __all__ = ["RunOptions", "RunResult", "run_protocol"]
@@ -87,7 +87,7 @@ def run_protocol(
     t_write = time.perf_counter()
     verdict, comparisons, summary = finish_run(
         run.rd, samples=looked.samples, rounds=looked.rounds, results=looked.results,
-        subject=_subject(run, looked), provenance=run.provenance,
+        header=_header(run, looked), provenance=run.provenance,
         max_mde_tv=protocol.tests.max_mde_tv, junit=junit, summary_md=summary_md,
         sizes=looked.teeth_sizes,
     )  # fmt: skip
@@ -350,7 +350,7 @@ def _read_shards(rd: RunDir, plan: Plan) -> tuple[pd.DataFrame, pd.DataFrame | N
     return samples, rounds
 
 
-def _subject(run: _Run, looked: _Looked) -> Subject:
+def _header(run: _Run, looked: _Looked) -> Header:
     """What the run's summary is about: the protocol, its setup, the shards resumed."""
     p = run.protocol
     resumed = len(looked.plan.shards) - run.generated
@@ -364,7 +364,7 @@ def _subject(run: _Run, looked: _Looked) -> Subject:
         timings=_rounded(run.timings),
         sequential=sequential,
     )
-    return Subject(
+    return Header(
         run.options.kind, p.name, p.hash, p.tests.canonical(), notes if resumed else (), setup
     )
 

@@ -1,6 +1,6 @@
 """The run summary: what ``summary.json`` stores and the CLI and the reports print.
 
-Owns: the summary's shape — ``Subject`` (what a summary is about: kind, name, hash, test
+Owns: the summary's shape — ``Header`` (what a summary is about: kind, name, hash, test
 settings, notes and a protocol run's setup, ``protocol_setup``) and ``build_summary`` (the one
 builder: that header, the verdict, per-config table, teeth, every comparison) — the tidy tables
 of all comparisons concatenated with a ``comparison`` column, ``verdict_lines`` (the verdict as
@@ -44,7 +44,7 @@ def tidy_tables(results: Sequence[tuple[Arm, Any]]) -> dict[str, pd.DataFrame]:
 
 
 @dataclass(frozen=True)
-class Subject:
+class Header:
     """What a summary is about: its ``kind`` (run, teeth, compare), ``name``, ``protocol_hash``
     (a comparison's: of its data and settings), ``analysis`` (the test settings,
     ``TestsSpec.canonical()``), ``notes`` and, for a protocol run, ``setup``
@@ -82,7 +82,7 @@ def protocol_setup(
 
 
 def build_summary(
-    subject: Subject,
+    header: Header,
     *,
     run_dir: Path,
     comparisons: Sequence[Comparison],
@@ -123,9 +123,9 @@ def build_summary(
         row["teeth"] = ", ".join(parts)
         configs.append(row)
     return {
-        "kind": subject.kind,
-        "name": subject.name,
-        "protocol_hash": subject.protocol_hash,
+        "kind": header.kind,
+        "name": header.name,
+        "protocol_hash": header.protocol_hash,
         "run_dir": str(run_dir),
         "has_candidate": cand is not None,
         "verdict": verdict.to_dict(),
@@ -149,9 +149,9 @@ def build_summary(
             for c in teeth
         ],
         "comparisons": [_comparison_dict(c) for c in comparisons],
-        "notes": list(subject.notes),
-        "analysis": None if subject.analysis is None else dict(subject.analysis),
-        **subject.setup,
+        "notes": list(header.notes),
+        "analysis": None if header.analysis is None else dict(header.analysis),
+        **header.setup,
         **({} if details is None else {"details": dict(details)}),
     }
 

@@ -36,10 +36,13 @@ from spectest.protocol.spec import (
     DEVICES,
     DRAFTER_KINDS,
     DTYPES,
+    ENGINES_CANDIDATE,
+    ENGINES_REFERENCE,
     LIMITS_FIELD,
     PROTOCOL_VERSION,
     PROTOCOL_VERSIONS,
     Q_MODES,
+    SAMPLING_KEYS,
     DrafterSpec,
     EngineChoice,
     LimitsSpec,
@@ -50,10 +53,13 @@ from spectest.protocol.spec import (
     TestsSpec,
     TrieSpec,
 )
+from spectest.stats.analyze import MULTIPLICITY as MULTIPLICITY_METHODS
 
 __all__ = [
-    "ACCEPTOR_PREFIX", "DEFAULT_MAX_TOKENS", "DEVICES", "DRAFTER_KINDS", "DTYPES", "LIMITS_FIELD",
-    "MAX_BATCH_SIZE", "MAX_PROTOCOL_BYTES", "PROTOCOL_VERSION", "PROTOCOL_VERSIONS", "Q_MODES",
+    "ACCEPTOR_PREFIX", "DEFAULT_MAX_TOKENS", "DEVICES", "DRAFTER_KINDS", "DTYPES",
+    "ENGINES_CANDIDATE", "ENGINES_REFERENCE", "LIMITS_FIELD", "MAX_BATCH_SIZE",
+    "MAX_PROTOCOL_BYTES", "MULTIPLICITY_METHODS", "PROTOCOL_VERSION", "PROTOCOL_VERSIONS",
+    "Q_MODES", "SAMPLING_KEYS",
     "ArmRole", "ArmSpec", "DrafterSpec", "EngineChoice", "LimitsSpec", "ModelsSpec", "PlanSize",
     "Prompt", "PromptsSpec", "Protocol", "SeedsSpec", "TeethSpec", "TestsSpec", "TrieSpec",
     "arm_specs", "check_budget", "eps_arm_name", "load_protocol", "max_tokens",

@@ -74,6 +74,7 @@ TESTS_FIELDS = {  # a TestsSpec / AnalysisOptions option → the protocol's fiel
     "sequence": "tests.sequence",
     "max_mde_tv": "tests.power.max_mde_tv",
 }
+_REALS = ("alpha", "min_expected", "max_mde_tv")  # TestsSpec's float fields
 MODEL_PREFIXES = (
     "toy:", "hf-preset:", "realistic:", "hf-local:", "bundled:", "derived:", "fixture:",
 )  # fmt: skip
@@ -294,17 +295,11 @@ def _tests(c: Fields, value: Any) -> TestsSpec:
         "max_mde_tv": pw.get("max_mde_tv"),
         "sequence": t.get("sequence", d.sequence),
     }
+    # numbers as the floats the hash has always seen; the trie's two as its own section
+    given = {k: real(v) if k in _REALS else v for k, v in raw.items() if not k.startswith("trie_")}
     try:
-        return TestsSpec(
-            alpha=real(raw["alpha"]),
-            multiplicity=raw["multiplicity"],
-            min_expected=real(raw["min_expected"]),
-            trie=TrieSpec(depth=raw["trie_depth"], min_count=raw["trie_min_count"]),
-            whitebox=raw["whitebox"],
-            null_permutations=raw["null_permutations"],
-            max_mde_tv=None if raw["max_mde_tv"] is None else real(raw["max_mde_tv"]),
-            sequence=raw["sequence"],
-        )
+        trie = TrieSpec(depth=raw["trie_depth"], min_count=raw["trie_min_count"])
+        return TestsSpec(trie=trie, **given)
     except OptionError as err:
         value = raw.get(err.option, err.value)
         raise c.fail(TESTS_FIELDS.get(err.option, "tests"), f"{err.rule}, got {value!r}") from None
