@@ -8,10 +8,10 @@ here or spread over workers, the teeth's sizes once, read every shard back in pl
 analyse, look (``spectest.sequential``); then hand everything to ``spectest.judge``, which
 decides and writes the final files — and the run's phase wall times.
 
-Knows nothing about engines or models (``spectest.generation``; ``spectest.scaleout`` when
-spread), how tests are computed or a decision made (``spectest.judge``), the summary's shape
-(``spectest.summary``), or how files are laid out (``spectest.store``) or rendered
-(``spectest.report``).
+Knows nothing about engines or how models are loaded (``spectest.generation``;
+``spectest.scaleout`` when spread), how tests are computed or a decision made
+(``spectest.judge``), the summary's shape (``spectest.summary``), or how files are laid out
+(``spectest.store``) or rendered (``spectest.report``).
 """
 
 from __future__ import annotations
