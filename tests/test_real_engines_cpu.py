@@ -2,9 +2,10 @@
 MLX-LM), each run to its documented verdict through ``spectest run`` (opt-in, slow).
 
 A protocol runs when its engine's environment is already cached on this machine, or when
-``SPECTEST_REAL_ENGINES=1`` asks for it (``=0`` skips them even where the venvs exist) (then the test sets the engine up first: OpenVINO
+``SPECTEST_REAL_ENGINES=1`` asks for it (then the test sets the engine up first: OpenVINO
 ~2-4 min and 1.5 GB, mistral.rs ~10 s and 70 MB, MLX ~1.5 min and 0.35 GB; results/LOG.md).
-Otherwise it is skipped, so the default suite and CI never install them.
+Otherwise it is skipped, so the default suite and CI never install them; ``=0`` skips them even
+where the environments are cached.
 
 Expected outcomes and their error rates (measured in results/LOG.md):
 - ``*-spec`` of OpenVINO 2026.4.1.0 and mistral.rs 0.5.0: DIFFERENT (exit 1) with p-values
