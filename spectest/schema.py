@@ -39,6 +39,8 @@ SEED = "seed"
 POSITION = "position"
 TOKEN_ID = "token_id"
 CELL = (PROMPT_ID, CONFIG_ID)
+PLACEHOLDER_TOKEN_ID = -1  # no token: past a sequence's end, or after a round's last emitted token
+Q_MODES = ("processed", "temperature", "raw")  # how a drafter's q is built from its logits
 
 WB_P = "wb_p"
 WB_CDF_LO = "wb_cdf_lo"
