@@ -35,8 +35,8 @@ import torch
 
 from spectest import schema
 from spectest.engines import hf_teacher as ht
+from spectest.prompts import prompt_token_ids
 from spectest.protocol import load_protocol
-from spectest.runner import prompt_token_ids
 from spectest.stats.whitebox import acceptance_test
 from spectest.store import ROUNDS, SAMPLES, WHITEBOX, load_run
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +18,15 @@ import pandas as pd
 from spectest import schema
 from spectest.byo import read_samples_file
 from spectest.errors import ConfigError, InputError
-from spectest.judge import (
-    ProgressFn,
-    RunResult,
-    analysis_options,
-    compare_all,
-    finish_run,
-    no_progress,
-)
+from spectest.judge import RunResult, compare_all, finish_run
 from spectest.plan import Arm, SeedRange
-from spectest.protocol import TestsSpec, TrieSpec
+from spectest.progress import ProgressFn, no_progress
+from spectest.protocol import TestsSpec
 from spectest.stats.analyze import OptionError
 from spectest.store import RunDir, make_provenance
+from spectest.summary import Header
+
+FLAGS = {"alpha": "--alpha", "multiplicity": "--multiplicity", "max_mde_tv": "--max-mde-tv"}
 
 
 def byo_arms() -> list[Arm]:
@@ -40,52 +36,36 @@ def byo_arms() -> list[Arm]:
     ]
 
 
-def byo_tests(d: Mapping[str, Any]) -> Any:
-    return TestsSpec(
-        alpha=d["alpha"],
-        multiplicity=d["multiplicity"],
-        min_expected=d["min_expected"],
-        trie=TrieSpec(**d["trie"]),
-        whitebox=False,
-        null_permutations=d["null_permutations"],
-        max_mde_tv=d.get("max_mde_tv"),
-    )
+def byo_tests(**given: Any) -> TestsSpec:
+    """A comparison's test settings: the ``given`` ones (None: the default), the protocol's
+    defaults otherwise, and no white-box family (the files hold tokens only). A value its rules
+    refuse is one line naming the flag."""
+    try:
+        return TestsSpec(**{k: v for k, v in given.items() if v is not None}, whitebox=False)
+    except OptionError as err:
+        flag = FLAGS.get(err.option, err.option)
+        raise ConfigError(f"{flag}: {err.rule}, got {err.value!r}") from None
 
 
 def compare_files(
     reference: str | Path,
     candidate: str | Path,
     *,
-    alpha: float = 0.05,
-    multiplicity: str = "bh",
+    alpha: float | None = None,
+    multiplicity: str | None = None,
     max_mde_tv: float | None = None,
     out: str | Path | None = None,
     progress: ProgressFn | None = None,
 ) -> RunResult:
     """Black-box tests on two bring-your-own samples files; results stored like a run's.
 
+    ``alpha``, ``multiplicity``: None = the protocols' defaults (``TestsSpec``).
     ``max_mde_tv``: the required per-cell resolution (median MDE in TV); ``None`` applies
     ``spectest.verdict.DEFAULT_MAX_MDE_TV``, since a comparison runs no teeth (see there).
     """
     t0 = time.perf_counter()
     progress = progress or no_progress
-    if max_mde_tv is not None and not (0.0 < max_mde_tv <= 1.0):
-        raise ConfigError(f"--max-mde-tv: expected a number in (0, 1], got {max_mde_tv!r}")
-    analysis_d = {
-        "alpha": alpha,
-        "multiplicity": multiplicity,
-        "min_expected": 5.0,
-        "trie": {"depth": 2, "min_count": 200},
-        "whitebox": False,
-        "null_permutations": 200,
-        "max_mde_tv": max_mde_tv,
-    }
-    tests = byo_tests(analysis_d)
-    try:  # the analysis' own validator, before any file is read (protocol._check_tests)
-        analysis_options(tests)
-    except OptionError as err:
-        flag = {"alpha": "--alpha", "multiplicity": "--multiplicity"}.get(err.option, err.option)
-        raise ConfigError(f"{flag}: {err.rule}, got {err.value!r}") from None
+    tests = byo_tests(alpha=alpha, multiplicity=multiplicity, max_mde_tv=max_mde_tv)
     ref = read_samples_file(reference)
     cand = read_samples_file(candidate)
     cells_r = set(map(tuple, ref[list(schema.CELL)].drop_duplicates().to_numpy().tolist()))
@@ -112,7 +92,7 @@ def compare_files(
             .to_numpy()
             .tobytes()
         )
-    digest.update(repr(sorted(analysis_d.items())).encode())
+    digest.update(repr(sorted(tests.canonical().items())).encode())
     h = digest.hexdigest()
     run_dir = Path(out) if out is not None else Path("results") / f"compare-{h[:10]}"
     rd = RunDir.open(
@@ -127,19 +107,14 @@ def compare_files(
         replace=True,  # nothing to resume: a re-run (after a failure, or of new data) replaces it
     )
     provenance = make_provenance(protocol_hash=h, device="n/a", seed_ranges={}, kind="compare")
-    results = compare_all(samples, None, byo_arms(), tests, "compare", progress)
+    results = compare_all(samples, None, byo_arms(), tests.analysis_options(), "compare", progress)
+    name = f"{Path(reference).name} vs {Path(candidate).name}"
     verdict, comparisons, summary = finish_run(
         rd,
         samples=samples,
         rounds=None,
         results=results,
-        summary_base={
-            "kind": "compare",
-            "name": f"{Path(reference).name} vs {Path(candidate).name}",
-            "protocol_hash": h,
-            "analysis": analysis_d,
-            "notes": [],
-        },
+        header=Header("compare", name, h, tests.canonical()),
         provenance=provenance,
         max_mde_tv=max_mde_tv,
         junit=None,

@@ -7,24 +7,26 @@ decide, write the tables, the summary and the reports, the manifest last). ``spe
 ``spectest teeth``, ``spectest compare`` and ``spectest analyze`` all go through here, so a
 decision is made one way only.
 
-Knows nothing about engines or models (``spectest.runner`` generates), how tests are computed
-(``spectest.stats``), how a decision is made (``spectest.verdict``) or how files are laid out
-(``spectest.store``).
+Knows nothing about engines or models (``spectest.generation`` generates, and says which arms'
+rounds are a readout and the run's white-box mode), how tests are computed (``spectest.stats``),
+how a decision is made (``spectest.verdict``), the summary's shape (``spectest.summary``) or how
+files are laid out (``spectest.store``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from spectest import schema
 from spectest.plan import Arm
+from spectest.progress import ProgressFn
 from spectest.store import (
     HISTOGRAMS,
     HISTOGRAMS_SCHEMA,
@@ -39,14 +41,11 @@ from spectest.store import (
     RunDir,
     samples_schema,
 )
-from spectest.summary import build_summary, json_safe, tidy_tables
+from spectest.summary import Header, build_summary, json_safe, tidy_tables
 from spectest.verdict import Comparison, Verdict, decide
 
-ProgressFn = Callable[[str, int, int], None]  # (task label, completed, total)
-
-
-def no_progress(task: str, done: int, total: int) -> None:
-    return None
+if TYPE_CHECKING:
+    from spectest.stats.analyze import AnalysisOptions
 
 
 @dataclass(frozen=True)
@@ -62,75 +61,25 @@ class RunResult:
     wall_s: float
 
 
-def analysis_options(protocol_tests: Any, whitebox_mode: str = "exact") -> Any:
-    """A protocol's ``TestsSpec`` as ``stats.analyze.AnalysisOptions`` (``whitebox_mode``: see
-    ``whitebox_mode``)."""
-    from spectest.stats.analyze import AnalysisOptions
-
-    t = protocol_tests
-    return AnalysisOptions(
-        whitebox_mode=whitebox_mode,
-        alpha=t.alpha,
-        multiplicity=t.multiplicity,
-        min_expected=t.min_expected,
-        trie_depth=t.trie.depth,
-        trie_min_count=t.trie.min_count,
-        whitebox=t.whitebox,
-        null_permutations=t.null_permutations,
-        sequence=getattr(t, "sequence", True),
-    )
-
-
 def stable_seed(*parts: str) -> int:
     return int.from_bytes(hashlib.sha256("\x1f".join(parts).encode()).digest()[:4], "little")
-
-
-def readout_arms(arms: Sequence[Arm]) -> frozenset[str]:
-    """Arms whose engine reports its rounds as a readout (``Engine.rounds == "readout"``)."""
-    from spectest.engines.registry import engine_class
-
-    return frozenset(a.name for a in arms if engine_class(a.engine.name).rounds == "readout")
-
-
-LOW_PRECISION = ("bfloat16", "bf16", "float16", "fp16")
-
-
-def whitebox_mode(dtype: str, arms: Sequence[Arm]) -> str:
-    """'teacher' when some arm's white-box columns come from a teacher whose numerics may differ
-    from its engine's — an engine with ``whitebox == "teacher"`` in bf16/fp16, or a token-only
-    engine (``whitebox == "tokens"``: command, http) in any dtype — else 'exact'
-    (``stats.analyze.AnalysisOptions.whitebox_mode``).
-
-    The built-in engine records its columns at generation time in every dtype (exact); a
-    teacher's full-sequence forward matches incremental decoding within float32 rounding but
-    not in bf16/fp16 (issue 12). In teacher mode the runner forces every arm with one shared
-    teacher, so that the two-sample tests compare one function of the sequences.
-    """
-    from spectest.engines.registry import engine_class
-
-    kinds = {engine_class(a.engine.name).whitebox for a in arms}
-    if "tokens" in kinds or ("teacher" in kinds and dtype in LOW_PRECISION):
-        return "teacher"
-    return "exact"
 
 
 def compare_all(
     samples: pd.DataFrame,
     rounds: pd.DataFrame | None,
     arms: Sequence[Arm],
-    tests: Any,
+    options: AnalysisOptions,
     key: str,
     progress: ProgressFn,
     readout_rounds: frozenset[str] = frozenset(),
-    whitebox_mode: str = "exact",
 ) -> list[tuple[Arm, Any]]:
-    """Analyse every non-reference arm against the reference. The rounds of the arms in
-    ``readout_rounds`` are stored but not tested: e.g. the hf-assisted draft law is
-    transformers' business, so acceptance vs Σ min(p, q_processed) measures speed there, not the
-    law."""
+    """Analyse every non-reference arm against the reference with ``options`` (a
+    ``TestsSpec.analysis_options``). The rounds of the arms in ``readout_rounds`` are stored but
+    not tested: e.g. the hf-assisted draft law is transformers' business, so acceptance vs
+    Σ min(p, q_processed) measures speed there, not the law."""
     from spectest.stats.analyze import analyze
 
-    options = analysis_options(tests, whitebox_mode)
     out = []
     comps = [a for a in arms if a.role != "reference"]
     for i, arm in enumerate(comps):
@@ -199,7 +148,7 @@ def finish_run(
     samples: pd.DataFrame,
     rounds: pd.DataFrame | None,
     results: Sequence[tuple[Arm, Any]],
-    summary_base: dict[str, Any],
+    header: Header,
     provenance: Mapping[str, Any],
     max_mde_tv: float | None,
     junit: Path | None,
@@ -212,21 +161,13 @@ def finish_run(
     from spectest.report import write_ci_outputs, write_reports
     from spectest.stats.histograms import position_counts
 
-    comparisons, verdict = judge(
-        results, max_mde_tv, kind=summary_base["kind"], rounds=rounds, sizes=sizes
-    )
-    summary_base = {
-        **summary_base,
-        "details": {arm.name: json_safe(a.summary()) for arm, a in results},
-    }
+    comparisons, verdict = judge(results, max_mde_tv, kind=header.kind, rounds=rounds, sizes=sizes)
     summary = build_summary(
-        kind=summary_base["kind"],
-        name=summary_base["name"],
-        protocol_hash=summary_base.get("protocol_hash"),
+        header,
         run_dir=rd.path,
         comparisons=comparisons,
         verdict=verdict,
-        extra={k: v for k, v in summary_base.items() if k not in ("kind", "name", "protocol_hash")},
+        details={arm.name: json_safe(a.summary()) for arm, a in results},
     )
     tables: dict[str, tuple[pd.DataFrame, Any]] = {
         SAMPLES: (samples, samples_schema(samples)),

@@ -1,22 +1,26 @@
 """The run summary: what ``summary.json`` stores and the CLI and the reports print.
 
-Owns: ``build_summary`` (verdict, per-config table, teeth, every comparison), the tidy tables of
-all comparisons concatenated with a ``comparison`` column, ``verdict_lines`` (the verdict as
+Owns: the summary's shape — ``Header`` (what a summary is about: kind, name, hash, test
+settings, notes and a protocol run's setup, ``protocol_setup``) and ``build_summary`` (the one
+builder: that header, the verdict, per-config table, teeth, every comparison) — the tidy tables
+of all comparisons concatenated with a ``comparison`` column, ``verdict_lines`` (the verdict as
 every renderer prints it: headline, what was tested, the resolution, the reasons) and
-``json_safe``. Knows nothing about
-how tests are computed (it reads ``verdict.Comparison``) nor about files.
+``json_safe``. Knows nothing about how tests are computed (it reads ``verdict.Comparison``) nor
+about files.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from spectest.plan import Arm
+from spectest.protocol import Protocol
 from spectest.store import SEQUENCE, TESTS, TRIE, WHITEBOX
 from spectest.verdict import Comparison, Verdict
 
@@ -39,17 +43,54 @@ def tidy_tables(results: Sequence[tuple[Arm, Any]]) -> dict[str, pd.DataFrame]:
     return {k: pd.concat(v, ignore_index=True) for k, v in tables.items() if v}
 
 
-def build_summary(
+@dataclass(frozen=True)
+class Header:
+    """What a summary is about: its ``kind`` (run, teeth, compare), ``name``, ``protocol_hash``
+    (a comparison's: of its data and settings), ``analysis`` (the test settings,
+    ``TestsSpec.canonical()``), ``notes`` and, for a protocol run, ``setup``
+    (``protocol_setup``)."""
+
+    kind: str
+    name: str
+    protocol_hash: str | None
+    analysis: Mapping[str, Any] | None
+    notes: tuple[str, ...] = ()
+    setup: Mapping[str, Any] = field(default_factory=dict)
+
+
+def protocol_setup(
+    protocol: Protocol,
     *,
-    kind: str,
-    name: str,
-    protocol_hash: str | None,
+    seeds_per_arm: int,
+    timings: Mapping[str, Any],
+    sequential: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A protocol run's setup as its summary states it: models, drafter, engines, candidate,
+    positions, the seeds per arm tested, the prompt set, the phase wall times and (sequential
+    runs) the path of the evidence."""
+    return {
+        "models": vars(protocol.models).copy(),
+        "drafter": vars(protocol.drafter).copy(),
+        "engines": protocol.engines_canonical(),
+        "candidate": protocol.candidate,
+        "positions": protocol.positions,
+        "seeds_per_arm": seeds_per_arm,
+        "prompt_set": protocol.prompts.file,
+        "timings": dict(timings),
+        **({} if sequential is None else {"sequential": dict(sequential)}),
+    }
+
+
+def build_summary(
+    header: Header,
+    *,
     run_dir: Path,
     comparisons: Sequence[Comparison],
     verdict: Verdict,
-    extra: Mapping[str, Any],
+    details: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``summary.json``: everything the CLI, the reports and the JUnit file print."""
+    """``summary.json``: everything the CLI, the reports and the JUnit file print (``details``:
+    each analysis's own summary, by arm, when the run has its analyses)."""
     cand = verdict.candidate
     teeth = [c for c in comparisons if c.is_tooth]
     tooth_v = {t.arm: t for t in verdict.teeth}
@@ -82,9 +123,9 @@ def build_summary(
         row["teeth"] = ", ".join(parts)
         configs.append(row)
     return {
-        "kind": kind,
-        "name": name,
-        "protocol_hash": protocol_hash,
+        "kind": header.kind,
+        "name": header.name,
+        "protocol_hash": header.protocol_hash,
         "run_dir": str(run_dir),
         "has_candidate": cand is not None,
         "verdict": verdict.to_dict(),
@@ -108,7 +149,10 @@ def build_summary(
             for c in teeth
         ],
         "comparisons": [_comparison_dict(c) for c in comparisons],
-        **dict(extra),
+        "notes": list(header.notes),
+        "analysis": None if header.analysis is None else dict(header.analysis),
+        **header.setup,
+        **({} if details is None else {"details": dict(details)}),
     }
 
 

@@ -160,7 +160,7 @@ def test_resume_after_interruption_is_identical(
 ) -> None:
     """Interrupt a run after 3 of its 10 shards, resume it, and compare with an uninterrupted run:
     same samples (none lost, none duplicated), same histograms, same tests."""
-    from spectest import runner
+    from spectest import generation, runner
     from spectest.protocol import load_protocol
 
     proto = load_protocol(
@@ -169,7 +169,7 @@ def test_resume_after_interruption_is_identical(
             tests={"alpha": 0.05, "trie": {"depth": 1, "min_count": 100}, "null_permutations": 50},
         )
     )
-    real = runner._generate_shard
+    real = generation.generate_shard
     calls = {"n": 0}
 
     def flaky(*args, **kwargs):
@@ -178,14 +178,14 @@ def test_resume_after_interruption_is_identical(
             raise KeyboardInterrupt  # as a Ctrl-C in the middle of the run
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "_generate_shard", flaky)
+    monkeypatch.setattr(generation, "generate_shard", flaky)
     with pytest.raises(KeyboardInterrupt):
         runner.run_protocol(proto, out=tmp_path / "resumed")
     assert not (tmp_path / "resumed" / MANIFEST).exists()
     with pytest.raises(InputError, match="incomplete"):
         load_run(tmp_path / "resumed")
     assert len(list((tmp_path / "resumed" / "shards").glob("*.samples.parquet"))) == 3
-    monkeypatch.setattr(runner, "_generate_shard", real)
+    monkeypatch.setattr(generation, "generate_shard", real)
 
     resumed = runner.run_protocol(proto, out=tmp_path / "resumed")
     assert (resumed.shards_resumed, resumed.shards_generated) == (3, 7)

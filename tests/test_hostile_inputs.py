@@ -27,9 +27,14 @@ from typer.testing import CliRunner
 
 from spectest.cli import app
 from spectest.errors import ConfigError, ExitCode
-from spectest.plan import DEFAULT_MAX_TOKENS, plan_size
 from spectest.prompts import MAX_PROMPT_TOKENS, prompt_token_ids
-from spectest.protocol import load_protocol, protocol_from_dict, to_raw
+from spectest.protocol import (
+    DEFAULT_MAX_TOKENS,
+    load_protocol,
+    plan_size,
+    protocol_from_dict,
+    to_raw,
+)
 from spectest.shipped import list_shipped
 
 ROOT = Path(__file__).resolve().parents[1]

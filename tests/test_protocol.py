@@ -79,7 +79,7 @@ def test_loads_defaults_and_plan(tmp_path: Path) -> None:
 def test_teeth_only_plan_keeps_each_arms_seeds(tmp_path: Path) -> None:
     p = load_protocol(write(tmp_path, BASE))
     full = {a.name: a.seeds for a in make_plan(p).arms}
-    teeth = make_plan(p, candidate=False)
+    teeth = make_plan(p, teeth_only=True)
     assert "candidate" not in [a.name for a in teeth.arms]
     assert all(full[a.name] == a.seeds for a in teeth.arms)
 

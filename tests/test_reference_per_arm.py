@@ -22,7 +22,7 @@ from spectest import schema
 from spectest.errors import ConfigError
 from spectest.plan import make_plan
 from spectest.protocol import load_protocol
-from spectest.runner import run_protocol
+from spectest.runner import RunOptions, run_protocol
 from spectest.stats import power
 
 
@@ -58,7 +58,7 @@ def test_plan_sizes_and_disjoint_ranges(tmp_path: Path) -> None:
     assert sizes == {
         "reference": 400, "candidate": 100, "null": 50, "eps=0.5": 50, "mutant:always_accept": 50
     }  # fmt: skip
-    teeth_only = {a.name: a.seeds for a in make_plan(p, candidate=False).arms}
+    teeth_only = {a.name: a.seeds for a in make_plan(p, teeth_only=True).arms}
     assert all(teeth_only[n] == arms[n].seeds for n in teeth_only)
 
 
@@ -71,7 +71,7 @@ def test_run_with_a_larger_reference(tmp_path: Path) -> None:
         seeds={"per_arm": 100, "reference_per_arm": 400},
         tests={"alpha": 0.05, "trie": {"depth": 1, "min_count": 50}, "null_permutations": 50},
     )
-    res = run_protocol(load_protocol(proto), out=tmp_path / "run", threads=1)
+    res = run_protocol(load_protocol(proto), out=tmp_path / "run", options=RunOptions(threads=1))
     s = pd.read_parquet(tmp_path / "run" / "samples.parquet")
     rows = s.groupby(schema.ARM).size() / (2 * 2 * 4)  # prompts × configs × positions
     assert rows["reference"] == 400 and rows["candidate"] == 100 and rows["null"] == 100
@@ -127,7 +127,7 @@ def test_token_only_engine_in_teacher_mode_with_a_larger_reference(tmp_path: Pat
     Fixed seeds (the protocol's key); false-failure rate ≤ α = 0.05 per comparison. 100 seeds
     resolve per-cell TV 0.28 (the gross tooth claims less), so the test states its requirement
     (0.3) instead of the 0.15 default: it is about teacher mode, not power."""
-    from spectest.judge import whitebox_mode
+    from spectest.generation import whitebox_mode
 
     proto = load_protocol(
         "protocols/command-example.yaml",

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from spectest.cli import app
 from spectest.protocol import load_protocol
-from spectest.runner import run_protocol
+from spectest.runner import RunOptions, run_protocol
 from spectest.scaleout import split
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
@@ -45,7 +45,9 @@ def single(tmp_path_factory):
 
 def test_two_worker_processes_equal_one_process(single, tmp_path):
     cfg, one = single
-    two = run_protocol(load_protocol(cfg), out=tmp_path / "run", devices=["cpu", "cpu"])
+    two = run_protocol(
+        load_protocol(cfg), out=tmp_path / "run", options=RunOptions(devices=("cpu", "cpu"))
+    )
     a, b = _tables(one.run_dir), _tables(two.run_dir)
     for name in a:
         pd.testing.assert_frame_equal(a[name], b[name])
@@ -67,7 +69,7 @@ def test_ray_local_cluster_equals_one_process(single, tmp_path):
     cfg, one = single
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        res = run_protocol(load_protocol(cfg), out=tmp_path / "run", ray="auto")
+        res = run_protocol(load_protocol(cfg), out=tmp_path / "run", options=RunOptions(ray="auto"))
     finally:
         ray.shutdown()
     a, b = _tables(one.run_dir), _tables(res.run_dir)
@@ -101,8 +103,12 @@ def test_two_gpus_equal_one_gpu(tmp_path):
         "device": "cuda",
     }
     cfg = write_toy(tmp_path, models=models, seeds={"per_arm": 60}, positions=3)
-    spread = run_protocol(load_protocol(cfg), out=tmp_path / "spread", fast=True)
-    one = run_protocol(load_protocol(cfg), out=tmp_path / "one", fast=True, devices=["cuda:0"])
+    spread = run_protocol(
+        load_protocol(cfg), out=tmp_path / "spread", options=RunOptions(fast=True)
+    )
+    one = run_protocol(
+        load_protocol(cfg), out=tmp_path / "one", options=RunOptions(fast=True, devices=("cuda:0",))
+    )
     prov = json.loads((spread.run_dir / "manifest.json").read_text())["provenance"]
     assert len(prov["workers"]) == torch.cuda.device_count()
     for name, engines in prov["workers"].items():  # every worker replayed CUDA graphs

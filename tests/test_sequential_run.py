@@ -12,14 +12,14 @@ from toy_protocol import TOY, write_toy
 
 from spectest.errors import ConfigError
 from spectest.protocol import load_protocol
-from spectest.runner import run_protocol
+from spectest.runner import RunOptions, run_protocol
 
 FAST_TESTS = {"alpha": 0.05, "trie": {"depth": 1, "min_count": 50}, "null_permutations": 50}
 
 
 def _run(tmp_path: Path, **sections):
     proto = write_toy(tmp_path, **{"teeth": {"null_arm": False}, **sections})
-    return run_protocol(load_protocol(proto), out=tmp_path / "run", threads=1)
+    return run_protocol(load_protocol(proto), out=tmp_path / "run", options=RunOptions(threads=1))
 
 
 def test_a_protocol_without_max_per_arm_hashes_as_before(tmp_path: Path) -> None:
@@ -89,14 +89,13 @@ def test_budget_spent_without_the_resolution_is_inconclusive_and_resumes(tmp_pat
 
 
 def test_the_sequence_family_can_be_switched_off_without_moving_old_hashes(tmp_path: Path) -> None:
-    from spectest.judge import analysis_options
 
     on = load_protocol(write_toy(tmp_path))
     off = load_protocol(write_toy(tmp_path, "off.yaml", tests={**FAST_TESTS, "sequence": False}))
     same = load_protocol(write_toy(tmp_path, "on.yaml", tests={**FAST_TESTS, "sequence": True}))
     assert "sequence" not in on.canonical()["tests"]
     assert off.canonical()["tests"]["sequence"] is False
-    assert analysis_options(on.tests).sequence and not analysis_options(off.tests).sequence
+    assert on.tests.analysis_options().sequence and not off.tests.analysis_options().sequence
     assert same.hash == load_protocol(write_toy(tmp_path, "plain.yaml", tests=FAST_TESTS)).hash
     with pytest.raises(ConfigError, match=r"tests\.sequence"):
         load_protocol(write_toy(tmp_path, "bad.yaml", tests={**FAST_TESTS, "sequence": "yes"}))

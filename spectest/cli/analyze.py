@@ -18,7 +18,7 @@ def analyze(
     progress: Annotated[bool, typer.Option(help="Show progress bars on stderr.")] = True,
 ) -> None:
     """Recompute the tests and the verdict from stored samples, without any model."""
-    from spectest.runner import analyze_run
+    from spectest.reanalyze import analyze_run
 
     with progress_bars(progress) as cb:
         result = analyze_run(run_dir, progress=cb)

@@ -357,7 +357,7 @@ def print_result(result: Any, con: Console | None = None) -> None:
             + f"analyze {t.get('analyze', 0):.1f} · write {t.get('write', 0):.1f}",
             markup=False,
         )
-        if w := t.get("workers"):  # a spread run: each worker's phases (runner._generate_spread)
+        if w := t.get("workers"):  # a spread run: each worker's phases (scaleout.generate_spread)
             con.print("workers (s): " + ", ".join(f"{printable(k)} {v:.1f}" for k, v in w.items()),
                       markup=False)  # fmt: skip
     seq = summary.get("sequential") or {}

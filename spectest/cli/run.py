@@ -66,7 +66,7 @@ def run(
 ) -> None:
     """Run a protocol: generate both arms and the teeth, store, test, print the verdict."""
     from spectest.protocol import load_protocol
-    from spectest.runner import run_protocol
+    from spectest.runner import RunOptions, run_protocol
 
     protocol = load_protocol(
         config,
@@ -78,10 +78,14 @@ def run(
     if shipped_name(protocol.source) and not Path(config).is_file():
         shipped = printable(protocol.source)
         err_console().print(f"using the shipped protocol {shipped}", markup=False)
+    options = RunOptions(
+        fast=fast,
+        threads=threads,
+        devices=tuple(d.strip() for d in (devices or "").split(",") if d.strip()),
+        ray=ray,
+    )
     with progress_bars(progress) as cb:
         result = run_protocol(
-            protocol, out=out, progress=cb, junit=junit, summary_md=summary_md, threads=threads,
-            fast=fast, ray=ray,
-            devices=[d.strip() for d in devices.split(",") if d.strip()] if devices else None,
-        )  # fmt: skip
+            protocol, out=out, options=options, progress=cb, junit=junit, summary_md=summary_md
+        )
     show_result(result)  # exits with the stored verdict's code, even if printing fails

@@ -35,11 +35,12 @@ def teeth(
 ) -> None:
     """Check the harness's teeth: the null must pass, every ε arm and mutant must be killed."""
     from spectest.protocol import load_protocol
-    from spectest.runner import run_protocol
+    from spectest.runner import RunOptions, run_protocol
 
     protocol = load_protocol(
         config, overrides={"models.device": device, "seeds.per_arm": seeds}, sets=set_ or []
     )
     with progress_bars(progress) as cb:
-        result = run_protocol(protocol, out=out, progress=cb, teeth_only=True, threads=threads)
+        options = RunOptions(teeth_only=True, threads=threads)
+        result = run_protocol(protocol, out=out, options=options, progress=cb)
     show_result(result)  # exits with the stored verdict's code, even if printing fails

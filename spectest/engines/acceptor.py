@@ -55,7 +55,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -249,6 +249,7 @@ class AcceptorEngine(BuiltinEngine):
     whitebox = "generation"  # spectest's own loop records the columns (builtin.BuiltinEngine)
     rounds = "tested"
     uses_variant = False
+    fast_variant: ClassVar[str | None] = None  # --fast leaves an acceptor arm on this engine
 
     @dataclass(frozen=True)
     class Options:

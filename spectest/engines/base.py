@@ -47,6 +47,7 @@ PLACEHOLDER_TOKEN_ID = -1  # no token: past the end of a sequence that stopped e
 Needs = Literal["target", "draft", "none"]
 WhiteboxKind = Literal["generation", "teacher", "tokens", "none"]
 RoundsKind = Literal["tested", "readout", "none"]
+TeacherKind = Literal["spectest", "hf"]
 Progress = Callable[[int], None]  # rows completed so far in this job
 ROUNDS_COLUMNS = ("row", "round", "position", "drafted", "accepted", "emitted")
 Q_MODES = ("processed", "temperature", "raw")
@@ -148,6 +149,12 @@ class Engine:
         engine's own, stored only) or ``"none"``.
     uses_variant : whether the arm's sampler variant (``candidate: exact`` / a mutant) means
         anything to this engine; when not, the protocol's ``candidate`` must be ``exact``.
+    teacher : the teacher that forces this engine's arms in teacher mode: ``"spectest"``
+        (spectest's pipeline, ``engines.teacher``) or ``"hf"`` (transformers' warpers,
+        ``engines.hf_teacher``); a run with any ``"hf"`` arm forces every arm with
+        transformers' (one function of every arm's sequences: ``generation.EngineSet``).
+    fast_variant : the registered engine that ``--fast`` runs this engine's arms on (same
+        tokens and law), or None. Subclasses inherit it: set None where it does not apply.
     """
 
     name: ClassVar[str] = ""
@@ -160,6 +167,8 @@ class Engine:
     whitebox: ClassVar[WhiteboxKind] = "none"
     rounds: ClassVar[RoundsKind] = "none"
     uses_variant: ClassVar[bool] = False
+    teacher: ClassVar[TeacherKind] = "spectest"
+    fast_variant: ClassVar[str | None] = None
 
     def __init__(self, options: Any, models: Models) -> None:
         self.options = options

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -504,6 +504,7 @@ class BuiltinEngine(Engine):
     whitebox = "generation"
     rounds = "tested"
     uses_variant = True
+    fast_variant: ClassVar[str | None] = "fast"  # --fast: engines/fast.py, same tokens, law
 
     @classmethod
     def needs_draft(cls, variant: str | None) -> bool:

@@ -409,7 +409,7 @@ class CommandEngine(Engine):
 
     name = "command"
     needs = "none"
-    whitebox = "tokens"  # teacher mode (judge.whitebox_mode) with tests.whitebox
+    whitebox = "tokens"  # teacher mode (generation.whitebox_mode) with tests.whitebox
     rounds = "readout"
     uses_variant = False
 

@@ -806,6 +806,7 @@ class HFGenerateEngine(Engine):
     needs = "target"
     whitebox = WHITEBOX_KIND
     rounds = "none"
+    teacher = "hf"  # teacher mode forces every arm with transformers' warpers
 
     def generate(self, job: ArmJob) -> ArmOutput:
         scored = job.whitebox and SCORES.ok
@@ -833,6 +834,7 @@ class HFAssistedEngine(Engine):
     needs = "draft"
     whitebox = WHITEBOX_KIND
     rounds = "readout"
+    teacher = "hf"
 
     @dataclass(frozen=True)
     class Options:

@@ -98,7 +98,7 @@ class HTTPEngine(Engine):
 
     name = "http"
     needs = "none"
-    whitebox = "tokens"  # teacher mode (judge.whitebox_mode) with tests.whitebox
+    whitebox = "tokens"  # teacher mode (generation.whitebox_mode) with tests.whitebox
     rounds = "readout"
     uses_variant = False
 

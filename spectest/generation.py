@@ -1,0 +1,370 @@
+"""Generation: a plan's shards from the engines of their arms, on this process.
+
+Owns: ``RunOptions`` (how a run is executed, as one frozen value: teeth only, ``--fast``,
+threads, devices, Ray), ``EngineSet`` (one engine per ``EngineChoice``, the models loaded once,
+``--fast`` and the shared teacher as each engine class declares them: ``Engine.fast_variant``,
+``Engine.teacher``), ``generate_shards`` (the one shard loop: the local run and every scale-out
+worker call it), ``generate_shard`` (one arm × one prompt, checked before anyone stores it),
+``ShardResult``, the run key, the run's white-box mode (``whitebox_mode``) and readout arms
+(``readout_arms``), the loading of the models, torch's CPU threads and the device check.
+
+Knows nothing about where shards are written (the caller's ``on_shard``), how tests are
+computed, or which engines exist: every engine is reached through ``spectest.engines.registry``
+and described by the class attributes of the contract (``spectest.engines.base.Engine``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pandas as pd
+
+from spectest.engines.base import (
+    ArmJob,
+    DrafterSpec,
+    Engine,
+    Models,
+    RowSpec,
+    check_output,
+    rounds_frame,
+    samples_frame,
+)
+from spectest.engines.registry import engine_class
+from spectest.errors import ConfigError, EngineError, InputError, ModelError
+from spectest.plan import Arm, Plan, Shard
+from spectest.progress import ProgressFn, no_progress
+from spectest.prompts import prompt_token_ids
+from spectest.protocol import EngineChoice, Protocol
+
+LOW_PRECISION = ("bfloat16", "bf16", "float16", "fp16")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run is executed (none of it enters the protocol hash or changes a token).
+
+    ``teeth_only``: the plan of ``spectest teeth`` (no candidate arm). ``fast``: every arm whose
+    engine declares a ``fast_variant`` (the built-in engine: ``engines/fast.py``, same tokens
+    and law) on that variant. ``threads``: torch intra-op threads (``configure_threads``).
+    ``devices``: one worker process per device (empty: every visible GPU of a ``cuda`` run,
+    else this process). ``ray``: the shards as Ray tasks (``auto``, an address, or ``local``).
+    """
+
+    teeth_only: bool = False
+    fast: bool = False
+    threads: int | None = None
+    devices: tuple[str, ...] = ()
+    ray: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """The run's kind as stored (``run.json``, ``summary.json``): teeth or run."""
+        return "teeth" if self.teeth_only else "run"
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """One generated shard: its key and arm, its samples (with white-box columns when enabled)
+    and rounds, ``provenance`` (the engines' as this shard was made, and a worker's own), the
+    wall time of generation (``generate_s``, white-box apart) and of white-box columns had
+    apart from generation (``whitebox_s``). Plain data: it crosses process and Ray boundaries."""
+
+    key: str
+    arm: str
+    samples: pd.DataFrame
+    rounds: pd.DataFrame | None
+    provenance: dict[str, Any]
+    generate_s: float = 0.0
+    whitebox_s: float = 0.0
+
+
+def whitebox_mode(dtype: str, arms: Sequence[Arm]) -> str:
+    """'teacher' when some arm's white-box columns come from a teacher whose numerics may differ
+    from its engine's — an engine with ``whitebox == "teacher"`` in bf16/fp16, or a token-only
+    engine (``whitebox == "tokens"``: command, http) in any dtype — else 'exact'
+    (``stats.analyze.AnalysisOptions.whitebox_mode``).
+
+    The built-in engine records its columns at generation time in every dtype (exact); a
+    teacher's full-sequence forward matches incremental decoding within float32 rounding but
+    not in bf16/fp16 (issue 12). In teacher mode every arm is forced by one shared teacher
+    (``EngineSet``), so that the two-sample tests compare one function of the sequences.
+    """
+    kinds = {engine_class(a.engine.name).whitebox for a in arms}
+    if "tokens" in kinds or ("teacher" in kinds and dtype in LOW_PRECISION):
+        return "teacher"
+    return "exact"
+
+
+def readout_arms(arms: Sequence[Arm]) -> frozenset[str]:
+    """Arms whose engine reports its rounds as a readout (``Engine.rounds == "readout"``)."""
+    return frozenset(a.name for a in arms if engine_class(a.engine.name).rounds == "readout")
+
+
+def drafter_of(protocol: Protocol) -> DrafterSpec:
+    """The protocol's drafter as the engines take it."""
+    d = protocol.drafter
+    return DrafterSpec(onehot=d.kind == "onehot", q_mode=d.q, k=d.k)
+
+
+def run_key(protocol: Protocol) -> int:
+    """The run key every row key derives from (``seeds.key``)."""
+    from spectest.seeding import run_key_from
+
+    return run_key_from(protocol.seeds.key)
+
+
+def shard_arm(plan: Plan, shard: Shard) -> Arm:
+    """The shard's arm, with the shard's seeds when it is one stage of a growing arm."""
+    arm = plan.arm(shard.arm)
+    return arm if shard.seeds is None else replace(arm, seeds=shard.seeds)
+
+
+def _class_for(name: str, fast: bool) -> type[Engine]:
+    """The engine class of ``name``, or under ``--fast`` the variant it declares."""
+    cls = engine_class(name)
+    return engine_class(cls.fast_variant) if fast and cls.fast_variant is not None else cls
+
+
+class EngineSet:
+    """One engine instance per ``EngineChoice`` of ``arms``, all started before generation,
+    closed at the end; the models are loaded once, the draft only when an engine or white-box
+    needs it. ``plan_arms`` (every arm of the plan, resumed shards' included) decides the
+    white-box mode and the shared teacher: they are properties of the whole run."""
+
+    def __init__(
+        self,
+        protocol: Protocol,
+        arms: Sequence[Arm],
+        plan_arms: Sequence[Arm] = (),
+        *,
+        fast: bool = False,
+    ) -> None:
+        self.protocol = protocol
+        self.classes = {a.engine: _class_for(a.engine.name, fast) for a in arms}
+        every = tuple(plan_arms) or tuple(arms)
+        self.teacher_mode = whitebox_mode(protocol.models.dtype, every) == "teacher"
+        # the one teacher of teacher mode: transformers' when an arm's engine declares it
+        teachers = {engine_class(a.engine.name).teacher for a in every}
+        self.teacher = "hf" if "hf" in teachers else "spectest"
+        need_draft = protocol.tests.whitebox or any(
+            self.classes[a.engine].needs_draft(a.variant) for a in arms
+        )
+        self.models = Models(*load_models(protocol, need_draft))
+        self.live: dict[EngineChoice, Engine] = {}
+        self.teacher_s = 0.0  # wall time of the shared teacher (teacher mode), for the timings
+        try:  # start every engine now: a broken one fails before any work
+            for choice in self.classes:
+                self.get(choice)
+        except BaseException:
+            self.close()
+            raise
+
+    def get(self, choice: EngineChoice) -> Engine:
+        if choice not in self.live:
+            self.live[choice] = self.classes[choice](choice.options, self.models)
+        return self.live[choice]
+
+    def provenance(self) -> dict[str, Any]:
+        return {f"{c.name}#{i}": e.provenance() for i, (c, e) in enumerate(self.live.items())}
+
+    def close(self) -> None:
+        for e in self.live.values():
+            e.close()
+
+
+def generate_shards(
+    protocol: Protocol,
+    plan: Plan,
+    shards: Sequence[Shard],
+    engines: EngineSet,
+    on_shard: Callable[[ShardResult], None],
+    progress: ProgressFn = no_progress,
+) -> None:
+    """Generate ``shards`` in order with ``engines``, handing each to ``on_shard`` as it is
+    done; one ``generate`` progress bar over every row of every shard."""
+    target = engines.models.target
+    assert target is not None
+    prompt_ids = prompt_token_ids(protocol, target.vocab_size, (target, engines.models.draft))
+    key = run_key(protocol)
+    arms = [shard_arm(plan, s) for s in shards]
+    sizes = [len(protocol.configs) * len(a.seeds) for a in arms]
+    total, base = sum(sizes), 0
+    for shard, arm, size in zip(shards, arms, sizes, strict=True):
+
+        def tick(done: int, _base: int = base) -> None:
+            progress("generate", _base + done, total)
+
+        t_gen, teacher0 = time.perf_counter(), engines.teacher_s
+        samples, rounds = generate_shard(
+            protocol, arm, shard.prompt_id, prompt_ids[shard.prompt_id], engines, key, tick
+        )
+        # white-box apart from generation: an engine's own teacher forcing (when it reports
+        # it) and the shared teacher of teacher mode; generation-time columns are generation
+        wb_s = float(getattr(engines.get(arm.engine), "last_whitebox_s", 0))
+        wb_s += engines.teacher_s - teacher0
+        gen_s = time.perf_counter() - t_gen - wb_s
+        prov = {"engines": engines.provenance()}
+        on_shard(ShardResult(shard.key, shard.arm, samples, rounds, prov, gen_s, wb_s))
+        base += size
+    progress("generate", total, total)
+
+
+def generate_shard(
+    protocol: Protocol,
+    arm: Arm,
+    prompt_id: str,
+    prompt_ids: list[int],
+    engines: EngineSet,
+    key: int,
+    tick: Callable[[int], None],
+) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """Samples (with white-box columns when enabled) and rounds of one shard: one arm × one
+    prompt, all configs × the arm's seeds, generated by the arm's engine and checked
+    (``check_output``, the declared rounds, ``check_shard``). ``tick``: rows done so far."""
+    engine = engines.get(arm.engine)
+    rows = tuple(
+        RowSpec(cid, seed, sp) for cid, sp in protocol.configs for seed in arm.seeds.seeds()
+    )
+    tick(0)
+    job = ArmJob(
+        arm=arm.name, role=arm.role, variant=arm.variant, prompt_id=prompt_id,
+        prompt_ids=tuple(prompt_ids), rows=rows, num_positions=protocol.positions, run_key=key,
+        batch_size=protocol.batch_size, drafter=drafter_of(protocol),
+        # teacher mode: every arm is forced by the one shared teacher (``shared_teacher``)
+        whitebox=(
+            protocol.tests.whitebox
+            and engine.whitebox in ("generation", "teacher")
+            and not engines.teacher_mode
+        ),
+        progress=tick,
+    )  # fmt: skip
+    out = engine.generate(job)
+    target = engines.models.target
+    check_output(out, job, None if target is None else target.vocab_size, engine.name)
+    if out.rounds is not None and (
+        engine.rounds == "none" or out.rounds_tested != (engine.rounds == "tested")
+    ):
+        raise EngineError(
+            f"engine {engine.name}: returned rounds (tested: {out.rounds_tested}) but declares "
+            f"rounds = {engine.rounds!r}"
+        )
+    wb = None
+    if job.whitebox:
+        if out.whitebox is None:
+            raise EngineError(f"engine {engine.name}: white-box columns were asked for, got none")
+        wb = out.whitebox
+    elif engines.teacher_mode and protocol.tests.whitebox:
+        t_teacher = time.perf_counter()
+        wb = shared_teacher(engines, job, out.tokens)
+        engines.teacher_s += time.perf_counter() - t_teacher
+    # one row per emitted token: a sequence that ended early is a shorter sequence
+    samples = samples_frame(out.tokens, prompt_id, rows, arm.name, wb)
+    rounds = None if out.rounds is None else rounds_frame(out.rounds, prompt_id, rows, arm.name)
+    check_shard(samples, engine.name, arm.name, prompt_id)
+    return samples, rounds
+
+
+def check_shard(samples: pd.DataFrame, engine: str, arm: str, prompt_id: str) -> None:
+    """The analysis's own check of a samples table, before the shard is written and marked
+    complete: a shard it would refuse is never stored (``check_output`` should have refused its
+    output already; this is the last line)."""
+    from spectest.stats.histograms import validate_samples
+
+    try:
+        validate_samples(samples)
+    except InputError as err:
+        raise EngineError(
+            f"engine {engine} (arm {arm}, prompt {prompt_id}): the shard's samples are not "
+            f"valid, nothing was written: {err}"
+        ) from None
+
+
+def shared_teacher(engines: EngineSet, job: ArmJob, tokens: Any) -> pd.DataFrame:
+    """Teacher mode: the white-box columns of any arm from the run's one teacher — transformers'
+    warpers (``hf_teacher_force``) when an arm's engine declares ``teacher = "hf"``, else
+    spectest's pipeline (``teacher_force``) — so every arm's columns are the same function of
+    its sequences."""
+    import torch
+
+    target, draft = engines.models.target, engines.models.draft
+    # past a sequence's end (-1) force token 0: the models are causal, so it changes no column
+    # of an emitted position, and samples_frame drops the ended positions' rows
+    toks = torch.as_tensor(tokens, dtype=torch.int64).clamp(min=0)  # [B, T]
+    params = [r.params for r in job.rows]
+    if engines.teacher == "hf":
+        from spectest.engines.hf_teacher import hf_teacher_force
+
+        return hf_teacher_force(target, job.prompt_ids, params, toks, draft=draft)
+    from spectest.engines.teacher import teacher_force
+
+    assert target is not None
+    return teacher_force(target, job.prompt_ids, params, toks, draft=draft, drafter=job.drafter)
+
+
+def load_models(protocol: Protocol, need_draft: bool) -> tuple[Any, Any]:
+    """The protocol's target (and draft): a model that cannot be built or loaded, or a draft
+    whose vocabulary differs from the target's, is one ``ModelError`` naming the protocol file
+    and the field (``models.target`` / ``models.draft``)."""
+    from spectest.models.derive import check_same_vocab
+    from spectest.models.zoo import load_model
+
+    m = protocol.models
+
+    def load(field: str, spec: str, **kw: Any) -> Any:
+        try:
+            return load_model(spec, device=m.device, dtype=m.dtype, **kw)
+        except (ModelError, ConfigError) as err:
+            raise type(err)(f"{protocol.source}: models.{field}: {err}") from None
+
+    target = load("target", m.target, seed=0)
+    if not need_draft:
+        return target, None
+    draft = load("draft", m.draft, seed=1, target=target)  # load_pair's seeds
+    try:
+        check_same_vocab(target, draft)
+    except ModelError as err:
+        raise ModelError(f"{protocol.source}: models.draft: {err}") from None
+    return target, draft
+
+
+def configure_threads(device: str, threads: int | None) -> int:
+    """Set torch's intra-op threads for a CPU run and return the count in use: ``threads``
+    wins; else an explicit ``OMP_NUM_THREADS`` is respected; else one thread (on a small CPU
+    more threads are slower: OpenMP synchronisation over many small ops; results/LOG.md,
+    2026-11-29). Tokens do not depend on it."""
+    import os
+
+    import torch
+
+    if threads is not None:
+        if threads < 1:
+            raise ConfigError(f"--threads: expected an integer >= 1, got {threads!r}")
+        torch.set_num_threads(threads)
+    elif device == "cpu" and not os.environ.get("OMP_NUM_THREADS"):
+        torch.set_num_threads(1)
+    return int(torch.get_num_threads())
+
+
+def check_device(protocol: Protocol) -> None:
+    """A CUDA protocol on a machine without CUDA is bad input, not a torch traceback."""
+    if protocol.models.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"{protocol.source}: models.device: 'cuda' requested but torch {torch.__version__} "
+                "sees no CUDA device (use --device cpu, or install a CUDA build of torch)"
+            )
+
+
+def device_name(device: str) -> str:
+    """The device as provenance records it (``cuda:<GPU name>``)."""
+    if device == "cuda":
+        import torch
+
+        if torch.cuda.is_available():
+            return f"cuda:{torch.cuda.get_device_name(0)}"
+    return device

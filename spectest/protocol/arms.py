@@ -1,0 +1,83 @@
+"""The arms a protocol defines: which, in which order, with how many seeds, on which engine.
+
+Owns: ``ArmRole``, ``ArmSpec`` and ``arm_specs`` (reference, candidate, null, ε..., mutants...,
+each with what it must do, its reserved seed count and its engine: the protocol's reference and
+candidate engines, the built-in engine for every tooth), and the teeth arms' names. Laying the
+seeds out in disjoint ranges, stages and shards is ``spectest.plan``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from spectest.errors import ConfigError
+from spectest.protocol.spec import EngineChoice, Protocol
+
+ArmRole = Literal["reference", "candidate", "null", "eps", "mutant"]
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    """One arm a protocol defines, before its seeds are laid out (``plan.Arm``).
+
+    ``role``: reference (plain decode), candidate (the protocol's sampler), null / eps / mutant
+    (teeth). ``variant``: the sampler variant spec (``None`` for the plain reference).
+    ``seeds``: how many seeds it reserves (a sequential arm's last stage). ``expect``:
+    ``"subject"`` for the candidate, ``"pass"`` for the null, ``"fail"`` for ε and mutants,
+    ``"reference"`` for the reference. ``engine``: the engine that generates it (always the
+    built-in engine for teeth: they prove the harness's power with spectest's own sampler,
+    whatever engine is under test)."""
+
+    name: str
+    role: ArmRole
+    variant: str | None
+    seeds: int
+    expect: str
+    engine: EngineChoice
+
+
+def eps_arm_name(eps: float) -> str:
+    return f"eps={eps:g}"
+
+
+def mutant_arm_name(spec: str) -> str:
+    return f"mutant:{spec}"
+
+
+def arm_specs(protocol: Protocol) -> tuple[ArmSpec, ...]:
+    """Every arm the protocol defines, in the order reference, candidate, null, ε...,
+    mutants... (the order their seed ranges are laid out in: a tooth added at the end moves no
+    earlier arm). Two teeth of one name (``eps=0.1`` and ``eps=0.10``) are a ``ConfigError``."""
+    p = protocol
+    builtin = EngineChoice.builtin()  # every tooth runs on spectest's own sampler
+    n_teeth = p.seeds.teeth_per_arm
+    arms = [
+        ArmSpec(
+            "reference", "reference", None, _reserved(p, True), "reference", p.reference_engine
+        ),
+        ArmSpec(
+            "candidate", "candidate", p.candidate_variant, _reserved(p), "subject",
+            p.candidate_engine,
+        ),
+    ]  # fmt: skip
+    if p.teeth.null:
+        arms.append(ArmSpec("null", "null", "exact", n_teeth, "pass", builtin))
+    for eps in p.teeth.epsilons:
+        arms.append(
+            ArmSpec(eps_arm_name(eps), "eps", f"eps_biased:{eps:g}", n_teeth, "fail", builtin)
+        )
+    for mut in p.teeth.mutants:
+        arms.append(ArmSpec(mutant_arm_name(mut), "mutant", mut, n_teeth, "fail", builtin))
+    names = [a.name for a in arms]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{p.source}: teeth: two teeth arms share the name {names!r}")
+    return tuple(arms)
+
+
+def _reserved(p: Protocol, reference: bool = False) -> int:
+    """Seeds reserved for the reference and candidate arms: the last stage's (sequential); the
+    reference's own size when ``seeds.reference_per_arm`` is set (never with stages)."""
+    if p.seeds.max_per_arm is not None:
+        return p.seeds.max_per_arm
+    return p.seeds.reference if reference else p.seeds.per_arm

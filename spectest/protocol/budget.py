@@ -1,0 +1,112 @@
+"""The size budget: how much work a protocol asks for, refused before any when over its limit.
+
+Owns: ``PlanSize`` (arms × prompts × configs × seeds rows, × positions tokens, with estimates of
+memory and disk), ``plan_size``, the budget (``limits.max_tokens``, default
+``DEFAULT_MAX_TOKENS``) and ``check_budget``, which the parser runs on every protocol. Pure
+arithmetic over ``arm_specs``: nothing is built.
+
+The plan's size is its rows — every arm at its reserved seeds (the last stage of a sequential
+run) — times ``positions``: the tokens to generate, store and test. A plan of more than the
+budget is refused at load with one line giving its size, the estimates and the knob (``--set
+limits.max_tokens=N``). The default, 10⁸ tokens, is about 40 GB of peak memory by the measured
+``MEMORY_BYTES_PER_TOKEN``: 8× the largest shipped plan at 4 000 seeds (openinfer-512: 4 arms × 8
+prompts × 3 configs × 4 000 seeds × 32 positions = 1.2·10⁷ tokens). Before it, ``seeds.per_arm:
+10**12`` generated until the machine ran out of memory (6.3 GB after 300 s).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spectest.errors import ConfigError
+from spectest.protocol.arms import arm_specs
+from spectest.protocol.spec import LIMITS_FIELD, Protocol
+
+DEFAULT_MAX_TOKENS = 100_000_000  # limits.max_tokens when the protocol sets none
+# Estimates for the refusal line, measured on CPU (results/LOG.md, 2026-12-01 h16): peak RSS
+# grows by ~370 bytes per planned token (toy pair, white-box on: the samples frame with its
+# white-box columns, the shards' concat and the analysis' encodings); samples.parquet holds
+# 2.8 (toy) to 5.4 (bundled pair, ci at 3 000 seeds) bytes per token, white-box columns included.
+MEMORY_BYTES_PER_TOKEN = 400
+DISK_BYTES_PER_TOKEN = 8
+
+
+@dataclass(frozen=True)
+class PlanSize:
+    """The size of a protocol's full plan: ``arms`` arms holding ``seeds`` seeds between them
+    (each at its reserved size), over ``prompts`` × ``configs`` cells, so ``rows`` sequences of
+    ``positions`` tokens: ``tokens`` in all; ``memory_bytes`` / ``disk_bytes`` are estimates
+    (``MEMORY_BYTES_PER_TOKEN``, ``DISK_BYTES_PER_TOKEN``)."""
+
+    arms: int
+    prompts: int
+    configs: int
+    seeds: int
+    positions: int
+
+    @property
+    def rows(self) -> int:
+        return self.seeds * self.prompts * self.configs
+
+    @property
+    def tokens(self) -> int:
+        return self.rows * self.positions
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.tokens * MEMORY_BYTES_PER_TOKEN
+
+    @property
+    def disk_bytes(self) -> int:
+        return self.tokens * DISK_BYTES_PER_TOKEN
+
+    def describe(self) -> str:
+        return (
+            f"{self.rows:,} rows ({_n(self.prompts, 'prompt')} × {_n(self.configs, 'config')} × "
+            f"{self.seeds:,} seeds over {_n(self.arms, 'arm')}) × {_n(self.positions, 'position')}"
+            f" = {self.tokens:,} tokens (about {_bytes(self.memory_bytes)} of memory, "
+            f"{_bytes(self.disk_bytes)} on disk)"
+        )
+
+
+def _n(n: int, what: str) -> str:
+    return f"{n:,} {what}" + ("" if n == 1 else "s")
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("PB", 10**15), ("TB", 10**12), ("GB", 10**9), ("MB", 10**6)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n / 10**3:.3g} kB"
+
+
+def plan_size(protocol: Protocol) -> PlanSize:
+    """The size of the full plan (every arm, candidate and teeth, at its reserved seeds)."""
+    arms = arm_specs(protocol)
+    return PlanSize(
+        arms=len(arms),
+        prompts=len(protocol.prompts.items),
+        configs=len(protocol.configs),
+        seeds=sum(a.seeds for a in arms),
+        positions=protocol.positions,
+    )
+
+
+def max_tokens(protocol: Protocol) -> int:
+    """The protocol's token budget: ``limits.max_tokens``, else ``DEFAULT_MAX_TOKENS``."""
+    n = protocol.limits.max_tokens
+    return DEFAULT_MAX_TOKENS if n is None else n
+
+
+def check_budget(protocol: Protocol) -> PlanSize:
+    """``plan_size`` of ``protocol``, or a ``ConfigError`` (one line: the file, the size, the
+    budget and the knob) when it exceeds ``max_tokens``. Pure arithmetic: nothing is built."""
+    size = plan_size(protocol)
+    budget = max_tokens(protocol)
+    if size.tokens > budget:
+        raise ConfigError(
+            f"{protocol.source}: {LIMITS_FIELD}: the plan is {size.describe()}, over the budget "
+            f"of {budget:,} tokens; lower seeds / positions / prompts / configs, or raise the "
+            f"budget with --set {LIMITS_FIELD}={size.tokens}"
+        )
+    return size

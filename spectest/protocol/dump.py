@@ -1,0 +1,40 @@
+"""The protocol's YAML form: what a run directory stores as ``protocol.yaml``.
+
+Owns: ``to_raw`` (a ``Protocol`` → a YAML-ready mapping that ``protocol_from_dict`` reads back to
+the same hash, with the prompt set pointing at a given file: the store copies the prompts beside
+it, so a run directory is self-contained; ``spectest.prompts.prompts_jsonl`` writes that file).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spectest.protocol.spec import Protocol
+
+
+def to_raw(protocol: Protocol, *, prompts_file: str) -> dict[str, Any]:
+    """The protocol as a YAML-ready mapping, prompts at ``prompts_file``."""
+    p = protocol
+    tests = p.tests.canonical()
+    return {
+        "version": p.version,
+        "name": p.name,
+        "description": p.description,
+        "models": vars(p.models).copy(),
+        "drafter": vars(p.drafter).copy(),
+        "prompts": {"file": prompts_file},
+        "configs": {cid: vars(sp).copy() for cid, sp in p.configs},
+        "seeds": p.seeds.canonical(),
+        "positions": p.positions,
+        "candidate": p.candidate,
+        "tests": {
+            **{k: v for k, v in tests.items() if k not in ("max_mde_tv", "sequence")},
+            "power": {"max_mde_tv": tests["max_mde_tv"]},
+            **({"sequence": False} if "sequence" in tests else {}),
+        },
+        "teeth": p.teeth.raw(),
+        "output": p.output,
+        "batch_size": p.batch_size,
+        **({} if p.limits.max_tokens is None else {"limits": vars(p.limits).copy()}),
+        **p.engine_fields(),
+    }

@@ -1,0 +1,458 @@
+"""Parsing: a raw mapping (the YAML as read) → one validated ``Protocol``.
+
+Owns: ``protocol_from_dict``, one parse function per section (``_models``, ``_drafter``,
+``_prompts``, ``_configs``, ``_seeds``, ``_tests``, ``_teeth``, ``_limits``, ``_engines``) that
+checks that section's own fields, and ``check_rules``, the rules across sections (a mutant that
+can bite under some config, each engine's ``check_protocol``, the plan's budget). Every error is
+a ``ConfigError`` whose message is one line naming the protocol file, the field path and the
+offending value (``{value!r}``).
+
+Version 1 names engines with the closed ``engine: {reference, candidate,
+assistant_confidence_threshold}`` mapping; version 2 with ``engines: {reference: E, candidate:
+E}``, each ``E`` a registered name or ``{name: NAME, OPTION: VALUE, ...}``. In both,
+``candidate: acceptor:SPEC`` is shorthand for the candidate engine ``{name: acceptor, kernel:
+SPEC}``. An engine is resolved through ``spectest.engines.registry`` only to parse its options
+and run its cross-field rules; model specs and variants are strings here, checked for form
+(variants against the mutant catalogue).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from spectest.errors import ConfigError
+from spectest.prompts import PromptsSpec, is_name, load_prompt_set
+from spectest.protocol.budget import check_budget
+from spectest.protocol.fields import Fields, real
+from spectest.protocol.spec import (
+    ACCEPTOR_PREFIX,
+    DEVICES,
+    DRAFTER_KINDS,
+    DTYPES,
+    ENGINES_CANDIDATE,
+    ENGINES_REFERENCE,
+    LIMITS_FIELD,
+    PROTOCOL_VERSIONS,
+    Q_MODES,
+    SAMPLING_KEYS,
+    DrafterSpec,
+    EngineChoice,
+    LimitsSpec,
+    ModelsSpec,
+    Protocol,
+    SeedsSpec,
+    TeethSpec,
+    TestsSpec,
+    TrieSpec,
+)
+from spectest.sampling.params import SamplingParams
+from spectest.sequential import SPENDING
+from spectest.stats.analyze import OptionError
+from spectest.tooth_size import DEFAULT_BUDGET as DEFAULT_SIZE_BUDGET
+
+MAX_BATCH_SIZE = 2**20  # rows per engine batch (an engine may allocate per batch row)
+TOP_KEYS = (
+    "version", "name", "description", "models", "drafter", "prompts", "configs", "seeds",
+    "positions", "candidate", "tests", "teeth", "output", "batch_size", "engine", "engines",
+    "limits",
+)  # fmt: skip
+REQUIRED = ("version", "name", "models", "drafter", "prompts", "configs", "seeds", "positions")
+TESTS_KEYS = (
+    "alpha", "multiplicity", "min_expected", "trie", "whitebox", "null_permutations", "power",
+    "sequence",
+)  # fmt: skip
+TESTS_FIELDS = {  # a TestsSpec / AnalysisOptions option → the protocol's field path
+    "alpha": "tests.alpha",
+    "multiplicity": "tests.multiplicity",
+    "min_expected": "tests.min_expected",
+    "trie_depth": "tests.trie.depth",
+    "trie_min_count": "tests.trie.min_count",
+    "null_permutations": "tests.null_permutations",
+    "whitebox": "tests.whitebox",
+    "sequence": "tests.sequence",
+    "max_mde_tv": "tests.power.max_mde_tv",
+}
+_REALS = ("alpha", "min_expected", "max_mde_tv")  # TestsSpec's float fields
+MODEL_PREFIXES = (
+    "toy:", "hf-preset:", "realistic:", "hf-local:", "bundled:", "derived:", "fixture:",
+)  # fmt: skip
+
+
+def protocol_from_dict(
+    raw: Any, *, source: str = "<protocol>", base_dir: Path | None = None
+) -> Protocol:
+    """Validate a raw mapping (as ``yaml.safe_load`` returns it) into a ``Protocol``: each
+    section in the file's order, then the rules across sections (``check_rules``)."""
+    c = Fields(source)
+    top = c.mapping(raw, "", allowed=TOP_KEYS, required=REQUIRED)
+    version = c.int_(top["version"], "version")
+    if version not in PROTOCOL_VERSIONS:
+        raise c.fail(
+            "version",
+            f"unsupported protocol version {version!r} (this spectest reads "
+            f"{', '.join(map(str, PROTOCOL_VERSIONS))})",
+        )
+    name = c.name(top["name"], "name")
+    description = top.get("description", "")
+    if not isinstance(description, str):
+        raise c.fail("description", f"expected a string, got {description!r}")
+    models = _models(c, top["models"], base_dir)
+    drafter = _drafter(c, top["drafter"])
+    prompts = _prompts(c, top["prompts"], base_dir)
+    configs = _configs(c, top["configs"])
+    seeds = _seeds(c, top["seeds"], name)
+    positions = c.int_(top["positions"], "positions", lo=1, hi=4096)
+    candidate = _candidate(c, top.get("candidate", "exact"))
+    tests = _tests(c, top.get("tests", {}))
+    teeth = _teeth(c, top.get("teeth", {}))
+    output = c.str_(top.get("output", "results"), "output")
+    batch_size = c.int_(top.get("batch_size", 256), "batch_size", lo=1, hi=MAX_BATCH_SIZE)
+    reference_engine, candidate_engine, candidate = _engines(c, top, version, candidate, base_dir)
+    protocol = Protocol(
+        version=version, name=name, description=description, models=models, drafter=drafter,
+        prompts=prompts, configs=configs, seeds=seeds, positions=positions, candidate=candidate,
+        tests=tests, teeth=teeth, output=output, batch_size=batch_size, source=source,
+        reference_engine=reference_engine, candidate_engine=candidate_engine,
+        limits=_limits(c, top.get("limits", {})),
+    )  # fmt: skip
+    check_rules(c, protocol)
+    return protocol
+
+
+def check_rules(c: Fields, protocol: Protocol) -> None:
+    """The rules across sections, in this order: every mutant can bite under some config with
+    this drafter, each engine accepts its role, the candidate's variant and the drafter
+    (``Engine.check_protocol``), and the full plan fits ``limits.max_tokens`` (before any work)."""
+    from spectest.engines.registry import engine_class
+
+    _check_teeth_can_bite(c, protocol.teeth.mutants, protocol.configs, protocol.drafter)
+    variant = "exact" if protocol.candidate.startswith(ACCEPTOR_PREFIX) else protocol.candidate
+    for role, choice in (
+        ("reference", protocol.reference_engine),
+        ("candidate", protocol.candidate_engine),
+    ):
+        rule = engine_class(choice.name).check_protocol(
+            choice.options, role=role, variant=variant, drafter_kind=protocol.drafter.kind,
+            drafter_q=protocol.drafter.q,
+        )  # fmt: skip
+        if rule is not None:
+            raise c.fail(*rule)
+    check_budget(protocol)
+
+
+# ----------------------------------------------------------------------------- sections
+def _models(c: Fields, value: Any, base_dir: Path | None) -> ModelsSpec:
+    m = c.mapping(value, "models", ("target", "draft", "dtype", "device"), ("target", "draft"))
+    return ModelsSpec(
+        target=_model_spec(c, m["target"], "models.target", base_dir),
+        draft=_model_spec(c, m["draft"], "models.draft", base_dir),
+        dtype=c.str_(m.get("dtype", "float32"), "models.dtype", DTYPES),
+        device=c.str_(m.get("device", "cpu"), "models.device", DEVICES),
+    )
+
+
+def _model_spec(c: Fields, value: Any, path: str, base_dir: Path | None) -> str:
+    spec = c.str_(value, path)
+    if not spec.startswith(MODEL_PREFIXES):
+        raise c.fail(
+            path, f"expected a zoo spec starting with {', '.join(MODEL_PREFIXES)}, got {spec!r}"
+        )
+    if spec.startswith("hf-local:"):
+        raw_dir = Path(spec[len("hf-local:") :]).expanduser()
+        candidates = (
+            [raw_dir]
+            if raw_dir.is_absolute()
+            else [(base_dir or Path.cwd()) / raw_dir, Path.cwd() / raw_dir]
+        )
+        found = next((d for d in candidates if d.is_dir()), None)
+        if found is None:
+            raise c.fail(path, f"no such model directory {spec!r}")
+        spec = f"hf-local:{found.resolve()}"
+    return spec
+
+
+def _drafter(c: Fields, value: Any) -> DrafterSpec:
+    d = c.mapping(value, "drafter", ("kind", "k", "q"), ("kind", "k"))
+    drafter = DrafterSpec(
+        kind=c.str_(d["kind"], "drafter.kind", DRAFTER_KINDS),
+        k=c.int_(d["k"], "drafter.k", lo=1, hi=64),
+        q=c.str_(d.get("q", "processed"), "drafter.q", Q_MODES),
+    )
+    if drafter.kind == "onehot" and "q" in d and drafter.q != "processed":
+        raise c.fail(
+            "drafter.q",
+            "only meaningful for a sampled drafter (a one-hot drafter has q = δ(x)), "
+            f"got {drafter.q!r}",
+        )
+    return drafter
+
+
+def _prompts(c: Fields, value: Any, base_dir: Path | None) -> PromptsSpec:
+    pm = c.mapping(
+        {"file": value} if isinstance(value, str) else value, "prompts", ("file", "limit"),
+        ("file",),
+    )  # fmt: skip
+    limit = pm.get("limit")
+    return load_prompt_set(
+        c.str_(pm["file"], "prompts.file"),
+        limit=None if limit is None else c.int_(limit, "prompts.limit", lo=1),
+        base_dir=base_dir,
+        source=c.source,
+    )
+
+
+def _configs(c: Fields, value: Any) -> tuple[tuple[str, SamplingParams], ...]:
+    if not isinstance(value, Mapping) or not value:
+        raise c.fail(
+            "configs", f"expected a non-empty mapping of named sampling configs, got {value!r}"
+        )
+    out: list[tuple[str, SamplingParams]] = []
+    for cid, body in value.items():
+        cid_s = c.name(cid, f"configs.{cid}" if is_name(cid) else "configs")
+        b = c.mapping(body if body is not None else {}, f"configs.{cid_s}", SAMPLING_KEYS)
+        try:
+            sp = SamplingParams(
+                temperature=b.get("temperature", 1.0),
+                top_k=b.get("top_k", 0),
+                top_p=b.get("top_p", 1.0),
+                min_p=b.get("min_p", 0.0),
+            )
+        except ConfigError as err:
+            # SamplingParams names the field and the value; prefix file and config.
+            raise c.fail(f"configs.{cid_s}", str(err)) from None
+        if sp.is_greedy:
+            raise c.fail(
+                f"configs.{cid_s}.temperature",
+                "temperature 0 (greedy) has a deterministic law; "
+                "spectest tests sampled configs, got 0",
+            )
+        out.append(
+            (
+                cid_s,
+                SamplingParams(
+                    float(sp.temperature), int(sp.top_k), float(sp.top_p), float(sp.min_p)
+                ),
+            )
+        )
+    return tuple(out)
+
+
+def _seeds(c: Fields, value: Any, name: str) -> SeedsSpec:
+    s = c.mapping(
+        value, "seeds",
+        ("per_arm", "teeth_per_arm", "start", "key", "max_per_arm", "spending",
+         "reference_per_arm"),
+        ("per_arm",),
+    )  # fmt: skip
+    per_arm = c.int_(s["per_arm"], "seeds.per_arm", lo=2)
+    max_per_arm = s.get("max_per_arm")
+    if max_per_arm is not None:
+        max_per_arm = c.int_(max_per_arm, "seeds.max_per_arm", lo=per_arm)
+    spending = c.str_(s.get("spending", "equal"), "seeds.spending", SPENDING)
+    reference_per_arm = s.get("reference_per_arm")
+    if reference_per_arm is not None:
+        reference_per_arm = c.int_(reference_per_arm, "seeds.reference_per_arm", lo=2)
+        if max_per_arm is not None:
+            raise c.fail(
+                "seeds.reference_per_arm",
+                f"{reference_per_arm!r} cannot be combined with seeds.max_per_arm (a sequential "
+                "reference grows with the candidate)",
+            )
+    return SeedsSpec(
+        per_arm=per_arm,
+        teeth_per_arm=c.int_(s.get("teeth_per_arm", per_arm), "seeds.teeth_per_arm", lo=2),
+        start=c.int_(s.get("start", 0), "seeds.start", lo=0, hi=2**53),
+        key=c.str_(s.get("key", name), "seeds.key"),
+        max_per_arm=max_per_arm,
+        spending=spending,
+        reference_per_arm=reference_per_arm,
+    )
+
+
+def _candidate(c: Fields, value: Any) -> str:
+    """The candidate's sampler variant (a catalogue name), or the ``acceptor:`` shorthand."""
+    raw = c.str_(value, "candidate")
+    return raw if raw.startswith(ACCEPTOR_PREFIX) else _variant(c, raw, "candidate")
+
+
+def _tests(c: Fields, value: Any) -> TestsSpec:
+    """The ``tests`` section: its keys here, every value's rule in ``TestsSpec`` (the
+    statistics' own, one copy), a refusal naming the field and the value as written."""
+    t = c.mapping(value or {}, "tests", TESTS_KEYS)
+    tr = c.mapping(t.get("trie", {}) or {}, "tests.trie", ("depth", "min_count"))
+    pw = c.mapping(t.get("power", {}) or {}, "tests.power", ("max_mde_tv",))
+    d = TestsSpec()
+    raw = {  # option → the value as written (the default where the file has none)
+        "alpha": t.get("alpha", d.alpha),
+        "multiplicity": t.get("multiplicity", d.multiplicity),
+        "min_expected": t.get("min_expected", d.min_expected),
+        "trie_depth": tr.get("depth", d.trie.depth),
+        "trie_min_count": tr.get("min_count", d.trie.min_count),
+        "whitebox": t.get("whitebox", d.whitebox),
+        "null_permutations": t.get("null_permutations", d.null_permutations),
+        "max_mde_tv": pw.get("max_mde_tv"),
+        "sequence": t.get("sequence", d.sequence),
+    }
+    # numbers as the floats the hash has always seen; the trie's two as its own section
+    given = {k: real(v) if k in _REALS else v for k, v in raw.items() if not k.startswith("trie_")}
+    try:
+        trie = TrieSpec(depth=raw["trie_depth"], min_count=raw["trie_min_count"])
+        return TestsSpec(trie=trie, **given)
+    except OptionError as err:
+        value = raw.get(err.option, err.value)
+        raise c.fail(TESTS_FIELDS.get(err.option, "tests"), f"{err.rule}, got {value!r}") from None
+
+
+def _teeth(c: Fields, value: Any) -> TeethSpec:
+    th = c.mapping(value or {}, "teeth", ("null_arm", "epsilons", "mutants", "size_budget"))
+    eps_raw = th.get("epsilons", []) or []
+    mut_raw = th.get("mutants", []) or []
+    if not isinstance(eps_raw, list):
+        raise c.fail("teeth.epsilons", f"expected a list of numbers, got {eps_raw!r}")
+    if not isinstance(mut_raw, list):
+        raise c.fail("teeth.mutants", f"expected a list of variant names, got {mut_raw!r}")
+    epsilons = tuple(
+        c.float_(e, f"teeth.epsilons[{i}]", lambda x: x > 0.0, "> 0") for i, e in enumerate(eps_raw)
+    )
+    mutants = tuple(_variant(c, v, f"teeth.mutants[{i}]") for i, v in enumerate(mut_raw))
+    for what, seq in (("epsilons", epsilons), ("mutants", mutants)):
+        seen: set[Any] = set()  # (a set: a list scan is quadratic in a long hostile list)
+        for x in seq:
+            if x in seen:
+                raise c.fail(f"teeth.{what}", f"duplicate entry {x!r}")
+            seen.add(x)
+    if "exact" in mutants:
+        raise c.fail(
+            "teeth.mutants", "'exact' is not a mutant (the null arm is the exact sampler's tooth)"
+        )
+    return TeethSpec(
+        null=c.bool_(th.get("null_arm", True), "teeth.null_arm"),
+        epsilons=epsilons,
+        mutants=mutants,
+        size_budget=c.int_(th.get("size_budget", DEFAULT_SIZE_BUDGET), "teeth.size_budget", lo=0),
+    )
+
+
+def _limits(c: Fields, value: Any) -> LimitsSpec:
+    lm = c.mapping(value or {}, "limits", ("max_tokens",))
+    n = lm.get("max_tokens")
+    return LimitsSpec(max_tokens=None if n is None else c.int_(n, LIMITS_FIELD, lo=1))
+
+
+def _engines(
+    c: Fields, top: Mapping[str, Any], version: int, candidate: str, base_dir: Path | None
+) -> tuple[EngineChoice, EngineChoice, str]:
+    """The reference and candidate engines (and the candidate string as hashed): version 1's
+    ``engine`` mapping or version 2's ``engines``, and the ``acceptor:`` shorthand."""
+    if version == 1:
+        raw, prefix = _v1_engines(c, top), "engine"
+    else:
+        if "engine" in top:
+            raise c.fail("engine", "is version 1's form: version 2 uses 'engines'")
+        raw = {"reference": "builtin", "candidate": "builtin"}
+        raw.update(c.mapping(top.get("engines", {}) or {}, "engines", ("reference", "candidate")))
+        prefix = "engines"
+    prefix_c = f"{prefix}.candidate"
+    if candidate.startswith(ACCEPTOR_PREFIX):
+        cand_raw = raw["candidate"]
+        if cand_raw != "builtin":
+            raise c.fail(
+                "candidate",
+                f"{candidate!r} selects the acceptor engine, but {prefix}.candidate is "
+                f"{cand_raw!r}",
+            )
+        raw["candidate"] = {"name": "acceptor", "kernel": candidate[len(ACCEPTOR_PREFIX) :]}
+        prefix_c = "candidate"
+        if version != 1:  # version 2 hashes the engine; the candidate variant is then 'exact'
+            candidate = "exact"
+    reference = _engine_choice(c, raw["reference"], f"{prefix}.reference", base_dir)
+    return reference, _engine_choice(c, raw["candidate"], prefix_c, base_dir), candidate
+
+
+def _v1_engines(c: Fields, top: Mapping[str, Any]) -> dict[str, Any]:
+    """Version 1's closed ``engine`` mapping as version 2's raw ``engines``."""
+    if "engines" in top:
+        raise c.fail("engines", "needs version: 2 (version 1 names engines under 'engine')")
+    e = c.mapping(
+        top.get("engine", {}) or {},
+        "engine",
+        ("reference", "candidate", "assistant_confidence_threshold"),
+    )
+    raw: dict[str, Any] = {
+        "reference": c.str_(e.get("reference", "builtin"), "engine.reference", ENGINES_REFERENCE),
+        "candidate": c.str_(e.get("candidate", "builtin"), "engine.candidate", ENGINES_CANDIDATE),
+    }
+    thr = c.float_(
+        e.get("assistant_confidence_threshold", 0.0), "engine.assistant_confidence_threshold",
+        lambda x: 0.0 <= x < 1.0, "in [0, 1)",
+    )  # fmt: skip
+    if raw["candidate"] == "hf-assisted":
+        raw["candidate"] = {"name": "hf-assisted", "assistant_confidence_threshold": thr}
+    elif thr != 0.0:
+        raise c.fail(
+            "engine.assistant_confidence_threshold",
+            f"only meaningful with candidate: hf-assisted, got {thr!r}",
+        )
+    return raw
+
+
+def _engine_choice(c: Fields, value: Any, path: str, base_dir: Path | None) -> EngineChoice:
+    """``NAME`` or ``{name: NAME, OPTION: VALUE...}`` → ``EngineChoice`` (options parsed by the
+    engine class, messages naming the file and ``path``)."""
+    from spectest.engines.registry import engine_class
+
+    body = {"name": value} if isinstance(value, str) else value
+    if not isinstance(body, Mapping):
+        raise c.fail(path, f"expected an engine name or a mapping with 'name', got {value!r}")
+    if "name" not in body:
+        raise c.fail(f"{path}.name", "required field is missing")
+    m = dict(body)
+    name = c.str_(m.pop("name"), f"{path}.name")
+    try:
+        cls = engine_class(name)
+    except ConfigError as err:
+        raise c.fail(f"{path}.name", str(err)) from None
+    options = cls.parse_options(m, f"{c.source}: {path}", base_dir)
+    return EngineChoice(name, options, cls.uses_variant)
+
+
+def _variant(c: Fields, value: Any, path: str) -> str:
+    spec = c.str_(value, path)
+    from spectest.sampling.mutants import get_variant
+
+    try:
+        get_variant(spec)
+    except Exception as err:  # any rejection of the spec is a config error here
+        why = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise c.fail(path, f"unknown sampler variant {spec!r} ({why})") from None
+    return spec
+
+
+# ----------------------------------------------------------------------------- rules
+def _check_teeth_can_bite(
+    c: Fields,
+    mutants: Sequence[str],
+    configs: Sequence[tuple[str, SamplingParams]],
+    drafter: DrafterSpec,
+) -> None:
+    """A tooth that provably coincides with the exact sampler in every config of the protocol
+    (``SpecVariant.may_differ``) can never be killed: refuse it rather than report a failure."""
+    from spectest.sampling.mutants import get_variant
+
+    for i, spec in enumerate(mutants):
+        v = get_variant(spec)
+        if v.exact:
+            raise c.fail(
+                f"teeth.mutants[{i}]", f"{spec!r} is an exact design (it must pass, not be killed)"
+            )
+        onehot = drafter.kind == "onehot"
+        if not any(
+            v.may_differ(sp, onehot=onehot, K=drafter.k, q_mode=drafter.q) for _, sp in configs
+        ):
+            raise c.fail(
+                f"teeth.mutants[{i}]",
+                f"{spec!r} coincides with the exact sampler under every config with this drafter "
+                f"({drafter.kind}, K={drafter.k}, q={drafter.q}): it cannot be killed",
+            )
