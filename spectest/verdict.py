@@ -67,12 +67,11 @@ by rules 1 and 3b; it claims no power (its teeth table states each tooth's size)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from spectest.comparison import (
-    FAMILY_LABELS,
     Comparison,
     ConfigStats,
     FamilyScope,
@@ -82,7 +81,6 @@ from spectest.errors import ExitCode
 
 __all__ = [
     "DEFAULT_MAX_MDE_TV",
-    "FAMILY_LABELS",
     "Comparison",
     "ConfigStats",
     "Decision",
@@ -230,11 +228,16 @@ class Scope:
             parts.append(f"required per-cell TV ≤ {self.required_mde_tv:g} ({self.requirement})")
         return head + "; ".join(parts)
 
+    def family_lines(self) -> list[str]:
+        """The lines of their own that families state (``FamilyScope.verdict_line``), in order;
+        ``spectest.summary.verdict_lines`` prints them after the resolution."""
+        return [f.verdict_line for f in self.families if f.verdict_line]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "cells_tested": self.cells_tested,
             "cells_untestable": self.cells_untestable,
-            "families": [{**vars(f), "label": f.label, "ran": f.ran} for f in self.families],
+            "families": [f.to_dict() for f in self.families],
             "teeth_ran": list(self.teeth),
             "alpha": self.alpha,
             "power": self.power,
@@ -315,16 +318,6 @@ def judge_tooth(c: Comparison) -> ToothVerdict:
     )  # fmt: skip
 
 
-def _nothing_tested(c: Comparison) -> str:
-    n = c.cells_tested + c.cells_untestable
-    return (
-        f"nothing was testable: 0 of {n} cell-positions had enough samples "
-        "(pooled χ² needs an expected count ≥ 5 per arm in two bins or more), and no trie "
-        "node, sequence-level, white-box or sequence-length test ran on enough data: no "
-        "difference could have been seen, so none is claimed"
-    )
-
-
 def required_resolution(max_mde_tv: float | None = None, *, kind: str = "run") -> tuple[float, str]:
     """The per-cell TV the power claim must meet (rule 3c) and where the requirement comes from:
     the protocol's ``max_mde_tv`` (``compare``: ``--max-mde-tv``) when set, else
@@ -368,10 +361,180 @@ def power_claim(comparisons: Sequence[Comparison]) -> PowerClaim:
     return best
 
 
+Reason = tuple[str, str]  # (short: may head the headline, "" if not; long: the reason line)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What the rungs of the decision ladder read: the comparisons by role, the teeth's
+    verdicts, the power claim and the requirement it must meet."""
+
+    cand: Comparison | None
+    main: Comparison | None  # the candidate, else the first comparison (the control's arm)
+    teeth: tuple[ToothVerdict, ...]
+    claim: PowerClaim | None
+    required: float
+    requirement: str
+    kind: str
+
+    @property
+    def nothing(self) -> bool:
+        c = self.cand
+        return c is not None and not c.tested_anything and not c.rejected
+
+    @property
+    def low_power(self) -> bool:
+        c = self.claim
+        return c is not None and (c.tv is None or c.tv > self.required)
+
+
+def _controls_failed(run: _Run) -> tuple[bool, list[Reason]]:
+    """Rule 1: the white-box control, a null arm or a tooth that cannot bite rejected."""
+    out: list[Reason] = []
+    control_bad = run.main is not None and run.main.control_failed
+    if control_bad:
+        out.append((
+            "the white-box control failed",
+            "white-box control failed: a test of the plain reference arm against "
+            "spectest's own p_t rejected",
+        ))  # fmt: skip
+    null_bad = [t for t in run.teeth if t.expect == "pass" and t.ran and not t.sound]
+    null_bad += [t for t in run.teeth if t.cannot_bite is not None and t.rejected]
+    for t in null_bad:
+        what = "null arm" if t.cannot_bite is None else "tooth (one that cannot bite)"
+        out.append((
+            "a null arm rejected" if t.cannot_bite is None else f"tooth {t.arm!r} rejected",
+            f"{what} {t.arm!r} rejected: the harness's false-alarm control failed",
+        ))  # fmt: skip
+    return bool(control_bad or null_bad), out
+
+
+def _candidate_rejected(run: _Run) -> tuple[bool, list[Reason]]:
+    """Rule 2: the candidate rejects — evidence whatever the power."""
+    c = run.cand
+    if c is None or not c.rejected:
+        return False, []
+    first = c.failing[0] if c.failing else "?"
+    return True, [(
+        "the candidate's law differs from the reference's",
+        f"candidate differs from the reference: {c.rejections} rejection(s) after correction, "
+        f"most significant: {first}",
+    )]  # fmt: skip
+
+
+def _nothing_tested(run: _Run) -> tuple[bool, list[Reason]]:
+    """Rule 3a: no test family of the candidate ran on enough data."""
+    if not run.nothing or run.cand is None:
+        return False, []
+    n = run.cand.cells_tested + run.cand.cells_untestable
+    return True, [(
+        "nothing was testable",
+        f"nothing was testable: 0 of {n} cell-positions had enough samples "
+        "(pooled χ² needs an expected count ≥ 5 per arm in two bins or more), and no trie "
+        "node, sequence-level, white-box or sequence-length test ran on enough data: no "
+        "difference could have been seen, so none is claimed",
+    )]  # fmt: skip
+
+
+def _teeth_misbehaved(run: _Run) -> tuple[bool, list[Reason]]:
+    """Rule 3b: a tooth tested nothing, or an ε arm / mutant that can bite was not killed; a
+    tooth that cannot bite is reported and decides nothing."""
+    no_data = [t for t in run.teeth if not t.ran and t.cannot_bite is None]
+    unkilled = [
+        t for t in run.teeth
+        if t.expect == "fail" and t.ran and not t.sound and t.cannot_bite is None
+    ]  # fmt: skip
+    out: list[Reason] = [
+        (
+            f"tooth {t.arm!r} tested nothing",
+            f"tooth {t.arm!r} ran on no testable data: it checked nothing (every cell "
+            "untestable at its seeds)",
+        )
+        for t in no_data
+    ]
+    out += [
+        ("", f"tooth {t.arm!r} cannot bite: {t.cannot_bite}")
+        for t in run.teeth
+        if t.cannot_bite is not None and not t.rejected
+    ]
+    out += [
+        (
+            f"tooth {t.arm!r} was not killed",
+            f"tooth {t.arm!r} was not killed: the tests cannot see that bug at this size",
+        )
+        for t in unkilled
+    ]
+    return bool(no_data or unkilled), out
+
+
+def _power_short(run: _Run) -> tuple[bool, list[Reason]]:
+    """Rule 3c: the power claim is unknown or worse than the requirement (said only when
+    there was something to claim about)."""
+    c = run.claim
+    if not run.low_power or c is None or (run.nothing and c.tv is None):
+        return run.low_power, []
+    req = f"{run.required:g} ({run.requirement})"
+    if c.tv is None:
+        killed = any(t.killed for t in run.teeth)
+        return True, [(
+            "no cell-position was testable"
+            + (" and no killed tooth has a known size" if killed else "")
+            + ", so the resolution is unknown",
+            "resolution unknown: no cell-position was tested and no killed tooth has a "
+            f"known size, so the required per-cell TV ≤ {req} cannot be checked",
+        )]  # fmt: skip
+    what = (
+        f"the killed tooth {c.tooth}'s {c.size_words()} {c.tv:.4f}"
+        if c.source == "tooth"
+        else f"MDE (TV) {c.tv:.4f}"
+    )
+    return True, [(
+        f"resolution TV {c.tv:.3f} per cell is worse than the required {run.required:g}",
+        f"power too low: the power claim, {what} per cell, > required {run.required:.4f} "
+        f"({run.requirement}); only differences that large are shown to be seen",
+    )]  # fmt: skip
+
+
+def _no_teeth(run: _Run) -> tuple[bool, list[Reason]]:
+    """A note, not a rung: a run with a candidate and no teeth says so (its claim is the
+    MDE)."""
+    if run.cand is None or run.teeth:
+        return False, []
+    what = (
+        "compare has samples only, no sampler to mutate"
+        if run.kind == "compare"
+        else "the protocol switched them off"
+    )
+    return False, [(
+        "no teeth ran",
+        f"no teeth ran ({what}): no null arm checked the false-alarm rate and no ε arm or "
+        "mutant showed that these tests catch a bug of a given size here; the per-cell MDE is "
+        "the only power claim",
+    )]  # fmt: skip
+
+
+# The decision ladder of the module docstring, top rung first: the first rung that fires
+# decides; every rung adds its reasons, in this order, then the notes. Nothing fires: rule 4.
+_LADDER: tuple[tuple[Callable[[_Run], tuple[bool, list[Reason]]], Decision], ...] = (
+    (_controls_failed, "inconclusive"),  # 1
+    (_candidate_rejected, "different"),  # 2
+    (_nothing_tested, "inconclusive"),  # 3a
+    (_teeth_misbehaved, "inconclusive"),  # 3b
+    (_power_short, "inconclusive"),  # 3c
+)
+_NOTES = (_no_teeth,)
+_EXIT: dict[Decision, ExitCode] = {
+    "equivalent": ExitCode.OK,
+    "sound": ExitCode.OK,
+    "different": ExitCode.DIFFERENT,
+    "inconclusive": ExitCode.INCONCLUSIVE,
+}
+
+
 def decide(
     comparisons: Sequence[Comparison], *, max_mde_tv: float | None = None, kind: str = "run"
 ) -> Verdict:
-    """Apply the decision rules of the module docstring.
+    """Apply the decision rules of the module docstring (``_LADDER``).
 
     Parameters
     ----------
@@ -383,149 +546,64 @@ def decide(
     cands = [c for c in comparisons if c.role == "candidate"]
     assert len(cands) <= 1, "one candidate per run"
     cand = cands[0] if cands else None
-    tooth_comps = [c for c in comparisons if c.is_tooth]
-    teeth = tuple(judge_tooth(c) for c in tooth_comps)
-    null_bad = [t for t in teeth if t.expect == "pass" and t.ran and not t.sound]
-    toothless = [t for t in teeth if t.cannot_bite is not None]
-    null_bad += [t for t in toothless if t.rejected]
-    no_data = [t for t in teeth if not t.ran and t.cannot_bite is None]
-    main = cand if cand is not None else (comparisons[0] if comparisons else None)
-    control_bad = main is not None and main.control_failed
-    unkilled = [
-        t for t in teeth if t.expect == "fail" and t.ran and not t.sound and t.cannot_bite is None
-    ]
-    mde = cand.mde_tv if cand is not None else None
     required, requirement = required_resolution(max_mde_tv, kind=kind)
-    claim = power_claim(comparisons) if cand is not None else None
-    nothing = cand is not None and not cand.tested_anything and not cand.rejected
-    low_power = claim is not None and (claim.tv is None or claim.tv > required)
-
-    # (short, long) reasons in the order of the rules; the headline uses the first short one
-    reasons: list[tuple[str, str]] = []
-    if control_bad:
-        reasons.append(
-            (
-                "the white-box control failed",
-                "white-box control failed: a test of the plain reference arm against "
-                "spectest's own p_t rejected",
-            )
-        )
-    for t in null_bad:
-        what = "null arm" if t.cannot_bite is None else "tooth (one that cannot bite)"
-        reasons.append(
-            (
-                "a null arm rejected" if t.cannot_bite is None else f"tooth {t.arm!r} rejected",
-                f"{what} {t.arm!r} rejected: the harness's false-alarm control failed",
-            )
-        )
-    if cand is not None and cand.rejected:
-        first = cand.failing[0] if cand.failing else "?"
-        reasons.append(
-            (
-                "the candidate's law differs from the reference's",
-                f"candidate differs from the reference: {cand.rejections} rejection(s) "
-                f"after correction, most significant: {first}",
-            )
-        )
-    if nothing and cand is not None:
-        reasons.append(("nothing was testable", _nothing_tested(cand)))
-    for t in no_data:
-        reasons.append(
-            (
-                f"tooth {t.arm!r} tested nothing",
-                f"tooth {t.arm!r} ran on no testable data: it checked nothing (every cell "
-                "untestable at its seeds)",
-            )
-        )
-    for t in toothless:
-        if not t.rejected:
-            reasons.append(("", f"tooth {t.arm!r} cannot bite: {t.cannot_bite}"))
-    for t in unkilled:
-        reasons.append(
-            (
-                f"tooth {t.arm!r} was not killed",
-                f"tooth {t.arm!r} was not killed: the tests cannot see that bug at this size",
-            )
-        )
-    if low_power and claim is not None and (not nothing or claim.tv is not None):
-        if claim.tv is None:
-            killed = any(t.killed for t in teeth)
-            reasons.append(
-                (
-                    "no cell-position was testable"
-                    + (" and no killed tooth has a known size" if killed else "")
-                    + ", so the resolution is unknown",
-                    "resolution unknown: no cell-position was tested and no killed tooth has a "
-                    f"known size, so the required per-cell TV ≤ {required:g} ({requirement}) "
-                    "cannot be checked",
-                )
-            )
-        else:
-            what = (
-                f"the killed tooth {claim.tooth}'s {claim.size_words()} {claim.tv:.4f}"
-                if claim.source == "tooth"
-                else f"MDE (TV) {claim.tv:.4f}"
-            )
-            reasons.append(
-                (
-                    f"resolution TV {claim.tv:.3f} per cell is worse than the required "
-                    f"{required:g}",
-                    f"power too low: the power claim, {what} per cell, > required "
-                    f"{required:.4f} ({requirement}); only differences that large are shown "
-                    "to be seen",
-                )
-            )
-    if cand is not None and not tooth_comps:
-        what = (
-            "compare has samples only, no sampler to mutate"
-            if kind == "compare"
-            else "the protocol switched them off"
-        )
-        reasons.append(
-            (
-                "no teeth ran",
-                f"no teeth ran ({what}): no null arm checked the false-alarm rate and no "
-                "ε arm or mutant showed that these tests catch a bug of a given size here; "
-                "the per-cell MDE is the only power claim",
-            )
-        )
-
-    decision: Decision
-    if null_bad or control_bad:
-        decision, code = "inconclusive", ExitCode.INCONCLUSIVE
-    elif cand is not None and cand.rejected:
-        decision, code = "different", ExitCode.DIFFERENT
-    elif nothing or no_data or unkilled or low_power:
-        decision, code = "inconclusive", ExitCode.INCONCLUSIVE
-    else:
-        decision, code = ("equivalent" if cand is not None else "sound"), ExitCode.OK
-    scope = _scope(main, teeth, mde, required, requirement, claim)
-    if decision == "equivalent":
-        assert claim is not None and claim.tv is not None
-        ok_line = f"no difference found: {claim.seen(scope.power)}"
-        if tooth_comps:
-            reasons.insert(0, ("", "the teeth are sound: " + _teeth_summary(teeth)))
-        headline = f"EQUIVALENT (exit 0): {ok_line}"
-    elif decision == "sound":
-        reasons.insert(0, ("", "every tooth behaved: " + _teeth_summary(teeth)))
-        headline = "SOUND (exit 0): every tooth behaved"
-    else:
-        short = next(s for s, _ in reasons if s)
-        if decision == "different":
-            short = "the candidate's law differs from the reference's"
-        headline = f"{decision.upper()} (exit {int(code)}): {short}"
+    run = _Run(
+        cand=cand,
+        main=cand if cand is not None else (comparisons[0] if comparisons else None),
+        teeth=tuple(judge_tooth(c) for c in comparisons if c.is_tooth),
+        claim=power_claim(comparisons) if cand is not None else None,
+        required=required,
+        requirement=requirement,
+        kind=kind,
+    )
+    reasons: list[Reason] = []
+    decision: Decision | None = None
+    for rung, outcome in _LADDER:
+        fires, found = rung(run)
+        reasons += found
+        if fires and decision is None:
+            decision = outcome
+    for note in _NOTES:
+        reasons += note(run)[1]
+    if decision is None:  # rule 4
+        decision = "equivalent" if cand is not None else "sound"
+    mde = cand.mde_tv if cand is not None else None
+    scope = _scope(run.main, run.teeth, mde, required, requirement, run.claim)
     return Verdict(
         decision=decision,
-        exit_code=code,
-        reasons=tuple(r for _, r in reasons),
+        exit_code=_EXIT[decision],
+        reasons=tuple(r for _, r in _lead(decision, run, reasons)),
         candidate=cand,
-        teeth=teeth,
+        teeth=run.teeth,
         mde_tv=mde,
         max_mde_tv=required,
-        headline=headline,
+        headline=_headline(decision, run, reasons, scope),
         scope=scope,
-        claim=claim,
+        claim=run.claim,
     )
+
+
+def _lead(decision: Decision, run: _Run, reasons: list[Reason]) -> list[Reason]:
+    """A run that passes opens its reasons with the teeth's account."""
+    if decision == "equivalent" and run.teeth:
+        return [("", "the teeth are sound: " + _teeth_summary(run.teeth)), *reasons]
+    if decision == "sound":
+        return [("", "every tooth behaved: " + _teeth_summary(run.teeth)), *reasons]
+    return reasons
+
+
+def _headline(decision: Decision, run: _Run, reasons: list[Reason], scope: Scope) -> str:
+    """The decision, its exit code and the claim (or the first reason that may head it)."""
+    code = int(_EXIT[decision])
+    if decision == "equivalent":
+        assert run.claim is not None and run.claim.tv is not None
+        return f"EQUIVALENT (exit {code}): no difference found: {run.claim.seen(scope.power)}"
+    if decision == "sound":
+        return f"SOUND (exit {code}): every tooth behaved"
+    if decision == "different":
+        return f"DIFFERENT (exit {code}): the candidate's law differs from the reference's"
+    short = next(s for s, _ in reasons if s)
+    return f"{decision.upper()} (exit {code}): {short}"
 
 
 def _teeth_summary(teeth: Sequence[ToothVerdict]) -> str:
