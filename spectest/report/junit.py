@@ -80,6 +80,9 @@ def render_junit(summary: dict[str, Any], prompt_set: str = "prompts") -> str:
     for key in ("tested", "resolution"):
         if scope.get(key):
             ET.SubElement(props, "property", name=key, value=str(scope[key]))
+    for fam in scope.get("families", ()):  # a family's line of its own
+        if fam.get("verdict_line"):
+            ET.SubElement(props, "property", name=fam["name"], value=str(fam["verdict_line"]))
     for key in ("cells_tested", "cells_untestable", "mde_tv", "required_mde_tv"):
         if scope.get(key) is not None:
             ET.SubElement(props, "property", name=key, value=str(scope[key]))

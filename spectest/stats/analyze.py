@@ -223,7 +223,7 @@ def analyze(
     options: AnalysisOptions | None = None,
     rounds: pd.DataFrame | None = None,
     rng_seed: int = 0,
-    families: Sequence[Family] = FAMILIES,
+    families: Sequence[Family] | None = None,
 ) -> Analysis:
     """Test whether arm ``candidate`` has the law of arm ``reference``, cell by cell.
 
@@ -234,8 +234,8 @@ def analyze(
     options : ``AnalysisOptions`` (defaults if None).
     rounds : the rounds table, for the white-box acceptance test (optional).
     rng_seed : seeds the permutations and the PIT's uniforms (``numpy.random.SeedSequence``).
-    families : the test families to run (``FAMILIES``); the cell-position family ("cells"),
-        whose MDE is the verdict's, must be one of them.
+    families : the test families to run (None: the registry ``FAMILIES``, read at call time);
+        the cell-position family ("cells"), whose MDE is the verdict's, must be one of them.
 
     Notes
     -----
@@ -252,6 +252,10 @@ def analyze(
         raise ConfigError(f"options must be an AnalysisOptions, got {type(opts).__name__!r}")
     if reference == candidate:
         raise ConfigError(f"reference and candidate arms must differ, got {reference!r} twice")
+    fams = FAMILIES if families is None else tuple(families)
+    names = [f.name for f in fams]
+    if "cells" not in names or len(set(names)) != len(names):
+        raise ConfigError(f"families: need one 'cells' family and distinct names, got {names!r}")
     enc = encode_samples(samples, (reference, candidate))
     perm_seq, pit_seq = np.random.SeedSequence(int(rng_seed)).spawn(2)
     inputs = FamilyInputs(
@@ -264,6 +268,6 @@ def analyze(
         labels=relabelings(enc, opts.null_permutations, np.random.default_rng(perm_seq)),
         pit_rng=np.random.default_rng(pit_seq),
     )
-    alphas = split_alpha(opts.alpha, {f.name: f.active(inputs) for f in families})
-    results = {f.name: f.run(inputs, alphas[f.name]) for f in families}
+    alphas = split_alpha(opts.alpha, {f.name: f.active(inputs) for f in fams})
+    results = {f.name: f.run(inputs, alphas[f.name]) for f in fams}
     return Analysis(reference, candidate, opts, results, notes_of(results))
