@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -42,6 +42,9 @@ class Failure:
     key: float
     line: str
     config_id: Any = None  # the cell's config_id value as the samples hold it
+
+
+_R = TypeVar("_R", bound="FamilyResult")
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,25 @@ class FamilyResult:
     def summary(self) -> dict[str, Any]:
         """Its run-level numbers for ``Analysis.summary`` (summary.json's ``details``)."""
         return {f"alpha_{self.name}": self.alpha, f"{self.name}_rejected": self.rejected}
+
+    @classmethod
+    def of(
+        cls: type[_R],
+        family: Family,
+        alpha: float,
+        table: pd.DataFrame,
+        tested: np.ndarray,
+        failing: tuple[Failure, ...] = (),
+        **fields: Any,
+    ) -> _R:
+        """The result of ``family`` at level ``alpha``: ``tested`` marks the tests that ran on
+        enough data (the others are untestable); it rejected when some test is failing."""
+        t = np.asarray(tested, dtype=bool)
+        return cls(
+            name=family.name, label=family.label, alpha=alpha, table=table,
+            rejected=bool(failing), n_tested=int(t.sum()), n_untestable=int((~t).sum()),
+            failing=failing, **fields,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

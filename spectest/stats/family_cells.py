@@ -140,17 +140,14 @@ class CellFamily:
             notes.append(
                 f"permutation p-values cannot reach alpha/m = {alpha / m:.2g} with B = {B}"
             )
-        return CellsResult(
-            name=self.name,
-            label=self.label,
-            alpha=alpha,
-            table=cells,
-            rejected=bool(cells["reject"].any()),
-            n_tested=m,
-            n_untestable=int((~testable).sum()),
+        return CellsResult.of(
+            self,
+            alpha,
+            cells,
+            testable,
+            _failing(cells),
             resolution=float(np.median(mde)) if mde.size else float("nan"),
             resolution_unit="TV per cell-position",
-            failing=_failing(cells),
             notes=tuple(notes),
             mde_tv_max=float(np.max(mde)) if mde.size else float("nan"),
             max_tv_excess=max_excess,

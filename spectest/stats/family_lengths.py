@@ -28,25 +28,19 @@ class LengthsFamily:
         ok = df["status"] == homogeneity.OK
         mde = df.loc[ok, "mde_tv"].astype(float).dropna()
         rej = df[df["reject"].astype(bool)] if len(df) else df
-        return FamilyResult(
-            name=self.name,
-            label=self.label,
-            alpha=alpha,
-            table=df,
-            rejected=bool(len(rej)),
-            n_tested=int(ok.sum()),
-            n_untestable=int((~ok).sum()),
+        failing = tuple(
+            Failure(
+                float(r.p_adj),
+                f"sequence lengths {r.prompt_id}/{r.config_id} p_adj={float(r.p_adj):.3g}: "
+                f"mean length {float(r.mean_len_ref):.2f} (reference) vs "
+                f"{float(r.mean_len_cand):.2f} (candidate); short sequences "
+                f"{int(r.short_ref)}/{int(r.n_ref)} vs {int(r.short_cand)}/{int(r.n_cand)}",
+                r.config_id,
+            )
+            for r in rej.itertuples(index=False)
+        )
+        return FamilyResult.of(
+            self, alpha, df, ok.to_numpy(), failing,
             resolution=float(mde.median()) if len(mde) else float("nan"),
             resolution_unit="TV of the length law per cell",
-            failing=tuple(
-                Failure(
-                    float(r.p_adj),
-                    f"sequence lengths {r.prompt_id}/{r.config_id} p_adj={float(r.p_adj):.3g}: "
-                    f"mean length {float(r.mean_len_ref):.2f} (reference) vs "
-                    f"{float(r.mean_len_cand):.2f} (candidate); short sequences "
-                    f"{int(r.short_ref)}/{int(r.n_ref)} vs {int(r.short_cand)}/{int(r.n_cand)}",
-                    r.config_id,
-                )
-                for r in rej.itertuples(index=False)
-            ),
-        )
+        )  # fmt: skip

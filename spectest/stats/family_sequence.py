@@ -72,34 +72,24 @@ class SequenceFamily:
         opts = inputs.options
         if alpha == 0:
             off = ("sequence family off: it needs null_permutations >= 1",) if opts.sequence else ()
-            return SequenceResult(
-                name=self.name, label=self.label, alpha=0.0, table=empty_frame(SEQUENCE_COLUMNS),
-                rejected=False, n_tested=0, n_untestable=0, notes=off,
-            )  # fmt: skip
+            none = np.zeros(0, dtype=bool)
+            return SequenceResult.of(self, 0.0, empty_frame(SEQUENCE_COLUMNS), none, notes=off)
         df, p, mde, unit = _sequence_frame(inputs, alpha)
         pooled = df[df["scope"] == "pooled"]
-        finite = pooled["pvalue"].astype(float).notna()
-        n_ok = int(finite.sum()) if _can_reach(df, opts.null_permutations, alpha) else 0
+        # a permutation p-value that cannot reach the level tested nothing
+        reach = _can_reach(df, opts.null_permutations, alpha)
+        tested = pooled["pvalue"].astype(float).notna().to_numpy() & reach
         rej = df[df["reject"].astype(bool)] if len(df) else df
-        return SequenceResult(
-            name=self.name,
-            label=self.label,
-            alpha=alpha,
-            table=df,
-            rejected=bool(len(rej)),
-            n_tested=n_ok,
-            n_untestable=len(pooled) - n_ok,
-            resolution=mde,
-            resolution_unit=unit,
-            failing=tuple(
-                Failure(
-                    float(r.p_adj),
-                    f"sequence-level {r.test} (pooled over cells) p_adj={float(r.p_adj):.3g} "
-                    f"z={float(r.z):.2f}",
-                )
-                for r in rej.itertuples(index=False)
-            ),
-            pvalue=p,
+        failing = tuple(
+            Failure(
+                float(r.p_adj),
+                f"sequence-level {r.test} (pooled over cells) p_adj={float(r.p_adj):.3g} "
+                f"z={float(r.z):.2f}",
+            )
+            for r in rej.itertuples(index=False)
+        )
+        return SequenceResult.of(
+            self, alpha, df, tested, failing, resolution=mde, resolution_unit=unit, pvalue=p
         )
 
 

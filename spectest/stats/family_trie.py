@@ -48,26 +48,17 @@ class TrieFamily:
     def run(self, inputs: FamilyInputs, alpha: float) -> FamilyResult:
         rows = [_trie_cell(inputs, c) for c in range(inputs.enc.n_cells)] if alpha > 0 else []
         df = _trie_frame(inputs, rows, alpha)
-        ok = _tested(df, inputs.options.trie_min_count)
         rej = df[df["reject"].astype(bool)] if len(df) else df
-        return FamilyResult(
-            name=self.name,
-            label=self.label,
-            alpha=alpha,
-            table=df,
-            rejected=bool(len(rej)),
-            n_tested=int(ok.sum()),
-            n_untestable=int((~ok).sum()),
-            failing=tuple(
-                Failure(
-                    float(r.p_adj),
-                    f"trie {r.prompt_id}/{r.config_id} {r.kind} depth {r.depth} "
-                    f"prefix [{r.prefix}] p_adj={float(r.p_adj):.3g}",
-                    r.config_id,
-                )
-                for r in rej.itertuples(index=False)
-            ),
+        failing = tuple(
+            Failure(
+                float(r.p_adj),
+                f"trie {r.prompt_id}/{r.config_id} {r.kind} depth {r.depth} "
+                f"prefix [{r.prefix}] p_adj={float(r.p_adj):.3g}",
+                r.config_id,
+            )
+            for r in rej.itertuples(index=False)
         )
+        return FamilyResult.of(self, alpha, df, _tested(df, inputs.options.trie_min_count), failing)
 
 
 def _tested(df: pd.DataFrame, min_count: int) -> np.ndarray:

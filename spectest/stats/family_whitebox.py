@@ -83,24 +83,17 @@ class WhiteboxFamily:
         dz_mde = float("nan")
         if len(cand) and (cand["test"] == dz).any():
             dz_mde = float(cand.loc[cand["test"] == dz, "mde"].iloc[0])
-        ok = cand["pvalue"].astype(float).notna() | (cand["test"] == "support")
+        tested = cand["pvalue"].astype(float).notna() | (cand["test"] == "support")
         rej = cand[cand["reject"].astype(bool)] if len(cand) else cand
-        return WhiteboxResult(
-            name=self.name,
-            label=self.label,
-            alpha=alpha,
-            table=wb,
-            rejected=bool(len(rej)),
-            n_tested=int(ok.sum()),
-            n_untestable=int((~ok).sum()),
+        return WhiteboxResult.of(
+            self, alpha, wb, tested.to_numpy(), tuple(map(_failure, rej.itertuples(index=False))),
             resolution=dz_mde,
             resolution_unit="excess mass on {q > p} per token (directed z)",
-            failing=tuple(_failure(r) for r in rej.itertuples(index=False)),
             black_box=False,
             control_failed=bool(len(ref) and ref["reject"].astype(bool).any()),
             notes=_teacher_notes(inputs, cand, alpha, dz_mde) if teacher else (),
             support_violation=support,
-        )
+        )  # fmt: skip
 
 
 def _failure(r: Any) -> Failure:
