@@ -36,9 +36,13 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from spectest.stats.analyze import Analysis
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -239,17 +243,17 @@ CONFIGS_FAMILIES = {
 }
 
 
-def family_pvalues(a: object) -> dict[str, float]:
+def family_pvalues(a: Analysis) -> dict[str, float]:
     """Each family's smallest adjusted p-value (it rejects at level x iff this is <= x; the
     adjusted p-values of BH, Bonferroni and the max-T do not depend on the level) and each
     sequence statistic's own permutation p-value."""
     out: dict[str, float] = {}
-    cells = a.cells  # type: ignore[attr-defined]
+    cells = a.table("cells")
     ok = cells["status"] == "ok"
     out["cells"] = float(cells.loc[ok, "p_adj"].min()) if ok.any() else 1.0
-    trie = a.trie  # type: ignore[attr-defined]
+    trie = a.table("trie")
     out["trie"] = float(trie["p_adj"].min()) if len(trie) and trie["p_adj"].notna().any() else 1.0
-    wb = a.whitebox  # type: ignore[attr-defined]
+    wb = a.table("whitebox")
     cand = wb[(wb["arm"] == "candidate")] if len(wb) else wb
     if len(cand):
         support = bool(((cand["test"] == "support") & (cand["statistic"] > 0)).any())
@@ -257,17 +261,17 @@ def family_pvalues(a: object) -> dict[str, float]:
         out["whitebox"] = 0.0 if support else float(rest.min()) if len(rest) else 1.0
     else:
         out["whitebox"] = float("nan")
-    out["sequence"] = float(a.sequence_pvalue)  # type: ignore[attr-defined]
-    seq = a.sequence  # type: ignore[attr-defined]
+    out["sequence"] = float(getattr(a.families["sequence"], "pvalue", float("nan")))
+    seq = a.table("sequence")
     for r in seq[seq["scope"] == "pooled"].itertuples(index=False):
         out[f"seq:{r.test}"] = float(r.pvalue)
         out[f"mde:{r.test}"] = float(r.mde)
-    ln = a.lengths  # type: ignore[attr-defined]
+    ln = a.table("lengths")
     # the length family is active only where some cell's length table is testable (EOS inside
     # the 12 positions): recorded, not part of the configurations below
     has_len = len(ln) and "p_adj" in ln and ln["p_adj"].notna().any()
     out["lengths"] = float(ln["p_adj"].min()) if has_len else float("nan")
-    out["mde_tv_cells"] = float(a.mde_tv)  # type: ignore[attr-defined]
+    out["mde_tv_cells"] = float(a.mde_tv)
     return out
 
 

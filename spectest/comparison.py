@@ -1,57 +1,71 @@
 """One arm compared with the reference, as the verdict sees it: ``Comparison`` (rejected or not,
-failing cells most significant first, per-config numbers) with one ``FamilyScope`` per test family
-(what it tested, its share of α, its MDE), and ``summarize_comparison``, which reads them from a
-``spectest.stats.analyze.Analysis``; ``eps_cannot_bite`` says from an ε arm's rounds when that
-tooth cannot differ from the exact sampler in the run at all.
+failing tests most significant first, per-config numbers) with one ``FamilyScope`` per test
+family (what it tested, its share of α, its MDE), and ``summarize_comparison``, which reads them
+from the ``FamilyResult``s of a ``spectest.stats.analyze.Analysis``; ``eps_cannot_bite`` says
+from an ε arm's rounds when that tooth cannot differ from the exact sampler in the run at all.
 
-Owns: which analysis fields make up a comparison, what counts as "tested" per family (a trie
-chain on a handful of sequences does not), the human-readable failing lines. Does not know how
-tests are computed (it reads the documented fields of ``Analysis``) nor how a decision is made
+Owns: which numbers make up a comparison, the merge of the families' failing rows, the
+per-config summary. Does not know how tests are computed nor what counts as "tested" in a family
+(the families say: ``spectest.stats.families``), nor how a decision is made
 (``spectest.verdict``).
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pandas as pd
 
-FAMILY_LABELS = {
-    "cells": "token χ² per cell-position",
-    "trie": "prefix trie",
-    "whitebox": "white-box",
-    "lengths": "sequence lengths",
-    "sequence": "sequence-level (pooled over cells)",
-}
+if TYPE_CHECKING:
+    from spectest.stats.analyze import Analysis
+    from spectest.stats.families import Failure, FamilyResult
 
 
 @dataclass(frozen=True)
 class FamilyScope:
-    """What one test family of one comparison actually tested, and at what resolution.
+    """What one test family of one comparison actually tested, and at what resolution: the
+    verdict's view of a ``spectest.stats.families.FamilyResult`` (no tables).
 
     ``alpha`` is the family's share of the run's α (0 when the family was not active); ``mde``
     the smallest effect one of its tests detects with the run's power at the per-test level a
-    lone bad cell faces, in ``mde_unit`` (None where the family has no closed-form MDE).
+    lone bad cell faces, in ``mde_unit`` (None where the family has no closed-form MDE);
+    ``label`` how the verdict names it (its name when not given); ``verdict_line`` a line of its
+    own that every verdict output prints ("" none).
     """
 
-    name: str  # cells | trie | whitebox | sequence | lengths
+    name: str  # cells | trie | whitebox | sequence | lengths | any registered family
     n_tested: int
     n_untestable: int
     alpha: float
     mde: float | None
     mde_unit: str
     rejected: bool
+    label: str = ""
+    verdict_line: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.label:
+            object.__setattr__(self, "label", self.name)
+
+    @classmethod
+    def of(cls, r: FamilyResult) -> FamilyScope:
+        return cls(
+            r.name, r.n_tested, r.n_untestable, float(r.alpha), _f(r.resolution),
+            r.resolution_unit, bool(r.rejected), r.label, r.verdict_line,
+        )  # fmt: skip
 
     @property
     def ran(self) -> bool:
         return self.n_tested > 0
 
-    @property
-    def label(self) -> str:
-        return FAMILY_LABELS.get(self.name, self.name)
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in vars(self).items() if k != "verdict_line"}
+        if self.verdict_line:
+            out["verdict_line"] = self.verdict_line
+        return {**out, "ran": self.ran}
 
 
 @dataclass(frozen=True)
@@ -120,103 +134,8 @@ def _f(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _families(analysis: Any) -> tuple[FamilyScope, ...]:
-    """One ``FamilyScope`` per family ``analyze`` made active (cells always)."""
-    trie, wb = analysis.trie, analysis.whitebox
-    fams = [
-        FamilyScope(
-            "cells",
-            int(analysis.n_tested),
-            int(analysis.n_untestable),
-            float(analysis.alpha_cells),
-            _f(analysis.mde_tv),
-            "TV per cell-position",
-            bool(analysis.cells_rejected),
-        )
-    ]
-    if analysis.alpha_trie > 0 and len(trie):
-        # NOTE: a chain-rule G² is a permutation test, valid on any number of sequences, but on
-        # a handful it cannot reach its level: it counts as tested when both arms have the
-        # node rule's ``trie_min_count`` sequences in the cell (it still rejects if it can)
-        least = np.minimum(trie["n_ref"].to_numpy(), trie["n_cand"].to_numpy())
-        enough = (trie["kind"] != "chain").to_numpy() | (least >= analysis.options.trie_min_count)
-        ok = (trie["status"] == "ok") & enough
-        fams.append(
-            FamilyScope(
-                "trie",
-                int(ok.sum()),
-                int((~ok).sum()),
-                float(analysis.alpha_trie),
-                None,
-                "",
-                bool(analysis.trie_rejected),
-            )
-        )
-    if analysis.alpha_whitebox > 0 and len(wb):
-        cw = wb[wb["arm"] == analysis.candidate]
-        ok = cw["pvalue"].astype(float).notna() | (cw["test"] == "support")
-        fams.append(
-            FamilyScope(
-                "whitebox",
-                int(ok.sum()),
-                int((~ok).sum()),
-                float(analysis.alpha_whitebox),
-                _f(analysis.directed_z_mde),
-                "excess mass on {q > p} per token (directed z)",
-                bool(analysis.whitebox_rejected or analysis.support_violation),
-            )
-        )
-    seq = getattr(analysis, "sequence", None)
-    a_seq = float(getattr(analysis, "alpha_sequence", 0.0) or 0.0)
-    if seq is not None and a_seq > 0 and len(seq):
-        pooled = seq[seq["scope"] == "pooled"]
-        finite = pooled["pvalue"].astype(float).notna()
-        n_ok = int(finite.sum()) if _can_reach(seq, analysis.n_permutations, a_seq) else 0
-        fams.append(
-            FamilyScope(
-                "sequence",
-                n_ok,
-                len(pooled) - n_ok,
-                a_seq,
-                _f(getattr(analysis, "sequence_mde", None)),
-                str(getattr(analysis, "sequence_mde_unit", "") or ""),
-                bool(getattr(analysis, "sequence_rejected", False)),
-            )
-        )
-    ln = getattr(analysis, "lengths", None)
-    if ln is not None and len(ln):
-        ok = ln["status"] == "ok"
-        mde = ln.loc[ok, "mde_tv"].astype(float).dropna()
-        fams.append(
-            FamilyScope(
-                "lengths",
-                int(ok.sum()),
-                int((~ok).sum()),
-                float(getattr(analysis, "alpha_lengths", 0.0)),
-                _f(mde.median()) if len(mde) else None,
-                "TV of the length law per cell",
-                bool(getattr(analysis, "lengths_rejected", False)),
-            )
-        )
-    return tuple(fams)
-
-
-def _can_reach(seq: Any, n_permutations: int, alpha: float) -> bool:
-    """Whether the sequence family's permutation p-value can reach its level at all: its smallest
-    attainable value is 1/(B + 1), or 1/Π_c C(n_c, n_ref,c) when the cells have fewer distinct
-    relabelings than that. At 2 + 2 sequences in one cell (6 relabelings) it cannot: such a
-    family ran formally but tested nothing."""
-    cells = seq[seq["scope"] == "cell"].drop_duplicates(["prompt_id", "config_id"])
-    log_labelings = sum(
-        math.lgamma(a + b + 1) - math.lgamma(a + 1) - math.lgamma(b + 1)
-        for a, b in zip(cells["n_ref"].astype(int), cells["n_cand"].astype(int), strict=True)
-    )
-    smallest = max(1.0 / (n_permutations + 1), math.exp(-min(log_labelings, 700.0)))
-    return smallest <= alpha
-
-
 def summarize_comparison(
-    analysis: Any,
+    analysis: Analysis,
     *,
     arm: str,
     role: str,
@@ -226,98 +145,16 @@ def summarize_comparison(
 ) -> Comparison:
     """Read one ``spectest.stats.analyze.Analysis`` into a ``Comparison``.
 
-    Uses only the documented fields: ``rejected``, ``n_tested``, ``n_rejected``, ``mde_tv``,
-    ``support_violation``, ``whitebox_control_failed`` and the tidy tables ``cells`` (status,
-    reject, p_adj, tv_excess, mde_tv per prompt × config × position), ``trie`` (reject, p_adj
-    per node) and ``whitebox`` (arm, test, reject, p_adj). ``rejections`` counts every rejected
-    test of every family (cells, trie rows, the candidate's white-box tests, length tables).
-    ``lengths`` / ``alpha_lengths`` / ``lengths_rejected`` (``spectest.stats.lengths``) are read
-    when present. ``size``: the tooth's ``spectest.tooth_size.ToothSize`` (ε arms and mutants).
+    Every family with rows to show becomes a ``FamilyScope``; ``failing`` is every family's
+    failing rows merged, most significant (smallest adjusted p) first, and ``rejections`` counts
+    them all (cell-positions, trie rows, the candidate's white-box tests, the sequence family's
+    pooled statistics, length tables). ``by_config`` reads the cell-position table and the
+    failing rows that belong to a config. ``size``: the tooth's ``spectest.tooth_size.ToothSize``
+    (ε arms and mutants).
     """
-    cells = analysis.cells
-    trie = analysis.trie
-    wb = analysis.whitebox
-    cand_name = analysis.candidate
-    failing: list[tuple[float, str]] = []
-    if len(cells):
-        rej = cells[cells["reject"].astype(bool)]
-        for r in rej.itertuples(index=False):
-            failing.append(
-                (
-                    float(r.p_adj),
-                    f"{r.prompt_id}/{r.config_id}@{int(r.position)} p_adj={float(r.p_adj):.3g} "
-                    f"TV={float(r.tv):.3f} (null mean {float(r.tv_null_mean):.3f})",
-                )
-            )
-    trie_rej = trie[trie["reject"].astype(bool)] if len(trie) else trie
-    for r in trie_rej.itertuples(index=False) if len(trie_rej) else ():
-        failing.append(
-            (
-                float(r.p_adj),
-                f"trie {r.prompt_id}/{r.config_id} {r.kind} depth {r.depth} prefix [{r.prefix}] "
-                f"p_adj={float(r.p_adj):.3g}",
-            )
-        )
-    wb_rej = wb[(wb["arm"] == cand_name) & wb["reject"].astype(bool)] if len(wb) else wb
-    for r in wb_rej.itertuples(index=False) if len(wb_rej) else ():
-        if r.test == "support":
-            what = f"{int(r.statistic)} emitted token(s) with target probability 0"
-        else:
-            what = f"p_adj={float(r.p_adj):.3g} ({r.detail})"
-        failing.append((float(r.p_adj), f"white-box {r.test}: {what}"))
-    ln = getattr(analysis, "lengths", None)
-    len_rej = ln[ln["reject"].astype(bool)] if ln is not None and len(ln) else None
-    for r in len_rej.itertuples(index=False) if len_rej is not None else ():
-        failing.append(
-            (
-                float(r.p_adj),
-                f"sequence lengths {r.prompt_id}/{r.config_id} p_adj={float(r.p_adj):.3g}: "
-                f"mean length {float(r.mean_len_ref):.2f} (reference) vs "
-                f"{float(r.mean_len_cand):.2f} (candidate); short sequences "
-                f"{int(r.short_ref)}/{int(r.n_ref)} vs {int(r.short_cand)}/{int(r.n_cand)}",
-            )
-        )
-    seq = getattr(analysis, "sequence", None)
-    seq_rej = (
-        seq[(seq["scope"] == "pooled") & seq["reject"].astype(bool)]
-        if seq is not None and len(seq)
-        else None
-    )
-    for r in seq_rej.itertuples(index=False) if seq_rej is not None else ():
-        failing.append(
-            (
-                float(r.p_adj),
-                f"sequence-level {r.test} (pooled over cells) p_adj={float(r.p_adj):.3g} "
-                f"z={float(r.z):.2f}",
-            )
-        )
-    failing.sort(key=lambda t: t[0])
-    by_config = []
-    if len(cells):
-        for cid, g in cells.groupby("config_id", sort=False):
-            ok = g["status"] == "ok"
-            exc = g["tv_excess"].astype(float)
-            where = None
-            max_exc = None
-            if exc.notna().any():
-                i = exc.idxmax()
-                max_exc = _f(exc.loc[i])
-                where = f"{g.loc[i, 'prompt_id']}@{int(g.loc[i, 'position'])}"
-            n_trie = int(trie_rej["config_id"].eq(cid).sum()) if len(trie_rej) else 0
-            if len_rej is not None:
-                n_trie += int(len_rej["config_id"].eq(cid).sum())
-            mde = g.loc[ok, "mde_tv"].astype(float).dropna()
-            by_config.append(
-                ConfigStats(
-                    config_id=str(cid),
-                    cells_tested=int(ok.sum()),
-                    cells_untestable=int((~ok).sum()),
-                    rejections=int(g["reject"].astype(bool).sum()) + n_trie,
-                    max_tv_excess=max_exc,
-                    max_tv_where=where,
-                    mde_tv=_f(mde.median()) if len(mde) else None,
-                )
-            )
+    results = tuple(analysis.families.values())
+    failing = sorted((f for r in results for f in r.failing), key=lambda f: f.key)
+    cells = analysis.table("cells")
     p_adj = cells["p_adj"].astype(float) if len(cells) else None
     return Comparison(
         arm=arm,
@@ -325,18 +162,14 @@ def summarize_comparison(
         expect=expect,
         rejected=bool(analysis.rejected),
         cells_tested=int(analysis.n_tested),
-        rejections=int(analysis.n_rejected)
-        + len(trie_rej)
-        + len(wb_rej)
-        + (len(len_rej) if len_rej is not None else 0)
-        + (len(seq_rej) if seq_rej is not None else 0),
+        rejections=len(failing),
         min_qvalue=_f(p_adj.min()) if p_adj is not None and p_adj.notna().any() else None,
         mde_tv=_f(analysis.mde_tv),
-        failing=tuple(f for _, f in failing),
-        by_config=tuple(by_config),
-        control_failed=bool(analysis.whitebox_control_failed),
+        failing=tuple(f.line for f in failing),
+        by_config=_by_config(cells, failing),
+        control_failed=bool(analysis.control_failed),
         cells_untestable=int(analysis.n_untestable),
-        families=_families(analysis),
+        families=tuple(FamilyScope.of(r) for r in results if r.reported),
         alpha=float(analysis.options.alpha),
         power=float(analysis.options.power),
         mde_tv_max=_f(analysis.mde_tv_max),
@@ -345,13 +178,37 @@ def summarize_comparison(
         size_exact=False if size is None else bool(size.exact),
         size_where=None if size is None else size.where,
         support_only=bool(analysis.support_violation)
-        and not (
-            analysis.cells_rejected
-            or analysis.trie_rejected
-            or getattr(analysis, "sequence_rejected", False)
-            or getattr(analysis, "lengths_rejected", False)
-        ),
+        and not any(r.rejected for r in results if r.black_box),
     )
+
+
+def _by_config(cells: pd.DataFrame, failing: list[Failure]) -> tuple[ConfigStats, ...]:
+    """One ``ConfigStats`` per sampling config of the cell-position table; its rejections are
+    the failing rows of every family that belong to that config."""
+    per_config = Counter(f.config_id for f in failing if f.config_id is not None)
+    out = []
+    for cid, g in cells.groupby("config_id", sort=False) if len(cells) else ():
+        ok = g["status"] == "ok"
+        exc = g["tv_excess"].astype(float)
+        where = None
+        max_exc = None
+        if exc.notna().any():
+            i = exc.idxmax()
+            max_exc = _f(exc.loc[i])
+            where = f"{g.loc[i, 'prompt_id']}@{int(g.loc[i, 'position'])}"
+        mde = g.loc[ok, "mde_tv"].astype(float).dropna()
+        out.append(
+            ConfigStats(
+                config_id=str(cid),
+                cells_tested=int(ok.sum()),
+                cells_untestable=int((~ok).sum()),
+                rejections=per_config.get(cid, 0),
+                max_tv_excess=max_exc,
+                max_tv_where=where,
+                mde_tv=_f(mde.median()) if len(mde) else None,
+            )
+        )
+    return tuple(out)
 
 
 def eps_cannot_bite(eps: float, rounds: pd.DataFrame | None) -> str | None:

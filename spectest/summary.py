@@ -15,30 +15,35 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pandas as pd
 
-from spectest.plan import Arm
-from spectest.protocol import Protocol
 from spectest.store import SEQUENCE, TESTS, TRIE, WHITEBOX
 from spectest.verdict import Comparison, Verdict
 
+if TYPE_CHECKING:
+    from spectest.protocol import Protocol as RunProtocol
+    from spectest.stats.analyze import Analysis
+
 MAX_FAILING_LISTED = 20
+# the families whose tables a run stores, by file (the schema of each is in ``spectest.schema``)
+STORED_TABLES = {TESTS: "cells", TRIE: "trie", WHITEBOX: "whitebox", SEQUENCE: "sequence"}
 
 
-def tidy_tables(results: Sequence[tuple[Arm, Any]]) -> dict[str, pd.DataFrame]:
-    """Concatenate each analysis's tidy tables with a ``comparison`` column (the arm name)."""
-    tables: dict[str, list[pd.DataFrame]] = {TESTS: [], TRIE: [], WHITEBOX: [], SEQUENCE: []}
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+def tidy_tables(results: Sequence[tuple[_Named, Analysis]]) -> dict[str, pd.DataFrame]:
+    """Concatenate the stored tables of each analysis's families (``STORED_TABLES``) with a
+    ``comparison`` column (the arm name)."""
+    tables: dict[str, list[pd.DataFrame]] = {fname: [] for fname in STORED_TABLES}
     for arm, a in results:
-        for fname, attr in (
-            (TESTS, "cells"),
-            (TRIE, "trie"),
-            (WHITEBOX, "whitebox"),
-            (SEQUENCE, "sequence"),
-        ):
-            df = getattr(a, attr, None)
-            if df is not None and len(df):
+        for fname, family in STORED_TABLES.items():
+            df = a.table(family)
+            if len(df):
                 tables[fname].append(df.assign(comparison=arm.name))
     return {k: pd.concat(v, ignore_index=True) for k, v in tables.items() if v}
 
@@ -59,7 +64,7 @@ class Header:
 
 
 def protocol_setup(
-    protocol: Protocol,
+    protocol: RunProtocol,
     *,
     seeds_per_arm: int,
     timings: Mapping[str, Any],
@@ -186,8 +191,8 @@ def json_safe(obj: Any) -> Any:
 
 def verdict_lines(verdict: dict[str, Any]) -> list[str]:
     """The verdict as printed: the headline (decision, exit code, the claim), what was tested,
-    at what resolution, then every reason. Falls back to the decision word for summaries
-    written before headlines existed."""
+    at what resolution, any family's line of its own, then every reason. Falls back to the
+    decision word for summaries written before headlines existed."""
     headline = verdict.get("headline") or (
         f"{verdict['decision'].upper()} (exit {verdict['exit_code']})"
     )
@@ -196,5 +201,7 @@ def verdict_lines(verdict: dict[str, Any]) -> list[str]:
     for key in ("tested", "resolution"):
         if scope.get(key):
             lines.append(f"  {scope[key]}")
+    # a family's line of its own (``FamilyScope.verdict_line``)
+    lines += [f"  {f['verdict_line']}" for f in scope.get("families", ()) if f.get("verdict_line")]
     lines += [f"  - {r}" for r in verdict["reasons"]]
     return lines

@@ -1,14 +1,15 @@
 """The decision: test results of each arm against the reference, plus the teeth → one verdict,
 stated as a claim with its scope (what was tested) and its resolution (what could have been seen).
 
-Owns: what counts as a tooth that bit, what counts as "tested", the power claim and the
-requirement it must meet, the order in which reasons override one another, the exit code, and
-the verdict's wording (``Verdict.headline``, ``Scope.tested_line`` / ``Scope.resolution_line``:
+Owns: what counts as a tooth that bit, the power claim and the requirement it must meet, the
+decision ladder below (``decide``: one function per rung, in the order in which reasons override
+one another), the exit code and the headline. The verdict's types and their wording
+(``Verdict``, ``Scope.tested_line`` / ``Scope.resolution_line``, ``PowerClaim``, ``ToothVerdict``:
 every renderer prints these, so the console, summary.json, the reports, JUnit and the CI summary
-say the same thing). Knows nothing about how the tests were computed: it reads the
-per-comparison summary (``spectest.comparison.Comparison``, with one ``FamilyScope`` per test
-family, and a tooth's size from ``spectest.tooth_size``) that ``summarize_comparison`` extracts
-from an ``Analysis`` (both re-exported here).
+say the same thing) live in ``spectest.claim``, re-exported here. Knows nothing about how the
+tests were computed: it reads the per-comparison summary (``spectest.comparison.Comparison``,
+with one ``FamilyScope`` per test family, and a tooth's size from ``spectest.tooth_size``) that
+``summarize_comparison`` extracts from an ``Analysis`` (both re-exported here).
 
 Decision rules (the exit codes of ``spectest.errors.ExitCode``)
 ---------------------------------------------------------------
@@ -67,12 +68,11 @@ by rules 1 and 3b; it claims no power (its teeth table states each tooth's size)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
 
+from spectest.claim import Decision, PowerClaim, Scope, ToothVerdict, Verdict
 from spectest.comparison import (
-    FAMILY_LABELS,
     Comparison,
     ConfigStats,
     FamilyScope,
@@ -82,7 +82,6 @@ from spectest.errors import ExitCode
 
 __all__ = [
     "DEFAULT_MAX_MDE_TV",
-    "FAMILY_LABELS",
     "Comparison",
     "ConfigStats",
     "Decision",
@@ -98,205 +97,7 @@ __all__ = [
     "summarize_comparison",
 ]
 
-Decision = Literal["equivalent", "different", "inconclusive", "sound"]
 DEFAULT_MAX_MDE_TV = 0.15  # the required per-cell TV when the protocol states none (docstring)
-
-
-@dataclass(frozen=True)
-class ToothVerdict:
-    """Whether one tooth behaved: the null must pass, ε and mutants must be killed (rejected);
-    a tooth that tested nothing did not behave (a null "passing" on no data checked nothing)."""
-
-    arm: str
-    role: str
-    expect: str
-    rejected: bool
-    sound: bool
-    ran: bool = True
-    cannot_bite: str | None = None  # an ε arm whose law is the exact sampler's in this run
-    size_tv: float | None = None  # an ε arm's / mutant's size (``spectest.tooth_size``)
-    size_exact: bool = False
-
-    @property
-    def killed(self) -> bool:
-        """An ε arm or mutant that can bite and was rejected: it shows the tests' power."""
-        return self.expect == "fail" and self.cannot_bite is None and self.rejected
-
-    @property
-    def size_label(self) -> str:
-        """``size 0.167`` (exact), ``size ≤ 0.148`` (an upper bound) or ``size unknown``."""
-        if self.size_tv is None:
-            return "size unknown"
-        return f"size {self.size_tv:.3g}" if self.size_exact else f"size ≤ {self.size_tv:.3g}"
-
-    @property
-    def label(self) -> str:
-        if self.cannot_bite is not None:
-            return "REJECTED (a false alarm: it cannot bite)" if self.rejected else "cannot bite"
-        if not self.ran and not self.rejected:
-            return "NO DATA (tested nothing)"
-        if self.expect == "pass":
-            return "passed (sound)" if self.sound else "REJECTED (unsound)"
-        return f"{'killed' if self.sound else 'NOT KILLED'} ({self.size_label})"
-
-
-def _pct(x: float | None) -> str:
-    return "—" if x is None else f"{100 * x:g} %"
-
-
-@dataclass(frozen=True)
-class PowerClaim:
-    """The run's power claim R (rule 3c): the smallest per-cell TV the run shows it would have
-    seen — the candidate's median per-cell MDE, or the size of the weakest killed tooth whose
-    size is known, whichever is smaller; ``tv`` None when neither is known."""
-
-    tv: float | None
-    source: str  # "mde" | "tooth" | "none"
-    tooth: str | None = None  # the killed tooth's arm (source "tooth")
-    exact: bool = False  # the tooth's size is exact (else an upper bound)
-
-    def size_words(self) -> str:
-        return "exact size" if self.exact else "size ≤"
-
-    def seen(self, power: float | None) -> str:
-        """The claim as the headline states it."""
-        if self.tv is None:
-            return "no per-cell TV is claimed"
-        if self.source == "tooth":
-            size = f"exact size {self.tv:.3g}" if self.exact else f"size ≤ {self.tv:.3g}"
-            return (
-                f"a per-cell TV of {self.tv:.3g} or more would have been seen, as the killed "
-                f"tooth {self.tooth} of {size} shows"
-            )
-        return (
-            f"a per-cell TV of {self.tv:.3f} or more would have been seen with {_pct(power)} power"
-        )
-
-    def where(self) -> str:
-        """Where the claim comes from, for the resolution line and the reasons."""
-        if self.tv is None:
-            return "unknown (no cell-position tested and no killed tooth of known size)"
-        if self.source == "tooth":
-            kind = "exact size" if self.exact else "size, an upper bound"
-            return f"per-cell TV {self.tv:.3g} from the killed tooth {self.tooth} ({kind})"
-        return f"per-cell TV {self.tv:.3f} from the median MDE"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"tv": self.tv, "source": self.source, "tooth": self.tooth, "exact": self.exact}
-
-
-@dataclass(frozen=True)
-class Scope:
-    """What the verdict is a claim about: the main comparison's families and cells, the teeth
-    that ran, and the resolution at the run's α and power (with the requirement applied)."""
-
-    cells_tested: int
-    cells_untestable: int
-    families: tuple[FamilyScope, ...]
-    teeth: tuple[str, ...]  # teeth that ran on enough data
-    alpha: float | None
-    power: float | None
-    mde_tv: float | None  # median per-cell MDE (TV) of the candidate
-    mde_tv_max: float | None
-    required_mde_tv: float | None
-    requirement: str  # "protocol" | "--max-mde-tv" | "default"
-    claim: PowerClaim | None = None  # the power claim (a run with a candidate)
-
-    def tested_line(self) -> str:
-        n = self.cells_tested + self.cells_untestable
-        ran = [f for f in self.families if f.ran]
-        fams = ", ".join(f"{f.label} ({f.n_tested})" for f in ran) or "none"
-        teeth = ", ".join(self.teeth) if self.teeth else "none"
-        return (
-            f"tested: {self.cells_tested} of {n} cell-positions "
-            f"({self.cells_untestable} untestable); families that ran: {fams}; "
-            f"teeth that ran: {teeth}"
-        )
-
-    def resolution_line(self) -> str:
-        head = f"resolution (α {self.alpha:g}, power {_pct(self.power)}): " if self.alpha else ""
-        parts = []
-        if self.mde_tv is not None:
-            worst = f", worst {self.mde_tv_max:.3f}" if self.mde_tv_max is not None else ""
-            parts.append(f"per-cell TV {self.mde_tv:.3f} (median{worst})")
-        else:
-            parts.append("per-cell TV unknown (no cell-position tested)")
-        for f in self.families:
-            if f.name != "cells" and f.ran and f.mde is not None:
-                parts.append(f"{f.label} {f.mde:.3g} {f.mde_unit}")
-        if self.claim is not None:
-            parts.append(f"power claim {self.claim.where()}")
-        if self.required_mde_tv is not None:
-            parts.append(f"required per-cell TV ≤ {self.required_mde_tv:g} ({self.requirement})")
-        return head + "; ".join(parts)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "cells_tested": self.cells_tested,
-            "cells_untestable": self.cells_untestable,
-            "families": [{**vars(f), "label": f.label, "ran": f.ran} for f in self.families],
-            "teeth_ran": list(self.teeth),
-            "alpha": self.alpha,
-            "power": self.power,
-            "mde_tv": self.mde_tv,
-            "mde_tv_max": self.mde_tv_max,
-            "required_mde_tv": self.required_mde_tv,
-            "requirement": self.requirement,
-            "power_claim": self.claim.to_dict() if self.claim is not None else None,
-            "tested": self.tested_line(),
-            "resolution": self.resolution_line(),
-        }
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The run's decision and exit code, with every reason that led to it and its scope."""
-
-    decision: Decision
-    exit_code: ExitCode
-    reasons: tuple[str, ...]
-    candidate: Comparison | None
-    teeth: tuple[ToothVerdict, ...]
-    mde_tv: float | None
-    max_mde_tv: float | None  # the requirement that was applied (protocol's or the default)
-    headline: str = ""
-    scope: Scope | None = None
-    claim: PowerClaim | None = None  # the power claim checked against ``max_mde_tv``
-
-    @property
-    def power_ok(self) -> bool | None:
-        """The power claim meets the requirement (None: no candidate, or the claim unknown)."""
-        if self.max_mde_tv is None or self.claim is None or self.claim.tv is None:
-            return None
-        return self.claim.tv <= self.max_mde_tv
-
-    def to_dict(self) -> dict:
-        return {
-            "decision": self.decision,
-            "exit_code": int(self.exit_code),
-            "headline": self.headline,
-            "reasons": list(self.reasons),
-            "mde_tv": self.mde_tv,
-            "max_mde_tv": self.max_mde_tv,
-            "power_ok": self.power_ok,
-            "power_claim": self.claim.to_dict() if self.claim is not None else None,
-            "scope": self.scope.to_dict() if self.scope is not None else None,
-            "teeth": [
-                {
-                    "arm": t.arm,
-                    "role": t.role,
-                    "expect": t.expect,
-                    "rejected": t.rejected,
-                    "sound": t.sound,
-                    "ran": t.ran,
-                    "label": t.label,
-                    "cannot_bite": t.cannot_bite,
-                    "size_tv": t.size_tv,
-                    "size_exact": t.size_exact,
-                }
-                for t in self.teeth
-            ],
-        }
 
 
 def judge_tooth(c: Comparison) -> ToothVerdict:
@@ -313,16 +114,6 @@ def judge_tooth(c: Comparison) -> ToothVerdict:
         arm=c.arm, role=c.role, expect=c.expect, rejected=c.rejected, sound=sound, ran=ran,
         cannot_bite=c.cannot_bite, size_tv=c.size_tv, size_exact=c.size_exact,
     )  # fmt: skip
-
-
-def _nothing_tested(c: Comparison) -> str:
-    n = c.cells_tested + c.cells_untestable
-    return (
-        f"nothing was testable: 0 of {n} cell-positions had enough samples "
-        "(pooled χ² needs an expected count ≥ 5 per arm in two bins or more), and no trie "
-        "node, sequence-level, white-box or sequence-length test ran on enough data: no "
-        "difference could have been seen, so none is claimed"
-    )
 
 
 def required_resolution(max_mde_tv: float | None = None, *, kind: str = "run") -> tuple[float, str]:
@@ -368,10 +159,180 @@ def power_claim(comparisons: Sequence[Comparison]) -> PowerClaim:
     return best
 
 
+Reason = tuple[str, str]  # (short: may head the headline, "" if not; long: the reason line)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What the rungs of the decision ladder read: the comparisons by role, the teeth's
+    verdicts, the power claim and the requirement it must meet."""
+
+    cand: Comparison | None
+    main: Comparison | None  # the candidate, else the first comparison (the control's arm)
+    teeth: tuple[ToothVerdict, ...]
+    claim: PowerClaim | None
+    required: float
+    requirement: str
+    kind: str
+
+    @property
+    def nothing(self) -> bool:
+        c = self.cand
+        return c is not None and not c.tested_anything and not c.rejected
+
+    @property
+    def low_power(self) -> bool:
+        c = self.claim
+        return c is not None and (c.tv is None or c.tv > self.required)
+
+
+def _controls_failed(run: _Run) -> tuple[bool, list[Reason]]:
+    """Rule 1: the white-box control, a null arm or a tooth that cannot bite rejected."""
+    out: list[Reason] = []
+    control_bad = run.main is not None and run.main.control_failed
+    if control_bad:
+        out.append((
+            "the white-box control failed",
+            "white-box control failed: a test of the plain reference arm against "
+            "spectest's own p_t rejected",
+        ))  # fmt: skip
+    null_bad = [t for t in run.teeth if t.expect == "pass" and t.ran and not t.sound]
+    null_bad += [t for t in run.teeth if t.cannot_bite is not None and t.rejected]
+    for t in null_bad:
+        what = "null arm" if t.cannot_bite is None else "tooth (one that cannot bite)"
+        out.append((
+            "a null arm rejected" if t.cannot_bite is None else f"tooth {t.arm!r} rejected",
+            f"{what} {t.arm!r} rejected: the harness's false-alarm control failed",
+        ))  # fmt: skip
+    return bool(control_bad or null_bad), out
+
+
+def _candidate_rejected(run: _Run) -> tuple[bool, list[Reason]]:
+    """Rule 2: the candidate rejects — evidence whatever the power."""
+    c = run.cand
+    if c is None or not c.rejected:
+        return False, []
+    first = c.failing[0] if c.failing else "?"
+    return True, [(
+        "the candidate's law differs from the reference's",
+        f"candidate differs from the reference: {c.rejections} rejection(s) after correction, "
+        f"most significant: {first}",
+    )]  # fmt: skip
+
+
+def _nothing_tested(run: _Run) -> tuple[bool, list[Reason]]:
+    """Rule 3a: no test family of the candidate ran on enough data."""
+    if not run.nothing or run.cand is None:
+        return False, []
+    n = run.cand.cells_tested + run.cand.cells_untestable
+    return True, [(
+        "nothing was testable",
+        f"nothing was testable: 0 of {n} cell-positions had enough samples "
+        "(pooled χ² needs an expected count ≥ 5 per arm in two bins or more), and no trie "
+        "node, sequence-level, white-box or sequence-length test ran on enough data: no "
+        "difference could have been seen, so none is claimed",
+    )]  # fmt: skip
+
+
+def _teeth_misbehaved(run: _Run) -> tuple[bool, list[Reason]]:
+    """Rule 3b: a tooth tested nothing, or an ε arm / mutant that can bite was not killed; a
+    tooth that cannot bite is reported and decides nothing."""
+    no_data = [t for t in run.teeth if not t.ran and t.cannot_bite is None]
+    unkilled = [
+        t for t in run.teeth
+        if t.expect == "fail" and t.ran and not t.sound and t.cannot_bite is None
+    ]  # fmt: skip
+    out: list[Reason] = [
+        (
+            f"tooth {t.arm!r} tested nothing",
+            f"tooth {t.arm!r} ran on no testable data: it checked nothing (every cell "
+            "untestable at its seeds)",
+        )
+        for t in no_data
+    ]
+    out += [
+        ("", f"tooth {t.arm!r} cannot bite: {t.cannot_bite}")
+        for t in run.teeth
+        if t.cannot_bite is not None and not t.rejected
+    ]
+    out += [
+        (
+            f"tooth {t.arm!r} was not killed",
+            f"tooth {t.arm!r} was not killed: the tests cannot see that bug at this size",
+        )
+        for t in unkilled
+    ]
+    return bool(no_data or unkilled), out
+
+
+def _power_short(run: _Run) -> tuple[bool, list[Reason]]:
+    """Rule 3c: the power claim is unknown or worse than the requirement (said only when
+    there was something to claim about)."""
+    c = run.claim
+    if not run.low_power or c is None or (run.nothing and c.tv is None):
+        return run.low_power, []
+    req = f"{run.required:g} ({run.requirement})"
+    if c.tv is None:
+        killed = any(t.killed for t in run.teeth)
+        return True, [(
+            "no cell-position was testable"
+            + (" and no killed tooth has a known size" if killed else "")
+            + ", so the resolution is unknown",
+            "resolution unknown: no cell-position was tested and no killed tooth has a "
+            f"known size, so the required per-cell TV ≤ {req} cannot be checked",
+        )]  # fmt: skip
+    what = (
+        f"the killed tooth {c.tooth}'s {c.size_words()} {c.tv:.4f}"
+        if c.source == "tooth"
+        else f"MDE (TV) {c.tv:.4f}"
+    )
+    return True, [(
+        f"resolution TV {c.tv:.3f} per cell is worse than the required {run.required:g}",
+        f"power too low: the power claim, {what} per cell, > required {run.required:.4f} "
+        f"({run.requirement}); only differences that large are shown to be seen",
+    )]  # fmt: skip
+
+
+def _no_teeth(run: _Run) -> tuple[bool, list[Reason]]:
+    """A note, not a rung: a run with a candidate and no teeth says so (its claim is the
+    MDE)."""
+    if run.cand is None or run.teeth:
+        return False, []
+    what = (
+        "compare has samples only, no sampler to mutate"
+        if run.kind == "compare"
+        else "the protocol switched them off"
+    )
+    return False, [(
+        "no teeth ran",
+        f"no teeth ran ({what}): no null arm checked the false-alarm rate and no ε arm or "
+        "mutant showed that these tests catch a bug of a given size here; the per-cell MDE is "
+        "the only power claim",
+    )]  # fmt: skip
+
+
+# The decision ladder of the module docstring, top rung first: the first rung that fires
+# decides; every rung adds its reasons, in this order, then the notes. Nothing fires: rule 4.
+_LADDER: tuple[tuple[Callable[[_Run], tuple[bool, list[Reason]]], Decision], ...] = (
+    (_controls_failed, "inconclusive"),  # 1
+    (_candidate_rejected, "different"),  # 2
+    (_nothing_tested, "inconclusive"),  # 3a
+    (_teeth_misbehaved, "inconclusive"),  # 3b
+    (_power_short, "inconclusive"),  # 3c
+)
+_NOTES = (_no_teeth,)
+_EXIT: dict[Decision, ExitCode] = {
+    "equivalent": ExitCode.OK,
+    "sound": ExitCode.OK,
+    "different": ExitCode.DIFFERENT,
+    "inconclusive": ExitCode.INCONCLUSIVE,
+}
+
+
 def decide(
     comparisons: Sequence[Comparison], *, max_mde_tv: float | None = None, kind: str = "run"
 ) -> Verdict:
-    """Apply the decision rules of the module docstring.
+    """Apply the decision rules of the module docstring (``_LADDER``).
 
     Parameters
     ----------
@@ -383,149 +344,64 @@ def decide(
     cands = [c for c in comparisons if c.role == "candidate"]
     assert len(cands) <= 1, "one candidate per run"
     cand = cands[0] if cands else None
-    tooth_comps = [c for c in comparisons if c.is_tooth]
-    teeth = tuple(judge_tooth(c) for c in tooth_comps)
-    null_bad = [t for t in teeth if t.expect == "pass" and t.ran and not t.sound]
-    toothless = [t for t in teeth if t.cannot_bite is not None]
-    null_bad += [t for t in toothless if t.rejected]
-    no_data = [t for t in teeth if not t.ran and t.cannot_bite is None]
-    main = cand if cand is not None else (comparisons[0] if comparisons else None)
-    control_bad = main is not None and main.control_failed
-    unkilled = [
-        t for t in teeth if t.expect == "fail" and t.ran and not t.sound and t.cannot_bite is None
-    ]
-    mde = cand.mde_tv if cand is not None else None
     required, requirement = required_resolution(max_mde_tv, kind=kind)
-    claim = power_claim(comparisons) if cand is not None else None
-    nothing = cand is not None and not cand.tested_anything and not cand.rejected
-    low_power = claim is not None and (claim.tv is None or claim.tv > required)
-
-    # (short, long) reasons in the order of the rules; the headline uses the first short one
-    reasons: list[tuple[str, str]] = []
-    if control_bad:
-        reasons.append(
-            (
-                "the white-box control failed",
-                "white-box control failed: a test of the plain reference arm against "
-                "spectest's own p_t rejected",
-            )
-        )
-    for t in null_bad:
-        what = "null arm" if t.cannot_bite is None else "tooth (one that cannot bite)"
-        reasons.append(
-            (
-                "a null arm rejected" if t.cannot_bite is None else f"tooth {t.arm!r} rejected",
-                f"{what} {t.arm!r} rejected: the harness's false-alarm control failed",
-            )
-        )
-    if cand is not None and cand.rejected:
-        first = cand.failing[0] if cand.failing else "?"
-        reasons.append(
-            (
-                "the candidate's law differs from the reference's",
-                f"candidate differs from the reference: {cand.rejections} rejection(s) "
-                f"after correction, most significant: {first}",
-            )
-        )
-    if nothing and cand is not None:
-        reasons.append(("nothing was testable", _nothing_tested(cand)))
-    for t in no_data:
-        reasons.append(
-            (
-                f"tooth {t.arm!r} tested nothing",
-                f"tooth {t.arm!r} ran on no testable data: it checked nothing (every cell "
-                "untestable at its seeds)",
-            )
-        )
-    for t in toothless:
-        if not t.rejected:
-            reasons.append(("", f"tooth {t.arm!r} cannot bite: {t.cannot_bite}"))
-    for t in unkilled:
-        reasons.append(
-            (
-                f"tooth {t.arm!r} was not killed",
-                f"tooth {t.arm!r} was not killed: the tests cannot see that bug at this size",
-            )
-        )
-    if low_power and claim is not None and (not nothing or claim.tv is not None):
-        if claim.tv is None:
-            killed = any(t.killed for t in teeth)
-            reasons.append(
-                (
-                    "no cell-position was testable"
-                    + (" and no killed tooth has a known size" if killed else "")
-                    + ", so the resolution is unknown",
-                    "resolution unknown: no cell-position was tested and no killed tooth has a "
-                    f"known size, so the required per-cell TV ≤ {required:g} ({requirement}) "
-                    "cannot be checked",
-                )
-            )
-        else:
-            what = (
-                f"the killed tooth {claim.tooth}'s {claim.size_words()} {claim.tv:.4f}"
-                if claim.source == "tooth"
-                else f"MDE (TV) {claim.tv:.4f}"
-            )
-            reasons.append(
-                (
-                    f"resolution TV {claim.tv:.3f} per cell is worse than the required "
-                    f"{required:g}",
-                    f"power too low: the power claim, {what} per cell, > required "
-                    f"{required:.4f} ({requirement}); only differences that large are shown "
-                    "to be seen",
-                )
-            )
-    if cand is not None and not tooth_comps:
-        what = (
-            "compare has samples only, no sampler to mutate"
-            if kind == "compare"
-            else "the protocol switched them off"
-        )
-        reasons.append(
-            (
-                "no teeth ran",
-                f"no teeth ran ({what}): no null arm checked the false-alarm rate and no "
-                "ε arm or mutant showed that these tests catch a bug of a given size here; "
-                "the per-cell MDE is the only power claim",
-            )
-        )
-
-    decision: Decision
-    if null_bad or control_bad:
-        decision, code = "inconclusive", ExitCode.INCONCLUSIVE
-    elif cand is not None and cand.rejected:
-        decision, code = "different", ExitCode.DIFFERENT
-    elif nothing or no_data or unkilled or low_power:
-        decision, code = "inconclusive", ExitCode.INCONCLUSIVE
-    else:
-        decision, code = ("equivalent" if cand is not None else "sound"), ExitCode.OK
-    scope = _scope(main, teeth, mde, required, requirement, claim)
-    if decision == "equivalent":
-        assert claim is not None and claim.tv is not None
-        ok_line = f"no difference found: {claim.seen(scope.power)}"
-        if tooth_comps:
-            reasons.insert(0, ("", "the teeth are sound: " + _teeth_summary(teeth)))
-        headline = f"EQUIVALENT (exit 0): {ok_line}"
-    elif decision == "sound":
-        reasons.insert(0, ("", "every tooth behaved: " + _teeth_summary(teeth)))
-        headline = "SOUND (exit 0): every tooth behaved"
-    else:
-        short = next(s for s, _ in reasons if s)
-        if decision == "different":
-            short = "the candidate's law differs from the reference's"
-        headline = f"{decision.upper()} (exit {int(code)}): {short}"
+    run = _Run(
+        cand=cand,
+        main=cand if cand is not None else (comparisons[0] if comparisons else None),
+        teeth=tuple(judge_tooth(c) for c in comparisons if c.is_tooth),
+        claim=power_claim(comparisons) if cand is not None else None,
+        required=required,
+        requirement=requirement,
+        kind=kind,
+    )
+    reasons: list[Reason] = []
+    decision: Decision | None = None
+    for rung, outcome in _LADDER:
+        fires, found = rung(run)
+        reasons += found
+        if fires and decision is None:
+            decision = outcome
+    for note in _NOTES:
+        reasons += note(run)[1]
+    if decision is None:  # rule 4
+        decision = "equivalent" if cand is not None else "sound"
+    mde = cand.mde_tv if cand is not None else None
+    scope = _scope(run.main, run.teeth, mde, required, requirement, run.claim)
     return Verdict(
         decision=decision,
-        exit_code=code,
-        reasons=tuple(r for _, r in reasons),
+        exit_code=_EXIT[decision],
+        reasons=tuple(r for _, r in _lead(decision, run, reasons)),
         candidate=cand,
-        teeth=teeth,
+        teeth=run.teeth,
         mde_tv=mde,
         max_mde_tv=required,
-        headline=headline,
+        headline=_headline(decision, run, reasons, scope),
         scope=scope,
-        claim=claim,
+        claim=run.claim,
     )
+
+
+def _lead(decision: Decision, run: _Run, reasons: list[Reason]) -> list[Reason]:
+    """A run that passes opens its reasons with the teeth's account."""
+    if decision == "equivalent" and run.teeth:
+        return [("", "the teeth are sound: " + _teeth_summary(run.teeth)), *reasons]
+    if decision == "sound":
+        return [("", "every tooth behaved: " + _teeth_summary(run.teeth)), *reasons]
+    return reasons
+
+
+def _headline(decision: Decision, run: _Run, reasons: list[Reason], scope: Scope) -> str:
+    """The decision, its exit code and the claim (or the first reason that may head it)."""
+    code = int(_EXIT[decision])
+    if decision == "equivalent":
+        assert run.claim is not None and run.claim.tv is not None
+        return f"EQUIVALENT (exit {code}): no difference found: {run.claim.seen(scope.power)}"
+    if decision == "sound":
+        return f"SOUND (exit {code}): every tooth behaved"
+    if decision == "different":
+        return f"DIFFERENT (exit {code}): the candidate's law differs from the reference's"
+    short = next(s for s, _ in reasons if s)
+    return f"{decision.upper()} (exit {code}): {short}"
 
 
 def _teeth_summary(teeth: Sequence[ToothVerdict]) -> str:

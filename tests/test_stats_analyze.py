@@ -91,22 +91,27 @@ def test_h0_run_passes_and_frames_are_complete():
         options=FAST,
     )
     assert not a.rejected and a.n_tested == 8 and a.n_untestable == 0
-    assert list(a.cells.columns) == CELL_COLUMNS and list(a.trie.columns) == TRIE_COLUMNS
-    assert len(a.whitebox) == 0 and a.alpha_whitebox == 0.0
+    assert list(a.table("cells").columns) == CELL_COLUMNS
+    assert list(a.table("trie").columns) == TRIE_COLUMNS
+    assert len(a.table("whitebox")) == 0 and a.families["whitebox"].alpha == 0.0
     # cells, trie and the sequence family share α = 0.05
-    assert a.alpha_cells == pytest.approx(0.05 / 3) and a.alpha_trie == pytest.approx(0.05 / 3)
-    assert a.alpha_sequence == pytest.approx(0.05 / 3) and not a.sequence_rejected
-    assert list(a.sequence.columns) == SEQUENCE_COLUMNS
-    pooled = a.sequence[a.sequence["scope"] == "pooled"]
-    assert len(pooled) == 3 and len(a.sequence) == 3 + 2 * 3  # + 2 cells × 3 statistics
-    assert pooled["mde"].between(0, 1).all() and 0 < a.sequence_mde < 1
-    c = a.cells
+    alpha = {name: f.alpha for name, f in a.families.items()}
+    assert alpha == pytest.approx(
+        {"cells": 0.05 / 3, "trie": 0.05 / 3, "whitebox": 0.0, "sequence": 0.05 / 3, "lengths": 0}
+    )
+    assert not a.families["sequence"].rejected
+    seq = a.table("sequence")
+    assert list(seq.columns) == SEQUENCE_COLUMNS
+    pooled = seq[seq["scope"] == "pooled"]
+    assert len(pooled) == 3 and len(seq) == 3 + 2 * 3  # + 2 cells × 3 statistics
+    assert pooled["mde"].between(0, 1).all() and 0 < a.families["sequence"].resolution < 1
+    c = a.table("cells")
     assert (c["n_ref"] == 300).all() and (c["n_cand"] == 300).all()
     assert (c["tv_null_q95"] >= c["tv_null_mean"]).all()
     np.testing.assert_allclose(c["tv_excess"], c["tv"] - c["tv_null_mean"])
     assert (c["p_adj"] >= c["pvalue"]).all() and c["mde_tv"].between(0, 1).all()
-    assert "fdr_bh" in a.multiplicity_procedure
-    assert set(a.trie["kind"]) == {"chain", "node"}
+    assert "fdr_bh" in a.cell_family.multiplicity_procedure
+    assert set(a.table("trie")["kind"]) == {"chain", "node"}
     assert a.max_tv_excess == pytest.approx(c["tv_excess"].max())
     json.dumps(a.summary())  # JSON-ready
 
@@ -127,11 +132,12 @@ def test_a_biased_cell_position_is_found_and_located():
             candidate="candidate",
             options=AnalysisOptions(multiplicity=mult, null_permutations=99, trie_depth=0),
         )
-        assert a.rejected and a.cells_rejected and a.alpha_cells == 0.05 / 2  # + sequence
-        hit = a.cells[a.cells["reject"]]
+        cells = a.families["cells"]
+        assert a.rejected and cells.rejected and cells.alpha == 0.05 / 2  # + sequence
+        hit = cells.table[cells.table["reject"]]
         assert set(zip(hit["prompt_id"], hit["position"], strict=True)) == {("b", 2)}
-        assert a.max_tv_excess_at == {"prompt_id": "b", "config_id": "x", "position": 2}
-    assert "max-T" in a.multiplicity_procedure
+        assert a.cell_family.max_tv_excess_at == {"prompt_id": "b", "config_id": "x", "position": 2}
+    assert "max-T" in a.cell_family.multiplicity_procedure
 
 
 def test_identical_single_token_arms_are_untestable_not_passed():
@@ -143,7 +149,8 @@ def test_identical_single_token_arms_are_untestable_not_passed():
     )
     a = analyze(df, reference="reference", candidate="candidate", options=FAST)
     assert a.n_tested == 0 and a.n_untestable == 3 and not a.rejected
-    assert (a.cells["status"] == "untestable").all() and a.cells["pvalue"].isna().all()
+    c = a.table("cells")
+    assert (c["status"] == "untestable").all() and c["pvalue"].isna().all()
     assert any("nothing was shown equal" in n for n in a.notes)
     assert np.isnan(a.mde_tv)
 
@@ -155,9 +162,9 @@ def test_unequal_arms_and_variable_lengths():
     ref[:40, 3:] = -1  # 40 reference sequences stop after 3 tokens
     df = samples_frame({("p", "c", "reference"): ref, ("p", "c", "candidate"): cand})
     a = analyze(df, reference="reference", candidate="candidate", options=FAST)
-    np.testing.assert_array_equal(a.cells["n_ref"], [200, 200, 200, 160, 160])
-    assert (a.cells["n_cand"] == 150).all() and a.n_tested == 5
-    assert a.cells["tv_null_mean"].notna().all()
+    np.testing.assert_array_equal(a.table("cells")["n_ref"], [200, 200, 200, 160, 160])
+    assert (a.table("cells")["n_cand"] == 150).all() and a.n_tested == 5
+    assert a.table("cells")["tv_null_mean"].notna().all()
 
 
 def test_same_seed_same_answer_other_seed_other_null():
@@ -165,9 +172,10 @@ def test_same_seed_same_answer_other_seed_other_null():
     a1 = analyze(df, reference="reference", candidate="candidate", options=FAST, rng_seed=7)
     a2 = analyze(df, reference="reference", candidate="candidate", options=FAST, rng_seed=7)
     a3 = analyze(df, reference="reference", candidate="candidate", options=FAST, rng_seed=8)
-    assert a1.cells.equals(a2.cells) and a1.trie.equals(a2.trie)
-    assert not np.allclose(a1.cells["tv_null_mean"], a3.cells["tv_null_mean"])
-    np.testing.assert_array_equal(a1.cells["statistic"], a3.cells["statistic"])  # data only
+    assert a1.table("cells").equals(a2.table("cells")) and a1.table("trie").equals(a2.table("trie"))
+    assert not np.allclose(a1.table("cells")["tv_null_mean"], a3.table("cells")["tv_null_mean"])
+    # data only
+    np.testing.assert_array_equal(a1.table("cells")["statistic"], a3.table("cells")["statistic"])
 
 
 def test_permutation_pvalues_option():
@@ -178,8 +186,9 @@ def test_permutation_pvalues_option():
         candidate="candidate",
         options=AnalysisOptions(permutation_pvalues=True, null_permutations=99, trie_depth=0),
     )
-    np.testing.assert_array_equal(a.cells["pvalue"], a.cells["pvalue_permutation"])
-    assert (a.cells["pvalue"] >= 1 / 100).all()
+    c = a.table("cells")
+    np.testing.assert_array_equal(c["pvalue"], c["pvalue_permutation"])
+    assert (c["pvalue"] >= 1 / 100).all()
     assert any("cannot reach" in n for n in a.notes)  # 1/100 > 0.05/8
 
 
@@ -210,8 +219,11 @@ def test_whitebox_family_in_the_decision():
     cand_tok, rounds = sample_spec_rounds(m, 400, 4, 2, rng)
     rounds = rounds.assign(prompt_id="p", config_id="c", arm="candidate")
     df, a = _wb_run(rng, m, cand_tok, ref_tok, rounds=rounds)
-    assert a.alpha_whitebox == pytest.approx(0.05 / 4)  # cells, trie, white-box, sequence
-    assert set(a.whitebox["test"]) == {
+    assert a.families["whitebox"].alpha == pytest.approx(
+        0.05 / 4
+    )  # cells, trie, white-box, sequence
+    wb = a.families["whitebox"]
+    assert set(wb.table["test"]) == {
         "support",
         "pit_ks",
         "pit_cvm",
@@ -219,9 +231,9 @@ def test_whitebox_family_in_the_decision():
         "directed_z",
         "acceptance",
     }
-    assert not a.whitebox_rejected and not a.whitebox_control_failed and not a.support_violation
-    assert a.whitebox["p_adj"].ge(a.whitebox["pvalue"]).all()
-    assert np.isfinite(a.directed_z_mde) and a.directed_z_mde > 0
+    assert not wb.rejected and not a.whitebox_control_failed and not a.support_violation
+    assert wb.table["p_adj"].ge(wb.table["pvalue"]).all()
+    assert np.isfinite(wb.resolution) and wb.resolution > 0  # the directed z's MDE
     bad = df.copy()
     bad.loc[bad.index[bad["arm"] == "candidate"][0], "wb_p"] = 0.0
     a_bad = analyze(bad, reference="reference", candidate="candidate", options=FAST)
@@ -241,17 +253,19 @@ def test_whitebox_catches_a_small_bias_the_histograms_miss():
     rng = np.random.default_rng(70)
     m = markov(8, rng)
     _, a = _wb_run(rng, m, sample_spec(m, 400, 4, rng, eps=0.3), sample_plain(m, 400, 4, rng))
-    z = a.whitebox[(a.whitebox["arm"] == "candidate") & (a.whitebox["test"] == "directed_z")]
+    wb = a.table("whitebox")
+    z = wb[(wb["arm"] == "candidate") & (wb["test"] == "directed_z")]
     assert bool(z["reject"].iloc[0]) and z["statistic"].iloc[0] > 0
-    assert a.whitebox_rejected and a.rejected and not a.whitebox_control_failed
+    assert a.families["whitebox"].rejected and a.rejected and not a.whitebox_control_failed
 
 
 def test_blocks_of_relabelings_give_the_same_answer(monkeypatch):
     """Relabelings are processed in column blocks; a tiny block size changes nothing."""
-    # the package re-exports the function under the module's name: fetch the module itself
-    an = importlib.import_module("spectest.stats.analyze")
+    # the block size every permuting family reads (``spectest.stats.families.BLOCK``)
+    fam = importlib.import_module("spectest.stats.families")
     df = _h0_frame(np.random.default_rng(9), n=80)
     one = analyze(df, reference="reference", candidate="candidate", options=FAST, rng_seed=3)
-    monkeypatch.setattr(an, "_BLOCK", 7)
+    monkeypatch.setattr(fam, "BLOCK", 7)
     many = analyze(df, reference="reference", candidate="candidate", options=FAST, rng_seed=3)
-    assert one.cells.equals(many.cells) and one.trie.equals(many.trie)
+    assert one.table("cells").equals(many.table("cells"))
+    assert one.table("trie").equals(many.table("trie"))

@@ -56,9 +56,10 @@ def _cells_as_replications(
         options=AnalysisOptions(null_permutations=99, trie_depth=1, trie_min_count=30),
         rng_seed=seed,
     )
-    cells = a.cells[a.cells["status"] == "ok"]
-    chain = a.trie[a.trie["kind"] == "chain"]
-    nodes = a.trie[(a.trie["kind"] == "node") & (a.trie["status"] == "ok")]
+    cells, trie = a.table("cells"), a.table("trie")
+    cells = cells[cells["status"] == "ok"]
+    chain = trie[trie["kind"] == "chain"]
+    nodes = trie[(trie["kind"] == "node") & (trie["status"] == "ok")]
     out = {
         "chi2_asymptotic": (cells["pvalue_asymptotic"] <= ALPHA).sum(),
         "n_cells": len(cells),

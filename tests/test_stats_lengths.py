@@ -58,12 +58,14 @@ def test_full_length_runs_do_not_spend_alpha() -> None:
     rng = np.random.default_rng(1)
     s = pd.concat([frame(rng, "reference", 200, 4), frame(rng, "candidate", 200, 4, seed0=200)])
     a = analyze(s, reference="reference", candidate="candidate", options=OPTS)
-    assert a.alpha_lengths == 0.0 and not a.lengths_rejected
+    assert a.families["lengths"].alpha == 0.0 and not a.families["lengths"].rejected
     # the other active families share the whole α equally, as without the lengths family
-    shares = [a.alpha_cells, a.alpha_trie, a.alpha_whitebox, getattr(a, "alpha_sequence", 0.0)]
+    shares = [f.alpha for name, f in a.families.items() if name != "lengths"]
     active = [x for x in shares if x > 0]
-    assert a.alpha_trie > 0 and all(x == pytest.approx(0.05 / len(active)) for x in active)
-    assert a.lengths["status"].tolist() == ["untestable"]  # one length: one bin
+    assert a.families["trie"].alpha > 0 and all(
+        x == pytest.approx(0.05 / len(active)) for x in active
+    )
+    assert a.table("lengths")["status"].tolist() == ["untestable"]  # one length: one bin
 
 
 @pytest.mark.parametrize("case", ["positions past 5 missing", "half the sequences truncated"])
@@ -81,9 +83,10 @@ def test_early_stopping_candidate_is_rejected(case: str) -> None:
         [frame(rng, "reference", n, T), frame(rng, "candidate", n, T, lengths=ln, seed0=n)]
     )
     a = analyze(s, reference="reference", candidate="candidate", options=OPTS)
-    assert a.rejected and a.lengths_rejected, a.lengths
-    assert a.alpha_lengths == pytest.approx(a.alpha_cells) and a.alpha_lengths > 0  # equal share
-    row = a.lengths.iloc[0]
+    assert a.rejected and a.families["lengths"].rejected, a.table("lengths")
+    lengths = a.families["lengths"]
+    assert lengths.alpha == pytest.approx(a.families["cells"].alpha) and lengths.alpha > 0  # equal
+    row = a.table("lengths").iloc[0]
     assert row["pvalue"] < 1e-30 and row["short_cand"] == (n if ln.max() < T else n // 2)
     assert row["short_ref"] == 0 and np.isfinite(row["mde_tv"])
 

@@ -159,19 +159,21 @@ def test_analyze_pools_a_small_bias_spread_over_every_cell_position():
         candidate="candidate",
         options=AnalysisOptions(null_permutations=199, trie_depth=0),
     )
-    assert a.sequence_rejected and a.rejected
-    assert a.alpha_sequence == pytest.approx(0.025) and a.sequence_pvalue <= 0.025
-    pooled = a.sequence[a.sequence["scope"] == "pooled"].set_index("test")
+    seq = a.families["sequence"]
+    assert seq.rejected and a.rejected
+    assert seq.alpha == pytest.approx(0.025) and seq.pvalue <= 0.025
+    pooled = seq.table[seq.table["scope"] == "pooled"].set_index("test")
     assert list(pooled.index) == list(sequence.DEFAULT)
-    assert pooled.loc["transition", "mde"] == pytest.approx(a.sequence_mde)
-    assert a.sequence_mde < a.mde_tv and "pair" in a.sequence_mde_unit
+    assert pooled.loc["transition", "mde"] == pytest.approx(seq.resolution)
+    assert seq.resolution < a.mde_tv and "pair" in seq.resolution_unit
     off = analyze(
         samples_frame(arms),
         reference="reference",
         candidate="candidate",
         options=AnalysisOptions(null_permutations=199, trie_depth=0, sequence=False),
     )
-    assert off.alpha_sequence == 0.0 and len(off.sequence) == 0 and off.alpha_cells == 0.05
+    assert off.families["sequence"].alpha == 0.0 and len(off.table("sequence")) == 0
+    assert off.families["cells"].alpha == 0.05
 
 
 def test_sequence_family_needs_permutations():
@@ -183,5 +185,5 @@ def test_sequence_family_needs_permutations():
         candidate="candidate",
         options=AnalysisOptions(null_permutations=0, trie_depth=0),
     )
-    assert a.alpha_sequence == 0.0 and not a.sequence_rejected
+    assert a.families["sequence"].alpha == 0.0 and not a.families["sequence"].rejected
     assert any("sequence family off" in n for n in a.notes)

@@ -66,14 +66,14 @@ def test_predicted_seeds_bracket_the_share_actually_testable() -> None:
     (deterministic given the seeds)."""
     exps = np.linspace(0.9, 1.5, 40)
     small = _run(16, 0, exps, 2000)
-    assert small.testable_share < 0.5
-    assert small.seeds_per_arm_observed == 16
+    assert small.cell_family.testable_share < 0.5
+    assert small.cell_family.seeds_per_arm_observed == 16
     for share in ("0.5", "0.9"):
-        n = small.seeds_for_testable[share]
-        lo = small.seeds_for_testable_at_least[share]
+        n = small.cell_family.seeds_for_testable[share]
+        lo = small.cell_family.seeds_for_testable_at_least[share]
         assert n is not None and lo is not None and 16 < lo <= n, (share, n, lo)
-        at_n = _run(int(n), 1, exps, 2000).testable_share
-        at_lo = _run(int(lo), 2, exps, 2000).testable_share
+        at_n = _run(int(n), 1, exps, 2000).cell_family.testable_share
+        at_lo = _run(int(lo), 2, exps, 2000).cell_family.testable_share
         print(share, lo, n, at_lo, at_n)
         assert at_n >= float(share) - 0.1, (share, n, at_n)
         assert at_lo <= float(share) + 0.1, (share, lo, at_lo)

@@ -93,10 +93,10 @@ def test_equal_marginals_different_joints_found_by_the_trie_only():
         candidate="candidate",
         options=AnalysisOptions(trie_depth=1, trie_min_count=50, null_permutations=99),
     )
-    assert a.trie_rejected and a.rejected
-    chain = a.trie[a.trie["kind"] == "chain"]
+    assert a.families["trie"].rejected and a.rejected
+    chain = a.table("trie")[a.table("trie")["kind"] == "chain"]
     assert chain["pvalue"].iloc[0] == pytest.approx(1 / 100)
-    nodes = a.trie[a.trie["kind"] == "node"]
+    nodes = a.table("trie")[a.table("trie")["kind"] == "node"]
     assert len(nodes) == 5 and nodes["reject"].all()
 
 

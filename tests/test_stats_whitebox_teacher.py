@@ -261,12 +261,13 @@ def test_analyze_teacher_mode_passes_a_correct_engine_exact_mode_does_not() -> N
     assert exact.whitebox_control_failed and exact.support_violation
     opts = AnalysisOptions(null_permutations=50, whitebox_mode="teacher")
     teach = analyze(samples, options=opts, **kw)
-    assert teach.whitebox_mode == "teacher"
+    assert teach.options.whitebox_mode == "teacher"
     assert not teach.whitebox_control_failed and not teach.support_violation
-    assert not teach.whitebox_rejected
-    tests = set(teach.whitebox.loc[teach.whitebox["arm"] == "candidate", "test"])
+    assert not teach.families["whitebox"].rejected
+    wb = teach.table("whitebox")
+    tests = set(wb.loc[wb["arm"] == "candidate", "test"])
     assert tests == {"support_2s", "pit_ks_2s", "pit_ad_2s", "directed_z_2s"}
-    assert np.isfinite(teach.directed_z_mde)
+    assert np.isfinite(teach.families["whitebox"].resolution)
     # equal arms: the sizing advice (MDE × √(1.0625/2) with a 16 × reference)
     (note,) = [n for n in teach.notes if "reference_per_arm" in n]
     assert "reference 1 x the candidate; seeds.reference_per_arm = 16 x" in note, note

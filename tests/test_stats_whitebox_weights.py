@@ -37,7 +37,7 @@ from test_stats_whitebox_teacher import SIGMA, T, columns, replicate, world
 from spectest import schema as sc
 from spectest.errors import ConfigError
 from spectest.stats import AnalysisOptions, analyze
-from spectest.stats.analyze import _whitebox_frame
+from spectest.stats.family_whitebox import exact_whitebox_frame
 from spectest.stats.whitebox import (
     WHITEBOX_WEIGHTS,
     directed_z,
@@ -189,20 +189,20 @@ def test_analyze_p_adj_is_p_over_the_weight_in_both_modes() -> None:
         a = analyze(
             samples, options=AnalysisOptions(null_permutations=20, whitebox_mode=mode), **kw
         )
-        wb = a.whitebox[a.whitebox["test"] != "support"]
+        wb = a.table("whitebox")[a.table("whitebox")["test"] != "support"]
         assert len(wb)
         for _, rows in wb.groupby("arm"):
             w = np.array([weights[t] for t in rows["test"]])
             w = w / w.sum()
             want = np.minimum(1.0, rows["pvalue"].to_numpy(float) / w)
             assert np.allclose(rows["p_adj"].to_numpy(float), want), (mode, rows)
-            assert (rows["reject"] == (rows["p_adj"] <= a.alpha_whitebox)).all()
+            assert (rows["reject"] == (rows["p_adj"] <= a.families["whitebox"].alpha)).all()
 
 
 def test_weighted_exact_family_false_alarms_at_most_alpha() -> None:
     """H0, exact mode: 200 replications (fixed seeds) of a plain reference arm and an exact
     speculative candidate (K = 2 rounds with the rounds table; Markov V = 8, 150 sequences × 6
-    tokens each): the white-box family as analyze decides it (``_whitebox_frame``: weighted
+    tokens each): the white-box family as analyze decides it (``exact_whitebox_frame``: weighted
     Bonferroni, ``WHITEBOX_WEIGHTS``, acceptance included on the candidate) rejects each arm at a
     rate ≤ α + 3σ (σ = 0.0154; false-failure rate ≈ 0.3 % per arm)."""
     rng = np.random.default_rng(12)
@@ -215,7 +215,9 @@ def test_weighted_exact_family_false_alarms_at_most_alpha() -> None:
         extra[("p", "c", "candidate")] = whitebox_columns(m, cand)
         df = samples_frame({("p", "c", "reference"): ref, ("p", "c", "candidate"): cand}, extra)
         rounds = rounds.assign(prompt_id="p", config_id="c", arm="candidate")
-        wb = _whitebox_frame(df, "reference", "candidate", rounds, np.random.default_rng(r), ALPHA)
+        wb = exact_whitebox_frame(
+            df, "reference", "candidate", rounds, np.random.default_rng(r), ALPHA
+        )
         assert set(wb.loc[wb["arm"] == "candidate", "test"]) == {"support", *EXACT_TESTS}
         for arm in hits:
             hits[arm] += bool(wb.loc[wb["arm"] == arm, "reject"].any())

@@ -273,7 +273,7 @@ def test_sequence_family_counts_only_when_its_permutation_p_can_reach_its_level(
     in 12 cells have 20^12 relabelings and B = 100 permutations give 1/101 ≤ 0.05/3."""
     import pandas as pd
 
-    from spectest.comparison import _can_reach
+    from spectest.stats.family_sequence import _can_reach
 
     def cells(n: int, k: int) -> pd.DataFrame:
         return pd.DataFrame(

@@ -301,6 +301,23 @@ def print_result(result: Any, con: Console | None = None) -> None:
     )
     for line in summary.get("notes", []):
         con.print(f"  {printable(line)}", markup=False)
+    con.print(_config_table(summary))
+    if summary.get("teeth"):
+        con.print(_teeth_table(summary["teeth"]))
+    _print_failing(con, summary)
+    _print_timings(con, summary.get("timings"))
+    _print_looks(con, summary.get("sequential") or {}, summary)
+    for line in verdict_lines(verdict):
+        # NOTE: one physical line each (soft wrap): CI logs are grepped for them
+        if line.startswith(" "):
+            con.print(printable(line), markup=False, soft_wrap=True)
+        else:
+            word, _, rest = line.partition(" ")
+            con.print(f"[bold {style}]{u(word)}[/bold {style}] ", end="", soft_wrap=True)
+            con.print(printable(rest), markup=False, soft_wrap=True)
+
+
+def _config_table(summary: dict[str, Any]) -> Table:
     table = Table(
         title="per config (candidate vs reference)"
         if summary.get("has_candidate")
@@ -326,19 +343,24 @@ def print_result(result: Any, con: Console | None = None) -> None:
             fmt(row.get("mde_tv")),
             cell(row.get("teeth", "")),
         )
-    con.print(table)
-    if summary.get("teeth"):
-        tt = Table(title="teeth (each arm vs reference)")
-        for col in ("arm", "expected", "rejections", "verdict"):
-            tt.add_column(col)
-        for t in summary["teeth"]:
-            tt.add_row(
-                cell(t["arm"]),
-                "pass" if t["expect"] == "pass" else "killed",
-                str(t["rejections"]),
-                cell(t["label"]),
-            )
-        con.print(tt)
+    return table
+
+
+def _teeth_table(teeth: list[dict[str, Any]]) -> Table:
+    tt = Table(title="teeth (each arm vs reference)")
+    for col in ("arm", "expected", "rejections", "verdict"):
+        tt.add_column(col)
+    for t in teeth:
+        tt.add_row(
+            cell(t["arm"]),
+            "pass" if t["expect"] == "pass" else "killed",
+            str(t["rejections"]),
+            cell(t["label"]),
+        )
+    return tt
+
+
+def _print_failing(con: Console, summary: dict[str, Any]) -> None:
     cand = next((c for c in summary.get("comparisons", []) if c["role"] == "candidate"), None)
     if cand is not None and cand["failing"]:
         n = cand["rejections"]
@@ -348,37 +370,37 @@ def print_result(result: Any, con: Console | None = None) -> None:
         if n > MAX_FAILING_PRINTED:
             more = printable(f"{summary.get('run_dir')}/tests.parquet")
             con.print(f"  ... {n - MAX_FAILING_PRINTED} more: see {more}", markup=False)
-    if t := summary.get("timings"):  # phase wall times (runner.run_protocol docstring)
-        gen = ", ".join(f"{printable(a)} {s:.1f}" for a, s in t.get("generate", {}).items())
-        con.print(
-            f"timings (s): load {t.get('load', 0):.1f} · generate [{gen}] · white-box "
-            f"{t.get('whitebox', 0):.1f} · "
-            + (f"tooth sizes {t['tooth sizes']:.1f} · " if "tooth sizes" in t else "")
-            + f"analyze {t.get('analyze', 0):.1f} · write {t.get('write', 0):.1f}",
-            markup=False,
-        )
-        if w := t.get("workers"):  # a spread run: each worker's phases (scaleout.generate_spread)
-            con.print("workers (s): " + ", ".join(f"{printable(k)} {v:.1f}" for k, v in w.items()),
-                      markup=False)  # fmt: skip
-    seq = summary.get("sequential") or {}
-    if seq.get("looks"):  # the path of the evidence (report.markdown.sequential_rows)
-        from spectest.report.markdown import sequential_rows
 
-        line, _, _ = sequential_rows(summary)
-        con.print(printable(line.replace("**", "")), markup=False, soft_wrap=True)
-        path = " · ".join(
-            f"{lk['per_arm']} → {lk['decision']} (MDE {fmt(lk.get('mde_tv'))})"
-            for lk in seq["looks"]
-        )
-        con.print(f"  looks: {path}", markup=False, soft_wrap=True)
-    for line in verdict_lines(verdict):
-        # NOTE: one physical line each (soft wrap): CI logs are grepped for them
-        if line.startswith(" "):
-            con.print(printable(line), markup=False, soft_wrap=True)
-        else:
-            word, _, rest = line.partition(" ")
-            con.print(f"[bold {style}]{u(word)}[/bold {style}] ", end="", soft_wrap=True)
-            con.print(printable(rest), markup=False, soft_wrap=True)
+
+def _print_timings(con: Console, t: dict[str, Any] | None) -> None:
+    """Phase wall times (``runner.run_protocol`` docstring)."""
+    if not t:
+        return
+    gen = ", ".join(f"{printable(a)} {s:.1f}" for a, s in t.get("generate", {}).items())
+    con.print(
+        f"timings (s): load {t.get('load', 0):.1f} · generate [{gen}] · white-box "
+        f"{t.get('whitebox', 0):.1f} · "
+        + (f"tooth sizes {t['tooth sizes']:.1f} · " if "tooth sizes" in t else "")
+        + f"analyze {t.get('analyze', 0):.1f} · write {t.get('write', 0):.1f}",
+        markup=False,
+    )
+    if w := t.get("workers"):  # a spread run: each worker's phases (scaleout.generate_spread)
+        con.print("workers (s): " + ", ".join(f"{printable(k)} {v:.1f}" for k, v in w.items()),
+                  markup=False)  # fmt: skip
+
+
+def _print_looks(con: Console, seq: dict[str, Any], summary: dict[str, Any]) -> None:
+    """The path of the evidence of a sequential run (``report.markdown.sequential_rows``)."""
+    if not seq.get("looks"):
+        return
+    from spectest.report.markdown import sequential_rows
+
+    line, _, _ = sequential_rows(summary)
+    con.print(printable(line.replace("**", "")), markup=False, soft_wrap=True)
+    path = " · ".join(
+        f"{lk['per_arm']} → {lk['decision']} (MDE {fmt(lk.get('mde_tv'))})" for lk in seq["looks"]
+    )
+    con.print(f"  looks: {path}", markup=False, soft_wrap=True)
 
 
 def exit_with(code: int | ExitCode) -> None:

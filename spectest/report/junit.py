@@ -33,74 +33,83 @@ def render_junit(summary: dict[str, Any], prompt_set: str = "prompts") -> str:
     reason no tooth case shows."""
     name = str(summary.get("name", "spectest"))
     suite = ET.Element("testsuite", name=f"spectest.{name}")
-    cases = 0
-    failures = 0
     cand = next((c for c in summary.get("comparisons", []) if c["role"] == "candidate"), None)
-    if cand is not None:
-        for cs in cand["by_config"]:
-            cases += 1
-            tc = ET.SubElement(
-                suite,
-                "testcase",
-                classname=f"spectest.{name}.{prompt_set}",
-                name=str(cs["config_id"]),
-            )
-            if cs["rejections"]:
-                failures += 1
-                cells = [
-                    f
-                    for f in cand["failing"]
-                    if f"/{cs['config_id']}" in f or f"{cs['config_id']}@" in f
-                ]
-                msg = (
-                    f"{cs['rejections']} rejection(s) after correction in config {cs['config_id']}"
-                )
-                fe = ET.SubElement(tc, "failure", message=msg, type="distributions differ")
-                fe.text = "\n".join(cells or cand["failing"])
-    for t in summary.get("teeth", []):
-        cases += 1
-        tc = ET.SubElement(suite, "testcase", classname=f"spectest.{name}.teeth", name=t["arm"])
-        tp = ET.SubElement(tc, "properties")  # the verdict ("killed (size 0.167)") and the size
-        ET.SubElement(tp, "property", name="verdict", value=str(t["label"]))
-        if t.get("size_tv") is not None:
-            ET.SubElement(tp, "property", name="size_tv", value=str(t["size_tv"]))
-        if not t["sound"]:
-            failures += 1
-            ET.SubElement(
-                tc, "failure", message=f"tooth {t['arm']}: {t['label']}", type="unsound harness"
-            )
-    v = summary["verdict"]
-    # the verdict's scope: one case that carries what was tested and the resolution, and fails
-    # with the headline whenever the run is inconclusive for a reason no other case shows
-    # (nothing testable, resolution worse than required, no teeth where asked)
-    scope = v.get("scope") or {}
-    cases += 1
-    tc = ET.SubElement(suite, "testcase", classname=f"spectest.{name}", name="scope")
-    props = ET.SubElement(tc, "properties")
-    for key in ("tested", "resolution"):
-        if scope.get(key):
-            ET.SubElement(props, "property", name=key, value=str(scope[key]))
-    for key in ("cells_tested", "cells_untestable", "mde_tv", "required_mde_tv"):
-        if scope.get(key) is not None:
-            ET.SubElement(props, "property", name=key, value=str(scope[key]))
-    claim = scope.get("power_claim") or {}
-    if claim.get("tv") is not None:  # the power claim checked against required_mde_tv
-        ET.SubElement(props, "property", name="power_claim_tv", value=str(claim["tv"]))
-    if v["decision"] == "inconclusive" and not any(
-        not t["sound"] for t in summary.get("teeth", [])
-    ):
-        failures += 1
-        fe = ET.SubElement(
-            tc, "failure", message=str(v.get("headline") or v["decision"]), type="inconclusive"
-        )
-        fe.text = "\n".join(v["reasons"])
-    out = ET.SubElement(tc, "system-out")
-    out.text = "\n".join(verdict_lines(v))
-    suite.set("tests", str(cases))
-    suite.set("failures", str(failures))
+    outcomes = [] if cand is None else _config_cases(suite, name, prompt_set, cand)
+    outcomes += _teeth_cases(suite, name, summary.get("teeth", []))
+    outcomes.append(_scope_case(suite, name, summary))
+    suite.set("tests", str(len(outcomes)))
+    suite.set("failures", str(sum(outcomes)))
     suite.set("errors", "0")
     _scrub(suite)
     ET.indent(suite)
     return (
         '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
     )
+
+
+def _config_cases(
+    suite: ET.Element, name: str, prompt_set: str, cand: dict[str, Any]
+) -> list[bool]:
+    """One case per config of the candidate; failed or not, in order."""
+    failed = []
+    for cs in cand["by_config"]:
+        tc = ET.SubElement(
+            suite, "testcase", classname=f"spectest.{name}.{prompt_set}", name=str(cs["config_id"])
+        )
+        failed.append(bool(cs["rejections"]))
+        if cs["rejections"]:
+            cid = cs["config_id"]
+            cells = [f for f in cand["failing"] if f"/{cid}" in f or f"{cid}@" in f]
+            msg = f"{cs['rejections']} rejection(s) after correction in config {cid}"
+            fe = ET.SubElement(tc, "failure", message=msg, type="distributions differ")
+            fe.text = "\n".join(cells or cand["failing"])
+    return failed
+
+
+def _teeth_cases(suite: ET.Element, name: str, teeth: list[dict[str, Any]]) -> list[bool]:
+    """One case per tooth, with its verdict ("killed (size 0.167)") and size as properties."""
+    failed = []
+    for t in teeth:
+        tc = ET.SubElement(suite, "testcase", classname=f"spectest.{name}.teeth", name=t["arm"])
+        tp = ET.SubElement(tc, "properties")
+        ET.SubElement(tp, "property", name="verdict", value=str(t["label"]))
+        if t.get("size_tv") is not None:
+            ET.SubElement(tp, "property", name="size_tv", value=str(t["size_tv"]))
+        failed.append(not t["sound"])
+        if not t["sound"]:
+            ET.SubElement(
+                tc, "failure", message=f"tooth {t['arm']}: {t['label']}", type="unsound harness"
+            )
+    return failed
+
+
+def _scope_case(suite: ET.Element, name: str, summary: dict[str, Any]) -> bool:
+    """The verdict's scope: one case that carries what was tested and the resolution (and each
+    family's own line), and fails with the headline whenever the run is inconclusive for a
+    reason no other case shows (nothing testable, resolution worse than required, no teeth
+    where asked)."""
+    v = summary["verdict"]
+    scope = v.get("scope") or {}
+    tc = ET.SubElement(suite, "testcase", classname=f"spectest.{name}", name="scope")
+    props = ET.SubElement(tc, "properties")
+    for key in ("tested", "resolution"):
+        if scope.get(key):
+            ET.SubElement(props, "property", name=key, value=str(scope[key]))
+    for fam in scope.get("families", ()):  # a family's line of its own
+        if fam.get("verdict_line"):
+            ET.SubElement(props, "property", name=fam["name"], value=str(fam["verdict_line"]))
+    for key in ("cells_tested", "cells_untestable", "mde_tv", "required_mde_tv"):
+        if scope.get(key) is not None:
+            ET.SubElement(props, "property", name=key, value=str(scope[key]))
+    claim = scope.get("power_claim") or {}
+    if claim.get("tv") is not None:  # the power claim checked against required_mde_tv
+        ET.SubElement(props, "property", name="power_claim_tv", value=str(claim["tv"]))
+    failed = v["decision"] == "inconclusive" and all(t["sound"] for t in summary.get("teeth", []))
+    if failed:
+        fe = ET.SubElement(
+            tc, "failure", message=str(v.get("headline") or v["decision"]), type="inconclusive"
+        )
+        fe.text = "\n".join(v["reasons"])
+    out = ET.SubElement(tc, "system-out")
+    out.text = "\n".join(verdict_lines(v))
+    return failed

@@ -1,0 +1,222 @@
+"""The verdict as a claim: the types a decision produces and their wording, which every renderer
+prints — ``Verdict`` (decision, exit code, reasons, ``headline``), ``Scope`` (what was tested and
+at what resolution: ``tested_line``, ``resolution_line``, the families' own lines), ``PowerClaim``
+(the run's power claim R and where it comes from) and ``ToothVerdict`` (whether a tooth behaved,
+its label), each with ``to_dict`` for summary.json.
+
+Owns: the words. Does not know how a decision is made (``spectest.verdict``, which re-exports
+these) nor how tests are computed (it reads ``spectest.comparison``'s ``Comparison`` /
+``FamilyScope``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from spectest.comparison import Comparison, FamilyScope
+from spectest.errors import ExitCode
+
+Decision = Literal["equivalent", "different", "inconclusive", "sound"]
+
+
+@dataclass(frozen=True)
+class ToothVerdict:
+    """Whether one tooth behaved: the null must pass, ε and mutants must be killed (rejected);
+    a tooth that tested nothing did not behave (a null "passing" on no data checked nothing)."""
+
+    arm: str
+    role: str
+    expect: str
+    rejected: bool
+    sound: bool
+    ran: bool = True
+    cannot_bite: str | None = None  # an ε arm whose law is the exact sampler's in this run
+    size_tv: float | None = None  # an ε arm's / mutant's size (``spectest.tooth_size``)
+    size_exact: bool = False
+
+    @property
+    def killed(self) -> bool:
+        """An ε arm or mutant that can bite and was rejected: it shows the tests' power."""
+        return self.expect == "fail" and self.cannot_bite is None and self.rejected
+
+    @property
+    def size_label(self) -> str:
+        """``size 0.167`` (exact), ``size ≤ 0.148`` (an upper bound) or ``size unknown``."""
+        if self.size_tv is None:
+            return "size unknown"
+        return f"size {self.size_tv:.3g}" if self.size_exact else f"size ≤ {self.size_tv:.3g}"
+
+    @property
+    def label(self) -> str:
+        if self.cannot_bite is not None:
+            return "REJECTED (a false alarm: it cannot bite)" if self.rejected else "cannot bite"
+        if not self.ran and not self.rejected:
+            return "NO DATA (tested nothing)"
+        if self.expect == "pass":
+            return "passed (sound)" if self.sound else "REJECTED (unsound)"
+        return f"{'killed' if self.sound else 'NOT KILLED'} ({self.size_label})"
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:g} %"
+
+
+@dataclass(frozen=True)
+class PowerClaim:
+    """The run's power claim R (rule 3c): the smallest per-cell TV the run shows it would have
+    seen — the candidate's median per-cell MDE, or the size of the weakest killed tooth whose
+    size is known, whichever is smaller; ``tv`` None when neither is known."""
+
+    tv: float | None
+    source: str  # "mde" | "tooth" | "none"
+    tooth: str | None = None  # the killed tooth's arm (source "tooth")
+    exact: bool = False  # the tooth's size is exact (else an upper bound)
+
+    def size_words(self) -> str:
+        return "exact size" if self.exact else "size ≤"
+
+    def seen(self, power: float | None) -> str:
+        """The claim as the headline states it."""
+        if self.tv is None:
+            return "no per-cell TV is claimed"
+        if self.source == "tooth":
+            size = f"exact size {self.tv:.3g}" if self.exact else f"size ≤ {self.tv:.3g}"
+            return (
+                f"a per-cell TV of {self.tv:.3g} or more would have been seen, as the killed "
+                f"tooth {self.tooth} of {size} shows"
+            )
+        return (
+            f"a per-cell TV of {self.tv:.3f} or more would have been seen with {_pct(power)} power"
+        )
+
+    def where(self) -> str:
+        """Where the claim comes from, for the resolution line and the reasons."""
+        if self.tv is None:
+            return "unknown (no cell-position tested and no killed tooth of known size)"
+        if self.source == "tooth":
+            kind = "exact size" if self.exact else "size, an upper bound"
+            return f"per-cell TV {self.tv:.3g} from the killed tooth {self.tooth} ({kind})"
+        return f"per-cell TV {self.tv:.3f} from the median MDE"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tv": self.tv, "source": self.source, "tooth": self.tooth, "exact": self.exact}
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What the verdict is a claim about: the main comparison's families and cells, the teeth
+    that ran, and the resolution at the run's α and power (with the requirement applied)."""
+
+    cells_tested: int
+    cells_untestable: int
+    families: tuple[FamilyScope, ...]
+    teeth: tuple[str, ...]  # teeth that ran on enough data
+    alpha: float | None
+    power: float | None
+    mde_tv: float | None  # median per-cell MDE (TV) of the candidate
+    mde_tv_max: float | None
+    required_mde_tv: float | None
+    requirement: str  # "protocol" | "--max-mde-tv" | "default"
+    claim: PowerClaim | None = None  # the power claim (a run with a candidate)
+
+    def tested_line(self) -> str:
+        n = self.cells_tested + self.cells_untestable
+        ran = [f for f in self.families if f.ran]
+        fams = ", ".join(f"{f.label} ({f.n_tested})" for f in ran) or "none"
+        teeth = ", ".join(self.teeth) if self.teeth else "none"
+        return (
+            f"tested: {self.cells_tested} of {n} cell-positions "
+            f"({self.cells_untestable} untestable); families that ran: {fams}; "
+            f"teeth that ran: {teeth}"
+        )
+
+    def resolution_line(self) -> str:
+        head = f"resolution (α {self.alpha:g}, power {_pct(self.power)}): " if self.alpha else ""
+        parts = []
+        if self.mde_tv is not None:
+            worst = f", worst {self.mde_tv_max:.3f}" if self.mde_tv_max is not None else ""
+            parts.append(f"per-cell TV {self.mde_tv:.3f} (median{worst})")
+        else:
+            parts.append("per-cell TV unknown (no cell-position tested)")
+        for f in self.families:
+            if f.name != "cells" and f.ran and f.mde is not None:
+                parts.append(f"{f.label} {f.mde:.3g} {f.mde_unit}")
+        if self.claim is not None:
+            parts.append(f"power claim {self.claim.where()}")
+        if self.required_mde_tv is not None:
+            parts.append(f"required per-cell TV ≤ {self.required_mde_tv:g} ({self.requirement})")
+        return head + "; ".join(parts)
+
+    def family_lines(self) -> list[str]:
+        """The lines of their own that families state (``FamilyScope.verdict_line``), in order;
+        ``spectest.summary.verdict_lines`` prints them after the resolution."""
+        return [f.verdict_line for f in self.families if f.verdict_line]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cells_tested": self.cells_tested,
+            "cells_untestable": self.cells_untestable,
+            "families": [f.to_dict() for f in self.families],
+            "teeth_ran": list(self.teeth),
+            "alpha": self.alpha,
+            "power": self.power,
+            "mde_tv": self.mde_tv,
+            "mde_tv_max": self.mde_tv_max,
+            "required_mde_tv": self.required_mde_tv,
+            "requirement": self.requirement,
+            "power_claim": self.claim.to_dict() if self.claim is not None else None,
+            "tested": self.tested_line(),
+            "resolution": self.resolution_line(),
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The run's decision and exit code, with every reason that led to it and its scope."""
+
+    decision: Decision
+    exit_code: ExitCode
+    reasons: tuple[str, ...]
+    candidate: Comparison | None
+    teeth: tuple[ToothVerdict, ...]
+    mde_tv: float | None
+    max_mde_tv: float | None  # the requirement that was applied (protocol's or the default)
+    headline: str = ""
+    scope: Scope | None = None
+    claim: PowerClaim | None = None  # the power claim checked against ``max_mde_tv``
+
+    @property
+    def power_ok(self) -> bool | None:
+        """The power claim meets the requirement (None: no candidate, or the claim unknown)."""
+        if self.max_mde_tv is None or self.claim is None or self.claim.tv is None:
+            return None
+        return self.claim.tv <= self.max_mde_tv
+
+    def to_dict(self) -> dict:
+        return {
+            "decision": self.decision,
+            "exit_code": int(self.exit_code),
+            "headline": self.headline,
+            "reasons": list(self.reasons),
+            "mde_tv": self.mde_tv,
+            "max_mde_tv": self.max_mde_tv,
+            "power_ok": self.power_ok,
+            "power_claim": self.claim.to_dict() if self.claim is not None else None,
+            "scope": self.scope.to_dict() if self.scope is not None else None,
+            "teeth": [
+                {
+                    "arm": t.arm,
+                    "role": t.role,
+                    "expect": t.expect,
+                    "rejected": t.rejected,
+                    "sound": t.sound,
+                    "ran": t.ran,
+                    "label": t.label,
+                    "cannot_bite": t.cannot_bite,
+                    "size_tv": t.size_tv,
+                    "size_exact": t.size_exact,
+                }
+                for t in self.teeth
+            ],
+        }

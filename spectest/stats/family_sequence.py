@@ -1,0 +1,184 @@
+"""The sequence-level family: statistics of whole sequences pooled over every cell, max-T over
+them, whole-sequence permutations within cells (``spectest.stats.sequence``).
+
+Owns: ``SequenceFamily`` (active when ``options.sequence`` and ``null_permutations >= 1``), its
+table ``SEQUENCE_COLUMNS`` (stored as sequence.parquet: the pooled rows that decide, then the
+per-cell rows that locate), what counts as tested (a permutation p-value that cannot reach its
+level tested nothing), its resolution (that of its first statistic stated in TV) and
+``SequenceResult``. Does not know: the other families, files, torch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from spectest import schema as sc
+from spectest.stats import sequence
+from spectest.stats.families import Failure, FamilyInputs, FamilyResult, empty_frame
+
+SEQUENCE_COLUMNS = [
+    sc.PROMPT_ID,
+    sc.CONFIG_ID,
+    "test",
+    "scope",
+    "statistic",
+    "z",
+    "pvalue",
+    "p_adj",
+    "reject",
+    "null_mean",
+    "null_sd",
+    "n_ref",
+    "n_cand",
+    "mde",
+    "unit",
+]
+ALL_CELLS = "*"  # prompt_id / config_id of the sequence family's pooled rows
+
+
+@dataclass(frozen=True)
+class SequenceResult(FamilyResult):
+    """The sequence family's result: ``pvalue`` its max-T permutation p-value over the pooled
+    statistics (NaN when it did not run); ``resolution`` that of its first statistic stated in
+    TV (``sequence.TV_STATISTICS``; NaN: none), ``resolution_unit`` which law that TV is of."""
+
+    pvalue: float = float("nan")
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            **super().summary(),
+            "sequence_pvalue": self.pvalue,
+            "sequence_mde": self.resolution,
+            "sequence_mde_unit": self.resolution_unit,
+        }
+
+
+class SequenceFamily:
+    """Transitions, unigram and per-position χ² sums, Hamming and prefix MMD, pooled over cells
+    (``options.sequence_statistics`` of them), max-T over the pooled statistics."""
+
+    name = "sequence"
+    label = "sequence-level (pooled over cells)"
+
+    def active(self, inputs: FamilyInputs) -> bool:
+        return inputs.options.sequence and inputs.options.null_permutations >= 1
+
+    def run(self, inputs: FamilyInputs, alpha: float) -> SequenceResult:
+        opts = inputs.options
+        if alpha == 0:
+            off = ("sequence family off: it needs null_permutations >= 1",) if opts.sequence else ()
+            none = np.zeros(0, dtype=bool)
+            return SequenceResult.of(self, 0.0, empty_frame(SEQUENCE_COLUMNS), none, notes=off)
+        df, p, mde, unit = _sequence_frame(inputs, alpha)
+        pooled = df[df["scope"] == "pooled"]
+        # a permutation p-value that cannot reach the level tested nothing
+        reach = _can_reach(df, opts.null_permutations, alpha)
+        tested = pooled["pvalue"].astype(float).notna().to_numpy() & reach
+        rej = df[df["reject"].astype(bool)] if len(df) else df
+        failing = tuple(
+            Failure(
+                float(r.p_adj),
+                f"sequence-level {r.test} (pooled over cells) p_adj={float(r.p_adj):.3g} "
+                f"z={float(r.z):.2f}",
+            )
+            for r in rej.itertuples(index=False)
+        )
+        return SequenceResult.of(
+            self, alpha, df, tested, failing, resolution=mde, resolution_unit=unit, pvalue=p
+        )
+
+
+def _sequence_frame(inputs: FamilyInputs, alpha: float) -> tuple[pd.DataFrame, float, float, str]:
+    """Pooled rows (one per statistic: z, max-T adjusted p, decision, resolution) then per-cell
+    rows (diagnostic p-values); the family's p-value, TV resolution and its unit."""
+    opts, enc = inputs.options, inputs.enc
+    cells, sizes = [], []
+    for c in range(enc.n_cells):
+        n = enc.arm_sizes(c)
+        if n.min() > 0:
+            cells.append(
+                sequence.cell_statistics(
+                    inputs.cell_tokens(c), inputs.labels[c], min_expected=opts.min_expected
+                )
+            )  # [J, 1+B]
+            sizes.append(np.array([c, *n]))
+    if not cells:
+        return empty_frame(SEQUENCE_COLUMNS), float("nan"), float("nan"), ""
+    names = opts.sequence_statistics
+    rows = [sequence.STATISTICS.index(n) for n in names]
+    res = sequence.combine([c[rows] for c in cells], names)
+    sz = np.stack(sizes)  # [C, 3]: cell code, n_ref, n_cand
+    mde = sequence.resolution(res, sz[:, 1], sz[:, 2], enc.n_positions, alpha, opts.power)
+    df = pd.concat(
+        [_pooled_rows(res, sz, mde, alpha), _cell_rows(inputs, res, sz)], ignore_index=True
+    )[SEQUENCE_COLUMNS]
+    tv = [j for j, n in enumerate(names) if n in sequence.TV_STATISTICS]
+    if not tv:
+        return df, res.pvalue, float("nan"), ""
+    return df, res.pvalue, float(mde[tv[0]]), sequence.UNITS[names[tv[0]]]
+
+
+def _pooled_rows(res: Any, sz: np.ndarray, mde: np.ndarray, alpha: float) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            sc.PROMPT_ID: ALL_CELLS,
+            sc.CONFIG_ID: ALL_CELLS,
+            "test": np.array(res.names, dtype=object),
+            "scope": "pooled",
+            "statistic": res.z,
+            "z": res.z,
+            "pvalue": res.stat_pvalue,
+            "p_adj": res.stat_adjusted,
+            "reject": res.stat_adjusted <= alpha,
+            "null_mean": 0.0,
+            "null_sd": res.z_null_sd,
+            "n_ref": int(sz[:, 1].sum()),
+            "n_cand": int(sz[:, 2].sum()),
+            "mde": mde,
+            "unit": [sequence.UNITS[n] for n in res.names],
+        }
+    )
+
+
+def _cell_rows(inputs: FamilyInputs, res: Any, sz: np.ndarray) -> pd.DataFrame:
+    J, C = len(res.names), sz.shape[0]
+    sd = res.cell_null_sd.reshape(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        zc = (res.cell_observed.reshape(-1) - res.cell_null_mean.reshape(-1)) / sd
+    return pd.DataFrame(
+        {
+            **inputs.cell_ids(np.repeat(sz[:, 0], J)),
+            "test": np.tile(np.array(res.names, dtype=object), C),
+            "scope": "cell",
+            "statistic": res.cell_observed.reshape(-1),
+            "z": np.where(sd > 0, zc, 0.0),
+            "pvalue": res.cell_pvalue.reshape(-1),
+            "p_adj": np.nan,
+            "reject": False,
+            "null_mean": res.cell_null_mean.reshape(-1),
+            "null_sd": sd,
+            "n_ref": np.repeat(sz[:, 1], J),
+            "n_cand": np.repeat(sz[:, 2], J),
+            "mde": np.nan,
+            "unit": "",
+        }
+    )
+
+
+def _can_reach(seq: pd.DataFrame, n_permutations: int, alpha: float) -> bool:
+    """Whether the family's permutation p-value can reach its level at all: its smallest
+    attainable value is 1/(B + 1), or 1/Π_c C(n_c, n_ref,c) when the cells have fewer distinct
+    relabelings than that. At 2 + 2 sequences in one cell (6 relabelings) it cannot: such a
+    family ran formally but tested nothing."""
+    cells = seq[seq["scope"] == "cell"].drop_duplicates([sc.PROMPT_ID, sc.CONFIG_ID])
+    log_labelings = sum(
+        math.lgamma(a + b + 1) - math.lgamma(a + 1) - math.lgamma(b + 1)
+        for a, b in zip(cells["n_ref"].astype(int), cells["n_cand"].astype(int), strict=True)
+    )
+    smallest = max(1.0 / (n_permutations + 1), math.exp(-min(log_labelings, 700.0)))
+    return smallest <= alpha
