@@ -45,8 +45,8 @@ from typing import Any
 import torch
 
 from spectest.engines import attention, builtin
-from spectest.engines.base import Models
-from spectest.engines.builtin import BuiltinEngine, EngineOutput, Pipeline, RowSpec
+from spectest.engines.base import ArmOutput, Models
+from spectest.engines.builtin import BuiltinEngine, Pipeline, RowSpec
 from spectest.errors import ModelError
 from spectest.models.base import Cache, LanguageModel
 from spectest.models.hf import HFModel
@@ -415,7 +415,7 @@ FAST = Pipeline(
 
 def plain_decode_fast(
     model: LanguageModel, prompt: Sequence[int], rows: Sequence[RowSpec], **kw: Any
-) -> EngineOutput:
+) -> ArmOutput:
     """``builtin.plain_decode`` on the fast pipeline and (for an ``as_fast`` model) the static
     cache: the same loop, the same tokens under the same keys (module docstring), and with
     ``whitebox`` the same generation-time white-box columns."""
@@ -428,7 +428,7 @@ def speculative_decode_fast(
     prompt: Sequence[int],
     rows: Sequence[RowSpec],
     **kw: Any,
-) -> EngineOutput:
+) -> ArmOutput:
     """``builtin.speculative_decode`` with ``fast_variant(variant)`` and (for ``as_fast`` models)
     the static cache: the same loop, tokens and telemetry under the same keys."""
     return builtin.speculative_decode(target, draft, prompt, rows, pipeline=FAST, **kw)

@@ -232,7 +232,7 @@ def teacher_force(
     target: LanguageModel,
     prompt: Sequence[int],
     params: Sequence[SamplingParams],
-    tokens: torch.Tensor,
+    tokens: torch.Tensor | np.ndarray,
     *,
     draft: LanguageModel | None = None,
     drafter: DrafterSpec | None = None,
@@ -244,7 +244,7 @@ def teacher_force(
     target : the local target model (the one plain sampling used).
     prompt : the shared prompt token ids.
     params : one ``SamplingParams`` per row (``[r.params for r in rows]``).
-    tokens : int64 ``[B, T]`` emitted tokens (``EngineOutput.tokens``).
+    tokens : int64 ``[B, T]`` emitted tokens (``ArmOutput.tokens``, numpy, or a tensor).
     draft, drafter : with a draft, q_t is its drafter's law (module docstring); without one the
         q columns take their "q unknown" values and ``drafter`` is ignored.
 
@@ -256,6 +256,7 @@ def teacher_force(
 
     if draft is not None and drafter is None:
         raise InputError("teacher_force: a draft needs its drafter (DrafterSpec) to define q")
+    tokens = torch.as_tensor(tokens)
     if tokens.dim() != 2 or tokens.dtype != torch.int64:
         raise InputError(
             f"teacher_force: tokens must be int64 [B, T], got {tokens.dtype} {tuple(tokens.shape)}"
