@@ -17,7 +17,7 @@ sampling draws from. q_t = the law the drafter *should* propose from under its `
 exact variant's ``draft_law`` sample law (processed / temperature-only / raw softmax; for a
 one-hot drafter q_t = δ(argmax)). Token order for the CDF: by p/q descending, ties by id (by p
 descending when there is no draft); ``wb_cdf_lo`` = p-mass strictly before x_t in that order.
-The order depends only on the prefix, as the randomised PIT requires (STATS.md).
+The order depends only on the prefix, as the randomised PIT requires (docs/statistics.md).
 """
 
 from __future__ import annotations

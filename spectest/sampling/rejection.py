@@ -31,8 +31,7 @@ import torch
 
 from spectest.errors import InputError
 from spectest.sampling.draw import categorical, categorical_reference
-
-PLACEHOLDER_TOKEN_ID = -1  # pads ``emitted`` after the last emitted token
+from spectest.schema import PLACEHOLDER_TOKEN_ID  # pads ``emitted`` after the last emitted token
 
 
 @dataclass(frozen=True)
