@@ -245,11 +245,30 @@ def test_check_output_accepts_early_stop() -> None:
 
 
 def test_q_modes_agree() -> None:
-    from spectest.engines import base
+    from spectest import schema
+    from spectest.engines import base, builtin
     from spectest.protocol import Q_MODES
-    from spectest.sampling import mutants
+    from spectest.sampling import mutants, rejection
 
     assert base.Q_MODES == mutants.Q_MODES == Q_MODES
+    # defined once (spectest.schema), imported everywhere else
+    assert base.Q_MODES is mutants.Q_MODES is schema.Q_MODES
+    assert base.PLACEHOLDER_TOKEN_ID is builtin.PLACEHOLDER_TOKEN_ID is schema.PLACEHOLDER_TOKEN_ID
+    assert rejection.PLACEHOLDER_TOKEN_ID is schema.PLACEHOLDER_TOKEN_ID == -1
+
+
+def test_drafter_spec_is_the_protocols_drafter_in_its_spelling() -> None:
+    """One ``DrafterSpec``: the protocol's ``drafter`` section (kind, k, q) read by
+    ``from_kind`` and written back by ``canonical`` gives the hashed form of every shipped
+    protocol, so a protocol holding the engine's type keeps its hash."""
+    for f in sorted((REPO / "protocols").glob("*.yaml")):
+        p = load_protocol(f)
+        hashed = p.canonical()["drafter"]
+        d = DrafterSpec.from_kind(hashed["kind"], hashed["k"], hashed["q"])
+        assert d.canonical() == hashed, f.name
+        assert (d.kind, d.onehot) == (hashed["kind"], hashed["kind"] == "onehot")
+    with pytest.raises(ConfigError, match=r"drafter: kind must be one of \('onehot', 'sampled'\)"):
+        DrafterSpec.from_kind("greedy", 3)
 
 
 # ----------------------------------------------------------------------------- entry points
