@@ -1,10 +1,10 @@
-"""The fast pipeline's sampling work per step, dense laws vs candidate laws (h11), same tokens.
+"""The fast pipeline's sampling work per step, dense laws vs shortlist laws (h11), same tokens.
 
 - plain step: ``logits_to_probs_fast`` + ``categorical`` on ``[B, V]`` float64, vs
-  ``candidate_probs`` + ``CandidateLaw.draw`` on ``[B, W]``;
+  ``shortlist_probs`` + ``ShortlistLaw.draw`` on ``[B, W]``;
 - speculative round (sampled drafter, K draft laws + the K+1 target rows): dense q's stacked to
-  ``[B, K, V]``, ``logits_to_probs_fast`` on ``[B, K+1, V]``, ``rejection_sample``, vs candidate
-  laws and ``rejection_sample_candidates``.
+  ``[B, K, V]``, ``logits_to_probs_fast`` on ``[B, K+1, V]``, ``rejection_sample``, vs shortlist
+  laws through the same ``rejection_sample`` (record keys ``*_candidates_ms``: the h11 names).
 Tokens asserted equal; best-of-``reps`` ms per call; logits ``N(0, 12²)`` like the realistic pair,
 t 0.8, top-p 0.95. No model forwards.
 
@@ -23,9 +23,10 @@ from typing import Any
 import torch
 
 from spectest.sampling.draw import categorical
-from spectest.sampling.fast import candidate_probs, logits_to_probs_fast
+from spectest.sampling.laws import stack_laws
 from spectest.sampling.params import SamplingParams, SamplingTensors
-from spectest.sampling.rejection import rejection_sample, rejection_sample_candidates
+from spectest.sampling.rejection import rejection_sample
+from spectest.sampling.shortlist import logits_to_probs_fast, shortlist_probs
 
 
 def _best(fn: Callable[[], Any], reps: int, dev: torch.device) -> tuple[float, Any]:
@@ -62,7 +63,7 @@ def main() -> None:
         return categorical(logits_to_probs_fast(t_logits[:, 0], params), u[:, 0], check=False)
 
     def plain_cand() -> torch.Tensor:
-        law = candidate_probs(t_logits[:, 0], params)
+        law = shortlist_probs(t_logits[:, 0], params)
         assert law is not None
         return law.draw(u[:, 0])
 
@@ -74,17 +75,13 @@ def main() -> None:
         return res.emitted
 
     def round_cand() -> torch.Tensor:
-        laws = [candidate_probs(d_logits[:, i], params) for i in range(K)]
+        laws = [shortlist_probs(d_logits[:, i], params) for i in range(K)]
         assert all(q is not None for q in laws)
         qs = [q for q in laws if q is not None]
         x = torch.stack([q.draw(u[:, i]) for i, q in enumerate(qs)], 1)  # [B, K]
-        p = candidate_probs(t_logits, params)
+        p = shortlist_probs(t_logits, params)
         assert p is not None
-        q_ids = torch.stack([q.ids for q in qs], 1)
-        q_probs = torch.stack([q.probs for q in qs], 1)
-        res = rejection_sample_candidates(
-            p.ids, p.probs, q_ids, q_probs, x, u[:, K : 2 * K], u[:, 2 * K]
-        )
+        res = rejection_sample(p, stack_laws(qs), x, u[:, K : 2 * K], u[:, 2 * K])
         return res.emitted
 
     rec: dict[str, Any] = {"bench": "sampling_round", "rows": B, "vocab": V, "k": K}

@@ -8,8 +8,8 @@ import time
 
 import torch
 
-from spectest.sampling.fast import logits_to_probs_fast
 from spectest.sampling.params import SamplingParams, SamplingTensors
+from spectest.sampling.shortlist import logits_to_probs_fast
 from spectest.sampling.transforms import logits_to_probs
 
 torch.set_num_threads(1)

@@ -1,11 +1,12 @@
-"""White-box columns of one speculative chunk: densified laws vs candidate laws (h12), same values.
+"""White-box columns of one speculative chunk: densified laws vs shortlist laws (h12), same values.
 
-- dense (before h12): ``CandidateLaw.dense`` of p and q to ``[rows, V]`` float64, then
+- dense (before h12): ``ShortlistLaw.dense`` of p and q to ``[rows, V]`` float64, then
   ``teacher.whitebox_columns`` (order key, ``before`` mask, three masked sums, min(p, q)), in
   row chunks of ``--chunk`` (the recorder's ``_WB_CHUNK_ELEMENTS`` bounds its temporaries alike);
-- candidates: ``teacher.whitebox_columns_candidates`` on the ``[rows, W]`` laws (O(rows·W)).
+- shortlist: ``teacher.whitebox_columns_shortlist`` on the ``[rows, W]`` laws (O(rows·W); record
+  key ``candidates_ms``: the h12 name).
 Columns asserted equal (rtol 1e-12, ``wb_in_a`` exact); ms per call (dense: one pass, the
-candidate path best of ``reps``). Laws: ``candidate_probs`` of logits ``N(0, 12²)`` (t 0.8,
+shortlist path best of ``reps``). Laws: ``shortlist_probs`` of logits ``N(0, 12²)`` (t 0.8,
 top-p 0.95, width 1024) for p and for a processed q (draft logits = p's + N(0, 3²)), a one-hot q
 (the argmax of the draft logits) and no q; tokens drawn from p. No model forwards.
 
@@ -22,19 +23,16 @@ from typing import Any
 
 import torch
 
-from spectest.engines.teacher import whitebox_columns, whitebox_columns_candidates
+from spectest.engines.teacher import whitebox_columns, whitebox_columns_shortlist
 from spectest.sampling.draw import argmax_tokens
-from spectest.sampling.fast import CandidateLaw, candidate_probs
+from spectest.sampling.laws import ShortlistLaw
 from spectest.sampling.params import SamplingParams, SamplingTensors
+from spectest.sampling.shortlist import shortlist_probs
 
 
 def _sync(dev: torch.device) -> None:
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
-
-
-def _rows(law: CandidateLaw, lo: int, n: int) -> CandidateLaw:
-    return CandidateLaw(law.ids[lo : lo + n], law.probs[lo : lo + n], law.vocab_size)
 
 
 def main() -> None:
@@ -56,17 +54,17 @@ def main() -> None:
         params = SamplingTensors.from_params([SamplingParams(0.8, 0, 0.95)] * n, device=dev)
         t = torch.randn((n, V), generator=g, device=dev) * 12  # [n, V]
         d = t + torch.randn((n, V), generator=g, device=dev) * 3  # [n, V]
-        p, q = candidate_probs(t, params), candidate_probs(d, params)
-        assert p is not None and q is not None, "a row not decided on candidates"
+        p, q = shortlist_probs(t, params), shortlist_probs(d, params)
+        assert p is not None and q is not None, "a row not decided on its shortlist"
         ids_p.append(p.ids)
         pr_p.append(p.probs)
         ids_q.append(q.ids)
         pr_q.append(q.probs)
         onehot.append(argmax_tokens(d))  # [n]
-    p = CandidateLaw(torch.cat(ids_p), torch.cat(pr_p), V)  # [N, W]
-    qs: dict[str, CandidateLaw | None] = {
-        "processed_q": CandidateLaw(torch.cat(ids_q), torch.cat(pr_q), V),
-        "onehot_q": CandidateLaw(
+    p = ShortlistLaw(torch.cat(ids_p), torch.cat(pr_p), V)  # [N, W]
+    qs: dict[str, ShortlistLaw | None] = {
+        "processed_q": ShortlistLaw(torch.cat(ids_q), torch.cat(pr_q), V),
+        "onehot_q": ShortlistLaw(
             torch.cat(onehot)[:, None], torch.ones((N, 1), dtype=torch.float64, device=dev), V
         ),
         "no_q": None,
@@ -76,11 +74,11 @@ def main() -> None:
     pick = torch.searchsorted(cdf, u * cdf[:, -1:]).clamp_(max=p.ids.shape[1] - 1)
     x = p.ids.gather(1, pick)[:, 0]  # [N] tokens drawn from p
 
-    def dense_all(q: CandidateLaw | None) -> dict[str, torch.Tensor]:
+    def dense_all(q: ShortlistLaw | None) -> dict[str, torch.Tensor]:
         parts: dict[str, list[torch.Tensor]] = {}
         for lo in range(0, N, C):
-            qq = None if q is None else _rows(q, lo, C).dense()
-            cols = whitebox_columns(_rows(p, lo, C).dense(), qq, x[lo : lo + C])
+            qq = None if q is None else q.rows(lo, C).dense()
+            cols = whitebox_columns(p.rows(lo, C).dense(), qq, x[lo : lo + C])
             for c, v in cols.items():
                 parts.setdefault(c, []).append(v)
         return {c: torch.cat(v) for c, v in parts.items()}
@@ -96,7 +94,7 @@ def main() -> None:
         for _ in range(a.reps):
             _sync(dev)
             t0 = time.perf_counter()
-            got = whitebox_columns_candidates(p, q, x)
+            got = whitebox_columns_shortlist(p, q, x)
             _sync(dev)
             best = min(best, (time.perf_counter() - t0) * 1e3)
         for c in want:

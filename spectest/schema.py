@@ -48,9 +48,9 @@ TOKEN_ID = "token_id"
 CELL = (PROMPT_ID, CONFIG_ID)
 
 # Values that cross every layer (engines, sampling, protocol), defined here once:
-PLACEHOLDER_TOKEN_ID = -1  # no token: past the end of a sequence that stopped early (never stored)
+PLACEHOLDER_TOKEN_ID = -1  # no token: past a sequence's end, or after a round's last emitted token
 DRAFTER_KINDS = ("onehot", "sampled")  # a drafter proposes its argmax, or samples from q
-Q_MODES = ("processed", "temperature", "raw")  # the q a sampled drafter reports (drafter.q)
+Q_MODES = ("processed", "temperature", "raw")  # how a drafter's q is built from its logits
 
 WB_P = "wb_p"
 WB_CDF_LO = "wb_cdf_lo"

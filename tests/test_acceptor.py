@@ -191,6 +191,15 @@ def test_exact_kernel_equals_builtin_rejection_sampler() -> None:
     assert (mine == theirs).mean() > 0.99
 
 
+def test_kernel_variant_never_runs_on_a_shortlist() -> None:
+    """The user's kernel sees the dense laws it was written for: its variant keeps the exact
+    sampler's pipeline hooks but not ``round_on_shortlist`` (a pipeline with a shortlist would
+    otherwise run spectest's own chain sampler in place of the kernel)."""
+    engine, job = _engine_and_job("accept")
+    v = engine.variant(job)
+    assert v.exact_verify and v.truthful_draft and not v.round_on_shortlist
+
+
 def _engine_and_job(name: str, batch_size: int = 16) -> tuple[AcceptorEngine, ArmJob]:
     target, draft = load_pair(TOY["models"]["target"], TOY["models"]["draft"])
     engine = AcceptorEngine.__new__(AcceptorEngine)

@@ -1,4 +1,4 @@
-"""Packed GQA attention (engines/attention.py) against its references: ``repeat_kv_sdpa`` and
+"""Packed GQA attention (models/attention.py) against its references: ``repeat_kv_sdpa`` and
 transformers' own ``sdpa_attention_forward`` on random inputs, and inside ``StaticHFModel``
 (the packed function is really called; logits equal the unpacked static model's)."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from spectest.engines import attention
-from spectest.engines.fast import StaticHFModel
+from spectest.models import attention
 from spectest.models.hf import from_preset
+from spectest.models.static import StaticHFModel
 
 
 class _Module(torch.nn.Module):

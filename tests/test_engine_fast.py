@@ -1,7 +1,7 @@
-"""The fast engine (engines/fast.py) against the built-in engine, its reference: the same tokens
-and telemetry in float32 on CPU (static cache + fast pipeline), batch invariance, the static
-cache's contract (holes, one pool per batch size, a full cache is an error), and on CUDA the
-CUDA-graph replay against eager (skipped cleanly without CUDA)."""
+"""The fast engine (engines/fast.py, models/static.py) against the built-in engine, its reference:
+the same tokens and telemetry in float32 on CPU (static cache + fast pipeline), batch invariance,
+the static cache's contract (holes, one pool per batch size, a full cache is an error), and on
+CUDA the CUDA-graph replay against eager (skipped cleanly without CUDA)."""
 
 from __future__ import annotations
 
@@ -13,16 +13,11 @@ import pytest
 import torch
 
 from spectest.engines.builtin import DrafterSpec, RowSpec, plain_decode, speculative_decode
-from spectest.engines.fast import (
-    WINDOW_STEP,
-    StaticHFModel,
-    as_fast,
-    plain_decode_fast,
-    speculative_decode_fast,
-)
+from spectest.engines.fast import as_fast, plain_decode_fast, speculative_decode_fast
 from spectest.errors import ModelError
 from spectest.models.derive import first_layers
 from spectest.models.hf import HFModel, from_preset
+from spectest.models.static import WINDOW_STEP, StaticHFModel
 from spectest.models.toy import ToyLM
 from spectest.sampling.mutants import get_variant
 from spectest.sampling.params import SamplingParams
@@ -185,27 +180,27 @@ def test_cuda_graphs_equal_eager_on_cuda() -> None:
 
 @pytest.mark.parametrize("whitebox", [False, True], ids=["tokens", "whitebox"])
 @pytest.mark.parametrize("onehot", [True, False], ids=["onehot", "sampled"])
-def test_candidate_laws_equal_builtin(hf_pair, onehot, whitebox) -> None:
-    """The fast pipeline's draws and rounds on candidate laws (no dense [B, K+1, V] rows; width
+def test_shortlist_laws_equal_builtin(hf_pair, onehot, whitebox) -> None:
+    """The fast pipeline's draws and rounds on shortlist laws (no dense [B, K+1, V] rows; width
     32 < V = 512 so that they run here) give the built-in engine's tokens and rounds, plain and
     speculative, float32 on CPU, and with white-box recording its columns (rtol 1e-5, as the
-    other equality tests); the candidate path is really taken (counted)."""
+    other equality tests); the shortlist path is really taken (counted)."""
     import dataclasses
     from functools import partial
 
-    from spectest.engines.fast import FAST
-    from spectest.sampling.fast import candidate_probs, logits_to_probs_fast
+    from spectest.sampling.pipeline import FAST
+    from spectest.sampling.shortlist import logits_to_probs_fast, shortlist_probs
 
     target, draft = hf_pair
     taken: list[bool] = []
 
-    def candidates(logits, params):  # type: ignore[no-untyped-def]
-        law = candidate_probs(logits, params, width=32)
+    def shortlist(logits, params):  # type: ignore[no-untyped-def]
+        law = shortlist_probs(logits, params, width=32)
         taken.append(law is not None)
         return law
 
     narrow = dataclasses.replace(
-        FAST, probs=partial(logits_to_probs_fast, width=32), candidates=candidates
+        FAST, probs=partial(logits_to_probs_fast, width=32), shortlist=shortlist
     )
     rows = [r for r in ROWS if r.params.temperature > 0 and r.params.temperature != 1.0]
     rows += [RowSpec("k8", s, PARAMS[4]) for s in range(3)]
@@ -225,7 +220,7 @@ def test_candidate_laws_equal_builtin(hf_pair, onehot, whitebox) -> None:
     if whitebox:
         assert got.whitebox is not None and want.whitebox is not None
         pd.testing.assert_frame_equal(got.whitebox, want.whitebox, rtol=1e-5)
-    assert sum(taken) >= len(taken) // 2 > 0  # most calls decided on candidates
+    assert sum(taken) >= len(taken) // 2 > 0  # most calls decided on the shortlist
     taken.clear()
     wb = dict(whitebox=True, drafter=drafter) if whitebox else {}
     plain = plain_decode(
@@ -254,44 +249,44 @@ def test_candidate_laws_equal_builtin(hf_pair, onehot, whitebox) -> None:
     ],
     ids=["onehot", "processed", "temperature-q", "mutant", "onehot-mutant", "lying-q"],
 )
-def test_whitebox_on_candidates_equals_dense(hf_pair, monkeypatch, onehot, q_mode, variant) -> None:
-    """The white-box columns computed on candidate laws (``whitebox_columns_candidates``, width
+def test_whitebox_on_shortlist_equals_dense(hf_pair, monkeypatch, onehot, q_mode, variant) -> None:
+    """The white-box columns computed on shortlist laws (``whitebox_columns_shortlist``, width
     32 < V = 512) equal the dense ``whitebox_columns`` of the same decode to float64 summation
-    order (rtol 1e-12, ``wb_in_a`` exact): the same fast pipeline with ``candidates`` off draws
-    the same tokens (``CandidateLaw.draw`` NOTE, CPU) from the bit-equal dense laws and records
-    densely. One-hot q (W = 1), processed q on candidates, a temperature-only q (dense q beside
-    a candidate p), mutants' dense rounds (p put on candidates for the white-box only; a lying
-    q: the teacher q from the draft logits), speculative and plain; the candidate path is really
-    taken (counted)."""
+    order (rtol 1e-12, ``wb_in_a`` exact): the same fast pipeline with ``shortlist`` off draws
+    the same tokens (``ShortlistLaw.draw`` NOTE, CPU) from the bit-equal dense laws and records
+    densely. One-hot q (W = 1), processed q on the shortlist, a temperature-only q (dense q
+    beside a shortlist p), mutants' dense rounds (p put on the shortlist for the white-box only;
+    a lying q: the teacher q from the draft logits), speculative and plain; the shortlist path is
+    really taken (counted)."""
     import dataclasses
     from functools import partial
 
     from spectest.engines import teacher
-    from spectest.engines.fast import FAST
-    from spectest.sampling.fast import candidate_probs, logits_to_probs_fast
+    from spectest.sampling.pipeline import FAST
+    from spectest.sampling.shortlist import logits_to_probs_fast, shortlist_probs
 
     target, draft = hf_pair
     calls: list[int] = []
-    real = teacher.whitebox_columns_candidates
+    real = teacher.whitebox_columns_shortlist
 
     def counted(p, q, tokens):  # type: ignore[no-untyped-def]
         calls.append(int(tokens.shape[0]))
         return real(p, q, tokens)
 
-    monkeypatch.setattr(teacher, "whitebox_columns_candidates", counted)
+    monkeypatch.setattr(teacher, "whitebox_columns_shortlist", counted)
     narrow = dataclasses.replace(
         FAST,
         probs=partial(logits_to_probs_fast, width=32),
-        candidates=partial(candidate_probs, width=32),
+        shortlist=partial(shortlist_probs, width=32),
     )
-    dense = dataclasses.replace(narrow, candidates=None)
+    dense = dataclasses.replace(narrow, shortlist=None)
     rows = [r for r in ROWS if r.params.temperature > 0 and r.params.temperature != 1.0]
     rows += [RowSpec("k8", s, PARAMS[4]) for s in range(3)]
     drafter = DrafterSpec(onehot=onehot, k=3, q_mode=q_mode)
     kw = dict(num_positions=12, drafter=drafter, whitebox=True, **KW)
     v = get_variant(variant)
     got = speculative_decode(target, draft, [1, 2, 3], rows, variant=v, pipeline=narrow, **kw)
-    assert calls, "the candidate white-box path was not taken"
+    assert calls, "the shortlist white-box path was not taken"
     calls.clear()
     want = speculative_decode(target, draft, [1, 2, 3], rows, variant=v, pipeline=dense, **kw)
     assert not calls

@@ -246,15 +246,16 @@ def test_check_output_accepts_early_stop() -> None:
 
 def test_q_modes_agree() -> None:
     from spectest import schema
-    from spectest.engines import base, builtin
+    from spectest.engines import base
     from spectest.protocol import Q_MODES
     from spectest.sampling import mutants, rejection
 
     assert base.Q_MODES == mutants.Q_MODES == Q_MODES
     # defined once (spectest.schema), imported everywhere else
     assert base.Q_MODES is mutants.Q_MODES is schema.Q_MODES
-    assert base.PLACEHOLDER_TOKEN_ID is builtin.PLACEHOLDER_TOKEN_ID is schema.PLACEHOLDER_TOKEN_ID
-    assert rejection.PLACEHOLDER_TOKEN_ID is schema.PLACEHOLDER_TOKEN_ID == -1
+    placeholder = schema.PLACEHOLDER_TOKEN_ID
+    assert base.PLACEHOLDER_TOKEN_ID is rejection.PLACEHOLDER_TOKEN_ID is placeholder
+    assert schema.PLACEHOLDER_TOKEN_ID == -1
 
 
 def test_drafter_spec_is_the_protocols_drafter_in_its_spelling() -> None:

@@ -199,3 +199,41 @@ def test_hf_bf16_run_is_in_teacher_mode_slow(tmp_path, monkeypatch) -> None:
     assert teeth["null"]["sound"] and teeth["mutant:onehot_softmax_q"]["sound"], teeth
     for d in res.summary["details"].values():
         assert d["whitebox_mode"] == "teacher" and not d["whitebox_control_failed"]
+
+
+@pytest.mark.parametrize("onehot", [True, False], ids=["onehot", "sampled"])
+def test_roles_and_round_offsets_follow_the_rounds(onehot: bool) -> None:
+    """``whitebox_roles`` appends each emitted token's role and offset in its round (the hook
+    for white-box tests stratified by role): exactly what the rounds table implies — offsets
+    0..emitted-1 from each round's position, ``accepted`` below the round's accepted count, then
+    ``recovered`` after a rejection or ``bonus`` after K acceptances — while the white-box columns
+    are the ones recorded without it; plain decode: "plain", offset 0 everywhere."""
+    from spectest.engines.recorder import ROLES
+
+    target = ToyLM(9, 3, 1.5, seed=4)
+    draft = target.perturbed(0.7, seed=5)
+    drafter, T = DrafterSpec(onehot=onehot, k=3), 9
+    common = dict(num_positions=T, run_key=11, prompt_id="p", batch_size=4, whitebox=True)
+    v = get_variant("exact")
+    got = speculative_decode(
+        target, draft, PROMPT, ROWS, drafter=drafter, variant=v, whitebox_roles=True, **common
+    )
+    plain = speculative_decode(target, draft, PROMPT, ROWS, drafter=drafter, variant=v, **common)
+    assert got.whitebox is not None and plain.whitebox is not None and got.rounds is not None
+    assert list(got.whitebox.columns) == [*schema.WHITEBOX_COLUMNS, "role", "round_offset"]
+    assert got.whitebox[list(schema.WHITEBOX_COLUMNS)].equals(plain.whitebox)
+    role = np.full(len(ROWS) * T, "", dtype=object)
+    offset = np.full(len(ROWS) * T, -1)
+    for r in got.rounds.itertuples():
+        for o in range(r.emitted):
+            at = r.row * T + r.position + o
+            final = "recovered" if r.accepted < r.drafted else "bonus"
+            role[at], offset[at] = ("accepted" if o < r.accepted else final), o
+    assert (offset >= 0).all()  # every position belongs to exactly one round
+    assert got.whitebox["role"].tolist() == role.tolist()
+    assert np.array_equal(got.whitebox["round_offset"].to_numpy(), offset)
+    assert set(role) == set(ROLES[1:])  # accepted, recovered and bonus all occur
+    out = plain_decode(target, PROMPT, ROWS, draft=draft, drafter=drafter, whitebox_roles=True,
+                       **common)  # fmt: skip
+    assert out.whitebox is not None
+    assert set(out.whitebox["role"]) == {"plain"} and (out.whitebox["round_offset"] == 0).all()

@@ -209,3 +209,34 @@ def test_hook_shapes():
             assert q is None or (q.shape == (B, V) and q.dtype == torch.float64)
             if onehot and name not in ("raw_q", "onehot_softmax_q"):
                 assert q is None and bool(((sample_probs == 0) | (sample_probs == 1)).all())
+
+
+def test_capability_flags_name_the_exact_hooks():
+    """The flags a decode loop reads instead of comparing function objects say exactly which
+    hooks are the exact sampler's, for every catalogue variant (and ε = 0, the exact chain under
+    another name); ``fast_variant`` swaps precisely the hooks they name for the fast pipeline's,
+    so the fast pipeline runs shortlist rounds for exactly the variants it did before."""
+    from spectest.sampling.rejection import rejection_sample
+    from spectest.sampling.shortlist import _draft_fast, _verify_fast, fast_variant
+
+    exact = get_variant("exact")
+    assert exact.exact_verify and exact.truthful_draft and exact.round_on_shortlist
+    seen = set()
+    for name in [*VARIANT_NAMES, "eps_biased:0"]:
+        v = get_variant(name)
+        assert v.exact_verify == (v.verify_fn is exact.verify_fn), name
+        assert v.truthful_draft == (v.draft_fn is exact.draft_fn), name
+        chain = v.exact_verify and v.truthful_draft and v.sample_fn is rejection_sample
+        assert v.round_on_shortlist == chain, name
+        f = fast_variant(v)
+        assert (f.verify_fn is _verify_fast) == v.exact_verify, name
+        assert (f.draft_fn is _draft_fast) == v.truthful_draft, name
+        assert (f.exact_verify, f.truthful_draft, f.round_on_shortlist) == (
+            v.exact_verify,
+            v.truthful_draft,
+            v.round_on_shortlist,
+        )
+        seen.add((v.exact_verify, v.truthful_draft, v.round_on_shortlist))
+    assert len(seen) >= 3  # the catalogue exercises each flag off
+    assert get_variant("eps_biased:0").round_on_shortlist  # ε = 0 is the exact chain itself
+    assert not get_variant("eps_biased:0.1").round_on_shortlist

@@ -13,9 +13,9 @@ from spectest.errors import ConfigError, ModelError
 from spectest.models import zoo
 from spectest.models.hf import from_preset
 from spectest.models.realistic import damped_target
-from spectest.sampling.fast import fast_variant
 from spectest.sampling.mutants import get_variant
 from spectest.sampling.params import SamplingParams
+from spectest.sampling.shortlist import fast_variant
 
 TINY = dict(num_hidden_layers=4)
 

@@ -20,12 +20,12 @@ from spectest.sampling.exact_law import (
     round_law,
     total_variation,
 )
+from spectest.sampling.laws import ShortlistLaw
 from spectest.sampling.mutants import get_variant
 from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.rejection import (
     PLACEHOLDER_TOKEN_ID,
     rejection_sample,
-    rejection_sample_candidates,
     rejection_sample_reference,
 )
 from spectest.sampling.transforms import logits_to_probs
@@ -190,7 +190,7 @@ def test_fast_path_equals_reference():
         assert torch.equal(one.emitted[0], fast.emitted[3])
 
 
-def _candidate_laws(
+def _shortlist_laws(
     g: torch.Generator, B: int, R: int, V: int, W: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``R`` laws per row on ``W`` random ascending ids of ``V``, zeros among them:
@@ -216,17 +216,17 @@ _CUDA = pytest.param(
 @pytest.mark.parametrize("device", ["cpu", _CUDA])
 @pytest.mark.parametrize("K", [0, 1, 3])
 @pytest.mark.parametrize("onehot", [False, True], ids=["sampled", "onehot"])
-def test_candidate_round_equals_dense_round(K, onehot, device):
-    """``rejection_sample_candidates`` == ``rejection_sample`` on the densified laws, token for
-    token (emitted, counts, telemetry) under the same uniforms (exact): random laws on 8 of 40
-    tokens, drafts from q plus drafts off q's candidates (q(x) = 0) and with p(x) = 0, rows with
+def test_shortlist_round_equals_dense_round(K, onehot, device):
+    """``rejection_sample`` on shortlist laws == ``rejection_sample`` on the densified laws, token
+    for token (emitted, counts, telemetry) under the same uniforms (exact): random laws on 8 of 40
+    tokens, drafts from q plus drafts off q's shortlist (q(x) = 0) and with p(x) = 0, rows with
     q = p (empty residual → p), ragged draft_lens, K = 0. On CUDA too (every input on the device;
     a parallel-scan rounding event could flip a draw with probability ~1e-16 per draw, so the
     exact assertion's false-failure rate is ~1e-13 for these 800 rows)."""
     g = torch.Generator().manual_seed(10 + K)
     B, V, W = 800, 40, 8
-    p_ids, p_probs, tp = _candidate_laws(g, B, K + 1, V, W)
-    q_ids, q_probs, dp = _candidate_laws(g, B, K, V, W)
+    p_ids, p_probs, tp = _shortlist_laws(g, B, K + 1, V, W)
+    q_ids, q_probs, dp = _shortlist_laws(g, B, K, V, W)
     q_ids[:50], q_probs[:50], dp[:50] = p_ids[:50, :K], p_probs[:50, :K], tp[:50, :K]  # q = p
     if onehot or K == 0:
         dt = torch.randint(0, V, (B, K), generator=g)
@@ -234,7 +234,7 @@ def test_candidate_round_equals_dense_round(K, onehot, device):
         dt = torch.multinomial(dp.reshape(-1, V), 1, generator=g).reshape(B, K)
         dt[50:90, 0] = torch.randint(0, V, (40,), generator=g)  # q(x) = 0 for most of these
     if K:
-        dt[90:130, -1] = p_ids[90:130, K - 1, 0]  # p(x) may be 0 (zeros among candidates)
+        dt[90:130, -1] = p_ids[90:130, K - 1, 0]  # p(x) may be 0 (zeros on the shortlist)
         p_probs[90:130, K - 1, 0] = 0.0
         tp[90:130, K - 1] = torch.zeros(40, V, dtype=torch.float64).scatter_(
             -1, p_ids[90:130, K - 1], p_probs[90:130, K - 1]
@@ -247,10 +247,8 @@ def test_candidate_round_equals_dense_round(K, onehot, device):
     )
     for draft_lens in (None, lens):
         want = rejection_sample(tp, None if onehot else dp, dt, ua, uf, draft_lens=draft_lens)
-        got = rejection_sample_candidates(
-            p_ids, p_probs, None if onehot else q_ids, None if onehot else q_probs, dt, ua, uf,
-            draft_lens=draft_lens,
-        )  # fmt: skip
+        p, q = ShortlistLaw(p_ids, p_probs, V), ShortlistLaw(q_ids, q_probs, V)
+        got = rejection_sample(p, None if onehot else q, dt, ua, uf, draft_lens=draft_lens)
         assert torch.equal(got.emitted, want.emitted)
         assert torch.equal(got.num_emitted, want.num_emitted)
         assert torch.equal(got.num_accepted, want.num_accepted)
@@ -260,14 +258,16 @@ def test_candidate_round_equals_dense_round(K, onehot, device):
         assert bool((n == 0).any()) and bool((n > 0).any()) and bool((n == lens).any())
 
 
-def test_candidate_round_rejects_bad_inputs():
+def test_shortlist_round_rejects_bad_inputs():
     g = torch.Generator().manual_seed(0)
-    p_ids, p_probs, _ = _candidate_laws(g, 2, 2, 10, 4)
+    p_ids, p_probs, _ = _shortlist_laws(g, 2, 2, 10, 4)
     dt, uf = torch.zeros(2, 1, dtype=torch.int64), torch.full((2,), 0.5, dtype=torch.float64)
-    with pytest.raises(InputError, match="u_accept out of range"):
-        rejection_sample_candidates(
-            p_ids, p_probs, None, None, dt, torch.zeros(2, 1, dtype=torch.float64), uf
-        )
+    p = ShortlistLaw(p_ids, p_probs, 10)
+    with pytest.raises(InputError, match=r"u_accept row 0 out of range \(K=1, V=10\): 0\.0"):
+        rejection_sample(p, None, dt, torch.zeros(2, 1, dtype=torch.float64), uf)
+    bad = ShortlistLaw(p_ids, -p_probs, 10)
+    with pytest.raises(InputError, match=r"target_probs row 0 out of range"):
+        rejection_sample(bad, None, dt, torch.full((2, 1), 0.5, dtype=torch.float64), uf)
 
 
 def test_telemetry_counts_past_the_first_rejection():

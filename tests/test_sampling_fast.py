@@ -1,5 +1,5 @@
-"""The fast sampling pipeline (``sampling/fast.py``) against the exact one (``transforms``): the
-same support, probabilities within 1e-12 relative, the same tokens under the same uniforms, on
+"""The fast sampling pipeline (``sampling/shortlist.py``) against the exact one (``transforms``):
+the same support, probabilities within 1e-12 relative, the same tokens under the same uniforms, on
 random and tied logits, every filter combination, widths that force the fallback; and the exact
 variant wired to it still has the exact law (quadrature, as tests/test_mutants.py)."""
 
@@ -13,9 +13,9 @@ import torch
 from spectest.errors import InputError
 from spectest.sampling.draw import categorical
 from spectest.sampling.exact_law import complete_law, plain_law, round_law, total_variation
-from spectest.sampling.fast import fast_variant, logits_to_probs_fast
 from spectest.sampling.mutants import get_variant
 from spectest.sampling.params import SamplingParams, SamplingTensors
+from spectest.sampling.shortlist import fast_variant, logits_to_probs_fast
 from spectest.sampling.transforms import logits_to_probs
 
 
@@ -50,7 +50,7 @@ def assert_same_law(got: torch.Tensor, ref: torch.Tensor) -> None:
 @pytest.mark.parametrize("width", [4, 16, 64, 1024])
 def test_equal_to_the_exact_pipeline(width):
     """Widths 4 and 16 force the fallback on many rows (nuclei and top-k sets wider than W, ties
-    across the candidate boundary); 1024 > V takes every token as a candidate."""
+    across the shortlist boundary); 1024 > V shortlists every token."""
     g = torch.Generator().manual_seed(1)
     n, V = 150, 300
     params = SamplingTensors.from_params(random_params(g, n, V))
@@ -83,7 +83,7 @@ def test_same_tokens_under_the_same_uniforms():
 
 def test_seed_001_configs_at_a_large_vocabulary():
     """The three configs of seed 001 at V = 151 936 (Qwen3's vocabulary), logits with a realistic
-    spread: equal laws, and the nucleus decided on the candidates alone (no fallback needed)."""
+    spread: equal laws, and the nucleus decided on the shortlist alone (no fallback needed)."""
     g = torch.Generator().manual_seed(4)
     V = 151_936
     configs = [
@@ -134,16 +134,16 @@ def test_fast_variant_keeps_a_mutants_changed_hook():
 
 
 @pytest.mark.parametrize("shape", ["2d", "3d"])
-def test_candidate_law_is_the_fast_pipelines_law_and_draws_the_same_tokens(shape):
-    """``candidate_probs(x).dense()`` is bit-equal to ``logits_to_probs_fast(x)``, and its draw on
-    the candidates gives ``categorical(dense)``'s token under every uniform (exact on CPU: the
+def test_shortlist_law_is_the_fast_pipelines_law_and_draws_the_same_tokens(shape):
+    """``shortlist_probs(x).dense()`` is bit-equal to ``logits_to_probs_fast(x)``, and its draw on
+    the shortlist gives ``categorical(dense)``'s token under every uniform (exact on CPU: the
     float64 CDF is summed in the same order); ``None`` whenever a row is greedy, unfiltered or
-    not decided on its candidates."""
-    from spectest.sampling.fast import candidate_probs
+    not decided on its shortlist."""
+    from spectest.sampling.shortlist import shortlist_probs
 
     g = torch.Generator().manual_seed(5)
     B, S, V, W = 60, 3, 400, 64
-    # filtered rows whose kept sets fit in W = 64 candidates: top-k <= 20 or a 0.9-nucleus
+    # filtered rows whose kept sets fit in a shortlist of W = 64: top-k <= 20 or a 0.9-nucleus
     grid = [(t, k, tp, mp) for t in (0.3, 0.8, 1.0) for k in (0, 1, 3, 20)
             for tp in (1.0, 0.5, 0.9) for mp in (0.0, 0.05, 0.3)]  # fmt: skip
     grid = [c for c in grid if c[1] > 0 or c[2] < 1 or c[3] > 0]
@@ -153,7 +153,7 @@ def test_candidate_law_is_the_fast_pipelines_law_and_draws_the_same_tokens(shape
     logits = (torch.randn(B, S, V, generator=g) * 3).float()  # [B, S, V] peaked enough for W
     if shape == "2d":
         logits = logits[:, 0]
-    law = candidate_probs(logits, params, width=W)
+    law = shortlist_probs(logits, params, width=W)
     assert law is not None and law.ids.shape == (*logits.shape[:-1], W)
     dense = logits_to_probs_fast(logits, params, width=W)
     assert torch.equal(law.dense(), dense)
@@ -162,19 +162,19 @@ def test_candidate_law_is_the_fast_pipelines_law_and_draws_the_same_tokens(shape
         u = torch.rand(logits.shape[:-1], generator=g, dtype=torch.float64).clamp(1e-12, 1 - 1e-12)
         assert torch.equal(law.draw(u), categorical(dense, u))
     greedy = SamplingTensors.from_params([SamplingParams(temperature=0.0), *filt[1:]])
-    assert candidate_probs(logits, greedy, width=W) is None
+    assert shortlist_probs(logits, greedy, width=W) is None
     plain = SamplingTensors.from_params([SamplingParams(temperature=0.9), *filt[1:]])
-    assert candidate_probs(logits, plain, width=W) is None
+    assert shortlist_probs(logits, plain, width=W) is None
     wide = SamplingTensors.from_params([SamplingParams(temperature=1.0, top_k=W + 1), *filt[1:]])
-    assert candidate_probs(logits, wide, width=W) is None  # top-k wider than W: fallback row
-    assert candidate_probs(logits, params, width=V) is None
+    assert shortlist_probs(logits, wide, width=W) is None  # top-k wider than W: fallback row
+    assert shortlist_probs(logits, params, width=V) is None
 
 
 def test_non_finite_logits_raise_as_the_exact_pipeline():
     """The one-pass finite check raises the reference's error for NaN / ±inf, and lets through
     float64 logits whose sum overflows although every value is finite."""
     from spectest.errors import NumericsError
-    from spectest.sampling.fast import candidate_probs
+    from spectest.sampling.shortlist import shortlist_probs
 
     params = SamplingTensors.from_params([SamplingParams(temperature=0.8, top_p=0.9)] * 2)
     for bad in (float("nan"), float("inf"), float("-inf")):
@@ -182,7 +182,7 @@ def test_non_finite_logits_raise_as_the_exact_pipeline():
         x[1, 2, 7] = bad
         with pytest.raises(NumericsError) as ref:
             logits_to_probs(x, params)
-        for fn in (logits_to_probs_fast, candidate_probs):
+        for fn in (logits_to_probs_fast, shortlist_probs):
             with pytest.raises(NumericsError) as got:
                 fn(x, params, width=8)
             assert str(got.value) == str(ref.value)

@@ -20,13 +20,13 @@ from spectest.engines.builtin import (
 from spectest.engines.teacher import (
     teacher_force,
     whitebox_columns,
-    whitebox_columns_candidates,
+    whitebox_columns_shortlist,
     whitebox_reference,
 )
 from spectest.errors import InputError
 from spectest.models.hf import from_preset
 from spectest.models.toy import ToyLM
-from spectest.sampling.fast import CandidateLaw
+from spectest.sampling.laws import DenseLaw, Law, ShortlistLaw
 from spectest.sampling.mutants import draft_q, get_variant
 from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.transforms import logits_to_probs
@@ -75,9 +75,9 @@ def test_columns_equal_reference_random_laws() -> None:
             assert_columns_equal({c: cols[c][n].item() for c in cols}, want)
 
 
-def _random_candidates(
+def _random_shortlists(
     gen: torch.Generator, N: int, V: int, W: int, *, dyadic: bool, avoid: torch.Tensor | None = None
-) -> CandidateLaw:
+) -> ShortlistLaw:
     """``N`` rows of ``W`` distinct ascending ids in ``[0, V)`` (outside ``avoid`` ``[N, *]`` when
     given: disjoint supports), probabilities with exact zeros; ``dyadic``: multiples of 1/8 (ties
     in p and in p/q, exact sums)."""
@@ -92,7 +92,7 @@ def _random_candidates(
     else:
         probs = torch.rand((N, W), generator=gen, dtype=torch.float64)
         probs[probs < 0.2] = 0.0
-    return CandidateLaw(ids, probs, V)
+    return ShortlistLaw(ids, probs, V)
 
 
 def _assert_close_columns(got: dict, want: dict) -> None:
@@ -104,37 +104,38 @@ def _assert_close_columns(got: dict, want: dict) -> None:
 
 
 @pytest.mark.parametrize("dyadic", [False, True], ids=["random", "ties"])
-@pytest.mark.parametrize("q_kind", ["none", "candidates", "onehot", "dense", "disjoint"])
-def test_candidate_columns_equal_dense(q_kind: str, dyadic: bool) -> None:
-    """``whitebox_columns_candidates`` == ``whitebox_columns`` on the densified laws (relative
-    1e-12, ``wb_in_a`` exact) and == ``whitebox_reference``: q absent, on candidates (overlapping
+@pytest.mark.parametrize("q_kind", ["none", "shortlist", "onehot", "dense", "disjoint"])
+def test_shortlist_columns_equal_dense(q_kind: str, dyadic: bool) -> None:
+    """``whitebox_columns_shortlist`` == ``whitebox_columns`` on the densified laws (relative
+    1e-12, ``wb_in_a`` exact) and == ``whitebox_reference``: q absent, on a shortlist (overlapping
     p's), one-hot (``W = 1``), dense with exact zeros, or on ids disjoint from p's; tokens drawn
-    from p's candidates, q's candidates and the rest of the vocabulary (p(x) = 0, q(x) = 0);
+    from p's shortlist, q's shortlist and the rest of the vocabulary (p(x) = 0, q(x) = 0);
     ``dyadic`` laws make ties in p and in p/q (then sums are exact in both orders)."""
     gen = torch.Generator().manual_seed(1)
     N, V, W = 300, 40, 9
-    p = _random_candidates(gen, N, V, W, dyadic=dyadic)
-    q: CandidateLaw | torch.Tensor | None = None
-    if q_kind == "candidates":
-        q = _random_candidates(gen, N, V, 12, dyadic=dyadic)
+    p = _random_shortlists(gen, N, V, W, dyadic=dyadic)
+    q: Law | None = None
+    if q_kind == "shortlist":
+        q = _random_shortlists(gen, N, V, 12, dyadic=dyadic)
     elif q_kind == "onehot":
         other = torch.randint(0, V, (N,), generator=gen)
         tok = torch.where(torch.rand(N, generator=gen) < 0.5, p.ids[:, 0], other)  # [N]
-        q = CandidateLaw(tok[:, None], torch.ones((N, 1), dtype=torch.float64), V)
+        q = ShortlistLaw(tok[:, None], torch.ones((N, 1), dtype=torch.float64), V)
     elif q_kind == "dense":
-        q = _random_candidates(gen, N, V, V // 2, dyadic=dyadic).dense()  # [N, V] zeros off half
+        half = _random_shortlists(gen, N, V, V // 2, dyadic=dyadic)
+        q = DenseLaw(half.dense())  # [N, V] zeros off half
     elif q_kind == "disjoint":
-        q = _random_candidates(gen, N, V, 7, dyadic=dyadic, avoid=p.ids)
-    # tokens: a third p's candidates, a third q's (or anything), a third uniform over V
+        q = _random_shortlists(gen, N, V, 7, dyadic=dyadic, avoid=p.ids)
+    # tokens: a third p's shortlist, a third q's (or anything), a third uniform over V
     pick = torch.randint(0, W, (N,), generator=gen)
     x = p.ids.gather(1, pick[:, None])[:, 0]  # [N]
-    if isinstance(q, CandidateLaw):
+    if isinstance(q, ShortlistLaw):
         qx = q.ids.gather(1, torch.randint(0, int(q.ids.shape[1]), (N, 1), generator=gen))[:, 0]
         x = torch.where(torch.arange(N) % 3 == 1, qx, x)
     x = torch.where(torch.arange(N) % 3 == 2, torch.randint(0, V, (N,), generator=gen), x)
-    q_dense = q.dense() if isinstance(q, CandidateLaw) else q
+    q_dense = None if q is None else q.dense()
     p_dense = p.dense()
-    got = whitebox_columns_candidates(p, q, x)
+    got = whitebox_columns_shortlist(p, q, x)
     want = whitebox_columns(p_dense, q_dense, x)
     _assert_close_columns(got, want)
     assert bool((got[schema.WB_P] == 0).any()) and bool((got[schema.WB_P] > 0).any())
@@ -145,10 +146,10 @@ def test_candidate_columns_equal_dense(q_kind: str, dyadic: bool) -> None:
         assert_columns_equal({c: got[c][n].item() for c in got}, ref)
 
 
-def test_candidate_columns_bad_token() -> None:
-    p = CandidateLaw(torch.tensor([[1, 3]]), torch.tensor([[0.5, 0.5]], dtype=torch.float64), 5)
-    with pytest.raises(InputError, match="whitebox_columns_candidates"):
-        whitebox_columns_candidates(p, None, torch.tensor([5]))
+def test_shortlist_columns_bad_token() -> None:
+    p = ShortlistLaw(torch.tensor([[1, 3]]), torch.tensor([[0.5, 0.5]], dtype=torch.float64), 5)
+    with pytest.raises(InputError, match="whitebox_columns_shortlist"):
+        whitebox_columns_shortlist(p, None, torch.tensor([5]))
 
 
 @pytest.mark.parametrize(

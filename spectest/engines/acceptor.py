@@ -302,9 +302,11 @@ class AcceptorEngine(BuiltinEngine):
                 kernel, name, target_probs, draft_probs, draft_tokens, u_accept, u_final
             )
 
+        # the user's kernel sees the dense laws it was written for: no round on a shortlist
         return dataclasses.replace(
-            exact, name="acceptor", description=f"acceptor {name}", exact=False, sample_fn=sample
-        )
+            exact, name="acceptor", description=f"acceptor {name}", exact=False, sample_fn=sample,
+            round_on_shortlist=False,
+        )  # fmt: skip
 
     def provenance(self) -> dict[str, Any]:
         return {

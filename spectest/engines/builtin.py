@@ -7,9 +7,11 @@ tests/test_engine.py), and ``BuiltinEngine``: the loops as the ``builtin`` engin
 contract (``spectest.engines.base``; a plain arm when the job has no variant, else speculative).
 
 Knows nothing about statistics or files, and nothing about *which* sampler is correct: the
-speculative loop calls the hooks of a ``SpecVariant`` (exact or a mutant). Both arms go through
-the same probability pipeline (``logits_to_probs``; the exact variant's ``verify_probs`` and
-``draft_law`` call it too), so only the sampler differs between arms.
+speculative loop calls the hooks of a ``SpecVariant`` (exact or a mutant) through a
+``sampling.pipeline.RoundSampler``. Both arms go through the same probability pipeline
+(``sampling.pipeline.Pipeline``: ``REFERENCE`` here, ``FAST`` for the fast engine), so only the
+sampler differs between arms. White-box columns are recorded beside the loops, by the observers
+of ``engines.recorder`` that the loops notify.
 
 Batching and RNG
 ----------------
@@ -39,8 +41,7 @@ plain prefix law whatever the round boundaries are.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -49,7 +50,6 @@ import torch
 
 from spectest import schema
 from spectest.engines.base import (
-    PLACEHOLDER_TOKEN_ID,
     ArmJob,
     ArmOutput,
     DrafterSpec,
@@ -61,47 +61,15 @@ from spectest.engines.base import (
     rounds_frame,
     samples_frame,
 )
+from spectest.engines.recorder import PlainObserver, RoundObserver
 from spectest.errors import ConfigError, InputError, ModelError
 from spectest.models.base import LanguageModel
 from spectest.sampling.draw import argmax_tokens, categorical
-from spectest.sampling.fast import CandidateLaw, _draft_fast
 from spectest.sampling.mutants import SpecVariant, get_variant, stack_q
 from spectest.sampling.params import SamplingTensors
-from spectest.sampling.rejection import rejection_sample_candidates
+from spectest.sampling.pipeline import REFERENCE, Pipeline, RoundSampler
 from spectest.sampling.transforms import logits_to_probs
 from spectest.seeding import STREAM_PLAIN, STREAM_SPEC, row_key, spec_slots, uniforms
-
-_EXACT_VERIFY = get_variant("exact").verify_fn
-_TRUTHFUL_DRAFT = (get_variant("exact").draft_fn, _draft_fast)  # q reported = q sampled from
-
-
-@dataclass(frozen=True)
-class Pipeline:
-    """How a decode loop turns logits into laws: the reference pipeline (``REFERENCE``: the exact
-    float64 ``logits_to_probs``, variants as built, inputs of every draw checked) or the fast
-    one (``engines.fast.FAST``: ``sampling/fast.py``, equal up to reduction order).
-
-    ``exact_verify`` lists the verify hooks whose rows *are* the plain law, so the white-box p of
-    an emitted token can be read from them (a mutant's verify_probs is recomputed).
-
-    ``candidates`` (fast pipeline only): the law as a ``sampling.fast.CandidateLaw``, or ``None``
-    when some row is not decided on its candidates; the loops then draw on the candidates and,
-    for a variant ``candidate_round`` accepts (the exact chain sampler on the pipeline's truthful
-    hooks), run the round with ``rejection_sample_candidates`` — the same tokens as the dense
-    laws (the NOTEs there); white-box columns are computed on the candidate laws
-    (``teacher.whitebox_columns_candidates``, O(W) per token; ``_WhiteboxRecorder.record``)."""
-
-    name: str
-    probs: Callable[[torch.Tensor, SamplingTensors], torch.Tensor]  # [.., V] → [.., V] float64
-    variant: Callable[[SpecVariant], SpecVariant]
-    check: bool
-    exact_verify: tuple[Callable[..., Any], ...]
-    candidates: Callable[[torch.Tensor, SamplingTensors], CandidateLaw | None] | None = None
-    candidate_round: Callable[[SpecVariant], bool] | None = None
-
-
-REFERENCE = Pipeline("reference", logits_to_probs, lambda v: v, True, (_EXACT_VERIFY,))
-
 
 # ----------------------------------------------------------------------------- plain
 
@@ -120,14 +88,16 @@ def plain_decode(
     draft: LanguageModel | None = None,
     drafter: DrafterSpec | None = None,
     pipeline: Pipeline = REFERENCE,
+    whitebox_roles: bool = False,
 ) -> ArmOutput:
-    """Plain autoregressive sampling: one uniform per token, inverse CDF on ``logits_to_probs``
-    (``pipeline.probs``).
+    """Plain autoregressive sampling: one uniform per token, inverse CDF on the pipeline's law.
 
     Returns ``ArmOutput`` with ``tokens`` ``[len(rows), num_positions]`` (numpy) and no rounds.
     With ``whitebox``, also the white-box columns of every emitted token from the very p_t row
-    it was drawn from (``_WhiteboxRecorder``); q_t comes from ``draft`` run along the emitted
-    sequence under ``drafter`` (the q the teacher would use), or is unknown without a draft.
+    it was drawn from (``recorder.PlainObserver``); q_t comes from ``draft`` run along the
+    emitted sequence under ``drafter`` (the q the teacher would use), or is unknown without a
+    draft. ``whitebox_roles`` appends each token's ``role`` and ``round_offset``
+    (``recorder.ROLES``; "plain", 0) to those columns.
 
     Notes
     -----
@@ -146,11 +116,13 @@ def plain_decode(
         part = rows[lo : lo + batch_size]
         keys = _keys(part, run_key, prompt_id, model.device)  # [B]
         params = SamplingTensors.from_params([r.params for r in part], device=model.device)
-        rec = _WhiteboxRecorder(len(part), num_positions, model.device) if whitebox else None
-        toks = _plain_chunk(model, prompt_t, keys, params, num_positions, rec, wb_draft, pipeline)
+        rec = None
+        if whitebox:
+            rec = PlainObserver(prompt_t, len(part), num_positions, pipeline, params, wb_draft)
+        toks = _plain_chunk(model, prompt_t, keys, params, num_positions, rec, pipeline)
         chunks.append(toks.cpu())
         if rec is not None:
-            wb_parts.append(rec.frame(num_positions))
+            wb_parts.append(_wb_frame(rec, num_positions, whitebox_roles))
         if progress is not None:
             progress(lo + len(part))
     wb = pd.concat(wb_parts, ignore_index=True) if whitebox else None
@@ -163,44 +135,21 @@ def _plain_chunk(
     keys: torch.Tensor,
     params: SamplingTensors,
     T: int,
-    rec: _WhiteboxRecorder | None = None,
-    wb_draft: tuple[LanguageModel, DrafterSpec] | None = None,
+    observer: PlainObserver | None = None,
     pipeline: Pipeline = REFERENCE,
 ) -> torch.Tensor:
     B = int(keys.shape[0])
     cache, prompt_logits = model.prefill_shared(prompt, B)  # one prompt forward for B rows
     logits = prompt_logits[-1].expand(B, -1)  # [B, V] next-token logits
-    d_cache, d_logits = None, None
-    if rec is not None and wb_draft is not None:
-        d_cache, d_prompt_logits = wb_draft[0].prefill_shared(prompt, B)
-        d_logits = d_prompt_logits[-1].expand(B, -1)  # [B, V] the draft's law at position 0
     out = torch.empty((B, T), dtype=torch.int64, device=model.device)  # [B, T]
-    every = torch.ones(B, dtype=torch.bool, device=model.device)  # [B]
     for t in range(T):
         u = uniforms(keys, STREAM_PLAIN, t, 1)[:, 0]  # [B]
-        law = None
-        if pipeline.candidates is not None:
-            law = pipeline.candidates(logits, params)  # on [B, W] candidates, or None
-        if law is not None:
-            out[:, t] = law.draw(u)  # [B] the dense draw's token (CandidateLaw.draw NOTE)
-        else:
-            probs = pipeline.probs(logits, params)  # [B, V] float64
-            out[:, t] = categorical(probs, u, check=pipeline.check)  # [B]
-        if rec is not None:
-            p_wb: torch.Tensor | CandidateLaw
-            if law is not None:  # the law drawn from, on its candidates: [B, 1, W]
-                p_wb = CandidateLaw(law.ids[:, None], law.probs[:, None], law.vocab_size)
-            else:
-                p_wb = probs[:, None]  # [B, 1, V]
-            q: torch.Tensor | CandidateLaw | None = None
-            if wb_draft is not None and d_logits is not None:
-                q = _teacher_q_law(d_logits[:, None], params, wb_draft[1], pipeline)  # [B, 1, *]
-            at = torch.full((B,), t, dtype=torch.int64, device=model.device)  # [B]
-            rec.record(p_wb, q, out[:, t : t + 1], at, every[:, None])
+        law = pipeline.law(logits, params)  # [B, *] on the shortlist where it decides every row
+        out[:, t] = law.draw(u, check=pipeline.check)  # [B] (a shortlist draws the dense token)
+        if observer is not None:
+            observer.on_token(law, out[:, t], t)
         if t + 1 < T:
             logits = model.forward(cache, out[:, t : t + 1])[:, 0]  # [B, V]
-            if d_cache is not None and wb_draft is not None:
-                d_logits = wb_draft[0].forward(d_cache, out[:, t : t + 1])[:, 0]  # [B, V]
     return out
 
 
@@ -222,16 +171,16 @@ def speculative_decode(
     progress: Progress | None = None,
     whitebox: bool = False,
     pipeline: Pipeline = REFERENCE,
+    whitebox_roles: bool = False,
 ) -> ArmOutput:
-    """Speculative sampling with ``variant``'s hooks (``pipeline.variant(variant)``); telemetry
-    one row per (row, round).
+    """Speculative sampling with ``variant``'s hooks on ``pipeline``; telemetry one row per
+    (row, round).
 
     Returns ``ArmOutput`` with ``tokens`` ``[len(rows), num_positions]`` (numpy) and ``rounds``
     (row, round, position, drafted, accepted, emitted; ``emitted`` capped by the budget). With
-    ``whitebox``, also the white-box columns of every emitted token: token j of a round was
-    produced under row j of the verify forward's p (``logits_to_probs`` of the target logits,
-    the row the exact sampler used) and q is the drafter's exact law at that slot (the K draft
-    forwards, plus the forward of x_K for the bonus slot), as teacher forcing defines them.
+    ``whitebox``, also the white-box columns of every emitted token under the p it was sampled
+    from and the drafter's exact q at that slot (``recorder.RoundObserver``); ``whitebox_roles``
+    appends each token's ``role`` (accepted / recovered / bonus) and ``round_offset``.
 
     Notes
     -----
@@ -246,16 +195,7 @@ def speculative_decode(
     holds ``len(prompt) + rounds * (K + 1)`` slots at the end (rounds <= num_positions, set by the
     slowest row of the chunk); lower ``batch_size`` for long outputs with large models.
     """
-    from spectest.models.derive import check_same_vocab
-
-    check_same_vocab(target, draft)
-    if target.device != draft.device:
-        raise ModelError(
-            f"target {target.name!r} is on {target.device}, draft {draft.name!r} on {draft.device}"
-        )
-    if not isinstance(drafter, DrafterSpec):
-        raise ConfigError(f"drafter must be a DrafterSpec, got {drafter!r}")
-    prompt_t = _check_inputs(target, prompt, rows, num_positions, batch_size)
+    prompt_t = _check_pair(target, draft, drafter, prompt, rows, num_positions, batch_size)
     slots = len(prompt) + num_positions * (drafter.k + 1)  # every round appends K+1 slots
     target.reserve(slots)
     draft.reserve(slots)
@@ -265,16 +205,17 @@ def speculative_decode(
         part = rows[lo : lo + batch_size]
         keys = _keys(part, run_key, prompt_id, target.device)  # [B]
         params = SamplingTensors.from_params([r.params for r in part], device=target.device)
+        sampler = RoundSampler(pipeline, variant, params, drafter.onehot, drafter.q_mode)
         width = num_positions + drafter.k + 1
-        rec = _WhiteboxRecorder(len(part), width, target.device) if whitebox else None
+        rec = RoundObserver(len(part), width, target.device, sampler, drafter) if whitebox else None
         toks, rounds = _spec_chunk(
-            target, draft, prompt_t, keys, params, num_positions, drafter, variant, rec, pipeline
+            target, draft, prompt_t, keys, sampler, num_positions, drafter.k, rec
         )
         chunks.append(toks.cpu())
         rounds["row"] += lo
         frames.append(rounds)
         if rec is not None:
-            wb_parts.append(rec.frame(num_positions))
+            wb_parts.append(_wb_frame(rec, num_positions, whitebox_roles))
         if progress is not None:
             progress(lo + len(part))
     wb = pd.concat(wb_parts, ignore_index=True) if whitebox else None
@@ -287,117 +228,47 @@ def _spec_chunk(
     draft: LanguageModel,
     prompt: torch.Tensor,
     keys: torch.Tensor,
-    params: SamplingTensors,
+    sampler: RoundSampler,
     T: int,
-    drafter: DrafterSpec,
-    variant: SpecVariant,
-    rec: _WhiteboxRecorder | None = None,
-    pipeline: Pipeline = REFERENCE,
+    K: int,
+    observer: RoundObserver | None = None,
 ) -> tuple[torch.Tensor, pd.DataFrame]:
-    B, K, dev = int(keys.shape[0]), drafter.k, target.device
-    onehot, q_mode = drafter.onehot, drafter.q_mode
-    slots = spec_slots(K, onehot)
+    B, dev = int(keys.shape[0]), target.device
+    slots = spec_slots(K, sampler.onehot)
     tc, _ = target.prefill_shared(prompt[:-1], B)  # all but the pending token, once for B rows
     dc, _ = draft.prefill_shared(prompt[:-1], B)
     last = prompt[-1:].expand(B).clone()  # [B] pending token (committed, not yet in the caches)
     pos = torch.zeros(B, dtype=torch.int64, device=dev)  # [B] tokens emitted so far
-    out = torch.full((B, T + K + 2), PLACEHOLDER_TOKEN_ID, dtype=torch.int64, device=dev)
+    out = torch.full((B, T + K + 2), schema.PLACEHOLDER_TOKEN_ID, dtype=torch.int64, device=dev)
     DUMP = T + K + 1  # a scratch column for tokens that are not committed
     j = torch.arange(K + 1, device=dev)  # [K+1]
     log: list[tuple[torch.Tensor, ...]] = []
-    # laws on candidates (no [B, K+1, V] float64 tensors but the white-box recorder's, if any):
-    # the fast pipeline's exact sampler
-    sparse = (
-        pipeline.candidates is not None
-        and pipeline.candidate_round is not None
-        and pipeline.candidate_round(variant)
-        and (onehot or q_mode == "processed")
-    )
     while bool((pos < T).any()):
         active = pos < T  # [B]
         u = uniforms(keys, STREAM_SPEC, pos, slots.num_slots)  # [B, 2K+1] or [B, K+1]
-        # 1. draft: K tokens from the draft law (argmax for a one-hot drafter: no uniform)
-        tok, drafted, d_rows = last, [], []
-        qs: list[torch.Tensor | CandidateLaw | None] = []
+        # 1. draft: x_i ~ q_i = q(. | prefix, x_<i) for i = 1..K (the argmax for a one-hot drafter)
+        tok, drafted, qs, d_logits = last, [], [], []
         for i in range(K):
-            d_logits = draft.forward(dc, tok[:, None])[:, 0]  # [B, V]
-            q: torch.Tensor | CandidateLaw | None
-            q_c = None
-            if sparse and not onehot and pipeline.candidates is not None:
-                q_c = pipeline.candidates(d_logits, params)  # the processed q on candidates
-            if sparse and onehot:
-                tok, q = argmax_tokens(d_logits), None  # == argmax of the one-hot law
-            elif q_c is not None:
-                tok, q = q_c.draw(u[:, i]), q_c
-            else:
-                law, q_dense = variant.draft_law(d_logits, params, onehot=onehot, q_mode=q_mode)
-                q = q_dense  # [B, V], or None: q = δ(x)
-                if onehot:
-                    tok = argmax_tokens(law)  # [B]
-                else:
-                    tok = categorical(law, u[:, i], check=pipeline.check)  # [B]
+            d_logits.append(draft.forward(dc, tok[:, None])[:, 0])  # [B, V]
+            tok, q = sampler.draft(d_logits[-1], u[:, i])  # [B] x_i, [B, *] q_i (None: δ(x_i))
             drafted.append(tok)
-            qs.append(q)  # [B, V], a CandidateLaw, or None: q = δ(x)
-            d_rows.append(d_logits)
+            qs.append(q)
         # x_K too: the draft cache keeps the target's slot layout (and its logits are the
         # draft's law at the bonus slot, for the white-box q)
-        d_rows.append(draft.forward(dc, tok[:, None])[:, 0])  # [B, V]
-        draft_tokens = torch.stack(drafted, dim=1)  # [B, K]
-        # 2. verify: the target scores last, x_1..x_K in one forward → K+1 next-token laws
-        t_logits = target.forward(tc, torch.cat([last[:, None], draft_tokens], 1))  # [B, K+1, V]
-        u_acc, u_fin = u[:, slots.accept], u[:, slots.final]  # [B, K], [B]
-        p_c, target_probs = None, None
-        if sparse and pipeline.candidates is not None:
-            if onehot or all(isinstance(q, CandidateLaw) for q in qs):
-                p_c = pipeline.candidates(t_logits, params)  # [B, K+1, W] or None
-        if p_c is not None:
-            q_laws = [q for q in qs if isinstance(q, CandidateLaw)]  # K laws, or none (one-hot)
-            q_ids = torch.stack([q.ids for q in q_laws], 1) if q_laws else None  # [B, K, W]
-            q_probs = torch.stack([q.probs for q in q_laws], 1) if q_laws else None  # [B, K, W]
-            res = rejection_sample_candidates(
-                p_c.ids, p_c.probs, q_ids, q_probs, draft_tokens, u_acc, u_fin
-            )
-        else:
-            dense = [q.dense() if isinstance(q, CandidateLaw) else q for q in qs]
-            draft_probs = stack_q(dense)  # [B, K, V] or None (one-hot drafter)
-            target_probs = variant.verify_probs(t_logits, params)  # [B, K+1, V] float64
-            res = variant.sample(target_probs, draft_probs, draft_tokens, u_acc, u_fin)
-        n, a = res.num_emitted, res.num_accepted  # [B], [B]; emitted = accepted + recovered/bonus
+        d_logits.append(draft.forward(dc, tok[:, None])[:, 0])  # [B, V]
+        x = torch.stack(drafted, dim=1)  # [B, K]
+        # 2. verify: one target forward over [last, x_1..x_K] gives p_1..p_{K+1}; x_i is accepted
+        # while u_i <= p_i(x_i) / q_i(x_i); then one token: recovered ~ norm(max(0, p_i - q_i)) at
+        # the first rejection, or bonus ~ p_{K+1} if all K were accepted
+        t_logits = target.forward(tc, torch.cat([last[:, None], x], 1))  # [B, K+1, V]
+        sampled = sampler.verify(t_logits, qs, x, u[:, slots.accept], u[:, slots.final])
+        res = sampled.result
+        n = res.num_emitted  # [B] = accepted + 1 (recovered or bonus): the commit signal
         # 3. commit: the emitted tokens of active rows go to positions pos .. pos+n-1
         commit = (j[None, :] < n[:, None]) & active[:, None]  # [B, K+1]
         out.scatter_(1, torch.where(commit, pos[:, None] + j, DUMP), res.emitted)
-        if rec is not None:
-            # token j of the round was drawn under verify row j: record that p (the exact
-            # pipeline's row — a mutant's verify_probs is not the plain law) and the drafter's q
-            p_rows: torch.Tensor | CandidateLaw
-            exact_p = variant.verify_fn in pipeline.exact_verify
-            if p_c is None and exact_p and pipeline.candidates is not None:
-                # a dense round (a mutant's hooks): the exact verify law on candidates, for the
-                # white-box only (its dense() is bit-equal to the fast verify law,
-                # ``candidate_probs``; the reference's up to float64 reduction order)
-                p_c = pipeline.candidates(t_logits, params)  # [B, K+1, W] or None
-            if not exact_p:  # a mutant's verify law is not the plain law: recompute it
-                p_rows = logits_to_probs(t_logits, params)  # [B, K+1, V] float64
-            elif p_c is not None:
-                p_rows = p_c  # [B, K+1, W] the pipeline's verify law on its candidates
-            else:  # a dense round with the exact verify hook (a candidate round sets p_c)
-                assert target_probs is not None
-                p_rows = target_probs  # [B, K+1, V] float64
-            q_rows: torch.Tensor | CandidateLaw
-            reported = [q for q in qs if q is not None]  # the K reported q's (a sampled drafter)
-            if variant.draft_fn in _TRUTHFUL_DRAFT and onehot:
-                # a truthful one-hot drafter drafted the argmax: q = δ(x_i) at the K draft
-                # slots; only the bonus slot's argmax is computed
-                bonus_tok = argmax_tokens(d_rows[K])[:, None]  # [B, 1]
-                q_rows = _onehot_law(torch.cat([draft_tokens, bonus_tok], 1), target.vocab_size)
-            elif variant.draft_fn in _TRUTHFUL_DRAFT and len(reported) == K and not onehot:
-                # a truthful drafter's reported q IS the law teacher forcing defines (the same
-                # pipeline call on the same logits): only the bonus slot's is computed
-                bonus = _teacher_q_law(d_rows[K][:, None], params, drafter, pipeline)
-                q_rows = _cat_laws(reported, bonus)  # [B, K+1, W] or [B, K+1, V]
-            else:
-                q_rows = _teacher_q_law(torch.stack(d_rows, dim=1), params, drafter, pipeline)
-            rec.record(p_rows, q_rows, res.emitted, pos, commit)
+        if observer is not None:
+            observer.on_round(t_logits, d_logits, sampled, x, pos, commit)
         # 4. holes: this round's slots n0+j hold [last, x_1..x_K][j]; keep last and the committed
         # drafts x_1..x_{n-1} (emitted = those drafts + 1 token: the commit signal is n, not a)
         n0 = tc.num_slots - (K + 1)
@@ -406,7 +277,7 @@ def _spec_chunk(
         tc.invalidate(hole)
         dc.invalidate(hole)
         last = res.emitted.gather(1, (n - 1)[:, None])[:, 0]  # [B] the last emitted token
-        log.append((active, pos.clone(), a, torch.minimum(n, T - pos)))
+        log.append((active, pos.clone(), res.num_accepted, torch.minimum(n, T - pos)))
         pos = pos + torch.where(active, n, 0)
     return out[:, :T], _rounds_frame(log, K)
 
@@ -431,12 +302,11 @@ def _rounds_frame(log: list[tuple[torch.Tensor, ...]], K: int) -> pd.DataFrame:
     )
 
 
-# ----------------------------------------------------------------------------- white-box
-
-
-# NOTE: the float64 [rows, V] temporaries of ``whitebox_columns`` (p, q, the order key, masks)
-# stay under ~512 MiB each: 2^26 elements
-_WB_CHUNK_ELEMENTS = 1 << 26
+def _wb_frame(rec: PlainObserver | RoundObserver, T: int, roles: bool) -> pd.DataFrame:
+    """A chunk's white-box columns (and, with ``roles``, each token's role and round offset)."""
+    if not roles:
+        return rec.frame(T)
+    return pd.concat([rec.frame(T), rec.roles_frame(T)], axis=1)
 
 
 def _whitebox_draft(
@@ -447,173 +317,33 @@ def _whitebox_draft(
         return None
     if not isinstance(drafter, DrafterSpec):
         raise InputError("plain_decode: whitebox with a draft needs its drafter (DrafterSpec)")
-    from spectest.models.derive import check_same_vocab
-
-    check_same_vocab(model, draft)
-    if model.device != draft.device:
-        raise ModelError(
-            f"target {model.name!r} is on {model.device}, draft {draft.name!r} on {draft.device}"
-        )
+    _check_same_device(model, draft)
     return draft, drafter
 
 
-def _teacher_q(
-    d_logits: torch.Tensor,
-    params: SamplingTensors,
-    drafter: DrafterSpec,
-    pipeline: Pipeline = REFERENCE,
+def _check_pair(
+    target: LanguageModel,
+    draft: LanguageModel,
+    drafter: Any,
+    prompt: Sequence[int],
+    rows: Sequence[RowSpec],
+    T: Any,
+    batch_size: Any,
 ) -> torch.Tensor:
-    """The drafter's exact law (what teacher forcing calls q) at each slot: ``[B, J, V]`` f64.
-
-    ``d_logits`` ``[B, J, V]``: draft logits at J slots of each row. The exact variant's sample
-    law, as ``engines.teacher.teacher_force`` computes it (one-hot at the argmax for a one-hot
-    drafter, else the ``q_mode`` law) — never a mutant's reported q — on ``pipeline`` (the fast
-    pipeline's law equals the reference's up to float64 reduction order, ``sampling/fast.py``).
-    """
-    exact = pipeline.variant(get_variant("exact"))
-    J = int(d_logits.shape[1])
-    laws = [
-        exact.draft_law(d_logits[:, i], params, onehot=drafter.onehot, q_mode=drafter.q_mode)[0]
-        for i in range(J)
-    ]  # J × [B, V]
-    return torch.stack(laws, dim=1)  # [B, J, V]
+    """The inputs of a speculative call, checked: the prompt as ``[L]`` on the target's device."""
+    _check_same_device(target, draft)
+    if not isinstance(drafter, DrafterSpec):
+        raise ConfigError(f"drafter must be a DrafterSpec, got {drafter!r}")
+    return _check_inputs(target, prompt, rows, T, batch_size)
 
 
-def _flat_law(law: torch.Tensor | CandidateLaw, N: int) -> torch.Tensor | CandidateLaw:
-    """``[B, J, *]`` → ``[B*J, *]`` for a dense law or a ``CandidateLaw``."""
-    if isinstance(law, CandidateLaw):
-        W = int(law.ids.shape[-1])
-        return CandidateLaw(law.ids.reshape(N, W), law.probs.reshape(N, W), law.vocab_size)
-    return law.reshape(N, int(law.shape[-1]))
+def _check_same_device(target: LanguageModel, draft: LanguageModel) -> None:
+    from spectest.models.derive import check_same_vocab
 
-
-def _onehot_law(tok: torch.Tensor, V: int) -> CandidateLaw:
-    """δ(tok) for token ids ``tok`` ``[B, J]``: a ``CandidateLaw`` ``[B, J, 1]``."""
-    ones = torch.ones((*tok.shape, 1), dtype=torch.float64, device=tok.device)
-    return CandidateLaw(tok[..., None], ones, V)
-
-
-def _cat_laws(
-    reported: list[torch.Tensor | CandidateLaw], bonus: torch.Tensor | CandidateLaw
-) -> torch.Tensor | CandidateLaw:
-    """The K reported q's (``[B, V]`` or ``CandidateLaw`` ``[B, W]`` each) and the bonus slot's
-    law (``[B, 1, *]``) as one ``[B, K+1, *]`` law: on candidates when all are, else dense."""
-    laws = [*(r[:, None] if isinstance(r, torch.Tensor) else _unsqueeze(r) for r in reported)]
-    laws.append(bonus)
-    if all(isinstance(law, CandidateLaw) for law in laws):
-        cl = [law for law in laws if isinstance(law, CandidateLaw)]
-        if len({int(law.ids.shape[-1]) for law in cl}) == 1:
-            ids = torch.cat([law.ids for law in cl], dim=1)  # [B, K+1, W]
-            probs = torch.cat([law.probs for law in cl], dim=1)  # [B, K+1, W]
-            return CandidateLaw(ids, probs, cl[0].vocab_size)
-    dense = [law.dense() if isinstance(law, CandidateLaw) else law for law in laws]
-    return torch.cat(dense, dim=1)  # [B, K+1, V]
-
-
-def _unsqueeze(law: CandidateLaw) -> CandidateLaw:
-    return CandidateLaw(law.ids[:, None], law.probs[:, None], law.vocab_size)
-
-
-def _law_width(law: torch.Tensor | CandidateLaw | None) -> int:
-    if law is None:
-        return 1
-    return int((law.ids if isinstance(law, CandidateLaw) else law).shape[-1])
-
-
-def _law_rows(law: torch.Tensor | CandidateLaw, lo: int, n: int) -> torch.Tensor | CandidateLaw:
-    if isinstance(law, CandidateLaw):
-        return CandidateLaw(law.ids[lo : lo + n], law.probs[lo : lo + n], law.vocab_size)
-    return law[lo : lo + n]
-
-
-def _teacher_q_law(
-    d_logits: torch.Tensor,
-    params: SamplingTensors,
-    drafter: DrafterSpec,
-    pipeline: Pipeline = REFERENCE,
-) -> torch.Tensor | CandidateLaw:
-    """``_teacher_q`` as a ``CandidateLaw`` ``[B, J, W]`` where the law is one on candidates.
-
-    A one-hot drafter: δ(``argmax_tokens`` of the logits) with ``W = 1`` (the exact draft law's
-    ``_onehot_argmax``, for every ``q_mode``; one slot at a time: ``[B, V]`` temporaries). A
-    sampled ``q_mode="processed"`` drafter on a
-    pipeline with ``candidates``: that call on the draft logits (``_draft_fast``'s law, its
-    ``dense()`` bit-equal) when it decides every row. Otherwise (temperature/raw ``q_mode``: full
-    support; the reference pipeline; a row not decided on candidates) the dense ``_teacher_q``.
-    """
-    J, V = int(d_logits.shape[1]), int(d_logits.shape[2])
-    if drafter.onehot:
-        tok = torch.stack([argmax_tokens(d_logits[:, i]) for i in range(J)], 1)  # [B, J]
-        return _onehot_law(tok, V)
-    if drafter.q_mode == "processed" and pipeline.candidates is not None:
-        law = pipeline.candidates(d_logits, params)  # [B, J, W] or None
-        if law is not None:
-            return law
-    return _teacher_q(d_logits, params, drafter, pipeline)
-
-
-class _WhiteboxRecorder:
-    """Generation-time white-box columns of one chunk of ``B`` rows.
-
-    Buffers ``[B, width + 1]`` per ``schema.WHITEBOX_COLUMNS`` column (the last column is a
-    scratch slot for tokens that are not committed), filled as tokens are committed; ``frame``
-    returns the first ``T`` positions row-major, aligned with ``to_samples_frame``.
-    """
-
-    def __init__(self, B: int, width: int, device: torch.device) -> None:
-        self.dump = width
-        self.buf: dict[str, torch.Tensor] = {}
-        for c in schema.WHITEBOX_COLUMNS:
-            if c == schema.WB_IN_A:
-                self.buf[c] = torch.zeros((B, width + 1), dtype=torch.bool, device=device)
-            else:
-                self.buf[c] = torch.full(
-                    (B, width + 1), float("nan"), dtype=torch.float64, device=device
-                )
-
-    def record(
-        self,
-        p: torch.Tensor | CandidateLaw,
-        q: torch.Tensor | CandidateLaw | None,
-        tokens: torch.Tensor,
-        start: torch.Tensor,
-        commit: torch.Tensor,
-    ) -> None:
-        """Columns of ``tokens`` ``[B, J]`` under ``p`` (and ``q``) ``[B, J, V]`` float64 or
-        ``CandidateLaw`` ``[B, J, W]``, stored at positions ``start[b] + j`` where ``commit``
-        ``[B, J]`` (bool) holds.
-
-        NOTE a ``CandidateLaw`` p takes ``teacher.whitebox_columns_candidates`` (O(B·J·W), q as a
-        ``CandidateLaw`` or dense); a dense p takes ``whitebox_columns`` (a ``CandidateLaw`` q is
-        densified). The two give the same values up to float64 summation order (tested)."""
-        from spectest.engines.teacher import whitebox_columns, whitebox_columns_candidates
-
-        B, J = int(tokens.shape[0]), int(tokens.shape[1])
-        toks = torch.where(commit, tokens, torch.zeros_like(tokens)).reshape(B * J)  # [B*J]
-        parts: dict[str, list[torch.Tensor]] = {c: [] for c in schema.WHITEBOX_COLUMNS}
-        if not isinstance(p, CandidateLaw) and isinstance(q, CandidateLaw):
-            q = q.dense()  # [B, J, V]: a dense p takes the dense columns
-        flat_p = _flat_law(p, B * J)  # [B*J, W] or [B*J, V]
-        flat_q = None if q is None else _flat_law(q, B * J)  # [B*J, Wq] or [B*J, V]
-        step = max(1, _WB_CHUNK_ELEMENTS // max(1, _law_width(flat_p), _law_width(flat_q)))
-        for lo in range(0, B * J, step):
-            pc = _law_rows(flat_p, lo, step)
-            qc = None if flat_q is None else _law_rows(flat_q, lo, step)
-            if isinstance(pc, CandidateLaw):
-                cols = whitebox_columns_candidates(pc, qc, toks[lo : lo + step])
-            else:
-                assert not isinstance(qc, CandidateLaw)
-                cols = whitebox_columns(pc, qc, toks[lo : lo + step])
-            for c in schema.WHITEBOX_COLUMNS:
-                parts[c].append(cols[c])
-        j = torch.arange(J, device=tokens.device)[None, :]  # [1, J]
-        idx = torch.where(commit, start[:, None] + j, self.dump)  # [B, J]
-        for c in schema.WHITEBOX_COLUMNS:
-            self.buf[c].scatter_(1, idx, torch.cat(parts[c]).reshape(B, J))
-
-    def frame(self, T: int) -> pd.DataFrame:
-        return pd.DataFrame(
-            {c: self.buf[c][:, :T].reshape(-1).cpu().numpy() for c in schema.WHITEBOX_COLUMNS}
+    check_same_vocab(target, draft)
+    if target.device != draft.device:
+        raise ModelError(
+            f"target {target.name!r} is on {target.device}, draft {draft.name!r} on {draft.device}"
         )
 
 
@@ -770,8 +500,6 @@ class BuiltinEngine(Engine):
 
     def variant(self, job: ArmJob) -> SpecVariant:
         """The sampler of a speculative job (the acceptor engine swaps in the user's kernel)."""
-        from spectest.sampling.mutants import get_variant
-
         return get_variant(job.variant or "exact")
 
     def decode_models(self) -> Models:

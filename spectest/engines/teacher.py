@@ -1,11 +1,12 @@
 """Teacher forcing: the white-box columns of ``schema.py`` along emitted sequences.
 
 Owns: ``whitebox_columns`` (p_t, q_t and the emitted tokens → ``wb_p``, ``wb_cdf_lo``, ``wb_p_a``,
-``wb_in_a``, ``wb_overlap``; a pure function, also used by the hf backend), its candidate-law
-twin ``whitebox_columns_candidates`` (the same values from a ``sampling.fast.CandidateLaw`` p in
-O(N·W); the decode loops' recorder uses it when the fast pipeline hands it one), ``teacher_force``
-(runs the local target — and draft — over prompt + emitted tokens under the exact sampling
-pipeline, batched) and a slow per-token reference ``whitebox_reference``.
+``wb_in_a``, ``wb_overlap``; a pure function, also used by the hf backend), its shortlist twin
+``whitebox_columns_shortlist`` (the same values from a ``sampling.laws.ShortlistLaw`` p in
+O(N·W)), ``law_columns`` (either, for any ``sampling.laws.Law``: what the decode loops' white-box
+recorder, ``engines.recorder``, calls), ``teacher_force`` (runs the local target — and draft —
+over prompt + emitted tokens under the exact sampling pipeline, batched) and a slow per-token
+reference ``whitebox_reference``.
 
 Knows nothing about statistics (``stats.whitebox`` turns the columns into tests) nor about how the
 sequences were produced: any arm's tokens can be teacher-forced.
@@ -32,13 +33,12 @@ import torch
 from spectest import schema
 from spectest.errors import InputError
 from spectest.models.base import LanguageModel
-from spectest.sampling.fast import CandidateLaw
+from spectest.sampling.laws import Law, ShortlistLaw
 from spectest.sampling.params import SamplingParams, SamplingTensors
-from spectest.sampling.rejection import probs_at
 from spectest.sampling.transforms import logits_to_probs
 
 if TYPE_CHECKING:
-    from spectest.engines.builtin import DrafterSpec
+    from spectest.engines.base import DrafterSpec
 
 # NOTE chunking: p and q are float64 [rows, T, V]; 2^23 elements = 64 MiB per tensor keeps a
 # Qwen3 vocabulary (151936) at ~1 row × 55 positions per chunk on CPU and bounded on GPU.
@@ -109,29 +109,27 @@ def whitebox_columns(
     return out
 
 
-def law_at(law: CandidateLaw | torch.Tensor, at: torch.Tensor) -> torch.Tensor:
-    """The law's probabilities at token ids ``at`` ``[N, M]`` (int64): ``[N, M]`` float64.
-
-    ``law``: dense ``[N, V]`` (a gather) or a ``CandidateLaw`` ``[N, W]``
-    (``rejection.probs_at``: a batched ``searchsorted`` in its ascending ids + an equality check;
-    0 where ``at`` is no candidate — the law is 0 off its candidates).
-    """
-    if isinstance(law, torch.Tensor):
-        return law.gather(1, at)
-    return probs_at(law.ids, law.probs, at)  # [N, M]
+def law_columns(p: Law, q: Law | None, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The white-box columns of ``N`` tokens under laws ``[N, *]``: ``whitebox_columns_shortlist``
+    for a shortlist p (O(N·W)), else ``whitebox_columns`` on the dense laws (a shortlist q is
+    densified). The two give the same values up to float64 summation order (tested)."""
+    if isinstance(p, ShortlistLaw):
+        return whitebox_columns_shortlist(p, q, tokens)
+    return whitebox_columns(p.dense(), None if q is None else q.dense(), tokens)
 
 
-def whitebox_columns_candidates(
-    p: CandidateLaw, q: CandidateLaw | torch.Tensor | None, tokens: torch.Tensor
+def whitebox_columns_shortlist(
+    p: ShortlistLaw, q: Law | None, tokens: torch.Tensor
 ) -> dict[str, torch.Tensor]:
-    """``whitebox_columns`` when p is a ``CandidateLaw``: O(N·W) instead of O(N·V) (same values).
+    """``whitebox_columns`` when p is a ``ShortlistLaw``: O(N·W) instead of O(N·V) (same values).
 
     Parameters
     ----------
-    p : ``CandidateLaw`` ``[N, W]`` (ids ascending, distinct; p = 0 off them).
-    q : ``CandidateLaw`` ``[N, Wq]`` (e.g. ``Wq = 1`` for a one-hot drafter), float64 ``[N, V]``
-        (a dense draft law, e.g. ``q_mode`` temperature/raw), or ``None`` (no draft).
-    tokens : int64 ``[N]``, the emitted tokens (any id in ``[0, V)``, candidates of p or not).
+    p : ``ShortlistLaw`` ``[N, W]`` (ids ascending, distinct; p = 0 off them).
+    q : a ``Law`` ``[N, *]``: a ``ShortlistLaw`` ``[N, Wq]`` (e.g. ``Wq = 1`` for a one-hot
+        drafter), a ``DenseLaw`` ``[N, V]`` (e.g. ``q_mode`` temperature/raw), or ``None`` (no
+        draft).
+    tokens : int64 ``[N]``, the emitted tokens (any id in ``[0, V)``, shortlisted by p or not).
 
     Returns
     -------
@@ -141,25 +139,25 @@ def whitebox_columns_candidates(
     Notes
     -----
     Every sum of ``whitebox_columns`` is weighted by p_v (``wb_cdf_lo``, ``wb_p_a``) or by
-    min(p_v, q_v) (``wb_overlap``), so tokens off p's candidates add exact zeros and only p's
-    candidates are summed, in id order instead of over ``V``. The per-token quantities of x (p(x),
-    q(x), its order key and ``wb_in_a`` = q(x) > p(x)) are looked up (``law_at``: 0 where x is no
-    candidate); the order key of x uses ``order_key`` on those scalars, so x off supp(p) has key 0
-    (p = 0: 0/q or 0/0) exactly as in the dense row. The ``before`` relation (key, then id) is
-    compared only at p's candidates — the dense mask at the other ids multiplies p = 0.
+    min(p_v, q_v) (``wb_overlap``), so tokens off p's shortlist add exact zeros and only p's
+    shortlist is summed, in id order instead of over ``V``. The per-token quantities of x (p(x),
+    q(x), its order key and ``wb_in_a`` = q(x) > p(x)) are looked up (``Law.prob_of``: 0 where x
+    is not shortlisted); the order key of x uses ``order_key`` on those scalars, so x off supp(p)
+    has key 0 (p = 0: 0/q or 0/0) exactly as in the dense row. The ``before`` relation (key, then
+    id) is compared only at p's shortlist — the dense mask at the other ids multiplies p = 0.
     Equality with the dense path (relative <= 1e-12, booleans exact) is tested on random
-    candidate laws, one-hot and dense q, ties, q(x) = 0, x off supp(p) and disjoint supports
+    shortlist laws, one-hot and dense q, ties, q(x) = 0, x off supp(p) and disjoint supports
     (tests/test_teacher.py).
     """
     ids, pp = p.ids, p.probs  # [N, W], [N, W]
     assert ids.dim() == 2 and pp.dtype == torch.float64, (pp.dtype, tuple(ids.shape))
     N = int(ids.shape[0])
     assert tokens.shape == (N,) and tokens.dtype == torch.int64, (tokens.dtype, tuple(tokens.shape))
-    _check_tokens(tokens, p.vocab_size, "whitebox_columns_candidates")
+    _check_tokens(tokens, p.vocab_size, "whitebox_columns_shortlist")
     x = tokens[:, None]  # [N, 1]
-    p_x = law_at(p, x)  # [N, 1]
-    q_p = None if q is None else law_at(q, ids)  # [N, W] q at p's candidates
-    q_x = None if q is None else law_at(q, x)  # [N, 1]
+    p_x = p.prob_of(x)  # [N, 1]
+    q_p = None if q is None else q.prob_of(ids)  # [N, W] q at p's shortlist
+    q_x = None if q is None else q.prob_of(x)  # [N, 1]
     key = order_key(pp, q_p)  # [N, W]
     key_x = order_key(p_x, q_x)  # [N, 1]
     before = (key > key_x) | ((key == key_x) & (ids < x))  # [N, W]

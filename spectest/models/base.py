@@ -91,7 +91,7 @@ class LanguageModel(ABC):
 
     def reserve(self, max_slots: int) -> None:
         """Make room for ``max_slots`` slots per row before a decode (a growing cache needs
-        none; a preallocated one, ``engines.fast.StaticHFModel``, grows its pool)."""
+        none; a preallocated one, ``models.static.StaticHFModel``, grows its pool)."""
         return None
 
     def logits_full(self, input_ids: torch.Tensor) -> torch.Tensor:

@@ -38,7 +38,7 @@ from spectest.sampling.mutants import SpecVariant, stack_q
 from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.transforms import logits_to_probs
 
-Law = dict[tuple[int, ...], float]
+SequenceLaw = dict[tuple[int, ...], float]  # {emitted token ids: probability}
 LogitsFn = Callable[[tuple[int, ...]], torch.Tensor]  # context in the round → logits [V]
 EDGE = 1e-7  # probes sit this fraction of a cell side (at least ULPS) inside its ends
 ULPS = 1e-15
@@ -95,18 +95,20 @@ def _conditional(fn: LogitsFn, ctx: tuple[int, ...], params: SamplingParams) -> 
     return logits_to_probs(fn(ctx)[None], SamplingTensors.from_params([params]))[0]  # [V]
 
 
-def plain_law(target: LogitsFn, params: SamplingParams, length: int) -> Law:
+def plain_law(target: LogitsFn, params: SamplingParams, length: int) -> SequenceLaw:
     """The law of ``length`` tokens of plain sampling (the pipeline of ``transforms``)."""
     return complete_law({(): 1.0}, target, params, length)
 
 
-def complete_law(law: Law, target: LogitsFn, params: SamplingParams, length: int) -> Law:
+def complete_law(
+    law: SequenceLaw, target: LogitsFn, params: SamplingParams, length: int
+) -> SequenceLaw:
     """Extend every sequence of ``law`` to ``length`` tokens by plain sampling (truncate longer).
 
     A round is exact iff its completed law equals ``plain_law`` (later rounds start from the
     emitted context, so only the law of the first ``length`` tokens matters, for every length).
     """
-    out: Law = {}
+    out: SequenceLaw = {}
     cache: dict[tuple[int, ...], list[float]] = {}
 
     def extend(seq: tuple[int, ...], w: float) -> None:
@@ -125,12 +127,12 @@ def complete_law(law: Law, target: LogitsFn, params: SamplingParams, length: int
     return out
 
 
-def total_variation(a: Law, b: Law) -> float:
+def total_variation(a: SequenceLaw, b: SequenceLaw) -> float:
     """TV = 1/2 sum |a - b| over the union of supports."""
     return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
 
 
-def marginal(law: Law, position: int) -> dict[int, float]:
+def marginal(law: SequenceLaw, position: int) -> dict[int, float]:
     """The law of the token at ``position`` (sequences shorter than that are skipped)."""
     out: dict[int, float] = {}
     for seq, w in law.items():
@@ -267,7 +269,7 @@ def round_law(
     max_cells: int | None = None,
     compact: bool = False,
     stats: dict[str, int] | None = None,
-) -> Law:
+) -> SequenceLaw:
     """The exact law of the tokens one round of ``variant`` emits (sequences of 1..K+1 tokens).
 
     ``target(ctx)``/``draft(ctx)`` give logits ``[V]`` after the round's context ``ctx`` (the
@@ -284,6 +286,29 @@ def round_law(
     """
     if drafts is None:
         drafts = _drafts(variant, draft, params, K, onehot, q_mode, check)
+    seqs, w_draft, tp, dp = _round_laws(variant, target, params, drafts, K)
+    vocab = None
+    if compact:
+        vocab, tp, dp, seqs = _compact(tp, dp, seqs)
+    mids, sides, own = _grid(variant, tp, dp, seqs, extra_accept_breaks, max_cells, stats)
+    weights = sides.prod(-1) * w_draft[own]  # [N] cell volume x draft probability
+    emitted = _emit(variant, tp, dp, seqs, mids, sides, own, check, max_rows)  # [N, K+1]
+    if vocab is not None:  # back to token ids
+        emitted = torch.where(emitted >= 0, vocab[emitted.clamp(min=0)], emitted)
+    uniq, inv = torch.unique(emitted, dim=0, return_inverse=True)  # [U, K+1], [N]
+    mass = torch.zeros(int(uniq.shape[0]), dtype=torch.float64).index_add_(0, inv, weights)  # [U]
+    law: SequenceLaw = {}
+    for row, w in zip(uniq.tolist(), mass.tolist(), strict=True):
+        key = tuple(t for t in row if t >= 0)
+        law[key] = law.get(key, 0.0) + w
+    return law
+
+
+def _round_laws(
+    variant: SpecVariant, target: LogitsFn, params: SamplingParams, drafts: list[Draft], K: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``(seqs [S, K], w_draft [S], tp [S, K+1, V], dp [S, K, V] | None)``: the draft sequences,
+    their probabilities, the variant's target law along each and the q's it was told."""
     S = len(drafts)
     seqs = torch.tensor([d[0] for d in drafts], dtype=torch.int64).reshape(S, K)  # [S, K]
     w_draft = torch.tensor([d[1] for d in drafts], dtype=torch.float64)  # [S]
@@ -295,18 +320,39 @@ def round_law(
         None if drafts[0][2][j] is None else torch.cat([d[2][j] for d in drafts])  # type: ignore[misc]
         for j in range(K)
     ]  # K x [S, V] or None (one-hot)
-    dp = stack_q(q_pos)  # [S, K, V] or None
-    vocab = None
-    if compact:
-        keep = (tp > 0).reshape(-1, tp.shape[-1]).any(0)  # [V]
-        if dp is not None:
-            keep |= (dp > 0).reshape(-1, dp.shape[-1]).any(0)
-        keep[seqs.reshape(-1)] = True
-        vocab = keep.nonzero()[:, 0]  # [V'] ascending: the order of the vocabulary is kept
-        remap = torch.full((int(tp.shape[-1]),), -1, dtype=torch.int64)
-        remap[vocab] = torch.arange(len(vocab))
-        tp, seqs = tp[..., vocab].contiguous(), remap[seqs]
-        dp = None if dp is None else dp[..., vocab].contiguous()
+    return seqs, w_draft, tp, stack_q(q_pos)  # dp [S, K, V] or None
+
+
+def _compact(
+    tp: torch.Tensor, dp: torch.Tensor | None, seqs: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """The laws on the tokens that can matter (p > 0 somewhere, q > 0, or drafted), in
+    vocabulary order: ``(vocab [V'], tp, dp, seqs)`` remapped to ``[0, V')``."""
+    keep = (tp > 0).reshape(-1, tp.shape[-1]).any(0)  # [V]
+    if dp is not None:
+        keep |= (dp > 0).reshape(-1, dp.shape[-1]).any(0)
+    keep[seqs.reshape(-1)] = True
+    vocab = keep.nonzero()[:, 0]  # [V'] ascending: the order of the vocabulary is kept
+    remap = torch.full((int(tp.shape[-1]),), -1, dtype=torch.int64)
+    remap[vocab] = torch.arange(len(vocab))
+    tp, seqs = tp[..., vocab].contiguous(), remap[seqs]
+    dp = None if dp is None else dp[..., vocab].contiguous()
+    return vocab, tp, dp, seqs
+
+
+def _grid(
+    variant: SpecVariant,
+    tp: torch.Tensor,
+    dp: torch.Tensor | None,
+    seqs: torch.Tensor,
+    extra_accept_breaks: ExtraBreaks | None,
+    max_cells: int | None,
+    stats: dict[str, int] | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The quadrature cells of every draft sequence: ``(mids [N, K+1], sides [N, K+1],
+    owner [N])`` — the cell midpoints in (K acceptance, 1 final) uniforms, their side lengths and
+    the draft sequence each belongs to (module docstring: the breakpoints)."""
+    S, K = (int(n) for n in seqs.shape)
     V = int(tp.shape[-1])
     all_mids, all_sides, owner = [], [], []
     n_cells = 0
@@ -340,11 +386,25 @@ def round_law(
         owner.append(torch.full((int(mids.shape[0]),), s_i, dtype=torch.int64))
     if stats is not None:
         stats["cells"] = n_cells
-    mids_t, sides_t, own = torch.cat(all_mids), torch.cat(all_sides), torch.cat(owner)  # [N, ...]
-    weights = sides_t.prod(-1) * w_draft[own]  # [N] cell volume x draft probability
+    return torch.cat(all_mids), torch.cat(all_sides), torch.cat(owner)  # [N, ...]
+
+
+def _emit(
+    variant: SpecVariant,
+    tp: torch.Tensor,
+    dp: torch.Tensor | None,
+    seqs: torch.Tensor,
+    mids: torch.Tensor,
+    sides: torch.Tensor,
+    own: torch.Tensor,
+    check: bool,
+    max_rows: int,
+) -> torch.Tensor:
+    """The variant's emitted tokens ``[N, K+1]`` at every cell's midpoint, ``max_rows`` cells at
+    a time; with ``check``, ``NumericsError`` unless every cell is constant (probed)."""
     outs = []
-    for a in range(0, int(mids_t.shape[0]), max_rows):
-        idx, m = own[a : a + max_rows], mids_t[a : a + max_rows]
+    for a in range(0, int(mids.shape[0]), max_rows):
+        idx, m = own[a : a + max_rows], mids[a : a + max_rows]
         # the rows' laws, gathered once for the midpoints and every probe
         tp_r, dp_r, x_r = tp[idx], None if dp is None else dp[idx], seqs[idx]
 
@@ -357,22 +417,13 @@ def round_law(
             return _evaluate(variant, tp_r, dp_r, x_r, u)
 
         emitted = run(m)  # [n, K+1]
-        if check and not _constant_on_cells(run, m, sides_t[a : a + max_rows], emitted):
+        if check and not _constant_on_cells(run, m, sides[a : a + max_rows], emitted):
             raise NumericsError(
                 f"exact_law: variant {variant.name!r} is not constant on a cell: a breakpoint is "
                 f"missing (pass extra_accept_breaks)"
             )
         outs.append(emitted)
-    emitted_all = torch.cat(outs)  # [N, K+1]
-    if vocab is not None:  # back to token ids
-        emitted_all = torch.where(emitted_all >= 0, vocab[emitted_all.clamp(min=0)], emitted_all)
-    uniq, inv = torch.unique(emitted_all, dim=0, return_inverse=True)  # [U, K+1], [N]
-    mass = torch.zeros(int(uniq.shape[0]), dtype=torch.float64).index_add_(0, inv, weights)  # [U]
-    law: Law = {}
-    for row, w in zip(uniq.tolist(), mass.tolist(), strict=True):
-        key = tuple(t for t in row if t >= 0)
-        law[key] = law.get(key, 0.0) + w
-    return law
+    return torch.cat(outs)  # [N, K+1]
 
 
 def _evaluate(

@@ -54,7 +54,20 @@ DiffersFn = Callable[[SamplingParams, bool, int, str], bool]
 
 @dataclass(frozen=True)
 class SpecVariant:
-    """One speculative sampler design: the exact one, a mutant, or an exact-but-suspicious one."""
+    """One speculative sampler design: the exact one, a mutant, or an exact-but-suspicious one.
+
+    The capability flags say which hooks are the pipeline's own, so a decode loop can rely on
+    them without comparing function objects (all False unless declared):
+
+    - ``exact_verify``: ``verify_probs`` is the plain law p (the pipeline's; a fast pipeline may
+      swap in its own, and the white-box p of an emitted token can be read from its rows);
+    - ``truthful_draft``: the draft token is drawn from the drafter's ``q_mode`` law and that law
+      is the q reported (the q teacher forcing defines);
+    - ``round_on_shortlist``: the round is the exact chain sampler ``rejection.rejection_sample``
+      on those two hooks, so a pipeline with a shortlist may run it on shortlist laws (a
+      replaced ``sample_fn`` — a mutant, a user's kernel — must set it False: it is written for
+      the dense laws).
+    """
 
     name: str
     mirrors: str  # bug references from docs/bugs.md ("" for exact)
@@ -64,6 +77,9 @@ class SpecVariant:
     draft_fn: DraftFn = field(repr=False)
     sample_fn: SampleFn = field(repr=False)
     differs_fn: DiffersFn = field(repr=False)
+    exact_verify: bool = False
+    truthful_draft: bool = False
+    round_on_shortlist: bool = False
 
     def verify_probs(self, target_logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
         """The target law the verifier uses: float64 probs of the shape of ``target_logits``
@@ -140,13 +156,26 @@ def _verify_pipeline(target_logits: torch.Tensor, params: SamplingTensors) -> to
     return logits_to_probs(target_logits, params)
 
 
-def _draft_truthful(
-    draft_logits: torch.Tensor, params: SamplingTensors, onehot: bool, q_mode: str
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    if onehot:
-        return _onehot_argmax(draft_logits), None
-    q = draft_q(draft_logits, params, q_mode)
-    return q, q
+def truthful_draft(processed: VerifyFn) -> DraftFn:
+    """The truthful draft hook on a pipeline whose processed law is ``processed``: the argmax
+    (q = δ(x), reported as ``None``) for a one-hot drafter, else the ``q_mode`` law, drawn from
+    and reported (temperature-only and raw softmax need no filter: ``draft_q``)."""
+
+    def draft(
+        draft_logits: torch.Tensor, params: SamplingTensors, onehot: bool, q_mode: str
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if onehot:
+            return _onehot_argmax(draft_logits), None
+        if q_mode == "processed":
+            q = processed(draft_logits, params)
+        else:
+            q = draft_q(draft_logits, params, q_mode)
+        return q, q
+
+    return draft
+
+
+_draft_truthful = truthful_draft(logits_to_probs)
 
 
 def _nontrivial(p: SamplingParams) -> bool:
@@ -346,12 +375,26 @@ def _make(
     description: str,
     *,
     exact: bool = False,
-    verify: VerifyFn = _verify_pipeline,
-    draft: DraftFn = _draft_truthful,
-    sample: SampleFn = rejection_sample,
+    verify: VerifyFn | None = None,
+    draft: DraftFn | None = None,
+    sample: SampleFn | None = None,
     differs: DiffersFn = lambda p, onehot, K, q_mode: False,
 ) -> SpecVariant:
-    return SpecVariant(name, mirrors, description, exact, verify, draft, sample, differs)
+    """A catalogue entry: a hook left ``None`` is the exact sampler's, and the capability flags
+    say which (``SpecVariant``)."""
+    return SpecVariant(
+        name,
+        mirrors,
+        description,
+        exact,
+        verify or _verify_pipeline,
+        draft or _draft_truthful,
+        sample or rejection_sample,
+        differs,
+        exact_verify=verify is None,
+        truthful_draft=draft is None,
+        round_on_shortlist=verify is None and draft is None and sample is None,
+    )
 
 
 def _q_differs_from_raw(p: SamplingParams, onehot: bool, q_mode: str) -> bool:
@@ -478,7 +521,7 @@ def _eps_variant(eps: float) -> SpecVariant:
         "the ε tooth",
         f"Accept with min(1, (1 + {eps:g}) p/q); residual unchanged. Observable at T > 0, K >= 1.",
         exact=eps == 0.0,
-        sample=rejection_sample if eps == 0.0 else _sample_eps(eps),
+        sample=None if eps == 0.0 else _sample_eps(eps),
         differs=lambda p, onehot, K, q: eps != 0.0 and _hot(p) and K >= 1,
     )
 

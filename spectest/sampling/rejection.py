@@ -17,10 +17,12 @@ Vocabulary (as vLLM's ``rejection_sampler.py``)
 A one-hot (greedy) drafter has ``q_j = δ(x_j)``: accept iff ``u_j <= p_j(x_j)``, and the residual
 is ``p_j`` with ``x_j`` removed — still exact (seed 001).
 
-Every tensor is float64 (the ratio and the residual of nearly equal laws need it; see
-``transforms``). The commit signal is ``num_emitted``; ``telemetry`` counts hypothetical
-acceptances past the first rejection (FlashInfer's counter) and must never be committed on (seed
-001, the ``commit_on_telemetry`` mutant).
+The laws are ``sampling.laws`` objects or float64 tensors (taken as dense laws): the same round
+on a dense law and on a shortlist law (``ShortlistLaw``, the fast pipeline's) emits the same
+tokens (``laws`` NOTE). Every probability is float64 (the ratio and the residual of nearly equal
+laws need it; see ``transforms``). The commit signal is ``num_emitted``; ``telemetry`` counts
+hypothetical acceptances past the first rejection (FlashInfer's counter) and must never be
+committed on (seed 001, the ``commit_on_telemetry`` mutant).
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from dataclasses import dataclass
 import torch
 
 from spectest.errors import InputError
-from spectest.sampling.draw import categorical, categorical_reference
-from spectest.schema import PLACEHOLDER_TOKEN_ID  # pads ``emitted`` after the last emitted token
+from spectest.sampling.draw import categorical_reference
+from spectest.sampling.laws import Law, as_law, onehot_law
+from spectest.schema import PLACEHOLDER_TOKEN_ID
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,8 @@ class RoundResult:
 
 
 def rejection_sample(
-    target_probs: torch.Tensor,
-    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor | Law,
+    draft_probs: torch.Tensor | Law | None,
     draft_tokens: torch.Tensor,
     u_accept: torch.Tensor,
     u_final: torch.Tensor,
@@ -72,9 +75,10 @@ def rejection_sample(
 
     Parameters
     ----------
-    target_probs : float64 ``[B, K+1, V]``, the target's law at each drafted position and after.
-    draft_probs : float64 ``[B, K, V]`` (the law each draft token was drawn from), or ``None`` for
-        a one-hot (greedy) drafter.
+    target_probs : the target's law at each drafted position and after: float64 ``[B, K+1, V]``
+        or a ``Law`` ``[B, K+1, *]`` (e.g. a ``ShortlistLaw``, never densified).
+    draft_probs : the law each draft token was drawn from, float64 ``[B, K, V]`` or a ``Law``
+        ``[B, K, *]``; ``None`` for a one-hot (greedy) drafter (q = δ(x)).
     draft_tokens : int64 ``[B, K]`` (entries past ``draft_lens`` are ignored).
     u_accept : float64 ``[B, K]`` and u_final : float64 ``[B]``, uniforms in (0, 1).
     draft_lens : int64 ``[B]`` in ``[0, K]`` (ragged rows); ``None`` = all ``K``.
@@ -85,17 +89,18 @@ def rejection_sample(
     The emitted tokens have exactly the law of plain sampling from the target (the theorem of
     arXiv 2211.17192, Appendix A.1). Verified in tests/test_rejection_exact.py by exact
     quadrature over the uniforms (law of the emitted prefix = plain law to 1e-9, K <= 3, V = 5,
-    sampled and one-hot drafters, temperature/top-k/top-p) and equal to
-    ``rejection_sample_reference`` under the same uniforms.
+    sampled and one-hot drafters, temperature/top-k/top-p), equal to
+    ``rejection_sample_reference`` under the same uniforms, and token for token (emitted, counts,
+    telemetry) the same on shortlist laws as on their dense form (random laws, drafts off q's
+    shortlist, p(x) = 0, ragged rows, K = 0).
     """
-    lens = check_round_inputs(
-        target_probs, draft_probs, draft_tokens, u_accept, u_final, draft_lens, check
-    )
-    p_x, q_x, in_draft = drafted_probs(target_probs, draft_probs, draft_tokens, lens)  # [B, K] each
+    p, q = as_law(target_probs), None if draft_probs is None else as_law(draft_probs)
+    lens = check_round_inputs(p, q, draft_tokens, u_accept, u_final, draft_lens, check)
+    p_x, q_x, in_draft = drafted_probs(p, q, draft_tokens, lens)  # [B, K] each
     accepted_mask = acceptance_mask(p_x, q_x, u_accept, in_draft)  # [B, K] every position
     num_accepted = accepted_prefix_len(accepted_mask)  # [B] the chain stops at the first rejection
-    weights = final_weights(target_probs, draft_probs, draft_tokens, num_accepted, lens)  # [B, V]
-    final = categorical(weights, u_final, check=check)  # [B] recovered or bonus token
+    final_p = final_law(p, q, draft_tokens, num_accepted, lens)  # [B, *] residual or p (bonus)
+    final = final_p.draw(u_final, check=check)  # [B] recovered or bonus token
     return assemble_round(draft_tokens, num_accepted, final, accepted_mask)
 
 
@@ -103,8 +108,8 @@ def rejection_sample(
 
 
 def check_round_inputs(
-    target_probs: torch.Tensor,
-    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor | Law,
+    draft_probs: torch.Tensor | Law | None,
     draft_tokens: torch.Tensor,
     u_accept: torch.Tensor,
     u_final: torch.Tensor,
@@ -112,51 +117,59 @@ def check_round_inputs(
     check: bool = True,
 ) -> torch.Tensor:
     """Assert shapes and dtypes; with ``check``, validate values. Returns ``draft_lens`` ``[B]``."""
-    assert target_probs.dim() == 3 and target_probs.dtype == torch.float64, target_probs.dtype
-    B, K1, V = (int(s) for s in target_probs.shape)
+    p, q = as_law(target_probs), None if draft_probs is None else as_law(draft_probs)
+    assert p.probs.dim() == 3 and p.probs.dtype == torch.float64, p.probs.dtype
+    B, K1, V = int(p.probs.shape[0]), int(p.probs.shape[1]), p.vocab_size
     K = K1 - 1
     assert K >= 0 and draft_tokens.shape == (B, K) and draft_tokens.dtype == torch.int64
-    if draft_probs is not None:
-        assert draft_probs.shape == (B, K, V) and draft_probs.dtype == torch.float64
+    if q is not None:
+        assert q.probs.shape[:2] == (B, K) and q.probs.dtype == torch.float64
+        assert q.vocab_size == V, (q.vocab_size, V)
     assert u_accept.shape == (B, K) and u_accept.dtype == torch.float64
     assert u_final.shape == (B,) and u_final.dtype == torch.float64
     if draft_lens is None:
-        lens = torch.full((B,), K, dtype=torch.int64, device=target_probs.device)  # [B]
+        lens = torch.full((B,), K, dtype=torch.int64, device=p.probs.device)  # [B]
     else:
         assert draft_lens.shape == (B,) and draft_lens.dtype == torch.int64
         lens = draft_lens
     if check:
-        in_draft = torch.arange(K, device=lens.device)[None, :] < lens[:, None]  # [B, K]
-        bad_tok = in_draft & ((draft_tokens < 0) | (draft_tokens >= V))  # [B, K]
-        bad_u = in_draft & ~((u_accept > 0) & (u_accept < 1))  # [B, K]
-        checks = [
-            ("draft_lens", lens[:, None], (lens < 0) | (lens > K)),
-            ("draft_tokens", draft_tokens, bad_tok.any(-1)),
-            ("u_accept", u_accept, bad_u.any(-1)),
-            ("target_probs", target_probs.flatten(1), (target_probs < 0).flatten(1).any(-1)),
-        ]
-        if draft_probs is not None:
-            checks.append(
-                ("draft_probs", draft_probs.flatten(1), (draft_probs < 0).flatten(1).any(-1))
-            )
-        bad = torch.stack([c[2] for c in checks])  # [n_checks, B]
-        if bool(bad.any()):
-            i, row = (int(v) for v in torch.nonzero(bad)[0])
-            name, values, _ = checks[i]
-            col = {"draft_tokens": bad_tok, "u_accept": bad_u}.get(name)
-            if col is not None:
-                value = values[row, int(torch.nonzero(col[row])[0, 0])].item()
-            else:
-                value = values[row].min().item()
-            raise InputError(
-                f"rejection_sample: {name} row {row} out of range (K={K}, V={V}): {value!r}"
-            )
+        _check_round_values(p, q, draft_tokens, u_accept, lens)
     return lens
 
 
+def _check_round_values(
+    p: Law, q: Law | None, draft_tokens: torch.Tensor, u_accept: torch.Tensor, lens: torch.Tensor
+) -> None:
+    """``InputError`` naming the first bad input, its row and value (one host sync)."""
+    K, V = int(draft_tokens.shape[1]), p.vocab_size
+    in_draft = torch.arange(K, device=lens.device)[None, :] < lens[:, None]  # [B, K]
+    bad_tok = in_draft & ((draft_tokens < 0) | (draft_tokens >= V))  # [B, K]
+    bad_u = in_draft & ~((u_accept > 0) & (u_accept < 1))  # [B, K]
+    checks = [
+        ("draft_lens", lens[:, None], (lens < 0) | (lens > K)),
+        ("draft_tokens", draft_tokens, bad_tok.any(-1)),
+        ("u_accept", u_accept, bad_u.any(-1)),
+        ("target_probs", p.probs.flatten(1), (p.probs < 0).flatten(1).any(-1)),
+    ]
+    if q is not None:
+        checks.append(("draft_probs", q.probs.flatten(1), (q.probs < 0).flatten(1).any(-1)))
+    bad = torch.stack([c[2] for c in checks])  # [n_checks, B]
+    if bool(bad.any()):
+        i, row = (int(v) for v in torch.nonzero(bad)[0])
+        name, values, _ = checks[i]
+        col = {"draft_tokens": bad_tok, "u_accept": bad_u}.get(name)
+        if col is not None:
+            value = values[row, int(torch.nonzero(col[row])[0, 0])].item()
+        else:
+            value = values[row].min().item()
+        raise InputError(
+            f"rejection_sample: {name} row {row} out of range (K={K}, V={V}): {value!r}"
+        )
+
+
 def drafted_probs(
-    target_probs: torch.Tensor,
-    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor | Law,
+    draft_probs: torch.Tensor | Law | None,
     draft_tokens: torch.Tensor,
     lens: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -164,11 +177,11 @@ def drafted_probs(
     K = int(draft_tokens.shape[1])
     in_draft = torch.arange(K, device=lens.device)[None, :] < lens[:, None]  # [B, K]
     tok = torch.where(in_draft, draft_tokens, 0)[..., None]  # [B, K, 1] padding read as id 0
-    p_x = target_probs[:, :K].gather(-1, tok).squeeze(-1)  # [B, K]
+    p_x = as_law(target_probs).slots(0, K).prob_of(tok).squeeze(-1)  # [B, K]
     if draft_probs is None:
         q_x = torch.ones_like(p_x)  # [B, K] q = δ(x): q(x) = 1
     else:
-        q_x = draft_probs.gather(-1, tok).squeeze(-1)  # [B, K]
+        q_x = as_law(draft_probs).prob_of(tok).squeeze(-1)  # [B, K]
     return p_x, q_x, in_draft
 
 
@@ -194,14 +207,14 @@ def accepted_prefix_len(accepted_mask: torch.Tensor) -> torch.Tensor:
     return accepted_mask.to(torch.int64).cumprod(-1).sum(-1)
 
 
-def final_weights(
-    target_probs: torch.Tensor,
-    draft_probs: torch.Tensor | None,
+def final_law(
+    target_probs: torch.Tensor | Law,
+    draft_probs: torch.Tensor | Law | None,
     draft_tokens: torch.Tensor,
     num_accepted: torch.Tensor,
     lens: torch.Tensor,
-) -> torch.Tensor:
-    """``[B, V]`` unnormalised law of the final token: the residual ``max(0, p_j - q_j)`` at the
+) -> Law:
+    """``[B, *]`` unnormalised law of the final token: the residual ``max(0, p_j - q_j)`` at the
     first rejection ``j = num_accepted`` (recovered), or ``p`` at index ``lens`` (bonus).
 
     NOTE empty residual: a rejection at ``x`` means ``p(x)/q(x) < u < 1``, so ``q(x) > p(x)`` and,
@@ -210,23 +223,30 @@ def final_weights(
     drafter whose q does not sum to 1; then the row falls back to ``p`` — the law the residual
     would have when p ≈ q, and never a token outside the target's support.
     """
-    B, K1, V = (int(s) for s in target_probs.shape)
-    K = K1 - 1
-    rows = torch.arange(B, device=target_probs.device)  # [B]
-    p_stop = target_probs[rows, num_accepted]  # [B, V] target at the stop (index lens = bonus)
+    p = as_law(target_probs)
+    B, K = (int(s) for s in draft_tokens.shape)
+    p_stop = p.pick(num_accepted)  # [B, *] target at the stop (index lens = bonus)
     if K == 0:
         return p_stop
+    rows = torch.arange(B, device=draft_tokens.device)  # [B]
     j = num_accepted.clamp(max=K - 1)  # [B] the rejected position (clamped for bonus rows)
     if draft_probs is None:
-        x = draft_tokens[rows, j].clamp(0, V - 1)  # [B]
-        q_stop = torch.zeros_like(p_stop).scatter_(-1, x[:, None], 1.0)  # [B, V] δ(x)
+        x = draft_tokens[rows, j].clamp(0, p.vocab_size - 1)  # [B]
+        q_stop: Law = onehot_law(x, p.vocab_size)  # [B, 1] δ(x)
     else:
-        q_stop = draft_probs[rows, j]  # [B, V]
-    residual = (p_stop - q_stop).clamp(min=0.0)  # [B, V]
-    empty = ~(residual.sum(-1) > 0)  # [B]
-    residual = torch.where(empty[:, None], p_stop, residual)
-    rejected = num_accepted < lens  # [B]
-    return torch.where(rejected[:, None], residual, p_stop)
+        q_stop = as_law(draft_probs).pick(j)  # [B, *]
+    return p_stop.residual_with(q_stop, where=num_accepted < lens)  # rejected rows: residual
+
+
+def final_weights(
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    draft_tokens: torch.Tensor,
+    num_accepted: torch.Tensor,
+    lens: torch.Tensor,
+) -> torch.Tensor:
+    """``final_law`` of dense laws as float64 ``[B, V]`` weights (what the mutants recombine)."""
+    return final_law(target_probs, draft_probs, draft_tokens, num_accepted, lens).dense()
 
 
 def assemble_round(
@@ -245,112 +265,6 @@ def assemble_round(
     emitted = torch.where(pos == n, final_token[:, None], emitted)
     telemetry = AcceptanceTelemetry(accepted_mask, accepted_mask.sum(-1))
     return RoundResult(emitted, num_accepted + 1, num_accepted, telemetry)
-
-
-# ----------------------------------------------------------------------------- on candidates
-
-
-def rejection_sample_candidates(
-    p_ids: torch.Tensor,
-    p_probs: torch.Tensor,
-    q_ids: torch.Tensor | None,
-    q_probs: torch.Tensor | None,
-    draft_tokens: torch.Tensor,
-    u_accept: torch.Tensor,
-    u_final: torch.Tensor,
-    *,
-    draft_lens: torch.Tensor | None = None,
-    check: bool = True,
-) -> RoundResult:
-    """``rejection_sample`` with both laws given on candidate tokens, never densified.
-
-    Parameters
-    ----------
-    p_ids, p_probs : int64 / float64 ``[B, K+1, W]``: row ``j`` of the target law is ``p_probs``
-        at the (ascending, distinct) token ids ``p_ids``, zero elsewhere.
-    q_ids, q_probs : ``[B, K, Wq]`` the drafter's laws the same way, or both ``None`` (one-hot).
-    draft_tokens, u_accept, u_final, draft_lens : as ``rejection_sample``.
-    check : validate uniforms, lengths and probabilities (one host sync over ``[B, K+1, W]``).
-
-    Notes
-    -----
-    The round of ``rejection_sample`` on the dense laws (``zeros(V).scatter_(ids, probs)``): the
-    same building blocks (``acceptance_mask``, ``accepted_prefix_len``, ``assemble_round``) on
-    ``p(x)``, ``q(x)`` looked up at the drafted tokens (a token off a law's candidates has
-    probability 0 there, as in the dense row); the final token's weights are built for the ONE
-    row each sequence draws from (first rejection or bonus) on the target's candidates only —
-    ``max(0, p - q)`` is 0 wherever ``p`` is, so the residual lives on ``p``'s candidates, and
-    its values there are the dense residual's (the same subtraction of the same numbers); the
-    empty-residual test ``sum > 0`` holds for the same rows in any summation order. The draw is
-    ``categorical`` on those weights in id order: the dense draw's tokens (``CandidateLaw.draw``'s
-    NOTE). Tested token-for-token (emitted, counts, telemetry) equal to ``rejection_sample`` on
-    the densified laws on random inputs, one-hot drafts, p = 0 drafts, ragged rows and K = 0
-    (tests/test_rejection_exact.py); the exact law itself is ``rejection_sample``'s.
-    """
-    assert p_ids.dim() == 3 and p_ids.shape == p_probs.shape, (p_ids.shape, p_probs.shape)
-    assert p_probs.dtype == torch.float64 and p_ids.dtype == torch.int64
-    B, K1, _W = (int(s) for s in p_ids.shape)
-    K = K1 - 1
-    assert K >= 0 and draft_tokens.shape == (B, K) and draft_tokens.dtype == torch.int64
-    assert (q_ids is None) == (q_probs is None)
-    if q_ids is not None and q_probs is not None:
-        assert q_ids.shape[:2] == (B, K) and q_ids.shape == q_probs.shape
-        assert q_probs.dtype == torch.float64
-    assert u_accept.shape == (B, K) and u_final.shape == (B,)
-    dev = p_ids.device
-    lens = torch.full((B,), K, dtype=torch.int64, device=dev) if draft_lens is None else draft_lens
-    in_draft = torch.arange(K, device=dev)[None, :] < lens[:, None]  # [B, K]
-    if check:
-        bad = torch.stack(
-            [
-                ((lens < 0) | (lens > K)).any(),
-                (in_draft & ~((u_accept > 0) & (u_accept < 1))).any(),
-                (p_probs < 0).any(),
-                (q_probs < 0).any()
-                if q_probs is not None
-                else torch.zeros((), dtype=torch.bool, device=dev),
-            ]
-        )
-        if bool(bad.any()):
-            name = ["draft_lens", "u_accept", "p_probs", "q_probs"][int(torch.nonzero(bad)[0, 0])]
-            raise InputError(f"rejection_sample_candidates: {name} out of range (K={K})")
-    tok = torch.where(in_draft, draft_tokens, 0)  # [B, K] padding read as id 0, as the dense path
-    p_x = probs_at(p_ids[:, :K], p_probs[:, :K], tok[..., None]).squeeze(-1)  # [B, K]
-    if q_ids is None or q_probs is None:
-        q_x = torch.ones_like(p_x)  # [B, K] q = δ(x): q(x) = 1
-    else:
-        q_x = probs_at(q_ids, q_probs, tok[..., None]).squeeze(-1)  # [B, K]
-    accepted_mask = acceptance_mask(p_x, q_x, u_accept, in_draft)  # [B, K]
-    num_accepted = accepted_prefix_len(accepted_mask)  # [B]
-    rows = torch.arange(B, device=dev)  # [B]
-    ids = p_ids[rows, num_accepted]  # [B, W] the target's candidates at the stop
-    p_stop = p_probs[rows, num_accepted]  # [B, W]
-    weights = p_stop
-    if K > 0:
-        j = num_accepted.clamp(max=K - 1)  # [B] the rejected position (clamped for bonus rows)
-        if q_ids is None or q_probs is None:
-            x = draft_tokens[rows, j]  # [B]
-            q_stop = (ids == x[:, None]).to(torch.float64)  # [B, W] δ(x) at the candidates
-        else:
-            q_stop = probs_at(q_ids[rows, j], q_probs[rows, j], ids)  # [B, W]
-        residual = (p_stop - q_stop).clamp(min=0.0)  # [B, W]
-        empty = ~(residual.sum(-1) > 0)  # [B] (final_weights' NOTE: falls back to p)
-        residual = torch.where(empty[:, None], p_stop, residual)
-        rejected = num_accepted < lens  # [B]
-        weights = torch.where(rejected[:, None], residual, p_stop)  # [B, W]
-    pick = categorical(weights, u_final, check=check)  # [B] index into the candidates
-    final = ids.gather(-1, pick[:, None]).squeeze(-1)  # [B] recovered or bonus token
-    return assemble_round(draft_tokens, num_accepted, final, accepted_mask)
-
-
-def probs_at(ids: torch.Tensor, probs: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
-    """A candidate law's probabilities at token ids ``tok`` (0 where ``tok`` is not among
-    ``ids``: the law is 0 off its candidates): ``ids``, ``probs`` ``[..., W]`` (ids ascending),
-    ``tok`` ``[..., J]`` → ``[..., J]`` float64, by a batched ``searchsorted`` + equality check."""
-    W = int(ids.shape[-1])
-    pos = torch.searchsorted(ids.contiguous(), tok.contiguous()).clamp(max=W - 1)  # [..., J]
-    hit = ids.gather(-1, pos) == tok  # [..., J]
-    return torch.where(hit, probs.gather(-1, pos), 0.0)
 
 
 # ----------------------------------------------------------------------------- reference

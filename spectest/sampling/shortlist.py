@@ -1,7 +1,8 @@
-"""A fast sampling pipeline beside the exact one: the same law, no full-vocabulary sort.
+"""The shortlist sampling pipeline beside the exact one: the same law, no full-vocabulary sort.
 
 Owns: ``logits_to_probs_fast`` (a drop-in for ``transforms.logits_to_probs`` with the pipeline
-order ``top_k_then_top_p``) and ``fast_variant`` (a ``SpecVariant`` whose pipeline hooks call it).
+order ``top_k_then_top_p``), ``shortlist_probs`` (the same law as a ``laws.ShortlistLaw``, never
+densified) and ``fast_variant`` (a ``SpecVariant`` whose pipeline hooks call it).
 Knows nothing about models, engines or uniforms; the exact pipeline, its tie rules and its float64
 NOTE live in ``transforms``, which stays the reference this module is tested equal to.
 
@@ -10,35 +11,36 @@ How it avoids the sorts
 ``transforms.logits_to_probs`` sorts the vocabulary (top-p) and selects the k-th value (top-k) on
 float64 probabilities of all ``V`` tokens. Here, per filtered row:
 
-1. *candidates*: ``torch.topk`` on the float32 logits picks the ``W`` (``width``) largest logits.
-   Temperature and ``exp`` are monotone non-decreasing, so these are ``W`` tokens of largest
-   weight ``w = exp((x - max x) / T)``.
+1. *the shortlist*: ``torch.topk`` on the float32 logits picks the ``W`` (``width``) largest
+   logits. Temperature and ``exp`` are monotone non-decreasing, so these are ``W`` tokens of
+   largest weight ``w = exp((x - max x) / T)``.
 2. their ``w`` is computed in float64 exactly as the reference computes it (``x`` converted to
    float64 before the max, the division and the exponential), and they are stable-sorted by ``w``
    descending with ties by id — the reference's order.
-3. the *safe region* is the candidates whose ``w`` is strictly above the smallest candidate
-   weight ``w_min``: every token of the vocabulary with ``w > w_min`` is in it, and in the same
-   order as in the reference's full sort. Top-k with its k-th weight ``> w_min``, a nucleus that
-   closes inside the safe region (the mass before the first ``w_min`` token is already
-   ``>= top_p``), and a min-p threshold above ``w_min`` are therefore decided exactly as by the
-   reference on the candidates alone. A row for which none of that holds (the nucleus or the kept
-   set is wider than ``W``, or ties straddle the boundary) goes through the reference
+3. the *safe region* is the shortlisted tokens whose ``w`` is strictly above the smallest
+   shortlisted weight ``w_min``: every token of the vocabulary with ``w > w_min`` is in it, and
+   in the same order as in the reference's full sort. Top-k with its k-th weight ``> w_min``, a
+   nucleus that closes inside the safe region (the mass before the first ``w_min`` token is
+   already ``>= top_p``), and a min-p threshold above ``w_min`` are therefore decided exactly as
+   by the reference on the shortlist alone. A row for which none of that holds (the nucleus or
+   the kept set is wider than ``W``, or ties straddle the boundary) goes through the reference
    ``logits_to_probs`` — the fallback, so the law never depends on ``width``.
-4. rows with no filter active need no candidates: ``w / sum(w)`` over ``V`` as the reference.
+4. rows with no filter active need no shortlist: ``w / sum(w)`` over ``V`` as the reference.
 
 NOTE numerics (which steps are not the reference's, and why they cannot change a token's law
-beyond the tolerance): the only float32 step is the *selection* of candidates by ``torch.topk``,
-which compares float32 numbers without arithmetic; every weight, normaliser, running mass and
-probability is float64, computed by the same operations as the reference on the same inputs. What
-differs is the *reduction order* of two float64 sums (the normaliser over ``W`` candidates instead
-of over ``V`` with zeros, and the top-p normaliser, which with top-k off is the full-vocabulary sum
-computed by the same ``sum`` on a row subset): probabilities then agree with the reference to a
-few float64 ulps (relative ``<= 1e-12`` asserted by the tests), the support is identical except
-when a running mass or a min-p ratio lies within that rounding of its threshold (a top-p or min-p
-decision at distance ``< 1e-12``), and a draw under the same uniform is identical except when
-``u * total`` lies within that rounding of a CDF step. Both events have probability ``~1e-12``
-per decision; they are the same class of event as the reference's own CPU-vs-CUDA reduction
-differences (results/LOG.md), invisible to any statistical test of this harness.
+beyond the tolerance): the only float32 step is the *selection* of the shortlist by
+``torch.topk``, which compares float32 numbers without arithmetic; every weight, normaliser,
+running mass and probability is float64, computed by the same operations as the reference on the
+same inputs. What differs is the *reduction order* of two float64 sums (the normaliser over the
+``W`` shortlisted tokens instead of over ``V`` with zeros, and the top-p normaliser, which with
+top-k off is the full-vocabulary sum computed by the same ``sum`` on a row subset):
+probabilities then agree with the reference to a few float64 ulps (relative ``<= 1e-12``
+asserted by the tests), the support is identical except when a running mass or a min-p ratio
+lies within that rounding of its threshold (a top-p or min-p decision at distance ``< 1e-12``),
+and a draw under the same uniform is identical except when ``u * total`` lies within that
+rounding of a CDF step. Both events have probability ``~1e-12`` per decision; they are the same
+class of event as the reference's own CPU-vs-CUDA reduction differences (results/LOG.md),
+invisible to any statistical test of this harness.
 """
 
 from __future__ import annotations
@@ -51,11 +53,11 @@ import torch
 
 from spectest.errors import InputError
 from spectest.sampling import mutants
-from spectest.sampling.draw import categorical
+from spectest.sampling.laws import ShortlistLaw
 from spectest.sampling.params import SamplingTensors
 from spectest.sampling.transforms import _argmax_lowest, _check_finite, logits_to_probs
 
-DEFAULT_WIDTH = 1024  # candidates per row: covers top-k <= 1024 and nuclei of <= ~1000 tokens
+DEFAULT_WIDTH = 1024  # tokens per shortlist: covers top-k <= 1024 and nuclei of <= ~1000 tokens
 
 
 def logits_to_probs_fast(
@@ -72,8 +74,8 @@ def logits_to_probs_fast(
     logits : Tensor ``[B, V]`` or ``[B, S, V]`` (float32 or float64; e.g. the K+1 target rows of
         a speculative round, processed in one call).
     params : per-row parameters ``[B]``, broadcast over ``S``.
-    width : candidates per filtered row (``W``); rows whose kept set cannot be decided inside
-        ``W`` candidates fall back to the reference (module docstring).
+    width : shortlisted tokens per filtered row (``W``); rows whose kept set cannot be decided
+        inside ``W`` of them fall back to the reference (module docstring).
     check : validate params and raise ``NumericsError`` on NaN/±inf logits (one host sync).
 
     Returns
@@ -96,7 +98,7 @@ def logits_to_probs_fast(
         params.validate(batch_size=B, where="logits_to_probs_fast params")
         _check_finite_fast(logits.reshape(B * S, V), S, logits.dim() == 3)
     if width >= V:
-        # NOTE every token would be a candidate: the exact pipeline's own reduced sort is then as
+        # NOTE every token would be shortlisted: the exact pipeline's own reduced sort is then as
         # cheap as this one (measured slower here on the bundled pair, V = 260), so use it as is
         return logits_to_probs(logits, params, check=False)
     x = logits.reshape(B * S, V)  # [N, V] as given (float32 from the models)
@@ -122,7 +124,7 @@ def logits_to_probs_fast(
         else:
             probs = torch.zeros((int(rows.shape[0]), V), dtype=torch.float64, device=dev)
             out[rows] = probs.scatter_(-1, ids, p_c)  # [M, V]
-        bad = rows[~ok]  # [F] rows the candidates cannot decide: the reference decides them
+        bad = rows[~ok]  # [F] rows the shortlist cannot decide: the reference decides them
         if bad.numel():
             sub_bad = SamplingTensors(temperature[bad], top_k[bad], top_p[bad], min_p[bad])
             out[bad] = logits_to_probs(x[bad], sub_bad, check=False)
@@ -139,50 +141,21 @@ def logits_to_probs_fast(
     return out.reshape(logits.shape)
 
 
-@dataclasses.dataclass(frozen=True)
-class CandidateLaw:
-    """A law given on ``W`` candidate tokens per row: what ``logits_to_probs_fast`` scatters into
-    its dense ``[.., V]`` output, before the scatter."""
-
-    ids: torch.Tensor  # [..., W] int64 token ids, ascending along the last dim, distinct
-    probs: torch.Tensor  # [..., W] float64: the law at ``ids`` (zeros allowed), 0 off them
-    vocab_size: int
-
-    def dense(self) -> torch.Tensor:
-        """``[..., V]`` float64: the law over the vocabulary (bit-equal to the fast pipeline's)."""
-        shape = (*self.ids.shape[:-1], self.vocab_size)
-        out = torch.zeros(shape, dtype=torch.float64, device=self.ids.device)
-        return out.scatter_(-1, self.ids, self.probs)
-
-    def draw(self, u: torch.Tensor) -> torch.Tensor:
-        """``categorical`` on the candidates: token ids ``[...]`` for uniforms ``u`` ``[...]``.
-
-        NOTE the same token as ``categorical(self.dense(), u)``: the candidates are in id order, so
-        the running sums are the dense CDF's at the candidate ids (the dense row only adds exact
-        zeros between them), the first CDF entry above ``u * total`` is a candidate's, and the
-        positive-weight fix-up moves to the same next positive id. Bit-equal where ``cumsum`` sums
-        sequentially (CPU; tested); a parallel scan (CUDA) may associate the ``W`` and the ``V``
-        sums differently: then a draw can differ only when ``u * total`` lies within float64
-        rounding of a CDF step (probability ~1e-16, as ``categorical``'s own rounding events).
-        """
-        return self.ids.gather(-1, categorical(self.probs, u)[..., None]).squeeze(-1)
-
-
-def candidate_probs(
+def shortlist_probs(
     logits: torch.Tensor,
     params: SamplingTensors,
     *,
     width: int = DEFAULT_WIDTH,
     check: bool = True,
-) -> CandidateLaw | None:
-    """``logits_to_probs_fast`` on candidates, without the dense output: a ``CandidateLaw`` of
+) -> ShortlistLaw | None:
+    """``logits_to_probs_fast`` on the shortlist, without the dense output: a ``ShortlistLaw`` of
     the shape of ``logits`` with ``V`` replaced by ``width``, or ``None`` when some row's law is
-    not decided on its candidates (a greedy or unfiltered row, a fallback row, ``width >= V``) —
+    not decided on its shortlist (a greedy or unfiltered row, a fallback row, ``width >= V``) —
     the caller then takes the dense pipeline for the whole call.
 
     Notes
     -----
-    ``candidate_probs(x, p).dense()`` is bit-equal to ``logits_to_probs_fast(x, p)`` whenever it is
+    ``shortlist_probs(x, p).dense()`` is bit-equal to ``logits_to_probs_fast(x, p)`` whenever it is
     not ``None`` (the same ``_filtered`` call, the same scatter; tests/test_sampling_fast.py).
     """
     if logits.dim() not in (2, 3):
@@ -192,7 +165,7 @@ def candidate_probs(
     if width >= V:
         return None
     if check:
-        params.validate(batch_size=B, where="candidate_probs params")
+        params.validate(batch_size=B, where="shortlist_probs params")
         _check_finite_fast(logits.reshape(B * S, V), S, logits.dim() == 3)
     rep = _per_row(S, logits.device)
     p = SamplingTensors(
@@ -206,7 +179,7 @@ def candidate_probs(
     if not bool(ok.all()):
         return None
     shape = (*logits.shape[:-1], width)
-    return CandidateLaw(ids.reshape(shape), probs.reshape(shape), V)
+    return ShortlistLaw(ids.reshape(shape), probs.reshape(shape), V)
 
 
 def _check_finite_fast(x: torch.Tensor, S: int, has_positions: bool) -> None:
@@ -246,22 +219,22 @@ def _weights(
 def _filtered(
     x: torch.Tensor, params: SamplingTensors, W: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rows with a filter on their candidates: ``(ids [M, W] int64 ascending, probs [M, W]
+    """Rows with a filter, on their shortlist: ``(ids [M, W] int64 ascending, probs [M, W]
     float64 — the law, zero off the kept set —, ok [M] bool)``; ``ok`` False = fall back."""
     M, V = (int(s) for s in x.shape)
     t, k, p, mp = params.temperature, params.top_k, params.top_p, params.min_p  # [M] each
     k_on = (k > 0) & (k < V)  # [M]
     p_on = p < 1  # [M]
     m_on = mp > 0  # [M]
-    # 1-2. candidates (float32 selection, no arithmetic), then float64 weights as the reference
+    # 1-2. the shortlist (float32 selection, no arithmetic), then float64 weights as the reference
     cand = torch.topk(x, W, dim=-1, sorted=False).indices.sort(dim=-1).values  # [M, W] ids asc
-    # NOTE converting to float64 is exact and monotone, so the max and the gathered candidates
+    # NOTE converting to float64 is exact and monotone, so the max and the gathered shortlist
     # converted afterwards are bit-equal to the reference's (convert all V, then max / gather)
     mx = x.amax(-1, keepdim=True).to(torch.float64)  # [M, 1]
     w_c = torch.exp((x.gather(-1, cand).to(torch.float64) - mx) / t[:, None])  # [M, W] float64
     vals, order = torch.sort(w_c, dim=-1, descending=True, stable=True)  # [M, W] ties by id
     w_min = vals[:, -1:]  # [M, 1]
-    full = W == V  # every token is a candidate: always decidable
+    full = W == V  # every token is shortlisted: always decidable
     # top-k: keep w >= k-th weight; decidable when that weight is above w_min (or all are here)
     kth = vals.gather(-1, (k.clamp(1, W) - 1)[:, None])  # [M, 1]
     ok_k = ~k_on | ((k <= W) & ((kth[:, 0] > w_min[:, 0]) | full))  # [M]
@@ -297,13 +270,13 @@ def _filtered(
             pr[r] = vals[r] / z_full[:, None]
         thr = mp[:, None] * pr[:, :1]  # [M, 1] min_p * max p (the first is the largest)
         keep = keep & (~m_on[:, None] | (pr >= thr))
-        # decidable when the threshold is above every non-candidate's probability
+        # decidable when the threshold is above every unlisted token's probability
         ok_m = ~m_on | k_on | p_on | full | (thr[:, 0] > pr[:, -1])  # [M]
         kept_w = vals.masked_fill(~keep, 0.0)
     else:
         ok_m = torch.ones_like(m_on)
     final = kept_w / kept_w.sum(-1, keepdim=True)  # [M, W] in weight order
-    # back to the candidates' id order (``cand`` ascending): order[j] is the slot of final[j]
+    # back to the shortlist's id order (``cand`` ascending): order[j] is the slot of final[j]
     probs_by_id = torch.empty_like(final).scatter_(-1, order, final)  # [M, W]
     return cand, probs_by_id, ok_k & ok_p & ok_m
 
@@ -315,25 +288,18 @@ def _verify_fast(target_logits: torch.Tensor, params: SamplingTensors) -> torch.
     return logits_to_probs_fast(target_logits, params)
 
 
-def _draft_fast(
-    draft_logits: torch.Tensor, params: SamplingTensors, onehot: bool, q_mode: str
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    if onehot:
-        return mutants._onehot_argmax(draft_logits), None
-    if q_mode == "processed":
-        q = logits_to_probs_fast(draft_logits, params)
-    else:
-        q = mutants.draft_q(draft_logits, params, q_mode)  # temperature / raw: no sort anyway
-    return q, q
+_draft_fast = mutants.truthful_draft(logits_to_probs_fast)  # the processed q on the shortlist
 
 
 def fast_variant(variant: mutants.SpecVariant) -> mutants.SpecVariant:
     """``variant`` with its pipeline hooks (the truthful target law and draft law) replaced by the
     fast pipeline; a hook a mutant changes (an unprocessed or swapped verifier, a lying q) keeps
-    the reference implementation, so a mutant's deviation is exactly the one it was built with."""
+    the reference implementation, so a mutant's deviation is exactly the one it was built with
+    (the variant's flags ``exact_verify`` / ``truthful_draft`` say which hooks are the pipeline's).
+    """
     changes: dict[str, Any] = {}
-    if variant.verify_fn is mutants._verify_pipeline:
+    if variant.exact_verify:
         changes["verify_fn"] = _verify_fast
-    if variant.draft_fn is mutants._draft_truthful:
+    if variant.truthful_draft:
         changes["draft_fn"] = _draft_fast
     return dataclasses.replace(variant, **changes)

@@ -1,4 +1,4 @@
-"""Grouped-query attention without the key/value copy, for the fast engine's static cache.
+"""Grouped-query attention without the key/value copy, for the static-cache model (``static``).
 
 Owns: ``packed_gqa_sdpa`` (an attention function with transformers' ``AttentionInterface``
 signature), its slow reference ``repeat_kv_sdpa`` (what transformers' ``sdpa`` path computes

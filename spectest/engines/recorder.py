@@ -1,0 +1,222 @@
+"""The white-box observers of the built-in decode loops: the columns recorded at generation time.
+
+Owns: ``PlainObserver`` and ``RoundObserver`` — what ``builtin``'s plain and speculative loops
+notify after each token / round (``on_token`` / ``on_round``) — which turn each emitted token's
+p_t and q_t into ``schema.WHITEBOX_COLUMNS`` (``teacher.law_columns``), buffered per chunk and
+read back row-major, aligned with ``builtin.to_samples_frame`` (``frame``); ``teacher_q``, the
+drafter's exact law at given slots (what teacher forcing calls q). Each emitted token's role in
+its round (plain / accepted / recovered / bonus) and its offset in the round are recorded too
+(``roles_frame``: beside the white-box table, not in it).
+Knows nothing about statistics or files, nor how the loops sample: it reads the laws they
+sampled from (``sampling.pipeline.SampledRound``).
+
+Which p and q (as teacher forcing defines them, ``engines.teacher``)
+--------------------------------------------------------------------
+p: the law the token was drawn from — plain decode: the pipeline's law at that step; a round:
+row j of the verify forward's p for token j. A variant whose verify law is not the plain law
+(no ``exact_verify``: a mutant) has p recomputed with the exact ``logits_to_probs``; a dense
+round on a pipeline with a shortlist has p put on the shortlist for the white-box only (its
+``dense()`` is bit-equal to the fast verify law; the reference's up to float64 reduction order).
+q: the drafter's exact law at that slot (the K draft forwards, plus the forward of x_K for the
+bonus slot). A truthful drafter's reported q is that law (``truthful_draft``: the same pipeline
+call on the same logits), so only the bonus slot's is computed; a one-hot drafter's is δ(x_i).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from spectest import schema
+from spectest.engines import teacher
+from spectest.engines.base import DrafterSpec
+from spectest.models.base import LanguageModel
+from spectest.sampling.draw import argmax_tokens
+from spectest.sampling.laws import DenseLaw, Law, cat_laws, onehot_law
+from spectest.sampling.mutants import get_variant
+from spectest.sampling.params import SamplingTensors
+from spectest.sampling.pipeline import Pipeline, RoundSampler, SampledRound
+from spectest.sampling.transforms import logits_to_probs
+
+ROLES = ("plain", "accepted", "recovered", "bonus")  # an emitted token's role; code = index
+PLAIN, ACCEPTED, RECOVERED, BONUS = range(len(ROLES))
+
+# NOTE: the float64 [rows, V] temporaries of ``whitebox_columns`` (p, q, the order key, masks)
+# stay under ~512 MiB each: 2^26 elements
+_WB_CHUNK_ELEMENTS = 1 << 26
+
+
+class _Recorder:
+    """Buffers ``[B, width + 1]`` per white-box column (and the role and round offset), filled
+    as tokens are committed; the last column is a scratch slot for tokens not committed."""
+
+    def __init__(self, B: int, width: int, device: torch.device) -> None:
+        self.dump = width
+        self.buf: dict[str, torch.Tensor] = {}
+        for c in schema.WHITEBOX_COLUMNS:
+            if c == schema.WB_IN_A:
+                self.buf[c] = torch.zeros((B, width + 1), dtype=torch.bool, device=device)
+            else:
+                self.buf[c] = torch.full(
+                    (B, width + 1), float("nan"), dtype=torch.float64, device=device
+                )
+        self.role = torch.full((B, width + 1), -1, dtype=torch.int64, device=device)
+        self.offset = torch.full((B, width + 1), -1, dtype=torch.int64, device=device)
+
+    def record(
+        self,
+        p: Law,
+        q: Law | None,
+        tokens: torch.Tensor,
+        start: torch.Tensor,
+        commit: torch.Tensor,
+        role: torch.Tensor,
+    ) -> None:
+        """Columns of ``tokens`` ``[B, J]`` under ``p`` (and ``q``) ``[B, J, *]``, stored with
+        their ``role`` ``[B, J]`` at positions ``start[b] + j`` where ``commit`` ``[B, J]`` holds;
+        computed ``_WB_CHUNK_ELEMENTS`` at a time (``teacher.law_columns``)."""
+        B, J = int(tokens.shape[0]), int(tokens.shape[1])
+        toks = torch.where(commit, tokens, torch.zeros_like(tokens)).reshape(B * J)  # [B*J]
+        flat_p, flat_q = p.flat(), None if q is None else q.flat()  # [B*J, *]
+        step = max(1, _WB_CHUNK_ELEMENTS // max(1, flat_p.width, 1 if q is None else q.width))
+        parts: dict[str, list[torch.Tensor]] = {c: [] for c in schema.WHITEBOX_COLUMNS}
+        for lo in range(0, B * J, step):
+            q_rows = None if flat_q is None else flat_q.rows(lo, step)
+            cols = teacher.law_columns(flat_p.rows(lo, step), q_rows, toks[lo : lo + step])
+            for c in schema.WHITEBOX_COLUMNS:
+                parts[c].append(cols[c])
+        j = torch.arange(J, device=tokens.device)[None, :]  # [1, J]
+        idx = torch.where(commit, start[:, None] + j, self.dump)  # [B, J]
+        for c in schema.WHITEBOX_COLUMNS:
+            self.buf[c].scatter_(1, idx, torch.cat(parts[c]).reshape(B, J))
+        self.role.scatter_(1, idx, role)
+        self.offset.scatter_(1, idx, j.expand(B, J))
+
+    def frame(self, T: int) -> pd.DataFrame:
+        """The white-box columns of the first ``T`` positions, row-major (``B * T`` rows)."""
+        return pd.DataFrame(
+            {c: self.buf[c][:, :T].reshape(-1).cpu().numpy() for c in schema.WHITEBOX_COLUMNS}
+        )
+
+    def roles_frame(self, T: int) -> pd.DataFrame:
+        """``role`` (a name of ``ROLES``) and ``round_offset`` (the token's index among its
+        round's emitted tokens; 0 for plain decode) of the first ``T`` positions, as ``frame``."""
+        codes = self.role[:, :T].reshape(-1).cpu().numpy()
+        return pd.DataFrame(
+            {
+                "role": np.asarray(ROLES, dtype=object)[codes],
+                "round_offset": self.offset[:, :T].reshape(-1).cpu().numpy(),
+            }
+        )
+
+
+class PlainObserver(_Recorder):
+    """Plain decode's observer: each drawn token under the law it was drawn from, q_t from the
+    draft run along the emitted sequence under ``drafter`` (unknown without a draft)."""
+
+    def __init__(
+        self,
+        prompt: torch.Tensor,
+        B: int,
+        T: int,
+        pipeline: Pipeline,
+        params: SamplingTensors,
+        draft: tuple[LanguageModel, DrafterSpec] | None,
+    ) -> None:
+        super().__init__(B, T, prompt.device)
+        self.T, self.pipeline, self.params, self.draft = T, pipeline, params, draft
+        if draft is not None:
+            self.d_cache, d_prompt_logits = draft[0].prefill_shared(prompt, B)
+            self.d_logits = d_prompt_logits[-1].expand(B, -1)  # [B, V] the draft's law at 0
+
+    def on_token(self, p: Law, tokens: torch.Tensor, t: int) -> None:
+        """Token ``t`` of every row (``tokens`` ``[B]``) was drawn under ``p`` ``[B, *]``."""
+        B = int(tokens.shape[0])
+        q = None
+        if self.draft is not None:
+            q = teacher_q(self.d_logits[:, None], self.params, self.draft[1], self.pipeline)
+        at = torch.full((B,), t, dtype=torch.int64, device=tokens.device)  # [B]
+        every = torch.ones((B, 1), dtype=torch.bool, device=tokens.device)  # [B, 1]
+        role = torch.full((B, 1), PLAIN, dtype=torch.int64, device=tokens.device)
+        self.record(p.unsqueeze(), q, tokens[:, None], at, every, role)
+        if self.draft is not None and t + 1 < self.T:
+            self.d_logits = self.draft[0].forward(self.d_cache, tokens[:, None])[:, 0]  # [B, V]
+
+
+class RoundObserver(_Recorder):
+    """The speculative loop's observer: a round's emitted tokens under p and q (module
+    docstring), with their roles."""
+
+    def __init__(
+        self, B: int, width: int, device: torch.device, sampler: RoundSampler, drafter: DrafterSpec
+    ) -> None:
+        super().__init__(B, width, device)
+        self.sampler, self.drafter = sampler, drafter
+
+    def on_round(
+        self,
+        t_logits: torch.Tensor,
+        d_logits: list[torch.Tensor],
+        sampled: SampledRound,
+        draft_tokens: torch.Tensor,
+        pos: torch.Tensor,
+        commit: torch.Tensor,
+    ) -> None:
+        """A round: target logits ``[B, K+1, V]``, the K + 1 draft logits ``[B, V]`` (the last:
+        after x_K), its outcome, the drafts ``[B, K]``, positions ``[B]``, commits ``[B, K+1]``."""
+        res, K = sampled.result, int(draft_tokens.shape[1])
+        j = torch.arange(K + 1, device=pos.device)[None, :]  # [1, K+1]
+        a = res.num_accepted[:, None]  # [B, 1]
+        final = torch.full_like(a, BONUS).masked_fill(a < K, RECOVERED)  # [B, 1] after a drafts
+        role = torch.where(j < a, torch.full_like(a, ACCEPTED), final)  # [B, K+1]
+        p, q = self._p(t_logits, sampled), self._q(d_logits, sampled, draft_tokens)
+        self.record(p, q, res.emitted, pos, commit, role)
+
+    def _p(self, t_logits: torch.Tensor, sampled: SampledRound) -> Law:
+        s = self.sampler
+        if not s.variant.exact_verify:  # a mutant's verify law is not the plain law
+            return DenseLaw(logits_to_probs(t_logits, s.params))  # [B, K+1, V] float64
+        if not sampled.p.is_shortlist and s.pipeline.shortlist is not None:
+            p_short = s.pipeline.shortlist(t_logits, s.params)  # [B, K+1, W] or None
+            if p_short is not None:
+                return p_short
+        return sampled.p  # [B, K+1, *] the law the round used
+
+    def _q(self, d_logits: list[torch.Tensor], sampled: SampledRound, x: torch.Tensor) -> Law:
+        s, K = self.sampler, int(x.shape[1])
+        if s.variant.truthful_draft and self.drafter.onehot:
+            bonus = argmax_tokens(d_logits[K])[:, None]  # [B, 1] the bonus slot's argmax
+            return onehot_law(torch.cat([x, bonus], 1), int(d_logits[K].shape[-1]))
+        if s.variant.truthful_draft and sampled.q is not None:
+            bonus_q = teacher_q(d_logits[K][:, None], s.params, self.drafter, s.pipeline)
+            return cat_laws([sampled.q, bonus_q])  # [B, K+1, *]
+        return teacher_q(torch.stack(d_logits, dim=1), s.params, self.drafter, s.pipeline)
+
+
+def teacher_q(
+    d_logits: torch.Tensor, params: SamplingTensors, drafter: DrafterSpec, pipeline: Pipeline
+) -> Law:
+    """The drafter's exact law (what teacher forcing calls q) at J slots: ``[B, J, *]`` for draft
+    logits ``[B, J, V]`` — never a mutant's reported q.
+
+    A one-hot drafter: δ(``argmax_tokens``) (the exact draft law's ``_onehot_argmax`` for every
+    ``q_mode``). A ``q_mode="processed"`` drafter on a pipeline with a shortlist: the shortlist
+    law (its ``dense()`` bit-equal to the fast draft law) where it decides every row. Otherwise
+    (temperature/raw ``q_mode``: full support; the reference pipeline; an undecided row) the exact
+    variant's sample law on ``pipeline``, one slot at a time (the fast pipeline's law equals the
+    reference's up to float64 reduction order, ``sampling/shortlist.py``)."""
+    J, V = int(d_logits.shape[1]), int(d_logits.shape[2])
+    if drafter.onehot:
+        tok = torch.stack([argmax_tokens(d_logits[:, i]) for i in range(J)], 1)  # [B, J]
+        return onehot_law(tok, V)
+    if drafter.q_mode == "processed" and pipeline.shortlist is not None:
+        law = pipeline.shortlist(d_logits, params)  # [B, J, W] or None
+        if law is not None:
+            return law
+    exact = pipeline.variant(get_variant("exact"))
+    laws = [
+        exact.draft_law(d_logits[:, i], params, onehot=False, q_mode=drafter.q_mode)[0]
+        for i in range(J)
+    ]  # J × [B, V]
+    return DenseLaw(torch.stack(laws, dim=1))  # [B, J, V]

@@ -1,0 +1,241 @@
+"""Laws over the vocabulary, dense or on a shortlist, behind one small protocol.
+
+Owns: ``Law`` (what the decode loops, the chain sampler and the white-box recorder ask of a law:
+draw a token, its probabilities at token ids, slices and reshapes of its leading dimensions, the
+dense ``[..., V]`` form, the residual against another law) and its two forms — ``DenseLaw``
+(float64 ``[..., V]``) and ``ShortlistLaw`` (float64 probabilities at ``W`` ascending token ids,
+exactly zero elsewhere: what ``sampling.shortlist`` computes without densifying) — plus
+``onehot_law`` (δ(x) as a width-1 shortlist), ``stack_laws``/``cat_laws`` and ``probs_at``.
+Knows nothing about how a law was computed (``transforms``, ``shortlist``), about models or
+about where the uniforms come from.
+
+NOTE equality of the two forms: every method of ``ShortlistLaw`` computes what the same method
+of ``DenseLaw(law.dense())`` computes, on the same float64 numbers (the dense row only adds
+exact zeros between the shortlist's ids); sums run over ``W`` instead of ``V`` entries, so they
+agree to float64 summation order, and draws agree token for token where ``cumsum`` is
+sequential (CPU; ``ShortlistLaw.draw``). Tested in tests/test_rejection_exact.py,
+tests/test_sampling_fast.py and tests/test_teacher.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+import torch
+
+from spectest.sampling.draw import categorical
+
+
+class Law(Protocol):
+    """A law over ``vocab_size`` tokens for every index of its leading (batch) dimensions.
+
+    ``probs`` is ``[..., width]`` float64: the whole vocabulary (dense, ``width = V``) or the
+    shortlist's ids (``width = W``)."""
+
+    is_shortlist: ClassVar[bool]
+
+    @property
+    def probs(self) -> torch.Tensor: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def width(self) -> int: ...
+
+    def dense(self) -> torch.Tensor:
+        """``[..., V]`` float64: the law over the whole vocabulary."""
+        ...
+
+    def draw(self, u: torch.Tensor, *, check: bool = True) -> torch.Tensor:
+        """``categorical`` under uniforms ``u`` ``[...]``: token ids ``[...]``."""
+        ...
+
+    def prob_of(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The law at token ids ``tokens`` ``[..., J]`` (int64): ``[..., J]`` float64."""
+        ...
+
+    def rows(self, lo: int, n: int) -> Law:
+        """Rows ``lo .. lo + n - 1`` of the leading dimension."""
+        ...
+
+    def slots(self, lo: int, hi: int) -> Law:
+        """``[B, J, *] → [B, hi - lo, *]``: slots ``lo .. hi - 1`` of dimension 1."""
+        ...
+
+    def pick(self, index: torch.Tensor) -> Law:
+        """``[B, J, *] → [B, *]``: slot ``index[b]`` of row ``b`` (``index`` ``[B]`` int64)."""
+        ...
+
+    def flat(self) -> Law:
+        """``[B, J, *] → [B·J, *]``."""
+        ...
+
+    def unsqueeze(self) -> Law:
+        """``[B, *] → [B, 1, *]``."""
+        ...
+
+    def residual_with(self, q: Law, where: torch.Tensor) -> Law:
+        """``[B, *]``: the unnormalised ``max(0, p - q)`` where ``where`` ``[B]`` holds, this law
+        elsewhere, on this law's support (``rejection.final_law``'s NOTE on an empty residual:
+        such a row keeps ``p``)."""
+        ...
+
+
+@dataclass(frozen=True)
+class DenseLaw:
+    """A law as float64 probabilities over the whole vocabulary: ``probs`` ``[..., V]``."""
+
+    probs: torch.Tensor  # [..., V] float64
+    is_shortlist: ClassVar[bool] = False
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.probs.shape[-1])
+
+    @property
+    def width(self) -> int:
+        return int(self.probs.shape[-1])
+
+    def dense(self) -> torch.Tensor:
+        return self.probs
+
+    def draw(self, u: torch.Tensor, *, check: bool = True) -> torch.Tensor:
+        return categorical(self.probs, u, check=check)
+
+    def prob_of(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.probs.gather(-1, tokens)
+
+    def rows(self, lo: int, n: int) -> DenseLaw:
+        return DenseLaw(self.probs[lo : lo + n])
+
+    def slots(self, lo: int, hi: int) -> DenseLaw:
+        return DenseLaw(self.probs[:, lo:hi])
+
+    def pick(self, index: torch.Tensor) -> DenseLaw:
+        rows = torch.arange(int(index.shape[0]), device=index.device)  # [B]
+        return DenseLaw(self.probs[rows, index])
+
+    def flat(self) -> DenseLaw:
+        return DenseLaw(self.probs.reshape(-1, self.width))
+
+    def unsqueeze(self) -> DenseLaw:
+        return DenseLaw(self.probs[:, None])
+
+    def residual_with(self, q: Law, where: torch.Tensor) -> DenseLaw:
+        residual = (self.probs - q.dense()).clamp(min=0.0)  # [B, V]
+        empty = ~(residual.sum(-1) > 0)  # [B]
+        residual = torch.where(empty[:, None], self.probs, residual)
+        return DenseLaw(torch.where(where[:, None], residual, self.probs))
+
+
+@dataclass(frozen=True)
+class ShortlistLaw:
+    """A law on ``W`` shortlisted tokens per row: what ``shortlist.logits_to_probs_fast``
+    scatters into its dense ``[..., V]`` output, before the scatter."""
+
+    ids: torch.Tensor  # [..., W] int64 token ids, ascending along the last dim, distinct
+    probs: torch.Tensor  # [..., W] float64: the law at ``ids`` (zeros allowed), 0 off them
+    vocab_size: int
+    is_shortlist: ClassVar[bool] = True
+
+    @property
+    def width(self) -> int:
+        return int(self.ids.shape[-1])
+
+    def dense(self) -> torch.Tensor:
+        """``[..., V]`` float64: the law over the vocabulary (bit-equal to the fast pipeline's)."""
+        shape = (*self.ids.shape[:-1], self.vocab_size)
+        out = torch.zeros(shape, dtype=torch.float64, device=self.ids.device)
+        return out.scatter_(-1, self.ids, self.probs)
+
+    def draw(self, u: torch.Tensor, *, check: bool = True) -> torch.Tensor:
+        """``categorical`` on the shortlist: token ids ``[...]`` for uniforms ``u`` ``[...]``.
+
+        NOTE the same token as ``categorical(self.dense(), u)``: the ids are in ascending order,
+        so the running sums are the dense CDF's at those ids (the dense row only adds exact zeros
+        between them), the first CDF entry above ``u * total`` is a shortlisted id's, and the
+        positive-weight fix-up moves to the same next positive id. Bit-equal where ``cumsum``
+        sums sequentially (CPU; tested); a parallel scan (CUDA) may associate the ``W`` and the
+        ``V`` sums differently: then a draw can differ only when ``u * total`` lies within
+        float64 rounding of a CDF step (probability ~1e-16, as ``categorical``'s own rounding
+        events).
+        """
+        pick = categorical(self.probs, u, check=check)  # [...] index into the shortlist
+        return self.ids.gather(-1, pick[..., None]).squeeze(-1)
+
+    def prob_of(self, tokens: torch.Tensor) -> torch.Tensor:
+        return probs_at(self.ids, self.probs, tokens)
+
+    def rows(self, lo: int, n: int) -> ShortlistLaw:
+        return ShortlistLaw(self.ids[lo : lo + n], self.probs[lo : lo + n], self.vocab_size)
+
+    def slots(self, lo: int, hi: int) -> ShortlistLaw:
+        return ShortlistLaw(self.ids[:, lo:hi], self.probs[:, lo:hi], self.vocab_size)
+
+    def pick(self, index: torch.Tensor) -> ShortlistLaw:
+        rows = torch.arange(int(index.shape[0]), device=index.device)  # [B]
+        return ShortlistLaw(self.ids[rows, index], self.probs[rows, index], self.vocab_size)
+
+    def flat(self) -> ShortlistLaw:
+        W = self.width
+        return ShortlistLaw(self.ids.reshape(-1, W), self.probs.reshape(-1, W), self.vocab_size)
+
+    def unsqueeze(self) -> ShortlistLaw:
+        return ShortlistLaw(self.ids[:, None], self.probs[:, None], self.vocab_size)
+
+    def residual_with(self, q: Law, where: torch.Tensor) -> ShortlistLaw:
+        """NOTE ``max(0, p - q)`` is 0 wherever ``p`` is, so the residual lives on ``p``'s
+        shortlist, and its values there are the dense residual's (the same subtraction of the
+        same numbers); the empty-residual test ``sum > 0`` holds for the same rows in any
+        summation order."""
+        residual = (self.probs - q.prob_of(self.ids)).clamp(min=0.0)  # [B, W]
+        empty = ~(residual.sum(-1) > 0)  # [B]
+        residual = torch.where(empty[:, None], self.probs, residual)
+        probs = torch.where(where[:, None], residual, self.probs)  # [B, W]
+        return ShortlistLaw(self.ids, probs, self.vocab_size)
+
+
+def onehot_law(tokens: torch.Tensor, vocab_size: int) -> ShortlistLaw:
+    """δ(tokens) for token ids ``tokens`` ``[...]``: a ``ShortlistLaw`` ``[..., 1]``."""
+    ones = torch.ones((*tokens.shape, 1), dtype=torch.float64, device=tokens.device)
+    return ShortlistLaw(tokens[..., None], ones, vocab_size)
+
+
+def cat_laws(laws: Sequence[Law]) -> Law:
+    """``[B, J_i, *]`` laws as one ``[B, ΣJ_i, *]`` law along dimension 1: a shortlist when all
+    are shortlists of one width, else dense."""
+    short = [law for law in laws if isinstance(law, ShortlistLaw)]
+    if len(short) == len(laws) and len({law.width for law in short}) == 1:
+        ids = torch.cat([law.ids for law in short], dim=1)  # [B, ΣJ, W]
+        probs = torch.cat([law.probs for law in short], dim=1)  # [B, ΣJ, W]
+        return ShortlistLaw(ids, probs, short[0].vocab_size)
+    return DenseLaw(torch.cat([law.dense() for law in laws], dim=1))  # [B, ΣJ, V]
+
+
+def stack_laws(laws: Sequence[Law | None]) -> Law | None:
+    """K per-slot laws ``[B, *]`` as one ``[B, K, *]`` law (``cat_laws``), or ``None`` when all
+    are ``None`` (a one-hot drafter's q = δ(x)); mixed ``None``/law is a ``ValueError``."""
+    if all(law is None for law in laws):
+        return None
+    given = [law for law in laws if law is not None]
+    if len(given) != len(laws):
+        raise ValueError("stack_laws: the law is None at some slots and given at others")
+    return cat_laws([law.unsqueeze() for law in given])
+
+
+def as_law(probs: torch.Tensor | Law) -> Law:
+    """A law as given, or float64 probabilities ``[..., V]`` as a ``DenseLaw``."""
+    return DenseLaw(probs) if isinstance(probs, torch.Tensor) else probs
+
+
+def probs_at(ids: torch.Tensor, probs: torch.Tensor, tok: torch.Tensor) -> torch.Tensor:
+    """A shortlist law's probabilities at token ids ``tok`` (0 where ``tok`` is not among
+    ``ids``: the law is 0 off its shortlist): ``ids``, ``probs`` ``[..., W]`` (ids ascending),
+    ``tok`` ``[..., J]`` → ``[..., J]`` float64, by a batched ``searchsorted`` + equality check."""
+    W = int(ids.shape[-1])
+    pos = torch.searchsorted(ids.contiguous(), tok.contiguous()).clamp(max=W - 1)  # [..., J]
+    hit = ids.gather(-1, pos) == tok  # [..., J]
+    return torch.where(hit, probs.gather(-1, pos), 0.0)

@@ -1,0 +1,134 @@
+"""How a decode loop turns logits into laws, and the laws one speculative round samples from.
+
+Owns: ``Pipeline`` — the exact ``REFERENCE`` (``transforms.logits_to_probs`` in float64, the
+variants as built, every draw's inputs checked) and the ``FAST`` one (``sampling.shortlist``:
+the same law without full-vocabulary sorts, on a shortlist where it decides every row) — and
+``RoundSampler``, the draft step and the verify-and-sample step of a round for a chunk of rows
+(``SampledRound``: the round and the laws it was decided on). Knows nothing about models,
+caches, uniforms' origin or white-box columns; which sampler is correct is the variant's
+business (``mutants``).
+
+Dense or shortlist
+------------------
+A round runs on shortlist laws (``laws.ShortlistLaw``: no ``[B, K+1, V]`` float64 tensors)
+when the pipeline has a shortlist, the variant's ``round_on_shortlist`` flag says its round is
+the exact chain sampler on the pipeline's own laws, the drafter's q is one the shortlist holds
+(one-hot, or the processed law) and the shortlist decides every row of the round; otherwise the
+variant's hooks run on the dense laws they were written for. Both give the same tokens
+(``laws`` NOTE; tests/test_engine_fast.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from spectest.sampling.draw import argmax_tokens, categorical
+from spectest.sampling.laws import DenseLaw, Law, ShortlistLaw, stack_laws
+from spectest.sampling.mutants import SpecVariant
+from spectest.sampling.params import SamplingTensors
+from spectest.sampling.rejection import RoundResult, rejection_sample
+from spectest.sampling.shortlist import fast_variant, logits_to_probs_fast, shortlist_probs
+from spectest.sampling.transforms import logits_to_probs
+
+ProbsFn = Callable[[torch.Tensor, SamplingTensors], torch.Tensor]  # [.., V] → [.., V] float64
+ShortlistFn = Callable[[torch.Tensor, SamplingTensors], ShortlistLaw | None]
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The probability pipeline of a decode loop (module docstring).
+
+    ``probs``: logits → float64 probabilities; ``variant``: a variant's hooks on this pipeline;
+    ``check``: validate the inputs of every draw; ``shortlist``: the law on a shortlist, or
+    ``None`` when some row is not decided on it (fast pipeline only)."""
+
+    name: str
+    probs: ProbsFn
+    variant: Callable[[SpecVariant], SpecVariant]
+    check: bool
+    shortlist: ShortlistFn | None = None
+
+    def law(self, logits: torch.Tensor, params: SamplingTensors) -> Law:
+        """The law plain sampling draws from, ``[.., *]`` for logits ``[.., V]``: on the
+        shortlist where it decides every row, else dense."""
+        if self.shortlist is not None:
+            law = self.shortlist(logits, params)
+            if law is not None:
+                return law
+        return DenseLaw(self.probs(logits, params))
+
+
+REFERENCE = Pipeline("reference", logits_to_probs, lambda v: v, True)
+FAST = Pipeline("fast", logits_to_probs_fast, fast_variant, False, shortlist_probs)
+
+
+@dataclass(frozen=True)
+class SampledRound:
+    """One round's outcome and the laws it was decided on."""
+
+    result: RoundResult
+    p: Law  # [B, K+1, *] the target law the verifier used
+    q: Law | None  # [B, K, *] the q's the drafter reported; None: one-hot, q = δ(x)
+
+
+@dataclass(frozen=True)
+class RoundSampler:
+    """The draft and verify steps of a speculative round for one chunk of rows.
+
+    ``variant`` is already on ``pipeline`` (``pipeline.variant(v)``); ``params`` ``[B]``."""
+
+    pipeline: Pipeline
+    variant: SpecVariant
+    params: SamplingTensors
+    onehot: bool
+    q_mode: str
+
+    @property
+    def on_shortlist(self) -> bool:
+        """Whether rounds try the shortlist laws (module docstring)."""
+        return (
+            self.pipeline.shortlist is not None
+            and self.variant.round_on_shortlist
+            and (self.onehot or self.q_mode == "processed")
+        )
+
+    def draft(self, d_logits: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, Law | None]:
+        """``x ~ q`` for draft logits ``[B, V]`` under uniforms ``u`` ``[B]`` (argmax for a one-hot
+        drafter: no uniform used): ``(x [B], q [B, *])``, the q reported, ``None`` = δ(x)."""
+        if self.on_shortlist and self.onehot:
+            return argmax_tokens(d_logits), None  # == the argmax of the one-hot law
+        if self.on_shortlist and self.pipeline.shortlist is not None:
+            q_short = self.pipeline.shortlist(d_logits, self.params)  # the processed q
+            if q_short is not None:
+                return q_short.draw(u), q_short
+        law, q = self.variant.draft_law(
+            d_logits, self.params, onehot=self.onehot, q_mode=self.q_mode
+        )  # [B, V] the law x is drawn from, [B, V] | None the q reported
+        if self.onehot:
+            return argmax_tokens(law), None if q is None else DenseLaw(q)
+        return categorical(law, u, check=self.pipeline.check), None if q is None else DenseLaw(q)
+
+    def verify(
+        self,
+        t_logits: torch.Tensor,
+        qs: Sequence[Law | None],
+        draft_tokens: torch.Tensor,
+        u_accept: torch.Tensor,
+        u_final: torch.Tensor,
+    ) -> SampledRound:
+        """The round on the target logits ``[B, K+1, V]`` of ``[last, x_1..x_K]``: p, then the
+        variant's sampler (the exact chain on shortlist laws where ``on_shortlist``)."""
+        q = stack_laws(qs)  # [B, K, *] or None (one-hot)
+        if self.on_shortlist and self.pipeline.shortlist is not None:
+            if q is None or q.is_shortlist:
+                p_short = self.pipeline.shortlist(t_logits, self.params)  # [B, K+1, W] or None
+                if p_short is not None:
+                    res = rejection_sample(p_short, q, draft_tokens, u_accept, u_final)
+                    return SampledRound(res, p_short, q)
+        p = DenseLaw(self.variant.verify_probs(t_logits, self.params))  # [B, K+1, V] float64
+        q_dense = None if q is None else q.dense()  # [B, K, V]
+        res = self.variant.sample(p.probs, q_dense, draft_tokens, u_accept, u_final)
+        return SampledRound(res, p, q)
