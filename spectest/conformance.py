@@ -1,40 +1,18 @@
 """``spectest conformance``: does an engine honour the engine contract (``engines.base``)?
 
-Owns: the checks a plug-in author runs before trusting a verdict on their engine, on a few small
-jobs of real models (``check``, or ``check_arm`` for an arm of a protocol file), and their
-report (``ConformanceReport``: one ``CheckResult`` per check, ``ok``, ``exit_code``, ``lines``).
-Knows nothing about statistics: whether the engine's law is plain sampling's is what
-``spectest run`` decides, once the engine conforms.
+Owns: the checks a plug-in author runs before trusting a verdict on their engine (``CHECKS``:
+class, options, needs, output, early stop, rounds, progress, white-box, same seeds, batch
+composition, provenance, close), run on a few small jobs of real models (``check``; ``check_arm``
+for an arm of a protocol file, with what a run would give it), and their report
+(``ConformanceReport``: one ``CheckResult`` per check, ``ok``, ``exit_code``, ``lines``,
+``assert_ok`` for a plug-in's own pytest). An engine whose ``seeds_claim`` is ``"ignored"`` (a
+command program's hello ``"seeds": "ignored"``) is reported "not reproducible" instead of
+failing the seed checks; ``"per job"`` skips the batch-composition one.
 
-The checks (``CHECKS``)
------------------------
-- ``class``: the declarations (``name``, ``needs``, ``whitebox``, ``rounds``, ``seeds``,
-  ``uses_variant``, ``max_batch``, a frozen ``Options`` with a default for every field) and,
-  for a name, the registry's resolution of it (entry points included);
-- ``options``: the options parse, their canonical form (``options_dict``, what a protocol's hash
-  and its stored copy hold) parses back to the same options, and an unknown key is refused with
-  a ``ConfigError`` naming it;
-- per role (reference: no variant; candidate: the exact variant where the engine takes one;
-  a role the engine's ``check_protocol`` refuses is skipped): ``needs`` (the engine runs given
-  only the models it declares), ``output`` (``check_output``, the run's own check: rows, shape,
-  dtype, vocabulary, ``-1`` only as a suffix), ``early stop`` (a sequence that ended is a
-  shorter sequence of a valid samples table), ``rounds`` (agree with the declaration, and per
-  row: rounds numbered 0..n-1, each at the position its predecessors emitted, accepted ≤
-  drafted, emitted ≤ accepted + 1 for tested rounds (a readout may aggregate), the emitted
-  counts summing to the row's length),
-  ``progress`` (ticks non-decreasing, at most the row count), ``white-box`` (asked for, columns
-  of every position, the same tokens), ``same seeds`` (the same job twice: the same tokens) and
-  ``batch composition`` (the rows reversed, in batches of a third: each (config, seed) row the
-  same tokens) — both by the engine's ``seeds_claim``: ``"per job"`` skips the second, an engine
-  that says its seeds are ``"ignored"`` (a command program's hello ``"seeds": "ignored"``) is
-  reported ``not reproducible`` instead of failing;
-- ``provenance``: JSON values, ``name`` the engine's; ``close``: returns, and leaves no child
-  process (``engines.children``) running.
-
-Exit codes (the CLI): 0 every check passed (skips and "not reproducible" stated), 2 a check
-failed (the engine breaks the contract: a run would refuse it or mislead), 3 no job ran (the
-engine refused every role of this workload), 4 the engine's process or server could not run
-(``EngineProcessError``: no verdict on the contract).
+Knows nothing about statistics: whether the engine's law is plain sampling's is what ``spectest
+run`` decides, once the engine conforms. What each check requires, the exit codes (0 conforms,
+2 a check failed, 3 no job ran, 4 the engine's process could not run) and the findings on the
+shipped engine programs: docs/conformance.md.
 """
 
 from __future__ import annotations
@@ -62,6 +40,9 @@ from spectest.engines.base import (
     Engine,
     Models,
     RowSpec,
+    check_output,
+    options_dict,
+    samples_frame,
 )
 from spectest.errors import ConfigError, ExitCode, SpectestError
 from spectest.sampling.params import SamplingParams
@@ -147,7 +128,8 @@ class ConformanceReport:
 
     def assert_ok(self) -> None:
         """For a plug-in's own pytest: ``AssertionError`` listing every line unless ok."""
-        assert self.ok, "\n".join(self.lines())
+        if not self.ok:
+            raise AssertionError("\n".join(self.lines()))
 
 
 class _Failed(Exception):
@@ -305,8 +287,6 @@ def _class_check(engine: str | type[Engine]) -> tuple[type[Engine], str]:
 
 
 def _options_check(cls: type[Engine], options: Any, base_dir: Path | None) -> tuple[Any, str]:
-    from spectest.engines.base import options_dict
-
     where = f"engines.{cls.name}"
     if isinstance(options, cls.Options):
         opts = options
@@ -344,13 +324,8 @@ class _Session:
         work: Workload,
         results: list[CheckResult],
     ) -> None:
-        self.cls, self.options, self.models, self.work, self.results = (
-            cls,
-            options,
-            models,
-            work,
-            results,
-        )
+        self.cls, self.options, self.models = cls, options, models
+        self.work, self.results = work, results
         assert models.target is not None, "conformance needs a target model (its vocabulary)"
         self.vocab = int(models.target.vocab_size)
         self.engine: Engine | None = None
@@ -403,27 +378,14 @@ class _Session:
         self, role: str, rows: Sequence[RowSpec], batch: int, whitebox: bool = False
     ) -> tuple[ArmJob, list[int]]:
         ticks: list[int] = []
-        job = ArmJob(
-            role,
-            role,
-            self.variant(role),
-            "p0",
-            self.work.prompt,
-            tuple(rows),
-            self.work.positions,
-            RUN_KEY,
-            batch,
-            self.work.drafter,
-            whitebox,
-            ticks.append,
-        )
+        w = self.work
+        job = ArmJob(role, role, self.variant(role), "p0", w.prompt, tuple(rows), w.positions,
+                     RUN_KEY, batch, w.drafter, whitebox, ticks.append)  # fmt: skip
         return job, ticks
 
     def generate(self, job: ArmJob) -> ArmOutput:
         assert self.engine is not None
         out = _call(lambda: self.engine.generate(job), "generate")  # type: ignore[union-attr]
-        from spectest.engines.base import check_output
-
         check_output(out, job, self.vocab, self.cls.name)
         return out
 
@@ -452,8 +414,6 @@ class _Session:
             assert self.engine is not None
             self.engine.close()
             self.engine = full
-            from spectest.engines.base import check_output
-
             try:
                 check_output(out, job, self.vocab, self.cls.name)
             except SpectestError as err2:
@@ -594,7 +554,6 @@ def _same_tokens(
 
 
 def _early_stop(out: ArmOutput, job: ArmJob) -> str:
-    from spectest.engines.base import samples_frame
     from spectest.stats.histograms import validate_samples
 
     ended = int((out.tokens[:, -1] == PLACEHOLDER_TOKEN_ID).sum())

@@ -31,6 +31,41 @@ def parse_engine_options(items: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+# the longer options, one definition each (the command's signature stays one screen)
+ArmsOpt = Annotated[
+    str,
+    typer.Option(
+        help="Comma-separated arms: fast-plain, fast-spec, builtin-plain, builtin-spec, "
+        "hf-generate, hf-assisted, or any registered engine NAME (speculative) / NAME:plain."
+    ),
+]
+EngineOptionsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="NAME={OPTION: VALUE, ...}: an engine's options, as under a protocol's "
+        "engines.<arm> (repeatable)."
+    ),
+]
+BaselineOpt = Annotated[
+    bool,
+    typer.Option(
+        "--baseline/--no-baseline",
+        help="Time transformers' plain generate for the ratio when no arm is it.",
+    ),
+]
+ProfileOpt = Annotated[
+    str | None,
+    typer.Option(help="Directory for a torch profiler trace and top ops of each arm (extra run)."),
+]
+WhiteboxOpt = Annotated[
+    bool,
+    typer.Option(
+        "--whitebox/--no-whitebox",
+        help="Arms whose engine records white-box columns do, during generation (as a run does).",
+    ),
+]
+
+
 @boundary
 def bench(
     target: Annotated[str, typer.Option(help="Target model spec (`spectest models`).")] = (
@@ -53,43 +88,14 @@ def bench(
     assisted_rows: Annotated[
         int, typer.Option(help="Rows for transformers' assisted generation (batch 1 only).")
     ] = 4,
-    arms: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated arms: fast-plain, fast-spec, builtin-plain, builtin-spec, "
-            "hf-generate, hf-assisted, or any registered engine NAME (speculative) / NAME:plain."
-        ),
-    ] = "fast-plain,fast-spec,builtin-plain,builtin-spec,hf-generate,hf-assisted",
-    engine_options: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="NAME={OPTION: VALUE, ...}: an engine's options, as under a protocol's "
-            "engines.<arm> (repeatable)."
-        ),
-    ] = None,
-    baseline: Annotated[
-        bool,
-        typer.Option(
-            "--baseline/--no-baseline",
-            help="Time transformers' plain generate for the ratio when no arm is it.",
-        ),
-    ] = True,
+    arms: ArmsOpt = "fast-plain,fast-spec,builtin-plain,builtin-spec,hf-generate,hf-assisted",
+    engine_options: EngineOptionsOpt = None,
+    baseline: BaselineOpt = True,
     peak_tflops: Annotated[
         float | None, typer.Option(help="Peak TFLOP/s of the device, for MFU (e.g. 800 on H200).")
     ] = None,
-    profile: Annotated[
-        str | None,
-        typer.Option(
-            help="Directory for a torch profiler trace and top ops of each arm (extra run)."
-        ),
-    ] = None,
-    whitebox: Annotated[
-        bool,
-        typer.Option(
-            "--whitebox/--no-whitebox",
-            help="spectest's arms record the white-box columns during generation (as a run does).",
-        ),
-    ] = False,
+    profile: ProfileOpt = None,
+    whitebox: WhiteboxOpt = False,
     out: Annotated[
         str, typer.Option(help="JSON-lines file the records are appended to.")
     ] = "results/bench/bench.jsonl",
@@ -110,6 +116,17 @@ def bench(
     )  # fmt: skip
     err = err_console()
     result = run_bench(cfg, log=lambda s: err.print(s, markup=False))
+    show(result, device)
+    path = write_records(result, out)
+    console().print(
+        f"FLOPs/token {result.flops_per_token / 1e9:.3g} G; records appended to {path}",
+        markup=False,
+    )
+
+
+def show(result: Any, device: str) -> None:
+    """The arms' figures as a table (the separately timed baseline last), their notes, and
+    whether each engine that can ran on CUDA graphs."""
     table = Table(title=f"spectest bench: {result.provenance['target_name']} on {device}")
     for col in ("arm", "rows", "wall s", "rows/s", "tokens/s", "acc/round", "MFU", "× hf-generate"):
         table.add_column(col, justify="left" if col == "arm" else "right")
@@ -133,5 +150,3 @@ def bench(
     for name, engine_prov in prov["engines"].items():
         if "cuda_graphs" in engine_prov:
             con.print(f"{name} arms on CUDA graphs: {engine_prov['cuda_graphs']}", markup=False)
-    path = write_records(result, out)
-    con.print(f"FLOPs/token {result.flops_per_token / 1e9:.3g} G; records appended to {path}")

@@ -149,14 +149,20 @@ def generate_plain_scored(
             generation_config=gc,
             logits_processor=processors(model, None),
         )
-    seq = out.sequences  # [B, L + T]
-    if tuple(seq.shape) != (batch_size, L + num_tokens):
-        raise ModelError(
-            f"hf-generate: expected sequences of shape {(batch_size, L + num_tokens)!r}, "
-            f"got {tuple(seq.shape)!r}"
-        )
+    toks = _new_tokens(out, batch_size, L, num_tokens, HF_GENERATE)  # [B, T]
     scores = emitted_scores(out, batch_size, num_tokens, HF_GENERATE) if output_scores else None
-    return seq[:, L:].cpu(), scores  # [B, T], [B, T, V] | None
+    return toks, scores  # [B, T], [B, T, V] | None
+
+
+def _new_tokens(out: Any, rows: int, L: int, T: int, engine: str) -> torch.Tensor:
+    """``out.sequences [rows, L + T]`` past the prompt: ``[rows, T]`` int64 on the CPU;
+    ``ModelError`` for any other shape."""
+    seq = out.sequences
+    if tuple(seq.shape) != (rows, L + T):
+        raise ModelError(
+            f"{engine}: expected sequences of shape {(rows, L + T)!r}, got {tuple(seq.shape)!r}"
+        )
+    return seq[:, L:].cpu()
 
 
 def generate_assisted(
@@ -211,12 +217,7 @@ def generate_assisted(
             assistant_model=hf_d,
             logits_processor=procs,
         )
-    seq = out.sequences  # [1, L + T]
-    if tuple(seq.shape) != (1, L + num_tokens):
-        raise ModelError(
-            f"hf-assisted: expected sequences of shape {(1, L + num_tokens)!r}, "
-            f"got {tuple(seq.shape)!r}"
-        )
+    toks = _new_tokens(out, 1, L, num_tokens, HF_ASSISTED)[0]  # [T]
     emitted = sum(r.emitted for r in rec.rounds)
     if emitted != num_tokens:
         raise ModelError(
@@ -224,7 +225,7 @@ def generate_assisted(
         )
     if output_scores:
         rec.emitted = emitted_scores(out, 1, num_tokens, HF_ASSISTED)
-    return seq[0, L:].cpu(), rec
+    return toks, rec
 
 
 # ----------------------------------------------------------------------------- rows → ArmOutput

@@ -16,9 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-import pandas as pd
-
 from spectest.engines.base import ArmJob, ArmOutput, Engine
 from spectest.engines.hf import pinning
 from spectest.engines.hf.decode import hf_assisted_decode, hf_plain_decode
@@ -29,27 +26,35 @@ from spectest.errors import ConfigError
 WHITEBOX_KIND: Any = "generation" if pinning.SCORES.ok else "teacher"
 
 
-def _whitebox_provenance() -> dict[str, Any]:
-    if pinning.SCORES.ok:
-        return {"whitebox": "generation (transformers output_scores)"}
-    return {"whitebox": "teacher", "whitebox_reason": pinning.SCORES.reason}
+class _TransformersEngine(Engine):
+    """What both engines share: white-box columns where ``generate`` gave no scores (teacher
+    forcing with transformers' own warpers), and the provenance of transformers."""
+
+    def scored(self, job: ArmJob) -> bool:
+        """Whether ``generate`` records this job's white-box columns from its own scores."""
+        return job.whitebox and pinning.SCORES.ok
+
+    def with_whitebox(self, job: ArmJob, out: ArmOutput) -> ArmOutput:
+        """``out`` with its white-box columns: the scored ones, else (``pinning.SCORES`` not
+        ok) teacher-forced ones — p_t and the processed q_t with transformers' own warpers."""
+        if self.scored(job) or not job.whitebox:
+            return out
+        params = [r.params for r in job.rows]
+        wb = hf_teacher_force(
+            self.models.target, job.prompt_ids, params, out.tokens, draft=self.models.draft
+        )
+        return replace(out, whitebox=wb)
+
+    def provenance(self) -> dict[str, Any]:
+        how = (
+            {"whitebox": "generation (transformers output_scores)"}
+            if pinning.SCORES.ok
+            else {"whitebox": "teacher", "whitebox_reason": pinning.SCORES.reason}
+        )
+        return {**super().provenance(), "transformers": transformers_version(), **how}
 
 
-def _hf_whitebox(engine: Engine, job: ArmJob, tokens: np.ndarray) -> pd.DataFrame | None:
-    """Teacher-forced columns (the fallback when ``pinning.SCORES`` is not ok)."""
-    if not job.whitebox:
-        return None
-    # NOTE: p_t (and the processed q_t) with transformers' own warpers: its plain law
-    return hf_teacher_force(
-        engine.models.target,
-        job.prompt_ids,
-        [r.params for r in job.rows],
-        tokens,
-        draft=engine.models.draft,
-    )
-
-
-class HFGenerateEngine(Engine):
+class HFGenerateEngine(_TransformersEngine):
     """transformers' plain ``generate(do_sample=True)`` (batched; see ``hf_plain_decode``)."""
 
     name = HF_GENERATE
@@ -59,24 +64,15 @@ class HFGenerateEngine(Engine):
     seeds = "per job"  # a batch is seeded by its first row's key (hf.decode "Randomness")
 
     def generate(self, job: ArmJob) -> ArmOutput:
-        scored = job.whitebox and pinning.SCORES.ok
         out = hf_plain_decode(
             self.models.target, job.prompt_ids, job.rows, num_positions=job.num_positions,
             run_key=job.run_key, prompt_id=job.prompt_id, batch_size=job.batch_size,
-            progress=job.tick, whitebox=scored, draft=self.models.draft,
+            progress=job.tick, whitebox=self.scored(job), draft=self.models.draft,
         )  # fmt: skip
-        wb = out.whitebox if scored else _hf_whitebox(self, job, out.tokens)
-        return replace(out, whitebox=wb)
-
-    def provenance(self) -> dict[str, Any]:
-        return {
-            **super().provenance(),
-            "transformers": transformers_version(),
-            **_whitebox_provenance(),
-        }
+        return self.with_whitebox(job, out)
 
 
-class HFAssistedEngine(Engine):
+class HFAssistedEngine(_TransformersEngine):
     """transformers' assisted generation (speculative sampling with the protocol's draft,
     K = ``drafter.k``, one row at a time); its rounds are a readout (transformers' own q)."""
 
@@ -115,20 +111,11 @@ class HFAssistedEngine(Engine):
         return None
 
     def generate(self, job: ArmJob) -> ArmOutput:
-        scored = job.whitebox and pinning.SCORES.ok
         out = hf_assisted_decode(
             self.models.target, self.models.draft, job.prompt_ids, job.rows,
             num_positions=job.num_positions, num_assistant_tokens=job.drafter.k,
             run_key=job.run_key, prompt_id=job.prompt_id,
             confidence_threshold=self.options.assistant_confidence_threshold, progress=job.tick,
-            whitebox=scored, draft_teacher=self.models.draft,
+            whitebox=self.scored(job), draft_teacher=self.models.draft,
         )  # fmt: skip
-        wb = out.whitebox if scored else _hf_whitebox(self, job, out.tokens)
-        return replace(out, whitebox=wb)
-
-    def provenance(self) -> dict[str, Any]:
-        return {
-            **super().provenance(),
-            "transformers": transformers_version(),
-            **_whitebox_provenance(),
-        }
+        return self.with_whitebox(job, out)
