@@ -1,8 +1,8 @@
 """Benchmark of ``spectest.stats.analyze`` on ~10 million sampled tokens.
 
 Workload (issue 3): 16 prompt-config cells × 32 positions × S seeds per arm × 2 arms, tokens iid
-from a Zipf(1.5) law over 50 000 ids (entropy ≈ 3.2 nats, as in STATS.md), both arms from the
-same law. Default S = 10 000, i.e. 20 000 sequences per cell and 10.24 M tokens in total.
+from a Zipf(1.5) law over 50 000 ids (entropy ≈ 3.2 nats, as in docs/statistics.md), both arms
+from the same law. Default S = 10 000, i.e. 20 000 sequences per cell and 10.24 M tokens in total.
 Included: encoding and validation of the samples table, per cell-position pooled χ², BH, TV
 with its permutation null (B permutations), permutation p-values, the trie (depth 2, node χ² +
 chain-rule G² under the same permutations). Excluded: white-box tests, building the DataFrame.

@@ -5,11 +5,11 @@ the run itself does not decide on:
 
 - the acceptance readout of the candidate arm (transformers' assisted generation): observed
   acceptance per verified draft slot against its conditional expectation under three drafters
-  (``hf_teacher.ACCEPTANCE_MODELS``: the processed q it should use, the warpers applied twice as
+  (``hf.probe.ACCEPTANCE_MODELS``: the processed q it should use, the warpers applied twice as
   in 5.x, a greedy token with q = raw softmax as in 4.44), each as a martingale z
   (``stats.whitebox.acceptance_test``);
 - a probe, per config, of which q transformers' ``_speculative_sampling`` actually used
-  (``hf_teacher.probe_draft_law``: recorded draft scores vs teacher-forced laws; where the laws
+  (``hf.probe.probe_draft_law``: recorded draft scores vs teacher-forced laws; where the laws
   coincide, e.g. T = 1 without filters, the first matching law of ``Q_LAWS`` is named).
 
 Acceptance is reported per config and pooled ("all").
@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 
 from spectest import schema
-from spectest.engines import hf_teacher as ht
+from spectest.engines.hf import probe as ht
 from spectest.prompts import prompt_token_ids
 from spectest.protocol import load_protocol
 from spectest.stats.whitebox import acceptance_test

@@ -1,21 +1,36 @@
-"""``spectest bench``: spectest's engines and transformers' side by side on one workload.
+"""``spectest bench``: any registered engine beside transformers' ``generate``, on one workload.
 
 Owns: the benchmark workload (``BenchConfig``: one model pair, one prompt, ``rows`` rows of one
-sampling config, ``positions`` tokens, K), the arms (``ARMS``), their timing, the derived figures
-(rows/s, tokens/s, mean accepted tokens per round, MFU, ratio to transformers' plain
-``generate``) and the JSON-lines record. Knows nothing about statistics or run directories; the
-engines are called through their public functions, exactly as the runner calls them.
+sampling config, ``positions`` tokens, K), the arms (``BenchArm``: a label, a registered engine,
+its options, plain or speculative; ``ALIASES`` name the classic six), their timing, the derived
+figures (rows/s, tokens/s, mean accepted tokens per round, MFU, ratio to transformers' plain
+``generate``) and the JSON-lines record. Knows nothing about statistics or run directories.
+
+Engines are instantiated through the registry (``engines.registry.engine_class``) and called
+through the contract (``Engine.generate(ArmJob)``), exactly as a run calls them, so any engine a
+protocol can name — spectest's own, ``command`` / ``http`` programs, an entry-point plug-in — can
+be benchmarked, and every output passes ``base.check_output`` first.
 
 Arms
 ----
-- ``fast-plain`` / ``fast-spec``: the fast engine (``engines/fast.py``: static cache, CUDA
-  graphs on CUDA, fast sampling pipeline);
-- ``builtin-plain`` / ``builtin-spec``: the built-in engine (the reference loops);
-- ``hf-generate``: transformers' batched ``generate(do_sample=True)`` at the same batch;
-- ``hf-assisted``: transformers' assisted generation (batch 1 only: ``assisted_rows`` rows, one
-  at a time; its rows/s is per row, so it compares as "gens/s").
-Every arm runs once untimed on a few rows first (allocator, kernels, CUDA graphs captured), then
-timed on the full workload with a device synchronisation at both ends.
+``--arms`` takes labels: ``fast-plain`` / ``fast-spec`` (the fast engine, ``engines/fast.py``),
+``builtin-plain`` / ``builtin-spec`` (the built-in engine), ``hf-generate`` (transformers'
+batched ``generate(do_sample=True)``), ``hf-assisted`` (assisted generation; one row at a time,
+so it runs ``assisted_rows`` rows and its rows/s compares as "gens/s"), or any registered engine
+``NAME`` (its speculative arm: role candidate, the exact variant where the engine takes one) or
+``NAME:plain`` (role reference, no variant). ``engine_options`` gives an engine its protocol
+options (``{"command": {"command": [...]}}``), parsed by the engine class as a protocol's are.
+An engine that declares ``max_batch = 1`` runs ``assisted_rows`` rows.
+
+Every arm runs once untimed first (allocator, kernels, CUDA graphs captured; at the timed batch
+size, or on a few rows for a one-row-at-a-time engine), then timed on the full workload with a
+device synchronisation at both ends. With ``whitebox``, every arm whose engine records white-box
+columns itself does so, as a run does.
+
+The ratio's baseline is transformers' plain ``generate`` with white-box off on the same rows:
+the ``hf-generate`` arm when it ran without white-box, else (``baseline``, on by default) one
+more timed run of it, reported beside the arms (``BenchResult.baseline``); none when the target
+is not a transformers model.
 
 MFU (model FLOPs utilisation) = emitted tokens/s × FLOPs/token ÷ ``peak_tflops``, with
 FLOPs/token = 2 × (decoder-layer and final-norm parameters + V × hidden): the target's matmul
@@ -30,7 +45,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,12 +53,47 @@ from typing import Any
 
 import torch
 
-from spectest.errors import ConfigError
+from spectest.errors import ConfigError, ModelError
 from spectest.sampling.params import SamplingParams
 
-ARMS = ("fast-plain", "fast-spec", "builtin-plain", "builtin-spec", "hf-generate", "hf-assisted")
+ALIASES: dict[str, tuple[str, str]] = {
+    "fast-plain": ("fast", "plain"),
+    "fast-spec": ("fast", "spec"),
+    "builtin-plain": ("builtin", "plain"),
+    "builtin-spec": ("builtin", "spec"),
+    "hf-generate": ("hf-generate", "plain"),
+    "hf-assisted": ("hf-assisted", "spec"),
+}
+ARMS = tuple(ALIASES)  # the default arms
+BASELINE = "hf-generate"  # the engine the ratio is to (transformers' plain generate)
+MODES = ("plain", "spec")
 SYNTH_PROMPT = (1, 2, 3, 4, 5, 6, 7, 8)
 WARMUP_ROWS = 4
+
+
+@dataclass(frozen=True)
+class BenchArm:
+    """One arm: its label, the registered engine that runs it, plain or speculative."""
+
+    label: str
+    engine: str
+    mode: str  # "plain" (role reference, no variant) or "spec" (role candidate)
+
+
+def parse_arm(label: str) -> BenchArm:
+    """A label of ``ALIASES`` or a registered engine ``NAME`` / ``NAME:plain`` / ``NAME:spec``;
+    ``ConfigError`` naming the label and what is allowed."""
+    from spectest.engines import registry
+
+    if label in ALIASES:
+        return BenchArm(label, *ALIASES[label])
+    name, _, mode = label.partition(":")
+    if name in registry.names() and (mode or "spec") in MODES:
+        return BenchArm(label, name, mode or "spec")
+    raise ConfigError(
+        f"bench: arms must be among {', '.join(ARMS)} or a registered engine NAME[:plain|:spec] "
+        f"(engines: {', '.join(registry.names())}), got {label!r}"
+    )
 
 
 @dataclass(frozen=True)
@@ -59,22 +109,28 @@ class BenchConfig:
     k: int = 4
     onehot: bool = True
     params: SamplingParams = field(default_factory=lambda: SamplingParams(0.8, 0, 0.95))
-    assisted_rows: int = 4
+    assisted_rows: int = 4  # rows of an engine that runs one row at a time (max_batch 1)
     arms: tuple[str, ...] = ARMS
     prompt: tuple[int, ...] = SYNTH_PROMPT
     peak_tflops: float | None = None  # None: no MFU (e.g. on CPU)
     seed: int = 0
     profile: str | None = None  # a directory: torch profiler trace + top ops of each arm's run
-    whitebox: bool = False  # spectest's arms record the white-box columns (as a run does)
+    whitebox: bool = False  # arms whose engine records white-box columns do (as a run does)
+    engine_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    baseline: bool = True  # time transformers' plain generate for the ratio if no arm is it
 
     def __post_init__(self) -> None:
-        bad = [a for a in self.arms if a not in ARMS]
-        if bad or not self.arms:
-            raise ConfigError(f"bench: arms must be among {', '.join(ARMS)}, got {self.arms!r}")
-        for name in ("rows", "positions", "k", "assisted_rows"):
-            v = getattr(self, name)
+        if not self.arms:
+            raise ConfigError(f"bench: arms must be among {', '.join(ARMS)}, got none")
+        for label in self.arms:
+            parse_arm(label)
+        for name, v in (("rows", self.rows), ("positions", self.positions), ("k", self.k),
+                        ("assisted_rows", self.assisted_rows)):  # fmt: skip
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"bench: {name} must be an integer >= 1, got {v!r}")
+        for name, raw in self.engine_options.items():
+            if not isinstance(raw, Mapping):
+                raise ConfigError(f"bench: options of engine {name!r} must be a mapping")
 
 
 @dataclass(frozen=True)
@@ -87,10 +143,12 @@ class ArmResult:
     wall_s: float
     rows_per_s: float
     tokens_per_s: float
-    mean_accepted: float | None  # accepted draft tokens per round (speculative arms)
+    mean_accepted: float | None  # accepted draft tokens per round (arms with rounds)
     mfu: float | None
-    ratio_to_hf_generate: float | None  # rows/s over hf-generate's rows/s
+    ratio_to_hf_generate: float | None  # rows/s over the baseline's rows/s
     note: str = ""
+    engine: str = ""
+    mode: str = ""
 
 
 @dataclass(frozen=True)
@@ -99,11 +157,22 @@ class BenchResult:
     flops_per_token: float
     arms: tuple[ArmResult, ...]
     provenance: dict[str, Any]
+    baseline: ArmResult | None = None  # timed only for the ratio (no arm was it)
+
+
+@dataclass(frozen=True)
+class _Timed:
+    arm: BenchArm
+    rows: int
+    wall_s: float
+    mean_accepted: float | None
+    whitebox: bool
+    note: str
 
 
 def flops_per_token(model: Any) -> float:
     """2 × (decoder-layer + final-norm parameters + V × hidden) of an HF model (module docstring);
-    for a model without a transformers config (the toy LM), 2 × its parameter count, or 0."""
+    for a model without a transformers config (the toy LM), 0."""
     hf = getattr(getattr(model, "base", model), "model", None)
     cfg = getattr(hf, "config", None)
     if cfg is None or not hasattr(cfg, "hidden_size"):
@@ -117,10 +186,8 @@ def flops_per_token(model: Any) -> float:
 
 def run_bench(cfg: BenchConfig, *, log: Callable[[str], None] | None = None) -> BenchResult:
     """Load the pair once, run every arm of ``cfg`` (warm-up, then timed), derive the figures."""
-    from spectest.engines import builtin, fast, hf
-    from spectest.engines.builtin import DrafterSpec, RowSpec
+    from spectest.engines.base import Models
     from spectest.models.zoo import load_pair
-    from spectest.sampling.mutants import get_variant
 
     say = log or (lambda s: None)
     t0 = time.perf_counter()
@@ -129,125 +196,166 @@ def run_bench(cfg: BenchConfig, *, log: Callable[[str], None] | None = None) -> 
     )
     load_s = time.perf_counter() - t0
     say(f"loaded {target.name} + draft in {load_s:.1f} s")
-    fast_t = fast.as_fast(target)
-    fast_d = fast.as_fast(draft)
-    rows = [RowSpec("bench", s, cfg.params) for s in range(cfg.rows)]
-    drafter = DrafterSpec(onehot=cfg.onehot, k=cfg.k)
-    exact = get_variant("exact")
-    prompt = list(cfg.prompt)
-    kw: dict[str, Any] = dict(num_positions=cfg.positions, run_key=1, prompt_id="bench")
-
-    # white-box columns as a run records them: the plain arm runs the draft along its tokens
-    wb: dict[str, Any] = dict(whitebox=cfg.whitebox)
-    wb_plain = dict(wb, drafter=drafter) if cfg.whitebox else wb
-
-    def call(arm: str, part: Sequence[Any]) -> Any:
-        if arm == "fast-plain":
-            return fast.plain_decode_fast(
-                fast_t, prompt, part, batch_size=cfg.rows,
-                **(dict(wb_plain, draft=fast_d) if cfg.whitebox else wb), **kw,
-            )  # fmt: skip
-        if arm == "fast-spec":
-            return fast.speculative_decode_fast(
-                fast_t, fast_d, prompt, part, drafter=drafter, variant=exact,
-                batch_size=cfg.rows, **wb, **kw,
-            )  # fmt: skip
-        if arm == "builtin-plain":
-            return builtin.plain_decode(
-                target, prompt, part, batch_size=cfg.rows,
-                **(dict(wb_plain, draft=draft) if cfg.whitebox else wb), **kw,
-            )  # fmt: skip
-        if arm == "builtin-spec":
-            return builtin.speculative_decode(
-                target, draft, prompt, part, drafter=drafter, variant=exact,
-                batch_size=cfg.rows, **wb, **kw,
-            )  # fmt: skip
-        if arm == "hf-generate":
-            return hf.hf_plain_decode(target, prompt, part, batch_size=cfg.rows, **kw)
-        return hf.hf_assisted_decode(target, draft, prompt, part, num_assistant_tokens=cfg.k, **kw)
-
+    arms = [parse_arm(label) for label in cfg.arms]
+    bench = _Bench(cfg, Models(target, draft), say)
+    try:
+        timed = [bench.time(arm, cfg.whitebox) for arm in arms]
+        base, base_note = bench.baseline(timed)
+        prov = _provenance(cfg, target, draft, load_s, bench.provenance(), base_note)
+    finally:
+        bench.close()
     fpt = flops_per_token(target)
-    timed: list[tuple[str, int, float, float | None, str]] = []
-    for arm in cfg.arms:
-        n = cfg.assisted_rows if arm == "hf-assisted" else cfg.rows
-        # warm-up at the timed batch size (CUDA graphs and pools are per batch size)
-        call(arm, rows[: min(n, WARMUP_ROWS)] if arm == "hf-assisted" else rows[:n])
-        _sync(cfg.device)
-        t = time.perf_counter()
-        out = call(arm, rows[:n])
-        _sync(cfg.device)
-        wall = time.perf_counter() - t
-        if cfg.profile:  # after the timed run, so the figures are not profiled ones
-            rerun = functools.partial(call, arm, rows[:n])
-            say(_profile(rerun, cfg.device, Path(cfg.profile) / arm))
-        acc = None if out.rounds is None else float(out.rounds["accepted"].mean())
-        note = ""
-        graph_error = getattr(fast_t, "graph_error", None)
-        if arm.startswith("fast") and graph_error:
-            note = f"CUDA graphs off: {graph_error}"
-        if cfg.whitebox and arm.split("-")[0] in ("fast", "builtin"):
-            wb_rows = 0 if out.whitebox is None else len(out.whitebox)
-            note = "; ".join(x for x in (note, f"white-box columns: {wb_rows} rows") if x)
-        timed.append((arm, n, wall, acc, note))
-        say(f"{arm}: {n} rows in {wall:.2f} s" + (f", accepted/round {acc:.2f}" if acc else ""))
-    hf_rate = next((n / w for a, n, w, _, _ in timed if a == "hf-generate"), None)
-    results = []
-    for arm, n, wall, acc, note in timed:
-        rate = n / wall
-        tps = rate * cfg.positions
-        mfu = None
-        if cfg.peak_tflops and fpt:
-            mfu = tps * fpt / (cfg.peak_tflops * 1e12)
-        results.append(
-            ArmResult(
-                arm,
-                n,
-                cfg.positions,
-                wall,
-                rate,
-                tps,
-                acc,
-                mfu,
-                None if hf_rate is None else rate / hf_rate,
-                note,
-            )
-        )
+    results = tuple(_figures(t, cfg, fpt, base) for t in timed)
+    extra = None
+    if base is not None and not any(base is t for t in timed):  # timed only for the ratio
+        extra = _figures(base, cfg, fpt, base)
     config = asdict(cfg)
     config["params"] = asdict(cfg.params)
-    prov = {
+    return BenchResult(config, fpt, results, prov, extra)
+
+
+class _Bench:
+    """The engines of one benchmark (one instance per engine name, shared by its arms, as a run
+    shares one per engine choice), their jobs and their timed runs."""
+
+    def __init__(self, cfg: BenchConfig, models: Any, say: Callable[[str], None]) -> None:
+        from spectest.engines.base import DrafterSpec, RowSpec
+
+        self.cfg, self.models, self.say = cfg, models, say
+        self.rows = tuple(RowSpec("bench", s, cfg.params) for s in range(cfg.rows))
+        self.drafter = DrafterSpec(onehot=cfg.onehot, k=cfg.k)
+        self.engines: dict[str, Any] = {}
+
+    def engine(self, name: str) -> Any:
+        """The engine registered as ``name``, built once with its ``engine_options``."""
+        if name not in self.engines:
+            from spectest.engines.registry import engine_class
+
+            cls = engine_class(name)
+            raw = dict(self.cfg.engine_options.get(name, {}))
+            options = cls.parse_options(raw, f"bench --engine-options {name}", Path.cwd())
+            self.engines[name] = cls(options, self.models)
+        return self.engines[name]
+
+    def job(self, arm: BenchArm, n: int, whitebox: bool) -> Any:
+        from spectest.engines.base import ArmJob
+
+        e = self.engine(arm.engine)
+        spec = arm.mode == "spec"
+        variant = "exact" if spec and e.uses_variant else None
+        batch = min(self.cfg.rows, e.max_batch or self.cfg.rows)
+        return ArmJob(
+            arm.label, "candidate" if spec else "reference", variant, "bench", self.cfg.prompt,
+            self.rows[:n], self.cfg.positions, 1, batch, self.drafter, whitebox,
+        )  # fmt: skip
+
+    def time(self, arm: BenchArm, whitebox: bool) -> _Timed:
+        """Warm-up, then one timed ``generate`` of the arm's job (its output checked)."""
+        from spectest.engines.base import check_output
+
+        cfg, e = self.cfg, self.engine(arm.engine)
+        one_at_a_time = e.max_batch == 1
+        n = cfg.assisted_rows if one_at_a_time else cfg.rows
+        whitebox = whitebox and e.whitebox in ("generation", "teacher")
+        # warm-up at the timed batch size (CUDA graphs and pools are per batch size)
+        e.generate(self.job(arm, min(n, WARMUP_ROWS) if one_at_a_time else n, whitebox))
+        _sync(cfg.device)
+        job = self.job(arm, n, whitebox)
+        t = time.perf_counter()
+        out = e.generate(job)
+        _sync(cfg.device)
+        wall = time.perf_counter() - t
+        check_output(out, job, self.models.target.vocab_size, arm.engine)
+        if cfg.profile:  # after the timed run, so the figures are not profiled ones
+            self.say(_profile(functools.partial(e.generate, job), cfg.device,
+                              Path(cfg.profile) / arm.label))  # fmt: skip
+        rounds = out.rounds
+        acc = None if rounds is None or not len(rounds) else float(rounds["accepted"].mean())
+        notes = []
+        if err := e.provenance().get("graph_error"):
+            notes.append(f"CUDA graphs off: {err}")
+        if whitebox:
+            wb_rows = 0 if out.whitebox is None else len(out.whitebox)
+            notes.append(f"white-box columns: {wb_rows} rows")
+        self.say(f"{arm.label}: {n} rows in {wall:.2f} s"
+                 + (f", accepted/round {acc:.2f}" if acc else ""))  # fmt: skip
+        return _Timed(arm, n, wall, acc, whitebox, "; ".join(notes))
+
+    def baseline(self, timed: list[_Timed]) -> tuple[_Timed | None, str]:
+        """transformers' plain generate without white-box: an arm that was it, else one more
+        timed run (``cfg.baseline``); None and why when there is none."""
+        for t in timed:
+            if t.arm.engine == BASELINE and t.arm.mode == "plain" and not t.whitebox:
+                return t, ""
+        if not self.cfg.baseline:
+            return None, "no baseline (off)"
+        try:
+            return self.time(BenchArm(BASELINE, BASELINE, "plain"), False), ""
+        except ModelError as err:  # the toy LM is no transformers model
+            return None, f"no baseline: {err}"
+
+    def provenance(self) -> dict[str, Any]:
+        return {name: e.provenance() for name, e in self.engines.items()}
+
+    def close(self) -> None:
+        for e in self.engines.values():
+            e.close()
+
+
+def _figures(t: _Timed, cfg: BenchConfig, fpt: float, base: _Timed | None) -> ArmResult:
+    rate = t.rows / t.wall_s
+    tps = rate * cfg.positions
+    mfu = tps * fpt / (cfg.peak_tflops * 1e12) if cfg.peak_tflops and fpt else None
+    ratio = None if base is None else rate / (base.rows / base.wall_s)
+    return ArmResult(t.arm.label, t.rows, cfg.positions, t.wall_s, rate, tps, t.mean_accepted,
+                     mfu, ratio, t.note, t.arm.engine, t.arm.mode)  # fmt: skip
+
+
+def _provenance(
+    cfg: BenchConfig, target: Any, draft: Any, load_s: float, engines: dict[str, Any], note: str
+) -> dict[str, Any]:
+    from spectest.engines.hf.pinning import transformers_version
+
+    graphs = [p for p in engines.values() if "cuda_graphs" in p]
+    return {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "device": cfg.device,
         "device_name": torch.cuda.get_device_name(cfg.device)
         if cfg.device.startswith("cuda")
         else platform.processor() or "cpu",
         "torch": torch.__version__,
-        "transformers": hf.transformers_version(),
+        "transformers": transformers_version(),
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "git": _git_sha(),
         "load_s": round(load_s, 3),
-        # whether the fast arms ran on CUDA graphs (False on CPU, or after a failed capture)
-        "cuda_graphs": bool(getattr(fast_t, "cuda_graphs", False)),
-        "graph_error": getattr(fast_t, "graph_error", None),
+        # whether an engine's arms ran on CUDA graphs (the fast engine; False on CPU or after a
+        # failed capture)
+        "cuda_graphs": any(bool(p["cuda_graphs"]) for p in graphs),
+        "graph_error": next((p.get("graph_error") for p in graphs if p.get("graph_error")), None),
         "target_name": target.name,
         "draft_name": draft.name,
+        "engines": engines,
+        "baseline_note": note,
     }
-    return BenchResult(config, fpt, tuple(results), prov)
 
 
 def write_records(result: BenchResult, path: str | Path) -> Path:
-    """Append one JSON line per arm (config, provenance and the arm's figures) to ``path``."""
+    """Append one JSON line per arm (config, provenance and the arm's figures) to ``path``; the
+    separately timed baseline too (``"baseline": true``)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
+    extra = [] if result.baseline is None else [(result.baseline, True)]
     with p.open("a", encoding="utf-8") as fh:
-        for arm in result.arms:
+        for arm, is_base in [*((a, False) for a in result.arms), *extra]:
             rec = {
                 "bench": "spectest.bench",
                 **result.provenance,
                 "config": result.config,
                 "flops_per_token": result.flops_per_token,
                 **asdict(arm),
+                **({"baseline": True} if is_base else {}),
             }
             fh.write(json.dumps(rec) + "\n")
     return p

@@ -26,6 +26,13 @@ Rounds (speculative telemetry, one row per row-round)
 position this round emits), ``drafted`` int32, ``accepted`` int32 (length of the accepted
 prefix), ``emitted`` int32 (tokens committed this round, accepted + 1 recovered/bonus, capped
 by the remaining budget).
+
+Shared values
+-------------
+``PLACEHOLDER_TOKEN_ID`` (-1) marks "no token" in a ``[B, T]`` token array (a sequence that
+ended early; it never reaches a table), ``DRAFTER_KINDS`` and ``Q_MODES`` are the drafter's kinds
+and the laws q a sampled drafter may report (``engines.base.DrafterSpec``, ``sampling.mutants``,
+the protocol's ``drafter`` section).
 """
 
 from __future__ import annotations
@@ -39,7 +46,10 @@ SEED = "seed"
 POSITION = "position"
 TOKEN_ID = "token_id"
 CELL = (PROMPT_ID, CONFIG_ID)
+
+# Values that cross every layer (engines, sampling, protocol), defined here once:
 PLACEHOLDER_TOKEN_ID = -1  # no token: past a sequence's end, or after a round's last emitted token
+DRAFTER_KINDS = ("onehot", "sampled")  # a drafter proposes its argmax, or samples from q
 Q_MODES = ("processed", "temperature", "raw")  # how a drafter's q is built from its logits
 
 WB_P = "wb_p"

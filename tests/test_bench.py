@@ -82,3 +82,34 @@ def test_cli(tmp_path):
     assert (prof / "fast-plain.json").is_file()
     r = CliRunner().invoke(app, ["bench", "--drafter", "greedy"], catch_exceptions=False)
     assert r.exit_code == 2 and "--drafter must be onehot or sampled" in r.output
+
+
+def test_any_registered_engine_through_the_registry(tmp_path):
+    """A ``command`` engine (the shipped example program) and the built-in engine by name, as
+    the registry builds them for a run; the ratio's baseline (transformers' plain generate) is
+    timed beside them because no arm is it, and every output passed ``check_output``."""
+    from pathlib import Path
+
+    prog = Path(__file__).resolve().parents[1] / "examples" / "engines" / "builtin_engine.py"
+    command = {"command": ["{python}", str(prog), "--target", TINY, "--draft", DRAFT,
+                           "--speculative"]}  # fmt: skip
+    cfg = BenchConfig(
+        target=TINY, draft=DRAFT, rows=3, positions=3, k=2, onehot=False, peak_tflops=1.0,
+        arms=("command", "builtin", "builtin:plain"), engine_options={"command": command},
+    )  # fmt: skip
+    res = run_bench(cfg)
+    assert [(a.arm, a.engine, a.mode) for a in res.arms] == [
+        ("command", "command", "spec"), ("builtin", "builtin", "spec"),
+        ("builtin:plain", "builtin", "plain"),
+    ]  # fmt: skip
+    assert res.baseline is not None and res.baseline.engine == "hf-generate"
+    for a in (*res.arms, res.baseline):
+        assert a.ratio_to_hf_generate == pytest.approx(a.rows_per_s / res.baseline.rows_per_s)
+        assert a.mfu == pytest.approx(a.tokens_per_s * res.flops_per_token / 1e12)
+    assert res.arms[0].mean_accepted is not None  # the program's rounds (a readout)
+    assert res.provenance["engines"]["command"]["hello"]["protocol"] == "spectest-jsonl/1"
+    path = write_records(res, tmp_path / "b.jsonl")
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r.get("baseline", False) for r in recs] == [False, False, False, True]
+    with pytest.raises(ConfigError, match=r"--engine-options command.command: required"):
+        run_bench(BenchConfig(target=TINY, draft=DRAFT, rows=1, positions=1, arms=("command",)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -55,7 +56,7 @@ def test_both_arms_run_and_match_reference(pair) -> None:
     target, draft = pair
     rows = [RowSpec(f"c{i}", s, p) for s in range(3) for i, p in enumerate(PARAMS)]
     plain = plain_decode(target, [1, 2, 3], rows, num_positions=16, run_key=7, prompt_id="p")
-    assert plain.tokens.shape == (12, 16) and plain.tokens.device.type == "cpu"
+    assert plain.tokens.shape == (12, 16) and isinstance(plain.tokens, np.ndarray)  # host
     drafter = DrafterSpec(onehot=False, k=4)
     out = speculative_decode(
         target, draft, [1, 2, 3], rows, num_positions=16, drafter=drafter, variant=EXACT,
@@ -65,9 +66,9 @@ def test_both_arms_run_and_match_reference(pair) -> None:
         target, draft, [1, 2, 3], rows, num_positions=16, drafter=drafter, variant=EXACT,
         run_key=7, prompt_id="p",
     )  # fmt: skip
-    assert torch.equal(out.tokens, want)
+    assert np.array_equal(out.tokens, want)
     greedy = [i for i, r in enumerate(rows) if r.params.is_greedy]
-    assert torch.equal(out.tokens[greedy], plain.tokens[greedy])
+    assert np.array_equal(out.tokens[greedy], plain.tokens[greedy])
 
 
 def test_batch_invariance_cuda(pair) -> None:
@@ -83,9 +84,9 @@ def test_batch_invariance_cuda(pair) -> None:
     )
     for r in (rows[0], rows[101], rows[199]):
         i = shuffled.index(r)
-        assert torch.equal(plain_decode(target, [4], [r], **kw).tokens[0], big_p.tokens[i])
+        assert np.array_equal(plain_decode(target, [4], [r], **kw).tokens[0], big_p.tokens[i])
         alone = speculative_decode(target, draft, [4], [r], drafter=drafter, variant=EXACT, **kw)
-        assert torch.equal(alone.tokens[0], big_s.tokens[i])
+        assert np.array_equal(alone.tokens[0], big_s.tokens[i])
 
 
 def test_holes_equivalence_cuda_bf16() -> None:
@@ -115,4 +116,4 @@ def test_toy_on_cuda_equals_cpu() -> None:
                 t, d, [0], rows, drafter=DrafterSpec(onehot=False, k=3), variant=EXACT, **kw
             ).tokens
         )
-    assert torch.equal(outs[0], outs[1])
+    assert np.array_equal(outs[0], outs[1])

@@ -1,7 +1,7 @@
 """Generation-time white-box columns of the hf engines (transformers' ``output_scores``).
 
 What is checked: this transformers' decode loops keep, per emitted token, the processed scores
-they sample from (``hf.scores_support``, read from its source); in float32 the columns built
+they sample from (``pinning.scores_support``, read from its source); in float32 the columns built
 from those scores equal teacher forcing (``hf_teacher_force``) within float32 rounding, for plain
 ``generate`` and for assisted generation, with and without a draft q; the scores are checked per
 token (``emitted_scores``); in bfloat16 no emitted token has p = 0 and a run of
@@ -16,9 +16,11 @@ import pytest
 import torch
 
 from spectest import schema
-from spectest.engines import hf
-from spectest.engines import hf_teacher as ht
 from spectest.engines.builtin import RowSpec
+from spectest.engines.hf import decode as hfd
+from spectest.engines.hf import engines as hfe
+from spectest.engines.hf import pinning as hfp
+from spectest.engines.hf import teacher as ht
 from spectest.errors import EngineError
 from spectest.models.zoo import load_pair
 from spectest.sampling.params import SamplingParams
@@ -60,11 +62,11 @@ def _assert_columns_close(got, want, atol: float) -> None:
 
 def test_this_transformers_keeps_the_sampled_scores() -> None:
     """The check reads the decode loops' source; here (5.x) both statements are present."""
-    assert hf.SCORES.ok, hf.SCORES.reason
-    assert hf.HFGenerateEngine.whitebox == "generation"
-    assert hf.HFAssistedEngine.whitebox == "generation"
-    assert hf.whitebox_batch(256, 32, 151_936) == 55  # Qwen vocabulary: 1 GiB of scores
-    assert hf.whitebox_batch(256, 8, 64) == 256
+    assert hfp.SCORES.ok, hfp.SCORES.reason
+    assert hfe.HFGenerateEngine.whitebox == "generation"
+    assert hfe.HFAssistedEngine.whitebox == "generation"
+    assert hfd.whitebox_batch(256, 32, 151_936) == 55  # Qwen vocabulary: 1 GiB of scores
+    assert hfd.whitebox_batch(256, 8, 64) == 256
 
 
 @pytest.mark.parametrize("with_draft", [False, True])
@@ -73,13 +75,13 @@ def test_plain_generate_scores_equal_teacher_forcing(pair, with_draft: bool) -> 
     every config including greedy; the tokens are those of a run without scores."""
     target, draft = pair
     d = draft if with_draft else None
-    out = hf.hf_plain_decode(target, PROMPT, ROWS, batch_size=8, whitebox=True, draft=d, **KW)
+    out = hfd.hf_plain_decode(target, PROMPT, ROWS, batch_size=8, whitebox=True, draft=d, **KW)
     assert out.whitebox is not None and len(out.whitebox) == len(ROWS) * 6
     want = ht.hf_teacher_force(target, PROMPT, [r.params for r in ROWS], out.tokens, draft=d)
     _assert_columns_close(out.whitebox, want, atol=1e-5)
     assert (out.whitebox[schema.WB_P] > 0).all()
-    plain = hf.hf_plain_decode(target, PROMPT, ROWS, batch_size=8, **KW)
-    assert torch.equal(plain.tokens, out.tokens) and plain.whitebox is None
+    plain = hfd.hf_plain_decode(target, PROMPT, ROWS, batch_size=8, **KW)
+    assert np.array_equal(plain.tokens, out.tokens) and plain.whitebox is None
 
 
 def test_assisted_scores_equal_teacher_forcing(pair) -> None:
@@ -88,28 +90,29 @@ def test_assisted_scores_equal_teacher_forcing(pair) -> None:
     target, draft = pair
     rows = [r for r in ROWS if not r.params.is_greedy]
     kw = dict(num_assistant_tokens=3, **KW)
-    out = hf.hf_assisted_decode(
+    out = hfd.hf_assisted_decode(
         target, draft, PROMPT, rows, whitebox=True, draft_teacher=draft, **kw
     )
     assert out.whitebox is not None and out.rounds is not None
     assert (out.rounds["accepted"] > 0).any() and (out.rounds["accepted"] < 3).any()
     want = ht.hf_teacher_force(target, PROMPT, [r.params for r in rows], out.tokens, draft=draft)
     _assert_columns_close(out.whitebox, want, atol=1e-5)
-    assert torch.equal(hf.hf_assisted_decode(target, draft, PROMPT, rows, **kw).tokens, out.tokens)
+    again = hfd.hf_assisted_decode(target, draft, PROMPT, rows, **kw)
+    assert np.array_equal(again.tokens, out.tokens)
 
 
 def test_emitted_scores_are_checked() -> None:
     class Out:
         scores = (torch.zeros(2, 5), torch.zeros(2, 5))
 
-    assert tuple(hf.emitted_scores(Out(), 2, 2, "x").shape) == (2, 2, 5)
+    assert tuple(hfd.emitted_scores(Out(), 2, 2, "x").shape) == (2, 2, 5)
     with pytest.raises(EngineError, match="returned 2 score tensors for 3 emitted tokens"):
-        hf.emitted_scores(Out(), 2, 3, "x")
+        hfd.emitted_scores(Out(), 2, 3, "x")
     with pytest.raises(EngineError, match=r"expected one \[3, V\] per token"):
-        hf.emitted_scores(Out(), 3, 2, "x")
+        hfd.emitted_scores(Out(), 3, 2, "x")
     Out.scores = None  # type: ignore[assignment]
     with pytest.raises(EngineError, match="returned None score tensors"):
-        hf.emitted_scores(Out(), 2, 2, "x")
+        hfd.emitted_scores(Out(), 2, 2, "x")
 
 
 def test_bfloat16_no_emitted_token_has_p_zero() -> None:
@@ -118,11 +121,11 @@ def test_bfloat16_no_emitted_token_has_p_zero() -> None:
     asserted: it depends on the boundary). Deterministic."""
     target, draft = _pair("bfloat16")
     rows = [r for r in ROWS if not r.params.is_greedy]
-    assisted = hf.hf_assisted_decode(
+    assisted = hfd.hf_assisted_decode(
         target, draft, PROMPT, rows, num_assistant_tokens=3, whitebox=True,
         draft_teacher=draft, **KW,
     )  # fmt: skip
-    plain = hf.hf_plain_decode(target, PROMPT, rows, whitebox=True, draft=draft, **KW)
+    plain = hfd.hf_plain_decode(target, PROMPT, rows, whitebox=True, draft=draft, **KW)
     for out in (plain, assisted):
         wb = out.whitebox
         assert wb is not None and (wb[schema.WB_P] > 0).all()

@@ -245,84 +245,80 @@ def test_check_output_accepts_early_stop() -> None:
 
 
 def test_q_modes_agree() -> None:
+    from spectest import schema
     from spectest.engines import base
     from spectest.protocol import Q_MODES
-    from spectest.sampling import mutants
+    from spectest.sampling import mutants, rejection
 
     assert base.Q_MODES == mutants.Q_MODES == Q_MODES
+    # defined once (spectest.schema), imported everywhere else
+    assert base.Q_MODES is mutants.Q_MODES is schema.Q_MODES
+    placeholder = schema.PLACEHOLDER_TOKEN_ID
+    assert base.PLACEHOLDER_TOKEN_ID is rejection.PLACEHOLDER_TOKEN_ID is placeholder
+    assert schema.PLACEHOLDER_TOKEN_ID == -1
+
+
+def test_drafter_spec_is_the_protocols_drafter_in_its_spelling() -> None:
+    """One ``DrafterSpec``: the protocol's ``drafter`` section (kind, k, q) read by
+    ``from_kind`` and written back by ``canonical`` gives the hashed form of every shipped
+    protocol, so a protocol holding the engine's type keeps its hash."""
+    for f in sorted((REPO / "protocols").glob("*.yaml")):
+        p = load_protocol(f)
+        hashed = p.canonical()["drafter"]
+        d = DrafterSpec.from_kind(hashed["kind"], hashed["k"], hashed["q"])
+        assert d.canonical() == hashed, f.name
+        assert (d.kind, d.onehot) == (hashed["kind"], hashed["kind"] == "onehot")
+    with pytest.raises(ConfigError, match=r"drafter: kind must be one of \('onehot', 'sampled'\)"):
+        DrafterSpec.from_kind("greedy", 3)
 
 
 # ----------------------------------------------------------------------------- entry points
-TOY_ENGINE = '''
-"""A third-party engine: plain sampling from the target with its own (numpy) inverse CDF."""
-from dataclasses import dataclass
-
-import numpy as np
-import torch
-
-from spectest.engines.base import ArmOutput, Engine
-from spectest.sampling.params import SamplingTensors
-from spectest.sampling.transforms import logits_to_probs
-from spectest.seeding import STREAM_PLAIN, row_key, uniforms
+PLUGIN = REPO / "examples" / "plugin"  # the example engine plug-in package (its README)
 
 
-class ToyPlain(Engine):
-    name = "toy-plain"
-    needs = "target"
-    whitebox = "none"
-    rounds = "none"
-
-    @dataclass(frozen=True)
-    class Options:
-        salt: int = 0
-
-    def generate(self, job):
-        m = self.models.target
-        out = np.empty((len(job.rows), job.num_positions), dtype=np.int64)
-        for i, r in enumerate(job.rows):
-            key = torch.tensor([row_key(job.run_key + self.options.salt, job.prompt_id,
-                                        r.config_id, r.seed)])
-            st = SamplingTensors.from_params([r.params])
-            seq = list(job.prompt_ids)
-            for t in range(job.num_positions):
-                p = logits_to_probs(m.logits_full(torch.tensor([seq]))[:, -1], st)[0].numpy()
-                u = float(uniforms(key, STREAM_PLAIN, t, 1)[0, 0])
-                tok = min(int(np.searchsorted(np.cumsum(p), u, side="right")), len(p) - 1)
-                seq.append(tok)
-                out[i, t] = tok
-            job.tick(i + 1)
-        return ArmOutput(out)
-'''
+def plugin_entry_points() -> str:
+    """The ``[project.entry-points."spectest.engines"]`` table of the plug-in's pyproject, as the
+    ``entry_points.txt`` an installer writes from it."""
+    lines, inside = [], False
+    for line in (PLUGIN / "pyproject.toml").read_text().splitlines():
+        if line.startswith("["):
+            inside = line.strip() == '[project.entry-points."spectest.engines"]'
+            continue
+        if inside and "=" in line and not line.lstrip().startswith("#"):
+            name, _, value = (x.strip() for x in line.partition("="))
+            lines.append(f"{name} = {value.strip(chr(34))}")
+    assert lines, "the plug-in's pyproject declares no spectest.engines entry point"
+    return "[spectest.engines]\n" + "\n".join(lines) + "\n"
 
 
-def _toy_distribution(root: Path) -> Path:
-    """A real installed distribution on a path entry: package + dist-info with entry_points.txt."""
-    (root / "spectest_toy_engine").mkdir(parents=True)
-    (root / "spectest_toy_engine" / "__init__.py").write_text(TOY_ENGINE)
-    info = root / "spectest_toy_engine-0.1.dist-info"
-    info.mkdir()
+def _plugin_distribution(root: Path) -> Path:
+    """The example plug-in as an installed distribution on a path entry: its dist-info (the
+    entry points of its pyproject) beside a path to its sources (no installer, no network)."""
+    info = root / "spectest_example_engine-0.1.0.dist-info"
+    info.mkdir(parents=True)
     (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: spectest-toy-engine\nVersion: 0.1\n"
+        "Metadata-Version: 2.1\nName: spectest-example-engine\nVersion: 0.1.0\n"
     )
-    (info / "entry_points.txt").write_text(
-        "[spectest.engines]\ntoy-plain = spectest_toy_engine:ToyPlain\n"
-    )
+    (info / "entry_points.txt").write_text(plugin_entry_points())
     return root
 
 
 def test_entry_point_engine_registers_and_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A toy engine in a third-party distribution, found through the ``spectest.engines``
-    entry-point group, runs as the candidate of a version-2 protocol; both arms sample plainly
-    from the target, so the run passes (fixed seeds: deterministic)."""
-    site = _toy_distribution(tmp_path / "site")
+    """The example plug-in (examples/plugin: its own speculative sampler in numpy), found
+    through the ``spectest.engines`` entry-point group, runs as the candidate of a version-2
+    protocol against built-in plain sampling; its sampler is exact, so the run passes (fixed
+    seeds: deterministic)."""
+    site = _plugin_distribution(tmp_path / "site")
+    src = PLUGIN / "src"
     monkeypatch.syspath_prepend(str(site))
-    assert "toy-plain" in registry.names()
-    assert registry.engine_class("toy-plain").__module__ == "spectest_toy_engine"
+    monkeypatch.syspath_prepend(str(src))
+    assert "example-spec" in registry.names()
+    assert registry.engine_class("example-spec").__module__ == "spectest_example_engine.engine"
     body = {
         **BASE,
-        "engines": {"candidate": {"name": "toy-plain", "salt": 1}},
+        "engines": {"candidate": {"name": "example-spec", "stop_token": -1}},
         "seeds": {"per_arm": 300},
         "teeth": {"null_arm": True, "epsilons": [], "mutants": ["always_accept"]},
         # 300 seeds resolve per-cell TV 0.21 (the gross tooth's size claims less): the test is
@@ -331,7 +327,7 @@ def test_entry_point_engine_registers_and_runs(
                   "power": {"max_mde_tv": 0.25}},
     }  # fmt: skip
     proto = write(tmp_path, body)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(site)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(src), str(site)])}
     res = subprocess.run(
         [sys.executable, "-m", "spectest", "run", "--config", str(proto), "--out",
          str(tmp_path / "run"), "--no-progress"],
@@ -339,6 +335,8 @@ def test_entry_point_engine_registers_and_runs(
     )  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     assert "EQUIVALENT" in res.stdout
-    with pytest.raises(ConfigError, match=r"engines\.candidate\.salt: expected type int, got 'x'"):
-        body["engines"]["candidate"]["salt"] = "x"
+    with pytest.raises(
+        ConfigError, match=r"engines\.candidate\.stop_token: expected type int, got 'x'"
+    ):
+        body["engines"]["candidate"]["stop_token"] = "x"
         load_protocol(write(tmp_path, body, "bad.yaml"))

@@ -1,6 +1,6 @@
 """Generation-time white-box columns of the built-in engine against teacher forcing.
 
-The fast path (``EngineOutput.whitebox``, recorded inside ``plain_decode`` /
+The fast path (``ArmOutput.whitebox``, recorded inside ``plain_decode`` /
 ``speculative_decode`` from the very p_t and q_t rows the loop sampled from) must equal the slow
 path (``engines.teacher.teacher_force``: one full forward over the emitted sequence) wherever the
 two numerics agree: exactly (1e-12) on the float64 toy LM, within float32 rounding on a float32
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from spectest import schema
 from spectest.engines.builtin import DrafterSpec, RowSpec, plain_decode, speculative_decode
@@ -120,7 +119,7 @@ def test_no_whitebox_unless_asked_and_bad_input() -> None:
             target, [1], ROWS[:2], num_positions=3, run_key=1, prompt_id="p", whitebox=True,
             draft=target,
         )  # fmt: skip
-    assert torch.equal(
+    assert np.array_equal(
         out.tokens,
         plain_decode(target, [1], ROWS[:2], num_positions=3, run_key=1, prompt_id="p").tokens,
     )
@@ -129,12 +128,13 @@ def test_no_whitebox_unless_asked_and_bad_input() -> None:
 # ------------------------------------------------------------------------------- through a run
 def _hf_teacher_fallback(monkeypatch) -> None:
     """The hf engines as on a transformers whose scores are not per emitted token
-    (``hf.scores_support`` false): they declare teacher-forced white-box columns."""
-    from spectest.engines import hf
+    (``pinning.scores_support`` false): they declare teacher-forced white-box columns."""
+    from spectest.engines.hf import engines as hfe
+    from spectest.engines.hf import pinning as hfp
 
-    monkeypatch.setattr(hf, "SCORES", hf.ScoresSupport(False, "simulated"))
-    monkeypatch.setattr(hf.HFGenerateEngine, "whitebox", "teacher")
-    monkeypatch.setattr(hf.HFAssistedEngine, "whitebox", "teacher")
+    monkeypatch.setattr(hfp, "SCORES", hfp.ScoresSupport(False, "simulated"))
+    monkeypatch.setattr(hfe.HFGenerateEngine, "whitebox", "teacher")
+    monkeypatch.setattr(hfe.HFAssistedEngine, "whitebox", "teacher")
 
 
 def test_whitebox_mode_of_a_plan(monkeypatch) -> None:

@@ -33,9 +33,9 @@ V, K = 5, 2
 CANON_PARAMS = SamplingParams(temperature=0.8, top_k=4, top_p=0.8)
 EXACT_TOL = 1e-9
 MUTANTS = [n for n in VARIANT_NAMES if n not in ("exact", "draft_raw_consistent")]
-# A floor for "observable": 0.01 exact TV for every class (the size of shipped bugs in BUGS.md),
-# except bf16_ratio whose bias is ~2^-9 relative by construction (BUGS.md: "small bias, needs
-# large N"); it must still be far above the 1e-9 exactness floor.
+# A floor for "observable": 0.01 exact TV for every class (the size of shipped bugs in
+# docs/bugs.md), except bf16_ratio whose bias is ~2^-9 relative by construction (docs/bugs.md:
+# "small bias, needs large N"); it must still be far above the 1e-9 exactness floor.
 MARGIN = {name: 0.01 for name in MUTANTS} | {"bf16_ratio": 1e-4}
 
 

@@ -14,8 +14,8 @@ from spectest.stats import power, tables, whitebox
 
 
 def test_lambda_star_matches_stats_md_and_the_normal_case():
-    assert power.lambda_star(10) == pytest.approx(16.2, abs=0.05)  # STATS.md
-    assert power.lambda_star(100) == pytest.approx(40.6, abs=0.05)  # STATS.md
+    assert power.lambda_star(10) == pytest.approx(16.2, abs=0.05)  # docs/statistics.md
+    assert power.lambda_star(100) == pytest.approx(40.6, abs=0.05)  # docs/statistics.md
     # χ²₁(λ) is (Z + √λ)²: power Φ(√λ − z) + Φ(−√λ − z), solved independently of ncx2
     z = stats.norm.isf(0.025)
     root = optimize.brentq(lambda r: stats.norm.cdf(r - z) + stats.norm.cdf(-r - z) - 0.8, 0, 10)
@@ -51,7 +51,8 @@ def test_noncentrality_formula_and_its_tv_bound():
     o = perturbed(p, 0.3, rng)
     n = 1000
     delta = np.sum((p - o) ** 2 / (p + o))
-    assert power.two_sample_noncentrality(p, o, n, n) == pytest.approx(n * delta)  # STATS.md
+    # docs/statistics.md "Power and minimum detectable effect"
+    assert power.two_sample_noncentrality(p, o, n, n) == pytest.approx(n * delta)
     tv = 0.5 * np.abs(p - o).sum()
     assert power.two_sample_noncentrality(p, o, 300, 700) >= 2 * (2 * 300 * 700 / 1000) * tv**2
 

@@ -6,10 +6,11 @@ the exact output law of the ε-biased acceptor, the white-box columns along emit
 and ``samples_frame``. Imported by the other tests/test_stats_*.py (pytest puts tests/ on
 sys.path). No torch: the stats engine is tested without the model stack.
 
-The ε-biased acceptor (STATS.md): accept the draft x with probability min(1, (1 + ε)·p(x)/q(x)),
-residual unchanged. Its output law o has o(y) = q(y)·min(1, (1 + ε)p(y)/q(y)) on A = {q > p} and
-o(y) = q(y) + P(reject)·r(y) off A, r = normalize(max(0, p − q)); TV(o, p) ≈ ε·p(A) before the
-cap at 1 binds (STATS.md: 0.0232 simulated vs 0.05 × 0.47 predicted).
+The ε-biased acceptor (docs/statistics.md): accept the draft x with probability
+min(1, (1 + ε)·p(x)/q(x)), residual unchanged. Its output law o has
+o(y) = q(y)·min(1, (1 + ε)p(y)/q(y)) on A = {q > p} and o(y) = q(y) + P(reject)·r(y) off A,
+r = normalize(max(0, p − q)); TV(o, p) ≈ ε·p(A) before the cap at 1 binds (docs/statistics.md:
+0.0232 simulated vs 0.05 × 0.47 predicted).
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ def test_node_chi2_keeps_only_nodes_with_min_count_per_arm():
 
 
 def test_equal_marginals_different_joints_found_by_the_trie_only():
-    """STATS.md's toy: V = 5, T = 2, uniform marginals in both arms; reference x0, x1
+    """docs/statistics.md's toy: V = 5, T = 2, uniform marginals in both arms; reference x0, x1
     independent, candidate x1 = x0 (joint TV 0.8). The trie (depth 1) rejects; the
     per-position marginals have the same law, so their χ² p-values are uniform. Fixed seed;
     the trie's false-failure (miss) rate is < 1e-6 at N = 1000."""

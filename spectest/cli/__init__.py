@@ -17,6 +17,7 @@ from spectest.cli import (
     analyze,
     bench,
     compare,
+    conformance,
     hunt,
     models,
     power,
@@ -68,6 +69,7 @@ app.command("report")(report.report)
 app.command("models")(models.models)
 app.command("protocols")(protocols.protocols)
 app.command("bench")(bench.bench)
+app.command("conformance")(conformance.conformance)
 app.command("setup")(setup.setup)
 app.command("hunt")(hunt.hunt)
 

@@ -1,14 +1,69 @@
-"""``spectest bench``: spectest's engines and transformers side by side on one workload."""
+"""``spectest bench``: any registered engine beside transformers' ``generate`` on one workload."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from spectest.cli.common import boundary, console, err_console
 from spectest.errors import ConfigError
+
+
+def parse_engine_options(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``["NAME=YAML mapping", ...]`` → ``{NAME: mapping}``; ``ConfigError`` naming the item."""
+    import yaml
+
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        try:
+            value = yaml.safe_load(raw) if sep else None
+        except yaml.YAMLError as err:
+            raise ConfigError(f"--engine-options {item!r}: not YAML ({err})") from None
+        if not name or not isinstance(value, dict):
+            raise ConfigError(
+                f"--engine-options {item!r}: expected NAME={{OPTION: VALUE, ...}} "
+                "(a YAML mapping, as under a protocol's engines.<arm>)"
+            )
+        out[name] = value
+    return out
+
+
+# the longer options, one definition each (the command's signature stays one screen)
+ArmsOpt = Annotated[
+    str,
+    typer.Option(
+        help="Comma-separated arms: fast-plain, fast-spec, builtin-plain, builtin-spec, "
+        "hf-generate, hf-assisted, or any registered engine NAME (speculative) / NAME:plain."
+    ),
+]
+EngineOptionsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="NAME={OPTION: VALUE, ...}: an engine's options, as under a protocol's "
+        "engines.<arm> (repeatable)."
+    ),
+]
+BaselineOpt = Annotated[
+    bool,
+    typer.Option(
+        "--baseline/--no-baseline",
+        help="Time transformers' plain generate for the ratio when no arm is it.",
+    ),
+]
+ProfileOpt = Annotated[
+    str | None,
+    typer.Option(help="Directory for a torch profiler trace and top ops of each arm (extra run)."),
+]
+WhiteboxOpt = Annotated[
+    bool,
+    typer.Option(
+        "--whitebox/--no-whitebox",
+        help="Arms whose engine records white-box columns do, during generation (as a run does).",
+    ),
+]
 
 
 @boundary
@@ -33,30 +88,20 @@ def bench(
     assisted_rows: Annotated[
         int, typer.Option(help="Rows for transformers' assisted generation (batch 1 only).")
     ] = 4,
-    arms: Annotated[
-        str, typer.Option(help="Comma-separated arms (default: all).")
-    ] = "fast-plain,fast-spec,builtin-plain,builtin-spec,hf-generate,hf-assisted",
+    arms: ArmsOpt = "fast-plain,fast-spec,builtin-plain,builtin-spec,hf-generate,hf-assisted",
+    engine_options: EngineOptionsOpt = None,
+    baseline: BaselineOpt = True,
     peak_tflops: Annotated[
         float | None, typer.Option(help="Peak TFLOP/s of the device, for MFU (e.g. 800 on H200).")
     ] = None,
-    profile: Annotated[
-        str | None,
-        typer.Option(
-            help="Directory for a torch profiler trace and top ops of each arm (extra run)."
-        ),
-    ] = None,
-    whitebox: Annotated[
-        bool,
-        typer.Option(
-            "--whitebox/--no-whitebox",
-            help="spectest's arms record the white-box columns during generation (as a run does).",
-        ),
-    ] = False,
+    profile: ProfileOpt = None,
+    whitebox: WhiteboxOpt = False,
     out: Annotated[
         str, typer.Option(help="JSON-lines file the records are appended to.")
     ] = "results/bench/bench.jsonl",
 ) -> None:
-    """Rows/s, tokens/s, acceptance, MFU and ratios to transformers' plain generate, per arm."""
+    """Rows/s, tokens/s, acceptance, MFU and the ratio to transformers' plain generate, per arm
+    (any registered engine)."""
     from spectest.bench import BenchConfig, run_bench, write_records
     from spectest.sampling.params import SamplingParams
 
@@ -67,15 +112,29 @@ def bench(
         k=k, onehot=drafter == "onehot", params=SamplingParams(temperature, top_k, top_p),
         assisted_rows=assisted_rows, arms=tuple(a.strip() for a in arms.split(",") if a.strip()),
         peak_tflops=peak_tflops, profile=profile, whitebox=whitebox,
+        engine_options=parse_engine_options(engine_options or []), baseline=baseline,
     )  # fmt: skip
     err = err_console()
     result = run_bench(cfg, log=lambda s: err.print(s, markup=False))
+    show(result, device)
+    path = write_records(result, out)
+    console().print(
+        f"FLOPs/token {result.flops_per_token / 1e9:.3g} G; records appended to {path}",
+        markup=False,
+    )
+
+
+def show(result: Any, device: str) -> None:
+    """The arms' figures as a table (the separately timed baseline last), their notes, and
+    whether each engine that can ran on CUDA graphs."""
     table = Table(title=f"spectest bench: {result.provenance['target_name']} on {device}")
     for col in ("arm", "rows", "wall s", "rows/s", "tokens/s", "acc/round", "MFU", "× hf-generate"):
         table.add_column(col, justify="left" if col == "arm" else "right")
-    for a in result.arms:
+    base = [] if result.baseline is None else [result.baseline]
+    for a in [*result.arms, *base]:
         table.add_row(
-            a.arm, str(a.rows), f"{a.wall_s:.2f}", f"{a.rows_per_s:.1f}", f"{a.tokens_per_s:.0f}",
+            a.arm + (" (baseline)" if a is result.baseline else ""), str(a.rows),
+            f"{a.wall_s:.2f}", f"{a.rows_per_s:.1f}", f"{a.tokens_per_s:.0f}",
             "" if a.mean_accepted is None else f"{a.mean_accepted:.2f}",
             "" if a.mfu is None else f"{100 * a.mfu:.1f}%",
             "" if a.ratio_to_hf_generate is None else f"{a.ratio_to_hf_generate:.2f}",
@@ -86,6 +145,8 @@ def bench(
         if a.note:
             con.print(f"{a.arm}: {a.note}", markup=False)
     prov = result.provenance
-    con.print(f"fast arms on CUDA graphs: {prov['cuda_graphs']}", markup=False)
-    path = write_records(result, out)
-    con.print(f"FLOPs/token {result.flops_per_token / 1e9:.3g} G; records appended to {path}")
+    if prov["baseline_note"]:
+        con.print(prov["baseline_note"], markup=False)
+    for name, engine_prov in prov["engines"].items():
+        if "cuda_graphs" in engine_prov:
+            con.print(f"{name} arms on CUDA graphs: {engine_prov['cuda_graphs']}", markup=False)

@@ -1,10 +1,11 @@
 """The engine contract: what an engine under test is, in one place.
 
 Owns: ``Engine`` (the base class every engine derives from), the job it is given (``ArmJob``: one
-arm × one prompt, all its rows), what it returns (``ArmOutput``), the row and drafter descriptions
-shared by every engine (``RowSpec``, ``DrafterSpec``), the models handed to an engine
-(``Models``), option parsing with errors that name file and field (``parse_options``), the check
-of every output (``check_output``) and its conversion to the schema's samples and rounds tables.
+arm × one prompt, all its rows), what it returns (``ArmOutput``: the one output type, of every
+engine and of every decode loop), the row and drafter descriptions shared by every engine and by
+the protocol (``RowSpec``, ``DrafterSpec``), the models handed to an engine (``Models``), option
+parsing with errors that name file and field (``parse_options``), the check of every output
+(``check_output``) and its conversion to the schema's samples and rounds tables.
 
 Knows nothing about particular engines (``spectest.engines.registry`` maps names to classes),
 protocols, files or statistics. Imports no torch: third-party engines (a command, a server) can
@@ -12,14 +13,21 @@ implement the contract without it.
 
 How an engine plugs in
 ----------------------
-1. Subclass ``Engine``; set ``name``, ``needs``, ``whitebox``, ``rounds``, ``uses_variant`` and,
-   when it takes options, ``Options`` (a frozen dataclass of bool / int / float / str fields with
-   defaults). Implement ``generate(job) -> ArmOutput``; optionally ``check_protocol`` (cross-field
-   rules), ``provenance`` and ``close``.
+1. Subclass ``Engine``; set ``name``, ``needs``, ``whitebox``, ``rounds``, ``uses_variant``,
+   ``seeds`` (and ``max_batch`` for an engine that runs one row at a time) and, when it takes
+   options, ``Options`` (a frozen dataclass of bool / int / float / str fields with defaults).
+   Implement ``generate(job) -> ArmOutput``; optionally ``check_protocol`` (cross-field rules),
+   ``provenance`` and ``close``.
 2. Register it: an entry in ``registry.BUILTIN`` (inside spectest) or an entry point of the
    group ``spectest.engines`` (``name = "package.module:Class"``) in a third-party distribution.
-3. Select it in a protocol: ``engines: {candidate: {name: NAME, OPTION: VALUE}}`` (version 2;
+3. Check it: ``spectest conformance NAME`` (or ``spectest.conformance.check`` in the plug-in's
+   own tests) runs it on small jobs against this contract; ``spectest bench --arms NAME`` times
+   it beside transformers' ``generate``.
+4. Select it in a protocol: ``engines: {candidate: {name: NAME, OPTION: VALUE}}`` (version 2;
    see README "Engines under test").
+
+``examples/plugin/`` is a complete plug-in package (pyproject entry point, engine, its own
+conformance test); docs/architecture.md draws where engines sit in a run.
 
 Each arm of a plan is run by exactly one engine; the teeth (null, ε, mutants) always run on the
 built-in engine, whatever the protocol's reference and candidate engines are.
@@ -38,19 +46,23 @@ import pandas as pd
 
 from spectest import schema
 from spectest.errors import ConfigError, InputError
+from spectest.schema import DRAFTER_KINDS, PLACEHOLDER_TOKEN_ID, Q_MODES
 
 if TYPE_CHECKING:
     from spectest.models.base import LanguageModel
     from spectest.sampling.params import SamplingParams
 
-PLACEHOLDER_TOKEN_ID = -1  # no token: past the end of a sequence that stopped early
 Needs = Literal["target", "draft", "none"]
 WhiteboxKind = Literal["generation", "teacher", "tokens", "none"]
 RoundsKind = Literal["tested", "readout", "none"]
 TeacherKind = Literal["spectest", "hf"]
+SeedsKind = Literal["per row", "per job", "ignored"]
+NEEDS: tuple[Needs, ...] = ("target", "draft", "none")
+WHITEBOX_KINDS: tuple[WhiteboxKind, ...] = ("generation", "teacher", "tokens", "none")
+ROUNDS_KINDS: tuple[RoundsKind, ...] = ("tested", "readout", "none")
+SEEDS_KINDS: tuple[SeedsKind, ...] = ("per row", "per job", "ignored")
 Progress = Callable[[int], None]  # rows completed so far in this job
 ROUNDS_COLUMNS = ("row", "round", "position", "drafted", "accepted", "emitted")
-Q_MODES = ("processed", "temperature", "raw")
 
 
 @dataclass(frozen=True)
@@ -64,7 +76,12 @@ class RowSpec:
 
 @dataclass(frozen=True)
 class DrafterSpec:
-    """How the draft proposes: one-hot (greedy argmax) or sampled; the q it reports; K per round."""
+    """How the draft proposes: one-hot (greedy argmax) or sampled; the q it reports; K per round.
+
+    The protocol's ``drafter`` section is this type in its YAML spelling: ``kind`` (``onehot`` /
+    ``sampled``, ``DRAFTER_KINDS``), ``k`` and ``q`` (``Q_MODES``): ``from_kind`` reads that
+    spelling and ``canonical`` writes it (the form the protocol hash is computed from).
+    """
 
     onehot: bool
     q_mode: str = "processed"
@@ -75,6 +92,22 @@ class DrafterSpec:
             raise ConfigError(f"drafter: k must be an integer >= 1, got {self.k!r}")
         if self.q_mode not in Q_MODES:
             raise ConfigError(f"drafter: q_mode must be one of {Q_MODES}, got {self.q_mode!r}")
+
+    @classmethod
+    def from_kind(cls, kind: str, k: int, q: str = "processed") -> DrafterSpec:
+        """The protocol's spelling (``kind``, ``k``, ``q``) → a ``DrafterSpec``."""
+        if kind not in DRAFTER_KINDS:
+            raise ConfigError(f"drafter: kind must be one of {DRAFTER_KINDS}, got {kind!r}")
+        return cls(onehot=kind == "onehot", q_mode=q, k=k)
+
+    @property
+    def kind(self) -> str:
+        """``"onehot"`` or ``"sampled"`` (the protocol's ``drafter.kind``)."""
+        return DRAFTER_KINDS[0] if self.onehot else DRAFTER_KINDS[1]
+
+    def canonical(self) -> dict[str, Any]:
+        """``{"kind", "k", "q"}``: the protocol's YAML and hashed form."""
+        return {"kind": self.kind, "k": self.k, "q": self.q_mode}
 
 
 @dataclass(frozen=True)
@@ -115,12 +148,13 @@ class ArmJob:
 
 @dataclass(frozen=True)
 class ArmOutput:
-    """What an engine returns for a job.
+    """What an engine returns for a job, and what every decode loop returns for its rows
+    (``builtin.plain_decode``, ``hf.decode.hf_plain_decode`` ...): one type at every level.
 
-    ``tokens``: int64 ``[B, T]`` in ``job.rows`` order; ``-1`` = no token (the sequence stopped
-    before ``T``; only as a suffix of a row). ``rounds``: per-round telemetry with
-    ``ROUNDS_COLUMNS`` (``row`` indexes ``job.rows``; extra columns allowed), or None.
-    ``rounds_tested``: the rounds follow spectest's draft law and are tested (acceptance vs
+    ``tokens``: int64 numpy ``[B, T]`` in ``job.rows`` order; ``-1`` (``PLACEHOLDER_TOKEN_ID``) =
+    no token (the sequence stopped before ``T``; only as a suffix of a row). ``rounds``: per-round
+    telemetry with ``ROUNDS_COLUMNS`` (``row`` indexes ``job.rows``; extra columns allowed), or
+    None. ``rounds_tested``: the rounds follow spectest's draft law and are tested (acceptance vs
     Σ min(p, q)); False = a readout, stored but not tested (must agree with ``Engine.rounds``:
     checked). ``whitebox``: white-box columns (``wb_*``, one row per token, row-major) recorded
     at generation time, or None.
@@ -151,10 +185,18 @@ class Engine:
         anything to this engine; when not, the protocol's ``candidate`` must be ``exact``.
     teacher : the teacher that forces this engine's arms in teacher mode: ``"spectest"``
         (spectest's pipeline, ``engines.teacher``) or ``"hf"`` (transformers' warpers,
-        ``engines.hf_teacher``); a run with any ``"hf"`` arm forces every arm with
+        ``engines.hf.teacher``); a run with any ``"hf"`` arm forces every arm with
         transformers' (one function of every arm's sequences: ``generation.EngineSet``).
     fast_variant : the registered engine that ``--fast`` runs this engine's arms on (same
         tokens and law), or None. Subclasses inherit it: set None where it does not apply.
+    seeds : what a row's seed determines: ``"per row"`` (a row's tokens are a function of its
+        row key alone, whatever job or batch it runs in), ``"per job"`` (the same job gives the
+        same tokens, another batch composition may not: transformers' ``generate`` seeds a
+        batch) or ``"ignored"`` (not reproducible). ``seeds_claim`` may refine it at run time
+        (a command program says so in its hello line). ``spectest conformance`` checks the claim.
+    max_batch : the most rows the engine runs at once (None: any; 1: one row at a time, like
+        transformers' assisted generation). ``spectest bench`` times such an engine on
+        ``--assisted-rows`` rows.
     """
 
     name: ClassVar[str] = ""
@@ -169,6 +211,8 @@ class Engine:
     uses_variant: ClassVar[bool] = False
     teacher: ClassVar[TeacherKind] = "spectest"
     fast_variant: ClassVar[str | None] = None
+    seeds: ClassVar[SeedsKind] = "per row"
+    max_batch: ClassVar[int | None] = None
 
     def __init__(self, options: Any, models: Models) -> None:
         self.options = options
@@ -198,6 +242,11 @@ class Engine:
 
     def generate(self, job: ArmJob) -> ArmOutput:
         raise NotImplementedError(f"engine {self.name!r} does not implement generate")
+
+    def seeds_claim(self) -> SeedsKind:
+        """What this instance's seeds determine (``seeds``; a command engine reads its
+        program's hello line, so ask after the first ``generate``)."""
+        return self.seeds
 
     def provenance(self) -> dict[str, Any]:
         """Versions and settings recorded in the run's provenance (JSON values)."""

@@ -38,7 +38,10 @@ The reply schema (``engines.replies``), field by field
 ------------------------------------------------------
 - hello: ``type`` = ``"hello"``, ``protocol`` = ``"spectest-jsonl/1"``; ``engine`` and
   ``version``, when given, strings of at most 200 characters; other keys allowed (kept in the
-  provenance; the whole line at most ``HELLO_MAX_CHARS``, 10 000 characters).
+  provenance; the whole line at most ``HELLO_MAX_CHARS``, 10 000 characters). A program whose
+  rows are not reproducible from their seeds says ``"seeds": "ignored..."`` (or
+  ``"reproducible": false``): ``seeds_claim`` is then ``"ignored"``, and ``spectest
+  conformance`` reports "not reproducible" instead of failing its seed checks.
 - result: ``type`` = ``"result"``; ``id`` an int job id; ``seed`` an int (int64); ``tokens`` a
   list of 1 to ``max_tokens`` int token ids in ``[0, V)`` (V: the target's vocabulary; JSON
   ``true`` is not the token 1, ``1.0`` is not a token id); ``rounds`` absent, ``null`` or a
@@ -104,6 +107,7 @@ from spectest.engines.base import (
     ArmJob,
     ArmOutput,
     Engine,
+    SeedsKind,
     options_dict,
     rounds_from_tuples,
 )
@@ -520,6 +524,16 @@ class CommandEngine(Engine):
             done += 1
             job.tick(done)
         return ArmOutput(tokens, rounds_from_tuples(rounds), False, None)
+
+    def seeds_claim(self) -> SeedsKind:
+        """``"ignored"`` when the program's hello line says so (``"seeds": "ignored..."`` or
+        ``"reproducible": false``, as the mistral.rs program does), else ``"per row"``."""
+        said = self.hello.get("seeds")
+        if (isinstance(said, str) and said.startswith("ignored")) or (
+            self.hello.get("reproducible") is False
+        ):
+            return "ignored"
+        return self.seeds
 
     def provenance(self) -> dict[str, Any]:
         hello = {k: v for k, v in self.hello.items() if k != "type"}

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 GROUP = "spectest.engines"
 BUILTIN: dict[str, str] = {
     "builtin": "spectest.engines.builtin:BuiltinEngine",
-    "hf-generate": "spectest.engines.hf:HFGenerateEngine",
-    "hf-assisted": "spectest.engines.hf:HFAssistedEngine",
+    "hf-generate": "spectest.engines.hf.engines:HFGenerateEngine",
+    "hf-assisted": "spectest.engines.hf.engines:HFAssistedEngine",
     "acceptor": "spectest.engines.acceptor:AcceptorEngine",
     "fast": "spectest.engines.fast:FastEngine",
     "command": "spectest.engines.command:CommandEngine",

@@ -18,7 +18,7 @@ sampling draws from. q_t = the law the drafter *should* propose from under its `
 exact variant's ``draft_law`` sample law (processed / temperature-only / raw softmax; for a
 one-hot drafter q_t = δ(argmax)). Token order for the CDF: by p/q descending, ties by id (by p
 descending when there is no draft); ``wb_cdf_lo`` = p-mass strictly before x_t in that order.
-The order depends only on the prefix, as the randomised PIT requires (STATS.md).
+The order depends only on the prefix, as the randomised PIT requires (docs/statistics.md).
 """
 
 from __future__ import annotations
@@ -230,7 +230,7 @@ def teacher_force(
     target: LanguageModel,
     prompt: Sequence[int],
     params: Sequence[SamplingParams],
-    tokens: torch.Tensor,
+    tokens: torch.Tensor | np.ndarray,
     *,
     draft: LanguageModel | None = None,
     drafter: DrafterSpec | None = None,
@@ -242,7 +242,7 @@ def teacher_force(
     target : the local target model (the one plain sampling used).
     prompt : the shared prompt token ids.
     params : one ``SamplingParams`` per row (``[r.params for r in rows]``).
-    tokens : int64 ``[B, T]`` emitted tokens (``EngineOutput.tokens``).
+    tokens : int64 ``[B, T]`` emitted tokens (``ArmOutput.tokens``, numpy, or a tensor).
     draft, drafter : with a draft, q_t is its drafter's law (module docstring); without one the
         q columns take their "q unknown" values and ``drafter`` is ignored.
 
@@ -254,6 +254,7 @@ def teacher_force(
 
     if draft is not None and drafter is None:
         raise InputError("teacher_force: a draft needs its drafter (DrafterSpec) to define q")
+    tokens = torch.as_tensor(tokens)
     if tokens.dim() != 2 or tokens.dtype != torch.int64:
         raise InputError(
             f"teacher_force: tokens must be int64 [B, T], got {tokens.dtype} {tuple(tokens.shape)}"

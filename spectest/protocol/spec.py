@@ -34,7 +34,7 @@ Q_MODES = ("processed", "temperature", "raw")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 DEVICES = ("cpu", "cuda")
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
-ENGINES_REFERENCE = ("builtin", "hf-generate")  # version 1's closed lists (engines/hf.py)
+ENGINES_REFERENCE = ("builtin", "hf-generate")  # version 1's closed lists (engines/hf/)
 ENGINES_CANDIDATE = ("builtin", "hf-assisted")
 ACCEPTOR_PREFIX = "acceptor:"  # candidate: acceptor:SPEC = engines.candidate {acceptor, kernel}
 LIMITS_FIELD = "limits.max_tokens"

@@ -5,7 +5,7 @@ Owns: the hooks one speculative engine calls so that it can run every variant �
 the verifier uses (``verify_probs``), the law a draft token is drawn from and the q the verifier
 is told (``draft_law``), and the round sampler (``sample``) — plus ``get_variant`` and the
 observability rule of each variant (``may_differ``). Knows nothing about engines, models or
-statistics. Each mutant's docstring cites its row of ../shared/BUGS.md.
+statistics. Each mutant's docstring cites its row of docs/bugs.md.
 
 Engine protocol: per round, for each draft position, ``sample_probs, q = draft_law(draft_logits,
 params, onehot=..., q_mode=...)``; draw the draft token with ``categorical(sample_probs, u)``
@@ -70,7 +70,7 @@ class SpecVariant:
     """
 
     name: str
-    mirrors: str  # bug references from BUGS.md ("" for exact)
+    mirrors: str  # bug references from docs/bugs.md ("" for exact)
     description: str
     exact: bool  # True: the law equals plain sampling and the harness must PASS it
     verify_fn: VerifyFn = field(repr=False)
@@ -411,7 +411,7 @@ _CATALOGUE: dict[str, Callable[[], SpecVariant]] = {
     ),
     "residual_from_p": lambda: _make(
         "residual_from_p",
-        "no exact BUGS.md row: the textbook resample-from-p error; closest vllm-ascend #2881 "
+        "no exact docs/bugs.md row: the textbook resample-from-p error; closest vllm-ascend #2881 "
         "(p modified before the residual)",
         "At the first rejection the recovered token is drawn from p, not norm(max(0, p - q)). "
         "Observable at T > 0 with K >= 1 (one-hot too: p vs p without x).",
@@ -502,7 +502,7 @@ _CATALOGUE: dict[str, Callable[[], SpecVariant]] = {
     ),
     "draft_raw_consistent": lambda: _make(
         "draft_raw_consistent",
-        "BUGS.md 'designs that look suspicious but are exact'",
+        "docs/bugs.md 'designs that look suspicious but are exact'",
         "The drafter samples from softmax(raw logits) and reports exactly that q: lower "
         "acceptance, same law (must PASS). Coincides with exact for a one-hot drafter.",
         exact=True,
@@ -512,12 +512,13 @@ _CATALOGUE: dict[str, Callable[[], SpecVariant]] = {
 
 
 def _eps_variant(eps: float) -> SpecVariant:
-    """``eps_biased:<ε>``: accept with min(1, (1 + ε) p/q), residual unchanged. BUGS.md: the
+    """``eps_biased:<ε>``: accept with min(1, (1 + ε) p/q), residual unchanged. docs/bugs.md: the
     lossy-acceptance class (SGLang accept thresholds, vLLM typical acceptance) and the harness's
-    ε tooth (STATS.md: TV ≈ ε · P_p(q > p) for one draft token). ε = 0 is exact."""
+    ε tooth (docs/statistics.md: TV ≈ ε · P_p(q > p) for one draft token). ε = 0 is exact."""
     return _make(
         f"eps_biased:{eps:g}",
-        "BUGS.md: lossy modes (SGLang accept thresholds, vLLM typical acceptance); the ε tooth",
+        "docs/bugs.md: lossy modes (SGLang accept thresholds, vLLM typical acceptance); "
+        "the ε tooth",
         f"Accept with min(1, (1 + {eps:g}) p/q); residual unchanged. Observable at T > 0, K >= 1.",
         exact=eps == 0.0,
         sample=None if eps == 0.0 else _sample_eps(eps),

@@ -7,7 +7,7 @@ and ``summarize_null``.
 
 Does not know: multiplicity, cells, DataFrames, arm names.
 
-Why a null: the plug-in TV is biased upward under H0 — STATS.md measured 0.24 at N = 256,
+Why a null: the plug-in TV is biased upward under H0 — docs/statistics.md measured 0.24 at N = 256,
 0.16 at N = 1000 and 0.065 at N = 20 000 for a Zipf target with H ≈ 3.2 nats, and the max over
 32 positions is worse. A raw TV (let alone a raw max-TV) is never reported alone: always beside
 its permutation-null mean and upper quantile, and as the excess over the null mean.

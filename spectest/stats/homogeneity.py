@@ -8,11 +8,11 @@ against known probabilities (``gof_chi2`` → ``GofResult``).
 
 Does not know: where counts come from, multiplicity, DataFrames, arm names.
 
-The pooling rule (symmetric in the arms; STATS.md "Two-sample χ² on sparse tables")
+The pooling rule (symmetric in the arms; docs/statistics.md "Two-sample χ² on sparse tables")
 --------------------------------------------------------------------------------------
 With arm sizes n_ref, n_cand and n = n_ref + n_cand, a token with combined count c has expected
 count c·n_ref/n and c·n_cand/n in the two arms under H0; its smaller expected count is
-c·w with w = min(n_ref, n_cand)/n. At equal sizes w = 1/2 and "c·w ≥ 5" is STATS.md's
+c·w with w = min(n_ref, n_cand)/n. At equal sizes w = 1/2 and "c·w ≥ 5" is docs/statistics.md's
 "combined ≥ 10".
 
 1. Keep a token as its own bin when c·w ≥ ``min_expected`` (default 5).
@@ -115,10 +115,10 @@ def pooled_chi2(
     Notes
     -----
     Assumptions: the tokens of each arm are iid draws (one per sequence) from that arm's law;
-    H0: the laws are equal. Validity of the asymptotic p-value: every bin has smaller expected
-    count ≥ ``min_expected`` (5 by default; Cochran's rule); STATS.md reports type-I 0.04–0.05
-    at α = 0.05 for this pooling on a Zipf target over 150 k tokens (the unpooled test is far
-    too conservative, the unpooled G-test invalid). No Yates correction (``correction=False``):
+    H0: the laws are equal. Validity of the asymptotic p-value: every bin has smaller expected count
+    ≥ ``min_expected`` (5 by default; Cochran's rule); docs/statistics.md reports type-I 0.04–0.05
+    at α = 0.05 for this pooling on a Zipf target over 150 k tokens (the unpooled test is far too
+    conservative, the unpooled G-test invalid). No Yates correction (``correction=False``):
     it only applies to 2 × 2 tables and makes them conservative.
 
     Verified: against ``scipy.stats.chi2_contingency`` on hand-pooled tables and a textbook
@@ -311,8 +311,8 @@ def gof_chi2(counts: np.ndarray, probs: np.ndarray, *, min_expected: float = 5.0
     the reference arm's pooled histogram as ``probs``: that treats an estimate as exact,
     ignores its sampling noise, and at equal arm sizes roughly doubles the statistic's null
     variance — a liberal test (tests/test_stats_homogeneity.py measures the inflation). Use
-    ``pooled_chi2`` for two samples. Power: STATS.md measured the GOF χ² at 0.24/0.88 vs the
-    two-sample test's 0.13/0.49 for the ε = 0.05/0.1 acceptors (N = 4000).
+    ``pooled_chi2`` for two samples. Power: docs/statistics.md measured the GOF χ² at 0.24/0.88
+    vs the two-sample test's 0.13/0.49 for the ε = 0.05/0.1 acceptors (N = 4000).
     Verified against ``scipy.stats.chisquare`` on a hand-pooled table.
     """
     counts = np.asarray(counts, dtype=np.int64)  # [V]

@@ -7,8 +7,8 @@ step-down max-T from a matrix of statistics under sequence permutations), both r
 
 Does not know: where p-values or permutation statistics come from, cells, DataFrames.
 
-Validity (STATS.md "Multiplicity"): BH controls the FDR under independence or PRDS, which no
-result shows for χ² statistics of different positions of the same sequences; BY controls it
+Validity (docs/statistics.md "Multiplicity"): BH controls the FDR under independence or PRDS,
+which no result shows for χ² statistics of different positions of the same sequences; BY controls it
 under any dependence; Holm/Bonferroni control the FWER under any dependence; max-T from whole
 sequences permuted between arms controls the FWER exactly (Westfall & Young 1993) because the
 sequences are exchangeable under H0. Under the global null (every hypothesis true) FDR = FWER,

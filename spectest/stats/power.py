@@ -9,10 +9,10 @@ would make a given share of cell-positions testable under the pooling rule
 
 Does not know: samples, cells, multiplicity (callers pass the per-test α they face).
 
-The facts (STATS.md "Power and minimum detectable effect"): for arms of sizes n_a, n_b drawing
-from laws p and o over the (pooled) bins, Pearson's χ² is asymptotically noncentral χ²(df, λ)
-with λ = (n_a·n_b/n)·Σ (p − o)²/m, m = (n_a·p + n_b·o)/n; at n_a = n_b = N this is N·Δ with
-Δ = Σ (p − o)²/(p + o). Cauchy–Schwarz gives Σ (p − o)²/m ≥ (Σ|p − o|)² / Σ m = 4·TV², so
+The facts (docs/statistics.md "Power and minimum detectable effect"): for arms of sizes n_a, n_b
+drawing from laws p and o over the (pooled) bins, Pearson's χ² is asymptotically noncentral
+χ²(df, λ) with λ = (n_a·n_b/n)·Σ (p − o)²/m, m = (n_a·p + n_b·o)/n; at n_a = n_b = N this is
+N·Δ with Δ = Σ (p − o)²/(p + o). Cauchy–Schwarz gives Σ (p − o)²/m ≥ (Σ|p − o|)² / Σ m = 4·TV², so
 λ ≥ 2·N_eff·TV² with N_eff = 2·n_a·n_b/n (= N at equal sizes). The test has power ≥ ``power``
 whenever λ ≥ λ*, i.e. whenever TV ≥ √(λ*/(2·N_eff)): that bound is the MDE. It is a
 worst case over the shape of the difference and refers to the TV between the *binned* laws
@@ -45,7 +45,7 @@ def lambda_star(df: int, alpha: float = 0.05, power: float = 0.8) -> float:
     Notes
     -----
     Solved by ``scipy.optimize.brentq`` on the monotone ``ncx2.sf`` (relative tolerance
-    1e-10). Verified: df 10 → 16.24 and df 100 → 40.56 at α = 0.05, power 0.8 (STATS.md:
+    1e-10). Verified: df 10 → 16.24 and df 100 → 40.56 at α = 0.05, power 0.8 (docs/statistics.md:
     16.2, 40.6); df 1 → the root of Φ(√λ − z) + Φ(−√λ − z) = 0.8 (χ²₁(λ) = (Z + √λ)²),
     ≈ (z_0.975 + z_0.8)² = 7.849.
     """
@@ -134,7 +134,8 @@ def directed_z_mde(
 
     Notes
     -----
-    Verified: 2.80·√(0.25/32 000) = 0.0078 ≈ 0.008 at N = 1000 seeds, T = 32, p_A = 0.5 (STATS.md).
+    Verified: 2.80·√(0.25/32 000) = 0.0078 ≈ 0.008 at N = 1000 seeds, T = 32, p_A = 0.5
+    (docs/statistics.md).
     """
     _check(alpha, power)
     if not (0.0 < p_a < 1.0) or n_tokens <= 0:

@@ -8,7 +8,7 @@ labelings), ``g2_table`` (the plain scipy G² of one table, the slow reference),
 
 Does not know: DataFrames, arm names, multiplicity, where tokens come from.
 
-Why (STATS.md "Marginals are not enough"): equal per-position marginals do not imply equal
+Why (docs/statistics.md "Marginals are not enough"): equal per-position marginals do not imply equal
 joints. In the toy with V = 5, T = 2, equal marginals and joint TV 0.42 at N = 1000, the
 per-position χ² has power 0.077 and the prefix-trie χ² 1.0. Seed 002's "t2 stratified by t1,
 strata ≥ 200 samples" is the depth-1 node test with ``min_count = 200``.

@@ -10,8 +10,8 @@ family (``WHITEBOX_WEIGHTS``, ``weighted_bonferroni``; ``stats.analyze`` applies
 Does not know: how p_t / q_t were computed (``engines/teacher.py`` fills the ``wb_*`` columns,
 see ``spectest.schema``), two-sample tests, multiplicity across families.
 
-Facts relied on (STATS.md "White-box exact tests"): with V_t ~ U(0,1) independent of the data
-and a token order depending only on the prefix, u_t = F_t(x_t⁻) + V_t·p_t(x_t) are iid U(0,1)
+Facts relied on (docs/statistics.md "White-box exact tests"): with V_t ~ U(0,1) independent of the
+data and a token order depending only on the prefix, u_t = F_t(x_t⁻) + V_t·p_t(x_t) are iid U(0,1)
 under H0 over all N·T emitted tokens, although the process is autoregressive (Rosenblatt 1952;
 Brockwell 2007; Czado, Gneiting & Held 2009). p_t must be the post-temperature/top-k/top-p law.
 Running every test on the plain (reference) arm too is the control on spectest's own p_t.
@@ -183,8 +183,8 @@ def directed_z(in_a: np.ndarray, p_a: np.ndarray) -> DirectedZResult:
     -----
     Under H0, 1[x_t ∈ A_t] − p_t(A_t) is a martingale difference with conditional variance
     p_t(A_t)(1 − p_t(A_t)), so Z → N(0, 1) (martingale CLT) even along one autoregressive
-    sequence. An ε-biased acceptor puts ε·p(A) extra mass on A (STATS.md: the most powerful
-    test in its table, 0.89 at TV 0.023, N = 4000); ``pvalue_greater`` is that direction.
+    sequence. An ε-biased acceptor puts ε·p(A) extra mass on A (docs/statistics.md: the most
+    powerful test in its table, 0.89 at TV 0.023, N = 4000); ``pvalue_greater`` is that direction.
     NaN when Σ p(1 − p) = 0 (e.g. q unknown, p_a all 0).
     """
     x = np.asarray(in_a, dtype=np.float64)  # [n]

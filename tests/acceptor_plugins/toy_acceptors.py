@@ -1,7 +1,7 @@
 """Acceptor plug-ins for tests/test_acceptor.py: a correct chain verifier in the FlashInfer 0.2
 shape (``accept``), four buggy ones that return well-formed tensors (each a real bug class,
-BUGS.md / the mutant catalogue), a correct one that draws its own randomness, and malformed ones
-that break the contract. Loaded by path
+docs/bugs.md / the mutant catalogue), a correct one that draws its own randomness, and malformed
+ones that break the contract. Loaded by path
 (``acceptor:tests/acceptor_plugins/toy_acceptors.py:NAME``), as a user's file would be."""
 
 from __future__ import annotations

@@ -1,43 +1,27 @@
-"""Teacher forcing with transformers' own logits processors: the laws the hf backend should follow.
+"""Teacher forcing with transformers' own logits processors: the laws the hf engines should follow.
 
 Owns: ``hf_warpers`` (the processor list transformers builds for a sampled ``SamplingParams``, in
-its order: temperature → top-k → top-p → min-p, each with transformers' own skip rule), and the
-float64 laws along emitted sequences: ``target_probs`` (p_t, what plain ``generate`` samples
-from), ``draft_probs`` (q_t, the processed draft law a correct speculative sampler proposes from)
-and ``probe_draft_law`` (which law a given transformers release *actually* uses as q).
+its order: temperature → top-k → top-p → min-p, each with transformers' own skip rule), the
+float64 laws along emitted sequences — ``target_probs`` (p_t, what plain ``generate`` samples
+from), ``draft_probs`` (q_t, the processed draft law a correct speculative sampler proposes
+from), ``scores_probs`` (p_t from the scores ``generate`` returned), ``draft_law`` (the candidate
+q laws of ``Q_LAWS``) — and ``hf_teacher_force``: the white-box columns of an hf arm.
 
 Knows nothing about statistics or the white-box column definitions (``engines.teacher`` turns
 p and q into columns), nor about how sequences were produced.
 
 Notes
 -----
-Why transformers' processors and not ``spectest.sampling.transforms.logits_to_probs``: the
-reference of an hf arm is what transformers' plain ``generate`` samples from, so p_t must come
-from the same float32 warper chain. Both pipelines apply the same steps in the same order; they
-differ only by float32 vs float64 temperature and by boundary rounding of top-p (HF removes a
-token when the ascending cumsum is ``<= 1 - top_p``; spectest keeps it when the mass strictly before
-it is ``< top_p``): equal up to ~1e-6 except at exact top-p/top-k boundary ties — checked in
-tests/test_engine_hf.py.
-
-What each release's assistant proposes from (read in transformers' source, and checked by
-recording the processors ``generate`` builds — tests/test_engine_hf.py):
-
-- 5.x (``AssistedCandidateGenerator``): the assistant's ``generate`` receives the target's
-  generation config (``do_sample=True``, same temperature/top-k/top-p/min-p) *and* the target's
-  processor list, which already holds the warpers; ``_get_logits_processor`` merges that list and
-  then appends the warpers again. The draft therefore samples from the warpers applied twice
-  (temperature T², top-p and min-p re-applied on the truncated law; top-k is idempotent), and
-  ``_speculative_sampling`` uses q = softmax of those twice-processed scores — the law it sampled
-  from, so the output stays exact; only acceptance (speed) changes.
-- 4.44 (before transformers #33534): the assistant runs greedily (``do_sample=False``, warpers
-  off) and ``_speculative_sampling`` uses q = softmax of its unwarped scores while the token is
-  the argmax: q is not the law the token was drawn from (transformers #32867) — not exact.
+p_t comes from transformers' float32 warper chain, not ``sampling.transforms.logits_to_probs``:
+the reference of an hf arm is what transformers' plain ``generate`` samples from. The two agree
+up to ~1e-6 except at exact top-p / top-k boundary ties (tests/test_engine_hf.py). Why, and which
+law each transformers release's assistant proposes from (5.x: the warpers applied twice; 4.44:
+greedy with a raw-softmax q, transformers #32867): docs/engines-hf.md "Teacher forcing".
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,7 +36,7 @@ from transformers import (
 )
 
 from spectest import schema
-from spectest.engines.hf import generate_assisted, hf_model_of, logit_scale_of
+from spectest.engines.hf.pinning import hf_model_of, logit_scale_of
 from spectest.engines.teacher import MAX_CHUNK_ELEMENTS, whitebox_columns
 from spectest.errors import ConfigError, InputError
 from spectest.sampling.params import SamplingParams
@@ -88,7 +72,7 @@ def next_token_logits(
 
     Position t's logits are the model's output after ``sequences[:, : L + t]`` — the scores
     ``generate`` saw before emitting token t. Includes the zoo's ``logit_scale`` (as ``generate``
-    does through ``hf.LogitScale``). Runs in chunks of ``chunk`` rows (memory).
+    does through ``pinning.LogitScale``). Runs in chunks of ``chunk`` rows (memory).
     """
     assert sequences.dim() == 2 and sequences.dtype == torch.int64, (
         sequences.shape,
@@ -167,7 +151,7 @@ def hf_teacher_force(
     target: Any,
     prompt: Sequence[int],
     params: Sequence[SamplingParams],
-    tokens: torch.Tensor,
+    tokens: torch.Tensor | np.ndarray,
     *,
     draft: Any | None = None,
     target_scores: torch.Tensor | None = None,
@@ -180,12 +164,13 @@ def hf_teacher_force(
 
     Parameters
     ----------
-    tokens : int64 ``[B, T]`` (``EngineOutput.tokens``); ``params``: one per row.
+    tokens : int64 ``[B, T]`` (``ArmOutput.tokens``, numpy, or a tensor); ``params``: one per row.
     target_scores : float32 ``[B, T, V]`` (any device), optional
         transformers' processed scores each token was drawn from (``generate(output_scores=
-        True)``, ``engines.hf.emitted_scores``): then p_t = softmax(scores) in float64 — the
+        True)``, ``hf.decode.emitted_scores``): then p_t = softmax(scores) in float64 — the
         engine's own law, no teacher forward of the target — and only q_t is teacher-forced.
     """
+    tokens = torch.as_tensor(tokens)
     if tokens.dim() != 2 or tokens.dtype != torch.int64:
         raise InputError(
             "hf_teacher_force: tokens must be int64 [B, T], "
@@ -240,121 +225,3 @@ def draft_law(logits: torch.Tensor, params: SamplingParams, law: str) -> torch.T
     if law == "raw":
         return torch.softmax(logits.double(), dim=-1)
     return processed_probs(logits, params, times=2 if law == "processed_twice" else 1)
-
-
-ACCEPTANCE_MODELS = ("processed", "processed_twice", "greedy_raw_q")
-
-
-def expected_acceptance(
-    target: Any,
-    draft: Any,
-    prompt: Sequence[int],
-    params: SamplingParams,
-    tokens: torch.Tensor,
-    chunk: int = 256,
-) -> dict[str, torch.Tensor]:
-    """Per emitted position, the acceptance probability of a draft slot there under each drafter.
-
-    ``processed``: Σ min(p, q) with q the processed draft law (the q the draft *should* use);
-    ``processed_twice``: Σ min(p, q) with the warpers applied twice (5.x's assistant);
-    ``greedy_raw_q``: min(1, p(x*) / q_raw(x*)), x* the argmax of the draft logits and q_raw their
-    plain softmax (4.44: greedy token, q = raw softmax). Each is a function of the prefix only,
-    so it is the conditional mean of the accept indicator of a slot verified there (the
-    martingale behind ``stats.whitebox.acceptance_test``).
-
-    Parameters
-    ----------
-    tokens : int64 ``[B, T]`` emitted tokens (one config: ``params``).
-
-    Returns
-    -------
-    dict ``ACCEPTANCE_MODELS`` → float64 ``[B, T]``.
-    """
-    if tokens.dim() != 2 or tokens.dtype != torch.int64:
-        raise InputError(
-            f"expected_acceptance: tokens must be int64 [B, T], got {tokens.dtype} "
-            f"{tuple(tokens.shape)}"
-        )
-    B = int(tokens.shape[0])
-    L = len(prompt)
-    prompt_t = torch.tensor([int(t) for t in prompt], dtype=torch.int64)  # [L]
-    out: dict[str, list[torch.Tensor]] = {m: [] for m in ACCEPTANCE_MODELS}
-    for lo in range(0, B, chunk):
-        toks = tokens[lo : lo + chunk]  # [b, T]
-        seqs = torch.cat([prompt_t.expand(toks.shape[0], L), toks], dim=1)  # [b, L + T]
-        p = target_probs(target, seqs, L, params)  # [b, T, V]
-        d_logits = next_token_logits(draft, seqs, L)  # [b, T, V]
-        for law in ("processed", "processed_twice"):
-            q = draft_law(d_logits, params, law)  # [b, T, V]
-            out[law].append(torch.minimum(p, q).sum(-1))  # [b, T]
-        x_star = d_logits.argmax(-1, keepdim=True)  # [b, T, 1]
-        q_raw = draft_law(d_logits, params, "raw").gather(-1, x_star)[..., 0]  # [b, T]
-        p_star = p.gather(-1, x_star)[..., 0]  # [b, T]
-        out["greedy_raw_q"].append(torch.clamp(p_star / q_raw, max=1.0))
-    return {m: torch.cat(v, dim=0) for m, v in out.items()}
-
-
-@dataclass(frozen=True)
-class DraftLawProbe:
-    """Which law transformers' assisted generation used as q, measured on one run.
-
-    ``max_abs_diff[law]``: max over drafted positions and tokens of |q_engine − q_law| (q_engine =
-    softmax of the draft scores transformers returned); ``q_law``: the law with the smallest
-    difference (``"unknown"`` when none is below ``tol``); ``argmax_fraction``: share of drafted
-    tokens that are the argmax of the draft logits (1.0 for a greedy drafter; for a sampled one
-    it is below 1 unless the law is degenerate); ``n_positions``: drafted positions compared.
-    """
-
-    q_law: str
-    max_abs_diff: dict[str, float]
-    argmax_fraction: float
-    n_positions: int
-
-
-def probe_draft_law(
-    target: Any,
-    draft: Any,
-    prompt_ids: torch.Tensor,
-    params: SamplingParams,
-    num_tokens: int,
-    num_assistant_tokens: int,
-    seeds: Sequence[int],
-    tol: float = 1e-4,
-) -> DraftLawProbe:
-    """Run assisted generation and compare the q it used with ``Q_LAWS`` by teacher forcing.
-
-    Each round's drafted positions are re-scored by teacher forcing the draft along
-    ``prompt + emitted prefix + drafted tokens`` (the prefixes the assistant saw).
-    """
-    assert prompt_ids.dim() == 1, prompt_ids.shape
-    diffs = {law: 0.0 for law in Q_LAWS}
-    n = 0
-    n_argmax = 0
-    L = int(prompt_ids.shape[0])
-    for seed in seeds:
-        tokens, rec = generate_assisted(
-            target,
-            draft,
-            prompt_ids,
-            params,
-            num_tokens,
-            num_assistant_tokens,
-            int(seed),
-            keep_scores=True,
-        )
-        for pos, drafted, q_scores, _ in rec.scores:
-            d = int(drafted.shape[0])
-            if d == 0 or q_scores is None:
-                continue
-            seq = torch.cat([prompt_ids, tokens[:pos], drafted])[None, :]  # [1, L + pos + d]
-            logits = next_token_logits(draft, seq, L + pos)  # [1, d, V]
-            q_engine = torch.softmax(q_scores.double(), dim=-1)  # [d, V]
-            for law in Q_LAWS:
-                q_law = draft_law(logits, params, law)[0]  # [d, V]
-                diffs[law] = max(diffs[law], float((q_engine - q_law).abs().max()))
-            n_argmax += int((logits[0].argmax(-1) == drafted).sum())
-            n += d
-    if n == 0:
-        raise ConfigError("probe_draft_law: no drafted positions (num_tokens too small?)")
-    best = min(Q_LAWS, key=lambda law: diffs[law])
-    return DraftLawProbe(best if diffs[best] < tol else "unknown", diffs, n_argmax / n, n)

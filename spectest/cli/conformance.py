@@ -1,0 +1,72 @@
+"""``spectest conformance``: run an engine through the engine contract's checks and print them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from spectest.cli.common import boundary, console
+from spectest.errors import ConfigError
+
+
+@boundary
+def conformance(
+    engine: Annotated[
+        str | None,
+        typer.Argument(help="A registered engine name (`spectest` engines and entry points)."),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            "-c",
+            help="Instead of ENGINE: the engine of a protocol's arm (--arm), with its options, "
+            "models, prompt, configs, positions and drafter.",
+            readable=False,
+        ),
+    ] = None,
+    arm: Annotated[str, typer.Option(help="With --config: reference or candidate.")] = (
+        "candidate"
+    ),
+    options: Annotated[
+        str | None,
+        typer.Option(help="With ENGINE: its options as a YAML mapping ({OPTION: VALUE, ...})."),
+    ] = None,
+    target: Annotated[str, typer.Option(help="With ENGINE: the target model spec.")] = (
+        "bundled:target"
+    ),
+    draft: Annotated[str, typer.Option(help="With ENGINE: the draft model spec.")] = (
+        "bundled:draft"
+    ),
+    device: Annotated[str, typer.Option(help="With ENGINE: cpu or cuda[:i].")] = "cpu",
+    seeds: Annotated[int, typer.Option(help="Seeds per sampling config in each job.")] = 4,
+) -> None:
+    """Does ENGINE honour the engine contract? Options, needs, output shape and vocabulary,
+    early stops, rounds, seeds, white-box, provenance, close. Exit 0 conforms, 2 does not,
+    4 its process could not run."""
+    import yaml
+
+    from spectest import conformance as conf
+
+    if (engine is None) == (config is None):
+        raise ConfigError("conformance: give exactly one of ENGINE or --config")
+    if isinstance(seeds, bool) or seeds < 1:
+        raise ConfigError(f"--seeds: expected an integer >= 1, got {seeds!r}")
+    if config is not None:
+        report = conf.check_arm(config, arm, seeds=seeds)
+    else:
+        assert engine is not None
+        raw = yaml.safe_load(options) if options else {}
+        if not isinstance(raw, dict):
+            raise ConfigError(f"--options: expected a YAML mapping, got {options!r}")
+        work = conf.Workload(seeds=seeds)
+        report = conf.check(
+            engine, raw, target=target, draft=draft, device=device, workload=work,
+            base_dir=Path.cwd(),
+        )  # fmt: skip
+    con = console()
+    for line in report.lines():
+        con.print(line, markup=False)
+    raise typer.Exit(report.exit_code)
