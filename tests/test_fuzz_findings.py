@@ -276,3 +276,33 @@ def test_plots_without_labelled_artists_warn_nothing() -> None:
             import matplotlib.pyplot as plt
 
             plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- prompts, --config
+@pytest.mark.parametrize(
+    "ids, why",
+    [
+        ("[" * 100_000 + "]" * 100_000, "not valid JSON (nested too deep)"),
+        ("[" + "9" * 5000 + "]", "not valid JSON (Exceeds the limit (4300 digits)"),
+    ],
+)
+def test_prompt_line_json_cannot_read_is_exit_2_naming_the_line(
+    tmp_path: Path, ids: str, why: str
+) -> None:
+    proto = write_toy(tmp_path, teeth=NO_TEETH)
+    (tmp_path / "prompts.jsonl").write_text(
+        '{"id": "p0", "ids": [1]}\n{"id": "p1", "ids": ' + ids + "}\n"
+    )
+    code, lines = invoke("run", "--config", proto, "--no-progress", cwd=tmp_path)
+    assert code == 2
+    line = one_error(lines)
+    assert f"{tmp_path / 'prompts.jsonl'}: line 2: {why}" in line, line
+
+
+@pytest.mark.parametrize("config", ["", ".", "/", "./"])
+def test_config_that_names_a_directory_is_exit_4_naming_it(tmp_path: Path, config: str) -> None:
+    """``Path('.').with_name(...)`` raised ``ValueError`` (exit 4, "internal error"); click makes
+    ``--config ''`` the path ``.``, a directory like ``--config ..`` (exit 4 naming it)."""
+    code, lines = invoke("run", "--config", config, "--no-progress", cwd=tmp_path)
+    assert code == 4
+    assert "cannot read the protocol file: is a directory" in one_error(lines)

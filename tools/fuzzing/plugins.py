@@ -69,7 +69,7 @@ CALL_BEHAVIOURS: dict[str, tuple[str, list[int]]] = {
         "class E(Exception):\n    def __str__(self): raise RuntimeError('no str')\nraise E()",
         BAD_INPUT,
     ),
-    "none": ("return None", BAD_INPUT),
+    "ret_none": ("return None", BAD_INPUT),
     "two": ("return out, acc", BAD_INPUT),
     "list": ("return [out, acc, emit]", VERDICTS),
     "dict": ("return {'out': out}", BAD_INPUT),
