@@ -77,17 +77,36 @@ def signal_exit_code(err: BaseException) -> int | None:
     return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
+def err_text(err: BaseException, *, first_line: bool = False) -> str:
+    """``str(err)`` on one line (or its first line), never raising: a plug-in's exception class
+    is plug-in code too, and its ``__str__`` may itself raise (then a placeholder says so)."""
+    try:
+        text = str(err)
+    except Exception:
+        return "(its message could not be printed)"
+    if first_line:
+        return (text.splitlines() or [""])[0].strip()
+    return " ".join(text.split())
+
+
+def _safe_repr(value: object) -> str:
+    try:
+        return repr(value)[:200]
+    except Exception:
+        return f"<a {type(value).__name__} that cannot be printed>"
+
+
 def escape_reason(err: BaseException) -> str:
     """How a plug-in's escape reads in one line: ``raised ValueError: bad shape``, ``called
     sys.exit(0) (SystemExit): ...``, ``raised KeyboardInterrupt (no Ctrl-C was pressed)``."""
     if isinstance(err, SystemExit):
         return (
-            f"called sys.exit({err.code!r}) (SystemExit): a plug-in must return or raise an "
-            "exception, never end the process"
+            f"called sys.exit({_safe_repr(err.code)}) (SystemExit): a plug-in must return or "
+            "raise an exception, never end the process"
         )
     if isinstance(err, KeyboardInterrupt):
         return "raised KeyboardInterrupt (no Ctrl-C was pressed)"
-    why = " ".join(str(err).split())
+    why = err_text(err)
     return f"raised {type(err).__name__}" + (f": {why}" if why else "")
 
 
@@ -135,7 +154,10 @@ def contained(
             raise
         raise EngineError(message(err)) from None
     except BaseException as err:
-        line = message(err)
+        try:
+            line = message(err)
+        except Exception:  # the message reads the plug-in's objects; they may raise too
+            line = f"a plug-in raised {type(err).__name__} (its message could not be built)"
         printed = _last_line(buf.getvalue()) if buf is not None else ""
         if printed:
             line += f"; it printed {printed!r}"

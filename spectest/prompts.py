@@ -147,9 +147,15 @@ def load_prompt_set(
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError as err:
+        # a JSONDecodeError; an int of more than 4300 digits (ValueError); arrays nested past
+        # the interpreter's recursion limit (RecursionError: it was exit 4, found by tools/fuzz.py)
+        except (ValueError, RecursionError) as err:
+            why = err.msg if isinstance(err, json.JSONDecodeError) else (
+                "nested too deep" if isinstance(err, RecursionError)
+                else str(err).split(";")[0]
+            )  # fmt: skip
             raise ConfigError(
-                f"{pfile}: line {lineno}: not valid JSON ({err.msg}): {line[:60]!r}"
+                f"{pfile}: line {lineno}: not valid JSON ({why}): {line[:60]!r}"
             ) from None
         if not isinstance(obj, dict) or not (set(obj) <= {"id", "text", "ids"}) or "id" not in obj:
             raise ConfigError(

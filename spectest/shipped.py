@@ -93,10 +93,11 @@ def resolve_protocol_file(path: str | os.PathLike[str]) -> tuple[Path, bool]:
     shipped names — or, when ``PATH`` is there but is not a regular file (a directory, a FIFO)
     and no shipped one matches, ``InfrastructureError`` (exit 4) naming it; an ``OSError`` of
     the file system (a directory that cannot be searched) passes through."""
-    p = Path(path)
+    p = Path(path)  # (click makes --config '' the path ".", a directory: exit 4)
     if p.is_file():
         return p, False
-    if p.suffix not in _SUFFIXES:
+    named = bool(p.name)  # "." and "/" have no name to add a suffix to (with_name raises)
+    if named and p.suffix not in _SUFFIXES:
         for suffix in _SUFFIXES:
             local = p.with_name(p.name + suffix)
             if local.is_file():
@@ -110,7 +111,10 @@ def resolve_protocol_file(path: str | os.PathLike[str]) -> tuple[Path, bool]:
             f = d / name
             if f.is_file():
                 return f, True
-    for cand in (p, *(p.with_name(p.name + s) for s in _SUFFIXES if p.suffix not in _SUFFIXES)):
+    suffixed = (
+        [p.with_name(p.name + s) for s in _SUFFIXES] if named and p.suffix not in _SUFFIXES else []
+    )
+    for cand in (p, *suffixed):
         try:  # there but not a regular file (a directory, a FIFO): the machine's (exit 4)
             why = not_regular(cand.stat().st_mode)
         except (FileNotFoundError, NotADirectoryError):

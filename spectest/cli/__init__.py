@@ -8,9 +8,13 @@ into one line and its exit code. Knows nothing else.
 
 from __future__ import annotations
 
-from typing import Annotated
+import sys
+from collections.abc import Sequence
+from typing import Annotated, Any
 
+import click
 import typer
+import typer.core
 
 from spectest import __version__
 from spectest.cli import (
@@ -27,9 +31,58 @@ from spectest.cli import (
     setup,
     teeth,
 )
-from spectest.cli.common import EXIT_CODES_HELP
+from spectest.cli.common import EXIT_CODES_HELP, error_line
+
+# typer >= 0.2x vendors its own copy of click: its usage errors are that copy's classes
+_CLICK = getattr(typer.core, "_click", click)
+_USAGE_ERRORS = tuple({_CLICK.exceptions.ClickException, click.exceptions.ClickException})
+_ABORTS = (typer.Abort, click.exceptions.Abort)
+_HELP_ERRORS = tuple(
+    getattr(m.exceptions, "NoArgsIsHelpError", ()) for m in {_CLICK, click}
+    if hasattr(m.exceptions, "NoArgsIsHelpError")
+)  # fmt: skip
+
+
+class _OneLineErrors(typer.core.TyperGroup):
+    """typer's group, except that a usage error — an unknown option, a value the option's type
+    cannot parse, a missing option — is one line on stderr and exit 2 (README "Commands"), as
+    every other bad input is. click prints three lines (the usage, a hint, the error), which a
+    CI log grep for the one ``error:`` line misses (found by tools/fuzz.py); a ClickException
+    that is not a usage error, whose code would be click's 1 ("the distributions differ"), is
+    2 as well. ``spectest`` with no arguments still prints the help."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        kw = {"args": args, "prog_name": prog_name, "complete_var": complete_var,
+              "windows_expand_args": windows_expand_args, **extra}  # fmt: skip
+        if not standalone_mode:
+            return super().main(standalone_mode=False, **kw)
+        try:
+            rv = super().main(standalone_mode=False, **kw)
+        except _USAGE_ERRORS as err:
+            if _HELP_ERRORS and isinstance(err, _HELP_ERRORS):
+                err.show()
+                sys.exit(2)
+            ctx = getattr(err, "ctx", None)
+            hint = f" ({ctx.command_path} --help lists the options)" if ctx is not None else ""
+            error_line(f"{err.format_message()}{hint}")
+            sys.exit(2)
+        except _ABORTS:  # click's Abort (EOF at a prompt) outside a command: never its exit 1
+            error_line("aborted: no verdict")
+            sys.exit(130)
+        # standalone_mode=False returns a command's exit code (typer.Exit) instead of exiting
+        sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
+
 
 app = typer.Typer(
+    cls=_OneLineErrors,
     name="spectest",
     help=(
         "Prove or disprove that a speculative-decoding sampler has exactly the law of plain "

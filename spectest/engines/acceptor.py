@@ -59,7 +59,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from spectest.contain import contained, escape_reason
+from spectest.contain import contained, err_text, escape_reason
 from spectest.engines.base import ArmJob, Models
 from spectest.engines.builtin import BuiltinEngine
 from spectest.errors import ConfigError, EngineError
@@ -108,7 +108,7 @@ def load_kernel(spec: KernelSpec) -> Callable[..., Any]:
 
     def why(err: BaseException) -> str:
         if isinstance(err, Exception):
-            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            reason = err_text(err, first_line=True) or type(err).__name__
         else:  # SystemExit (sys.exit, argparse), KeyboardInterrupt, GeneratorExit
             reason = escape_reason(err)
         return f"acceptor {spec.text}: cannot import the kernel ({reason})"
@@ -198,22 +198,30 @@ def check_return(
     def fail(msg: str) -> EngineError:
         return EngineError(f"acceptor {name}: {msg}")
 
-    if not isinstance(ret, (tuple, list)) or len(ret) != 3:
-        raise fail(
-            "expected a tuple (output_token_ids, accepted_num, emitted_num), "
-            f"got {type(ret).__name__}"
-        )
+    expected = "expected a tuple (output_token_ids, accepted_num, emitted_num)"
+    if not isinstance(ret, (tuple, list)):
+        raise fail(f"{expected}, got {type(ret).__name__}")
+    # a tuple or list subclass runs the plug-in's own __iter__ / __len__: read it contained
+    # (a RuntimeError there was exit 4, "a bug in spectest"; found by tools/fuzz.py)
+    items = contained(
+        lambda err: f"acceptor {name}: its return value cannot be read: {escape_reason(err)}",
+        tuple, ret,
+    )  # fmt: skip
+    if len(items) != 3:
+        raise fail(f"{expected}, got a {type(ret).__name__} of {len(items)} items")
     want = {"output_token_ids": (B, K + 1), "accepted_num": (B,), "emitted_num": (B,)}
-    for (field, shape), t in zip(want.items(), ret, strict=True):
+    for (field, shape), t in zip(want.items(), items, strict=True):
         if not isinstance(t, torch.Tensor):
             raise fail(f"{field} must be a torch.Tensor, got {type(t).__name__}")
+        if type(t) is not torch.Tensor:  # a subclass's __torch_function__ is plug-in code
+            raise fail(f"{field} must be a plain torch.Tensor, got the subclass {type(t).__name__}")
         if t.dtype != torch.int64:
             raise fail(f"{field} must be int64, got {t.dtype}")
         if tuple(t.shape) != shape:
             raise fail(f"{field} must have shape {list(shape)}, got {list(t.shape)}")
         if t.device != device:
             raise fail(f"{field} is on {t.device}, the inputs on {device}")
-    out, acc, emit = ret
+    out, acc, emit = items
     pos = torch.arange(K + 1, device=device)[None, :]  # [1, K+1]
     n = emit[:, None]  # [B, 1]
     drafts = torch.cat([draft_tokens, draft_tokens[:, :1]], dim=1)  # [B, K+1] (last col unused)
@@ -237,7 +245,7 @@ def check_return(
 
 def _prepare_why(err: BaseException) -> str:
     if isinstance(err, Exception):
-        return " ".join(str(err).split()) or type(err).__name__
+        return err_text(err) or type(err).__name__
     return escape_reason(err)
 
 

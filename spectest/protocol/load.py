@@ -24,20 +24,53 @@ from spectest.protocol.spec import Protocol
 MAX_PROTOCOL_BYTES = 2**18  # a protocol is a few KB; PyYAML parses ~10⁵ B/s: a few s at most
 
 
+MAX_YAML_DEPTH = 64  # nested collections; a protocol needs 4 (engines.candidate.env.NAME)
+
+
 class _ProtocolLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` without aliases: a ``*name`` is refused where it stands.
+    """``yaml.SafeLoader`` without aliases, at most ``MAX_YAML_DEPTH`` collections deep, and
+    with every value the constructors cannot build named by its line.
 
     NOTE: an alias costs nothing to write and is expanded wherever the value is used (copied,
     compared, printed in a message): nine nested levels of ten aliases each are 10⁹ nodes from
     a 1 KB file (measured: 240 s and 6.5 GB, then a traceback). A protocol needs none, so
-    refusing them is simpler than capping the expansion; anchors alone (``&name``) are inert."""
+    refusing them is simpler than capping the expansion; anchors alone (``&name``) are inert.
+    NOTE: PyYAML composes recursively, three Python frames per level: ``[[[...]]]`` 400 deep
+    ended in ``RecursionError`` (exit 4, "internal error"; found by tools/fuzz.py), so the
+    depth is capped where the collection starts. A constructor's own error — an integer of
+    more than 4300 digits (Python's ``int`` limit), a date such as 2026-13-45, a ``!!timestamp
+    'x'`` — is made a ``ConstructorError`` with the node's line (it was exit 4 too)."""
+
+    _depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             mark = event.start_mark
             raise _AliasRefused(event.anchor, mark.line + 1, mark.column + 1)
+        if self.check_event(yaml.CollectionStartEvent):
+            if self._depth >= MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", mark
+                )
+            self._depth += 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
         return super().compose_node(parent, index)
+
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        # a scalar its constructor cannot build (``!!timestamp 'x'`` is an AttributeError)
+        except (ValueError, OverflowError, TypeError, AttributeError) as err:
+            why = (str(err).splitlines() or [type(err).__name__])[0]
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read the value {node.value!r:.60} ({why:.120})",
+                node.start_mark,
+            ) from None  # fmt: skip
 
 
 class _AliasRefused(Exception):
@@ -55,6 +88,8 @@ def yaml_load(text: str, source: str) -> Any:
             f"{source}: line {err.line}, column {err.column}: YAML alias *{err.anchor:.40} is not "
             "allowed (aliases can expand without bound; write the value out)"
         ) from None
+    except RecursionError:  # the depth cap above should make this unreachable
+        raise ConfigError(f"{source}: YAML nested too deep to read") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "?"

@@ -27,6 +27,13 @@ Figure = Any
 QQ_CLIP = 10.0
 
 
+def _legend(ax: Any, **kw: Any) -> None:
+    """A legend when the axes hold a labelled artist (matplotlib warns on stderr otherwise:
+    a second stderr line beside a run's one error line, found by tools/fuzz.py)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kw)
+
+
 def label(text: object) -> str:
     """User text as a figure label: control characters shown, ``$`` escaped (matplotlib would
     parse ``$...$`` as mathtext, and a malformed one fails the whole report)."""
@@ -69,7 +76,7 @@ def tv_by_position(tests: pd.DataFrame, comparison: str = "candidate") -> Figure
         ax.set_title(label(cid))
         ax.set_xlabel("position")
         ax.set_ylabel("plug-in TV")
-    axes[0][0].legend(fontsize=6, ncol=2)
+    _legend(axes[0][0], fontsize=6, ncol=2)
     fig.suptitle(
         f"plug-in TV per position, {comparison} vs reference (band: permutation null)", fontsize=9
     )
@@ -103,7 +110,7 @@ def pvalue_plots(tests: pd.DataFrame, comparisons: list[str]) -> Figure | None:
     q.plot([0, lim], [0, lim], "k--", lw=0.8)
     q.set_xlabel("expected −log10 p (uniform)")
     q.set_ylabel(f"observed −log10 p (clipped at {QQ_CLIP:g})")
-    h.legend(fontsize=7)
+    _legend(h, fontsize=7)
     fig.suptitle("per-cell p-values: uniform under H0")
     return fig
 
@@ -122,6 +129,6 @@ def acceptance_by_position(rounds: pd.DataFrame | None) -> Figure | None:
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("position at the start of the round")
     ax.set_ylabel("accepted / drafted")
-    ax.legend(fontsize=7)
+    _legend(ax, fontsize=7)
     ax.set_title("acceptance rate per position")
     return fig
