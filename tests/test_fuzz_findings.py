@@ -30,7 +30,8 @@ from typer.testing import CliRunner
 from spectest.cli import app
 from spectest.engines.acceptor import check_return
 from spectest.errors import ConfigError, EngineError
-from spectest.protocol import MAX_YAML_DEPTH, _yaml_load
+from spectest.protocol.load import MAX_YAML_DEPTH
+from spectest.protocol.load import yaml_load as _yaml_load
 from spectest.report.plots import acceptance_by_position, pvalue_plots, tv_by_position
 
 NO_TEETH = {"null_arm": False, "epsilons": [], "mutants": []}
