@@ -46,7 +46,7 @@ from spectest.plan import Plan, Shard, make_plan, stages
 from spectest.progress import ProgressFn, no_progress
 from spectest.prompts import prompt_token_ids, prompts_jsonl
 from spectest.protocol import Protocol, TestsSpec, to_raw
-from spectest.scaleout import generate_spread, local_devices
+from spectest.scaleout import WorkerPool, generate_spread, local_devices, make_pool
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
 from spectest.shipped import shipped_name
 from spectest.store import PROMPTS_FILE, RunDir, make_provenance
@@ -64,6 +64,7 @@ def run_protocol(
     progress: ProgressFn | None = None,
     junit: Path | None = None,
     summary_md: Path | None = None,
+    pool: WorkerPool | None = None,
 ) -> RunResult:
     """Run a protocol (or, ``options.teeth_only``, its teeth only; None: ``RunOptions()``)
     into a run directory (default ``<output>/<run_id>[-teeth]``), resuming completed shards.
@@ -76,13 +77,25 @@ def run_protocol(
     ``whitebox`` (teacher forcing apart from generation: teacher mode, or an engine that reports
     it), ``tooth sizes``, ``analyze`` and ``total_to_write`` (everything before the final
     files); the write phase itself is in the returned summary only (``summary.json`` is sealed
-    by the manifest before it ends)."""
+    by the manifest before it ends).
+
+    ``pool``: persistent workers (``scaleout.WorkerPool``) to generate on, left open for the
+    caller's next run; None: a spread run makes its own pool (``options.devices`` / ``ray``),
+    kept across the stages of a sequential run and closed at the end."""
     t0 = time.perf_counter()
     options = options or RunOptions()
     check_device(protocol)
     n_threads = configure_threads(protocol.models.device, options.threads)
     run = _open_run(protocol, options, out, n_threads, progress or no_progress)
-    looked = _run_stages(run)
+    run.pool = pool
+    try:
+        looked = _run_stages(run)
+    except BaseException:
+        run.rd.release()  # the shards written are kept; a caller in this process may resume
+        raise
+    finally:
+        if pool is None and run.pool is not None:
+            run.pool.close()
     run.timings["total_to_write"] = time.perf_counter() - t0
     t_write = time.perf_counter()
     verdict, comparisons, summary = finish_run(
@@ -113,6 +126,7 @@ class _Run:
     provenance: dict[str, Any]
     progress: ProgressFn
     workers: list[str]
+    pool: WorkerPool | None = None
     timings: dict[str, Any] = field(
         default_factory=lambda: {"load": 0.0, "generate": {}, "whitebox": 0.0}
     )
@@ -247,7 +261,7 @@ def _generate_missing(run: _Run, plan: Plan) -> Models | None:
     if not todo:
         return None
     run.generated += len(todo)
-    if run.options.ray is not None or len(run.workers) > 1:
+    if run.pool is not None or run.options.ray is not None or len(run.workers) > 1:
         _generate_spread(run, todo)
         return None
     t_load = time.perf_counter()
@@ -270,9 +284,9 @@ def _generate_missing(run: _Run, plan: Plan) -> Models | None:
 
 
 def _generate_spread(run: _Run, todo: Sequence[Shard]) -> None:
-    """``todo`` on several workers (``scaleout.generate_spread``), each shard written as it
-    comes back; the provenance gains each worker's engines and device, ``timings["workers"]``
-    each worker's phase times."""
+    """``todo`` on the run's pool of workers (``scaleout.generate_spread``; made on first use),
+    each shard written as it lands; the provenance gains each worker's engines and device,
+    ``timings["workers"]`` each worker's phase times (summed over stages)."""
     t_gen = time.perf_counter()
     files = tuple(
         (run.rd.path / name).read_text(encoding="utf-8") for name in ("protocol.yaml", PROMPTS_FILE)
@@ -284,10 +298,13 @@ def _generate_spread(run: _Run, todo: Sequence[Shard]) -> None:
         run.rd.write_shard(r.key, r.samples, r.rounds, {**base, **r.provenance})
 
     keys = [s.key for s in todo]
+    if run.pool is None:
+        run.pool = make_pool(run.options, run.workers)
     extra, times = generate_spread(
-        run.protocol, (files[0], files[1]), keys, run.options, run.workers, write, run.progress
+        run.protocol, (files[0], files[1]), keys, run.options, run.pool, write, run.progress
     )
-    worker_times.update(times)
+    for k, v in times.items():
+        worker_times[k] = worker_times.get(k, 0.0) + v
     run.provenance = {**base, **extra}
     gen = run.timings["generate"]
     gen["all arms, spread"] = gen.get("all arms, spread", 0.0) + time.perf_counter() - t_gen
