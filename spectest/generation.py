@@ -50,7 +50,9 @@ class RunOptions:
     engine declares a ``fast_variant`` (the built-in engine: ``engines/fast.py``, same tokens
     and law) on that variant. ``threads``: torch intra-op threads (``configure_threads``).
     ``devices``: one worker process per device (empty: every visible GPU of a ``cuda`` run,
-    else this process). ``ray``: the shards as Ray tasks (``auto``, an address, or ``local``).
+    else this process). ``ray``: the shards on Ray actors (``auto``, an address, or
+    ``local``). ``analysis_procs``: processes for the sequence family's per-cell permutation
+    statistics (None or 1: this process; same results either way).
     """
 
     teeth_only: bool = False
@@ -58,6 +60,7 @@ class RunOptions:
     threads: int | None = None
     devices: tuple[str, ...] = ()
     ray: str | None = None
+    analysis_procs: int | None = None
 
     @property
     def kind(self) -> str:

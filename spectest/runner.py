@@ -16,8 +16,11 @@ Knows nothing about engines or how models are loaded (``spectest.generation``;
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -84,6 +87,10 @@ def run_protocol(
     kept across the stages of a sequential run and closed at the end."""
     t0 = time.perf_counter()
     options = options or RunOptions()
+    if options.analysis_procs is not None and options.analysis_procs < 1:
+        raise ConfigError(
+            f"--analysis-procs: expected an integer >= 1, got {options.analysis_procs!r}"
+        )
     check_device(protocol)
     n_threads = configure_threads(protocol.models.device, options.threads)
     run = _open_run(protocol, options, out, n_threads, progress or no_progress)
@@ -223,9 +230,16 @@ def _analyze(
     t_an = time.perf_counter()
     p = run.protocol
     options = tests.analysis_options(whitebox_mode(p.models.dtype, plan.arms))
-    results = compare_all(
-        samples, rounds, plan.arms, options, p.seeds.key, run.progress, readout_arms(plan.arms)
-    )
+    procs = run.options.analysis_procs or 1
+    with contextlib.ExitStack() as stack:
+        executor = None
+        if procs > 1:  # spawn: the driver holds torch (and maybe CUDA), which must not fork
+            ctx = multiprocessing.get_context("spawn")
+            executor = stack.enter_context(ProcessPoolExecutor(procs, mp_context=ctx))
+        results = compare_all(
+            samples, rounds, plan.arms, options, p.seeds.key, run.progress,
+            readout_arms(plan.arms), executor=executor,
+        )  # fmt: skip
     run.timings["analyze"] = run.timings.get("analyze", 0.0) + time.perf_counter() - t_an
     return results
 

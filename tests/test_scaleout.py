@@ -213,3 +213,34 @@ def test_two_gpus_equal_one_gpu(tmp_path):
             assert e.get("cuda_graphs") is True and e.get("graph_error") is None, (name, e)
     for name, df in _tables(one.run_dir).items():
         pd.testing.assert_frame_equal(df, _tables(spread.run_dir)[name])
+
+
+def test_sequence_permutations_over_processes_equal_serial(single):
+    """The sequence family's per-cell permutation statistics on a 2-process pool equal the
+    serial ones bit for bit (every family's table, ``check_exact``): the relabelings are drawn
+    once in the driver from the seed and each cell is the same function of the same inputs."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from spectest.stats.analyze import analyze
+
+    _, one = single
+    samples = pd.read_parquet(one.run_dir / "samples.parquet")
+    kw = {"reference": "reference", "candidate": "mutant_always_accept", "rng_seed": 7}
+    if kw["candidate"] not in set(samples["arm"]):
+        kw["candidate"] = sorted(set(samples["arm"]) - {"reference"})[0]
+    serial = analyze(samples, **kw)
+    with ProcessPoolExecutor(2) as ex:
+        spread = analyze(samples, **kw, executor=ex)
+    assert serial.families["sequence"].n_tested > 0  # the family ran on several cells
+    assert serial.families.keys() == spread.families.keys()
+    for name, res in serial.families.items():
+        pd.testing.assert_frame_equal(res.table, spread.families[name].table, check_exact=True)
+        assert res.rejected == spread.families[name].rejected
+    assert serial.rejected == spread.rejected
+
+
+def test_analysis_procs_below_one_is_exit_2(single, tmp_path):
+    cfg, _ = single
+    args = ["run", "-c", str(cfg), "--out", str(tmp_path / "r"), "--analysis-procs", "0"]
+    r = CliRunner().invoke(app, [*args, "--no-progress"], catch_exceptions=False)
+    assert r.exit_code == 2 and "--analysis-procs: expected an integer >= 1, got 0" in r.output
