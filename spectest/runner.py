@@ -38,7 +38,6 @@ from spectest.generation import (
     check_device,
     configure_threads,
     device_name,
-    drafter_of,
     generate_shards,
     load_models,
     readout_arms,
@@ -47,7 +46,7 @@ from spectest.generation import (
 from spectest.judge import RunResult, compare_all, finish_run, summarize
 from spectest.plan import Plan, Shard, make_plan, stages
 from spectest.progress import ProgressFn, no_progress
-from spectest.prompts import prompt_token_ids, prompts_jsonl
+from spectest.prompts import prompts_jsonl
 from spectest.protocol import Protocol, TestsSpec, to_raw
 from spectest.scaleout import WorkerPool, generate_spread, local_devices, make_pool
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
@@ -134,6 +133,7 @@ class _Run:
     progress: ProgressFn
     workers: list[str]
     pool: WorkerPool | None = None
+    teeth_from_pool: pd.DataFrame | None = None  # tooth sizes a pool worker computed
     timings: dict[str, Any] = field(
         default_factory=lambda: {"load": 0.0, "generate": {}, "whitebox": 0.0}
     )
@@ -207,7 +207,7 @@ def _run_stages(run: _Run) -> _Looked:
     teeth_sizes: pd.DataFrame | None = None
     for stage in range(len(sizes)):
         plan = make_plan(p, teeth_only=run.options.teeth_only, stage=stage)
-        models = _generate_missing(run, plan)
+        models = _generate_missing(run, plan, teeth=stage == 0)
         if stage == 0:  # the teeth are the same at every stage: their sizes once
             teeth_sizes = _tooth_sizes(run, plan, models)
         del models
@@ -268,15 +268,16 @@ def _look(
     )  # fmt: skip
 
 
-def _generate_missing(run: _Run, plan: Plan) -> Models | None:
+def _generate_missing(run: _Run, plan: Plan, teeth: bool = False) -> Models | None:
     """Generate the plan's shards that are not done yet, on this process or spread over the
-    workers / Ray; the models this process loaded, or None. Adds the phase wall times."""
+    workers / Ray; the models this process loaded, or None. Adds the phase wall times.
+    ``teeth``: a spread run also has one worker compute the tooth sizes."""
     todo = [s for s in plan.shards if not run.rd.shard_done(s.key)]
     if not todo:
         return None
     run.generated += len(todo)
     if run.pool is not None or run.options.ray is not None or len(run.workers) > 1:
-        _generate_spread(run, todo)
+        _generate_spread(run, plan, todo, teeth)
         return None
     t_load = time.perf_counter()
     engines = EngineSet(run.protocol, [plan.arm(s.arm) for s in todo], plan.arms,
@@ -297,7 +298,7 @@ def _generate_missing(run: _Run, plan: Plan) -> Models | None:
     return engines.models
 
 
-def _generate_spread(run: _Run, todo: Sequence[Shard]) -> None:
+def _generate_spread(run: _Run, plan: Plan, todo: Sequence[Shard], teeth: bool) -> None:
     """``todo`` on the run's pool of workers (``scaleout.generate_spread``; made on first use),
     each shard written as it lands; the provenance gains each worker's engines and device,
     ``timings["workers"]`` each worker's phase times (summed over stages)."""
@@ -314,9 +315,15 @@ def _generate_spread(run: _Run, todo: Sequence[Shard]) -> None:
     keys = [s.key for s in todo]
     if run.pool is None:
         run.pool = make_pool(run.options, run.workers)
-    extra, times = generate_spread(
-        run.protocol, (files[0], files[1]), keys, run.options, run.pool, write, run.progress
-    )
+    # stage 0 (the teeth are generated then): one worker also computes the tooth sizes, first
+    # in the queue, so the driver neither loads the models nor waits for them after generation
+    teeth = teeth and any(a.role in ("eps", "mutant") for a in plan.arms)
+    extra, times, sizes = generate_spread(
+        run.protocol, (files[0], files[1]), keys, run.options, run.pool, write, run.progress,
+        tooth_sizes=teeth,
+    )  # fmt: skip
+    if sizes is not None:
+        run.teeth_from_pool = sizes
     for k, v in times.items():
         worker_times[k] = worker_times.get(k, 0.0) + v
     run.provenance = {**base, **extra}
@@ -328,22 +335,19 @@ def _tooth_sizes(run: _Run, plan: Plan, models: Models | None) -> pd.DataFrame |
     """The ε arms' and mutants' TV per cell-position (``spectest.tooth_size``), from the run's
     models (loaded here when this process has not: a resumed or spread-out run); None when the
     plan has no such tooth. Adds ``tooth sizes`` (seconds, loading included) to the timings."""
-    from spectest.tooth_size import tooth_sizes
+    from spectest.tooth_size import protocol_tooth_sizes
 
-    teeth = [(a.name, str(a.variant)) for a in plan.arms if a.role in ("eps", "mutant")]
-    if not teeth:
+    if not any(a.role in ("eps", "mutant") for a in plan.arms):
         return None
+    if run.teeth_from_pool is not None:  # a pool worker made them beside generation
+        run.timings["tooth sizes"] = 0.0
+        return run.teeth_from_pool
     p = run.protocol
     t0 = time.perf_counter()
     run.progress("tooth sizes", 0, 1)
     if models is None or models.target is None or models.draft is None:
         models = Models(*load_models(p, need_draft=True))
-    target, draft = models.target, models.draft
-    assert target is not None and draft is not None
-    sizes = tooth_sizes(
-        target, draft, prompt_token_ids(p, target.vocab_size), p.configs, teeth, drafter_of(p),
-        p.positions, budget=p.teeth.size_budget,
-    )  # fmt: skip
+    sizes = protocol_tooth_sizes(p, plan.arms, models)
     run.progress("tooth sizes", 1, 1)
     run.timings["tooth sizes"] = time.perf_counter() - t0
     return sizes

@@ -206,6 +206,24 @@ class Worker:
         """``shard`` and the worker's cumulative times after it (one Ray call)."""
         return self.shard(spec, key), dict(self.times)
 
+    def tooth_sizes(self, spec: RunSpec) -> Any:
+        """The run's tooth sizes (``tooth_size.protocol_tooth_sizes``) from this worker's
+        models (target and draft, loaded or kept); counted as ``load``."""
+        from spectest.tooth_size import protocol_tooth_sizes
+
+        t0 = time.perf_counter()
+        protocol, plan = self._protocol(spec)
+        configure_threads(protocol.models.device, spec.options.threads or self.threads)
+        sizes = protocol_tooth_sizes(protocol, plan.arms, self._load(protocol, True))
+        self.times["load"] += time.perf_counter() - t0
+        return sizes
+
+    def job(self, spec: RunSpec, key: str | None) -> tuple[Any, dict[str, float]]:
+        """One job of the pool's queue: a shard (``key``), or the tooth sizes (None); with the
+        worker's cumulative times after it."""
+        out = self.shard(spec, key) if key is not None else self.tooth_sizes(spec)
+        return out, dict(self.times)
+
     def close_engines(self) -> None:
         if self.engines is not None:
             self.engines.close()
@@ -226,7 +244,7 @@ def _serve(conn: Any, device: str, threads: int | None) -> None:
                 break
             _, spec, key = msg
             try:
-                conn.send(("ok", worker.shard(spec, key), dict(worker.times)))
+                conn.send(("ok", *worker.job(spec, key)))
             except SpectestError as err:
                 conn.send(("err", err, traceback.format_exc()))
             except Exception as err:  # carried to the driver as one line
@@ -239,6 +257,7 @@ def _serve(conn: Any, device: str, threads: int | None) -> None:
 # -- the pools -------------------------------------------------------------------------------
 
 OnShard = Callable[[ShardResult], None]
+_TEETH = "\0tooth sizes"  # a slot's job when it computes the tooth sizes (no shard key)
 
 
 @dataclass
@@ -279,7 +298,7 @@ class WorkerPool:
     def _start(self, protocol_device: str) -> None:
         raise NotImplementedError
 
-    def _send(self, slot: _Slot, spec: Any, key: str) -> None:
+    def _send(self, slot: _Slot, spec: Any, key: str | None) -> None:
         raise NotImplementedError
 
     def _next(self) -> tuple[_Slot, Any]:
@@ -295,13 +314,17 @@ class WorkerPool:
 
     def generate(
         self, spec: RunSpec, keys: Sequence[str], device: str, on_shard: OnShard,
-        progress: ProgressFn,
-    ) -> dict[str, float]:  # fmt: skip
+        progress: ProgressFn, *, tooth_sizes: bool = False,
+    ) -> tuple[dict[str, float], Any]:  # fmt: skip
         """Generate ``keys`` (``device``: the protocol's, for a pool that starts on it); each
-        shard to ``on_shard`` as it lands. Returns each worker's phase times in this call:
-        ``<worker> start`` (spawn and imports, 0 for a kept worker), ``load`` (protocol, models,
-        engines; 0 when kept), ``generate`` and ``wall`` (seconds it held shards)."""
-        queue = deque(keys)
+        shard to ``on_shard`` as it lands; ``tooth_sizes``: one worker also computes the run's
+        tooth sizes, first in the queue (beside the others' shards). Returns (each worker's
+        phase times in this call: ``<worker> start`` (spawn and imports, 0 for a kept worker),
+        ``load`` (protocol, models, engines, tooth sizes; ~0 when kept), ``generate`` and
+        ``wall`` (seconds it held jobs); the tooth sizes or None)."""
+        queue: deque[str | None] = deque([None] if tooth_sizes else [])
+        queue.extend(keys)
+        sizes = None
         done = 0
         progress("generate", 0, len(keys))
         try:
@@ -319,11 +342,14 @@ class WorkerPool:
                 slot.key = None
                 if msg[0] == "err":
                     raise msg[1]
-                _, shard, times = msg
+                _, result, times = msg
                 slot.times = times
-                on_shard(shard)
-                done += 1
-                progress("generate", done, len(keys))
+                if isinstance(result, ShardResult):
+                    on_shard(result)
+                    done += 1
+                    progress("generate", done, len(keys))
+                else:
+                    sizes = result
                 if queue:
                     self._deal(slot, sent, queue.popleft())
         except BaseException:
@@ -337,14 +363,15 @@ class WorkerPool:
                 out[f"{s.name} {phase}"] = t.get(phase, 0.0) - t0.get(phase, 0.0)
             out[f"{s.name} wall"] = s.busy
             s.start_s = 0.0
-        return out
+        return out, sizes
 
-    def _deal(self, slot: _Slot, spec: Any, key: str) -> None:
-        slot.key, slot.started = key, time.perf_counter()
+    def _deal(self, slot: _Slot, spec: Any, key: str | None) -> None:
+        slot.key, slot.started = _TEETH if key is None else key, time.perf_counter()
         self._send(slot, spec, key)
 
     def _died(self, slot: _Slot, how: str) -> InfrastructureError:
-        held = f" while generating shard {slot.key}" if slot.key else ""
+        job = "computing the tooth sizes" if slot.key == _TEETH else f"generating shard {slot.key}"
+        held = f" while {job}" if slot.key else ""
         return InfrastructureError(
             f"worker {slot.name} (device {slot.device}, pid {slot.pid} on {slot.host}) {how}"
             f"{held}; the shards written so far are complete and no result was written: run the "
@@ -399,7 +426,7 @@ class ProcessPool(WorkerPool):
             proc.join(5)
             raise self._died(slot, _exit_words(proc.exitcode)) from None
 
-    def _send(self, slot: _Slot, spec: Any, key: str) -> None:
+    def _send(self, slot: _Slot, spec: Any, key: str | None) -> None:
         proc, conn = slot.handle
         try:
             conn.send(("shard", spec, key))
@@ -488,8 +515,8 @@ class RayPool(WorkerPool):
     def _spec(self, spec: RunSpec) -> Any:
         return _ray().put(spec)
 
-    def _send(self, slot: _Slot, spec: Any, key: str) -> None:
-        self.pending[slot.handle.shard_timed.remote(spec, key)] = slot
+    def _send(self, slot: _Slot, spec: Any, key: str | None) -> None:
+        self.pending[slot.handle.job.remote(spec, key)] = slot
 
     def _next(self) -> tuple[_Slot, Any]:
         ray = _ray()
@@ -533,11 +560,13 @@ def generate_spread(
     pool: WorkerPool,
     on_shard: OnShard,
     progress: ProgressFn,
-) -> tuple[dict[str, Any], dict[str, float]]:
+    *,
+    tooth_sizes: bool = False,
+) -> tuple[dict[str, Any], dict[str, float], Any]:
     """Generate the shards ``keys`` on ``pool``, handing each to ``on_shard`` as it lands;
     ``run_files``: the run directory's protocol.yaml and prompts file. Returns (the provenance
     to add: each worker's engines, and how the run was spread; each worker's phase times,
-    ``WorkerPool.generate``)."""
+    ``WorkerPool.generate``; the tooth sizes when ``tooth_sizes``, else None)."""
     spec = RunSpec(*run_files, protocol.hash, options)
     worker_prov: dict[str, Any] = {}
 
@@ -546,8 +575,10 @@ def generate_spread(
         worker_prov[f"{w['host']}:{w['device']}:{w['pid']}"] = shard.provenance["engines"]
         on_shard(shard)
 
-    times = pool.generate(spec, keys, protocol.models.device, back, progress)
-    return {"workers": worker_prov, "scaleout": pool.kind}, times
+    times, sizes = pool.generate(
+        spec, keys, protocol.models.device, back, progress, tooth_sizes=tooth_sizes
+    )
+    return {"workers": worker_prov, "scaleout": pool.kind}, times, sizes
 
 
 def ray_workers(address: str, device: str) -> int:

@@ -1,6 +1,7 @@
-"""Time one protocol in this process, on a pool of 1 and of N persistent worker processes, and
-a second run on the kept N-worker pool; check every run's tables equal the in-process run's;
-print one JSON line per run (wall, each worker's start / load / generate / wall).
+"""Time one protocol in this process, on a pool of 1 and of N persistent worker processes, then
+again on the kept N-worker pool (and once more with ``analysis_procs=N``); check every run's
+tables equal the in-process run's; print one JSON line per run (wall, phase times, each
+worker's start / load / generate / wall).
 
     python tools/bench_pool.py protocols/ci.yaml --devices cpu,cpu --set prompts.limit=2 \
         --out results/bench/pool_cpu.jsonl
@@ -17,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from spectest.protocol import load_protocol
-from spectest.runner import run_protocol
+from spectest.runner import RunOptions, run_protocol
 from spectest.scaleout import ProcessPool
 
 
@@ -48,7 +49,7 @@ def main() -> None:
             )
             rec = {
                 "run": label, "wall_s": round(wall, 2), "identical": same,
-                "timings": res.summary["timings"], "shards": res.generated,
+                "timings": res.summary["timings"], "shards": res.shards_generated,
             }  # fmt: skip
             records.append(rec)
             print(json.dumps(rec), flush=True)
@@ -60,6 +61,8 @@ def main() -> None:
         with ProcessPool(devices) as pool:
             timed(f"pool-{len(devices)}", pool=pool)
             timed(f"pool-{len(devices)}-kept", pool=pool)
+            opts = RunOptions(analysis_procs=len(devices))
+            timed(f"pool-{len(devices)}-kept-analysis-procs", pool=pool, options=opts)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         with a.out.open("a") as f:
