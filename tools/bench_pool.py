@@ -1,6 +1,6 @@
-"""Time one protocol in this process, on a pool of 1 and of N persistent worker processes, then
-again on the kept N-worker pool (and once more with ``analysis_procs=N``); check every run's
-tables equal the in-process run's; print one JSON line per run (wall, phase times, each
+"""Time one protocol in this process, then on a pool of 1 and of N persistent worker processes,
+each cold and again on the kept pool (the N pool once more with ``analysis_procs=N``); check
+every run's tables equal the in-process run's; print one JSON line per run (wall, phase times, each
 worker's start / load / generate / wall).
 
     python tools/bench_pool.py protocols/ci.yaml --devices cpu,cpu --set prompts.limit=2 \
@@ -34,6 +34,7 @@ def main() -> None:
     ap.add_argument("--devices", default="cpu,cpu")
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--fast", action="store_true", help="RunOptions(fast=True) for every run")
     a = ap.parse_args()
     devices = a.devices.split(",")
     protocol = load_protocol(a.config, sets=a.set)
@@ -54,15 +55,16 @@ def main() -> None:
             records.append(rec)
             print(json.dumps(rec), flush=True)
 
-        timed("in-process")
+        timed("in-process", options=RunOptions(fast=a.fast))
         base = tables(Path(tmp) / "in-process")
-        with ProcessPool(devices[:1]) as pool:
-            timed("pool-1", pool=pool)
-        with ProcessPool(devices) as pool:
-            timed(f"pool-{len(devices)}", pool=pool)
-            timed(f"pool-{len(devices)}-kept", pool=pool)
-            opts = RunOptions(analysis_procs=len(devices))
-            timed(f"pool-{len(devices)}-kept-analysis-procs", pool=pool, options=opts)
+        for n in (1, len(devices)):
+            with ProcessPool(devices[:n]) as pool:
+                opts = RunOptions(fast=a.fast)
+                timed(f"pool-{n}", pool=pool, options=opts)  # cold: spawn, imports, model load
+                timed(f"pool-{n}-kept", pool=pool, options=opts)  # warm: same workers, models
+                if n > 1:
+                    opts = RunOptions(fast=a.fast, analysis_procs=n)
+                    timed(f"pool-{n}-kept-analysis-procs", pool=pool, options=opts)
     if a.out:
         a.out.parent.mkdir(parents=True, exist_ok=True)
         with a.out.open("a") as f:
