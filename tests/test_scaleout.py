@@ -249,3 +249,29 @@ def test_analysis_procs_below_one_is_exit_2(single, tmp_path):
     args = ["run", "-c", str(cfg), "--out", str(tmp_path / "r"), "--analysis-procs", "0"]
     r = CliRunner().invoke(app, [*args, "--no-progress"], catch_exceptions=False)
     assert r.exit_code == 2 and "--analysis-procs: expected an integer >= 1, got 0" in r.output
+
+
+def test_a_sequential_run_keeps_one_pool_over_its_stages(tmp_path):
+    """Two stages (100 then 200 seeds per arm; the resolution asked is out of reach, so both are
+    generated) on two worker processes: every shard of both stages comes from the same two
+    processes, each of which loaded its models once, and the tables equal the one-process
+    run's."""
+    sections = {
+        "teeth": {"null_arm": False},
+        "seeds": {"per_arm": 100, "max_per_arm": 200},
+        "tests": {
+            "alpha": 0.05, "trie": {"depth": 1, "min_count": 50}, "null_permutations": 50,
+            "whitebox": False, "power": {"max_mde_tv": 0.01},
+        },
+    }  # fmt: skip
+    cfg = write_toy(tmp_path, **sections)
+    one = run_protocol(load_protocol(cfg), out=tmp_path / "one")
+    two = run_protocol(
+        load_protocol(cfg), out=tmp_path / "two", options=RunOptions(devices=("cpu", "cpu"))
+    )
+    assert [lk["decision"] for lk in two.summary["sequential"]["looks"]] == ["continue", "budget"]
+    assert list((tmp_path / "two" / SHARDS_DIR).glob("*stage1*"))
+    loads = _worker_loads(two.run_dir)
+    assert len(loads) == 2 and {n for _, n in loads} == {1}, loads
+    for name, df in _tables(one.run_dir).items():
+        pd.testing.assert_frame_equal(df, _tables(two.run_dir)[name], check_exact=True)
