@@ -275,3 +275,51 @@ def test_a_sequential_run_keeps_one_pool_over_its_stages(tmp_path):
     assert len(loads) == 2 and {n for _, n in loads} == {1}, loads
     for name, df in _tables(one.run_dir).items():
         pd.testing.assert_frame_equal(df, _tables(two.run_dir)[name], check_exact=True)
+
+
+def _spawned_children(pid):
+    """The pids of ``pid``'s multiprocessing-spawned children (its pool's workers)."""
+    try:
+        kids = open(f"/proc/{pid}/task/{pid}/children").read().split()
+    except OSError:
+        return []
+    out = []
+    for k in kids:
+        try:
+            cmd = open(f"/proc/{k}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if b"spawn_main" in cmd:
+            out.append(int(k))
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_cli_run_with_a_killed_worker_exits_4_naming_it(single, tmp_path):
+    """``spectest run --devices cpu,cpu`` as a real process; SIGKILL one of its workers as soon
+    as the first shard is on disk (9 shards still to go): exit 4, one line naming the worker's
+    pid, no manifest."""
+    import subprocess
+    import time
+
+    cfg, _ = single
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "spectest", "run", "-c", str(cfg), "--out", str(out)]
+    proc = subprocess.Popen(
+        [*args, "--devices", "cpu,cpu", "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    victim = None
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        workers = _spawned_children(proc.pid)
+        if len(workers) == 2 and list((out / SHARDS_DIR).glob("*.samples.parquet")):
+            victim = workers[1]
+            os.kill(victim, signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert victim is not None, (stdout, stderr)
+    assert proc.returncode == 4, (stdout, stderr)
+    assert f"pid {victim}" in stderr and "was killed by SIGKILL" in stderr, stderr
+    assert not (out / "manifest.json").exists()
