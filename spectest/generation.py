@@ -50,7 +50,9 @@ class RunOptions:
     engine declares a ``fast_variant`` (the built-in engine: ``engines/fast.py``, same tokens
     and law) on that variant. ``threads``: torch intra-op threads (``configure_threads``).
     ``devices``: one worker process per device (empty: every visible GPU of a ``cuda`` run,
-    else this process). ``ray``: the shards as Ray tasks (``auto``, an address, or ``local``).
+    else this process). ``ray``: the shards on Ray actors (``auto``, an address, or
+    ``local``). ``analysis_procs``: processes for the sequence family's per-cell permutation
+    statistics (None or 1: this process; same results either way).
     """
 
     teeth_only: bool = False
@@ -58,6 +60,7 @@ class RunOptions:
     threads: int | None = None
     devices: tuple[str, ...] = ()
     ray: str | None = None
+    analysis_procs: int | None = None
 
     @property
     def kind(self) -> str:
@@ -132,7 +135,9 @@ class EngineSet:
     """One engine instance per ``EngineChoice`` of ``arms``, all started before generation,
     closed at the end; the models are loaded once, the draft only when an engine or white-box
     needs it. ``plan_arms`` (every arm of the plan, resumed shards' included) decides the
-    white-box mode and the shared teacher: they are properties of the whole run."""
+    white-box mode and the shared teacher: they are properties of the whole run. ``load``
+    (protocol, need_draft) → ``Models`` replaces ``load_models`` (a worker that keeps its models
+    loaded between runs passes its cache)."""
 
     def __init__(
         self,
@@ -141,6 +146,7 @@ class EngineSet:
         plan_arms: Sequence[Arm] = (),
         *,
         fast: bool = False,
+        load: Callable[[Protocol, bool], Models] | None = None,
     ) -> None:
         self.protocol = protocol
         self.classes = {a.engine: _class_for(a.engine.name, fast) for a in arms}
@@ -152,7 +158,10 @@ class EngineSet:
         need_draft = protocol.tests.whitebox or any(
             self.classes[a.engine].needs_draft(a.variant) for a in arms
         )
-        self.models = Models(*load_models(protocol, need_draft))
+        # ``load``: a persistent worker's cache (``scaleout``), models kept between runs
+        self.models = (
+            load(protocol, need_draft) if load else Models(*load_models(protocol, need_draft))
+        )
         self.live: dict[EngineChoice, Engine] = {}
         self.teacher_s = 0.0  # wall time of the shared teacher (teacher mode), for the timings
         try:  # start every engine now: a broken one fails before any work

@@ -73,11 +73,13 @@ def compare_all(
     key: str,
     progress: ProgressFn,
     readout_rounds: frozenset[str] = frozenset(),
+    executor: Any = None,
 ) -> list[tuple[Arm, Any]]:
     """Analyse every non-reference arm against the reference with ``options`` (a
     ``TestsSpec.analysis_options``). The rounds of the arms in ``readout_rounds`` are stored but
     not tested: e.g. the hf-assisted draft law is transformers' business, so acceptance vs
-    Σ min(p, q_processed) measures speed there, not the law."""
+    Σ min(p, q_processed) measures speed there, not the law. ``executor``: a
+    ``concurrent.futures.Executor`` for the per-cell permutation statistics (``analyze``)."""
     from spectest.stats.analyze import analyze
 
     out = []
@@ -97,6 +99,7 @@ def compare_all(
             options=options,
             rounds=rsub,
             rng_seed=stable_seed(key, arm.name),
+            executor=executor,
         )
         out.append((arm, analysis))
     progress("analyze", len(comps), len(comps))

@@ -16,8 +16,11 @@ Knows nothing about engines or how models are loaded (``spectest.generation``;
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -35,7 +38,6 @@ from spectest.generation import (
     check_device,
     configure_threads,
     device_name,
-    drafter_of,
     generate_shards,
     load_models,
     readout_arms,
@@ -44,9 +46,9 @@ from spectest.generation import (
 from spectest.judge import RunResult, compare_all, finish_run, summarize
 from spectest.plan import Plan, Shard, make_plan, stages
 from spectest.progress import ProgressFn, no_progress
-from spectest.prompts import prompt_token_ids, prompts_jsonl
+from spectest.prompts import prompts_jsonl
 from spectest.protocol import Protocol, TestsSpec, to_raw
-from spectest.scaleout import generate_spread, local_devices
+from spectest.scaleout import WorkerPool, generate_spread, local_devices, make_pool
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
 from spectest.shipped import shipped_name
 from spectest.store import PROMPTS_FILE, RunDir, make_provenance
@@ -64,6 +66,7 @@ def run_protocol(
     progress: ProgressFn | None = None,
     junit: Path | None = None,
     summary_md: Path | None = None,
+    pool: WorkerPool | None = None,
 ) -> RunResult:
     """Run a protocol (or, ``options.teeth_only``, its teeth only; None: ``RunOptions()``)
     into a run directory (default ``<output>/<run_id>[-teeth]``), resuming completed shards.
@@ -76,13 +79,29 @@ def run_protocol(
     ``whitebox`` (teacher forcing apart from generation: teacher mode, or an engine that reports
     it), ``tooth sizes``, ``analyze`` and ``total_to_write`` (everything before the final
     files); the write phase itself is in the returned summary only (``summary.json`` is sealed
-    by the manifest before it ends)."""
+    by the manifest before it ends).
+
+    ``pool``: persistent workers (``scaleout.WorkerPool``) to generate on, left open for the
+    caller's next run; None: a spread run makes its own pool (``options.devices`` / ``ray``),
+    kept across the stages of a sequential run and closed at the end."""
     t0 = time.perf_counter()
     options = options or RunOptions()
+    if options.analysis_procs is not None and options.analysis_procs < 1:
+        raise ConfigError(
+            f"--analysis-procs: expected an integer >= 1, got {options.analysis_procs!r}"
+        )
     check_device(protocol)
     n_threads = configure_threads(protocol.models.device, options.threads)
     run = _open_run(protocol, options, out, n_threads, progress or no_progress)
-    looked = _run_stages(run)
+    run.pool = pool
+    try:
+        looked = _run_stages(run)
+    except BaseException:
+        run.rd.release()  # the shards written are kept; a caller in this process may resume
+        raise
+    finally:
+        if pool is None and run.pool is not None:
+            run.pool.close()
     run.timings["total_to_write"] = time.perf_counter() - t0
     t_write = time.perf_counter()
     verdict, comparisons, summary = finish_run(
@@ -113,6 +132,8 @@ class _Run:
     provenance: dict[str, Any]
     progress: ProgressFn
     workers: list[str]
+    pool: WorkerPool | None = None
+    teeth_from_pool: pd.DataFrame | None = None  # tooth sizes a pool worker computed
     timings: dict[str, Any] = field(
         default_factory=lambda: {"load": 0.0, "generate": {}, "whitebox": 0.0}
     )
@@ -186,7 +207,7 @@ def _run_stages(run: _Run) -> _Looked:
     teeth_sizes: pd.DataFrame | None = None
     for stage in range(len(sizes)):
         plan = make_plan(p, teeth_only=run.options.teeth_only, stage=stage)
-        models = _generate_missing(run, plan)
+        models = _generate_missing(run, plan, teeth=stage == 0)
         if stage == 0:  # the teeth are the same at every stage: their sizes once
             teeth_sizes = _tooth_sizes(run, plan, models)
         del models
@@ -209,9 +230,16 @@ def _analyze(
     t_an = time.perf_counter()
     p = run.protocol
     options = tests.analysis_options(whitebox_mode(p.models.dtype, plan.arms))
-    results = compare_all(
-        samples, rounds, plan.arms, options, p.seeds.key, run.progress, readout_arms(plan.arms)
-    )
+    procs = run.options.analysis_procs or 1
+    with contextlib.ExitStack() as stack:
+        executor = None
+        if procs > 1:  # spawn: the driver holds torch (and maybe CUDA), which must not fork
+            ctx = multiprocessing.get_context("spawn")
+            executor = stack.enter_context(ProcessPoolExecutor(procs, mp_context=ctx))
+        results = compare_all(
+            samples, rounds, plan.arms, options, p.seeds.key, run.progress,
+            readout_arms(plan.arms), executor=executor,
+        )  # fmt: skip
     run.timings["analyze"] = run.timings.get("analyze", 0.0) + time.perf_counter() - t_an
     return results
 
@@ -240,15 +268,16 @@ def _look(
     )  # fmt: skip
 
 
-def _generate_missing(run: _Run, plan: Plan) -> Models | None:
+def _generate_missing(run: _Run, plan: Plan, teeth: bool = False) -> Models | None:
     """Generate the plan's shards that are not done yet, on this process or spread over the
-    workers / Ray; the models this process loaded, or None. Adds the phase wall times."""
+    workers / Ray; the models this process loaded, or None. Adds the phase wall times.
+    ``teeth``: a spread run also has one worker compute the tooth sizes."""
     todo = [s for s in plan.shards if not run.rd.shard_done(s.key)]
     if not todo:
         return None
     run.generated += len(todo)
-    if run.options.ray is not None or len(run.workers) > 1:
-        _generate_spread(run, todo)
+    if run.pool is not None or run.options.ray is not None or len(run.workers) > 1:
+        _generate_spread(run, plan, todo, teeth)
         return None
     t_load = time.perf_counter()
     engines = EngineSet(run.protocol, [plan.arm(s.arm) for s in todo], plan.arms,
@@ -269,10 +298,10 @@ def _generate_missing(run: _Run, plan: Plan) -> Models | None:
     return engines.models
 
 
-def _generate_spread(run: _Run, todo: Sequence[Shard]) -> None:
-    """``todo`` on several workers (``scaleout.generate_spread``), each shard written as it
-    comes back; the provenance gains each worker's engines and device, ``timings["workers"]``
-    each worker's phase times."""
+def _generate_spread(run: _Run, plan: Plan, todo: Sequence[Shard], teeth: bool) -> None:
+    """``todo`` on the run's pool of workers (``scaleout.generate_spread``; made on first use),
+    each shard written as it lands; the provenance gains each worker's engines and device,
+    ``timings["workers"]`` each worker's phase times (summed over stages)."""
     t_gen = time.perf_counter()
     files = tuple(
         (run.rd.path / name).read_text(encoding="utf-8") for name in ("protocol.yaml", PROMPTS_FILE)
@@ -284,10 +313,19 @@ def _generate_spread(run: _Run, todo: Sequence[Shard]) -> None:
         run.rd.write_shard(r.key, r.samples, r.rounds, {**base, **r.provenance})
 
     keys = [s.key for s in todo]
-    extra, times = generate_spread(
-        run.protocol, (files[0], files[1]), keys, run.options, run.workers, write, run.progress
-    )
-    worker_times.update(times)
+    if run.pool is None:
+        run.pool = make_pool(run.options, run.workers)
+    # stage 0 (the teeth are generated then): one worker also computes the tooth sizes, first
+    # in the queue, so the driver neither loads the models nor waits for them after generation
+    teeth = teeth and any(a.role in ("eps", "mutant") for a in plan.arms)
+    extra, times, sizes = generate_spread(
+        run.protocol, (files[0], files[1]), keys, run.options, run.pool, write, run.progress,
+        tooth_sizes=teeth,
+    )  # fmt: skip
+    if sizes is not None:
+        run.teeth_from_pool = sizes
+    for k, v in times.items():
+        worker_times[k] = worker_times.get(k, 0.0) + v
     run.provenance = {**base, **extra}
     gen = run.timings["generate"]
     gen["all arms, spread"] = gen.get("all arms, spread", 0.0) + time.perf_counter() - t_gen
@@ -297,22 +335,19 @@ def _tooth_sizes(run: _Run, plan: Plan, models: Models | None) -> pd.DataFrame |
     """The ε arms' and mutants' TV per cell-position (``spectest.tooth_size``), from the run's
     models (loaded here when this process has not: a resumed or spread-out run); None when the
     plan has no such tooth. Adds ``tooth sizes`` (seconds, loading included) to the timings."""
-    from spectest.tooth_size import tooth_sizes
+    from spectest.tooth_size import protocol_tooth_sizes
 
-    teeth = [(a.name, str(a.variant)) for a in plan.arms if a.role in ("eps", "mutant")]
-    if not teeth:
+    if not any(a.role in ("eps", "mutant") for a in plan.arms):
         return None
+    if run.teeth_from_pool is not None:  # a pool worker made them beside generation
+        run.timings["tooth sizes"] = 0.0
+        return run.teeth_from_pool
     p = run.protocol
     t0 = time.perf_counter()
     run.progress("tooth sizes", 0, 1)
     if models is None or models.target is None or models.draft is None:
         models = Models(*load_models(p, need_draft=True))
-    target, draft = models.target, models.draft
-    assert target is not None and draft is not None
-    sizes = tooth_sizes(
-        target, draft, prompt_token_ids(p, target.vocab_size), p.configs, teeth, drafter_of(p),
-        p.positions, budget=p.teeth.size_budget,
-    )  # fmt: skip
+    sizes = protocol_tooth_sizes(p, plan.arms, models)
     run.progress("tooth sizes", 1, 1)
     run.timings["tooth sizes"] = time.perf_counter() - t0
     return sizes

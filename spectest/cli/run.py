@@ -59,8 +59,15 @@ def run(
     ray: Annotated[
         str | None,
         typer.Option(
-            help="Run the shards as Ray tasks: auto (this host's cluster), an address, or local "
+            help="Run the shards on Ray actors: auto (this host's cluster), an address, or local "
             "(needs spectest[ray])."
+        ),
+    ] = None,
+    analysis_procs: Annotated[
+        int | None,
+        typer.Option(
+            help="Processes for the sequence family's permutation statistics (cells spread "
+            "over them; same results). Default: this process."
         ),
     ] = None,
 ) -> None:
@@ -83,6 +90,7 @@ def run(
         threads=threads,
         devices=tuple(d.strip() for d in (devices or "").split(",") if d.strip()),
         ray=ray,
+        analysis_procs=analysis_procs,
     )
     with progress_bars(progress) as cb:
         result = run_protocol(

@@ -14,6 +14,7 @@ torch, any particular statistic: the families own theirs, and this module adds n
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -224,6 +225,7 @@ def analyze(
     rounds: pd.DataFrame | None = None,
     rng_seed: int = 0,
     families: Sequence[Family] | None = None,
+    executor: Executor | None = None,
 ) -> Analysis:
     """Test whether arm ``candidate`` has the law of arm ``reference``, cell by cell.
 
@@ -236,6 +238,9 @@ def analyze(
     rng_seed : seeds the permutations and the PIT's uniforms (``numpy.random.SeedSequence``).
     families : the test families to run (None: the registry ``FAMILIES``, read at call time);
         the cell-position family ("cells"), whose MDE is the verdict's, must be one of them.
+    executor : spreads the sequence family's per-cell permutation statistics over processes
+        (``FamilyInputs.map_cells``); None: this process. The relabelings are drawn here, once,
+        from ``rng_seed``, so the result is identical either way.
 
     Notes
     -----
@@ -267,6 +272,7 @@ def analyze(
         rounds=rounds,
         labels=relabelings(enc, opts.null_permutations, np.random.default_rng(perm_seq)),
         pit_rng=np.random.default_rng(pit_seq),
+        executor=executor,
     )
     alphas = split_alpha(opts.alpha, {f.name: f.active(inputs) for f in fams})
     results = {f.name: f.run(inputs, alphas[f.name]) for f in fams}

@@ -14,7 +14,8 @@ Does not know: any particular family, files, protocols, torch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -121,7 +122,9 @@ class FamilyInputs:
     ``labels[c]`` is cell ``c``'s [n_c, 1 + B] matrix of sequence relabelings (column 0 the
     observed labels; ``relabelings``): the families that permute share them, so the TV null,
     max-T, the chain G² and the sequence family see the same permutations. ``pit_rng`` draws the
-    white-box PIT's uniforms.
+    white-box PIT's uniforms. ``executor`` (None: this process) spreads per-cell work that is
+    a pure function of its inputs over processes (``map_cells``): the labels are drawn here,
+    once, so the results do not depend on it.
     """
 
     samples: pd.DataFrame
@@ -132,6 +135,14 @@ class FamilyInputs:
     rounds: pd.DataFrame | None
     labels: tuple[np.ndarray, ...]
     pit_rng: np.random.Generator
+    executor: Executor | None = None
+
+    def map_cells(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """``[fn(*a) for a in args]``, in order, on ``executor`` when set: the same function
+        of the same inputs per item, so the same values as the serial loop, bit for bit."""
+        if self.executor is None or len(args) < 2:
+            return [fn(*a) for a in args]
+        return list(self.executor.map(fn, *zip(*args, strict=True)))
 
     @property
     def merge(self) -> bool:

@@ -97,16 +97,14 @@ def _sequence_frame(inputs: FamilyInputs, alpha: float) -> tuple[pd.DataFrame, f
     """Pooled rows (one per statistic: z, max-T adjusted p, decision, resolution) then per-cell
     rows (diagnostic p-values); the family's p-value, TV resolution and its unit."""
     opts, enc = inputs.options, inputs.enc
-    cells, sizes = [], []
+    jobs, sizes = [], []
     for c in range(enc.n_cells):
         n = enc.arm_sizes(c)
         if n.min() > 0:
-            cells.append(
-                sequence.cell_statistics(
-                    inputs.cell_tokens(c), inputs.labels[c], min_expected=opts.min_expected
-                )
-            )  # [J, 1+B]
+            jobs.append((inputs.cell_tokens(c), inputs.labels[c], opts.min_expected))
             sizes.append(np.array([c, *n]))
+    # every cell's statistics under its 1+B labelings ([J, 1+B]), over processes when asked
+    cells = inputs.map_cells(_cell_statistics, jobs)
     if not cells:
         return empty_frame(SEQUENCE_COLUMNS), float("nan"), float("nan"), ""
     names = opts.sequence_statistics
@@ -121,6 +119,11 @@ def _sequence_frame(inputs: FamilyInputs, alpha: float) -> tuple[pd.DataFrame, f
     if not tv:
         return df, res.pvalue, float("nan"), ""
     return df, res.pvalue, float(mde[tv[0]]), sequence.UNITS[names[tv[0]]]
+
+
+def _cell_statistics(tokens: np.ndarray, labels: np.ndarray, min_expected: float) -> np.ndarray:
+    """``sequence.cell_statistics`` with positional arguments (picklable for a process pool)."""
+    return sequence.cell_statistics(tokens, labels, min_expected=min_expected)
 
 
 def _pooled_rows(res: Any, sz: np.ndarray, mde: np.ndarray, alpha: float) -> pd.DataFrame:
