@@ -79,7 +79,10 @@ def run(
         overrides={"models.device": device, "seeds.per_arm": seeds, "positions": positions},
         sets=set_ or [],
     )
+    from spectest.readiness import require_ready
     from spectest.shipped import shipped_name
+
+    require_ready(protocol)  # a missing engine set-up: one line, exit 4, before any work
 
     if shipped_name(protocol.source) and not Path(config).is_file():
         shipped = printable(protocol.source)
