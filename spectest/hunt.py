@@ -19,7 +19,6 @@ get to a verdict, and the row shows the error line).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -71,7 +70,9 @@ def _env_ready(module: str, attr: str = "SPEC") -> str | None:
 def _llamacpp_ready() -> str | None:
     from spectest.setup import llamacpp
 
-    return None if llamacpp.missing_reason() is None else 'run "spectest setup llamacpp" (10-40 min on 2 cores)'
+    if llamacpp.missing_reason() is None:
+        return None
+    return 'run "spectest setup llamacpp" (10-40 min on 2 cores)'
 
 
 def _vllm_ready() -> str | None:
