@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +99,40 @@ def test_empty_output_option_is_skipped_with_a_note() -> None:
     assert optional_output("", "--summary-md") is None
     assert optional_output("  ", "--junit") is None
     assert optional_output("s.md", "--summary-md") == Path("s.md")
+
+
+@pytest.mark.slow
+def test_readme_setup_section_verbatim_in_a_fresh_venv(tmp_path: Path) -> None:
+    """README's first command, as written, by bash in a copy of the tree with a fresh venv on
+    PATH: a container-like machine whose torch and dependencies are already there
+    (``--system-site-packages``; pip may not reach an index: ``PIP_NO_INDEX``, and builds
+    without isolation). It installs spectest editable and runs the main job: EQUIVALENT,
+    exit 0, with the run's protocol read from the copy. (~2-4 min on 2 busy cores: slow.)"""
+    pytest.importorskip("setuptools", reason="an editable build without isolation needs it")
+    first = _readme_block("# spectest")
+    assert first.strip() == (
+        'pip install "torch==2.13.0" -e . && spectest run --config protocols/top_p.yaml'
+    ), first
+    src = tmp_path / "checkout"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    shutil.copytree(ROOT / "protocols", src / "protocols", ignore=ignore)
+    shutil.copytree(ROOT / "spectest", src / "spectest", symlinks=True, ignore=ignore)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True, capture_output=True, timeout=300)  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(
+        PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv),
+        PIP_NO_INDEX="1", PIP_NO_BUILD_ISOLATION="0", PIP_DISABLE_PIP_VERSION_CHECK="1",
+        SPECTEST_NO_PROGRESS="1", OMP_NUM_THREADS="1",
+    )  # fmt: skip
+    r = subprocess.run(["bash", "-c", first], cwd=src, env=env, capture_output=True, text=True,
+                       timeout=1500)  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "EQUIVALENT" in r.stdout
+    (run,) = (src / "results").glob("top_p-*/run.json")
+    info = json.loads(run.read_text())
+    assert Path(info["protocol_source"]).resolve() == (src / "protocols" / "top_p.yaml").resolve()
