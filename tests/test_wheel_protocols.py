@@ -7,9 +7,9 @@ documented one line "run `spectest setup X` first" (exit 4).
 What "its documented outcome" means here, per protocol (the table ``OUTCOME``):
 - ``command-example`` / ``command-buggy`` (the programs now ship in the package): EQUIVALENT
   (exit 0) / DIFFERENT (exit 1) at 200 seeds, as tests/test_engine_command.py runs them;
-- every other protocol whose needs are met on this machine: a tiny run (40 seeds, 2 positions)
-  that reaches a verdict (exit 0, 1 or 3: at 40 seeds most are honestly inconclusive), never
-  bad input (2) or infrastructure (4) — it proves the protocol runs from the wheel, not its
+- every other protocol whose needs are met on this machine: a tiny run (40 seeds, teeth too,
+  2 positions, 1 prompt) that reaches a verdict (exit 0, 1 or 3: at 40 seeds most are honestly
+  inconclusive), never bad input (2) or infrastructure (4) — it proves the protocol runs from the wheel, not its
   full-size verdict (those are the protocols' own tests);
 - every protocol that needs ``spectest setup ENGINE``: with an empty cache, exit 4 and one
   error line naming that command, before any work (no run directory).
@@ -35,7 +35,16 @@ from spectest.shipped import list_shipped
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
-TINY = ["--seeds", "40", "--positions", "2"]
+TINY = [
+    "--seeds",
+    "40",
+    "--positions",
+    "2",
+    "--set",
+    "seeds.teeth_per_arm=40",
+    "--set",
+    "prompts.limit=1",
+]
 DOCUMENTED = {  # name -> (args, exit code): the documented verdicts at a test size
     "command-example": (["--seeds", "200", "--set", "tests.power.max_mde_tv=0.3"], 0),
     "command-buggy": (["--seeds", "200"], 1),
