@@ -123,6 +123,11 @@ def test_readme_setup_section_verbatim_in_a_fresh_venv(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
                    check=True, capture_output=True, timeout=300)  # fmt: skip
+    # Python <= 3.11's venv bundles an old setuptools (no built-in bdist_wheel) that would
+    # shadow this machine's: drop it, so the no-isolation build uses the machine's (a no-op
+    # where the venv has none).
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "uninstall", "-y", "-q",
+                    "setuptools"], capture_output=True, timeout=300)  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(
         PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv),
@@ -135,4 +140,7 @@ def test_readme_setup_section_verbatim_in_a_fresh_venv(tmp_path: Path) -> None:
     assert "EQUIVALENT" in r.stdout
     (run,) = (src / "results").glob("top_p-*/run.json")
     info = json.loads(run.read_text())
-    assert Path(info["protocol_source"]).resolve() == (src / "protocols" / "top_p.yaml").resolve()
+    assert (src / info["protocol_source"]).resolve() == (src / "protocols" / "top_p.yaml").resolve()
+    r = subprocess.run(["python", "-c", "import spectest; print(spectest.__file__)"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, check=True)  # fmt: skip
+    assert Path(r.stdout.strip()).resolve() == (src / "spectest" / "__init__.py").resolve()
