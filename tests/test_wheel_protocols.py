@@ -9,8 +9,8 @@ What "its documented outcome" means here, per protocol (the table ``OUTCOME``):
   (exit 0) / DIFFERENT (exit 1) at 200 seeds, as tests/test_engine_command.py runs them;
 - every other protocol whose needs are met on this machine: a tiny run (40 seeds, teeth too,
   2 positions, 1 prompt) that reaches a verdict (exit 0, 1 or 3: at 40 seeds most are honestly
-  inconclusive), never bad input (2) or infrastructure (4) — it proves the protocol runs from the wheel, not its
-  full-size verdict (those are the protocols' own tests);
+  inconclusive), never bad input (2) or infrastructure (4) — it proves the protocol runs
+  from the wheel, not its full-size verdict (those are the protocols' own tests);
 - every protocol that needs ``spectest setup ENGINE``: with an empty cache, exit 4 and one
   error line naming that command, before any work (no run directory).
 
