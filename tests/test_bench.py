@@ -88,9 +88,10 @@ def test_any_registered_engine_through_the_registry(tmp_path):
     """A ``command`` engine (the shipped example program) and the built-in engine by name, as
     the registry builds them for a run; the ratio's baseline (transformers' plain generate) is
     timed beside them because no arm is it, and every output passed ``check_output``."""
-    from pathlib import Path
 
-    prog = Path(__file__).resolve().parents[1] / "examples" / "engines" / "builtin_engine.py"
+    from spectest.engines.command import programs_dir
+
+    prog = programs_dir() / "builtin_engine.py"
     command = {"command": ["{python}", str(prog), "--target", TINY, "--draft", DRAFT,
                            "--speculative"]}  # fmt: skip
     cfg = BenchConfig(

@@ -259,7 +259,7 @@ def test_cli_on_a_protocol_arm_and_by_name(tmp_path) -> None:
 
 
 def test_shipped_example_program_conforms() -> None:
-    """protocols/command-example.yaml's candidate: examples/engines/builtin_engine.py."""
+    """protocols/command-example.yaml's candidate: {programs}/builtin_engine.py."""
     report = check_arm(ROOT / "protocols" / "command-example.yaml", "candidate", seeds=2)
     report.assert_ok()
     assert statuses(report)["same seeds [candidate]"] == "pass"

@@ -5,9 +5,11 @@ probabilistic draft sampling) against the same server without it on the same GGU
 servers started and stopped by spectest. Must exit 0. ``protocols/llamacpp-misordered.yaml``:
 the candidate's requests put top-p before temperature; must exit 1.
 
-The server binary comes from ``scripts/build_llamacpp.sh`` (cached per machine; a fresh machine
-builds it, which takes 10-40 minutes on 2 cores). These tests skip only when a build is
-impossible here (no C++ compiler and no apt-get to install one); a failed build is a failure.
+The server binary comes from ``spectest setup llamacpp`` (cached per machine; a fresh machine
+builds it, which takes 10-40 minutes on 2 cores: the fixture then prints the build's progress
+lines to the terminal past pytest's capture, so the suite is never silent for half an hour).
+These tests skip only when a build is impossible here (no C++ compiler and no apt-get to install
+one); a failed build is a failure.
 
 False-failure rates: fixed seeds on one build give the same tokens on every run (llama.cpp's
 seeded sampling is reproducible), so each run is deterministic on a machine. Over fresh seeds the
@@ -30,17 +32,22 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def llamacpp() -> Path:
+def llamacpp(request: pytest.FixtureRequest) -> Path:
+    from spectest.setup import llamacpp as setup_llamacpp
+
+    dest = setup_llamacpp.build_dir()
+    if setup_llamacpp.is_ready(dest):
+        return dest
     if shutil.which("c++") is None and shutil.which("apt-get") is None:
         pytest.skip("llama.cpp cannot be built here: no C++ compiler and no apt-get")
-    proc = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "build_llamacpp.sh")],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHON": sys.executable},  # the converter imports this torch
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = Path(proc.stdout.strip().splitlines()[-1])
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+
+    def say(line: str) -> None:  # past the capture: a 30-minute build is not silent
+        with capman.global_and_fixture_disabled():
+            print(line, file=sys.stderr, flush=True)
+
+    info = setup_llamacpp.setup(log=say)
+    out = Path(str(info["dir"]))
     assert (out / "bin" / "llama-server").is_file()
     return out
 

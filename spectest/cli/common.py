@@ -432,3 +432,15 @@ ThreadsOpt = Annotated[
     typer.Option(help="torch CPU threads (default 1 unless OMP_NUM_THREADS is set; see README)."),
 ]
 ProgressOpt = Annotated[bool, typer.Option(help="Show progress bars on stderr.")]
+
+
+def optional_output(value: str | None, option: str) -> Path | None:
+    """An output-file option given as text: ``None`` when absent, and also when empty — the CI
+    recipe's ``--summary-md "$GITHUB_STEP_SUMMARY"`` outside GitHub Actions, where the variable
+    is unset — then with a one-line note on stderr that nothing is written there."""
+    if value is None:
+        return None
+    if not value.strip():
+        err_console().print(f"{option}: empty path, skipped (nothing written)", markup=False)
+        return None
+    return Path(value)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from spectest.cli.common import boundary, console
+from spectest.cli.common import boundary, console, optional_output
 from spectest.report.escape import printable
 
 
@@ -16,13 +16,17 @@ def report(
     run_dir: Annotated[
         Path, typer.Argument(help="A completed run directory (with manifest.json).")
     ],
-    junit: Annotated[Path | None, typer.Option(help="Also write JUnit XML here.")] = None,
+    junit: Annotated[
+        str | None, typer.Option(help="Also write JUnit XML here (empty: skipped).")
+    ] = None,
     summary_md: Annotated[
-        Path | None, typer.Option(help="Also write a markdown summary here.")
+        str | None, typer.Option(help="Also write a markdown summary here (empty: skipped).")
     ] = None,
 ) -> None:
     """Render the reports of a run from its stored results (nothing is recomputed)."""
     from spectest.report import write_reports
 
-    for path in write_reports(run_dir, junit=junit, summary_md=summary_md):
+    junit_path = optional_output(junit, "--junit")
+    summary_path = optional_output(summary_md, "--summary-md")
+    for path in write_reports(run_dir, junit=junit_path, summary_md=summary_path):
         console().print(f"wrote {printable(path)}", markup=False)

@@ -15,6 +15,7 @@ from spectest.cli.common import (
     ThreadsOpt,
     boundary,
     err_console,
+    optional_output,
     progress_bars,
     show_result,
 )
@@ -36,9 +37,12 @@ def run(
         int | None, typer.Option(help="Override positions (tokens per sequence).")
     ] = None,
     set_: SetOpt = None,
-    junit: Annotated[Path | None, typer.Option(help="Also write JUnit XML here.")] = None,
+    junit: Annotated[
+        str | None, typer.Option(help="Also write JUnit XML here (empty: skipped).")
+    ] = None,
     summary_md: Annotated[
-        Path | None, typer.Option(help="Also write a markdown summary here (CI step summary).")
+        str | None,
+        typer.Option(help="Also write a markdown summary here (CI step summary; empty: skipped)."),
     ] = None,
     threads: ThreadsOpt = None,
     progress: ProgressOpt = True,
@@ -75,12 +79,17 @@ def run(
     from spectest.protocol import load_protocol
     from spectest.runner import RunOptions, run_protocol
 
+    junit_path = optional_output(junit, "--junit")
+    summary_path = optional_output(summary_md, "--summary-md")
     protocol = load_protocol(
         config,
         overrides={"models.device": device, "seeds.per_arm": seeds, "positions": positions},
         sets=set_ or [],
     )
+    from spectest.readiness import require_ready
     from spectest.shipped import shipped_name
+
+    require_ready(protocol)  # a missing engine set-up: one line, exit 4, before any work
 
     if shipped_name(protocol.source) and not Path(config).is_file():
         shipped = printable(protocol.source)
@@ -94,6 +103,11 @@ def run(
     )
     with progress_bars(progress) as cb:
         result = run_protocol(
-            protocol, out=out, options=options, progress=cb, junit=junit, summary_md=summary_md
+            protocol,
+            out=out,
+            options=options,
+            progress=cb,
+            junit=junit_path,
+            summary_md=summary_path,
         )
     show_result(result)  # exits with the stored verdict's code, even if printing fails

