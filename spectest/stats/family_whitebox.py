@@ -6,8 +6,9 @@ computed), both of its modes and their weighted Bonferroni within each arm — '
 tests per arm, ``spectest.stats.whitebox``; a support violation is a hard failure outside the
 split) and 'teacher' (two-sample tests candidate vs reference and the tolerance control,
 ``spectest.stats.whitebox_teacher``) —, the control (a rejected test of the *reference* arm means
-spectest's own p_t is wrong), the directed z's MDE as the family's resolution, teacher mode's
-sizing notes and ``WhiteboxResult``. Does not know: the other families, files, torch.
+spectest's own p_t is wrong), the directed z's MDE as the family's resolution and the role
+strata's per-role resolutions (a note), teacher mode's sizing notes and ``WhiteboxResult``.
+Does not know: the other families, files, torch.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class WhiteboxFamily:
             resolution_unit="excess mass on {q > p} per token (directed z)",
             black_box=False,
             control_failed=bool(len(ref) and ref["reject"].astype(bool).any()),
-            notes=_teacher_notes(inputs, cand, alpha, dz_mde) if teacher else (),
+            notes=_teacher_notes(inputs, cand, alpha, dz_mde) if teacher else _role_notes(cand),
             support_violation=support,
         )  # fmt: skip
 
@@ -114,7 +115,7 @@ def exact_whitebox_frame(
 ) -> pd.DataFrame:
     """Exact mode: each arm's one-sample tests, weighted Bonferroni within each arm's family
     (``whitebox.WHITEBOX_WEIGHTS``); support violations are hard failures, outside the split."""
-    wb = whitebox.whitebox_tests(samples, [reference, candidate], rng, rounds=rounds)
+    wb = whitebox.whitebox_tests(samples, [reference, candidate], rng, rounds=rounds, alpha=alpha)
     if not len(wb):
         return empty_frame(WHITEBOX_TABLE)
     p = wb["pvalue"].to_numpy(dtype=np.float64)
@@ -163,6 +164,23 @@ def _weighted_within_arms(wb: pd.DataFrame, weights: dict[str, float]) -> np.nda
             rows["test"].tolist(), rows["pvalue"].to_numpy(dtype=np.float64), weights
         )
     return p_adj
+
+
+def _role_notes(cand: pd.DataFrame) -> tuple[str, ...]:
+    """Exact mode: the per-role resolutions of the role strata that ran (the sup-CDF distance of
+    each stratum's PIT from U(0, 1) resolved at 80 % power, ``whitebox.dkw_resolution``)."""
+    if not len(cand):
+        return ()
+    roles = cand[cand["test"].astype(str).str.startswith("role_pit_")]
+    if not len(roles):
+        return ()
+    parts = [
+        f"{str(r.test).removeprefix('role_pit_')} {int(r.n)} tokens, sup-CDF distance "
+        f"{float(r.mde):.3g}"
+        for r in roles.itertuples(index=False)
+    ]
+    return ("white-box by role (PIT under each role's own law; resolution at 80 % power, DKW "
+            "bound): " + "; ".join(parts),)  # fmt: skip
 
 
 def _teacher_notes(
