@@ -6,9 +6,9 @@ Each replication generates ``--seeds`` sequences per config (disjoint seed range
 replications, an exact binomial count) with ``builtin.speculative_decode`` and white-box
 columns recorded at generation time, then runs ``stats.whitebox.whitebox_tests`` on them.
 Decisions at ``--alpha`` (default 0.05): each test alone, the white-box family with the pooled
-split only (``whitebox._POOLED_WEIGHTS``, the split before issue 22, role tests ignored) and
-with the role tests (``whitebox.WHITEBOX_WEIGHTS``), both weighted Bonferroni. In a real run the
-family gets a share of α (``stats.analyze``); the ranking of the two splits does not depend on it.
+split only (``whitebox.WHITEBOX_WEIGHTS``, the split before issue 22, role tests ignored) and
+with the role tests (``whitebox.WHITEBOX_ROLE_WEIGHTS``), both weighted Bonferroni. In a real
+run the family gets a share of α (``stats.analyze``).
 
 Pairs: ``toy`` (``ToyLM(10, 3, 1.5, seed=4)`` and its 0.8-perturbed draft; fast on CPU, for
 volume) and ``bundled`` (the bundled byte-level pair; GPU: tools/gpu/whitebox_roles.sh). Two
@@ -96,8 +96,8 @@ def decisions(pv: dict[str, float], alpha: float) -> dict[str, bool]:
     """Each test alone at α, and the family under the pooled and the role-stratified splits."""
     out = {t: bool(p <= alpha) for t, p in pv.items() if t != "support"}
     support = pv.get("support", 1.0) == 0.0
-    for name, weights in (("family_pooled", whitebox._POOLED_WEIGHTS),
-                          ("family_roles", whitebox.WHITEBOX_WEIGHTS)):  # fmt: skip
+    for name, weights in (("family_pooled", whitebox.WHITEBOX_WEIGHTS),
+                          ("family_roles", whitebox.exact_weights(list(pv)))):  # fmt: skip
         tests = [t for t in pv if t in weights]
         p_adj, _ = whitebox.weighted_bonferroni(tests, np.array([pv[t] for t in tests]), weights)
         out[name] = support or bool((p_adj <= alpha).any())

@@ -181,3 +181,16 @@ def test_exact_sampler_strata_are_uniform_and_role_mutants_are_caught(onehot: bo
     for mutant, test in caught.items():
         got = _role_pvalues(_role_frame(mutant, onehot))
         assert got[test] <= 1e-4, (mutant, got)
+
+
+def test_role_split_is_fixed_and_only_used_with_role_tests() -> None:
+    """The role split sums to 1, every share ≥ 0.05, the pooled tests keep 0.70 and AD the
+    largest share; an arm without role tests keeps the pooled split of before (identity)."""
+    w = whitebox.WHITEBOX_ROLE_WEIGHTS
+    assert sum(w.values()) == pytest.approx(1.0) and min(w.values()) >= 0.05
+    pooled = sum(v for t, v in w.items() if t in whitebox.WHITEBOX_WEIGHTS)
+    assert pooled == pytest.approx(0.70) and max(w, key=w.__getitem__) == "pit_ad"
+    assert set(whitebox.ROLE_WEIGHTS) | set(whitebox.WHITEBOX_WEIGHTS) == set(w)
+    plain = ["directed_z", "pit_ks", "pit_cvm", "pit_ad", "acceptance"]
+    assert whitebox.exact_weights(plain) is whitebox.WHITEBOX_WEIGHTS
+    assert whitebox.exact_weights([*plain, "reuse_bonus"]) is w

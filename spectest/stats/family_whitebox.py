@@ -13,6 +13,7 @@ Does not know: the other families, files, torch.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,7 +115,7 @@ def exact_whitebox_frame(
     alpha: float,
 ) -> pd.DataFrame:
     """Exact mode: each arm's one-sample tests, weighted Bonferroni within each arm's family
-    (``whitebox.WHITEBOX_WEIGHTS``); support violations are hard failures, outside the split."""
+    (``whitebox.exact_weights``); support violations are hard failures, outside the split."""
     wb = whitebox.whitebox_tests(samples, [reference, candidate], rng, rounds=rounds, alpha=alpha)
     if not len(wb):
         return empty_frame(WHITEBOX_TABLE)
@@ -122,7 +123,7 @@ def exact_whitebox_frame(
     is_support = wb["test"].to_numpy() == "support"
     p_adj = p.copy()
     if (~is_support).any():
-        p_adj[~is_support] = _weighted_within_arms(wb[~is_support], whitebox.WHITEBOX_WEIGHTS)
+        p_adj[~is_support] = _weighted_within_arms(wb[~is_support], whitebox.exact_weights)
     wb["p_adj"] = p_adj
     wb["reject"] = np.where(
         is_support, wb["statistic"].to_numpy(dtype=np.float64) > 0, p_adj <= alpha
@@ -146,22 +147,26 @@ def teacher_whitebox_frame(
     )  # fmt: skip
     if not len(wb):
         return empty_frame(WHITEBOX_TABLE)
-    p_adj = _weighted_within_arms(wb, whitebox_teacher.TEACHER_WEIGHTS)
+    p_adj = _weighted_within_arms(wb, lambda tests: whitebox_teacher.TEACHER_WEIGHTS)
     wb["p_adj"] = p_adj
     wb["reject"] = p_adj <= alpha
     return wb
 
 
-def _weighted_within_arms(wb: pd.DataFrame, weights: dict[str, float]) -> np.ndarray:
+def _weighted_within_arms(
+    wb: pd.DataFrame, weights_for: Callable[[Sequence[str]], dict[str, float]]
+) -> np.ndarray:
     """Weighted Bonferroni (``whitebox.weighted_bonferroni``) within each arm's rows of ``wb``:
-    p_adj per row, in row order; the weights renormalised over the tests each arm ran."""
+    p_adj per row, in row order; the weights (``weights_for`` the arm's tests) renormalised
+    over the tests each arm ran."""
     p_adj = np.ones(len(wb), dtype=np.float64)
     arms = wb["arm"].to_numpy()
     for arm in pd.unique(arms):
         idx = np.flatnonzero(arms == arm)
         rows = wb.iloc[idx]
+        tests = rows["test"].tolist()
         p_adj[idx], _ = whitebox.weighted_bonferroni(
-            rows["test"].tolist(), rows["pvalue"].to_numpy(dtype=np.float64), weights
+            tests, rows["pvalue"].to_numpy(dtype=np.float64), weights_for(tests)
         )
     return p_adj
 

@@ -7,7 +7,8 @@ per-slot stratification (``acceptance_by_slot``), the role-stratified PITs (``ro
 accepted / recovered / bonus tokens, each against its own law), the exact support check
 (``support_check``), validation of the ``wb_*`` columns, ``whitebox_tests``
 which runs all of them on each arm and returns a tidy DataFrame, and the α split inside the
-family (``WHITEBOX_WEIGHTS``, ``weighted_bonferroni``; ``stats.analyze`` applies it per arm).
+family (``WHITEBOX_WEIGHTS``, ``WHITEBOX_ROLE_WEIGHTS``, ``exact_weights``,
+``weighted_bonferroni``; ``stats.analyze`` applies it per arm).
 
 Does not know: how p_t / q_t were computed (``engines/teacher.py`` fills the ``wb_*`` columns,
 see ``spectest.schema``), two-sample tests, multiplicity across families.
@@ -534,24 +535,25 @@ def _complete(values: np.ndarray, column: str, arm: str) -> bool:
 
 WHITEBOX_COLUMNS = ["arm", "test", "statistic", "pvalue", "pvalue_one_sided", "n", "mde", "detail"]
 
-# The α split inside the exact white-box family (weighted Bonferroni, ``weighted_bonferroni``):
-# each test's share of the family's α, renormalised over the tests that ran (no rounds → no
-# acceptance tests; no q → no directed z; no role columns → no role strata, and the split is the
-# pooled one below). "support" is not in it (a hard failure). The pooled shares were chosen from
-# measured power on three alternatives — the ε = 0.05 acceptor, a verifier at the wrong
-# temperature, a wrong reported q — as the split maximising the worst ratio of the family's
-# power to the best single test's (results/LOG.md, 2026-11-30 h10; the reasoning in
-# ``stats.whitebox_teacher``'s Notes, "The α split": the p/q-ordered PIT's Anderson–Darling sees
-# acceptance bias in the upper tail nearly as well as the directed z, and law errors it cannot).
-# Measured family power (ε / temperature / wrong q): equal split 0.70 / 0.445 / 0.35, these
-# weights 0.72 / 0.675 / 0.405. The role tests (issue 22) take 0.30 of it, fixed before any
-# data: the bonus and recovered strata 0.05 each and their reused-uniform z 0.06 each (the
-# role-confined bugs of the catalogue live there: ``bonus_reuse_accept_uniform``,
-# ``bonus_wrong_row``, ``residual_from_p``, ``reuse_accept_uniform``), accepted drafts 0.03
-# (their law is min(p, q), which an acceptance bug moves together with the rate the pooled
-# tests already see), the per-slot acceptance χ² 0.05; the pooled shares are scaled by 0.70
-# (what that costs and buys: results/LOG.md, 2026-12-01 h24).
-_POOLED_WEIGHTS = {
+# The α split inside the exact white-box family (weighted Bonferroni, ``weighted_bonferroni``): each
+# test's share of the family's α, renormalised over the tests that ran (no rounds → no acceptance
+# tests; no q → no directed z; no role columns → no role tests). "support" is not in it (a hard
+# failure). The pooled shares were chosen from measured power on three alternatives — the ε = 0.05
+# acceptor, a verifier at the wrong temperature, a wrong reported q — as the split maximising the
+# worst ratio of the family's power to the best single test's (results/LOG.md, 2026-11-30 h10; the
+# reasoning in ``stats.whitebox_teacher``'s Notes, "The α split": the p/q-ordered PIT's
+# Anderson–Darling sees acceptance bias in the upper tail nearly as well as the directed z, and law
+# errors it cannot). Measured family power (ε / temperature / wrong q): equal split 0.70 / 0.445 /
+# 0.35, these weights 0.72 / 0.675 / 0.405. With the role tests (issue 22) the pooled tests keep
+# 0.70, fixed before any data: KS and CvM stay at 0.05 (every share ≥ 0.05,
+# tests/test_stats_whitebox_weights.py), the 0.30 comes out of AD (0.65 → 0.43), the directed z
+# (0.15 → 0.12) and the acceptance z (0.10 → 0.05); each role test gets 0.05 — the accepted,
+# recovered and bonus PITs, the recovered and bonus reuse tests (the role-confined bugs of the
+# catalogue live there: ``bonus_reuse_accept_uniform``, ``bonus_wrong_row``, ``residual_from_p``,
+# ``reuse_accept_uniform``) and the per-slot acceptance χ². What that costs and buys:
+# results/LOG.md, 2026-12-01 h24. An arm without role tests (plain decode, teacher-forced or black-
+# box engines) keeps the pooled split exactly (``exact_weights``).
+WHITEBOX_WEIGHTS: dict[str, float] = {  # the pooled split (no role tests)
     "directed_z": 0.15,
     "pit_ks": 0.05,
     "pit_cvm": 0.05,
@@ -559,17 +561,28 @@ _POOLED_WEIGHTS = {
     "acceptance": 0.10,
 }
 ROLE_WEIGHTS: dict[str, float] = {
-    "role_pit_accepted": 0.03,
+    "role_pit_accepted": 0.05,
     "role_pit_recovered": 0.05,
     "role_pit_bonus": 0.05,
-    "reuse_recovered": 0.06,
-    "reuse_bonus": 0.06,
+    "reuse_recovered": 0.05,
+    "reuse_bonus": 0.05,
     "acceptance_slots": 0.05,
 }
-WHITEBOX_WEIGHTS: dict[str, float] = {
-    **{k: 0.70 * v for k, v in _POOLED_WEIGHTS.items()},
+WHITEBOX_ROLE_WEIGHTS: dict[str, float] = {  # with the role tests
+    "directed_z": 0.12,
+    "pit_ks": 0.05,
+    "pit_cvm": 0.05,
+    "pit_ad": 0.43,
+    "acceptance": 0.05,
     **ROLE_WEIGHTS,
 }
+
+
+def exact_weights(tests: Sequence[str]) -> dict[str, float]:
+    """The exact-mode split for one arm's ``tests``: ``WHITEBOX_ROLE_WEIGHTS`` when any role
+    test ran, else the pooled split ``WHITEBOX_WEIGHTS`` (the split before issue 22, for every
+    arm without role columns). Chosen from which tests ran, never from p-values."""
+    return WHITEBOX_ROLE_WEIGHTS if any(t in ROLE_WEIGHTS for t in tests) else WHITEBOX_WEIGHTS
 
 
 def weighted_bonferroni(
@@ -615,10 +628,10 @@ def whitebox_tests(
 
     Tests: "support" (always, when wb_p is present), "pit_ks", "pit_cvm", "pit_ad" (wb_p and
     wb_cdf_lo), "directed_z" (wb_p_a, wb_in_a; skipped when q is unknown, i.e. Σ p_A(1 − p_A)
-    = 0), "acceptance" and "acceptance_slots" (``rounds`` given and wb_overlap finite),
-    "role_pit_<role>" for each role stratum with tokens and "reuse_recovered" / "reuse_bonus"
-    (``role_pit_tests``; role columns present and finite for the arm: the built-in speculative
-    loop's; never a plain arm). Columns: ``WHITEBOX_COLUMNS``;
+    = 0), "acceptance" (``rounds`` given and wb_overlap finite); with the arm's role columns
+    (present and finite: the built-in speculative loop's; never a plain arm) also
+    "acceptance_slots" (with rounds), "role_pit_<role>" for each role stratum with tokens and
+    "reuse_recovered" / "reuse_bonus" (``role_pit_tests``). Columns: ``WHITEBOX_COLUMNS``;
     ``pvalue_one_sided`` is the directed z's excess-on-A p-value and ``mde`` its minimum
     detectable mean excess per token; a role stratum's ``mde`` is its ``dkw_resolution`` at its
     share of ``alpha`` (the sup-CDF distance from U(0, 1) it resolves; NaN for the others).
@@ -692,6 +705,12 @@ def whitebox_tests(
                         detail=f"rate {acc.observed_rate:.4f} vs Σmin(p,q) {acc.expected_rate:.4f}",
                     )
                 )
+        roles_here = has_roles and _complete(
+            sub[sc.WB_ROLE_P].to_numpy(dtype=np.float64), sc.WB_ROLE_P, arm
+        )
+        if has_overlap and rounds is not None and roles_here:
+            # a role test: only beside the role columns, so an arm without them keeps the
+            # pooled tests and split of before (``exact_weights``)
             by_slot = acceptance_by_slot(rounds, samples, arm)
             if by_slot.dof > 0:
                 rates = ", ".join(
@@ -710,7 +729,7 @@ def whitebox_tests(
                         detail=f"χ²_{by_slot.dof} over slots; rate/Σmin(p,q) by slot: {rates}",
                     )
                 )
-        if has_roles and _complete(sub[sc.WB_ROLE_P].to_numpy(dtype=np.float64), sc.WB_ROLE_P, arm):
+        if roles_here:
             for rp in role_pit_tests(sub, rng):
                 # the nominal share: renormalising over the tests that ran can only raise it
                 w = alpha * ROLE_WEIGHTS[f"role_pit_{rp.role}"]
