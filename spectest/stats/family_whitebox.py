@@ -90,7 +90,7 @@ class WhiteboxFamily:
         return WhiteboxResult.of(
             self, alpha, wb, tested.to_numpy(), tuple(map(_failure, rej.itertuples(index=False))),
             resolution=dz_mde,
-            resolution_unit="excess mass on {q > p} per token (directed z)",
+            resolution_unit="excess mass on {q > p} per token (directed z)" + _role_unit(cand),
             black_box=False,
             control_failed=bool(len(ref) and ref["reject"].astype(bool).any()),
             notes=_teacher_notes(inputs, cand, alpha, dz_mde) if teacher else _role_notes(cand),
@@ -169,6 +169,21 @@ def _weighted_within_arms(
             tests, rows["pvalue"].to_numpy(dtype=np.float64), weights_for(tests)
         )
     return p_adj
+
+
+def _role_unit(cand: pd.DataFrame) -> str:
+    """The per-role resolutions for the resolution line ("" without role tests): each role
+    stratum's sup-CDF distance resolved at 80 % power (``whitebox.dkw_resolution``)."""
+    if not len(cand):
+        return ""
+    roles = cand[cand["test"].astype(str).str.startswith("role_pit_")]
+    if not len(roles):
+        return ""
+    parts = [
+        f"{str(r.test).removeprefix('role_pit_')} {float(r.mde):.3g}"
+        for r in roles.itertuples(index=False)
+    ]
+    return "; by role, sup-CDF distance of the role PIT: " + ", ".join(parts)
 
 
 def _role_notes(cand: pd.DataFrame) -> tuple[str, ...]:
