@@ -18,6 +18,18 @@ each emitted sequence under the *same* sampling pipeline (post temperature/top-k
 - ``wb_overlap`` float64: sum_v min(p_t(v), q_t(v)) (the one-step acceptance probability; NaN
   when q is unknown).
 
+Optional role columns (``ROLE_COLUMNS``; the built-in speculative loop's observer records them,
+``engines.recorder``): ``wb_role`` string (``ROLES``: accepted / recovered / bonus; plain
+decode has none), ``wb_slot`` int32 (the token's index among its round's emitted tokens),
+``wb_role_p`` / ``wb_role_cdf_lo`` float64: the token's mass and the mass strictly below it in
+token-id order under its *role's* law given p and q — accepted: min(p, q)/Σ min(p, q);
+recovered: max(0, p − q)/Σ max(0, p − q) (p where that is empty, as the sampler); bonus: p.
+``wb_role_ratio`` float64: min(1, p(x)/q(x)) of the last draft decided before a final token —
+the rejected draft for a recovered token, x_K for a bonus (NaN for an accepted draft).
+``wb_role_beyond`` bool / ``wb_role_tail`` float64: a bonus whose CDF interval lies at or above
+r, a recovered token whose interval lies at or below r (what a reused acceptance uniform never
+gives), and the role law's mass of such tokens (NaN for accepted drafts).
+
 The bring-your-own schema of ``spectest compare`` is the samples table without ``arm``.
 
 Rounds (speculative telemetry, one row per row-round)
@@ -58,6 +70,17 @@ WB_P_A = "wb_p_a"
 WB_IN_A = "wb_in_a"
 WB_OVERLAP = "wb_overlap"
 WHITEBOX_COLUMNS = (WB_P, WB_CDF_LO, WB_P_A, WB_IN_A, WB_OVERLAP)
+WB_ROLE = "wb_role"
+WB_SLOT = "wb_slot"
+WB_ROLE_P = "wb_role_p"
+WB_ROLE_CDF_LO = "wb_role_cdf_lo"
+WB_ROLE_RATIO = "wb_role_ratio"
+WB_ROLE_BEYOND = "wb_role_beyond"
+WB_ROLE_TAIL = "wb_role_tail"
+ROLE_COLUMNS = (
+    WB_ROLE, WB_SLOT, WB_ROLE_P, WB_ROLE_CDF_LO, WB_ROLE_RATIO, WB_ROLE_BEYOND, WB_ROLE_TAIL
+)  # fmt: skip
+ROLES = ("plain", "accepted", "recovered", "bonus")  # an emitted token's role; code = index
 
 # Arm names used by the built-in plan. Teeth arms are named "null", "eps=<value>", "mutant:<name>".
 REFERENCE = "reference"
@@ -81,6 +104,16 @@ WHITEBOX_FIELDS = [
     pa.field(WB_OVERLAP, pa.float64()),
 ]
 SAMPLES_WB_SCHEMA = pa.schema(list(SAMPLES_SCHEMA) + WHITEBOX_FIELDS)
+ROLE_FIELDS = [
+    pa.field(WB_ROLE, pa.string()),
+    pa.field(WB_SLOT, pa.int32()),
+    pa.field(WB_ROLE_P, pa.float64()),
+    pa.field(WB_ROLE_CDF_LO, pa.float64()),
+    pa.field(WB_ROLE_RATIO, pa.float64()),
+    pa.field(WB_ROLE_BEYOND, pa.bool_()),
+    pa.field(WB_ROLE_TAIL, pa.float64()),
+]
+SAMPLES_ROLE_SCHEMA = pa.schema(list(SAMPLES_WB_SCHEMA) + ROLE_FIELDS)
 BYO_SCHEMA = pa.schema([f for f in SAMPLES_SCHEMA if f.name != ARM])
 
 ROUNDS_SCHEMA = pa.schema(

@@ -596,7 +596,9 @@ def _clear_own_files(p: Path) -> None:
 
 
 def samples_schema(df: pd.DataFrame) -> pa.Schema:
-    """The samples schema, with the white-box columns when the table has them."""
+    """The samples schema, with the white-box (and role) columns when the table has them."""
+    if schema.WB_ROLE_P in df.columns:
+        return schema.SAMPLES_ROLE_SCHEMA
     return schema.SAMPLES_WB_SCHEMA if schema.WB_P in df.columns else schema.SAMPLES_SCHEMA
 
 

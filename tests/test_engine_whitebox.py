@@ -220,8 +220,9 @@ def test_roles_and_round_offsets_follow_the_rounds(onehot: bool) -> None:
     )
     plain = speculative_decode(target, draft, PROMPT, ROWS, drafter=drafter, variant=v, **common)
     assert got.whitebox is not None and plain.whitebox is not None and got.rounds is not None
-    assert list(got.whitebox.columns) == [*schema.WHITEBOX_COLUMNS, "role", "round_offset"]
-    assert got.whitebox[list(schema.WHITEBOX_COLUMNS)].equals(plain.whitebox)
+    cols = [*schema.WHITEBOX_COLUMNS, *schema.ROLE_COLUMNS]
+    assert list(got.whitebox.columns) == [*cols, "role", "round_offset"]
+    assert got.whitebox[cols].equals(plain.whitebox)
     role = np.full(len(ROWS) * T, "", dtype=object)
     offset = np.full(len(ROWS) * T, -1)
     for r in got.rounds.itertuples():
@@ -231,7 +232,9 @@ def test_roles_and_round_offsets_follow_the_rounds(onehot: bool) -> None:
             role[at], offset[at] = ("accepted" if o < r.accepted else final), o
     assert (offset >= 0).all()  # every position belongs to exactly one round
     assert got.whitebox["role"].tolist() == role.tolist()
+    assert got.whitebox[schema.WB_ROLE].tolist() == role.tolist()
     assert np.array_equal(got.whitebox["round_offset"].to_numpy(), offset)
+    assert np.array_equal(got.whitebox[schema.WB_SLOT].to_numpy(), offset)
     assert set(role) == set(ROLES[1:])  # accepted, recovered and bonus all occur
     out = plain_decode(target, PROMPT, ROWS, draft=draft, drafter=drafter, whitebox_roles=True,
                        **common)  # fmt: skip

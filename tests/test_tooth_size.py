@@ -25,6 +25,7 @@ TOL = 1e-9
 TEETH = [
     "eps_biased:0.5", "residual_from_p", "always_accept", "swapped_filter_order",
     "reuse_accept_uniform", "onehot_softmax_q", "raw_q", "bonus_wrong_row", "target_unprocessed",
+    "bonus_reuse_accept_uniform",
 ]  # fmt: skip
 
 

@@ -6,7 +6,8 @@ p_t and q_t into ``schema.WHITEBOX_COLUMNS`` (``teacher.law_columns``), buffered
 read back row-major, aligned with ``builtin.to_samples_frame`` (``frame``); ``teacher_q``, the
 drafter's exact law at given slots (what teacher forcing calls q). Each emitted token's role in
 its round (plain / accepted / recovered / bonus) and its offset in the round are recorded too
-(``roles_frame``: beside the white-box table, not in it).
+(``roles_frame``), and the speculative observer's ``frame`` carries ``schema.ROLE_COLUMNS``:
+each token's role, slot, and mass and CDF under its role's law (``teacher.role_columns``).
 Knows nothing about statistics or files, nor how the loops sample: it reads the laws they
 sampled from (``sampling.pipeline.SampledRound``).
 
@@ -39,7 +40,7 @@ from spectest.sampling.params import SamplingTensors
 from spectest.sampling.pipeline import Pipeline, RoundSampler, SampledRound
 from spectest.sampling.transforms import logits_to_probs
 
-ROLES = ("plain", "accepted", "recovered", "bonus")  # an emitted token's role; code = index
+ROLES = schema.ROLES  # an emitted token's role; code = index
 PLAIN, ACCEPTED, RECOVERED, BONUS = range(len(ROLES))
 
 # NOTE: the float64 [rows, V] temporaries of ``whitebox_columns`` (p, q, the order key, masks)
@@ -49,20 +50,28 @@ _WB_CHUNK_ELEMENTS = 1 << 26
 
 class _Recorder:
     """Buffers ``[B, width + 1]`` per white-box column (and the role and round offset), filled
-    as tokens are committed; the last column is a scratch slot for tokens not committed."""
+    as tokens are committed; the last column is a scratch slot for tokens not committed. With
+    ``roles``, each token's mass and CDF under its role's law too (``teacher.role_columns``),
+    and ``frame`` carries ``schema.ROLE_COLUMNS``."""
 
-    def __init__(self, B: int, width: int, device: torch.device) -> None:
-        self.dump = width
+    def __init__(self, B: int, width: int, device: torch.device, roles: bool = False) -> None:
+        self.dump, self.roles = width, roles
         self.buf: dict[str, torch.Tensor] = {}
-        for c in schema.WHITEBOX_COLUMNS:
-            if c == schema.WB_IN_A:
+        for c in self._buffered_columns():
+            if c in (schema.WB_IN_A, schema.WB_ROLE_BEYOND):
                 self.buf[c] = torch.zeros((B, width + 1), dtype=torch.bool, device=device)
             else:
                 self.buf[c] = torch.full(
                     (B, width + 1), float("nan"), dtype=torch.float64, device=device
                 )
-        self.role = torch.full((B, width + 1), -1, dtype=torch.int64, device=device)
+        self.role = torch.full((B, width + 1), -1, dtype=torch.int64, device=device)  # -1: none
         self.offset = torch.full((B, width + 1), -1, dtype=torch.int64, device=device)
+
+    def _buffered_columns(self) -> tuple[str, ...]:
+        """The per-token columns buffered: the white-box ones, and with ``roles`` the role
+        columns computed from the laws (``schema.ROLE_COLUMNS`` past the role and slot)."""
+        extra = schema.ROLE_COLUMNS[2:] if self.roles else ()
+        return (*schema.WHITEBOX_COLUMNS, *extra)
 
     def record(
         self,
@@ -72,32 +81,50 @@ class _Recorder:
         start: torch.Tensor,
         commit: torch.Tensor,
         role: torch.Tensor,
+        ratio: torch.Tensor | None = None,
     ) -> None:
         """Columns of ``tokens`` ``[B, J]`` under ``p`` (and ``q``) ``[B, J, *]``, stored with
-        their ``role`` ``[B, J]`` at positions ``start[b] + j`` where ``commit`` ``[B, J]`` holds;
-        computed ``_WB_CHUNK_ELEMENTS`` at a time (``teacher.law_columns``)."""
+        their ``role`` ``[B, J]`` (and, with ``roles``, ``ratio`` ``[B, J]``: ``wb_role_ratio``)
+        at positions ``start[b] + j`` where ``commit`` ``[B, J]`` holds; computed
+        ``_WB_CHUNK_ELEMENTS`` at a time (``teacher.law_columns``, ``teacher.role_columns``)."""
         B, J = int(tokens.shape[0]), int(tokens.shape[1])
         toks = torch.where(commit, tokens, torch.zeros_like(tokens)).reshape(B * J)  # [B*J]
         flat_p, flat_q = p.flat(), None if q is None else q.flat()  # [B*J, *]
         step = max(1, _WB_CHUNK_ELEMENTS // max(1, flat_p.width, 1 if q is None else q.width))
-        parts: dict[str, list[torch.Tensor]] = {c: [] for c in schema.WHITEBOX_COLUMNS}
+        cols_out = self._buffered_columns()
+        parts: dict[str, list[torch.Tensor]] = {c: [] for c in cols_out}
+        flat_role = role.reshape(B * J)  # [B*J]
         for lo in range(0, B * J, step):
             q_rows = None if flat_q is None else flat_q.rows(lo, step)
-            cols = teacher.law_columns(flat_p.rows(lo, step), q_rows, toks[lo : lo + step])
-            for c in schema.WHITEBOX_COLUMNS:
+            p_rows, t_rows = flat_p.rows(lo, step), toks[lo : lo + step]
+            cols = teacher.law_columns(p_rows, q_rows, t_rows)
+            if self.roles:
+                assert ratio is not None
+                r_rows = ratio.reshape(B * J)[lo : lo + step]
+                role_rows = flat_role[lo : lo + step]
+                cols |= teacher.role_columns(p_rows, q_rows, t_rows, role_rows, r_rows)
+                cols[schema.WB_ROLE_RATIO] = r_rows
+            for c in cols_out:
                 parts[c].append(cols[c])
         j = torch.arange(J, device=tokens.device)[None, :]  # [1, J]
         idx = torch.where(commit, start[:, None] + j, self.dump)  # [B, J]
-        for c in schema.WHITEBOX_COLUMNS:
+        for c in cols_out:
             self.buf[c].scatter_(1, idx, torch.cat(parts[c]).reshape(B, J))
         self.role.scatter_(1, idx, role)
         self.offset.scatter_(1, idx, j.expand(B, J))
 
     def frame(self, T: int) -> pd.DataFrame:
-        """The white-box columns of the first ``T`` positions, row-major (``B * T`` rows)."""
-        return pd.DataFrame(
-            {c: self.buf[c][:, :T].reshape(-1).cpu().numpy() for c in schema.WHITEBOX_COLUMNS}
-        )
+        """The white-box columns of the first ``T`` positions, row-major (``B * T`` rows); with
+        ``roles`` also ``schema.ROLE_COLUMNS`` (role None where nothing was recorded)."""
+        out = {c: self.buf[c][:, :T].reshape(-1).cpu().numpy() for c in schema.WHITEBOX_COLUMNS}
+        if self.roles:
+            codes = self.role[:, :T].reshape(-1).cpu().numpy()
+            names = np.asarray([*ROLES, None], dtype=object)  # code -1 → None
+            out[schema.WB_ROLE] = names[np.where(codes < 0, len(ROLES), codes)]
+            out[schema.WB_SLOT] = self.offset[:, :T].reshape(-1).cpu().numpy().astype(np.int32)
+            for c in schema.ROLE_COLUMNS[2:]:
+                out[c] = self.buf[c][:, :T].reshape(-1).cpu().numpy()
+        return pd.DataFrame(out)
 
     def roles_frame(self, T: int) -> pd.DataFrame:
         """``role`` (a name of ``ROLES``) and ``round_offset`` (the token's index among its
@@ -151,7 +178,7 @@ class RoundObserver(_Recorder):
     def __init__(
         self, B: int, width: int, device: torch.device, sampler: RoundSampler, drafter: DrafterSpec
     ) -> None:
-        super().__init__(B, width, device)
+        super().__init__(B, width, device, roles=True)
         self.sampler, self.drafter = sampler, drafter
 
     def on_round(
@@ -171,7 +198,15 @@ class RoundObserver(_Recorder):
         final = torch.full_like(a, BONUS).masked_fill(a < K, RECOVERED)  # [B, 1] after a drafts
         role = torch.where(j < a, torch.full_like(a, ACCEPTED), final)  # [B, K+1]
         p, q = self._p(t_logits, sampled), self._q(d_logits, sampled, draft_tokens)
-        self.record(p, q, res.emitted, pos, commit, role)
+        # the acceptance ratio of the last draft decided before each final token: the rejected
+        # x_a for a recovered token at slot a, x_K for the bonus (accepted drafts: NaN)
+        x = draft_tokens[..., None]  # [B, K, 1]
+        p_x = p.slots(0, K).prob_of(x).squeeze(-1)  # [B, K]
+        q_x = q.slots(0, K).prob_of(x).squeeze(-1)  # [B, K]
+        r = (p_x / q_x).nan_to_num(nan=0.0).clamp(max=1.0)  # [B, K]; q(x) = 0 < p(x) → 1
+        r_at = r.gather(1, j.clamp(max=K - 1).expand_as(role))  # [B, K+1]
+        ratio = torch.where(role == ACCEPTED, torch.full_like(r_at, float("nan")), r_at)
+        self.record(p, q, res.emitted, pos, commit, role, ratio)
 
     def _p(self, t_logits: torch.Tensor, sampled: SampledRound) -> Law:
         s = self.sampler

@@ -4,7 +4,9 @@ Owns: ``whitebox_columns`` (p_t, q_t and the emitted tokens → ``wb_p``, ``wb_c
 ``wb_in_a``, ``wb_overlap``; a pure function, also used by the hf backend), its shortlist twin
 ``whitebox_columns_shortlist`` (the same values from a ``sampling.laws.ShortlistLaw`` p in
 O(N·W)), ``law_columns`` (either, for any ``sampling.laws.Law``: what the decode loops' white-box
-recorder, ``engines.recorder``, calls), ``teacher_force`` (runs the local target — and draft —
+recorder, ``engines.recorder``, calls), ``role_columns`` (each emitted token's mass and CDF
+under its role's law in a speculative round — accepted / recovered / bonus — and its slow
+reference ``role_reference``), ``teacher_force`` (runs the local target — and draft —
 over prompt + emitted tokens under the exact sampling pipeline, batched) and a slow per-token
 reference ``whitebox_reference``.
 
@@ -177,6 +179,106 @@ def whitebox_columns_shortlist(
         out[schema.WB_IN_A] = (q_x > p_x)[:, 0]  # [N]
         out[schema.WB_OVERLAP] = torch.minimum(pp, q_p).sum(1)  # [N]
     return out
+
+
+ROLE_CODES = {name: i for i, name in enumerate(schema.ROLES)}
+
+
+def role_columns(
+    p: Law, q: Law | None, tokens: torch.Tensor, role: torch.Tensor, ratio: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """``wb_role_p`` and ``wb_role_cdf_lo`` ``[N]`` of tokens ``[N]`` with role codes ``[N]``
+    (``schema.ROLES``) under laws p, q ``[N, *]``: the token's mass and the mass strictly below
+    it in token-id order under its role's law, normalised; and, given ``ratio`` ``[N]``
+    (``wb_role_ratio`` r, NaN for accepted drafts), ``wb_role_beyond`` / ``wb_role_tail``: for
+    a bonus, whether the token's CDF interval lies at or above r (lo ≥ r) and the role law's
+    mass of such tokens; for a recovered token, whether it lies at or below r (lo + mass ≤ r)
+    and that mass (False / NaN for accepted drafts, plain tokens and r = 1: a rejection needs
+    r < 1, and nothing of positive mass lies above 1).
+
+    Notes
+    -----
+    The role laws (the exact chain sampler, ``sampling.rejection``): given the prefix and the
+    event that slot j's draft x ~ q is accepted (u ≤ p(x)/q(x)), x has law q·min(1, p/q) =
+    min(p, q), normalised by the acceptance probability Σ min(p, q); given a rejection at slot j
+    the recovered token has law max(0, p − q)/Σ max(0, p − q) (p where that sum is 0, the
+    sampler's fallback; a one-hot q = δ(x_j) gives p without x_j); a bonus token and a plain
+    token have law p. Token-id order is the inverse-CDF order ``categorical`` draws in, so a
+    reused or shifted uniform shows as a non-uniform PIT (the pooled ``wb_cdf_lo`` uses the p/q
+    order instead). min(p, q) and max(0, p − q) vanish off p's support, so a shortlist p is
+    summed on its shortlist only (O(N·W)); q without p (q = None) leaves every role at p.
+    A token of zero role mass (impossible for the exact sampler) gets ``wb_role_p`` 0.
+    ``beyond`` is what a uniform reused from the acceptance test can never give: a bonus drawn
+    with an accepting u < r lands on a token with lo ≤ u < r, a recovered token drawn with a
+    rejecting u > r on one with lo + mass > u > r; under H0 it has probability ``tail``
+    (``stats.whitebox.role_pit_tests``). lo of every id is one cumulative sum, so ``beyond`` of
+    the token and ``tail`` use the same numbers. Equal to ``role_reference``
+    (tests/test_engine_whitebox.py).
+    """
+    if isinstance(p, ShortlistLaw):
+        ids, pp = p.ids, p.probs  # [N, W]
+    else:
+        pp = p.dense()  # [N, V]
+        ids = torch.arange(int(pp.shape[-1]), device=pp.device)[None, :].expand_as(pp)
+    w = pp
+    if q is not None:
+        qq = q.prob_of(ids)  # [N, W] q at p's support
+        residual = (pp - qq).clamp(min=0.0)
+        residual = torch.where(~(residual.sum(-1, keepdim=True) > 0), pp, residual)
+        w = torch.where((role == ROLE_CODES["accepted"])[:, None], torch.minimum(pp, qq), w)
+        w = torch.where((role == ROLE_CODES["recovered"])[:, None], residual, w)
+    x = tokens[:, None]  # [N, 1]
+    zero = torch.zeros((), dtype=torch.float64, device=pp.device)
+    total = w.sum(-1)  # [N]
+    safe = torch.where(total > 0, total, torch.ones_like(total))[:, None]  # [N, 1]
+    m_all = w / safe  # [N, W] normalised role law
+    lo_all = (m_all.cumsum(-1) - m_all).clamp(min=0.0)  # [N, W] mass strictly below each id
+    at = ids == x  # [N, W]
+    mass = torch.where(at, m_all, zero).sum(-1)
+    lo = torch.where(ids < x, m_all, zero).sum(-1)
+    r = ratio[:, None]  # [N, 1]
+    bonus = (role == ROLE_CODES["bonus"])[:, None]
+    recovered = (role == ROLE_CODES["recovered"])[:, None]
+    final = (bonus | recovered) & (r < 1.0)  # [N, 1]; r = 1 (or NaN): nothing lies beyond it
+    beyond_all = torch.where(bonus, lo_all >= r, (lo_all + m_all) <= r) & final  # [N, W]
+    tail = torch.where(beyond_all, m_all, zero).sum(-1)
+    tail = torch.where(final[:, 0], tail.clamp(max=1.0), torch.full_like(tail, float("nan")))
+    beyond = (beyond_all & at & (m_all > 0)).any(-1)  # a token of zero role mass: False
+    return {
+        schema.WB_ROLE_P: mass.clamp(max=1.0),
+        schema.WB_ROLE_CDF_LO: lo.clamp(max=1.0),
+        schema.WB_ROLE_BEYOND: beyond,
+        schema.WB_ROLE_TAIL: tail,
+    }
+
+
+def role_reference(
+    p: Sequence[float], q: Sequence[float] | None, x: int, role: str, ratio: float
+) -> dict[str, float | bool]:
+    """Slow reference of ``role_columns`` for ONE token: build the role's law, walk the ids."""
+    V = len(p)
+    if q is None or role in ("plain", "bonus"):
+        w = list(p)
+    elif role == "accepted":
+        w = [min(p[v], q[v]) for v in range(V)]
+    else:
+        w = [max(0.0, p[v] - q[v]) for v in range(V)]
+        if not sum(w) > 0:
+            w = list(p)
+    total = sum(w)
+    m = [v / total for v in w] if total > 0 else [0.0] * V
+    lo = [sum(m[:v]) for v in range(V)]
+    final = role in ("bonus", "recovered") and ratio < 1.0  # False for NaN
+    if role == "bonus":
+        beyond = [lo[v] >= ratio for v in range(V)]
+    else:
+        beyond = [lo[v] + m[v] <= ratio for v in range(V)]
+    return {
+        schema.WB_ROLE_P: m[x],
+        schema.WB_ROLE_CDF_LO: lo[x],
+        schema.WB_ROLE_BEYOND: bool(final and beyond[x] and m[x] > 0),
+        schema.WB_ROLE_TAIL: sum(m[v] for v in range(V) if beyond[v]) if final else float("nan"),
+    }
 
 
 def _check_tokens(tokens: torch.Tensor, V: int, where: str) -> None:

@@ -43,7 +43,7 @@ LogitsFn = Callable[[tuple[int, ...]], torch.Tensor]  # context in the round →
 EDGE = 1e-7  # probes sit this fraction of a cell side (at least ULPS) inside its ends
 ULPS = 1e-15
 MERGE = 1e-12  # breakpoints closer than this are one
-ExtraBreaks = Callable[[int, torch.Tensor, torch.Tensor | None, int], Iterable[float]]
+ExtraBreaks = Callable[[int, torch.Tensor, torch.Tensor | None, int, torch.Tensor], Iterable[float]]
 
 
 class GridTooLarge(NumericsError):
@@ -273,8 +273,10 @@ def round_law(
     """The exact law of the tokens one round of ``variant`` emits (sequences of 1..K+1 tokens).
 
     ``target(ctx)``/``draft(ctx)`` give logits ``[V]`` after the round's context ``ctx`` (the
-    drafted tokens so far). ``extra_accept_breaks(j, p_j, q_j | None, x_j)`` adds thresholds of
-    acceptance uniform ``j`` that a mutant compares against (e.g. ``(1 + ε) p/q``). ``drafts``
+    drafted tokens so far). ``extra_accept_breaks(j, p_j, q_j | None, x_j, p_{j+1})`` adds
+    thresholds of acceptance uniform ``j`` that a mutant compares against (e.g. ``(1 + ε) p/q``,
+    or the CDF points of the next slot's law p_{j+1} for a mutant that draws the bonus with it).
+    ``drafts``
     (from ``draft_tree``, e.g. with ``max_drafts``): the draft sequences to use instead of all
     of them (``draft`` is then not called); the law is then the sub-measure over those drafts.
     ``max_cells``: raise ``GridTooLarge`` before evaluating a grid of more cells than that.
@@ -372,7 +374,7 @@ def _grid(
             qx = float(q_full[seq[j]])
             brk = [float(p_j[seq[j]]) / qx] if qx > 0 else []
             if extra_accept_breaks is not None:
-                brk += list(extra_accept_breaks(j, p_j, q_j, seq[j]))
+                brk += list(extra_accept_breaks(j, p_j, q_j, seq[j], tp[s_i, j + 1]))
             accept_grids.append(_pieces(brk))
         grids = [*accept_grids, _pieces(final_breaks)]
         n_cells += math.prod(len(m) for m, _ in grids)
@@ -444,7 +446,9 @@ def known_accept_breaks(variant_name: str) -> ExtraBreaks | None:
 
     ``eps_biased:<ε>``: ``(1 + ε) p/q``; ``bf16_ratio``: the bfloat16-rounded ratio;
     ``reuse_accept_uniform``: the residual CDF (the acceptance uniform doubles as the recovered
-    draw). Other variants need none; ``round_law(check=True)`` raises if one is missing.
+    draw); ``bonus_reuse_accept_uniform``: the next slot's CDF (the last acceptance uniform
+    doubles as the bonus draw; harmless extra breaks at the other slots). Other variants need
+    none; ``round_law(check=True)`` raises if one is missing.
     """
     name, _, arg = variant_name.partition(":")
 
@@ -453,18 +457,26 @@ def known_accept_breaks(variant_name: str) -> ExtraBreaks | None:
 
     if name == "eps_biased":
         eps = float(arg) if arg else 0.1
-        return lambda j, p, q, x: [(1 + eps) * float(p[x]) / q_at(q, x)] if q_at(q, x) > 0 else []
+        return lambda j, p, q, x, p_next: (
+            [(1 + eps) * float(p[x]) / q_at(q, x)] if q_at(q, x) > 0 else []
+        )
     if name == "bf16_ratio":
 
         def bf16(v: float) -> float:
             return float(torch.tensor(v, dtype=torch.float64).to(torch.bfloat16).double())
 
-        return lambda j, p, q, x: [bf16(float(p[x])) / bf16(q_at(q, x))] if q_at(q, x) > 0 else []
+        return lambda j, p, q, x, p_next: (
+            [bf16(float(p[x])) / bf16(q_at(q, x))] if q_at(q, x) > 0 else []
+        )
     if name == "reuse_accept_uniform":
 
-        def residual_cdf(j: int, p: torch.Tensor, q: torch.Tensor | None, x: int) -> list[float]:
+        def residual_cdf(
+            j: int, p: torch.Tensor, q: torch.Tensor | None, x: int, p_next: torch.Tensor
+        ) -> list[float]:
             qf = q if q is not None else torch.zeros_like(p).index_fill_(0, torch.tensor([x]), 1.0)
             return _cdf_points((p - qf).clamp(min=0))
 
         return residual_cdf
+    if name == "bonus_reuse_accept_uniform":
+        return lambda j, p, q, x, p_next: _cdf_points(p_next)
     return None

@@ -263,6 +263,26 @@ def _sample_reuse_accept_uniform(
     return assemble_round(dt, n, categorical(final_weights(tp, dp, dt, n, lens), uf), mask)
 
 
+def _sample_bonus_reuse_accept_uniform(
+    tp: Tensor,
+    dp: Tensor | None,
+    dt: Tensor,
+    ua: Tensor,
+    uf: Tensor,
+    *,
+    draft_lens: Tensor | None = None,
+) -> RoundResult:
+    lens = check_round_inputs(tp, dp, dt, ua, uf, draft_lens)
+    p_x, q_x, in_draft = drafted_probs(tp, dp, dt, lens)
+    mask = in_draft & (p_x > 0) & (ua <= p_x / q_x)
+    n = accepted_prefix_len(mask)  # [B]
+    K = int(dt.shape[1])
+    if K > 0:  # full acceptance: the bonus reuses the last acceptance uniform (<= p/q given it)
+        u_last = ua[_rows(ua), (lens - 1).clamp(min=0)]  # [B]
+        uf = torch.where((n == lens) & (lens > 0), u_last, uf)
+    return assemble_round(dt, n, categorical(final_weights(tp, dp, dt, n, lens), uf), mask)
+
+
 def _sample_commit_on_telemetry(
     tp: Tensor,
     dp: Tensor | None,
@@ -458,6 +478,16 @@ _CATALOGUE: dict[str, Callable[[], SpecVariant]] = {
         "rejection it is U(p/q, 1), not U(0, 1)). Observable at T > 0, K >= 1, residual with >= 2 "
         "tokens.",
         sample=_sample_reuse_accept_uniform,
+        differs=lambda p, onehot, K, q: _hot(p) and K >= 1,
+    ),
+    "bonus_reuse_accept_uniform": lambda: _make(
+        "bonus_reuse_accept_uniform",
+        "issue 22 (a plug-in author's bonus drawn with the last acceptance coin); the bonus-side "
+        "twin of FlashInfer #424 / SGLang #7207",
+        "On full acceptance the bonus is drawn with the last acceptance uniform u_K (given the "
+        "acceptance it is U(0, p/q), not U(0, 1): the bonus sits low in its CDF). Observable at "
+        "T > 0 with K >= 1; only bonus tokens are touched.",
+        sample=_sample_bonus_reuse_accept_uniform,
         differs=lambda p, onehot, K, q: _hot(p) and K >= 1,
     ),
     "commit_on_telemetry": lambda: _make(

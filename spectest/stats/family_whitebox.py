@@ -6,12 +6,14 @@ computed), both of its modes and their weighted Bonferroni within each arm — '
 tests per arm, ``spectest.stats.whitebox``; a support violation is a hard failure outside the
 split) and 'teacher' (two-sample tests candidate vs reference and the tolerance control,
 ``spectest.stats.whitebox_teacher``) —, the control (a rejected test of the *reference* arm means
-spectest's own p_t is wrong), the directed z's MDE as the family's resolution, teacher mode's
-sizing notes and ``WhiteboxResult``. Does not know: the other families, files, torch.
+spectest's own p_t is wrong), the directed z's MDE as the family's resolution and the role
+strata's per-role resolutions (a note), teacher mode's sizing notes and ``WhiteboxResult``.
+Does not know: the other families, files, torch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,10 +90,10 @@ class WhiteboxFamily:
         return WhiteboxResult.of(
             self, alpha, wb, tested.to_numpy(), tuple(map(_failure, rej.itertuples(index=False))),
             resolution=dz_mde,
-            resolution_unit="excess mass on {q > p} per token (directed z)",
+            resolution_unit="excess mass on {q > p} per token (directed z)" + _role_unit(cand),
             black_box=False,
             control_failed=bool(len(ref) and ref["reject"].astype(bool).any()),
-            notes=_teacher_notes(inputs, cand, alpha, dz_mde) if teacher else (),
+            notes=_teacher_notes(inputs, cand, alpha, dz_mde) if teacher else _role_notes(cand),
             support_violation=support,
         )  # fmt: skip
 
@@ -113,15 +115,15 @@ def exact_whitebox_frame(
     alpha: float,
 ) -> pd.DataFrame:
     """Exact mode: each arm's one-sample tests, weighted Bonferroni within each arm's family
-    (``whitebox.WHITEBOX_WEIGHTS``); support violations are hard failures, outside the split."""
-    wb = whitebox.whitebox_tests(samples, [reference, candidate], rng, rounds=rounds)
+    (``whitebox.exact_weights``); support violations are hard failures, outside the split."""
+    wb = whitebox.whitebox_tests(samples, [reference, candidate], rng, rounds=rounds, alpha=alpha)
     if not len(wb):
         return empty_frame(WHITEBOX_TABLE)
     p = wb["pvalue"].to_numpy(dtype=np.float64)
     is_support = wb["test"].to_numpy() == "support"
     p_adj = p.copy()
     if (~is_support).any():
-        p_adj[~is_support] = _weighted_within_arms(wb[~is_support], whitebox.WHITEBOX_WEIGHTS)
+        p_adj[~is_support] = _weighted_within_arms(wb[~is_support], whitebox.exact_weights)
     wb["p_adj"] = p_adj
     wb["reject"] = np.where(
         is_support, wb["statistic"].to_numpy(dtype=np.float64) > 0, p_adj <= alpha
@@ -145,24 +147,60 @@ def teacher_whitebox_frame(
     )  # fmt: skip
     if not len(wb):
         return empty_frame(WHITEBOX_TABLE)
-    p_adj = _weighted_within_arms(wb, whitebox_teacher.TEACHER_WEIGHTS)
+    p_adj = _weighted_within_arms(wb, lambda tests: whitebox_teacher.TEACHER_WEIGHTS)
     wb["p_adj"] = p_adj
     wb["reject"] = p_adj <= alpha
     return wb
 
 
-def _weighted_within_arms(wb: pd.DataFrame, weights: dict[str, float]) -> np.ndarray:
+def _weighted_within_arms(
+    wb: pd.DataFrame, weights_for: Callable[[Sequence[str]], dict[str, float]]
+) -> np.ndarray:
     """Weighted Bonferroni (``whitebox.weighted_bonferroni``) within each arm's rows of ``wb``:
-    p_adj per row, in row order; the weights renormalised over the tests each arm ran."""
+    p_adj per row, in row order; the weights (``weights_for`` the arm's tests) renormalised
+    over the tests each arm ran."""
     p_adj = np.ones(len(wb), dtype=np.float64)
     arms = wb["arm"].to_numpy()
     for arm in pd.unique(arms):
         idx = np.flatnonzero(arms == arm)
         rows = wb.iloc[idx]
+        tests = rows["test"].tolist()
         p_adj[idx], _ = whitebox.weighted_bonferroni(
-            rows["test"].tolist(), rows["pvalue"].to_numpy(dtype=np.float64), weights
+            tests, rows["pvalue"].to_numpy(dtype=np.float64), weights_for(tests)
         )
     return p_adj
+
+
+def _role_unit(cand: pd.DataFrame) -> str:
+    """The per-role resolutions for the resolution line ("" without role tests): each role
+    stratum's sup-CDF distance resolved at 80 % power (``whitebox.dkw_resolution``)."""
+    if not len(cand):
+        return ""
+    roles = cand[cand["test"].astype(str).str.startswith("role_pit_")]
+    if not len(roles):
+        return ""
+    parts = [
+        f"{str(r.test).removeprefix('role_pit_')} {float(r.mde):.3g}"
+        for r in roles.itertuples(index=False)
+    ]
+    return "; by role, sup-CDF distance of the role PIT: " + ", ".join(parts)
+
+
+def _role_notes(cand: pd.DataFrame) -> tuple[str, ...]:
+    """Exact mode: the per-role resolutions of the role strata that ran (the sup-CDF distance of
+    each stratum's PIT from U(0, 1) resolved at 80 % power, ``whitebox.dkw_resolution``)."""
+    if not len(cand):
+        return ()
+    roles = cand[cand["test"].astype(str).str.startswith("role_pit_")]
+    if not len(roles):
+        return ()
+    parts = [
+        f"{str(r.test).removeprefix('role_pit_')} {int(r.n)} tokens, sup-CDF distance "
+        f"{float(r.mde):.3g}"
+        for r in roles.itertuples(index=False)
+    ]
+    return ("white-box by role (PIT under each role's own law; resolution at 80 % power, DKW "
+            "bound): " + "; ".join(parts),)  # fmt: skip
 
 
 def _teacher_notes(

@@ -2,10 +2,13 @@
 
 Owns: the randomized PIT (``pit_values``) and its uniformity tests (KS, Cramér–von Mises,
 Anderson–Darling → ``UniformityResult``), the directed z-test on A_t = {q_t > p_t}
-(``directed_z``), the acceptance-rate test against Σ min(p, q) (``acceptance_test``), the exact
-support check (``support_check``), validation of the ``wb_*`` columns, ``whitebox_tests``
+(``directed_z``), the acceptance-rate test against Σ min(p, q) (``acceptance_test``) and its
+per-slot stratification (``acceptance_by_slot``), the role-stratified PITs (``role_pit_tests``:
+accepted / recovered / bonus tokens, each against its own law), the exact support check
+(``support_check``), validation of the ``wb_*`` columns, ``whitebox_tests``
 which runs all of them on each arm and returns a tidy DataFrame, and the α split inside the
-family (``WHITEBOX_WEIGHTS``, ``weighted_bonferroni``; ``stats.analyze`` applies it per arm).
+family (``WHITEBOX_WEIGHTS``, ``WHITEBOX_ROLE_WEIGHTS``, ``exact_weights``,
+``weighted_bonferroni``; ``stats.analyze`` applies it per arm).
 
 Does not know: how p_t / q_t were computed (``engines/teacher.py`` fills the ``wb_*`` columns,
 see ``spectest.schema``), two-sample tests, multiplicity across families.
@@ -15,6 +18,18 @@ data and a token order depending only on the prefix, u_t = F_t(x_t⁻) + V_t·p_
 under H0 over all N·T emitted tokens, although the process is autoregressive (Rosenblatt 1952;
 Brockwell 2007; Czado, Gneiting & Held 2009). p_t must be the post-temperature/top-k/top-p law.
 Running every test on the plain (reference) arm too is the control on spectest's own p_t.
+
+Role strata (docs/roles.md "Why each stratum is exact"): let G_t be everything the
+sampler and the harness drew before emitted token t, together with the token's role R_t
+(accepted draft, recovered, bonus) and its slot in the round. Given G_t the token's law is its
+role's law (an accepted draft ~ min(p, q)/Σ min(p, q), a recovered token ~ the normalised
+residual, a bonus ~ p: ``engines.teacher.role_columns``), so u_t = F_R(x_t⁻) + V_t·f_R(x_t)
+with V_t ~ U(0, 1) independent is U(0, 1) given G_t and independent of it. Since u_1..u_{t−1}
+are G_t-measurable, the u_t are iid U(0, 1) (Rosenblatt 1952), and so is the subsequence of any
+one role: which tokens belong to a role is decided by G_t, before u_t (a selection by a
+predictable rule keeps an iid sequence iid; Doob 1936). Each stratum's uniformity test is thus
+exact given p and q, whatever the dependence between strata; the family's weighted Bonferroni
+(union bound) needs nothing more.
 """
 
 from __future__ import annotations
@@ -63,6 +78,42 @@ class AcceptanceResult:
     observed_rate: float  # accepted / attempted draft slots
     expected_rate: float  # Σ overlap / attempted draft slots
     n_attempted: int
+
+
+@dataclass(frozen=True)
+class SlotAcceptanceResult:
+    """Per-slot accepted drafts against Σ min(p, q): χ² = Σ_j z_j² over the slots that ran."""
+
+    statistic: float  # Σ z_j² (inf: a slot disagreed where every overlap was 0 or 1)
+    pvalue: float
+    dof: int  # slots with a finite z
+    z: tuple[float, ...]  # per slot j = 0..K−1 (NaN: slot not attempted or zero variance)
+    observed_rate: tuple[float, ...]
+    expected_rate: tuple[float, ...]
+    n_attempted: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ReuseResult:
+    """Final tokens "beyond" r against their conditional probability π: an e-value test of too
+    few (``reuse_test``)."""
+
+    statistic: float  # log E, E = Π(1 + π_t − 1[beyond_t])
+    pvalue: float  # min(1, 1/E)
+    n: int
+    observed: int  # Σ 1[beyond]
+    expected: float  # Σ π
+
+
+@dataclass(frozen=True)
+class RolePitResult:
+    """One role stratum's randomized PIT against its own law (Anderson–Darling) and, for the
+    final tokens, the reused-uniform z (``role_pit_tests``)."""
+
+    role: str
+    uniformity: UniformityResult
+    n: int
+    reuse: ReuseResult | None = None
 
 
 @dataclass(frozen=True)
@@ -210,28 +261,19 @@ def support_check(p: np.ndarray) -> SupportResult:
     return SupportResult(bad, 0.0 if bad else 1.0, int(p.shape[0]))
 
 
-def acceptance_test(rounds: pd.DataFrame, samples: pd.DataFrame, arm: str) -> AcceptanceResult:
-    """Accepted draft tokens of ``arm`` against Σ min(p, q) along its emitted sequences.
-
-    Each round of the rounds table (``spectest.schema``) starting at position s attempts draft
-    slots j = 0..min(accepted, drafted − 1); slot j is accepted iff j < accepted, with
-    conditional probability ``wb_overlap`` at position s + j of the emitted sequence (the
-    accepted drafts are the emitted tokens before it, so that is the prefix the verifier saw).
-    Slots whose position is not in ``samples`` (past the length budget) are dropped.
-
-    Notes
-    -----
-    z = (Σ accepted − Σ overlap) / √Σ overlap(1 − overlap), a martingale CLT as in
-    ``directed_z``. An always-accept sampler gives rate 1 against Σ min(p, q) < 1.
-    """
+def _attempted_slots(
+    rounds: pd.DataFrame, samples: pd.DataFrame, arm: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(accepted [M], overlap [M], slot [M])`` of every attempted draft slot of ``arm`` whose
+    position is in ``samples`` with a finite ``wb_overlap`` (``acceptance_test``'s Notes)."""
     need = [sc.PROMPT_ID, sc.CONFIG_ID, sc.ARM, sc.SEED, sc.POSITION, "drafted", "accepted"]
     for col in need:
         if col not in rounds.columns:
             raise InputError(f"rounds: missing column {col!r}")
     r = rounds[rounds[sc.ARM] == arm]
+    empty = np.zeros(0)
     if len(r) == 0:
-        nan = float("nan")
-        return AcceptanceResult(nan, nan, nan, nan, 0)
+        return empty, empty, empty.astype(np.int64)
     drafted = r["drafted"].to_numpy(dtype=np.int64)
     accepted = r["accepted"].to_numpy(dtype=np.int64)
     if ((accepted < 0) | (accepted > drafted)).any():
@@ -246,6 +288,7 @@ def acceptance_test(rounds: pd.DataFrame, samples: pd.DataFrame, arm: str) -> Ac
             sc.SEED: r[sc.SEED].to_numpy(dtype=np.int64)[idx],
             sc.POSITION: r[sc.POSITION].to_numpy(dtype=np.int64)[idx] + j,
             "acc": (j < accepted[idx]).astype(np.float64),
+            "slot": j.astype(np.int64),
         }
     )
     s = samples.loc[
@@ -254,21 +297,161 @@ def acceptance_test(rounds: pd.DataFrame, samples: pd.DataFrame, arm: str) -> Ac
     s = s.astype({sc.SEED: np.int64, sc.POSITION: np.int64})
     m = slots.merge(s, on=[sc.PROMPT_ID, sc.CONFIG_ID, sc.SEED, sc.POSITION], how="inner")
     o = m[sc.WB_OVERLAP].to_numpy(dtype=np.float64)
-    acc = m["acc"].to_numpy()
     keep = np.isfinite(o)
-    o, acc = o[keep], acc[keep]
-    n = int(o.shape[0])
+    return m["acc"].to_numpy()[keep], o[keep], m["slot"].to_numpy(dtype=np.int64)[keep]
+
+
+def _acceptance_z(acc: np.ndarray, o: np.ndarray) -> float:
+    """z = (Σ accepted − Σ overlap)/√Σ overlap(1 − overlap); ±inf when the variance is 0 and
+    they disagree (impossible under H0), 0 when it is 0 and they agree."""
     var = float(np.sum(o * (1.0 - o)))
+    if var <= 0.0:
+        return 0.0 if np.all(acc == o) else math.copysign(math.inf, float(acc.sum() - o.sum()))
+    return float((acc.sum() - o.sum()) / math.sqrt(var))
+
+
+def acceptance_test(rounds: pd.DataFrame, samples: pd.DataFrame, arm: str) -> AcceptanceResult:
+    """Accepted draft tokens of ``arm`` against Σ min(p, q) along its emitted sequences.
+
+    Each round of the rounds table (``spectest.schema``) starting at position s attempts draft
+    slots j = 0..min(accepted, drafted − 1); slot j is accepted iff j < accepted, with
+    conditional probability ``wb_overlap`` at position s + j of the emitted sequence (the
+    accepted drafts are the emitted tokens before it, so that is the prefix the verifier saw).
+    Slots whose position is not in ``samples`` (past the length budget) are dropped.
+
+    Notes
+    -----
+    z = (Σ accepted − Σ overlap) / √Σ overlap(1 − overlap), a martingale CLT as in
+    ``directed_z``. An always-accept sampler gives rate 1 against Σ min(p, q) < 1.
+    """
+    acc, o, _ = _attempted_slots(rounds, samples, arm)
+    n = int(o.shape[0])
     if n == 0:
         nan = float("nan")
         return AcceptanceResult(nan, nan, nan, nan, 0)
-    if var <= 0.0:
-        # every slot had overlap 0 or 1: any disagreement is impossible under H0
-        z = 0.0 if np.all(acc == o) else math.copysign(math.inf, float(acc.sum() - o.sum()))
-    else:
-        z = float((acc.sum() - o.sum()) / math.sqrt(var))
+    z = _acceptance_z(acc, o)
     p = float(2.0 * stats.norm.sf(abs(z)))
     return AcceptanceResult(z, p, float(acc.mean()), float(o.mean()), n)
+
+
+def acceptance_by_slot(
+    rounds: pd.DataFrame, samples: pd.DataFrame, arm: str
+) -> SlotAcceptanceResult:
+    """``acceptance_test`` stratified by the slot j of the draft in its round: z_j per slot and
+    χ² = Σ_j z_j² on as many degrees of freedom as slots with a finite z.
+
+    Notes
+    -----
+    Under H0 the slot-j indicators minus their overlaps are martingale differences of one
+    filtration, and different slots never share a term, so (z_0..z_{K−1}) → N(0, I) jointly
+    (martingale CLT on the vector) and Σ z_j² → χ²_K. A bug that only touches late slots (e.g.
+    a wrong row at the last draft) moves one z_j and is diluted in the pooled z; the χ² sees it
+    in either direction. A zero-variance slot that disagrees (z = ±inf) gives p = 0.
+    """
+    acc, o, slot = _attempted_slots(rounds, samples, arm)
+    nan = float("nan")
+    if o.shape[0] == 0:
+        return SlotAcceptanceResult(nan, nan, 0, (), (), (), ())
+    K = int(slot.max()) + 1
+    z, obs, exp, n = [], [], [], []
+    for j in range(K):
+        at = slot == j
+        n.append(int(at.sum()))
+        if not at.any():
+            z.append(nan)
+            obs.append(nan)
+            exp.append(nan)
+            continue
+        obs.append(float(acc[at].mean()))
+        exp.append(float(o[at].mean()))
+        zj = _acceptance_z(acc[at], o[at])
+        if zj == 0.0 and float(np.sum(o[at] * (1.0 - o[at]))) <= 0.0:
+            zj = nan  # every overlap 0 or 1 and no disagreement: the slot carries nothing
+        z.append(zj)
+    zz = np.array([v for v in z if not math.isnan(v)], dtype=np.float64)
+    if zz.size == 0:
+        return SlotAcceptanceResult(nan, nan, 0, tuple(z), tuple(obs), tuple(exp), tuple(n))
+    chi2 = float(np.sum(zz**2))
+    p = 0.0 if not np.isfinite(chi2) else float(stats.chi2.sf(chi2, zz.size))
+    return SlotAcceptanceResult(chi2, p, int(zz.size), tuple(z), tuple(obs), tuple(exp), tuple(n))
+
+
+ROLE_STRATA = ("accepted", "recovered", "bonus")  # schema.ROLES without "plain"
+
+
+def reuse_test(beyond: np.ndarray, tail: np.ndarray) -> ReuseResult:
+    """Too few "beyond" tokens (``beyond`` [n] bool) against their conditional probabilities
+    (``tail`` [n] π_t): p = min(1, 1/E) with E = Π_t (1 + π_t − 1[beyond_t]).
+
+    Notes
+    -----
+    Given G_t (``role_pit_tests``), E[1 + π_t − 1[beyond_t] | G_t] = 1 and every factor is ≥ 0,
+    so the running product is a non-negative martingale of mean 1 and P(E ≥ 1/α) ≤ α (Markov;
+    Ville 1939) — valid however the π_t were chosen along the way, where a normal approximation
+    of a count whose expectation is a handful is not. E is the likelihood ratio against "beyond
+    never happens" (the reused-uniform alternative; with none observed, 1/E ≈ exp(−Σ π) is
+    about the exact P(none)); one beyond token multiplies E by its π_t, so the test says nothing
+    against other alternatives (the role PITs do).
+    """
+    b = np.asarray(beyond, dtype=bool)
+    pi = np.asarray(tail, dtype=np.float64)
+    assert b.shape == pi.shape and b.ndim == 1
+    with np.errstate(divide="ignore"):
+        log_e = float(np.sum(np.log(np.clip(1.0 + pi - b, 0.0, None))))
+    p = 1.0 if log_e <= 0 else float(math.exp(-log_e))
+    return ReuseResult(log_e, p, int(b.shape[0]), int(b.sum()), float(pi.sum()))
+
+
+def role_pit_tests(sub: pd.DataFrame, rng: np.random.Generator) -> list[RolePitResult]:
+    """Randomized PIT of each role stratum of one arm's rows (``wb_role``, ``wb_role_p``,
+    ``wb_role_cdf_lo``) against its own law, Anderson–Darling (module docstring: each stratum's
+    u are iid U(0, 1) under H0). Strata with no token are left out; the V_t come from ``rng``,
+    one draw per stratum in ``ROLE_STRATA`` order.
+
+    Notes
+    -----
+    The reused-uniform z of the final tokens (``reuse``; needs ``wb_role_beyond`` and
+    ``wb_role_tail``, ``engines.teacher.role_columns``): with r_t = min(1, p/q) of the last
+    draft decided before the token (fixed by G_t), a bonus "beyond" r lies at or above r in its
+    role law's id-ordered CDF, a recovered token at or below it. Given G_t that has probability
+    ``wb_role_tail`` π_t; ``reuse_test`` tests too few of them. A bonus drawn with the accepting
+    uniform (U(0, r) given the acceptance) or a recovered token drawn with the rejecting one
+    (U(r, 1)) is never beyond r: the count is 0 against Σ π_t, whatever the atoms. Not
+    randomised: no V_t is drawn.
+    """
+    role = sub[sc.WB_ROLE].to_numpy(dtype=object)
+    has_tail = sc.WB_ROLE_TAIL in sub.columns and sc.WB_ROLE_BEYOND in sub.columns
+    out = []
+    for name in ROLE_STRATA:
+        at = role == name
+        if not at.any():
+            continue
+        u = pit_values(
+            sub.loc[at, sc.WB_ROLE_CDF_LO].to_numpy(dtype=np.float64),
+            sub.loc[at, sc.WB_ROLE_P].to_numpy(dtype=np.float64),
+            rng,
+        )
+        reuse = None
+        if has_tail and name != "accepted":
+            tail = sub.loc[at, sc.WB_ROLE_TAIL].to_numpy(dtype=np.float64)
+            beyond = sub.loc[at, sc.WB_ROLE_BEYOND].fillna(False).to_numpy(dtype=bool)
+            ok = np.isfinite(tail)
+            if ok.any():
+                reuse = reuse_test(beyond[ok], tail[ok])
+        out.append(RolePitResult(name, anderson_darling_uniform(u), int(at.sum()), reuse))
+    return out
+
+
+def dkw_resolution(n: int, alpha: float, power: float = 0.8) -> float:
+    """The sup-CDF distance a KS test of n uniforms at level α detects with probability ≥
+    ``power``, guaranteed by the Dvoretzky–Kiefer–Wolfowitz bound P(sup|F_n − F| > ε) ≤
+    2·exp(−2nε²) (Massart 1990): √(ln(2/α)/2n) + √(ln(2/(1 − power))/2n). Conservative (a
+    bound, not the exact KS power); NaN for n = 0."""
+    if n <= 0 or not alpha > 0:
+        return float("nan")
+    return math.sqrt(math.log(2.0 / alpha) / (2 * n)) + math.sqrt(
+        math.log(2.0 / (1.0 - power)) / (2 * n)
+    )
 
 
 def validate_whitebox(samples: pd.DataFrame) -> tuple[bool, bool, bool]:
@@ -307,6 +490,39 @@ def validate_whitebox(samples: pd.DataFrame) -> tuple[bool, bool, bool]:
     return has_pit, has_a, has_overlap
 
 
+def validate_roles(samples: pd.DataFrame) -> bool:
+    """Check the role columns (``schema.ROLE_COLUMNS``) when present; True when all are.
+
+    ``wb_role`` must be a name of ``schema.ROLES`` (or null: not recorded), ``wb_role_p`` and
+    ``wb_role_cdf_lo`` (and ``wb_role_ratio``, ``wb_role_tail``) in [0, 1] or NaN, the first two
+    with a sum ≤ 1. Raises ``InputError`` naming the column
+    and the first bad value."""
+    if not all(c in samples.columns for c in sc.ROLE_COLUMNS):
+        return False
+    role = samples[sc.WB_ROLE]
+    bad_role = role.notna() & ~role.isin(sc.ROLES)
+    if bad_role.any():
+        raise InputError(
+            f"samples: column {sc.WB_ROLE!r} must be one of {list(sc.ROLES)!r}, "
+            f"got {role[bad_role].iloc[0]!r}"
+        )
+    for col in (sc.WB_ROLE_P, sc.WB_ROLE_CDF_LO, sc.WB_ROLE_RATIO, sc.WB_ROLE_TAIL):
+        v = samples[col].to_numpy(dtype=np.float64)
+        bad = np.isinf(v) | (v < 0.0) | (v > 1.0 + 1e-9)
+        if bad.any():
+            raise InputError(
+                f"samples: column {col!r} must be in [0, 1] (or NaN), got {v[bad][0]!r}"
+            )
+    total = samples[sc.WB_ROLE_P].to_numpy(dtype=np.float64) + samples[sc.WB_ROLE_CDF_LO].to_numpy(
+        dtype=np.float64
+    )
+    if (total > 1.0 + 1e-6).any():
+        raise InputError(
+            f"samples: wb_role_cdf_lo + wb_role_p must be <= 1, got {total[total > 1 + 1e-6][0]!r}"
+        )
+    return True
+
+
 def _complete(values: np.ndarray, column: str, arm: str) -> bool:
     """True if every value is finite, False if none is (not computed); else ``InputError``."""
     finite = np.isfinite(values)
@@ -319,23 +535,54 @@ def _complete(values: np.ndarray, column: str, arm: str) -> bool:
 
 WHITEBOX_COLUMNS = ["arm", "test", "statistic", "pvalue", "pvalue_one_sided", "n", "mde", "detail"]
 
-# The α split inside the exact white-box family (weighted Bonferroni, ``weighted_bonferroni``):
-# each test's share of the family's α, renormalised over the tests that ran (no rounds → no
-# acceptance test; no q → no directed z). "support" is not in it (a hard failure). Chosen from
-# measured power on three alternatives — the ε = 0.05 acceptor, a verifier at the wrong
-# temperature, a wrong reported q — as the split maximising the worst ratio of the family's
-# power to the best single test's (results/LOG.md, 2026-11-30 h10; the reasoning in
-# ``stats.whitebox_teacher``'s Notes, "The α split": the p/q-ordered PIT's Anderson–Darling sees
-# acceptance bias in the upper tail nearly as well as the directed z, and law errors it cannot).
-# Measured family power (ε / temperature / wrong q): equal split 0.70 / 0.445 / 0.35, these
-# weights 0.72 / 0.675 / 0.405.
-WHITEBOX_WEIGHTS: dict[str, float] = {
+# The α split inside the exact white-box family (weighted Bonferroni, ``weighted_bonferroni``): each
+# test's share of the family's α, renormalised over the tests that ran (no rounds → no acceptance
+# tests; no q → no directed z; no role columns → no role tests). "support" is not in it (a hard
+# failure). The pooled shares were chosen from measured power on three alternatives — the ε = 0.05
+# acceptor, a verifier at the wrong temperature, a wrong reported q — as the split maximising the
+# worst ratio of the family's power to the best single test's (results/LOG.md, 2026-11-30 h10; the
+# reasoning in ``stats.whitebox_teacher``'s Notes, "The α split": the p/q-ordered PIT's
+# Anderson–Darling sees acceptance bias in the upper tail nearly as well as the directed z, and law
+# errors it cannot). Measured family power (ε / temperature / wrong q): equal split 0.70 / 0.445 /
+# 0.35, these weights 0.72 / 0.675 / 0.405. With the role tests (issue 22) the pooled tests keep
+# 0.70, fixed before any data: KS and CvM stay at 0.05 (every share ≥ 0.05,
+# tests/test_stats_whitebox_weights.py), the 0.30 comes out of AD (0.65 → 0.43), the directed z
+# (0.15 → 0.12) and the acceptance z (0.10 → 0.05); each role test gets 0.05 — the accepted,
+# recovered and bonus PITs, the recovered and bonus reuse tests (the role-confined bugs of the
+# catalogue live there: ``bonus_reuse_accept_uniform``, ``bonus_wrong_row``, ``residual_from_p``,
+# ``reuse_accept_uniform``) and the per-slot acceptance χ². What that costs and buys:
+# results/LOG.md, 2026-12-01 h24. An arm without role tests (plain decode, teacher-forced or black-
+# box engines) keeps the pooled split exactly (``exact_weights``).
+WHITEBOX_WEIGHTS: dict[str, float] = {  # the pooled split (no role tests)
     "directed_z": 0.15,
     "pit_ks": 0.05,
     "pit_cvm": 0.05,
     "pit_ad": 0.65,
     "acceptance": 0.10,
 }
+ROLE_WEIGHTS: dict[str, float] = {
+    "role_pit_accepted": 0.05,
+    "role_pit_recovered": 0.05,
+    "role_pit_bonus": 0.05,
+    "reuse_recovered": 0.05,
+    "reuse_bonus": 0.05,
+    "acceptance_slots": 0.05,
+}
+WHITEBOX_ROLE_WEIGHTS: dict[str, float] = {  # with the role tests
+    "directed_z": 0.12,
+    "pit_ks": 0.05,
+    "pit_cvm": 0.05,
+    "pit_ad": 0.43,
+    "acceptance": 0.05,
+    **ROLE_WEIGHTS,
+}
+
+
+def exact_weights(tests: Sequence[str]) -> dict[str, float]:
+    """The exact-mode split for one arm's ``tests``: ``WHITEBOX_ROLE_WEIGHTS`` when any role
+    test ran, else the pooled split ``WHITEBOX_WEIGHTS`` (the split before issue 22, for every
+    arm without role columns). Chosen from which tests ran, never from p-values."""
+    return WHITEBOX_ROLE_WEIGHTS if any(t in ROLE_WEIGHTS for t in tests) else WHITEBOX_WEIGHTS
 
 
 def weighted_bonferroni(
@@ -375,17 +622,23 @@ def whitebox_tests(
     *,
     rounds: pd.DataFrame | None = None,
     uniformity: Sequence[str] = ("ks", "cvm", "ad"),
+    alpha: float = 0.05,
 ) -> pd.DataFrame:
     """Every white-box test on every arm in ``arms``: a tidy DataFrame, one row per (arm, test).
 
     Tests: "support" (always, when wb_p is present), "pit_ks", "pit_cvm", "pit_ad" (wb_p and
     wb_cdf_lo), "directed_z" (wb_p_a, wb_in_a; skipped when q is unknown, i.e. Σ p_A(1 − p_A)
-    = 0), "acceptance" (``rounds`` given and wb_overlap finite). Columns: ``WHITEBOX_COLUMNS``;
+    = 0), "acceptance" (``rounds`` given and wb_overlap finite); with the arm's role columns
+    (present and finite: the built-in speculative loop's; never a plain arm) also
+    "acceptance_slots" (with rounds), "role_pit_<role>" for each role stratum with tokens and
+    "reuse_recovered" / "reuse_bonus" (``role_pit_tests``). Columns: ``WHITEBOX_COLUMNS``;
     ``pvalue_one_sided`` is the directed z's excess-on-A p-value and ``mde`` its minimum
-    detectable mean excess per token (NaN for the other tests).
+    detectable mean excess per token; a role stratum's ``mde`` is its ``dkw_resolution`` at its
+    share of ``alpha`` (the sup-CDF distance from U(0, 1) it resolves; NaN for the others).
     The PIT's V_t come from ``rng``, drawn per arm in table order.
     """
     has_pit, has_a, has_overlap = validate_whitebox(samples)
+    has_roles = validate_roles(samples)
     rows: list[dict[str, object]] = []
     nan = float("nan")
     for arm in arms:
@@ -452,6 +705,65 @@ def whitebox_tests(
                         detail=f"rate {acc.observed_rate:.4f} vs Σmin(p,q) {acc.expected_rate:.4f}",
                     )
                 )
+        roles_here = has_roles and _complete(
+            sub[sc.WB_ROLE_P].to_numpy(dtype=np.float64), sc.WB_ROLE_P, arm
+        )
+        if has_overlap and rounds is not None and roles_here:
+            # a role test: only beside the role columns, so an arm without them keeps the
+            # pooled tests and split of before (``exact_weights``)
+            by_slot = acceptance_by_slot(rounds, samples, arm)
+            if by_slot.dof > 0:
+                rates = ", ".join(
+                    f"{o:.3f}/{e:.3f}"
+                    for o, e in zip(by_slot.observed_rate, by_slot.expected_rate, strict=True)
+                )
+                rows.append(
+                    dict(
+                        arm=arm,
+                        test="acceptance_slots",
+                        statistic=by_slot.statistic,
+                        pvalue=by_slot.pvalue,
+                        pvalue_one_sided=nan,
+                        n=int(sum(by_slot.n_attempted)),
+                        mde=nan,
+                        detail=f"χ²_{by_slot.dof} over slots; rate/Σmin(p,q) by slot: {rates}",
+                    )
+                )
+        if roles_here:
+            for rp in role_pit_tests(sub, rng):
+                # the nominal share: renormalising over the tests that ran can only raise it
+                w = alpha * ROLE_WEIGHTS[f"role_pit_{rp.role}"]
+                rows.append(
+                    dict(
+                        arm=arm,
+                        test=f"role_pit_{rp.role}",
+                        statistic=rp.uniformity.statistic,
+                        pvalue=rp.uniformity.pvalue,
+                        pvalue_one_sided=nan,
+                        n=rp.n,
+                        mde=dkw_resolution(rp.n, w),
+                        detail=f"{rp.role} tokens: randomized PIT vs U(0,1) under their own law",
+                    )
+                )
+                rz = rp.reuse
+                if rz is not None:
+                    side = "above" if rp.role == "bonus" else "below"
+                    rows.append(
+                        dict(
+                            arm=arm,
+                            test=f"reuse_{rp.role}",
+                            statistic=rz.statistic,
+                            pvalue=rz.pvalue,
+                            pvalue_one_sided=nan,
+                            n=rz.n,
+                            mde=nan,
+                            detail=(
+                                f"{rp.role} tokens wholly {side} r = min(1, p/q) in their CDF "
+                                f"(never, with a reused acceptance uniform): {rz.observed} "
+                                f"observed, {rz.expected:.1f} expected; e-value test"
+                            ),
+                        )
+                    )
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in WHITEBOX_COLUMNS})
     return pd.DataFrame(rows, columns=WHITEBOX_COLUMNS)

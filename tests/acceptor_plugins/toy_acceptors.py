@@ -1,5 +1,5 @@
 """Acceptor plug-ins for tests/test_acceptor.py: a correct chain verifier in the FlashInfer 0.2
-shape (``accept``), four buggy ones that return well-formed tensors (each a real bug class,
+shape (``accept``), five buggy ones that return well-formed tensors (each a real bug class,
 docs/bugs.md / the mutant catalogue), a correct one that draws its own randomness, and malformed
 ones that break the contract. Loaded by path
 (``acceptor:tests/acceptor_plugins/toy_acceptors.py:NAME``), as a user's file would be."""
@@ -38,6 +38,8 @@ def _chain(draft_probs, draft_token_ids, uniforms, target_probs, *, bug: str = "
     u_fin = uniforms[:, K] if gen is None else torch.rand(B, generator=gen, device=dev)
     if bug == "reuse_accept_uniform":  # the coin that rejected x_j also draws the recovered token
         u_fin = uniforms[rows, emitted]
+    if bug == "bonus_reuse_uniform" and K > 0:  # issue 22: the bonus drawn with the last coin
+        u_fin = torch.where(emitted == K, uniforms[:, K - 1], u_fin)
     final = _final(w, u_fin)
     pos = torch.arange(K + 1, device=dev)[None, :]  # [1, K+1]
     drafts = torch.cat([draft_token_ids, draft_token_ids[:, :1]], 1)  # [B, K+1]
@@ -61,6 +63,12 @@ def residual_from_p(draft_probs, draft_token_ids, uniforms, target_probs):
 
 def reuse_accept_uniform(draft_probs, draft_token_ids, uniforms, target_probs):
     return _chain(draft_probs, draft_token_ids, uniforms, target_probs, bug="reuse_accept_uniform")
+
+
+def bonus_reuse_uniform(draft_probs, draft_token_ids, uniforms, target_probs):
+    """Exact except that a full acceptance's bonus token is drawn with the last acceptance
+    uniform (given the acceptance it is U(0, p/q)): only bonus tokens are touched (issue 22)."""
+    return _chain(draft_probs, draft_token_ids, uniforms, target_probs, bug="bonus_reuse_uniform")
 
 
 def always_accept(draft_probs, draft_token_ids, uniforms, target_probs):
