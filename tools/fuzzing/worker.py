@@ -356,22 +356,7 @@ def run_http_engine(case: dict[str, Any], d: Path) -> dict[str, Any]:
     return {"exit": code, "stdout": "", "stderr": err, "exception": exc, "wall": wall}
 
 
-def _fresh_process_state() -> None:
-    """What a new ``spectest`` process starts with, restored before each case: Python's own
-    SIGINT handler and ``contain``'s interrupt tracking off. A case that left either changed
-    (a plug-in installing a handler, a late signal) would make the next case's plug-in
-    ``KeyboardInterrupt`` look like the user's Ctrl-C (exit 130), which no real process sees."""
-    import signal
-
-    from spectest import contain
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    contain._state.update(tracking=False, sigint=False)
-
-
 def execute(case: dict[str, Any], d: Path) -> dict[str, Any]:
-    _fresh_process_state()
     materialize(case, d)
     mode = case["mode"]
     if mode == "cli":
