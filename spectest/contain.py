@@ -43,20 +43,28 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
 def track_user_interrupts() -> Iterator[None]:
     """While the block runs, a real SIGINT is recorded before it raises ``KeyboardInterrupt``
     (as Python's own handler does). Installed only over Python's default handler, in the main
-    thread; elsewhere nothing is tracked and every ``KeyboardInterrupt`` counts as the user's."""
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-    ):
+    thread; where SIGINT is ignored (a background job of a non-interactive shell, ``nohup``: no
+    Ctrl-C can arrive) every ``KeyboardInterrupt`` is code's, and is tracked as such; elsewhere
+    nothing is tracked and every ``KeyboardInterrupt`` counts as the user's.
+
+    NOTE: found by tools/fuzz.py run as ``cmd &``: bash starts background jobs with SIGINT
+    ignored, so the handler was not Python's and a plug-in's ``KeyboardInterrupt`` gave exit 130
+    (the user's Ctrl-C) instead of 2 naming the plug-in."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is not signal.default_int_handler and handler is not signal.SIG_IGN:
         yield
         return
     saved = dict(_state)
     _state.update(tracking=True, sigint=False)
-    signal.signal(signal.SIGINT, _on_sigint)
+    if handler is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, handler)
         _state.update(saved)
 
 

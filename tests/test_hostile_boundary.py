@@ -162,6 +162,24 @@ def test_kernel_that_exits_at_import_is_exit_2_naming_it(tmp_path: Path, case: s
     assert_no_result(tmp_path / "run")
 
 
+def test_kernel_interrupt_is_exit_2_when_sigint_is_ignored(tmp_path: Path) -> None:
+    """Started as a background job (bash gives ``cmd &`` SIGINT ignored; ``nohup`` too), no
+    Ctrl-C can arrive, so a kernel's ``KeyboardInterrupt`` is still the kernel's: exit 2 naming
+    it, never 130. Found by tools/fuzz.py, whose workers ran as such a job."""
+    f = hostile_kernel(tmp_path, in_call=KERNEL_BODY["keyboardinterrupt"])
+    proto = write_toy(tmp_path / "proto", teeth=NO_TEETH, seeds={"per_arm": 20}, positions=2)
+    r = subprocess.run(
+        [sys.executable, "-m", "spectest", "run", "--config", str(proto), "--out",
+         str(tmp_path / "run"), "--set", f"candidate=acceptor:{f}:accept", "--no-progress"],
+        cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    line = one_error_line(r)
+    assert "raised KeyboardInterrupt (no Ctrl-C was pressed)" in line, line
+    assert_no_result(tmp_path / "run")
+
+
 def test_the_users_ctrl_c_is_still_130(tmp_path: Path) -> None:
     """A real SIGINT while the kernel runs is the user's: 130, completed shards kept."""
     started = tmp_path / "started"
