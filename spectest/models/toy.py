@@ -28,6 +28,7 @@ for calibration (``benchmarks/drift_calibration.py``).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 import torch
@@ -154,18 +155,17 @@ class ToyLM(LanguageModel):
 
     def _shape_noise(self, idx: torch.Tensor, B: int, S: int) -> torch.Tensor:
         """``z`` ``[B, S, V]`` float32, variance 1, a function of (context, offset, S, B, seed,
-        token): the simulated numerics of the module docstring. An LCG hash kept below 2^31
-        before every product (no int64 overflow)."""
-        M = 1 << 31
-        j = torch.arange(S, device=idx.device)[None, :]  # [1, S]
-        key = (idx % M) * 7919 + j * 104729 + S * 15485863 + B * 32452843 + self.seed
-        v = torch.arange(self.vocab_size, device=idx.device)  # [V]
-        x = (key[..., None] % M) * 1000003 % M + v * 2654435 % M  # [B, S, V]
-        for _ in range(3):
-            x = (x % M * 1103515245 + 12345) % M
-            x = x ^ (x >> 13)
-        u = x.to(torch.float64) / M
-        return ((u - 0.5) * 12**0.5).to(torch.float32)
+        token): the simulated numerics of the module docstring. One table of iid uniforms per
+        forward shape (S, B), drawn from a private generator seeded by a hash of
+        (seed, S, B) — so two shapes' perturbations are independent — and kept."""
+        tables = self.__dict__.setdefault("_noise", {})
+        if (S, B) not in tables:
+            digest = hashlib.sha256(f"toy-numerics:{self.seed}:{S}:{B}".encode()).digest()
+            gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+            u = torch.rand((self.table.shape[0], S, self.vocab_size), generator=gen)
+            tables[(S, B)] = ((u - 0.5) * 12**0.5).to(device=self.device, dtype=torch.float32)
+        j = torch.arange(S, device=idx.device)[None, :].expand_as(idx)
+        return tables[(S, B)][idx, j]
 
     # -- closed form -----------------------------------------------------------------------------
     def context_index(self, context: Sequence[int]) -> int:
