@@ -156,6 +156,7 @@ class Scope:
         return [f.verdict_line for f in self.families if f.verdict_line]
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {"claims": list(self.claims)} if self.claims else {}  # matched mode only
         return {
             "cells_tested": self.cells_tested,
             "cells_untestable": self.cells_untestable,
@@ -170,7 +171,7 @@ class Scope:
             "power_claim": self.claim.to_dict() if self.claim is not None else None,
             "tested": self.tested_line(),
             "resolution": self.resolution_line(),
-            "claims": list(self.claims),
+            **extra,
         }
 
 
@@ -208,7 +209,7 @@ class Verdict:
             "power_ok": self.power_ok,
             "power_claim": self.claim.to_dict() if self.claim is not None else None,
             "scope": self.scope.to_dict() if self.scope is not None else None,
-            "numerics": self.drift.to_dict() if self.drift is not None else None,
+            **({"numerics": self.drift.to_dict()} if self.drift is not None else {}),
             "teeth": [
                 {
                     "arm": t.arm,

@@ -10,6 +10,7 @@ results/LOG.md), so these fixed seeds pass or fail deterministically.
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,10 @@ def _run(tmp_path: Path, target: str = TARGET, candidate: str = "exact", **extra
     tests = {**TOY["tests"], "numerics": "matched"}  # type: ignore[dict-item]
     path = write_toy(tmp_path, models=models, tests=tests, positions=6, candidate=candidate,
                      **extra)  # fmt: skip
-    res = run_protocol(load_protocol(path), out=tmp_path / "run")
+    junit = tmp_path / "junit.xml"
+    res = run_protocol(load_protocol(path), out=tmp_path / "run", junit=junit)
+    props = {p.get("name"): p.get("value") for p in ET.parse(junit).iter("property")}
+    assert "(claim a)" in props["claim_a"] and "(claim b)" in props["claim_b"]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     return res, summary
 
@@ -46,6 +50,8 @@ def test_matched_run_is_equivalent_with_both_claims(tmp_path: Path) -> None:
     assert teeth["null"]["sound"] and teeth["eps=0.5"]["rejected"]
     report = (tmp_path / "run" / "report.md").read_text()
     assert "claim a" in report and "claim b" in report
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert "claim a" in html and "claim b" in html
     # the analysis was against the matched arm, not plain decode
     assert "matched" in {a["name"] for a in json.loads((tmp_path / "run" / "run.json")
                                                        .read_text())["arms"]}  # fmt: skip
