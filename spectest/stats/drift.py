@@ -16,8 +16,8 @@ own sequence), so the means of ``d_s`` and ``f_s`` are averages of i.i.d. terms 
 subset of the drift's; ignoring their covariance overstates the variance when it is positive
 (it then only widens the bounds). The bounds are one-sided Student-t at level α each with
 Welch's degrees of freedom (a CLT statement: TV per token is skewed, p99 ≈ 25× the mean in
-issue 21, so the level is approximate below a few dozen sequences; ``benchmarks/drift_calibration.py`` measures
-it: at 64 / 32 sequences the upper bound missed in 3 % and the lower bound in 8 % of 200
+issue 21, so the level is approximate below a few dozen sequences;
+``benchmarks/drift_calibration.py`` measures it: at 64 / 32 sequences the upper bound missed in 3 % and the lower bound in 8 % of 200
 replications, results/LOG.md — the "beyond" side is the approximate one). Decision (two
 one-sided tests, the pre-declared statistic D and margin m): ``within`` when UCB(D) ≤ m (D ≤ m
 shown at level α), ``beyond`` when LCB(D) > m (D > m shown at level α), else ``unresolved``, with
