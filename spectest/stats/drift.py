@@ -13,17 +13,17 @@ decode), ``f_s`` = the same between decode in the run's batch and decode alone, 
 sequences. Sequences are independent (disjoint seeds, each TV a deterministic function of its
 own sequence), so the means of ``d_s`` and ``f_s`` are averages of i.i.d. terms and D = mean(d)
 − mean(f) has the Welch standard error sqrt(s_d²/n_d + s_f²/n_f); the floor's sequences are a
-subset of the drift's; ignoring their covariance overstates the variance when it is positive
-(it then only widens the bounds). The bounds are one-sided Student-t at level α each with
-Welch's degrees of freedom (a CLT statement: TV per token is skewed, p99 ≈ 25× the mean in
-issue 21, so the level is approximate below a few dozen sequences;
-``benchmarks/drift_calibration.py`` measures it: at 64 / 32 sequences the upper bound missed in 3 % and the lower bound in 8 % of 200
-replications, results/LOG.md — the "beyond" side is the approximate one). Decision (two
+subset of the drift's; ignoring their covariance overstates the variance when it is positive (it
+then only widens the bounds). The bounds are one-sided Student-t at level α each with Welch's
+degrees of freedom (a CLT statement: TV per token is skewed, p99 ≈ 25× the mean in issue 21, so
+the level is approximate below a few dozen sequences; ``benchmarks/drift_calibration.py``
+measures it: at 64 / 32 sequences the upper bound missed in 3 % and the lower bound in 8 % of
+200 replications, results/LOG.md — the "beyond" side is the approximate one). Decision (two
 one-sided tests, the pre-declared statistic D and margin m): ``within`` when UCB(D) ≤ m (D ≤ m
-shown at level α), ``beyond`` when LCB(D) > m (D > m shown at level α), else ``unresolved``, with
-the resolution reached (the bound's half-width). Each is a level-α test (asymptotically), so a
-verdict's false-fail rate is ≤ α when D ≤ m and its false-pass rate ≤ α
-when D > m, up to the skew noted above.
+shown at level α), ``beyond`` when LCB(D) > m (D > m shown at level α), else ``unresolved``,
+with the resolution reached (the bound's half-width). Each is a level-α test (asymptotically),
+so a verdict's false-fail rate is ≤ α when D ≤ m and its false-pass rate ≤ α when D > m, up to
+the skew noted above.
 """
 
 from __future__ import annotations
