@@ -119,6 +119,8 @@ class Scope:
     required_mde_tv: float | None
     requirement: str  # "protocol" | "--max-mde-tv" | "default"
     claim: PowerClaim | None = None  # the power claim (a run with a candidate)
+    # issue 21: the two claims' own lines in matched numerics mode (claim (a), claim (b))
+    claims: tuple[str, ...] = ()
 
     def tested_line(self) -> str:
         n = self.cells_tested + self.cells_untestable
@@ -154,6 +156,7 @@ class Scope:
         return [f.verdict_line for f in self.families if f.verdict_line]
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {"claims": list(self.claims)} if self.claims else {}  # matched mode only
         return {
             "cells_tested": self.cells_tested,
             "cells_untestable": self.cells_untestable,
@@ -168,6 +171,7 @@ class Scope:
             "power_claim": self.claim.to_dict() if self.claim is not None else None,
             "tested": self.tested_line(),
             "resolution": self.resolution_line(),
+            **extra,
         }
 
 
@@ -185,6 +189,7 @@ class Verdict:
     headline: str = ""
     scope: Scope | None = None
     claim: PowerClaim | None = None  # the power claim checked against ``max_mde_tv``
+    drift: Any = None  # claim (b): a ``stats.drift.DriftResult`` (matched numerics mode)
 
     @property
     def power_ok(self) -> bool | None:
@@ -204,6 +209,7 @@ class Verdict:
             "power_ok": self.power_ok,
             "power_claim": self.claim.to_dict() if self.claim is not None else None,
             "scope": self.scope.to_dict() if self.scope is not None else None,
+            **({"numerics": self.drift.to_dict()} if self.drift is not None else {}),
             "teeth": [
                 {
                     "arm": t.arm,

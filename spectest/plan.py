@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from urllib.parse import quote
 
 from spectest.errors import ConfigError
-from spectest.protocol import ArmRole, EngineChoice, Protocol, arm_specs
+from spectest.protocol import MATCHED, ArmRole, EngineChoice, Protocol, arm_specs
 from spectest.sequential import stage_sizes
 
 
@@ -90,12 +90,34 @@ class Plan:
 
     @property
     def comparisons(self) -> tuple[Arm, ...]:
-        """Every non-reference arm: each is compared with the reference."""
-        return tuple(a for a in self.arms if a.role != "reference")
+        """Every arm that is not a reference (plain or matched): each is compared with its
+        reference (``reference_for``)."""
+        return tuple(a for a in self.arms if a.role not in REFERENCE_ROLES)
+
+    @property
+    def matched(self) -> bool:
+        """Matched numerics mode: the plan has the ``matched`` arm (``protocol.arms``)."""
+        return any(a.role == "matched" for a in self.arms)
+
+    def reference_for(self, arm: Arm | str) -> str:
+        """The name of the arm ``arm`` is compared with: ``matched`` (spectest's exact sampler
+        in the candidate's own loop) in matched numerics mode, else the plain ``reference``."""
+        return reference_for(self.arms, arm)
 
     @property
     def seed_ranges(self) -> dict[str, list[int]]:
         return {a.name: [a.seeds.start, a.seeds.stop] for a in self.arms}
+
+
+REFERENCE_ROLES = ("reference", "matched")
+
+
+def reference_for(arms: tuple[Arm, ...] | list[Arm], arm: Arm | str) -> str:
+    """``Plan.reference_for`` over a bare list of arms (``judge.compare_all``'s callers)."""
+    name = arm if isinstance(arm, str) else arm.name
+    if name in ("reference", MATCHED):
+        return "reference"
+    return MATCHED if any(a.role == "matched" for a in arms) else "reference"
 
 
 def all_arms(protocol: Protocol) -> tuple[Arm, ...]:
@@ -136,7 +158,7 @@ def make_plan(
     arms = tuple(
         _at_stage(a, sizes[k]) if len(sizes) > 1 else a  # one stage: the reserved sizes
         for a in all_arms(protocol)
-        if a.role == "reference"
+        if a.role in REFERENCE_ROLES
         or (a.role == "candidate" and not teeth_only)
         or (a.is_tooth and teeth)
     )
@@ -153,15 +175,18 @@ def make_plan(
     return Plan(protocol=protocol, arms=arms, cells=cells, shards=shards)
 
 
+_GROWING = ("reference", "candidate", "matched")  # the arms a sequential run grows
+
+
 def _at_stage(arm: Arm, n: int) -> Arm:
-    if arm.role not in ("reference", "candidate"):
+    if arm.role not in _GROWING:
         return arm
     return replace(arm, seeds=SeedRange(arm.seeds.start, arm.seeds.start + n))
 
 
 def _shards(arm: Arm, prompt_id: str, sizes: tuple[int, ...]) -> tuple[Shard, ...]:
     """One shard, or (a growing arm of a sequential plan) one per stage with its new seeds."""
-    if not sizes or arm.role not in ("reference", "candidate"):
+    if not sizes or arm.role not in _GROWING:
         return (Shard(arm.name, prompt_id),)
     lo = arm.seeds.start
     bounds = [lo, *(lo + n for n in sizes)]

@@ -17,11 +17,11 @@ from typing import Any
 from spectest.compare import byo_arms
 from spectest.errors import InputError
 from spectest.generation import readout_arms, whitebox_mode
-from spectest.judge import RunResult, compare_all, judge
+from spectest.judge import NumericsClaim, RunResult, compare_all, judge
 from spectest.plan import Arm, make_plan
 from spectest.progress import ProgressFn, no_progress
 from spectest.protocol import TestsSpec, load_protocol
-from spectest.store import ROUNDS, SAMPLES, TOOTH_SIZES, StoredRun, load_run
+from spectest.store import NUMERICS, ROUNDS, SAMPLES, TOOTH_SIZES, StoredRun, load_run
 from spectest.summary import Header, build_summary
 
 
@@ -34,11 +34,12 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         raise InputError(f"{stored.path}: no {SAMPLES} in the run directory")
     rounds = stored.table(ROUNDS)
     kind = str(stored.info.get("kind", "run"))
-    arms, options, key, max_mde, readout = _settings(stored)
+    arms, options, key, max_mde, readout, numerics = _settings(stored)
     results = compare_all(samples, rounds, arms, options, key, progress or no_progress, readout)
     comparisons, verdict = judge(
-        results, max_mde, kind=kind, rounds=rounds, sizes=stored.table(TOOTH_SIZES)
-    )
+        results, max_mde, kind=kind, rounds=rounds, sizes=stored.table(TOOTH_SIZES),
+        numerics=numerics,
+    )  # fmt: skip
     base = stored.summary
     was = base["verdict"]["decision"]
     header = Header(
@@ -54,12 +55,13 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
 
 def _settings(
     stored: StoredRun,
-) -> tuple[list[Arm], Any, str, float | None, frozenset[str]]:
+) -> tuple[list[Arm], Any, str, float | None, frozenset[str], NumericsClaim | None]:
     """(arms, the statistics' options, the analysis key, the power requirement, the readout
-    arms) as the run had them."""
+    arms, matched numerics mode's claim (b) from the stored ``numerics.parquet``) as the run
+    had them."""
     if stored.info.get("kind") == "compare":
         tests = TestsSpec.from_canonical(stored.summary["analysis"])
-        return byo_arms(), tests.analysis_options(), "compare", tests.max_mde_tv, frozenset()
+        return byo_arms(), tests.analysis_options(), "compare", tests.max_mde_tv, frozenset(), None
     pf = stored.protocol_file
     if pf is None:
         raise InputError(f"{stored.path}: no protocol.yaml in the run directory")
@@ -76,4 +78,13 @@ def _settings(
     arms = list(plan.arms)
     tests = replace(protocol.tests, alpha=looks[-1]["alpha"]) if looks else protocol.tests
     options = tests.analysis_options(whitebox_mode(protocol.models.dtype, arms))
-    return arms, options, protocol.seeds.key, protocol.tests.max_mde_tv, readout_arms(arms)
+    numerics = (
+        NumericsClaim(stored.table(NUMERICS), tests.numerics_margin, protocol.tests.alpha,
+                      tests.numerics_floor)
+        if plan.matched
+        else None
+    )  # fmt: skip
+    return (
+        arms, options, protocol.seeds.key, protocol.tests.max_mde_tv, readout_arms(arms),
+        numerics,
+    )  # fmt: skip

@@ -43,11 +43,11 @@ from spectest.generation import (
     readout_arms,
     whitebox_mode,
 )
-from spectest.judge import RunResult, compare_all, finish_run, summarize
+from spectest.judge import NumericsClaim, RunResult, compare_all, finish_run, summarize
 from spectest.plan import Plan, Shard, make_plan, stages
 from spectest.progress import ProgressFn, no_progress
-from spectest.prompts import prompts_jsonl
-from spectest.protocol import Protocol, TestsSpec, to_raw
+from spectest.prompts import prompt_token_ids, prompts_jsonl
+from spectest.protocol import MATCHED, Protocol, TestsSpec, to_raw
 from spectest.scaleout import WorkerPool, generate_spread, local_devices, make_pool
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
 from spectest.shipped import shipped_name
@@ -108,7 +108,7 @@ def run_protocol(
         run.rd, samples=looked.samples, rounds=looked.rounds, results=looked.results,
         header=_header(run, looked), provenance=run.provenance,
         max_mde_tv=protocol.tests.max_mde_tv, junit=junit, summary_md=summary_md,
-        sizes=looked.teeth_sizes,
+        sizes=looked.teeth_sizes, numerics=looked.numerics,
     )  # fmt: skip
     summary = {
         **summary,
@@ -152,6 +152,7 @@ class _Looked:
     looks: tuple[Look, ...]
     sizes: tuple[int, ...]
     teeth_sizes: pd.DataFrame | None
+    numerics: NumericsClaim | None = None  # matched numerics mode: claim (b)
 
 
 def _open_run(
@@ -205,13 +206,16 @@ def _run_stages(run: _Run) -> _Looked:
     alphas = look_alphas(p.tests.alpha, sizes, p.seeds.spending)
     looks: list[Look] = []
     teeth_sizes: pd.DataFrame | None = None
+    numerics: NumericsClaim | None = None
     for stage in range(len(sizes)):
         plan = make_plan(p, teeth_only=run.options.teeth_only, stage=stage)
         models = _generate_missing(run, plan, teeth=stage == 0)
         if stage == 0:  # the teeth are the same at every stage: their sizes once
             teeth_sizes = _tooth_sizes(run, plan, models)
-        del models
         samples, rounds = _read_shards(run.rd, plan)
+        if len(sizes) == 1:  # a sequential run's claim (b): after its last look (below)
+            numerics = _numerics(run, plan, samples, rounds, models)
+        del models
         tests = p.tests if len(sizes) == 1 else replace(p.tests, alpha=alphas[stage])
         results = _analyze(run, plan, samples, rounds, tests)
         if len(sizes) == 1:
@@ -220,7 +224,9 @@ def _run_stages(run: _Run) -> _Looked:
         run.progress(f"look {stage}: {looks[-1].decision}", stage + 1, len(sizes))
         if looks[-1].decision != CONTINUE:
             break
-    return _Looked(plan, samples, rounds, results, tuple(looks), sizes, teeth_sizes)
+    if len(sizes) > 1:
+        numerics = _numerics(run, plan, samples, rounds, None)
+    return _Looked(plan, samples, rounds, results, tuple(looks), sizes, teeth_sizes, numerics)
 
 
 def _analyze(
@@ -351,6 +357,38 @@ def _tooth_sizes(run: _Run, plan: Plan, models: Models | None) -> pd.DataFrame |
     run.progress("tooth sizes", 1, 1)
     run.timings["tooth sizes"] = time.perf_counter() - t0
     return sizes
+
+
+def _numerics(
+    run: _Run, plan: Plan, samples: pd.DataFrame, rounds: pd.DataFrame | None,
+    models: Models | None,
+) -> NumericsClaim | None:  # fmt: skip
+    """Matched numerics mode (issue 21): the matched arm's per-token drift and floor
+    (``spectest.numerics.drift_table``) from the run's target, loaded here when this process has
+    not; None outside matched mode. Adds ``numerics`` (seconds) to the timings."""
+    from spectest.numerics import drift_table
+
+    if not plan.matched:
+        return None
+    p = run.protocol
+    claim = NumericsClaim(
+        None, p.tests.numerics_margin, p.tests.alpha, p.tests.numerics_floor
+    )  # fmt: skip
+    if rounds is None or not len(rounds[rounds[schema.ARM] == MATCHED]):
+        return claim
+    t0 = time.perf_counter()
+    run.progress("numerics drift", 0, 1)
+    if models is None or models.target is None:
+        models = Models(*load_models(p, need_draft=False))
+    target = models.target
+    assert target is not None
+    table = drift_table(
+        target, samples, rounds, prompt_token_ids(p, target.vocab_size), p.configs,
+        arm=MATCHED, K=p.drafter.k, batch_size=p.batch_size, positions=p.positions,
+    )  # fmt: skip
+    run.progress("numerics drift", 1, 1)
+    run.timings["numerics"] = time.perf_counter() - t0
+    return replace(claim, table=table)
 
 
 def _read_shards(rd: RunDir, plan: Plan) -> tuple[pd.DataFrame, pd.DataFrame | None]:

@@ -207,6 +207,20 @@ TOOTH_SIZES_SCHEMA = pa.schema(
         pa.field("status", pa.string()),
     ]
 )
+# the matched arm's numerics drift per measured sequence and position (spectest.numerics.COLUMNS):
+# ``tv`` verify vs decode in the run's batch, ``flip`` their argmax differs, ``floor_tv`` decode in
+# the batch vs alone (NaN: not a floor sequence)
+NUMERICS_SCHEMA = pa.schema(
+    [
+        pa.field(PROMPT_ID, pa.string()),
+        pa.field(CONFIG_ID, pa.string()),
+        pa.field(SEED, _i64),
+        pa.field(POSITION, _i64),
+        pa.field("tv", _f64),
+        pa.field("flip", pa.bool_()),
+        pa.field("floor_tv", _f64),
+    ]
+)
 WHITEBOX_TESTS_SCHEMA = pa.schema(
     [
         pa.field(ARM, pa.string()),

@@ -86,6 +86,7 @@ TRIE = "trie.parquet"
 WHITEBOX = "whitebox.parquet"
 SEQUENCE = "sequence.parquet"  # the sequence-level family (stats.sequence)
 TOOTH_SIZES = "tooth_sizes.parquet"  # the ε arms' and mutants' TV per cell-position (tooth_size)
+NUMERICS = "numerics.parquet"  # the matched arm's per-token drift and floor (spectest.numerics)
 SUMMARY = "summary.json"
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -96,7 +97,7 @@ DATA_FILES_KEY = "data_files"  # summary.json: the tables write_final wrote (ver
 # the data files spectest writes into a run directory (every one present must be in the manifest)
 DATA_FILES = (
     RUN_INFO, PROTOCOL_FILE, PROMPTS_FILE, SUMMARY, SAMPLES, ROUNDS, HISTOGRAMS, TESTS, TRIE,
-    WHITEBOX, SEQUENCE, TOOTH_SIZES,
+    WHITEBOX, SEQUENCE, TOOTH_SIZES, NUMERICS,
 )  # fmt: skip
 # what every completed run of a kind has, whatever its protocol (rounds, trie, white-box and
 # sequence tables depend on the protocol and the data: summary.json's ``data_files`` lists them)

@@ -201,7 +201,9 @@ def verdict_lines(verdict: dict[str, Any]) -> list[str]:
     for key in ("tested", "resolution"):
         if scope.get(key):
             lines.append(f"  {scope[key]}")
-    # a family's line of its own (``FamilyScope.verdict_line``)
+    # the two claims of matched numerics mode (issue 21), then a family's line of its own
+    # (``FamilyScope.verdict_line``)
+    lines += [f"  {c}" for c in scope.get("claims", ())]
     lines += [f"  {f['verdict_line']}" for f in scope.get("families", ()) if f.get("verdict_line")]
     lines += [f"  - {r}" for r in verdict["reasons"]]
     return lines

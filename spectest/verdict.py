@@ -69,7 +69,8 @@ by rules 1 and 3b; it claims no power (its teeth table states each tooth's size)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from spectest.claim import Decision, PowerClaim, Scope, ToothVerdict, Verdict
 from spectest.comparison import (
@@ -79,6 +80,9 @@ from spectest.comparison import (
     summarize_comparison,
 )
 from spectest.errors import ExitCode
+
+if TYPE_CHECKING:
+    from spectest.stats.drift import DriftResult
 
 __all__ = [
     "DEFAULT_MAX_MDE_TV",
@@ -174,6 +178,8 @@ class _Run:
     required: float
     requirement: str
     kind: str
+    drift: DriftResult | None = None  # claim (b), matched numerics mode (issue 21)
+    matched: bool = False
 
     @property
     def nothing(self) -> bool:
@@ -217,6 +223,40 @@ def _candidate_rejected(run: _Run) -> tuple[bool, list[Reason]]:
         "the candidate's law differs from the reference's",
         f"candidate differs from the reference: {c.rejections} rejection(s) after correction, "
         f"most significant: {first}",
+    )]  # fmt: skip
+
+
+def _drift_beyond(run: _Run) -> tuple[bool, list[Reason]]:
+    """Rule 2b (issue 21): claim (b) fails — the engine's verify-schedule law is farther from
+    its plain-decode law than the numerics floor plus the margin, at level α."""
+    d = run.drift
+    if d is None or d.decision != "beyond" or run.cand is None:
+        return False, []
+    return True, [(
+        "drift beyond numerics",
+        f"drift beyond numerics (claim b): D = drift − floor {d.statistic:.4f} > margin "
+        f"{d.margin:g} (lower bound {d.lcb:.4f} at {1 - d.alpha:.0%})",
+    )]  # fmt: skip
+
+
+def _drift_unresolved(run: _Run) -> tuple[bool, list[Reason]]:
+    """Rule 3d (issue 21): matched mode needs claim (b) decided: no drift measured, or its
+    bounds straddle the margin."""
+    if not run.matched or run.cand is None:
+        return False, []
+    d = run.drift
+    if d is None:
+        return True, [(
+            "numerics drift not measured",
+            "numerics drift not measured (claim b): no sequence of the matched arm could be "
+            "replayed (its rounds are missing, or every sequence ended early)",
+        )]  # fmt: skip
+    if d.decision != "unresolved":
+        return False, []
+    return True, [(
+        "numerics drift unresolved",
+        f"numerics drift unresolved (claim b): D = drift − floor in [{d.lcb:.4f}, {d.ucb:.4f}] "
+        f"straddles the margin {d.margin:g}: more sequences narrow it",
     )]  # fmt: skip
 
 
@@ -316,9 +356,11 @@ def _no_teeth(run: _Run) -> tuple[bool, list[Reason]]:
 _LADDER: tuple[tuple[Callable[[_Run], tuple[bool, list[Reason]]], Decision], ...] = (
     (_controls_failed, "inconclusive"),  # 1
     (_candidate_rejected, "different"),  # 2
+    (_drift_beyond, "different"),  # 2b (issue 21)
     (_nothing_tested, "inconclusive"),  # 3a
     (_teeth_misbehaved, "inconclusive"),  # 3b
     (_power_short, "inconclusive"),  # 3c
+    (_drift_unresolved, "inconclusive"),  # 3d (issue 21)
 )
 _NOTES = (_no_teeth,)
 _EXIT: dict[Decision, ExitCode] = {
@@ -330,7 +372,12 @@ _EXIT: dict[Decision, ExitCode] = {
 
 
 def decide(
-    comparisons: Sequence[Comparison], *, max_mde_tv: float | None = None, kind: str = "run"
+    comparisons: Sequence[Comparison],
+    *,
+    max_mde_tv: float | None = None,
+    kind: str = "run",
+    drift: DriftResult | None = None,
+    matched: bool = False,
 ) -> Verdict:
     """Apply the decision rules of the module docstring (``_LADDER``).
 
@@ -340,6 +387,9 @@ def decide(
     max_mde_tv : the protocol's power requirement (``None`` = none set: ``DEFAULT_MAX_MDE_TV``
         applies, whatever the teeth; ``required_resolution``).
     kind : "run", "teeth", "compare" — for the wording of the no-teeth reason only.
+    drift, matched : matched numerics mode (issue 21): claim (b) decided
+        (``spectest.stats.drift``; None: not measured); the comparisons are then against the
+        matched arm, and the verdict states both claims (``Scope.claims``).
     """
     cands = [c for c in comparisons if c.role == "candidate"]
     assert len(cands) <= 1, "one candidate per run"
@@ -353,6 +403,8 @@ def decide(
         required=required,
         requirement=requirement,
         kind=kind,
+        drift=drift,
+        matched=matched,
     )
     reasons: list[Reason] = []
     decision: Decision | None = None
@@ -367,6 +419,8 @@ def decide(
         decision = "equivalent" if cand is not None else "sound"
     mde = cand.mde_tv if cand is not None else None
     scope = _scope(run.main, run.teeth, mde, required, requirement, run.claim)
+    if matched and cand is not None:
+        scope = replace(scope, claims=_claim_lines(cand, drift))
     return Verdict(
         decision=decision,
         exit_code=_EXIT[decision],
@@ -378,7 +432,21 @@ def decide(
         headline=_headline(decision, run, reasons, scope),
         scope=scope,
         claim=run.claim,
+        drift=drift,
     )
+
+
+def _claim_lines(cand: Comparison, drift: DriftResult | None) -> tuple[str, ...]:
+    """The two claims of matched numerics mode, one line each (issue 21)."""
+    routes = ", ".join(f.label for f in cand.families if f.ran) or "no family ran"
+    a = "differs" if cand.rejected else "no difference found"
+    line_a = (
+        f"sampler exact given the engine's numerics: {a} (claim a) — against the matched "
+        f"reference (spectest's exact sampler in the same loop, disjoint seeds); families: "
+        f"{routes}"
+    )
+    line_b = drift.line if drift is not None else "numerics drift: not measured (claim b)"
+    return (line_a, line_b)
 
 
 def _lead(decision: Decision, run: _Run, reasons: list[Reason]) -> list[Reason]:
@@ -395,10 +463,20 @@ def _headline(decision: Decision, run: _Run, reasons: list[Reason], scope: Scope
     code = int(_EXIT[decision])
     if decision == "equivalent":
         assert run.claim is not None and run.claim.tv is not None
-        return f"EQUIVALENT (exit {code}): no difference found: {run.claim.seen(scope.power)}"
+        head = f"EQUIVALENT (exit {code}): no difference found: {run.claim.seen(scope.power)}"
+        if run.matched and run.drift is not None:
+            head += f"; numerics drift {run.drift.drift:.4f} per token within numerics"
+        return head
     if decision == "sound":
         return f"SOUND (exit {code}): every tooth behaved"
     if decision == "different":
+        if run.cand is not None and not run.cand.rejected:  # claim (b) alone failed
+            return f"DIFFERENT (exit {code}): drift beyond numerics (claim b)"
+        if run.matched:
+            return (
+                f"DIFFERENT (exit {code}): the candidate's law differs from the matched "
+                "reference's: the sampler is not exact given the engine's numerics (claim a)"
+            )
         return f"DIFFERENT (exit {code}): the candidate's law differs from the reference's"
     short = next(s for s, _ in reasons if s)
     return f"{decision.upper()} (exit {code}): {short}"

@@ -14,10 +14,21 @@ context shorter than ``n - 1`` is left-padded with a virtual start symbol (id ``
 emitted). The table has ``(V + 1) ** (n - 1)`` rows of ``V`` logits, drawn iid
 ``scale * N(0, 1)`` from a seeded generator: ``scale`` sets the entropy (0 = uniform; large =
 nearly deterministic).
+
+Simulated numerics (issue 21, ``numerics=``, ``verify_numerics=``): a bf16 engine's logits
+depend on the forward's shape — how many positions it computes at once and the batch size —
+by a rounding-sized amount. With ``numerics = σ > 0`` every forward adds to each logit a
+deterministic perturbation ``σ · z`` (``z`` ∈ [−√3, √3], variance 1) hashed from the query's
+context, its offset in the forward, the forward's width S and batch size B; forwards wider than
+one position use ``verify_numerics`` instead when given (a verify-path numerics bug). So a
+verify pass (S = K + 1) and one-position decode see different laws, decode in a batch and decode
+alone too, and two arms on the same forward schedule see the same — as in bf16, cheaply enough
+for calibration (``benchmarks/drift_calibration.py``).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 import torch
@@ -77,6 +88,8 @@ class ToyLM(LanguageModel):
         device: torch.device | str = "cpu",
         table: torch.Tensor | None = None,
         name: str | None = None,
+        numerics: float = 0.0,
+        verify_numerics: float | None = None,
     ) -> None:
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
             raise ModelError(f"toy: V must be an integer >= 2, got {vocab_size!r}")
@@ -84,6 +97,11 @@ class ToyLM(LanguageModel):
             raise ModelError(f"toy: order must be an integer >= 1, got {order!r}")
         if not isinstance(scale, (int, float)) or not (scale >= 0.0) or scale == float("inf"):
             raise ModelError(f"toy: scale must be a finite number >= 0, got {scale!r}")
+        for what, v in (("numerics", numerics), ("verify_numerics", verify_numerics)):
+            if v is not None and not (isinstance(v, (int, float)) and 0.0 <= v < float("inf")):
+                raise ModelError(f"toy: {what} must be a finite number >= 0, got {v!r}")
+        self.numerics = float(numerics)
+        self.verify_numerics = self.numerics if verify_numerics is None else float(verify_numerics)
         num_contexts = (vocab_size + 1) ** (order - 1)
         if num_contexts * vocab_size > MAX_TABLE_ENTRIES:
             raise ModelError(
@@ -130,7 +148,24 @@ class ToyLM(LanguageModel):
         if S == 0:
             return torch.zeros((B, 0, self.vocab_size), dtype=torch.float32, device=self.device)
         idx = self._context_index(cache.tokens, cache.valid, n0)  # [B, S]
+        sigma = self.verify_numerics if S > 1 else self.numerics
+        if sigma > 0.0:
+            return self.table[idx] + sigma * self._shape_noise(idx, B, S)
         return self.table[idx]  # [B, S, V]
+
+    def _shape_noise(self, idx: torch.Tensor, B: int, S: int) -> torch.Tensor:
+        """``z`` ``[B, S, V]`` float32, variance 1, a function of (context, offset, S, B, seed,
+        token): the simulated numerics of the module docstring. One table of iid uniforms per
+        forward shape (S, B), drawn from a private generator seeded by a hash of
+        (seed, S, B) — so two shapes' perturbations are independent — and kept."""
+        tables = self.__dict__.setdefault("_noise", {})
+        if (S, B) not in tables:
+            digest = hashlib.sha256(f"toy-numerics:{self.seed}:{S}:{B}".encode()).digest()
+            gen = torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") >> 1)
+            u = torch.rand((self.table.shape[0], S, self.vocab_size), generator=gen)
+            tables[(S, B)] = ((u - 0.5) * 12**0.5).to(device=self.device, dtype=torch.float32)
+        j = torch.arange(S, device=idx.device)[None, :].expand_as(idx)
+        return tables[(S, B)][idx, j]
 
     # -- closed form -----------------------------------------------------------------------------
     def context_index(self, context: Sequence[int]) -> int:

@@ -8,7 +8,8 @@ Knows nothing about sampling, protocols or engines; builders live in ``toy``, ``
 
 Spec grammar (a string ``kind:rest`` or a dict ``{"kind": ..., **options}``)
 -------------------------------------------------------------------------
-- ``toy:V=16,order=2,scale=2.0,seed=3`` — the analytic Markov LM (``ToyLM``);
+- ``toy:V=16,order=2,scale=2.0,seed=3`` — the analytic Markov LM (``ToyLM``); ``numerics=σ``
+  (and ``verify_numerics=σ'``) add its simulated shape-dependent numerics (issue 21);
 - ``hf-preset:llama-tiny[,logit_scale=3,seed=1,<config field>=<int>]`` — random-init HF model of a
   hand-written preset (``hf.HF_PRESETS``);
 - ``hf-local:/path/to/dir`` — a local transformers directory (dict form for options:
@@ -62,7 +63,10 @@ PRESETS: dict[str, str] = {
 }
 assert {f"hf-preset:{k}" for k in HF_PRESETS} <= set(PRESETS)
 
-_TOY_KEYS = {"V": int, "order": int, "scale": float, "seed": int}
+_TOY_KEYS = {
+    "V": int, "order": int, "scale": float, "seed": int, "numerics": float,
+    "verify_numerics": float,
+}  # fmt: skip
 _HF_KEYS = {"logit_scale": float, "seed": int}
 _REALISTIC_KEYS = {"draft_layers": int, "damp": float, "logit_scale": float, "seed": int}
 _DERIVED_KEYS = {"layers": int, "noise": float, "seed": int}
@@ -144,6 +148,8 @@ def load_model(
             o.get("scale", 1.0),
             o.get("seed", seed),
             device=device,
+            numerics=o.get("numerics", 0.0),
+            verify_numerics=o.get("verify_numerics"),
         )
     if kind == "hf-preset":
         if head not in HF_PRESETS:

@@ -1,8 +1,15 @@
 """The arms a protocol defines: which, in which order, with how many seeds, on which engine.
 
 Owns: ``ArmRole``, ``ArmSpec`` and ``arm_specs`` (reference, candidate, null, ε..., mutants...,
-each with what it must do, its reserved seed count and its engine: the protocol's reference and
-candidate engines, the built-in engine for every tooth), and the teeth arms' names. Laying the
+and in matched numerics mode the ``matched`` arm, each with what it must do, its reserved seed
+count and its engine: the protocol's reference and candidate engines, the built-in engine for
+every tooth), and the teeth arms' names.
+
+The matched arm (issue 21, ``spectest.numerics``): spectest's exact speculative sampler in the
+candidate's own decode loop (the built-in or fast engine the candidate runs on; the built-in loop
+for an acceptor candidate, whose kernel runs inside it), with the reference's seed count, laid
+out after every other arm so that no earlier arm's seeds move. In matched mode it is the
+reference of the candidate and of every tooth (``plan.Plan.reference_for``). Laying the
 seeds out in disjoint ranges, stages and shards is ``spectest.plan``'s.
 """
 
@@ -14,7 +21,8 @@ from typing import Literal
 from spectest.errors import ConfigError
 from spectest.protocol.spec import EngineChoice, Protocol
 
-ArmRole = Literal["reference", "candidate", "null", "eps", "mutant"]
+ArmRole = Literal["reference", "candidate", "null", "eps", "mutant", "matched"]
+MATCHED = "matched"  # the numerics-matched reference arm's name (``tests.numerics: matched``)
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,9 @@ def arm_specs(protocol: Protocol) -> tuple[ArmSpec, ...]:
         )
     for mut in p.teeth.mutants:
         arms.append(ArmSpec(mutant_arm_name(mut), "mutant", mut, n_teeth, "fail", builtin))
+    if p.numerics_mode == MATCHED:
+        host = p.candidate_engine if p.candidate_engine.name in ("builtin", "fast") else builtin
+        arms.append(ArmSpec(MATCHED, "matched", "exact", _reserved(p, True), "reference", host))
     names = [a.name for a in arms]
     if len(set(names)) != len(names):
         raise ConfigError(f"{p.source}: teeth: two teeth arms share the name {names!r}")

@@ -34,6 +34,7 @@ from spectest.protocol.spec import (
     ENGINES_CANDIDATE,
     ENGINES_REFERENCE,
     LIMITS_FIELD,
+    MATCHABLE_ENGINES,
     PROTOCOL_VERSIONS,
     Q_MODES,
     SAMPLING_KEYS,
@@ -61,7 +62,7 @@ TOP_KEYS = (
 REQUIRED = ("version", "name", "models", "drafter", "prompts", "configs", "seeds", "positions")
 TESTS_KEYS = (
     "alpha", "multiplicity", "min_expected", "trie", "whitebox", "null_permutations", "power",
-    "sequence",
+    "sequence", "numerics", "numerics_floor", "numerics_margin",
 )  # fmt: skip
 TESTS_FIELDS = {  # a TestsSpec / AnalysisOptions option → the protocol's field path
     "alpha": "tests.alpha",
@@ -73,8 +74,11 @@ TESTS_FIELDS = {  # a TestsSpec / AnalysisOptions option → the protocol's fiel
     "whitebox": "tests.whitebox",
     "sequence": "tests.sequence",
     "max_mde_tv": "tests.power.max_mde_tv",
+    "numerics": "tests.numerics",
+    "numerics_floor": "tests.numerics_floor",
+    "numerics_margin": "tests.numerics_margin",
 }
-_REALS = ("alpha", "min_expected", "max_mde_tv")  # TestsSpec's float fields
+_REALS = ("alpha", "min_expected", "max_mde_tv", "numerics_margin")  # TestsSpec's float fields
 MODEL_PREFIXES = (
     "toy:", "hf-preset:", "realistic:", "hf-local:", "bundled:", "derived:", "fixture:",
 )  # fmt: skip
@@ -139,6 +143,15 @@ def check_rules(c: Fields, protocol: Protocol) -> None:
         )  # fmt: skip
         if rule is not None:
             raise c.fail(*rule)
+    if protocol.tests.numerics == "matched" and (
+        protocol.candidate_engine.name not in MATCHABLE_ENGINES
+    ):
+        raise c.fail(
+            "tests.numerics",
+            f"'matched' needs a candidate engine that hosts spectest's exact sampler in its own "
+            f"loop ({', '.join(MATCHABLE_ENGINES)}), got {protocol.candidate_engine.name!r}: use "
+            "'exact' (claim (a) is then the white-box route's; see docs/numerics.md)",
+        )
     check_budget(protocol)
 
 
@@ -294,6 +307,9 @@ def _tests(c: Fields, value: Any) -> TestsSpec:
         "null_permutations": t.get("null_permutations", d.null_permutations),
         "max_mde_tv": pw.get("max_mde_tv"),
         "sequence": t.get("sequence", d.sequence),
+        "numerics": t.get("numerics", d.numerics),
+        "numerics_floor": t.get("numerics_floor", d.numerics_floor),
+        "numerics_margin": t.get("numerics_margin", d.numerics_margin),
     }
     # numbers as the floats the hash has always seen; the trie's two as its own section
     given = {k: real(v) if k in _REALS else v for k, v in raw.items() if not k.startswith("trie_")}

@@ -39,6 +39,13 @@ ENGINES_CANDIDATE = ("builtin", "hf-assisted")
 ACCEPTOR_PREFIX = "acceptor:"  # candidate: acceptor:SPEC = engines.candidate {acceptor, kernel}
 LIMITS_FIELD = "limits.max_tokens"
 MAX_MDE_RULE = "expected a number in (0, 1]"  # tests.power.max_mde_tv, --max-mde-tv
+# issue 21: the numerics modes (``tests.numerics``), the floors (``tests.numerics_floor``) and
+# the default margin in TV per token (``spectest.numerics`` says why 0.002)
+NUMERICS_MODES = ("auto", "exact", "matched")
+NUMERICS_FLOORS = ("batch",)
+DEFAULT_NUMERICS_MARGIN = 0.002
+MATCHED_DTYPES = ("bfloat16", "float16")  # auto → matched for these model dtypes
+MATCHABLE_ENGINES = ("builtin", "fast", "acceptor")  # candidate engines that host the matched arm
 _STATS = AnalysisOptions()  # the statistics' defaults: the one copy of the tests' defaults
 
 
@@ -133,9 +140,28 @@ class TestsSpec:
     null_permutations: int = _STATS.null_permutations
     max_mde_tv: float | None = None
     sequence: bool = _STATS.sequence  # the sequence-level family; hashed only when off
+    # issue 21 (``spectest.numerics``): exact | matched | auto; the floor; the margin (TV per
+    # token). Hashed only when set (not the default), so no shipped protocol changes its hash.
+    numerics: str = "auto"
+    numerics_floor: str = "batch"
+    numerics_margin: float = DEFAULT_NUMERICS_MARGIN
 
     def __post_init__(self) -> None:
         self.analysis_options()
+        if self.numerics not in NUMERICS_MODES:
+            rule = f"expected one of {', '.join(NUMERICS_MODES)}"
+            raise OptionError("numerics", rule, self.numerics)
+        if self.numerics_floor not in NUMERICS_FLOORS:
+            raise OptionError(
+                "numerics_floor", f"expected one of {', '.join(NUMERICS_FLOORS)}",
+                self.numerics_floor,
+            )  # fmt: skip
+        mg = self.numerics_margin
+        if not (
+            isinstance(mg, (int, float)) and not isinstance(mg, bool) and math.isfinite(mg)
+            and 0.0 <= mg < 1.0
+        ):  # fmt: skip
+            raise OptionError("numerics_margin", "expected a number in [0, 1)", mg)
         m = self.max_mde_tv
         if m is not None and not (
             isinstance(m, (int, float))
@@ -174,6 +200,12 @@ class TestsSpec:
         }
         if not self.sequence:
             out["sequence"] = False
+        if self.numerics != "auto":
+            out["numerics"] = self.numerics
+        if self.numerics_floor != "batch":
+            out["numerics_floor"] = self.numerics_floor
+        if self.numerics_margin != DEFAULT_NUMERICS_MARGIN:
+            out["numerics_margin"] = self.numerics_margin
         return out
 
     @classmethod
@@ -188,6 +220,9 @@ class TestsSpec:
             null_permutations=d["null_permutations"],
             max_mde_tv=d.get("max_mde_tv"),
             sequence=d.get("sequence", True),
+            numerics=d.get("numerics", "auto"),
+            numerics_floor=d.get("numerics_floor", "batch"),
+            numerics_margin=d.get("numerics_margin", DEFAULT_NUMERICS_MARGIN),
         )
 
 
@@ -285,6 +320,18 @@ class Protocol:
     @property
     def config_map(self) -> dict[str, SamplingParams]:
         return dict(self.configs)
+
+    @property
+    def numerics_mode(self) -> str:
+        """``exact`` or ``matched`` (``tests.numerics`` resolved): ``auto`` is ``matched`` for a
+        bfloat16 / float16 model pair whose candidate engine can host the matched arm (built-in,
+        fast, acceptor: ``MATCHABLE_ENGINES``), ``exact`` otherwise (``spectest.numerics``)."""
+        mode = self.tests.numerics
+        if mode != "auto":
+            return mode
+        if self.models.dtype in MATCHED_DTYPES and self.candidate_engine.name in MATCHABLE_ENGINES:
+            return "matched"
+        return "exact"
 
     @property
     def candidate_variant(self) -> str | None:

@@ -1,0 +1,129 @@
+"""Calibration of matched numerics mode (issue 21) under simulated bf16-sized numerics.
+
+Each replication runs, on the toy LM with shape-dependent numerics (``toy:...,numerics=σ``,
+``spectest.models.toy``), the matched arm and a null arm — spectest's exact speculative sampler
+in the same loop, same batch size, disjoint seeds — and records:
+
+- every test family's rejection of the null against the matched arm (``stats.analyze``, the
+  run's α split over the families): the black-box false-alarm rate under numerics;
+- the white-box family of that comparison (recorded p_t: exact under numerics);
+- claim (b) (``stats.drift.decide_drift`` on ``numerics.drift_table`` of the matched arm):
+  ``beyond`` is a false fail (the verify and decode perturbations have the same size, so the
+  true D = drift − floor is ≈ 0 < margin); and the coverage of the one-sided bounds: how often
+  UCB(D) falls below the pooled D of all replications (should be ≤ α).
+
+Prints one JSON line per replication and a summary with exact binomial (Clopper–Pearson)
+upper bounds. Usage (about 2–4 s per replication on one CPU core)::
+
+    OMP_NUM_THREADS=1 python benchmarks/drift_calibration.py --reps 200 --sigma 0.0065
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from spectest.engines.base import DrafterSpec, RowSpec, rounds_frame, samples_frame
+from spectest.engines.builtin import speculative_decode
+from spectest.models.zoo import load_model
+from spectest.numerics import drift_table
+from spectest.sampling.mutants import get_variant
+from spectest.sampling.params import SamplingParams
+from spectest.stats.analyze import AnalysisOptions, analyze
+from spectest.stats.drift import decide_drift
+
+
+def _arm(target, draft, prompt, rows, name, T, K, batch):
+    out = speculative_decode(
+        target, draft, prompt, rows, num_positions=T, drafter=DrafterSpec(onehot=True, k=K),
+        variant=get_variant("exact"), run_key=12345, prompt_id="p0", batch_size=batch,
+        whitebox=True,
+    )  # fmt: skip
+    wb = out.whitebox
+    return (
+        samples_frame(out.tokens.numpy(), "p0", rows, name, wb),
+        rounds_frame(out.rounds, "p0", rows, name),
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--sigma", type=float, default=0.0065)
+    ap.add_argument("--seeds", type=int, default=200, help="seeds per arm and config")
+    ap.add_argument("--positions", type=int, default=4)
+    ap.add_argument("--alpha", type=float, default=0.05)
+    ap.add_argument("--margin", type=float, default=0.002)
+    ap.add_argument("--permutations", type=int, default=100)
+    ap.add_argument("--measured", type=int, default=64, help="drift sequences per cell")
+    ap.add_argument("--floor-rows", type=int, default=32, help="floor sequences per cell")
+    a = ap.parse_args()
+    target = load_model(f"toy:V=16,order=2,scale=2.0,seed=3,numerics={a.sigma}")
+    draft = load_model("toy:V=16,order=2,scale=1.0,seed=4")
+    prompt = [1, 2, 3]
+    configs = [("a", SamplingParams(temperature=0.8, top_p=0.95))]
+    K, T = 3, a.positions
+    opts = AnalysisOptions(alpha=a.alpha, null_permutations=a.permutations)
+    recs = []
+    t0 = time.perf_counter()
+    for rep in range(a.reps):
+        base = 10_000 + rep * 2 * a.seeds
+        rows_m = [RowSpec(cid, base + s, sp) for cid, sp in configs for s in range(a.seeds)]
+        rows_n = [
+            RowSpec(cid, base + a.seeds + s, sp) for cid, sp in configs for s in range(a.seeds)
+        ]
+        batch = len(rows_m)
+        sm, rm = _arm(target, draft, prompt, rows_m, "matched", T, K, batch)
+        sn, rn = _arm(target, draft, prompt, rows_n, "null", T, K, batch)
+        an = analyze(
+            pd.concat([sm, sn], ignore_index=True), reference="matched", candidate="null",
+            options=opts, rounds=pd.concat([rm, rn], ignore_index=True), rng_seed=rep,
+        )  # fmt: skip
+        table = drift_table(
+            target, sm, rm, {"p0": prompt}, configs, arm="matched", K=K, batch_size=batch,
+            positions=T, rows_per_cell=a.measured, floor_rows_per_cell=a.floor_rows,
+        )  # fmt: skip
+        d = decide_drift(table, margin=a.margin, alpha=a.alpha)
+        assert d is not None
+        rec = {
+            "rep": rep,
+            "rejected": bool(an.rejected),
+            "families": {n: bool(r.rejected) for n, r in an.families.items() if r.active},
+            "drift": d.drift, "floor": d.floor, "D": d.statistic, "lcb": d.lcb, "ucb": d.ucb,
+            "decision": d.decision,
+        }  # fmt: skip
+        recs.append(rec)
+        print(json.dumps(rec), flush=True)
+    n = len(recs)
+    D_all = float(np.mean([r["D"] for r in recs]))
+
+    def cp(k: int) -> float:  # exact one-sided 95 % upper bound of a binomial rate
+        return 1.0 if k == n else float(sps.beta.ppf(0.95, k + 1, n - k))
+
+    fams = sorted({f for r in recs for f in r["families"]})
+    out = {
+        "reps": n, "sigma": a.sigma, "seeds": a.seeds, "positions": T, "alpha": a.alpha,
+        "margin": a.margin, "measured": a.measured, "floor_rows": a.floor_rows,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "null_rejected": sum(r["rejected"] for r in recs),
+        "per_family": {f: sum(r["families"].get(f, False) for r in recs) for f in fams},
+        "drift_mean": float(np.mean([r["drift"] for r in recs])),
+        "floor_mean": float(np.mean([r["floor"] for r in recs])),
+        "D_pooled": D_all,
+        "drift_beyond": sum(r["decision"] == "beyond" for r in recs),
+        "drift_within": sum(r["decision"] == "within" for r in recs),
+        "ucb_below_pooled_D": sum(r["ucb"] < D_all for r in recs),
+        "lcb_above_pooled_D": sum(r["lcb"] > D_all for r in recs),
+    }  # fmt: skip
+    out["null_rejected_cp95"] = cp(out["null_rejected"])
+    out["ucb_miss_cp95"] = cp(out["ucb_below_pooled_D"])
+    print("SUMMARY " + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,264 @@
+"""Issue 21: matched numerics mode — the protocol field, the matched arm, the toy LM's simulated
+numerics, the drift measurement (exact checks against the run's own recorded p) and the TOST
+decision of claim (b) on exact inputs."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy import stats as sps
+from toy_protocol import TOY, write_toy
+
+from spectest import schema
+from spectest.engines.base import DrafterSpec, RowSpec, rounds_frame, samples_frame
+from spectest.engines.builtin import speculative_decode
+from spectest.errors import ConfigError
+from spectest.models.zoo import load_model
+from spectest.numerics import _verify_logits, drift_table
+from spectest.plan import make_plan
+from spectest.protocol import load_protocol, protocol_from_dict
+from spectest.sampling.mutants import get_variant
+from spectest.sampling.params import SamplingParams, SamplingTensors
+from spectest.sampling.transforms import logits_to_probs
+from spectest.shipped import list_shipped
+from spectest.stats.drift import decide_drift
+
+NUM_TARGET = "toy:V=16,order=2,scale=2.0,seed=3,numerics=0.02"
+
+
+def _proto(tmp_path: Path, **tests: object) -> object:
+    path = write_toy(tmp_path, tests={**TOY["tests"], **tests})  # type: ignore[dict-item]
+    return load_protocol(path)
+
+
+# ----------------------------------------------------------------------------- protocol, plan
+def test_numerics_fields_hashed_only_when_set(tmp_path: Path) -> None:
+    base = _proto(tmp_path / "a")
+    auto = _proto(tmp_path / "b", numerics="auto", numerics_floor="batch", numerics_margin=0.002)
+    assert base.hash == auto.hash  # type: ignore[attr-defined]
+    assert "numerics" not in base.tests.canonical()  # type: ignore[attr-defined]
+    matched = _proto(tmp_path / "c", numerics="matched")
+    assert matched.hash != base.hash  # type: ignore[attr-defined]
+    assert matched.tests.canonical()["numerics"] == "matched"  # type: ignore[attr-defined]
+    margin = _proto(tmp_path / "d", numerics_margin=0.003)
+    assert margin.hash != base.hash  # type: ignore[attr-defined]
+
+
+def test_shipped_protocols_resolve_exact_in_float32() -> None:
+    shipped = list_shipped()
+    assert shipped
+    for s in shipped:
+        p = load_protocol(s.file)
+        if p.models.dtype == "float32":
+            assert p.numerics_mode == "exact", s.name
+            assert all(a.role != "matched" for a in make_plan(p).arms), s.name
+
+
+@pytest.mark.parametrize(
+    ("value", "field"),
+    [
+        ("fuzzy", "tests.numerics"),
+        ("dtype", "tests.numerics_floor"),
+        (-0.1, "tests.numerics_margin"),
+    ],
+)
+def test_numerics_bad_values_name_the_field(tmp_path: Path, value: object, field: str) -> None:
+    key = field.split(".")[1]
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        _proto(tmp_path, **{key: value})
+
+
+def test_auto_is_matched_for_bf16_and_exact_otherwise(tmp_path: Path) -> None:
+    path = write_toy(tmp_path, models={**TOY["models"], "dtype": "bfloat16"})  # type: ignore[dict-item]
+    assert load_protocol(path).numerics_mode == "matched"
+    assert _proto(tmp_path / "f").numerics_mode == "exact"  # type: ignore[attr-defined]
+
+
+def test_matched_refused_for_an_engine_that_cannot_host_it(tmp_path: Path) -> None:
+    write_toy(tmp_path)
+    raw = {
+        **TOY,
+        "version": 2,
+        "tests": {**TOY["tests"], "numerics": "matched"},  # type: ignore[dict-item]
+        "engines": {"candidate": {"name": "command", "command": ["true"]}},
+    }
+    with pytest.raises(ConfigError, match=r"tests\.numerics: 'matched' needs"):
+        protocol_from_dict(raw, source="x", base_dir=tmp_path)
+
+
+def test_matched_arm_last_disjoint_and_the_reference_of_every_other(tmp_path: Path) -> None:
+    exact = make_plan(_proto(tmp_path / "e"))  # type: ignore[arg-type]
+    plan = make_plan(_proto(tmp_path / "m", numerics="matched"))  # type: ignore[arg-type]
+    assert plan.matched and not exact.matched
+    assert plan.arms[-1].name == "matched" and plan.arms[-1].variant == "exact"
+    assert plan.arms[-1].engine.name == "builtin"
+    # every earlier arm keeps its seeds; the matched arm's are new and disjoint
+    assert [(a.name, a.seeds) for a in plan.arms[:-1]] == [(a.name, a.seeds) for a in exact.arms]
+    assert all(not plan.arms[-1].seeds.overlaps(a.seeds) for a in plan.arms[:-1])
+    assert len(plan.arms[-1].seeds) == len(plan.arm("reference").seeds)
+    assert [a.name for a in plan.comparisons] == [a.name for a in exact.comparisons]
+    for a in plan.comparisons:
+        assert plan.reference_for(a) == "matched"
+        assert exact.reference_for(a) == "reference"
+    assert plan.reference_for("matched") == "reference"
+    teeth = make_plan(_proto(tmp_path / "t", numerics="matched"), teeth_only=True)  # type: ignore[arg-type]
+    assert teeth.matched  # the teeth are judged against the matched arm too
+
+
+# ----------------------------------------------------------------------------- the toy's numerics
+def test_toy_numerics_depend_on_the_forward_shape_only() -> None:
+    m = load_model(NUM_TARGET)
+    plain = load_model("toy:V=16,order=2,scale=2.0,seed=3")
+    x = torch.tensor([[1, 2, 3, 4]] * 3)
+
+    def steps(model, B):  # one position per forward
+        c = model.new_cache(B)
+        return torch.cat([model.forward(c, x[:B, i : i + 1]) for i in range(4)], 1)
+
+    wide = m.forward(m.new_cache(3), x)
+    assert not torch.equal(wide, steps(m, 3))  # verify schedule ≠ decode
+    assert not torch.equal(steps(m, 3)[:1], steps(m, 1))  # batch 3 ≠ alone
+    assert torch.equal(steps(m, 3), steps(m, 3))  # deterministic
+    assert torch.equal(plain.forward(plain.new_cache(3), x), steps(plain, 3))  # σ = 0: exact
+    gap = (wide - plain.forward(plain.new_cache(3), x)).abs().max().item()
+    assert 0 < gap <= 0.02 * math.sqrt(3) + 1e-6  # |σ z| ≤ σ √3
+
+
+# ----------------------------------------------------------------------------- the measurement
+def _spec(target, rows, T=6, K=3, batch=None):
+    draft = load_model("toy:V=16,order=2,scale=1.0,seed=4")
+    out = speculative_decode(
+        target, draft, [1, 2, 3], rows, num_positions=T, drafter=DrafterSpec(onehot=True, k=K),
+        variant=get_variant("exact"), run_key=7, prompt_id="p0",
+        batch_size=batch or len(rows), whitebox=True,
+    )  # fmt: skip
+    return (
+        samples_frame(out.tokens.numpy(), "p0", rows, "matched", out.whitebox),
+        rounds_frame(out.rounds, "p0", rows, "matched"),
+    )
+
+
+def test_replayed_verify_laws_are_the_runs_own() -> None:
+    """Exact: at every emitted position the replayed verify law gives the emitted token the very
+    probability the run recorded (white-box ``wb_p``), so the replay is the run's schedule."""
+    target = load_model(NUM_TARGET)
+    sp = SamplingParams(temperature=0.9, top_p=0.95)
+    rows = [RowSpec("a", s, sp) for s in range(24)]
+    samples, rounds = _spec(target, rows, batch=8)
+    tokens = samples.pivot(index=schema.SEED, columns=schema.POSITION, values=schema.TOKEN_ID)
+    toks = torch.tensor(tokens.to_numpy(), dtype=torch.int64)
+    commits = [
+        (g.sort_values("round")["accepted"].to_numpy() + 1).tolist()
+        for _, g in rounds.groupby(schema.SEED, sort=True)
+    ]
+    wb = samples.pivot(index=schema.SEED, columns=schema.POSITION, values=schema.WB_P).to_numpy()
+    for lo in range(0, 24, 8):  # the run's batches
+        keep = torch.arange(8)
+        logits = _verify_logits(
+            target, torch.tensor([1, 2, 3]), toks[lo : lo + 8], commits[lo : lo + 8], 3, keep
+        )
+        p = logits_to_probs(logits, SamplingTensors.from_params([sp] * 8))
+        got = p.gather(2, toks[lo : lo + 8, :, None])[..., 0].numpy()
+        np.testing.assert_array_equal(got, wb[lo : lo + 8])
+
+
+def test_drift_is_zero_without_numerics_and_positive_with() -> None:
+    sp = SamplingParams(temperature=0.8)
+    rows = [RowSpec("a", s, sp) for s in range(16)]
+    cfg = [("a", sp)]
+    for spec, positive in (("toy:V=16,order=2,scale=2.0,seed=3", False), (NUM_TARGET, True)):
+        target = load_model(spec)
+        s, r = _spec(target, rows)
+        t = drift_table(
+            target, s, r, {"p0": [1, 2, 3]}, cfg, arm="matched", K=3, batch_size=16,
+            positions=6, rows_per_cell=16, floor_rows_per_cell=4,
+        )  # fmt: skip
+        assert len(t) == 16 * 6 and t["floor_tv"].notna().sum() == 4 * 6
+        assert (t["tv"].to_numpy() > 0).any() == positive
+        assert (t["floor_tv"].dropna().to_numpy() > 0).any() == positive
+        if not positive:
+            assert (t["tv"] == 0).all() and not t["flip"].any()
+
+
+# ----------------------------------------------------------------------------- the decision
+def _table(d: list[list[float]], f: list[list[float]]) -> pd.DataFrame:
+    """Sequences ``d`` (per-token TVs); the first ``len(f)`` also have floor TVs ``f``."""
+    rows = []
+    for s, tvs in enumerate(d):
+        for t, tv in enumerate(tvs):
+            fl = f[s][t] if s < len(f) else math.nan
+            rows.append(("p0", "a", s, t, tv, tv > 0.5, fl))
+    return pd.DataFrame(rows, columns=["prompt_id", "config_id", "seed", "position", "tv",
+                                       "flip", "floor_tv"])  # fmt: skip
+
+
+def test_drift_statistic_and_bounds_by_hand() -> None:
+    d = [[0.001, 0.003], [0.002, 0.004], [0.006, 0.002], [0.001, 0.001]]
+    f = [[0.002, 0.002], [0.001, 0.003], [0.003, 0.001]]
+    r = decide_drift(_table(d, f), margin=0.002, alpha=0.05)
+    assert r is not None
+    dm = np.array([0.002, 0.003, 0.004, 0.001])
+    fm = np.array([0.002, 0.002, 0.002])
+    assert r.drift == pytest.approx(dm.mean()) and r.floor == pytest.approx(fm.mean())
+    assert r.statistic == pytest.approx(dm.mean() - fm.mean())
+    vd, vf = dm.var(ddof=1) / 4, 0.0
+    se = math.sqrt(vd + vf)
+    df = se**4 / (vd**2 / 3)
+    q = sps.t.ppf(0.95, df)
+    assert r.ucb == pytest.approx(r.statistic + q * se)
+    assert r.lcb == pytest.approx(r.statistic - q * se)
+    assert r.drift_ucb == pytest.approx(dm.mean() + sps.t.ppf(0.95, 3) * dm.std(ddof=1) / 2)
+    assert r.pooled == pytest.approx((2 * dm).mean())
+    assert r.n_sequences == 4 and r.n_floor == 3 and r.n_tokens == 8
+    assert r.decision == ("within" if r.ucb <= 0.002 else "unresolved")
+    assert "claim b" in r.line and f"{r.drift:.4f}" in r.line
+
+
+@pytest.mark.parametrize(
+    ("shift", "decision"), [(0.0, "within"), (0.01, "beyond"), (0.002, "unresolved")]
+)
+def test_tost_decisions(shift: float, decision: str) -> None:
+    """D = shift exactly (the floor's sequences are the drift's, shifted): D = 0 is within the
+    margin 0.002, D = 0.01 beyond it, D = the margin itself neither (both bounds straddle it)."""
+    rng = np.random.default_rng(0)  # fixed inputs; the decision is a function of them
+    base = rng.uniform(0.002, 0.004, size=(200, 4))
+    d = (base + shift).tolist()
+    f = base.tolist()
+    r = decide_drift(_table(d, f), margin=0.002, alpha=0.05)
+    assert r is not None and r.decision == decision
+    assert r.rejected == (decision == "beyond")
+
+
+def test_too_few_floor_sequences_is_unresolved_and_empty_is_none() -> None:
+    r = decide_drift(_table([[0.0], [0.0], [0.0]], [[0.0]]), margin=0.002, alpha=0.05)
+    assert r is not None and r.decision == "unresolved" and math.isinf(r.ucb)
+    empty = _table([], [])
+    assert decide_drift(empty, margin=0.002, alpha=0.05) is None
+
+
+# ----------------------------------------------------------------------------- calibration
+def test_small_calibration_of_matched_mode() -> None:
+    """The small version of benchmarks/drift_calibration.py (the 200-replication run is in
+    results/LOG.md): 20 null replications under simulated numerics. A family false alarm has
+    probability ≤ α = 0.05 each, so ≥ 5 of 20 has probability ≤ 0.0026 (binomial): the
+    test's false-failure rate. No replication may end "beyond" (the true D ≈ 0 < margin)."""
+    import json
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "drift_calibration.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--reps", "20", "--seeds", "100", "--measured", "32",
+         "--floor-rows", "16", "--permutations", "50"],
+        capture_output=True, text=True, check=True, timeout=600,
+    )  # fmt: skip
+    summary = json.loads(out.stdout.splitlines()[-1].removeprefix("SUMMARY "))
+    assert summary["reps"] == 20
+    assert summary["null_rejected"] <= 4, summary
+    assert summary["drift_beyond"] == 0, summary
+    assert summary["drift_mean"] > 0 and summary["floor_mean"] > 0
