@@ -324,7 +324,7 @@ def test_sglang_chain_under_triton_interpreter(tmp_path: Path) -> None:
         REPO / ".whl" / "sglang" / "reject_sampling.py"
     )
     if importlib.util.find_spec("triton") is None or not Path(kernel_file).is_file():
-        pytest.skip("needs triton and SGLang's reject_sampling.py (scripts/gpu_kernels.sh prepare)")
+        pytest.skip("needs triton and SGLang's reject_sampling.py (tools/gpu/kernels.sh prepare)")
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
