@@ -67,7 +67,7 @@ def _umask() -> int:
 _FILE_MODE = 0o666 & ~_umask()  # NOTE: mkstemp creates 0600; results are ordinary files
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes) -> None:
     """``data`` into ``path`` through a temporary and ``os.replace``; an ``OSError`` is one
     ``InfrastructureError`` naming ``path`` (``write_failed``)."""
     try:
@@ -91,7 +91,7 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    _atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

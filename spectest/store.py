@@ -31,16 +31,16 @@ import pyarrow as pa
 from spectest import __version__, schema
 from spectest.errors import ConfigError, InfrastructureError, InputError, os_error_line
 from spectest.files import (
-    _atomic_write_bytes,
+    _umask as _umask,
+)
+from spectest.files import (
+    atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
     read_provenance,
     read_table,
     sha256_file,
     write_table,
-)
-from spectest.files import (
-    _umask as _umask,
 )
 from spectest.lock import LOCK_FILE, DirLock, lock_dir
 
@@ -330,7 +330,7 @@ class RunDir:
         atomic_write_json(self.path / MANIFEST, manifest)
         _crash_point("manifest-written")
         if final_summary is not None:
-            _atomic_write_bytes(self.path / SUMMARY, final_summary)
+            atomic_write_bytes(self.path / SUMMARY, final_summary)
         if release:
             self.release()
         return manifest
