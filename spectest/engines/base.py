@@ -148,10 +148,8 @@ class ArmJob:
 
 @dataclass(frozen=True)
 class ArmOutput:
-    """What an engine returns for a job, and what the hf decode loops return for their rows
-    (``hf.decode.hf_plain_decode`` ...). The built-in loops (``builtin.plain_decode``,
-    ``builtin.speculative_decode``, and ``fast``'s on them) return ``builtin.EngineOutput``
-    (torch tokens), which ``BuiltinEngine.generate`` turns into this.
+    """What an engine returns for a job, and what every decode loop returns for its rows
+    (``builtin.plain_decode``, ``hf.decode.hf_plain_decode`` ...): one type at every level.
 
     ``tokens``: int64 numpy ``[B, T]`` in ``job.rows`` order; ``-1`` (``PLACEHOLDER_TOKEN_ID``) =
     no token (the sequence stopped before ``T``; only as a suffix of a row). ``rounds``: per-round

@@ -1,7 +1,7 @@
 """The built-in batched engines: plain decode and speculative decode over ``LanguageModel`` s.
 
-Owns: the decode loops (``plain_decode``, ``speculative_decode``) and their output
-(``EngineOutput``), slow per-row references of both loops (``plain_decode_reference``,
+Owns: the decode loops (``plain_decode``, ``speculative_decode``, returning the contract's
+``ArmOutput``), slow per-row references of both loops (``plain_decode_reference``,
 ``speculative_decode_reference``: no cache, no batching, tested token-for-token equal in
 tests/test_engine.py), and ``BuiltinEngine``: the loops as the ``builtin`` engine of the
 contract (``spectest.engines.base``; a plain arm when the job has no variant, else speculative).
@@ -41,8 +41,7 @@ plain prefix law whatever the round boundaries are.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -56,6 +55,7 @@ from spectest.engines.base import (
     DrafterSpec,
     Engine,
     Models,
+    Progress,
     RowSpec,
     check_rows,
     rounds_frame,
@@ -70,22 +70,6 @@ from spectest.sampling.params import SamplingTensors
 from spectest.sampling.pipeline import REFERENCE, Pipeline, RoundSampler
 from spectest.sampling.transforms import logits_to_probs
 from spectest.seeding import STREAM_PLAIN, STREAM_SPEC, row_key, spec_slots, uniforms
-
-Progress = Callable[[int], None]
-
-
-@dataclass(frozen=True)
-class EngineOutput:
-    """Tokens of every row (in ``rows`` order) and, for speculative runs, per-round telemetry.
-
-    ``whitebox``: the generation-time white-box columns (``schema.WHITEBOX_COLUMNS``, ``B * T``
-    rows aligned with ``to_samples_frame``) when the loop was asked to record them, else None.
-    """
-
-    tokens: torch.Tensor  # [B, T] int64, cpu
-    rounds: pd.DataFrame | None  # row, round, position, drafted, accepted, emitted (int64)
-    whitebox: pd.DataFrame | None = None  # wb_* columns from the laws the loop sampled from
-
 
 # ----------------------------------------------------------------------------- plain
 
@@ -105,10 +89,10 @@ def plain_decode(
     drafter: DrafterSpec | None = None,
     pipeline: Pipeline = REFERENCE,
     whitebox_roles: bool = False,
-) -> EngineOutput:
+) -> ArmOutput:
     """Plain autoregressive sampling: one uniform per token, inverse CDF on the pipeline's law.
 
-    Returns ``EngineOutput`` with ``tokens`` ``[len(rows), num_positions]`` (cpu) and no rounds.
+    Returns ``ArmOutput`` with ``tokens`` ``[len(rows), num_positions]`` (numpy) and no rounds.
     With ``whitebox``, also the white-box columns of every emitted token from the very p_t row
     it was drawn from (``recorder.PlainObserver``); q_t comes from ``draft`` run along the
     emitted sequence under ``drafter`` (the q the teacher would use), or is unknown without a
@@ -142,7 +126,7 @@ def plain_decode(
         if progress is not None:
             progress(lo + len(part))
     wb = pd.concat(wb_parts, ignore_index=True) if whitebox else None
-    return EngineOutput(torch.cat(chunks, dim=0), None, wb)
+    return ArmOutput(torch.cat(chunks, dim=0).numpy(), None, True, wb)
 
 
 def _plain_chunk(
@@ -188,11 +172,11 @@ def speculative_decode(
     whitebox: bool = False,
     pipeline: Pipeline = REFERENCE,
     whitebox_roles: bool = False,
-) -> EngineOutput:
+) -> ArmOutput:
     """Speculative sampling with ``variant``'s hooks on ``pipeline``; telemetry one row per
     (row, round).
 
-    Returns ``EngineOutput`` with ``tokens`` ``[len(rows), num_positions]`` (cpu) and ``rounds``
+    Returns ``ArmOutput`` with ``tokens`` ``[len(rows), num_positions]`` (numpy) and ``rounds``
     (row, round, position, drafted, accepted, emitted; ``emitted`` capped by the budget). With
     ``whitebox``, also the white-box columns of every emitted token under the p it was sampled
     from and the drafter's exact q at that slot (``recorder.RoundObserver``); ``whitebox_roles``
@@ -235,7 +219,8 @@ def speculative_decode(
         if progress is not None:
             progress(lo + len(part))
     wb = pd.concat(wb_parts, ignore_index=True) if whitebox else None
-    return EngineOutput(torch.cat(chunks, dim=0), pd.concat(frames, ignore_index=True), wb)
+    rounds = pd.concat(frames, ignore_index=True)
+    return ArmOutput(torch.cat(chunks, dim=0).numpy(), rounds, True, wb)
 
 
 def _spec_chunk(
@@ -445,14 +430,14 @@ def speculative_decode_reference(
 
 
 def to_samples_frame(
-    out: EngineOutput, prompt_id: str, rows: Sequence[RowSpec], arm: str
+    out: ArmOutput, prompt_id: str, rows: Sequence[RowSpec], arm: str
 ) -> pd.DataFrame:
     """The schema's samples table (one row per token, row-major then position)."""
-    return samples_frame(out.tokens.numpy(), prompt_id, rows, arm)
+    return samples_frame(out.tokens, prompt_id, rows, arm)
 
 
 def to_rounds_frame(
-    out: EngineOutput, prompt_id: str, rows: Sequence[RowSpec], arm: str
+    out: ArmOutput, prompt_id: str, rows: Sequence[RowSpec], arm: str
 ) -> pd.DataFrame:
     """The schema's rounds table (speculative runs only)."""
     if out.rounds is None:
@@ -551,4 +536,4 @@ class BuiltinEngine(Engine):
                 target, draft, job.prompt_ids, job.rows, drafter=job.drafter,
                 variant=self.variant(job), whitebox=job.whitebox, **kw,
             )  # fmt: skip
-        return ArmOutput(out.tokens.numpy(), out.rounds, True, out.whitebox)
+        return out

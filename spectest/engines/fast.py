@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from spectest.engines import builtin
-from spectest.engines.base import Models
-from spectest.engines.builtin import BuiltinEngine, EngineOutput, RowSpec
+from spectest.engines.base import ArmOutput, Models
+from spectest.engines.builtin import BuiltinEngine, RowSpec
 from spectest.models.base import LanguageModel
 from spectest.models.hf import HFModel
 from spectest.models.static import StaticHFModel
@@ -62,7 +62,7 @@ def as_fast(
 
 def plain_decode_fast(
     model: LanguageModel, prompt: Sequence[int], rows: Sequence[RowSpec], **kw: Any
-) -> EngineOutput:
+) -> ArmOutput:
     """``builtin.plain_decode`` on the fast pipeline and (for an ``as_fast`` model) the static
     cache: the same loop, the same tokens under the same keys (module docstring), and with
     ``whitebox`` the same generation-time white-box columns."""
@@ -75,7 +75,7 @@ def speculative_decode_fast(
     prompt: Sequence[int],
     rows: Sequence[RowSpec],
     **kw: Any,
-) -> EngineOutput:
+) -> ArmOutput:
     """``builtin.speculative_decode`` with ``fast_variant(variant)`` and (for ``as_fast`` models)
     the static cache: the same loop, tokens and telemetry under the same keys."""
     return builtin.speculative_decode(target, draft, prompt, rows, pipeline=FAST, **kw)
