@@ -6,7 +6,7 @@ Benchmark shape (issue 14): the bundled pair, 4 prompts (english-8, first 4) × 
 positions, one-hot drafter K = 3. Generating is the expensive part, so a big *pool* is generated
 once per arm — ``--reps × --per-arm`` seeds per cell, disjoint seed ranges per arm — and cached as
 Parquet under ``<dir>/power_pool/<pair>-<seeds>/`` (ignored by git); replications are disjoint
-slices of it. ``scripts/gpu_power_table.sh`` runs the three steps on a GPU host in one command.
+slices of it. ``tools/gpu/power_table.sh`` runs the three steps on a GPU host in one command.
 
     # 1. pools (resumable: one file per arm × prompt; --workers/--worker deal the files out)
     OMP_NUM_THREADS=1 python benchmarks/power_table.py generate --pair bundled [--device cuda]

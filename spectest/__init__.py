@@ -1,6 +1,6 @@
 """spectest: prove or disprove that a speculative sampler has exactly the law of plain sampling.
 
-The package is organised as one concern per module (see README.md, "Architecture"):
+The package is organised as one concern per module (see docs/architecture.md):
 protocol -> engines (models + sampling) -> store -> stats -> verdict -> report, with a thin CLI.
 """
 

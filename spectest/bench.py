@@ -383,6 +383,6 @@ def _sync(device: str) -> None:
 
 
 def _git_sha() -> str:
-    from spectest.store import git_sha
+    from spectest.files import git_sha
 
     return git_sha() or ""

@@ -18,12 +18,13 @@ import pandas as pd
 from spectest import schema
 from spectest.byo import read_samples_file
 from spectest.errors import ConfigError, InputError
+from spectest.files import make_provenance
 from spectest.judge import RunResult, compare_all, finish_run
 from spectest.plan import Arm, SeedRange
 from spectest.progress import ProgressFn, no_progress
 from spectest.protocol import TestsSpec
 from spectest.stats.analyze import OptionError
-from spectest.store import RunDir, make_provenance
+from spectest.store import RunDir
 from spectest.summary import Header
 
 FLAGS = {"alpha": "--alpha", "multiplicity": "--multiplicity", "max_mde_tv": "--max-mde-tv"}

@@ -107,9 +107,8 @@ def readout_arms(arms: Sequence[Arm]) -> frozenset[str]:
 
 
 def drafter_of(protocol: Protocol) -> DrafterSpec:
-    """The protocol's drafter as the engines take it."""
-    d = protocol.drafter
-    return DrafterSpec(onehot=d.kind == "onehot", q_mode=d.q, k=d.k)
+    """The protocol's drafter as the engines take it (the same ``engines.base.DrafterSpec``)."""
+    return protocol.drafter
 
 
 def run_key(protocol: Protocol) -> int:

@@ -31,6 +31,7 @@ import yaml
 from spectest import schema
 from spectest.engines.base import Models
 from spectest.errors import ConfigError
+from spectest.files import make_provenance
 from spectest.generation import (
     EngineSet,
     RunOptions,
@@ -51,7 +52,7 @@ from spectest.protocol import MATCHED, Protocol, TestsSpec, to_raw
 from spectest.scaleout import WorkerPool, generate_spread, local_devices, make_pool
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
 from spectest.shipped import shipped_name
-from spectest.store import PROMPTS_FILE, RunDir, make_provenance
+from spectest.store import PROMPTS_FILE, RunDir
 from spectest.summary import Header, protocol_setup
 from spectest.verdict import power_claim, required_resolution
 

@@ -1,50 +1,14 @@
 """The run directory: atomic Parquet writes, shards and resume, provenance, the manifest.
 
-Owns: the layout of ``results/<run-id>/``, every file write (each one to a temporary name then
-``os.replace``, so a reader never sees half a file), the resume bookkeeping (one shard per
+Owns: the layout of ``results/<run-id>/``, every file write of a run (each one atomic, through
+``spectest.files``, so a reader never sees half a file), the resume bookkeeping (one shard per
 arm × prompt, complete iff its samples file exists), provenance metadata, the writer's lock, and
 the rule that a directory is complete only once ``manifest.json`` — written last — exists and
 every data file it lists still has its sha256. Bring-your-own samples files are read and checked
 by ``spectest.byo``.
 
-Integrity rules
----------------
-- One writer per directory: ``RunDir.open`` takes an exclusive ``flock`` on ``<run>/.lock`` and
-  holds it until the manifest is written (or the process ends: the kernel drops the lock of a
-  killed process, so a stale lock never blocks a resume). A second writer gets one line, exit 2.
-- ``summary.json`` carries ``complete: false`` until the manifest exists; the manifest records
-  the sha256 of its final (``complete: true``) bytes, which are written right after it. A CI step
-  that reads only ``summary.json`` therefore never takes an interrupted run for a finished one.
-- ``load_run`` (``analyze``, ``report``) checks size and sha256 of every data file the manifest
-  lists and names the first one that changed, and checks that the manifest lists every data file
-  the run must have (``REQUIRED_FILES`` of its kind, the tables ``summary.json`` says were
-  written, any data file present on disk): a manifest entry deleted beside an edited file is
-  tampering, named like an edit.
-- ``spectest report`` writes the rendered views only (``RENDERED``) and updates only their
-  entries in the manifest (``update_manifest_entries``): the data files' hashes, the
-  provenance and the ``completed`` time are never rewritten, so a report cannot bless an edit.
-- A ``compare`` directory is not resumable (nothing is expensive to redo): a re-run into it
-  replaces it, whatever the outcome of the previous attempt.
-- Filesystem failures (permissions, disk full, an ``--out`` that cannot be a directory) are
-  ``InfrastructureError`` (exit 4) naming the file being written, never a traceback.
-
-Knows nothing about statistics or models: it stores the DataFrames it is given, with the Arrow
-schema it is given, and checks nothing about their meaning.
-
-Layout
-------
-::
-
-    <run>/run.json            kind (run | teeth | compare), protocol hash, arms, created
-    <run>/protocol.yaml       the protocol after overrides, self-contained (run / teeth)
-    <run>/prompts.jsonl       the prompt set it uses
-    <run>/shards/<arm>__<prompt>.{rounds,samples}.parquet   one per arm × prompt
-    <run>/samples.parquet rounds.parquet histograms.parquet tests.parquet trie.parquet
-          whitebox.parquet    final tables (provenance in each file's metadata)
-    <run>/tooth_sizes.parquet the ε arms' and mutants' TV per cell-position (run / teeth with
-                              such teeth; spectest.tooth_size), read back by analyze
-    <run>/summary.json report.md report.html
-    <run>/manifest.json       LAST: files with sizes and sha256; absent ⇒ incomplete
+The details (moved from this docstring):
+docs/run-directory.md "Integrity rules and layout".
 """
 
 from __future__ import annotations
@@ -53,24 +17,31 @@ import contextlib
 import hashlib
 import json
 import os
-import platform
 import shutil
 import signal
-import subprocess
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from spectest import __version__, schema
 from spectest.errors import ConfigError, InfrastructureError, InputError, os_error_line
+from spectest.files import (
+    _umask as _umask,
+)
+from spectest.files import (
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+    read_provenance,
+    read_table,
+    sha256_file,
+    write_table,
+)
 from spectest.lock import LOCK_FILE, DirLock, lock_dir
 
 MANIFEST = "manifest.json"
@@ -91,7 +62,6 @@ SUMMARY = "summary.json"
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 COMPLETE_KEY = "complete"  # summary.json: false until the manifest is written
-PROVENANCE_KEY = b"spectest.provenance"
 RENDERED = (REPORT_MD, REPORT_HTML)  # views re-rendered from stored results; not data
 DATA_FILES_KEY = "data_files"  # summary.json: the tables write_final wrote (verify_manifest)
 # the data files spectest writes into a run directory (every one present must be in the manifest)
@@ -124,203 +94,6 @@ HISTOGRAMS_SCHEMA = pa.schema(
         pa.field("count", pa.int64(), nullable=False),
     ]
 )
-_PACKAGES = (
-    "spectest",
-    "torch",
-    "numpy",
-    "scipy",
-    "statsmodels",
-    "pandas",
-    "pyarrow",
-    "transformers",
-)
-
-
-# ----------------------------------------------------------------------------- atomic writes
-def write_failed(path: Path, err: OSError) -> InfrastructureError:
-    """The one line for a write the OS refused (ENOSPC, EDQUOT, EROFS, EACCES, EFBIG, EIO ...):
-    it names the file being written — the OS error of a ``write()`` names none."""
-    # NOTE: Arrow's strerror is "Error writing bytes to file. Detail: [errno 28] ..."
-    reason = os.strerror(err.errno) if err.errno else ""
-    reason = reason or err.strerror or " ".join(str(err).split()) or type(err).__name__
-    if (
-        err.filename is not None
-        and str(err.filename) != str(path)
-        and ".tmp" not in str(err.filename)
-    ):
-        reason = f"{reason} ({err.filename})"
-    return InfrastructureError(f"cannot write {path}: {reason}")
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_FILE_MODE = 0o666 & ~_umask()  # NOTE: mkstemp creates 0600; results are ordinary files
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    """``data`` into ``path`` through a temporary and ``os.replace``; an ``OSError`` is one
-    ``InfrastructureError`` naming ``path`` (``write_failed``)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as err:
-        raise write_failed(path, err) from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, _FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException as err:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(err, OSError):
-            raise write_failed(path, err) from None
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    _atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
-
-
-def write_table(
-    path: Path, df: pd.DataFrame, arrow_schema: pa.Schema | None, provenance: Mapping[str, Any]
-) -> int:
-    """Write ``df`` atomically as Parquet with ``arrow_schema`` (inferred when ``None``) and the
-    provenance JSON in the file metadata. Returns the number of rows."""
-    if arrow_schema is not None:
-        missing = [f.name for f in arrow_schema if f.name not in df.columns]
-        if missing:
-            raise InputError(f"{path.name}: table lacks column(s) {missing!r} of its schema")
-        df = df[[f.name for f in arrow_schema]]
-    try:
-        table = pa.Table.from_pandas(df, schema=arrow_schema, preserve_index=False)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-        raise InputError(f"{path.name}: cannot store table: {str(err).splitlines()[0]}") from None
-    meta = dict(table.schema.metadata or {})
-    meta[PROVENANCE_KEY] = json.dumps(provenance, sort_keys=True, default=str).encode()
-    meta.pop(b"pandas", None)  # NOTE: keep the explicit Arrow schema the source of truth
-    table = table.replace_schema_metadata(meta)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-    except OSError as err:
-        raise write_failed(path, err) from None
-    try:
-        pq.write_table(table, tmp)
-        os.chmod(tmp, _FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException as err:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(err, OSError):  # Arrow's "Error writing bytes to file" names no file
-            raise write_failed(path, err) from None
-        raise
-    return table.num_rows
-
-
-def read_table(path: Path) -> pd.DataFrame:
-    """Read a Parquet file; a missing or corrupt file is one ``InputError`` line naming it."""
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    try:
-        return pq.read_table(path).to_pandas()
-    except (pa.ArrowException, OSError, ValueError) as err:
-        raise InputError(
-            f"{path}: not a readable Parquet file ({str(err).splitlines()[0]})"
-        ) from None
-
-
-def read_provenance(path: Path) -> dict[str, Any]:
-    try:
-        meta = pq.read_schema(path).metadata or {}
-    except (pa.ArrowException, OSError) as err:
-        raise InputError(
-            f"{path}: not a readable Parquet file ({str(err).splitlines()[0]})"
-        ) from None
-    raw = meta.get(PROVENANCE_KEY)
-    return json.loads(raw) if raw else {}
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, read in 1 MiB blocks (run files here, fixture files in
-    ``models.fixtures``)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-# ----------------------------------------------------------------------------- provenance
-def git_sha() -> str:
-    """The git commit of the spectest checkout (``+dirty`` when modified), or ``"unknown"``."""
-    here = Path(__file__).resolve().parent
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-        return sha + ("+dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def package_versions() -> dict[str, str]:
-    out = {}
-    for name in _PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "absent"
-    out["python"] = platform.python_version()
-    return out
-
-
-def make_provenance(
-    *,
-    protocol_hash: str | None,
-    device: str,
-    seed_ranges: Mapping[str, Any],
-    kind: str,
-    threads: int | None = None,
-) -> dict[str, Any]:
-    """What every result file records about how it was produced."""
-    return {
-        "spectest_version": __version__,
-        "kind": kind,
-        "protocol_hash": protocol_hash,
-        "git_sha": git_sha(),
-        "packages": package_versions(),
-        "device": device,
-        "torch_threads": threads,
-        "host": platform.node(),
-        "seed_ranges": dict(seed_ranges),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
 # ----------------------------------------------------------------------------- fault injection
 _shards_written = 0  # in this process, for ``_crash_point("shard:<n>")``
 
@@ -558,7 +331,7 @@ class RunDir:
         atomic_write_json(self.path / MANIFEST, manifest)
         _crash_point("manifest-written")
         if final_summary is not None:
-            _atomic_write_bytes(self.path / SUMMARY, final_summary)
+            atomic_write_bytes(self.path / SUMMARY, final_summary)
         if release:
             self.release()
         return manifest

@@ -75,7 +75,7 @@ def protocol_setup(
     runs) the path of the evidence."""
     return {
         "models": vars(protocol.models).copy(),
-        "drafter": vars(protocol.drafter).copy(),
+        "drafter": protocol.drafter.canonical(),
         "engines": protocol.engines_canonical(),
         "candidate": protocol.candidate,
         "positions": protocol.positions,

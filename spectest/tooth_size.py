@@ -9,48 +9,8 @@ A killed tooth of size s is evidence that the run's tests see a bug of per-cell 
 ``spectest.verdict`` turns the weakest such tooth into the run's power claim. Knows nothing
 about statistics, verdicts or files.
 
-Method (by quadrature FROM THE IMPLEMENTATION: ``spectest.sampling.exact_law``)
-------------------------------------------------------------------------------
-For one cell (a prompt, a sampling config) and a tooth variant T, the first speculative round
-at the prompt has an exact law ``R_T`` over the sequences it emits (``exact_law.round_law``: the
-variant's own code evaluated on a grid of its uniforms), and so has the exact sampler, ``R_E``.
-Completing a round by plain sampling (``exact_law.complete_law``) gives the exact sampler the plain
-law exactly (rejection sampling is lossless), so the tooth's law minus the plain law of the first
-n = min(K + 1, positions) tokens is ``complete(R_T − R_E)``: a signed measure that lives only on
-the sequences where the two rounds differ. Its marginal at position i, halved in L1, is the
-tooth's TV at that cell-position — the quantity the per-cell MDE is stated in (TV of one
-cell-position's token law). The completion expands each sequence shorter than n by the target's
-plain law p(· | prompt + sequence), most weight first.
-
-The size is never below the truth. The budget (``teeth.size_budget``, ``DEFAULT_BUDGET`` contexts
-per tooth and cell) bounds three things: the plain completion expands at most ``budget``
-sequences, most weight first, and the weight of the others is added to every position it could
-reach (a sequence of signed weight w moves a marginal's TV by at most |w|/2); a sampled drafter
-keeps its ``budget // (2K + 1)`` most probable draft sequences, and as many of them as fit in
-``budget × CELLS_PER_CONTEXT`` quadrature cells, the others' probability mass added to every
-position; and each position is capped by the TV of the two round laws themselves (completion and
-marginalisation only shrink TV). A row's ``slack`` is what was added: ``exact`` means none
-(exact up to the quadrature's float rounding, ~1e-12), ``bound`` an upper bound. A cell whose
-round law does not fit at all (a one-hot drafter's one grid beyond the cells, or
-``NumericsError``) is ``unknown``, and so is the tooth's size. Budget 0 computes nothing.
-
-Cost on the bundled pair (2-core CPU, results/LOG.md): 0.5–6 s per one-hot shipped protocol
-(top_p: 2 cells × 2 teeth, exact, 1.2 s; openinfer-512: 24 cells, 11 s); a sampled drafter with a
-wide law costs up to a few seconds more and is mostly bounded or unknown at the default budget.
-
-Notes
------
-Assumptions, stated with every size (README "The resolution requirement"):
-
-- Positions 0..K are those of the first speculative round (position 0 exactly the tooth's;
-  1..K the first round completed by plain sampling). Later rounds start from other contexts;
-  the size assumes they behave like the first (positions ≥ K + 1 are not computed).
-- The logits are the model's own, from a forward with the prompt's KV cache shared (as the
-  built-in engine's prefill), converted to float64 after the model's dtype (``logits_to_probs``).
-  In bfloat16 / float16 the engine's incremental decode may round logits differently from this
-  forward, so the size is that of the law on these logits, not bit-for-bit the engine's.
-- The size is a maximum over every cell and position: a tooth killed in one cell shows power
-  against a bug of its largest per-cell TV, the conservative reading.
+The details (moved from this docstring):
+docs/statistics.md "Tooth sizes: the method".
 """
 
 from __future__ import annotations
@@ -244,7 +204,8 @@ def cell_tvs(
 ) -> list[tuple[float, float]]:
     """``(tv, slack)`` for positions 0..n-1 (n = min(K + 1, positions)) of one cell: the TV of
     the marginal at each position between the tooth ``spec``'s law (first round, completed by
-    plain sampling) and the plain law, an upper bound with ``slack`` added (module docstring).
+    plain sampling) and the plain law, an upper bound with ``slack`` added (docs/statistics.md
+    "Tooth sizes: the method").
     ``exact_round``: the exact sampler's ``_round`` at this cell, when already computed (it is
     the same for every tooth). Raises ``NumericsError`` when a round law cannot be computed."""
     import torch
@@ -265,18 +226,7 @@ def cell_tvs(
     V = int(target.get(()).shape[-1])
     marg = np.zeros((n, V))  # the signed marginal at each position
     slack = np.full(n, base)
-    # sequences still to complete, by length: (tokens [N, length], signed weights [N])
-    todo: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for s, dw in sorted(delta.items()):
-        for i in range(min(len(s), n)):
-            marg[i, s[i]] += dw
-    for length in range(1, n):
-        group = sorted((s, w) for s, w in delta.items() if len(s) == length)
-        if group:
-            todo[length] = (
-                np.array([s for s, _ in group], dtype=np.int64).reshape(len(group), length),
-                np.array([w for _, w in group]),
-            )
+    todo = _round_marginals(delta, marg)
     prm = SamplingTensors.from_params([params])
     spent = 0
     for length in range(1, n):
@@ -308,8 +258,36 @@ def cell_tvs(
                 np.concatenate([c for c, _ in kids]),
                 np.concatenate([cw for _, cw in kids]),
             )
+    return _position_tvs(marg, slack, round_tv)
+
+
+def _round_marginals(
+    delta: dict[tuple[int, ...], float], marg: np.ndarray
+) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Add the signed round-law differences ``delta`` to the marginals ``marg`` [n, V] at the
+    positions they cover; return the sequences still to complete by plain sampling, by length:
+    ``{length: (tokens [N, length], signed weights [N])}`` for lengths 1..n-1."""
+    n = marg.shape[0]
+    todo: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for s, dw in sorted(delta.items()):
+        for i in range(min(len(s), n)):
+            marg[i, s[i]] += dw
+    for length in range(1, n):
+        group = sorted((s, w) for s, w in delta.items() if len(s) == length)
+        if group:
+            todo[length] = (
+                np.array([s for s, _ in group], dtype=np.int64).reshape(len(group), length),
+                np.array([w for _, w in group]),
+            )
+    return todo
+
+
+def _position_tvs(
+    marg: np.ndarray, slack: np.ndarray, round_tv: float
+) -> list[tuple[float, float]]:
+    """``(tv, slack)`` per position from the signed marginals [n, V] and their slack [n]."""
     out = []
-    for i in range(n):
+    for i in range(marg.shape[0]):
         known = 0.5 * float(np.abs(marg[i]).sum())
         # the round laws' own TV bounds every position's (completion only shrinks TV)
         tv = min(known + float(slack[i]), round_tv, 1.0)
@@ -342,7 +320,8 @@ def tooth_sizes(
 
     ``teeth``: ``(arm name, variant spec)`` of the ε arms and mutants; ``configs``: ``(config_id,
     SamplingParams)``; ``drafter``: the run's ``DrafterSpec``; ``budget``: contexts per tooth and
-    cell (module docstring). The models are the run's (the teeth's engine is ``builtin``).
+    cell (docs/statistics.md "Tooth sizes: the method"). The models are the run's (the teeth's
+    engine is ``builtin``).
     """
     rows: list[dict[str, Any]] = []
     n = min(drafter.k + 1, positions)

@@ -2,7 +2,8 @@
 stated as a claim with its scope (what was tested) and its resolution (what could have been seen).
 
 Owns: what counts as a tooth that bit, the power claim and the requirement it must meet, the
-decision ladder below (``decide``: one function per rung, in the order in which reasons override
+decision ladder (docs/verdict.md "Decision rules") (``decide``: one function per rung, in the order
+in which reasons override
 one another), the exit code and the headline. The verdict's types and their wording
 (``Verdict``, ``Scope.tested_line`` / ``Scope.resolution_line``, ``PowerClaim``, ``ToothVerdict``:
 every renderer prints these, so the console, summary.json, the reports, JUnit and the CI summary
@@ -11,59 +12,8 @@ tests were computed: it reads the per-comparison summary (``spectest.comparison.
 with one ``FamilyScope`` per test family, and a tooth's size from ``spectest.tooth_size``) that
 ``summarize_comparison`` extracts from an ``Analysis`` (both re-exported here).
 
-Decision rules (the exit codes of ``spectest.errors.ExitCode``)
----------------------------------------------------------------
-1. A null arm (the exact sampler on seeds disjoint from the reference's) that rejects means the
-   harness's false-alarm control failed for this run: **inconclusive (3)**, whatever the
-   candidate did — a rejection of the candidate cannot be trusted when the null rejects too.
-   So does a white-box test of the *reference* (plain) arm that rejects in the main comparison
-   (the candidate's, else the first tooth's): spectest's own p_t would then be wrong.
-2. Otherwise, a candidate that rejects: **different (1)**. A rejection is evidence whatever the
-   power: an unkilled mutant says the test is weak, not that a detection is false.
-3. Otherwise, **inconclusive (3)** when "no difference found" would claim more than was tested:
-   a. nothing was tested: no test family ran on enough data (every cell-position untestable, no
-      trie node or chain with enough sequences, no sequence-level test whose permutation p-value
-      can reach its level, no white-box test, no testable length table — ``spectest.comparison``);
-   b. a tooth the protocol asks for did not run on enough data (it tested nothing — a null arm
-      that "passes" on no data checked nothing), or an ε arm / mutant was not killed — unless
-      the ε arm *cannot bite* in this run (``Comparison.cannot_bite``: it accepted no drafted
-      token, so its law is the exact sampler's; ``comparison.eps_cannot_bite``). Such a tooth
-      is reported, shows no power, and does not count for rule 3c; if it *rejects*, that is a
-      false alarm like a null arm's (rule 1);
-   c. the power claim R does not meet the requirement: R is worse than the required per-cell
-      TV, or unknown (no cell-position tested and no killed tooth of known size).
-4. Otherwise **equivalent (0)**: no difference found, at the stated power claim.
-
-The power claim and its requirement (rule 3c) — they always apply
------------------------------------------------------------------
-The **power claim** R (``power_claim``) is the smallest per-cell TV the run shows it would have
-seen: the candidate's median per-cell MDE (the resolution of the token χ² per cell-position at
-the run's α and power), or the size of the weakest killed tooth whose size is known, whichever
-is smaller. A tooth's size is its largest per-cell-position TV from plain sampling, computed
-exactly (or bounded from above, never below) by ``spectest.tooth_size`` from the run's own
-models; a killed tooth shows power only against bugs at least as large as itself, so a gross
-mutant killed says nothing about a subtle one, and a tooth of unknown size claims nothing.
-The **requirement** (``required_resolution``) is the protocol's ``tests.power.max_mde_tv``
-(``compare``: ``--max-mde-tv``) when set, else ``DEFAULT_MAX_MDE_TV`` (0.15) — always: teeth
-add evidence, they never waive the requirement. Exit 0 needs R known and R ≤ the requirement,
-and the headline states R and where it came from ("a per-cell TV of 0.211 or more would have
-been seen with 80 % power" from the MDE; "..., as the killed tooth eps=0.5 of exact size 0.167
-shows" from a tooth). 0.15 lies below the exact TV of the catalogued mutants except ε = 0.1,
-bf16_ratio and bonus_wrong_row with a one-hot drafter (results/LOG.md): a gate that cannot see
-0.15 cannot see most real sampler bugs. Why exit 3 and not an exit-0 verdict that carries the
-resolution ("no difference found at TV ≥ 0.28"): a CI merge gate reads the exit code only, and a
-wrong sampler must not merge because the files were too small to see it — or because a gate's
-seed count was lowered by mistake while a gross tooth was still killed. ``--max-mde-tv 1`` (or
-the protocol's field) accepts any claim explicitly; the verdict line still states it.
-``compare`` has no teeth, so its claim is the MDE.
-
-Switching every tooth off is allowed (the protocol then asks for none): such a run says so in its
-reasons ("no teeth ran ...") and its claim is the MDE. So the issue-9 input ``--set
-teeth.null_arm=false --set teeth.mutants=[] --set tests.whitebox=false --seeds 2 --set
-candidate=always_accept`` is inconclusive twice over: nothing is testable at 2 seeds.
-
-A teeth-only run (``spectest teeth``, no candidate) decides **sound (0)** or **inconclusive (3)**
-by rules 1 and 3b; it claims no power (its teeth table states each tooth's size).
+The details (moved from this docstring):
+docs/verdict.md "Decision rules".
 """
 
 from __future__ import annotations
@@ -351,7 +301,7 @@ def _no_teeth(run: _Run) -> tuple[bool, list[Reason]]:
     )]  # fmt: skip
 
 
-# The decision ladder of the module docstring, top rung first: the first rung that fires
+# The decision ladder (docs/verdict.md "Decision rules"), top rung first: the first rung that fires
 # decides; every rung adds its reasons, in this order, then the notes. Nothing fires: rule 4.
 _LADDER: tuple[tuple[Callable[[_Run], tuple[bool, list[Reason]]], Decision], ...] = (
     (_controls_failed, "inconclusive"),  # 1
@@ -379,7 +329,7 @@ def decide(
     drift: DriftResult | None = None,
     matched: bool = False,
 ) -> Verdict:
-    """Apply the decision rules of the module docstring (``_LADDER``).
+    """Apply the decision rules (docs/verdict.md "Decision rules") (``_LADDER``).
 
     Parameters
     ----------

@@ -269,11 +269,11 @@ def test_missing_kernel_package_is_one_line_exit_2(tmp_path: Path, spec: str, pa
     assert not list((tmp_path / "run" / "shards").glob("*.parquet"))  # nothing generated
 
 
-def test_readme_reference_implementation_is_the_tested_one(tmp_path: Path) -> None:
-    """The README's reference kernel, loaded from the README text, emits what the tested correct
-    kernel emits (same laws, same uniforms)."""
+def test_documented_reference_implementation_is_the_tested_one(tmp_path: Path) -> None:
+    """The documented reference kernel, loaded from docs/engines.md's text, emits what the tested
+    correct kernel emits (same laws, same uniforms)."""
 
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "engines.md").read_text()
     start = text.index("```python\nimport torch\n\ndef accept(")
     code = text[start + len("```python\n") : text.index("```", start + 10)]
     (tmp_path / "readme_kernel.py").write_text(code)
@@ -324,7 +324,7 @@ def test_sglang_chain_under_triton_interpreter(tmp_path: Path) -> None:
         REPO / ".whl" / "sglang" / "reject_sampling.py"
     )
     if importlib.util.find_spec("triton") is None or not Path(kernel_file).is_file():
-        pytest.skip("needs triton and SGLang's reject_sampling.py (scripts/gpu_kernels.sh prepare)")
+        pytest.skip("needs triton and SGLang's reject_sampling.py (tools/gpu/kernels.sh prepare)")
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),

@@ -505,10 +505,11 @@ def test_hf_local_with_auto_map_is_refused_even_when_stdin_says_yes(tmp_path: Pa
 
 
 def test_every_transformers_load_passes_trust_remote_code_false() -> None:
-    """Every ``from_pretrained`` / ``from_config`` call in spectest/ says
+    """Every ``from_pretrained`` / ``from_config`` call in spectest/ and tools/ says
     ``trust_remote_code=False`` explicitly (a default can change; an explicit False cannot)."""
     calls = []
-    for f in sorted((ROOT / "spectest").rglob("*.py")):
+    files = sorted((ROOT / "spectest").rglob("*.py")) + sorted((ROOT / "tools").rglob("*.py"))
+    for f in files:
         for node in ast.walk(ast.parse(f.read_text(), str(f))):
             if (
                 isinstance(node, ast.Call)
@@ -520,7 +521,7 @@ def test_every_transformers_load_passes_trust_remote_code_false() -> None:
                     kw["trust_remote_code"].value is False  # type: ignore[attr-defined]
                 )
                 calls.append((f"{f.relative_to(ROOT)}:{node.lineno}", ok))
-    assert len(calls) >= 4, calls  # models/hf.py ×2, models/derive.py, models/pair_card.py
+    assert len(calls) >= 4, calls  # models/hf.py ×2, models/derive.py, tools/pair/pair_card.py
     assert all(ok for _, ok in calls), [c for c, ok in calls if not ok]
 
 

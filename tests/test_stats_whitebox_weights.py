@@ -13,7 +13,7 @@ speculative decode (one draft per token) whose acceptance flags feed the accepta
   drawn from q (the q_mode / raw_q class of ``sampling.mutants``).
 
 ``family_pvalues`` draws one replication and returns every test's p-value; the power tables of
-results/LOG.md (2026-11-30 h10) come from ``scripts/whitebox_power.py``, which calls it.
+results/LOG.md (2026-11-30 h10) come from ``tools/readouts/whitebox_power.py``, which calls it.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import pytest
 from spectest import schema
 from spectest.byo import read_samples_file
 from spectest.errors import ConfigError, ExitCode, InputError
+from spectest.files import make_provenance, read_provenance, read_table
 from spectest.store import (
     HISTOGRAMS,
     MANIFEST,
@@ -19,9 +20,6 @@ from spectest.store import (
     TESTS,
     RunDir,
     load_run,
-    make_provenance,
-    read_provenance,
-    read_table,
 )
 
 

@@ -214,7 +214,7 @@ def test_teacher_force_hf_matches_engine_pipeline() -> None:
         m.logits_full(torch.tensor([[5, 6]] * 4))[:, -1],
         SamplingTensors.from_params([r.params for r in rows]),
     )
-    want = p0.gather(1, torch.from_numpy(out.tokens[:, :1]))[:, 0].numpy()
+    want = p0.gather(1, torch.as_tensor(out.tokens[:, :1]))[:, 0].numpy()
     np.testing.assert_allclose(wb[schema.WB_P].to_numpy()[::5], want, rtol=1e-6)
 
 

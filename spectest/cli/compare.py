@@ -30,7 +30,8 @@ def compare(
         float | None,
         typer.Option(
             help="Required resolution: the median per-cell MDE (TV) must be at most this, else "
-            "exit 3. Default 0.15 (compare runs no teeth; README 'Exit codes'); 1 accepts any."
+            "exit 3. Default 0.15 (compare runs no teeth; README 'Reading the verdict'); "
+            "1 accepts any."
         ),
     ] = None,
     out: Annotated[

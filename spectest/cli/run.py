@@ -50,7 +50,7 @@ def run(
         bool,
         typer.Option(
             help="Run the built-in arms (teeth included) on the fast engine: static KV cache, "
-            "CUDA graphs on CUDA, sort-free sampling; same tokens (README 'Speed')."
+            "CUDA graphs on CUDA, sort-free sampling; same tokens (docs/speed.md)."
         ),
     ] = False,
     devices: Annotated[

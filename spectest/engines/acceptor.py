@@ -2,7 +2,8 @@
 
 Owns: loading a kernel (``PATH.py:FUNCTION`` or ``package.module:FUNCTION``), calling it once per
 speculative round with spectest's laws, drafts and counter-RNG uniforms, and validating every
-return against the contract below (a violation is one ``EngineError`` line naming the plug-in,
+return against the contract (docs/engines-acceptor.md) (a violation is one ``EngineError`` line
+naming the plug-in,
 exit 2, never a statistical verdict).
 
 Everything but the verification step is spectest's: the models, the prompt handling, the
@@ -11,38 +12,8 @@ slot cache and the counter RNG (``seeding``). So a failing verdict points at the
 
 Knows nothing about statistics, files or protocols.
 
-The contract (FlashInfer ``chain_speculative_sampling``, 0.2 series)
---------------------------------------------------------------------
-``accept(draft_probs, draft_token_ids, uniforms, target_probs)
--> (output_token_ids, accepted_num, emitted_num)``
-
-- ``draft_probs``: float32 ``[B, K, V]``, the law each draft token was proposed from (one-hot at
-  the draft token for a greedy drafter);
-- ``draft_token_ids``: int64 ``[B, K]``;
-- ``uniforms``: float64 ``[B, K+1]``, independent uniforms in (0, 1) from spectest's counter RNG
-  (a pure function of the row key and the round's position: batch-invariant). Use each at most
-  once per row; spectest's own sampler uses ``uniforms[:, j]`` as draft ``j``'s acceptance coin
-  and ``uniforms[:, K]`` for the recovered or bonus token;
-- ``target_probs``: float32 ``[B, K+1, V]``, the processed target law at draft position ``i``
-  (``i = K``: the bonus position);
-- returns ``output_token_ids`` int64 ``[B, K+1]`` (the ``emitted_num`` accepted drafts, then the
-  recovered or bonus token, then ``-1``), ``accepted_num`` int64 ``[B]`` (telemetry: may count
-  acceptances after the first rejection, as FlashInfer's does — never committed on) and
-  ``emitted_num`` int64 ``[B]`` (drafts accepted before the first rejection, in ``[0, K]``; the
-  row emits ``emitted_num + 1`` tokens).
-
-Tensors are on the protocol's device (CPU or CUDA); the kernel must be a pure function of its
-arguments. A kernel that draws its own randomness (newer FlashInfer takes a generator, vLLM's
-sampler its own generators) declares it with the function attribute
-``spectest_randomness = "generator"``: it is then called with an extra keyword ``generator`` (a
-``torch.Generator`` on the device, seeded per call from the counter RNG of the batch's first
-row). Cost: a row's tokens depend on its batch (reproducible for the same protocol and batch
-size, not batch-invariant), which the statistics do not need but the batch-invariance checks of
-spectest's own loops cannot be applied to such a kernel.
-
-A kernel may also carry ``spectest_prepare``, a function called once when the engine starts
-(before any arm is generated): adapters import their package there, so a missing one is a
-one-line error at once rather than after the reference arm.
+The details (moved from this docstring):
+docs/engines-acceptor.md "The acceptor contract".
 """
 
 from __future__ import annotations
@@ -250,7 +221,8 @@ def _prepare_why(err: BaseException) -> str:
 
 
 class AcceptorEngine(BuiltinEngine):
-    """spectest's speculative loop with the user's verification kernel (module docstring)."""
+    """spectest's speculative loop with the user's verification kernel
+    (docs/engines-acceptor.md)."""
 
     name = "acceptor"
     needs = "draft"

@@ -24,7 +24,7 @@ How an engine plugs in
    own tests) runs it on small jobs against this contract; ``spectest bench --arms NAME`` times
    it beside transformers' ``generate``.
 4. Select it in a protocol: ``engines: {candidate: {name: NAME, OPTION: VALUE}}`` (version 2;
-   see README "Engines under test").
+   see docs/engines.md "Engines under test").
 
 ``examples/plugin/`` is a complete plug-in package (pyproject entry point, engine, its own
 conformance test); docs/architecture.md draws where engines sit in a run.

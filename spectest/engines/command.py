@@ -1,85 +1,15 @@
 """The ``command`` engine: any program that speaks spectest's JSON-lines protocol on stdin/stdout.
 
-Owns: the line protocol (``PROTOCOL``, below), starting the program, streaming jobs (a writer
+Owns: the line protocol (``PROTOCOL``; docs/engines-command.md), starting the program, streaming
+jobs (a writer
 thread), matching results, the check of every line against its schema (``engines.replies``),
 timeouts, and turning a dead or misbehaving program into one line. Knows nothing about how the
 program samples; nothing about files (the runner writes a shard only after ``generate`` returned
 every row and ``check_output`` passed, so a program that dies or misbehaves mid-shard never
 leaves a shard marked complete).
 
-The protocol ``spectest-jsonl/1`` (one JSON object per line, UTF-8)
-----------------------------------------------------------------------
-The program must first print a hello line (within ``startup_timeout_s``)::
-
-    {"type": "hello", "protocol": "spectest-jsonl/1", "engine": "my-engine", "version": "1.2"}
-
-spectest then writes jobs, one per line; a job is one prompt × one sampling config × many seeds::
-
-    {"type": "job", "id": 7, "arm": "candidate", "role": "candidate",
-     "prompt_id": "p0", "prompt": [1, 72, 101], "config_id": "t0.8-p0.95",
-     "sampling": {"temperature": 0.8, "top_k": 0, "top_p": 0.95, "min_p": 0.0,
-                  "order": ["temperature", "top_k", "top_p", "min_p"]},
-     "max_tokens": 8, "seeds": [400, 401, ...], "row_keys": [..., ...], "run_key": 123,
-     "drafter": {"kind": "sampled", "k": 3, "q": "processed"}}
-
-``order`` is the order spectest applies the filters in (top_k = 0, top_p = 1, min_p = 0 mean
-off); ``row_keys[i]`` is spectest's 63-bit key of (run key, prompt, config, seeds[i]) for a
-program that wants a per-row RNG independent of ``seeds``. The program answers each seed with
-one line, in any order::
-
-    {"type": "result", "id": 7, "seed": 400, "tokens": [72, 33, ...],
-     "rounds": [{"drafted": 3, "accepted": 2, "emitted": 3}, ...]}
-
-A job the program cannot run is answered ``{"type": "error", "id": 7, "message": "..."}``
-(spectest stops with that message, exit 2). ``{"type": "log", ...}`` lines are ignored.
-spectest closes stdin at the end; the program exits 0.
-
-The reply schema (``engines.replies``), field by field
-------------------------------------------------------
-- hello: ``type`` = ``"hello"``, ``protocol`` = ``"spectest-jsonl/1"``; ``engine`` and
-  ``version``, when given, strings of at most 200 characters; other keys allowed (kept in the
-  provenance; the whole line at most ``HELLO_MAX_CHARS``, 10 000 characters). A program whose
-  rows are not reproducible from their seeds says ``"seeds": "ignored..."`` (or
-  ``"reproducible": false``): ``seeds_claim`` is then ``"ignored"``, and ``spectest
-  conformance`` reports "not reproducible" instead of failing its seed checks.
-- result: ``type`` = ``"result"``; ``id`` an int job id; ``seed`` an int (int64); ``tokens`` a
-  list of 1 to ``max_tokens`` int token ids in ``[0, V)`` (V: the target's vocabulary; JSON
-  ``true`` is not the token 1, ``1.0`` is not a token id); ``rounds`` absent, ``null`` or a
-  list of at most ``max_tokens`` objects with ``drafted``, ``accepted``, ``emitted`` ints in
-  ``[0, 2^31)``. The (``id``, ``seed``) pair must be pending (asked, not answered yet).
-- error: ``type`` = ``"error"``, ``message`` a string; ``id`` an int or null.
-- any line: valid UTF-8, valid JSON, at most ``MAX_LINE_BYTES``; an object whose ``type`` is
-  ``"result"`` or ``"error"`` (or ``"log"``, skipped). Objects may carry keys the schema does
-  not name.
-
-**Early stop.** ``tokens`` with fewer than ``max_tokens`` ids is a sequence that ended (EOS, a
-stop rule): its positions past the end have no row in the samples table, so it is a shorter
-sequence there, exactly like a bring-your-own file whose sequence stops early, and the
-sequence-length family tests the law of the lengths. A result with no token at all is refused
-(a sequence that ends at once has nothing to test: emit its end token).
-
-Exit codes
-----------
-- 2 (``replies.ReplyError``, an ``EngineError``): a line that breaks the schema above, in any
-  way (shape, type, range, vocabulary, a job/seed not pending, not JSON, not UTF-8, too long);
-  one line naming the engine, the arm, the job and seed (where the line gives them), the field
-  and the value (``engine command (arm candidate, job 7, seed 400): field 'tokens[3]': expected
-  an int token id in [0, 259], got True``); also an ``error`` line. The program is stopped.
-- 4 (``EngineProcessError``): the program cannot be started, exits or closes its output while
-  results are pending, closes its stdin while jobs are still to be written, or stays silent
-  too long (below): one line with its exit status and the last lines of its stderr.
-- Never 1, and never a traceback.
-
-Timeouts: the bounds
---------------------
-- The hello line must come within ``startup_timeout_s`` (120 s) of the start.
-- While results are pending, the program is killed when no result or error line arrives for
-  ``timeout_s`` (60 s; log lines do not extend it). Jobs are written by a writer thread, so a
-  program that never reads its stdin cannot block spectest: a job line of any size (20 000
-  seeds: 550 KB) to a program that does not read ends at ``timeout_s``, like a silent program.
-- A program that closed its output gets ``EXIT_GRACE_S`` (5 s) to exit with its status; at
-  the end of a run stdin is closed and the program gets 10 s to exit before it is killed.
-- SIGTERM to spectest stops the program at once (``engines.children``).
+The details (moved from this docstring):
+docs/engines-command.md "The spectest-jsonl/1 protocol".
 """
 
 from __future__ import annotations

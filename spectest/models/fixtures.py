@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from spectest.errors import ConfigError, ModelError
-from spectest.store import sha256_file
+from spectest.files import sha256_file
 
 FORMAT_VERSION = 1
 ROLES = ("target", "draft")

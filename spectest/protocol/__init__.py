@@ -19,6 +19,7 @@ The prompt-set file format lives in ``spectest.prompts``; seed ranges, stages an
 option rules excepted: ``TestsSpec`` is validated by them), nor about what an engine does.
 """
 
+from spectest.engines.base import DrafterSpec
 from spectest.prompts import Prompt, PromptsSpec, prompts_jsonl
 from spectest.protocol.arms import (
     MATCHED,
@@ -41,16 +42,13 @@ from spectest.protocol.parse import MAX_BATCH_SIZE, protocol_from_dict
 from spectest.protocol.spec import (
     ACCEPTOR_PREFIX,
     DEVICES,
-    DRAFTER_KINDS,
     DTYPES,
     ENGINES_CANDIDATE,
     ENGINES_REFERENCE,
     LIMITS_FIELD,
     PROTOCOL_VERSION,
     PROTOCOL_VERSIONS,
-    Q_MODES,
     SAMPLING_KEYS,
-    DrafterSpec,
     EngineChoice,
     LimitsSpec,
     ModelsSpec,
@@ -60,6 +58,7 @@ from spectest.protocol.spec import (
     TestsSpec,
     TrieSpec,
 )
+from spectest.schema import DRAFTER_KINDS, Q_MODES
 from spectest.stats.analyze import MULTIPLICITY as MULTIPLICITY_METHODS
 
 __all__ = [

@@ -21,7 +21,7 @@ def to_raw(protocol: Protocol, *, prompts_file: str) -> dict[str, Any]:
         "name": p.name,
         "description": p.description,
         "models": vars(p.models).copy(),
-        "drafter": vars(p.drafter).copy(),
+        "drafter": p.drafter.canonical(),
         "prompts": {"file": prompts_file},
         "configs": {cid: vars(sp).copy() for cid, sp in p.configs},
         "seeds": p.seeds.canonical(),

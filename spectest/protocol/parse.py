@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from spectest.engines.base import DrafterSpec
 from spectest.errors import ConfigError
 from spectest.prompts import PromptsSpec, is_name, load_prompt_set
 from spectest.protocol.budget import check_budget
@@ -29,16 +30,13 @@ from spectest.protocol.fields import Fields, real
 from spectest.protocol.spec import (
     ACCEPTOR_PREFIX,
     DEVICES,
-    DRAFTER_KINDS,
     DTYPES,
     ENGINES_CANDIDATE,
     ENGINES_REFERENCE,
     LIMITS_FIELD,
     MATCHABLE_ENGINES,
     PROTOCOL_VERSIONS,
-    Q_MODES,
     SAMPLING_KEYS,
-    DrafterSpec,
     EngineChoice,
     LimitsSpec,
     ModelsSpec,
@@ -49,6 +47,7 @@ from spectest.protocol.spec import (
     TrieSpec,
 )
 from spectest.sampling.params import SamplingParams
+from spectest.schema import DRAFTER_KINDS, Q_MODES
 from spectest.sequential import SPENDING
 from spectest.stats.analyze import OptionError
 from spectest.tooth_size import DEFAULT_BUDGET as DEFAULT_SIZE_BUDGET
@@ -139,7 +138,7 @@ def check_rules(c: Fields, protocol: Protocol) -> None:
     ):
         rule = engine_class(choice.name).check_protocol(
             choice.options, role=role, variant=variant, drafter_kind=protocol.drafter.kind,
-            drafter_q=protocol.drafter.q,
+            drafter_q=protocol.drafter.q_mode,
         )  # fmt: skip
         if rule is not None:
             raise c.fail(*rule)
@@ -188,16 +187,16 @@ def _model_spec(c: Fields, value: Any, path: str, base_dir: Path | None) -> str:
 
 def _drafter(c: Fields, value: Any) -> DrafterSpec:
     d = c.mapping(value, "drafter", ("kind", "k", "q"), ("kind", "k"))
-    drafter = DrafterSpec(
-        kind=c.str_(d["kind"], "drafter.kind", DRAFTER_KINDS),
-        k=c.int_(d["k"], "drafter.k", lo=1, hi=64),
-        q=c.str_(d.get("q", "processed"), "drafter.q", Q_MODES),
+    drafter = DrafterSpec.from_kind(
+        c.str_(d["kind"], "drafter.kind", DRAFTER_KINDS),
+        c.int_(d["k"], "drafter.k", lo=1, hi=64),
+        c.str_(d.get("q", "processed"), "drafter.q", Q_MODES),
     )
-    if drafter.kind == "onehot" and "q" in d and drafter.q != "processed":
+    if drafter.onehot and "q" in d and drafter.q_mode != "processed":
         raise c.fail(
             "drafter.q",
             "only meaningful for a sampled drafter (a one-hot drafter has q = δ(x)), "
-            f"got {drafter.q!r}",
+            f"got {drafter.q_mode!r}",
         )
     return drafter
 
@@ -463,12 +462,12 @@ def _check_teeth_can_bite(
             raise c.fail(
                 f"teeth.mutants[{i}]", f"{spec!r} is an exact design (it must pass, not be killed)"
             )
-        onehot = drafter.kind == "onehot"
+        onehot = drafter.onehot
         if not any(
-            v.may_differ(sp, onehot=onehot, K=drafter.k, q_mode=drafter.q) for _, sp in configs
+            v.may_differ(sp, onehot=onehot, K=drafter.k, q_mode=drafter.q_mode) for _, sp in configs
         ):
             raise c.fail(
                 f"teeth.mutants[{i}]",
                 f"{spec!r} coincides with the exact sampler under every config with this drafter "
-                f"({drafter.kind}, K={drafter.k}, q={drafter.q}): it cannot be killed",
+                f"({drafter.kind}, K={drafter.k}, q={drafter.q_mode}): it cannot be killed",
             )

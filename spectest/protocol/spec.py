@@ -1,8 +1,9 @@
 """The protocol's sections as frozen dataclasses, each with its canonical (hashed) form.
 
-Owns: ``ModelsSpec``, ``DrafterSpec``, ``SeedsSpec``, ``TrieSpec``, ``TestsSpec``, ``TeethSpec``,
+Owns: ``ModelsSpec``, ``SeedsSpec``, ``TrieSpec``, ``TestsSpec``, ``TeethSpec``,
 ``LimitsSpec``, ``EngineChoice`` and ``Protocol`` with its hash; the closed lists a protocol's
-values come from (``DTYPES``, ``DRAFTER_KINDS`` ...). Reading a file into these is
+values come from (``DTYPES``, ``DEVICES`` ...; the drafter is ``engines.base.DrafterSpec``).
+Reading a file into these is
 ``spectest.protocol.parse``'s; writing one back is ``spectest.protocol.dump``'s.
 
 ``TestsSpec`` is the one shape of the test settings: its defaults are the statistics' own
@@ -22,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from spectest.engines.base import DrafterSpec
 from spectest.prompts import PromptsSpec
 from spectest.sampling.params import SamplingParams
 from spectest.stats.analyze import AnalysisOptions, OptionError
@@ -29,8 +31,6 @@ from spectest.tooth_size import DEFAULT_BUDGET as DEFAULT_SIZE_BUDGET
 
 PROTOCOL_VERSION = 2  # the newest version this spectest reads (and writes for new files)
 PROTOCOL_VERSIONS = (1, 2)
-DRAFTER_KINDS = ("onehot", "sampled")
-Q_MODES = ("processed", "temperature", "raw")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 DEVICES = ("cpu", "cuda")
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
@@ -58,18 +58,6 @@ class ModelsSpec:
     draft: str
     dtype: str = "float32"
     device: str = "cpu"
-
-
-@dataclass(frozen=True)
-class DrafterSpec:
-    """How drafts are proposed: ``onehot`` (greedy draft, q = δ(x)) or ``sampled`` (x ~ q), K
-    tokens per round; for a sampled drafter, which q: ``processed`` (the same
-    temperature/top-k/top-p/min-p pipeline as the target), ``temperature`` (temperature only,
-    SGLang EAGLE) or ``raw`` (softmax of raw logits)."""
-
-    kind: str
-    k: int
-    q: str = "processed"
 
 
 @dataclass(frozen=True)
@@ -371,7 +359,7 @@ class Protocol:
             "version": self.version,
             "name": self.name,
             "models": vars(self.models).copy(),
-            "drafter": vars(self.drafter).copy(),
+            "drafter": self.drafter.canonical(),
             "prompts": [
                 {"id": p.id, "text": p.text, "ids": list(p.ids) if p.ids is not None else None}
                 for p in self.prompts.items

@@ -56,9 +56,10 @@ def write_reports(
 
 
 def _write_views(stored: Any) -> list[Path]:
+    from spectest.files import atomic_write_text
     from spectest.report.html import render_html
     from spectest.report.markdown import render_markdown
-    from spectest.store import REPORT_HTML, REPORT_MD, atomic_write_text
+    from spectest.store import REPORT_HTML, REPORT_MD
 
     written = []
     for name, text in ((REPORT_MD, render_markdown(stored)), (REPORT_HTML, render_html(stored))):
@@ -75,9 +76,9 @@ def write_ci_outputs(
 ) -> list[Path]:
     """The JUnit file and the markdown step summary of ``summary``, where asked (each written
     atomically; a refused write is one line naming the file, exit 4)."""
+    from spectest.files import atomic_write_text
     from spectest.report.junit import render_junit
     from spectest.report.markdown import render_summary_md
-    from spectest.store import atomic_write_text
 
     written = []
     prompt_set = Path(str(summary.get("prompt_set", "prompts"))).stem

@@ -6,41 +6,8 @@ densified) and ``fast_variant`` (a ``SpecVariant`` whose pipeline hooks call it)
 Knows nothing about models, engines or uniforms; the exact pipeline, its tie rules and its float64
 NOTE live in ``transforms``, which stays the reference this module is tested equal to.
 
-How it avoids the sorts
------------------------
-``transforms.logits_to_probs`` sorts the vocabulary (top-p) and selects the k-th value (top-k) on
-float64 probabilities of all ``V`` tokens. Here, per filtered row:
-
-1. *the shortlist*: ``torch.topk`` on the float32 logits picks the ``W`` (``width``) largest
-   logits. Temperature and ``exp`` are monotone non-decreasing, so these are ``W`` tokens of
-   largest weight ``w = exp((x - max x) / T)``.
-2. their ``w`` is computed in float64 exactly as the reference computes it (``x`` converted to
-   float64 before the max, the division and the exponential), and they are stable-sorted by ``w``
-   descending with ties by id — the reference's order.
-3. the *safe region* is the shortlisted tokens whose ``w`` is strictly above the smallest
-   shortlisted weight ``w_min``: every token of the vocabulary with ``w > w_min`` is in it, and
-   in the same order as in the reference's full sort. Top-k with its k-th weight ``> w_min``, a
-   nucleus that closes inside the safe region (the mass before the first ``w_min`` token is
-   already ``>= top_p``), and a min-p threshold above ``w_min`` are therefore decided exactly as
-   by the reference on the shortlist alone. A row for which none of that holds (the nucleus or
-   the kept set is wider than ``W``, or ties straddle the boundary) goes through the reference
-   ``logits_to_probs`` — the fallback, so the law never depends on ``width``.
-4. rows with no filter active need no shortlist: ``w / sum(w)`` over ``V`` as the reference.
-
-NOTE numerics (which steps are not the reference's, and why they cannot change a token's law
-beyond the tolerance): the only float32 step is the *selection* of the shortlist by
-``torch.topk``, which compares float32 numbers without arithmetic; every weight, normaliser,
-running mass and probability is float64, computed by the same operations as the reference on the
-same inputs. What differs is the *reduction order* of two float64 sums (the normaliser over the
-``W`` shortlisted tokens instead of over ``V`` with zeros, and the top-p normaliser, which with
-top-k off is the full-vocabulary sum computed by the same ``sum`` on a row subset):
-probabilities then agree with the reference to a few float64 ulps (relative ``<= 1e-12``
-asserted by the tests), the support is identical except when a running mass or a min-p ratio
-lies within that rounding of its threshold (a top-p or min-p decision at distance ``< 1e-12``),
-and a draw under the same uniform is identical except when ``u * total`` lies within that
-rounding of a CDF step. Both events have probability ``~1e-12`` per decision; they are the same
-class of event as the reference's own CPU-vs-CUDA reduction differences (results/LOG.md),
-invisible to any statistical test of this harness.
+The details (moved from this docstring):
+docs/architecture.md "The shortlist: how it avoids the sorts".
 """
 
 from __future__ import annotations
@@ -75,7 +42,8 @@ def logits_to_probs_fast(
         a speculative round, processed in one call).
     params : per-row parameters ``[B]``, broadcast over ``S``.
     width : shortlisted tokens per filtered row (``W``); rows whose kept set cannot be decided
-        inside ``W`` of them fall back to the reference (module docstring).
+        inside ``W`` of them fall back to the reference (the fallback:
+        docs/architecture.md "The shortlist: how it avoids the sorts").
     check : validate params and raise ``NumericsError`` on NaN/±inf logits (one host sync).
 
     Returns

@@ -20,7 +20,7 @@ from spectest.stats import sequence
 MULTIPLICITY = ("bh", "by", "maxT")
 WHITEBOX_MODES = ("exact", "teacher")
 SEQUENCE_DEFAULT = sequence.DEFAULT  # (the option ``sequence`` shadows the module in the class)
-# The documented ranges of the options a protocol sets (README "Protocol reference"); the
+# The documented ranges of the options a protocol sets (docs/protocols.md "Protocol reference"); the
 # protocol parser validates ``tests`` through ``AnalysisOptions`` at load, so these are the one
 # copy. α above one half is not a false-alarm rate anyone gates on (and would meet the power
 # 0.8 of the MDEs); a pooling threshold above 1000 expected counts per bin leaves nothing

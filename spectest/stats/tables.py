@@ -87,6 +87,53 @@ def segment_sum(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.add.reduceat(x, starts[:-1], axis=0)
 
 
+def _empty_table(n_seq: int) -> StrataTable:
+    """The table of no entries over ``n_seq`` sequences."""
+    return StrataTable(
+        strata=np.zeros(0, np.int64),
+        stratum_start=np.zeros(1, np.int64),
+        key_stratum=np.zeros(0, np.int64),
+        key_token=np.zeros(0, np.int64),
+        key_total=np.zeros(0, np.int64),
+        indicator=sp.csc_matrix((0, n_seq), dtype=_count_dtype(n_seq)),
+    )
+
+
+def _local_strata(stratum: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The sorted distinct labels [S] of ``stratum`` [m] and each entry's index into them [m]."""
+    m = stratum.shape[0]
+    hi = int(stratum.max())
+    if hi < 4 * m + (1 << 20):
+        # NOTE: small non-negative labels: a presence table beats sorting the m entries.
+        present = np.zeros(hi + 1, dtype=bool)
+        present[stratum] = True
+        strata = np.flatnonzero(present)  # [S]
+        stratum_local = (np.cumsum(present, dtype=np.int64) - 1)[stratum]  # [m]
+        return strata, stratum_local
+    strata, stratum_local = np.unique(stratum, return_inverse=True)
+    return strata, stratum_local
+
+
+def _merge_singletons(
+    codes: np.ndarray,
+    total: np.ndarray,
+    key_stratum: np.ndarray,
+    key_token: np.ndarray,
+    n_tok: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Key rows [K0] with each stratum's count-1 tokens merged into one ``SINGLETONS`` row [K]:
+    the entries' new row codes [m], and the rows' totals, strata and tokens."""
+    single = total == 1  # [K0]
+    # New rows: per stratum one SINGLETONS row (if any singleton) first, then the rest.
+    # Sort key (stratum, token) with SINGLETONS = -1 sorts first within its stratum.
+    new_tok = np.where(single, SINGLETONS, key_token)
+    new_key = key_stratum * (n_tok + 1) + (new_tok + 1)
+    new_codes, new_uniq = pd.factorize(new_key, sort=True)  # [K0], [K]
+    codes = new_codes.astype(np.int64)[codes]
+    total = np.bincount(codes, minlength=len(new_uniq)).astype(np.int64)
+    return codes, total, new_uniq // (n_tok + 1), new_uniq % (n_tok + 1) - 1
+
+
 def build_table(
     stratum: np.ndarray,
     token: np.ndarray,
@@ -123,25 +170,10 @@ def build_table(
     assert stratum.shape == token.shape == seq.shape and stratum.ndim == 1
     m = stratum.shape[0]
     if m == 0:
-        return StrataTable(
-            strata=np.zeros(0, np.int64),
-            stratum_start=np.zeros(1, np.int64),
-            key_stratum=np.zeros(0, np.int64),
-            key_token=np.zeros(0, np.int64),
-            key_total=np.zeros(0, np.int64),
-            indicator=sp.csc_matrix((0, n_seq), dtype=_count_dtype(n_seq)),
-        )
+        return _empty_table(n_seq)
     assert token.min() >= 0 and stratum.min() >= 0 and seq.min() >= 0 and seq.max() < n_seq
     assert np.all(np.diff(seq) >= 0), "entries must be sorted by sequence"
-    hi = int(stratum.max())
-    if hi < 4 * m + (1 << 20):
-        # NOTE: small non-negative labels: a presence table beats sorting the m entries.
-        present = np.zeros(hi + 1, dtype=bool)
-        present[stratum] = True
-        strata = np.flatnonzero(present)  # [S]
-        stratum_local = (np.cumsum(present, dtype=np.int64) - 1)[stratum]  # [m]
-    else:
-        strata, stratum_local = np.unique(stratum, return_inverse=True)
+    strata, stratum_local = _local_strata(stratum)
     n_tok = int(token.max()) + 1
     if len(strata) * n_tok >= 2**62:
         raise OverflowError("stratum x token key does not fit int64")
@@ -153,16 +185,9 @@ def build_table(
     key_stratum = uniq // n_tok
     key_token = uniq % n_tok
     if merge_singletons:
-        single = total == 1  # [K0]
-        # New rows: per stratum one SINGLETONS row (if any singleton) first, then the rest.
-        # Sort key (stratum, token) with SINGLETONS = -1 sorts first within its stratum.
-        new_tok = np.where(single, SINGLETONS, key_token)
-        new_key = key_stratum * (n_tok + 1) + (new_tok + 1)
-        new_codes, new_uniq = pd.factorize(new_key, sort=True)  # [K0], [K]
-        codes = new_codes.astype(np.int64)[codes]
-        total = np.bincount(codes, minlength=len(new_uniq)).astype(np.int64)
-        key_stratum = new_uniq // (n_tok + 1)
-        key_token = new_uniq % (n_tok + 1) - 1
+        codes, total, key_stratum, key_token = _merge_singletons(
+            codes, total, key_stratum, key_token, n_tok
+        )
     n_keys = int(key_token.shape[0])
     stratum_start = np.searchsorted(key_stratum, np.arange(len(strata) + 1)).astype(np.int64)
     dtype = _count_dtype(n_seq)

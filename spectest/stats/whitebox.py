@@ -615,6 +615,51 @@ def weighted_bonferroni(
     return p_adj, w
 
 
+def _row(
+    arm: str,
+    test: str,
+    statistic: float,
+    pvalue: float,
+    n: int,
+    detail: str,
+    *,
+    one_sided: float = float("nan"),
+    mde: float = float("nan"),
+) -> dict[str, object]:
+    """One row of ``whitebox_tests``' table (``WHITEBOX_COLUMNS``)."""
+    return dict(
+        arm=arm,
+        test=test,
+        statistic=statistic,
+        pvalue=pvalue,
+        pvalue_one_sided=one_sided,
+        n=n,
+        mde=mde,
+        detail=detail,
+    )
+
+
+def _pit_rows(
+    arm: str,
+    sub: pd.DataFrame,
+    p: np.ndarray,
+    rng: np.random.Generator,
+    uniformity: Sequence[str],
+) -> list[dict[str, object]]:
+    """The support check and the PIT uniformity tests of one arm's rows ``sub`` (``p`` = wb_p)."""
+    sup = support_check(p)
+    detail = "count of emitted tokens with wb_p == 0"
+    rows = [_row(arm, "support", float(sup.statistic), sup.pvalue, sup.n, detail)]
+    u = pit_values(sub[sc.WB_CDF_LO].to_numpy(dtype=np.float64), p, rng)
+    for res in uniformity_tests(u, tests=uniformity):
+        rows.append(
+            _row(
+                arm, f"pit_{res.test}", res.statistic, res.pvalue, res.n, "randomized PIT vs U(0,1)"
+            )
+        )
+    return rows
+
+
 def whitebox_tests(
     samples: pd.DataFrame,
     arms: Sequence[str],
@@ -640,70 +685,28 @@ def whitebox_tests(
     has_pit, has_a, has_overlap = validate_whitebox(samples)
     has_roles = validate_roles(samples)
     rows: list[dict[str, object]] = []
-    nan = float("nan")
     for arm in arms:
         sub = samples[samples[sc.ARM] == arm]
         if has_pit:
             p = sub[sc.WB_P].to_numpy(dtype=np.float64)
             if not _complete(p, sc.WB_P, arm):
                 continue
-            sup = support_check(p)
-            rows.append(
-                dict(
-                    arm=arm,
-                    test="support",
-                    statistic=float(sup.statistic),
-                    pvalue=sup.pvalue,
-                    pvalue_one_sided=nan,
-                    n=sup.n,
-                    mde=nan,
-                    detail="count of emitted tokens with wb_p == 0",
-                )
-            )
-            u = pit_values(sub[sc.WB_CDF_LO].to_numpy(dtype=np.float64), p, rng)
-            for res in uniformity_tests(u, tests=uniformity):
-                rows.append(
-                    dict(
-                        arm=arm,
-                        test=f"pit_{res.test}",
-                        statistic=res.statistic,
-                        pvalue=res.pvalue,
-                        pvalue_one_sided=nan,
-                        n=res.n,
-                        mde=nan,
-                        detail="randomized PIT vs U(0,1)",
-                    )
-                )
+            rows += _pit_rows(arm, sub, p, rng, uniformity)
         p_a = sub[sc.WB_P_A].to_numpy(dtype=np.float64) if has_a else np.zeros(0)
         if has_a and _complete(p_a, sc.WB_P_A, arm):
             dz = directed_z(sub[sc.WB_IN_A].fillna(False).to_numpy(dtype=bool), p_a)
             if np.isfinite(dz.statistic):
+                detail = f"in A: {dz.observed:.1f} observed, {dz.expected:.1f} expected"
                 rows.append(
-                    dict(
-                        arm=arm,
-                        test="directed_z",
-                        statistic=dz.statistic,
-                        pvalue=dz.pvalue,
-                        pvalue_one_sided=dz.pvalue_greater,
-                        n=dz.n,
-                        mde=dz.mde,
-                        detail=f"in A: {dz.observed:.1f} observed, {dz.expected:.1f} expected",
-                    )
-                )
+                    _row(arm, "directed_z", dz.statistic, dz.pvalue, dz.n, detail,
+                         one_sided=dz.pvalue_greater, mde=dz.mde)
+                )  # fmt: skip
         if has_overlap and rounds is not None:
             acc = acceptance_test(rounds, samples, arm)
             if acc.n_attempted > 0 and not np.isnan(acc.statistic):
+                detail = f"rate {acc.observed_rate:.4f} vs Σmin(p,q) {acc.expected_rate:.4f}"
                 rows.append(
-                    dict(
-                        arm=arm,
-                        test="acceptance",
-                        statistic=acc.statistic,
-                        pvalue=acc.pvalue,
-                        pvalue_one_sided=nan,
-                        n=acc.n_attempted,
-                        mde=nan,
-                        detail=f"rate {acc.observed_rate:.4f} vs Σmin(p,q) {acc.expected_rate:.4f}",
-                    )
+                    _row(arm, "acceptance", acc.statistic, acc.pvalue, acc.n_attempted, detail)
                 )
         roles_here = has_roles and _complete(
             sub[sc.WB_ROLE_P].to_numpy(dtype=np.float64), sc.WB_ROLE_P, arm

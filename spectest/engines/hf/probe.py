@@ -4,7 +4,7 @@ Owns: ``probe_draft_law`` (one assisted run, each round's drafted positions re-s
 forcing the draft: the law of ``teacher.Q_LAWS`` closest to the q transformers used,
 ``DraftLawProbe``) and ``expected_acceptance`` (per emitted position, the acceptance probability
 of a draft slot there under each drafter of ``ACCEPTANCE_MODELS``). Used by the hunt's readout
-(scripts/hunt_readout.py) and tests/test_engine_hf.py; the findings per release:
+(tools/hunt/hunt_readout.py) and tests/test_engine_hf.py; the findings per release:
 docs/engines-hf.md "Teacher forcing".
 
 Knows nothing about engines, files or statistics.

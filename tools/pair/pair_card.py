@@ -8,7 +8,7 @@ acceptance numbers are analytic (teacher forcing along sampled continuations), n
 
 Usage (CPU, after copying trained dirs into ``spectest/zoo/bundled/{target,draft}``)::
 
-    python -m spectest.models.pair_card --dir spectest/zoo/bundled --corpus .corpus
+    python tools/pair/pair_card.py --dir spectest/zoo/bundled --corpus .corpus
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import corpus
 import numpy as np
 import torch
+from train_pair import stream_nll, unigram_nll
 
 from spectest.errors import InputError, ModelError
-from spectest.models import bytetok, corpus
-from spectest.models.train_pair import stream_nll, unigram_nll
+from spectest.models import bytetok
 
 CARD_FILE = "spectest_card.json"
 CHECK_SLICE_IDS = 4096  # first ids of the validation stream re-evaluated by the CI test
@@ -236,9 +237,9 @@ def _card_markdown(role: str, log: dict[str, Any], m: PairMeasures, cfg: dict[st
     lines = [
         f"# spectest bundled {role}: byte-level Llama, {log['parameters'] / 1e6:.2f} M parameters",
         "",
-        "Trained from scratch by `spectest.models.train_pair` on English text that ships with",
+        "Trained from scratch by `tools/pair/train_pair.py` on English text that ships with",
         "CPython (`pydoc_data.topics` + standard-library docstrings, built by",
-        "`spectest.models.corpus`); nothing downloaded. Tokenizer: `spectest.models.bytetok`",
+        "`tools/pair/corpus.py`); nothing downloaded. Tokenizer: `spectest.models.bytetok`",
         "(ids 0-255 = UTF-8 bytes, 256 BOS, 257 EOS, 258 PAD; vocab 259 = lm_head rows).",
         "Use through spectest (`bundled:target` / `bundled:draft`) or",
         "`AutoModelForCausalLM.from_pretrained(dir, local_files_only=True)`; weights are float16,",
@@ -261,7 +262,7 @@ def _card_markdown(role: str, log: dict[str, Any], m: PairMeasures, cfg: dict[st
         f"{log['train_seconds']:.0f} s (3 targets and 4 drafts trained at once on one GPU) |",
         f"| software | torch {env['torch']}, transformers {env['transformers']}, "
         f"Python {env['python']} |",
-        f"| command | `{env['command']}` (the same run: `python -m spectest.models.train_pair "
+        f"| command | `{env['command']}` (the same run: `python tools/pair/train_pair.py "
         f"--corpus .corpus --out DIR --seed {log['seed']} --device cuda`, whose defaults are "
         "this spec) |",
         f"| corpus | sha256 `{log['corpus']['sha256'][:16]}…`, {log['corpus']['num_documents']} "

@@ -20,7 +20,7 @@
 #   hf-qwen         the same on the Qwen3-0.6B shape with the noised draft (teacher mode at a real
 #                   vocabulary), HF_SEEDS seeds.
 #
-# Usage: scripts/gpu_bf16.sh [STEPS] [OUT_DIR]   STEPS: comma-separated step names or "all"
+# Usage: tools/gpu/bf16.sh [STEPS] [OUT_DIR]   STEPS: comma-separated step names or "all"
 #        (default all: about 15 minutes — run the steps in separate commands where one command
 #        is limited to 10 minutes); OUT_DIR default $OUT or /tmp/gpu_bf16.
 #        Env: SEEDS (builtin steps, default 32), HF_SEEDS (hf-qwen, default 200), DEVICE
@@ -37,7 +37,7 @@
 # one JSON line (prefix "RESULT ") read from the run's summary.json: decision, reasons, teeth,
 # per arm the white-box mode, control, rejected white-box tests and the testability numbers.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 STEPS=${1:-all}
 OUT=${2:-${OUT:-/tmp/gpu_bf16}}

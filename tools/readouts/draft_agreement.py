@@ -6,7 +6,7 @@ top probability, p(argmax draft) (the one-hot drafter's acceptance probability, 
 softmax. Used for issue 12 (results/LOG.md, 2026-11-30 h5): with ``derived:first_layers,layers=4``
 of a random-init Qwen3-0.6B, p(argmax draft) = 0, so an ε tooth cannot be killed.
 
-Usage: python scripts/draft_agreement.py [TARGET] [DRAFT] [--scales 1,8] [--device cpu]
+Usage: python tools/readouts/draft_agreement.py [TARGET] [DRAFT] [--scales 1,8] [--device cpu]
 """
 
 from __future__ import annotations

@@ -4,14 +4,14 @@
 # under 4.44.2, the last release before transformers #33534 fixed #32867; then the readouts
 # (acceptance vs the q the draft should use, which q transformers actually used).
 #
-# Usage: scripts/hunt.sh [PROTOCOL] [OUT_DIR]     (defaults: protocols/hf-assisted.yaml results/hunt)
+# Usage: tools/hunt/hunt.sh [PROTOCOL] [OUT_DIR]     (defaults: protocols/hf-assisted.yaml results/hunt)
 # Env:   VENV_OLD (default /tmp/venv-tf444), PY_NEW (default python), OLD_VERSION (default 4.44.2)
 #
 # The exit codes of the runs are part of the result (1 = the distributions differ), so they are
 # reported, not treated as script failures. Each release writes into its own run directory
 # (OUT_DIR/tf-<version>): the protocol hash is the same, the environment is not.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 PROTOCOL=${1:-protocols/hf-assisted.yaml}
 OUT=${2:-results/hunt}
@@ -36,5 +36,5 @@ for PY in "$PY_NEW" "$VENV_OLD/bin/python"; do
   "$PY" -c 'import sys; sys.argv[0] = "spectest"; from spectest.cli import main; main()' \
     run -c "$PROTOCOL" --out "$RUN" --no-progress --summary-md "$RUN.summary.md"
   echo "exit code $? (0 equivalent, 1 different, 3 inconclusive)" | tee "$RUN.exit"
-  "$PY" scripts/hunt_readout.py "$RUN" --json "$RUN.readout.json" | tee "$RUN.readout.txt"
+  "$PY" tools/hunt/hunt_readout.py "$RUN" --json "$RUN.readout.json" | tee "$RUN.readout.txt"
 done

@@ -2,7 +2,7 @@
 target's filtered support (temperature -> top-k -> top-p -> min-p, spectest's pipeline), per arm
 and position, by teacher-forcing the protocol's target along the stored sequences.
 
-Usage: python scripts/outside_top_p.py RUN_DIR   (a run of a protocol whose models.target is a
+Usage: python tools/readouts/outside_top_p.py RUN_DIR  (a run of a protocol whose models.target is a
 local model, e.g. fixture:tiny-llama/target; one line per arm × prompt × config)
 
 Where the protocol names a draft, a second figure is printed: the share outside the support of

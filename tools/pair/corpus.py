@@ -17,7 +17,7 @@ Split: document ``i`` goes to validation if ``i % 20 == 0``, to dev (early stopp
 ``i % 20 == 10``, else to training. A split's token stream is ``[BOS] + bytes + [EOS]`` per
 document, concatenated in document order.
 
-Usage: ``python -m spectest.models.corpus --out .corpus`` writes ``documents.jsonl`` and
+Usage: ``python tools/pair/corpus.py --out .corpus`` writes ``documents.jsonl`` and
 ``meta.json`` (sha256, sizes, Python version) for the training script to read.
 """
 

@@ -6,16 +6,16 @@
 # one-GPU run. Everything measured goes to stdout, bench records to results/bench/bench.jsonl and
 # $OUT, run summaries to $OUT.
 #
-#   bash scripts/gpu_bench.sh            # from the repository root, on the GPU machine
-#   bash scripts/gpu_bench.sh scaleout   # only P1 on one GPU vs every GPU (nvidia-h200-x2)
-#   bash scripts/gpu_bench.sh profile    # white-box benches at 768 rows (sampled and one-hot
+#   bash tools/gpu/bench.sh            # from the repository root, on the GPU machine
+#   bash tools/gpu/bench.sh scaleout   # only P1 on one GPU vs every GPU (nvidia-h200-x2)
+#   bash tools/gpu/bench.sh profile    # white-box benches at 768 rows (sampled and one-hot
 #                                        # drafter), the white-box columns micro-bench, the fast
 #                                        # arms' profiles at 1024 rows without and with white-box
 #                                        # (<= 9 min)
 #
 # Each step has its own timeout so one slow step cannot eat the others' time.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" SPECTEST_NO_PROGRESS=1 PYTHONUNBUFFERED=1
 OUT="${OUT:-/tmp/spectest-gpu-bench}"
 mkdir -p "$OUT" results/bench

@@ -8,7 +8,7 @@ alternative ``--alt`` and a reference of m × as many plain sequences for each `
 weights (``whitebox.WHITEBOX_WEIGHTS``, ``whitebox_teacher.TEACHER_WEIGHTS``) beside the equal
 split.
 
-Usage: ``PYTHONPATH=$PWD nice python scripts/whitebox_power.py --alt eps --reps 200 --out F``.
+Usage: ``PYTHONPATH=$PWD python tools/readouts/whitebox_power.py --alt eps --reps 200 --out F``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 from test_stats_whitebox_weights import (
     EXACT_TESTS,

@@ -16,7 +16,7 @@ Acceptance is reported per config and pooled ("all").
 
 Usage (with the Python whose transformers made the run)::
 
-    python scripts/hunt_readout.py RUN_DIR [--json OUT.json] [--probe-seeds 4]
+    python tools/hunt/hunt_readout.py RUN_DIR [--json OUT.json] [--probe-seeds 4]
 
 Prints a compact report and writes it as JSON. Computes nothing the verdict depends on.
 """

@@ -5,7 +5,7 @@ target's first-position law p_0, whatever the coupling. For several random (p, q
 each, this compares the first emitted token of the sglang chain and block kernels (spectest's
 acceptor adapters, fed spectest's uniforms) with p_0 by a one-sample chi2, and prints the mean
 number of accepted drafts next to spectest's exact sampler. Run from the repository root on a
-CUDA machine with $SPECTEST_SGLANG_REJECT_SAMPLING set (scripts/gpu_kernels.sh sets it).
+CUDA machine with $SPECTEST_SGLANG_REJECT_SAMPLING set (tools/gpu/kernels.sh sets it).
 """
 
 import importlib

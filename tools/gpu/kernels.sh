@@ -6,7 +6,7 @@
 # spectest's exact sampler. Prints one verdict line per run; the run directories go to $OUT.
 #
 # Two modes:
-#   scripts/gpu_kernels.sh prepare   # HERE (internet): fill .whl/ (git-ignored), about 15 MB:
+#   tools/gpu/kernels.sh prepare   # HERE (internet): fill .whl/ (git-ignored), about 15 MB:
 #       .whl/sglang/reject_sampling.py      the one kernel file of the sglang 0.5.23 wheel
 #       .whl/flashinfer-slim.tar.xz         flashinfer-python 0.7.2.post1 cut to what
 #                                           flashinfer.sampling needs (all .py, data/include,
@@ -19,10 +19,10 @@
 #         --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 \
 #         --platform manylinux_2_17_x86_64 -d .whl flashinfer-python==0.7.2.post1 \
 #         apache-tvm-ffi==0.1.15.post2
-#   scripts/gpu_kernels.sh [all|check|bundled|qwen]   # ON THE H200 (python3.12, torch 2.11,
+#   tools/gpu/kernels.sh [all|check|bundled|qwen]   # ON THE H200 (python3.12, torch 2.11,
 #       triton 3.6, nvcc 13, no internet), from the repository root, with .whl/ carried:
-#     run tool: command "bash scripts/gpu_kernels.sh", carry [".whl"], timeout_s 600
-#     (if one call runs out of time: "bash scripts/gpu_kernels.sh check", then "... bundled",
+#     run tool: command "bash tools/gpu/kernels.sh", carry [".whl"], timeout_s 600
+#     (if one call runs out of time: "bash tools/gpu/kernels.sh check", then "... bundled",
 #     then "... qwen"; each phase alone is a few minutes)
 #
 # flashinfer.sampling is imported without flashinfer/__init__.py (which imports every FlashInfer
@@ -30,7 +30,7 @@
 # (nvidia-ml-py, in the image) only, then JIT-compiles sampling.cu with nvcc on first use.
 # Exit codes of the runs are results (1 = the kernel's law differs), reported, not script errors.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 if [ "${1:-}" = "prepare" ]; then
   set -e

@@ -8,8 +8,8 @@ decoding; the model card (entropies, acceptance) is written by ``pair_card``.
 
 Usage::
 
-    python -m spectest.models.corpus --out .corpus          # on the CI's Python (3.11)
-    python -m spectest.models.train_pair --corpus .corpus --out DIR --seed 0 --device cuda
+    python tools/pair/corpus.py --out .corpus          # on the CI's Python (3.11)
+    python tools/pair/train_pair.py --corpus .corpus --out DIR --seed 0 --device cuda
 
 writes ``DIR/target`` and ``DIR/draft``. Deterministic from ``--seed`` on a given device: the
 weights' init, the dropout masks and the batch windows all derive from it, and CUDA runs with
@@ -32,12 +32,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import corpus
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from spectest.errors import ConfigError, InputError
-from spectest.models import bytetok, corpus
+from spectest.models import bytetok
 
 
 @dataclass(frozen=True)
@@ -399,7 +400,7 @@ def main(argv: list[str] | None = None) -> None:
         "transformers": __import__("transformers").__version__,
         "platform": platform.platform(),
         "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None,
-        "command": "python -m spectest.models.train_pair "
+        "command": "python tools/pair/train_pair.py "
         + " ".join(sys.argv[1:] if argv is None else argv),
     }
     uni, n = unigram_nll(streams["train"], streams["val"])

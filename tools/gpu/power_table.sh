@@ -2,7 +2,7 @@
 # Issue 14's power table on the bundled pair in ONE command on a GPU host (built for
 # nvidia-h200-x2: 2 GPUs, 32 cores; any number of GPUs, or none: then the pools are made on CPU).
 #
-#   bash scripts/gpu_power_table.sh            # from the repository root; writes to $OUT
+#   bash tools/gpu/power_table.sh            # from the repository root; writes to $OUT
 #
 # Steps, each under a timeout that leaves time for the next (330 + 120 + 30 = 480 s, ~8.3 min
 # with start-up; expected ~4–6 min):
@@ -36,7 +36,7 @@
 # GEN_TIMEOUT TABLE_TIMEOUT REPORT_TIMEOUT BATCH (rows per forward; GPU 10240, CPU 1024)
 # DIR=results (pools, records) OUT=/tmp/spectest-gpu-power STEP=all|pools|table.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 OUT="${OUT:-/tmp/spectest-gpu-power}"
 PAIR="${PAIR:-bundled}" REPS="${REPS:-20}" PER_ARM="${PER_ARM:-256}"
