@@ -33,7 +33,8 @@ beyond the tolerance): the only float32 step is the *selection* of the shortlist
 running mass and probability is float64, computed by the same operations as the reference on the
 same inputs. What differs is the *reduction order* of two float64 sums (the normaliser over the
 ``W`` shortlisted tokens instead of over ``V`` with zeros, and the top-p normaliser, which with
-top-k off is the full-vocabulary sum computed by the same ``sum`` on a row subset):
+top-k off is the full-vocabulary sum computed by the same ``sum`` on a row subset — on CUDA by
+``sampling.kernels.weight_sum``, the same float64 terms in one fused read, another addition order):
 probabilities then agree with the reference to a few float64 ulps (relative ``<= 1e-12``
 asserted by the tests), the support is identical except when a running mass or a min-p ratio
 lies within that rounding of its threshold (a top-p or min-p decision at distance ``< 1e-12``),
@@ -53,6 +54,7 @@ import torch
 
 from spectest.errors import InputError
 from spectest.sampling import mutants
+from spectest.sampling.kernels import weight_sum
 from spectest.sampling.laws import ShortlistLaw
 from spectest.sampling.params import SamplingTensors
 from spectest.sampling.transforms import _argmax_lowest, _check_finite, logits_to_probs
@@ -245,10 +247,12 @@ def _filtered(
     no_k = p_on & ~k_on  # [M] rows that need the full sum
     if bool(no_k.any()):
         r = torch.nonzero(no_k).squeeze(-1)  # [R]
+        # the full-vocabulary sum in one fused read on CUDA (``sampling.kernels`` NOTE: the same
+        # float64 terms, another addition order), ``_weights(..).sum(-1)`` elsewhere
         if int(r.shape[0]) == M:  # every row: no [M, V] row gather
-            z_full = _weights(x, t, mx).sum(-1)  # [M] as the reference's sum
+            z_full = weight_sum(x, t, mx)  # [M] as the reference's sum
         else:
-            z_full = _weights(x[r], t[r], mx[r]).sum(-1)  # [R]
+            z_full = weight_sum(x[r], t[r], mx[r])  # [R]
         z = z.index_put((r,), z_full)
     probs = kept_w / z[:, None]  # [M, W]
     csum = torch.cumsum(probs, dim=-1)  # [M, W]
