@@ -38,8 +38,6 @@ fi
 if [ "$MODE" = after ]; then
   step "micro-bench: top-k and the top-p normaliser at V = 151936 (kernel vs torch)"
   timeout 90 python tools/gpu/sampling_kernels_bench.py 2>&1 | tail -4
-  step "GPU tests"
-  timeout 200 python -m pytest -q -m gpu -x 2>&1 | tail -8
   step "P2: 256 rows, one-hot drafter"
   timeout 60 python -m spectest bench "${B[@]}" --rows 256 --drafter onehot \
     --arms fast-plain,fast-spec,hf-generate 2>&1 | tail -8
@@ -58,6 +56,14 @@ if [ "$MODE" = profile ] || [ "$MODE" = after ]; then
   /usr/bin/time -f "P1 wall %e s" timeout 170 python -m spectest run "${P1[@]}" --devices cuda:0 \
     --out "$OUT/p1" 2>&1 | tail -6
   summary "$OUT/p1"
+fi
+if [ "$MODE" = after ]; then
+  step "tooth sizes (P1's largest phase): one prompt under cProfile"
+  timeout 90 python tools/gpu/tooth_size_profile.py --set models.device=cuda \
+    --set models.target=realistic:qwen3-0.6b --set "models.draft=derived:first_layers,layers=4" \
+    --set models.dtype=bfloat16 2>&1 | head -40
+  step "GPU tests"
+  timeout 170 python -m pytest -q -m gpu -x 2>&1 | tail -8
 fi
 if [ "$MODE" = 8b ]; then
   B8=(--device cuda --target realistic:qwen3-8b --draft derived:first_layers,layers=4 --positions 32
