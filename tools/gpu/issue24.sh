@@ -49,6 +49,11 @@ if [ "$MODE" = profile ] || [ "$MODE" = after ]; then
   step "P2: 1024 rows, sampled drafter"
   timeout 75 python -m spectest bench "${B[@]}" --rows 1024 --drafter sampled \
     --arms fast-plain,fast-spec,hf-generate 2>&1 | tail -8
+  if [ "$MODE" = after ]; then
+    step "P2: 1024 rows, sampled drafter, SPECTEST_NO_KERNELS=1 (the torch normaliser: before/after)"
+    SPECTEST_NO_KERNELS=1 timeout 75 python -m spectest bench "${B[@]}" --rows 1024 \
+      --drafter sampled --arms fast-plain,fast-spec,hf-generate 2>&1 | tail -8
+  fi
   step "P2: 1024 rows, one-hot drafter"
   timeout 75 python -m spectest bench "${B[@]}" --rows 1024 --drafter onehot \
     --arms fast-plain,fast-spec,hf-generate 2>&1 | tail -8
