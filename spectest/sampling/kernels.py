@@ -73,7 +73,11 @@ def launch(x: torch.Tensor, t: torch.Tensor, mx: torch.Tensor) -> torch.Tensor:
     if M:
         t64 = t.to(device=x.device, dtype=torch.float64).contiguous()
         m64 = mx.to(device=x.device, dtype=torch.float64).reshape(M).contiguous()
-        kernel[(M,)](x, t64, m64, out, V=V, BLOCK=BLOCK)
+        if x.is_cuda:  # Triton launches on the current device: make it x's (multi-GPU workers)
+            with torch.cuda.device(x.device):
+                kernel[(M,)](x, t64, m64, out, V=V, BLOCK=BLOCK)
+        else:  # Triton's interpreter (CPU tensors)
+            kernel[(M,)](x, t64, m64, out, V=V, BLOCK=BLOCK)
     return out
 
 
