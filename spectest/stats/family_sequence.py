@@ -89,8 +89,24 @@ class SequenceFamily:
             for r in rej.itertuples(index=False)
         )
         return SequenceResult.of(
-            self, alpha, df, tested, failing, resolution=mde, resolution_unit=unit, pvalue=p
-        )
+            self, alpha, df, tested, failing, resolution=mde, resolution_unit=unit, pvalue=p,
+            resolution_note=_resolution_note(pooled, opts.null_permutations),
+        )  # fmt: skip
+
+
+def _resolution_note(pooled: pd.DataFrame, B: int) -> str:
+    """The sequence family's resolution is estimated from this run's permutation null (the
+    spread of each cell's statistic under relabelling, ``sequence.resolution``), so it moves
+    with the data (how concentrated the laws are, how the positions depend on each other) and
+    with the B permutations: say so, with the range over its statistics stated in TV."""
+    tv = pooled[pooled["test"].isin(sequence.TV_STATISTICS)]["mde"].astype(float).dropna()
+    if tv.empty:
+        return ""
+    span = f"{tv.min():.3g}" if len(tv) == 1 else f"{tv.min():.3g}–{tv.max():.3g}"
+    return (
+        f"estimated from this run's permutation null (B = {B}), so it moves with the data; "
+        f"its TV statistics here: {span}"
+    )
 
 
 def _sequence_frame(inputs: FamilyInputs, alpha: float) -> tuple[pd.DataFrame, float, float, str]:
