@@ -208,6 +208,7 @@ def acceptance_by_position(
         )
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("position at the start of the round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("accepted / drafted")
     _legend(ax, fontsize=7)
     ax.set_title("acceptance rate per position")
