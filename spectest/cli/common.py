@@ -299,6 +299,10 @@ def print_result(result: Any, con: Console | None = None) -> None:
         f"protocol {u(str(summary.get('protocol_hash') or '')[:12])}  "
         f"→ {u(summary.get('run_dir', ''))}"
     )
+    if summary.get("arms_engines"):
+        from spectest.report.rows import arms_line
+
+        con.print(f"  {printable(arms_line(summary))}", markup=False, soft_wrap=True)
     for line in summary.get("notes", []):
         con.print(f"  {printable(line)}", markup=False)
     con.print(_config_table(summary))
