@@ -247,7 +247,8 @@ def families(stored: StoredRun) -> Section | None:
                 Text(f"{title}: {min(n, len(r))} of {n} rows, most significant first"),
                 Table(h, r),
             ]
-    for f in (s := (stored.summary.get("verdict") or {}).get("scope") or {}).get("families", []):
+    scope = (stored.summary.get("verdict") or {}).get("scope") or {}
+    for f in scope.get("families", []):
         if f.get("name") == "lengths":
             blocks.append(
                 Text(
@@ -260,7 +261,6 @@ def families(stored: StoredRun) -> Section | None:
                     )
                 )
             )
-    del s
     wh, wr = rows.whitebox_rows(stored)
     if wr:
         blocks += [Text(rows.whitebox_heading(stored)), Table(wh, wr)]
