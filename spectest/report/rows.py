@@ -315,7 +315,9 @@ def token_text(stored: StoredRun) -> Callable[[int], str]:
         try:
             from transformers import AutoTokenizer
 
-            tok = AutoTokenizer.from_pretrained(target, local_files_only=True)
+            tok = AutoTokenizer.from_pretrained(
+                target, local_files_only=True, trust_remote_code=False
+            )
             return lambda t: _visible(str(tok.decode([int(t)]))) or f"#{int(t)}"
         except Exception:  # no tokenizer there (or transformers absent): ids, said as ids
             pass
