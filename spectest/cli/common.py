@@ -285,7 +285,7 @@ def print_result(result: Any, con: Console | None = None) -> None:
     """Print a ``RunResult``: the per-config summary table, teeth, failing cells, then the
     verdict as ``spectest.summary.verdict_lines`` words it (headline, what was tested, the
     resolution, every reason)."""
-    from spectest.summary import verdict_lines
+    from spectest.summary import rejections_account, verdict_lines
 
     con = con or console()
     summary = result.summary
@@ -299,9 +299,15 @@ def print_result(result: Any, con: Console | None = None) -> None:
         f"protocol {u(str(summary.get('protocol_hash') or '')[:12])}  "
         f"→ {u(summary.get('run_dir', ''))}"
     )
+    if summary.get("arms_engines"):
+        from spectest.report.rows import arms_line
+
+        con.print(f"  {printable(arms_line(summary))}", markup=False, soft_wrap=True)
     for line in summary.get("notes", []):
         con.print(f"  {printable(line)}", markup=False)
     con.print(_config_table(summary))
+    if account := rejections_account(summary):
+        con.print(printable(account), markup=False, soft_wrap=True)
     if summary.get("teeth"):
         con.print(_teeth_table(summary["teeth"]))
     _print_failing(con, summary)
@@ -326,7 +332,7 @@ def _config_table(summary: dict[str, Any]) -> Table:
     for col in (
         "config",
         "cells tested",
-        "rejections",
+        "rejections in this config",
         "max TV excess (where)",
         "MDE (TV)",
         "teeth rejections",
@@ -338,7 +344,14 @@ def _config_table(summary: dict[str, Any]) -> Table:
             cell(row["config_id"]),
             f"{row['cells_tested']}"
             + (f" (+{row['cells_untestable']} untestable)" if row.get("cells_untestable") else ""),
-            "—" if row.get("rejections") is None else str(row["rejections"]),
+            "—"
+            if row.get("rejections") is None
+            else str(row["rejections"])
+            + (
+                " (" + ", ".join(f"{k} {n}" for k, n in row["rejections_by_family"].items()) + ")"
+                if row.get("rejections_by_family")
+                else ""
+            ),
             cell(fmt(row.get("max_tv_excess")) + where),
             fmt(row.get("mde_tv")),
             cell(row.get("teeth", "")),
