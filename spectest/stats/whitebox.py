@@ -35,6 +35,7 @@ exact given p and q, whatever the dependence between strata; the family's weight
 from __future__ import annotations
 
 import math
+from math import nan
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
