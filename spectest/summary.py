@@ -96,7 +96,7 @@ def arm_engines(protocol: RunProtocol) -> dict[str, str]:
     from spectest.engines.registry import engine_class
 
     d = protocol.drafter
-    q = f" q={d.q}" if d.kind == "sampled" else ""
+    q = f" q={d.q_mode}" if d.kind == "sampled" else ""
     ours = f"spectest's drafter {d.kind} K={d.k}{q}"
 
     def spectest_loop(name: str) -> bool:

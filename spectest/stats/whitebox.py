@@ -35,9 +35,9 @@ exact given p and q, whatever the dependence between strata; the family's weight
 from __future__ import annotations
 
 import math
-from math import nan
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from math import nan
 
 import numpy as np
 import pandas as pd
