@@ -180,6 +180,16 @@ def error_line(text: str) -> None:
     err_console().print(f"error: {one_line(text)}", markup=False, soft_wrap=True)
 
 
+_NOTES: list[str] = []  # notes for stderr, printed only when the command ends with a result
+VERDICT_CODES = (0, 1, 3)
+
+
+def _flush_notes() -> None:
+    for note in _NOTES:
+        err_console().print(note, markup=False)
+    _NOTES.clear()
+
+
 def boundary(fn: F) -> F:
     """The one place errors are caught: one line on stderr and a documented exit code.
 
@@ -194,9 +204,12 @@ def boundary(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _NOTES.clear()
         with track_user_interrupts():
             try:
-                return fn(*args, **kwargs)
+                out = fn(*args, **kwargs)
+                _flush_notes()
+                return out
             except SpectestError as err:
                 error_line(str(err))
                 raise typer.Exit(int(err.exit_code)) from None
@@ -211,6 +224,8 @@ def boundary(fn: F) -> F:
                 raise typer.Exit(code) from None
             except (typer.Exit, typer.Abort, click.ClickException) as err:
                 if _raised_by_spectest(err):
+                    if getattr(err, "exit_code", None) in VERDICT_CODES:
+                        _flush_notes()  # a verdict was printed: the notes follow it
                     raise  # click's own exits and usage errors (exit 2) keep their meaning
                 code, line = escaped_line(err)  # a plug-in raising typer.Exit(0)
                 error_line(line)
@@ -450,10 +465,11 @@ ProgressOpt = Annotated[bool, typer.Option(help="Show progress bars on stderr.")
 def optional_output(value: str | None, option: str) -> Path | None:
     """An output-file option given as text: ``None`` when absent, and also when empty — the CI
     recipe's ``--summary-md "$GITHUB_STEP_SUMMARY"`` outside GitHub Actions, where the variable
-    is unset — then with a one-line note on stderr that nothing is written there."""
+    is unset — then with a one-line note on stderr that nothing is written there, printed after
+    the result (a command that fails prints its one error line alone)."""
     if value is None:
         return None
     if not value.strip():
-        err_console().print(f"{option}: empty path, skipped (nothing written)", markup=False)
+        _NOTES.append(f"{option}: empty path, skipped (nothing written)")
         return None
     return Path(value)
