@@ -94,7 +94,9 @@ def test_kernel_on_cuda_equals_reference_and_the_law_is_unchanged() -> None:
     assert float(((got - ref).abs() / ref).max()) <= 1e-12
     # the fast pipeline's shortlist law (top-p without top-k: the kernel's sum decides the nucleus)
     # equals the reference pipeline's dense law on CUDA
-    x = (torch.randn(64, V, generator=g) * 2).float().cuda()
+    # peaked enough that every row's nucleus fits the 4096-wide shortlist (with N(0, 2²) logits
+    # the 0.95 nucleus is wider: the shortlist falls back and returns None — seen on the H200)
+    x = (torch.randn(64, V, generator=g) * 6).float().cuda()
     params = SamplingTensors.from_params(
         [SamplingParams(temperature=0.8, top_p=0.95)] * 32
         + [SamplingParams(temperature=1.0, top_p=0.5)] * 32,
