@@ -69,6 +69,7 @@ from spectest.generation import (
     configure_threads,
     generate_shards,
     load_models,
+    protocol_tooth_sizes,
 )
 from spectest.progress import ProgressFn
 
@@ -207,10 +208,8 @@ class Worker:
         return self.shard(spec, key), dict(self.times)
 
     def tooth_sizes(self, spec: RunSpec) -> Any:
-        """The run's tooth sizes (``tooth_size.protocol_tooth_sizes``) from this worker's
+        """The run's tooth sizes (``generation.protocol_tooth_sizes``) from this worker's
         models (target and draft, loaded or kept); counted as ``load``."""
-        from spectest.tooth_size import protocol_tooth_sizes
-
         t0 = time.perf_counter()
         protocol, plan = self._protocol(spec)
         configure_threads(protocol.models.device, spec.options.threads or self.threads)
