@@ -143,7 +143,8 @@ class Scope:
             parts.append("per-cell TV unknown (no cell-position tested)")
         for f in self.families:
             if f.name != "cells" and f.ran and f.mde is not None:
-                parts.append(f"{f.label} {f.mde:.3g} {f.mde_unit}")
+                note = f" ({f.mde_note})" if f.mde_note else ""
+                parts.append(f"{f.label} {f.mde:.3g} {f.mde_unit}{note}")
         if self.claim is not None:
             parts.append(f"power claim {self.claim.where()}")
         if self.required_mde_tv is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ import pandas as pd
 
 if TYPE_CHECKING:
     from spectest.stats.analyze import Analysis
-    from spectest.stats.families import Failure, FamilyResult
+    from spectest.stats.families import FamilyResult
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,8 @@ class FamilyScope:
     the smallest effect one of its tests detects with the run's power at the per-test level a
     lone bad cell faces, in ``mde_unit`` (None where the family has no closed-form MDE);
     ``label`` how the verdict names it (its name when not given); ``verdict_line`` a line of its
-    own that every verdict output prints ("" none).
+    own that every verdict output prints ("" none); ``mde_note`` how a resolution estimated from
+    the data moves with it ("" a closed form of the design).
     """
 
     name: str  # cells | trie | whitebox | sequence | lengths | any registered family
@@ -45,6 +47,7 @@ class FamilyScope:
     rejected: bool
     label: str = ""
     verdict_line: str = ""
+    mde_note: str = ""  # a data-dependent resolution says so (``FamilyResult.resolution_note``)
 
     def __post_init__(self) -> None:
         if not self.label:
@@ -54,7 +57,7 @@ class FamilyScope:
     def of(cls, r: FamilyResult) -> FamilyScope:
         return cls(
             r.name, r.n_tested, r.n_untestable, float(r.alpha), _f(r.resolution),
-            r.resolution_unit, bool(r.rejected), r.label, r.verdict_line,
+            r.resolution_unit, bool(r.rejected), r.label, r.verdict_line, r.resolution_note,
         )  # fmt: skip
 
     @property
@@ -79,6 +82,9 @@ class ConfigStats:
     max_tv_excess: float | None  # max over cells/positions of plug-in TV minus its null mean
     max_tv_where: str | None  # "prompt_id@position" of that maximum
     mde_tv: float | None  # smallest TV detected with 80 % power (median over cells)
+    # the rejections above by family label (cell-positions, trie nodes, length tables: the
+    # families whose tests belong to a config), so the table says what it counts
+    rejections_by_family: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,9 @@ class Comparison:
     # its TV, and the white-box PIT of a zero-probability token is a point mass, so such a kill
     # shows nothing about the tests' power against TV-sized bugs (``verdict.power_claim``)
     support_only: bool = False
+    # ``rejections`` by family label, every family that reported (run-level ones included:
+    # white-box, the sequence family's pooled statistics), so a headline's count reconciles
+    rejections_by_family: tuple[tuple[str, int], ...] = ()
 
     @property
     def is_tooth(self) -> bool:
@@ -166,7 +175,7 @@ def summarize_comparison(
         min_qvalue=_f(p_adj.min()) if p_adj is not None and p_adj.notna().any() else None,
         mde_tv=_f(analysis.mde_tv),
         failing=tuple(f.line for f in failing),
-        by_config=_by_config(cells, failing),
+        by_config=_by_config(cells, results),
         control_failed=bool(analysis.control_failed),
         cells_untestable=int(analysis.n_untestable),
         families=tuple(FamilyScope.of(r) for r in results if r.reported),
@@ -179,13 +188,19 @@ def summarize_comparison(
         size_where=None if size is None else size.where,
         support_only=bool(analysis.support_violation)
         and not any(r.rejected for r in results if r.black_box),
+        rejections_by_family=tuple((r.label, len(r.failing)) for r in results if r.reported),
     )
 
 
-def _by_config(cells: pd.DataFrame, failing: list[Failure]) -> tuple[ConfigStats, ...]:
+def _by_config(cells: pd.DataFrame, results: Sequence[FamilyResult]) -> tuple[ConfigStats, ...]:
     """One ``ConfigStats`` per sampling config of the cell-position table; its rejections are
-    the failing rows of every family that belong to that config."""
-    per_config = Counter(f.config_id for f in failing if f.config_id is not None)
+    the failing rows of every family that belong to that config, also counted by family."""
+    per_family = {
+        r.label: Counter(f.config_id for f in r.failing if f.config_id is not None) for r in results
+    }
+    per_config: Counter[Any] = Counter()
+    for counts in per_family.values():
+        per_config.update(counts)
     out = []
     for cid, g in cells.groupby("config_id", sort=False) if len(cells) else ():
         ok = g["status"] == "ok"
@@ -206,6 +221,9 @@ def _by_config(cells: pd.DataFrame, failing: list[Failure]) -> tuple[ConfigStats
                 max_tv_excess=max_exc,
                 max_tv_where=where,
                 mde_tv=_f(mde.median()) if len(mde) else None,
+                rejections_by_family=tuple(
+                    (label, n[cid]) for label, n in per_family.items() if n.get(cid)
+                ),
             )
         )
     return tuple(out)

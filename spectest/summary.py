@@ -77,12 +77,41 @@ def protocol_setup(
         "models": vars(protocol.models).copy(),
         "drafter": protocol.drafter.canonical(),
         "engines": protocol.engines_canonical(),
+        "arms_engines": arm_engines(protocol),
         "candidate": protocol.candidate,
         "positions": protocol.positions,
         "seeds_per_arm": seeds_per_arm,
         "prompt_set": protocol.prompts.file,
         "timings": dict(timings),
         **({} if sequential is None else {"sequential": dict(sequential)}),
+    }
+
+
+def arm_engines(protocol: RunProtocol) -> dict[str, str]:
+    """Each arm's engine and drafter as the header states them: an engine of spectest's own
+    decode loop (``BuiltinEngine`` and its subclasses) drafts with the protocol's drafter; any
+    other engine (vLLM, llama.cpp, transformers, a command or plug-in) uses its own, which the
+    protocol's drafter section does not describe. The teeth always run on ``builtin``."""
+    from spectest.engines.builtin import BuiltinEngine
+    from spectest.engines.registry import engine_class
+
+    d = protocol.drafter
+    q = f" q={d.q_mode}" if d.kind == "sampled" else ""
+    ours = f"spectest's drafter {d.kind} K={d.k}{q}"
+
+    def spectest_loop(name: str) -> bool:
+        try:
+            return issubclass(engine_class(name), BuiltinEngine)
+        except Exception:  # an engine no longer installed: say nothing about its drafter
+            return False
+
+    ref, cand = protocol.reference_engine.name, protocol.candidate_engine.name
+    return {
+        "reference": f"{ref} (plain decoding, no drafter)",
+        "candidate": f"{cand} ({ours})"
+        if spectest_loop(cand)
+        else f"{cand} (the engine's own sampler and drafter)",
+        "teeth": f"builtin ({ours})",
     }
 
 
@@ -114,6 +143,7 @@ def build_summary(
                 cells_tested=stats.cells_tested,
                 cells_untestable=stats.cells_untestable,
                 rejections=stats.rejections if cand is not None else None,
+                rejections_by_family=dict(stats.rejections_by_family) if cand is not None else {},
                 max_tv_excess=stats.max_tv_excess if cand is not None else None,
                 max_tv_where=stats.max_tv_where if cand is not None else None,
                 mde_tv=stats.mde_tv,
@@ -169,11 +199,37 @@ def _comparison_dict(c: Comparison) -> dict[str, Any]:
         "rejected": c.rejected,
         "cells_tested": c.cells_tested,
         "rejections": c.rejections,
+        "rejections_by_family": dict(c.rejections_by_family),
         "min_qvalue": c.min_qvalue,
         "mde_tv": c.mde_tv,
         "failing": list(c.failing[:MAX_FAILING_LISTED]),
-        "by_config": [vars(cs).copy() for cs in c.by_config],
+        "by_config": [
+            {**vars(cs), "rejections_by_family": dict(cs.rejections_by_family)}
+            for cs in c.by_config
+        ],
     }
+
+
+def rejections_account(summary: Mapping[str, Any]) -> str:
+    """How the candidate's rejections add up: per family, those counted in the per-config
+    table (families whose tests belong to a config) and the run-level rest, to the headline's
+    total. Empty without a candidate (or for a summary written before the counts existed)."""
+    cand = next((c for c in summary.get("comparisons", []) if c.get("role") == "candidate"), None)
+    if cand is None or "rejections_by_family" not in cand:
+        return ""
+    in_table: dict[str, int] = {}
+    for row in summary.get("configs", []):
+        for label, n in (row.get("rejections_by_family") or {}).items():
+            in_table[label] = in_table.get(label, 0) + int(n)
+    by_family = cand["rejections_by_family"]
+    run_level = {k: int(n) - in_table.get(k, 0) for k, n in by_family.items()}
+    table_part = " + ".join(f"{k} {n}" for k, n in in_table.items() if n) or "none"
+    rest = " + ".join(f"{k} {n}" for k, n in run_level.items() if n) or "none"
+    return (
+        f"candidate rejections: {cand['rejections']} in all = in the per-config table "
+        f"{sum(in_table.values())} ({table_part}) + run-level, in no config "
+        f"{sum(run_level.values())} ({rest})"
+    )
 
 
 def json_safe(obj: Any) -> Any:

@@ -307,3 +307,19 @@ def test_config_that_names_a_directory_is_exit_4_naming_it(tmp_path: Path, confi
     code, lines = invoke("run", "--config", config, "--no-progress", cwd=tmp_path)
     assert code == 4
     assert "cannot read the protocol file: is a directory" in one_error(lines)
+
+
+@pytest.mark.parametrize("option", ["--junit", "--summary-md"])
+def test_empty_output_option_note_never_joins_an_error_line(tmp_path: Path, option: str) -> None:
+    """``--junit ''`` is skipped with a note — printed after a result only: a run that fails
+    (here a CUDA protocol on a machine without CUDA) prints its one error line alone (found by
+    tools/fuzz.py: the note and the error were two stderr lines)."""
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+    proto = write_toy(tmp_path, teeth=NO_TEETH)
+    code, lines = invoke(
+        "run", "--config", proto, "--out", tmp_path / "run", option, "", "--no-progress",
+        "--set", 'models.device="cuda"', cwd=tmp_path,
+    )  # fmt: skip
+    assert code in (2, 4)
+    assert "cuda" in one_error(lines).lower()

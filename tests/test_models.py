@@ -242,6 +242,21 @@ def test_zoo_bad_specs(spec, match: str) -> None:
 def test_presets_listed() -> None:
     for name in ("toy", "hf-preset:llama-tiny", "hf-preset:qwen3-4b", "bundled:target"):
         assert zoo.PRESETS.get(name)
+    assert zoo.PRESETS.get("hf-preset:qwen3-8b")
+
+
+def test_qwen3_8b_preset_has_the_published_parameter_count() -> None:
+    """The 8B-shape preset (issue 24's P1-8B) is Qwen3-8B's shape: 8 190 735 360 parameters
+    (model card: 8.2 B; counted on the meta device, nothing allocated)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from spectest.models.hf import HF_PRESETS
+
+    cfg = dict(HF_PRESETS["qwen3-8b"])
+    cfg = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    assert sum(p.numel() for p in model.parameters()) == 8_190_735_360
 
 
 @pytest.mark.parametrize("which", ["toy", "llama"])

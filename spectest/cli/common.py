@@ -180,6 +180,16 @@ def error_line(text: str) -> None:
     err_console().print(f"error: {one_line(text)}", markup=False, soft_wrap=True)
 
 
+_NOTES: list[str] = []  # notes for stderr, printed only when the command ends with a result
+VERDICT_CODES = (0, 1, 3)
+
+
+def _flush_notes() -> None:
+    for note in _NOTES:
+        err_console().print(note, markup=False)
+    _NOTES.clear()
+
+
 def boundary(fn: F) -> F:
     """The one place errors are caught: one line on stderr and a documented exit code.
 
@@ -194,9 +204,12 @@ def boundary(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _NOTES.clear()
         with track_user_interrupts():
             try:
-                return fn(*args, **kwargs)
+                out = fn(*args, **kwargs)
+                _flush_notes()
+                return out
             except SpectestError as err:
                 error_line(str(err))
                 raise typer.Exit(int(err.exit_code)) from None
@@ -211,6 +224,8 @@ def boundary(fn: F) -> F:
                 raise typer.Exit(code) from None
             except (typer.Exit, typer.Abort, click.ClickException) as err:
                 if _raised_by_spectest(err):
+                    if getattr(err, "exit_code", None) in VERDICT_CODES:
+                        _flush_notes()  # a verdict was printed: the notes follow it
                     raise  # click's own exits and usage errors (exit 2) keep their meaning
                 code, line = escaped_line(err)  # a plug-in raising typer.Exit(0)
                 error_line(line)
@@ -285,7 +300,7 @@ def print_result(result: Any, con: Console | None = None) -> None:
     """Print a ``RunResult``: the per-config summary table, teeth, failing cells, then the
     verdict as ``spectest.summary.verdict_lines`` words it (headline, what was tested, the
     resolution, every reason)."""
-    from spectest.summary import verdict_lines
+    from spectest.summary import rejections_account, verdict_lines
 
     con = con or console()
     summary = result.summary
@@ -299,9 +314,15 @@ def print_result(result: Any, con: Console | None = None) -> None:
         f"protocol {u(str(summary.get('protocol_hash') or '')[:12])}  "
         f"→ {u(summary.get('run_dir', ''))}"
     )
+    if summary.get("arms_engines"):
+        from spectest.report.rows import arms_line
+
+        con.print(f"  {printable(arms_line(summary))}", markup=False, soft_wrap=True)
     for line in summary.get("notes", []):
         con.print(f"  {printable(line)}", markup=False)
     con.print(_config_table(summary))
+    if account := rejections_account(summary):
+        con.print(printable(account), markup=False, soft_wrap=True)
     if summary.get("teeth"):
         con.print(_teeth_table(summary["teeth"]))
     _print_failing(con, summary)
@@ -326,7 +347,7 @@ def _config_table(summary: dict[str, Any]) -> Table:
     for col in (
         "config",
         "cells tested",
-        "rejections",
+        "rejections in this config",
         "max TV excess (where)",
         "MDE (TV)",
         "teeth rejections",
@@ -338,7 +359,14 @@ def _config_table(summary: dict[str, Any]) -> Table:
             cell(row["config_id"]),
             f"{row['cells_tested']}"
             + (f" (+{row['cells_untestable']} untestable)" if row.get("cells_untestable") else ""),
-            "—" if row.get("rejections") is None else str(row["rejections"]),
+            "—"
+            if row.get("rejections") is None
+            else str(row["rejections"])
+            + (
+                " (" + ", ".join(f"{k} {n}" for k, n in row["rejections_by_family"].items()) + ")"
+                if row.get("rejections_by_family")
+                else ""
+            ),
             cell(fmt(row.get("max_tv_excess")) + where),
             fmt(row.get("mde_tv")),
             cell(row.get("teeth", "")),
@@ -437,10 +465,11 @@ ProgressOpt = Annotated[bool, typer.Option(help="Show progress bars on stderr.")
 def optional_output(value: str | None, option: str) -> Path | None:
     """An output-file option given as text: ``None`` when absent, and also when empty — the CI
     recipe's ``--summary-md "$GITHUB_STEP_SUMMARY"`` outside GitHub Actions, where the variable
-    is unset — then with a one-line note on stderr that nothing is written there."""
+    is unset — then with a one-line note on stderr that nothing is written there, printed after
+    the result (a command that fails prints its one error line alone)."""
     if value is None:
         return None
     if not value.strip():
-        err_console().print(f"{option}: empty path, skipped (nothing written)", markup=False)
+        _NOTES.append(f"{option}: empty path, skipped (nothing written)")
         return None
     return Path(value)

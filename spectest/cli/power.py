@@ -27,10 +27,22 @@ def power(
         ),
     ] = 1,
     power_: Annotated[float, typer.Option("--power", help="Required power.")] = 0.8,
+    config: Annotated[
+        str | None,
+        typer.Option(
+            "--config",
+            help="Size this protocol's run as it will be made: α split over its active "
+            "families, its prompts × configs × positions sharing the cells' α (--alpha and "
+            "--tests are then the protocol's); without --tv or --seeds: at its seeds.",
+        ),
+    ] = None,
 ) -> None:
     """Power of the pooled two-sample χ²: give --tv (→ seeds) or --seeds (→ MDE), not both."""
     from spectest.stats.power import lambda_star, mde_tv, seeds_for_tv
 
+    if config is not None:
+        _power_of_protocol(config, tv=tv, seeds=seeds, df=df, power=power_)
+        return
     if (tv is None) == (seeds is None):
         raise ConfigError(
             f"power: give exactly one of --tv or --seeds, got tv={tv!r}, seeds={seeds!r}"
@@ -56,3 +68,38 @@ def power(
             f"α {a:.3g} (df {df}): {m:.4f}"
         )
     con.print(f"(λ* = {lam:.2f}; MDE = √(λ*/(2N)), a worst case over the shape of the difference)")
+
+
+def _power_of_protocol(
+    config: str, *, tv: float | None, seeds: int | None, df: int, power: float
+) -> None:
+    from spectest.protocol import load_protocol
+    from spectest.sizing import size_protocol
+
+    if tv is not None and seeds is not None:
+        raise ConfigError(f"power: give at most one of --tv or --seeds, got {tv!r}, {seeds!r}")
+    if df < 1:
+        raise ConfigError(f"--df: expected an integer >= 1, got {df!r}")
+    size = size_protocol(load_protocol(config), df=df, power=power)
+    con = console()
+    for line in size.lines():
+        con.print(line, markup=False)
+    if tv is not None:
+        con.print(
+            f"seeds per arm to detect a per-cell TV {tv:g} with power {power:g}: "
+            f"{size.seeds_for(tv)} (the protocol has {size.seeds_per_arm})",
+            markup=False,
+        )
+    else:
+        n = size.seeds_per_arm if seeds is None else seeds
+        if n < 1:
+            raise ConfigError(f"--seeds: expected an integer >= 1, got {seeds!r}")
+        con.print(
+            f"per-cell MDE (TV) with {n} seeds per arm, power {power:g}: {size.mde_tv(n):.4f}",
+            markup=False,
+        )
+    con.print(
+        "(the run's own figure is the median over its cells, each at its data's df: "
+        "bins − 1 after pooling to the minimum expected count)",
+        markup=False,
+    )

@@ -86,6 +86,20 @@ HF_PRESETS: dict[str, dict[str, Any]] = {
         rope_theta=1_000_000.0,
         tie_word_embeddings=True,
     ),
+    "qwen3-8b": dict(  # Qwen3-8B's published shape: 8.19 B parameters, embeddings untied
+        model_type="qwen3",
+        vocab_size=151936,
+        hidden_size=4096,
+        intermediate_size=12288,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        rms_norm_eps=1e-6,
+        rope_theta=1_000_000.0,
+        tie_word_embeddings=False,
+    ),
 }
 
 

@@ -49,6 +49,7 @@ PRESETS: dict[str, str] = {
     "hf-preset:qwen3-tiny": "random-init Qwen3, V=512, 2 layers, hidden 64 (CPU/CI)",
     "hf-preset:qwen3-0.6b": "random-init Qwen3-0.6B shapes, V=151936, 28 layers (GPU)",
     "hf-preset:qwen3-4b": "random-init Qwen3-4B shapes, V=151936, 36 layers (GPU)",
+    "hf-preset:qwen3-8b": "random-init Qwen3-8B shapes, V=151936, 36 layers, 8.19 B params (GPU)",
     "hf-local:<dir>": "a transformers causal LM from a local directory (local_files_only)",
     "realistic:qwen3-0.6b": (
         "benchmark target at Qwen3-0.6B shape, deep layers damped, peaked logits; draft "

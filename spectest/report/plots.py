@@ -19,12 +19,41 @@ matplotlib.use("Agg")  # NOTE: no display anywhere spectest runs (CI, SSH); must
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
 from spectest.report.columns import COLS, pick
 from spectest.report.escape import printable
 
 Figure = Any
 QQ_CLIP = 10.0
+
+# one colour and marker per arm, the same in every figure (reference dark grey, candidate red,
+# the null arm green, then each ε arm / mutant in the order it appears); series are drawn
+# translucent with markers so an arm that coincides with another stays visible
+_FIXED = {"reference": ("#3a3a3a", "o"), "candidate": ("#d62728", "s"), "null": ("#2ca02c", "^")}
+_OTHERS = [
+    ("#1f77b4", "D"),
+    ("#9467bd", "v"),
+    ("#ff7f0e", "P"),
+    ("#8c564b", "X"),
+    ("#e377c2", "<"),
+    ("#17becf", ">"),
+    ("#bcbd22", "h"),
+    ("#7f7f7f", "*"),
+]
+ALPHA = 0.75
+
+
+def arm_style(arm: str, arms: list[str]) -> dict[str, Any]:
+    """The colour and marker of ``arm`` (``arms``: every arm of the run, in order, so a tooth
+    keeps its colour across figures)."""
+    if arm in _FIXED:
+        color, marker = _FIXED[arm]
+    else:
+        others = [a for a in arms if a not in _FIXED]
+        i = others.index(arm) if arm in others else len(others)
+        color, marker = _OTHERS[i % len(_OTHERS)]
+    return {"color": color, "marker": marker}
 
 
 def _legend(ax: Any, **kw: Any) -> None:
@@ -44,42 +73,70 @@ def to_base64_png(fig: Figure, dpi: int = 90) -> str:
     """Encode and close a figure."""
     buf = io.BytesIO()
     fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    # NOTE: bbox "tight" keeps a legend placed below the axes (tv_by_position) in the picture
+    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None}, bbox_inches="tight")
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def tv_by_position(tests: pd.DataFrame, comparison: str = "candidate") -> Figure | None:
-    """Plug-in TV per position for one comparison, one panel per config, each prompt a line, the
-    permutation-null band (null mean … null upper quantile, averaged over prompts) shaded."""
-    df = tests[tests["comparison"] == comparison] if "comparison" in tests.columns else tests
-    tv, lo, hi = pick(df, "tv"), pick(df, "tv_null_mean"), pick(df, "tv_null_quantile")
-    if tv is None or COLS["position"] not in df.columns or len(df) == 0:
+def tv_by_position(
+    tests: pd.DataFrame, comparisons: list[str] | str = "candidate"
+) -> Figure | None:
+    """Plug-in TV per position of each comparison (its arm's colour; one line per prompt,
+    the prompts told apart by line style), one panel per config, the permutation null (its mean
+    to its upper quantile, averaged over prompts, of the first comparison) shaded."""
+    comps = [comparisons] if isinstance(comparisons, str) else list(comparisons)
+    tv, lo, hi = pick(tests, "tv"), pick(tests, "tv_null_mean"), pick(tests, "tv_null_quantile")
+    if tv is None or COLS["position"] not in tests.columns or len(tests) == 0:
         return None
-    configs = list(dict.fromkeys(df[COLS["config_id"]]))
+    has_comp = "comparison" in tests.columns
+    configs = list(dict.fromkeys(tests[COLS["config_id"]]))
     fig, axes = plt.subplots(
-        1, len(configs), figsize=(max(6.0, 4.2 * len(configs)), 3.4), squeeze=False
+        1, len(configs), figsize=(max(6.0, 4.2 * len(configs)), 3.6), squeeze=False
     )
+    styles = ["-", "--", ":", "-."]
     for ax, cid in zip(axes[0], configs, strict=True):
-        sub = df[df[COLS["config_id"]] == cid]
-        for pid, g in sub.groupby(COLS["prompt_id"], sort=False):
-            g = g.sort_values(COLS["position"])
-            ax.plot(g[COLS["position"]], tv.loc[g.index], marker=".", lw=1, label=label(pid))
-        if lo is not None and hi is not None:
-            band = pd.DataFrame(
-                {"p": sub[COLS["position"]], "lo": lo.loc[sub.index], "hi": hi.loc[sub.index]}
-            )
-            band = band.groupby("p").mean().sort_index()
-            ax.fill_between(
-                band.index, band["lo"], band["hi"], color="0.8", label="null mean…q", zorder=0
-            )
-        ax.set_title(label(cid))
+        for k, comp in enumerate(comps):
+            df = tests[tests["comparison"] == comp] if has_comp else tests
+            sub = df[df[COLS["config_id"]] == cid]
+            for j, (_, g) in enumerate(sub.groupby(COLS["prompt_id"], sort=False)):
+                g = g.sort_values(COLS["position"])
+                st = arm_style(comp, comps)
+                x = g[COLS["position"]].to_numpy(dtype=float) + 0.04 * (k - (len(comps) - 1) / 2)
+                ax.plot(
+                    x,
+                    tv.loc[g.index],
+                    ls=styles[j % 4],
+                    lw=1,
+                    ms=4,
+                    alpha=ALPHA,
+                    label=label(comp) if j == 0 else None,
+                    **st,
+                )
+            if k == 0 and lo is not None and hi is not None and len(sub):
+                band = pd.DataFrame(
+                    {"p": sub[COLS["position"]], "lo": lo.loc[sub.index], "hi": hi.loc[sub.index]}
+                )
+                band = band.groupby("p").mean().sort_index()
+                ax.fill_between(
+                    band.index,
+                    band["lo"],
+                    band["hi"],
+                    color="0.85",
+                    zorder=0,
+                    label="TV under H0 (permutation null: mean to upper quantile)",
+                )
+        ax.set_title(label(cid), fontsize=9)
         ax.set_xlabel("position")
-        ax.set_ylabel("plug-in TV")
-    _legend(axes[0][0], fontsize=6, ncol=2)
-    fig.suptitle(
-        f"plug-in TV per position, {comparison} vs reference (band: permutation null)", fontsize=9
-    )
+        ax.set_ylabel("plug-in TV vs reference")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if axes[0][0].get_legend_handles_labels()[0]:
+        fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", ncol=3,
+                   fontsize=7, frameon=False, bbox_to_anchor=(0.5, 0.0))  # fmt: skip
+    prompts = list(dict.fromkeys(tests[COLS["prompt_id"]]))[:4]
+    ls_names = ["solid", "dashed", "dotted", "dash-dot"]
+    key = ", ".join(f"{label(p)} {n}" for p, n in zip(prompts, ls_names, strict=False))
+    fig.suptitle(f"plug-in TV per position (line style per prompt: {key})", fontsize=9)
     return fig
 
 
@@ -98,36 +155,60 @@ def pvalue_plots(tests: pd.DataFrame, comparisons: list[str]) -> Figure | None:
         p = pv[mask].dropna().to_numpy(dtype=float)
         if p.size == 0:
             continue
-        h.hist(p, bins=20, range=(0, 1), histtype="step", label=label(comp), density=True)
+        st = arm_style(comp, comparisons)
+        h.hist(
+            p,
+            bins=20,
+            range=(0, 1),
+            histtype="step",
+            label=label(comp),
+            density=True,
+            color=st["color"],
+            alpha=ALPHA,
+            lw=1.5,
+        )
         # NOTE: clipped at QQ_CLIP so a gross mutant does not flatten the H0 arms onto the axis
         obs = np.minimum(-np.log10(np.sort(np.clip(p, 1e-300, 1))), QQ_CLIP)
         exp = -np.log10((np.arange(1, p.size + 1) - 0.5) / p.size)
-        q.plot(exp, obs, ".", ms=3, label=label(comp))
+        q.plot(exp, obs, ls="none", ms=4, alpha=ALPHA, mfc="none", label=label(comp), **st)
     h.axhline(1.0, color="k", lw=0.8, ls="--")
     h.set_xlabel("p-value (per cell)")
     h.set_ylabel("density")
     lim = q.get_xlim()[1]
-    q.plot([0, lim], [0, lim], "k--", lw=0.8)
+    q.plot([0, lim], [0, lim], "k--", lw=0.8, label="uniform (H0)")
     q.set_xlabel("expected −log10 p (uniform)")
     q.set_ylabel(f"observed −log10 p (clipped at {QQ_CLIP:g})")
     _legend(h, fontsize=7)
-    fig.suptitle("per-cell p-values: uniform under H0")
+    _legend(q, fontsize=7)
+    fig.suptitle("per-cell p-values: uniform under H0", fontsize=9)
     return fig
 
 
-def acceptance_by_position(rounds: pd.DataFrame | None) -> Figure | None:
+def acceptance_by_position(
+    rounds: pd.DataFrame | None, arms: list[str] | None = None
+) -> Figure | None:
     """Σ accepted / Σ drafted of the stored rounds, by the round's first position, per arm."""
     if rounds is None or len(rounds) == 0:
         return None
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     g = rounds.groupby(["arm", "position"])[["accepted", "drafted"]].sum().reset_index()
+    order = arms or list(dict.fromkeys(g["arm"]))
     for arm, sub in g.groupby("arm", sort=False):
         sub = sub[sub["drafted"] > 0].sort_values("position")
+        st = arm_style(str(arm), order)
         ax.plot(
-            sub["position"], sub["accepted"] / sub["drafted"], marker=".", lw=1, label=label(arm)
+            sub["position"],
+            sub["accepted"] / sub["drafted"],
+            lw=1,
+            ms=4,
+            alpha=ALPHA,
+            mfc="none",
+            label=label(arm),
+            **st,
         )
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("position at the start of the round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("accepted / drafted")
     _legend(ax, fontsize=7)
     ax.set_title("acceptance rate per position")

@@ -61,6 +61,7 @@ class FamilyResult:
     ``black_box``: it reads the emitted tokens only (a kill by white-box tests alone that rest on
     a support violation shows no power against TV-sized bugs, ``verdict.power_claim``).
     ``control_failed``: its control on the reference arm rejected (the run is inconclusive).
+    ``resolution_note``: how a resolution estimated from the data moves with it (its range).
     ``verdict_line``: a line of its own that every verdict output prints ("" none). ``notes``:
     what a reader of the run should know (an option that switched it off, a floor it cannot
     pass).
@@ -80,6 +81,9 @@ class FamilyResult:
     control_failed: bool = False
     verdict_line: str = ""
     notes: tuple[str, ...] = ()
+    # a resolution that is estimated from the data says so, with its range ("" a closed form
+    # of the design: the per-cell MDE)
+    resolution_note: str = ""
 
     @property
     def active(self) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from spectest import schema as sc
 from spectest.stats import sequence
@@ -89,8 +90,35 @@ class SequenceFamily:
             for r in rej.itertuples(index=False)
         )
         return SequenceResult.of(
-            self, alpha, df, tested, failing, resolution=mde, resolution_unit=unit, pvalue=p
-        )
+            self, alpha, df, tested, failing, resolution=mde, resolution_unit=unit, pvalue=p,
+            resolution_note=_resolution_note(pooled, opts.null_permutations),
+        )  # fmt: skip
+
+
+def _resolution_note(pooled: pd.DataFrame, B: int) -> str:
+    """The sequence family's resolution is estimated from this run's permutation null (the
+    spread of each cell's statistic under relabelling, ``sequence.resolution``), so it moves
+    with the data (how concentrated the laws are, how the positions depend on each other) and
+    with the B permutations: say so, with its range.
+
+    Notes
+    -----
+    The range is the permutation noise alone: the MDE scales as √(sd(Z)·sd_cell) and both sds
+    are estimated from the same B permutations, so it moves like one sd estimated from B
+    draws, whose 95 % interval is sd·[√((B−1)/χ²_{0.975}), √((B−1)/χ²_{0.025})] (B − 1 df).
+    How the MDE moves with another sample of the data is not in it (a different law: a
+    different resolution).
+    """
+    tv = pooled[pooled["test"].isin(sequence.TV_STATISTICS)]["mde"].astype(float).dropna()
+    if tv.empty or B < 2:
+        return ""
+    lo_f = float(np.sqrt((B - 1) / stats.chi2.ppf(0.975, B - 1)))
+    hi_f = float(np.sqrt((B - 1) / stats.chi2.ppf(0.025, B - 1)))
+    first = float(tv.iloc[0])
+    return (
+        f"estimated from this run's permutation null, so it moves with the data; "
+        f"{first * lo_f:.3g}–{first * hi_f:.3g} from the B = {B} permutations alone (95 %)"
+    )
 
 
 def _sequence_frame(inputs: FamilyInputs, alpha: float) -> tuple[pd.DataFrame, float, float, str]:

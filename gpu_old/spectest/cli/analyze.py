@@ -1,0 +1,25 @@
+"""``spectest analyze``: recompute every test of a completed run from its stored Parquet."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from spectest.cli.common import boundary, progress_bars, show_result
+
+
+@boundary
+def analyze(
+    run_dir: Annotated[
+        Path, typer.Argument(help="A completed run directory (with manifest.json).")
+    ],
+    progress: Annotated[bool, typer.Option(help="Show progress bars on stderr.")] = True,
+) -> None:
+    """Recompute the tests and the verdict from stored samples, without any model."""
+    from spectest.runner import analyze_run
+
+    with progress_bars(progress) as cb:
+        result = analyze_run(run_dir, progress=cb)
+    show_result(result)  # exits with the stored verdict's code, even if printing fails

@@ -1,0 +1,91 @@
+"""``spectest bench``: spectest's engines and transformers side by side on one workload."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from spectest.cli.common import boundary, console, err_console
+from spectest.errors import ConfigError
+
+
+@boundary
+def bench(
+    target: Annotated[str, typer.Option(help="Target model spec (`spectest models`).")] = (
+        "realistic:qwen3-0.6b"
+    ),
+    draft: Annotated[str, typer.Option(help="Draft model spec.")] = (
+        "derived:first_layers,layers=4"
+    ),
+    device: Annotated[str, typer.Option(help="cpu or cuda[:i].")] = "cpu",
+    dtype: Annotated[
+        str | None, typer.Option(help="float32 / bfloat16 (default: fp32 CPU, bf16 CUDA).")
+    ] = None,
+    rows: Annotated[int, typer.Option(help="Rows (generations) per arm, one batch.")] = 256,
+    positions: Annotated[int, typer.Option(help="Tokens generated per row.")] = 32,
+    k: Annotated[int, typer.Option(help="Draft tokens per round.")] = 4,
+    drafter: Annotated[str, typer.Option(help="onehot (greedy draft) or sampled.")] = "onehot",
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.8,
+    top_k: Annotated[int, typer.Option(help="top-k (0 = off).")] = 0,
+    top_p: Annotated[float, typer.Option(help="top-p (1 = off).")] = 0.95,
+    assisted_rows: Annotated[
+        int, typer.Option(help="Rows for transformers' assisted generation (batch 1 only).")
+    ] = 4,
+    arms: Annotated[
+        str, typer.Option(help="Comma-separated arms (default: all).")
+    ] = "fast-plain,fast-spec,builtin-plain,builtin-spec,hf-generate,hf-assisted",
+    peak_tflops: Annotated[
+        float | None, typer.Option(help="Peak TFLOP/s of the device, for MFU (e.g. 800 on H200).")
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="Directory for a torch profiler trace and top ops of each arm (extra run)."
+        ),
+    ] = None,
+    whitebox: Annotated[
+        bool,
+        typer.Option(
+            "--whitebox/--no-whitebox",
+            help="spectest's arms record the white-box columns during generation (as a run does).",
+        ),
+    ] = False,
+    out: Annotated[
+        str, typer.Option(help="JSON-lines file the records are appended to.")
+    ] = "results/bench/bench.jsonl",
+) -> None:
+    """Rows/s, tokens/s, acceptance, MFU and ratios to transformers' plain generate, per arm."""
+    from spectest.bench import BenchConfig, run_bench, write_records
+    from spectest.sampling.params import SamplingParams
+
+    if drafter not in ("onehot", "sampled"):
+        raise ConfigError(f"--drafter must be onehot or sampled, got {drafter!r}")
+    cfg = BenchConfig(
+        target=target, draft=draft, device=device, dtype=dtype, rows=rows, positions=positions,
+        k=k, onehot=drafter == "onehot", params=SamplingParams(temperature, top_k, top_p),
+        assisted_rows=assisted_rows, arms=tuple(a.strip() for a in arms.split(",") if a.strip()),
+        peak_tflops=peak_tflops, profile=profile, whitebox=whitebox,
+    )  # fmt: skip
+    err = err_console()
+    result = run_bench(cfg, log=lambda s: err.print(s, markup=False))
+    table = Table(title=f"spectest bench: {result.provenance['target_name']} on {device}")
+    for col in ("arm", "rows", "wall s", "rows/s", "tokens/s", "acc/round", "MFU", "× hf-generate"):
+        table.add_column(col, justify="left" if col == "arm" else "right")
+    for a in result.arms:
+        table.add_row(
+            a.arm, str(a.rows), f"{a.wall_s:.2f}", f"{a.rows_per_s:.1f}", f"{a.tokens_per_s:.0f}",
+            "" if a.mean_accepted is None else f"{a.mean_accepted:.2f}",
+            "" if a.mfu is None else f"{100 * a.mfu:.1f}%",
+            "" if a.ratio_to_hf_generate is None else f"{a.ratio_to_hf_generate:.2f}",
+        )  # fmt: skip
+    con = console()
+    con.print(table)
+    for a in result.arms:
+        if a.note:
+            con.print(f"{a.arm}: {a.note}", markup=False)
+    prov = result.provenance
+    con.print(f"fast arms on CUDA graphs: {prov['cuda_graphs']}", markup=False)
+    path = write_records(result, out)
+    con.print(f"FLOPs/token {result.flops_per_token / 1e9:.3g} G; records appended to {path}")

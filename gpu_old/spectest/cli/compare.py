@@ -1,0 +1,55 @@
+"""``spectest compare``: black-box tests on two samples files an external engine produced."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from spectest.cli.common import boundary, progress_bars, show_result
+
+
+@boundary
+def compare(
+    reference: Annotated[
+        Path,
+        typer.Option(
+            help="Samples of plain decoding (Parquet, or CSV with a header).", readable=False
+        ),
+    ],
+    candidate: Annotated[
+        Path,
+        typer.Option(help="Samples of the speculative sampler under test.", readable=False),
+    ],
+    alpha: Annotated[
+        float, typer.Option(help="Significance level after the multiplicity correction.")
+    ] = 0.05,
+    multiplicity: Annotated[str, typer.Option(help="bh, by or maxT.")] = "bh",
+    max_mde_tv: Annotated[
+        float | None,
+        typer.Option(
+            help="Required resolution: the median per-cell MDE (TV) must be at most this, else "
+            "exit 3. Default 0.15 (compare runs no teeth; README 'Exit codes'); 1 accepts any."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Result directory (default: results/compare-<hash>).")
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="Show progress bars on stderr.")] = True,
+) -> None:
+    """Compare two samples files. Columns: prompt_id (string), config_id (string), seed (int64),
+    position (int32, 0 = first generated token), token_id (int64); one row per generated token."""
+    from spectest.compare import compare_files
+
+    with progress_bars(progress) as cb:
+        result = compare_files(
+            reference,
+            candidate,
+            alpha=alpha,
+            multiplicity=multiplicity,
+            max_mde_tv=max_mde_tv,
+            out=out,
+            progress=cb,
+        )
+    show_result(result)  # exits with the stored verdict's code, even if printing fails

@@ -1,0 +1,148 @@
+"""Grouped-query attention without the key/value copy, for the fast engine's static cache.
+
+Owns: ``packed_gqa_sdpa`` (an attention function with transformers' ``AttentionInterface``
+signature), its slow reference ``repeat_kv_sdpa`` (what transformers' ``sdpa`` path computes
+with an explicit mask: keys and values copied ``G`` times, one SDPA), and ``packed_attention``
+(a context manager that makes one HF model use the packed function for the forwards inside it).
+Knows nothing about caches, decoding or sampling.
+
+Why
+---
+A GQA model has ``Hq`` query heads and ``Hkv < Hq`` key/value heads, ``G = Hq / Hkv`` query heads
+per KV head. With an explicit attention mask, transformers' sdpa path (4.x and 5.x up to at least
+5.17, the H200's) expands keys and values to ``Hq`` heads (``repeat_kv``: a copy of ``[B, Hq, W,
+D]`` per layer and per forward) because torch's masked SDPA kernels do not take ``enable_gqa``.
+On the H200 that copy was the fast engine's largest kernel (results/LOG.md, h11). Here the ``G``
+query heads sharing a KV head become ``G`` blocks of extra query rows instead:
+``q [B, Hq, S, D] → [B, Hkv, G·S, D]``, the mask ``[B, 1, S, W]`` repeated ``G`` times along the
+query dimension, one SDPA over ``Hkv`` heads, the output reshaped back to ``[B, S, Hq, D]``.
+
+NOTE the maths is identical: in SDPA every query row is independent — row ``r`` of head ``h`` is
+``softmax(q_r K_hᵀ · scale + mask_r) V_h`` — and query head ``h = kv·G + g`` uses KV head ``kv``
+under ``repeat_kv`` (``repeat_kv`` repeats each KV head ``G`` times consecutively), which is the
+row block ``g`` of packed head ``kv`` here, with the same mask row. What may differ is rounding
+only: the kernel sees a ``[G·S, W]`` score matrix instead of ``G`` of ``[S, W]``, so a backend may
+choose another tiling or another kernel (cuDNN / flash / efficient / math) and sum the ``D``- or
+``W``-long dot products in another order (float32 on CPU: last-bit differences of the logits; bf16
+on CUDA: the kernel-choice differences any batch-shape change already causes). Tokens equal the
+built-in engine's in float32 on CPU (tests/test_engine_fast.py), and the attention output equals
+``repeat_kv_sdpa``'s to float32 rounding (tests/test_attention.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+IMPLEMENTATION = "spectest_packed_gqa"  # the name registered in transformers' AttentionInterface
+
+
+def packed_gqa_sdpa(
+    module: torch.nn.Module,
+    query: torch.Tensor,  # [B, Hq, S, D]
+    key: torch.Tensor,  # [B, Hkv, W, D]
+    value: torch.Tensor,  # [B, Hkv, W, Dv]
+    attention_mask: torch.Tensor | None,  # [B, 1, S, W] bool or additive, or None
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """SDPA over the ``Hkv`` key/value heads with the ``G`` query heads of each packed into rows.
+
+    Returns ``([B, S, Hq, Dv], None)``, the layout of transformers' ``sdpa_attention_forward``.
+    Only for the fast engine's static cache: an explicit mask is required (no ``is_causal``), no
+    softcap, sliding window or position bias (``NotImplementedError`` names the feature).
+    """
+    for name in ("softcap", "position_bias"):
+        if kwargs.get(name) is not None:
+            raise NotImplementedError(f"packed GQA attention: {name} is not supported")
+    if attention_mask is None:
+        raise NotImplementedError("packed GQA attention needs the static cache's explicit mask")
+    B, Hq, S, D = (int(s) for s in query.shape)
+    Hkv = int(key.shape[1])
+    assert Hq % Hkv == 0 and key.shape[0] == B, (tuple(query.shape), tuple(key.shape))
+    G = Hq // Hkv
+    q = query.reshape(B, Hkv, G * S, D)  # [B, Hkv, G·S, D]: row g·S + s = head kv·G + g, query s
+    mask = attention_mask
+    if G > 1:
+        M = attention_mask  # [B, 1, S, W]
+        assert M.shape[1] == 1, tuple(M.shape)  # one mask shared by every head
+        mask = (
+            M[:, :, None]
+            .expand(M.shape[0], 1, G, S, M.shape[-1])
+            .reshape(M.shape[0], 1, G * S, M.shape[-1])
+        )  # [B, 1, G·S, W]: block g repeats the S mask rows
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling, is_causal=False
+    )  # [B, Hkv, G·S, Dv]
+    out = out.reshape(B, Hq, S, int(value.shape[-1]))  # [B, Hq, S, Dv]
+    return out.transpose(1, 2).contiguous(), None  # [B, S, Hq, Dv]
+
+
+def repeat_kv_sdpa(
+    module: torch.nn.Module,
+    query: torch.Tensor,  # [B, Hq, S, D]
+    key: torch.Tensor,  # [B, Hkv, W, D]
+    value: torch.Tensor,  # [B, Hkv, W, Dv]
+    attention_mask: torch.Tensor | None,  # [B, 1, S, W]
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Slow reference: keys and values copied to ``Hq`` heads (transformers' ``repeat_kv``), one
+    SDPA over ``Hq`` heads; ``([B, S, Hq, Dv], None)``."""
+    G = int(query.shape[1]) // int(key.shape[1])
+    k = key.repeat_interleave(G, dim=1)  # [B, Hq, W, D]: head h reads KV head h // G
+    v = value.repeat_interleave(G, dim=1)  # [B, Hq, W, Dv]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, k, v, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=False
+    )  # [B, Hq, S, Dv]
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register() -> bool:
+    """Register ``packed_gqa_sdpa`` (and the sdpa mask builder) under ``IMPLEMENTATION`` in the
+    installed transformers; False when this transformers has no ``AttentionInterface``."""
+    try:
+        from transformers import AttentionInterface
+    except ImportError:
+        return False
+    AttentionInterface.register(IMPLEMENTATION, packed_gqa_sdpa)
+    with contextlib.suppress(ImportError, AttributeError):  # mask interface: transformers >= 4.53
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+        AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
+    return True
+
+
+def usable(config: Any) -> bool:
+    """Whether a model of ``config`` can run the packed function in place of its own: sdpa
+    attention with grouped KV heads, and a transformers that can register it."""
+    impl = getattr(config, "_attn_implementation", None)
+    heads = int(getattr(config, "num_attention_heads", 0) or 0)
+    kv = int(getattr(config, "num_key_value_heads", heads) or heads)
+    switchable = hasattr(config, "_attn_implementation_internal")  # what packed_attention sets
+    return (
+        impl == "sdpa" and switchable and kv > 0 and heads > kv and heads % kv == 0 and register()
+    )
+
+
+@contextlib.contextmanager
+def packed_attention(config: Any) -> Iterator[None]:
+    """Run the forwards inside with ``IMPLEMENTATION`` as ``config``'s attention function (HF
+    attention modules read ``config._attn_implementation`` at every forward), then restore it.
+
+    NOTE one model object serves the reference engine and the fast engine (the static model shares
+    its weights and config), so the switch lasts one forward (or one CUDA-graph capture: a replay
+    runs no Python) and is undone in ``finally``; decode loops run one forward at a time per
+    process (scale-out workers are processes), so no other forward sees it.
+    """
+    old = config._attn_implementation_internal
+    config._attn_implementation_internal = IMPLEMENTATION
+    try:
+        yield
+    finally:
+        config._attn_implementation_internal = old

@@ -1,0 +1,541 @@
+"""The ``command`` engine: any program that speaks spectest's JSON-lines protocol on stdin/stdout.
+
+Owns: the line protocol (``PROTOCOL``, below), starting the program, streaming jobs (a writer
+thread), matching results, the check of every line against its schema (``engines.replies``),
+timeouts, and turning a dead or misbehaving program into one line. Knows nothing about how the
+program samples; nothing about files (the runner writes a shard only after ``generate`` returned
+every row and ``check_output`` passed, so a program that dies or misbehaves mid-shard never
+leaves a shard marked complete).
+
+The protocol ``spectest-jsonl/1`` (one JSON object per line, UTF-8)
+----------------------------------------------------------------------
+The program must first print a hello line (within ``startup_timeout_s``)::
+
+    {"type": "hello", "protocol": "spectest-jsonl/1", "engine": "my-engine", "version": "1.2"}
+
+spectest then writes jobs, one per line; a job is one prompt × one sampling config × many seeds::
+
+    {"type": "job", "id": 7, "arm": "candidate", "role": "candidate",
+     "prompt_id": "p0", "prompt": [1, 72, 101], "config_id": "t0.8-p0.95",
+     "sampling": {"temperature": 0.8, "top_k": 0, "top_p": 0.95, "min_p": 0.0,
+                  "order": ["temperature", "top_k", "top_p", "min_p"]},
+     "max_tokens": 8, "seeds": [400, 401, ...], "row_keys": [..., ...], "run_key": 123,
+     "drafter": {"kind": "sampled", "k": 3, "q": "processed"}}
+
+``order`` is the order spectest applies the filters in (top_k = 0, top_p = 1, min_p = 0 mean
+off); ``row_keys[i]`` is spectest's 63-bit key of (run key, prompt, config, seeds[i]) for a
+program that wants a per-row RNG independent of ``seeds``. The program answers each seed with
+one line, in any order::
+
+    {"type": "result", "id": 7, "seed": 400, "tokens": [72, 33, ...],
+     "rounds": [{"drafted": 3, "accepted": 2, "emitted": 3}, ...]}
+
+A job the program cannot run is answered ``{"type": "error", "id": 7, "message": "..."}``
+(spectest stops with that message, exit 2). ``{"type": "log", ...}`` lines are ignored.
+spectest closes stdin at the end; the program exits 0.
+
+The reply schema (``engines.replies``), field by field
+------------------------------------------------------
+- hello: ``type`` = ``"hello"``, ``protocol`` = ``"spectest-jsonl/1"``; ``engine`` and
+  ``version``, when given, strings of at most 200 characters; other keys allowed (kept in the
+  provenance; the whole line at most ``HELLO_MAX_CHARS``, 10 000 characters).
+- result: ``type`` = ``"result"``; ``id`` an int job id; ``seed`` an int (int64); ``tokens`` a
+  list of 1 to ``max_tokens`` int token ids in ``[0, V)`` (V: the target's vocabulary; JSON
+  ``true`` is not the token 1, ``1.0`` is not a token id); ``rounds`` absent, ``null`` or a
+  list of at most ``max_tokens`` objects with ``drafted``, ``accepted``, ``emitted`` ints in
+  ``[0, 2^31)``. The (``id``, ``seed``) pair must be pending (asked, not answered yet).
+- error: ``type`` = ``"error"``, ``message`` a string; ``id`` an int or null.
+- any line: valid UTF-8, valid JSON, at most ``MAX_LINE_BYTES``; an object whose ``type`` is
+  ``"result"`` or ``"error"`` (or ``"log"``, skipped). Objects may carry keys the schema does
+  not name.
+
+**Early stop.** ``tokens`` with fewer than ``max_tokens`` ids is a sequence that ended (EOS, a
+stop rule): its positions past the end have no row in the samples table, so it is a shorter
+sequence there, exactly like a bring-your-own file whose sequence stops early, and the
+sequence-length family tests the law of the lengths. A result with no token at all is refused
+(a sequence that ends at once has nothing to test: emit its end token).
+
+Exit codes
+----------
+- 2 (``replies.ReplyError``, an ``EngineError``): a line that breaks the schema above, in any
+  way (shape, type, range, vocabulary, a job/seed not pending, not JSON, not UTF-8, too long);
+  one line naming the engine, the arm, the job and seed (where the line gives them), the field
+  and the value (``engine command (arm candidate, job 7, seed 400): field 'tokens[3]': expected
+  an int token id in [0, 259], got True``); also an ``error`` line. The program is stopped.
+- 4 (``EngineProcessError``): the program cannot be started, exits or closes its output while
+  results are pending, closes its stdin while jobs are still to be written, or stays silent
+  too long (below): one line with its exit status and the last lines of its stderr.
+- Never 1, and never a traceback.
+
+Timeouts: the bounds
+--------------------
+- The hello line must come within ``startup_timeout_s`` (120 s) of the start.
+- While results are pending, the program is killed when no result or error line arrives for
+  ``timeout_s`` (60 s; log lines do not extend it). Jobs are written by a writer thread, so a
+  program that never reads its stdin cannot block spectest: a job line of any size (20 000
+  seeds: 550 KB) to a program that does not read ends at ``timeout_s``, like a silent program.
+- A program that closed its output gets ``EXIT_GRACE_S`` (5 s) to exit with its status; at
+  the end of a run stdin is closed and the program gets 10 s to exit before it is killed.
+- SIGTERM to spectest stops the program at once (``engines.children``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import shlex
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spectest import errors
+from spectest.engines import children, replies
+from spectest.engines.base import (
+    PLACEHOLDER_TOKEN_ID,
+    ArmJob,
+    ArmOutput,
+    Engine,
+    options_dict,
+    rounds_from_tuples,
+)
+from spectest.errors import ConfigError, EngineError
+
+PROTOCOL = replies.PROTOCOL
+SAMPLER_ORDER = ("temperature", "top_k", "top_p", "min_p")
+STDERR_TAIL_LINES = 5
+STDERR_LINE_BYTES = 4096  # a longer stderr line is kept in pieces
+MAX_LINE_BYTES = 64 * 2**20  # a result line of T tokens is far shorter: longer = a runaway program
+HELLO_MAX_CHARS = 10_000  # the hello is stored in every file's provenance
+EXIT_GRACE_S = 5.0  # a program that closed stdout gets this long to exit with its status
+
+
+class EngineProcessError(EngineError):
+    """The engine's process (or server) died, timed out or broke the line protocol: exit 4
+    (infrastructure, ``errors.ExitCode``), never the statistical 1."""
+
+    exit_code = errors.ExitCode.INFRASTRUCTURE
+
+
+def parse_argv(value: Any, where: str, base_dir: Path | None = None) -> tuple[str, ...]:
+    """A command as a YAML list of strings or one shell-quoted string; ``{protocol_dir}`` is
+    replaced now (the protocol file's directory), ``{python}`` and the other placeholders of
+    ``expand`` when the program starts."""
+    if isinstance(value, str) and value.strip():
+        argv = tuple(shlex.split(value))
+    elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        argv = tuple(value)
+    else:
+        raise ConfigError(
+            f"{where}: expected a non-empty list of strings or a string, got {value!r}"
+        )
+    pdir = str((base_dir or Path.cwd()).resolve())
+    return tuple(a.replace("{protocol_dir}", pdir) for a in argv)
+
+
+def expand(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """Placeholders resolved when a program starts: ``{python}`` = spectest's interpreter."""
+    import sys
+
+    return tuple(a.replace("{python}", sys.executable) for a in argv)
+
+
+def parse_env(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """``{NAME: value}`` or the canonical ``[[NAME, value], ...]`` (what a stored run's
+    protocol.yaml holds) → sorted pairs."""
+    if value is None:
+        return ()
+    if isinstance(value, (list, tuple)) and all(
+        isinstance(p, (list, tuple)) and len(p) == 2 for p in value
+    ):
+        value = {k: v for k, v in value}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ConfigError(f"{where}: expected a mapping of NAME: value, got {value!r}")
+    return tuple(sorted((k, str(v)) for k, v in value.items()))
+
+
+def job_lines(job: ArmJob, first_id: int) -> list[dict[str, Any]]:
+    """The protocol's job objects of an ``ArmJob``: one per sampling config, rows in order."""
+    from spectest.seeding import row_key
+
+    by_config: dict[str, list[int]] = {}
+    for i, r in enumerate(job.rows):
+        by_config.setdefault(r.config_id, []).append(i)
+    out = []
+    for n, (cid, idx) in enumerate(by_config.items()):
+        sp = job.rows[idx[0]].params
+        out.append(
+            {
+                "type": "job",
+                "id": first_id + n,
+                "arm": job.arm,
+                "role": job.role,
+                "prompt_id": job.prompt_id,
+                "prompt": list(job.prompt_ids),
+                "config_id": cid,
+                "sampling": {
+                    "temperature": float(sp.temperature),
+                    "top_k": int(sp.top_k),
+                    "top_p": float(sp.top_p),
+                    "min_p": float(sp.min_p),
+                    "order": list(SAMPLER_ORDER),
+                },
+                "max_tokens": job.num_positions,
+                "seeds": [job.rows[i].seed for i in idx],
+                "row_keys": [
+                    row_key(job.run_key, job.prompt_id, cid, job.rows[i].seed) for i in idx
+                ],
+                "run_key": job.run_key,
+                "drafter": {
+                    "kind": "onehot" if job.drafter.onehot else "sampled",
+                    "k": job.drafter.k,
+                    "q": job.drafter.q_mode,
+                },
+                "_rows": idx,  # stripped before sending
+            }
+        )
+    return out
+
+
+def check_job_line(obj: Any, result_schema: replies.Schema, arm: str) -> str:
+    """A line read while results are pending, checked field by field: a ``result`` against
+    ``result_schema`` (``replies.result_line``) or an ``error``; the context of its messages
+    (``engine command (arm A, job N, seed S)``). ``ReplyError`` (exit 2) otherwise."""
+    ids = obj if isinstance(obj, dict) else {}
+    job_id, seed = replies.known_int(ids.get("id")), replies.known_int(ids.get("seed"))
+    where = replies.where("command", arm=arm, job=job_id, seed=seed)
+    try:
+        replies.check(replies.JOB_LINE_TYPE, obj)
+        replies.check(replies.ERROR_LINE if obj["type"] == "error" else result_schema, obj)
+    except replies.Violation as v:
+        raise replies.ReplyError(f"{where}: {v} (the program was stopped)") from None
+    return where
+
+
+class _Event:
+    """A pump's note in the line queue (not a line)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+EOF = _Event("stdout closed")
+TOO_LONG = _Event("a line too long")
+STDIN_CLOSED = _Event("stdin closed")
+
+
+class LineProcess:
+    """A child process spoken to in lines: a writer thread feeds its stdin (so a program that
+    never reads cannot block spectest), a reader thread queues its stdout lines (each at most
+    ``MAX_LINE_BYTES``), its stderr is kept as a bounded tail. Registered with
+    ``engines.children`` (stopped on SIGTERM) while it lives."""
+
+    def __init__(self, argv: tuple[str, ...], env: Mapping[str, str], cwd: str | None, label: str):
+        self.label = label
+        self.argv = argv
+        try:
+            self.proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env={**os.environ, **env},
+                cwd=cwd,
+                start_new_session=True,  # Ctrl-C reaches spectest, which then closes us
+            )
+        except OSError as err:
+            raise EngineProcessError(f"{label}: cannot start {argv[0]!r}: {err.strerror}") from None
+        children.register(self)
+        self.lines: queue.Queue[bytes | _Event] = queue.Queue()
+        self.outbox: queue.Queue[bytes | None] = queue.Queue()
+        self.stderr: deque[str] = deque(maxlen=200)
+        for target in (self._pump_out, self._pump_err, self._write):
+            threading.Thread(target=target, daemon=True).start()
+
+    def _pump_out(self) -> None:
+        out = self.proc.stdout
+        assert out is not None
+        while True:
+            try:
+                line = out.readline(MAX_LINE_BYTES + 1)
+            except (OSError, ValueError):
+                line = b""
+            if not line:
+                self.lines.put(EOF)
+                return
+            if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+                self.lines.put(TOO_LONG)
+                return
+            self.lines.put(line)
+
+    def _pump_err(self) -> None:
+        err = self.proc.stderr
+        assert err is not None
+        with contextlib.suppress(OSError, ValueError):
+            while chunk := err.readline(STDERR_LINE_BYTES):
+                self.stderr.append(chunk.decode("utf-8", errors="replace").rstrip("\n"))
+
+    def _write(self) -> None:
+        """The only writer of the program's stdin; ``None`` in the outbox closes it."""
+        stdin = self.proc.stdin
+        assert stdin is not None
+        while True:
+            data = self.outbox.get()
+            try:
+                if data is None:
+                    stdin.close()
+                    return
+                stdin.write(data)
+                stdin.flush()
+            except (OSError, ValueError):  # BrokenPipeError: the program closed its stdin
+                self.lines.put(STDIN_CLOSED)
+                return
+
+    def send(self, obj: Mapping[str, Any]) -> None:
+        """Queue one line for the program; never blocks (the writer thread writes it)."""
+        self.outbox.put(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
+
+    def read(self, timeout_s: float, waiting_for: str, where: str) -> Any:
+        """The next JSON value of a line (``{"type": "log"}`` objects skipped), or the program is
+        killed: ``EngineProcessError`` (exit 4) when it ended its output or stayed silent for
+        ``timeout_s``, ``ReplyError`` (exit 2, naming ``where``) for a line that is too long,
+        not UTF-8 or not JSON."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                item = self.lines.get(timeout=max(left, 0.0))
+            except queue.Empty:
+                raise self.failure(
+                    f"sent nothing for {timeout_s:g} s while {waiting_for}", where=where
+                ) from None
+            if item is EOF:  # stdout closed: the program is exiting, let it say how
+                raise self.failure(
+                    f"ended its output while {waiting_for}", EXIT_GRACE_S, where=where
+                )
+            if item is STDIN_CLOSED:
+                raise self.failure(
+                    f"closed its stdin while {waiting_for}", EXIT_GRACE_S, where=where
+                )
+            if item is TOO_LONG:
+                raise self.violation(where, f"printed a line longer than {MAX_LINE_BYTES} bytes")
+            assert isinstance(item, bytes)
+            try:
+                obj = json.loads(item.decode("utf-8"))
+            except UnicodeDecodeError:
+                raise self.violation(
+                    where, f"printed a line that is not UTF-8: {replies.short(item)}"
+                ) from None
+            except (ValueError, RecursionError):  # JSONDecodeError, an int of > 4300 digits
+                raise self.violation(
+                    where,
+                    f"printed a line that is not JSON: {replies.short(item.decode().strip())}",
+                ) from None
+            if isinstance(obj, dict) and obj.get("type") == "log":
+                if time.monotonic() > deadline:
+                    raise self.failure(
+                        f"sent only log lines for {timeout_s:g} s while {waiting_for}",
+                        where=where,
+                    )
+                continue
+            return obj
+
+    def violation(self, where: str, what: str) -> replies.ReplyError:
+        """Kill the program and build the one-line error of a reply that breaks the protocol
+        (exit 2: the engine's output is wrong, not the machine)."""
+        self.kill()
+        return replies.ReplyError(f"{where}: {what} (the program was stopped)")
+
+    def failure(
+        self, what: str, grace_s: float = 0.0, where: str | None = None
+    ) -> EngineProcessError:
+        """Kill the program and build the one-line error: what happened, exit status, stderr.
+        ``grace_s``: how long a program that closed its pipes may take to exit on its own (its
+        exit status is the useful part of the message) before it counts as killed."""
+        if grace_s > 0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=grace_s)
+        alive = self.proc.poll() is None
+        self.kill()
+        status = "killed by spectest" if alive else f"exit status {self.proc.returncode}"
+        time.sleep(0.05)  # let the stderr pump drain
+        tail = " | ".join(list(self.stderr)[-STDERR_TAIL_LINES:]) or "(empty)"
+        return EngineProcessError(
+            f"{where or self.label}: {shlex.join(self.argv)} {what} ({status}); stderr tail: {tail}"
+        )
+
+    def kill(self) -> None:
+        """SIGKILL to the program's process group and reap it; idempotent."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, 9)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        children.unregister(self)
+
+    def stop_now(self) -> None:
+        """``engines.children``: SIGTERM to spectest stops the program at once."""
+        self.kill()
+
+    def close(self, timeout_s: float = 10.0) -> int | None:
+        """Close stdin (after the lines already queued), wait for a clean exit, kill otherwise;
+        the exit status."""
+        if self.proc.poll() is None:
+            self.outbox.put(None)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+        return self.proc.returncode
+
+
+class CommandEngine(Engine):
+    """Runs an arm with an external program over the ``spectest-jsonl/1`` line protocol.
+
+    Options (protocol ``engines.<arm>``): ``command`` (list or shell string; relative program
+    paths resolve against the working directory; ``{protocol_dir}`` and ``{python}`` are
+    placeholders), ``env`` (mapping), ``timeout_s`` (60: the
+    longest silence while a job is pending), ``startup_timeout_s`` (120: until the hello line).
+    """
+
+    name = "command"
+    needs = "none"
+    whitebox = "tokens"  # teacher mode (judge.whitebox_mode) with tests.whitebox
+    rounds = "readout"
+    uses_variant = False
+
+    @dataclass(frozen=True)
+    class Options:
+        command: tuple[str, ...] = ()
+        env: tuple[tuple[str, str], ...] = ()
+        cwd: str = ""
+        timeout_s: float = 60.0
+        startup_timeout_s: float = 120.0
+
+    @classmethod
+    def parse_options(cls, raw: Mapping[str, Any], where: str, base_dir: Path | None = None) -> Any:
+        allowed = ("command", "env", "cwd", "timeout_s", "startup_timeout_s")
+        for key in raw:
+            if key not in allowed:
+                raise ConfigError(
+                    f"{where}.{key}: unknown key {key!r} (allowed: name, {', '.join(allowed)})"
+                )
+        if "command" not in raw:
+            raise ConfigError(f"{where}.command: required (the program to run)")
+        argv = parse_argv(raw["command"], f"{where}.command", base_dir)
+        cwd = str(raw.get("cwd", "") or "")
+        out = {}
+        for key, default in (("timeout_s", 60.0), ("startup_timeout_s", 120.0)):
+            v = raw.get(key, default)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ConfigError(f"{where}.{key}: expected a number of seconds > 0, got {v!r}")
+            out[key] = float(v)
+        return cls.Options(
+            command=argv, env=parse_env(raw.get("env"), f"{where}.env"), cwd=cwd, **out
+        )
+
+    def __init__(self, options: Any, models: Any) -> None:
+        super().__init__(options, models)
+        self.proc: LineProcess | None = None
+        self.hello: dict[str, Any] = {}
+        self.next_id = 0
+
+    def _vocab_size(self) -> int | None:
+        target = getattr(self.models, "target", None)
+        return None if target is None else int(target.vocab_size)
+
+    def _start(self, arm: str) -> LineProcess:
+        if self.proc is not None and self.proc.proc.poll() is None:
+            return self.proc
+        if self.proc is not None:  # it exited between jobs: reap it before starting anew
+            self.proc.kill()
+        o = self.options
+        self.proc = LineProcess(expand(o.command), dict(o.env), o.cwd or None, "engine command")
+        where = replies.where("command", arm=arm)
+        hello = self.proc.read(o.startup_timeout_s, "starting (no hello line)", where)
+        try:
+            replies.check(replies.HELLO, hello)
+            if len(json.dumps(hello)) > HELLO_MAX_CHARS:
+                raise replies.Violation("", f"at most {HELLO_MAX_CHARS} characters", hello)
+        except replies.Violation as v:
+            raise self.proc.violation(
+                where, f"did not start with a hello line for {PROTOCOL!r}: {v}"
+            ) from None
+        self.hello = hello
+        return self.proc
+
+    def generate(self, job: ArmJob) -> ArmOutput:
+        proc = self._start(job.arm)
+        B, T = len(job.rows), job.num_positions
+        result_schema = replies.result_line(T, self._vocab_size())
+        tokens = np.full((B, T), PLACEHOLDER_TOKEN_ID, dtype=np.int64)  # [B, T]
+        lines = job_lines(job, self.next_id)
+        self.next_id += len(lines)
+        pending: dict[tuple[int, int], int] = {}  # (job id, seed) -> row
+        for line in lines:
+            rows = line.pop("_rows")
+            for r in rows:
+                pending[(line["id"], job.rows[r].seed)] = r
+            proc.send(line)  # queued: the writer thread feeds the program
+        rounds: list[tuple[int, int, int, int, int, int]] = []
+        done = 0
+        while pending:
+            obj = proc.read(
+                self.options.timeout_s,
+                f"{len(pending)} results were pending",
+                replies.where("command", arm=job.arm),
+            )
+            try:
+                where = check_job_line(obj, result_schema, job.arm)
+            except replies.ReplyError:
+                proc.kill()
+                raise
+            if obj["type"] == "error":
+                proc.close(timeout_s=EXIT_GRACE_S)
+                raise EngineError(
+                    f"{where}: the program refused the job: {replies.short(obj['message'], 300)}"
+                )
+            key = (obj["id"], obj["seed"])
+            if key not in pending:
+                raise proc.violation(
+                    where,
+                    "answered a job and seed that are not pending (unknown, or answered twice)",
+                )
+            row = pending.pop(key)
+            toks = obj["tokens"]
+            tokens[row, : len(toks)] = toks
+            pos = 0
+            for i, rd in enumerate(obj.get("rounds") or []):
+                rounds.append((row, i, pos, rd["drafted"], rd["accepted"], rd["emitted"]))
+                pos += rd["emitted"]
+            done += 1
+            job.tick(done)
+        return ArmOutput(tokens, rounds_from_tuples(rounds), False, None)
+
+    def provenance(self) -> dict[str, Any]:
+        hello = {k: v for k, v in self.hello.items() if k != "type"}
+        return {"name": self.name, "options": options_dict(self.options), "hello": hello}
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.close()
+            self.proc = None
+
+
+__all__ = [
+    "PROTOCOL",
+    "CommandEngine",
+    "EngineProcessError",
+    "LineProcess",
+    "check_job_line",
+    "job_lines",
+]

@@ -1,0 +1,471 @@
+"""The fast engine: the built-in engine's decode loops on a static KV cache, CUDA graphs for the
+decode steps, and the fast sampling pipeline — same RNG protocol, same tokens.
+
+Owns: ``StaticHFModel`` (an HF causal LM behind the ``LanguageModel`` slot-cache contract with
+preallocated keys/values, an explicit 4-D attention mask over slots, and optional CUDA-graph
+replay of fixed-shape forwards), ``as_fast`` (wrap a model for this engine), the ``FAST``
+pipeline and the entry points ``plain_decode_fast`` / ``speculative_decode_fast``. Knows
+nothing about statistics, files or which sampler is correct (the variant's hooks decide).
+
+Relation to ``builtin`` (the reference)
+---------------------------------------
+The loops *are* the built-in loops, run with ``pipeline=FAST`` (``builtin`` module docstring:
+row keys, ``STREAM_PLAIN`` one uniform per token, ``STREAM_SPEC`` with ``spec_slots(K,
+onehot)``, holes for rejected drafts, truncation of the last round), with four substitutions
+that do not change a token's law:
+
+1. ``logits_to_probs_fast`` / ``fast_variant`` instead of the exact pipeline (the NOTE on
+   numerics in ``sampling/fast.py``: float64 on the surviving set, equal up to reduction order),
+   and where every row is decided on its candidates, draws and the exact sampler's rounds on the
+   candidate laws (``candidate_probs``, ``rejection_sample_candidates``: the dense laws' tokens,
+   without ``[B, K+1, V]`` float64 tensors);
+2. a static cache: every row's keys/values live in a buffer of ``max_slots`` slots allocated
+   once; attention is masked to the row's valid slots (holes and unwritten slots are masked out,
+   so they contribute exact zeros); positions are the row's count of valid slots, as in
+   ``HFModel``; a forward attends only to the pool's first ``W`` slots (``W`` = slots in use
+   rounded up to ``WINDOW_STEP``), every slot past them being masked anyway;
+3. on CUDA, a forward of a fixed ``(B, S, W)`` is captured once as a CUDA graph (inputs copied
+   into static buffers, one replay per step): no Python per layer, no allocation;
+4. grouped-query attention without transformers' ``repeat_kv`` copy of keys and values
+   (``engines/attention.py``: the query heads sharing a KV head packed into query rows; the same
+   per-head softmax, rounding of the attention kernel only).
+
+Every uniform is still a pure function of (row key, stream, step, slot), so a row's tokens do not
+depend on its batch (tested: alone vs inside a shuffled batch) and, in float32 on CPU, equal the
+built-in engine's token for token (tests/test_engine_fast.py). On GPU in bfloat16, batch
+composition can change GEMM reduction order (true of the built-in engine too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+
+from spectest.engines import attention, builtin
+from spectest.engines.base import Models
+from spectest.engines.builtin import BuiltinEngine, EngineOutput, Pipeline, RowSpec
+from spectest.errors import ModelError
+from spectest.models.base import Cache, LanguageModel
+from spectest.models.hf import HFModel
+from spectest.sampling.fast import (
+    _draft_fast,
+    _verify_fast,
+    candidate_probs,
+    fast_variant,
+    logits_to_probs_fast,
+)
+from spectest.sampling.mutants import SpecVariant
+from spectest.sampling.rejection import rejection_sample
+
+# attention window granularity (slots): a forward attends to the first ceil((n0 + S) / step)·step
+# slots of the pool, so its cost follows the row length, at one CUDA graph per window size
+WINDOW_STEP = 32
+
+
+# ----------------------------------------------------------------------------- static cache
+
+
+class _StaticKV:
+    """Duck-typed transformers cache: ``update`` writes the new keys/values at ``write_idx``
+    (a device tensor, so the write is capturable in a CUDA graph) and returns the first
+    ``window`` slots (a view: attention, and the GQA head expansion HF does before it with an
+    explicit mask, cost O(window), not O(max_slots))."""
+
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        self.keys = keys  # per layer [B, H_kv, max_slots, D]
+        self.values = values
+        self.write_idx = torch.zeros(0, dtype=torch.int64, device=keys[0].device)  # [S]
+        self.window = int(keys[0].shape[2])
+
+    def update(
+        self,
+        key_states: torch.Tensor,
+        value_states: torch.Tensor,
+        layer_idx: int,
+        *a: Any,
+        **k: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self.keys[layer_idx].index_copy_(2, self.write_idx, key_states)
+        self.values[layer_idx].index_copy_(2, self.write_idx, value_states)
+        w = self.window
+        return self.keys[layer_idx][:, :, :w], self.values[layer_idx][:, :, :w]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:  # never used: positions are explicit
+        return 0
+
+
+class StaticCache(Cache):
+    """Slot validity (the ``Cache`` contract) over a preallocated ``_StaticKV`` of ``max_slots``."""
+
+    def __init__(self, kv: _StaticKV, batch_size: int, device: torch.device) -> None:
+        self.kv = kv
+        self.valid = torch.zeros((batch_size, 0), dtype=torch.bool, device=device)  # [B, N]
+
+    @property
+    def max_slots(self) -> int:
+        return int(self.kv.keys[0].shape[2])
+
+    def repeat_rows(self, n: int) -> None:
+        raise ModelError("StaticCache: use StaticHFModel.prefill_shared (it fills an n-row pool)")
+
+
+class StaticHFModel(LanguageModel):
+    """An ``HFModel`` with a static KV cache and, on CUDA, CUDA-graph replay of decode steps.
+
+    Parameters
+    ----------
+    base : the ``HFModel`` (weights are shared, not copied).
+    max_slots : slots per row (prompt + every slot a decode appends); ``reserve`` raises it.
+    cuda_graphs : capture fixed-shape forwards on CUDA (ignored on CPU).
+    packed_gqa : attend with ``attention.packed_gqa_sdpa`` (the query heads of a KV head packed
+        into rows, no ``repeat_kv`` copy) where the model is sdpa with grouped KV heads.
+
+    Notes
+    -----
+    One key/value pool per batch size is kept and reused by every cache of that size (a chunk's
+    cache resets it), so CUDA graphs, which bake in buffer addresses, are captured once per
+    ``(B, S, W)`` and replayed for every later chunk, prompt and arm. Consequently only one cache
+    per batch size is live at a time — what the decode loops need (target and draft are two
+    models).
+    """
+
+    def __init__(
+        self,
+        base: HFModel,
+        *,
+        max_slots: int = 256,
+        cuda_graphs: bool = True,
+        packed_gqa: bool = True,
+    ) -> None:
+        if not isinstance(base, HFModel):
+            raise ModelError(f"StaticHFModel wraps an HFModel, got {type(base).__name__}")
+        self.base = base
+        self.name = base.name
+        self.vocab_size = base.vocab_size
+        self.max_slots = int(max_slots)
+        self.cuda_graphs = bool(cuda_graphs) and base.device.type == "cuda"
+        self._pools: dict[int, _StaticKV] = {}
+        self._graphs: dict[tuple[int, int, int], _Graph] = {}
+        # CUDA-graph memory: one pool shared by every capture of this model (scratch only) and one
+        # logits buffer per (B, S) outside it (module NOTE in ``_Graph``)
+        self._graph_pool: Any = None
+        self._outs: dict[tuple[int, int], torch.Tensor] = {}
+        cfg = base.config
+        self._layers = int(cfg.num_hidden_layers)
+        self._kv_heads = int(getattr(cfg, "num_key_value_heads", cfg.num_attention_heads))
+        self._head_dim = int(
+            getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        )
+        self._additive = getattr(cfg, "_attn_implementation", "sdpa") == "eager"
+        # GQA without transformers' K/V copy (engines/attention.py); off when ``packed_gqa=False``
+        self.packed_gqa = bool(packed_gqa) and attention.usable(cfg)
+        self.graph_error: str | None = None  # why CUDA graphs were turned off, if they were
+
+    @property
+    def device(self) -> torch.device:
+        return self.base.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.base.dtype
+
+    def reserve(self, max_slots: int) -> None:
+        """Make room for ``max_slots`` slots per row (drops pools and graphs if it grows)."""
+        if max_slots > self.max_slots:
+            self.max_slots = int(max_slots)
+            self._pools.clear()
+            self._graphs.clear()
+            self._outs.clear()
+            self._graph_pool = None
+
+    def _pool(self, batch_size: int) -> _StaticKV:
+        kv = self._pools.get(batch_size)
+        if kv is None or int(kv.keys[0].shape[2]) != self.max_slots:
+            shape = (batch_size, self._kv_heads, self.max_slots, self._head_dim)
+            keys = [self._zeros(shape) for _ in range(self._layers)]
+            values = [self._zeros(shape) for _ in range(self._layers)]
+            kv = self._pools[batch_size] = _StaticKV(keys, values)
+            self._graphs = {k: g for k, g in self._graphs.items() if k[0] != batch_size}
+        return kv
+
+    def _zeros(self, shape: tuple[int, ...]) -> torch.Tensor:
+        return torch.zeros(shape, dtype=self.dtype, device=self.device)
+
+    def new_cache(self, batch_size: int) -> StaticCache:
+        return StaticCache(self._pool(batch_size), batch_size, self.device)
+
+    def prefill_shared(self, prompt: torch.Tensor, batch_size: int) -> tuple[Cache, torch.Tensor]:
+        """One prompt forward on a one-row pool, its keys/values copied into every row."""
+        assert prompt.dim() == 1, prompt.shape
+        one = self.new_cache(1)
+        logits = self._forward(one, prompt[None, :], graphs=False)[0]  # [L, V] eager
+        if batch_size == 1:
+            return one, logits
+        cache = self.new_cache(batch_size)
+        L = int(prompt.shape[0])
+        for src, dst in ((one.kv.keys, cache.kv.keys), (one.kv.values, cache.kv.values)):
+            for s, d in zip(src, dst, strict=True):
+                d[:, :, :L] = s[:, :, :L]  # broadcast the one row to B rows
+        cache.valid = one.valid.expand(batch_size, -1).clone()  # [B, L]
+        return cache, logits
+
+    def forward(self, cache: Cache, input_ids: torch.Tensor) -> torch.Tensor:
+        return self._forward(cache, input_ids, graphs=self.cuda_graphs)
+
+    @torch.inference_mode()
+    def _forward(self, cache: Cache, input_ids: torch.Tensor, *, graphs: bool) -> torch.Tensor:
+        assert isinstance(cache, StaticCache), type(cache)
+        assert input_ids.dim() == 2 and input_ids.shape[0] == cache.batch_size, input_ids.shape
+        if input_ids.dtype != torch.int64:
+            raise ModelError(f"{self.name}: input_ids must be int64, got {input_ids.dtype!r}")
+        B, S = (int(s) for s in input_ids.shape)
+        n0, N = cache.num_slots, cache.max_slots
+        if n0 + S > N:
+            raise ModelError(
+                f"{self.name}: static cache full ({n0} + {S} slots > max_slots {N}); reserve more"
+            )
+        dev = self.device
+        W = min(N, -(-(n0 + S) // WINDOW_STEP) * WINDOW_STEP)  # attended slots, bucketed
+        slots = torch.arange(W, device=dev)  # [W]
+        new = torch.arange(n0, n0 + S, device=dev)  # [S] slots written by this call
+        # [B, S, W]: query i sees the row's valid earlier slots and the new slots n0..n0+i;
+        # slots >= n0 + S are never seen (unwritten, or garbage from a graph's warm-up)
+        old = torch.zeros((B, W), dtype=torch.bool, device=dev)
+        old[:, :n0] = cache.valid
+        mask = old[:, None, :] | ((slots[None, :] >= n0) & (slots[None, :] <= new[:, None]))[None]
+        pos = cache.valid.sum(dim=1, keepdim=True) + torch.arange(S, device=dev)  # [B, S]
+        graph = self._graph(B, S, W) if graphs and self.cuda_graphs else None
+        if graph is not None:
+            logits = graph.run(cache.kv, input_ids, mask, pos, new)
+        else:
+            logits = self._eager(cache.kv, input_ids, mask, pos, new)
+        cache.valid = torch.cat([cache.valid, torch.ones((B, S), dtype=torch.bool, device=dev)], 1)
+        return logits
+
+    def _eager(
+        self,
+        kv: _StaticKV,
+        ids: torch.Tensor,  # [B, S]
+        mask: torch.Tensor,  # [B, S, W] bool
+        pos: torch.Tensor,  # [B, S]
+        new: torch.Tensor,  # [S]
+        out: torch.Tensor | None = None,  # [B, S, V] float32: write the logits here
+    ) -> torch.Tensor:
+        kv.write_idx = new
+        kv.window = int(mask.shape[2])
+        m4 = mask[:, None]  # [B, 1, S, W]
+        if self._additive:
+            m4 = torch.zeros(m4.shape, dtype=self.dtype, device=self.device).masked_fill(
+                ~m4, torch.finfo(self.dtype).min
+            )
+        kwargs: dict[str, Any] = {self.base._cache_kw: kv}
+        if self.base._pass_cache_position:
+            kwargs["cache_position"] = new
+        packed = attention.packed_attention(self.base.config) if self.packed_gqa else nullcontext()
+        with packed:
+            res = self.base.model(
+                input_ids=ids, attention_mask=m4, position_ids=pos, use_cache=True, **kwargs
+            )
+        if out is None:
+            logits = res.logits.float()  # [B, S, V]
+            if self.base.logit_scale != 1.0:
+                logits = logits * self.base.logit_scale
+            return logits
+        # the same two float32 operations, into a buffer (conversion to float32 is exact)
+        out.copy_(res.logits)  # [B, S, V]
+        if self.base.logit_scale != 1.0:
+            out.mul_(self.base.logit_scale)
+        return out
+
+    def _out_buffer(self, B: int, S: int) -> torch.Tensor:
+        """The ``[B, S, V]`` float32 logits buffer every graph of ``(B, S)`` writes into."""
+        buf = self._outs.get((B, S))
+        if buf is None:
+            shape = (B, S, self.vocab_size)
+            buf = self._outs[(B, S)] = torch.empty(shape, dtype=torch.float32, device=self.device)
+        return buf
+
+    def _pool_handle(self) -> Any:
+        if self._graph_pool is None:
+            with torch.cuda.device(self.device):
+                self._graph_pool = torch.cuda.graph_pool_handle()
+        return self._graph_pool
+
+    def _graph(self, B: int, S: int, W: int) -> _Graph | None:
+        """The graph of ``(B, S, W)``, captured on first use; ``None`` (eager from then on, the
+        reason in ``graph_error``) if capture fails, e.g. a model with a host sync inside."""
+        g = self._graphs.get((B, S, W))
+        if g is None:
+            try:
+                g = self._graphs[(B, S, W)] = _Graph(self, B, S, W)
+            except Exception as err:  # torch raises RuntimeError subclasses from capture
+                self.cuda_graphs = False
+                self.graph_error = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+                torch.cuda.synchronize(self.device)
+                return None
+        return g
+
+    def logits_full(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.base.logits_full(input_ids)
+
+
+class _Graph:
+    """One CUDA graph of ``StaticHFModel._eager`` at a fixed ``(B, S, W)`` over the B-row pool
+    (``W`` attended slots: the graph's keys/values are views of the pool's first ``W``).
+
+    NOTE memory: every graph of a model is captured into ONE shared memory pool, and what lives
+    across replays is outside it — the key/value pool, the static inputs, and the ``[B, S, V]``
+    float32 logits buffer shared by the graphs of one ``(B, S)`` (``_out_buffer``). Everything a
+    capture allocates in the pool (activations, the model's own logits) is therefore scratch that
+    another graph's replay may overwrite; that is safe because replays run one at a time on one
+    stream and ``run`` consumes the output (a clone, enqueued right after the replay) before any
+    other replay. Before this (one private pool per graph) each graph kept its own activations and
+    logits: 42.8 GiB at ``batch_size=768`` (results/LOG.md, lead session 3).
+    """
+
+    def __init__(self, model: StaticHFModel, B: int, S: int, W: int) -> None:
+        dev = model.device
+        self.kv = model._pool(B)
+        self.ids = torch.zeros((B, S), dtype=torch.int64, device=dev)
+        self.new = torch.arange(W - S, W, device=dev)  # [S] overwritten by every run
+        self.mask = torch.zeros((B, S, W), dtype=torch.bool, device=dev)
+        self.mask[:, :, W - S] = True  # warm-up queries attend to something
+        self.pos = torch.zeros((B, S), dtype=torch.int64, device=dev)
+        # NOTE warm-up on a side stream then capture, as torch.cuda.graphs documents. The graph is
+        # captured at the first forward with n0 + S <= W, so the live rows use slots < n0 <= W - S
+        # and warm-up and capture write their garbage into slots W - S .. W - 1, which no live row
+        # uses yet; a real forward writes a slot before any query can see it (the mask admits
+        # valid slots and the slots being written).
+        with torch.cuda.device(dev):  # capture streams are created on the current device
+            stream = torch.cuda.Stream(device=dev)
+            stream.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    model._eager(self.kv, self.ids, self.mask, self.pos, self.new)
+            torch.cuda.current_stream(dev).wait_stream(stream)
+            self.graph = torch.cuda.CUDAGraph()
+            self.out = model._out_buffer(B, S)  # [B, S, V] float32, outside the graph pool
+            with torch.cuda.graph(self.graph, pool=model._pool_handle()):
+                model._eager(self.kv, self.ids, self.mask, self.pos, self.new, out=self.out)
+
+    def run(
+        self,
+        kv: _StaticKV,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        pos: torch.Tensor,
+        new: torch.Tensor,
+    ) -> torch.Tensor:
+        assert kv is self.kv, "a graph replays only on the pool it was captured with"
+        self.ids.copy_(ids)
+        self.mask.copy_(mask)
+        self.pos.copy_(pos)
+        self.new.copy_(new)
+        with torch.cuda.device(self.ids.device):
+            self.graph.replay()
+            # consumed before any other replay: the buffer (and the shared pool) is reused by
+            # every graph of this (B, S)
+            return self.out.clone()  # [B, S, V]
+
+
+def as_fast(
+    model: LanguageModel,
+    *,
+    max_slots: int = 256,
+    cuda_graphs: bool = True,
+    static: bool | None = None,
+) -> LanguageModel:
+    """``model`` for this engine: an ``HFModel`` gets the static cache and CUDA graphs when
+    ``static`` (default: on CUDA only — on CPU a static cache only adds masked attention work, so
+    the fast engine there is the built-in loops on the fast pipeline); other models (the toy LM)
+    are returned as they are."""
+    if isinstance(model, StaticHFModel):
+        return model
+    if static is None:
+        static = model.device.type == "cuda"
+    if isinstance(model, HFModel) and static:
+        return StaticHFModel(model, max_slots=max_slots, cuda_graphs=cuda_graphs)
+    return model
+
+
+def _round_on_candidates(variant: SpecVariant) -> bool:
+    """Whether a round of ``variant`` (after ``fast_variant``) may run on candidate laws: the
+    exact chain sampler told the pipeline's truthful target and draft laws — any other hook (a
+    mutant's, a user's kernel) sees the dense laws it was written for."""
+    return (
+        variant.verify_fn is _verify_fast
+        and variant.draft_fn is _draft_fast
+        and variant.sample_fn is rejection_sample
+    )
+
+
+FAST = Pipeline(
+    "fast",
+    logits_to_probs_fast,
+    fast_variant,
+    False,
+    (_verify_fast, builtin._EXACT_VERIFY),
+    candidates=candidate_probs,
+    candidate_round=_round_on_candidates,
+)
+
+
+def plain_decode_fast(
+    model: LanguageModel, prompt: Sequence[int], rows: Sequence[RowSpec], **kw: Any
+) -> EngineOutput:
+    """``builtin.plain_decode`` on the fast pipeline and (for an ``as_fast`` model) the static
+    cache: the same loop, the same tokens under the same keys (module docstring), and with
+    ``whitebox`` the same generation-time white-box columns."""
+    return builtin.plain_decode(model, prompt, rows, pipeline=FAST, **kw)
+
+
+def speculative_decode_fast(
+    target: LanguageModel,
+    draft: LanguageModel,
+    prompt: Sequence[int],
+    rows: Sequence[RowSpec],
+    **kw: Any,
+) -> EngineOutput:
+    """``builtin.speculative_decode`` with ``fast_variant(variant)`` and (for ``as_fast`` models)
+    the static cache: the same loop, tokens and telemetry under the same keys."""
+    return builtin.speculative_decode(target, draft, prompt, rows, pipeline=FAST, **kw)
+
+
+# ----------------------------------------------------------------------------- the engine
+
+
+class FastEngine(BuiltinEngine):
+    """The built-in engine's arms (plain for the reference, the arm's ``SpecVariant`` otherwise)
+    on the fast loops: registered as ``fast``, and what ``spectest run --fast`` runs every
+    built-in arm on (teeth included). White-box columns recorded at generation time, as the
+    built-in engine records them."""
+
+    name = "fast"
+
+    def __init__(self, options: Any, models: Models) -> None:
+        super().__init__(options, models)
+        t, d = models.target, models.draft
+        self.fast_models = Models(
+            None if t is None else as_fast(t), None if d is None else as_fast(d)
+        )
+
+    def decode_models(self) -> Models:
+        return self.fast_models
+
+    plain_loop = staticmethod(plain_decode_fast)
+    speculative_loop = staticmethod(speculative_decode_fast)
+
+    def provenance(self) -> dict[str, Any]:
+        t = self.fast_models.target
+        graphs = isinstance(t, StaticHFModel) and t.cuda_graphs
+        error = t.graph_error if isinstance(t, StaticHFModel) else None
+        packed = isinstance(t, StaticHFModel) and t.packed_gqa
+        return {
+            **super().provenance(),
+            "cuda_graphs": graphs,
+            "graph_error": error,
+            "packed_gqa": packed,
+        }

@@ -1,0 +1,588 @@
+"""The ``http`` engine: an inference server under test, over llama.cpp's native ``/completion``
+or the OpenAI-compatible ``/v1/completions`` (vLLM, SGLang, ...), optionally started by spectest.
+
+Owns: the request of one row (token-id prompt, per-request seed, explicit sampling parameters
+and, for llama.cpp, the sampler order), the parsing of token ids and acceptance telemetry from the
+reply (checked against ``engines.replies``), one HTTP exchange under a deadline that never
+follows a redirect (``exchange``), bounded concurrency that fails fast, retries with backoff,
+the check that the server honours
+seeds (the same request twice → the same tokens) and, where the server echoes its settings
+(llama.cpp's ``generation_settings``), the check that no parameter was silently dropped. Knows
+nothing about process management (``spectest.engines.server``) or statistics.
+
+Seeds: the seed sent for a row is spectest's row key ``(run key, prompt, config, seed)`` modulo
+2^31, so ``seeds.key`` changes the draws and arms never share a server seed except by a 2^-31
+collision (llama.cpp's speculative output equals its plain output under the same seed, so
+shared seeds would correlate the arms).
+
+Loopback only: a ``url`` whose host is not 127.0.0.1 / localhost / ::1 is refused unless
+``allow_remote: true``. Redirects are never followed (a 3xx is one line, exit 2, naming where
+it pointed), so the host checked against that allow-list is the only host ever contacted; the
+same holds for the ``/props`` / ``/version`` probes and a managed server's readiness probe.
+
+Replies are checked field by field against their schema (``engines.replies``: llama.cpp
+``tokens`` — 1 to ``n_predict`` int ids in the target's vocabulary, ``generation_settings``
+with the echoed parameters of their types, ``timings.draft_n`` / ``draft_n_accepted`` ints or
+null; OpenAI exactly one ``choices[0].token_ids``); a violation, a reply that is not JSON or is
+longer than ``MAX_REPLY_BYTES``, an echo that differs from what was sent, a 3xx or 4xx: one line
+naming the engine, api, arm, prompt, row and seed, the field and the value, exit 2, never
+retried. Fewer ids than asked = the sequence ended (a shorter sequence, as for ``command``).
+
+Timeouts: the bound
+-------------------
+One attempt — connect, send, and every byte of the reply — must finish within ``timeout_s``
+(a deadline for the whole exchange: a server trickling one byte a second cannot extend it). A
+timeout, a connection error or a 5xx is retried ``retries`` times with backoff 0.5 s, 1 s, 2 s
+…; a row that has failed ``retries + 1`` times ends the job at once (exit 4): queued rows never
+start, and requests in flight are cut off (their sockets shut down). So a dead or hanging server
+is reported within ``(retries + 1) × timeout_s + 0.5 × (2^retries − 1)`` seconds of the first
+request (``timeout_s 2, retries 1``: 4.5 s, whatever ``concurrency`` and the number of rows);
+the seed check (two requests before the first job) is bounded the same way, each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import numpy as np
+
+from spectest.engines import replies
+from spectest.engines.base import (
+    PLACEHOLDER_TOKEN_ID,
+    ArmJob,
+    ArmOutput,
+    Engine,
+    options_dict,
+    rounds_from_tuples,
+)
+from spectest.engines.command import SAMPLER_ORDER, EngineProcessError, parse_argv, parse_env
+from spectest.errors import ConfigError, EngineError
+
+APIS = ("llamacpp", "openai")
+SPECTEST_ORDER = SAMPLER_ORDER  # spectest's pipeline order (engines.command)
+LLAMACPP_SAMPLERS = ("temperature", "top_k", "top_p", "min_p", "typ_p", "xtc", "dry")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+SEED_MOD = 2**31
+MAX_REPLY_BYTES = 64 * 2**20  # a reply of T token ids is far shorter: longer = a runaway server
+
+
+@dataclass(frozen=True)
+class _Reply:
+    tokens: list[int]
+    drafted: int | None
+    accepted: int | None
+
+
+class HTTPEngine(Engine):
+    """An arm run by an HTTP inference server (see the module docstring).
+
+    Options: ``api`` (llamacpp | openai), ``url`` (an external server; empty = managed),
+    ``server`` (the command line of a managed server, placeholders in ``engines.server``),
+    ``env``, ``ready_path`` (``/health``), ``model`` (OpenAI ``model`` field), ``samplers``
+    (llama.cpp's sampler order; default spectest's: temperature, top_k, top_p, min_p),
+    ``concurrency`` (4), ``timeout_s`` (120), ``retries`` (3), ``startup_timeout_s`` (600),
+    ``check_seeds`` (true), ``extra`` (a JSON object merged into every request),
+    ``allow_remote`` (false).
+    """
+
+    name = "http"
+    needs = "none"
+    whitebox = "tokens"  # teacher mode (judge.whitebox_mode) with tests.whitebox
+    rounds = "readout"
+    uses_variant = False
+
+    @dataclass(frozen=True)
+    class Options:
+        api: str = "llamacpp"
+        url: str = ""
+        server: tuple[str, ...] = ()
+        env: tuple[tuple[str, str], ...] = ()
+        ready_path: str = "/health"
+        model: str = ""
+        samplers: tuple[str, ...] = SPECTEST_ORDER
+        concurrency: int = 4
+        timeout_s: float = 120.0
+        retries: int = 3
+        startup_timeout_s: float = 600.0
+        check_seeds: bool = True
+        extra: str = "{}"  # canonical JSON (options must be hashable)
+        allow_remote: bool = False
+
+    @classmethod
+    def parse_options(cls, raw: Mapping[str, Any], where: str, base_dir: Path | None = None) -> Any:
+        fields = cls.Options.__dataclass_fields__
+        for key in raw:
+            if key not in fields:
+                raise ConfigError(
+                    f"{where}.{key}: unknown key {key!r} (allowed: name, {', '.join(fields)})"
+                )
+        kw: dict[str, Any] = {}
+        api = raw.get("api", "llamacpp")
+        if api not in APIS:
+            raise ConfigError(f"{where}.api: expected one of {APIS}, got {api!r}")
+        kw["api"] = api
+        if "server" in raw:
+            kw["server"] = parse_argv(raw["server"], f"{where}.server", base_dir)
+        kw["env"] = parse_env(raw.get("env"), f"{where}.env")
+        url = raw.get("url", "")
+        if not isinstance(url, str):
+            raise ConfigError(f"{where}.url: expected a string, got {url!r}")
+        if bool(url) == bool(kw.get("server")):
+            raise ConfigError(f"{where}: give exactly one of url (a running server) or server")
+        allow_remote = raw.get("allow_remote", False)
+        if not isinstance(allow_remote, bool):
+            raise ConfigError(f"{where}.allow_remote: expected true or false, got {allow_remote!r}")
+        if url:
+            host = urlparse(url).hostname
+            if urlparse(url).scheme not in ("http", "https") or not host:
+                raise ConfigError(f"{where}.url: expected http://HOST:PORT, got {url!r}")
+            if host not in LOOPBACK and not allow_remote:
+                raise ConfigError(
+                    f"{where}.url: {host!r} is not a loopback address (allow_remote: true to "
+                    "test a remote server)"
+                )
+        kw["url"], kw["allow_remote"] = url.rstrip("/"), allow_remote
+        samplers = raw.get("samplers", list(SPECTEST_ORDER))
+        if (
+            not isinstance(samplers, list)
+            or not samplers
+            or any(s not in LLAMACPP_SAMPLERS for s in samplers)
+        ):
+            raise ConfigError(
+                f"{where}.samplers: expected a list of {LLAMACPP_SAMPLERS}, got {samplers!r}"
+            )
+        if api != "llamacpp" and tuple(samplers) != SPECTEST_ORDER:
+            raise ConfigError(f"{where}.samplers: only llama.cpp's API takes a sampler order")
+        kw["samplers"] = tuple(samplers)
+        for key, typ, lo in (
+            ("concurrency", int, 1),
+            ("retries", int, 0),
+            ("timeout_s", float, 0.001),
+            ("startup_timeout_s", float, 0.001),
+        ):
+            if key in raw:
+                v = raw[key]
+                ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v >= lo
+                if not ok or (typ is int and not isinstance(v, int)):
+                    raise ConfigError(
+                        f"{where}.{key}: expected a {typ.__name__} >= {lo}, got {v!r}"
+                    )
+                kw[key] = typ(v)
+        for key in ("ready_path", "model"):
+            if key in raw:
+                if not isinstance(raw[key], str):
+                    raise ConfigError(f"{where}.{key}: expected a string, got {raw[key]!r}")
+                kw[key] = raw[key]
+        if "check_seeds" in raw:
+            if not isinstance(raw["check_seeds"], bool):
+                raise ConfigError(f"{where}.check_seeds: expected true or false")
+            kw["check_seeds"] = raw["check_seeds"]
+        extra = raw.get("extra", {})
+        if isinstance(extra, str):  # the canonical form a stored protocol.yaml holds
+            try:
+                extra = json.loads(extra)
+            except ValueError:
+                raise ConfigError(f"{where}.extra: not a JSON object: {extra!r}") from None
+        if not isinstance(extra, Mapping):
+            raise ConfigError(f"{where}.extra: expected a mapping, got {extra!r}")
+        kw["extra"] = json.dumps(dict(extra), sort_keys=True)
+        return cls.Options(**kw)
+
+    def __init__(self, options: Any, models: Any) -> None:
+        super().__init__(options, models)
+        self.server: Any = None
+        self.base_url = options.url
+        self.resolved: dict[str, str] = {}
+        self.server_info: dict[str, Any] = {}
+        self.seeds_checked = False
+        self.where = f"engine http (api {options.api})"
+        self._inflight = _Inflight()
+
+    # ------------------------------------------------------------------------- lifecycle
+    def _ensure_server(self) -> None:
+        o = self.options
+        if not o.server or (self.server is not None and self.server.alive()):
+            return
+        from spectest.engines.server import ManagedServer, expand_command, free_port
+
+        port = free_port()
+        argv, self.resolved = expand_command(o.server, port)
+        self.base_url = f"http://127.0.0.1:{port}"
+        self.server = ManagedServer(
+            argv, dict(o.env), self.base_url + o.ready_path, o.startup_timeout_s, self.where
+        )
+        self.server.start()
+        self.server_info = self._info()
+
+    def _info(self) -> dict[str, Any]:
+        """Version and settings the server reports (llama.cpp ``/props``, vLLM ``/version``)."""
+        info: dict[str, Any] = {}
+        for path in ("/props", "/version"):
+            try:
+                status, _, raw = exchange("GET", self.base_url + path, None, 5.0)
+                body = json.loads(raw) if status == 200 else None
+            except (OSError, http.client.HTTPException, ValueError, RecursionError):
+                continue
+            if isinstance(body, dict):
+                keep = ("build_info", "version", "model_path", "total_slots")
+                info[path] = {k: _scalar(body[k]) for k in keep if k in body}
+        return info
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def provenance(self) -> dict[str, Any]:
+        from spectest.engines.server import fixture_provenance
+
+        out: dict[str, Any] = {"name": self.name, "options": options_dict(self.options)}
+        if self.server is not None:
+            out["command"] = list(self.server.argv)
+            out["log"] = str(self.server.log_path)
+        out["server_info"] = self.server_info
+        out["fixtures"] = fixture_provenance(self.resolved)
+        return out
+
+    # ------------------------------------------------------------------------- requests
+    def request_body(self, prompt: list[int], sp: Any, seed: int, T: int) -> dict[str, Any]:
+        """The JSON body of one row (spectest's parameters spelled for the server's API)."""
+        o = self.options
+        if o.api == "llamacpp":
+            body: dict[str, Any] = {
+                "prompt": prompt,
+                "n_predict": T,
+                "seed": seed,
+                "temperature": float(sp.temperature),
+                "top_k": int(sp.top_k),  # 0 = off in both
+                "top_p": float(sp.top_p),
+                "min_p": float(sp.min_p),
+                "typical_p": 1.0,
+                "repeat_penalty": 1.0,
+                "presence_penalty": 0.0,
+                "frequency_penalty": 0.0,
+                "dry_multiplier": 0.0,
+                "xtc_probability": 0.0,
+                "samplers": list(o.samplers),
+                "ignore_eos": True,
+                "return_tokens": True,
+                "cache_prompt": False,
+                "stream": False,
+            }
+        else:
+            body = {
+                "prompt": prompt,
+                "max_tokens": T,
+                "seed": seed,
+                "temperature": float(sp.temperature),
+                "top_k": int(sp.top_k) if sp.top_k > 0 else -1,  # -1 = off in vLLM
+                "top_p": float(sp.top_p),
+                "min_p": float(sp.min_p),
+                "ignore_eos": True,
+                "return_token_ids": True,
+                "stream": False,
+            }
+            if o.model:
+                body["model"] = o.model
+        body.update(json.loads(o.extra))
+        return body
+
+    def _post(self, body: Mapping[str, Any], where: str | None = None) -> Any:
+        """POST with a deadline and retries (backoff 0.5 s, 1 s, 2 s ...) on connection errors,
+        timeouts and 5xx; the decoded JSON reply. A 4xx is the server refusing a parameter and a
+        3xx a redirect (never followed): no retry. Once another request of the job has failed,
+        no new attempt starts (``_Inflight``)."""
+        o = self.options
+        where = where or self.where
+        path = "/completion" if o.api == "llamacpp" else "/v1/completions"
+        url = self.base_url + path
+        data = json.dumps(body).encode()
+        last = ""
+        for attempt in range(o.retries + 1):
+            if attempt and self._inflight.wait_cancelled(0.5 * 2 ** (attempt - 1)):
+                raise _Cancelled()
+            if self._inflight.cancelled:
+                raise _Cancelled()
+            if self.server is not None and not self.server.alive():
+                raise self.server.failure("died while serving requests")
+            try:
+                status, location, raw = exchange("POST", url, data, o.timeout_s, self._inflight)
+            except _Cancelled:
+                raise
+            except _TooLong:
+                raise replies.ReplyError(
+                    f"{where}: the reply of {url} is longer than {MAX_REPLY_BYTES} bytes"
+                ) from None
+            except (OSError, http.client.HTTPException) as err:
+                # a server dying mid-reply raises IncompleteRead / RemoteDisconnected; a server
+                # that answers too slowly TimeoutError (socket.timeout)
+                if self._inflight.cancelled:
+                    raise _Cancelled() from None
+                last = f"{type(err).__name__}: {err}"
+                continue
+            if 300 <= status < 400:
+                raise EngineError(
+                    f"{where}: {url} answered HTTP {status}, a redirect to "
+                    f"{replies.short(location, 200)}: spectest does not follow redirects (the "
+                    "url, checked against the loopback allow-list, must be the final address)"
+                )
+            if 400 <= status < 500:
+                raise EngineError(
+                    f"{where}: {url} refused the request (HTTP {status}): "
+                    f"{raw[:300].decode(errors='replace')}"
+                )
+            if status != 200:
+                last = f"HTTP {status}: {raw[:300].decode(errors='replace')}"
+                continue
+            try:
+                return json.loads(raw)
+            except (ValueError, RecursionError):  # not JSON, not UTF-8, an int of > 4300 digits
+                raise replies.ReplyError(
+                    f"{where}: the reply of {url} is not JSON: {replies.short(raw)}"
+                ) from None
+        msg = f"{where}: {url} failed {o.retries + 1} times; last: {last}"
+        if self.server is not None:
+            raise self.server.failure(f"did not answer ({msg})")
+        raise EngineProcessError(msg)
+
+    def parse_reply(
+        self, reply: Any, body: Mapping[str, Any], T: int, where: str | None = None
+    ) -> _Reply:
+        """Token ids and acceptance telemetry, the reply checked field by field against its
+        schema (``engines.replies``); echoed settings compared with what was sent."""
+        where = where or self.where
+        V = self._vocab_size()
+        llama = self.options.api == "llamacpp"
+        schema = replies.llamacpp_reply(T, V) if llama else replies.openai_reply(T, V)
+        try:
+            replies.check(schema, reply)
+        except replies.Violation as v:
+            hint = ""
+            if v.path == "tokens" and v.value is replies.MISSING:
+                hint = " (return_tokens dropped?)"
+            elif v.path.startswith("choices") and v.path.endswith("token_ids"):
+                hint = " (the server ignored return_token_ids?)"
+            raise replies.ReplyError(f"{where}: {v}{hint}") from None
+        if llama:
+            toks = reply["tokens"]
+            self._check_echo(reply.get("generation_settings"), body, where)
+            timings = reply.get("timings") or {}
+            drafted = timings.get("draft_n")
+            accepted = timings.get("draft_n_accepted")
+        else:
+            toks = reply["choices"][0]["token_ids"]
+            drafted = accepted = None
+        return _Reply(list(toks), drafted, accepted)
+
+    def _check_echo(self, settings: Any, body: Mapping[str, Any], where: str) -> None:
+        """llama.cpp echoes the settings it used: any difference is a dropped parameter (the
+        echo's types are checked by the reply schema first)."""
+        if not isinstance(settings, Mapping):
+            return
+        for key in ("temperature", "top_k", "top_p", "min_p", "seed", "samplers", "ignore_eos"):
+            if key not in settings or key not in body:
+                continue
+            used, sent = settings[key], body[key]
+            same = (
+                abs(float(used) - float(sent)) <= 1e-6 * max(1.0, abs(float(sent)))
+                if isinstance(sent, float)
+                else list(used) == list(sent)
+                if isinstance(sent, list)
+                else used == sent and type(used) is type(sent)
+            )
+            if not same:
+                raise EngineError(
+                    f"{where}: the server silently changed {key!r}: sent {sent!r}, it used "
+                    f"{replies.short(used)}"
+                )
+
+    def _vocab_size(self) -> int | None:
+        target = getattr(self.models, "target", None)
+        return None if target is None else int(target.vocab_size)
+
+    def _one(self, prompt: list[int], sp: Any, seed: int, T: int, where: str) -> _Reply:
+        body = self.request_body(prompt, sp, seed, T)
+        return self.parse_reply(self._post(body, where), body, T, where)
+
+    def _where(self, job: ArmJob, i: int, what: str | None = None) -> str:
+        return replies.where(
+            "http",
+            api=self.options.api,
+            arm=job.arm,
+            prompt=job.prompt_id,
+            row=i,
+            seed=job.rows[i].seed,
+            check=what,
+        )
+
+    def _check_seeds(self, job: ArmJob, prompt: list[int], seed: int, T: int) -> None:
+        """Two identical requests must give the same tokens, or seeds mean nothing here."""
+        where = self._where(job, 0, "of seeds")
+        sp = job.rows[0].params
+        a = self._one(prompt, sp, seed, T, where)
+        b = self._one(prompt, sp, seed, T, where)
+        if a.tokens != b.tokens:
+            raise EngineError(
+                f"{where}: the server does not honour seeds: two identical requests "
+                f"(seed {seed}) gave {a.tokens} and {b.tokens}"
+            )
+
+    def generate(self, job: ArmJob) -> ArmOutput:
+        from spectest.seeding import row_key
+
+        self._ensure_server()
+        self._inflight = _Inflight()
+        B, T = len(job.rows), job.num_positions
+        prompt = list(job.prompt_ids)
+        seeds = [
+            row_key(job.run_key, job.prompt_id, r.config_id, r.seed) % SEED_MOD for r in job.rows
+        ]
+        if self.options.check_seeds and not self.seeds_checked:
+            self._check_seeds(job, prompt, seeds[0], T)
+            self.seeds_checked = True
+        tokens = np.full((B, T), PLACEHOLDER_TOKEN_ID, dtype=np.int64)  # [B, T]
+        rounds: list[tuple[int, int, int, int, int, int]] = []
+        done = 0
+        pool = ThreadPoolExecutor(max_workers=self.options.concurrency)
+        try:
+            futures = {
+                pool.submit(self._one, prompt, r.params, seeds[i], T, self._where(job, i)): i
+                for i, r in enumerate(job.rows)
+            }
+            for fut in as_completed(futures):
+                i = futures[fut]
+                rep = fut.result()  # the first failure ends the job (the rest are cancelled)
+                tokens[i, : len(rep.tokens)] = rep.tokens
+                if rep.drafted is not None and rep.accepted is not None:
+                    # one readout row per sequence: the server reports totals, not rounds
+                    rounds.append((i, 0, 0, int(rep.drafted), int(rep.accepted), len(rep.tokens)))
+                done += 1
+                job.tick(done)
+        except BaseException:
+            # fail fast: queued requests never start, requests in flight are cut off
+            pool.shutdown(wait=False, cancel_futures=True)
+            self._inflight.cancel()
+            raise
+        finally:
+            pool.shutdown(wait=True)
+        rounds.sort()
+        return ArmOutput(tokens, rounds_from_tuples(rounds), False, None)
+
+
+def _scalar(value: Any) -> Any:
+    """A server-reported value as provenance keeps it: short strings and numbers as they are,
+    anything else as a cut ``repr``."""
+    if isinstance(value, str):
+        return value[:200]
+    if isinstance(value, (bool, float)) or (isinstance(value, int) and abs(value) < 2**63):
+        return value
+    return replies.short(value, 200)
+
+
+class _TooLong(Exception):
+    """A reply longer than ``MAX_REPLY_BYTES`` (a contract violation, not retried)."""
+
+
+class _Cancelled(Exception):
+    """A request abandoned because another request of the job already failed."""
+
+
+class _Inflight:
+    """The sockets of a job's requests in flight, and its cancellation: ``cancel`` shuts every
+    socket down (a blocked read returns at once) and stops new attempts and backoff sleeps."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._socks: set[socket.socket] = set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def wait_cancelled(self, seconds: float) -> bool:
+        return self._event.wait(seconds)
+
+    def add(self, sock: socket.socket) -> None:
+        with self._lock:
+            if self._event.is_set():
+                raise _Cancelled()
+            self._socks.add(sock)
+
+    def discard(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._socks.discard(sock)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._event.set()
+            socks = list(self._socks)
+        for sock in socks:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+def exchange(
+    method: str,
+    url: str,
+    data: bytes | None,
+    timeout_s: float,
+    inflight: _Inflight | None = None,
+) -> tuple[int, str | None, bytes]:
+    """One HTTP request, the whole exchange (connect, send, every byte of the reply) within
+    ``timeout_s``: (status, Location header, body). Redirects are returned, never followed, so
+    the loopback allow-list checked on ``url`` is the only host ever contacted. Raises
+    ``TimeoutError`` past the deadline, ``OSError`` / ``http.client.HTTPException`` when the
+    connection fails, ``_TooLong`` for a reply longer than ``MAX_REPLY_BYTES``."""
+    u = urlparse(url)
+    deadline = time.monotonic() + timeout_s
+    cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+    conn = cls(u.hostname or "", u.port, timeout=timeout_s)
+    sock: socket.socket | None = None
+    try:
+        conn.connect()
+        sock = conn.sock
+        assert sock is not None
+        if inflight is not None:
+            inflight.add(sock)
+
+        def left() -> float:
+            rest = deadline - time.monotonic()
+            if rest <= 0:
+                raise TimeoutError(f"no complete reply within {timeout_s:g} s")
+            return rest
+
+        target = (u.path or "/") + (f"?{u.query}" if u.query else "")
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        sock.settimeout(left())
+        conn.request(method, target, body=data, headers=headers)
+        sock.settimeout(left())
+        resp = conn.getresponse()
+        chunks, size = [], 0
+        while True:
+            sock.settimeout(left())
+            chunk = resp.read1(1 << 16)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > MAX_REPLY_BYTES:
+                raise _TooLong()
+            chunks.append(chunk)
+        return resp.status, resp.getheader("Location"), b"".join(chunks)
+    except TimeoutError:  # the deadline, or a socket timeout set to what was left of it
+        raise TimeoutError(f"no complete reply within {timeout_s:g} s") from None
+    finally:
+        if inflight is not None and sock is not None:
+            inflight.discard(sock)
+        conn.close()

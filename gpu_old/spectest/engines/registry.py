@@ -1,0 +1,75 @@
+"""The engine registry: engine name → engine class, resolved lazily.
+
+Owns: the names of spectest's own engines (``BUILTIN``: name → ``"module:Class"``), the
+entry-point group ``spectest.engines`` through which a third-party distribution adds one
+(``[project.entry-points."spectest.engines"] my-engine = "my_pkg.engine:MyEngine"``), and the
+resolution of a name to its ``Engine`` subclass. Importing this module imports no engine and no
+torch; ``engine_class`` imports only the module of the engine asked for.
+
+Knows nothing about what an engine does (``spectest.engines.base``) or about protocols.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
+
+from spectest.contain import contained, escape_reason
+from spectest.errors import ConfigError
+
+if TYPE_CHECKING:
+    from spectest.engines.base import Engine
+
+GROUP = "spectest.engines"
+BUILTIN: dict[str, str] = {
+    "builtin": "spectest.engines.builtin:BuiltinEngine",
+    "hf-generate": "spectest.engines.hf:HFGenerateEngine",
+    "hf-assisted": "spectest.engines.hf:HFAssistedEngine",
+    "acceptor": "spectest.engines.acceptor:AcceptorEngine",
+    "fast": "spectest.engines.fast:FastEngine",
+    "command": "spectest.engines.command:CommandEngine",
+    "http": "spectest.engines.http:HTTPEngine",
+}
+
+
+def _entry_points() -> dict[str, str]:
+    """Third-party engines: entry-point name → ``"module:Class"`` (spectest's own names win)."""
+    return {ep.name: ep.value for ep in entry_points(group=GROUP) if ep.name not in BUILTIN}
+
+
+def names() -> list[str]:
+    """Every engine name this installation knows: spectest's, then the entry points'."""
+    return [*BUILTIN, *sorted(_entry_points())]
+
+
+def target_of(name: str) -> str:
+    """The ``"module:Class"`` a name resolves to; ``ConfigError`` listing the known names."""
+    target = BUILTIN.get(name) or _entry_points().get(name)
+    if target is None:
+        raise ConfigError(f"unknown engine {name!r} (known: {', '.join(names())})")
+    return target
+
+
+def engine_class(name: str) -> type[Engine]:
+    """Import and return the ``Engine`` subclass registered as ``name``."""
+    from spectest.engines.base import Engine
+
+    target = target_of(name)
+    module, _, attr = target.partition(":")
+
+    def load() -> Any:
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as err:
+            raise ConfigError(f"engine {name!r}: cannot load {target!r} ({err})") from None
+
+    # NOTE: an entry point's module is a plug-in: a sys.exit, an argparse or any exception at
+    # its import is one line naming it (spectest.contain), never the process's exit code
+    cls = contained(lambda err: f"engine {name!r}: importing {target!r} {escape_reason(err)}",
+                    load, hold_output=True)  # fmt: skip
+    if not (isinstance(cls, type) and issubclass(cls, Engine)):
+        raise ConfigError(f"engine {name!r}: {target!r} is not a spectest Engine subclass")
+    if cls.name != name:
+        raise ConfigError(f"engine {name!r}: {target!r} calls itself {cls.name!r}")
+    return cls

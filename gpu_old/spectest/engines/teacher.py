@@ -1,0 +1,291 @@
+"""Teacher forcing: the white-box columns of ``schema.py`` along emitted sequences.
+
+Owns: ``whitebox_columns`` (p_t, q_t and the emitted tokens → ``wb_p``, ``wb_cdf_lo``, ``wb_p_a``,
+``wb_in_a``, ``wb_overlap``; a pure function, also used by the hf backend), its candidate-law
+twin ``whitebox_columns_candidates`` (the same values from a ``sampling.fast.CandidateLaw`` p in
+O(N·W); the decode loops' recorder uses it when the fast pipeline hands it one), ``teacher_force``
+(runs the local target — and draft — over prompt + emitted tokens under the exact sampling
+pipeline, batched) and a slow per-token reference ``whitebox_reference``.
+
+Knows nothing about statistics (``stats.whitebox`` turns the columns into tests) nor about how the
+sequences were produced: any arm's tokens can be teacher-forced.
+
+Definitions (schema.py)
+-----------------------
+p_t = ``logits_to_probs(target logits)`` (post temperature/top-k/top-p/min-p), the law plain
+sampling draws from. q_t = the law the drafter *should* propose from under its ``q_mode``: the
+exact variant's ``draft_law`` sample law (processed / temperature-only / raw softmax; for a
+one-hot drafter q_t = δ(argmax)). Token order for the CDF: by p/q descending, ties by id (by p
+descending when there is no draft); ``wb_cdf_lo`` = p-mass strictly before x_t in that order.
+The order depends only on the prefix, as the randomised PIT requires (STATS.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import torch
+
+from spectest import schema
+from spectest.errors import InputError
+from spectest.models.base import LanguageModel
+from spectest.sampling.fast import CandidateLaw
+from spectest.sampling.params import SamplingParams, SamplingTensors
+from spectest.sampling.rejection import probs_at
+from spectest.sampling.transforms import logits_to_probs
+
+if TYPE_CHECKING:
+    from spectest.engines.builtin import DrafterSpec
+
+# NOTE chunking: p and q are float64 [rows, T, V]; 2^23 elements = 64 MiB per tensor keeps a
+# Qwen3 vocabulary (151936) at ~1 row × 55 positions per chunk on CPU and bounded on GPU.
+MAX_CHUNK_ELEMENTS = 1 << 23
+
+
+def order_key(p: torch.Tensor, q: torch.Tensor | None) -> torch.Tensor:
+    """The sort key of the CDF order (descending): p/q, or p without a draft. ``[N, V]`` float64.
+
+    NOTE q = 0: a token the drafter cannot propose gets ratio +inf when p > 0 (it is first: it can
+    only be emitted as a recovered token) and 0 when p = 0 too (0/0; p = 0 tokens carry no mass, so
+    their place changes no ``wb_cdf_lo`` of a token with p > 0).
+    """
+    if q is None:
+        return p
+    ratio = p / q  # [N, V]; p>0,q=0 → +inf; p=0,q=0 → nan
+    return torch.where(torch.isnan(ratio), torch.zeros_like(ratio), ratio)
+
+
+def whitebox_columns(
+    p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """White-box columns for ``N`` (prefix, token) pairs.
+
+    Parameters
+    ----------
+    p : float64 ``[N, V]``, the target law at each step.
+    q : float64 ``[N, V]`` or ``None`` (no draft: ``wb_p_a`` = 0, ``wb_in_a`` = False,
+        ``wb_overlap`` = NaN, order by p).
+    tokens : int64 ``[N]``, the emitted token at each step.
+
+    Returns
+    -------
+    dict of ``[N]`` tensors keyed by ``schema.WHITEBOX_COLUMNS``.
+
+    Notes
+    -----
+    ``wb_cdf_lo`` is computed without sorting: ``sum_v p_v · [v before x]`` with
+    ``v before x ⇔ key_v > key_x or (key_v = key_x and v < x)``, an O(N·V) masked sum in float64.
+    Verified against the sorted pure-Python ``whitebox_reference`` (tests/test_teacher.py).
+    """
+    assert p.dim() == 2 and p.dtype == torch.float64, (p.dtype, tuple(p.shape))
+    N, V = p.shape
+    assert tokens.shape == (N,) and tokens.dtype == torch.int64, (tokens.dtype, tuple(tokens.shape))
+    if q is not None:
+        assert q.shape == p.shape and q.dtype == torch.float64, (q.dtype, tuple(q.shape))
+    _check_tokens(tokens, V, "whitebox_columns")
+    x = tokens[:, None]  # [N, 1]
+    key = order_key(p, q)  # [N, V]
+    key_x = key.gather(1, x)  # [N, 1]
+    ids = torch.arange(V, device=p.device)[None, :]  # [1, V]
+    before = (key > key_x) | ((key == key_x) & (ids < x))  # [N, V]
+    out = {
+        schema.WB_P: p.gather(1, x)[:, 0],  # [N]
+        schema.WB_CDF_LO: torch.where(before, p, torch.zeros_like(p)).sum(1),  # [N]
+    }
+    if q is None:
+        out[schema.WB_P_A] = torch.zeros(N, dtype=torch.float64, device=p.device)
+        out[schema.WB_IN_A] = torch.zeros(N, dtype=torch.bool, device=p.device)
+        out[schema.WB_OVERLAP] = torch.full(
+            (N,), float("nan"), dtype=torch.float64, device=p.device
+        )
+    else:
+        in_a = q > p  # [N, V] A_t = {v : q_t(v) > p_t(v)}
+        out[schema.WB_P_A] = torch.where(in_a, p, torch.zeros_like(p)).sum(1)  # [N]
+        out[schema.WB_IN_A] = in_a.gather(1, x)[:, 0]  # [N]
+        out[schema.WB_OVERLAP] = torch.minimum(p, q).sum(1)  # [N]
+    return out
+
+
+def law_at(law: CandidateLaw | torch.Tensor, at: torch.Tensor) -> torch.Tensor:
+    """The law's probabilities at token ids ``at`` ``[N, M]`` (int64): ``[N, M]`` float64.
+
+    ``law``: dense ``[N, V]`` (a gather) or a ``CandidateLaw`` ``[N, W]``
+    (``rejection.probs_at``: a batched ``searchsorted`` in its ascending ids + an equality check;
+    0 where ``at`` is no candidate — the law is 0 off its candidates).
+    """
+    if isinstance(law, torch.Tensor):
+        return law.gather(1, at)
+    return probs_at(law.ids, law.probs, at)  # [N, M]
+
+
+def whitebox_columns_candidates(
+    p: CandidateLaw, q: CandidateLaw | torch.Tensor | None, tokens: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """``whitebox_columns`` when p is a ``CandidateLaw``: O(N·W) instead of O(N·V) (same values).
+
+    Parameters
+    ----------
+    p : ``CandidateLaw`` ``[N, W]`` (ids ascending, distinct; p = 0 off them).
+    q : ``CandidateLaw`` ``[N, Wq]`` (e.g. ``Wq = 1`` for a one-hot drafter), float64 ``[N, V]``
+        (a dense draft law, e.g. ``q_mode`` temperature/raw), or ``None`` (no draft).
+    tokens : int64 ``[N]``, the emitted tokens (any id in ``[0, V)``, candidates of p or not).
+
+    Returns
+    -------
+    dict of ``[N]`` tensors keyed by ``schema.WHITEBOX_COLUMNS``, equal to
+    ``whitebox_columns(p.dense(), dense q, tokens)`` up to float64 summation order.
+
+    Notes
+    -----
+    Every sum of ``whitebox_columns`` is weighted by p_v (``wb_cdf_lo``, ``wb_p_a``) or by
+    min(p_v, q_v) (``wb_overlap``), so tokens off p's candidates add exact zeros and only p's
+    candidates are summed, in id order instead of over ``V``. The per-token quantities of x (p(x),
+    q(x), its order key and ``wb_in_a`` = q(x) > p(x)) are looked up (``law_at``: 0 where x is no
+    candidate); the order key of x uses ``order_key`` on those scalars, so x off supp(p) has key 0
+    (p = 0: 0/q or 0/0) exactly as in the dense row. The ``before`` relation (key, then id) is
+    compared only at p's candidates — the dense mask at the other ids multiplies p = 0.
+    Equality with the dense path (relative <= 1e-12, booleans exact) is tested on random
+    candidate laws, one-hot and dense q, ties, q(x) = 0, x off supp(p) and disjoint supports
+    (tests/test_teacher.py).
+    """
+    ids, pp = p.ids, p.probs  # [N, W], [N, W]
+    assert ids.dim() == 2 and pp.dtype == torch.float64, (pp.dtype, tuple(ids.shape))
+    N = int(ids.shape[0])
+    assert tokens.shape == (N,) and tokens.dtype == torch.int64, (tokens.dtype, tuple(tokens.shape))
+    _check_tokens(tokens, p.vocab_size, "whitebox_columns_candidates")
+    x = tokens[:, None]  # [N, 1]
+    p_x = law_at(p, x)  # [N, 1]
+    q_p = None if q is None else law_at(q, ids)  # [N, W] q at p's candidates
+    q_x = None if q is None else law_at(q, x)  # [N, 1]
+    key = order_key(pp, q_p)  # [N, W]
+    key_x = order_key(p_x, q_x)  # [N, 1]
+    before = (key > key_x) | ((key == key_x) & (ids < x))  # [N, W]
+    zero = torch.zeros((), dtype=torch.float64, device=pp.device)
+    out = {
+        schema.WB_P: p_x[:, 0],  # [N]
+        schema.WB_CDF_LO: torch.where(before, pp, zero).sum(1),  # [N]
+    }
+    if q_p is None or q_x is None:
+        out[schema.WB_P_A] = torch.zeros(N, dtype=torch.float64, device=pp.device)
+        out[schema.WB_IN_A] = torch.zeros(N, dtype=torch.bool, device=pp.device)
+        out[schema.WB_OVERLAP] = torch.full(
+            (N,), float("nan"), dtype=torch.float64, device=pp.device
+        )
+    else:
+        out[schema.WB_P_A] = torch.where(q_p > pp, pp, zero).sum(1)  # [N]
+        out[schema.WB_IN_A] = (q_x > p_x)[:, 0]  # [N]
+        out[schema.WB_OVERLAP] = torch.minimum(pp, q_p).sum(1)  # [N]
+    return out
+
+
+def _check_tokens(tokens: torch.Tensor, V: int, where: str) -> None:
+    bad = (tokens < 0) | (tokens >= V)
+    if bool(bad.any()):
+        raise InputError(f"{where}: token ids must be in [0, {V}), got {int(tokens[bad][0])!r}")
+
+
+def whitebox_reference(
+    p: Sequence[float], q: Sequence[float] | None, x: int
+) -> dict[str, float | bool]:
+    """Slow reference for ONE step: sort the tokens, walk the order, sum in Python."""
+    V = len(p)
+
+    def key(v: int) -> float:
+        if q is None:
+            return p[v]
+        if q[v] == 0:
+            return float("inf") if p[v] > 0 else 0.0
+        return p[v] / q[v]
+
+    order = sorted(range(V), key=lambda v: (-key(v), v))
+    lo = 0.0
+    for v in order:
+        if v == x:
+            break
+        lo += p[v]
+    return {
+        schema.WB_P: p[x],
+        schema.WB_CDF_LO: lo,
+        schema.WB_P_A: 0.0 if q is None else sum(p[v] for v in range(V) if q[v] > p[v]),
+        schema.WB_IN_A: False if q is None else q[x] > p[x],
+        schema.WB_OVERLAP: float("nan") if q is None else sum(min(p[v], q[v]) for v in range(V)),
+    }
+
+
+def _emitted_logits(model: LanguageModel, prompt: torch.Tensor, toks: torch.Tensor) -> torch.Tensor:
+    """Logits [b, T, V] predicting each emitted token of ``toks`` [b, T] after ``prompt`` [L].
+
+    The prompt is run once and shared by the b rows (``prefill_shared``); its last logits predict
+    token 0, and one forward over tokens 0..T-2 predicts tokens 1..T-1.
+    """
+    b, T = int(toks.shape[0]), int(toks.shape[1])
+    cache, prompt_logits = model.prefill_shared(prompt, b)  # [L, V]
+    first = prompt_logits[-1].expand(b, 1, -1)  # [b, 1, V]
+    rest = model.forward(cache, toks[:, : T - 1])  # [b, T-1, V]
+    return torch.cat([first, rest], dim=1)  # [b, T, V]
+
+
+def teacher_force(
+    target: LanguageModel,
+    prompt: Sequence[int],
+    params: Sequence[SamplingParams],
+    tokens: torch.Tensor,
+    *,
+    draft: LanguageModel | None = None,
+    drafter: DrafterSpec | None = None,
+) -> pd.DataFrame:
+    """White-box columns along emitted sequences, aligned with ``builtin.to_samples_frame``.
+
+    Parameters
+    ----------
+    target : the local target model (the one plain sampling used).
+    prompt : the shared prompt token ids.
+    params : one ``SamplingParams`` per row (``[r.params for r in rows]``).
+    tokens : int64 ``[B, T]`` emitted tokens (``EngineOutput.tokens``).
+    draft, drafter : with a draft, q_t is its drafter's law (module docstring); without one the
+        q columns take their "q unknown" values and ``drafter`` is ignored.
+
+    Returns
+    -------
+    DataFrame with ``schema.WHITEBOX_COLUMNS``, ``B * T`` rows, row-major then position.
+    """
+    from spectest.sampling.mutants import get_variant
+
+    if draft is not None and drafter is None:
+        raise InputError("teacher_force: a draft needs its drafter (DrafterSpec) to define q")
+    if tokens.dim() != 2 or tokens.dtype != torch.int64:
+        raise InputError(
+            f"teacher_force: tokens must be int64 [B, T], got {tokens.dtype} {tuple(tokens.shape)}"
+        )
+    B, T = tokens.shape
+    if len(params) != B:
+        raise InputError(f"teacher_force: {B} token rows but {len(params)} params")
+    L, V = len(prompt), target.vocab_size
+    _check_tokens(tokens, V, "teacher_force")
+    if L == 0:
+        raise InputError("teacher_force: prompt must hold at least one token id, got []")
+    dev = target.device
+    exact = get_variant("exact")
+    chunk = max(1, MAX_CHUNK_ELEMENTS // max(1, T * V))
+    cols: dict[str, list[np.ndarray]] = {c: [] for c in schema.WHITEBOX_COLUMNS}
+    prompt_t = torch.tensor(list(prompt), dtype=torch.int64, device=dev)  # [L]
+    for lo in range(0, B, chunk):
+        toks = tokens[lo : lo + chunk].to(dev)  # [b, T]
+        b = int(toks.shape[0])
+        pt = SamplingTensors.from_params(params[lo : lo + chunk], device=dev)
+        p = logits_to_probs(_emitted_logits(target, prompt_t, toks), pt)  # [b, T, V] f64
+        q = None
+        if draft is not None and drafter is not None:
+            d_logits = _emitted_logits(draft, prompt_t, toks).reshape(b * T, V)  # [b*T, V]
+            rep = pt.index(torch.arange(b, device=dev).repeat_interleave(T))  # params per (row, t)
+            sample_law, _ = exact.draft_law(
+                d_logits, rep, onehot=drafter.onehot, q_mode=drafter.q_mode
+            )
+            q = sample_law  # [b*T, V] f64: the law the drafter proposes from
+        out = whitebox_columns(p.reshape(b * T, V), q, toks.reshape(b * T))
+        for c in schema.WHITEBOX_COLUMNS:
+            cols[c].append(out[c].cpu().numpy())
+    return pd.DataFrame({c: np.concatenate(cols[c]) for c in schema.WHITEBOX_COLUMNS})

@@ -1,0 +1,143 @@
+"""SGLang's Triton chain verifier (``chain_speculative_sampling_triton``, sglang 0.5.23) as an
+acceptor: ``acceptor:spectest.kernels.sglang:chain`` (classic chain verification) and
+``acceptor:spectest.kernels.sglang:block`` (block verification, arXiv 2403.10444 Algorithm 2).
+
+Owns: finding and loading the one kernel module file ``sglang/kernels/ops/speculative/
+reject_sampling.py`` without importing the rest of sglang (whose import needs CUDA libraries and
+pins its own torch), and translating the acceptor contract to SGLang's tree-shaped arguments.
+Knows nothing about spectest's loop.
+
+Where the file comes from (first found): ``$SPECTEST_SGLANG_REJECT_SAMPLING`` (a path to the
+file), else an installed ``sglang`` package (located with ``importlib.util.find_spec``, which
+imports nothing). The module needs ``triton`` and a CUDA device — or, slowly, Triton's CPU
+interpreter (``TRITON_INTERPRET=1``, set before triton is imported), which tests/test_acceptor.py
+uses where triton is installed. Measured there (triton 3.6.0): classic chain verification emits
+exactly what spectest's exact sampler emits from the same uniforms; block verification stops in
+the interpreter (``InterpreterError: only 0-dimensional arrays can be converted to Python
+scalars``), an interpreter limit, so it is checked on the GPU only.
+
+Translation (read from the kernel source, sglang 0.5.23)
+--------------------------------------------------------
+- ``candidates`` ``[B, K+1]``: column 0 is the root (the last committed token, not read by the
+  kernel's verification), columns 1..K the drafts;
+- ``retrive_index[b, s] = b (K+1) + s``: the flat output slots of the chain; the kernel writes
+  accepted drafts, then the final token, into ``predicts`` from the root's slot on, so
+  ``predicts.view(B, K+1)`` is the contract's ``output_token_ids`` once padded with -1;
+- ``uniform_samples[:, j]`` (j < K) is draft j+1's coin, ``uniform_samples_for_final_sampling``
+  the final token's: the contract's ``uniforms[:, :K]`` and ``uniforms[:, K]``, cast to float32
+  as SGLang's sampler passes them (and kept below 1, SGLang's range);
+- ``accept_token_num`` is the committed count: both ``accepted_num`` and ``emitted_num``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from spectest.errors import EngineError
+
+ENV = "SPECTEST_SGLANG_REJECT_SAMPLING"
+RELPATH = Path("kernels") / "ops" / "speculative" / "reject_sampling.py"
+FUNCTION = "chain_speculative_sampling_triton"
+
+
+@functools.cache
+def kernel_module() -> ModuleType:
+    """The kernel module file, loaded under a private name (cached)."""
+    path: Path | None = None
+    if os.environ.get(ENV):
+        path = Path(os.environ[ENV])
+    else:
+        spec = importlib.util.find_spec("sglang")
+        if spec is not None and spec.submodule_search_locations:
+            path = Path(next(iter(spec.submodule_search_locations))) / RELPATH
+    if path is None or not path.is_file():
+        raise EngineError(
+            f"spectest.kernels.sglang: no SGLang kernel file (install the wheel with "
+            f"'pip install --no-deps sglang==0.5.23' or set {ENV}=/path/to/reject_sampling.py)"
+        )
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        raise EngineError("spectest.kernels.sglang: triton is not installed") from None
+    mspec = importlib.util.spec_from_file_location("spectest_sglang_reject_sampling", path)
+    assert mspec is not None and mspec.loader is not None
+    module = importlib.util.module_from_spec(mspec)
+    try:
+        mspec.loader.exec_module(module)
+    except Exception as err:
+        raise EngineError(f"spectest.kernels.sglang: cannot load {path} ({err})") from None
+    if not hasattr(module, FUNCTION):
+        raise EngineError(f"spectest.kernels.sglang: {path} has no {FUNCTION}")
+    return module
+
+
+def _prepare() -> None:
+    kernel_module()
+
+
+def _run(
+    draft_probs: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    uniforms: torch.Tensor,
+    target_probs: torch.Tensor,
+    *,
+    block_verification: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if draft_probs.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise EngineError(
+            "spectest.kernels.sglang: the Triton kernel needs CUDA tensors (models.device: cuda; "
+            "or TRITON_INTERPRET=1 to run Triton's interpreter on CPU, slowly)"
+        )
+    B, K = (int(s) for s in draft_token_ids.shape)
+    dev = draft_token_ids.device
+    fn = getattr(kernel_module(), FUNCTION)  # [B (K+1)] flat output slots below
+    candidates = torch.cat([draft_token_ids[:, :1], draft_token_ids], dim=1)  # [B, K+1] root=x_1
+    retrive_index = torch.arange(B * (K + 1), device=dev, dtype=torch.int64).view(B, K + 1)
+    predicts = torch.full((B * (K + 1),), -1, dtype=torch.int32, device=dev)  # [B (K+1)]
+    accept_index = torch.full((B, K + 1), -1, dtype=torch.int32, device=dev)
+    accept_token_num = torch.zeros((B,), dtype=torch.int32, device=dev)
+    # float32 as SGLang's torch.rand gives them, kept below 1 (a float64 u within 2^-25 of 1
+    # would round to 1.0f, outside SGLang's [0, 1) and past its final CDF scan)
+    u = uniforms.to(torch.float32).clamp(max=1.0 - 2.0**-24)  # [B, K+1]
+    fn(
+        predicts, accept_index, accept_token_num, candidates, retrive_index,
+        torch.full_like(candidates, -1), torch.full_like(candidates, -1),  # tree links: unused
+        u[:, :K].contiguous(), u[:, K].contiguous(), target_probs.contiguous(),
+        draft_probs.contiguous(), 1.0, 1.0, True, block_verification=block_verification,
+    )  # fmt: skip
+    n = accept_token_num.to(torch.int64)  # [B]
+    out = predicts.view(B, K + 1).to(torch.int64)  # [B, K+1]
+    pos = torch.arange(K + 1, device=dev)[None, :]
+    out = torch.where(pos <= n[:, None], out, -1)
+    return out, n.clone(), n
+
+
+def chain(
+    draft_probs: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    uniforms: torch.Tensor,
+    target_probs: torch.Tensor,
+) -> Any:
+    """Classic chain verification (SGLang's default)."""
+    return _run(draft_probs, draft_token_ids, uniforms, target_probs, block_verification=False)
+
+
+def block(
+    draft_probs: torch.Tensor,
+    draft_token_ids: torch.Tensor,
+    uniforms: torch.Tensor,
+    target_probs: torch.Tensor,
+) -> Any:
+    """Block verification (``block_verification=True``; arXiv 2403.10444, Algorithm 2)."""
+    return _run(draft_probs, draft_token_ids, uniforms, target_probs, block_verification=True)
+
+
+chain.spectest_prepare = _prepare  # type: ignore[attr-defined]
+block.spectest_prepare = _prepare  # type: ignore[attr-defined]

@@ -1,0 +1,344 @@
+"""Model fixtures for real engines: a deterministic tiny Llama target/draft pair, as HF
+directories (vLLM, transformers, spectest's own engines) and as GGUF files (llama.cpp).
+
+Owns: ``FIXTURES`` (name → ``FixtureSpec``), the cache layout under ``~/.cache/spectest/fixtures``
+(``SPECTEST_CACHE`` moves the root), the content key of a fixture, building the HF pair
+(``build_hf``), the SentencePiece tokenizer and the GGUF export (``build_gguf``, run in the
+llama.cpp venv that ``scripts/build_llamacpp.sh`` makes) and the file hashes recorded in
+provenance (``fixture_manifest``).
+
+Knows nothing about sampling, protocols or engines; ``spectest.models.zoo`` resolves the model
+spec ``fixture:NAME/target`` (and ``/draft``) here.
+
+What a fixture is
+-----------------
+- target: a random-init Llama (``FixtureSpec.config``; seeded on CPU) whose ``lm_head`` is
+  multiplied by ``logit_scale`` *in the weights*, so every engine that reads the files sees the
+  same law (a spectest-side ``logit_scale`` would be invisible to llama.cpp or vLLM);
+- draft: the target with seeded Gaussian weight noise (``derive.noised``), same architecture and
+  vocabulary, so a sampled draft is accepted often but not always (Σ min(p, q) is measured and
+  written to ``fixture.json``);
+- tokenizer: a SentencePiece BPE model of ``vocab_size`` pieces trained single-threaded on the
+  text of ``pydoc_data.topics`` (ships with CPython; nothing downloaded). Engines get token-id
+  prompts; the tokenizer exists because ``convert_hf_to_gguf.py`` refuses a model without one.
+
+The key is the sha256 of the spec, this module's format version and torch's major.minor (CPU
+random init can change between torch releases); the directory holds ``fixture.json`` with the
+sha256 of every weight file, so provenance names the exact bytes. A GGUF export lives beside the
+HF files under ``gguf-<llama.cpp version>/`` (the converter's output depends on its version).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spectest.errors import ConfigError, ModelError
+from spectest.store import sha256_file
+
+FORMAT_VERSION = 1
+ROLES = ("target", "draft")
+FIXTURE_FILE = "fixture.json"
+TOKENIZER_FILE = "tokenizer.model"
+
+
+@dataclass(frozen=True)
+class FixtureSpec:
+    """Everything that determines a fixture's bytes."""
+
+    description: str
+    config: dict[str, Any]  # transformers LlamaConfig fields (vocab_size = tokenizer pieces)
+    seed: int
+    logit_scale: float  # baked into lm_head
+    draft_noise: float  # derive.noised: w + noise * rms(w) * N(0, 1)
+    draft_seed: int
+    tokenizer_vocab: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+FIXTURES: dict[str, FixtureSpec] = {
+    "tiny-llama": FixtureSpec(
+        description="random-init Llama, V=512 SentencePiece BPE, 2 layers, hidden 128, head_dim 32",
+        config=dict(
+            model_type="llama",
+            vocab_size=512,
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=False,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+        seed=0,
+        logit_scale=16.0,
+        draft_noise=0.1,
+        draft_seed=1,
+        tokenizer_vocab=512,
+    ),
+}
+
+
+# ----------------------------------------------------------------------------- locations
+def cache_root() -> Path:
+    """``$SPECTEST_CACHE`` or ``~/.cache/spectest``."""
+    env = os.environ.get("SPECTEST_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "spectest"
+
+
+def spec_of(name: str) -> FixtureSpec:
+    if name not in FIXTURES:
+        raise ConfigError(f"unknown model fixture {name!r}; valid: {', '.join(FIXTURES)}")
+    return FIXTURES[name]
+
+
+def fixture_key(name: str) -> str:
+    """sha256 (hex) of the spec, the format version and torch's major.minor."""
+    import torch
+
+    torch_mm = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    blob = json.dumps(
+        {"name": name, "spec": asdict(spec_of(name)), "format": FORMAT_VERSION, "torch": torch_mm},
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def fixture_dir(name: str) -> Path:
+    """``<cache>/fixtures/<name>-<key[:12]>`` (may not exist yet)."""
+    return cache_root() / "fixtures" / f"{name}-{fixture_key(name)[:12]}"
+
+
+def parse_fixture_spec(head: str) -> tuple[str, str]:
+    """``"tiny-llama/target"`` → ``("tiny-llama", "target")``."""
+    name, _, role = head.partition("/")
+    if role not in ROLES:
+        raise ConfigError(
+            f"fixture spec {head!r}: expected NAME/target or NAME/draft (NAME in {list(FIXTURES)})"
+        )
+    spec_of(name)
+    return name, role
+
+
+# ----------------------------------------------------------------------------- HF pair
+def build_hf(name: str) -> Path:
+    """Build (or find) the HF target/draft directories of a fixture; returns the fixture dir.
+
+    Deterministic: weights are drawn on CPU under a forked RNG from ``spec.seed`` (target) and
+    ``spec.draft_seed`` (draft noise). Written to a temporary directory, then renamed into place,
+    so a half-built fixture is never found.
+    """
+    out = fixture_dir(name)
+    if (out / FIXTURE_FILE).is_file():
+        return out
+    import torch
+
+    from spectest.models.derive import noised
+    from spectest.models.hf import HFModel, from_config
+
+    spec = spec_of(name)
+    from transformers import AutoConfig
+
+    fields = dict(spec.config)
+    model_type = fields.pop("model_type")
+    cfg = AutoConfig.for_model(model_type, **fields)
+    target = from_config(cfg, name=f"fixture:{name}/target", seed=spec.seed, dtype="float32")
+    with torch.no_grad():
+        target.model.lm_head.weight.mul_(spec.logit_scale)  # the law lives in the files
+    draft = noised(target, spec.draft_noise, spec.draft_seed)
+    assert isinstance(draft, HFModel)
+    acceptance = _sampled_acceptance(target, draft)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        files: dict[str, str] = {}
+        for role, model in (("target", target), ("draft", draft)):
+            model.model.save_pretrained(tmp / role, safe_serialization=True)
+            for f in sorted((tmp / role).iterdir()):
+                files[f"{role}/{f.name}"] = sha256_file(f)
+        meta = {
+            "name": name,
+            "key": fixture_key(name),
+            "spec": asdict(spec),
+            "torch": torch.__version__,
+            "acceptance_sampled_t1": acceptance,
+            "files": files,
+        }
+        (tmp / FIXTURE_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        try:
+            tmp.rename(out)
+        except OSError:  # another process won the race: keep theirs
+            if not (out / FIXTURE_FILE).is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _sampled_acceptance(target: Any, draft: Any) -> float:
+    """Mean Σ_x min(p, q) at temperature 1 over the first 32 steps after BOS along the target's
+    greedy path: how often a sampled draft is accepted (a readout for fixture.json)."""
+    import torch
+
+    ids = torch.tensor([[1]], dtype=torch.int64)
+    vals = []
+    with torch.no_grad():
+        for _ in range(32):
+            p = torch.softmax(target.model(ids).logits[0, -1].double(), -1)
+            q = torch.softmax(draft.model(ids).logits[0, -1].double(), -1)
+            vals.append(float(torch.minimum(p, q).sum()))
+            ids = torch.cat([ids, p.argmax().view(1, 1)], dim=1)
+    return round(sum(vals) / len(vals), 4)
+
+
+def hf_dir(name: str, role: str) -> Path:
+    """The HF directory of ``role`` (target / draft), built on first use."""
+    if role not in ROLES:
+        raise ConfigError(f"fixture {name!r}: role must be one of {ROLES}, got {role!r}")
+    return build_hf(name) / role
+
+
+def fixture_manifest(name: str) -> dict[str, Any]:
+    """``fixture.json`` (spec, key, sha256 of every file) of a built fixture."""
+    return dict(json.loads((build_hf(name) / FIXTURE_FILE).read_text()))
+
+
+def status(name: str) -> str:
+    """One line for ``spectest models``: where the fixture lives and what is built."""
+    d = fixture_dir(name)
+    if not (d / FIXTURE_FILE).is_file():
+        return f"not built (first use builds it into {d})"
+    ggufs = sorted(p.name for p in d.glob("gguf-*") if (p / "target.gguf").is_file())
+    return f"{d}" + (f" (+ {', '.join(ggufs)})" if ggufs else "")
+
+
+# ----------------------------------------------------------------------------- GGUF
+_GGUF_SCRIPT = r"""
+import json, subprocess, sys
+from pathlib import Path
+import sentencepiece as spm
+text, tok_dir, vocab, convert = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+spm.SentencePieceTrainer.train(
+    input=str(text), model_prefix=str(tok_dir / "tokenizer"), vocab_size=vocab,
+    model_type="bpe", character_coverage=1.0, num_threads=1, bos_id=1, eos_id=2, unk_id=0,
+    pad_id=-1, byte_fallback=False, shuffle_input_sentence=False, seed_sentencepiece_size=100000,
+    input_sentence_size=0, minloglevel=2,
+)
+"""
+
+
+def build_gguf(name: str, llamacpp_dir: str | Path) -> dict[str, Path]:
+    """GGUF files (float32) of a fixture's target and draft, made with llama.cpp's own
+    ``convert_hf_to_gguf.py`` in the venv of ``scripts/build_llamacpp.sh``'s cache directory
+    ``llamacpp_dir`` (``bin/``, ``venv/``, ``src/``). Returns ``{"target": path, "draft": path}``.
+
+    The tokenizer (SentencePiece BPE, ``spec.tokenizer_vocab`` pieces, trained single-threaded
+    on ``pydoc_data.topics``) is trained once per fixture and copied into both HF directories
+    (``tokenizer.model`` + ``tokenizer_config.json``) before conversion.
+    """
+    base = Path(llamacpp_dir)
+    vpy, convert = base / "venv" / "bin" / "python", base / "src" / "convert_hf_to_gguf.py"
+    if not vpy.is_file() or not convert.is_file():
+        raise ModelError(
+            f"{base}: not a llama.cpp build directory (run scripts/build_llamacpp.sh first)"
+        )
+    root = build_hf(name)
+    out = root / f"gguf-{base.name}"
+    paths = {role: out / f"{role}.gguf" for role in ROLES}
+    if all(p.is_file() for p in paths.values()):
+        return paths
+    spec = spec_of(name)
+    tok = root / TOKENIZER_FILE
+    if not tok.is_file():
+        _train_tokenizer(vpy, root, spec.tokenizer_vocab)
+    for role in ROLES:
+        shutil.copyfile(tok, root / role / TOKENIZER_FILE)
+        (root / role / "tokenizer_config.json").write_text(
+            json.dumps(
+                {
+                    "tokenizer_class": "LlamaTokenizer",
+                    "add_bos_token": True,
+                    "add_eos_token": False,
+                    "bos_token": "<s>",
+                    "eos_token": "</s>",
+                    "unk_token": "<unk>",
+                }
+            )
+            + "\n"
+        )
+    out.mkdir(exist_ok=True)
+    for role, path in paths.items():
+        tmp = path.with_suffix(".gguf.tmp")
+        proc = subprocess.run(
+            [str(vpy), str(convert), str(root / role), "--outfile", str(tmp), "--outtype", "f32"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "NO_LOCAL_GGUF": "1"},
+        )
+        if proc.returncode != 0:
+            tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+            raise ModelError(f"convert_hf_to_gguf.py {root / role}: exit {proc.returncode}: {tail}")
+        tmp.replace(path)
+    meta = json.loads((root / FIXTURE_FILE).read_text())
+    meta.setdefault("files", {})[TOKENIZER_FILE] = sha256_file(tok)
+    for path in paths.values():
+        meta["files"][f"{out.name}/{path.name}"] = sha256_file(path)
+    tmp_meta = root / (FIXTURE_FILE + ".tmp")
+    tmp_meta.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    tmp_meta.replace(root / FIXTURE_FILE)
+    return paths
+
+
+def _train_tokenizer(vpy: Path, root: Path, vocab: int) -> None:
+    import pydoc_data.topics as topics
+
+    with tempfile.TemporaryDirectory() as td:
+        text = Path(td) / "corpus.txt"
+        lines = [
+            line.strip()
+            for key in sorted(topics.topics)
+            for line in topics.topics[key].splitlines()
+            if line.strip()
+        ]
+        text.write_text("\n".join(lines) + "\n")
+        proc = subprocess.run(
+            [str(vpy), "-c", _GGUF_SCRIPT, str(text), td, str(vocab), ""],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+            raise ModelError(f"SentencePiece training in {vpy}: exit {proc.returncode}: {tail}")
+        shutil.copyfile(Path(td) / "tokenizer.model", root / TOKENIZER_FILE)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m spectest.models.fixtures [--gguf LLAMACPP_DIR] [NAME]``: build and print."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("name", nargs="?", default="tiny-llama")
+    ap.add_argument("--gguf", help="llama.cpp cache dir from scripts/build_llamacpp.sh")
+    args = ap.parse_args(argv)
+    print(build_hf(args.name))
+    if args.gguf:
+        for role, p in build_gguf(args.name, args.gguf).items():
+            print(role, p)
+    json.dump(fixture_manifest(args.name), sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""A benchmark pair at a real model's shape whose draft accepts like a real one, by construction.
+
+Owns: ``damped_target`` (a random-init HF preset whose decoder layers past the first
+``draft_layers`` write little into the residual stream) and the defaults of the ``realistic:``
+zoo kind. Knows nothing about sampling or engines; the draft is the target's own first layers
+(``derive.first_layers``), loaded as ``derived:first_layers,layers=<draft_layers>``.
+
+Why random weights need a construction
+--------------------------------------
+A random-init target and its first-layers draft disagree almost everywhere: every layer adds a
+random update of the same size to the residual stream, so the draft's next-token law is unrelated
+to the target's (measured at Qwen3-0.6B shape: 0.01 accepted tokens per round, results/LOG.md),
+and with logits of standard deviation ~0.6 over V = 151 936 the law is nearly uniform, so a
+nucleus holds most of the vocabulary. Speed figures from such a pair measure rounds that accept
+nothing. The construction:
+
+- ``damp``: the output projections of layers ``>= draft_layers`` (attention ``o_proj``, MLP
+  ``down_proj``) are multiplied by ``damp``, so the deep layers still cost their full compute but
+  move the residual stream only a little: the target's law is the draft's law perturbed, the way a
+  trained draft approximates its target;
+- ``logit_scale``: multiplies the logits (``HFModel``'s entropy knob, shared by the draft), so
+  the law is peaked like a trained model's at temperature 0.8 instead of nearly uniform.
+
+Measured (results/LOG.md, 2026-11-30): at a reduced width on CPU and at full shape on the H200,
+mean accepted tokens per round at K = 4, t 0.8, top-p 0.95 (one-hot and sampled drafters).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from spectest.errors import ModelError
+from spectest.models.hf import HFModel, from_preset
+
+DEFAULTS: dict[str, Any] = {"draft_layers": 4, "damp": 0.03, "logit_scale": 20.0}
+
+
+def damped_target(
+    preset: str,
+    *,
+    draft_layers: int = DEFAULTS["draft_layers"],
+    damp: float = DEFAULTS["damp"],
+    logit_scale: float = DEFAULTS["logit_scale"],
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | str | None = None,
+    **overrides: Any,
+) -> HFModel:
+    """Random-init ``preset`` with the output projections of layers ``>= draft_layers`` scaled
+    by ``damp`` (module docstring); pair it with ``first_layers(target, draft_layers)``.
+
+    Notes
+    -----
+    The scaling is applied after the seeded initialisation, in the model's dtype, so the pair is
+    a deterministic function of (preset, overrides, seed, device type, dtype). Layers are found as
+    ``model.model.layers[i].self_attn.o_proj`` / ``.mlp.down_proj`` (Llama and Qwen3 presets); a
+    model without them is a ``ModelError``.
+    """
+    if isinstance(draft_layers, bool) or not isinstance(draft_layers, int) or draft_layers < 1:
+        raise ModelError(f"realistic: draft_layers must be an integer >= 1, got {draft_layers!r}")
+    if not isinstance(damp, (int, float)) or not 0.0 <= damp <= 1.0:
+        raise ModelError(f"realistic: damp must be a number in [0, 1], got {damp!r}")
+    model = from_preset(
+        preset, seed=seed, device=device, dtype=dtype, logit_scale=logit_scale, **overrides
+    )
+    layers = getattr(getattr(model.model, "model", None), "layers", None)
+    if layers is None or draft_layers > len(layers):
+        n = None if layers is None else len(layers)
+        raise ModelError(
+            f"realistic: {preset!r} has {n!r} decoder layers, draft_layers={draft_layers!r}"
+        )
+    with torch.no_grad():
+        for layer in list(layers)[draft_layers:]:
+            try:
+                layer.self_attn.o_proj.weight.mul_(float(damp))
+                layer.mlp.down_proj.weight.mul_(float(damp))
+            except AttributeError as err:
+                raise ModelError(f"realistic: {preset!r} layers have no o_proj/down_proj") from err
+    model.name = (
+        f"realistic:{preset},draft_layers={draft_layers},damp={damp}," + model.name.split(",", 1)[1]
+    )
+    return model

@@ -1,0 +1,196 @@
+"""An analytic toy language model: a seeded order-n Markov chain over a small vocabulary.
+
+Owns: ``ToyLM`` (the closed-form conditionals, a slot cache that honours holes) and
+``ToyCache``. Because every conditional is a row of a table, tests can compute the exact law of
+the first few generated positions and compare engines against it.
+
+Knows nothing about sampling: it returns float32 logits like any other ``LanguageModel``.
+
+The model
+---------
+Vocabulary ``V``, order ``n`` (``n = 1``: the same logits at every position; ``n = 2``: a bigram
+chain, ...). The logits after a context depend only on its last ``n - 1`` *valid* tokens; a
+context shorter than ``n - 1`` is left-padded with a virtual start symbol (id ``V``, never
+emitted). The table has ``(V + 1) ** (n - 1)`` rows of ``V`` logits, drawn iid
+``scale * N(0, 1)`` from a seeded generator: ``scale`` sets the entropy (0 = uniform; large =
+nearly deterministic).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from spectest.errors import ModelError
+from spectest.models.base import Cache, LanguageModel
+
+# NOTE: the table is materialised; cap its size so a typo (V=50000, order=3) fails fast and clearly
+# instead of allocating tens of GB.
+MAX_TABLE_ENTRIES = 1 << 24
+
+
+class ToyCache(Cache):
+    """Token history per slot (the toy LM's whole "KV" state is the tokens themselves)."""
+
+    def __init__(self, batch_size: int, device: torch.device) -> None:
+        self.tokens = torch.zeros((batch_size, 0), dtype=torch.int64, device=device)  # [B, N]
+        self.valid = torch.zeros((batch_size, 0), dtype=torch.bool, device=device)  # [B, N]
+
+    def repeat_rows(self, n: int) -> None:
+        assert self.batch_size == 1, self.batch_size
+        self.tokens = self.tokens.expand(n, -1).clone()  # [n, N]
+        self.valid = self.valid.expand(n, -1).clone()  # [n, N]
+
+
+class ToyLM(LanguageModel):
+    """A seeded order-``n`` Markov chain with closed-form conditionals.
+
+    Parameters
+    ----------
+    vocab_size : int
+        ``V`` >= 2.
+    order : int
+        ``n`` >= 1; the logits depend on the last ``n - 1`` valid tokens.
+    scale : float
+        Logit scale (standard deviation of the iid normal logits); sets the entropy.
+    seed : int
+        Seed of the table (a private ``torch.Generator``; global RNG untouched).
+    device : str or torch.device
+        Where the table lives.
+
+    Notes
+    -----
+    ``forward`` recomputes each query's context from the cache's token history and validity
+    (vectorised: compact the valid tokens of each row, then gather the last ``n - 1`` of them),
+    so holes are honoured by construction. Verified in tests/test_models.py against
+    ``conditional_logits`` on hole-free sequences.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        order: int = 2,
+        scale: float = 1.0,
+        seed: int = 0,
+        *,
+        device: torch.device | str = "cpu",
+        table: torch.Tensor | None = None,
+        name: str | None = None,
+    ) -> None:
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
+            raise ModelError(f"toy: V must be an integer >= 2, got {vocab_size!r}")
+        if isinstance(order, bool) or not isinstance(order, int) or order < 1:
+            raise ModelError(f"toy: order must be an integer >= 1, got {order!r}")
+        if not isinstance(scale, (int, float)) or not (scale >= 0.0) or scale == float("inf"):
+            raise ModelError(f"toy: scale must be a finite number >= 0, got {scale!r}")
+        num_contexts = (vocab_size + 1) ** (order - 1)
+        if num_contexts * vocab_size > MAX_TABLE_ENTRIES:
+            raise ModelError(
+                f"toy: table of (V+1)^(order-1) x V = {num_contexts * vocab_size} entries exceeds "
+                f"{MAX_TABLE_ENTRIES}; got V={vocab_size!r}, order={order!r}"
+            )
+        self.vocab_size = vocab_size
+        self.order = order
+        self.scale = float(scale)
+        self.seed = int(seed)
+        self.name = name or f"toy:V={vocab_size},order={order},scale={scale},seed={seed}"
+        if table is None:
+            gen = torch.Generator().manual_seed(int(seed))
+            # NOTE: drawn in float64 on CPU from a private generator (identical on every machine),
+            # then stored as float32, the dtype every LanguageModel returns.
+            table = float(scale) * torch.randn(
+                (num_contexts, vocab_size), generator=gen, dtype=torch.float64
+            )
+        assert table.shape == (num_contexts, vocab_size), table.shape
+        self.table = table.to(device=device, dtype=torch.float32)  # [(V+1)^(n-1), V]
+
+    # -- LanguageModel -------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.table.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.float32
+
+    def new_cache(self, batch_size: int) -> ToyCache:
+        return ToyCache(batch_size, self.device)
+
+    def forward(self, cache: Cache, input_ids: torch.Tensor) -> torch.Tensor:
+        assert isinstance(cache, ToyCache), type(cache)
+        assert input_ids.dim() == 2 and input_ids.shape[0] == cache.batch_size, input_ids.shape
+        _check_ids(input_ids, self.vocab_size, self.name)
+        B, S = input_ids.shape
+        n0 = cache.num_slots
+        cache.tokens = torch.cat([cache.tokens, input_ids.to(self.device)], dim=1)  # [B, N]
+        cache.valid = torch.cat(
+            [cache.valid, torch.ones((B, S), dtype=torch.bool, device=self.device)], dim=1
+        )  # [B, N]
+        if S == 0:
+            return torch.zeros((B, 0, self.vocab_size), dtype=torch.float32, device=self.device)
+        idx = self._context_index(cache.tokens, cache.valid, n0)  # [B, S]
+        return self.table[idx]  # [B, S, V]
+
+    # -- closed form -----------------------------------------------------------------------------
+    def context_index(self, context: Sequence[int]) -> int:
+        """Row of the table used after ``context`` (a hole-free token list)."""
+        m = self.order - 1
+        padded = [self.vocab_size] * m + [int(t) for t in context]  # start symbols on the left
+        idx = 0
+        for tok in padded[len(padded) - m :]:
+            idx = idx * (self.vocab_size + 1) + tok
+        return idx
+
+    def conditional_logits(self, context: Sequence[int]) -> torch.Tensor:
+        """Exact float32 logits ``[V]`` of the next token after a hole-free ``context``."""
+        for tok in context:
+            if not 0 <= int(tok) < self.vocab_size:
+                raise ModelError(f"{self.name}: token id {tok!r} outside [0, {self.vocab_size})")
+        return self.table[self.context_index(context)].clone()
+
+    def perturbed(self, noise: float, seed: int) -> ToyLM:
+        """A related draft: the same table plus iid ``noise * N(0, 1)`` (seeded); same V, order."""
+        if not isinstance(noise, (int, float)) or not noise >= 0.0:
+            raise ModelError(f"toy: noise must be a number >= 0, got {noise!r}")
+        gen = torch.Generator().manual_seed(int(seed))
+        eps = torch.randn(tuple(self.table.shape), generator=gen, dtype=torch.float64)
+        table = self.table.double().cpu() + float(noise) * eps
+        return ToyLM(
+            self.vocab_size,
+            self.order,
+            self.scale,
+            self.seed,
+            device=self.device,
+            table=table,
+            name=f"{self.name}+noise={noise},seed={seed}",
+        )
+
+    # -- internals -------------------------------------------------------------------------------
+    def _context_index(self, tokens: torch.Tensor, valid: torch.Tensor, n0: int) -> torch.Tensor:
+        """Table rows for the queries at slots ``n0..N-1`` of every row. Returns [B, S] int64."""
+        B, N = tokens.shape  # [B, N]
+        m = self.order - 1
+        if m == 0:
+            return torch.zeros((B, N - n0), dtype=torch.int64, device=tokens.device)
+        # Compact the valid tokens of each row to the left (stable: keeps their order).
+        perm = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)  # [B, N]
+        compact = torch.gather(tokens, 1, perm)  # [B, N], valid tokens first
+        rank = (
+            valid.to(torch.int64).cumsum(1)[:, n0:] - 1
+        )  # [B, S] rank of each query among valid slots
+        idx = torch.zeros_like(rank)  # [B, S]
+        for j in range(m - 1, -1, -1):  # oldest context token first
+            r = rank - j  # [B, S]
+            tok = torch.gather(compact, 1, r.clamp(min=0))  # [B, S]
+            tok = torch.where(r >= 0, tok, torch.full_like(tok, self.vocab_size))  # start symbol
+            idx = idx * (self.vocab_size + 1) + tok
+        return idx
+
+
+def _check_ids(input_ids: torch.Tensor, vocab_size: int, name: str) -> None:
+    if input_ids.dtype != torch.int64:
+        raise ModelError(f"{name}: input_ids must be int64, got {input_ids.dtype!r}")
+    if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab_size):
+        bad = input_ids[(input_ids < 0) | (input_ids >= vocab_size)][0].item()
+        raise ModelError(f"{name}: token id {bad!r} outside [0, {vocab_size})")

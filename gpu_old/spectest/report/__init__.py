@@ -1,0 +1,90 @@
+"""Reports of a stored run: ``report.md``, a self-contained ``report.html``, JUnit XML and a short
+markdown summary for CI. Every renderer reads stored results and computes nothing new.
+
+``write_reports`` is the one function the runner and ``spectest report`` call; ``write_ci_outputs``
+writes the JUnit file and the step summary of a summary the runner holds. User text is escaped
+for each format by ``spectest.report.escape``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+
+def write_reports(
+    run_dir: str | os.PathLike[str],
+    *,
+    junit: str | os.PathLike[str] | None = None,
+    summary_md: str | os.PathLike[str] | None = None,
+    require_complete: bool = True,
+) -> list[Path]:
+    """Render report.md and report.html into ``run_dir`` (and JUnit / summary markdown where
+    asked).
+
+    On a completed run (``spectest report``) the data files are verified against the manifest
+    first (``store.load_run``: an edit, or an entry deleted beside it, is refused before
+    anything is written), under the directory's lock; afterwards only the entries of the two
+    views are updated in the manifest (``store.update_manifest_entries``): no data file's hash,
+    no provenance and no ``completed`` time is ever rewritten. ``require_complete=False`` is the
+    runner rendering before it writes the manifest.
+    """
+    from spectest.errors import InfrastructureError, os_error_line
+    from spectest.lock import lock_dir
+    from spectest.store import RENDERED, load_run, update_manifest_entries
+
+    lock = None
+    if require_complete:
+        p = Path(run_dir)
+        if not p.is_dir():
+            load_run(p)  # its one line for a directory that is not there
+        try:
+            lock = lock_dir(p)
+        except OSError as err:
+            raise InfrastructureError(os_error_line(err, "run directory")) from None
+    try:
+        stored = load_run(run_dir, require_manifest=require_complete)  # verified under the lock
+        written = _write_views(stored)
+        written += write_ci_outputs(stored.summary, junit=junit, summary_md=summary_md)
+        if require_complete:
+            update_manifest_entries(stored.path, RENDERED)
+    finally:
+        if lock is not None:
+            lock.release()
+    return written
+
+
+def _write_views(stored: Any) -> list[Path]:
+    from spectest.report.html import render_html
+    from spectest.report.markdown import render_markdown
+    from spectest.store import REPORT_HTML, REPORT_MD, atomic_write_text
+
+    written = []
+    for name, text in ((REPORT_MD, render_markdown(stored)), (REPORT_HTML, render_html(stored))):
+        atomic_write_text(stored.path / name, text)
+        written.append(stored.path / name)
+    return written
+
+
+def write_ci_outputs(
+    summary: dict[str, Any],
+    *,
+    junit: str | os.PathLike[str] | None = None,
+    summary_md: str | os.PathLike[str] | None = None,
+) -> list[Path]:
+    """The JUnit file and the markdown step summary of ``summary``, where asked (each written
+    atomically; a refused write is one line naming the file, exit 4)."""
+    from spectest.report.junit import render_junit
+    from spectest.report.markdown import render_summary_md
+    from spectest.store import atomic_write_text
+
+    written = []
+    prompt_set = Path(str(summary.get("prompt_set", "prompts"))).stem
+    if junit is not None:
+        atomic_write_text(Path(junit), render_junit(summary, prompt_set))
+        written.append(Path(junit))
+    if summary_md is not None:
+        atomic_write_text(Path(summary_md), render_summary_md(summary))
+        written.append(Path(summary_md))
+    return written

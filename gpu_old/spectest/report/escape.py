@@ -1,0 +1,68 @@
+"""User text made safe for each place spectest shows it: a terminal, markdown, XML.
+
+Owns: the rules for text that comes from the user — prompt and config ids of bring-your-own
+files, protocol names, model specs, file names, an engine's error text — wherever it is shown.
+A terminal gets no control character (an ANSI escape could rewrite the screen, a bidi override
+reorder it); markdown (``report.md``, ``--summary-md``) gets no HTML, link, image, emphasis or
+table structure from it; XML 1.0 (the JUnit file) gets no character it forbids. Each character
+that is replaced is shown as its Python escape (``\\x1b``, ``\\u202e``), so the reader still sees
+what was there.
+
+Knows nothing about what the text means. Rich markup is escaped where the console prints
+(``spectest.cli.common``), with ``rich.markup.escape``.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 controls, DEL, C1 controls, and the bidirectional overrides / isolates ("Trojan source")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# characters XML 1.0 does not allow at all (§2.2 Char): C0 but tab/LF/CR, surrogates, FFFE/FFFF
+_XML_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+# characters with a meaning in CommonMark / GFM inline text that user text must not get
+_MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
+_MD_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def _show(match: re.Match[str]) -> str:
+    c = match.group(0)
+    return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+
+def printable(text: object) -> str:
+    """``text`` with every control character (tab and newline included) shown as its escape:
+    one line a terminal prints as it is."""
+    return _CONTROL.sub(_show, str(text))
+
+
+def one_line(text: object) -> str:
+    """Whitespace runs (newlines included) as one space, then ``printable``: for messages."""
+    return printable(" ".join(str(text).split()))
+
+
+def md_text(text: object) -> str:
+    """Inline markdown that renders as the literal text: control characters shown, ``& < >``
+    as entities (no HTML), the markdown punctuation backslash-escaped (no link, image, code
+    span, emphasis, strikethrough or table cell break)."""
+    s = printable(text)
+    s = "".join(_MD_ENTITIES.get(c, c) for c in s)
+    return _MD_PUNCT.sub(r"\\\1", s)
+
+
+def md_code(text: object, *, in_table: bool = False) -> str:
+    """A code span holding ``text`` literally: fenced by more backticks than any run inside
+    (CommonMark §6.1), control characters shown (``in_table``: ``|`` escaped, as GFM needs)."""
+    s = printable(text)
+    if in_table:
+        s = s.replace("|", "\\|")
+    runs = [len(r) for r in re.findall("`+", s)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") or runs else ""
+    return f"{fence}{pad}{s}{pad}{fence}"
+
+
+def xml_text(text: object) -> str:
+    """``text`` with the characters XML 1.0 forbids shown as their escapes (ElementTree escapes
+    ``& < > "`` itself, but writes a forbidden character raw: the file would not parse)."""
+    return _XML_FORBIDDEN.sub(_show, str(text))

@@ -1,0 +1,535 @@
+"""The ``SpecVariant`` catalogue: the exact sampler, mutants that mirror shipped bugs, and
+exact-but-suspicious designs that must pass.
+
+Owns: the hooks one speculative engine calls so that it can run every variant — the target law
+the verifier uses (``verify_probs``), the law a draft token is drawn from and the q the verifier
+is told (``draft_law``), and the round sampler (``sample``) — plus ``get_variant`` and the
+observability rule of each variant (``may_differ``). Knows nothing about engines, models or
+statistics. Each mutant's docstring cites its row of ../shared/BUGS.md.
+
+Engine protocol: per round, for each draft position, ``sample_probs, q = draft_law(draft_logits,
+params, onehot=..., q_mode=...)``; draw the draft token with ``categorical(sample_probs, u)``
+(sampled drafter) or ``argmax_tokens(sample_probs)`` (one-hot drafter); stack the ``q`` into
+``draft_probs [B, K, V]`` (``None`` when every ``q`` is ``None``); then
+``target_probs = verify_probs(target_logits [B, K+1, V], params)`` and ``sample(...)``.
+Plain decode never goes through a variant: it uses ``transforms.logits_to_probs``.
+
+``q_mode`` is how the drafter's law is built from its logits: ``"processed"`` (the target's
+pipeline: temperature, top-k, top-p, min-p), ``"temperature"`` (``softmax(logits / T)`` only, as
+SGLang's ``renorm_draft_probs``, seed 004) or ``"raw"`` (``softmax(logits)``). Every q_mode is
+exact for the ``exact`` variant: rejection sampling is exact for any q it is told truthfully.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from spectest.errors import ConfigError, InputError
+from spectest.sampling.draw import argmax_tokens, categorical
+from spectest.sampling.params import SamplingParams, SamplingTensors
+from spectest.sampling.rejection import (
+    RoundResult,
+    accepted_prefix_len,
+    assemble_round,
+    check_round_inputs,
+    drafted_probs,
+    final_weights,
+    rejection_sample,
+)
+from spectest.sampling.transforms import logits_to_probs
+
+Q_MODES = ("processed", "temperature", "raw")
+
+VerifyFn = Callable[[torch.Tensor, SamplingTensors], torch.Tensor]
+DraftFn = Callable[
+    [torch.Tensor, SamplingTensors, bool, str], tuple[torch.Tensor, torch.Tensor | None]
+]
+SampleFn = Callable[..., RoundResult]
+DiffersFn = Callable[[SamplingParams, bool, int, str], bool]
+
+
+@dataclass(frozen=True)
+class SpecVariant:
+    """One speculative sampler design: the exact one, a mutant, or an exact-but-suspicious one."""
+
+    name: str
+    mirrors: str  # bug references from BUGS.md ("" for exact)
+    description: str
+    exact: bool  # True: the law equals plain sampling and the harness must PASS it
+    verify_fn: VerifyFn = field(repr=False)
+    draft_fn: DraftFn = field(repr=False)
+    sample_fn: SampleFn = field(repr=False)
+    differs_fn: DiffersFn = field(repr=False)
+
+    def verify_probs(self, target_logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
+        """The target law the verifier uses: float64 probs of the shape of ``target_logits``
+        (``[B, K+1, V]`` or ``[B, V]``)."""
+        return self.verify_fn(target_logits, params)
+
+    def draft_law(
+        self, draft_logits: torch.Tensor, params: SamplingTensors, *, onehot: bool, q_mode: str
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(sample_probs [B, V], q_reported [B, V] | None)`` for draft logits ``[B, V]``.
+
+        ``sample_probs`` is the law the draft token is drawn from (one-hot at the argmax for a
+        greedy drafter); ``q_reported`` is what the verifier is told (``None`` = one-hot δ(x)).
+        """
+        if q_mode not in Q_MODES:
+            raise ConfigError(f"draft q_mode must be one of {Q_MODES}, got {q_mode!r}")
+        assert draft_logits.dim() == 2, tuple(draft_logits.shape)  # [B, V]
+        return self.draft_fn(draft_logits, params, onehot, q_mode)
+
+    def sample(
+        self,
+        target_probs: torch.Tensor,
+        draft_probs: torch.Tensor | None,
+        draft_tokens: torch.Tensor,
+        u_accept: torch.Tensor,
+        u_final: torch.Tensor,
+        *,
+        draft_lens: torch.Tensor | None = None,
+    ) -> RoundResult:
+        """One round; same contract as ``rejection.rejection_sample``."""
+        return self.sample_fn(
+            target_probs, draft_probs, draft_tokens, u_accept, u_final, draft_lens=draft_lens
+        )
+
+    def may_differ(self, params: SamplingParams, *, onehot: bool, K: int, q_mode: str) -> bool:
+        """False when this variant provably coincides with ``exact`` in that setting (so a tooth
+        built on it cannot bite there); True when it may differ. Always False for exact variants."""
+        return not self.exact and self.differs_fn(params, onehot, K, q_mode)
+
+
+# ----------------------------------------------------------------------------- shared hooks
+
+
+def _unit(params: SamplingTensors, *, keep_temperature: bool) -> SamplingTensors:
+    """The same rows with filters off (and temperature 1 unless ``keep_temperature``)."""
+    t = params.temperature if keep_temperature else torch.ones_like(params.temperature)
+    return SamplingTensors(
+        t,
+        torch.zeros_like(params.top_k),
+        torch.ones_like(params.top_p),
+        torch.zeros_like(params.min_p),
+    )
+
+
+def draft_q(draft_logits: torch.Tensor, params: SamplingTensors, q_mode: str) -> torch.Tensor:
+    """The drafter's law ``[B, V]`` float64 under ``q_mode`` (see the module docstring)."""
+    if q_mode == "processed":
+        return logits_to_probs(draft_logits, params)
+    if q_mode == "temperature":
+        return logits_to_probs(draft_logits, _unit(params, keep_temperature=True))
+    if q_mode == "raw":
+        return logits_to_probs(draft_logits, _unit(params, keep_temperature=False))
+    raise ConfigError(f"draft q_mode must be one of {Q_MODES}, got {q_mode!r}")
+
+
+def _onehot_argmax(draft_logits: torch.Tensor) -> torch.Tensor:
+    """``[B, V]`` float64 one-hot at the argmax (lowest id on ties; equal for raw and processed)."""
+    tok = argmax_tokens(draft_logits)  # [B]
+    out = torch.zeros(draft_logits.shape, dtype=torch.float64, device=draft_logits.device)
+    return out.scatter_(-1, tok[:, None], 1.0)
+
+
+def _verify_pipeline(target_logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
+    return logits_to_probs(target_logits, params)
+
+
+def _draft_truthful(
+    draft_logits: torch.Tensor, params: SamplingTensors, onehot: bool, q_mode: str
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    if onehot:
+        return _onehot_argmax(draft_logits), None
+    q = draft_q(draft_logits, params, q_mode)
+    return q, q
+
+
+def _nontrivial(p: SamplingParams) -> bool:
+    return p.temperature != 1.0 or p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0.0
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    return torch.arange(int(t.shape[0]), device=t.device)
+
+
+# ----------------------------------------------------------------------------- mutant samplers
+
+
+def _sample_eps(eps: float) -> SampleFn:
+    def sample(
+        tp: Tensor,
+        dp: Tensor | None,
+        dt: Tensor,
+        ua: Tensor,
+        uf: Tensor,
+        *,
+        draft_lens: Tensor | None = None,
+    ) -> RoundResult:
+        lens = check_round_inputs(tp, dp, dt, ua, uf, draft_lens)
+        p_x, q_x, in_draft = drafted_probs(tp, dp, dt, lens)  # [B, K]
+        mask = in_draft & (p_x > 0) & (ua <= (1.0 + eps) * (p_x / q_x))  # biased acceptor
+        n = accepted_prefix_len(mask)  # [B]
+        final = categorical(final_weights(tp, dp, dt, n, lens), uf)  # residual unchanged
+        return assemble_round(dt, n, final, mask)
+
+    return sample
+
+
+def _sample_residual_from_p(
+    tp: Tensor,
+    dp: Tensor | None,
+    dt: Tensor,
+    ua: Tensor,
+    uf: Tensor,
+    *,
+    draft_lens: Tensor | None = None,
+) -> RoundResult:
+    exact = rejection_sample(tp, dp, dt, ua, uf, draft_lens=draft_lens)
+    n = exact.num_accepted  # [B]
+    final = categorical(tp[_rows(tp), n], uf)  # p at the stop, never the residual
+    return assemble_round(dt, n, final, exact.telemetry.accepted_mask)
+
+
+def _sample_bonus_wrong_row(
+    tp: Tensor,
+    dp: Tensor | None,
+    dt: Tensor,
+    ua: Tensor,
+    uf: Tensor,
+    *,
+    draft_lens: Tensor | None = None,
+) -> RoundResult:
+    lens = check_round_inputs(tp, dp, dt, ua, uf, draft_lens)
+    p_x, q_x, in_draft = drafted_probs(tp, dp, dt, lens)
+    mask = in_draft & (p_x > 0) & (ua <= p_x / q_x)
+    n = accepted_prefix_len(mask)  # [B]
+    w = final_weights(tp, dp, dt, n, lens)  # [B, V]
+    wrong = (n == lens) & (lens > 0)  # [B] full acceptance: bonus read from index lens - 1
+    w = torch.where(wrong[:, None], tp[_rows(tp), (lens - 1).clamp(min=0)], w)
+    return assemble_round(dt, n, categorical(w, uf), mask)
+
+
+def _sample_reuse_accept_uniform(
+    tp: Tensor,
+    dp: Tensor | None,
+    dt: Tensor,
+    ua: Tensor,
+    uf: Tensor,
+    *,
+    draft_lens: Tensor | None = None,
+) -> RoundResult:
+    lens = check_round_inputs(tp, dp, dt, ua, uf, draft_lens)
+    p_x, q_x, in_draft = drafted_probs(tp, dp, dt, lens)
+    mask = in_draft & (p_x > 0) & (ua <= p_x / q_x)
+    n = accepted_prefix_len(mask)  # [B]
+    K = int(dt.shape[1])
+    if K > 0:  # the recovered draw reuses the uniform that rejected position n
+        u_rej = ua[_rows(ua), n.clamp(max=K - 1)]  # [B]
+        uf = torch.where(n < lens, u_rej, uf)
+    return assemble_round(dt, n, categorical(final_weights(tp, dp, dt, n, lens), uf), mask)
+
+
+def _sample_commit_on_telemetry(
+    tp: Tensor,
+    dp: Tensor | None,
+    dt: Tensor,
+    ua: Tensor,
+    uf: Tensor,
+    *,
+    draft_lens: Tensor | None = None,
+) -> RoundResult:
+    exact = rejection_sample(tp, dp, dt, ua, uf, draft_lens=draft_lens)
+    final = exact.emitted[_rows(dt), exact.num_accepted]  # [B] the exact round's last token
+    m = exact.telemetry.num_accepted_any  # [B] >= num_accepted: commits rejected drafts too
+    return assemble_round(dt, m, final, exact.telemetry.accepted_mask)
+
+
+def _sample_greedy_verify(
+    tp: Tensor,
+    dp: Tensor | None,
+    dt: Tensor,
+    ua: Tensor,
+    uf: Tensor,
+    *,
+    draft_lens: Tensor | None = None,
+) -> RoundResult:
+    lens = check_round_inputs(tp, dp, dt, ua, uf, draft_lens)
+    K = int(dt.shape[1])
+    in_draft = torch.arange(K, device=dt.device)[None, :] < lens[:, None]  # [B, K]
+    amax = argmax_tokens(tp)  # [B, K+1]
+    mask = in_draft & (dt == amax[:, :K])  # accept iff the draft equals the target's argmax
+    n = accepted_prefix_len(mask)
+    return assemble_round(dt, n, amax[_rows(dt), n], mask)
+
+
+def _sample_always_accept(
+    tp: Tensor,
+    dp: Tensor | None,
+    dt: Tensor,
+    ua: Tensor,
+    uf: Tensor,
+    *,
+    draft_lens: Tensor | None = None,
+) -> RoundResult:
+    lens = check_round_inputs(tp, dp, dt, ua, uf, draft_lens)
+    K = int(dt.shape[1])
+    mask = torch.arange(K, device=dt.device)[None, :] < lens[:, None]  # [B, K] all drafted
+    return assemble_round(dt, lens, categorical(tp[_rows(tp), lens], uf), mask)
+
+
+def _sample_bf16_ratio(
+    tp: Tensor,
+    dp: Tensor | None,
+    dt: Tensor,
+    ua: Tensor,
+    uf: Tensor,
+    *,
+    draft_lens: Tensor | None = None,
+) -> RoundResult:
+    lens = check_round_inputs(tp, dp, dt, ua, uf, draft_lens)
+    p_x, q_x, in_draft = drafted_probs(tp, dp, dt, lens)
+    ratio = p_x.to(torch.bfloat16).double() / q_x.to(torch.bfloat16).double()  # [B, K]
+    mask = in_draft & (p_x > 0) & (ua <= ratio)
+    n = accepted_prefix_len(mask)
+    return assemble_round(dt, n, categorical(final_weights(tp, dp, dt, n, lens), uf), mask)
+
+
+# ----------------------------------------------------------------------------- mutant draft laws
+
+
+def _draft_raw_q(
+    draft_logits: Tensor, params: SamplingTensors, onehot: bool, q_mode: str
+) -> tuple[Tensor, Tensor | None]:
+    raw = draft_q(draft_logits, params, "raw")
+    sample = _onehot_argmax(draft_logits) if onehot else draft_q(draft_logits, params, q_mode)
+    return sample, raw
+
+
+def _draft_onehot_softmax_q(
+    draft_logits: Tensor, params: SamplingTensors, onehot: bool, q_mode: str
+) -> tuple[Tensor, Tensor | None]:
+    return _onehot_argmax(draft_logits), draft_q(draft_logits, params, q_mode)
+
+
+def _draft_raw_consistent(
+    draft_logits: Tensor, params: SamplingTensors, onehot: bool, q_mode: str
+) -> tuple[Tensor, Tensor | None]:
+    if onehot:
+        return _onehot_argmax(draft_logits), None
+    raw = draft_q(draft_logits, params, "raw")
+    return raw, raw
+
+
+def _verify_unprocessed(target_logits: Tensor, params: SamplingTensors) -> Tensor:
+    return logits_to_probs(target_logits, _unit(params, keep_temperature=False))
+
+
+def _verify_swapped(target_logits: Tensor, params: SamplingTensors) -> Tensor:
+    return logits_to_probs(target_logits, params, order="top_p_then_top_k")
+
+
+# ----------------------------------------------------------------------------- the catalogue
+
+
+def _hot(p: SamplingParams) -> bool:
+    return p.temperature > 0
+
+
+def _make(
+    name: str,
+    mirrors: str,
+    description: str,
+    *,
+    exact: bool = False,
+    verify: VerifyFn = _verify_pipeline,
+    draft: DraftFn = _draft_truthful,
+    sample: SampleFn = rejection_sample,
+    differs: DiffersFn = lambda p, onehot, K, q_mode: False,
+) -> SpecVariant:
+    return SpecVariant(name, mirrors, description, exact, verify, draft, sample, differs)
+
+
+def _q_differs_from_raw(p: SamplingParams, onehot: bool, q_mode: str) -> bool:
+    if onehot:
+        return True
+    return (q_mode == "processed" and _nontrivial(p)) or (
+        q_mode == "temperature" and p.temperature != 1.0
+    )
+
+
+_CATALOGUE: dict[str, Callable[[], SpecVariant]] = {
+    "exact": lambda: _make(
+        "exact", "", "Algorithm 1 of arXiv 2211.17192 (rejection.rejection_sample).", exact=True
+    ),
+    "residual_from_p": lambda: _make(
+        "residual_from_p",
+        "no exact BUGS.md row: the textbook resample-from-p error; closest vllm-ascend #2881 "
+        "(p modified before the residual)",
+        "At the first rejection the recovered token is drawn from p, not norm(max(0, p - q)). "
+        "Observable at T > 0 with K >= 1 (one-hot too: p vs p without x).",
+        sample=_sample_residual_from_p,
+        differs=lambda p, onehot, K, q: _hot(p) and K >= 1,
+    ),
+    "bonus_wrong_row": lambda: _make(
+        "bonus_wrong_row",
+        "FlashInfer #425; TensorRT-LLM #15098; openvino.genai #4190",
+        "On full acceptance the bonus is drawn from position K (index K-1) instead of K+1. "
+        "Observable when K >= 1 and per-position targets differ (even at T = 0).",
+        sample=_sample_bonus_wrong_row,
+        differs=lambda p, onehot, K, q: K >= 1,
+    ),
+    "target_unprocessed": lambda: _make(
+        "target_unprocessed",
+        "vLLM #9834 -> #10198",
+        "The verifier's p is softmax(logits) at T = 1 without top-k/top-p/min-p while plain "
+        "decode applies them. Observable unless params are T = 1 with no filter (any K, even 0).",
+        verify=_verify_unprocessed,
+        differs=lambda p, onehot, K, q: _nontrivial(p),
+    ),
+    "raw_q": lambda: _make(
+        "raw_q",
+        "transformers #47932 (PR #47961 closed)",
+        "Draft token drawn from the processed draft law, q reported = softmax(raw logits). "
+        "Sampled drafter: observable iff the q_mode law differs from raw (processing active). "
+        "One-hot drafter: reports softmax(raw) for the argmax token (like onehot_softmax_q).",
+        draft=_draft_raw_q,
+        differs=lambda p, onehot, K, q: _hot(p) and K >= 1 and _q_differs_from_raw(p, onehot, q),
+    ),
+    "onehot_softmax_q": lambda: _make(
+        "onehot_softmax_q",
+        "transformers #32867 -> fix #33534; jaymody/speculative-sampling #3",
+        "The draft token is the argmax, but q reported = the drafter's softmax law (q_mode). "
+        "Observable at T > 0 with K >= 1 (the onehot flag is ignored: the bug is greedy drafting).",
+        draft=_draft_onehot_softmax_q,
+        differs=lambda p, onehot, K, q: _hot(p) and K >= 1,
+    ),
+    "reuse_accept_uniform": lambda: _make(
+        "reuse_accept_uniform",
+        "FlashInfer #424; SGLang #7207",
+        "The recovered draw reuses the acceptance uniform of the rejected position (given a "
+        "rejection it is U(p/q, 1), not U(0, 1)). Observable at T > 0, K >= 1, residual with >= 2 "
+        "tokens.",
+        sample=_sample_reuse_accept_uniform,
+        differs=lambda p, onehot, K, q: _hot(p) and K >= 1,
+    ),
+    "commit_on_telemetry": lambda: _make(
+        "commit_on_telemetry",
+        "seed 001 (openinfer #534 review): emitted vs accepted counter confusion",
+        "Commits num_accepted_any drafted tokens (hypothetical acceptances past the first "
+        "rejection included), then the exact round's final token. Observable at T > 0, K >= 2.",
+        sample=_sample_commit_on_telemetry,
+        differs=lambda p, onehot, K, q: _hot(p) and K >= 2,
+    ),
+    "greedy_verify": lambda: _make(
+        "greedy_verify",
+        "SGLang #31214, #32922, #37134; ROCm/ATOM #2318",
+        "Accept iff the draft equals argmax p; emit argmax p at the stop (bonus included): "
+        "greedy output at T > 0. Observable at T > 0 (any K).",
+        sample=_sample_greedy_verify,
+        differs=lambda p, onehot, K, q: _hot(p),
+    ),
+    "always_accept": lambda: _make(
+        "always_accept",
+        "vllm-ascend #13730/#13470 (u = 0); transformers #28508",
+        "Every drafted token is accepted, then a bonus from p. Observable with K >= 1 unless the "
+        "drafter equals the target.",
+        sample=_sample_always_accept,
+        differs=lambda p, onehot, K, q: K >= 1,
+    ),
+    "swapped_filter_order": lambda: _make(
+        "swapped_filter_order",
+        "SGLang #36173; fastllm #737/#738",
+        "The verifier applies top-p before top-k (plain decode: top-k then top-p). Observable "
+        "only at T > 0 with both top_k > 0 and top_p < 1, and only for some logits (any K).",
+        verify=_verify_swapped,
+        differs=lambda p, onehot, K, q: _hot(p) and p.top_k > 0 and p.top_p < 1.0,
+    ),
+    "bf16_ratio": lambda: _make(
+        "bf16_ratio",
+        "DeepSpec #31; SGLang #42568",
+        "p(x) and q(x) rounded to bfloat16 (8-bit mantissa) before the ratio: a small bias "
+        "(~2^-9 relative), needs large N. Observable at T > 0 with K >= 1.",
+        sample=_sample_bf16_ratio,
+        differs=lambda p, onehot, K, q: _hot(p) and K >= 1,
+    ),
+    "draft_raw_consistent": lambda: _make(
+        "draft_raw_consistent",
+        "BUGS.md 'designs that look suspicious but are exact'",
+        "The drafter samples from softmax(raw logits) and reports exactly that q: lower "
+        "acceptance, same law (must PASS). Coincides with exact for a one-hot drafter.",
+        exact=True,
+        draft=_draft_raw_consistent,
+    ),
+}
+
+
+def _eps_variant(eps: float) -> SpecVariant:
+    """``eps_biased:<ε>``: accept with min(1, (1 + ε) p/q), residual unchanged. BUGS.md: the
+    lossy-acceptance class (SGLang accept thresholds, vLLM typical acceptance) and the harness's
+    ε tooth (STATS.md: TV ≈ ε · P_p(q > p) for one draft token). ε = 0 is exact."""
+    return _make(
+        f"eps_biased:{eps:g}",
+        "BUGS.md: lossy modes (SGLang accept thresholds, vLLM typical acceptance); the ε tooth",
+        f"Accept with min(1, (1 + {eps:g}) p/q); residual unchanged. Observable at T > 0, K >= 1.",
+        exact=eps == 0.0,
+        sample=rejection_sample if eps == 0.0 else _sample_eps(eps),
+        differs=lambda p, onehot, K, q: eps != 0.0 and _hot(p) and K >= 1,
+    )
+
+
+DEFAULT_EPS = 0.1
+VARIANT_NAMES: tuple[str, ...] = ("exact", "eps_biased", *[n for n in _CATALOGUE if n != "exact"])
+
+
+def get_variant(spec: str) -> SpecVariant:
+    """``"exact"``, ``"eps_biased:0.1"`` (bare ``"eps_biased"`` = ε 0.1), ``"always_accept"`` ...
+
+    Raises ``ConfigError`` naming the bad spec and listing the valid names.
+    """
+    if not isinstance(spec, str):
+        raise ConfigError(f"variant must be a string, got {spec!r}")
+    name, sep, arg = spec.strip().partition(":")
+    if name == "eps_biased":
+        try:
+            eps = float(arg) if sep else DEFAULT_EPS
+        except ValueError:
+            raise ConfigError(
+                f"variant {spec!r}: ε must be a number, e.g. 'eps_biased:0.1'"
+            ) from None
+        if not math.isfinite(eps) or eps <= -1.0:
+            raise ConfigError(f"variant {spec!r}: ε must be finite and > -1, got {eps!r}")
+        return _eps_variant(eps)
+    if name not in _CATALOGUE:
+        raise ConfigError(f"unknown variant {spec!r}; valid: {', '.join(VARIANT_NAMES)}")
+    if sep:
+        raise ConfigError(f"variant {spec!r}: {name!r} takes no argument")
+    return _CATALOGUE[name]()
+
+
+def eps_of(spec: str | None) -> float | None:
+    """The ε of an ``eps_biased[:<ε>]`` spec (bare = ``DEFAULT_EPS``), else ``None``."""
+    if spec is None:
+        return None
+    name, sep, arg = spec.strip().partition(":")
+    if name != "eps_biased":
+        return None
+    try:
+        return float(arg) if sep else DEFAULT_EPS
+    except ValueError:
+        return None
+
+
+def stack_q(qs: list[torch.Tensor | None]) -> torch.Tensor | None:
+    """Stack per-position ``q_reported`` ``[B, V]`` into ``draft_probs`` ``[B, K, V]`` (None if
+    all are None: a one-hot drafter). Mixed None/tensor is an ``InputError``."""
+    if all(q is None for q in qs):
+        return None
+    if any(q is None for q in qs):
+        raise InputError("stack_q: q_reported is None at some positions and a tensor at others")
+    return torch.stack([q for q in qs if q is not None], dim=1)

@@ -1,0 +1,121 @@
+"""Per-request sampling parameters: the frozen scalar form and the batched tensor form.
+
+Owns: ``SamplingParams`` (one named config of a protocol) and ``SamplingTensors`` (the same
+fields stacked per row, on a device). Validation of values lives here, so every entry point
+(protocol, engine, sampler) rejects the same bad values with the same message.
+Knows nothing about models, logits or the order filters are applied in (see ``transforms``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from spectest.errors import ConfigError, InputError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """One sampling configuration.
+
+    ``temperature == 0`` means greedy (argmax). ``top_k == 0`` disables top-k, ``top_p == 1``
+    disables top-p, ``min_p == 0`` disables min-p.
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+
+    def __post_init__(self) -> None:
+        validate_params(self.temperature, self.top_k, self.top_p, self.min_p)
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def validate_params(
+    temperature: float, top_k: int, top_p: float, min_p: float, where: str = ""
+) -> None:
+    """Raise ``ConfigError`` naming the first bad value. ``where`` prefixes the message."""
+    prefix = f"{where}: " if where else ""
+    if (
+        not isinstance(temperature, (int, float))
+        or not math.isfinite(temperature)
+        or temperature < 0
+    ):
+        raise ConfigError(f"{prefix}temperature must be a finite number >= 0, got {temperature!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ConfigError(f"{prefix}top_k must be an integer >= 0 (0 = off), got {top_k!r}")
+    if not isinstance(top_p, (int, float)) or not (0.0 < top_p <= 1.0):
+        raise ConfigError(f"{prefix}top_p must be in (0, 1], got {top_p!r}")
+    if not isinstance(min_p, (int, float)) or not (0.0 <= min_p < 1.0):
+        raise ConfigError(f"{prefix}min_p must be in [0, 1), got {min_p!r}")
+
+
+@dataclass(frozen=True)
+class SamplingTensors:
+    """Per-row sampling parameters, each of shape ``[B]``, on one device."""
+
+    temperature: torch.Tensor  # [B] float64
+    top_k: torch.Tensor  # [B] int64 (0 = off)
+    top_p: torch.Tensor  # [B] float64 (1 = off)
+    min_p: torch.Tensor  # [B] float64 (0 = off)
+
+    @staticmethod
+    def from_params(
+        params: Sequence[SamplingParams], device: torch.device | str = "cpu"
+    ) -> SamplingTensors:
+        return SamplingTensors(
+            temperature=torch.tensor(
+                [p.temperature for p in params], dtype=torch.float64, device=device
+            ),
+            top_k=torch.tensor([p.top_k for p in params], dtype=torch.int64, device=device),
+            top_p=torch.tensor([p.top_p for p in params], dtype=torch.float64, device=device),
+            min_p=torch.tensor([p.min_p for p in params], dtype=torch.float64, device=device),
+        )
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.temperature.shape[0])
+
+    def index(self, rows: torch.Tensor) -> SamplingTensors:
+        """The parameters of a subset (or a repetition) of rows."""
+        return SamplingTensors(
+            self.temperature[rows], self.top_k[rows], self.top_p[rows], self.min_p[rows]
+        )
+
+    def validate(self, batch_size: int | None = None, where: str = "sampling params") -> None:
+        """Check shapes, dtypes and values (the rules of ``validate_params``, row by row).
+
+        Raises ``InputError`` for a wrong shape/dtype and ``ConfigError`` naming the first bad row
+        and value. One host sync (a vectorised ``any``) on an accelerator.
+        """
+        fields = {
+            "temperature": (self.temperature, torch.float64),
+            "top_k": (self.top_k, torch.int64),
+            "top_p": (self.top_p, torch.float64),
+            "min_p": (self.min_p, torch.float64),
+        }
+        n = int(self.temperature.shape[0]) if self.temperature.dim() == 1 else -1
+        for name, (t, dtype) in fields.items():
+            if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.dtype != dtype:
+                got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t)
+                raise InputError(f"{where}: {name} must be a 1-D {dtype} tensor, got {got!r}")
+            if int(t.shape[0]) != n or (batch_size is not None and n != batch_size):
+                expected = batch_size if batch_size is not None else n
+                raise InputError(
+                    f"{where}: {name} has {int(t.shape[0])} rows, expected {expected!r}"
+                )
+        t, k, p, m = self.temperature, self.top_k, self.top_p, self.min_p
+        bad = ~torch.isfinite(t) | (t < 0) | (k < 0) | ~((p > 0) & (p <= 1)) | ~((m >= 0) & (m < 1))
+        if bool(bad.any()):
+            row = int(torch.nonzero(bad)[0, 0])
+            validate_params(
+                float(t[row]), int(k[row]), float(p[row]), float(m[row]), where=f"{where} row {row}"
+            )
+            raise ConfigError(f"{where} row {row}: invalid sampling parameters")  # unreachable

@@ -1,0 +1,233 @@
+"""Logits → float64 probabilities under one sampling configuration per row.
+
+Owns: the sampling pipeline temperature → top-k → top-p → min-p, its tie rules, the greedy
+(temperature 0) case and the non-finite-logit check. Knows nothing about where uniforms come from,
+about drafts or acceptance (see ``rejection``), nor about models.
+
+The pipeline (``order="top_k_then_top_p"``, the order of HF transformers' ``_get_logits_processor``:
+``TemperatureLogitsWarper`` → ``TopKLogitsWarper`` → ``TopPLogitsWarper`` → ``MinPLogitsWarper``,
+and of SGLang's sampler: ``top_k_renorm_prob`` → ``top_p_renorm_prob`` → ``min_p_sampling``):
+
+1. temperature ``T``: ``w = exp((x - max x) / T)``. ``T == 0`` → one-hot at the argmax, lowest id
+   on ties (no filter can remove the argmax, so the filters are irrelevant there).
+2. top-k (``k > 0`` and ``k < V``): keep every token whose probability is ``>=`` the k-th largest
+   probability. Ties at the boundary are all kept (so more than ``k`` tokens may survive) — the rule
+   of HF (``scores < topk(...)[-1]`` removed) and vLLM (``logits < kth_value`` masked); it is
+   invariant to token order, unlike "exactly k by stable sort".
+3. top-p (``top_p < 1``): on the renormalised distribution, sort tokens by probability descending,
+   ties by id ascending (a stable sort), and keep the smallest prefix whose mass is ``>= top_p``: a
+   token is kept iff the mass strictly before it is ``< top_p`` (the token that crosses the
+   threshold is kept). Equal to HF's ``cumsum_ascending <= 1 - top_p`` removed, up to rounding.
+4. min-p (``min_p > 0``): keep tokens with ``p >= min_p * max p`` of the renormalised post-top-p
+   distribution (HF ``MinPLogitsWarper`` and SGLang apply it last). The rule is scale invariant, so
+   it commutes with top-k; it does not commute with top-p. vLLM v1 applies min-p as a logits
+   processor *before* top-k/top-p — a different law when top-p and min-p are both active; spectest
+   follows HF/SGLang and uses this one function for plain and speculative paths alike.
+
+``order="top_p_then_top_k"`` swaps steps 2 and 3; it exists only for the ``swapped_filter_order``
+mutant (SGLang #36173).
+
+Filtered tokens are exact zeros and rows sum to 1 (up to float64 rounding).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from spectest.errors import InputError, NumericsError
+from spectest.sampling.params import SamplingTensors
+
+ORDERS = ("top_k_then_top_p", "top_p_then_top_k")
+
+
+def logits_to_probs(
+    logits: torch.Tensor,
+    params: SamplingTensors,
+    *,
+    order: str = "top_k_then_top_p",
+    check: bool = True,
+) -> torch.Tensor:
+    """Turn logits into the float64 law that plain sampling draws from.
+
+    Parameters
+    ----------
+    logits : Tensor ``[B, V]`` or ``[B, S, V]``, any float dtype.
+    params : per-row parameters ``[B]``, broadcast over ``S``.
+    order : ``"top_k_then_top_p"`` (the pipeline) or ``"top_p_then_top_k"`` (mutant only).
+    check : validate params and raise ``NumericsError`` on NaN/±inf logits (one host sync).
+
+    Returns
+    -------
+    Tensor of the same shape as ``logits``, float64: filtered tokens are exact zeros, rows sum to 1.
+
+    Notes
+    -----
+    NOTE float64: the acceptance ratio p(x)/q(x) and the residual max(0, p - q) subtract nearly
+    equal numbers and live in small tails; float32 would give the residual an absolute error of
+    ~1e-7 per token, visible to an exact-law test and to large-N statistics, and float32 CDFs
+    truncate tails below 2^-24 (vLLM #43150). Logits are converted to float64 *before*
+    temperature, so the law is a deterministic function of the model's logits, identical for the
+    plain and speculative paths. Verified against the per-row Python reference
+    ``logits_to_probs_reference`` and against HF's warpers (tests/test_transforms.py).
+    """
+    if order not in ORDERS:
+        raise InputError(f"logits_to_probs: order must be one of {ORDERS}, got {order!r}")
+    if logits.dim() not in (2, 3):
+        raise InputError(f"logits must be [B, V] or [B, S, V], got shape {tuple(logits.shape)!r}")
+    B, V = int(logits.shape[0]), int(logits.shape[-1])
+    S = int(logits.shape[1]) if logits.dim() == 3 else 1
+    if check:
+        params.validate(batch_size=B, where="logits_to_probs params")
+    if check:
+        _check_finite(logits.reshape(B * S, V), S, logits.dim() == 3)
+    x = logits.to(torch.float64).reshape(B * S, V)  # [N, V], N = B*S, row n = (b, s) = divmod(n, S)
+    dev = x.device
+
+    def per_row(t: torch.Tensor) -> torch.Tensor:  # [B] -> [N]
+        return t.to(dev).repeat_interleave(S) if S > 1 else t.to(dev)
+
+    temperature = per_row(params.temperature)  # [N] float64
+    top_k = per_row(params.top_k)  # [N] int64
+    top_p = per_row(params.top_p)  # [N] float64
+    min_p = per_row(params.min_p)  # [N] float64
+
+    greedy = temperature == 0  # [N] bool
+    t = torch.where(greedy, torch.ones_like(temperature), temperature)  # [N]
+    # NOTE subtracting the max before dividing keeps every exponent <= 0 with the max exactly 0, so
+    # w has no overflow, no NaN (even for tiny T) and sum(w) >= 1.
+    w = torch.exp((x - x.amax(-1, keepdim=True)) / t[:, None])  # [N, V] in [0, 1]
+    # NOTE each filter runs only if some row has it active (one host sync each): sorts over V and
+    # full passes dominate this function's cost (results/LOG.md); an inactive filter keeps all.
+    keep: torch.Tensor | None = None  # [N, V] bool, None = all kept
+    k_on = bool(((top_k > 0) & (top_k < V)).any())
+    p_on = bool((top_p < 1).any())
+    for step in ("k", "p") if order == "top_k_then_top_p" else ("p", "k"):
+        if step == "k" and k_on:
+            keep = _and(keep, _top_k_keep(_normalise(w, keep), top_k))
+        elif step == "p" and p_on:
+            keep = _and(keep, _top_p_keep(_normalise(w, keep), top_p))
+    if bool((min_p > 0).any()):
+        keep = _and(keep, _min_p_keep(_normalise(w, keep), min_p))
+    probs = _normalise(w, keep)  # [N, V]
+    if bool(greedy.any()):
+        onehot = torch.zeros_like(probs).scatter_(-1, _argmax_lowest(x)[:, None], 1.0)  # [N, V]
+        probs = torch.where(greedy[:, None], onehot, probs)
+    return probs.reshape(logits.shape)
+
+
+def _and(keep: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
+    return new if keep is None else keep & new
+
+
+def _normalise(w: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """``w`` restricted to ``keep`` and renormalised; the argmax is always kept, so sum > 0."""
+    wk = w if keep is None else w.masked_fill(~keep, 0.0)  # [N, V]
+    return wk / wk.sum(-1, keepdim=True)
+
+
+def _top_k_keep(probs: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    """[N, V] bool: tokens with prob >= the k-th largest (ties at the boundary all kept)."""
+    V = probs.shape[-1]
+    active = (top_k > 0) & (top_k < V)  # [N]
+    k_max = int(torch.where(active, top_k, 1).max())
+    # NOTE topk(k_max) instead of a full sort: its sorted *values* are unique whatever the order
+    # of ties, so the k-th largest value is exact.
+    top_vals = torch.topk(probs, k_max, dim=-1, sorted=True).values  # [N, k_max] descending
+    kth = top_vals.gather(-1, (top_k.clamp(1, k_max) - 1)[:, None])  # [N, 1]
+    return (probs >= kth) | ~active[:, None]
+
+
+def _top_p_keep(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """[N, V] bool: the smallest prob-descending (ties by id) prefix with mass >= top_p."""
+    V = probs.shape[-1]
+    active = top_p < 1  # [N]
+    # NOTE top_p == 1 skips the filter: otherwise a rounded cumsum could reach 1 before the tail.
+    support = (probs > 0).sum(-1)  # [N]
+    width = int(torch.where(active, support, 1).max())
+    if width < V:
+        # NOTE only positive tokens can matter: sort the `width` largest (all positive tokens of
+        # every active row, e.g. after top-k) instead of all V. Ids ascending, then a stable sort
+        # by value: the same order (desc, ties by id), so the same running sum bit for bit.
+        cand = torch.topk(probs, width, dim=-1, sorted=False).indices.sort(dim=-1).values  # [N, w]
+        vals, order = torch.sort(probs.gather(-1, cand), dim=-1, descending=True, stable=True)
+        idx = cand.gather(-1, order)  # [N, w] token ids, prob-descending, ties by id
+    else:
+        vals, idx = torch.sort(probs, dim=-1, descending=True, stable=True)  # [N, V] ties by id
+    # NOTE the mass strictly before each token is the shifted running sum (not cumsum - p, which
+    # adds a rounding), so it equals the sequential sum of the Python reference bit for bit.
+    csum = torch.cumsum(vals, dim=-1)  # [N, w]
+    before = torch.cat([torch.zeros_like(csum[:, :1]), csum[:, :-1]], dim=-1)  # [N, w]
+    keep_sorted = before < top_p[:, None]  # [N, w]
+    keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, idx, keep_sorted)  # [N, V] by id
+    return keep | ~active[:, None]
+
+
+def _min_p_keep(probs: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """[N, V] bool: tokens with p >= min_p * max p (min_p == 0 keeps all)."""
+    return probs >= min_p[:, None] * probs.amax(-1, keepdim=True)
+
+
+def _argmax_lowest(x: torch.Tensor) -> torch.Tensor:
+    """[N] int64 argmax of each row of ``x`` [N, V], the lowest id on ties (device independent)."""
+    V = x.shape[-1]
+    ar = torch.arange(V, device=x.device).expand_as(x)  # [N, V]
+    return torch.where(x == x.amax(-1, keepdim=True), ar, V).amin(-1)
+
+
+def _check_finite(x: torch.Tensor, S: int, has_positions: bool) -> None:
+    bad = ~torch.isfinite(x)  # [N, V]
+    if bool(bad.any()):
+        n, v = (int(i) for i in torch.nonzero(bad)[0])
+        row, pos = divmod(n, S)
+        where = f"row {row}, position {pos}" if has_positions else f"row {row}"
+        raise NumericsError(
+            f"logits {where} has a non-finite value at token {v}: {float(x[n, v])!r}"
+        )
+
+
+def logits_to_probs_reference(
+    logits: Sequence[float],
+    temperature: float,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_p: float = 0.0,
+    order: str = "top_k_then_top_p",
+) -> list[float]:
+    """Slow, obviously-correct reference for ONE row (pure Python), tested equal to the fast one."""
+    V = len(logits)
+    if temperature == 0:
+        best = min(range(V), key=lambda i: (-logits[i], i))
+        return [1.0 if i == best else 0.0 for i in range(V)]
+    mx = max(logits)
+    w = [math.exp((v - mx) / temperature) for v in logits]
+    keep = [True] * V
+
+    def current() -> list[float]:
+        s = sum(w[i] for i in range(V) if keep[i])
+        return [w[i] / s if keep[i] else 0.0 for i in range(V)]
+
+    def do_top_k() -> None:
+        if 0 < top_k < V:
+            pr = current()
+            kth = sorted(pr, reverse=True)[top_k - 1]
+            for i in range(V):
+                keep[i] = keep[i] and pr[i] >= kth
+
+    def do_top_p() -> None:
+        if top_p < 1:
+            pr = current()
+            mass = 0.0
+            for i in sorted(range(V), key=lambda i: (-pr[i], i)):
+                keep[i] = keep[i] and mass < top_p
+                mass += pr[i]
+
+    for step in (do_top_k, do_top_p) if order == "top_k_then_top_p" else (do_top_p, do_top_k):
+        step()
+    pr = current()
+    top = max(pr)
+    for i in range(V):
+        keep[i] = keep[i] and pr[i] >= min_p * top
+    return current()

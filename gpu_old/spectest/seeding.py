@@ -1,0 +1,230 @@
+"""Row keys and a counter-based RNG: every uniform is a pure function of (key, stream, step, slot).
+
+Owns: the derivation of row keys (run key, prompt, config, seed → int in [0, 2^62)), the
+Philox4x32-10 counter-based generator written in int64 torch ops (bit-identical on CPU and CUDA,
+independent of batch composition and order), and the draw protocol below. Knows nothing about
+models, sampling laws or which arm a row belongs to (the plan chooses the seeds).
+
+Generator
+---------
+Philox4x32-10 (Salmon, Moraes, Dror, Shaw, "Parallel random numbers: as easy as 1, 2, 3", SC 2011;
+the generator of cuRAND and of torch's CUDA RNG), known-answer tested against Random123's
+``kat_vectors``. Counter ``(slot, step_lo, step_hi, stream)``, key ``(key_lo, key_hi)``; the 32x32
+→ 64-bit products are split into 16-bit halves so no int64 operation overflows (signed overflow
+is where CPU and CUDA could disagree). A uniform takes the first two 32-bit outputs:
+``m = (x0 << 20) | (x1 >> 12)`` (52 bits), ``u = (2m + 1) / 2^53``.
+
+NOTE 52 bits, midpoint grid: ``u`` lies on the 2^52 midpoints of an even grid of (0, 1) — exactly
+representable, strictly inside (0, 1), symmetric (u ↔ 1 - u), mean exactly 1/2. 53 bits cannot be
+both exact and strictly inside (0, 1): on [1/2, 1) the float64 spacing is 2^-53, so a 2^53-point
+grid either contains 0, or 1, or needs rounding. Each decision ``u <= r`` is therefore exact up to
+2^-53 — far below anything a test can see. NOTE float64: a float32 uniform (2^-24 grid) biases
+tail tokens and acceptance of ratios near 1 (vLLM's NOTE on float64 uniforms, vLLM #43150).
+
+Draw protocol (never draw a uniform that is not used)
+-----------------------------------------------------
+- ``STREAM_PLAIN``: plain decode, one uniform per emitted token: ``step = position``, slot 0.
+- ``STREAM_SPEC``: a speculative round that starts at position ``s`` uses ``step = s``;
+  sampled drafter (``2K + 1`` slots): slots ``0..K-1`` draft draws, ``K..2K-1`` acceptance,
+  ``2K`` final (recovered or bonus); one-hot (greedy) drafter (``K + 1`` slots): ``0..K-1``
+  acceptance, ``K`` final. ``spec_slots(K, drafter_onehot)`` returns this layout. A round emits at
+  least one token, so the next round's ``s`` is larger and counters never repeat.
+- ``STREAM_PIT``: the randomisation ``V_t`` of the white-box PIT (``step = position``, slot 0).
+Because the generator is counter-based, computing a value that a row then ignores (e.g. the slots
+past a ragged row's ``draft_len``) changes no other draw: the rule matters for stateful generators
+(vLLM #10863: RNG advanced for zero-draft requests), which spectest does not use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+
+from spectest.errors import InputError
+
+STREAM_PLAIN = 1
+STREAM_SPEC = 2
+STREAM_PIT = 3
+
+KEY_BITS = 62
+_M32 = 0xFFFFFFFF
+_PHILOX_M = (0xD2511F53, 0xCD9E8D57)  # round multipliers
+_PHILOX_W = (0x9E3779B9, 0xBB67AE85)  # key bumps (golden ratio, sqrt(3) - 1)
+_ROUNDS = 10
+
+
+# ----------------------------------------------------------------------------- row keys
+
+
+def _hash62(*fields: str | int) -> int:
+    """blake2b of length-prefixed fields (no two field lists share an encoding) → [0, 2^62)."""
+    h = hashlib.blake2b(digest_size=8, person=b"spectest-key")
+    for f in fields:
+        b = f.encode("utf-8") if isinstance(f, str) else str(int(f)).encode("ascii")
+        h.update(len(b).to_bytes(8, "little") + (b"s" if isinstance(f, str) else b"i") + b)
+    return int.from_bytes(h.digest(), "little") >> (64 - KEY_BITS)
+
+
+def run_key_from(text: str) -> int:
+    """A run key in [0, 2^62) from any text (e.g. the protocol hash)."""
+    if not isinstance(text, str):
+        raise InputError(f"run_key_from: text must be a str, got {text!r}")
+    return _hash62("run", text)
+
+
+def row_key(run_key: int, prompt_id: str, config_id: str, seed: int) -> int:
+    """The key of one (prompt, config, seed) row of a run: a stable blake2b hash in [0, 2^62)."""
+    for name, v, typ in (("run_key", run_key, int), ("seed", seed, int)):
+        if isinstance(v, bool) or not isinstance(v, typ) or v < 0:
+            raise InputError(f"row_key: {name} must be an integer >= 0, got {v!r}")
+    for name, s in (("prompt_id", prompt_id), ("config_id", config_id)):
+        if not isinstance(s, str):
+            raise InputError(f"row_key: {name} must be a str, got {s!r}")
+    return _hash62("row", run_key, prompt_id, config_id, seed)
+
+
+# ----------------------------------------------------------------------------- Philox (torch)
+
+
+def _mulhilo(a: int, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hi, lo) 32-bit words of ``a * b`` for a constant ``a`` and ``b < 2^32``, no overflow."""
+    a_hi, a_lo = a >> 16, a & 0xFFFF
+    b_hi, b_lo = b >> 16, b & 0xFFFF
+    mid = a_lo * b_hi + a_hi * b_lo  # < 2^33
+    lo_full = a_lo * b_lo + ((mid & 0xFFFF) << 16)  # < 2^33
+    lo = lo_full & _M32
+    hi = a_hi * b_hi + (mid >> 16) + (lo_full >> 32)  # < 2^32 (exact high word)
+    return hi, lo
+
+
+def philox4x32(
+    ctr: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    key: tuple[torch.Tensor, torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Philox4x32-10 on int64 tensors holding 32-bit lanes (values in [0, 2^32)), broadcasting."""
+    c0, c1, c2, c3 = ctr
+    k0, k1 = key
+    for r in range(_ROUNDS):
+        if r > 0:
+            k0 = (k0 + _PHILOX_W[0]) & _M32
+            k1 = (k1 + _PHILOX_W[1]) & _M32
+        hi0, lo0 = _mulhilo(_PHILOX_M[0], c0)
+        hi1, lo1 = _mulhilo(_PHILOX_M[1], c2)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+    return c0, c1, c2, c3
+
+
+def uniforms(
+    keys: torch.Tensor,
+    stream: int,
+    step: torch.Tensor | int,
+    num_slots: int,
+    *,
+    slot_offset: int = 0,
+) -> torch.Tensor:
+    """Uniforms ``[B, num_slots]`` float64 strictly inside (0, 1) for slots ``slot_offset + j``.
+
+    Parameters
+    ----------
+    keys : int64 ``[B]`` row keys (any int64; ``row_key`` gives [0, 2^62)).
+    stream : one of the ``STREAM_*`` constants (any int in [0, 2^32)).
+    step : int64 ``[B]`` or a Python int >= 0 (a position).
+    num_slots, slot_offset : the slots drawn, ``slot_offset .. slot_offset + num_slots - 1``.
+
+    Notes
+    -----
+    Row ``b`` depends only on ``(keys[b], stream, step[b], slot)``: batch composition and order
+    never matter. Verified bit-equal to the pure-Python ``uniforms_reference`` on a few hundred
+    inputs, Philox known answers from Random123, and a KS uniformity check (tests/test_seeding.py).
+    """
+    if keys.dim() != 1 or keys.dtype != torch.int64:
+        raise InputError(
+            f"uniforms: keys must be a 1-D int64 tensor, got {keys.dtype} {tuple(keys.shape)!r}"
+        )
+    for name, v in (("stream", stream), ("num_slots", num_slots), ("slot_offset", slot_offset)):
+        if isinstance(v, bool) or not isinstance(v, int) or not (0 <= v < 2**32):
+            raise InputError(f"uniforms: {name} must be an int in [0, 2^32), got {v!r}")
+    if slot_offset + num_slots > 2**32:
+        raise InputError(
+            f"uniforms: slots beyond 2^32 (slot_offset {slot_offset!r} + {num_slots!r})"
+        )
+    B = int(keys.shape[0])
+    dev = keys.device
+    if isinstance(step, int):
+        if isinstance(step, bool) or step < 0:
+            raise InputError(f"uniforms: step must be an int >= 0, got {step!r}")
+        step_t = torch.full((B,), step, dtype=torch.int64, device=dev)  # [B]
+    else:
+        if step.shape != keys.shape or step.dtype != torch.int64:
+            raise InputError(
+                f"uniforms: step must be int64 of shape {tuple(keys.shape)}, "
+                f"got {step.dtype} {tuple(step.shape)!r}"
+            )
+        step_t = step.to(dev)  # [B]
+    slot = torch.arange(slot_offset, slot_offset + num_slots, dtype=torch.int64, device=dev)  # [S]
+    shape = (B, num_slots)
+    c0 = slot[None, :].expand(shape)  # [B, S]
+    c1 = (step_t & _M32)[:, None].expand(shape)  # [B, S]
+    c2 = ((step_t >> 32) & _M32)[:, None].expand(shape)  # [B, S]
+    c3 = torch.full(shape, stream, dtype=torch.int64, device=dev)  # [B, S]
+    k0 = (keys & _M32)[:, None]  # [B, 1]
+    k1 = ((keys >> 32) & _M32)[:, None]  # [B, 1]
+    x0, x1, _, _ = philox4x32((c0, c1, c2, c3), (k0, k1))  # [B, S] each, 32-bit lanes
+    m = (x0 << 20) | (x1 >> 12)  # [B, S] 52 bits, < 2^52
+    return (2 * m + 1).to(torch.float64) * 2.0**-53  # [B, S] in (0, 1), exact
+
+
+# ----------------------------------------------------------------------------- reference
+
+
+def philox4x32_reference(
+    ctr: tuple[int, int, int, int], key: tuple[int, int]
+) -> tuple[int, int, int, int]:
+    """Pure-Python Philox4x32-10 (Random123 ``philox4x32_R(10, ...)``), the slow reference."""
+    c0, c1, c2, c3 = ctr
+    k0, k1 = key
+    for r in range(_ROUNDS):
+        if r > 0:
+            k0, k1 = (k0 + _PHILOX_W[0]) & _M32, (k1 + _PHILOX_W[1]) & _M32
+        p0, p1 = _PHILOX_M[0] * c0, _PHILOX_M[1] * c2
+        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & _M32, (p0 >> 32) ^ c3 ^ k1, p0 & _M32
+    return c0, c1, c2, c3
+
+
+def uniforms_reference(
+    key: int, stream: int, step: int, num_slots: int, slot_offset: int = 0
+) -> list[float]:
+    """Pure-Python uniforms of one row (same counter layout as ``uniforms``)."""
+    out = []
+    for slot in range(slot_offset, slot_offset + num_slots):
+        ctr = (slot, step & _M32, (step >> 32) & _M32, stream)
+        x0, x1, _, _ = philox4x32_reference(ctr, (key & _M32, (key >> 32) & _M32))
+        m = (x0 << 20) | (x1 >> 12)
+        out.append((2 * m + 1) * 2.0**-53)
+    return out
+
+
+# ----------------------------------------------------------------------------- slot layout
+
+
+@dataclass(frozen=True)
+class SlotLayout:
+    """Which ``STREAM_SPEC`` slots a round of ``K`` draft tokens uses (see the module docstring)."""
+
+    K: int
+    drafter_onehot: bool
+    num_slots: int  # 2K + 1 (sampled drafter) or K + 1 (one-hot drafter)
+    draft: slice | None  # draft draws; None for a one-hot drafter (argmax needs no uniform)
+    accept: slice  # K acceptance uniforms
+    final: int  # the recovered-or-bonus uniform
+
+
+def spec_slots(K: int, drafter_onehot: bool) -> SlotLayout:
+    """The slot layout of one speculative round with ``K`` draft tokens."""
+    if isinstance(K, bool) or not isinstance(K, int) or K < 0:
+        raise InputError(f"spec_slots: K must be an integer >= 0, got {K!r}")
+    if drafter_onehot:
+        return SlotLayout(K, True, K + 1, None, slice(0, K), K)
+    return SlotLayout(K, False, 2 * K + 1, slice(0, K), slice(K, 2 * K), 2 * K)

@@ -1,0 +1,229 @@
+"""mistral.rs (``mistralrs`` on the package index): its pinned environment, spectest's fixtures
+exported for its text-in / text-out API, and the launcher the shipped protocols run as their
+``command`` engine.
+
+Owns: the pins per release (``SPECS``; ``VERSION`` is the one the protocols use), the export
+(``export``: the fixture's weights with a word-level tokenizer, cached per fixture content key
+under ``<cache>/mistralrs/models/``), ``setup`` (``spectest setup mistralrs [--version V]``) and
+``launch`` (``python -m spectest.setup.mistralrs run ...``: the environment or one line, exit 4,
+``run "spectest setup mistralrs" first``; the export; then the engine program
+``spectest/engines/programs/mistralrs_engine.py`` under the venv's python). Knows nothing about the
+line protocol or sampling.
+
+Which release does what (on this machine's CPU; results/LOG.md)
+----------------------------------------------------------------
+- 0.9.5 (latest): target/draft speculative decoding is gone (``Runner`` has no ``which_draft``
+  / ``speculative_gamma``; only an MTP head), so there is nothing to test here.
+- 0.6.0: needs ``rope_theta`` in config.json (the export writes it); on CPUs without GFNI it
+  dies with SIGILL (reported on an AMD EPYC without GFNI; a CPU with GFNI runs it).
+- 0.5.0: runs; under ``which_draft`` + ``speculative_gamma`` it ignores sampling (greedy).
+
+The export
+----------
+Token id ``i`` is the word ``t<i>`` (a ``WordLevel`` model behind a ``Metaspace``
+pre-tokenizer, the decoder llguidance's token trie accepts); the end-of-sequence token is an
+extra id (``vocab_size``) the model cannot emit, so no sequence stops early (the API has no
+``ignore_eos``); ``rope_theta`` is copied out of transformers 5's ``rope_parameters``. Weights
+are copied (not linked), with the sha256 of every source file in ``export.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from spectest.errors import ConfigError
+from spectest.setup.venv import (
+    EnvSpec,
+    Log,
+    cache_lock,
+    cache_root,
+    ensure,
+    exec_program,
+    module_main,
+    program_path,
+    require,
+    stderr_log,
+)
+
+VERSION = "0.5.0"  # the release the shipped protocols run: the last with target/draft speculation
+KNOWN = ("0.5.0", "0.6.0")
+PROGRAM = "mistralrs_engine.py"
+EXPORT_FILE = "export.json"
+CHECK = (
+    "import json, importlib.metadata as m, mistralrs; "
+    "print(json.dumps({'mistralrs': m.version('mistralrs')}))"
+)
+SPECS = {
+    v: EnvSpec(
+        engine="mistralrs",
+        version=v,
+        requirements=(f"mistralrs=={v}",),
+        check=CHECK,
+        setup_args="" if v == VERSION else f"--version {v}",
+    )
+    for v in KNOWN
+}
+
+
+def spec_for(version: str) -> EnvSpec:
+    if version not in SPECS:
+        raise ConfigError(
+            f"mistralrs: version {version!r} is not set up by spectest (known: "
+            f"{', '.join(KNOWN)}; 0.9.x has no target/draft speculative decoding)"
+        )
+    return SPECS[version]
+
+
+def export(model: str, log: Log = stderr_log) -> Path:
+    """The directory mistral.rs loads for ``fixture:NAME/ROLE`` (made once, cached), or
+    ``model`` itself when it is a directory holding a ``tokenizer.json``."""
+    p = Path(model)
+    if (p / "tokenizer.json").is_file() and (p / "config.json").is_file():
+        return p
+    from spectest.models.fixtures import fixture_key, fixture_manifest, hf_dir, parse_fixture_spec
+
+    if not model.startswith("fixture:"):
+        raise ConfigError(
+            f"mistralrs: model {model!r}: expected fixture:NAME/target or fixture:NAME/draft"
+        )
+    name, role = parse_fixture_spec(model[len("fixture:") :])
+    out = cache_root() / "mistralrs" / "models" / f"{name}-{fixture_key(name)[:12]}" / role
+    if (out / EXPORT_FILE).is_file():
+        return out
+    src = hf_dir(name, role)
+    with cache_lock(out.parent.parent / "export.lock", f"mistralrs export {model}", log):
+        if (out / EXPORT_FILE).is_file():
+            return out
+        tmp = out.parent / f".{role}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        cfg = json.loads((src / "config.json").read_text())
+        vocab = int(cfg["vocab_size"])
+        write_export(src, tmp, vocab)
+        manifest = fixture_manifest(name)
+        meta = {
+            "model": model,
+            "fixture_key": manifest["key"],
+            "source": str(src),
+            "source_files": {
+                k: v for k, v in manifest["files"].items() if k.startswith(f"{role}/")
+            },
+            "tokenizer": "word-level: id i <-> word t<i>; eos = vocab_size (never emitted)",
+        }
+        (tmp / EXPORT_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+        log(f"mistralrs: exported {model} -> {out}")
+    return out
+
+
+def tokenizer_json(vocab: int) -> dict[str, Any]:
+    """A ``tokenizers`` file whose token ``i`` is the word ``t<i>`` (``▁t<i>`` inside), plus an
+    end-of-sequence token ``<eos>`` = ``vocab`` that the model can never emit."""
+    words = {f"\u2581t{i}": i for i in range(vocab)}
+    words["<eos>"] = vocab
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {
+                "id": vocab,
+                "content": "<eos>",
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+        ],
+        "normalizer": None,
+        "pre_tokenizer": {
+            "type": "Metaspace",
+            "replacement": "\u2581",
+            "prepend_scheme": "first",
+            "split": True,
+        },
+        "post_processor": None,
+        "decoder": {
+            "type": "Sequence",
+            "decoders": [
+                {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+                {"type": "ByteFallback"},
+                {"type": "Fuse"},
+            ],
+        },
+        "model": {"type": "WordLevel", "vocab": words, "unk_token": "<eos>"},
+    }
+
+
+def write_export(src: Path, dst: Path, vocab: int) -> None:
+    """The files of one exported model: weights copied, config patched, tokenizer written."""
+    for f in sorted(src.glob("*.safetensors")):
+        shutil.copyfile(f, dst / f.name)
+    for name in ("config.json", "generation_config.json"):
+        if not (src / name).is_file():
+            continue
+        c = json.loads((src / name).read_text())
+        c["eos_token_id"] = vocab  # never emitted: no early stop (the API has no ignore_eos)
+        if name == "config.json" and "rope_theta" not in c:
+            c["rope_theta"] = float((c.get("rope_parameters") or {}).get("rope_theta", 10000.0))
+        (dst / name).write_text(json.dumps(c, indent=1, sort_keys=True) + "\n")
+    (dst / "tokenizer.json").write_text(json.dumps(tokenizer_json(vocab), ensure_ascii=False))
+    bos = "\u2581t1"
+    (dst / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "bos_token": bos,
+                "eos_token": "<eos>",
+                "unk_token": "<eos>",
+                "add_bos_token": False,
+                "chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}",
+            }
+        )
+    )
+
+
+def setup(
+    version: str = VERSION,
+    fixtures: tuple[str, ...] = ("tiny-llama",),
+    log: Log = stderr_log,
+    force: bool = False,
+) -> dict[str, object]:
+    """``spectest setup mistralrs``: the environment of ``version`` and each fixture's export."""
+    start = time.monotonic()
+    py = ensure(spec_for(version), log, force=force)
+    models = {
+        f"fixture:{n}/{r}": str(export(f"fixture:{n}/{r}", log))
+        for n in fixtures
+        for r in ("target", "draft")
+    }
+    return {"python": str(py), "models": models, "wall_s": round(time.monotonic() - start, 1)}
+
+
+def launch(argv: list[str]) -> None:
+    """``run [--version V] --target MODEL [--draft MODEL] [-- PROGRAM ARGS]``: resolve, then
+    become the program. ``EnvMissing`` (exit 4) when that release is not set up."""
+    ap = argparse.ArgumentParser(prog="python -m spectest.setup.mistralrs run")
+    ap.add_argument("--version", default=VERSION)
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--draft", default=None)
+    ap.add_argument("rest", nargs=argparse.REMAINDER)
+    a = ap.parse_args(argv)
+    rest = a.rest[1:] if a.rest[:1] == ["--"] else a.rest
+    py = require(spec_for(a.version))
+    args = ["--target", str(export(a.target))]
+    if a.draft:
+        args += ["--draft", str(export(a.draft))]
+    exec_program(py, program_path(PROGRAM), [*args, *rest])
+
+
+if __name__ == "__main__":
+    sys.exit(module_main("spectest.setup.mistralrs", sys.argv[1:], launch, setup))

@@ -1,0 +1,89 @@
+"""MLX-LM on Linux CPU (``mlx`` + ``mlx-cpu`` wheels, ``mlx-lm``): its pinned environment and the
+launcher that the shipped protocols run as their ``command`` engine.
+
+Owns: the pins (``SPEC``), ``setup`` (``spectest setup mlx``) and ``launch`` (``python -m
+spectest.setup.mlx run --target fixture:NAME/target [--draft ...] [-- PROGRAM ARGS]``: the
+environment or one line, exit 4, ``run "spectest setup mlx" first``; the fixture's HF
+directories, which mlx-lm loads as they are; then the engine program
+``spectest/engines/programs/mlx_lm_engine.py`` under the venv's python). Knows nothing about the
+line protocol or sampling.
+
+Notes
+-----
+MLX has a Linux wheel that runs on CPU (``mlx`` 0.32.4 with the ``mlx-cpu`` backend package,
+355 MB with ``mlx-lm`` 0.32.2 and its transformers; no torch). ``mlx_lm.utils.load_model``
+reads the fixture's ``config.json`` + safetensors directly; no tokenizer is needed (the program
+sends token ids).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from spectest.errors import ConfigError
+from spectest.setup.venv import (
+    EnvSpec,
+    Log,
+    ensure,
+    exec_program,
+    module_main,
+    program_path,
+    require,
+    stderr_log,
+)
+
+VERSION = "0.32.2"  # mlx-lm
+PROGRAM = "mlx_lm_engine.py"
+CHECK = (
+    "import json, importlib.metadata as m, mlx.core as mx, mlx_lm; "
+    "print(json.dumps({p: m.version(p) for p in ('mlx-lm', 'mlx', 'mlx-cpu', 'transformers')}))"
+)
+SPEC = EnvSpec(
+    engine="mlx",
+    version=VERSION,
+    requirements=("mlx==0.32.4", "mlx-cpu==0.32.4", f"mlx-lm=={VERSION}", "transformers==5.24.0"),
+    check=CHECK,
+)
+
+
+def model_dir(model: str) -> Path:
+    """The HF directory mlx-lm loads: a fixture's (built on first use) or a directory."""
+    p = Path(model)
+    if (p / "config.json").is_file():
+        return p
+    if not model.startswith("fixture:"):
+        raise ConfigError(f"mlx: model {model!r}: expected fixture:NAME/ROLE or an HF directory")
+    from spectest.models.fixtures import hf_dir, parse_fixture_spec
+
+    return hf_dir(*parse_fixture_spec(model[len("fixture:") :]))
+
+
+def setup(log: Log = stderr_log, force: bool = False) -> dict[str, object]:
+    """``spectest setup mlx``: the environment (the fixtures need no export)."""
+    start = time.monotonic()
+    py = ensure(SPEC, log, force=force)
+    models = {f"fixture:tiny-llama/{r}": str(model_dir(f"fixture:tiny-llama/{r}"))
+              for r in ("target", "draft")}  # fmt: skip
+    return {"python": str(py), "models": models, "wall_s": round(time.monotonic() - start, 1)}
+
+
+def launch(argv: list[str]) -> None:
+    """``run --target MODEL [--draft MODEL] [-- PROGRAM ARGS]``: resolve, become the program."""
+    ap = argparse.ArgumentParser(prog="python -m spectest.setup.mlx run")
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--draft", default=None)
+    ap.add_argument("rest", nargs=argparse.REMAINDER)
+    a = ap.parse_args(argv)
+    rest = a.rest[1:] if a.rest[:1] == ["--"] else a.rest
+    py = require(SPEC)
+    args = ["--target", str(model_dir(a.target))]
+    if a.draft:
+        args += ["--draft", str(model_dir(a.draft))]
+    exec_program(py, program_path(PROGRAM), [*args, *rest])
+
+
+if __name__ == "__main__":
+    sys.exit(module_main("spectest.setup.mlx", sys.argv[1:], launch, setup))

@@ -1,0 +1,200 @@
+"""OpenVINO GenAI: its pinned environment, spectest's fixtures exported to OpenVINO IR, and the
+launcher that the shipped protocols run as their ``command`` engine.
+
+Owns: the pins (``SPEC``), the export (``export``: ``optimum-cli export openvino --task
+text-generation-with-past --weight-format fp32``, cached per fixture content key under
+``<cache>/openvino/<version>/models/``), ``setup`` (what ``spectest setup openvino`` does) and
+``launch`` (``python -m spectest.setup.openvino run ...``: find the environment — or one line,
+exit 4, ``run "spectest setup openvino" first`` —, find or make the exports, then execute the
+engine program ``spectest/engines/programs/openvino_genai_engine.py`` under the venv's python).
+Knows nothing about the line protocol (the program) or sampling.
+
+A protocol's candidate::
+
+    command: ["{python}", -m, spectest.setup.openvino, run,
+              --target, "fixture:tiny-llama/target", --draft, "fixture:tiny-llama/draft",
+              --, --num-assistant-tokens, "3"]
+
+Notes
+-----
+- Pins: the current release (openvino 2026.4.1, openvino-genai / -tokenizers 2026.4.1.0) and
+  the exporter (optimum-intel 2.2.0, optimum 2.3.0, transformers 5.5.4, nncf 3.4.0), with torch
+  2.13.0 (the CPU build). optimum-intel requires torchvision; pip takes the index's CUDA build,
+  whose import breaks transformers on a CPU machine (``operator torchvision::nms does not
+  exist``), and the export never needs it: it is uninstalled after the install.
+- The export is keyed by the fixture's content key (``fixtures.fixture_key``: sha256 of its
+  spec, format and torch major.minor); ``export.json`` records the sha256 of every source file
+  and the exporter's versions. The fixture has no tokenizer; the exporter then writes a default
+  one, which is never used (the program sends token ids and reads token ids).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from spectest.errors import ConfigError, SpectestError
+from spectest.setup.venv import (
+    EnvSpec,
+    Log,
+    cache_lock,
+    ensure,
+    env_dir,
+    exec_program,
+    module_main,
+    program_path,
+    require,
+    run_logged,
+    stderr_log,
+)
+
+VERSION = "2026.4.1.0"
+PROGRAM = "openvino_genai_engine.py"
+EXPORT_FILE = "export.json"
+CHECK = (
+    "import json, importlib.metadata as m, openvino_genai, optimum.intel.openvino; "
+    "print(json.dumps({p: m.version(p) for p in ('openvino-genai', 'openvino', "
+    "'openvino-tokenizers', 'optimum-intel', 'transformers', 'torch')}))"
+)
+SPEC = EnvSpec(
+    engine="openvino",
+    version=VERSION,
+    requirements=(
+        "torch==2.13.0",
+        "openvino==2026.4.1",
+        f"openvino-genai=={VERSION}",
+        f"openvino-tokenizers=={VERSION}",
+        "optimum-intel==2.2.0",
+        "optimum==2.3.0",
+        "transformers==5.5.4",
+        "nncf==3.4.0",
+    ),
+    check=CHECK,
+    post_pip=(("uninstall", "-y", "torchvision"),),
+)
+
+
+def _fixture(model: str) -> tuple[str, str]:
+    from spectest.models.fixtures import parse_fixture_spec
+
+    if not model.startswith("fixture:"):
+        raise ConfigError(
+            f"openvino: model {model!r}: expected fixture:NAME/target or fixture:NAME/draft, "
+            "or a directory holding openvino_model.xml"
+        )
+    return parse_fixture_spec(model[len("fixture:") :])
+
+
+def export_dir(model: str) -> Path:
+    """Where ``export`` puts (or found) the IR of ``fixture:NAME/ROLE``."""
+    from spectest.models.fixtures import fixture_key
+
+    name, role = _fixture(model)
+    return env_dir(SPEC) / "models" / f"{name}-{fixture_key(name)[:12]}" / role
+
+
+def export(model: str, log: Log = stderr_log) -> Path:
+    """The OpenVINO IR directory of ``model`` (a fixture spec, exported once and cached; or an
+    IR directory, used as it is). Needs the environment (``EnvMissing`` otherwise)."""
+    p = Path(model)
+    if (p / "openvino_model.xml").is_file():
+        return p
+    out = export_dir(model)
+    if (out / EXPORT_FILE).is_file():
+        return out
+    py = require(SPEC)
+    from spectest.models.fixtures import fixture_manifest, hf_dir
+
+    name, role = _fixture(model)
+    src = hf_dir(name, role)
+    with cache_lock(env_dir(SPEC) / "export.lock", f"openvino export {model}", log):
+        if (out / EXPORT_FILE).is_file():
+            return out
+        tmp = out.parent / f".{role}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        log(f"openvino: exporting {model} ({src}) to OpenVINO IR (about 20-40 s)")
+        cli = py.parent / "optimum-cli"
+        wall = run_logged(
+            [
+                str(cli),
+                "export",
+                "openvino",
+                "--model",
+                str(src),
+                "--task",
+                "text-generation-with-past",
+                "--weight-format",
+                "fp32",
+                str(tmp),
+            ],
+            env_dir(SPEC) / "export.log",
+            f"openvino export {model}",
+            log,
+        )
+        if not (tmp / "openvino_model.xml").is_file():
+            raise SpectestError(f"openvino export {model}: no openvino_model.xml in {tmp}")
+        manifest = fixture_manifest(name)
+        meta = {
+            "model": model,
+            "fixture_key": manifest["key"],
+            "source": str(src),
+            "source_files": {
+                k: v for k, v in manifest["files"].items() if k.startswith(f"{role}/")
+            },
+            "exporter": [
+                "optimum-cli",
+                "export",
+                "openvino",
+                "--task",
+                "text-generation-with-past",
+                "--weight-format",
+                "fp32",
+            ],
+            "requirements": list(SPEC.requirements),
+            "export_s": round(wall, 1),
+        }
+        (tmp / EXPORT_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+        log(f"openvino: exported {model} in {wall:.0f} s -> {out}")
+    return out
+
+
+def setup(
+    fixtures: tuple[str, ...] = ("tiny-llama",), log: Log = stderr_log, force: bool = False
+) -> dict[str, object]:
+    """``spectest setup openvino``: the environment, then the IR of each fixture's target and
+    draft. Returns what was made (paths, wall times)."""
+    start = time.monotonic()
+    py = ensure(SPEC, log, force=force)
+    models = {}
+    for name in fixtures:
+        for role in ("target", "draft"):
+            models[f"fixture:{name}/{role}"] = str(export(f"fixture:{name}/{role}", log))
+    return {"python": str(py), "models": models, "wall_s": round(time.monotonic() - start, 1)}
+
+
+def launch(argv: list[str]) -> None:
+    """``run --target MODEL [--draft MODEL] [-- PROGRAM ARGS]``: resolve, then become the
+    program (``exec``). Raises ``EnvMissing`` (exit 4) when the environment is not set up."""
+    ap = argparse.ArgumentParser(prog="python -m spectest.setup.openvino run")
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--draft", default=None)
+    ap.add_argument("rest", nargs=argparse.REMAINDER)
+    a = ap.parse_args(argv)
+    rest = a.rest[1:] if a.rest[:1] == ["--"] else a.rest
+    py = require(SPEC)
+    args = ["--target", str(export(a.target))]
+    if a.draft:
+        args += ["--draft", str(export(a.draft))]
+    exec_program(py, program_path(PROGRAM), [*args, *rest])
+
+
+if __name__ == "__main__":
+    sys.exit(module_main("spectest.setup.openvino", sys.argv[1:], launch, setup))

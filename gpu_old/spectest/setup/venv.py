@@ -1,0 +1,302 @@
+"""Pinned virtual environments for the engines spectest drives but never installs into its own.
+
+Owns: ``EnvSpec`` (an engine's pinned requirements and its import check), where an environment
+lives (``<cache>/<engine>/<version>/venv``; ``SPECTEST_CACHE`` moves the cache root), creating it
+once under an exclusive lock (``ensure``), finding it at run time (``require``: a missing one is
+``EnvMissing``, exit 4, one line naming the ``spectest setup`` command that makes it), running a
+long subprocess with a progress line at least every ``PROGRESS_EVERY_S`` seconds (``run_logged``),
+the cache lock itself (``cache_lock``), executing a shipped engine program under the venv's
+python (``exec_program``) and the ``python -m spectest.setup.ENGINE run|setup`` entry point
+(``module_main``). Knows nothing about any one engine (``spectest.setup.openvino``,
+``spectest.setup.mistralrs``, ``spectest.setup.mlx``).
+
+Notes
+-----
+- The environment is built in place (a venv's scripts hold absolute paths, so it cannot be
+  built elsewhere and renamed) and counts only once ``venv/.ready`` exists: that file is written
+  last, holding the pins and the versions the import check printed. A half-built environment
+  (killed install) is removed and rebuilt by the next ``ensure``; ``require`` never returns it.
+- The lock is an ``flock`` on ``<engine>/<version>/.lock`` (released by the kernel when the
+  holder dies, so never stale). A second ``ensure`` waits for the first, printing that it waits,
+  and then finds the environment ready.
+- ``pip`` runs with the machine's own configuration (index, find-links, constraints); torch is
+  pinned by the engine's requirements to the CPU build (``torch==2.13.0``), so pip never pulls a
+  multi-GB CUDA build. Nothing is installed into ``sys.executable``'s environment: the venv is
+  made by ``sys.executable -m venv`` without system site-packages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spectest.errors import InfrastructureError
+from spectest.models.fixtures import cache_root
+
+PROGRESS_EVERY_S = 10.0
+READY_FILE = ".ready"
+Log = Callable[[str], None]
+
+
+def stderr_log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class EnvMissing(InfrastructureError):
+    """An engine's environment (or an export it needs) is not on this machine: exit 4, one line
+    saying which ``spectest setup`` command makes it."""
+
+
+class SetupFailed(InfrastructureError):
+    """Creating an environment or exporting a model failed: exit 4, with the log's tail."""
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """One engine's pinned environment.
+
+    ``requirements`` go to one ``pip install`` (every version pinned); ``check`` is Python run
+    by the new interpreter that must print one JSON object (the versions it imported; stored in
+    ``.ready``); ``pip_args`` are extra pip options (tests pass ``--no-index``).
+    """
+
+    engine: str  # cache folder and the name of ``spectest setup ENGINE``
+    version: str  # the engine's pinned release (cache sub-folder)
+    requirements: tuple[str, ...]
+    check: str
+    pip_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = field(default=())  # extra environment for pip
+    # pip commands run after the install, e.g. ("uninstall", "-y", "torchvision")
+    post_pip: tuple[tuple[str, ...], ...] = ()
+    setup_args: str = ""  # e.g. "--version 0.6.0" for a release other than the default
+
+    @property
+    def setup_command(self) -> str:
+        return f"spectest setup {self.engine}" + (f" {self.setup_args}" if self.setup_args else "")
+
+
+def env_dir(spec: EnvSpec) -> Path:
+    """``<cache>/<engine>/<version>``: the venv, the lock, the install log, exported models."""
+    return cache_root() / spec.engine / spec.version
+
+
+def venv_python(spec: EnvSpec) -> Path:
+    return env_dir(spec) / "venv" / "bin" / "python"
+
+
+def ready_info(spec: EnvSpec) -> dict[str, object] | None:
+    """What ``.ready`` recorded (pins, versions), or ``None`` when the environment is not ready."""
+    f = env_dir(spec) / "venv" / READY_FILE
+    if not f.is_file() or not venv_python(spec).is_file():
+        return None
+    try:
+        return dict(json.loads(f.read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def require(spec: EnvSpec) -> Path:
+    """The environment's python, or ``EnvMissing`` (exit 4) naming the command that makes it."""
+    if ready_info(spec) is None:
+        raise EnvMissing(
+            f"{spec.engine} {spec.version}: no environment at {env_dir(spec) / 'venv'}: "
+            f'run "{spec.setup_command}" first'
+        )
+    return venv_python(spec)
+
+
+@contextlib.contextmanager
+def cache_lock(path: Path, what: str, log: Log = stderr_log) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (created), waited for with a line every
+    ``PROGRESS_EVERY_S`` seconds naming the holder's pid; released on exit, and by the kernel
+    when this process dies."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        start, next_line = time.monotonic(), 0.0
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                now = time.monotonic()
+                if now >= next_line:  # at once, then every PROGRESS_EVERY_S
+                    holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+                    who = f"pid {holder}" if holder.isdigit() else "another process"
+                    log(f"{what}: waiting for {who} holding {path} ({now - start:.0f} s)")
+                    next_line = now + PROGRESS_EVERY_S
+                time.sleep(0.2)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _du_mb(path: Path) -> float:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, f)).st_size
+    return total / 1e6
+
+
+def run_logged(
+    argv: Sequence[str],
+    log_file: Path,
+    what: str,
+    log: Log = stderr_log,
+    env: dict[str, str] | None = None,
+    grow: Path | None = None,
+) -> float:
+    """Run ``argv`` with its output appended to ``log_file``; a progress line (elapsed time, the
+    size of ``grow`` when given, the log's last line) every ``PROGRESS_EVERY_S`` seconds,
+    whether or not stdout is a terminal. A non-zero exit is ``SetupFailed`` with the log's last
+    lines. Returns the wall time in seconds."""
+    start = time.monotonic()
+    with open(log_file, "ab") as out:
+        out.write(f"$ {' '.join(argv)}\n".encode())
+        out.flush()
+        try:
+            proc = subprocess.Popen(
+                list(argv),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **(env or {})},
+            )
+        except OSError as err:
+            raise SetupFailed(f"{what}: cannot start {argv[0]!r}: {err.strerror}") from None
+        next_line = start + PROGRESS_EVERY_S
+        while proc.poll() is None:
+            time.sleep(0.25)
+            now = time.monotonic()
+            if now >= next_line:
+                size = f", {_du_mb(grow):.0f} MB" if grow is not None and grow.exists() else ""
+                log(f"{what}: {now - start:.0f} s{size}; {_last_line(log_file)[:100]}")
+                next_line = now + PROGRESS_EVERY_S
+    if proc.returncode != 0:
+        tail = " | ".join(_tail(log_file, 4))
+        raise SetupFailed(
+            f"{what}: {argv[0]} exited with status {proc.returncode}; log {log_file}: {tail}"
+        )
+    return time.monotonic() - start
+
+
+def _tail(path: Path, n: int) -> list[str]:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    return [ln.strip() for ln in lines if ln.strip()][-n:]
+
+
+def _last_line(path: Path) -> str:
+    t = _tail(path, 1)
+    return t[0] if t else ""
+
+
+def ensure(spec: EnvSpec, log: Log = stderr_log, force: bool = False) -> Path:
+    """The environment's python, created on first call (``force``: recreate it).
+
+    Under ``cache_lock``: a concurrent call waits, then finds it ready. A fresh install prints a
+    line at least every ``PROGRESS_EVERY_S`` seconds and records its wall time and size in
+    ``.ready``; a failed one leaves no ``.ready`` (the next call starts over).
+    """
+    base = env_dir(spec)
+    if not force and ready_info(spec) is not None:
+        return venv_python(spec)
+    with cache_lock(base / ".lock", f"setup {spec.engine}", log):
+        if not force and ready_info(spec) is not None:
+            return venv_python(spec)  # made by the holder we waited for
+        venv = base / "venv"
+        log_file = base / "install.log"
+        log_file.write_text("")
+        if venv.exists():
+            log(f"setup {spec.engine}: removing the unfinished environment {venv}")
+            shutil.rmtree(venv)
+        log(f"setup {spec.engine}: creating {venv} (log: {log_file})")
+        start = time.monotonic()
+        run_logged([sys.executable, "-m", "venv", str(venv)], log_file, "venv", log)
+        py = venv_python(spec)
+        log(f"setup {spec.engine}: pip install {' '.join(spec.requirements)}")
+        run_logged(
+            [str(py), "-m", "pip", "install", "--no-input", *spec.pip_args, *spec.requirements],
+            log_file,
+            f"setup {spec.engine}: pip install",
+            log,
+            env=dict(spec.env),
+            grow=venv,
+        )
+        for extra in spec.post_pip:
+            log(f"setup {spec.engine}: pip {' '.join(extra)}")
+            run_logged([str(py), "-m", "pip", *extra], log_file, f"setup {spec.engine}", log)
+        proc = subprocess.run([str(py), "-c", spec.check], capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+            raise SetupFailed(f"setup {spec.engine}: the import check failed: {tail}")
+        try:
+            versions = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise SetupFailed(
+                f"setup {spec.engine}: the import check printed no JSON: {proc.stdout[-200:]!r}"
+            ) from None
+        info = {
+            "engine": spec.engine,
+            "version": spec.version,
+            "requirements": list(spec.requirements),
+            "versions": versions,
+            "install_s": round(time.monotonic() - start, 1),
+            "size_mb": round(_du_mb(venv), 1),
+            "python": sys.version.split()[0],
+        }
+        (venv / READY_FILE).write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
+        log(
+            f"setup {spec.engine}: ready in {info['install_s']} s, {info['size_mb']:.0f} MB "
+            f"({', '.join(f'{k} {v}' for k, v in versions.items())})"
+        )
+        return py
+
+
+def program_path(name: str) -> Path:
+    """An engine program shipped inside the package (``spectest/engines/programs/NAME``)."""
+    return Path(__file__).resolve().parents[1] / "engines" / "programs" / name
+
+
+def exec_program(python: Path, program: Path, args: Sequence[str]) -> None:
+    """Replace this process with ``python program args`` (same pid, same stdin/stdout: the
+    command engine keeps talking to it). Never returns."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(str(python), [str(python), str(program), *args])
+
+
+def module_main(
+    module: str, argv: list[str], launch: Callable[[list[str]], None], setup: Callable[[], object]
+) -> int:
+    """The ``python -m spectest.setup.ENGINE run ...|setup`` entry point of an engine module:
+    ``run`` becomes the engine program (``launch``), ``setup`` prints what ``setup`` made; a
+    ``SpectestError`` is one line on stderr and its exit code (4 for a missing environment)."""
+    from spectest.errors import ConfigError, SpectestError
+
+    try:
+        if argv[:1] == ["run"]:
+            launch(argv[1:])
+        elif argv[:1] == ["setup"]:
+            print(json.dumps(setup()))
+        else:
+            raise ConfigError(f"usage: python -m {module} run|setup ...")
+    except SpectestError as err:
+        print(f"spectest: {err}", file=sys.stderr, flush=True)
+        return int(err.exit_code)
+    return 0

@@ -1,0 +1,139 @@
+"""Sequence length is part of the law: per cell, the two arms' distributions of how many
+positions each sequence has (where it stopped, or which positions are missing).
+
+Owns: ``sequence_lengths`` (present positions per sequence), ``length_tests`` (one pooled
+two-sample χ² per cell on the length histogram → tidy frame), ``is_active`` (whether the family
+can reject at all) and ``adjust`` (BH over the cells at the family's α, with the MDE of each
+test). Does not know: files, arms' names, the other families, torch.
+
+Why a family of its own
+-----------------------
+The per-position tests see only the sequences that reached a position: a candidate that stops
+early (every position past 5 missing, or half its sequences truncated) just makes the late
+cell-positions "untestable" there, and untestable is not a rejection. The law of a sampler is the
+law of the whole emitted sequence, its length included; this family tests that part.
+
+When it takes a share of α
+--------------------------
+Only when at least one cell's pooled length table is testable (two bins or more after pooling on
+the combined counts). Whether that holds is a function of the pooled multiset of sequences (the
+combined counts and the arm sizes), so it is invariant under every relabeling of sequences between
+the arms: conditioning on it keeps the arms exchangeable under H0, and the union bound of
+``analyze`` still gives P(reject) ≤ α. Runs whose sequences are all full length (today's engines)
+never activate it, so it costs them no α.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from spectest import schema as sc
+from spectest.stats import homogeneity, multiplicity, power
+from spectest.stats.histograms import MISSING, EncodedSamples
+
+LENGTH_COLUMNS = [
+    sc.PROMPT_ID,
+    sc.CONFIG_ID,
+    "statistic",
+    "pvalue",
+    "p_adj",
+    "reject",
+    "dof",
+    "n_ref",
+    "n_cand",
+    "n_bins",
+    "mean_len_ref",
+    "mean_len_cand",
+    "short_ref",  # sequences shorter than the table's longest (n_positions)
+    "short_cand",
+    "mde_tv",
+    "status",
+]
+
+
+def sequence_lengths(tokens: np.ndarray) -> np.ndarray:
+    """Present positions of each sequence: [S] int64 (``MISSING`` entries do not count).
+
+    With no gaps this is 1 + the last position; with gaps it counts the positions present, so
+    a missing position in the middle shortens the sequence too.
+    """
+    assert tokens.ndim == 2, tokens.shape  # [S, T]
+    return (tokens != MISSING).sum(axis=1).astype(np.int64)
+
+
+def length_tests(enc: EncodedSamples, min_expected: float = 5.0) -> pd.DataFrame:
+    """One pooled two-sample χ² per cell on the histogram of sequence lengths (0..T).
+
+    Parameters
+    ----------
+    enc : the two arms encoded by ``histograms.encode_samples`` (arm 0 = reference).
+    min_expected : the pooling threshold of ``homogeneity.pooled_chi2``.
+
+    Returns the ``LENGTH_COLUMNS`` frame without multiplicity (``p_adj`` NaN, ``reject`` False,
+    ``mde_tv`` NaN): ``adjust`` fills those once the family's α is known.
+
+    Notes
+    -----
+    Each sequence contributes one length; sequences are iid within an arm, so the pooled
+    Pearson χ² is valid under the same rule as the token tests (smaller expected count ≥
+    ``min_expected`` per bin, ``homogeneity`` module docstring). A cell whose sequences all
+    have one length in both arms has a single bin: untestable, never a pass. Verified: the
+    issue-9 inputs (positions past 5 missing; half the sequences truncated) reject with p
+    below 1e-30, equal-law lengths (geometric stopping in both arms) reject at α within 3σ
+    (tests/test_stats_lengths.py).
+    """
+    n_pos = enc.n_positions
+    lengths = sequence_lengths(enc.tokens)  # [S]
+    rows = []
+    for c in range(enc.n_cells):
+        lo, hi = int(enc.cell_start[c]), int(enc.cell_start[c + 1])
+        arm = enc.seq_arm[lo:hi]  # [n_c]
+        ln = lengths[lo:hi]
+        ref = np.bincount(ln[arm == 0], minlength=n_pos + 1)  # [T+1]
+        cand = np.bincount(ln[arm == 1], minlength=n_pos + 1)
+        res = homogeneity.pooled_chi2(ref, cand, min_expected=min_expected)
+        rows.append(
+            {
+                sc.PROMPT_ID: enc.cells.iloc[c][sc.PROMPT_ID],
+                sc.CONFIG_ID: enc.cells.iloc[c][sc.CONFIG_ID],
+                "statistic": res.statistic,
+                "pvalue": res.pvalue,
+                "p_adj": np.nan,
+                "reject": False,
+                "dof": res.dof,
+                "n_ref": res.n_ref,
+                "n_cand": res.n_cand,
+                "n_bins": res.n_bins,
+                "mean_len_ref": float(ln[arm == 0].mean()) if res.n_ref else np.nan,
+                "mean_len_cand": float(ln[arm == 1].mean()) if res.n_cand else np.nan,
+                "short_ref": int((ln[arm == 0] < n_pos).sum()),
+                "short_cand": int((ln[arm == 1] < n_pos).sum()),
+                "mde_tv": np.nan,
+                "status": res.status,
+            }
+        )
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in LENGTH_COLUMNS})
+    return pd.DataFrame(rows, columns=LENGTH_COLUMNS)
+
+
+def is_active(df: pd.DataFrame) -> bool:
+    """The family takes a share of α when some cell's length table is testable (docstring)."""
+    return bool(len(df) and (df["status"] == homogeneity.OK).any())
+
+
+def adjust(df: pd.DataFrame, alpha: float, test_power: float = 0.8) -> pd.DataFrame:
+    """BH over the testable cells at the family's ``alpha``; each test's MDE (TV of the binned
+    length law) at the per-test level a lone bad cell faces, α/m (as the token cells)."""
+    out = df.copy()
+    ok = (out["status"] == homogeneity.OK).to_numpy()
+    m = int(ok.sum())
+    if m == 0:
+        return out
+    res = multiplicity.adjust(out["pvalue"].to_numpy(dtype=np.float64), "bh", alpha)
+    out["p_adj"] = res.pvalue_adjusted
+    out["reject"] = res.reject & ok
+    mde = power.mde_tv(out["n_ref"], out["n_cand"], out["dof"], alpha / m, test_power)
+    out["mde_tv"] = np.where(ok, mde, np.nan)
+    return out

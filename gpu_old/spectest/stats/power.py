@@ -1,0 +1,306 @@
+"""Power and minimum detectable effects of the pooled χ² and the directed z-test.
+
+Owns: ``lambda_star`` (the noncentrality a χ²(df) test needs for a given power),
+``chi2_power``, ``two_sample_noncentrality``, ``mde_tv`` (the smallest TV the pooled two-sample
+χ² detects with the given power), ``seeds_for_tv`` (the inverse: seeds per arm for a TV) and
+``directed_z_mde``; and testability bookkeeping at real vocabularies: how many seeds per arm
+would make a given share of cell-positions testable under the pooling rule
+(``cross_fitted_top_counts``, ``seeds_to_testable``, ``estimate_testability`` → ``Testability``).
+
+Does not know: samples, cells, multiplicity (callers pass the per-test α they face).
+
+The facts (STATS.md "Power and minimum detectable effect"): for arms of sizes n_a, n_b drawing
+from laws p and o over the (pooled) bins, Pearson's χ² is asymptotically noncentral χ²(df, λ)
+with λ = (n_a·n_b/n)·Σ (p − o)²/m, m = (n_a·p + n_b·o)/n; at n_a = n_b = N this is N·Δ with
+Δ = Σ (p − o)²/(p + o). Cauchy–Schwarz gives Σ (p − o)²/m ≥ (Σ|p − o|)² / Σ m = 4·TV², so
+λ ≥ 2·N_eff·TV² with N_eff = 2·n_a·n_b/n (= N at equal sizes). The test has power ≥ ``power``
+whenever λ ≥ λ*, i.e. whenever TV ≥ √(λ*/(2·N_eff)): that bound is the MDE. It is a
+worst case over the shape of the difference and refers to the TV between the *binned* laws
+(pooling can only hide a difference, never create one).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from scipy import optimize, stats
+
+from spectest.errors import ConfigError
+
+
+def _check(alpha: float, power: float) -> None:
+    if not (0.0 < alpha < 1.0):
+        raise ConfigError(f"alpha must be in (0, 1), got {alpha!r}")
+    if not (alpha < power < 1.0):
+        raise ConfigError(f"power must be in (alpha, 1), got {power!r}")
+
+
+@lru_cache(maxsize=4096)
+def lambda_star(df: int, alpha: float = 0.05, power: float = 0.8) -> float:
+    """λ* with ``ncx2.sf(chi2.isf(alpha, df), df, λ*) == power``.
+
+    Notes
+    -----
+    Solved by ``scipy.optimize.brentq`` on the monotone ``ncx2.sf`` (relative tolerance
+    1e-10). Verified: df 10 → 16.24 and df 100 → 40.56 at α = 0.05, power 0.8 (STATS.md:
+    16.2, 40.6); df 1 → the root of Φ(√λ − z) + Φ(−√λ − z) = 0.8 (χ²₁(λ) = (Z + √λ)²),
+    ≈ (z_0.975 + z_0.8)² = 7.849.
+    """
+    _check(alpha, power)
+    if isinstance(df, bool) or int(df) != df or df < 1:
+        raise ConfigError(f"df must be an integer >= 1, got {df!r}")
+    crit = stats.chi2.isf(alpha, df)
+    hi = 1.0
+    while stats.ncx2.sf(crit, df, hi) < power:
+        hi *= 2.0
+    return float(
+        optimize.brentq(lambda lam: stats.ncx2.sf(crit, df, lam) - power, 0.0, hi, rtol=1e-10)
+    )
+
+
+def chi2_power(noncentrality: float | np.ndarray, df: int, alpha: float = 0.05) -> np.ndarray:
+    """Asymptotic power of a level-α χ²(df) test at noncentrality λ.
+
+    ``ncx2.sf(chi2.isf(α, df), df, λ)``.
+    """
+    crit = stats.chi2.isf(alpha, df)
+    lam = np.asarray(noncentrality, dtype=np.float64)
+    return np.asarray(np.where(lam > 0, stats.ncx2.sf(crit, df, np.maximum(lam, 1e-300)), alpha))
+
+
+def two_sample_noncentrality(p: np.ndarray, o: np.ndarray, n_ref: float, n_cand: float) -> float:
+    """λ = (n_ref·n_cand/n)·Σ (p − o)²/m of the two-sample χ² over bins with laws p, o [J]."""
+    p = np.asarray(p, dtype=np.float64)  # [J]
+    o = np.asarray(o, dtype=np.float64)  # [J]
+    n = n_ref + n_cand
+    m = (n_ref * p + n_cand * o) / n
+    use = m > 0
+    return float(n_ref * n_cand / n * np.sum((p[use] - o[use]) ** 2 / m[use]))
+
+
+def mde_tv(
+    n_ref: float | np.ndarray,
+    n_cand: float | np.ndarray,
+    df: int | np.ndarray,
+    alpha: float = 0.05,
+    power: float = 0.8,
+) -> np.ndarray:
+    """Smallest binned-law TV detected with ``power`` by the pooled χ² at level ``alpha``.
+
+    Vectorised over ``n_ref``, ``n_cand``, ``df`` (broadcast); NaN where df < 1 or an arm is
+    empty. MDE = √(λ*(df, α, power) / (2·N_eff)), N_eff = 2·n_ref·n_cand/(n_ref + n_cand).
+
+    Notes
+    -----
+    Verified: at the MDE the simulated power of the pooled test on the ε-biased acceptor is
+    ≥ 0.8 within 3σ, and the exact-Δ prediction ``chi2_power(two_sample_noncentrality(...))``
+    matches the simulated power (tests/test_stats_power.py).
+    """
+    na = np.asarray(n_ref, dtype=np.float64)
+    nc = np.asarray(n_cand, dtype=np.float64)
+    d = np.asarray(df)
+    na, nc, d = np.broadcast_arrays(na, nc, d)
+    out = np.full(na.shape, np.nan)
+    good = (d >= 1) & (na > 0) & (nc > 0) & np.isfinite(d)
+    if good.any():
+        dfs = d[good].astype(np.int64)
+        lam = np.array([lambda_star(int(k), float(alpha), float(power)) for k in np.unique(dfs)])
+        lam_of = lam[np.searchsorted(np.unique(dfs), dfs)]
+        n_eff = 2.0 * na[good] * nc[good] / (na[good] + nc[good])
+        out[good] = np.sqrt(lam_of / (2.0 * n_eff))
+    return out
+
+
+def seeds_for_tv(tv: float, df: int, alpha: float = 0.05, power: float = 0.8) -> int:
+    """Seeds per arm (equal arms) for the pooled χ² to detect ``tv`` with ``power``: ⌈λ*/(2·TV²)⌉.
+
+    ``df`` is the pooled table's bins − 1 (more seeds keep more bins: iterate if needed).
+    """
+    if not (0.0 < tv <= 1.0):
+        raise ConfigError(f"tv must be in (0, 1], got {tv!r}")
+    return math.ceil(lambda_star(int(df), alpha, power) / (2.0 * tv * tv))
+
+
+def directed_z_mde(
+    n_tokens: float, p_a: float, alpha: float = 0.05, power: float = 0.8, *, two_sided: bool = True
+) -> float:
+    """Smallest shift of the mean of 1[x ∈ A] − p(A) the directed z detects with ``power``.
+
+    (z_{1−α/2} + z_{power})·√(p_A(1 − p_A)/n_tokens) (one-sided: z_{1−α}); for the ε-biased
+    acceptor the shift equals its TV (the excess mass on A = {q > p}).
+
+    Notes
+    -----
+    Verified: 2.80·√(0.25/32 000) = 0.0078 ≈ 0.008 at N = 1000 seeds, T = 32, p_A = 0.5 (STATS.md).
+    """
+    _check(alpha, power)
+    if not (0.0 < p_a < 1.0) or n_tokens <= 0:
+        return float("nan")
+    z_a = stats.norm.isf(alpha / 2 if two_sided else alpha)
+    return float((z_a + stats.norm.ppf(power)) * math.sqrt(p_a * (1.0 - p_a) / n_tokens))
+
+
+def directed_z_2s_mde(
+    n_tokens: float,
+    p_a: float,
+    reference_multiplier: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    *,
+    two_sided: bool = True,
+) -> float:
+    """``directed_z_mde`` of the two-sample (teacher-mode) directed z: candidate ``n_tokens``,
+    reference ``reference_multiplier`` × as many (``seeds.reference_per_arm``).
+
+    Notes
+    -----
+    The two-sample statistic is the difference of the arms' mean 1[x ∈ A] − p(A); its variance
+    is the candidate's times 1 + 1/m (m = ``reference_multiplier``), so the MDE is
+    √(1 + 1/m) × the one-sample MDE: × 1.41 at m = 1, × 1.12 at m = 4, × 1.10 at m = 5.
+    Measured power against the ε = 0.05 acceptor (results/LOG.md, "h8"): 0.52 at m = 1 vs 0.76
+    for the exact one-sample z.
+    """
+    if reference_multiplier <= 0:
+        raise ConfigError(f"reference_multiplier must be > 0, got {reference_multiplier!r}")
+    one = directed_z_mde(n_tokens, p_a, alpha, power, two_sided=two_sided)
+    return float(one * math.sqrt(1.0 + 1.0 / reference_multiplier))
+
+
+def reference_multiplier_for(mde_ratio: float) -> int:
+    """Smallest integer m with √(1 + 1/m) ≤ ``mde_ratio``: the reference size (× ``per_arm``)
+    at which a two-sample z's MDE is within ``mde_ratio`` of the one-sample MDE (1.10 → 5;
+    1.12 → 4). See ``directed_z_2s_mde``.
+
+    Notes
+    -----
+    That is the z-argument for the directed z alone. Measured *power* within 10 % of the exact
+    one-sample counterpart (results/LOG.md, 2026-11-30 h10: teacher-mode simulator, 4 000
+    candidate tokens, σ = 0.05 teacher, 200 replications; ε = 0.05 acceptor, a verifier at 0.88 ×
+    the temperature, a q reported at 1.1 × the draft's temperature): directed z (one-sided, ε)
+    m = 8 (0.76 vs 0.79; 0.71 at m = 4); PIT-AD m = 8 on ε and the wrong q, 16 on the
+    temperature error (0.71 vs 0.755); PIT-KS m = 8 on ε, not at m ≤ 16 on the temperature error
+    (0.415 vs 0.485); the weighted white-box family m = 16 on the temperature and wrong-q errors
+    (0.66 vs 0.675, 0.395 vs 0.405), on ε only on one of two seed sets (0.655 vs 0.72; fresh
+    seeds 0.505 vs 0.685, 0.83 of exact pooled), ``analyze.REFERENCE_MULTIPLIER``.
+    """
+    if not mde_ratio > 1.0:
+        raise ConfigError(f"mde_ratio must be > 1, got {mde_ratio!r}")
+    return math.ceil(1.0 / (mde_ratio * mde_ratio - 1.0) - 1e-12)
+
+
+# ----------------------------------------------------------------------------- testability
+@dataclass(frozen=True)
+class Testability:
+    """How many seeds per arm would make cell-positions testable, at the observed laws.
+
+    ``seeds_needed`` [K]: per cell-position, the seeds per arm N* at which the pooled χ²'s keep
+    rule makes it testable (inf where it never would at the estimated law, or where the run
+    cannot estimate it); ``seeds_for_share``: share s → the smallest N at which a share ≥ s of
+    the K cell-positions has N* ≤ N (None where that N is infinite); ``seeds_at_least``: the
+    same from the plug-in maximum share (biased upward, so a lower bound on the seeds — useful
+    where the cross-fitted estimate is None); ``seeds_per_arm``: the run's mean observed seeds
+    per arm (for comparison).
+    """
+
+    seeds_needed: np.ndarray
+    seeds_for_share: dict[float, int | None]
+    seeds_at_least: dict[float, int | None]
+    seeds_per_arm: float
+
+
+def cross_fitted_top_counts(
+    ref: np.ndarray, cand: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per position, the count in each arm of the *other* arm's most frequent token.
+
+    ``ref`` [n_r, T], ``cand`` [n_c, T] token ids (< 0 = missing). Returns
+    ``(a, b, top, n_r, n_c)``, each [T]: a = count in ``cand`` of ref's top token, b = count in
+    ``ref`` of cand's top token (ties: the lowest id), top = the largest combined count of one
+    token (the plug-in maximum), and the arms' non-missing counts per position.
+
+    Notes
+    -----
+    Cross-fitting: choosing the top token on one arm and counting it on the other gives an
+    unbiased estimate of the chosen token's probability, which is ≤ the law's top probability.
+    The plug-in max of one sample is biased upward — badly so for near-flat laws over large
+    vocabularies (the max of many counts of 1) — and would promise testability too early.
+    """
+    T = int(ref.shape[1])
+    a, b = np.zeros(T, dtype=np.int64), np.zeros(T, dtype=np.int64)
+    top = np.zeros(T, dtype=np.int64)
+    for t in range(T):
+        x, y = ref[:, t], cand[:, t]
+        x, y = x[x >= 0], y[y >= 0]
+        if x.size and y.size:
+            ux, cx = np.unique(x, return_counts=True)
+            uy, cy = np.unique(y, return_counts=True)
+            a[t] = int(np.sum(y == ux[np.argmax(cx)]))
+            b[t] = int(np.sum(x == uy[np.argmax(cy)]))
+            top[t] = int(np.unique(np.r_[x, y], return_counts=True)[1].max())
+    return a, b, top, (ref >= 0).sum(axis=0), (cand >= 0).sum(axis=0)
+
+
+def seeds_to_testable(top_share: np.ndarray, min_expected: float = 5.0) -> np.ndarray:
+    """Seeds per arm N* at which a cell-position with top-token share π becomes testable.
+
+    Notes
+    -----
+    The keep rule of ``homogeneity.pool_table`` at equal arms (w = 1/2): a token is its own bin
+    when its combined count c satisfies c/2 ≥ ``min_expected``; the table is testable with ≥ 2
+    bins. At N seeds per arm the expected combined counts are 2N·π for the top token and
+    2N·(1 − π) for the rest, so (plugging expected counts in) it is testable iff the top token
+    is kept and either a second token is kept or the pooled rest is a bin of its own — iff
+    N·min(π, 1 − π) ≥ ``min_expected``: N* = ⌈min_expected / min(π, 1 − π)⌉ (inf when π is 0
+    or 1: a position with one possible token is never testable). Verified against the pooling
+    rule on simulated Zipf laws (tests/test_stats_power.py). With unequal arms the rule's weight
+    is min(n_r, n_c)/n and the expected combined count n·π, so the same N* counts the *smaller*
+    arm's seeds (the candidate's ``per_arm`` when ``seeds.reference_per_arm`` is larger).
+    """
+    pi = np.asarray(top_share, dtype=np.float64)
+    m = np.minimum(pi, 1.0 - pi)
+    with np.errstate(divide="ignore"):
+        return np.where(m > 0, np.ceil(min_expected / np.where(m > 0, m, 1.0) - 1e-9), np.inf)
+
+
+def estimate_testability(
+    top_ref_in_cand: np.ndarray,
+    top_cand_in_ref: np.ndarray,
+    top_combined: np.ndarray,
+    n_ref: np.ndarray,
+    n_cand: np.ndarray,
+    min_expected: float,
+    shares: tuple[float, ...],
+) -> Testability:
+    """``Testability`` from ``cross_fitted_top_counts`` of every cell-position ([K] each).
+
+    π̂ = (a/n_c + b/n_r)/2 (the two cross-fitted estimates averaged); N* from
+    ``seeds_to_testable``; for a share s, the ⌈s·K⌉-th smallest N*. ``seeds_at_least`` uses
+    the plug-in share top/(n_r + n_c) instead.
+    """
+    a = np.asarray(top_ref_in_cand, dtype=np.float64)
+    b = np.asarray(top_cand_in_ref, dtype=np.float64)
+    nr = np.asarray(n_ref, dtype=np.float64)
+    nc = np.asarray(n_cand, dtype=np.float64)
+    ok = (nr > 0) & (nc > 0)
+    pi = np.where(ok, 0.5 * (a / np.maximum(nc, 1) + b / np.maximum(nr, 1)), 0.0)
+    need = np.where(ok, seeds_to_testable(pi, min_expected), np.inf)  # [K]
+    plug = np.where(ok, np.asarray(top_combined, dtype=np.float64) / np.maximum(nr + nc, 1), 0.0)
+    need_lo = np.where(ok, seeds_to_testable(plug, min_expected), np.inf)  # [K]
+    K = int(need.shape[0])
+    # N* counts the smaller arm's seeds (``seeds_to_testable``): report that arm's size
+    seeds = float(np.mean(np.minimum(nr, nc))) if K else float("nan")
+    return Testability(need, _quantiles(need, shares), _quantiles(need_lo, shares), seeds)
+
+
+def _quantiles(need: np.ndarray, shares: tuple[float, ...]) -> dict[float, int | None]:
+    """Share s → the ⌈s·K⌉-th smallest of ``need`` [K] (None if infinite or K = 0)."""
+    K = int(need.shape[0])
+    srt = np.sort(need)
+    out: dict[float, int | None] = {}
+    for s in shares:
+        v = srt[max(0, math.ceil(s * K) - 1)] if K else np.inf
+        out[s] = int(v) if np.isfinite(v) else None
+    return out

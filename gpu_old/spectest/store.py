@@ -1,0 +1,756 @@
+"""The run directory: atomic Parquet writes, shards and resume, provenance, the manifest.
+
+Owns: the layout of ``results/<run-id>/``, every file write (each one to a temporary name then
+``os.replace``, so a reader never sees half a file), the resume bookkeeping (one shard per
+arm × prompt, complete iff its samples file exists), provenance metadata, the writer's lock, and
+the rule that a directory is complete only once ``manifest.json`` — written last — exists and
+every data file it lists still has its sha256. Bring-your-own samples files are read and checked
+by ``spectest.byo``.
+
+Integrity rules
+---------------
+- One writer per directory: ``RunDir.open`` takes an exclusive ``flock`` on ``<run>/.lock`` and
+  holds it until the manifest is written (or the process ends: the kernel drops the lock of a
+  killed process, so a stale lock never blocks a resume). A second writer gets one line, exit 2.
+- ``summary.json`` carries ``complete: false`` until the manifest exists; the manifest records
+  the sha256 of its final (``complete: true``) bytes, which are written right after it. A CI step
+  that reads only ``summary.json`` therefore never takes an interrupted run for a finished one.
+- ``load_run`` (``analyze``, ``report``) checks size and sha256 of every data file the manifest
+  lists and names the first one that changed, and checks that the manifest lists every data file
+  the run must have (``REQUIRED_FILES`` of its kind, the tables ``summary.json`` says were
+  written, any data file present on disk): a manifest entry deleted beside an edited file is
+  tampering, named like an edit.
+- ``spectest report`` writes the rendered views only (``RENDERED``) and updates only their
+  entries in the manifest (``update_manifest_entries``): the data files' hashes, the
+  provenance and the ``completed`` time are never rewritten, so a report cannot bless an edit.
+- A ``compare`` directory is not resumable (nothing is expensive to redo): a re-run into it
+  replaces it, whatever the outcome of the previous attempt.
+- Filesystem failures (permissions, disk full, an ``--out`` that cannot be a directory) are
+  ``InfrastructureError`` (exit 4) naming the file being written, never a traceback.
+
+Knows nothing about statistics or models: it stores the DataFrames it is given, with the Arrow
+schema it is given, and checks nothing about their meaning.
+
+Layout
+------
+::
+
+    <run>/run.json            kind (run | teeth | compare), protocol hash, arms, created
+    <run>/protocol.yaml       the protocol after overrides, self-contained (run / teeth)
+    <run>/prompts.jsonl       the prompt set it uses
+    <run>/shards/<arm>__<prompt>.{rounds,samples}.parquet   one per arm × prompt
+    <run>/samples.parquet rounds.parquet histograms.parquet tests.parquet trie.parquet
+          whitebox.parquet    final tables (provenance in each file's metadata)
+    <run>/tooth_sizes.parquet the ε arms' and mutants' TV per cell-position (run / teeth with
+                              such teeth; spectest.tooth_size), read back by analyze
+    <run>/summary.json report.md report.html
+    <run>/manifest.json       LAST: files with sizes and sha256; absent ⇒ incomplete
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from spectest import __version__, schema
+from spectest.errors import ConfigError, InfrastructureError, InputError, os_error_line
+from spectest.lock import LOCK_FILE, DirLock, lock_dir
+
+MANIFEST = "manifest.json"
+RUN_INFO = "run.json"
+PROTOCOL_FILE = "protocol.yaml"
+PROMPTS_FILE = "prompts.jsonl"
+SHARDS_DIR = "shards"
+SAMPLES = "samples.parquet"
+ROUNDS = "rounds.parquet"
+HISTOGRAMS = "histograms.parquet"
+TESTS = "tests.parquet"
+TRIE = "trie.parquet"
+WHITEBOX = "whitebox.parquet"
+SEQUENCE = "sequence.parquet"  # the sequence-level family (stats.sequence)
+TOOTH_SIZES = "tooth_sizes.parquet"  # the ε arms' and mutants' TV per cell-position (tooth_size)
+SUMMARY = "summary.json"
+REPORT_MD = "report.md"
+REPORT_HTML = "report.html"
+COMPLETE_KEY = "complete"  # summary.json: false until the manifest is written
+PROVENANCE_KEY = b"spectest.provenance"
+RENDERED = (REPORT_MD, REPORT_HTML)  # views re-rendered from stored results; not data
+DATA_FILES_KEY = "data_files"  # summary.json: the tables write_final wrote (verify_manifest)
+# the data files spectest writes into a run directory (every one present must be in the manifest)
+DATA_FILES = (
+    RUN_INFO, PROTOCOL_FILE, PROMPTS_FILE, SUMMARY, SAMPLES, ROUNDS, HISTOGRAMS, TESTS, TRIE,
+    WHITEBOX, SEQUENCE, TOOTH_SIZES,
+)  # fmt: skip
+# what every completed run of a kind has, whatever its protocol (rounds, trie, white-box and
+# sequence tables depend on the protocol and the data: summary.json's ``data_files`` lists them)
+_RUN_FILES = (RUN_INFO, PROTOCOL_FILE, PROMPTS_FILE, SUMMARY, SAMPLES, HISTOGRAMS, TESTS)
+REQUIRED_FILES: dict[str, tuple[str, ...]] = {
+    "run": _RUN_FILES,
+    "teeth": _RUN_FILES,
+    "compare": (RUN_INFO, SUMMARY, SAMPLES, HISTOGRAMS, TESTS),
+}
+# every name a run directory may hold that spectest wrote (a compare re-run clears these)
+_OWN_FILES = (MANIFEST, *DATA_FILES, *RENDERED)
+CRASH_ENV = "SPECTEST_CRASH_AT"  # test-only fault injection, see ``_crash_point``
+
+# NOTE: per-token histograms are a storage format, not a statistic: the count of each emitted
+# token per (cell, arm, position). Kept here beside the file it describes; schema.py owns the
+# other table shapes (a request to move it there is in the report).
+HISTOGRAMS_SCHEMA = pa.schema(
+    [
+        pa.field(schema.PROMPT_ID, pa.string(), nullable=False),
+        pa.field(schema.CONFIG_ID, pa.string(), nullable=False),
+        pa.field(schema.ARM, pa.string(), nullable=False),
+        pa.field(schema.POSITION, pa.int32(), nullable=False),
+        pa.field(schema.TOKEN_ID, pa.int64(), nullable=False),
+        pa.field("count", pa.int64(), nullable=False),
+    ]
+)
+_PACKAGES = (
+    "spectest",
+    "torch",
+    "numpy",
+    "scipy",
+    "statsmodels",
+    "pandas",
+    "pyarrow",
+    "transformers",
+)
+
+
+# ----------------------------------------------------------------------------- atomic writes
+def write_failed(path: Path, err: OSError) -> InfrastructureError:
+    """The one line for a write the OS refused (ENOSPC, EDQUOT, EROFS, EACCES, EFBIG, EIO ...):
+    it names the file being written — the OS error of a ``write()`` names none."""
+    # NOTE: Arrow's strerror is "Error writing bytes to file. Detail: [errno 28] ..."
+    reason = os.strerror(err.errno) if err.errno else ""
+    reason = reason or err.strerror or " ".join(str(err).split()) or type(err).__name__
+    if (
+        err.filename is not None
+        and str(err.filename) != str(path)
+        and ".tmp" not in str(err.filename)
+    ):
+        reason = f"{reason} ({err.filename})"
+    return InfrastructureError(f"cannot write {path}: {reason}")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()  # NOTE: mkstemp creates 0600; results are ordinary files
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    """``data`` into ``path`` through a temporary and ``os.replace``; an ``OSError`` is one
+    ``InfrastructureError`` naming ``path`` (``write_failed``)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:
+        raise write_failed(path, err) from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, _FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(err, OSError):
+            raise write_failed(path, err) from None
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    _atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_table(
+    path: Path, df: pd.DataFrame, arrow_schema: pa.Schema | None, provenance: Mapping[str, Any]
+) -> int:
+    """Write ``df`` atomically as Parquet with ``arrow_schema`` (inferred when ``None``) and the
+    provenance JSON in the file metadata. Returns the number of rows."""
+    if arrow_schema is not None:
+        missing = [f.name for f in arrow_schema if f.name not in df.columns]
+        if missing:
+            raise InputError(f"{path.name}: table lacks column(s) {missing!r} of its schema")
+        df = df[[f.name for f in arrow_schema]]
+    try:
+        table = pa.Table.from_pandas(df, schema=arrow_schema, preserve_index=False)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise InputError(f"{path.name}: cannot store table: {str(err).splitlines()[0]}") from None
+    meta = dict(table.schema.metadata or {})
+    meta[PROVENANCE_KEY] = json.dumps(provenance, sort_keys=True, default=str).encode()
+    meta.pop(b"pandas", None)  # NOTE: keep the explicit Arrow schema the source of truth
+    table = table.replace_schema_metadata(meta)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+    except OSError as err:
+        raise write_failed(path, err) from None
+    try:
+        pq.write_table(table, tmp)
+        os.chmod(tmp, _FILE_MODE)
+        os.replace(tmp, path)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(err, OSError):  # Arrow's "Error writing bytes to file" names no file
+            raise write_failed(path, err) from None
+        raise
+    return table.num_rows
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """Read a Parquet file; a missing or corrupt file is one ``InputError`` line naming it."""
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    try:
+        return pq.read_table(path).to_pandas()
+    except (pa.ArrowException, OSError, ValueError) as err:
+        raise InputError(
+            f"{path}: not a readable Parquet file ({str(err).splitlines()[0]})"
+        ) from None
+
+
+def read_provenance(path: Path) -> dict[str, Any]:
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except (pa.ArrowException, OSError) as err:
+        raise InputError(
+            f"{path}: not a readable Parquet file ({str(err).splitlines()[0]})"
+        ) from None
+    raw = meta.get(PROVENANCE_KEY)
+    return json.loads(raw) if raw else {}
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB blocks (run files here, fixture files in
+    ``models.fixtures``)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------- provenance
+def git_sha() -> str:
+    """The git commit of the spectest checkout (``+dirty`` when modified), or ``"unknown"``."""
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    out["python"] = platform.python_version()
+    return out
+
+
+def make_provenance(
+    *,
+    protocol_hash: str | None,
+    device: str,
+    seed_ranges: Mapping[str, Any],
+    kind: str,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """What every result file records about how it was produced."""
+    return {
+        "spectest_version": __version__,
+        "kind": kind,
+        "protocol_hash": protocol_hash,
+        "git_sha": git_sha(),
+        "packages": package_versions(),
+        "device": device,
+        "torch_threads": threads,
+        "host": platform.node(),
+        "seed_ranges": dict(seed_ranges),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+# ----------------------------------------------------------------------------- fault injection
+_shards_written = 0  # in this process, for ``_crash_point("shard:<n>")``
+
+
+def _crash_point(point: str) -> None:
+    """Test-only fault injection: SIGKILL this process at a named point of a write.
+
+    ``SPECTEST_CRASH_AT`` = ``shard:<n>`` (after the n-th shard this process wrote),
+    ``final:<file>`` (after that final file was written), ``manifest`` (everything written but
+    the manifest), ``manifest-written`` (the manifest written, summary.json still
+    ``complete: false``). A real SIGKILL — no handler, no cleanup, no flush — at an exact point,
+    so the kill-and-resume tests are deterministic instead of racing a timer. Unset: one lookup.
+    """
+    if os.environ.get(CRASH_ENV) == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _check_out_path(p: Path) -> None:
+    """``--out`` must be, or be creatable as, a directory: name the file that is in the way."""
+    if p.exists() and not p.is_dir():
+        raise InfrastructureError(f"--out: {str(p)!r} exists and is not a directory")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise InfrastructureError(
+                    f"--out: cannot create {str(p)!r}: {str(parent)!r} is a file, not a directory"
+                )
+            return
+
+
+def _foreign_entries(p: Path) -> list[str]:
+    """Entries of ``p`` that are neither spectest's lock nor a dead writer's temporary."""
+    return sorted(f.name for f in p.iterdir() if f.name != LOCK_FILE and not _is_temporary(f.name))
+
+
+def _is_temporary(name: str) -> bool:
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def _json_bytes(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8")
+
+
+# ----------------------------------------------------------------------------- the run directory
+@dataclass(frozen=True)
+class RunDir:
+    """A run directory being written, locked against a second writer. Create with
+    ``RunDir.open``; the lock is released when the manifest is written (``write_manifest``), by
+    ``release()``, or when the process ends."""
+
+    path: Path
+    info: dict[str, Any]
+    lock: DirLock | None = field(default=None, compare=False, repr=False)
+
+    @staticmethod
+    def open(
+        path: str | os.PathLike[str],
+        info: Mapping[str, Any],
+        *,
+        protocol_yaml: str | None = None,
+        prompts: str | None = None,
+        replace: bool = False,
+    ) -> RunDir:
+        """Create ``path`` or resume into it, and lock it.
+
+        ``info`` must hold ``kind`` and ``protocol_hash``. An existing directory is resumed only
+        when its ``run.json`` names the same kind and hash; otherwise ``ConfigError``. An existing
+        non-empty directory without ``run.json`` is refused (never overwrite foreign files).
+        ``replace=True`` (``compare``, which has nothing worth resuming): an existing directory of
+        the same kind is cleared of spectest's files and reused, whatever its hash or state.
+        A previous completed run first gets ``complete: false`` in its summary, then loses its
+        manifest, so the directory reads as incomplete until this run finishes. A directory
+        locked by another live writer is a ``ConfigError``; a filesystem refusal is an
+        ``InfrastructureError``.
+        """
+        p = Path(path)
+        _check_out_path(p)
+        if p.is_dir() and not (p / RUN_INFO).is_file() and _foreign_entries(p):
+            raise ConfigError(
+                f"--out: {str(p)!r} is a non-empty directory that is not a spectest run"
+            )
+        try:
+            p.mkdir(parents=True, exist_ok=True)
+            lock = lock_dir(p)
+        except OSError as err:
+            raise InfrastructureError(
+                f"--out: cannot write into {str(p)!r}: {err.strerror or err}"
+            ) from None
+        try:
+            RunDir._prepare(p, info, protocol_yaml, prompts, replace)
+        except OSError as err:
+            lock.release()
+            raise InfrastructureError(os_error_line(err, "--out")) from None
+        except BaseException:
+            lock.release()
+            raise
+        return RunDir(path=p, info=dict(info), lock=lock)
+
+    @staticmethod
+    def _prepare(
+        p: Path,
+        info: Mapping[str, Any],
+        protocol_yaml: str | None,
+        prompts: str | None,
+        replace: bool,
+    ) -> None:
+        """Under the lock: check what the directory holds, mark it incomplete, write run.json."""
+        info_path = p / RUN_INFO
+        if info_path.is_file():
+            try:
+                old = json.loads(info_path.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                if not replace:
+                    raise InputError(
+                        f"{info_path}: not valid JSON (a damaged run directory)"
+                    ) from None
+                old = {"kind": info.get("kind")}  # a damaged compare directory: replaced
+            same_kind = old.get("kind") == info.get("kind")
+            if replace and same_kind:
+                _clear_own_files(p)
+            elif not same_kind or old.get("protocol_hash") != info.get("protocol_hash"):
+                raise ConfigError(
+                    f"{p}: holds a {old.get('kind')!r} run of protocol hash "
+                    f"{str(old.get('protocol_hash'))[:12]!r}, not "
+                    f"{str(info.get('protocol_hash'))[:12]!r}: choose another --out or delete it"
+                )
+        elif _foreign_entries(p):  # appeared between the first check and the lock
+            raise ConfigError(
+                f"--out: {str(p)!r} is a non-empty directory that is not a spectest run"
+            )
+        for f in p.iterdir():  # temporaries of a writer that died (we hold the lock)
+            if _is_temporary(f.name):
+                f.unlink()
+        _mark_incomplete(p)
+        if not info_path.is_file():
+            if protocol_yaml is not None:
+                atomic_write_text(p / PROTOCOL_FILE, protocol_yaml)
+            if prompts is not None:
+                atomic_write_text(p / PROMPTS_FILE, prompts)
+            atomic_write_json(info_path, dict(info))
+
+    def release(self) -> None:
+        """Release the writer's lock (idempotent)."""
+        if self.lock is not None:
+            self.lock.release()
+
+    # -- shards
+    def _shard_path(self, key: str, table: str) -> Path:
+        return self.path / SHARDS_DIR / f"{key}.{table}.parquet"
+
+    def shard_done(self, key: str) -> bool:
+        """A shard is complete iff its samples file exists (written after its rounds file)."""
+        return self._shard_path(key, "samples").is_file()
+
+    def completed_shards(self, keys: Iterable[str]) -> list[str]:
+        return [k for k in keys if self.shard_done(k)]
+
+    def write_shard(
+        self,
+        key: str,
+        samples: pd.DataFrame,
+        rounds: pd.DataFrame | None,
+        provenance: Mapping[str, Any],
+    ) -> None:
+        """Write one shard: rounds first, samples last (the completion mark), each atomically."""
+        global _shards_written
+        if rounds is not None:
+            write_table(self._shard_path(key, "rounds"), rounds, schema.ROUNDS_SCHEMA, provenance)
+        write_table(self._shard_path(key, "samples"), samples, samples_schema(samples), provenance)
+        _shards_written += 1
+        _crash_point(f"shard:{_shards_written}")
+
+    def read_shard(self, key: str) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+        samples = read_table(self._shard_path(key, "samples"))
+        rp = self._shard_path(key, "rounds")
+        return samples, (read_table(rp) if rp.is_file() else None)
+
+    # -- final files
+    def write_final(
+        self,
+        *,
+        tables: Mapping[str, tuple[pd.DataFrame, pa.Schema | None]],
+        summary: Mapping[str, Any],
+        texts: Mapping[str, str],
+        provenance: Mapping[str, Any],
+        manifest: bool = True,
+    ) -> dict[str, Any] | None:
+        """Write the final tables, summary.json (``complete: false``) and text files, then
+        ``manifest.json`` last (``manifest=False``: the caller writes more files, then calls
+        ``write_manifest``)."""
+        for name, (df, arrow_schema) in tables.items():
+            write_table(self.path / name, df, arrow_schema, provenance)
+            _crash_point(f"final:{name}")
+        # verify_manifest: each must be listed (rendered views are not data)
+        data_files = sorted(n for n in {*tables, *texts} if n not in RENDERED)
+        atomic_write_json(
+            self.path / SUMMARY, {**summary, DATA_FILES_KEY: data_files, COMPLETE_KEY: False}
+        )
+        _crash_point(f"final:{SUMMARY}")
+        for name, text in texts.items():
+            atomic_write_text(self.path / name, text)
+        return self.write_manifest(provenance) if manifest else None
+
+    def write_manifest(
+        self, provenance: Mapping[str, Any], *, release: bool = True
+    ) -> dict[str, Any]:
+        """List every file with size and sha256, write ``manifest.json``, then ``summary.json``
+        with ``complete: true`` (the manifest records those final bytes), then release the lock
+        (``release=False``: the caller writes more, then releases, or takes the completion back
+        with ``mark_incomplete`` when that fails).
+
+        NOTE: the order makes ``complete: true`` imply a manifest; a kill between the two writes
+        leaves a manifest beside ``complete: false``, which ``load_run`` reads as incomplete."""
+        _crash_point("manifest")
+        final_summary: bytes | None = None
+        if (self.path / SUMMARY).is_file():
+            summary = json.loads((self.path / SUMMARY).read_text(encoding="utf-8"))
+            final_summary = _json_bytes({**summary, COMPLETE_KEY: True})
+        files = {}
+        for f in sorted(self.path.iterdir()):
+            if f.name == SUMMARY and final_summary is not None:
+                digest = hashlib.sha256(final_summary).hexdigest()
+                files[f.name] = {"bytes": len(final_summary), "sha256": digest}
+            elif f.is_file() and f.name != MANIFEST and not f.name.startswith("."):
+                files[f.name] = {"bytes": f.stat().st_size, "sha256": sha256_file(f)}
+        manifest = {
+            "complete": True,
+            "kind": self.info.get("kind"),
+            "protocol_hash": self.info.get("protocol_hash"),
+            "spectest_version": __version__,
+            "completed": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "provenance": dict(provenance),
+            "files": files,
+        }
+        atomic_write_json(self.path / MANIFEST, manifest)
+        _crash_point("manifest-written")
+        if final_summary is not None:
+            _atomic_write_bytes(self.path / SUMMARY, final_summary)
+        if release:
+            self.release()
+        return manifest
+
+    def mark_incomplete(self) -> None:
+        """Take a completion back (``complete: false``, no manifest): something the run was
+        asked to write after its manifest failed, so it is not a finished result."""
+        _mark_incomplete(self.path)
+
+
+def _mark_incomplete(p: Path) -> None:
+    """``complete: false`` in summary.json first, then no manifest: never a moment where a
+    reader of either file sees the old run as complete while this one writes."""
+    sp = p / SUMMARY
+    if sp.is_file():
+        try:
+            summary = json.loads(sp.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            summary = None
+        if isinstance(summary, dict):
+            if summary.get(COMPLETE_KEY) is not False:
+                atomic_write_json(sp, {**summary, COMPLETE_KEY: False})
+        else:
+            sp.unlink()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(p / MANIFEST)
+
+
+def _clear_own_files(p: Path) -> None:
+    """Remove what a previous spectest attempt wrote here (summary and manifest first)."""
+    _mark_incomplete(p)
+    for name in _OWN_FILES:
+        with contextlib.suppress(FileNotFoundError):
+            (p / name).unlink()
+    shutil.rmtree(p / SHARDS_DIR, ignore_errors=True)
+
+
+def samples_schema(df: pd.DataFrame) -> pa.Schema:
+    """The samples schema, with the white-box columns when the table has them."""
+    return schema.SAMPLES_WB_SCHEMA if schema.WB_P in df.columns else schema.SAMPLES_SCHEMA
+
+
+# ------------------------------------------------------------------ reading a completed run
+@dataclass(frozen=True)
+class StoredRun:
+    """A completed run directory, read back (tables a run kind does not produce: ``None``)."""
+
+    path: Path
+    info: dict[str, Any]
+    manifest: dict[str, Any]
+    summary: dict[str, Any]
+
+    def table(self, name: str) -> pd.DataFrame | None:
+        """Read one of the final tables (``samples.parquet`` ...), ``None`` when absent."""
+        p = self.path / name
+        if not p.is_file():
+            return None
+        return read_table(p)
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """The manifest's provenance, else that of samples.parquet (before the manifest exists)."""
+        prov = self.manifest.get("provenance")
+        if prov:
+            return dict(prov)
+        f = self.path / SAMPLES
+        return read_provenance(f) if f.is_file() else {}
+
+    @property
+    def protocol_file(self) -> Path | None:
+        p = self.path / PROTOCOL_FILE
+        return p if p.is_file() else None
+
+
+def load_run(path: str | os.PathLike[str], *, require_manifest: bool = True) -> StoredRun:
+    """Open a completed run directory; an incomplete one (no manifest, or a summary that says
+    ``complete: false``) or one whose data files changed since the manifest (size or sha256;
+    the first changed file is named) is an ``InputError``.
+
+    ``require_manifest=False`` is for the runner only: it renders reports from the files it has
+    just written, before it writes the manifest (nothing is verified then).
+    """
+    p = Path(path)
+    if not p.is_dir():
+        raise InputError(f"{p}: no such run directory")
+    mpath = p / MANIFEST
+    if require_manifest and not mpath.is_file():
+        raise InputError(
+            f"{p}: no {MANIFEST}: the run is incomplete (interrupted?); re-run it to resume"
+        )
+    manifest = _read_object(mpath) if mpath.is_file() else {}
+    summary = _read_object(p / SUMMARY)  # each JSON file is named when damaged
+    if require_manifest and summary.get(COMPLETE_KEY) is False:
+        raise InputError(
+            f"{p}: {SUMMARY} says complete: false: the run was interrupted while finishing; "
+            "re-run it to resume"
+        )
+    if require_manifest:
+        verify_manifest(p, manifest)
+    info = _read_object(p / RUN_INFO)
+    return StoredRun(path=p, info=info, manifest=manifest, summary=summary)
+
+
+def _read_json(f: Path) -> Any:
+    """A JSON file of a run directory; ``InputError`` naming the file when missing or damaged."""
+    try:
+        return json.loads(f.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{f}: missing from the run directory") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"{f}: damaged JSON ({err})") from None
+
+
+def _read_object(f: Path) -> dict[str, Any]:
+    """A JSON object of a run directory (``_read_json``; anything but an object is damage)."""
+    obj = _read_json(f)
+    if not isinstance(obj, dict):
+        raise InputError(f"{f}: damaged JSON (expected an object, got {type(obj).__name__})")
+    return obj
+
+
+def verify_manifest(p: Path, manifest: Mapping[str, Any]) -> None:
+    """Every data file the manifest lists exists with its size and sha256 (rendered reports are
+    views, re-rendered by ``spectest report``, and are not checked), and the manifest lists
+    every data file the run must have: ``REQUIRED_FILES`` of its kind (``run.json``'s, which
+    must agree with the manifest's), the tables ``summary.json`` says were written, and every
+    data file present on disk. Raises ``InputError`` naming the first file that fails."""
+    files = manifest.get("files") if isinstance(manifest, Mapping) else None
+    if not isinstance(files, Mapping) or not all(isinstance(e, Mapping) for e in files.values()):
+        raise InputError(f"{p / MANIFEST}: damaged ('files' must map each name to its entry)")
+    for name, entry in sorted(files.items()):
+        if name in RENDERED:
+            continue
+        f = p / name
+        if not f.is_file():
+            raise InputError(f"{f}: listed in {MANIFEST} but missing")
+        size = f.stat().st_size
+        if size != entry.get("bytes"):
+            raise InputError(
+                f"{f}: size differs from {MANIFEST} ({size} != {entry.get('bytes')}): "
+                "modified after the run"
+            )
+        digest = sha256_file(f)
+        if digest != entry.get("sha256"):
+            raise InputError(
+                f"{f}: sha256 differs from {MANIFEST} ({digest[:12]}… != "
+                f"{str(entry.get('sha256'))[:12]}…): modified after the run"
+            )
+
+    def unlisted(name: str, why: str) -> InputError:
+        return InputError(
+            f"{p / name}: not listed in {MANIFEST} although {why}: the manifest was edited "
+            "(tampering?); re-run to regenerate the directory"
+        )
+
+    for name in DATA_FILES:  # a data file on disk the manifest does not vouch for
+        if name not in files and (p / name).is_file():
+            raise unlisted(name, "the run directory holds it")
+    if RUN_INFO not in files:
+        raise unlisted(RUN_INFO, "every run directory has it")
+    kind = _read_object(p / RUN_INFO).get("kind")  # verified above
+    if kind not in REQUIRED_FILES or manifest.get("kind") not in (None, kind):
+        raise InputError(
+            f"{p / RUN_INFO}: kind {kind!r} (manifest: {manifest.get('kind')!r}) is not one of "
+            f"{sorted(REQUIRED_FILES)}: a damaged run directory"
+        )
+    for name in REQUIRED_FILES[kind]:
+        if name not in files:
+            raise unlisted(name, f"every run of kind {kind!r} has it")
+    written = _read_object(p / SUMMARY).get(DATA_FILES_KEY) or []  # verified above
+    for name in written if isinstance(written, list) else []:
+        if isinstance(name, str) and name not in files:
+            raise unlisted(name, f"{SUMMARY} says the run wrote it")
+
+
+def update_manifest_entries(path: str | os.PathLike[str], names: Iterable[str]) -> bool:
+    """Re-list the rendered views ``names`` (``RENDERED``) of a completed run after
+    ``spectest report`` re-rendered them: their entries only — every other entry, the
+    provenance and the ``completed`` time are kept byte for byte. Returns whether the manifest
+    changed (it is rewritten only then). The caller holds the run directory's lock."""
+    p = Path(path)
+    names = list(names)
+    if bad := [n for n in names if n not in RENDERED]:
+        raise ValueError(f"update_manifest_entries: {bad!r} are not rendered views")
+    manifest = _read_object(p / MANIFEST)
+    files = dict(manifest.get("files") or {})
+    for name in names:
+        f = p / name
+        if f.is_file():
+            files[name] = {"bytes": f.stat().st_size, "sha256": sha256_file(f)}
+        else:
+            files.pop(name, None)
+    if files == manifest.get("files"):
+        return False
+    atomic_write_json(p / MANIFEST, {**manifest, "files": dict(sorted(files.items()))})
+    return True

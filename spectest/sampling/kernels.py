@@ -1,0 +1,113 @@
+"""Fused GPU kernels for exact sampling steps: the full-vocabulary float64 normaliser in one read.
+
+Owns: ``weight_sum`` — ``sum_j exp((float64(x_j) - mx) / T)`` per row of float32 logits, the
+top-p normaliser of ``sampling.shortlist`` — as one Triton kernel on CUDA (a row per program,
+float32 loads, every operation in float64), with the torch expression it replaces beside it
+(``weight_sum_reference``), which runs everywhere else. Knows nothing about laws, engines or
+which rows need the sum.
+
+Why: the torch expression materialises a ``[N, V]`` float64 copy and runs four passes over it
+(convert, subtract, divide, exp) plus the sum — ~50 GB of memory traffic for the 5 120 target rows
+of one speculative round at V = 151 936, ~30 % of the speculative arm's GPU time at 1 024 rows
+(results/LOG.md, h27). The kernel reads the float32 logits once (3 GB) and writes ``N`` numbers.
+
+NOTE numerics: each term is computed by the same float64 operations as the reference, on the
+same inputs (the exact float32→float64 conversion, an IEEE float64 subtraction and division,
+libdevice's float64 ``exp``, which is what CUDA's ``exp(double)`` is), so the terms are the
+reference's; only the *order of the float64 additions* differs (per program: ``BLOCK`` running
+partial sums, then a tree). That is the class of difference ``sampling/shortlist.py``'s NOTE
+already documents for this sum (the normaliser over ``W`` vs ``V`` tokens): relative ``~n·2^-53
+<= 2e-11`` worst case, ``<= 1e-12`` asserted by tests/test_sampling_kernels.py on random and
+peaked rows, and on CUDA at V = 151 936. It can move a top-p decision only when a running mass lies
+within that rounding of ``top_p``, an event of probability ``~1e-12`` per decision.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import torch
+
+BLOCK = 2048  # float32 loads per step of a program (a row is V / BLOCK steps)
+
+
+def weight_sum_reference(x: torch.Tensor, t: torch.Tensor, mx: torch.Tensor) -> torch.Tensor:
+    """``[M]`` float64: ``exp((float64(x) - mx) / t).sum(-1)`` for ``x`` ``[M, V]``, ``t`` ``[M]``,
+    ``mx`` ``[M, 1]`` float64 — the reference's operations in its order (``shortlist._weights``)."""
+    w = x.to(torch.float64)  # [M, V]
+    if w.data_ptr() == x.data_ptr():
+        w = w.clone()
+    return w.sub_(mx).div_(t.to(torch.float64)[:, None]).exp_().sum(-1)
+
+
+def weight_sum(x: torch.Tensor, t: torch.Tensor, mx: torch.Tensor) -> torch.Tensor:
+    """``weight_sum_reference`` in one fused read of ``x`` where the kernel applies (float32
+    logits on CUDA, Triton importable, ``SPECTEST_NO_KERNELS`` unset); the reference otherwise.
+
+    Parameters
+    ----------
+    x : ``[M, V]`` float32 (or float64: reference) logits.
+    t : ``[M]`` temperatures (> 0).
+    mx : ``[M, 1]`` float64 row maxima of ``x``.
+
+    Returns
+    -------
+    ``[M]`` float64; equal to the reference up to float64 reduction order (module NOTE).
+    """
+    if not (x.is_cuda and x.dtype == torch.float32 and x.dim() == 2 and _kernel() is not None):
+        return weight_sum_reference(x, t, mx)
+    return launch(x, t, mx)
+
+
+def launch(x: torch.Tensor, t: torch.Tensor, mx: torch.Tensor) -> torch.Tensor:
+    """Run the Triton kernel on ``x`` (any device Triton runs on: CUDA, or CPU tensors under
+    ``TRITON_INTERPRET=1`` for the tests); ``weight_sum``'s contract."""
+    kernel = _kernel()
+    if kernel is None:
+        raise RuntimeError("weight_sum kernel: triton is not importable")
+    x = x.contiguous()
+    M, V = (int(s) for s in x.shape)
+    out = torch.empty(M, dtype=torch.float64, device=x.device)
+    if M:
+        t64 = t.to(device=x.device, dtype=torch.float64).contiguous()
+        m64 = mx.to(device=x.device, dtype=torch.float64).reshape(M).contiguous()
+        if x.is_cuda:  # Triton launches on the current device: make it x's (multi-GPU workers)
+            with torch.cuda.device(x.device):
+                kernel[(M,)](x, t64, m64, out, V=V, BLOCK=BLOCK)
+        else:  # Triton's interpreter (CPU tensors)
+            kernel[(M,)](x, t64, m64, out, V=V, BLOCK=BLOCK)
+    return out
+
+
+@functools.cache
+def _kernel() -> Any:
+    """The jitted kernel, or None (no Triton, or ``SPECTEST_NO_KERNELS`` set)."""
+    if os.environ.get("SPECTEST_NO_KERNELS"):
+        return None
+    try:
+        import triton
+        import triton.language as tl
+    except Exception:  # any import failure means: use the reference
+        return None
+
+    # NOTE ``V`` is a compile-time constant (one compilation per vocabulary size), which also
+    # keeps the loop bounds static for Triton's interpreter
+    @triton.jit
+    def _weight_sum_kernel(x_ptr, t_ptr, mx_ptr, out_ptr, V: tl.constexpr, BLOCK: tl.constexpr):
+        row = tl.program_id(0).to(tl.int64)
+        base = x_ptr + row * V
+        t = tl.load(t_ptr + row)  # float64
+        m = tl.load(mx_ptr + row)  # float64
+        offs = tl.arange(0, BLOCK)
+        acc = tl.zeros([BLOCK], dtype=tl.float64)
+        for start in range(0, V, BLOCK):
+            idx = start + offs
+            ok = idx < V
+            v = tl.load(base + idx, mask=ok, other=0.0).to(tl.float64)
+            w = tl.exp((v - m) / t)
+            acc += tl.where(ok, w, 0.0)
+        tl.store(out_ptr + row, tl.sum(acc, axis=0))
+
+    return _weight_sum_kernel

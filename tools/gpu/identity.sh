@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The main job on the device, run by two trees side by side: is the CUDA output of a refactored
+# tree the same as before? (issue 20's "byte-identical on the H200").
+#
+#   bash tools/gpu/identity.sh OLD_TREE [OUT]       (env: DEVICE=cuda, EXTRA="--seeds 50" for a smoke test)
+#
+# OLD_TREE: a directory holding an older `spectest/` and `protocols/` (e.g. made with
+# `git archive COMMIT spectest protocols | tar -x -C OLD_TREE`). Each tree runs
+# `spectest run --config protocols/top_p.yaml --device cuda`; then the samples' token columns,
+# histograms.parquet and the verdict are compared (table contents: Parquet files embed their
+# provenance, so bytes differ by timestamp and git sha). Prints IDENTICAL or what differs.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OLD="$1"
+OUT="${2:-${OUT:-/tmp/spectest-identity}}"
+mkdir -p "$OUT"
+export SPECTEST_NO_PROGRESS=1 PYTHONUNBUFFERED=1
+for side in old new; do
+  tree="$PWD"; [ "$side" = old ] && tree="$(cd "$OLD" && pwd)"
+  t0=$(date +%s)
+  (cd "$tree" && PYTHONPATH="$tree" python -m spectest run --config protocols/top_p.yaml \
+    --device "${DEVICE:-cuda}" ${EXTRA:-} --out "$OUT/$side" --no-progress > "$OUT/$side.console.txt" 2>&1)
+  echo "== $side: exit $? in $(( $(date +%s) - t0 )) s"; tail -n 3 "$OUT/$side.console.txt"
+done
+python - "$OUT/old" "$OUT/new" <<'PY'
+import json, sys
+import pandas as pd
+old, new = sys.argv[1:]
+keys = ["arm", "prompt_id", "config_id", "seed", "position", "token_id"]
+def tokens(d):
+    s = pd.read_parquet(f"{d}/samples.parquet", columns=keys)
+    return s.sort_values(keys[:-1]).reset_index(drop=True)
+def hist(d):
+    h = pd.read_parquet(f"{d}/histograms.parquet")
+    return h.sort_values(list(h.columns)).reset_index(drop=True)
+def verdict(d):
+    v = json.load(open(f"{d}/summary.json"))["verdict"]
+    return v["decision"], v["exit_code"]
+bad = []
+if not tokens(old).equals(tokens(new)): bad.append("samples tokens")
+try:
+    if not hist(old).equals(hist(new)): bad.append("histograms")
+except Exception as e: bad.append(f"histograms ({e})")
+if verdict(old) != verdict(new): bad.append(f"verdict {verdict(old)} vs {verdict(new)}")
+print("IDENTICAL (tokens, histograms, verdict)" if not bad else "DIFFERENT: " + ", ".join(bad))
+PY
