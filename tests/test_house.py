@@ -54,10 +54,11 @@ LAYERS: dict[str, int] = {
     "prompts": 3,
     "setup": 3,
     "readiness": 3,
-    # 4-5: protocols, then what is planned and summarised from them
+    # 4-5: protocols, then what is planned, summarised and sized from them
     "protocol": 4,
     "plan": 5,
     "summary": 5,
+    "sizing": 5,
     # 6: generation, reports, and the commands beside the run (bench, conformance, hunt)
     "generation": 6,
     "report": 6,
