@@ -46,7 +46,7 @@ def _arm(target, draft, prompt, rows, name, T, K, batch):
     )  # fmt: skip
     wb = out.whitebox
     return (
-        samples_frame(out.tokens.numpy(), "p0", rows, name, wb),
+        samples_frame(out.tokens, "p0", rows, name, wb),
         rounds_frame(out.rounds, "p0", rows, name),
     )
 

@@ -86,7 +86,7 @@ def replication(models, variant: str, rep: int, seeds: int, onehot: bool) -> dic
         variant=get_variant(variant), whitebox=True, num_positions=12, run_key=22_2026,
         prompt_id="p", batch_size=len(rows),
     )  # fmt: skip
-    samples = samples_frame(out.tokens.numpy(), "p", rows, ARM, out.whitebox)
+    samples = samples_frame(out.tokens, "p", rows, ARM, out.whitebox)
     rounds = rounds_frame(out.rounds, "p", rows, ARM)
     wb = whitebox.whitebox_tests(samples, [ARM], np.random.default_rng(rep), rounds=rounds)
     return {str(t): float(p) for t, p in zip(wb["test"], wb["pvalue"], strict=True)}

@@ -6,7 +6,8 @@ threads, devices, Ray), ``EngineSet`` (one engine per ``EngineChoice``, the mode
 ``Engine.teacher``), ``generate_shards`` (the one shard loop: the local run and every scale-out
 worker call it), ``generate_shard`` (one arm × one prompt, checked before anyone stores it),
 ``ShardResult``, the run key, the run's white-box mode (``whitebox_mode``) and readout arms
-(``readout_arms``), the loading of the models, torch's CPU threads and the device check.
+(``readout_arms``), the loading of the models, torch's CPU threads and the device check, and the
+tooth sizes of a plan's teeth from the loaded models (``protocol_tooth_sizes``).
 
 Knows nothing about where shards are written (the caller's ``on_shard``), how tests are
 computed, or which engines exist: every engine is reached through ``spectest.engines.registry``
@@ -109,6 +110,26 @@ def readout_arms(arms: Sequence[Arm]) -> frozenset[str]:
 def drafter_of(protocol: Protocol) -> DrafterSpec:
     """The protocol's drafter as the engines take it (the same ``engines.base.DrafterSpec``)."""
     return protocol.drafter
+
+
+def protocol_tooth_sizes(
+    protocol: Protocol, arms: Sequence[Arm], models: Models
+) -> pd.DataFrame | None:
+    """``tooth_size.tooth_sizes`` of a plan's ε arms and mutants (``arms``) from ``models``
+    (target and draft), as a run computes them — in the driver, or on a pool worker that holds
+    the models (``scaleout``); None when there is no such tooth."""
+    from spectest.tooth_size import tooth_sizes
+
+    teeth = [(a.name, str(a.variant)) for a in arms if a.role in ("eps", "mutant")]
+    if not teeth:
+        return None
+    target, draft = models.target, models.draft
+    assert target is not None and draft is not None
+    p = protocol
+    return tooth_sizes(
+        target, draft, prompt_token_ids(p, target.vocab_size), p.configs, teeth, drafter_of(p),
+        p.positions, budget=p.teeth.size_budget,
+    )  # fmt: skip
 
 
 def run_key(protocol: Protocol) -> int:

@@ -8,50 +8,8 @@ processed laws, argmax flips) and ``drift_table`` (every prompt of a run's match
 per-token table stored as ``numerics.parquet``). The decision (TOST on drift − floor) is
 ``spectest.stats.drift``'s; nothing here is random.
 
-Two claims, and why a matched reference separates them
-------------------------------------------------------
-(a) *The sampler is exact given the engine's own numerics*: it emits the law exact rejection
-sampling emits from the p and q the engine computed. (b) *Numerics drift*: how far those p are
-from the p plain decode computes. In float32 both differences are ~0; in bf16/fp16 a verify
-forward over K+1 positions and a one-position decode forward round differently, so a
-speculative arm's law really differs from plain decode's (issue 21: 0.0035 TV per token at
-Qwen3-0.6B shape), and a black-box spec-vs-plain test rejects a correct sampler.
-
-The ``matched`` arm (``protocol.arms``) runs spectest's *exact* sampler in the candidate's own
-loop on disjoint seeds. Comparing the candidate with it tests claim (a) black-box; the white-box
-columns recorded at generation time test it too (exact under any numerics: they read the p the
-engine sampled from). The cancellation is **exact** when the candidate and the matched arm call
-the target on the same forward schedule (a round's verify forward over K+1 positions at the
-same cache layout), every row's logits depend on its own contents only given the batch shape
-(no cross-row reductions; true of the built-in loops: rows share no state, and prefill is
-shared per prompt so every row holds bit-identical prompt state), and with the same dtype and
-kernels. Then the candidate's p and q, round by round, have the same conditional law given the
-committed prefix as the matched arm's, and their sequence laws are equal iff the sampler is
-exact. It is only **approximate** when the candidate runs another forward schedule: a candidate
-whose accepted-length law differs from the standard chain (SGLang's block verification, a mutant
-that accepts more or less) puts its round boundaries elsewhere, so its prefixes are computed at
-other offsets of other forwards; or a candidate that changes batch composition (an engine that
-re-batches rows). A difference found then may be numerics at the size of claim (b)'s drift, not
-a sampler bug: spectest reports the black-box result against ``matched`` as it is, the white-box
-family still decides claim (a) exactly, and the user can conclude "sampler exact" only from the
-white-box family and a black-box rejection only up to the drift measured in (b) (docs/numerics.md).
-
-The drift measurement (claim (b))
----------------------------------
-For each measured row of the matched arm: replay the verify schedule the run used — the same
-prompt prefill shared over the same batch of rows, then per round one target forward over
-``[last, t_pos, ..., t_{pos+K-1}]`` with slots ``j ≥ n`` invalidated afterwards (``n`` =
-accepted + 1 from ``rounds.parquet``): at offsets ``j < n`` the inputs are exactly the run's
-(the accepted drafts are the emitted tokens), so the logits kept are those the run's verify
-computed up to kernel choice; the contents of discarded slots differ, but they are masked.
-Then plain decode along the same tokens in the same batch (the reference loop: prompt prefill,
-one position per forward). TV_t = ½ Σ_v |p_verify − p_decode| of the processed laws (the
-config's temperature/top-k/top-p/min-p, ``sampling.transforms``), per emitted position —
-deterministic, no sampling noise. The floor (``tests.numerics_floor: batch``): the same TV
-between plain decode in the run's batch and plain decode of the row alone (batch 1), for
-about ``FLOOR_SEQUENCES`` rows spread over the cells (``MIN_FLOOR_ROWS_PER_CELL`` at least in
-each): users accept that difference from every serving engine. Batch-1 forwards are the cost
-(``FLOOR_SEQUENCES × T`` of them), hence the budget.
+The two claims, why a matched reference separates them, and the drift measurement (moved
+from this docstring): docs/numerics.md "The module's account (spectest/numerics.py)".
 
 Notes
 -----

@@ -41,6 +41,7 @@ from spectest.generation import (
     device_name,
     generate_shards,
     load_models,
+    protocol_tooth_sizes,
     readout_arms,
     whitebox_mode,
 )
@@ -342,8 +343,6 @@ def _tooth_sizes(run: _Run, plan: Plan, models: Models | None) -> pd.DataFrame |
     """The ε arms' and mutants' TV per cell-position (``spectest.tooth_size``), from the run's
     models (loaded here when this process has not: a resumed or spread-out run); None when the
     plan has no such tooth. Adds ``tooth sizes`` (seconds, loading included) to the timings."""
-    from spectest.tooth_size import protocol_tooth_sizes
-
     if not any(a.role in ("eps", "mutant") for a in plan.arms):
         return None
     if run.teeth_from_pool is not None:  # a pool worker made them beside generation

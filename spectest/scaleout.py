@@ -24,27 +24,8 @@ keeps are built from the protocol with fixed seeds (``generation.load_models``),
 model is the model a fresh process would load. Tested on CPU: two worker processes and a local
 Ray cluster vs one process, equal samples, rounds and histograms tables.
 
-Persistence
------------
-A pool lives as long as its holder: ``run_protocol`` makes one per run (kept across the stages
-of a sequential run) unless given one (``run_protocol(..., pool=...)``), which it then leaves
-open, so a program running several protocols pays each worker's imports and model load once.
-A worker keeps the engines of the last run it served (keyed by protocol hash, ``--fast`` and
-the plan) and the models of the last model spec (target, draft, dtype, device).
-
-Failure
--------
-A worker that dies (killed, out of memory, a crashed extension) ends the run with one
-``InfrastructureError`` (exit 4) naming the worker, its device and pid and the shard it held;
-the pool is closed. Shards already written are complete (``RunDir.write_shard`` is atomic, the
-samples file last), no final file is written, and the same command again resumes them.
-
-Ray (``spectest[ray]``)
------------------------
-``--ray auto`` joins the cluster of ``ray start`` on this host, ``--ray ADDRESS`` a remote one
-(``ray://host:10001`` or ``host:6379``), ``--ray local`` starts a private local instance. Each
-actor needs ``spectest`` (and the protocol's model files, e.g. ``hf-local`` paths) importable on
-the node that runs it; nothing is shared through the filesystem: actors return their shards.
+Persistence, failure and Ray (moved from this docstring):
+docs/scaleout.md "The module's account (spectest/scaleout.py)".
 """
 
 from __future__ import annotations
@@ -69,6 +50,7 @@ from spectest.generation import (
     configure_threads,
     generate_shards,
     load_models,
+    protocol_tooth_sizes,
 )
 from spectest.progress import ProgressFn
 
@@ -207,10 +189,8 @@ class Worker:
         return self.shard(spec, key), dict(self.times)
 
     def tooth_sizes(self, spec: RunSpec) -> Any:
-        """The run's tooth sizes (``tooth_size.protocol_tooth_sizes``) from this worker's
+        """The run's tooth sizes (``generation.protocol_tooth_sizes``) from this worker's
         models (target and draft, loaded or kept); counted as ``load``."""
-        from spectest.tooth_size import protocol_tooth_sizes
-
         t0 = time.perf_counter()
         protocol, plan = self._protocol(spec)
         configure_threads(protocol.models.device, spec.options.threads or self.threads)

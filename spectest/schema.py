@@ -18,17 +18,8 @@ each emitted sequence under the *same* sampling pipeline (post temperature/top-k
 - ``wb_overlap`` float64: sum_v min(p_t(v), q_t(v)) (the one-step acceptance probability; NaN
   when q is unknown).
 
-Optional role columns (``ROLE_COLUMNS``; the built-in speculative loop's observer records them,
-``engines.recorder``): ``wb_role`` string (``ROLES``: accepted / recovered / bonus; plain
-decode has none), ``wb_slot`` int32 (the token's index among its round's emitted tokens),
-``wb_role_p`` / ``wb_role_cdf_lo`` float64: the token's mass and the mass strictly below it in
-token-id order under its *role's* law given p and q — accepted: min(p, q)/Σ min(p, q);
-recovered: max(0, p − q)/Σ max(0, p − q) (p where that is empty, as the sampler); bonus: p.
-``wb_role_ratio`` float64: min(1, p(x)/q(x)) of the last draft decided before a final token —
-the rejected draft for a recovered token, x_K for a bonus (NaN for an accepted draft).
-``wb_role_beyond`` bool / ``wb_role_tail`` float64: a bonus whose CDF interval lies at or above
-r, a recovered token whose interval lies at or below r (what a reused acceptance uniform never
-gives), and the role law's mass of such tokens (NaN for accepted drafts).
+Optional role columns (``ROLE_COLUMNS``, ``ROLES``; what each means, moved from this
+docstring): docs/run-directory.md "The role columns (spectest/schema.py)".
 
 The bring-your-own schema of ``spectest compare`` is the samples table without ``arm``.
 

@@ -3,8 +3,8 @@
 Owns: the per-cell-position total variation between the law of an ε arm or mutant and the plain
 law, computed from the run's own models (``tooth_sizes`` → one row per tooth × prompt × config ×
 position, the table a run stores as ``tooth_sizes.parquet``), and the size of a tooth read from
-that table (``size_of``: the largest TV over its cell-positions, or unknown);
-``protocol_tooth_sizes``: that table for a plan's teeth from a protocol and its loaded models.
+that table (``size_of``: the largest TV over its cell-positions, or unknown); the table for a
+protocol's teeth is ``generation.protocol_tooth_sizes`` (it knows protocols and prompts).
 A killed tooth of size s is evidence that the run's tests see a bug of per-cell TV s;
 ``spectest.verdict`` turns the weakest such tooth into the run's power claim. Knows nothing
 about statistics, verdicts or files.
@@ -356,22 +356,3 @@ def tooth_sizes(
                         }
                     )
     return pd.DataFrame(rows, columns=list(SIZE_COLUMNS))
-
-
-def protocol_tooth_sizes(protocol: Any, arms: Sequence[Any], models: Any) -> pd.DataFrame | None:
-    """``tooth_sizes`` of a plan's ε arms and mutants (``arms``) from ``models`` (target and
-    draft), as a run computes them — in the driver, or on a pool worker that holds the models
-    (``scaleout``); None when there is no such tooth."""
-    from spectest.generation import drafter_of
-    from spectest.prompts import prompt_token_ids
-
-    teeth = [(a.name, str(a.variant)) for a in arms if a.role in ("eps", "mutant")]
-    if not teeth:
-        return None
-    target, draft = models.target, models.draft
-    assert target is not None and draft is not None
-    p = protocol
-    return tooth_sizes(
-        target, draft, prompt_token_ids(p, target.vocab_size), p.configs, teeth, drafter_of(p),
-        p.positions, budget=p.teeth.size_budget,
-    )  # fmt: skip

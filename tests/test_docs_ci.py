@@ -64,10 +64,11 @@ def _readme_block(heading: str, doc: str = "README.md") -> str:
 
 @pytest.mark.slow
 def test_ci_recipe_runs_verbatim_outside_github(tmp_path: Path) -> None:
-    """The CI recipe (docs/ci.md, README points there), run as written by bash in an empty directory with
-    ``GITHUB_STEP_SUMMARY`` unset (a local try of the recipe): the empty ``--summary-md`` is
-    skipped with a note, the verdict is printed, the exit code is the verdict's (0), and the
-    JUnit file is written. (The full ``ci`` protocol: ~1 min on 2 busy cores, hence slow.)"""
+    """The CI recipe (docs/ci.md, README points there), run as written by bash in an empty
+    directory with ``GITHUB_STEP_SUMMARY`` unset (a local try of the recipe): the empty
+    ``--summary-md`` is skipped with a note, the verdict is printed, the exit code is the
+    verdict's (0), and the JUnit file is written. (The full ``ci`` protocol: ~1 min on 2 busy
+    cores, hence slow.)"""
     recipe = _readme_block("## CI: spectest as a merge gate", "docs/ci.md")
     assert recipe.lstrip().startswith("spectest run --config ci"), recipe
     bindir = tmp_path / "bin"

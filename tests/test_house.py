@@ -43,6 +43,7 @@ LAYERS: dict[str, int] = {
     "stats": 1,
     # 2: models; what the statistics decide (comparison, claim, verdict); tooth sizes; BYO samples
     "models": 2,
+    "numerics": 2,
     "tooth_size": 2,
     "comparison": 2,
     "claim": 2,
@@ -52,10 +53,12 @@ LAYERS: dict[str, int] = {
     "engines": 3,
     "prompts": 3,
     "setup": 3,
-    # 4-5: protocols, then what is planned and summarised from them
+    "readiness": 3,
+    # 4-5: protocols, then what is planned, summarised and sized from them
     "protocol": 4,
     "plan": 5,
     "summary": 5,
+    "sizing": 5,
     # 6: generation, reports, and the commands beside the run (bench, conformance, hunt)
     "generation": 6,
     "report": 6,

@@ -138,7 +138,7 @@ def _spec(target, rows, T=6, K=3, batch=None):
         batch_size=batch or len(rows), whitebox=True,
     )  # fmt: skip
     return (
-        samples_frame(out.tokens.numpy(), "p0", rows, "matched", out.whitebox),
+        samples_frame(out.tokens, "p0", rows, "matched", out.whitebox),
         rounds_frame(out.rounds, "p0", rows, "matched"),
     )
 

@@ -16,6 +16,7 @@ from test_stats_sim import (
 )
 
 from spectest.errors import InputError
+from spectest.stats import pit
 from spectest.stats import whitebox as wb
 
 
@@ -25,7 +26,7 @@ def test_anderson_darling_statistic_equals_scipy_and_pvalue_matches_its_monte_ca
     scipy's Monte-Carlo p (n_mc_samples = 4000; false-failure rate < 1e-4). Fixed seeds."""
     rng = np.random.default_rng(0)
     for u in (rng.random(60), rng.beta(1.3, 1.0, 60)):
-        ours = wb.anderson_darling_uniform(u)
+        ours = pit.anderson_darling_uniform(u)
         ref = stats.goodness_of_fit(
             stats.uniform,
             u,
@@ -43,21 +44,21 @@ def test_anderson_darling_statistic_equals_scipy_and_pvalue_matches_its_monte_ca
 def test_adinf_at_the_published_critical_values(a2, p):
     """Asymptotic upper-tail critical values of A² for a fully specified law (Stephens 1974,
     JASA 69, Table 1, case 0): 1.933, 2.492, 3.070, 3.857 at 10 %, 5 %, 2.5 %, 1 %."""
-    assert 1.0 - float(wb._adinf(np.array(a2))) == pytest.approx(p, abs=6e-4)
+    assert 1.0 - float(pit._adinf(np.array(a2))) == pytest.approx(p, abs=6e-4)
 
 
 def test_ks_and_cvm_are_the_scipy_calls_and_empty_input_is_nan():
     u = np.random.default_rng(2).random(500)
-    ks, cvm, ad = wb.uniformity_tests(u)
+    ks, cvm, ad = pit.uniformity_tests(u)
     assert ks.pvalue == stats.kstest(u, "uniform").pvalue and ks.test == "ks"
     assert cvm.statistic == pytest.approx(stats.cramervonmises(u, "uniform").statistic)
     assert ad.test == "ad" and ad.n == 500
-    assert all(np.isnan(r.pvalue) for r in wb.uniformity_tests(np.array([])))
+    assert all(np.isnan(r.pvalue) for r in pit.uniformity_tests(np.array([])))
 
 
 def test_pit_values_use_the_passed_generator_only():
     lo, p = np.array([0.0, 0.5, 0.9]), np.array([0.5, 0.4, 0.1])
-    u = wb.pit_values(lo, p, np.random.default_rng(7))
+    u = pit.pit_values(lo, p, np.random.default_rng(7))
     v = np.random.default_rng(7).random(3)
     np.testing.assert_array_equal(u, lo + v * p)
 
@@ -100,8 +101,8 @@ def test_pit_directed_z_calibrated_on_plain_decode_and_pit_catches_a_biased_acce
     for _ in range(300):
         tok = sample_plain(m, 100, 4, rng)
         cols = whitebox_columns(m, tok)
-        u = wb.pit_values(cols["wb_cdf_lo"], cols["wb_p"], rng)
-        for r in wb.uniformity_tests(u):
+        u = pit.pit_values(cols["wb_cdf_lo"], cols["wb_p"], rng)
+        for r in pit.uniformity_tests(u):
             hits[r.test] += r.pvalue <= 0.05
         hits["z"] += wb.directed_z(cols["wb_in_a"], cols["wb_p_a"]).pvalue <= 0.05
     sigma = np.sqrt(0.05 * 0.95 / 300)
@@ -109,8 +110,8 @@ def test_pit_directed_z_calibrated_on_plain_decode_and_pit_catches_a_biased_acce
         assert abs(h / 300 - 0.05) <= 3 * sigma, (name, h)
     biased = sample_spec(m, 2000, 4, rng, eps=1.0)
     cols = whitebox_columns(m, biased)
-    u = wb.pit_values(cols["wb_cdf_lo"], cols["wb_p"], rng)
-    assert wb.uniformity_tests(u, tests=("ks",))[0].pvalue < 1e-4
+    u = pit.pit_values(cols["wb_cdf_lo"], cols["wb_p"], rng)
+    assert pit.uniformity_tests(u, tests=("ks",))[0].pvalue < 1e-4
     z = wb.directed_z(cols["wb_in_a"], cols["wb_p_a"])
     assert z.statistic > 0 and z.pvalue_greater < 1e-4
 

@@ -23,11 +23,10 @@ from test_stats_sim import Markov, sample_plain, sample_spec, samples_frame, zip
 
 from spectest import schema as sc
 from spectest.stats import AnalysisOptions, analyze
+from spectest.stats.pit import pit_values, uniformity_tests
 from spectest.stats.whitebox import (
     WHITEBOX_WEIGHTS,
     directed_z,
-    pit_values,
-    uniformity_tests,
     weighted_bonferroni,
 )
 from spectest.stats.whitebox_teacher import (

@@ -38,11 +38,10 @@ from spectest import schema as sc
 from spectest.errors import ConfigError
 from spectest.stats import AnalysisOptions, analyze
 from spectest.stats.family_whitebox import exact_whitebox_frame
+from spectest.stats.pit import pit_values, uniformity_tests
 from spectest.stats.whitebox import (
     WHITEBOX_WEIGHTS,
     directed_z,
-    pit_values,
-    uniformity_tests,
     weighted_bonferroni,
 )
 from spectest.stats.whitebox_teacher import (

@@ -25,7 +25,7 @@ from spectest.models.toy import ToyLM
 from spectest.sampling.laws import DenseLaw, ShortlistLaw, onehot_law
 from spectest.sampling.mutants import get_variant
 from spectest.sampling.params import SamplingParams
-from spectest.stats import whitebox
+from spectest.stats import whitebox, whitebox_roles
 
 
 def _random_law(g: torch.Generator, N: int, V: int, zeros: float) -> torch.Tensor:
@@ -93,17 +93,17 @@ def test_reuse_test_is_an_e_value() -> None:
     multiplies E by its π (here p goes from 0.008 to 0.16); the Monte-Carlo false-alarm rate
     at α = 0.05 stays under α."""
     pi = np.full(100, 0.05)
-    r = whitebox.reuse_test(np.zeros(100, dtype=bool), pi)
+    r = whitebox_roles.reuse_test(np.zeros(100, dtype=bool), pi)
     assert math.isclose(r.pvalue, 1.0 / np.prod(1.05 * np.ones(100)), rel_tol=1e-12)
     assert r.observed == 0 and math.isclose(r.expected, 5.0)
     b = np.zeros(100, dtype=bool)
     b[0] = True
-    one = whitebox.reuse_test(b, pi)
+    one = whitebox_roles.reuse_test(b, pi)
     assert math.isclose(one.pvalue, 1.0 / (1.05**99 * 0.05), rel_tol=1e-12) and one.observed == 1
     rng = np.random.default_rng(3)
     pis = rng.uniform(0, 0.2, size=(4000, 60))
     hits = sum(
-        whitebox.reuse_test(rng.random(60) < row, row).pvalue <= 0.05 for row in pis
+        whitebox_roles.reuse_test(rng.random(60) < row, row).pvalue <= 0.05 for row in pis
     )  # binomial(4000, ≤ 0.05): ≤ 240 has probability > 0.999
     assert hits <= 240, hits
 
@@ -158,7 +158,7 @@ def _role_frame(variant: str, onehot: bool) -> pd.DataFrame:
 
 def _role_pvalues(frame: pd.DataFrame) -> dict[str, float]:
     got = {}
-    for r in whitebox.role_pit_tests(frame, np.random.default_rng(1)):
+    for r in whitebox_roles.role_pit_tests(frame, np.random.default_rng(1)):
         got[f"role_pit_{r.role}"] = r.uniformity.pvalue
         if r.reuse is not None:
             got[f"reuse_{r.role}"] = r.reuse.pvalue

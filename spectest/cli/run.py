@@ -21,6 +21,36 @@ from spectest.cli.common import (
 )
 from spectest.report.escape import printable
 
+# `spectest run`'s own options (the shared ones are in cli.common)
+FastOpt = Annotated[
+    bool,
+    typer.Option(
+        help="Run the built-in arms (teeth included) on the fast engine: static KV cache, "
+        "CUDA graphs on CUDA, sort-free sampling; same tokens (docs/speed.md)."
+    ),
+]
+DevicesOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Comma-separated devices, one worker process each (e.g. cuda:0,cuda:1; cpu,cpu). "
+        "Default: every visible GPU of a cuda run."
+    ),
+]
+RayOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Run the shards on Ray actors: auto (this host's cluster), an address, or local "
+        "(needs spectest[ray])."
+    ),
+]
+AnalysisProcsOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="Processes for the sequence family's permutation statistics (cells spread "
+        "over them; same results). Default: this process."
+    ),
+]
+
 
 @boundary
 def run(
@@ -46,34 +76,10 @@ def run(
     ] = None,
     threads: ThreadsOpt = None,
     progress: ProgressOpt = True,
-    fast: Annotated[
-        bool,
-        typer.Option(
-            help="Run the built-in arms (teeth included) on the fast engine: static KV cache, "
-            "CUDA graphs on CUDA, sort-free sampling; same tokens (docs/speed.md)."
-        ),
-    ] = False,
-    devices: Annotated[
-        str | None,
-        typer.Option(
-            help="Comma-separated devices, one worker process each (e.g. cuda:0,cuda:1; cpu,cpu). "
-            "Default: every visible GPU of a cuda run."
-        ),
-    ] = None,
-    ray: Annotated[
-        str | None,
-        typer.Option(
-            help="Run the shards on Ray actors: auto (this host's cluster), an address, or local "
-            "(needs spectest[ray])."
-        ),
-    ] = None,
-    analysis_procs: Annotated[
-        int | None,
-        typer.Option(
-            help="Processes for the sequence family's permutation statistics (cells spread "
-            "over them; same results). Default: this process."
-        ),
-    ] = None,
+    fast: FastOpt = False,
+    devices: DevicesOpt = None,
+    ray: RayOpt = None,
+    analysis_procs: AnalysisProcsOpt = None,
 ) -> None:
     """Run a protocol: generate both arms and the teeth, store, test, print the verdict."""
     from spectest.protocol import load_protocol

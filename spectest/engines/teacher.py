@@ -211,8 +211,8 @@ def role_columns(
     ``beyond`` is what a uniform reused from the acceptance test can never give: a bonus drawn
     with an accepting u < r lands on a token with lo ≤ u < r, a recovered token drawn with a
     rejecting u > r on one with lo + mass > u > r; under H0 it has probability ``tail``
-    (``stats.whitebox.role_pit_tests``). lo of every id is one cumulative sum, so ``beyond`` of
-    the token and ``tail`` use the same numbers. Equal to ``role_reference``
+    (``stats.whitebox_roles.role_pit_tests``). lo of every id is one cumulative sum, so
+    ``beyond`` of the token and ``tail`` use the same numbers. Equal to ``role_reference``
     (tests/test_engine_whitebox.py).
     """
     if isinstance(p, ShortlistLaw):

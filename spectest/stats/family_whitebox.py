@@ -173,7 +173,7 @@ def _weighted_within_arms(
 
 def _role_unit(cand: pd.DataFrame) -> str:
     """The per-role resolutions for the resolution line ("" without role tests): each role
-    stratum's sup-CDF distance resolved at 80 % power (``whitebox.dkw_resolution``)."""
+    stratum's sup-CDF distance resolved at 80 % power (``whitebox_roles.dkw_resolution``)."""
     if not len(cand):
         return ""
     roles = cand[cand["test"].astype(str).str.startswith("role_pit_")]
@@ -188,7 +188,7 @@ def _role_unit(cand: pd.DataFrame) -> str:
 
 def _role_notes(cand: pd.DataFrame) -> tuple[str, ...]:
     """Exact mode: the per-role resolutions of the role strata that ran (the sup-CDF distance of
-    each stratum's PIT from U(0, 1) resolved at 80 % power, ``whitebox.dkw_resolution``)."""
+    each stratum's PIT from U(0, 1) resolved at 80 % power, ``whitebox_roles.dkw_resolution``)."""
     if not len(cand):
         return ()
     roles = cand[cand["test"].astype(str).str.startswith("role_pit_")]

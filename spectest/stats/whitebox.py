@@ -1,35 +1,22 @@
 """White-box exact tests from the target's (and draft's) probabilities along emitted sequences.
 
-Owns: the randomized PIT (``pit_values``) and its uniformity tests (KS, Cramér–von Mises,
-Anderson–Darling → ``UniformityResult``), the directed z-test on A_t = {q_t > p_t}
-(``directed_z``), the acceptance-rate test against Σ min(p, q) (``acceptance_test``) and its
-per-slot stratification (``acceptance_by_slot``), the role-stratified PITs (``role_pit_tests``:
-accepted / recovered / bonus tokens, each against its own law), the exact support check
-(``support_check``), validation of the ``wb_*`` columns, ``whitebox_tests``
-which runs all of them on each arm and returns a tidy DataFrame, and the α split inside the
-family (``WHITEBOX_WEIGHTS``, ``WHITEBOX_ROLE_WEIGHTS``, ``exact_weights``,
-``weighted_bonferroni``; ``stats.analyze`` applies it per arm).
+Owns: the pooled PIT's rows (``stats.pit``: randomized PIT and its KS / Cramér–von Mises /
+Anderson–Darling tests), the directed z-test on A_t = {q_t > p_t} (``directed_z``), the
+acceptance-rate test against Σ min(p, q) (``acceptance_test``) and its per-slot stratification
+(``acceptance_by_slot``), the exact support check (``support_check``), validation of the
+``wb_*`` columns, ``whitebox_tests`` which runs all of them — and the role tests of
+``stats.whitebox_roles`` (accepted / recovered / bonus tokens, each against its own law) — on
+each arm and returns a tidy DataFrame, and the α split inside the family (``WHITEBOX_WEIGHTS``,
+``WHITEBOX_ROLE_WEIGHTS``, ``exact_weights``, ``weighted_bonferroni``; ``stats.analyze``
+applies it per arm).
 
 Does not know: how p_t / q_t were computed (``engines/teacher.py`` fills the ``wb_*`` columns,
 see ``spectest.schema``), two-sample tests, multiplicity across families.
 
-Facts relied on (docs/statistics.md "White-box exact tests"): with V_t ~ U(0,1) independent of the
-data and a token order depending only on the prefix, u_t = F_t(x_t⁻) + V_t·p_t(x_t) are iid U(0,1)
-under H0 over all N·T emitted tokens, although the process is autoregressive (Rosenblatt 1952;
-Brockwell 2007; Czado, Gneiting & Held 2009). p_t must be the post-temperature/top-k/top-p law.
-Running every test on the plain (reference) arm too is the control on spectest's own p_t.
-
-Role strata (docs/roles.md "Why each stratum is exact"): let G_t be everything the
-sampler and the harness drew before emitted token t, together with the token's role R_t
-(accepted draft, recovered, bonus) and its slot in the round. Given G_t the token's law is its
-role's law (an accepted draft ~ min(p, q)/Σ min(p, q), a recovered token ~ the normalised
-residual, a bonus ~ p: ``engines.teacher.role_columns``), so u_t = F_R(x_t⁻) + V_t·f_R(x_t)
-with V_t ~ U(0, 1) independent is U(0, 1) given G_t and independent of it. Since u_1..u_{t−1}
-are G_t-measurable, the u_t are iid U(0, 1) (Rosenblatt 1952), and so is the subsequence of any
-one role: which tokens belong to a role is decided by G_t, before u_t (a selection by a
-predictable rule keeps an iid sequence iid; Doob 1936). Each stratum's uniformity test is thus
-exact given p and q, whatever the dependence between strata; the family's weighted Bonferroni
-(union bound) needs nothing more.
+Facts relied on: the PIT's u_t are iid U(0, 1) under H0 (``stats.pit``; docs/statistics.md
+"White-box exact tests"), and so is each role stratum's (``stats.whitebox_roles``; docs/roles.md
+"Why each stratum is exact"). Running every test on the plain (reference) arm too is the
+control on spectest's own p_t.
 """
 
 from __future__ import annotations
@@ -37,7 +24,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from math import nan
 
 import numpy as np
 import pandas as pd
@@ -45,16 +31,8 @@ from scipy import stats
 
 from spectest import schema as sc
 from spectest.errors import ConfigError, InputError
-
-
-@dataclass(frozen=True)
-class UniformityResult:
-    """A test of u ~ U(0, 1)."""
-
-    statistic: float
-    pvalue: float
-    test: str  # "ks" | "cvm" | "ad"
-    n: int
+from spectest.stats.pit import pit_values, uniformity_tests
+from spectest.stats.whitebox_roles import dkw_resolution, role_pit_tests, validate_roles
 
 
 @dataclass(frozen=True)
@@ -95,137 +73,12 @@ class SlotAcceptanceResult:
 
 
 @dataclass(frozen=True)
-class ReuseResult:
-    """Final tokens "beyond" r against their conditional probability π: an e-value test of too
-    few (``reuse_test``)."""
-
-    statistic: float  # log E, E = Π(1 + π_t − 1[beyond_t])
-    pvalue: float  # min(1, 1/E)
-    n: int
-    observed: int  # Σ 1[beyond]
-    expected: float  # Σ π
-
-
-@dataclass(frozen=True)
-class RolePitResult:
-    """One role stratum's randomized PIT against its own law (Anderson–Darling) and, for the
-    final tokens, the reused-uniform z (``role_pit_tests``)."""
-
-    role: str
-    uniformity: UniformityResult
-    n: int
-    reuse: ReuseResult | None = None
-
-
-@dataclass(frozen=True)
 class SupportResult:
     """Emitted tokens the target gives probability 0 (any is a hard failure: p-value 0)."""
 
     statistic: int  # count of emitted tokens with wb_p == 0
     pvalue: float  # 0.0 if statistic > 0 else 1.0
     n: int
-
-
-def pit_values(cdf_lo: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Randomized PIT u = F(x⁻) + V·p(x), V ~ U(0, 1) from ``rng``: [n] → [n].
-
-    NOTE: u is clipped into [0, 1]: F(x⁻) + p(x) can exceed 1 by float rounding.
-    """
-    cdf_lo = np.asarray(cdf_lo, dtype=np.float64)  # [n]
-    p = np.asarray(p, dtype=np.float64)  # [n]
-    assert cdf_lo.shape == p.shape and cdf_lo.ndim == 1
-    return np.clip(cdf_lo + rng.random(cdf_lo.shape[0]) * p, 0.0, 1.0)
-
-
-def _adinf(z: np.ndarray) -> np.ndarray:
-    """Marsaglia & Marsaglia (2004) limiting CDF of A² (|error| < 2e-6)."""
-    z = np.asarray(z, dtype=np.float64)
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        lo = (
-            np.exp(-1.2337141 / z)
-            / np.sqrt(z)
-            * (
-                2.00012
-                + (0.247105 - (0.0649821 - (0.0347962 - (0.011672 - 0.00168691 * z) * z) * z) * z)
-                * z
-            )
-        )
-        hi = np.exp(
-            -np.exp(
-                1.0776
-                - (2.30695 - (0.43424 - (0.082433 - (0.008056 - 0.0003146 * z) * z) * z) * z) * z
-            )
-        )
-    return np.where(z <= 0, 0.0, np.where(z < 2.0, lo, hi))
-
-
-def _ad_errfix(n: int, x: float) -> float:
-    """Marsaglia & Marsaglia (2004) finite-n correction to ``_adinf``."""
-    if x > 0.8:
-        return (
-            -130.2137
-            + (745.2337 - (1705.091 - (1950.646 - (1116.360 - 255.7844 * x) * x) * x) * x) * x
-        ) / n
-    c = 0.01265 + 0.1757 / n
-    if x < c:
-        t = x / c
-        t = math.sqrt(t) * (1.0 - t) * (49.0 * t - 102.0)
-        return t * (0.0037 / (n * n) + 0.00078 / n + 0.00006) / n
-    t = (x - c) / (0.8 - c)
-    t = -0.00022633 + (6.54034 - (14.6538 - (14.458 - (8.259 - 1.91864 * t) * t) * t) * t) * t
-    return t * (0.04213 + 0.01365 / n) / n
-
-
-def anderson_darling_uniform(u: np.ndarray) -> UniformityResult:
-    """Anderson–Darling test of u ~ U(0, 1) with known parameters.
-
-    Notes
-    -----
-    A² = −n − (1/n)·Σ (2i − 1)·[ln u_(i) + ln(1 − u_(n+1−i))]; p = 1 − AD_n(A²) with the
-    Marsaglia & Marsaglia (2004, J. Stat. Softw. 9(2)) ADinf approximation plus their finite-n
-    error fix (accurate to ~5 digits for n ≥ 5). NOTE: preferred over
-    ``scipy.stats.goodness_of_fit(stats.uniform, u, known_params={'loc': 0, 'scale': 1},
-    statistic='ad')``, whose Monte-Carlo null costs n_mc_samples × n draws (minutes at
-    n = 10⁶); the statistic equals scipy's and the p-value agrees with its Monte-Carlo p within
-    MC error (tests/test_stats_whitebox.py). u is clipped to [1e-300, 1 − 1e-16] for the logs.
-    """
-    x = np.sort(np.clip(np.asarray(u, dtype=np.float64), 1e-300, 1.0 - 1e-16))  # [n]
-    n = x.shape[0]
-    if n == 0:
-        return UniformityResult(float("nan"), float("nan"), "ad", 0)
-    i = np.arange(1, n + 1, dtype=np.float64)
-    a2 = float(-n - np.sum((2.0 * i - 1.0) * (np.log(x) + np.log1p(-x[::-1]))) / n)
-    cdf = float(_adinf(np.array(a2)))
-    cdf = cdf + _ad_errfix(n, cdf)
-    return UniformityResult(a2, float(min(max(1.0 - cdf, 0.0), 1.0)), "ad", n)
-
-
-def uniformity_tests(
-    u: np.ndarray, *, tests: Sequence[str] = ("ks", "cvm", "ad")
-) -> list[UniformityResult]:
-    """KS (``scipy.stats.kstest(u, 'uniform')``), Cramér–von Mises
-    (``scipy.stats.cramervonmises(u, 'uniform')``) and Anderson–Darling
-    (``anderson_darling_uniform``) tests of u ~ U(0, 1)."""
-    u = np.asarray(u, dtype=np.float64)  # [n]
-    out = []
-    for name in tests:
-        if name not in ("ks", "cvm", "ad"):
-            raise ConfigError(f"uniformity test must be 'ks', 'cvm' or 'ad', got {name!r}")
-        if u.size == 0:
-            out.append(UniformityResult(float("nan"), float("nan"), name, 0))
-        elif name == "ks":
-            r = stats.kstest(u, "uniform")
-            out.append(UniformityResult(float(r.statistic), float(r.pvalue), "ks", u.size))
-        elif name == "cvm":
-            r = stats.cramervonmises(u, "uniform")
-            out.append(
-                UniformityResult(
-                    float(r.statistic), float(min(max(r.pvalue, 0.0), 1.0)), "cvm", u.size
-                )
-            )
-        else:
-            out.append(anderson_darling_uniform(u))
-    return out
 
 
 def directed_z(in_a: np.ndarray, p_a: np.ndarray) -> DirectedZResult:
@@ -377,84 +230,6 @@ def acceptance_by_slot(
     return SlotAcceptanceResult(chi2, p, int(zz.size), tuple(z), tuple(obs), tuple(exp), tuple(n))
 
 
-ROLE_STRATA = ("accepted", "recovered", "bonus")  # schema.ROLES without "plain"
-
-
-def reuse_test(beyond: np.ndarray, tail: np.ndarray) -> ReuseResult:
-    """Too few "beyond" tokens (``beyond`` [n] bool) against their conditional probabilities
-    (``tail`` [n] π_t): p = min(1, 1/E) with E = Π_t (1 + π_t − 1[beyond_t]).
-
-    Notes
-    -----
-    Given G_t (``role_pit_tests``), E[1 + π_t − 1[beyond_t] | G_t] = 1 and every factor is ≥ 0,
-    so the running product is a non-negative martingale of mean 1 and P(E ≥ 1/α) ≤ α (Markov;
-    Ville 1939) — valid however the π_t were chosen along the way, where a normal approximation
-    of a count whose expectation is a handful is not. E is the likelihood ratio against "beyond
-    never happens" (the reused-uniform alternative; with none observed, 1/E ≈ exp(−Σ π) is
-    about the exact P(none)); one beyond token multiplies E by its π_t, so the test says nothing
-    against other alternatives (the role PITs do).
-    """
-    b = np.asarray(beyond, dtype=bool)
-    pi = np.asarray(tail, dtype=np.float64)
-    assert b.shape == pi.shape and b.ndim == 1
-    with np.errstate(divide="ignore"):
-        log_e = float(np.sum(np.log(np.clip(1.0 + pi - b, 0.0, None))))
-    p = 1.0 if log_e <= 0 else float(math.exp(-log_e))
-    return ReuseResult(log_e, p, int(b.shape[0]), int(b.sum()), float(pi.sum()))
-
-
-def role_pit_tests(sub: pd.DataFrame, rng: np.random.Generator) -> list[RolePitResult]:
-    """Randomized PIT of each role stratum of one arm's rows (``wb_role``, ``wb_role_p``,
-    ``wb_role_cdf_lo``) against its own law, Anderson–Darling (module docstring: each stratum's
-    u are iid U(0, 1) under H0). Strata with no token are left out; the V_t come from ``rng``,
-    one draw per stratum in ``ROLE_STRATA`` order.
-
-    Notes
-    -----
-    The reused-uniform z of the final tokens (``reuse``; needs ``wb_role_beyond`` and
-    ``wb_role_tail``, ``engines.teacher.role_columns``): with r_t = min(1, p/q) of the last
-    draft decided before the token (fixed by G_t), a bonus "beyond" r lies at or above r in its
-    role law's id-ordered CDF, a recovered token at or below it. Given G_t that has probability
-    ``wb_role_tail`` π_t; ``reuse_test`` tests too few of them. A bonus drawn with the accepting
-    uniform (U(0, r) given the acceptance) or a recovered token drawn with the rejecting one
-    (U(r, 1)) is never beyond r: the count is 0 against Σ π_t, whatever the atoms. Not
-    randomised: no V_t is drawn.
-    """
-    role = sub[sc.WB_ROLE].to_numpy(dtype=object)
-    has_tail = sc.WB_ROLE_TAIL in sub.columns and sc.WB_ROLE_BEYOND in sub.columns
-    out = []
-    for name in ROLE_STRATA:
-        at = role == name
-        if not at.any():
-            continue
-        u = pit_values(
-            sub.loc[at, sc.WB_ROLE_CDF_LO].to_numpy(dtype=np.float64),
-            sub.loc[at, sc.WB_ROLE_P].to_numpy(dtype=np.float64),
-            rng,
-        )
-        reuse = None
-        if has_tail and name != "accepted":
-            tail = sub.loc[at, sc.WB_ROLE_TAIL].to_numpy(dtype=np.float64)
-            beyond = sub.loc[at, sc.WB_ROLE_BEYOND].fillna(False).to_numpy(dtype=bool)
-            ok = np.isfinite(tail)
-            if ok.any():
-                reuse = reuse_test(beyond[ok], tail[ok])
-        out.append(RolePitResult(name, anderson_darling_uniform(u), int(at.sum()), reuse))
-    return out
-
-
-def dkw_resolution(n: int, alpha: float, power: float = 0.8) -> float:
-    """The sup-CDF distance a KS test of n uniforms at level α detects with probability ≥
-    ``power``, guaranteed by the Dvoretzky–Kiefer–Wolfowitz bound P(sup|F_n − F| > ε) ≤
-    2·exp(−2nε²) (Massart 1990): √(ln(2/α)/2n) + √(ln(2/(1 − power))/2n). Conservative (a
-    bound, not the exact KS power); NaN for n = 0."""
-    if n <= 0 or not alpha > 0:
-        return float("nan")
-    return math.sqrt(math.log(2.0 / alpha) / (2 * n)) + math.sqrt(
-        math.log(2.0 / (1.0 - power)) / (2 * n)
-    )
-
-
 def validate_whitebox(samples: pd.DataFrame) -> tuple[bool, bool, bool]:
     """Check the ``wb_*`` columns present; return (has PIT columns, has A columns, has overlap).
 
@@ -489,39 +264,6 @@ def validate_whitebox(samples: pd.DataFrame) -> tuple[bool, bool, bool]:
                 f"samples: column {sc.WB_OVERLAP!r} must be in [0, 1] or NaN, got {v[bad][0]!r}"
             )
     return has_pit, has_a, has_overlap
-
-
-def validate_roles(samples: pd.DataFrame) -> bool:
-    """Check the role columns (``schema.ROLE_COLUMNS``) when present; True when all are.
-
-    ``wb_role`` must be a name of ``schema.ROLES`` (or null: not recorded), ``wb_role_p`` and
-    ``wb_role_cdf_lo`` (and ``wb_role_ratio``, ``wb_role_tail``) in [0, 1] or NaN, the first two
-    with a sum ≤ 1. Raises ``InputError`` naming the column
-    and the first bad value."""
-    if not all(c in samples.columns for c in sc.ROLE_COLUMNS):
-        return False
-    role = samples[sc.WB_ROLE]
-    bad_role = role.notna() & ~role.isin(sc.ROLES)
-    if bad_role.any():
-        raise InputError(
-            f"samples: column {sc.WB_ROLE!r} must be one of {list(sc.ROLES)!r}, "
-            f"got {role[bad_role].iloc[0]!r}"
-        )
-    for col in (sc.WB_ROLE_P, sc.WB_ROLE_CDF_LO, sc.WB_ROLE_RATIO, sc.WB_ROLE_TAIL):
-        v = samples[col].to_numpy(dtype=np.float64)
-        bad = np.isinf(v) | (v < 0.0) | (v > 1.0 + 1e-9)
-        if bad.any():
-            raise InputError(
-                f"samples: column {col!r} must be in [0, 1] (or NaN), got {v[bad][0]!r}"
-            )
-    total = samples[sc.WB_ROLE_P].to_numpy(dtype=np.float64) + samples[sc.WB_ROLE_CDF_LO].to_numpy(
-        dtype=np.float64
-    )
-    if (total > 1.0 + 1e-6).any():
-        raise InputError(
-            f"samples: wb_role_cdf_lo + wb_role_p must be <= 1, got {total[total > 1 + 1e-6][0]!r}"
-        )
-    return True
 
 
 def _complete(values: np.ndarray, column: str, arm: str) -> bool:
@@ -661,6 +403,52 @@ def _pit_rows(
     return rows
 
 
+def _role_rows(
+    arm: str,
+    sub: pd.DataFrame,
+    samples: pd.DataFrame,
+    rng: np.random.Generator,
+    has_overlap: bool,
+    rounds: pd.DataFrame | None,
+    alpha: float,
+) -> list[dict[str, object]]:
+    """The role tests of one arm whose role columns are complete (``sub``: its rows): the
+    per-slot acceptance χ² (with rounds) and each stratum's PIT and reuse test
+    (``stats.whitebox_roles``). Only beside the role columns, so an arm without them keeps the
+    pooled tests and split of before (``exact_weights``)."""
+    rows: list[dict[str, object]] = []
+    if has_overlap and rounds is not None:
+        by_slot = acceptance_by_slot(rounds, samples, arm)
+        if by_slot.dof > 0:
+            rates = ", ".join(
+                f"{o:.3f}/{e:.3f}"
+                for o, e in zip(by_slot.observed_rate, by_slot.expected_rate, strict=True)
+            )
+            detail = f"χ²_{by_slot.dof} over slots; rate/Σmin(p,q) by slot: {rates}"
+            rows.append(
+                _row(arm, "acceptance_slots", by_slot.statistic, by_slot.pvalue,
+                     int(sum(by_slot.n_attempted)), detail)
+            )  # fmt: skip
+    for rp in role_pit_tests(sub, rng):
+        # the nominal share: renormalising over the tests that ran can only raise it
+        w = alpha * ROLE_WEIGHTS[f"role_pit_{rp.role}"]
+        detail = f"{rp.role} tokens: randomized PIT vs U(0,1) under their own law"
+        rows.append(
+            _row(arm, f"role_pit_{rp.role}", rp.uniformity.statistic, rp.uniformity.pvalue,
+                 rp.n, detail, mde=dkw_resolution(rp.n, w))
+        )  # fmt: skip
+        rz = rp.reuse
+        if rz is not None:
+            side = "above" if rp.role == "bonus" else "below"
+            detail = (
+                f"{rp.role} tokens wholly {side} r = min(1, p/q) in their CDF "
+                f"(never, with a reused acceptance uniform): {rz.observed} "
+                f"observed, {rz.expected:.1f} expected; e-value test"
+            )
+            rows.append(_row(arm, f"reuse_{rp.role}", rz.statistic, rz.pvalue, rz.n, detail))
+    return rows
+
+
 def whitebox_tests(
     samples: pd.DataFrame,
     arms: Sequence[str],
@@ -712,62 +500,8 @@ def whitebox_tests(
         roles_here = has_roles and _complete(
             sub[sc.WB_ROLE_P].to_numpy(dtype=np.float64), sc.WB_ROLE_P, arm
         )
-        if has_overlap and rounds is not None and roles_here:
-            # a role test: only beside the role columns, so an arm without them keeps the
-            # pooled tests and split of before (``exact_weights``)
-            by_slot = acceptance_by_slot(rounds, samples, arm)
-            if by_slot.dof > 0:
-                rates = ", ".join(
-                    f"{o:.3f}/{e:.3f}"
-                    for o, e in zip(by_slot.observed_rate, by_slot.expected_rate, strict=True)
-                )
-                rows.append(
-                    dict(
-                        arm=arm,
-                        test="acceptance_slots",
-                        statistic=by_slot.statistic,
-                        pvalue=by_slot.pvalue,
-                        pvalue_one_sided=nan,
-                        n=int(sum(by_slot.n_attempted)),
-                        mde=nan,
-                        detail=f"χ²_{by_slot.dof} over slots; rate/Σmin(p,q) by slot: {rates}",
-                    )
-                )
         if roles_here:
-            for rp in role_pit_tests(sub, rng):
-                # the nominal share: renormalising over the tests that ran can only raise it
-                w = alpha * ROLE_WEIGHTS[f"role_pit_{rp.role}"]
-                rows.append(
-                    dict(
-                        arm=arm,
-                        test=f"role_pit_{rp.role}",
-                        statistic=rp.uniformity.statistic,
-                        pvalue=rp.uniformity.pvalue,
-                        pvalue_one_sided=nan,
-                        n=rp.n,
-                        mde=dkw_resolution(rp.n, w),
-                        detail=f"{rp.role} tokens: randomized PIT vs U(0,1) under their own law",
-                    )
-                )
-                rz = rp.reuse
-                if rz is not None:
-                    side = "above" if rp.role == "bonus" else "below"
-                    rows.append(
-                        dict(
-                            arm=arm,
-                            test=f"reuse_{rp.role}",
-                            statistic=rz.statistic,
-                            pvalue=rz.pvalue,
-                            pvalue_one_sided=nan,
-                            n=rz.n,
-                            mde=nan,
-                            detail=(
-                                f"{rp.role} tokens wholly {side} r = min(1, p/q) in their CDF "
-                                f"(never, with a reused acceptance uniform): {rz.observed} "
-                                f"observed, {rz.expected:.1f} expected; e-value test"
-                            ),
-                        )
-                    )
+            rows += _role_rows(arm, sub, samples, rng, has_overlap, rounds, alpha)
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in WHITEBOX_COLUMNS})
     return pd.DataFrame(rows, columns=WHITEBOX_COLUMNS)

@@ -26,7 +26,8 @@ from scipy import stats
 
 from spectest import schema as sc
 from spectest.errors import ConfigError
-from spectest.stats.whitebox import WHITEBOX_COLUMNS, pit_values
+from spectest.stats.pit import pit_values
+from spectest.stats.whitebox import WHITEBOX_COLUMNS
 
 TWO_SAMPLE_TESTS = ("support_2s", "pit_ks_2s", "pit_ad_2s", "directed_z_2s")
 CONTROL_TESTS = ("support_tol", "pit_tol")
