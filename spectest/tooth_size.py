@@ -112,14 +112,12 @@ class _Logits:
         """Logits ``[N, V]`` float32 after each context: on the CPU, or the model's device."""
         import torch
 
+        if not on_device and all(c in self.host for c in ctxs):  # all kept (host ⊆ cache)
+            return torch.stack([self.host[c] for c in ctxs])
         new = self._compute([c for c in ctxs if c not in self.cache])
         out = torch.stack([new[c] if c in new else self.cache[c] for c in ctxs])
         self._store(new)
-        if on_device:
-            return out
-        if all(c in self.host for c in ctxs):
-            return torch.stack([self.host[c] for c in ctxs])
-        return out.cpu()
+        return out if on_device else out.cpu()
 
     def _shared_prefill(self) -> bool:
         """True when the model prefills a shared prompt as ``LanguageModel.prefill_shared`` does
