@@ -15,6 +15,7 @@ docs/statistics.md "Tooth sizes: the method".
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -83,37 +84,84 @@ def size_of(table: pd.DataFrame | None, arm: str) -> ToothSize:
 class _Logits:
     """Next-token logits of one model after ``prompt + ctx``, for many contexts ``ctx``: batched
     forwards over the prompt's shared KV cache (``prefill_shared``), kept by context up to
-    ``CACHE_BYTES`` (the oldest dropped first: a large vocabulary keeps fewer)."""
+    ``CACHE_BYTES`` (the oldest dropped first: a large vocabulary keeps fewer). Kept on the
+    model's device (``many(..., on_device=True)`` for the completion) with a host copy made once
+    per batch for the round laws (on CPU the two are the same tensor)."""
 
-    def __init__(self, model: Any, prompt: Sequence[int]) -> None:
+    def __init__(self, model: Any, prompt: Sequence[int], *, keep_prompt: bool = True) -> None:
         import torch
 
         self.model = model
+        self.keep_prompt = keep_prompt  # False: every batch prefills the prompt (the reference)
         self.prompt = torch.tensor(list(prompt), dtype=torch.int64, device=model.device)
-        self.cache: dict[tuple[int, ...], torch.Tensor] = {}
+        self.cache: dict[tuple[int, ...], torch.Tensor] = {}  # on the model's device
+        self.host: dict[tuple[int, ...], torch.Tensor] = {}  # CPU copies of some of them
         self.max_entries = max(16, CACHE_BYTES // (4 * int(model.vocab_size)))
         self.rows = 0  # forward rows computed (for the timings)
+        self._one: tuple[Any, torch.Tensor] | None = None  # one-row prompt cache, its logits
 
     def get(self, ctx: tuple[int, ...]) -> torch.Tensor:
         return self.many([ctx])[0]
 
     def fill(self, ctxs: Sequence[tuple[int, ...]]) -> None:
-        """Compute (and keep, as room allows) the contexts not kept yet."""
+        """Compute (and keep, as room allows) the contexts not kept yet, with host copies."""
         self._store(self._compute([c for c in ctxs if c not in self.cache]))
+        self._host([c for c in dict.fromkeys(ctxs) if c in self.cache])
 
-    def many(self, ctxs: Sequence[tuple[int, ...]]) -> torch.Tensor:
-        """Logits ``[N, V]`` float32 (CPU) after each context."""
+    def many(self, ctxs: Sequence[tuple[int, ...]], *, on_device: bool = False) -> torch.Tensor:
+        """Logits ``[N, V]`` float32 after each context: on the CPU, or the model's device."""
         import torch
 
+        if not on_device and all(c in self.host for c in ctxs):  # all kept (host ⊆ cache)
+            return torch.stack([self.host[c] for c in ctxs])
         new = self._compute([c for c in ctxs if c not in self.cache])
         out = torch.stack([new[c] if c in new else self.cache[c] for c in ctxs])
         self._store(new)
-        return out
+        return out if on_device else out.cpu()
+
+    def _shared_prefill(self) -> bool:
+        """True when the model prefills a shared prompt as ``LanguageModel.prefill_shared`` does
+        (one row, then ``repeat_rows``): its one-row prompt cache is then kept and copied."""
+        from spectest.models.base import LanguageModel
+
+        return self.keep_prompt and type(self.model).prefill_shared is LanguageModel.prefill_shared
+
+    def _prompt_logits(self) -> torch.Tensor:
+        """The prompt's logits [L, V] from one one-row forward, kept with its cache."""
+        import torch
+
+        if not self._shared_prefill():
+            return self.model.prefill_shared(self.prompt, 1)[1]
+        if self._one is None:
+            with torch.inference_mode():
+                cache = self.model.new_cache(1)
+                self._one = (cache, self.model.forward(cache, self.prompt[None, :])[0])
+        return self._one[1]
+
+    def _prefilled(self, n: int) -> Any:
+        """An ``n``-row cache holding the prompt: ``prefill_shared(prompt, n)``'s, the prompt's
+        forward done once per model and prompt (a copy of the kept one-row cache, repeated)."""
+        if not self._shared_prefill():
+            return self.model.prefill_shared(self.prompt, n)[0]
+        self._prompt_logits()
+        assert self._one is not None
+        cache = copy.deepcopy(self._one[0])
+        cache.repeat_rows(n)
+        return cache
+
+    def _host(self, ctxs: Sequence[tuple[int, ...]]) -> None:
+        todo = [c for c in ctxs if c not in self.host]
+        if todo:  # one transfer for the batch
+            import torch
+
+            rows = torch.stack([self.cache[c] for c in todo]).cpu()
+            self.host.update(zip(todo, rows.unbind(0), strict=True))
 
     def _store(self, new: dict[tuple[int, ...], torch.Tensor]) -> None:
         self.cache.update(new)
         while len(self.cache) > self.max_entries:
-            del self.cache[next(iter(self.cache))]
+            self.host.pop(old := next(iter(self.cache)), None)
+            del self.cache[old]
 
     def _compute(self, ctxs: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], torch.Tensor]:
         import torch
@@ -121,8 +169,7 @@ class _Logits:
         todo = sorted(set(ctxs))
         out: dict[tuple[int, ...], torch.Tensor] = {}
         if () in todo:
-            _, logits = self.model.prefill_shared(self.prompt, 1)  # [L, V]
-            out[()] = logits[-1].float().cpu().clone()
+            out[()] = self._prompt_logits()[-1].float().clone()
             self.rows += 1
             todo.remove(())
         by_len: dict[int, list[tuple[int, ...]]] = {}
@@ -132,9 +179,9 @@ class _Logits:
             for _, group in sorted(by_len.items()):
                 for a in range(0, len(group), FORWARD_ROWS):
                     part = group[a : a + FORWARD_ROWS]
-                    cache, _ = self.model.prefill_shared(self.prompt, len(part))
+                    cache = self._prefilled(len(part))
                     ids = torch.tensor(part, dtype=torch.int64, device=self.model.device)
-                    logits = self.model.forward(cache, ids)[:, -1].float().cpu()  # [B, V]
+                    logits = self.model.forward(cache, ids)[:, -1].float().contiguous()  # [B, V]
                     self.rows += len(part)
                     out.update(zip(part, logits.unbind(0), strict=True))
         return out
@@ -201,18 +248,16 @@ def cell_tvs(
     *,
     budget: int = DEFAULT_BUDGET,
     exact_round: tuple[dict[tuple[int, ...], float], float] | None = None,
+    reference: bool = False,
 ) -> list[tuple[float, float]]:
     """``(tv, slack)`` for positions 0..n-1 (n = min(K + 1, positions)) of one cell: the TV of
     the marginal at each position between the tooth ``spec``'s law (first round, completed by
     plain sampling) and the plain law, an upper bound with ``slack`` added (docs/statistics.md
     "Tooth sizes: the method").
     ``exact_round``: the exact sampler's ``_round`` at this cell, when already computed (it is
-    the same for every tooth). Raises ``NumericsError`` when a round law cannot be computed."""
-    import torch
-
-    from spectest.sampling.params import SamplingTensors
-    from spectest.sampling.transforms import logits_to_probs
-
+    the same for every tooth). Raises ``NumericsError`` when a round law cannot be computed.
+    ``reference``: complete the round by ``_complete_reference`` (the slow reference: numpy on
+    the host) instead of ``_complete`` (on the model's device)."""
     n = min(drafter.k + 1, positions)
     max_drafts = max(1, budget // (2 * drafter.k + 1))  # each costs 2K + 1 contexts at most
     cells = budget * CELLS_PER_CONTEXT
@@ -227,6 +272,28 @@ def cell_tvs(
     marg = np.zeros((n, V))  # the signed marginal at each position
     slack = np.full(n, base)
     todo = _round_marginals(delta, marg)
+    complete = _complete_reference if reference else _complete
+    complete(todo, marg, slack, target, params, budget)
+    return _position_tvs(marg, slack, round_tv)
+
+
+def _complete_reference(
+    todo: dict[int, tuple[np.ndarray, np.ndarray]],
+    marg: np.ndarray,
+    slack: np.ndarray,
+    target: _Logits,
+    params: Any,
+    budget: int,
+) -> None:
+    """Complete the round-law differences ``todo`` by plain sampling, most weight first within
+    ``budget`` contexts, into the marginals ``marg`` [n, V] and ``slack`` [n] (in place): the
+    slow reference of ``_complete`` (numpy, every chunk's law copied to the host)."""
+    import torch
+
+    from spectest.sampling.params import SamplingTensors
+    from spectest.sampling.transforms import logits_to_probs
+
+    n = marg.shape[0]
     prm = SamplingTensors.from_params([params])
     spent = 0
     for length in range(1, n):
@@ -258,7 +325,81 @@ def cell_tvs(
                 np.concatenate([c for c, _ in kids]),
                 np.concatenate([cw for _, cw in kids]),
             )
-    return _position_tvs(marg, slack, round_tv)
+
+
+def _complete(
+    todo: dict[int, tuple[np.ndarray, np.ndarray]],
+    marg: np.ndarray,
+    slack: np.ndarray,
+    target: _Logits,
+    params: Any,
+    budget: int,
+) -> None:
+    """``_complete_reference`` with the dense work on the model's device: the plain law of each
+    chunk of contexts ``[rows, V]`` (float64), the marginals and the children's nonzeros stay
+    there; per length one transfer of the children (tokens and weights, not ``[rows, V]``) and
+    one of the marginals at the end. The bookkeeping over sequences (merge, order, budget,
+    slack) is the reference's, in numpy on the host.
+
+    Notes
+    -----
+    Equal to the reference bit for bit on CPU (the same float64 operations in the same order:
+    the weighted sum of rows is numpy's there). On another device the plain law and the weighted
+    sum of rows are that device's float64 (the law the sampler under test draws from there);
+    ``tools/gpu/tooth_size_bench.sh`` reports the largest difference in TV from the reference.
+    """
+    import torch
+
+    from spectest.sampling.params import SamplingTensors
+    from spectest.sampling.transforms import logits_to_probs
+
+    n = marg.shape[0]
+    dev = torch.device(target.model.device)
+    prm = SamplingTensors.from_params([params], device=dev)
+    m = torch.from_numpy(marg).to(dev)  # [n, V] on the device (on CPU: marg itself)
+    spent = 0
+    for length in range(1, n):
+        if length not in todo:
+            continue
+        seqs, w = _merge_fast(*todo.pop(length))  # in token order
+        order = np.argsort(-np.abs(w), kind="stable")  # most weight first, ties by tokens
+        seqs, w = seqs[order], w[order]
+        k = min(len(w), max(0, budget - spent))
+        slack[length:] += 0.5 * float(np.abs(w[k:]).sum())  # left out: at most |w|/2 each
+        if k == 0:
+            continue
+        spent += k
+        kids: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        for a in range(0, k, FORWARD_ROWS):  # in chunks: [rows, V] float64 for a large V
+            s_a, w_a = seqs[a : min(k, a + FORWARD_ROWS)], w[a : min(k, a + FORWARD_ROWS)]
+            logits = target.many([tuple(r) for r in s_a.tolist()], on_device=True)  # [rows, V]
+            rows_p = prm.index(torch.zeros(len(w_a), dtype=torch.int64, device=dev))
+            probs = logits_to_probs(logits, rows_p)  # [rows, V] the plain law, on the device
+            w_t = torch.from_numpy(w_a).to(dev)
+            m[length] += _weighted_rows(w_a, w_t, probs)
+            if length + 1 < n:
+                rows, toks = (probs > 0.0).nonzero(as_tuple=True)  # row-major, as numpy's
+                kids.append((rows + a, toks, w_t[rows] * probs[rows, toks]))
+        if kids:
+            rows_k, toks_k, w_k = (torch.cat(x).cpu().numpy() for x in zip(*kids, strict=True))
+            child = np.concatenate([seqs[rows_k], toks_k[:, None]], axis=1)  # [M, length + 1]
+            parts = [(child, w_k)]
+            if length + 1 in todo:
+                parts.insert(0, todo[length + 1])
+            todo[length + 1] = (
+                np.concatenate([c for c, _ in parts]),
+                np.concatenate([cw for _, cw in parts]),
+            )
+    marg[:] = m.cpu().numpy()
+
+
+def _weighted_rows(w: np.ndarray, w_t: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """``w @ probs`` ``[V]``: numpy's on CPU (the reference's bits), the device's elsewhere."""
+    import torch
+
+    if probs.device.type == "cpu":
+        return torch.from_numpy(w @ probs.numpy())
+    return w_t @ probs
 
 
 def _round_marginals(
@@ -304,6 +445,24 @@ def _merge(seqs: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return uniq[keep], tot[keep]
 
 
+def _merge_fast(seqs: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_merge`` by a stable sort of the columns (``np.unique(axis=0)`` sorts a structured
+    view, slow for many rows): the same rows in the same (token) order, each weight the same
+    sum in the same order (``np.add.at`` in input order within a row's group)."""
+    if not len(w):
+        return _merge(seqs, w)
+    order = np.lexsort(seqs.T[::-1])  # stable: equal rows keep their input order
+    s = seqs[order]
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = (s[1:] != s[:-1]).any(axis=1)
+    inv = np.empty(len(s), dtype=np.int64)
+    inv[order] = np.cumsum(new) - 1
+    tot = np.zeros(int(new.sum()))
+    np.add.at(tot, inv, w)
+    keep = tot != 0.0
+    return s[new][keep], tot[keep]
+
+
 def tooth_sizes(
     target: Any,
     draft: Any,
@@ -314,6 +473,7 @@ def tooth_sizes(
     positions: int,
     *,
     budget: int = DEFAULT_BUDGET,
+    reference: bool = False,
 ) -> pd.DataFrame:
     """One row per tooth × prompt × config × position 0..min(K, positions - 1): the tooth's TV
     from plain sampling there (``SIZE_COLUMNS``; ``status`` exact / bound / unknown).
@@ -321,13 +481,16 @@ def tooth_sizes(
     ``teeth``: ``(arm name, variant spec)`` of the ε arms and mutants; ``configs``: ``(config_id,
     SamplingParams)``; ``drafter``: the run's ``DrafterSpec``; ``budget``: contexts per tooth and
     cell (docs/statistics.md "Tooth sizes: the method"). The models are the run's (the teeth's
-    engine is ``builtin``).
+    engine is ``builtin``). ``reference``: the slow reference (every batch prefills the prompt;
+    ``cell_tvs``' host completion), equal bit for bit on CPU (tests/test_tooth_size_fast.py).
     """
     rows: list[dict[str, Any]] = []
     n = min(drafter.k + 1, positions)
     max_drafts = max(1, budget // (2 * drafter.k + 1))
     for pid, ids in prompts.items():
-        t_logits, d_logits = _Logits(target, ids), _Logits(draft, ids)
+        keep = not reference
+        t_logits = _Logits(target, ids, keep_prompt=keep)
+        d_logits = _Logits(draft, ids, keep_prompt=keep)
         for cid, params in configs:
             exact: tuple[dict[tuple[int, ...], float], float] | None = None
             for arm, spec in teeth:
@@ -338,7 +501,8 @@ def tooth_sizes(
                             exact = _round("exact", t_logits, d_logits, params, drafter,
                                            max_drafts, budget * CELLS_PER_CONTEXT)  # fmt: skip
                         tvs = cell_tvs(spec, t_logits, d_logits, params, drafter, positions,
-                                       budget=budget, exact_round=exact)  # fmt: skip
+                                       budget=budget, exact_round=exact,
+                                       reference=reference)  # fmt: skip
                     except NumericsError:
                         pass  # unknown: no round law within the budget's cells, or numerics
                 for i, (tv, sl) in enumerate(tvs):
