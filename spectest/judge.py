@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from spectest import schema
@@ -169,7 +170,10 @@ class NumericsClaim:
 
         if self.table is None or not len(self.table):
             return None
-        return decide_drift(self.table, margin=self.margin, alpha=self.alpha, floor_kind=self.floor)
+        rng = np.random.default_rng(stable_seed("numerics-drift"))  # the same on re-analysis
+        return decide_drift(
+            self.table, margin=self.margin, alpha=self.alpha, rng=rng, floor_kind=self.floor
+        )
 
 
 def finish_run(
