@@ -90,6 +90,7 @@ def redecide(path: str, margin: float, alpha: float) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--first-rep", type=int, default=0, help="to extend a run with new seeds")
     ap.add_argument("--sigma", type=float, default=0.0065)
     ap.add_argument("--seeds", type=int, default=200, help="seeds per arm and config")
     ap.add_argument("--positions", type=int, default=4)
@@ -118,7 +119,7 @@ def main() -> None:
     opts = AnalysisOptions(alpha=a.alpha, null_permutations=a.permutations)
     recs = []
     t0 = time.perf_counter()
-    for rep in range(a.reps):
+    for rep in range(a.first_rep, a.first_rep + a.reps):
         base = 10_000 + rep * 2 * a.seeds
         rows_m = [RowSpec(cid, base + s, sp) for cid, sp in configs for s in range(a.seeds)]
         rows_n = [
