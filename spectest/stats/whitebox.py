@@ -727,9 +727,9 @@ def whitebox_tests(
                         test="acceptance_slots",
                         statistic=by_slot.statistic,
                         pvalue=by_slot.pvalue,
-                        pvalue_one_sided=math.nan,
+                        pvalue_one_sided=nan,
                         n=int(sum(by_slot.n_attempted)),
-                        mde=math.nan,
+                        mde=nan,
                         detail=f"χ²_{by_slot.dof} over slots; rate/Σmin(p,q) by slot: {rates}",
                     )
                 )
@@ -743,7 +743,7 @@ def whitebox_tests(
                         test=f"role_pit_{rp.role}",
                         statistic=rp.uniformity.statistic,
                         pvalue=rp.uniformity.pvalue,
-                        pvalue_one_sided=math.nan,
+                        pvalue_one_sided=nan,
                         n=rp.n,
                         mde=dkw_resolution(rp.n, w),
                         detail=f"{rp.role} tokens: randomized PIT vs U(0,1) under their own law",
@@ -758,9 +758,9 @@ def whitebox_tests(
                             test=f"reuse_{rp.role}",
                             statistic=rz.statistic,
                             pvalue=rz.pvalue,
-                            pvalue_one_sided=math.nan,
+                            pvalue_one_sided=nan,
                             n=rz.n,
-                            mde=math.nan,
+                            mde=nan,
                             detail=(
                                 f"{rp.role} tokens wholly {side} r = min(1, p/q) in their CDF "
                                 f"(never, with a reused acceptance uniform): {rz.observed} "
