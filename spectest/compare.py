@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from spectest import schema
@@ -48,6 +49,55 @@ def byo_tests(**given: Any) -> TestsSpec:
         raise ConfigError(f"{flag}: {err.rule}, got {err.value!r}") from None
 
 
+def _check_floor(
+    paths: tuple[str | Path, str | Path], pair: list[pd.DataFrame], cells: set[tuple[Any, ...]]
+) -> None:
+    """The floor pair holds the same cells as each other and shares one with the comparison;
+    else one line naming the file."""
+    got = [
+        set(map(tuple, df[list(schema.CELL)].drop_duplicates().to_numpy().tolist())) for df in pair
+    ]
+    if got[0] != got[1]:
+        which, cell = (
+            (paths[0], sorted(got[0] - got[1]))
+            if got[0] - got[1]
+            else (paths[1], sorted(got[1] - got[0]))
+        )
+        raise InputError(
+            f"{which}: cell (prompt_id, config_id) = {cell[0]!r} is not in the other --floor "
+            "file (the floor pair must hold the same cells)"
+        )
+    if not got[0] & cells:
+        raise InputError(
+            f"{paths[0]}: the --floor files share no cell (prompt_id, config_id) with the "
+            "reference and candidate"
+        )
+
+
+def _digest(frames: list[pd.DataFrame], tests: TestsSpec) -> str:
+    """The comparison's hash: the data of every file and the settings."""
+    digest = hashlib.sha256()
+    for df in frames:
+        digest.update(
+            pd.util.hash_pandas_object(df[[f.name for f in schema.BYO_SCHEMA]], index=False)
+            .to_numpy()
+            .tobytes()
+        )
+    digest.update(repr(sorted(tests.canonical().items())).encode())
+    return digest.hexdigest()
+
+
+def _readout(
+    ref: pd.DataFrame, cand: pd.DataFrame, pair: list[pd.DataFrame], alpha: float, h: str
+) -> dict[str, Any]:
+    """``--floor``'s token-drift readout, its bootstrap seeded by the comparison's hash."""
+    from spectest.judge import stable_seed
+    from spectest.stats.token_drift import token_drift
+
+    rng = np.random.default_rng(stable_seed("token-drift", h))
+    return token_drift(ref, cand, pair[0], pair[1], alpha=alpha, rng=rng).to_dict()
+
+
 def compare_files(
     reference: str | Path,
     candidate: str | Path,
@@ -57,12 +107,15 @@ def compare_files(
     max_mde_tv: float | None = None,
     out: str | Path | None = None,
     progress: ProgressFn | None = None,
+    floor: tuple[str | Path, str | Path] | None = None,
 ) -> RunResult:
     """Black-box tests on two bring-your-own samples files; results stored like a run's.
 
     ``alpha``, ``multiplicity``: None = the protocols' defaults (``TestsSpec``).
     ``max_mde_tv``: the required per-cell resolution (median MDE in TV); ``None`` applies
     ``spectest.verdict.DEFAULT_MAX_MDE_TV``, since a comparison runs no teeth (see there).
+    ``floor``: two plain-decode files of the engine (A, B): the token-drift readout
+    (``stats.token_drift``) is stored in ``summary.json`` as ``token_drift``; no verdict changes.
     """
     t0 = time.perf_counter()
     progress = progress or no_progress
@@ -81,20 +134,16 @@ def compare_files(
             f"({len(only_r) + len(only_c)} cell(s) not shared; "
             "the two files must hold the same cells)"
         )
+    pair: list[pd.DataFrame] = []
+    if floor is not None:
+        pair = [read_samples_file(f) for f in floor]
+        _check_floor(floor, pair, cells_r)
     samples = pd.concat(
         [ref.assign(**{schema.ARM: "reference"}), cand.assign(**{schema.ARM: "candidate"})],
         ignore_index=True,
     )
     samples = samples[[f.name for f in schema.SAMPLES_SCHEMA]]
-    digest = hashlib.sha256()
-    for df in (ref, cand):
-        digest.update(
-            pd.util.hash_pandas_object(df[[f.name for f in schema.BYO_SCHEMA]], index=False)
-            .to_numpy()
-            .tobytes()
-        )
-    digest.update(repr(sorted(tests.canonical().items())).encode())
-    h = digest.hexdigest()
+    h = _digest([ref, cand, *pair], tests)
     run_dir = Path(out) if out is not None else Path("results") / f"compare-{h[:10]}"
     rd = RunDir.open(
         run_dir,
@@ -104,12 +153,14 @@ def compare_files(
             "name": "compare",
             "reference": str(reference),
             "candidate": str(candidate),
+            **({"floor": [str(f) for f in floor]} if floor is not None else {}),
         },
         replace=True,  # nothing to resume: a re-run (after a failure, or of new data) replaces it
     )
     provenance = make_provenance(protocol_hash=h, device="n/a", seed_ranges={}, kind="compare")
     results = compare_all(samples, None, byo_arms(), tests.analysis_options(), "compare", progress)
     name = f"{Path(reference).name} vs {Path(candidate).name}"
+    extra = {"token_drift": _readout(ref, cand, pair, tests.alpha, h)} if pair else {}
     verdict, comparisons, summary = finish_run(
         rd,
         samples=samples,
@@ -120,5 +171,6 @@ def compare_files(
         max_mde_tv=max_mde_tv,
         junit=None,
         summary_md=None,
+        extra=extra,
     )
     return RunResult(rd.path, verdict, comparisons, summary, 0, 0, time.perf_counter() - t0)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from spectest import schema
@@ -169,7 +170,10 @@ class NumericsClaim:
 
         if self.table is None or not len(self.table):
             return None
-        return decide_drift(self.table, margin=self.margin, alpha=self.alpha, floor_kind=self.floor)
+        rng = np.random.default_rng(stable_seed("numerics-drift"))  # the same on re-analysis
+        return decide_drift(
+            self.table, margin=self.margin, alpha=self.alpha, rng=rng, floor_kind=self.floor
+        )
 
 
 def finish_run(
@@ -185,10 +189,12 @@ def finish_run(
     summary_md: Path | None,
     sizes: pd.DataFrame | None = None,
     numerics: NumericsClaim | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> tuple[Verdict, tuple[Comparison, ...], dict[str, Any]]:
     """Decide, write every final file, render reports from what was written, manifest last.
     ``sizes``: the teeth's sizes (``spectest.tooth_size``), stored as ``tooth_sizes.parquet`` so
-    that ``spectest analyze`` decides the same without the models."""
+    that ``spectest analyze`` decides the same without the models. ``extra``: readouts added
+    to ``summary.json`` as they are (``spectest compare --floor``'s token drift)."""
     from spectest.report import write_ci_outputs, write_reports
     from spectest.stats.histograms import position_counts
 
@@ -202,6 +208,7 @@ def finish_run(
         verdict=verdict,
         details={arm.name: json_safe(a.summary()) for arm, a in results},
     )
+    summary.update(json_safe(dict(extra or {})))
     tables: dict[str, tuple[pd.DataFrame, Any]] = {
         SAMPLES: (samples, samples_schema(samples)),
         HISTOGRAMS: (position_counts(samples), HISTOGRAMS_SCHEMA),

@@ -38,6 +38,15 @@ def compare(
         Path | None, typer.Option(help="Result directory (default: results/compare-<hash>).")
     ] = None,
     progress: Annotated[bool, typer.Option(help="Show progress bars on stderr.")] = True,
+    floor: Annotated[
+        tuple[Path, Path] | None,
+        typer.Option(
+            help="Two plain-decode samples files of the engine (A B, e.g. in the serving batch "
+            "and alone): prints the token-law drift of reference vs candidate beside A vs B "
+            "(a readout, docs/numerics.md; no verdict changes).",
+            readable=False,
+        ),
+    ] = None,
 ) -> None:
     """Compare two samples files. Columns: prompt_id (string), config_id (string), seed (int64),
     position (int32, 0 = first generated token), token_id (int64); one row per generated token."""
@@ -52,5 +61,8 @@ def compare(
             max_mde_tv=max_mde_tv,
             out=out,
             progress=cb,
+            floor=floor,
         )
+    if "token_drift" in result.summary:
+        typer.echo(result.summary["token_drift"]["line"])
     show_result(result)  # exits with the stored verdict's code, even if printing fails
