@@ -10,16 +10,22 @@ mutant checks read fixed seeds (measured p_adj 0.005 = 1/(B+1) against a share 0
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
+from toy_protocol import TOY, write_toy
 
 from spectest.comparison import FamilyScope
 from spectest.engines.base import rounds_frame, samples_frame
 from spectest.engines.builtin import DrafterSpec, RowSpec, speculative_decode
 from spectest.errors import ExitCode
 from spectest.models.toy import ToyLM
+from spectest.protocol import load_protocol
+from spectest.runner import run_protocol
 from spectest.sampling.mutants import get_variant
 from spectest.sampling.params import SamplingParams
 from spectest.stats.analyze import AnalysisOptions, analyze
@@ -164,3 +170,18 @@ def test_fabricated_rounds_never_make_a_wrong_sampler_pass() -> None:
         rejections=0, min_qvalue=None, mde_tv=None, failing=(), by_config=(),
         control_failed=False, families=(only,),
     ).tested_anything  # fmt: skip
+
+
+def test_a_matched_run_spends_alpha_on_reported_rounds(tmp_path: Path) -> None:
+    """End to end (matched numerics mode: the candidate and the matched arm both run
+    spectest's loop with the same drafter): the round-aware family is active for the candidate,
+    its scope is marked as claims, and the exact candidate still ends EQUIVALENT."""
+    models = {**TOY["models"], "target": "toy:V=16,order=2,scale=2.0,seed=3"}  # type: ignore[dict-item]
+    tests = {**TOY["tests"], "numerics": "matched"}  # type: ignore[dict-item]
+    path = write_toy(tmp_path, models=models, tests=tests, positions=6, candidate="exact")
+    res = run_protocol(load_protocol(path), out=tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    cand = next(c for c in summary["comparisons"] if c["role"] == "candidate")
+    fams = {f["name"]: f for f in summary["verdict"]["scope"]["families"]}
+    assert fams["rounds"]["alpha"] > 0 and fams["rounds"]["claims"] is True, fams
+    assert cand["rejected"] is False and int(res.verdict.exit_code) == 0, summary["verdict"]
