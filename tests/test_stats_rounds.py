@@ -114,6 +114,8 @@ def test_strata_of_a_hand_made_rounds_table() -> None:
     }  # fmt: skip
     assert got == want  # round 3 (position 6) has no token: only its accepted length counts
     assert int((st.seq == 0).sum()) == len(want) + 1  # the two (2, 0) rounds are two entries
+    absurd = rounds.assign(emitted=10**12, drafted=10**12, position=-(10**12))
+    assert len(strata_of(enc, absurd).seq) == 4  # only the four accepted lengths are left
     x = stratum_counts(np.array([0, 0, 1, 2]), np.array([7, 7, 7, 3]), 3, min_expected=1.0)
     assert x.tolist() == [[2.0, 0.0], [1.0, 0.0], [0.0, 1.0]]  # 7 kept, 3 in the rest bin
 

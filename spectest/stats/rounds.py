@@ -93,13 +93,15 @@ def strata_of(enc: EncodedSamples, rounds: pd.DataFrame) -> Strata:
     A round starting at position s that drafted d, accepted a and emitted e claims tokens at
     s..s+e−1: offset j < d goes to stratum ``offset_j``; offset a (when emitted) is also
     ``bonus`` when a = d, else ``recovered``; the round itself is one ``accepted_len`` entry
-    (d, a). Claimed positions with no token in the samples are skipped (the rounds are claims).
+    (d, a). Claimed positions with no token in the samples are skipped and d, a, e are clipped
+    to [0, T] (the rounds are claims: an absurd one costs no memory).
     """
     seq, r = _round_seq(enc, rounds)
+    T = enc.n_positions  # no round can claim more tokens than a sequence has (a lie can)
     p0 = r[sc.POSITION].to_numpy(np.int64)
-    d = np.clip(r["drafted"].to_numpy(np.int64), 0, None)
-    a = np.clip(r["accepted"].to_numpy(np.int64), 0, None)
-    e = np.clip(r["emitted"].to_numpy(np.int64), 0, None)
+    d = np.clip(r["drafted"].to_numpy(np.int64), 0, T)
+    a = np.clip(r["accepted"].to_numpy(np.int64), 0, T)
+    e = np.clip(r["emitted"].to_numpy(np.int64), 0, T)
     k_max = int(max(d.max(initial=1), a.max(initial=0), e.max(initial=1) - 1))
     names = (*(f"offset_{j}" for j in range(k_max)), BONUS, RECOVERED, ACCEPTED_LEN)
     code = {n: i for i, n in enumerate(names)}
@@ -108,7 +110,6 @@ def strata_of(enc: EncodedSamples, rounds: pd.DataFrame) -> Strata:
     first = np.repeat(np.cumsum(e) - e, e)
     j = np.arange(len(idx), dtype=np.int64) - first  # offset within the round
     pos = p0[idx] + j
-    T = enc.n_positions
     ok = (pos >= 0) & (pos < T)
     tok = np.full(len(idx), MISSING, dtype=np.int64)
     tok[ok] = enc.tokens[seq[idx[ok]], pos[ok]]
