@@ -48,6 +48,7 @@ class FamilyScope:
     label: str = ""
     verdict_line: str = ""
     mde_note: str = ""  # a data-dependent resolution says so (``FamilyResult.resolution_note``)
+    claims: bool = False  # rests on an engine's reports (rounds): never "ran" for a pass
 
     def __post_init__(self) -> None:
         if not self.label:
@@ -58,6 +59,7 @@ class FamilyScope:
         return cls(
             r.name, r.n_tested, r.n_untestable, float(r.alpha), _f(r.resolution),
             r.resolution_unit, bool(r.rejected), r.label, r.verdict_line, r.resolution_note,
+            bool(r.claims),
         )  # fmt: skip
 
     @property
@@ -65,7 +67,9 @@ class FamilyScope:
         return self.n_tested > 0
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in vars(self).items() if k != "verdict_line"}
+        out = {k: v for k, v in vars(self).items() if k not in ("verdict_line", "claims")}
+        if self.claims:
+            out["claims"] = True
         if self.verdict_line:
             out["verdict_line"] = self.verdict_line
         return {**out, "ran": self.ran}
@@ -128,9 +132,11 @@ class Comparison:
 
     @property
     def tested_anything(self) -> bool:
-        """At least one family ran on enough data (without families: a cell was tested)."""
+        """At least one family ran on enough data (without families: a cell was tested); a
+        family whose tests rest on an engine's reports (``claims``: the rounds) does not count,
+        so a fabricated readout can add a rejection but never make a pass."""
         if self.families:
-            return any(f.ran for f in self.families)
+            return any(f.ran and not f.claims for f in self.families)
         return self.cells_tested > 0
 
 

@@ -80,7 +80,8 @@ def compare_all(
     """Analyse every non-reference arm against its reference (``plan.reference_for``: the
     plain ``reference``, or in matched numerics mode the ``matched`` arm) with ``options`` (a
     ``TestsSpec.analysis_options``). The rounds of the arms in ``readout_rounds`` are stored but
-    not tested: e.g. the hf-assisted draft law is transformers' business, so acceptance vs
+    not tested (a readout reference's neither: the round-aware family then stays off): e.g. the
+    hf-assisted draft law is transformers' business, so acceptance vs
     Σ min(p, q_processed) measures speed there, not the law. ``executor``: a
     ``concurrent.futures.Executor`` for the per-cell permutation statistics (``analyze``)."""
     from spectest.plan import REFERENCE_ROLES, reference_for
@@ -92,10 +93,11 @@ def compare_all(
         progress("analyze", i, len(comps))
         ref = reference_for(list(arms), arm)  # matched numerics mode: the matched arm
         sub = samples[samples[schema.ARM].isin([ref, arm.name])]
+        tested = [a for a in (ref, arm.name) if a not in readout_rounds]
         rsub = (
             None
             if rounds is None or arm.name in readout_rounds
-            else rounds[rounds[schema.ARM].isin([ref, arm.name])]
+            else rounds[rounds[schema.ARM].isin(tested)]
         )
         analysis = analyze(
             sub,

@@ -1,7 +1,7 @@
 """The statistics entry point: samples of two arms → ``Analysis`` (one ``FamilyResult`` per test
 family, plus the run-level decision).
 
-Owns: the registry of test families (``FAMILIES``: the five built-in ones, in the α split's
+Owns: the registry of test families (``FAMILIES``: the six built-in ones, in the α split's
 order), the split of the run's α over the active families (``split_alpha``), ``analyze`` (encode
 the two arms, draw the shared relabelings, ask each family whether it is active, split α, run
 each) and ``Analysis`` with its documented decision rule ``rejected``. The options are
@@ -31,6 +31,7 @@ from spectest.stats.families import (
 )
 from spectest.stats.family_cells import CELL_COLUMNS, CellFamily, CellsResult
 from spectest.stats.family_lengths import LengthsFamily
+from spectest.stats.family_rounds import RoundsFamily
 from spectest.stats.family_sequence import ALL_CELLS, SEQUENCE_COLUMNS, SequenceFamily
 from spectest.stats.family_trie import TRIE_COLUMNS, TrieFamily
 from spectest.stats.family_whitebox import REFERENCE_MULTIPLIER, WhiteboxFamily, WhiteboxResult
@@ -77,6 +78,7 @@ FAMILIES: tuple[Family, ...] = (
     WhiteboxFamily(),
     SequenceFamily(),
     LengthsFamily(),
+    RoundsFamily(),
 )
 
 
@@ -98,11 +100,15 @@ class Analysis:
       5. sequence — the sequence family's max-T over its pooled statistics is significant
          (rows of its table with scope "pooled");
       6. lengths — a cell's sequence-length distribution differs (``spectest.stats.lengths``,
-         BH): sequences that stop early are a different law, not "untestable".
+         BH): sequences that stop early are a different law, not "untestable";
+      7. rounds — where both arms report rounds, a (cell, stratum) law conditional on the
+         reported round structure differs (``spectest.stats.rounds``, step-down max-T; it only
+         adds rejections: ``FamilyResult.claims``).
     The run-level α is split equally over the active families (``split_alpha``: cells always;
     trie when ``trie_depth >= 1`` and there are >= 2 positions; white-box when its columns are
     present; sequence when ``options.sequence`` and ``null_permutations >= 1``; lengths when some
-    cell's length table is testable — ``lengths`` module docstring), so under H0
+    cell's length table is testable — ``lengths`` module docstring; rounds when both arms report
+    rounds and a stratum is testable), so under H0
     P(rejected) ≤ α by the union bound: each procedure bounds its family's P(any rejection)
     under the global null (FDR = FWER there; the sequence family is an exact permutation test
     whatever the dependence between positions, ``spectest.stats.sequence``). A rejected

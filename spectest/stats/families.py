@@ -6,7 +6,7 @@ at that level and returns its tidy table, whether it rejected, how much it teste
 and its failing rows as a person reads them. ``spectest.stats.analyze`` splits α over the active
 families of its registry (``analyze.FAMILIES``), composes their results into an ``Analysis`` and
 adds no statistic of its own; ``spectest.comparison``, ``spectest.verdict`` and the reports
-iterate the results. A new family is one class (a module ``family_<name>.py`` beside the five
+iterate the results. A new family is one class (a module ``family_<name>.py`` beside the
 built-in ones) and one line in ``analyze.FAMILIES``.
 
 Does not know: any particular family, files, protocols, torch.
@@ -64,7 +64,9 @@ class FamilyResult:
     ``resolution_note``: how a resolution estimated from the data moves with it (its range).
     ``verdict_line``: a line of its own that every verdict output prints ("" none). ``notes``:
     what a reader of the run should know (an option that switched it off, a floor it cannot
-    pass).
+    pass). ``claims``: its tests rest on what an engine reports about itself (its rounds):
+    it can add a rejection, and never counts as "a family ran" for a pass
+    (``comparison.Comparison.tested_anything``).
     """
 
     name: str
@@ -84,6 +86,7 @@ class FamilyResult:
     # a resolution that is estimated from the data says so, with its range ("" a closed form
     # of the design: the per-cell MDE)
     resolution_note: str = ""
+    claims: bool = False
 
     @property
     def active(self) -> bool:

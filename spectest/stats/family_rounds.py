@@ -1,0 +1,79 @@
+"""The round-aware family: the token law conditional on reported round structure and the
+accepted-length law, candidate against its reference, when both arms report rounds
+(``spectest.stats.rounds``: one two-sample χ² per (cell, stratum), step-down max-T).
+
+Owns: ``RoundsFamily`` — when it is active (both arms have round rows, B ≥ 1 and some
+(cell, stratum) is testable), its failing lines, and that its tests are *claims*
+(``FamilyResult.claims``): it can add a rejection, and never counts as "a family ran" for a
+pass, so a fabricated rounds table cannot turn a wrong sampler into exit 0. Does not know: the
+other families, files, torch. Assumptions and the exact accepted-length law: docs/rounds.md.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from spectest import schema as sc
+from spectest.stats import homogeneity, rounds
+from spectest.stats.families import Failure, FamilyInputs, FamilyResult, empty_frame
+
+
+def _both_arms(inputs: FamilyInputs) -> pd.DataFrame | None:
+    """The two arms' round rows when each arm has some, else None (the family is off)."""
+    r = inputs.rounds
+    if r is None or not len(r) or any(c not in r.columns for c in rounds.ROUNDS_COLUMNS_NEEDED):
+        return None
+    arms = set(r[sc.ARM].astype(str).unique())
+    if inputs.reference not in arms or inputs.candidate not in arms:
+        return None
+    return r[r[sc.ARM].astype(str).isin([inputs.reference, inputs.candidate])]
+
+
+class RoundsFamily:
+    """Where the engine reports rounds: the law of the bonus token, of the recovered token, of
+    the token at each round offset, and of (drafted, accepted), two-sample per cell."""
+
+    name = "rounds"
+    label = "round-aware (reported rounds)"
+
+    def _table(self, inputs: FamilyInputs, alpha: float) -> pd.DataFrame:
+        r = _both_arms(inputs)
+        if r is None or inputs.options.null_permutations < 1:
+            return empty_frame(rounds.ROUND_TEST_COLUMNS)
+        return rounds.round_tests(
+            inputs.enc, r, inputs.labels, alpha if alpha > 0 else 0.5, inputs.options.min_expected
+        )
+
+    def active(self, inputs: FamilyInputs) -> bool:
+        """Both arms report rounds (a fact of the arms' engines, not of the random labels) and
+        some test is testable (its binning reads pooled totals only)."""
+        df = self._table(inputs, 0.0)
+        return bool(len(df) and (df["status"] == homogeneity.OK).any())
+
+    def run(self, inputs: FamilyInputs, alpha: float) -> FamilyResult:
+        df = self._table(inputs, alpha)
+        notes: tuple[str, ...] = ()
+        if alpha > 0 and len(df) and 1.0 / (inputs.options.null_permutations + 1) > alpha:
+            notes = (
+                f"round-aware family: B = {inputs.options.null_permutations} permutations "
+                f"cannot reach its α share {alpha:.3g} (smallest p 1/(B+1))",
+            )
+        if alpha <= 0 and len(df):
+            df = df.assign(p_adj=float("nan"), reject=False)
+        ok = (df["status"] == homogeneity.OK).to_numpy(bool) if len(df) else np.zeros(0, bool)
+        rej = df[df["reject"].astype(bool)] if len(df) else df
+        failing = tuple(
+            Failure(
+                float(x.p_adj),
+                f"rounds {x.stratum} {x.prompt_id}/{x.config_id} p_adj={float(x.p_adj):.3g}: "
+                f"χ²={float(x.statistic):.1f} on {int(x.dof)} dof, {int(x.n_ref)} (reference) "
+                f"vs {int(x.n_cand)} (candidate) entries, as the engines report their rounds",
+                x.config_id,
+            )
+            for x in rej.itertuples(index=False)
+        )
+        return FamilyResult.of(
+            self, alpha, df, ok, failing, claims=True, notes=notes,
+            resolution_unit="TV of a stratum's law (no closed form: permutation-calibrated)",
+        )  # fmt: skip
