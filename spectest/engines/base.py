@@ -157,13 +157,16 @@ class ArmOutput:
     None. ``rounds_tested``: the rounds follow spectest's draft law and are tested (acceptance vs
     Σ min(p, q)); False = a readout, stored but not tested (must agree with ``Engine.rounds``:
     checked). ``whitebox``: white-box columns (``wb_*``, one row per token, row-major) recorded
-    at generation time, or None.
+    at generation time, or None. ``reported``: float64 ``[B, T, 2]`` the engine's own claim of
+    each token's target probability and the mass below its id (``p``, ``cdf_lo``; NaN = not
+    reported), or None (``engines.reported``; docs/engines-reported-p.md).
     """
 
     tokens: np.ndarray  # [B, T] int64
     rounds: pd.DataFrame | None = None
     rounds_tested: bool = True
     whitebox: pd.DataFrame | None = None
+    reported: np.ndarray | None = None  # [B, T, 2] float64
 
 
 class Engine:
