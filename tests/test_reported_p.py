@@ -8,7 +8,9 @@
 - The example program ``reporting_engine.py`` through the real command engine: honest (exact
   speculative, rounds reported) passes; the liar that reports the correct p while sampling the
   top-p-before-temperature law is caught (exit 1, ``support_reported``), and the one that
-  reports the law it sampled is caught by the cross-check (exit 1, ``crosscheck_teacher``).
+  reports the law it sampled is caught by the cross-check (exit 1, ``crosscheck_teacher``);
+  the same through ``spectest reported-p`` (exit 1 naming the cross-check; exit 2 for a
+  program that reports no probabilities).
 
 False-failure rates: every statistical test uses fixed seeds (deterministic). Over fresh seeds
 the H0 count exceeds its bound 12 of 400 with probability < 1e-3 (binomial, α = 0.01); the
@@ -17,11 +19,19 @@ honest program fails with probability ≤ α = 0.01.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from spectest.engines import replies
 from spectest.stats import reported_p
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _result(probs: object, n: int = 2) -> dict[str, object]:
@@ -152,3 +162,46 @@ def test_example_program_honest_passes_and_both_liars_are_caught() -> None:
     assert outcome["correct"].exit_code == 1 and "support_reported" in outcome["correct"].failed
     assert outcome["sampled"].exit_code == 1
     assert outcome["sampled"].failed == ("crosscheck_teacher",), outcome["sampled"].lines()
+
+
+def _protocol(tmp_path: Path, program: str, *extra: str) -> Path:
+    cmd = ", ".join(f'"{a}"' for a in ("{python}", "{programs}/" + program, *extra))
+    path = tmp_path / f"{program}.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""\
+            version: 2
+            name: reported-p-test
+            models: {{target: bundled:target, draft: bundled:draft}}
+            drafter: {{kind: sampled, k: 3}}
+            prompts: {{file: {ROOT / "protocols/prompts/english-2.jsonl"}, limit: 1}}
+            configs:
+              t0.6-p0.8: {{temperature: 0.6, top_p: 0.8}}
+              t1.5-p0.8: {{temperature: 1.5, top_p: 0.8}}
+            seeds: {{per_arm: 64}}
+            positions: 8
+            engines:
+              candidate: {{name: command, command: [{cmd}]}}
+            """
+        )
+    )
+    return path
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run(
+        [sys.executable, "-m", "spectest", *args], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+
+
+@pytest.mark.slow
+def test_cli_catches_the_liar_and_refuses_an_engine_without_probs(tmp_path: Path) -> None:
+    liar = _cli("reported-p", "--config", str(_protocol(tmp_path, "reporting_engine.py",
+                                                         "--lie", "sampled")))  # fmt: skip
+    assert liar.returncode == 1, liar.stdout + liar.stderr
+    assert "FAIL (crosscheck_teacher)" in liar.stdout
+    assert "conditional on the engine's reported p" in liar.stdout
+    mute = _cli("reported-p", "--config", str(_protocol(tmp_path, "builtin_engine.py")))
+    assert mute.returncode == 2, mute.stdout + mute.stderr
+    assert "reported no probabilities" in mute.stderr

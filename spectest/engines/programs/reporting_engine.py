@@ -8,8 +8,9 @@ docs/engines-reported-p.md) — and, with ``--speculative``, ``rounds``.
 
 ``--lie`` picks what it samples and what it reports:
 
-- ``none`` (honest): spectest's exact loop (``builtin_engine.correct_decode``); it reports the
-  law it sampled from, the target's.
+- ``none`` (honest): spectest's exact loops (``builtin_engine.correct_decode``, white-box on);
+  it reports the p each token was sampled from (recorded while sampling) and cdf_lo from
+  spectest's teacher (clamped to 1 − p: the example has no cheaper way to the ranked mass).
 - ``correct``: it samples top-p on the untempered distribution and temperature after (the bug
   of ``topp_before_temperature.py``) but reports the p it *should* have used (the correct law):
   the PIT conditional on its reported p catches it.
@@ -83,8 +84,12 @@ def buggy_sample(job: dict[str, Any], target: Any) -> tuple[list[list[int]], lis
 def decode_with(lie: str) -> Any:
     def decode(job: dict[str, Any], target: Any, draft: Any) -> list[dict[str, Any]]:
         if lie == "none":
-            results = correct_decode(job, target, draft)
-            probs = teacher_probs(job, target, [r["tokens"] for r in results])
+            results, sampled_p = correct_decode(job, target, draft, whitebox=True)
+            ranked = teacher_probs(job, target, [r["tokens"] for r in results])
+            probs = [
+                [(p, min(lo, 1.0 - p)) for p, (_, lo) in zip(ps, rk, strict=True)]
+                for ps, rk in zip(sampled_p, ranked, strict=True)
+            ]
         else:
             tokens, sampled = buggy_sample(job, target)
             probs = sampled if lie == "sampled" else teacher_probs(job, target, tokens)
