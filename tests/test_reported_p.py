@@ -205,3 +205,45 @@ def test_cli_catches_the_liar_and_refuses_an_engine_without_probs(tmp_path: Path
     mute = _cli("reported-p", "--config", str(_protocol(tmp_path, "builtin_engine.py")))
     assert mute.returncode == 2, mute.stdout + mute.stderr
     assert "reported no probabilities" in mute.stderr
+
+
+MIXED = """\
+import json, sys
+print(json.dumps({"type": "hello", "protocol": "spectest-jsonl/1"}), flush=True)
+for line in sys.stdin:
+    job = json.loads(line)
+    for i, seed in enumerate(job["seeds"]):
+        res = {"type": "result", "id": job["id"], "seed": seed, "tokens": [1, 2]}
+        if i == 0 or "{mode}" == "short":
+            res["probs"] = [{{"p": 0.5, "cdf_lo": 0.1}}] * (2 if "{mode}" == "mixed" else 1)
+        print(json.dumps(res), flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "match"),
+    [("mixed", "reported by 1 of 2 results"), ("short", "field 'probs': expected a list of 2")],
+)
+def test_command_engine_refuses_probs_in_some_results_or_of_the_wrong_length(
+    tmp_path: Path, mode: str, match: str
+) -> None:
+    from spectest.engines.base import ArmJob, DrafterSpec, Models, RowSpec
+    from spectest.engines.command import CommandEngine
+    from spectest.sampling.params import SamplingParams
+
+    prog = tmp_path / "prog.py"
+    prog.write_text(MIXED.replace("{mode}", mode).replace("{{", "{").replace("}}", "}"))
+    opts = CommandEngine.parse_options({"command": [sys.executable, str(prog)]}, "t")
+    eng = CommandEngine(opts, Models(None, None))
+    sp = SamplingParams(temperature=1.0)
+    job = ArmJob(
+        arm="candidate", role="candidate", variant=None, prompt_id="p0", prompt_ids=(1,),
+        rows=(RowSpec("c", 1, sp), RowSpec("c", 2, sp)), num_positions=2, run_key=0,
+        batch_size=2, drafter=DrafterSpec(onehot=False),
+    )  # fmt: skip
+    try:
+        with pytest.raises(replies.ReplyError, match=match) as info:
+            eng.generate(job)
+        assert info.value.exit_code == 2
+    finally:
+        eng.close()

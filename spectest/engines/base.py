@@ -393,6 +393,10 @@ def check_output(out: Any, job: ArmJob, vocab_size: int | None, engine: str) -> 
     if wb is not None and (not isinstance(wb, pd.DataFrame) or len(wb) != B * T):
         got = f"{len(wb)} rows" if isinstance(wb, pd.DataFrame) else type(wb).__name__
         raise bad("whitebox", f"a DataFrame of {B * T} rows (one per row and position)", got)
+    rep = out.reported
+    if rep is not None and (not isinstance(rep, np.ndarray) or rep.shape != (B, T, 2)):
+        got = f"shape {rep.shape}" if isinstance(rep, np.ndarray) else type(rep).__name__
+        raise bad("reported", f"a float array of shape {(B, T, 2)} (p, cdf_lo)", got)
 
 
 def samples_frame(
