@@ -1,7 +1,8 @@
 """Engine-reported probabilities: the protocol field, the family conditional on them, the audit.
 
 - ``probs`` of a ``spectest-jsonl/1`` result is checked field by field like every field
-  (``engines.replies``): a bool, NaN, a value above 1, p + cdf_lo > 1, the wrong length.
+  (``engines.replies``): a bool, NaN, a value above 1, p + cdf_lo > 1, the wrong length;
+  through the real command engine, probs in some results only, or too few, are exit 2.
 - ``stats.reported_p``: the fast PIT equals its slow reference; under H0 (tokens drawn from the
   reported laws) the family fails in ≤ α of 400 replications; an engine sampling one law and
   reporting another is caught; the cross-check tolerates rounding and flags a wrong law.
