@@ -27,6 +27,7 @@ from spectest.cli import (
     power,
     protocols,
     report,
+    reported,
     run,
     setup,
     teeth,
@@ -125,6 +126,7 @@ app.command("bench")(bench.bench)
 app.command("conformance")(conformance.conformance)
 app.command("setup")(setup.setup)
 app.command("hunt")(hunt.hunt)
+app.command("reported-p", epilog=EXIT_CODES_HELP)(reported.reported_p)
 
 
 def main() -> None:

@@ -157,13 +157,16 @@ class ArmOutput:
     None. ``rounds_tested``: the rounds follow spectest's draft law and are tested (acceptance vs
     Σ min(p, q)); False = a readout, stored but not tested (must agree with ``Engine.rounds``:
     checked). ``whitebox``: white-box columns (``wb_*``, one row per token, row-major) recorded
-    at generation time, or None.
+    at generation time, or None. ``reported``: float64 ``[B, T, 2]`` the engine's own claim of
+    each token's target probability and the mass below its id (``p``, ``cdf_lo``; NaN = not
+    reported), or None (``engines.reported``; docs/engines-reported-p.md).
     """
 
     tokens: np.ndarray  # [B, T] int64
     rounds: pd.DataFrame | None = None
     rounds_tested: bool = True
     whitebox: pd.DataFrame | None = None
+    reported: np.ndarray | None = None  # [B, T, 2] float64
 
 
 class Engine:
@@ -390,6 +393,10 @@ def check_output(out: Any, job: ArmJob, vocab_size: int | None, engine: str) -> 
     if wb is not None and (not isinstance(wb, pd.DataFrame) or len(wb) != B * T):
         got = f"{len(wb)} rows" if isinstance(wb, pd.DataFrame) else type(wb).__name__
         raise bad("whitebox", f"a DataFrame of {B * T} rows (one per row and position)", got)
+    rep = out.reported
+    if rep is not None and (not isinstance(rep, np.ndarray) or rep.shape != (B, T, 2)):
+        got = f"shape {rep.shape}" if isinstance(rep, np.ndarray) else type(rep).__name__
+        raise bad("reported", f"a float array of shape {(B, T, 2)} (p, cdf_lo)", got)
 
 
 def samples_frame(

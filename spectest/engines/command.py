@@ -159,6 +159,8 @@ def check_job_line(obj: Any, result_schema: replies.Schema, arm: str) -> str:
     try:
         replies.check(replies.JOB_LINE_TYPE, obj)
         replies.check(replies.ERROR_LINE if obj["type"] == "error" else result_schema, obj)
+        if obj["type"] == "result":
+            replies.check_probs(obj)
     except replies.Violation as v:
         raise replies.ReplyError(f"{where}: {v} (the program was stopped)") from None
     return where
@@ -432,7 +434,8 @@ class CommandEngine(Engine):
                 pending[(line["id"], job.rows[r].seed)] = r
             proc.send(line)  # queued: the writer thread feeds the program
         rounds: list[tuple[int, int, int, int, int, int]] = []
-        done = 0
+        reported = np.full((B, T, 2), np.nan)  # [B, T, (p, cdf_lo)]: engine-reported
+        done = with_probs = 0
         while pending:
             obj = proc.read(
                 self.options.timeout_s,
@@ -458,13 +461,25 @@ class CommandEngine(Engine):
             row = pending.pop(key)
             toks = obj["tokens"]
             tokens[row, : len(toks)] = toks
+            if obj.get("probs") is not None:
+                with_probs += 1
+                for t, pr in enumerate(obj["probs"]):
+                    lo = pr.get("cdf_lo")
+                    reported[row, t] = (pr["p"], np.nan if lo is None else lo)
             pos = 0
             for i, rd in enumerate(obj.get("rounds") or []):
                 rounds.append((row, i, pos, rd["drafted"], rd["accepted"], rd["emitted"]))
                 pos += rd["emitted"]
             done += 1
             job.tick(done)
-        return ArmOutput(tokens, rounds_from_tuples(rounds), False, None)
+        if 0 < with_probs < done:
+            raise replies.ReplyError(
+                f"{replies.where('command', arm=job.arm)}: field 'probs': reported by "
+                f"{with_probs} of {done} results; an engine reports them in every result or none"
+            )
+        return ArmOutput(
+            tokens, rounds_from_tuples(rounds), False, None, reported if with_probs else None
+        )
 
     def seeds_claim(self) -> SeedsKind:
         """``"ignored"`` when the program's hello line says so (``"seeds": "ignored..."`` or

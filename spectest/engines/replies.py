@@ -284,6 +284,12 @@ ROUND = Obj(
     {"drafted": Int(0, I32), "accepted": Int(0, I32), "emitted": Int(0, I32)},
     required=("drafted", "accepted", "emitted"),
 )
+# an engine-reported probability of one emitted token (docs/engines-reported-p.md): ``p`` the
+# target law's probability of the token, ``cdf_lo`` the law's mass on the tokens ranked before it
+# (more probable, or as probable with a smaller id)
+PROB_SUM_SLACK = 1e-6  # p, cdf_lo and p + cdf_lo may exceed 1 by float rounding, no more
+_UNIT = Num(0.0, 1.0 + PROB_SUM_SLACK)
+PROB = Obj({"p": _UNIT, "cdf_lo": Nullable(_UNIT)}, required=("p",))
 # a line read while results are pending (``log`` lines are skipped before this check)
 JOB_LINE_TYPE = Obj({"type": Const(("result", "error"))}, required=("type",))
 ERROR_LINE = Obj(
@@ -301,9 +307,25 @@ def result_line(T: int, vocab_size: int | None) -> Obj:
             "seed": Int(-(2**63), I64, "an int seed"),
             "tokens": token_ids(T, vocab_size),
             "rounds": Nullable(ListOf(ROUND, 0, T, f"a list of at most {T} rounds")),
+            "probs": Nullable(ListOf(PROB, 1, T, f"a list of 1 to {T} reported probabilities")),
         },
         required=("type", "id", "seed", "tokens"),
     )
+
+
+def check_probs(obj: Mapping[str, Any]) -> None:
+    """The cross-field rules of a result's ``probs`` (its fields passed ``result_line``): one
+    per token, and ``p + cdf_lo <= 1`` (up to ``PROB_SUM_SLACK``). ``Violation`` otherwise."""
+    probs = obj.get("probs")
+    if probs is None:
+        return
+    n = len(obj["tokens"])
+    if len(probs) != n:
+        raise Violation("probs", f"a list of {n} reported probabilities (one per token)", probs)
+    for i, pr in enumerate(probs):
+        lo = pr.get("cdf_lo")
+        if lo is not None and float(pr["p"]) + float(lo) > 1.0 + PROB_SUM_SLACK:
+            raise Violation(f"probs[{i}]", "p + cdf_lo <= 1 (a probability law)", pr)
 
 
 # what llama.cpp echoes in generation_settings and spectest compares with what it sent
@@ -368,6 +390,7 @@ __all__ = [
     "ReplyError",
     "Violation",
     "check",
+    "check_probs",
     "llamacpp_reply",
     "openai_reply",
     "result_line",

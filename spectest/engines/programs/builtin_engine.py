@@ -27,8 +27,9 @@ PROTOCOL = "spectest-jsonl/1"
 Decode = Callable[[dict[str, Any], Any, Any], list[dict[str, Any]]]
 
 
-def correct_decode(job: dict[str, Any], target: Any, draft: Any) -> list[dict[str, Any]]:
-    """One result per seed with spectest's built-in plain or exact speculative loop."""
+def correct_decode(job: dict[str, Any], target: Any, draft: Any, whitebox: bool = False) -> Any:
+    """One result per seed with spectest's built-in plain or exact speculative loop; with
+    ``whitebox``, also each row's p of every token (the law it was sampled from)."""
     from spectest.engines import builtin
     from spectest.engines.base import DrafterSpec, RowSpec
     from spectest.sampling.mutants import get_variant
@@ -40,14 +41,15 @@ def correct_decode(job: dict[str, Any], target: Any, draft: Any) -> list[dict[st
     kw: dict[str, Any] = dict(
         num_positions=job["max_tokens"], run_key=job["run_key"], prompt_id=job["prompt_id"]
     )
+    d = job["drafter"]
+    drafter = DrafterSpec(onehot=d["kind"] == "onehot", q_mode=d["q"], k=d["k"])
     if draft is None:
-        out = builtin.plain_decode(target, job["prompt"], rows, **kw)
+        out = builtin.plain_decode(target, job["prompt"], rows, whitebox=whitebox, **kw)
     else:
-        d = job["drafter"]
-        drafter = DrafterSpec(onehot=d["kind"] == "onehot", q_mode=d["q"], k=d["k"])
         out = builtin.speculative_decode(
-            target, draft, job["prompt"], rows, drafter=drafter, variant=get_variant("exact"), **kw
-        )
+            target, draft, job["prompt"], rows, drafter=drafter, variant=get_variant("exact"),
+            whitebox=whitebox, **kw,
+        )  # fmt: skip
     results = []
     for i, seed in enumerate(job["seeds"]):
         res: dict[str, Any] = {"type": "result", "id": job["id"], "seed": seed}
@@ -59,7 +61,12 @@ def correct_decode(job: dict[str, Any], target: Any, draft: Any) -> list[dict[st
                 for a, b, c in zip(r["drafted"], r["accepted"], r["emitted"], strict=True)
             ]
         results.append(res)
-    return results
+    if not whitebox:
+        return results
+    T = out.tokens.shape[1]
+    assert out.whitebox is not None
+    wb_p = out.whitebox["wb_p"].to_numpy().reshape(-1, T)  # [B, T]
+    return results, [[float(v) for v in wb_p[i]] for i in range(len(results))]
 
 
 def serve(decode: Decode, name: str, argv: list[str] | None = None) -> None:

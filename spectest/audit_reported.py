@@ -1,0 +1,64 @@
+"""``spectest reported-p``: audit a protocol arm's engine by the probabilities it reports.
+
+Owns: ``audit_arm`` — the engine of a protocol's ``reference`` or ``candidate`` arm, with its
+options, models, first prompt, configs, positions and drafter (what a run gives it), run on
+``seeds`` seeds per config through ``engines.reported`` (the reported-p family: support and PIT
+conditional on the engine's reported p, and the cross-check with spectest's teacher). Knows
+nothing about run directories or the verdict of ``spectest run``: this audit is decided beside a
+run (docs/engines-reported-p.md). Exit codes: 0 every check passed, 1 one failed (named), 2 bad
+input or an engine that reports no probabilities, 4 its process could not run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from spectest.engines.base import DrafterSpec, Models
+from spectest.errors import ConfigError
+from spectest.stats import reported_p
+
+
+def audit_arm(
+    path: str | Path,
+    arm: str = "candidate",
+    *,
+    seeds: int = 64,
+    alpha: float = reported_p.DEFAULT_ALPHA,
+    tol: float = reported_p.DEFAULT_TOL,
+    max_fraction: float = reported_p.DEFAULT_MAX_FRACTION,
+    rng_seed: int = 0,
+) -> reported_p.ReportedResult:
+    """The reported-p family of one job of the protocol arm's engine (module docstring)."""
+    from spectest.engines import reported
+    from spectest.engines.registry import engine_class
+    from spectest.models.zoo import load_pair
+    from spectest.prompts import prompt_token_ids
+    from spectest.protocol import load_protocol
+
+    if arm not in ("reference", "candidate"):
+        raise ConfigError(f"--arm must be reference or candidate, got {arm!r}")
+    if isinstance(seeds, bool) or seeds < 1:
+        raise ConfigError(f"--seeds: expected an integer >= 1, got {seeds!r}")
+    p = load_protocol(path)
+    choice = p.reference_engine if arm == "reference" else p.candidate_engine
+    m = p.models
+    target, draft = load_pair(m.target, m.draft, device=m.device, dtype=m.dtype, seed=0)
+    ids = prompt_token_ids(p, target.vocab_size, (target, draft))
+    d = p.drafter
+    drafter = d if isinstance(d, DrafterSpec) else DrafterSpec.from_kind(d.kind, d.k, d.q)
+    engine = engine_class(choice.name)(choice.options, Models(target, draft))
+    try:
+        collected = reported.collect(
+            engine, target, tuple(next(iter(ids.values()))), tuple(p.configs), range(seeds),
+            p.positions, drafter=drafter,
+        )  # fmt: skip
+    finally:
+        engine.close()
+    return reported.audit(
+        collected, np.random.default_rng(rng_seed), alpha=alpha, tol=tol, max_fraction=max_fraction
+    )
+
+
+__all__ = ["audit_arm"]

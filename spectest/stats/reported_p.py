@@ -1,0 +1,193 @@
+"""White-box tests on the probabilities an engine reports, and their cross-check with a teacher.
+
+Owns: the family of an engine that reports, per emitted token, the target law's probability p
+of the token and the mass ``cdf_lo`` below its id (the ``probs`` of a ``spectest-jsonl/1``
+result; ``engines.reported`` collects them): the support check (a token the engine itself gave
+probability 0), the randomised PIT's uniformity (KS and Cramér–von Mises, ``pit_tests``) — every
+one of them *conditional on the engine's reported p* — and the cross-check of the reported p
+with spectest's teacher-forced p_t (``crosscheck``), and their result (``ReportedResult``).
+Torch-free; knows nothing about engines, processes or files.
+
+What the two halves say (docs/engines-reported-p.md): the PIT tests "the tokens were drawn from
+the law the engine reports"; the cross-check tests "the law the engine reports is the target's
+law as spectest computes it". An engine that samples one law and reports another fails the
+first; an engine that reports honestly the wrong law it sampled fails the second; only both
+together say "drawn from the target's law".
+
+Notes
+-----
+Validity: given the reported laws, u_t = cdf_lo_t + V_t·p_t (V_t uniform, from spectest's rng)
+is exactly U(0, 1) conditional on the past whenever token t was drawn from the reported law, so
+the u of one sequence are iid U(0, 1) (Rosenblatt) and sequences are independent: KS and CvM
+each at α/2 keep the family's false-failure rate ≤ α (Bonferroni). The cross-check is a
+tolerance comparison, not a test: |P(A) − Q(A)| ≤ TV(P, Q) for every set A, so for {x} and
+{y < x} the discrepancy d_t = max(|p_t − p̂_t|, |lo_t − lo_hat_t|) is at most the step's TV
+between the reported and the teacher's law; numerics within a per-step TV of ``tol`` never flag
+a token, and a fraction ``max_fraction`` of flagged tokens is allowed for the rare step where
+rounding moves a token across a filter's edge (then p jumps to or from 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+CONDITIONAL = "conditional on the engine's reported p"
+DEFAULT_ALPHA = 0.01
+DEFAULT_TOL = 1e-3  # per-step TV tolerated between the reported and the teacher's law
+DEFAULT_MAX_FRACTION = 0.01  # tokens beyond ``tol`` allowed before the cross-check fails
+
+
+@dataclass(frozen=True)
+class ReportedTest:
+    """One check of the reported-p family: ``passed`` is the decision at its share of α (or
+    the tolerance, for the cross-check); ``statistic`` the KS D, the CvM W², the zero-p count
+    or the flagged fraction."""
+
+    test: str
+    statistic: float
+    pvalue: float  # NaN for the support check and the cross-check (not tests)
+    n: int
+    passed: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class ReportedResult:
+    """The family's checks; ``ok`` when every one passed; ``exit_code`` 0 or 1."""
+
+    tests: tuple[ReportedTest, ...]
+    alpha: float
+
+    @property
+    def ok(self) -> bool:
+        return all(t.passed for t in self.tests)
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        return tuple(t.test for t in self.tests if not t.passed)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def lines(self) -> list[str]:
+        head = "PASS" if self.ok else "FAIL (" + ", ".join(self.failed) + ")"
+        out = [f"reported-p family, {CONDITIONAL}: {head}"]
+        for t in self.tests:
+            p = "" if np.isnan(t.pvalue) else f" p={t.pvalue:.3g}"
+            mark = "ok  " if t.passed else "FAIL"
+            out.append(f"  {mark} {t.test}: {t.statistic:.4g}{p} n={t.n} — {t.detail}")
+        return out
+
+
+def pit_values(p: np.ndarray, cdf_lo: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Randomised PIT u = cdf_lo + V·p, V ~ U(0, 1) from ``rng``: [n] → [n], clipped to [0, 1]
+    (cdf_lo + p may pass 1 by rounding)."""
+    p, cdf_lo = np.asarray(p, np.float64), np.asarray(cdf_lo, np.float64)
+    return np.clip(cdf_lo + rng.random(p.shape[0]) * p, 0.0, 1.0)
+
+
+def pit_values_slow(p: np.ndarray, cdf_lo: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The reference of ``pit_values``: one token at a time."""
+    v = rng.random(len(p))
+    return np.array(
+        [min(max(lo + vi * pi, 0.0), 1.0) for pi, lo, vi in zip(p, cdf_lo, v, strict=True)]
+    )
+
+
+def support_test(p: np.ndarray) -> ReportedTest:
+    """A token the engine reports probability 0 for cannot have been drawn from its law."""
+    zeros = int((np.asarray(p) <= 0.0).sum())
+    return ReportedTest(
+        "support_reported", float(zeros), float("nan"), len(p), zeros == 0,
+        f"{zeros} emitted tokens the engine gave p = 0",
+    )  # fmt: skip
+
+
+def pit_tests(
+    p: np.ndarray, cdf_lo: np.ndarray, rng: np.random.Generator, alpha: float = DEFAULT_ALPHA
+) -> list[ReportedTest]:
+    """KS and Cramér–von Mises of the reported PIT against U(0, 1), each at α/2."""
+    u = pit_values(p, cdf_lo, rng)
+    out = []
+    for name, res in (
+        ("pit_ks_reported", stats.kstest(u, "uniform")),
+        ("pit_cvm_reported", stats.cramervonmises(u, "uniform")),
+    ):
+        pv = float(res.pvalue)
+        out.append(
+            ReportedTest(
+                name,
+                float(res.statistic),
+                pv,
+                len(u),
+                pv > alpha / 2,
+                f"uniformity of the PIT at α/2 = {alpha / 2:g}, {CONDITIONAL}",
+            )
+        )
+    return out
+
+
+def crosscheck(
+    p: np.ndarray,
+    cdf_lo: np.ndarray,
+    p_teacher: np.ndarray,
+    lo_teacher: np.ndarray,
+    tol: float = DEFAULT_TOL,
+    max_fraction: float = DEFAULT_MAX_FRACTION,
+) -> ReportedTest:
+    """The reported (p, cdf_lo) against the teacher's, token by token: fails when more than
+    ``max_fraction`` of the tokens differ by more than ``tol`` (module Notes). ``cdf_lo`` NaN
+    (not reported) compares p alone."""
+    d = np.abs(np.asarray(p) - np.asarray(p_teacher))  # [n]
+    d_lo = np.abs(np.asarray(cdf_lo) - np.asarray(lo_teacher))
+    d = np.where(np.isnan(d_lo), d, np.maximum(d, d_lo))
+    flagged = int((d > tol).sum())
+    frac = flagged / max(len(d), 1)
+    worst = int(np.argmax(d)) if len(d) else 0
+    detail = (
+        f"{flagged} tokens differ from the teacher's p_t by > {tol:g} (allowed "
+        f"{max_fraction:g} of them); max |Δ| {float(d.max()) if len(d) else 0.0:.3g} at token "
+        f"{worst} (reported p {float(np.asarray(p)[worst]) if len(d) else 0.0:.4g}, teacher "
+        f"{float(np.asarray(p_teacher)[worst]) if len(d) else 0.0:.4g})"
+    )
+    return ReportedTest(
+        "crosscheck_teacher", frac, float("nan"), len(d), frac <= max_fraction, detail
+    )
+
+
+def reported_family(
+    p: np.ndarray,
+    cdf_lo: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    teacher: tuple[np.ndarray, np.ndarray] | None = None,
+    alpha: float = DEFAULT_ALPHA,
+    tol: float = DEFAULT_TOL,
+    max_fraction: float = DEFAULT_MAX_FRACTION,
+) -> ReportedResult:
+    """The family on [n] emitted tokens: support; the PIT tests where every ``cdf_lo`` was
+    reported (with p alone no PIT is exact: only support and the cross-check run); the
+    cross-check where a teacher's (p_t, cdf_lo_t) is given."""
+    p, cdf_lo = np.asarray(p, np.float64), np.asarray(cdf_lo, np.float64)
+    tests = [support_test(p)]
+    if len(p) and not np.isnan(cdf_lo).any():
+        tests += pit_tests(p, cdf_lo, rng, alpha)
+    if teacher is not None:
+        tests.append(crosscheck(p, cdf_lo, teacher[0], teacher[1], tol, max_fraction))
+    return ReportedResult(tuple(tests), alpha)
+
+
+__all__ = [
+    "CONDITIONAL",
+    "ReportedResult",
+    "ReportedTest",
+    "crosscheck",
+    "pit_tests",
+    "pit_values",
+    "reported_family",
+    "support_test",
+]
