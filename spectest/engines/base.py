@@ -316,6 +316,29 @@ def rounds_from_tuples(rounds: Sequence[tuple[int, ...]]) -> pd.DataFrame | None
     return pd.DataFrame(list(rounds), columns=list(ROUNDS_COLUMNS)) if rounds else None
 
 
+def _check_rounds(rounds: Any, B: int, bad: Callable[..., Exception]) -> None:
+    """``check_output``'s rule for ``rounds``: None, or a DataFrame with ``ROUNDS_COLUMNS`` of
+    integers in ``[0, 2^31)`` and row indices in ``[0, B)``."""
+    from spectest.engines.replies import I32
+
+    if rounds is None:
+        return
+    if not isinstance(rounds, pd.DataFrame):
+        raise bad("rounds", "a pandas DataFrame or None", type(rounds).__name__)
+    for c in ROUNDS_COLUMNS:
+        if c not in rounds.columns:
+            raise bad(f"rounds.{c}", "a column", f"columns {list(rounds.columns)}")
+        col = rounds[c]
+        if not pd.api.types.is_integer_dtype(col.dtype) or pd.api.types.is_bool_dtype(col.dtype):
+            raise bad(f"rounds.{c}", "a column of integers", f"dtype {col.dtype}")
+        vals = col.to_numpy()
+        top = B - 1 if c == "row" else I32
+        out_of = (vals < 0) | (vals > top)
+        if out_of.any():
+            i = int(np.flatnonzero(out_of)[0])
+            raise bad(f"rounds.{c}[{i}]", f"an int in [0, {top}]", int(vals[i]))
+
+
 def check_output(out: Any, job: ArmJob, vocab_size: int | None, engine: str) -> None:
     """An engine's output against the contract; one ``ReplyError`` (exit 2) naming the engine,
     the arm, the prompt, the row and seed, the field and the value otherwise.
@@ -327,7 +350,7 @@ def check_output(out: Any, job: ArmJob, vocab_size: int | None, engine: str) -> 
     ``[0, 2^31)`` (their stored int32) and row indices in ``[0, len(rows))``; ``whitebox`` (when
     given) a DataFrame with one row per (row, position).
     """
-    from spectest.engines.replies import I32, TOKEN_ID_MAX, ReplyError, short, where
+    from spectest.engines.replies import TOKEN_ID_MAX, ReplyError, short, where
 
     base = where(engine, arm=job.arm, prompt=job.prompt_id)
 
@@ -371,24 +394,7 @@ def check_output(out: Any, job: ArmJob, vocab_size: int | None, engine: str) -> 
         )
     if not isinstance(out.rounds_tested, bool):
         raise bad("rounds_tested", "true or false", out.rounds_tested)
-    rounds = out.rounds
-    if rounds is not None:
-        if not isinstance(rounds, pd.DataFrame):
-            raise bad("rounds", "a pandas DataFrame or None", type(rounds).__name__)
-        for c in ROUNDS_COLUMNS:
-            if c not in rounds.columns:
-                raise bad(f"rounds.{c}", "a column", f"columns {list(rounds.columns)}")
-            col = rounds[c]
-            if not pd.api.types.is_integer_dtype(col.dtype) or pd.api.types.is_bool_dtype(
-                col.dtype
-            ):
-                raise bad(f"rounds.{c}", "a column of integers", f"dtype {col.dtype}")
-            vals = col.to_numpy()
-            top = B - 1 if c == "row" else I32
-            out_of = (vals < 0) | (vals > top)
-            if out_of.any():
-                i = int(np.flatnonzero(out_of)[0])
-                raise bad(f"rounds.{c}[{i}]", f"an int in [0, {top}]", int(vals[i]))
+    _check_rounds(out.rounds, B, bad)
     wb = out.whitebox
     if wb is not None and (not isinstance(wb, pd.DataFrame) or len(wb) != B * T):
         got = f"{len(wb)} rows" if isinstance(wb, pd.DataFrame) else type(wb).__name__
