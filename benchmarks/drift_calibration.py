@@ -46,14 +46,51 @@ def _arm(target, draft, prompt, rows, name, T, K, batch):
     )  # fmt: skip
     wb = out.whitebox
     return (
-        samples_frame(out.tokens, "p0", rows, name, wb),
+        samples_frame(np.asarray(out.tokens), "p0", rows, name, wb),
         rounds_frame(out.rounds, "p0", rows, name),
     )
+
+
+def coverage(recs: list[dict], D_all: float) -> dict:
+    """The bounds checked against the pooled D of all replications (the toy's true D)."""
+    n = len(recs)
+    lo, hi = sum(r["lcb"] > D_all for r in recs), sum(r["ucb"] < D_all for r in recs)
+    return {
+        "D_pooled": D_all, "lcb_above_pooled_D": lo, "ucb_below_pooled_D": hi,
+        "lcb_miss_cp95": cp95(lo, n), "ucb_miss_cp95": cp95(hi, n),
+        "drift_beyond": sum(r["decision"] == "beyond" for r in recs),
+        "drift_within": sum(r["decision"] == "within" for r in recs),
+    }  # fmt: skip
+
+
+def cp95(k: int, n: int) -> float:
+    """Exact one-sided 95 % upper bound (Clopper–Pearson) of a binomial rate k / n."""
+    return 1.0 if k == n else float(sps.beta.ppf(0.95, k + 1, n - k))
+
+
+def redecide(path: str, margin: float, alpha: float) -> None:
+    """Claim (b) decided again, with this checkout's ``decide_drift``, from a ``--dump`` file:
+    the same per-token tables, so old and new bounds are compared on the same data."""
+    recs = []
+    with open(path) as fh:
+        for line in fh:
+            rec = json.loads(line)
+            tab = pd.DataFrame(rec["table"]).assign(prompt_id="p0", config_id="a")
+            rng = np.random.default_rng([rec["rep"], 21])
+            d = decide_drift(tab, margin=margin, alpha=alpha, rng=rng)
+            assert d is not None
+            recs.append({"D": d.statistic, "lcb": d.lcb, "ucb": d.ucb, "decision": d.decision,
+                         "old_lcb": rec["lcb"], "old_ucb": rec["ucb"]})  # fmt: skip
+    D_all = float(np.mean([r["D"] for r in recs]))
+    old = [{"lcb": r["old_lcb"], "ucb": r["old_ucb"], "decision": ""} for r in recs]
+    out = {"reps": len(recs), "new": coverage(recs, D_all), "dumped": coverage(old, D_all)}
+    print("REDECIDE " + json.dumps(out), flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--first-rep", type=int, default=0, help="to extend a run with new seeds")
     ap.add_argument("--sigma", type=float, default=0.0065)
     ap.add_argument("--seeds", type=int, default=200, help="seeds per arm and config")
     ap.add_argument("--positions", type=int, default=4)
@@ -62,7 +99,18 @@ def main() -> None:
     ap.add_argument("--permutations", type=int, default=100)
     ap.add_argument("--measured", type=int, default=64, help="drift sequences per cell")
     ap.add_argument("--floor-rows", type=int, default=32, help="floor sequences per cell")
+    ap.add_argument(
+        "--dump", default=None, help="write each replication's per-token drift table (JSONL)"
+    )
+    ap.add_argument(
+        "--redecide", default=None,
+        help="decide claim (b) again from a --dump file (no generation; bounds only)",
+    )  # fmt: skip
     a = ap.parse_args()
+    if a.redecide:
+        redecide(a.redecide, a.margin, a.alpha)
+        return
+    dump = open(a.dump, "w") if a.dump else None
     target = load_model(f"toy:V=16,order=2,scale=2.0,seed=3,numerics={a.sigma}")
     draft = load_model("toy:V=16,order=2,scale=1.0,seed=4")
     prompt = [1, 2, 3]
@@ -71,7 +119,7 @@ def main() -> None:
     opts = AnalysisOptions(alpha=a.alpha, null_permutations=a.permutations)
     recs = []
     t0 = time.perf_counter()
-    for rep in range(a.reps):
+    for rep in range(a.first_rep, a.first_rep + a.reps):
         base = 10_000 + rep * 2 * a.seeds
         rows_m = [RowSpec(cid, base + s, sp) for cid, sp in configs for s in range(a.seeds)]
         rows_n = [
@@ -88,7 +136,9 @@ def main() -> None:
             target, sm, rm, {"p0": prompt}, configs, arm="matched", K=K, batch_size=batch,
             positions=T, rows_per_cell=a.measured, floor_rows_per_cell=a.floor_rows,
         )  # fmt: skip
-        d = decide_drift(table, margin=a.margin, alpha=a.alpha)
+        d = decide_drift(
+            table, margin=a.margin, alpha=a.alpha, rng=np.random.default_rng([rep, 21])
+        )
         assert d is not None
         rec = {
             "rep": rep,
@@ -99,11 +149,13 @@ def main() -> None:
         }  # fmt: skip
         recs.append(rec)
         print(json.dumps(rec), flush=True)
+        if dump is not None:
+            cols = ["seed", "position", "tv", "floor_tv", "flip"]
+            tab = {c: table[c].tolist() for c in cols}
+            dump.write(json.dumps({"rep": rep, **rec, "table": tab}) + "\n")
+            dump.flush()
     n = len(recs)
     D_all = float(np.mean([r["D"] for r in recs]))
-
-    def cp(k: int) -> float:  # exact one-sided 95 % upper bound of a binomial rate
-        return 1.0 if k == n else float(sps.beta.ppf(0.95, k + 1, n - k))
 
     fams = sorted({f for r in recs for f in r["families"]})
     out = {
@@ -114,14 +166,9 @@ def main() -> None:
         "per_family": {f: sum(r["families"].get(f, False) for r in recs) for f in fams},
         "drift_mean": float(np.mean([r["drift"] for r in recs])),
         "floor_mean": float(np.mean([r["floor"] for r in recs])),
-        "D_pooled": D_all,
-        "drift_beyond": sum(r["decision"] == "beyond" for r in recs),
-        "drift_within": sum(r["decision"] == "within" for r in recs),
-        "ucb_below_pooled_D": sum(r["ucb"] < D_all for r in recs),
-        "lcb_above_pooled_D": sum(r["lcb"] > D_all for r in recs),
+        **coverage(recs, D_all),
     }  # fmt: skip
-    out["null_rejected_cp95"] = cp(out["null_rejected"])
-    out["ucb_miss_cp95"] = cp(out["ucb_below_pooled_D"])
+    out["null_rejected_cp95"] = cp95(out["null_rejected"], n)
     print("SUMMARY " + json.dumps(out), flush=True)
 
 

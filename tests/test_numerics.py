@@ -11,7 +11,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from scipy import stats as sps
 from toy_protocol import TOY, write_toy
 
 from spectest import schema
@@ -26,7 +25,7 @@ from spectest.sampling.mutants import get_variant
 from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.transforms import logits_to_probs
 from spectest.shipped import list_shipped
-from spectest.stats.drift import decide_drift
+from spectest.stats.drift import bootstrap_t, decide_drift
 
 NUM_TARGET = "toy:V=16,order=2,scale=2.0,seed=3,numerics=0.02"
 
@@ -138,7 +137,7 @@ def _spec(target, rows, T=6, K=3, batch=None):
         batch_size=batch or len(rows), whitebox=True,
     )  # fmt: skip
     return (
-        samples_frame(out.tokens, "p0", rows, "matched", out.whitebox),
+        samples_frame(np.asarray(out.tokens), "p0", rows, "matched", out.whitebox),
         rounds_frame(out.rounds, "p0", rows, "matched"),
     )
 
@@ -197,48 +196,96 @@ def _table(d: list[list[float]], f: list[list[float]]) -> pd.DataFrame:
                                        "flip", "floor_tv"])  # fmt: skip
 
 
+def _bootstrap_t_slow(strata, alpha, rng, resamples):
+    """The reference: one resample at a time, plain Python sums and variances (same draws)."""
+    import statistics
+
+    strata = [list(map(float, u)) for u in strata if len(u)]
+    stat = sum(sum(u) for u in strata)
+    se = math.sqrt(sum(len(u) * statistics.variance(u) for u in strata if len(u) > 1))
+    draws = [rng.integers(0, len(u), size=(resamples, len(u))) for u in strata]
+    ts = []
+    for b in range(resamples):
+        xs = [[u[i] for i in idx[b]] for u, idx in zip(strata, draws, strict=True)]
+        tot = sum(sum(x) for x in xs)
+        v = sum(len(x) * statistics.variance(x) for x in xs if len(x) > 1)
+        if v > 0:
+            ts.append((tot - stat) / math.sqrt(v))
+    hi, lo = np.quantile(np.array(ts), [1 - alpha, alpha])
+    return stat, stat - hi * se, stat - lo * se
+
+
+def test_bootstrap_t_matches_the_slow_reference() -> None:
+    """Two strata of fixed inputs, the same seeded draws: the fast path equals the reference."""
+    a = np.array([0.004, 0.001, 0.009, 0.002, 0.003, 0.030])  # right-skewed, like TV
+    b = np.array([-0.002, -0.001, -0.004, -0.0015])
+    fast = bootstrap_t([a, b], 0.05, np.random.default_rng(7), 300)
+    slow = _bootstrap_t_slow([a, b], 0.05, np.random.default_rng(7), 300)
+    assert fast == pytest.approx(slow, rel=1e-12, abs=1e-15)
+    stat, lcb, ucb = fast
+    assert stat == pytest.approx(a.sum() + b.sum()) and lcb < stat < ucb
+    # skew: the long right tail of ``a`` makes the bounds asymmetric, the upper one further out
+    # (a symmetric t interval would miss above more often than α)
+    assert ucb - stat > 2 * (stat - lcb)
+
+
+def test_bootstrap_t_without_variance_is_the_statistic() -> None:
+    assert bootstrap_t([np.array([0.25, 0.25]), np.array([1.0])], 0.05,
+                       np.random.default_rng(0), 100) == (1.5, 1.5, 1.5)  # fmt: skip
+
+
 def test_drift_statistic_and_bounds_by_hand() -> None:
     d = [[0.001, 0.003], [0.002, 0.004], [0.006, 0.002], [0.001, 0.001]]
     f = [[0.002, 0.002], [0.001, 0.003], [0.003, 0.001]]
-    r = decide_drift(_table(d, f), margin=0.002, alpha=0.05)
+    r = decide_drift(_table(d, f), margin=0.002, alpha=0.05, rng=np.random.default_rng(1))
     assert r is not None
     dm = np.array([0.002, 0.003, 0.004, 0.001])
     fm = np.array([0.002, 0.002, 0.002])
     assert r.drift == pytest.approx(dm.mean()) and r.floor == pytest.approx(fm.mean())
     assert r.statistic == pytest.approx(dm.mean() - fm.mean())
-    vd, vf = dm.var(ddof=1) / 4, 0.0
-    se = math.sqrt(vd + vf)
-    df = se**4 / (vd**2 / 3)
-    q = sps.t.ppf(0.95, df)
-    assert r.ucb == pytest.approx(r.statistic + q * se)
-    assert r.lcb == pytest.approx(r.statistic - q * se)
-    assert r.drift_ucb == pytest.approx(dm.mean() + sps.t.ppf(0.95, 3) * dm.std(ddof=1) / 2)
-    assert r.pooled == pytest.approx((2 * dm).mean())
+    assert r.lcb < r.statistic < r.ucb and r.drift_ucb > r.drift and r.floor_ucb == r.floor
+    assert r.pooled == pytest.approx((2 * dm).mean()) and r.pooled_ucb > r.pooled
     assert r.n_sequences == 4 and r.n_floor == 3 and r.n_tokens == 8
     assert r.decision == ("within" if r.ucb <= 0.002 else "unresolved")
     assert "claim b" in r.line and f"{r.drift:.4f}" in r.line
+
+
+def test_drift_bounds_use_the_pairing_exactly() -> None:
+    """Every floor sequence is a drift sequence shifted by exactly 0.25 (binary-exact values):
+    D's variance with the pairing is 0, so both bounds are D = 0.25 (Welch's unpaired
+    variance would not be): within at margin 0.25, beyond just below it."""
+    d = [[0.5], [0.75], [1.0], [0.625]]
+    f = [[0.25], [0.5], [0.75], [0.375]]
+    for margin, decision in ((0.25, "within"), (0.2499, "beyond")):
+        r = decide_drift(_table(d, f), margin=margin, alpha=0.05, rng=np.random.default_rng(0))
+        assert r is not None and (r.statistic, r.lcb, r.ucb) == (0.25, 0.25, 0.25)
+        assert r.decision == decision
 
 
 @pytest.mark.parametrize(
     ("shift", "decision"), [(0.0, "within"), (0.01, "beyond"), (0.002, "unresolved")]
 )
 def test_tost_decisions(shift: float, decision: str) -> None:
-    """D = shift exactly (the floor's sequences are the drift's, shifted): D = 0 is within the
-    margin 0.002, D = 0.01 beyond it, D = the margin itself neither (both bounds straddle it)."""
+    """D = shift exactly (the floor's sequences are the drift's, shifted, plus a jitter of mean
+    exactly 0, so se > 0): D = 0 is within the margin 0.002, D = 0.01 beyond it, D = the margin
+    itself neither (both one-sided bounds straddle it)."""
     rng = np.random.default_rng(0)  # fixed inputs; the decision is a function of them
     base = rng.uniform(0.002, 0.004, size=(200, 4))
-    d = (base + shift).tolist()
-    f = base.tolist()
-    r = decide_drift(_table(d, f), margin=0.002, alpha=0.05)
-    assert r is not None and r.decision == decision
+    jit = rng.normal(0.0, 1e-4, size=(200, 4))
+    jit -= jit.mean()
+    r = decide_drift(_table((base + shift + jit).tolist(), base.tolist()), margin=0.002,
+                     alpha=0.05, rng=np.random.default_rng(1))  # fmt: skip
+    assert r is not None and r.statistic == pytest.approx(shift, abs=1e-15)
+    assert r.decision == decision
     assert r.rejected == (decision == "beyond")
 
 
 def test_too_few_floor_sequences_is_unresolved_and_empty_is_none() -> None:
-    r = decide_drift(_table([[0.0], [0.0], [0.0]], [[0.0]]), margin=0.002, alpha=0.05)
+    rng = np.random.default_rng(0)
+    r = decide_drift(_table([[0.0], [0.0], [0.0]], [[0.0]]), margin=0.002, alpha=0.05, rng=rng)
     assert r is not None and r.decision == "unresolved" and math.isinf(r.ucb)
     empty = _table([], [])
-    assert decide_drift(empty, margin=0.002, alpha=0.05) is None
+    assert decide_drift(empty, margin=0.002, alpha=0.05, rng=rng) is None
 
 
 # ----------------------------------------------------------------------------- calibration

@@ -54,7 +54,8 @@ def _md_block(block: Any) -> list[str]:
         return [md_table(block.header, block.rows), ""]
     if isinstance(block, Figure):
         return [f"*(figure in report.html: {md_text(block.alt)})*", ""]
-    text = md_text(block.text)
+    # ``**`` marks the sections' own emphasis (e.g. the seeds used); every piece is escaped
+    text = "**".join(md_text(piece) for piece in block.text.split("**"))
     return [f"*{text}*" if block.small else text, ""]
 
 
