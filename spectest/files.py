@@ -141,7 +141,9 @@ def read_table(path: Path) -> pd.DataFrame:
         raise InputError(f"{path}: no such file")
     try:
         return pq.read_table(path).to_pandas()
-    except (pa.ArrowException, OSError, ValueError) as err:
+    # a damaged pandas metadata block fails inside to_pandas as a KeyError / TypeError (found by
+    # tools/fuzz.py: one flipped byte gave "internal error: KeyError: 'pandas_type'")
+    except (pa.ArrowException, OSError, ValueError, KeyError, TypeError, IndexError) as err:
         raise InputError(
             f"{path}: not a readable Parquet file ({str(err).splitlines()[0]})"
         ) from None

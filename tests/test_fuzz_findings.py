@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 
 from spectest.cli import app
 from spectest.engines.acceptor import check_return
-from spectest.errors import ConfigError, EngineError
+from spectest.errors import ConfigError, EngineError, InputError
 from spectest.protocol.load import MAX_YAML_DEPTH
 from spectest.protocol.load import yaml_load as _yaml_load
 from spectest.report.plots import acceptance_by_position, pvalue_plots, tv_by_position
@@ -323,3 +323,23 @@ def test_empty_output_option_note_never_joins_an_error_line(tmp_path: Path, opti
     )  # fmt: skip
     assert code in (2, 4)
     assert "cuda" in one_error(lines).lower()
+
+
+def test_parquet_with_damaged_pandas_metadata_is_exit_2_naming_it(tmp_path: Path) -> None:
+    """A samples file whose pandas metadata lost a key (one flipped byte in the fuzzer's case
+    byo-00827): ``to_pandas`` raised ``KeyError: 'pandas_type'`` (exit 4, "internal error")."""
+    import json as _json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spectest.files import read_table
+
+    t = pa.Table.from_pandas(pd.DataFrame({"prompt_id": ["p0"], "seed": [0]}))
+    meta = _json.loads(t.schema.metadata[b"pandas"])
+    for c in meta["columns"]:
+        c.pop("pandas_type", None)
+    f = tmp_path / "damaged.parquet"
+    pq.write_table(t.replace_schema_metadata({b"pandas": _json.dumps(meta).encode()}), f)
+    with pytest.raises(InputError, match=r"damaged\.parquet: not a readable Parquet file"):
+        read_table(f)
