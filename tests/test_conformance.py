@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import venv_engines
 import yaml
 
 from spectest import conformance
@@ -266,37 +267,32 @@ def test_shipped_example_program_conforms() -> None:
 
 
 # ----------------------------------------------------------------------------- shipped programs
-SHIPPED = [  # (engine, protocol, arm, failing checks): results/LOG.md 2026-12-01 h21
-    ("openvino", "openvino-null", "candidate", set()),
-    ("openvino", "openvino-spec", "reference", set()),
-    # OpenVINO GenAI 2026.4.1.0's speculative pipeline does not replay from rng_seed (LOG)
+SHIPPED = [  # (engine, protocol, arm, failing checks, checks that may go either way): LOG h21
+    ("openvino", "openvino-null", "candidate", set(), set()),
+    ("openvino", "openvino-spec", "reference", set(), set()),
+    # OpenVINO GenAI 2026.4.1.0's speculative pipeline replays only 83.3 % of sequences from
+    # rng_seed (results/LOG.md), so each replay check over 6 rows (3 seeds) passes about
+    # 0.833**6 = 1/3 of the time: "same seeds" passed on the project's CI (2026-12-01) and failed
+    # here. Either may go either way; every other check must pass.
     ("openvino", "openvino-spec", "candidate",
-     {"same seeds [candidate]", "batch composition [candidate]"}),
-    ("mistralrs", "mistralrs-spec", "candidate", set()),  # seeds "ignored": not reproducible
-    ("mlx", "mlx-spec", "candidate", set()),
+     set(), {"same seeds [candidate]", "batch composition [candidate]"}),
+    ("mistralrs", "mistralrs-spec", "candidate", set(), set()),  # seeds "ignored": not reproducible
+    ("mlx", "mlx-spec", "candidate", set(), set()),
 ]  # fmt: skip
 
 
-def _ready(engine: str) -> bool:
-    import importlib
-
-    from spectest.setup.venv import ready_info
-
-    mod = importlib.import_module(f"spectest.setup.{engine}")
-    spec = mod.SPECS[mod.VERSION] if hasattr(mod, "SPECS") else mod.SPEC
-    return ready_info(spec) is not None
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(("engine", "protocol", "arm", "failing"), SHIPPED,
+@pytest.mark.parametrize(("engine", "protocol", "arm", "failing", "either"), SHIPPED,
                          ids=[f"{c[1]}-{c[2]}" for c in SHIPPED])  # fmt: skip
-def test_shipped_engine_programs(engine: str, protocol: str, arm: str, failing: set) -> None:
+def test_shipped_engine_programs(
+    engine: str, protocol: str, arm: str, failing: set, either: set
+) -> None:
     """Opt-in: only where ``spectest setup ENGINE`` already made the venv (no install here)."""
-    if not _ready(engine):
-        pytest.skip(f"opt-in: run `spectest setup {engine}` first")
+    if venv_engines.switched_off() or not venv_engines.ready(engine):
+        pytest.skip(venv_engines.skip_reason(engine) or f"run `spectest setup {engine}` first")
     report = check_arm(ROOT / "protocols" / f"{protocol}.yaml", arm, seeds=3)
     got = {k for k, v in statuses(report).items() if v == "fail"}
-    assert got == failing, "\n".join(report.lines())
+    assert failing <= got <= failing | either, "\n".join(report.lines())
     if engine == "mistralrs":
         assert statuses(report)[f"same seeds [{arm}]"] == "not reproducible"
     else:

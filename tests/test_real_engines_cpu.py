@@ -25,9 +25,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import venv_engines
 
 ROOT = Path(__file__).resolve().parents[1]
-OPT_IN = os.environ.get("SPECTEST_REAL_ENGINES") == "1"
 
 CASES = [
     ("openvino", "openvino-spec", 1),
@@ -42,26 +42,14 @@ CASES = [
 ]
 
 
-def _ready(engine: str) -> bool:
-    import importlib
-
-    from spectest.setup.venv import ready_info
-
-    mod = importlib.import_module(f"spectest.setup.{engine}")
-    spec = mod.SPECS[mod.VERSION] if hasattr(mod, "SPECS") else mod.SPEC
-    return ready_info(spec) is not None
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("engine", "protocol", "expected"), CASES, ids=[c[1] for c in CASES])
 def test_shipped_engine_protocol_gives_its_documented_verdict(
     engine: str, protocol: str, expected: int, tmp_path: Path
 ) -> None:
-    if os.environ.get("SPECTEST_REAL_ENGINES") == "0":
-        pytest.skip("SPECTEST_REAL_ENGINES=0: real engines switched off")
-    if not _ready(engine):
-        if not OPT_IN:
-            pytest.skip(f'opt-in: "spectest setup {engine}" or SPECTEST_REAL_ENGINES=1')
+    if (why := venv_engines.skip_reason(engine)) is not None:
+        pytest.skip(why)
+    if not venv_engines.ready(engine):
         import importlib
 
         importlib.import_module(f"spectest.setup.{engine}").setup()

@@ -30,6 +30,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import venv_engines
 
 from spectest.shipped import list_shipped
 
@@ -156,7 +157,10 @@ def test_every_shipped_protocol_from_the_wheel(
         if name in DOCUMENTED:
             jobs[name] = {"name": name, "args": DOCUMENTED[name][0], "env": {}}
         elif listed[name] == "ready":
-            jobs[name] = {"name": name, "args": TINY, "env": {}}
+            # SPECTEST_REAL_ENGINES=0: a cached OpenVINO & co. are not driven (their
+            # not-set-up line below still is)
+            if not (engine in venv_engines.VENV_ENGINES and venv_engines.switched_off()):
+                jobs[name] = {"name": name, "args": TINY, "env": {}}
         else:
             assert listed[name] == "needs" and engine is not None, (name, listed[name])
         if engine is not None:  # and, whatever this machine has: the not-set-up line
