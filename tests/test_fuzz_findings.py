@@ -110,6 +110,29 @@ def test_huge_integer_in_a_protocol_is_exit_2(tmp_path: Path) -> None:
     assert "cannot read the value" in one_error(lines)
 
 
+@pytest.mark.parametrize("top_k", [2**31, 2**63, 2**64])
+def test_top_k_beyond_int32_is_exit_2_naming_it(tmp_path: Path, top_k: int) -> None:
+    """Fuzz case protocol-01799 (seed 20261202): ``top_k: 18446744073709551616`` was exit 4,
+    "internal error: ValueError: Overflow when unpacking long long" (torch's int64 tensor)."""
+    proto = write_toy(tmp_path, teeth=NO_TEETH)
+    code, lines = invoke("run", "--config", proto, "--no-progress", "--set",
+                         f"configs.a.top_k={top_k}", cwd=tmp_path)  # fmt: skip
+    assert code == 2
+    line = one_error(lines)
+    assert "top_k must be an integer in [0, 2147483647]" in line and str(top_k) in line, line
+
+
+def test_top_k_at_int32_max_keeps_every_token() -> None:
+    from spectest.sampling.params import MAX_TOP_K, SamplingParams, SamplingTensors
+    from spectest.sampling.transforms import logits_to_probs
+
+    logits = torch.randn(1, 50, generator=torch.Generator().manual_seed(0)).repeat(3, 1)
+    rows = [SamplingParams(temperature=0.9, top_k=k) for k in (MAX_TOP_K, 0, 50)]
+    probs = logits_to_probs(logits, SamplingTensors.from_params(rows))
+    assert torch.equal(probs[0], probs[1]) and torch.equal(probs[0], probs[2])
+    assert bool((probs[0] > 0).all())
+
+
 # ----------------------------------------------------------------------------- usage errors
 @pytest.mark.parametrize(
     "args, says",

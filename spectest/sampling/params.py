@@ -38,6 +38,9 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
+MAX_TOP_K = 2**31 - 1  # int32, as engines carry it (llama.cpp, vLLM); beyond int64 torch overflows
+
+
 def validate_params(
     temperature: float, top_k: int, top_p: float, min_p: float, where: str = ""
 ) -> None:
@@ -49,8 +52,11 @@ def validate_params(
         or temperature < 0
     ):
         raise ConfigError(f"{prefix}temperature must be a finite number >= 0, got {temperature!r}")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-        raise ConfigError(f"{prefix}top_k must be an integer >= 0 (0 = off), got {top_k!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k <= MAX_TOP_K:
+        raise ConfigError(
+            f"{prefix}top_k must be an integer in [0, {MAX_TOP_K}] (0 = off; a value at or above"
+            f" the vocabulary size keeps every token), got {top_k!r}"
+        )
     if not isinstance(top_p, (int, float)) or not (0.0 < top_p <= 1.0):
         raise ConfigError(f"{prefix}top_p must be in (0, 1], got {top_p!r}")
     if not isinstance(min_p, (int, float)) or not (0.0 <= min_p < 1.0):
