@@ -110,6 +110,31 @@ def test_huge_integer_in_a_protocol_is_exit_2(tmp_path: Path) -> None:
     assert "cannot read the value" in one_error(lines)
 
 
+@pytest.mark.parametrize(("escape", "says"), [("\\ud800", "is not valid Unicode"),
+                                            ("\\0", "holds a NUL character")])  # fmt: skip
+@pytest.mark.parametrize("via", ["file", "set"])
+def test_string_no_file_can_hold_is_exit_2_naming_its_line(
+    tmp_path: Path, escape: str, says: str, via: str
+) -> None:
+    """Fuzz cases protocol-01784 / protocol-02034 (seed 20261203): ``prompts.file: "\\ud800"``
+    was exit 4 "UnicodeEncodeError ... surrogates not allowed", ``"\\0"`` exit 4 "embedded null
+    byte" (the path reached the filesystem)."""
+    proto = write_toy(tmp_path, teeth=NO_TEETH)
+    args: list[object] = ["run", "--config", proto, "--no-progress"]
+    if via == "file":
+        text = proto.read_text()
+        assert "file: prompts.jsonl" in text
+        proto.write_text(text.replace("file: prompts.jsonl", f'file: "p{escape}.jsonl"'))
+        where = "toy.yaml: malformed YAML at line"
+    else:
+        args += ["--set", f'prompts.file="p{escape}.jsonl"']
+        where = "--set prompts.file"
+    code, lines = invoke(*args, cwd=tmp_path)
+    assert code == 2
+    line = one_error(lines)
+    assert where in line and says in line, line
+
+
 @pytest.mark.parametrize("top_k", [2**31, 2**63, 2**64])
 def test_top_k_beyond_int32_is_exit_2_naming_it(tmp_path: Path, top_k: int) -> None:
     """Fuzz case protocol-01799 (seed 20261202): ``top_k: 18446744073709551616`` was exit 4,

@@ -63,7 +63,7 @@ class _ProtocolLoader(yaml.SafeLoader):
 
     def construct_object(self, node: Any, deep: bool = False) -> Any:
         try:
-            return super().construct_object(node, deep)
+            value = super().construct_object(node, deep)
         # a scalar its constructor cannot build (``!!timestamp 'x'`` is an AttributeError)
         except (ValueError, OverflowError, TypeError, AttributeError) as err:
             why = (str(err).splitlines() or [type(err).__name__])[0]
@@ -71,6 +71,25 @@ class _ProtocolLoader(yaml.SafeLoader):
                 None, None, f"cannot read the value {node.value!r:.60} ({why:.120})",
                 node.start_mark,
             ) from None  # fmt: skip
+        if isinstance(value, str) and (why := unusable_text(value)) is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the string {value!r:.60} {why}", node.start_mark
+            )
+        return value
+
+
+def unusable_text(value: str) -> str | None:
+    """Why ``value`` cannot be a protocol's string, or None. A double-quoted YAML (or JSON)
+    escape can make what no file name, id, environment value or UTF-8 file can hold: a NUL
+    (``"\\0"``) or a lone surrogate (``"\\ud800"``). Both were exit 4 "internal error" where
+    the string reached the filesystem (found by tools/fuzz.py, seed 20261203)."""
+    if "\0" in value:
+        return "holds a NUL character (\\0)"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return f"is not valid Unicode (a lone surrogate {value[err.start]!r})"
+    return None
 
 
 class _AliasRefused(Exception):
