@@ -71,9 +71,9 @@ class _ProtocolLoader(yaml.SafeLoader):
                 None, None, f"cannot read the value {node.value!r:.60} ({why:.120})",
                 node.start_mark,
             ) from None  # fmt: skip
-        if isinstance(value, str) and (why := unusable_text(value)) is not None:
+        if isinstance(value, str) and (bad := unusable_text(value)) is not None:
             raise yaml.constructor.ConstructorError(
-                None, None, f"the string {value!r:.60} {why}", node.start_mark
+                None, None, f"the string {value!r:.60} {bad}", node.start_mark
             )
         return value
 
