@@ -391,3 +391,25 @@ def test_parquet_with_damaged_pandas_metadata_is_exit_2_naming_it(tmp_path: Path
     pq.write_table(t.replace_schema_metadata({b"pandas": _json.dumps(meta).encode()}), f)
     with pytest.raises(InputError, match=r"damaged\.parquet: not a readable Parquet file"):
         read_table(f)
+
+
+@pytest.mark.parametrize("token", [2**31 - 1, 2**31 - 2])
+def test_compare_with_a_token_id_at_int32_max_reaches_a_verdict(tmp_path: Path, token: int) -> None:
+    """Fuzz case byo-02075 (seed 20261203): one stored token id of 2**31 - 1 made the sequence
+    family's pair codes overflow the table keys: exit 4, "OverflowError: stratum x token key
+    does not fit int64". A law over a few ids and one huge id is a verdict like any other."""
+    g = np.random.default_rng(7)
+    rows = []
+    for arm, seeds in (("reference", range(80)), ("candidate", range(1000, 1080))):
+        for s in seeds:
+            toks = g.choice(4, size=3, p=[0.4, 0.3, 0.2, 0.1])
+            rows += [(arm, "p0", "a", s, t, int(toks[t])) for t in range(3)]
+    df = pd.DataFrame(rows, columns=["arm", "prompt_id", "config_id", "seed", "position",
+                                     "token_id"])  # fmt: skip
+    df.loc[(df.arm == "candidate") & (df.position == 1) & (df.seed == 1007), "token_id"] = token
+    for arm in ("reference", "candidate"):
+        df[df.arm == arm].drop(columns="arm").to_parquet(tmp_path / f"{arm}.parquet")
+    args = ["--reference", "reference.parquet", "--candidate", "candidate.parquet", "--out", "run"]
+    code, lines = invoke("compare", *args, "--no-progress", cwd=tmp_path)
+    assert code in (0, 1, 3), lines
+    assert (tmp_path / "run" / "summary.json").is_file()

@@ -47,6 +47,26 @@ def test_build_table_counts_equal_pandas_groupby(merge):
     assert np.all(np.diff(t.key_stratum) >= 0)
 
 
+@pytest.mark.parametrize("merge", [False, True])
+def test_build_table_with_sparse_huge_ids_is_the_relabelled_table(merge):
+    """Keys are built on dense token codes: "tokens" spread up to 2**62 (the sequence family's
+    consecutive-pair codes x_t * (max id + 1) + x_{t+1} are that large for a stored id of
+    2**31 - 1) give the table of the dense ids, rows in the same order, ids mapped back.
+    Before: OverflowError "stratum x token key does not fit int64" (fuzz case byo-02075)."""
+    rng = np.random.default_rng(1)
+    stratum, token, seq = _entries(rng)
+    spread = np.unique(rng.integers(0, 2**62, size=60))[:40]
+    assert spread.size == 40
+    big = tables.build_table(stratum * 50_000_000, spread[token], seq, n_seq=300,
+                             merge_singletons=merge)  # fmt: skip
+    small = tables.build_table(stratum, token, seq, n_seq=300, merge_singletons=merge)
+    np.testing.assert_array_equal(big.key_stratum, small.key_stratum)
+    np.testing.assert_array_equal(big.key_total, small.key_total)
+    want = np.where(small.key_token == SINGLETONS, SINGLETONS, spread[small.key_token])
+    np.testing.assert_array_equal(big.key_token, want)
+    assert (big.indicator != small.indicator).nnz == 0
+
+
 def test_label_matrix_columns_keep_sizes_and_start_with_the_observed_labels():
     rng = np.random.default_rng(3)
     lab = tables.label_matrix(7, 5, 50, rng)

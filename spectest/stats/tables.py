@@ -174,8 +174,13 @@ def build_table(
     assert token.min() >= 0 and stratum.min() >= 0 and seq.min() >= 0 and seq.max() < n_seq
     assert np.all(np.diff(seq) >= 0), "entries must be sorted by sequence"
     strata, stratum_local = _local_strata(stratum)
-    n_tok = int(token.max()) + 1
-    if len(strata) * n_tok >= 2**62:
+    # NOTE: keys are built on dense token codes (0..distinct-1, in id order), not on the ids:
+    # a stored id of 2**31 - 1 made stratum x (max id + 1) overflow int64 (found by
+    # tools/fuzz.py, case byo-02075 of seed 20261203); the codes are mapped back at the end.
+    token_code, token_ids = pd.factorize(token, sort=True)  # [m], [distinct]
+    token = token_code.astype(np.int64)
+    n_tok = len(token_ids)
+    if len(strata) * (n_tok + 1) >= 2**62:
         raise OverflowError("stratum x token key does not fit int64")
     # NOTE: hash factorization + sorting only the (few) distinct keys is several times faster
     # than sorting the m entries; sort=True keeps rows ordered by (stratum, token).
@@ -188,6 +193,7 @@ def build_table(
         codes, total, key_stratum, key_token = _merge_singletons(
             codes, total, key_stratum, key_token, n_tok
         )
+    key_token = np.where(key_token == SINGLETONS, SINGLETONS, np.asarray(token_ids)[key_token])
     n_keys = int(key_token.shape[0])
     stratum_start = np.searchsorted(key_stratum, np.arange(len(strata) + 1)).astype(np.int64)
     dtype = _count_dtype(n_seq)
