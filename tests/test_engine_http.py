@@ -205,6 +205,8 @@ def test_ctrl_c_stops_the_managed_server(tmp_path: Path) -> None:
         [sys.executable, "-m", "spectest", "run", "--config", str(tmp_path / "p.yaml"),
          "--out", str(tmp_path / "run")],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        # SIGINT as a terminal's foreground process has it, even under a background test runner
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
 
     def servers() -> list[str]:
