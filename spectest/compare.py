@@ -21,14 +21,13 @@ from spectest.byo import read_samples_file
 from spectest.errors import ConfigError, InputError
 from spectest.files import make_provenance
 from spectest.judge import RunResult, compare_all, finish_run
-from spectest.plan import Arm, SeedRange
+from spectest.plan import Arm, RunSettings, SeedRange
 from spectest.progress import ProgressFn, no_progress
-from spectest.protocol import TestsSpec
-from spectest.stats.analyze import OptionError
+from spectest.stats.options import AnalysisOptions, OptionError, flags
 from spectest.store import RunDir
 from spectest.summary import Header
 
-FLAGS = {"alpha": "--alpha", "multiplicity": "--multiplicity", "max_mde_tv": "--max-mde-tv"}
+FLAGS = flags()  # a setting → its flag (``stats.options.Option.flag``)
 
 
 def byo_arms() -> list[Arm]:
@@ -38,15 +37,20 @@ def byo_arms() -> list[Arm]:
     ]
 
 
-def byo_tests(**given: Any) -> TestsSpec:
-    """A comparison's test settings: the ``given`` ones (None: the default), the protocol's
-    defaults otherwise, and no white-box family (the files hold tokens only). A value its rules
-    refuse is one line naming the flag."""
+def byo_tests(**given: Any) -> AnalysisOptions:
+    """A comparison's test settings: the ``given`` ones (None: the default; a setting with a
+    ``FLAGS`` entry), the protocols' defaults otherwise, and no white-box family (the files hold
+    tokens only). A value its rules refuse is one line naming the flag."""
     try:
-        return TestsSpec(**{k: v for k, v in given.items() if v is not None}, whitebox=False)
+        return AnalysisOptions(**{k: v for k, v in given.items() if v is not None}, whitebox=False)
     except OptionError as err:
         flag = FLAGS.get(err.option, err.option)
         raise ConfigError(f"{flag}: {err.rule}, got {err.value!r}") from None
+
+
+def byo_settings(tests: AnalysisOptions) -> RunSettings:
+    """A comparison's run-level settings: ``tests`` as they are, no readout arm, no teeth."""
+    return RunSettings(options=tests, key="compare", run_alpha=tests.alpha)
 
 
 def _check_floor(
@@ -74,7 +78,7 @@ def _check_floor(
         )
 
 
-def _digest(frames: list[pd.DataFrame], tests: TestsSpec) -> str:
+def _digest(frames: list[pd.DataFrame], tests: AnalysisOptions) -> str:
     """The comparison's hash: the data of every file and the settings."""
     digest = hashlib.sha256()
     for df in frames:
@@ -111,7 +115,7 @@ def compare_files(
 ) -> RunResult:
     """Black-box tests on two bring-your-own samples files; results stored like a run's.
 
-    ``alpha``, ``multiplicity``: None = the protocols' defaults (``TestsSpec``).
+    ``alpha``, ``multiplicity``: None = the protocols' defaults (``AnalysisOptions``).
     ``max_mde_tv``: the required per-cell resolution (median MDE in TV); ``None`` applies
     ``spectest.verdict.DEFAULT_MAX_MDE_TV``, since a comparison runs no teeth (see there).
     ``floor``: two plain-decode files of the engine (A, B): the token-drift readout
@@ -158,7 +162,8 @@ def compare_files(
         replace=True,  # nothing to resume: a re-run (after a failure, or of new data) replaces it
     )
     provenance = make_provenance(protocol_hash=h, device="n/a", seed_ranges={}, kind="compare")
-    results = compare_all(samples, None, byo_arms(), tests.analysis_options(), "compare", progress)
+    settings = byo_settings(tests)
+    results = compare_all(samples, None, byo_arms(), settings, progress)
     name = f"{Path(reference).name} vs {Path(candidate).name}"
     extra = {"token_drift": _readout(ref, cand, pair, tests.alpha, h)} if pair else {}
     verdict, comparisons, summary = finish_run(
@@ -168,7 +173,7 @@ def compare_files(
         results=results,
         header=Header("compare", name, h, tests.canonical()),
         provenance=provenance,
-        max_mde_tv=max_mde_tv,
+        settings=settings,
         junit=None,
         summary_md=None,
         extra=extra,

@@ -5,9 +5,8 @@ threads, devices, Ray), ``EngineSet`` (one engine per ``EngineChoice``, the mode
 ``--fast`` and the shared teacher as each engine class declares them: ``Engine.fast_variant``,
 ``Engine.teacher``), ``generate_shards`` (the one shard loop: the local run and every scale-out
 worker call it), ``generate_shard`` (one arm × one prompt, checked before anyone stores it),
-``ShardResult``, the run key, the run's white-box mode (``whitebox_mode``) and readout arms
-(``readout_arms``), the loading of the models, torch's CPU threads and the device check, and the
-tooth sizes of a plan's teeth from the loaded models (``protocol_tooth_sizes``).
+``ShardResult``, the run key, the loading of the models, torch's CPU threads and the device
+check, and the tooth sizes of a plan's teeth from the loaded models (``protocol_tooth_sizes``).
 
 Knows nothing about where shards are written (the caller's ``on_shard``), how tests are
 computed, or which engines exist: every engine is reached through ``spectest.engines.registry``
@@ -39,8 +38,6 @@ from spectest.plan import Arm, Plan, Shard
 from spectest.progress import ProgressFn, no_progress
 from spectest.prompts import prompt_token_ids
 from spectest.protocol import EngineChoice, Protocol
-
-LOW_PRECISION = ("bfloat16", "bf16", "float16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -85,50 +82,28 @@ class ShardResult:
     whitebox_s: float = 0.0
 
 
-def whitebox_mode(dtype: str, arms: Sequence[Arm]) -> str:
-    """'teacher' when some arm's white-box columns come from a teacher whose numerics may differ
-    from its engine's — an engine with ``whitebox == "teacher"`` in bf16/fp16, or a token-only
-    engine (``whitebox == "tokens"``: command, http) in any dtype — else 'exact'
-    (``stats.analyze.AnalysisOptions.whitebox_mode``).
-
-    The built-in engine records its columns at generation time in every dtype (exact); a
-    teacher's full-sequence forward matches incremental decoding within float32 rounding but
-    not in bf16/fp16 (issue 12). In teacher mode every arm is forced by one shared teacher
-    (``EngineSet``), so that the two-sample tests compare one function of the sequences.
-    """
-    kinds = {engine_class(a.engine.name).whitebox for a in arms}
-    if "tokens" in kinds or ("teacher" in kinds and dtype in LOW_PRECISION):
-        return "teacher"
-    return "exact"
-
-
-def readout_arms(arms: Sequence[Arm]) -> frozenset[str]:
-    """Arms whose engine reports its rounds as a readout (``Engine.rounds == "readout"``)."""
-    return frozenset(a.name for a in arms if engine_class(a.engine.name).rounds == "readout")
-
-
 def drafter_of(protocol: Protocol) -> DrafterSpec:
     """The protocol's drafter as the engines take it (the same ``engines.base.DrafterSpec``)."""
     return protocol.drafter
 
 
 def protocol_tooth_sizes(
-    protocol: Protocol, arms: Sequence[Arm], models: Models
+    protocol: Protocol, teeth: Sequence[tuple[str, str]], models: Models
 ) -> pd.DataFrame | None:
-    """``tooth_size.tooth_sizes`` of a plan's ε arms and mutants (``arms``) from ``models``
-    (target and draft), as a run computes them — in the driver, or on a pool worker that holds
-    the models (``scaleout``); None when there is no such tooth."""
+    """``tooth_size.tooth_sizes`` of a plan's ε arms and mutants (``RunSettings.sized_teeth``:
+    (arm, variant)) from ``models`` (target and draft), as a run computes them — in the driver,
+    or on a pool worker that holds the models (``scaleout``); None when there is no such
+    tooth."""
     from spectest.tooth_size import tooth_sizes
 
-    teeth = [(a.name, str(a.variant)) for a in arms if a.role in ("eps", "mutant")]
     if not teeth:
         return None
     target, draft = models.target, models.draft
     assert target is not None and draft is not None
     p = protocol
     return tooth_sizes(
-        target, draft, prompt_token_ids(p, target.vocab_size), p.configs, teeth, drafter_of(p),
-        p.positions, budget=p.teeth.size_budget,
+        target, draft, prompt_token_ids(p, target.vocab_size), p.configs, list(teeth),
+        drafter_of(p), p.positions, budget=p.teeth.size_budget,
     )  # fmt: skip
 
 
@@ -154,24 +129,24 @@ def _class_for(name: str, fast: bool) -> type[Engine]:
 class EngineSet:
     """One engine instance per ``EngineChoice`` of ``arms``, all started before generation,
     closed at the end; the models are loaded once, the draft only when an engine or white-box
-    needs it. ``plan_arms`` (every arm of the plan, resumed shards' included) decides the
-    white-box mode and the shared teacher: they are properties of the whole run. ``load``
-    (protocol, need_draft) → ``Models`` replaces ``load_models`` (a worker that keeps its models
-    loaded between runs passes its cache)."""
+    needs it. ``plan`` (every arm of it, resumed shards' included) gives the white-box mode
+    (``Plan.settings``) and decides the shared teacher: they are properties of the whole run.
+    ``load`` (protocol, need_draft) → ``Models`` replaces ``load_models`` (a worker that keeps
+    its models loaded between runs passes its cache)."""
 
     def __init__(
         self,
         protocol: Protocol,
         arms: Sequence[Arm],
-        plan_arms: Sequence[Arm] = (),
+        plan: Plan,
         *,
         fast: bool = False,
         load: Callable[[Protocol, bool], Models] | None = None,
     ) -> None:
         self.protocol = protocol
         self.classes = {a.engine: _class_for(a.engine.name, fast) for a in arms}
-        every = tuple(plan_arms) or tuple(arms)
-        self.teacher_mode = whitebox_mode(protocol.models.dtype, every) == "teacher"
+        every = plan.arms
+        self.teacher_mode = plan.settings.options.whitebox_mode == "teacher"
         # the one teacher of teacher mode: transformers' when an arm's engine declares it
         teachers = {engine_class(a.engine.name).teacher for a in every}
         self.teacher = "hf" if "hf" in teachers else "spectest"

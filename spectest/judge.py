@@ -7,8 +7,9 @@ decide, write the tables, the summary and the reports, the manifest last). ``spe
 ``spectest teeth``, ``spectest compare`` and ``spectest analyze`` all go through here, so a
 decision is made one way only.
 
-Knows nothing about engines or models (``spectest.generation`` generates, and says which arms'
-rounds are a readout and the run's white-box mode), how tests are computed (``spectest.stats``),
+Reads the run-level decisions from ``plan.RunSettings`` (the test settings with the white-box
+mode, the readout arms, the power requirement, claim (b)'s inputs), made once by the plan. Knows
+nothing about engines or models, how tests are computed (``spectest.stats``),
 how a decision is made (``spectest.verdict``), the summary's shape (``spectest.summary``) or how
 files are laid out (``spectest.store``).
 """
@@ -20,13 +21,13 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from spectest import schema
-from spectest.plan import Arm
+from spectest.plan import Arm, RunSettings
 from spectest.progress import ProgressFn
 from spectest.store import (
     HISTOGRAMS,
@@ -45,9 +46,6 @@ from spectest.store import (
 )
 from spectest.summary import Header, build_summary, json_safe, tidy_tables
 from spectest.verdict import Comparison, Verdict, decide
-
-if TYPE_CHECKING:
-    from spectest.stats.analyze import AnalysisOptions
 
 
 @dataclass(frozen=True)
@@ -71,23 +69,23 @@ def compare_all(
     samples: pd.DataFrame,
     rounds: pd.DataFrame | None,
     arms: Sequence[Arm],
-    options: AnalysisOptions,
-    key: str,
+    settings: RunSettings,
     progress: ProgressFn,
-    readout_rounds: frozenset[str] = frozenset(),
     executor: Any = None,
 ) -> list[tuple[Arm, Any]]:
     """Analyse every non-reference arm against its reference (``plan.reference_for``: the
-    plain ``reference``, or in matched numerics mode the ``matched`` arm) with ``options`` (a
-    ``TestsSpec.analysis_options``). The rounds of the arms in ``readout_rounds`` are stored but
-    not tested (a readout reference's neither: the round-aware family then stays off): e.g. the
-    hf-assisted draft law is transformers' business, so acceptance vs
-    Σ min(p, q_processed) measures speed there, not the law. ``executor``: a
-    ``concurrent.futures.Executor`` for the per-cell permutation statistics (``analyze``)."""
+    plain ``reference``, or in matched numerics mode the ``matched`` arm) with
+    ``settings.options``, seeded by ``settings.key``. The rounds of the readout arms
+    (``settings.readout``) are stored but not tested (a readout reference's neither: the
+    round-aware family then stays off): e.g. the hf-assisted draft law is transformers'
+    business, so acceptance vs Σ min(p, q_processed) measures speed there, not the law.
+    ``executor``: a ``concurrent.futures.Executor`` for the per-cell permutation statistics
+    (``analyze``)."""
     from spectest.plan import REFERENCE_ROLES, reference_for
     from spectest.stats.analyze import analyze
 
     out = []
+    readout_rounds = settings.readout
     comps = [a for a in arms if a.role not in REFERENCE_ROLES]
     for i, arm in enumerate(comps):
         progress("analyze", i, len(comps))
@@ -103,9 +101,9 @@ def compare_all(
             sub,
             reference=ref,
             candidate=arm.name,
-            options=options,
+            options=settings.options,
             rounds=rsub,
-            rng_seed=stable_seed(key, arm.name),
+            rng_seed=stable_seed(settings.key, arm.name),
             executor=executor,
         )
         out.append((arm, analysis))
@@ -132,7 +130,7 @@ def summarize(
     bite = None
     if eps is not None and rounds is not None and len(rounds):
         bite = eps_cannot_bite(eps, rounds[rounds[schema.ARM] == arm.name])
-    size = size_of(sizes, arm.name) if arm.role in ("eps", "mutant") else None
+    size = size_of(sizes, arm.name) if arm.is_sized else None
     return summarize_comparison(
         analysis, arm=arm.name, role=arm.role, expect=arm.expect, cannot_bite=bite, size=size
     )
@@ -140,21 +138,22 @@ def summarize(
 
 def judge(
     results: Sequence[tuple[Arm, Any]],
-    max_mde_tv: float | None,
+    settings: RunSettings,
     *,
     kind: str = "run",
     rounds: pd.DataFrame | None = None,
     sizes: pd.DataFrame | None = None,
     numerics: NumericsClaim | None = None,
 ) -> tuple[tuple[Comparison, ...], Verdict]:
-    """Every analysis summarised, and the decision over them (``kind``: run, teeth, compare;
-    ``sizes``: the teeth's sizes, see ``summarize``; ``numerics``: matched numerics mode, with
-    claim (b) decided from its table)."""
+    """Every analysis summarised, and the decision over them at ``settings.max_mde_tv``
+    (``kind``: run, teeth, compare; ``sizes``: the teeth's sizes, see ``summarize``;
+    ``numerics``: matched numerics mode, with claim (b) decided from its table)."""
     comparisons = tuple(summarize(a, arm, rounds, sizes) for arm, a in results)
     drift = numerics.result() if numerics is not None else None
     return comparisons, decide(
-        comparisons, max_mde_tv=max_mde_tv, kind=kind, drift=drift, matched=numerics is not None
-    )
+        comparisons, max_mde_tv=settings.max_mde_tv, kind=kind, drift=drift,
+        matched=numerics is not None,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -166,6 +165,15 @@ class NumericsClaim:
     margin: float
     alpha: float
     floor: str = "batch"
+
+    @classmethod
+    def of(cls, settings: RunSettings, table: pd.DataFrame | None) -> NumericsClaim | None:
+        """The claim of a plan in matched numerics mode (None otherwise): ``table`` decided at
+        the run's α, the settings' margin and floor."""
+        if not settings.matched:
+            return None
+        o = settings.options
+        return cls(table, o.numerics_margin, settings.run_alpha, o.numerics_floor)
 
     def result(self) -> Any:
         from spectest.stats.drift import decide_drift
@@ -186,7 +194,7 @@ def finish_run(
     results: Sequence[tuple[Arm, Any]],
     header: Header,
     provenance: Mapping[str, Any],
-    max_mde_tv: float | None,
+    settings: RunSettings,
     junit: Path | None,
     summary_md: Path | None,
     sizes: pd.DataFrame | None = None,
@@ -201,7 +209,7 @@ def finish_run(
     from spectest.stats.histograms import position_counts
 
     comparisons, verdict = judge(
-        results, max_mde_tv, kind=header.kind, rounds=rounds, sizes=sizes, numerics=numerics
+        results, settings, kind=header.kind, rounds=rounds, sizes=sizes, numerics=numerics
     )
     summary = build_summary(
         header,

@@ -1,20 +1,28 @@
-"""The plan: a ``Protocol`` expanded into arms with disjoint seed ranges, cells and shards.
+"""The plan: a ``Protocol`` expanded into arms with disjoint seed ranges, cells and shards, and
+the run-level decisions resolved once.
 
 Owns: ``Arm`` (an arm of ``protocol.arm_specs`` with its seeds: ``SeedRange``, consecutive and
 disjoint per arm, collision-free by construction), ``Shard`` (one arm × one prompt [× one stage
-of a sequential run], the unit of generation and resume), ``stages`` and ``make_plan``. Which
-arms a protocol defines, and the size budget of its plan, are ``spectest.protocol``'s
-(``arm_specs``, ``plan_size``). Knows nothing about models, files or statistics.
+of a sequential run], the unit of generation and resume), ``stages``, ``make_plan`` and
+``RunSettings`` (``Plan.settings``: the test settings with the white-box mode and the look's α
+resolved, the readout arms, the sized teeth, matched numerics mode's claim (b) inputs), which the
+runner, ``spectest analyze`` and the judge read instead of deciding again. Which arms a protocol
+defines, and the size budget of its plan, are ``spectest.protocol``'s (``arm_specs``,
+``plan_size``). Knows nothing about models, files or how a statistic is computed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from urllib.parse import quote
 
+from spectest.engines.registry import engine_class
 from spectest.errors import ConfigError
+from spectest.models.dtypes import LOW_PRECISION
 from spectest.protocol import MATCHED, ArmRole, EngineChoice, Protocol, arm_specs
-from spectest.sequential import stage_sizes
+from spectest.sequential import look_alphas, stage_sizes
+from spectest.stats.options import AnalysisOptions
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,11 @@ class Arm:
     def is_tooth(self) -> bool:
         return self.role in ("null", "eps", "mutant")
 
+    @property
+    def is_sized(self) -> bool:
+        """A tooth that must be killed and has a size (``spectest.tooth_size``): ε arm, mutant."""
+        return self.role in ("eps", "mutant")
+
 
 @dataclass(frozen=True)
 class Shard:
@@ -74,13 +87,39 @@ class Shard:
 
 
 @dataclass(frozen=True)
+class RunSettings:
+    """The run-level decisions of a plan, made once (``make_plan``; ``spectest compare``:
+    ``byo_settings``). ``options``: the test settings as the statistics take them — the
+    protocol's ``tests`` with the white-box mode of the plan's engines (``whitebox_mode``) and, in
+    a sequential plan, the α of this stage's look. ``key``: the analysis key (``seeds.key``).
+    ``run_alpha``: the protocol's α (matched numerics mode's claim (b) is decided at it, not at
+    a look's). ``readout``: arms whose rounds are a readout (``readout_arms``). ``sized_teeth``:
+    (arm, variant) of the teeth with a size (``Arm.is_sized``). ``matched``: matched numerics
+    mode (the plan has the ``matched`` arm)."""
+
+    options: AnalysisOptions
+    key: str
+    run_alpha: float
+    readout: frozenset[str] = frozenset()
+    sized_teeth: tuple[tuple[str, str], ...] = ()
+    matched: bool = False
+
+    @property
+    def max_mde_tv(self) -> float | None:
+        """The verdict's power requirement (None: the verdict's default)."""
+        return self.options.max_mde_tv
+
+
+@dataclass(frozen=True)
 class Plan:
-    """The expansion of a protocol: what to generate and what to compare."""
+    """The expansion of a protocol: what to generate and what to compare, and the run-level
+    decisions (``settings``)."""
 
     protocol: Protocol
     arms: tuple[Arm, ...]
     cells: tuple[tuple[str, str], ...]  # (prompt_id, config_id)
     shards: tuple[Shard, ...]
+    settings: RunSettings
 
     def arm(self, name: str) -> Arm:
         for a in self.arms:
@@ -97,7 +136,7 @@ class Plan:
     @property
     def matched(self) -> bool:
         """Matched numerics mode: the plan has the ``matched`` arm (``protocol.arms``)."""
-        return any(a.role == "matched" for a in self.arms)
+        return self.settings.matched
 
     def reference_for(self, arm: Arm | str) -> str:
         """The name of the arm ``arm`` is compared with: ``matched`` (spectest's exact sampler
@@ -172,7 +211,43 @@ def make_plan(
         for pr in protocol.prompts.items
         for shard in _shards(a, pr.id, sizes[: k + 1] if len(sizes) > 1 else ())
     )
-    return Plan(protocol=protocol, arms=arms, cells=cells, shards=shards)
+    alpha = protocol.tests.alpha
+    if len(sizes) > 1 and not teeth_only:  # a sequential plan tests at its look's α
+        alpha = look_alphas(alpha, sizes, protocol.seeds.spending)[k]
+    settings = RunSettings(
+        options=replace(
+            protocol.tests, alpha=alpha, whitebox_mode=whitebox_mode(protocol.models.dtype, arms)
+        ),
+        key=protocol.seeds.key,
+        run_alpha=protocol.tests.alpha,
+        readout=readout_arms(arms),
+        sized_teeth=tuple((a.name, str(a.variant)) for a in arms if a.is_sized),
+        matched=any(a.role == "matched" for a in arms),
+    )
+    return Plan(protocol=protocol, arms=arms, cells=cells, shards=shards, settings=settings)
+
+
+def whitebox_mode(dtype: str, arms: Sequence[Arm]) -> str:
+    """'teacher' when some arm's white-box columns come from a teacher whose numerics may differ
+    from its engine's — an engine with ``whitebox == "teacher"`` in bf16/fp16, or a token-only
+    engine (``whitebox == "tokens"``: command, http) in any dtype — else 'exact'
+    (``stats.options.AnalysisOptions.whitebox_mode``).
+
+    The built-in engine records its columns at generation time in every dtype (exact); a
+    teacher's full-sequence forward matches incremental decoding within float32 rounding but
+    not in bf16/fp16 (issue 12). In teacher mode every arm is forced by one shared teacher
+    (``generation.EngineSet``), so that the two-sample tests compare one function of the
+    sequences.
+    """
+    kinds = {engine_class(a.engine.name).whitebox for a in arms}
+    if "tokens" in kinds or ("teacher" in kinds and dtype in LOW_PRECISION):
+        return "teacher"
+    return "exact"
+
+
+def readout_arms(arms: Sequence[Arm]) -> frozenset[str]:
+    """Arms whose engine reports its rounds as a readout (``Engine.rounds == "readout"``)."""
+    return frozenset(a.name for a in arms if engine_class(a.engine.name).rounds == "readout")
 
 
 _GROWING = ("reference", "candidate", "matched")  # the arms a sequential run grows

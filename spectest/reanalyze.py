@@ -10,17 +10,15 @@ run did. The result's summary is printed, not stored.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from spectest.compare import byo_arms
+from spectest.compare import byo_arms, byo_settings
 from spectest.errors import InputError
-from spectest.generation import readout_arms, whitebox_mode
 from spectest.judge import NumericsClaim, RunResult, compare_all, judge
-from spectest.plan import Arm, make_plan
+from spectest.plan import Plan, make_plan
 from spectest.progress import ProgressFn, no_progress
-from spectest.protocol import TestsSpec, load_protocol
+from spectest.protocol import load_protocol
+from spectest.stats.options import AnalysisOptions
 from spectest.store import NUMERICS, ROUNDS, SAMPLES, TOOTH_SIZES, StoredRun, load_run
 from spectest.summary import Header, build_summary
 
@@ -34,11 +32,18 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         raise InputError(f"{stored.path}: no {SAMPLES} in the run directory")
     rounds = stored.table(ROUNDS)
     kind = str(stored.info.get("kind", "run"))
-    arms, options, key, max_mde, readout, numerics = _settings(stored)
-    results = compare_all(samples, rounds, arms, options, key, progress or no_progress, readout)
+    if kind == "compare":
+        arms, settings = (
+            byo_arms(),
+            byo_settings(AnalysisOptions.from_canonical(stored.summary["analysis"])),
+        )
+    else:
+        plan = _plan(stored)
+        arms, settings = list(plan.arms), plan.settings
+    results = compare_all(samples, rounds, arms, settings, progress or no_progress)
     comparisons, verdict = judge(
-        results, max_mde, kind=kind, rounds=rounds, sizes=stored.table(TOOTH_SIZES),
-        numerics=numerics,
+        results, settings, kind=kind, rounds=rounds, sizes=stored.table(TOOTH_SIZES),
+        numerics=NumericsClaim.of(settings, stored.table(NUMERICS)),
     )  # fmt: skip
     base = stored.summary
     was = base["verdict"]["decision"]
@@ -53,15 +58,9 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
     return RunResult(stored.path, verdict, comparisons, summary, 0, 0, time.perf_counter() - t0)
 
 
-def _settings(
-    stored: StoredRun,
-) -> tuple[list[Arm], Any, str, float | None, frozenset[str], NumericsClaim | None]:
-    """(arms, the statistics' options, the analysis key, the power requirement, the readout
-    arms, matched numerics mode's claim (b) from the stored ``numerics.parquet``) as the run
-    had them."""
-    if stored.info.get("kind") == "compare":
-        tests = TestsSpec.from_canonical(stored.summary["analysis"])
-        return byo_arms(), tests.analysis_options(), "compare", tests.max_mde_tv, frozenset(), None
+def _plan(stored: StoredRun) -> Plan:
+    """The plan of a protocol run as the run had it, from its stored ``protocol.yaml`` (its
+    settings: ``Plan.settings``); a sequential run at its last look's stage (and α)."""
     pf = stored.protocol_file
     if pf is None:
         raise InputError(f"{stored.path}: no protocol.yaml in the run directory")
@@ -70,21 +69,8 @@ def _settings(
         raise InputError(f"{pf}: its hash differs from run.json's: the run directory was edited")
     # a sequential run stored the samples of its last look: re-test them at that look's α
     looks = (stored.summary.get("sequential") or {}).get("looks") or []
-    plan = make_plan(
+    return make_plan(
         protocol,
         teeth_only=stored.info.get("kind") == "teeth",
         stage=looks[-1]["stage"] if looks else None,
     )
-    arms = list(plan.arms)
-    tests = replace(protocol.tests, alpha=looks[-1]["alpha"]) if looks else protocol.tests
-    options = tests.analysis_options(whitebox_mode(protocol.models.dtype, arms))
-    numerics = (
-        NumericsClaim(stored.table(NUMERICS), tests.numerics_margin, protocol.tests.alpha,
-                      tests.numerics_floor)
-        if plan.matched
-        else None
-    )  # fmt: skip
-    return (
-        arms, options, protocol.seeds.key, protocol.tests.max_mde_tv, readout_arms(arms),
-        numerics,
-    )  # fmt: skip

@@ -42,14 +42,12 @@ from spectest.generation import (
     generate_shards,
     load_models,
     protocol_tooth_sizes,
-    readout_arms,
-    whitebox_mode,
 )
 from spectest.judge import NumericsClaim, RunResult, compare_all, finish_run, summarize
 from spectest.plan import Plan, Shard, make_plan, stages
 from spectest.progress import ProgressFn, no_progress
 from spectest.prompts import prompt_token_ids, prompts_jsonl
-from spectest.protocol import MATCHED, Protocol, TestsSpec, to_raw
+from spectest.protocol import MATCHED, Protocol, to_raw
 from spectest.scaleout import WorkerPool, generate_spread, local_devices, make_pool
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
 from spectest.shipped import shipped_name
@@ -109,7 +107,7 @@ def run_protocol(
     verdict, comparisons, summary = finish_run(
         run.rd, samples=looked.samples, rounds=looked.rounds, results=looked.results,
         header=_header(run, looked), provenance=run.provenance,
-        max_mde_tv=protocol.tests.max_mde_tv, junit=junit, summary_md=summary_md,
+        settings=looked.plan.settings, junit=junit, summary_md=summary_md,
         sizes=looked.teeth_sizes, numerics=looked.numerics,
     )  # fmt: skip
     summary = {
@@ -218,8 +216,7 @@ def _run_stages(run: _Run) -> _Looked:
         if len(sizes) == 1:  # a sequential run's claim (b): after its last look (below)
             numerics = _numerics(run, plan, samples, rounds, models)
         del models
-        tests = p.tests if len(sizes) == 1 else replace(p.tests, alpha=alphas[stage])
-        results = _analyze(run, plan, samples, rounds, tests)
+        results = _analyze(run, plan, samples, rounds)
         if len(sizes) == 1:
             break
         looks.append(_look(run, stage, sizes, alphas, results, rounds, teeth_sizes))
@@ -232,12 +229,11 @@ def _run_stages(run: _Run) -> _Looked:
 
 
 def _analyze(
-    run: _Run, plan: Plan, samples: pd.DataFrame, rounds: pd.DataFrame | None, tests: TestsSpec
+    run: _Run, plan: Plan, samples: pd.DataFrame, rounds: pd.DataFrame | None
 ) -> list[tuple[Any, Any]]:
-    """Every arm of ``plan`` against the reference (``judge.compare_all``), timed."""
+    """Every arm of ``plan`` against the reference (``judge.compare_all``) at the plan's
+    settings (a sequential plan's: its look's α), timed."""
     t_an = time.perf_counter()
-    p = run.protocol
-    options = tests.analysis_options(whitebox_mode(p.models.dtype, plan.arms))
     procs = run.options.analysis_procs or 1
     with contextlib.ExitStack() as stack:
         executor = None
@@ -245,9 +241,8 @@ def _analyze(
             ctx = multiprocessing.get_context("spawn")
             executor = stack.enter_context(ProcessPoolExecutor(procs, mp_context=ctx))
         results = compare_all(
-            samples, rounds, plan.arms, options, p.seeds.key, run.progress,
-            readout_arms(plan.arms), executor=executor,
-        )  # fmt: skip
+            samples, rounds, plan.arms, plan.settings, run.progress, executor=executor
+        )
     run.timings["analyze"] = run.timings.get("analyze", 0.0) + time.perf_counter() - t_an
     return results
 
@@ -288,8 +283,7 @@ def _generate_missing(run: _Run, plan: Plan, teeth: bool = False) -> Models | No
         _generate_spread(run, plan, todo, teeth)
         return None
     t_load = time.perf_counter()
-    engines = EngineSet(run.protocol, [plan.arm(s.arm) for s in todo], plan.arms,
-                        fast=run.options.fast)  # fmt: skip
+    engines = EngineSet(run.protocol, [plan.arm(s.arm) for s in todo], plan, fast=run.options.fast)
     run.timings["load"] += time.perf_counter() - t_load
     gen = run.timings["generate"]
 
@@ -325,7 +319,7 @@ def _generate_spread(run: _Run, plan: Plan, todo: Sequence[Shard], teeth: bool) 
         run.pool = make_pool(run.options, run.workers)
     # stage 0 (the teeth are generated then): one worker also computes the tooth sizes, first
     # in the queue, so the driver neither loads the models nor waits for them after generation
-    teeth = teeth and any(a.role in ("eps", "mutant") for a in plan.arms)
+    teeth = teeth and bool(plan.settings.sized_teeth)
     extra, times, sizes = generate_spread(
         run.protocol, (files[0], files[1]), keys, run.options, run.pool, write, run.progress,
         tooth_sizes=teeth,
@@ -343,7 +337,7 @@ def _tooth_sizes(run: _Run, plan: Plan, models: Models | None) -> pd.DataFrame |
     """The ε arms' and mutants' TV per cell-position (``spectest.tooth_size``), from the run's
     models (loaded here when this process has not: a resumed or spread-out run); None when the
     plan has no such tooth. Adds ``tooth sizes`` (seconds, loading included) to the timings."""
-    if not any(a.role in ("eps", "mutant") for a in plan.arms):
+    if not plan.settings.sized_teeth:
         return None
     if run.teeth_from_pool is not None:  # a pool worker made them beside generation
         run.timings["tooth sizes"] = 0.0
@@ -353,7 +347,7 @@ def _tooth_sizes(run: _Run, plan: Plan, models: Models | None) -> pd.DataFrame |
     run.progress("tooth sizes", 0, 1)
     if models is None or models.target is None or models.draft is None:
         models = Models(*load_models(p, need_draft=True))
-    sizes = protocol_tooth_sizes(p, plan.arms, models)
+    sizes = protocol_tooth_sizes(p, plan.settings.sized_teeth, models)
     run.progress("tooth sizes", 1, 1)
     run.timings["tooth sizes"] = time.perf_counter() - t0
     return sizes
@@ -368,12 +362,10 @@ def _numerics(
     not; None outside matched mode. Adds ``numerics`` (seconds) to the timings."""
     from spectest.numerics import drift_table
 
-    if not plan.matched:
+    claim = NumericsClaim.of(plan.settings, None)
+    if claim is None:
         return None
     p = run.protocol
-    claim = NumericsClaim(
-        None, p.tests.numerics_margin, p.tests.alpha, p.tests.numerics_floor
-    )  # fmt: skip
     if rounds is None or not len(rounds[rounds[schema.ARM] == MATCHED]):
         return claim
     t0 = time.perf_counter()

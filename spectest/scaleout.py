@@ -158,7 +158,7 @@ class Worker:
                 torch.cuda.set_device(protocol.models.device)
             # every arm of the plan: the pool may deal this worker any shard of the run
             self.engines = EngineSet(
-                protocol, plan.arms, plan.arms, fast=spec.options.fast, load=self._load
+                protocol, plan.arms, plan, fast=spec.options.fast, load=self._load
             )
             self.engines_key = key
         return self.engines
@@ -194,7 +194,9 @@ class Worker:
         t0 = time.perf_counter()
         protocol, plan = self._protocol(spec)
         configure_threads(protocol.models.device, spec.options.threads or self.threads)
-        sizes = protocol_tooth_sizes(protocol, plan.arms, self._load(protocol, True))
+        sizes = protocol_tooth_sizes(
+            protocol, plan.settings.sized_teeth, self._load(protocol, True)
+        )
         self.times["load"] += time.perf_counter() - t0
         return sizes
 

@@ -76,8 +76,7 @@ def size_protocol(protocol: Protocol, *, df: int = 10, power: float | None = Non
     """The size of ``protocol``'s run (``RunSize`` Notes for what is assumed)."""
     from spectest.stats.analyze import split_alpha
 
-    t = protocol.tests
-    opts = t.analysis_options()
+    opts = protocol.tests
     pw = float(opts.power if power is None else power)
     families = {
         "cells": True,

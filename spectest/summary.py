@@ -52,7 +52,7 @@ def tidy_tables(results: Sequence[tuple[_Named, Analysis]]) -> dict[str, pd.Data
 class Header:
     """What a summary is about: its ``kind`` (run, teeth, compare), ``name``, ``protocol_hash``
     (a comparison's: of its data and settings), ``analysis`` (the test settings,
-    ``TestsSpec.canonical()``), ``notes`` and, for a protocol run, ``setup``
+    ``AnalysisOptions.canonical()``), ``notes`` and, for a protocol run, ``setup``
     (``protocol_setup``)."""
 
     kind: str

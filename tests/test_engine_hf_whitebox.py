@@ -140,8 +140,7 @@ def test_hf_bf16_run_is_exact_mode(tmp_path) -> None:
     (exact one-sample tests on a correct arm) at its α share."""
     import pandas as pd
 
-    from spectest.generation import whitebox_mode
-    from spectest.plan import make_plan
+    from spectest.plan import make_plan, whitebox_mode
     from spectest.protocol import load_protocol
     from spectest.runner import run_protocol
 

@@ -141,8 +141,7 @@ def test_whitebox_mode_of_a_plan(monkeypatch) -> None:
     """bf16/fp16 with an engine that needs a teacher → teacher mode; float32, or engines that
     record at generation time (built-in; hf through transformers' output_scores) in any dtype →
     exact. Deterministic."""
-    from spectest.generation import whitebox_mode
-    from spectest.plan import make_plan
+    from spectest.plan import make_plan, whitebox_mode
     from spectest.protocol import load_protocol
 
     hf = make_plan(load_protocol("protocols/hf-assisted-ci.yaml")).arms

@@ -127,7 +127,7 @@ def test_token_only_engine_in_teacher_mode_with_a_larger_reference(tmp_path: Pat
     Fixed seeds (the protocol's key); false-failure rate ≤ α = 0.05 per comparison. 100 seeds
     resolve per-cell TV 0.28 (the gross tooth claims less), so the test states its requirement
     (0.3) instead of the 0.15 default: it is about teacher mode, not power."""
-    from spectest.generation import whitebox_mode
+    from spectest.plan import whitebox_mode
 
     proto = load_protocol(
         "protocols/command-example.yaml",

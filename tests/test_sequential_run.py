@@ -95,7 +95,7 @@ def test_the_sequence_family_can_be_switched_off_without_moving_old_hashes(tmp_p
     same = load_protocol(write_toy(tmp_path, "on.yaml", tests={**FAST_TESTS, "sequence": True}))
     assert "sequence" not in on.canonical()["tests"]
     assert off.canonical()["tests"]["sequence"] is False
-    assert on.tests.analysis_options().sequence and not off.tests.analysis_options().sequence
+    assert on.tests.sequence and not off.tests.sequence
     assert same.hash == load_protocol(write_toy(tmp_path, "plain.yaml", tests=FAST_TESTS)).hash
     with pytest.raises(ConfigError, match=r"tests\.sequence"):
         load_protocol(write_toy(tmp_path, "bad.yaml", tests={**FAST_TESTS, "sequence": "yes"}))

@@ -3,9 +3,9 @@
 Owns the protocol file format (``version: 1`` and ``version: 2``) and every validation message
 about it, in one module per concern:
 
-- ``spec``: the sections as frozen dataclasses (``TestsSpec``: the one shape of the test
-  settings), ``EngineChoice``, ``Protocol`` and its hash (a version-1 file hashes exactly as it
-  did before version 2 existed);
+- ``spec``: the sections as frozen dataclasses (``tests``: the statistics' one test-settings
+  type, ``stats.options.AnalysisOptions``), ``EngineChoice``, ``Protocol`` and its hash (a
+  version-1 file hashes exactly as it did before version 2 existed);
 - ``fields``: reading one field (one ``ConfigError`` line naming file, field path and value);
 - ``parse``: one parse function per section and ``check_rules`` across them;
 - ``arms`` / ``budget``: the arms a protocol defines, and the size of its plan against
@@ -15,8 +15,8 @@ about it, in one module per concern:
 - ``dump``: the protocol's YAML form (``to_raw``).
 
 The prompt-set file format lives in ``spectest.prompts``; seed ranges, stages and shards in
-``spectest.plan``. Knows nothing about models, files of results or statistics (the statistics'
-option rules excepted: ``TestsSpec`` is validated by them), nor about what an engine does.
+``spectest.plan``. Knows nothing about models, files of results or statistics (the ``tests``
+section excepted: it is the statistics' ``AnalysisOptions``), nor about what an engine does.
 """
 
 from spectest.engines.base import DrafterSpec
@@ -55,8 +55,6 @@ from spectest.protocol.spec import (
     Protocol,
     SeedsSpec,
     TeethSpec,
-    TestsSpec,
-    TrieSpec,
 )
 from spectest.schema import DRAFTER_KINDS, Q_MODES
 from spectest.stats.analyze import MULTIPLICITY as MULTIPLICITY_METHODS
@@ -90,8 +88,6 @@ __all__ = [
     "Protocol",
     "SeedsSpec",
     "TeethSpec",
-    "TestsSpec",
-    "TrieSpec",
     "arm_specs",
     "check_budget",
     "eps_arm_name",

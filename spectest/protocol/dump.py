@@ -15,7 +15,6 @@ from spectest.protocol.spec import Protocol
 def to_raw(protocol: Protocol, *, prompts_file: str) -> dict[str, Any]:
     """The protocol as a YAML-ready mapping, prompts at ``prompts_file``."""
     p = protocol
-    tests = p.tests.canonical()
     return {
         "version": p.version,
         "name": p.name,
@@ -27,11 +26,7 @@ def to_raw(protocol: Protocol, *, prompts_file: str) -> dict[str, Any]:
         "seeds": p.seeds.canonical(),
         "positions": p.positions,
         "candidate": p.candidate,
-        "tests": {
-            **{k: v for k, v in tests.items() if k not in ("max_mde_tv", "sequence")},
-            "power": {"max_mde_tv": tests["max_mde_tv"]},
-            **({"sequence": False} if "sequence" in tests else {}),
-        },
+        "tests": p.tests.yaml_form(),
         "teeth": p.teeth.raw(),
         "output": p.output,
         "batch_size": p.batch_size,

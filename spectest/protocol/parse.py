@@ -43,13 +43,11 @@ from spectest.protocol.spec import (
     Protocol,
     SeedsSpec,
     TeethSpec,
-    TestsSpec,
-    TrieSpec,
 )
 from spectest.sampling.params import SamplingParams
 from spectest.schema import DRAFTER_KINDS, Q_MODES
 from spectest.sequential import SPENDING
-from spectest.stats.analyze import OptionError
+from spectest.stats.options import AnalysisOptions, OptionError, options, yaml_paths
 from spectest.tooth_size import DEFAULT_BUDGET as DEFAULT_SIZE_BUDGET
 
 MAX_BATCH_SIZE = 2**20  # rows per engine batch (an engine may allocate per batch row)
@@ -59,25 +57,7 @@ TOP_KEYS = (
     "limits",
 )  # fmt: skip
 REQUIRED = ("version", "name", "models", "drafter", "prompts", "configs", "seeds", "positions")
-TESTS_KEYS = (
-    "alpha", "multiplicity", "min_expected", "trie", "whitebox", "null_permutations", "power",
-    "sequence", "numerics", "numerics_floor", "numerics_margin",
-)  # fmt: skip
-TESTS_FIELDS = {  # a TestsSpec / AnalysisOptions option → the protocol's field path
-    "alpha": "tests.alpha",
-    "multiplicity": "tests.multiplicity",
-    "min_expected": "tests.min_expected",
-    "trie_depth": "tests.trie.depth",
-    "trie_min_count": "tests.trie.min_count",
-    "null_permutations": "tests.null_permutations",
-    "whitebox": "tests.whitebox",
-    "sequence": "tests.sequence",
-    "max_mde_tv": "tests.power.max_mde_tv",
-    "numerics": "tests.numerics",
-    "numerics_floor": "tests.numerics_floor",
-    "numerics_margin": "tests.numerics_margin",
-}
-_REALS = ("alpha", "min_expected", "max_mde_tv", "numerics_margin")  # TestsSpec's float fields
+OPTIONS = dict(options())  # a test setting → its ``stats.options.Option``
 MODEL_PREFIXES = (
     "toy:", "hf-preset:", "realistic:", "hf-local:", "bundled:", "derived:", "fixture:",
 )  # fmt: skip
@@ -289,35 +269,36 @@ def _candidate(c: Fields, value: Any) -> str:
     return raw if raw.startswith(ACCEPTOR_PREFIX) else _variant(c, raw, "candidate")
 
 
-def _tests(c: Fields, value: Any) -> TestsSpec:
-    """The ``tests`` section: its keys here, every value's rule in ``TestsSpec`` (the
-    statistics' own, one copy), a refusal naming the field and the value as written."""
-    t = c.mapping(value or {}, "tests", TESTS_KEYS)
-    tr = c.mapping(t.get("trie", {}) or {}, "tests.trie", ("depth", "min_count"))
-    pw = c.mapping(t.get("power", {}) or {}, "tests.power", ("max_mde_tv",))
-    d = TestsSpec()
-    raw = {  # option → the value as written (the default where the file has none)
-        "alpha": t.get("alpha", d.alpha),
-        "multiplicity": t.get("multiplicity", d.multiplicity),
-        "min_expected": t.get("min_expected", d.min_expected),
-        "trie_depth": tr.get("depth", d.trie.depth),
-        "trie_min_count": tr.get("min_count", d.trie.min_count),
-        "whitebox": t.get("whitebox", d.whitebox),
-        "null_permutations": t.get("null_permutations", d.null_permutations),
-        "max_mde_tv": pw.get("max_mde_tv"),
-        "sequence": t.get("sequence", d.sequence),
-        "numerics": t.get("numerics", d.numerics),
-        "numerics_floor": t.get("numerics_floor", d.numerics_floor),
-        "numerics_margin": t.get("numerics_margin", d.numerics_margin),
-    }
-    # numbers as the floats the hash has always seen; the trie's two as its own section
-    given = {k: real(v) if k in _REALS else v for k, v in raw.items() if not k.startswith("trie_")}
+def _tests(c: Fields, value: Any) -> AnalysisOptions:
+    """The ``tests`` section: the keys and the values at the settings' YAML paths
+    (``stats.options.Option.yaml``), every rule the settings' own; a refusal names the field
+    and the value as written."""
+    paths = {tuple(path.split(".")): name for name, path in yaml_paths().items()}
+    written: dict[str, Any] = {}
+    _read_section(c, value, ("tests",), paths, written)
+    given = {k: real(v) if OPTIONS[k].real else v for k, v in written.items()}
     try:
-        trie = TrieSpec(depth=raw["trie_depth"], min_count=raw["trie_min_count"])
-        return TestsSpec(trie=trie, **given)
+        return AnalysisOptions(**given)
     except OptionError as err:
-        value = raw.get(err.option, err.value)
-        raise c.fail(TESTS_FIELDS.get(err.option, "tests"), f"{err.rule}, got {value!r}") from None
+        value = written.get(err.option, err.value)
+        path = OPTIONS[err.option].yaml or "tests"
+        raise c.fail(path, f"{err.rule}, got {value!r}") from None
+
+
+def _read_section(
+    c: Fields, value: Any, at: tuple[str, ...], paths: dict[tuple[str, ...], str],
+    written: dict[str, Any],
+) -> None:  # fmt: skip
+    """The settings written under the mapping at ``at`` (its keys: the next part of the
+    settings' paths, in the fields' order), into ``written`` (setting → the value as written)."""
+    keys = list(dict.fromkeys(p[len(at)] for p in paths if p[: len(at)] == at))
+    m = c.mapping(value or {}, ".".join(at), keys)
+    for key in keys:
+        if (*at, key) in paths:
+            if key in m:
+                written[paths[(*at, key)]] = m[key]
+        else:
+            _read_section(c, m.get(key, {}), (*at, key), paths, written)
 
 
 def _teeth(c: Fields, value: Any) -> TeethSpec:

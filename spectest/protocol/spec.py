@@ -1,32 +1,28 @@
 """The protocol's sections as frozen dataclasses, each with its canonical (hashed) form.
 
-Owns: ``ModelsSpec``, ``SeedsSpec``, ``TrieSpec``, ``TestsSpec``, ``TeethSpec``,
-``LimitsSpec``, ``EngineChoice`` and ``Protocol`` with its hash; the closed lists a protocol's
-values come from (``DTYPES``, ``DEVICES`` ...; the drafter is ``engines.base.DrafterSpec``).
-Reading a file into these is
-``spectest.protocol.parse``'s; writing one back is ``spectest.protocol.dump``'s.
+Owns: ``ModelsSpec``, ``SeedsSpec``, ``TeethSpec``, ``LimitsSpec``, ``EngineChoice`` and
+``Protocol`` with its hash; the closed lists a protocol's values come from (``DTYPES``,
+``DEVICES`` ...; the drafter is ``engines.base.DrafterSpec``).
+Reading a file into these is ``spectest.protocol.parse``'s; writing one back is
+``spectest.protocol.dump``'s.
 
-``TestsSpec`` is the one shape of the test settings: its defaults are the statistics' own
-(``stats.analyze.AnalysisOptions``, read here, written nowhere else), it is validated once on
-construction by the statistics' own rules, and ``TestsSpec.analysis_options`` is the one way to
-the statistics' options. Why not embed ``AnalysisOptions`` in the protocol: it holds what is not
-the protocol's (the white-box mode is a property of the run's engines, the tolerances and
-quantiles are the statistics' constants) and lacks what is (the power requirement is the
-verdict's), and its flat fields are not the file's nested ones, which the hash must keep.
+The ``tests`` section is the statistics' one test-settings type,
+``stats.options.AnalysisOptions``: each of its fields carries its YAML path, hash rule and
+validation, so the parser, the hashed form and the YAML form are derived from it (nothing
+about a test setting is written here).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from spectest.engines.base import DrafterSpec
 from spectest.prompts import PromptsSpec
 from spectest.sampling.params import SamplingParams
-from spectest.stats.analyze import AnalysisOptions, OptionError
+from spectest.stats.options import AnalysisOptions
 from spectest.tooth_size import DEFAULT_BUDGET as DEFAULT_SIZE_BUDGET
 
 PROTOCOL_VERSION = 2  # the newest version this spectest reads (and writes for new files)
@@ -38,15 +34,8 @@ ENGINES_REFERENCE = ("builtin", "hf-generate")  # version 1's closed lists (engi
 ENGINES_CANDIDATE = ("builtin", "hf-assisted")
 ACCEPTOR_PREFIX = "acceptor:"  # candidate: acceptor:SPEC = engines.candidate {acceptor, kernel}
 LIMITS_FIELD = "limits.max_tokens"
-MAX_MDE_RULE = "expected a number in (0, 1]"  # tests.power.max_mde_tv, --max-mde-tv
-# issue 21: the numerics modes (``tests.numerics``), the floors (``tests.numerics_floor``) and
-# the default margin in TV per token (``spectest.numerics`` says why 0.002)
-NUMERICS_MODES = ("auto", "exact", "matched")
-NUMERICS_FLOORS = ("batch",)
-DEFAULT_NUMERICS_MARGIN = 0.002
 MATCHED_DTYPES = ("bfloat16", "float16")  # auto → matched for these model dtypes
 MATCHABLE_ENGINES = ("builtin", "fast", "acceptor")  # candidate engines that host the matched arm
-_STATS = AnalysisOptions()  # the statistics' defaults: the one copy of the tests' defaults
 
 
 @dataclass(frozen=True)
@@ -101,117 +90,6 @@ class SeedsSpec:
         if self.reference_per_arm is None:
             del out["reference_per_arm"]
         return out
-
-
-@dataclass(frozen=True)
-class TrieSpec:
-    """Prefix-conditional tests: trie nodes to ``depth`` tokens kept when they hold at least
-    ``min_count`` sequences per arm (seed 002's "t2 | t1 strata ≥ 200")."""
-
-    depth: int = _STATS.trie_depth
-    min_count: int = _STATS.trie_min_count
-
-
-@dataclass(frozen=True)
-class TestsSpec:
-    """Which tests run and how they are judged: the protocol's ``tests`` section, and
-    ``spectest compare``'s settings. Validated on construction by the statistics' own rules
-    (``stats.analyze.AnalysisOptions``; an ``OptionError`` names the option, so the caller can
-    name its own field or flag); ``max_mde_tv`` (the verdict's power requirement: the run's MDE
-    in TV must not exceed it; None = the verdict's default) is checked here."""
-
-    alpha: float = _STATS.alpha
-    multiplicity: str = _STATS.multiplicity
-    min_expected: float = _STATS.min_expected
-    trie: TrieSpec = field(default_factory=TrieSpec)
-    whitebox: bool = _STATS.whitebox
-    null_permutations: int = _STATS.null_permutations
-    max_mde_tv: float | None = None
-    sequence: bool = _STATS.sequence  # the sequence-level family; hashed only when off
-    # issue 21 (``spectest.numerics``): exact | matched | auto; the floor; the margin (TV per
-    # token). Hashed only when set (not the default), so no shipped protocol changes its hash.
-    numerics: str = "auto"
-    numerics_floor: str = "batch"
-    numerics_margin: float = DEFAULT_NUMERICS_MARGIN
-
-    def __post_init__(self) -> None:
-        self.analysis_options()
-        if self.numerics not in NUMERICS_MODES:
-            rule = f"expected one of {', '.join(NUMERICS_MODES)}"
-            raise OptionError("numerics", rule, self.numerics)
-        if self.numerics_floor not in NUMERICS_FLOORS:
-            raise OptionError(
-                "numerics_floor", f"expected one of {', '.join(NUMERICS_FLOORS)}",
-                self.numerics_floor,
-            )  # fmt: skip
-        mg = self.numerics_margin
-        if not (
-            isinstance(mg, (int, float)) and not isinstance(mg, bool) and math.isfinite(mg)
-            and 0.0 <= mg < 1.0
-        ):  # fmt: skip
-            raise OptionError("numerics_margin", "expected a number in [0, 1)", mg)
-        m = self.max_mde_tv
-        if m is not None and not (
-            isinstance(m, (int, float))
-            and not isinstance(m, bool)
-            and math.isfinite(m)
-            and 0.0 < m <= 1.0
-        ):
-            raise OptionError("max_mde_tv", MAX_MDE_RULE, m)
-
-    def analysis_options(self, whitebox_mode: str = "exact") -> AnalysisOptions:
-        """The statistics' options for these settings (``whitebox_mode``: 'exact' or 'teacher',
-        a property of the run's engines: ``spectest.generation.whitebox_mode``)."""
-        return AnalysisOptions(
-            whitebox_mode=whitebox_mode,
-            alpha=self.alpha,
-            multiplicity=self.multiplicity,
-            min_expected=self.min_expected,
-            trie_depth=self.trie.depth,
-            trie_min_count=self.trie.min_count,
-            whitebox=self.whitebox,
-            null_permutations=self.null_permutations,
-            sequence=self.sequence,
-        )
-
-    def canonical(self) -> dict[str, Any]:
-        """The hashed form, also the summary's ``analysis``: every field as a plain value,
-        ``sequence`` only when off (a protocol without it keeps its hash)."""
-        out: dict[str, Any] = {
-            "alpha": self.alpha,
-            "multiplicity": self.multiplicity,
-            "min_expected": self.min_expected,
-            "trie": vars(self.trie).copy(),
-            "whitebox": self.whitebox,
-            "null_permutations": self.null_permutations,
-            "max_mde_tv": self.max_mde_tv,
-        }
-        if not self.sequence:
-            out["sequence"] = False
-        if self.numerics != "auto":
-            out["numerics"] = self.numerics
-        if self.numerics_floor != "batch":
-            out["numerics_floor"] = self.numerics_floor
-        if self.numerics_margin != DEFAULT_NUMERICS_MARGIN:
-            out["numerics_margin"] = self.numerics_margin
-        return out
-
-    @classmethod
-    def from_canonical(cls, d: dict[str, Any]) -> TestsSpec:
-        """The inverse of ``canonical`` (a stored summary's ``analysis``)."""
-        return cls(
-            alpha=d["alpha"],
-            multiplicity=d["multiplicity"],
-            min_expected=d["min_expected"],
-            trie=TrieSpec(**d["trie"]),
-            whitebox=d["whitebox"],
-            null_permutations=d["null_permutations"],
-            max_mde_tv=d.get("max_mde_tv"),
-            sequence=d.get("sequence", True),
-            numerics=d.get("numerics", "auto"),
-            numerics_floor=d.get("numerics_floor", "batch"),
-            numerics_margin=d.get("numerics_margin", DEFAULT_NUMERICS_MARGIN),
-        )
 
 
 @dataclass(frozen=True)
@@ -296,7 +174,7 @@ class Protocol:
     seeds: SeedsSpec
     positions: int
     candidate: str
-    tests: TestsSpec
+    tests: AnalysisOptions  # the protocol's ``tests`` (``whitebox_mode``: the default)
     teeth: TeethSpec
     output: str
     batch_size: int

@@ -1,18 +1,22 @@
-"""The statistics' options: ``AnalysisOptions`` (frozen, validated on construction) and the
-documented ranges of the values a protocol sets.
+"""The one test-settings type: ``AnalysisOptions`` (frozen, validated on construction), each
+field carrying what it is outside Python (``Option``: its rule, the protocol's YAML path, the
+``spectest compare`` flag, how it is hashed).
 
-Owns: every option ``spectest.stats.analyze.analyze`` and its test families read, their defaults
-and their validation (``OptionError`` names the field, the rule and the value). Does not know:
-files, protocols (the protocol parser validates ``tests`` through this class at load), any
-statistic. Re-exported by ``spectest.stats.analyze``.
+Owns: every test setting — the options the families read, the protocol's ``tests`` section
+and the verdict's power requirement — their defaults, rules (``OptionError`` names the field,
+the rule and the value), and the forms derived from the fields: ``canonical`` (the hashed form,
+also summary.json's ``analysis``), ``from_canonical``, ``yaml_form`` (``protocol.yaml``'s
+``tests``), ``yaml_paths`` and ``flags``. The protocol parser and ``spectest compare`` read
+these; how to add an option: docs/architecture.md "Adding a test option". Does not know: files,
+protocols, any statistic. Re-exported by ``spectest.stats.analyze``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
 
 from spectest.errors import ConfigError
 from spectest.stats import sequence
@@ -20,22 +24,26 @@ from spectest.stats import sequence
 MULTIPLICITY = ("bh", "by", "maxT")
 WHITEBOX_MODES = ("exact", "teacher")
 SEQUENCE_DEFAULT = sequence.DEFAULT  # (the option ``sequence`` shadows the module in the class)
-# The documented ranges of the options a protocol sets (docs/protocols.md "Protocol reference"); the
-# protocol parser validates ``tests`` through ``AnalysisOptions`` at load, so these are the one
-# copy. α above one half is not a false-alarm rate anyone gates on (and would meet the power
-# 0.8 of the MDEs); a pooling threshold above 1000 expected counts per bin leaves nothing
-# testable at any seed count spectest runs; B above 20 000 permutations is 800 MB of labels per
-# cell at 20 000 sequences, for a p-value resolution no α here needs.
+# The documented ranges (docs/protocols.md "Protocol reference"). α above one half is not a
+# false-alarm rate anyone gates on; a pooling threshold above 1000 expected counts per bin
+# leaves nothing testable at any seed count spectest runs; B above 20 000 permutations is
+# 800 MB of labels per cell at 20 000 sequences, for a p-value resolution no α here needs.
 ALPHA_MAX = 0.5
 MIN_EXPECTED_MAX = 1000.0
 NULL_PERMUTATIONS_MAX = 20_000
 TRIE_DEPTH_MAX = 64
+MAX_MDE_RULE = "expected a number in (0, 1]"  # tests.power.max_mde_tv, --max-mde-tv
+# issue 21 (``spectest.numerics``): the numerics modes, the floors, the margin in TV per token
+NUMERICS_MODES = ("auto", "exact", "matched")
+NUMERICS_FLOORS = ("batch",)
+DEFAULT_NUMERICS_MARGIN = 0.002
+META = "spectest"  # the key of ``Option`` in a field's metadata
 
 
 class OptionError(ConfigError):
     """An ``AnalysisOptions`` field outside its rule: ``option`` (the field), ``rule`` (what it
-    must be, e.g. "expected a number in (0, 0.5]") and ``value``, so a caller that took the
-    value from a file can name the file and its own field path instead."""
+    must be) and ``value``, so a caller that took the value from a file or a flag can name that
+    instead (``Option.yaml``, ``Option.flag``)."""
 
     def __init__(self, option: str, rule: str, value: Any) -> None:
         self.option, self.rule, self.value = option, rule, value
@@ -43,100 +51,262 @@ class OptionError(ConfigError):
 
 
 @dataclass(frozen=True)
-class AnalysisOptions:
-    """How ``analyze`` tests (validated on construction; bad values raise ``ConfigError``).
+class Option:
+    """What one setting is outside Python. ``rule``: the message's rule; ``ok(value, settings)``
+    whether it holds. ``yaml``: the protocol's field path (None: not a protocol field).
+    ``hashed``: 'always' (the settings every protocol has hashed since version 1), 'non-default'
+    (hashed only when set to another value than the default, so no protocol that leaves it
+    alone changes its hash: every new option) or 'never'. ``key``: the path in the hashed form
+    (default: ``yaml`` without ``tests.``). ``flag``: ``spectest compare``'s flag. ``real``: a
+    number read from YAML is stored as a float (what the hash has always seen)."""
 
-    alpha: run-level false-alarm rate, split equally over the active families (see ``Analysis``).
-    multiplicity: cell-position family correction — 'bh' (Benjamini–Hochberg, the seeds'
-    choice), 'by' (Benjamini–Yekutieli, any dependence) or 'maxT' (Westfall–Young step-down
-    over sequence permutations, exact FWER; needs ``null_permutations >= 1``).
-    min_expected: pooling threshold (``homogeneity``). null_permutations: B sequence
-    permutations for the TV null, max-T, permutation p-values and the chain-rule G².
-    trie_depth: deepest prefix length of the trie (0 = no trie family). trie_min_count: sequences
-    per arm for a node χ². whitebox: run the white-box family when the wb_* columns are present.
-    permutation_pvalues: use permutation p-values (resolution 1/(B + 1)) for the cells instead
-    of the asymptotic χ² ones. tv_quantile: upper null quantile reported. power: for the MDEs.
-    whitebox_mode: 'exact' — the wb_* columns are the laws the tokens were drawn from (built-in
-    engine at generation time, or a teacher with the engine's numerics): one-sample tests per
-    arm; 'teacher' — a teacher whose numerics may differ (bf16/fp16 teacher forcing of a foreign
-    engine): two-sample tests candidate vs reference and the tolerance control
-    (``stats.whitebox_teacher``). whitebox_tolerance: τ of that control (mean per-step TV between
-    the teacher's law and the sampled one). whitebox_permutations: whole-sequence relabelings of
-    the two-sample tests (their p-values must reach α_whitebox × the smallest share of
-    ``whitebox_teacher.TEACHER_WEIGHTS``).
-    testable_shares: the shares of cell-positions ``seeds_for_testable`` reports seeds for.
-    sequence: run the sequence-level family (``spectest.stats.sequence``; needs
-    ``null_permutations >= 1``, else it is off with a note). sequence_statistics: which of
-    ``sequence.STATISTICS`` it combines (default ``sequence.DEFAULT``).
+    rule: str
+    ok: Callable[[Any, Any], bool]
+    yaml: str | None = None
+    hashed: Literal["always", "non-default", "never"] = "never"
+    key: str | None = None
+    flag: str | None = None
+    real: bool = False
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """The hashed form's key path (``("trie", "depth")``)."""
+        k = self.key if self.key is not None else str(self.yaml).removeprefix("tests.")
+        return tuple(k.split("."))
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def number(lo: float, hi: float, *, lo_open: bool = True, hi_open: bool = False) -> Any:
+    """``ok`` of a finite number in the interval (open or closed ends)."""
+    return lambda v, _s: (
+        _num(v) and (lo < v if lo_open else lo <= v) and (v < hi if hi_open else v <= hi)
+    )
+
+
+def integer(lo: int, hi: float = math.inf) -> Any:
+    return lambda v, _s: _int(v) and lo <= v <= hi
+
+
+def one_of(choices: tuple[str, ...]) -> Any:
+    return lambda v, _s: v in choices
+
+
+def boolean(v: Any, _s: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def option(default: Any, rule: str, ok: Callable[[Any, Any], bool], **where: Any) -> Any:
+    """A field of ``AnalysisOptions``: its default and its ``Option`` (rule, YAML path, hash
+    rule, flag: see there)."""
+    return field(default=default, metadata={META: Option(rule, ok, **where)})
+
+
+def _statistics(v: Any, _s: Any) -> bool:
+    return (
+        isinstance(v, tuple)
+        and bool(v)
+        and len(set(v)) == len(v)
+        and all(s in sequence.STATISTICS for s in v)
+    )
+
+
+_ONE_OF = "expected one of {}"
+_MODES = f"must be one of {list(WHITEBOX_MODES)!r}"
+_STATISTICS_RULE = f"must be a tuple of {list(sequence.STATISTICS)!r}"
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """How a run tests and judges (validated on construction; a bad value raises
+    ``OptionError``). docs/statistics.md and docs/protocols.md say what each setting means;
+    the field's ``Option`` says where it is written. The fields' order is the order of the
+    protocol's ``tests`` keys and of the hashed form.
+
+    ``whitebox_mode`` is not the protocol's: it is a property of the run's engines, resolved
+    once by ``spectest.plan.make_plan`` (``RunSettings.options``): 'exact' — the wb_* columns
+    are the laws the tokens were drawn from; 'teacher' — a teacher whose numerics may differ
+    (two-sample tests and the tolerance control, ``stats.whitebox_teacher``).
     """
 
-    alpha: float = 0.05
-    multiplicity: str = "bh"
-    min_expected: float = 5.0
-    null_permutations: int = 200
-    trie_depth: int = 2
-    trie_min_count: int = 200
-    whitebox: bool = True
-    permutation_pvalues: bool = False
-    tv_quantile: float = 0.95
-    power: float = 0.8
-    whitebox_mode: str = "exact"
-    whitebox_tolerance: float = 0.05
-    whitebox_permutations: int = 1999
-    testable_shares: tuple[float, ...] = (0.5, 0.9)
-    sequence: bool = True
-    sequence_statistics: tuple[str, ...] = SEQUENCE_DEFAULT
+    alpha: float = option(
+        0.05,
+        f"expected a number in (0, {ALPHA_MAX:g}]",
+        number(0, ALPHA_MAX),
+        yaml="tests.alpha",
+        hashed="always",
+        flag="--alpha",
+        real=True,
+    )
+    multiplicity: str = option(
+        "bh",
+        _ONE_OF.format(", ".join(MULTIPLICITY)),
+        one_of(MULTIPLICITY),
+        yaml="tests.multiplicity",
+        hashed="always",
+        flag="--multiplicity",
+    )
+    min_expected: float = option(
+        5.0,
+        f"expected a number in (0, {MIN_EXPECTED_MAX:g}]",
+        number(0, MIN_EXPECTED_MAX),
+        yaml="tests.min_expected",
+        hashed="always",
+        real=True,
+    )
+    trie_depth: int = option(
+        2,
+        f"expected an integer in [0, {TRIE_DEPTH_MAX}]",
+        integer(0, TRIE_DEPTH_MAX),
+        yaml="tests.trie.depth",
+        hashed="always",
+    )
+    trie_min_count: int = option(
+        200, "expected an integer >= 1", integer(1), yaml="tests.trie.min_count", hashed="always"
+    )
+    whitebox: bool = option(
+        True, "expected true or false", boolean, yaml="tests.whitebox", hashed="always"
+    )
+    null_permutations: int = option(
+        200,
+        f"expected an integer in [0, {NULL_PERMUTATIONS_MAX}]",
+        integer(0, NULL_PERMUTATIONS_MAX),
+        yaml="tests.null_permutations",
+        hashed="always",
+    )
+    # the verdict's power requirement: the run's MDE in TV must not exceed it (None: the
+    # verdict's default, ``verdict.DEFAULT_MAX_MDE_TV``)
+    max_mde_tv: float | None = option(
+        None,
+        MAX_MDE_RULE,
+        lambda v, _s: v is None or (_num(v) and 0.0 < v <= 1.0),
+        yaml="tests.power.max_mde_tv",
+        key="max_mde_tv",
+        hashed="always",
+        flag="--max-mde-tv",
+        real=True,
+    )
+    sequence: bool = option(
+        True, "expected true or false", boolean, yaml="tests.sequence", hashed="non-default"
+    )
+    numerics: str = option(
+        "auto",
+        _ONE_OF.format(", ".join(NUMERICS_MODES)),
+        one_of(NUMERICS_MODES),
+        yaml="tests.numerics",
+        hashed="non-default",
+    )
+    numerics_floor: str = option(
+        "batch",
+        _ONE_OF.format(", ".join(NUMERICS_FLOORS)),
+        one_of(NUMERICS_FLOORS),
+        yaml="tests.numerics_floor",
+        hashed="non-default",
+    )
+    numerics_margin: float = option(
+        DEFAULT_NUMERICS_MARGIN,
+        "expected a number in [0, 1)",
+        number(0, 1, lo_open=False, hi_open=True),
+        yaml="tests.numerics_margin",
+        hashed="non-default",
+        real=True,
+    )
+    # the statistics' own constants: no protocol field, never hashed
+    permutation_pvalues: bool = option(False, "expected true or false", boolean)
+    tv_quantile: float = option(
+        0.95, "must be in [0.5, 1)", number(0.5, 1, lo_open=False, hi_open=True)
+    )
+    power: float = option(0.8, "must be in (alpha, 1)", lambda v, s: _num(v) and s.alpha < v < 1.0)
+    whitebox_mode: str = option("exact", _MODES, one_of(WHITEBOX_MODES))
+    whitebox_tolerance: float = option(
+        0.05, "must be a number in [0, 1)", number(0, 1, lo_open=False, hi_open=True)
+    )
+    whitebox_permutations: int = option(
+        1999, "must be an integer in [1, 100000]", integer(1, 100_000)
+    )
+    testable_shares: tuple[float, ...] = option(
+        (0.5, 0.9),
+        "must be floats in (0, 1]",
+        lambda v, _s: all(isinstance(x, float) and 0.0 < x <= 1.0 for x in v),
+    )
+    sequence_statistics: tuple[str, ...] = option(SEQUENCE_DEFAULT, _STATISTICS_RULE, _statistics)
 
     def __post_init__(self) -> None:
-        def bad(name: str, rule: str) -> OptionError:
-            return OptionError(name, rule, getattr(self, name))
-
-        def number(v: Any) -> bool:
-            return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
-
-        def integer(v: Any) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool)
-
-        if not number(self.alpha) or not (0.0 < self.alpha <= ALPHA_MAX):
-            raise bad("alpha", f"expected a number in (0, {ALPHA_MAX:g}]")
-        if self.multiplicity not in MULTIPLICITY:
-            raise bad("multiplicity", f"expected one of {', '.join(MULTIPLICITY)}")
-        if not number(self.min_expected) or not (0.0 < self.min_expected <= MIN_EXPECTED_MAX):
-            raise bad("min_expected", f"expected a number in (0, {MIN_EXPECTED_MAX:g}]")
-        B = self.null_permutations
-        if not integer(B) or not (0 <= B <= NULL_PERMUTATIONS_MAX):
-            # the label matrix is n_seq × (1 + B) uint16: 800 MB at 20 000 seqs per cell
-            raise bad("null_permutations", f"expected an integer in [0, {NULL_PERMUTATIONS_MAX}]")
-        if not integer(self.trie_depth) or not (0 <= self.trie_depth <= TRIE_DEPTH_MAX):
-            raise bad("trie_depth", f"expected an integer in [0, {TRIE_DEPTH_MAX}]")
-        if not integer(self.trie_min_count) or self.trie_min_count < 1:
-            raise bad("trie_min_count", "expected an integer >= 1")
+        for name, opt in options():
+            if not opt.ok(getattr(self, name), self):
+                raise OptionError(name, opt.rule, getattr(self, name))
+        B = self.null_permutations  # the rules across fields
         if self.multiplicity == "maxT" and B < 1:
-            raise bad("null_permutations", "expected an integer >= 1 with multiplicity 'maxT'")
-        for name in ("whitebox", "permutation_pvalues", "sequence"):
-            if not isinstance(getattr(self, name), bool):
-                raise bad(name, "expected true or false")
+            raise OptionError(
+                "null_permutations", "expected an integer >= 1 with multiplicity 'maxT'", B
+            )
         if self.permutation_pvalues and B < 1:
-            raise bad("null_permutations", "expected an integer >= 1 for permutation_pvalues")
-        st = self.sequence_statistics
-        if (
-            not isinstance(st, tuple)
-            or not st
-            or len(set(st)) != len(st)
-            or any(s not in sequence.STATISTICS for s in st)
-        ):
-            raise bad("sequence_statistics", f"must be a tuple of {list(sequence.STATISTICS)!r}")
-        if not number(self.tv_quantile) or not (0.5 <= self.tv_quantile < 1.0):
-            raise bad("tv_quantile", "must be in [0.5, 1)")
-        if not number(self.power) or not (self.alpha < self.power < 1.0):
-            raise bad("power", "must be in (alpha, 1)")
-        if self.whitebox_mode not in WHITEBOX_MODES:
-            raise bad("whitebox_mode", f"must be one of {list(WHITEBOX_MODES)!r}")
-        tol = self.whitebox_tolerance
-        if not number(tol) or not (0.0 <= tol < 1.0):
-            raise bad("whitebox_tolerance", "must be a number in [0, 1)")
-        wp = self.whitebox_permutations
-        if not integer(wp) or not (1 <= wp <= 100_000):
-            raise bad("whitebox_permutations", "must be an integer in [1, 100000]")
-        if not all(isinstance(x, float) and 0.0 < x <= 1.0 for x in self.testable_shares):
-            raise bad("testable_shares", "must be floats in (0, 1]")
+            raise OptionError(
+                "null_permutations", "expected an integer >= 1 for permutation_pvalues", B
+            )
+
+    def canonical(self) -> dict[str, Any]:
+        """The hashed form, also summary.json's ``analysis``: each field whose ``Option.hashed``
+        is 'always', or 'non-default' and not at its default, at its ``Option.path``."""
+        out: dict[str, Any] = {}
+        for name, opt in options():
+            v = getattr(self, name)
+            if opt.hashed == "always" or (opt.hashed == "non-default" and v != _DEFAULTS[name]):
+                _put(out, opt.path, v)
+        return out
+
+    @classmethod
+    def from_canonical(cls, d: dict[str, Any]) -> AnalysisOptions:
+        """The inverse of ``canonical`` (a stored summary's ``analysis``); absent: the default."""
+        given = {}
+        for name, opt in options():
+            node: Any = d
+            for part in opt.path:
+                node = node.get(part, _MISSING) if isinstance(node, dict) else _MISSING
+            if opt.hashed != "never" and node is not _MISSING:
+                given[name] = node
+        return cls(**given)
+
+    def yaml_form(self) -> dict[str, Any]:
+        """The protocol's ``tests`` section that reads back to these settings (``canonical``'s
+        fields at their YAML paths)."""
+        out: dict[str, Any] = {}
+        for name, opt in options():
+            v = getattr(self, name)
+            if opt.hashed == "always" or (opt.hashed == "non-default" and v != _DEFAULTS[name]):
+                _put(out, tuple(str(opt.yaml).split("."))[1:], v)
+        return out
+
+
+_MISSING = object()
+
+
+def _put(out: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for part in path[:-1]:
+        out = out.setdefault(part, {})
+    out[path[-1]] = value
+
+
+def options() -> Iterator[tuple[str, Option]]:
+    """Every setting's name and ``Option``, in the fields' order."""
+    for f in fields(AnalysisOptions):
+        yield f.name, f.metadata[META]
+
+
+def yaml_paths() -> dict[str, str]:
+    """A setting → the protocol's field path, for the settings a protocol sets."""
+    return {name: opt.yaml for name, opt in options() if opt.yaml is not None}
+
+
+def flags() -> dict[str, str]:
+    """A setting → ``spectest compare``'s flag, for the settings it takes."""
+    return {name: opt.flag for name, opt in options() if opt.flag is not None}
+
+
+_DEFAULTS = {f.name: f.default for f in fields(AnalysisOptions)}
