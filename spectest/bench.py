@@ -54,6 +54,7 @@ from typing import Any
 import torch
 
 from spectest.errors import ConfigError, ModelError
+from spectest.models.dtypes import dtype_name
 from spectest.sampling.params import SamplingParams
 
 ALIASES: dict[str, tuple[str, str]] = {
@@ -103,7 +104,7 @@ class BenchConfig:
     target: str = "realistic:qwen3-0.6b"
     draft: str = "derived:first_layers,layers=4"
     device: str = "cpu"
-    dtype: str | None = None  # None: float32 on CPU, bfloat16 on CUDA
+    dtype: str | None = None  # None: the device's default (``models.dtypes.default_dtype``)
     rows: int = 256
     positions: int = 32
     k: int = 4
@@ -120,6 +121,7 @@ class BenchConfig:
     baseline: bool = True  # time transformers' plain generate for the ratio if no arm is it
 
     def __post_init__(self) -> None:
+        dtype_name(self.dtype, self.device, what="--dtype")  # the dtype rule, before any load
         if not self.arms:
             raise ConfigError(f"bench: arms must be among {', '.join(ARMS)}, got none")
         for label in self.arms:
@@ -191,9 +193,8 @@ def run_bench(cfg: BenchConfig, *, log: Callable[[str], None] | None = None) -> 
 
     say = log or (lambda s: None)
     t0 = time.perf_counter()
-    target, draft = load_pair(
-        cfg.target, cfg.draft, device=cfg.device, dtype=cfg.dtype, seed=cfg.seed
-    )
+    dtype = dtype_name(cfg.dtype, cfg.device)  # what the models are loaded in, and recorded
+    target, draft = load_pair(cfg.target, cfg.draft, device=cfg.device, dtype=dtype, seed=cfg.seed)
     load_s = time.perf_counter() - t0
     say(f"loaded {target.name} + draft in {load_s:.1f} s")
     arms = [parse_arm(label) for label in cfg.arms]
@@ -211,6 +212,7 @@ def run_bench(cfg: BenchConfig, *, log: Callable[[str], None] | None = None) -> 
         extra = _figures(base, cfg, fpt, base)
     config = asdict(cfg)
     config["params"] = asdict(cfg.params)
+    config["dtype"] = dtype
     return BenchResult(config, fpt, results, prov, extra)
 
 

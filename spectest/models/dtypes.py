@@ -37,11 +37,6 @@ def dtype_name(dtype: str | None, device: Any = "cpu", *, what: str = "dtype") -
     return str(name)
 
 
-def is_low_precision(dtype: str | None, device: Any = "cpu") -> bool:
-    """Whether ``dtype`` (resolved by ``dtype_name``) is one of ``LOW_PRECISION``."""
-    return dtype_name(dtype, device) in LOW_PRECISION
-
-
 def torch_dtype(dtype: Any, device: Any = "cpu") -> Any:
     """The ``torch.dtype`` of ``dtype`` (a ``torch.dtype`` as it is; a name or None by
     ``dtype_name``)."""

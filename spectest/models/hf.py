@@ -26,8 +26,9 @@ from typing import Any
 
 import torch
 
-from spectest.errors import ModelError
+from spectest.errors import ConfigError, ModelError
 from spectest.models.base import Cache, LanguageModel
+from spectest.models.dtypes import torch_dtype
 
 # Hand-written configs. The tiny ones are for CI (V = 512); the real shapes copy the published
 # Qwen3 configs (hidden sizes, heads, vocab) for GPU throughput work with random weights.
@@ -243,22 +244,12 @@ _DTYPE_KW = _dtype_kw()
 
 
 def _resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> torch.dtype:
-    """``None`` = float32 on CPU, bfloat16 on CUDA (the GPU default for throughput work)."""
-    if dtype is None:
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    table = {
-        "float32": torch.float32,
-        "fp32": torch.float32,
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-        "float16": torch.float16,
-        "fp16": torch.float16,
-    }
-    if dtype not in table:
-        raise ModelError(f"dtype must be one of {sorted(table)}, got {dtype!r}")
-    return table[dtype]
+    """The dtype rule (``models.dtypes``): None is the device's default, a name or alias its
+    ``torch.dtype``; another value is a ``ModelError`` naming it."""
+    try:
+        return torch_dtype(dtype, device.type)
+    except ConfigError as err:
+        raise ModelError(str(err)) from None
 
 
 def build_config(preset: str, **overrides: Any) -> Any:

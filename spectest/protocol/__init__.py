@@ -20,6 +20,7 @@ section excepted: it is the statistics' ``AnalysisOptions``), nor about what an 
 """
 
 from spectest.engines.base import DrafterSpec
+from spectest.models.dtypes import DTYPES
 from spectest.prompts import Prompt, PromptsSpec, prompts_jsonl
 from spectest.protocol.arms import (
     MATCHED,
@@ -42,7 +43,6 @@ from spectest.protocol.parse import MAX_BATCH_SIZE, protocol_from_dict
 from spectest.protocol.spec import (
     ACCEPTOR_PREFIX,
     DEVICES,
-    DTYPES,
     ENGINES_CANDIDATE,
     ENGINES_REFERENCE,
     LIMITS_FIELD,

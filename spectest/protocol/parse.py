@@ -24,13 +24,13 @@ from typing import Any
 
 from spectest.engines.base import DrafterSpec
 from spectest.errors import ConfigError
+from spectest.models.dtypes import DTYPES
 from spectest.prompts import PromptsSpec, is_name, load_prompt_set
 from spectest.protocol.budget import check_budget
 from spectest.protocol.fields import Fields, real
 from spectest.protocol.spec import (
     ACCEPTOR_PREFIX,
     DEVICES,
-    DTYPES,
     ENGINES_CANDIDATE,
     ENGINES_REFERENCE,
     LIMITS_FIELD,

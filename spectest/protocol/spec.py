@@ -1,8 +1,8 @@
 """The protocol's sections as frozen dataclasses, each with its canonical (hashed) form.
 
 Owns: ``ModelsSpec``, ``SeedsSpec``, ``TeethSpec``, ``LimitsSpec``, ``EngineChoice`` and
-``Protocol`` with its hash; the closed lists a protocol's values come from (``DTYPES``,
-``DEVICES`` ...; the drafter is ``engines.base.DrafterSpec``).
+``Protocol`` with its hash; the closed lists a protocol's values come from (``DEVICES`` ...;
+the dtypes are ``models.dtypes.DTYPES``, the drafter is ``engines.base.DrafterSpec``).
 Reading a file into these is ``spectest.protocol.parse``'s; writing one back is
 ``spectest.protocol.dump``'s.
 
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spectest.engines.base import DrafterSpec
+from spectest.models.dtypes import LOW_PRECISION
 from spectest.prompts import PromptsSpec
 from spectest.sampling.params import SamplingParams
 from spectest.stats.options import AnalysisOptions
@@ -27,21 +28,21 @@ from spectest.tooth_size import DEFAULT_BUDGET as DEFAULT_SIZE_BUDGET
 
 PROTOCOL_VERSION = 2  # the newest version this spectest reads (and writes for new files)
 PROTOCOL_VERSIONS = (1, 2)
-DTYPES = ("float32", "float64", "bfloat16", "float16")
 DEVICES = ("cpu", "cuda")
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
 ENGINES_REFERENCE = ("builtin", "hf-generate")  # version 1's closed lists (engines/hf/)
 ENGINES_CANDIDATE = ("builtin", "hf-assisted")
 ACCEPTOR_PREFIX = "acceptor:"  # candidate: acceptor:SPEC = engines.candidate {acceptor, kernel}
 LIMITS_FIELD = "limits.max_tokens"
-MATCHED_DTYPES = ("bfloat16", "float16")  # auto → matched for these model dtypes
 MATCHABLE_ENGINES = ("builtin", "fast", "acceptor")  # candidate engines that host the matched arm
 
 
 @dataclass(frozen=True)
 class ModelsSpec:
     """The model pair: zoo specs (``bundled:target``, ``toy:V=16,...``, ``hf-preset:NAME``,
-    ``hf-local:/dir``), the weights' dtype and the device."""
+    ``hf-local:/dir``), the weights' dtype (one of ``models.dtypes.DTYPES``; float32 when the
+    file names none, on every device: a protocol's law must not depend on the machine it runs
+    on) and the device."""
 
     target: str
     draft: str
@@ -195,7 +196,7 @@ class Protocol:
         mode = self.tests.numerics
         if mode != "auto":
             return mode
-        if self.models.dtype in MATCHED_DTYPES and self.candidate_engine.name in MATCHABLE_ENGINES:
+        if self.models.dtype in LOW_PRECISION and self.candidate_engine.name in MATCHABLE_ENGINES:
             return "matched"
         return "exact"
 
