@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from spectest.engines.base import DrafterSpec, Models
 from spectest.errors import ConfigError
 from spectest.stats import reported_p
 
@@ -33,7 +32,7 @@ def audit_arm(
     """The reported-p family of one job of the protocol arm's engine (module docstring)."""
     from spectest.engines import reported
     from spectest.engines.registry import engine_class
-    from spectest.models.zoo import load_pair
+    from spectest.generation import load_models
     from spectest.prompts import prompt_token_ids
     from spectest.protocol import load_protocol
 
@@ -43,16 +42,15 @@ def audit_arm(
         raise ConfigError(f"--seeds: expected an integer >= 1, got {seeds!r}")
     p = load_protocol(path)
     choice = p.reference_engine if arm == "reference" else p.candidate_engine
-    m = p.models
-    target, draft = load_pair(m.target, m.draft, device=m.device, dtype=m.dtype, seed=0)
-    ids = prompt_token_ids(p, target.vocab_size, (target, draft))
-    d = p.drafter
-    drafter = d if isinstance(d, DrafterSpec) else DrafterSpec.from_kind(d.kind, d.k, d.q)
-    engine = engine_class(choice.name)(choice.options, Models(target, draft))
+    models = load_models(p)
+    target = models.target
+    assert target is not None
+    ids = prompt_token_ids(p, target.vocab_size, (target, models.draft))
+    engine = engine_class(choice.name)(choice.options, models)
     try:
         collected = reported.collect(
             engine, target, tuple(next(iter(ids.values()))), tuple(p.configs), range(seeds),
-            p.positions, drafter=drafter,
+            p.positions, drafter=p.drafter,
         )  # fmt: skip
     finally:
         engine.close()

@@ -200,7 +200,7 @@ def check_arm(path: str | Path, arm: str = "candidate", *, seeds: int = 4) -> Co
     """``check`` on the engine of a protocol's ``reference`` or ``candidate`` arm, with its
     options, models, first prompt, configs, positions and drafter (what a run gives it), on
     ``seeds`` seeds per config."""
-    from spectest.models.zoo import load_pair
+    from spectest.generation import load_models
     from spectest.prompts import prompt_token_ids
     from spectest.protocol import load_protocol
 
@@ -208,22 +208,20 @@ def check_arm(path: str | Path, arm: str = "candidate", *, seeds: int = 4) -> Co
         raise ConfigError(f"--arm must be reference or candidate, got {arm!r}")
     p = load_protocol(path)
     choice = p.reference_engine if arm == "reference" else p.candidate_engine
-    m = p.models
-    target, draft = load_pair(m.target, m.draft, device=m.device, dtype=m.dtype, seed=0)
-    ids = prompt_token_ids(p, target.vocab_size, (target, draft))
-    d = p.drafter
-    drafter = d if isinstance(d, DrafterSpec) else DrafterSpec.from_kind(d.kind, d.k, d.q)
+    models = load_models(p)
+    assert models.target is not None
+    ids = prompt_token_ids(p, models.target.vocab_size, (models.target, models.draft))
     work = Workload(
         prompt=tuple(next(iter(ids.values()))),
         configs=tuple(p.configs),
         seeds=seeds,
         positions=p.positions,
-        drafter=drafter,
+        drafter=p.drafter,
     )
     return check(
         choice.name,
         choice.options,
-        models=Models(target, draft),
+        models=models,
         workload=work,
         roles=(arm,),
         base_dir=Path(p.source).parent,

@@ -154,9 +154,7 @@ class EngineSet:
             self.classes[a.engine].needs_draft(a.variant) for a in arms
         )
         # ``load``: a persistent worker's cache (``scaleout``), models kept between runs
-        self.models = (
-            load(protocol, need_draft) if load else Models(*load_models(protocol, need_draft))
-        )
+        self.models = (load or load_models)(protocol, need_draft)
         self.live: dict[EngineChoice, Engine] = {}
         self.teacher_s = 0.0  # wall time of the shared teacher (teacher mode), for the timings
         try:  # start every engine now: a broken one fails before any work
@@ -308,10 +306,12 @@ def shared_teacher(engines: EngineSet, job: ArmJob, tokens: Any) -> pd.DataFrame
     return teacher_force(target, job.prompt_ids, params, toks, draft=draft, drafter=job.drafter)
 
 
-def load_models(protocol: Protocol, need_draft: bool) -> tuple[Any, Any]:
-    """The protocol's target (and draft): a model that cannot be built or loaded, or a draft
-    whose vocabulary differs from the target's, is one ``ModelError`` naming the protocol file
-    and the field (``models.target`` / ``models.draft``)."""
+def load_models(protocol: Protocol, need_draft: bool = True) -> Models:
+    """The protocol's target (and draft; None unless ``need_draft``), the one loader of a
+    protocol's models (a run, its workers, ``spectest conformance --config`` and
+    ``spectest reported-p``): a model that cannot be built or loaded, or a draft whose
+    vocabulary differs from the target's, is one ``ModelError`` naming the protocol file and the
+    field (``models.target`` / ``models.draft``). Seeds 0 and 1, as ``models.zoo.load_pair``."""
     from spectest.models.derive import check_same_vocab
     from spectest.models.zoo import load_model
 
@@ -325,13 +325,13 @@ def load_models(protocol: Protocol, need_draft: bool) -> tuple[Any, Any]:
 
     target = load("target", m.target, seed=0)
     if not need_draft:
-        return target, None
+        return Models(target, None)
     draft = load("draft", m.draft, seed=1, target=target)  # load_pair's seeds
     try:
         check_same_vocab(target, draft)
     except ModelError as err:
         raise ModelError(f"{protocol.source}: models.draft: {err}") from None
-    return target, draft
+    return Models(target, draft)
 
 
 def configure_threads(device: str, threads: int | None) -> int:

@@ -346,7 +346,7 @@ def _tooth_sizes(run: _Run, plan: Plan, models: Models | None) -> pd.DataFrame |
     t0 = time.perf_counter()
     run.progress("tooth sizes", 0, 1)
     if models is None or models.target is None or models.draft is None:
-        models = Models(*load_models(p, need_draft=True))
+        models = load_models(p, need_draft=True)
     sizes = protocol_tooth_sizes(p, plan.settings.sized_teeth, models)
     run.progress("tooth sizes", 1, 1)
     run.timings["tooth sizes"] = time.perf_counter() - t0
@@ -371,7 +371,7 @@ def _numerics(
     t0 = time.perf_counter()
     run.progress("numerics drift", 0, 1)
     if models is None or models.target is None:
-        models = Models(*load_models(p, need_draft=False))
+        models = load_models(p, need_draft=False)
     target = models.target
     assert target is not None
     table = drift_table(

@@ -141,7 +141,7 @@ class Worker:
         key = (m.target, m.draft if need_draft else None, m.dtype, m.device)
         if key != self.models_key or self.models is None:
             self.models, self.models_key = None, None  # free the old before loading the new
-            self.models = Models(*load_models(protocol, need_draft))
+            self.models = load_models(protocol, need_draft)
             self.loads += 1
             self.models_key = key
         return self.models

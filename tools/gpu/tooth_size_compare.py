@@ -30,12 +30,13 @@ def main() -> int:
     a = ap.parse_args()
     p = load_protocol(a.config, sets=a.set)
     t0 = time.perf_counter()
-    target, draft = load_models(p, need_draft=True)
+    models = load_models(p, need_draft=True)
+    target, draft = models.target, models.draft
     print(f"load {time.perf_counter() - t0:.1f} s; target {target.name}; device {target.device}")
     prompts = prompt_token_ids(p, target.vocab_size)
     if a.prompts:
         prompts = dict(list(prompts.items())[: a.prompts])
-    teeth = [(x.name, str(x.variant)) for x in make_plan(p).arms if x.role in ("eps", "mutant")]
+    teeth = list(make_plan(p).settings.sized_teeth)
     walls: dict[bool, list[float]] = {True: [], False: []}
     tables = {}
     for _ in range(a.rounds):

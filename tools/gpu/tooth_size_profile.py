@@ -29,11 +29,12 @@ def main() -> None:
     a = ap.parse_args()
     p = load_protocol(a.config, sets=a.set)
     t0 = time.perf_counter()
-    target, draft = load_models(p, need_draft=True)
+    models = load_models(p, need_draft=True)
+    target, draft = models.target, models.draft
     print(f"load {time.perf_counter() - t0:.1f} s")
     prompts = dict(list(prompt_token_ids(p, target.vocab_size).items())[: a.prompts])
     plan = make_plan(p)
-    teeth = [(x.name, str(x.variant)) for x in plan.arms if x.role in ("eps", "mutant")]
+    teeth = list(plan.settings.sized_teeth)
     prof = cProfile.Profile()
     t0 = time.perf_counter()
     prof.enable()
