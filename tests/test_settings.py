@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from toy_protocol import TOY, write_toy
 
 from spectest.compare import FLAGS, byo_tests
 from spectest.errors import ConfigError, ModelError
@@ -19,15 +20,36 @@ from spectest.plan import make_plan, stages
 from spectest.protocol import load_protocol, protocol_from_dict, to_raw
 from spectest.sequential import look_alphas
 from spectest.stats.options import AnalysisOptions, options, yaml_paths
-from toy_protocol import TOY, write_toy
 
 # a value each protocol setting refuses, and one it takes that is not its default
-BAD = {"alpha": 0.9, "multiplicity": "holm", "min_expected": -1.0, "trie_depth": 65,
-       "trie_min_count": 0, "whitebox": "yes", "null_permutations": -1, "max_mde_tv": 2.0,
-       "sequence": "no", "numerics": "fast", "numerics_floor": "none", "numerics_margin": 1.5}  # fmt: skip
-GOOD = {"alpha": 0.01, "multiplicity": "by", "min_expected": 2.0, "trie_depth": 1,
-        "trie_min_count": 50, "whitebox": False, "null_permutations": 99, "max_mde_tv": 0.2,
-        "sequence": False, "numerics": "exact", "numerics_floor": "batch", "numerics_margin": 0.01}  # fmt: skip
+BAD = {
+    "alpha": 0.9,
+    "multiplicity": "holm",
+    "min_expected": -1.0,
+    "trie_depth": 65,
+    "trie_min_count": 0,
+    "whitebox": "yes",
+    "null_permutations": -1,
+    "max_mde_tv": 2.0,
+    "sequence": "no",
+    "numerics": "fast",
+    "numerics_floor": "none",
+    "numerics_margin": 1.5,
+}
+GOOD = {
+    "alpha": 0.01,
+    "multiplicity": "by",
+    "min_expected": 2.0,
+    "trie_depth": 1,
+    "trie_min_count": 50,
+    "whitebox": False,
+    "null_permutations": 99,
+    "max_mde_tv": 0.2,
+    "sequence": False,
+    "numerics": "exact",
+    "numerics_floor": "batch",
+    "numerics_margin": 0.01,
+}
 
 
 def _raw_with(path: str, value: object) -> dict:
@@ -45,8 +67,11 @@ def test_every_protocol_setting_is_a_field_with_a_path() -> None:
     assert set(yaml_paths()) == set(BAD) == set(GOOD)
     assert yaml_paths()["trie_depth"] == "tests.trie.depth"
     assert yaml_paths()["max_mde_tv"] == "tests.power.max_mde_tv"
-    assert FLAGS == {"alpha": "--alpha", "multiplicity": "--multiplicity",
-                     "max_mde_tv": "--max-mde-tv"}  # fmt: skip
+    assert FLAGS == {
+        "alpha": "--alpha",
+        "multiplicity": "--multiplicity",
+        "max_mde_tv": "--max-mde-tv",
+    }
 
 
 @pytest.mark.parametrize("name", sorted(BAD))
@@ -78,8 +103,15 @@ def test_an_option_hashed_when_not_default_leaves_the_hash_alone() -> None:
     for n in later:  # (numerics_floor has one value today: it cannot be set to another)
         if GOOD[n] != getattr(d, n):
             assert n in dataclasses.replace(d, **{n: GOOD[n]}).canonical()
-    assert set(d.canonical()) == {"alpha", "multiplicity", "min_expected", "trie", "whitebox",
-                                  "null_permutations", "max_mde_tv"}  # fmt: skip
+    assert set(d.canonical()) == {
+        "alpha",
+        "multiplicity",
+        "min_expected",
+        "trie",
+        "whitebox",
+        "null_permutations",
+        "max_mde_tv",
+    }
 
 
 def test_compare_names_the_flag() -> None:
@@ -94,7 +126,8 @@ def test_the_plan_resolves_the_run_level_settings_once(tmp_path: Path) -> None:
     s = make_plan(p).settings
     assert s.options == dataclasses.replace(p.tests, whitebox_mode="exact")
     assert s.key == p.seeds.key and s.run_alpha == p.tests.alpha and not s.matched
-    assert s.sized_teeth == (("eps=0.5", "eps_biased:0.5"), ("mutant:always_accept", "always_accept"))
+    eps, mutant = ("eps=0.5", "eps_biased:0.5"), ("mutant:always_accept", "always_accept")
+    assert s.sized_teeth == (eps, mutant)
     seq = load_protocol(write_toy(tmp_path, "s.yaml", seeds={"per_arm": 50, "max_per_arm": 200}))
     alphas = look_alphas(seq.tests.alpha, stages(seq), seq.seeds.spending)
     for k, a in enumerate(alphas):
