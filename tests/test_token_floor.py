@@ -37,6 +37,7 @@ def test_resampled_ustat_leaves_out_pairs_of_copies_of_one_sequence() -> None:
     assert np.allclose(u1[0], u0)
     ix, iy = rng.integers(0, n, (1, n)), rng.integers(0, m, (1, m))
     u2, _ = _u(_side(x, ix, V), _side(y, iy, V))
+
     def same(a: np.ndarray, ia: np.ndarray, t: int) -> float:
         num = den = 0.0
         for i, j in itertools.product(ia, ia):
@@ -55,9 +56,7 @@ def _frames(rng: np.random.Generator, cand_law: np.ndarray, n: int) -> list[pd.D
             for k, law in enumerate((ZIPF, cand_law, ZIPF))]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("mix", "decision"), [(0.0, "within"), (0.25, "beyond")]
-)
+@pytest.mark.parametrize(("mix", "decision"), [(0.0, "within"), (0.25, "beyond")])
 def test_decision_within_for_one_law_beyond_for_a_shift(mix: float, decision: str) -> None:
     """Reference, candidate and floor B; floor A = the reference (resampled jointly). One law:
     true D = 0 ≤ 2m² (m = 0.05: 5e-3); the shifted candidate: Σ(p − q)² = 0.018 per unit,

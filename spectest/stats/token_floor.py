@@ -96,7 +96,8 @@ class TokenFloorResult:
         }[self.decision]
         return (
             f"token-law drift Δ² {self.drift:.2e} per unit (spec vs plain, "
-            f"≥ {self.drift_rms_tv:.4f} TV per token RMS), floor ({self.floor_kind}) Δ² {self.floor:.2e} + margin "
+            f"≥ {self.drift_rms_tv:.4f} TV per token RMS), floor ({self.floor_kind}) "
+            f"Δ² {self.floor:.2e} + margin "
             f"{self.margin:g} TV (2m² = {self.margin_sq:.2e}): {what}; D = drift − floor "
             f"{self.statistic:+.2e} in [{self.lcb:+.2e}, {self.ucb:+.2e}] at "
             f"{1 - self.alpha:.0%} each side over {self.units} units, {self.sequences} + "
@@ -162,10 +163,7 @@ def _cell_terms(
         k = inv[at : at + f.size].reshape(f.shape)
         codes.append(np.where(k < 0, V, k))
         at += f.size
-    sides = [
-        _side(c, None if idx is None else idx[k], V)
-        for k, c in enumerate(codes)
-    ]
+    sides = [_side(c, None if idx is None else idx[k], V) for k, c in enumerate(codes)]
     ok = np.all([_side(c, None, V)[1] >= 2 for c in codes], axis=0)  # [T]
     (i, j), (k, m) = pairs
     ud, vd = _u(sides[i], sides[j])
