@@ -160,8 +160,8 @@ def _cell_terms(
     inv = inv.reshape(-1) - gap
     codes, at = [], 0
     for f in files:
-        k = inv[at : at + f.size].reshape(f.shape)
-        codes.append(np.where(k < 0, V, k))
+        code = inv[at : at + f.size].reshape(f.shape)
+        codes.append(np.where(code < 0, V, code))
         at += f.size
     sides = [_side(c, None if idx is None else idx[k], V) for k, c in enumerate(codes)]
     ok = np.all([_side(c, None, V)[1] >= 2 for c in codes], axis=0)  # [T]
