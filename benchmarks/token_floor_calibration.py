@@ -44,7 +44,8 @@ def marginals(law: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
 
 def mix(law: list, other: list, lam: float) -> list:
     return [
-        ((1 - lam) * a + lam * c, (1 - lam) * b + lam * d) for (a, b), (c, d) in zip(law, other)
+        ((1 - lam) * a + lam * c, (1 - lam) * b + lam * d)
+        for (a, b), (c, d) in zip(law, other, strict=True)
     ]
 
 
