@@ -145,16 +145,18 @@ def judge(
     kind: str = "run",
     rounds: pd.DataFrame | None = None,
     sizes: pd.DataFrame | None = None,
-    numerics: NumericsClaim | None = None,
+    numerics: NumericsClaim | TokenFloorClaim | None = None,
 ) -> tuple[tuple[Comparison, ...], Verdict]:
     """Every analysis summarised, and the decision over them (``kind``: run, teeth, compare;
     ``sizes``: the teeth's sizes, see ``summarize``; ``numerics``: matched numerics mode, with
-    claim (b) decided from its table)."""
+    claim (b) decided from its table; or a floor arm's ``TokenFloorClaim``, issue 31)."""
     comparisons = tuple(summarize(a, arm, rounds, sizes) for arm, a in results)
     drift = numerics.result() if numerics is not None else None
+    floor = isinstance(numerics, TokenFloorClaim)
     return comparisons, decide(
-        comparisons, max_mde_tv=max_mde_tv, kind=kind, drift=drift, matched=numerics is not None
-    )
+        comparisons, max_mde_tv=max_mde_tv, kind=kind, drift=drift,
+        matched=numerics is not None and not floor, floor=floor,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,34 @@ class NumericsClaim:
         )
 
 
+@dataclass(frozen=True)
+class TokenFloorClaim:
+    """Claim (b) from tokens (issue 31, ``stats.token_floor``): the engine's spec-vs-plain
+    token-law drift (``reference`` vs ``candidate``) against its floor pair (``floor_a`` vs
+    ``floor_b``; ``floor_a`` is ``reference`` itself in a run: resampled jointly), decided at
+    ``margin`` (TV per token) and ``alpha``; the bootstrap seeded by ``key``."""
+
+    reference: pd.DataFrame
+    candidate: pd.DataFrame
+    floor_a: pd.DataFrame
+    floor_b: pd.DataFrame
+    margin: float
+    alpha: float
+    key: str
+    floor_kind: str = "floor arm"
+    table: None = None  # nothing to store beside the samples (``finish_run``)
+
+    def result(self) -> Any:
+        from spectest.stats.token_floor import decide_token_floor
+
+        r = decide_token_floor(
+            self.reference, self.candidate, self.floor_a, self.floor_b, margin=self.margin,
+            alpha=self.alpha, rng=np.random.default_rng(stable_seed("token-floor", self.key)),
+            floor_kind=self.floor_kind,
+        )  # fmt: skip
+        return None if r.units == 0 else r
+
+
 def finish_run(
     rd: RunDir,
     *,
@@ -190,7 +220,7 @@ def finish_run(
     junit: Path | None,
     summary_md: Path | None,
     sizes: pd.DataFrame | None = None,
-    numerics: NumericsClaim | None = None,
+    numerics: NumericsClaim | TokenFloorClaim | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> tuple[Verdict, tuple[Comparison, ...], dict[str, Any]]:
     """Decide, write every final file, render reports from what was written, manifest last.
