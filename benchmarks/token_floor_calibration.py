@@ -1,9 +1,9 @@
 """Calibration of claim (b) from tokens (issue 31, ``spectest.stats.token_floor``): the false
 "beyond" rate at the margin's boundary and the "within" rate under the null, over fixed seeds.
 
-The law: ``compare_h0``'s (12 cells, T = 8, V = 64, a first-order Markov chain per cell, stop
-probability 0.03). The reference, the candidate and floor B are drawn with ``--samples``
-sequences per cell each; floor A is the reference itself (a run's shape: reference vs floor
+The law: ``compare_h0``'s (its first ``--cells`` of 12 cells, T = 8, V = 64, a first-order
+Markov chain per cell, stop probability 0.03). The reference, the candidate and floor B are
+drawn with ``--samples`` sequences per cell each; floor A is the reference itself (a run's shape: reference vs floor
 arm). Scenario ``null``: all three from one law (true D = 0). Scenario ``boundary``: the
 candidate from the chain mixed with another (λ chosen by bisection so that the mean over units
 of the exact marginal Σ_v (p − q)² equals 2m²): true D = 2m² exactly, so a "beyond" there is a
@@ -26,7 +26,8 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).parent))
-from compare_h0 import CELLS, T, V, draw, make_law
+import compare_h0
+from compare_h0 import T, V, draw, make_law
 
 from spectest.stats.token_floor import decide_token_floor, margin_sq
 
@@ -67,8 +68,10 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=256)
     ap.add_argument("--margin", type=float, default=0.02)
     ap.add_argument("--alpha", type=float, default=0.05)
+    ap.add_argument("--cells", type=int, default=12, help="the first N of compare_h0's cells")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
+    compare_h0.CELLS[:] = compare_h0.CELLS[: a.cells]
     t0 = time.time()
     rows = []
     for rep in range(a.reps):
@@ -93,7 +96,7 @@ def main() -> None:
     ucb_miss = sum(r["ucb"] < r["true_D"] for r in rows)
     cp = stats.beta.ppf(0.95, lcb_miss + 1, n - lcb_miss) if lcb_miss < n else 1.0
     out = {
-        "scenario": a.scenario, "reps": n, "samples_per_cell": a.samples, "cells": len(CELLS),
+        "scenario": a.scenario, "reps": n, "samples_per_cell": a.samples, "cells": a.cells,
         "T": T, "V": V, "margin_tv": a.margin, "margin_sq": margin_sq(a.margin),
         "alpha": a.alpha, "decisions": count, "lcb_miss": lcb_miss, "lcb_miss_cp95": cp,
         "ucb_miss": ucb_miss, "mean_D": float(np.mean([r["D"] for r in rows])),

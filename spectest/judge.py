@@ -208,6 +208,26 @@ class TokenFloorClaim:
         return None if r.units == 0 else r
 
 
+def token_floor_claim(
+    samples: pd.DataFrame, arms: Sequence[Arm], margin: float, alpha: float, key: str, kind: str
+) -> TokenFloorClaim | None:
+    """A run's claim (b) from its floor arm (issue 31): reference vs candidate against
+    reference vs floor (the reference resampled jointly); None without a floor arm or a
+    candidate."""
+    names = {a.role: a.name for a in arms}
+    if "floor" not in names or "candidate" not in names:
+        return None
+    cols = [f.name for f in schema.BYO_SCHEMA]
+
+    def arm(name: str) -> pd.DataFrame:
+        return samples.loc[samples[schema.ARM] == name, cols].reset_index(drop=True)
+
+    ref = arm(names["reference"])
+    return TokenFloorClaim(
+        ref, arm(names["candidate"]), ref, arm(names["floor"]), margin, alpha, key, kind
+    )
+
+
 def finish_run(
     rd: RunDir,
     *,

@@ -17,7 +17,14 @@ from typing import Any
 from spectest.compare import byo_arms
 from spectest.errors import InputError
 from spectest.generation import readout_arms, whitebox_mode
-from spectest.judge import NumericsClaim, RunResult, compare_all, judge
+from spectest.judge import (
+    NumericsClaim,
+    RunResult,
+    TokenFloorClaim,
+    compare_all,
+    judge,
+    token_floor_claim,
+)
 from spectest.plan import Arm, make_plan
 from spectest.progress import ProgressFn, no_progress
 from spectest.protocol import TestsSpec, load_protocol
@@ -55,7 +62,9 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
 
 def _settings(
     stored: StoredRun,
-) -> tuple[list[Arm], Any, str, float | None, frozenset[str], NumericsClaim | None]:
+) -> tuple[
+    list[Arm], Any, str, float | None, frozenset[str], NumericsClaim | TokenFloorClaim | None
+]:
     """(arms, the statistics' options, the analysis key, the power requirement, the readout
     arms, matched numerics mode's claim (b) from the stored ``numerics.parquet``) as the run
     had them."""
@@ -78,12 +87,16 @@ def _settings(
     arms = list(plan.arms)
     tests = replace(protocol.tests, alpha=looks[-1]["alpha"]) if looks else protocol.tests
     options = tests.analysis_options(whitebox_mode(protocol.models.dtype, arms))
-    numerics = (
+    numerics: NumericsClaim | TokenFloorClaim | None = (
         NumericsClaim(stored.table(NUMERICS), tests.numerics_margin, protocol.tests.alpha,
                       tests.numerics_floor)
         if plan.matched
         else None
     )  # fmt: skip
+    samples = stored.table(SAMPLES) if protocol.floor is not None else None
+    if protocol.floor is not None and samples is not None:  # issue 31: the floor arm's claim
+        f = protocol.floor
+        numerics = token_floor_claim(samples, arms, f.margin, tests.alpha, protocol.hash, f.kind)
     return (
         arms, options, protocol.seeds.key, protocol.tests.max_mde_tv, readout_arms(arms),
         numerics,

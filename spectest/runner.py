@@ -45,7 +45,15 @@ from spectest.generation import (
     readout_arms,
     whitebox_mode,
 )
-from spectest.judge import NumericsClaim, RunResult, compare_all, finish_run, summarize
+from spectest.judge import (
+    NumericsClaim,
+    RunResult,
+    TokenFloorClaim,
+    compare_all,
+    finish_run,
+    summarize,
+    token_floor_claim,
+)
 from spectest.plan import Plan, Shard, make_plan, stages
 from spectest.progress import ProgressFn, no_progress
 from spectest.prompts import prompt_token_ids, prompts_jsonl
@@ -154,7 +162,7 @@ class _Looked:
     looks: tuple[Look, ...]
     sizes: tuple[int, ...]
     teeth_sizes: pd.DataFrame | None
-    numerics: NumericsClaim | None = None  # matched numerics mode: claim (b)
+    numerics: NumericsClaim | TokenFloorClaim | None = None  # claim (b): matched mode / floor arm
 
 
 def _open_run(
@@ -208,7 +216,7 @@ def _run_stages(run: _Run) -> _Looked:
     alphas = look_alphas(p.tests.alpha, sizes, p.seeds.spending)
     looks: list[Look] = []
     teeth_sizes: pd.DataFrame | None = None
-    numerics: NumericsClaim | None = None
+    numerics: NumericsClaim | TokenFloorClaim | None = None
     for stage in range(len(sizes)):
         plan = make_plan(p, teeth_only=run.options.teeth_only, stage=stage)
         models = _generate_missing(run, plan, teeth=stage == 0)
@@ -362,15 +370,19 @@ def _tooth_sizes(run: _Run, plan: Plan, models: Models | None) -> pd.DataFrame |
 def _numerics(
     run: _Run, plan: Plan, samples: pd.DataFrame, rounds: pd.DataFrame | None,
     models: Models | None,
-) -> NumericsClaim | None:  # fmt: skip
+) -> NumericsClaim | TokenFloorClaim | None:  # fmt: skip
     """Matched numerics mode (issue 21): the matched arm's per-token drift and floor
     (``spectest.numerics.drift_table``) from the run's target, loaded here when this process has
     not; None outside matched mode. Adds ``numerics`` (seconds) to the timings."""
     from spectest.numerics import drift_table
 
+    p = run.protocol
+    if p.floor is not None:  # issue 31: claim (b) from the floor arm's tokens
+        return token_floor_claim(
+            samples, plan.arms, p.floor.margin, p.tests.alpha, p.hash, p.floor.kind
+        )
     if not plan.matched:
         return None
-    p = run.protocol
     claim = NumericsClaim(
         None, p.tests.numerics_margin, p.tests.alpha, p.tests.numerics_floor
     )  # fmt: skip

@@ -22,6 +22,7 @@ option rules excepted: ``TestsSpec`` is validated by them), nor about what an en
 from spectest.engines.base import DrafterSpec
 from spectest.prompts import Prompt, PromptsSpec, prompts_jsonl
 from spectest.protocol.arms import (
+    FLOOR,
     MATCHED,
     ArmRole,
     ArmSpec,
@@ -50,6 +51,7 @@ from spectest.protocol.spec import (
     PROTOCOL_VERSIONS,
     SAMPLING_KEYS,
     EngineChoice,
+    FloorSpec,
     LimitsSpec,
     ModelsSpec,
     Protocol,
@@ -69,6 +71,7 @@ __all__ = [
     "DTYPES",
     "ENGINES_CANDIDATE",
     "ENGINES_REFERENCE",
+    "FLOOR",
     "LIMITS_FIELD",
     "MATCHED",
     "MAX_BATCH_SIZE",
@@ -82,6 +85,7 @@ __all__ = [
     "ArmSpec",
     "DrafterSpec",
     "EngineChoice",
+    "FloorSpec",
     "LimitsSpec",
     "ModelsSpec",
     "PlanSize",
