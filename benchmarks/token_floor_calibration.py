@@ -3,12 +3,12 @@
 
 The law: ``compare_h0``'s (its first ``--cells`` of 12 cells, T = 8, V = 64, a first-order
 Markov chain per cell, stop probability 0.03). The reference, the candidate and floor B are
-drawn with ``--samples`` sequences per cell each; floor A is the reference itself (a run's shape: reference vs floor
-arm). Scenario ``null``: all three from one law (true D = 0). Scenario ``boundary``: the
-candidate from the chain mixed with another (λ chosen by bisection so that the mean over units
-of the exact marginal Σ_v (p − q)² equals 2m²): true D = 2m² exactly, so a "beyond" there is a
-false one. Exact marginals: init · trans^t (stopping is independent of the tokens). Recorded:
-the decisions, P(LCB > true D) and P(UCB < true D).
+drawn with ``--samples`` sequences per cell each; floor A is the reference itself (a run's
+shape: reference vs floor arm). Scenario ``null``: all three from one law (true D = 0). Scenario
+``boundary``: the candidate from the chain mixed with another (λ chosen by bisection so that the
+mean over units of the exact marginal Σ_v (p − q)² equals 2m²): true D = 2m² exactly, so a
+"beyond" there is a false one. Exact marginals: init · trans^t (stopping is independent of the
+tokens). Recorded: the decisions, P(LCB > true D) and P(UCB < true D).
 
     OMP_NUM_THREADS=1 nice python benchmarks/token_floor_calibration.py --scenario null \
         [--reps 200] [--samples 256] [--margin 0.02] [--out results/bench/token_floor_null.json]
