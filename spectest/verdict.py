@@ -170,11 +170,32 @@ def _candidate_rejected(run: _Run) -> tuple[bool, list[Reason]]:
     if c is None or not c.rejected:
         return False, []
     first = c.failing[0] if c.failing else "?"
+    if not _rejection_counts(run):
+        return False, [(
+            "",
+            f"black-box difference from plain decode (not a decision with a floor arm: the "
+            f"black-box families see numerics too; claim (b) decides whether the token law's "
+            f"distance is numerics-sized): {c.rejections} rejection(s), most significant: "
+            f"{first}",
+        )]  # fmt: skip
     return True, [(
         "the candidate's law differs from the reference's",
         f"candidate differs from the reference: {c.rejections} rejection(s) after correction, "
         f"most significant: {first}",
     )]  # fmt: skip
+
+
+def _rejection_counts(run: _Run) -> bool:
+    """The candidate's rejection decides (rule 2): always, except beside a floor arm (issue
+    31), where only a family exact at any numerics counts — the white-box family (it tests
+    each token against the p the engine itself reported) or a support-only rejection (a token
+    plain decode can never emit); a black-box difference is then claim (b)'s to size."""
+    c = run.cand
+    if c is None or not c.rejected:
+        return False
+    if not run.floor:
+        return True
+    return c.support_only or any(f.rejected and f.name == "whitebox" for f in c.families)
 
 
 def _drift_beyond(run: _Run) -> tuple[bool, list[Reason]]:
@@ -432,7 +453,10 @@ def _headline(decision: Decision, run: _Run, reasons: list[Reason], scope: Scope
     code = int(_EXIT[decision])
     if decision == "equivalent":
         assert run.claim is not None and run.claim.tv is not None
-        head = f"EQUIVALENT (exit {code}): no difference found: {run.claim.seen(scope.power)}"
+        found = "no difference found"
+        if run.floor and run.cand is not None and run.cand.rejected:  # demoted: numerics-sized
+            found = "no difference beyond numerics (the black-box difference is within claim b)"
+        head = f"EQUIVALENT (exit {code}): {found}: {run.claim.seen(scope.power)}"
         if run.matched and run.drift is not None:
             head += f"; numerics drift {run.drift.drift:.4f} per token within numerics"
         elif run.floor and run.drift is not None:
@@ -441,7 +465,7 @@ def _headline(decision: Decision, run: _Run, reasons: list[Reason], scope: Scope
     if decision == "sound":
         return f"SOUND (exit {code}): every tooth behaved"
     if decision == "different":
-        if run.cand is not None and not run.cand.rejected:  # claim (b) alone failed
+        if run.cand is not None and not _rejection_counts(run):  # claim (b) alone failed
             return f"DIFFERENT (exit {code}): drift beyond numerics (claim b)"
         if run.matched:
             return (
