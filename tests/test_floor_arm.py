@@ -83,3 +83,28 @@ def test_refused_beside_matched_mode(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"arms\.floor: tests\.numerics resolves to 'matched'"):
         _proto(tmp_path, tests={**TOY["tests"], "numerics": "matched"},
                arms={"floor": {"batch_size": 7}})  # fmt: skip
+
+
+def test_run_decides_claim_b_from_the_floor_arm_and_analyze_agrees(tmp_path: Path) -> None:
+    """The toy pair in float32 (no numerics): the floor arm (batch 7, reversed rows would do
+    too) is generated on its own seeds, claim (b) is decided and stated beside claim (a), and
+    ``spectest analyze`` re-decides the same from the stored samples. The decision itself is
+    not asserted (at 100 seeds it is unresolved: the test is of the plumbing; the statistic's
+    own tests and calibration are in test_token_floor.py and results/LOG.md)."""
+    from spectest.reanalyze import analyze_run
+    from spectest.runner import run_protocol
+
+    teeth = {"null_arm": False, "epsilons": [], "mutants": ["always_accept"]}
+    p = _proto(tmp_path, teeth=teeth, seeds={"per_arm": 100}, positions=3,
+               arms={"floor": {"batch_size": 7}})  # fmt: skip
+    r = run_protocol(p, out=tmp_path / "run")
+    samples = __import__("pandas").read_parquet(tmp_path / "run" / "samples.parquet")
+    floor = samples[samples["arm"] == "floor"]
+    assert len(floor) and set(floor["seed"]).isdisjoint(samples[samples["arm"] != "floor"]["seed"])
+    n = r.summary["verdict"]["numerics"]
+    assert n["decision"] in ("within", "unresolved", "beyond") and n["floor_kind"] == "batch 7"
+    claims = r.summary["verdict"]["scope"]["claims"]
+    assert len(claims) == 2 and "(claim b, tokens only)" in claims[1]
+    again = analyze_run(tmp_path / "run")
+    assert again.summary["verdict"]["numerics"] == n
+    assert again.verdict.decision == r.verdict.decision
