@@ -20,7 +20,7 @@ from spectest import schema
 from spectest.byo import read_samples_file
 from spectest.errors import ConfigError, InputError
 from spectest.files import make_provenance
-from spectest.judge import RunResult, compare_all, finish_run
+from spectest.judge import RunResult, TokenFloorClaim, compare_all, finish_run
 from spectest.plan import Arm, RunSettings, SeedRange
 from spectest.progress import ProgressFn, no_progress
 from spectest.stats.options import AnalysisOptions, OptionError, flags
@@ -78,6 +78,25 @@ def _check_floor(
         )
 
 
+def _floor_margin(
+    floor: tuple[str | Path, str | Path] | None, decide: bool, margin: float | None
+) -> float | None:
+    """The margin claim (b) is decided at (None: the readout only); one line naming the flag
+    when the flags do not fit together."""
+    from spectest.stats.token_floor import DEFAULT_TOKEN_MARGIN
+
+    if margin is not None and not (0 < margin < 1):
+        raise ConfigError(f"--floor-margin: expected a TV per token in (0, 1), got {margin!r}")
+    if (decide or margin is not None) and floor is None:
+        flag = "--decide-floor" if decide else "--floor-margin"
+        raise ConfigError(f"{flag}: needs --floor A B (two plain-decode files of the engine)")
+    if not decide:
+        if margin is not None:
+            raise ConfigError("--floor-margin: only with --decide-floor (the readout has none)")
+        return None
+    return DEFAULT_TOKEN_MARGIN if margin is None else float(margin)
+
+
 def _digest(frames: list[pd.DataFrame], tests: AnalysisOptions) -> str:
     """The comparison's hash: the data of every file and the settings."""
     digest = hashlib.sha256()
@@ -112,6 +131,8 @@ def compare_files(
     out: str | Path | None = None,
     progress: ProgressFn | None = None,
     floor: tuple[str | Path, str | Path] | None = None,
+    decide_floor: bool = False,
+    floor_margin: float | None = None,
 ) -> RunResult:
     """Black-box tests on two bring-your-own samples files; results stored like a run's.
 
@@ -120,10 +141,16 @@ def compare_files(
     ``spectest.verdict.DEFAULT_MAX_MDE_TV``, since a comparison runs no teeth (see there).
     ``floor``: two plain-decode files of the engine (A, B): the token-drift readout
     (``stats.token_drift``) is stored in ``summary.json`` as ``token_drift``; no verdict changes.
+    ``decide_floor`` (needs ``floor``): claim (b) decided from the four files instead
+    (``stats.token_floor``: within / beyond = exit 1 / unresolved = exit 3 at ``floor_margin``,
+    TV per token, default ``token_floor.DEFAULT_TOKEN_MARGIN``), in the verdict and stored as
+    ``verdict.numerics``; the readout is then not printed. A floor file that is the reference
+    file itself (the same path) is resampled jointly with it.
     """
     t0 = time.perf_counter()
     progress = progress or no_progress
     tests = byo_tests(alpha=alpha, multiplicity=multiplicity, max_mde_tv=max_mde_tv)
+    margin = _floor_margin(floor, decide_floor, floor_margin)
     ref = read_samples_file(reference)
     cand = read_samples_file(candidate)
     cells_r = set(map(tuple, ref[list(schema.CELL)].drop_duplicates().to_numpy().tolist()))
@@ -140,7 +167,8 @@ def compare_files(
         )
     pair: list[pd.DataFrame] = []
     if floor is not None:
-        pair = [read_samples_file(f) for f in floor]
+        same = [Path(f).resolve() == Path(reference).resolve() for f in floor]
+        pair = [ref if s else read_samples_file(f) for s, f in zip(same, floor, strict=True)]
         _check_floor(floor, pair, cells_r)
     samples = pd.concat(
         [ref.assign(**{schema.ARM: "reference"}), cand.assign(**{schema.ARM: "candidate"})],
@@ -148,6 +176,8 @@ def compare_files(
     )
     samples = samples[[f.name for f in schema.SAMPLES_SCHEMA]]
     h = _digest([ref, cand, *pair], tests)
+    if margin is not None:  # a decision has its own settings: its own hash
+        h = hashlib.sha256(f"{h}\x1ftoken-floor\x1f{margin!r}".encode()).hexdigest()
     run_dir = Path(out) if out is not None else Path("results") / f"compare-{h[:10]}"
     rd = RunDir.open(
         run_dir,
@@ -165,7 +195,16 @@ def compare_files(
     settings = byo_settings(tests)
     results = compare_all(samples, None, byo_arms(), settings, progress)
     name = f"{Path(reference).name} vs {Path(candidate).name}"
-    extra = {"token_drift": _readout(ref, cand, pair, tests.alpha, h)} if pair else {}
+    extra = (
+        {"token_drift": _readout(ref, cand, pair, tests.alpha, h)}
+        if pair and margin is None
+        else {}
+    )
+    claim = (
+        TokenFloorClaim(ref, cand, pair[0], pair[1], margin, tests.alpha, h, "floor pair A vs B")
+        if margin is not None
+        else None
+    )
     verdict, comparisons, summary = finish_run(
         rd,
         samples=samples,
@@ -177,5 +216,6 @@ def compare_files(
         junit=None,
         summary_md=None,
         extra=extra,
+        numerics=claim,
     )
     return RunResult(rd.path, verdict, comparisons, summary, 0, 0, time.perf_counter() - t0)

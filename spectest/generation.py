@@ -230,11 +230,16 @@ def generate_shard(
     rows = tuple(
         RowSpec(cid, seed, sp) for cid, sp in protocol.configs for seed in arm.seeds.seeds()
     )
+    floor = protocol.floor if arm.role == "floor" else None  # issue 31: another shape
+    if floor is not None and floor.order == "reversed":
+        rows = rows[::-1]
     tick(0)
     job = ArmJob(
-        arm=arm.name, role=arm.role, variant=arm.variant, prompt_id=prompt_id,
-        prompt_ids=tuple(prompt_ids), rows=rows, num_positions=protocol.positions, run_key=key,
-        batch_size=protocol.batch_size, drafter=drafter_of(protocol),
+        arm=arm.name, role="reference" if floor is not None else arm.role, variant=arm.variant,
+        prompt_id=prompt_id, prompt_ids=tuple(prompt_ids), rows=rows,
+        num_positions=protocol.positions, run_key=key,
+        batch_size=(floor.batch_size if floor else None) or protocol.batch_size,
+        drafter=drafter_of(protocol),
         # teacher mode: every arm is forced by the one shared teacher (``shared_teacher``)
         whitebox=(
             protocol.tests.whitebox

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from spectest import schema
-from spectest.plan import Arm, RunSettings
+from spectest.plan import Arm, Plan, RunSettings
 from spectest.progress import ProgressFn
 from spectest.store import (
     HISTOGRAMS,
@@ -143,16 +143,17 @@ def judge(
     kind: str = "run",
     rounds: pd.DataFrame | None = None,
     sizes: pd.DataFrame | None = None,
-    numerics: NumericsClaim | None = None,
+    numerics: NumericsClaim | TokenFloorClaim | None = None,
 ) -> tuple[tuple[Comparison, ...], Verdict]:
     """Every analysis summarised, and the decision over them at ``settings.max_mde_tv``
     (``kind``: run, teeth, compare; ``sizes``: the teeth's sizes, see ``summarize``;
     ``numerics``: matched numerics mode, with claim (b) decided from its table)."""
     comparisons = tuple(summarize(a, arm, rounds, sizes) for arm, a in results)
     drift = numerics.result() if numerics is not None else None
+    floor = isinstance(numerics, TokenFloorClaim)
     return comparisons, decide(
         comparisons, max_mde_tv=settings.max_mde_tv, kind=kind, drift=drift,
-        matched=numerics is not None,
+        matched=numerics is not None and not floor, floor=floor,
     )  # fmt: skip
 
 
@@ -186,6 +187,69 @@ class NumericsClaim:
         )
 
 
+@dataclass(frozen=True)
+class TokenFloorClaim:
+    """Claim (b) from tokens (issue 31, ``stats.token_floor``): the engine's spec-vs-plain
+    token-law drift (``reference`` vs ``candidate``) against its floor pair (``floor_a`` vs
+    ``floor_b``; ``floor_a`` is ``reference`` itself in a run: resampled jointly), decided at
+    ``margin`` (TV per token) and ``alpha``; the bootstrap seeded by ``key``."""
+
+    reference: pd.DataFrame
+    candidate: pd.DataFrame
+    floor_a: pd.DataFrame
+    floor_b: pd.DataFrame
+    margin: float
+    alpha: float
+    key: str
+    floor_kind: str = "floor arm"
+    table: None = None  # nothing to store beside the samples (``finish_run``)
+
+    def result(self) -> Any:
+        from spectest.stats.token_floor import decide_token_floor
+
+        r = decide_token_floor(
+            self.reference, self.candidate, self.floor_a, self.floor_b, margin=self.margin,
+            alpha=self.alpha, rng=np.random.default_rng(stable_seed("token-floor", self.key)),
+            floor_kind=self.floor_kind,
+        )  # fmt: skip
+        return None if r.units == 0 else r
+
+
+def token_floor_claim(
+    samples: pd.DataFrame, arms: Sequence[Arm], margin: float, alpha: float, key: str, kind: str
+) -> TokenFloorClaim | None:
+    """A run's claim (b) from its floor arm (issue 31): reference vs candidate against
+    reference vs floor (the reference resampled jointly); None without a floor arm or a
+    candidate."""
+    names = {a.role: a.name for a in arms}
+    if "floor" not in names or "candidate" not in names:
+        return None
+    cols = [f.name for f in schema.BYO_SCHEMA]
+
+    def arm(name: str) -> pd.DataFrame:
+        return samples.loc[samples[schema.ARM] == name, cols].reset_index(drop=True)
+
+    ref = arm(names["reference"])
+    return TokenFloorClaim(
+        ref, arm(names["candidate"]), ref, arm(names["floor"]), margin, alpha, key, kind
+    )
+
+
+def run_claim_b(
+    plan: Plan, samples: pd.DataFrame, numerics: pd.DataFrame | None
+) -> NumericsClaim | TokenFloorClaim | None:
+    """A protocol run's claim (b), decided at the run's α (not a look's): from its floor arm's
+    tokens (issue 31) when the protocol names one, else matched numerics mode's from the
+    per-token table ``numerics`` (None: not measured yet), else None."""
+    f = plan.protocol.floor
+    if f is not None:
+        s = plan.settings
+        return token_floor_claim(
+            samples, plan.arms, f.margin, s.run_alpha, plan.protocol.hash, f.kind
+        )
+    return NumericsClaim.of(plan.settings, numerics)
+
+
 def finish_run(
     rd: RunDir,
     *,
@@ -198,7 +262,7 @@ def finish_run(
     junit: Path | None,
     summary_md: Path | None,
     sizes: pd.DataFrame | None = None,
-    numerics: NumericsClaim | None = None,
+    numerics: NumericsClaim | TokenFloorClaim | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> tuple[Verdict, tuple[Comparison, ...], dict[str, Any]]:
     """Decide, write every final file, render reports from what was written, manifest last.

@@ -148,7 +148,7 @@ class Plan:
         return {a.name: [a.seeds.start, a.seeds.stop] for a in self.arms}
 
 
-REFERENCE_ROLES = ("reference", "matched")
+REFERENCE_ROLES = ("reference", "matched", "floor")  # arms compared with no reference
 
 
 def reference_for(arms: tuple[Arm, ...] | list[Arm], arm: Arm | str) -> str:
@@ -197,7 +197,7 @@ def make_plan(
     arms = tuple(
         _at_stage(a, sizes[k]) if len(sizes) > 1 else a  # one stage: the reserved sizes
         for a in all_arms(protocol)
-        if a.role in REFERENCE_ROLES
+        if (a.role in REFERENCE_ROLES and not (a.role == "floor" and teeth_only))
         or (a.role == "candidate" and not teeth_only)
         or (a.is_tooth and teeth)
     )

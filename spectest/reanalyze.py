@@ -14,7 +14,7 @@ from pathlib import Path
 
 from spectest.compare import byo_arms, byo_settings
 from spectest.errors import InputError
-from spectest.judge import NumericsClaim, RunResult, compare_all, judge
+from spectest.judge import RunResult, compare_all, judge, run_claim_b
 from spectest.plan import Plan, make_plan
 from spectest.progress import ProgressFn, no_progress
 from spectest.protocol import load_protocol
@@ -37,13 +37,15 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
             byo_arms(),
             byo_settings(AnalysisOptions.from_canonical(stored.summary["analysis"])),
         )
+        numerics = None
     else:
         plan = _plan(stored)
         arms, settings = list(plan.arms), plan.settings
+        numerics = run_claim_b(plan, samples, stored.table(NUMERICS))
     results = compare_all(samples, rounds, arms, settings, progress or no_progress)
     comparisons, verdict = judge(
         results, settings, kind=kind, rounds=rounds, sizes=stored.table(TOOTH_SIZES),
-        numerics=NumericsClaim.of(settings, stored.table(NUMERICS)),
+        numerics=numerics,
     )  # fmt: skip
     base = stored.summary
     was = base["verdict"]["decision"]

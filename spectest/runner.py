@@ -43,7 +43,15 @@ from spectest.generation import (
     load_models,
     protocol_tooth_sizes,
 )
-from spectest.judge import NumericsClaim, RunResult, compare_all, finish_run, summarize
+from spectest.judge import (
+    NumericsClaim,
+    RunResult,
+    TokenFloorClaim,
+    compare_all,
+    finish_run,
+    run_claim_b,
+    summarize,
+)
 from spectest.plan import Plan, Shard, make_plan, stages
 from spectest.progress import ProgressFn, no_progress
 from spectest.prompts import prompt_token_ids, prompts_jsonl
@@ -152,7 +160,7 @@ class _Looked:
     looks: tuple[Look, ...]
     sizes: tuple[int, ...]
     teeth_sizes: pd.DataFrame | None
-    numerics: NumericsClaim | None = None  # matched numerics mode: claim (b)
+    numerics: NumericsClaim | TokenFloorClaim | None = None  # claim (b): matched mode / floor arm
 
 
 def _open_run(
@@ -206,7 +214,7 @@ def _run_stages(run: _Run) -> _Looked:
     alphas = look_alphas(p.tests.alpha, sizes, p.seeds.spending)
     looks: list[Look] = []
     teeth_sizes: pd.DataFrame | None = None
-    numerics: NumericsClaim | None = None
+    numerics: NumericsClaim | TokenFloorClaim | None = None
     for stage in range(len(sizes)):
         plan = make_plan(p, teeth_only=run.options.teeth_only, stage=stage)
         models = _generate_missing(run, plan, teeth=stage == 0)
@@ -356,15 +364,15 @@ def _tooth_sizes(run: _Run, plan: Plan, models: Models | None) -> pd.DataFrame |
 def _numerics(
     run: _Run, plan: Plan, samples: pd.DataFrame, rounds: pd.DataFrame | None,
     models: Models | None,
-) -> NumericsClaim | None:  # fmt: skip
+) -> NumericsClaim | TokenFloorClaim | None:  # fmt: skip
     """Matched numerics mode (issue 21): the matched arm's per-token drift and floor
     (``spectest.numerics.drift_table``) from the run's target, loaded here when this process has
     not; None outside matched mode. Adds ``numerics`` (seconds) to the timings."""
     from spectest.numerics import drift_table
 
-    claim = NumericsClaim.of(plan.settings, None)
-    if claim is None:
-        return None
+    claim = run_claim_b(plan, samples, None)
+    if not isinstance(claim, NumericsClaim):  # none, or a floor arm's claim from its tokens
+        return claim
     p = run.protocol
     if rounds is None or not len(rounds[rounds[schema.ARM] == MATCHED]):
         return claim

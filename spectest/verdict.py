@@ -130,6 +130,7 @@ class _Run:
     kind: str
     drift: DriftResult | None = None  # claim (b), matched numerics mode (issue 21)
     matched: bool = False
+    floor: bool = False  # claim (b) from tokens against a floor arm (issue 31): required too
 
     @property
     def nothing(self) -> bool:
@@ -169,11 +170,32 @@ def _candidate_rejected(run: _Run) -> tuple[bool, list[Reason]]:
     if c is None or not c.rejected:
         return False, []
     first = c.failing[0] if c.failing else "?"
+    if not _rejection_counts(run):
+        return False, [(
+            "",
+            f"black-box difference from plain decode (not a decision with a floor arm: the "
+            f"black-box families see numerics too; claim (b) decides whether the token law's "
+            f"distance is numerics-sized): {c.rejections} rejection(s), most significant: "
+            f"{first}",
+        )]  # fmt: skip
     return True, [(
         "the candidate's law differs from the reference's",
         f"candidate differs from the reference: {c.rejections} rejection(s) after correction, "
         f"most significant: {first}",
     )]  # fmt: skip
+
+
+def _rejection_counts(run: _Run) -> bool:
+    """The candidate's rejection decides (rule 2): always, except beside a floor arm (issue
+    31), where only a family exact at any numerics counts — the white-box family (it tests
+    each token against the p the engine itself reported) or a support-only rejection (a token
+    plain decode can never emit); a black-box difference is then claim (b)'s to size."""
+    c = run.cand
+    if c is None or not c.rejected:
+        return False
+    if not run.floor:
+        return True
+    return c.support_only or any(f.rejected and f.name == "whitebox" for f in c.families)
 
 
 def _drift_beyond(run: _Run) -> tuple[bool, list[Reason]]:
@@ -192,9 +214,15 @@ def _drift_beyond(run: _Run) -> tuple[bool, list[Reason]]:
 def _drift_unresolved(run: _Run) -> tuple[bool, list[Reason]]:
     """Rule 3d (issue 21): matched mode needs claim (b) decided: no drift measured, or its
     bounds straddle the margin."""
-    if not run.matched or run.cand is None:
+    if not (run.matched or run.floor) or run.cand is None:
         return False, []
     d = run.drift
+    if d is None and run.floor:
+        return True, [(
+            "numerics drift not measured",
+            "numerics drift not measured (claim b): the floor arm and the reference share no "
+            "(prompt, config, position) with two tokens or more on every side",
+        )]  # fmt: skip
     if d is None:
         return True, [(
             "numerics drift not measured",
@@ -328,6 +356,7 @@ def decide(
     kind: str = "run",
     drift: DriftResult | None = None,
     matched: bool = False,
+    floor: bool = False,
 ) -> Verdict:
     """Apply the decision rules (docs/verdict.md "Decision rules") (``_LADDER``).
 
@@ -340,6 +369,9 @@ def decide(
     drift, matched : matched numerics mode (issue 21): claim (b) decided
         (``spectest.stats.drift``; None: not measured); the comparisons are then against the
         matched arm, and the verdict states both claims (``Scope.claims``).
+    floor : claim (b) decided from tokens against a floor arm (issue 31,
+        ``stats.token_floor``; ``drift`` its result, None: nothing decidable): required as in
+        matched mode, the comparisons staying against the plain reference.
     """
     cands = [c for c in comparisons if c.role == "candidate"]
     assert len(cands) <= 1, "one candidate per run"
@@ -355,6 +387,7 @@ def decide(
         kind=kind,
         drift=drift,
         matched=matched,
+        floor=floor,
     )
     reasons: list[Reason] = []
     decision: Decision | None = None
@@ -369,8 +402,8 @@ def decide(
         decision = "equivalent" if cand is not None else "sound"
     mde = cand.mde_tv if cand is not None else None
     scope = _scope(run.main, run.teeth, mde, required, requirement, run.claim)
-    if matched and cand is not None:
-        scope = replace(scope, claims=_claim_lines(cand, drift))
+    if (matched or floor) and cand is not None:
+        scope = replace(scope, claims=_claim_lines(cand, drift, matched))
     return Verdict(
         decision=decision,
         exit_code=_EXIT[decision],
@@ -386,14 +419,21 @@ def decide(
     )
 
 
-def _claim_lines(cand: Comparison, drift: DriftResult | None) -> tuple[str, ...]:
-    """The two claims of matched numerics mode, one line each (issue 21)."""
+def _claim_lines(
+    cand: Comparison, drift: DriftResult | None, matched: bool = True
+) -> tuple[str, ...]:
+    """The two claims of matched numerics mode (issue 21) or of a floor arm (issue 31), one
+    line each."""
     routes = ", ".join(f.label for f in cand.families if f.ran) or "no family ran"
     a = "differs" if cand.rejected else "no difference found"
+    against = (
+        "against the matched reference (spectest's exact sampler in the same loop, disjoint seeds)"
+        if matched
+        else "against plain decode (the black-box families see numerics too; the white-box "
+        "family, where it ran, is exact in any dtype)"
+    )
     line_a = (
-        f"sampler exact given the engine's numerics: {a} (claim a) — against the matched "
-        f"reference (spectest's exact sampler in the same loop, disjoint seeds); families: "
-        f"{routes}"
+        f"sampler exact given the engine's numerics: {a} (claim a) — {against}; families: {routes}"
     )
     line_b = drift.line if drift is not None else "numerics drift: not measured (claim b)"
     return (line_a, line_b)
@@ -413,14 +453,19 @@ def _headline(decision: Decision, run: _Run, reasons: list[Reason], scope: Scope
     code = int(_EXIT[decision])
     if decision == "equivalent":
         assert run.claim is not None and run.claim.tv is not None
-        head = f"EQUIVALENT (exit {code}): no difference found: {run.claim.seen(scope.power)}"
+        found = "no difference found"
+        if run.floor and run.cand is not None and run.cand.rejected:  # demoted: numerics-sized
+            found = "no difference beyond numerics (the black-box difference is within claim b)"
+        head = f"EQUIVALENT (exit {code}): {found}: {run.claim.seen(scope.power)}"
         if run.matched and run.drift is not None:
             head += f"; numerics drift {run.drift.drift:.4f} per token within numerics"
+        elif run.floor and run.drift is not None:
+            head += f"; {getattr(run.drift, 'headline_words', 'numerics drift within numerics')}"
         return head
     if decision == "sound":
         return f"SOUND (exit {code}): every tooth behaved"
     if decision == "different":
-        if run.cand is not None and not run.cand.rejected:  # claim (b) alone failed
+        if run.cand is not None and not _rejection_counts(run):  # claim (b) alone failed
             return f"DIFFERENT (exit {code}): drift beyond numerics (claim b)"
         if run.matched:
             return (

@@ -47,6 +47,20 @@ def compare(
             readable=False,
         ),
     ] = None,
+    decide_floor: Annotated[
+        bool,
+        typer.Option(
+            help="With --floor: decide claim (b) from the four files (within: can pass; beyond: "
+            "exit 1; unresolved: exit 3) instead of the readout (docs/numerics.md).",
+        ),
+    ] = False,
+    floor_margin: Annotated[
+        float | None,
+        typer.Option(
+            help="With --decide-floor: the margin in TV per token, applied to the squared-L2 "
+            "statistic as 2m² (default 0.01; docs/numerics.md).",
+        ),
+    ] = None,
 ) -> None:
     """Compare two samples files. Columns: prompt_id (string), config_id (string), seed (int64),
     position (int32, 0 = first generated token), token_id (int64); one row per generated token."""
@@ -62,6 +76,8 @@ def compare(
             out=out,
             progress=cb,
             floor=floor,
+            decide_floor=decide_floor,
+            floor_margin=floor_margin,
         )
     if "token_drift" in result.summary:
         typer.echo(result.summary["token_drift"]["line"])

@@ -23,6 +23,7 @@ from spectest.engines.base import DrafterSpec
 from spectest.models.dtypes import DTYPES
 from spectest.prompts import Prompt, PromptsSpec, prompts_jsonl
 from spectest.protocol.arms import (
+    FLOOR,
     MATCHED,
     ArmRole,
     ArmSpec,
@@ -50,6 +51,7 @@ from spectest.protocol.spec import (
     PROTOCOL_VERSIONS,
     SAMPLING_KEYS,
     EngineChoice,
+    FloorSpec,
     LimitsSpec,
     ModelsSpec,
     Protocol,
@@ -67,6 +69,7 @@ __all__ = [
     "DTYPES",
     "ENGINES_CANDIDATE",
     "ENGINES_REFERENCE",
+    "FLOOR",
     "LIMITS_FIELD",
     "MATCHED",
     "MAX_BATCH_SIZE",
@@ -80,6 +83,7 @@ __all__ = [
     "ArmSpec",
     "DrafterSpec",
     "EngineChoice",
+    "FloorSpec",
     "LimitsSpec",
     "ModelsSpec",
     "PlanSize",

@@ -10,7 +10,10 @@ candidate's own decode loop (the built-in or fast engine the candidate runs on; 
 for an acceptor candidate, whose kernel runs inside it), with the reference's seed count, laid
 out after every other arm so that no earlier arm's seeds move. In matched mode it is the
 reference of the candidate and of every tooth (``plan.Plan.reference_for``). Laying the
-seeds out in disjoint ranges, stages and shards is ``spectest.plan``'s.
+seeds out in disjoint ranges, stages and shards is ``spectest.plan``'s. The floor arm (issue 31,
+``arms.floor``): the reference's engine plain-decoding under another shape, the reference's
+seed count, laid out last; it is compared with nothing, claim (b) reads it
+(``stats.token_floor``).
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from typing import Literal
 from spectest.errors import ConfigError
 from spectest.protocol.spec import EngineChoice, Protocol
 
-ArmRole = Literal["reference", "candidate", "null", "eps", "mutant", "matched"]
+ArmRole = Literal["reference", "candidate", "null", "eps", "mutant", "matched", "floor"]
 MATCHED = "matched"  # the numerics-matched reference arm's name (``tests.numerics: matched``)
+FLOOR = "floor"  # the floor arm's name (``arms.floor``, issue 31)
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,8 @@ def arm_specs(protocol: Protocol) -> tuple[ArmSpec, ...]:
     if p.numerics_mode == MATCHED:
         host = p.candidate_engine if p.candidate_engine.name in ("builtin", "fast") else builtin
         arms.append(ArmSpec(MATCHED, "matched", "exact", _reserved(p, True), "reference", host))
+    if p.floor is not None:  # last: no earlier arm's seeds move (issue 31)
+        arms.append(ArmSpec(FLOOR, "floor", None, _reserved(p, True), "reference", p.floor.engine))
     names = [a.name for a in arms]
     if len(set(names)) != len(names):
         raise ConfigError(f"{p.source}: teeth: two teeth arms share the name {names!r}")

@@ -32,4 +32,5 @@ def to_raw(protocol: Protocol, *, prompts_file: str) -> dict[str, Any]:
         "batch_size": p.batch_size,
         **({} if p.limits.max_tokens is None else {"limits": vars(p.limits).copy()}),
         **p.engine_fields(),
+        **({"arms": {"floor": p.floor.canonical()}} if p.floor is not None else {}),
     }

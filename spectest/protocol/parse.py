@@ -33,11 +33,14 @@ from spectest.protocol.spec import (
     DEVICES,
     ENGINES_CANDIDATE,
     ENGINES_REFERENCE,
+    FLOOR_ORDERS,
+    FLOOR_SHAPES,
     LIMITS_FIELD,
     MATCHABLE_ENGINES,
     PROTOCOL_VERSIONS,
     SAMPLING_KEYS,
     EngineChoice,
+    FloorSpec,
     LimitsSpec,
     ModelsSpec,
     Protocol,
@@ -54,7 +57,7 @@ MAX_BATCH_SIZE = 2**20  # rows per engine batch (an engine may allocate per batc
 TOP_KEYS = (
     "version", "name", "description", "models", "drafter", "prompts", "configs", "seeds",
     "positions", "candidate", "tests", "teeth", "output", "batch_size", "engine", "engines",
-    "limits",
+    "limits", "arms",
 )  # fmt: skip
 REQUIRED = ("version", "name", "models", "drafter", "prompts", "configs", "seeds", "positions")
 OPTIONS = dict(options())  # a test setting → its ``stats.options.Option``
@@ -93,12 +96,13 @@ def protocol_from_dict(
     output = c.str_(top.get("output", "results"), "output")
     batch_size = c.int_(top.get("batch_size", 256), "batch_size", lo=1, hi=MAX_BATCH_SIZE)
     reference_engine, candidate_engine, candidate = _engines(c, top, version, candidate, base_dir)
+    floor = _floor(c, top.get("arms"), reference_engine, batch_size, base_dir)
     protocol = Protocol(
         version=version, name=name, description=description, models=models, drafter=drafter,
         prompts=prompts, configs=configs, seeds=seeds, positions=positions, candidate=candidate,
         tests=tests, teeth=teeth, output=output, batch_size=batch_size, source=source,
         reference_engine=reference_engine, candidate_engine=candidate_engine,
-        limits=_limits(c, top.get("limits", {})),
+        limits=_limits(c, top.get("limits", {})), floor=floor,
     )  # fmt: skip
     check_rules(c, protocol)
     return protocol
@@ -131,7 +135,30 @@ def check_rules(c: Fields, protocol: Protocol) -> None:
             f"loop ({', '.join(MATCHABLE_ENGINES)}), got {protocol.candidate_engine.name!r}: use "
             "'exact' (claim (a) is then the white-box route's; see docs/numerics.md)",
         )
+    if protocol.floor is not None:
+        _check_floor_arm(c, protocol)
     check_budget(protocol)
+
+
+def _check_floor_arm(c: Fields, protocol: Protocol) -> None:
+    """A floor arm decides claim (b) from tokens: not beside matched mode (which decides it
+    from logits), and its engine must plain-decode (``check_protocol`` as a reference)."""
+    from spectest.engines.registry import engine_class
+
+    if protocol.numerics_mode == "matched":
+        raise c.fail(
+            "arms.floor",
+            "tests.numerics resolves to 'matched', which decides claim (b) from the logits "
+            "itself: set tests.numerics: exact to decide it from the floor arm's tokens",
+        )
+    assert protocol.floor is not None
+    e = protocol.floor.engine
+    rule = engine_class(e.name).check_protocol(
+        e.options, role="reference", variant="exact", drafter_kind=protocol.drafter.kind,
+        drafter_q=protocol.drafter.q_mode,
+    )  # fmt: skip
+    if rule is not None:
+        raise c.fail("arms.floor.engine", f"{rule[0]}: {rule[1]}")
 
 
 # ----------------------------------------------------------------------------- sections
@@ -365,6 +392,64 @@ def _engines(
             candidate = "exact"
     reference = _engine_choice(c, raw["reference"], f"{prefix}.reference", base_dir)
     return reference, _engine_choice(c, raw["candidate"], prefix_c, base_dir), candidate
+
+
+def _floor(
+    c: Fields, value: Any, reference: EngineChoice, batch_size: int, base_dir: Path | None
+) -> FloorSpec | None:
+    """``arms.floor`` (issue 31): the floor arm's engine (``reference`` by default), exactly
+    one other shape and the margin (``spec.FloorSpec``); None when absent."""
+    import dataclasses
+    import json
+
+    from spectest.stats.token_floor import DEFAULT_TOKEN_MARGIN
+
+    if value is None:
+        return None
+    arms = c.mapping(value, "arms", ("floor",))
+    if arms.get("floor") is None:
+        return None
+    f = c.mapping(arms["floor"], "arms.floor", ("engine", "margin", *FLOOR_SHAPES))
+    shapes = [k for k in FLOOR_SHAPES if k in f]
+    if len(shapes) != 1:
+        got = " and ".join(shapes) if shapes else "none"
+        raise c.fail("arms.floor", f"name exactly one shape: batch_size, concurrency or order "
+                     f"(got {got})")  # fmt: skip
+    raw: list[tuple[str, Any]] = []
+    engine, eng = reference, f.get("engine", "reference")
+    if eng != "reference":
+        engine = _engine_choice(c, eng, "arms.floor.engine", base_dir)
+        raw.append(("engine", json.dumps(engine.canonical(), sort_keys=True)))
+    else:
+        raw.append(("engine", "reference"))
+    shape = shapes[0]
+    size = order = None
+    if shape == "batch_size":
+        size = c.int_(f[shape], "arms.floor.batch_size", lo=1, hi=MAX_BATCH_SIZE)
+        if size == batch_size:
+            raise c.fail("arms.floor.batch_size", f"{size} is the protocol's batch_size: the "
+                         "floor arm must differ from the reference in shape")  # fmt: skip
+        raw.append((shape, size))
+    elif shape == "concurrency":
+        n = c.int_(f[shape], "arms.floor.concurrency", lo=1)
+        if not hasattr(engine.options, "concurrency"):
+            raise c.fail("arms.floor.concurrency", f"engine {engine.name!r} has no concurrency "
+                         "option (use batch_size or order)")  # fmt: skip
+        if n == engine.options.concurrency:
+            raise c.fail("arms.floor.concurrency", f"{n} is the engine's own concurrency: the "
+                         "floor arm must differ from the reference in shape")  # fmt: skip
+        engine = EngineChoice(
+            engine.name, dataclasses.replace(engine.options, concurrency=n), engine.uses_variant
+        )
+        raw.append((shape, n))
+    else:
+        order = c.str_(f[shape], "arms.floor.order", FLOOR_ORDERS)
+        raw.append((shape, order))
+    margin = DEFAULT_TOKEN_MARGIN
+    if "margin" in f:
+        margin = c.float_(f["margin"], "arms.floor.margin", lambda x: 0 < x < 1, "in (0, 1)")
+        raw.append(("margin", margin))
+    return FloorSpec(engine, size, order, margin, tuple(raw))
 
 
 def _v1_engines(c: Fields, top: Mapping[str, Any]) -> dict[str, Any]:

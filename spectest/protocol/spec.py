@@ -159,6 +159,39 @@ class EngineChoice:
         return {"name": self.name, **options_dict(self.options)}
 
 
+FLOOR_ORDERS = ("reversed",)  # arms.floor.order: the request orders a floor arm can take
+FLOOR_SHAPES = ("batch_size", "concurrency", "order")  # exactly one per floor arm
+
+
+@dataclass(frozen=True)
+class FloorSpec:
+    """A floor arm (issue 31, ``arms.floor``): the reference's engine (or ``engine``, stated)
+    plain-decoding under exactly one other shape — ``batch_size`` (rows per engine call),
+    ``concurrency`` (the engine's own option, e.g. the http engine's parallel requests) or
+    ``order: reversed`` (rows sent in reverse) — on seeds disjoint from every other arm's.
+    Claim (b) is then decided from tokens at ``margin`` (TV per token, ``stats.token_floor``).
+    ``engine`` holds the arm's resolved engine (the concurrency applied); ``raw`` the file's
+    form, which is what is hashed (only when the section is present)."""
+
+    engine: EngineChoice
+    batch_size: int | None
+    order: str | None
+    margin: float
+    raw: tuple[tuple[str, Any], ...]
+
+    @property
+    def kind(self) -> str:
+        """The shape in words for the verdict line: ``batch 1``, ``concurrency 1``, ``order
+        reversed``."""
+        shape = next((k, v) for k, v in self.raw if k in FLOOR_SHAPES)
+        return f"{shape[0].replace('_size', '')} {shape[1]}"
+
+    def canonical(self) -> dict[str, Any]:
+        """The file's form: the engine (``reference`` or its mapping; held as JSON text so the
+        spec stays hashable), the shape, the margin when stated."""
+        return {k: json.loads(v) if k == "engine" and v != "reference" else v for k, v in self.raw}
+
+
 @dataclass(frozen=True)
 class Protocol:
     """A validated protocol. ``hash`` is the sha256 of ``canonical()`` (output dir excluded,
@@ -183,6 +216,7 @@ class Protocol:
     reference_engine: EngineChoice = field(default_factory=EngineChoice.builtin)
     candidate_engine: EngineChoice = field(default_factory=EngineChoice.builtin)
     limits: LimitsSpec = field(default_factory=LimitsSpec)  # not hashed (like ``output``)
+    floor: FloorSpec | None = None  # ``arms.floor`` (issue 31), hashed only when present
 
     @property
     def config_map(self) -> dict[str, SamplingParams]:
@@ -251,6 +285,7 @@ class Protocol:
             "teeth": self.teeth.canonical(),
             "batch_size": self.batch_size,
             **self.engine_fields(),
+            **({"arms": {"floor": self.floor.canonical()}} if self.floor is not None else {}),
         }
 
     @property
