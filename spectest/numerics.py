@@ -101,6 +101,8 @@ def _verify_logits(
         n_all[: len(c), b] = torch.tensor(list(c), dtype=torch.int64)
     n_all = n_all.to(dev)
     for r in range(rounds):
+        if not bool((pos[keep] < T).any()):
+            break  # every kept row is complete: later rounds commit nothing kept
         n = n_all[r]
         active = pos < T
         idx = (pos[:, None] + j[None, :K]).clamp(max=T + K)  # [B, K]

@@ -139,3 +139,53 @@ def test_cuda_bf16_replay_gives_the_runs_own_p_and_a_drift_table() -> None:
     )  # fmt: skip
     assert len(table) == 3 * 4 * T and np.isfinite(table["tv"]).all()
     assert table["floor_tv"].notna().sum() == 3 * 2 * T
+
+
+def test_restored_prompt_prefill_gives_the_computed_logits(pair) -> None:
+    """The replay model computes a prompt's one-row prefill once and restores it for every later
+    prefill of that prompt (each floor row): the logits of every decode are bit-identical to a
+    plain static model's, which prefills each time."""
+    from spectest.numerics import _decode_logits
+
+    target = pair[0]
+    model, ref = replay_model(target, fast=True, static=True), StaticHFModel(target)
+    assert type(model).__name__ == "ReplayStaticModel"
+    prompt = torch.tensor(PROMPT)
+    toks = torch.tensor([[5, 6, 7, 8, 9], [9, 8, 7, 6, 5], [1, 1, 2, 3, 5]])
+    for rows in (toks, toks[:1], toks[1:2], toks[2:3], toks):
+        keep = torch.arange(len(rows))
+        assert torch.equal(_decode_logits(model, prompt, rows, keep),
+                           _decode_logits(ref, prompt, rows, keep))  # fmt: skip
+    assert list(model._prefills) == [tuple(PROMPT)]  # one prefill computed, then restored
+
+
+def test_verify_replay_of_a_subset_stops_early_and_equals_the_whole_batch(pair) -> None:
+    """``_verify_logits`` stops once every kept row is complete: the kept rows' logits equal
+    those of the whole batch's replay."""
+    target, draft = pair
+    rows, samples, rounds = _run(target, draft, static=False, batch=24)
+    key = [schema.CONFIG_ID, schema.SEED]
+    order = [(r.config_id, r.seed) for r in rows]
+    toks = samples.pivot_table(index=key, columns=schema.POSITION, values=schema.TOKEN_ID)
+    toks = torch.tensor(toks.loc[order].to_numpy(), dtype=torch.int64)
+    by_row = {k: (g.sort_values("round")["accepted"] + 1).tolist() for k, g in rounds.groupby(key)}
+    commits = [by_row[k] for k in order]
+    prompt = torch.tensor(PROMPT)
+    full = _verify_logits(target, prompt, toks, commits, K, torch.arange(24))
+    short = min(range(24), key=lambda i: len(commits[i]))  # the row that finished first
+    assert len(commits[short]) < max(len(c) for c in commits)
+    sub = torch.tensor([short])
+    got = _verify_logits(target, prompt, toks, commits, K, sub)
+    assert torch.equal(got, full[sub]) and not got.isnan().any()
+
+
+def test_console_prints_the_numerics_phase() -> None:
+    import io
+
+    from rich.console import Console
+
+    from spectest.cli.common import _print_timings
+
+    buf = io.StringIO()
+    _print_timings(Console(file=buf, width=300), {"load": 1.0, "numerics": 23.4, "analyze": 2.0})
+    assert "numerics 23.4" in buf.getvalue()
