@@ -385,6 +385,7 @@ def _numerics(
     table = drift_table(
         target, samples, rounds, prompt_token_ids(p, target.vocab_size), p.configs,
         arm=MATCHED, K=p.drafter.k, batch_size=p.batch_size, positions=p.positions,
+        fast=run.options.fast,
     )  # fmt: skip
     run.progress("numerics drift", 1, 1)
     run.timings["numerics"] = time.perf_counter() - t0

@@ -88,7 +88,7 @@ def test_every_registered_engine_resolves() -> None:
         assert cls.needs in ("target", "draft", "none")
         assert cls.whitebox in ("generation", "teacher", "tokens", "none")
         assert cls.rounds in ("tested", "readout", "none")
-        if name == "acceptor":  # the one engine with a required option
+        if name in ("acceptor", "fast-acceptor"):  # the engines with a required option
             with pytest.raises(ConfigError, match=r"<test>\.kernel: required field is missing"):
                 cls.parse_options({}, "<test>")
         elif name in ("command", "http"):  # the program / the server (url or command line)

@@ -409,6 +409,7 @@ def _print_timings(con: Console, t: dict[str, Any] | None) -> None:
         f"timings (s): load {t.get('load', 0):.1f} · generate [{gen}] · white-box "
         f"{t.get('whitebox', 0):.1f} · "
         + (f"tooth sizes {t['tooth sizes']:.1f} · " if "tooth sizes" in t else "")
+        + (f"numerics {t['numerics']:.1f} · " if "numerics" in t else "")
         + f"analyze {t.get('analyze', 0):.1f} · write {t.get('write', 0):.1f}",
         markup=False,
     )

@@ -229,7 +229,7 @@ class AcceptorEngine(BuiltinEngine):
     whitebox = "generation"  # spectest's own loop records the columns (builtin.BuiltinEngine)
     rounds = "tested"
     uses_variant = False
-    fast_variant: ClassVar[str | None] = None  # --fast leaves an acceptor arm on this engine
+    fast_variant: ClassVar[str | None] = "fast-acceptor"  # --fast: engines/fast.py, same kernel
 
     @dataclass(frozen=True)
     class Options:

@@ -2,9 +2,10 @@
 decode steps, and the fast sampling pipeline — same RNG protocol, same tokens.
 
 Owns: ``as_fast`` (a model as this engine runs it: ``models.static.StaticHFModel`` on CUDA), the
-entry points ``plain_decode_fast`` / ``speculative_decode_fast`` and ``FastEngine`` (registered as
-``fast``; what ``spectest run --fast`` runs every built-in arm on). Knows nothing about
-statistics, files or which sampler is correct (the variant's hooks decide).
+entry points ``plain_decode_fast`` / ``speculative_decode_fast``, ``FastEngine`` (registered as
+``fast``; what ``spectest run --fast`` runs every built-in arm on) and ``FastAcceptorEngine``
+(``fast-acceptor``: an acceptor arm under ``--fast``, the user's kernel in this loop). Knows
+nothing about statistics, files or which sampler is correct (the variant's hooks decide).
 
 Relation to ``builtin`` (the reference)
 ---------------------------------------
@@ -32,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from spectest.engines import builtin
+from spectest.engines.acceptor import AcceptorEngine
 from spectest.engines.base import ArmOutput, Models
 from spectest.engines.builtin import BuiltinEngine, RowSpec
 from spectest.models.base import LanguageModel
@@ -116,3 +118,16 @@ class FastEngine(BuiltinEngine):
             "graph_error": error,
             "packed_gqa": packed,
         }
+
+
+class FastAcceptorEngine(FastEngine, AcceptorEngine):
+    """The acceptor engine's arm (the user's verification kernel, ``engines.acceptor``) on the fast
+    loop: registered as ``fast-acceptor``, what ``spectest run --fast`` runs an acceptor arm on
+    (``AcceptorEngine.fast_variant``). The kernel receives the fast engine's dense p and q (the
+    fast pipeline's law, equal to the exact pipeline's up to float64 reduction order) from the
+    static model's forwards — the forwards the matched arm, spectest's exact sampler on
+    ``FastEngine``, runs — so matched mode's numerics cancel for the kernel as they do for the
+    built-in samplers (docs/numerics.md). The kernel call is ``acceptor.run_kernel``, unchanged.
+    """
+
+    name = "fast-acceptor"

@@ -28,6 +28,7 @@ BUILTIN: dict[str, str] = {
     "hf-assisted": "spectest.engines.hf.engines:HFAssistedEngine",
     "acceptor": "spectest.engines.acceptor:AcceptorEngine",
     "fast": "spectest.engines.fast:FastEngine",
+    "fast-acceptor": "spectest.engines.fast:FastAcceptorEngine",
     "command": "spectest.engines.command:CommandEngine",
     "http": "spectest.engines.http:HTTPEngine",
 }

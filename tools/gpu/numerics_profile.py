@@ -1,0 +1,99 @@
+"""Where P1's ``numerics`` phase goes (issue 32): the matched arm of the openinfer-512 plan for the
+first ``--prompts`` prompts generated on the fast engine, then ``numerics.drift_table`` on it
+(``--fast`` replay) twice — cold (CUDA-graph captures included) and warm — with each step timed
+(device-synchronised wall time of the verify replay, the batch decode, the floor decodes, the TVs)
+and the warm pass's top functions by own time (cProfile). Prints those tables; runs on CPU too.
+
+    python tools/gpu/numerics_profile.py --prompts 2 --set models.device=cuda --set ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+import torch
+
+from spectest import numerics
+from spectest.generation import EngineSet, generate_shard, run_key
+from spectest.plan import make_plan
+from spectest.prompts import prompt_token_ids
+from spectest.protocol.load import load_protocol
+
+TIMES: dict[str, float] = defaultdict(float)
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*a: Any, **k: Any) -> Any:
+        key = f"{name} (alone)" if name == "_decode_logits" and a[2].shape[0] == 1 else name
+        _sync()
+        t0 = time.perf_counter()
+        out = fn(*a, **k)
+        _sync()
+        TIMES[key] += time.perf_counter() - t0
+        return out
+
+    return wrapper
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", default="protocols/openinfer-512.yaml")
+    ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--prompts", type=int, default=2)
+    a = ap.parse_args()
+    p = load_protocol(a.config, sets=a.set)
+    plan = make_plan(p)
+    matched = plan.arm("matched")
+    t0 = time.perf_counter()
+    engines = EngineSet(p, [matched], plan.arms, fast=True)
+    print(f"load {time.perf_counter() - t0:.1f} s")
+    target = engines.models.target
+    assert target is not None
+    prompts = dict(list(prompt_token_ids(p, target.vocab_size).items())[: a.prompts])
+    t0 = time.perf_counter()
+    parts = [
+        generate_shard(p, matched, pid, ids, engines, run_key(p), lambda n: None)
+        for pid, ids in prompts.items()
+    ]
+    engines.close()
+    print(f"matched arm, {len(prompts)} prompt(s): {time.perf_counter() - t0:.1f} s")
+    samples = pd.concat([s for s, _ in parts], ignore_index=True)
+    rounds = pd.concat([r for _, r in parts if r is not None], ignore_index=True)
+    print("rounds per row: max", int(rounds.groupby(["config_id", "seed"]).size().max()))
+    for name in ("_verify_logits", "_decode_logits", "_tv", "_flip", "measure_drift"):
+        setattr(numerics, name, _timed(name, getattr(numerics, name)))
+    kw = dict(arm="matched", K=p.drafter.k, batch_size=p.batch_size, positions=p.positions)
+    for label in ("cold", "warm"):
+        TIMES.clear()
+        prof = cProfile.Profile()
+        _sync()
+        t0 = time.perf_counter()
+        prof.enable()
+        table = numerics.drift_table(
+            target, samples, rounds, prompts, p.configs, fast=True, **kw  # type: ignore[arg-type]
+        )
+        prof.disable()
+        _sync()
+        wall = time.perf_counter() - t0
+        steps = ", ".join(f"{k} {v:.2f}" for k, v in TIMES.items())
+        print(f"drift_table {label}: {wall:.2f} s for {len(table)} tokens; {steps}")
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(20)
+    print("\n".join(s.getvalue().splitlines()[:42]))
+
+
+if __name__ == "__main__":
+    main()
