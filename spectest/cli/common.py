@@ -77,9 +77,10 @@ class _Console(Console):
 
 
 def console() -> Console:
-    """stdout console; plain (no colour, wide) when not a terminal so logs and tests read well.
+    """stdout console; plain (no colour, wide) when not a terminal so logs and tests read well
+    (``COLUMNS`` set: that width, as in a terminal).
     ``emoji=False``: a config id ``:x:`` is printed as it is, never as an emoji."""
-    width = None if sys.stdout.isatty() else 120
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 120
     return _Console(highlight=False, soft_wrap=False, width=width, emoji=False)
 
 
@@ -320,7 +321,10 @@ def print_result(result: Any, con: Console | None = None) -> None:
         con.print(f"  {printable(arms_line(summary))}", markup=False, soft_wrap=True)
     for line in summary.get("notes", []):
         con.print(f"  {printable(line)}", markup=False)
-    con.print(_config_table(summary))
+    narrow = con.width < NARROW
+    con.print(_config_table(summary, narrow))
+    if narrow:
+        _teeth_lines(con, summary)
     if account := rejections_account(summary):
         con.print(printable(account), markup=False, soft_wrap=True)
     if summary.get("teeth"):
@@ -338,22 +342,24 @@ def print_result(result: Any, con: Console | None = None) -> None:
             con.print(printable(rest), markup=False, soft_wrap=True)
 
 
-def _config_table(summary: dict[str, Any]) -> Table:
+NARROW = 100  # a console narrower than this prints the teeth column below the table
+
+
+def _config_table(summary: dict[str, Any], narrow: bool = False) -> Table:
+    """The per-config table; ``narrow``: without its teeth column (``_teeth_lines`` prints it
+    below, so at 80 columns nothing is cut to "always_acc…")."""
     table = Table(
         title="per config (candidate vs reference)"
         if summary.get("has_candidate")
         else "per config"
     )
-    for col in (
-        "config",
-        "cells tested",
-        "rejections in this config",
-        "max TV excess (where)",
-        "MDE (TV)",
-        "teeth rejections",
-    ):
-        table.add_column(col)
-    for row in summary.get("configs", []):
+    rows = summary.get("configs", [])
+    cols = ["config", "cells tested", "rejections in this config", "max TV excess (where)",
+            "MDE (TV)", *([] if narrow else ["teeth rejections"])]  # fmt: skip
+    for col in cols:  # a config id keeps its width (the headers wrap); a longer one folds
+        keep = _words_width(r["config_id"] for r in rows) if col == "config" else None
+        table.add_column(col, min_width=keep, overflow="fold")
+    for row in rows:
         where = f" ({row['max_tv_where']})" if row.get("max_tv_where") else ""
         table.add_row(
             cell(row["config_id"]),
@@ -369,9 +375,23 @@ def _config_table(summary: dict[str, Any]) -> Table:
             ),
             cell(fmt(row.get("max_tv_excess")) + where),
             fmt(row.get("mde_tv")),
-            cell(row.get("teeth", "")),
+            *([] if narrow else [cell(row.get("teeth", ""))]),
         )
     return table
+
+
+def _teeth_lines(con: Console, summary: dict[str, Any]) -> None:
+    """The narrow table's teeth column, one line per config (wrapped between words)."""
+    for row in summary.get("configs", []):
+        if row.get("teeth"):
+            con.print(f"teeth rejections in {printable(row['config_id'])}: "
+                      f"{printable(row['teeth'])}", markup=False)  # fmt: skip
+
+
+def _words_width(texts: Iterator[Any], cap: int = 28) -> int:
+    """The longest word (split at spaces) of ``texts``, at most ``cap``: a column's minimum
+    width, so that a narrow console wraps the headers rather than cutting the ids."""
+    return min(cap, max((len(w) for t in texts for w in str(t).split()), default=0))
 
 
 def _teeth_table(teeth: list[dict[str, Any]]) -> Table:
