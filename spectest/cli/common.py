@@ -268,11 +268,42 @@ def show_result(result: Any) -> None:
     exit_with(code)
 
 
+class Reporter:
+    """What ``progress_bars`` yields: a ``(task, completed, total)`` callback, ``header`` (a
+    line printed first, only while progress is shown) and ``say`` (a line printed always),
+    both on stderr above any bars."""
+
+    def __init__(self, update: Callable[[str, int, int], None],
+                 say: Callable[[str], None] | None = None) -> None:  # fmt: skip
+        self.update, self.say_fn = update, say
+
+    def __call__(self, task: str, done: int, total: int) -> None:
+        self.update(task, done, total)
+
+    def header(self, text: str) -> None:
+        if self.say_fn is not None:
+            self.say_fn(printable(text))
+
+    def say(self, text: str) -> None:
+        (self.say_fn or (lambda t: err_console().print(t, markup=False)))(printable(text))
+
+
 @contextmanager
-def progress_bars(enabled: bool = True) -> Iterator[Callable[[str, int, int], None]]:
-    """A ``(task, completed, total)`` callback drawing one rich bar per task label."""
+def progress_bars(enabled: bool = True) -> Iterator[Reporter]:
+    """A ``(task, completed, total)`` callback drawing one rich bar per task label in a
+    terminal; where stderr is not a terminal (CI logs, redirects), a plain line at least every
+    10 s instead (``spectest.progress.PlainProgress``; ``SPECTEST_PROGRESS_INTERVAL``)."""
+    from spectest.progress import PlainProgress, interval_from_env, split_label
+
     if not enabled or os.environ.get("SPECTEST_NO_PROGRESS"):
-        yield lambda task, done, total: None
+        yield Reporter(lambda task, done, total: None)
+        return
+    if not sys.stderr.isatty():
+        plain = PlainProgress(sys.stderr, interval_from_env()).start()
+        try:
+            yield Reporter(plain, plain.say)
+        finally:
+            plain.stop()
         return
     bars = Progress(
         TextColumn("{task.description:<28}"),
@@ -285,12 +316,14 @@ def progress_bars(enabled: bool = True) -> Iterator[Callable[[str, int, int], No
     tasks: dict[str, Any] = {}
 
     def update(task: str, done: int, total: int) -> None:
-        if task not in tasks:  # a label may hold a prompt id: markup escaped, controls shown
-            tasks[task] = bars.add_task(u(task), total=total)
-        bars.update(tasks[task], completed=done, total=total)
+        name, arm = split_label(task)  # the shard counter: one bar, its arm in the description
+        if name not in tasks:  # a label may hold a prompt id: markup escaped, controls shown
+            tasks[name] = bars.add_task(u(name), total=total)
+        what = u(f"{name} ({arm})") if arm else None
+        bars.update(tasks[name], completed=done, total=total, description=what)
 
     with bars:
-        yield update
+        yield Reporter(update, lambda text: bars.console.print(text, markup=False))
 
 
 def fmt(x: float | None, digits: int = 4) -> str:
