@@ -111,9 +111,7 @@ def compare_files(
     sources: tuple[str, str] | None = None,
 ) -> RunResult:
     """Black-box tests on two bring-your-own samples files; results stored like a run's.
-
-    ``sources``: what the two files are, as run.json and the header name them (default: the
-    paths); ``compare_run_arms`` names a run's arms.
+    ``sources``: the two files as run.json and the header name them (default: their paths).
 
     ``alpha``, ``multiplicity``: None = the protocols' defaults (``TestsSpec``).
     ``max_mde_tv``: the required per-cell resolution (median MDE in TV); ``None`` applies
