@@ -43,6 +43,7 @@ def power(
             cb.header(f"spectest power --config {config}: loading the protocol")
             cb("load protocol", 0, 1)
             _power_of_protocol(config, tv=tv, seeds=seeds, df=df, power=power_)
+            cb("load protocol", 1, 1)
         return
     from spectest.stats.power import lambda_star, mde_tv, seeds_for_tv
 
