@@ -224,6 +224,7 @@ def bench_prompt(cfg: BenchConfig, vocab_size: int) -> tuple[tuple[int, ...], st
     prompt of the shipped prompt set ``cfg.prompts`` through the byte tokenizer (a real text:
     a synthetic run of ids 1..8 gave the bundled pair's drafter nothing to agree on, and every
     speculative arm accepted 0.00 tokens per round)."""
+    from spectest.models import bytetok
     from spectest.prompts import load_prompt_set, prompt_token_ids
 
     if cfg.prompt is not None:
@@ -233,6 +234,12 @@ def bench_prompt(cfg: BenchConfig, vocab_size: int) -> tuple[tuple[int, ...], st
         f"shipped:{cfg.prompts}", limit=1, base_dir=None, source=source, shipped=cfg.prompts
     )
     pid = spec.items[0].id
+    if spec.items[0].text is not None and vocab_size < bytetok.VOCAB_SIZE:
+        raise ConfigError(
+            f"bench --prompts {cfg.prompts}: prompt {pid!r} is text, but the target has only "
+            f"{vocab_size} token ids (the byte tokenizer needs {bytetok.VOCAB_SIZE}): pass "
+            "--prompts ids-tiny (a shipped set of token ids)"
+        )
     ids = prompt_token_ids(spec, vocab_size)[pid]
     return tuple(ids), f"shipped prompt set {cfg.prompts}, prompt {pid}"
 

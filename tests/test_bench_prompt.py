@@ -83,3 +83,14 @@ def test_bench_hf_assisted_prints_no_deprecation_warning(tmp_path: Path) -> None
     assert r.returncode == 0, r.stdout + r.stderr
     assert "hf-assisted" in r.stdout and "prompt: shipped prompt set english-2" in r.stdout
     assert "deprecated" not in r.stderr, r.stderr
+
+
+def test_bench_on_a_small_vocabulary_names_the_ids_prompt_set() -> None:
+    from spectest.errors import ConfigError
+
+    target, draft = "toy:V=16,order=2,scale=2.0,seed=3", "toy:V=16,order=2,seed=4"
+    small = dict(rows=2, positions=2, arms=("builtin-spec",), baseline=False)
+    with pytest.raises(ConfigError, match=r"has only 16 token ids .* pass --prompts ids-tiny"):
+        run_bench(BenchConfig(target, draft, **small))  # type: ignore[arg-type]
+    cfg = BenchConfig(target, draft, prompts="ids-tiny", **small)  # type: ignore[arg-type]
+    assert run_bench(cfg).config["prompt_used"] == "shipped prompt set ids-tiny, prompt ids0"
