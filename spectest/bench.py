@@ -1,6 +1,7 @@
 """``spectest bench``: any registered engine beside transformers' ``generate``, on one workload.
 
-Owns: the benchmark workload (``BenchConfig``: one model pair, one prompt, ``rows`` rows of one
+Owns: the benchmark workload (``BenchConfig``: one model pair, one prompt — the first of a
+shipped prompt set, ``english-2`` by default, named in the output — ``rows`` rows of one
 sampling config, ``positions`` tokens, K), the arms (``BenchArm``: a label, a registered engine,
 its options, plain or speculative; ``ALIASES`` name the classic six), their timing, the derived
 figures (rows/s, tokens/s, mean accepted tokens per round, MFU, ratio to transformers' plain
@@ -68,7 +69,7 @@ ALIASES: dict[str, tuple[str, str]] = {
 ARMS = tuple(ALIASES)  # the default arms
 BASELINE = "hf-generate"  # the engine the ratio is to (transformers' plain generate)
 MODES = ("plain", "spec")
-SYNTH_PROMPT = (1, 2, 3, 4, 5, 6, 7, 8)
+DEFAULT_PROMPTS = "english-2"  # the shipped prompt set bench takes its prompt from
 WARMUP_ROWS = 4
 
 
@@ -112,7 +113,8 @@ class BenchConfig:
     params: SamplingParams = field(default_factory=lambda: SamplingParams(0.8, 0, 0.95))
     assisted_rows: int = 4  # rows of an engine that runs one row at a time (max_batch 1)
     arms: tuple[str, ...] = ARMS
-    prompt: tuple[int, ...] = SYNTH_PROMPT
+    prompts: str = DEFAULT_PROMPTS  # a shipped prompt set; its first prompt is the workload's
+    prompt: tuple[int, ...] | None = None  # explicit token ids instead (then ``prompts`` unused)
     peak_tflops: float | None = None  # None: no MFU (e.g. on CPU)
     seed: int = 0
     profile: str | None = None  # a directory: torch profiler trace + top ops of each arm's run
@@ -197,8 +199,10 @@ def run_bench(cfg: BenchConfig, *, log: Callable[[str], None] | None = None) -> 
     target, draft = load_pair(cfg.target, cfg.draft, device=cfg.device, dtype=dtype, seed=cfg.seed)
     load_s = time.perf_counter() - t0
     say(f"loaded {target.name} + draft in {load_s:.1f} s")
+    prompt, prompt_name = bench_prompt(cfg, target.vocab_size)
+    say(f"prompt: {prompt_name} ({len(prompt)} tokens)")
     arms = [parse_arm(label) for label in cfg.arms]
-    bench = _Bench(cfg, Models(target, draft), say)
+    bench = _Bench(cfg, Models(target, draft), say, prompt)
     try:
         timed = [bench.time(arm, cfg.whitebox) for arm in arms]
         base, base_note = bench.baseline(timed)
@@ -213,17 +217,45 @@ def run_bench(cfg: BenchConfig, *, log: Callable[[str], None] | None = None) -> 
     config = asdict(cfg)
     config["params"] = asdict(cfg.params)
     config["dtype"] = dtype
+    config["prompt_used"] = prompt_name
     return BenchResult(config, fpt, results, prov, extra)
+
+
+def bench_prompt(cfg: BenchConfig, vocab_size: int) -> tuple[tuple[int, ...], str]:
+    """The workload's prompt and how it is named: ``cfg.prompt`` (explicit ids), else the first
+    prompt of the shipped prompt set ``cfg.prompts`` through the byte tokenizer (a real text:
+    a synthetic run of ids 1..8 gave the bundled pair's drafter nothing to agree on, and every
+    speculative arm accepted 0.00 tokens per round)."""
+    from spectest.models import bytetok
+    from spectest.prompts import load_prompt_set, prompt_token_ids
+
+    if cfg.prompt is not None:
+        return tuple(cfg.prompt), f"explicit ids ({len(cfg.prompt)})"
+    source = f"bench --prompts {cfg.prompts}"
+    spec = load_prompt_set(
+        f"shipped:{cfg.prompts}", limit=1, base_dir=None, source=source, shipped=cfg.prompts
+    )
+    pid = spec.items[0].id
+    if spec.items[0].text is not None and vocab_size < bytetok.VOCAB_SIZE:
+        raise ConfigError(
+            f"bench --prompts {cfg.prompts}: prompt {pid!r} is text, but the target has only "
+            f"{vocab_size} token ids (the byte tokenizer needs {bytetok.VOCAB_SIZE}): pass "
+            "--prompts ids-tiny (a shipped set of token ids)"
+        )
+    ids = prompt_token_ids(spec, vocab_size)[pid]
+    return tuple(ids), f"shipped prompt set {cfg.prompts}, prompt {pid}"
 
 
 class _Bench:
     """The engines of one benchmark (one instance per engine name, shared by its arms, as a run
     shares one per engine choice), their jobs and their timed runs."""
 
-    def __init__(self, cfg: BenchConfig, models: Any, say: Callable[[str], None]) -> None:
+    def __init__(
+        self, cfg: BenchConfig, models: Any, say: Callable[[str], None], prompt: tuple[int, ...]
+    ) -> None:
         from spectest.engines.base import DrafterSpec, RowSpec
 
-        self.cfg, self.models, self.say = cfg, models, say
+        self.cfg, self.models, self.say, self.prompt = cfg, models, say, prompt
         self.rows = tuple(RowSpec("bench", s, cfg.params) for s in range(cfg.rows))
         self.drafter = DrafterSpec(onehot=cfg.onehot, k=cfg.k)
         self.engines: dict[str, Any] = {}
@@ -247,7 +279,7 @@ class _Bench:
         variant = "exact" if spec and e.uses_variant else None
         batch = min(self.cfg.rows, e.max_batch or self.cfg.rows)
         return ArmJob(
-            arm.label, "candidate" if spec else "reference", variant, "bench", self.cfg.prompt,
+            arm.label, "candidate" if spec else "reference", variant, "bench", self.prompt,
             self.rows[:n], self.cfg.positions, 1, batch, self.drafter, whitebox,
         )  # fmt: skip
 

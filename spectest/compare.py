@@ -133,8 +133,10 @@ def compare_files(
     floor: tuple[str | Path, str | Path] | None = None,
     decide_floor: bool = False,
     floor_margin: float | None = None,
+    sources: tuple[str, str] | None = None,
 ) -> RunResult:
     """Black-box tests on two bring-your-own samples files; results stored like a run's.
+    ``sources``: the two files as run.json and the header name them (default: their paths).
 
     ``alpha``, ``multiplicity``: None = the protocols' defaults (``AnalysisOptions``).
     ``max_mde_tv``: the required per-cell resolution (median MDE in TV); ``None`` applies
@@ -179,14 +181,15 @@ def compare_files(
     if margin is not None:  # a decision has its own settings: its own hash
         h = hashlib.sha256(f"{h}\x1ftoken-floor\x1f{margin!r}".encode()).hexdigest()
     run_dir = Path(out) if out is not None else Path("results") / f"compare-{h[:10]}"
+    src = sources or (str(reference), str(candidate))
     rd = RunDir.open(
         run_dir,
         {
             "kind": "compare",
             "protocol_hash": h,
             "name": "compare",
-            "reference": str(reference),
-            "candidate": str(candidate),
+            "reference": src[0],
+            "candidate": src[1],
             **({"floor": [str(f) for f in floor]} if floor is not None else {}),
         },
         replace=True,  # nothing to resume: a re-run (after a failure, or of new data) replaces it
@@ -194,7 +197,7 @@ def compare_files(
     provenance = make_provenance(protocol_hash=h, device="n/a", seed_ranges={}, kind="compare")
     settings = byo_settings(tests)
     results = compare_all(samples, None, byo_arms(), settings, progress)
-    name = f"{Path(reference).name} vs {Path(candidate).name}"
+    name = f"{Path(src[0]).name} vs {Path(src[1]).name}"
     extra = (
         {"token_drift": _readout(ref, cand, pair, tests.alpha, h)}
         if pair and margin is None
@@ -219,3 +222,38 @@ def compare_files(
         numerics=claim,
     )
     return RunResult(rd.path, verdict, comparisons, summary, 0, 0, time.perf_counter() - t0)
+
+
+def compare_run_arms(
+    run_dir: str | Path, arms: tuple[str, str] = ("candidate", "reference"), **kw: Any
+) -> RunResult:
+    """``compare_files`` on two arms of a stored run (``spectest compare --from-run DIR``):
+    the rows of ``samples.parquet`` whose ``arm`` is ``arms[1]`` (the reference side) and
+    ``arms[0]`` (the candidate side), with the bring-your-own columns only (``arm`` and the
+    ``wb_*`` white-box columns dropped), written to Parquet in a temporary directory. The
+    run must be complete (``store.load_run``); an arm it does not hold is one line listing the
+    arms it does. ``kw``: ``compare_files``'s options."""
+    import tempfile
+
+    from spectest.store import SAMPLES, load_run
+
+    stored = load_run(run_dir)
+    samples = stored.table(SAMPLES)
+    if samples is None:
+        raise InputError(f"{stored.path}: no {SAMPLES} in this run directory")
+    held = list(dict.fromkeys(samples[schema.ARM]))
+    for arm in arms:
+        if arm not in held:
+            raise ConfigError(
+                f"--from-run {run_dir}: --arms: no arm {arm!r} in {stored.path / SAMPLES} "
+                f"(its arms: {', '.join(map(str, held))})"
+            )
+    cols = [f.name for f in schema.BYO_SCHEMA]
+    with tempfile.TemporaryDirectory(prefix="spectest-from-run-") as tmp:
+        files = []
+        for side, arm in zip(("reference", "candidate"), (arms[1], arms[0]), strict=True):
+            f = Path(tmp) / f"{side}.parquet"
+            samples.loc[samples[schema.ARM] == arm, cols].to_parquet(f, index=False)
+            files.append(f)
+        sources = tuple(f"{stored.path / SAMPLES}[arm={a}]" for a in (arms[1], arms[0]))
+        return compare_files(files[0], files[1], sources=(sources[0], sources[1]), **kw)

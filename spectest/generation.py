@@ -35,7 +35,7 @@ from spectest.engines.base import (
 from spectest.engines.registry import engine_class
 from spectest.errors import ConfigError, EngineError, InputError, ModelError
 from spectest.plan import Arm, Plan, Shard
-from spectest.progress import ProgressFn, no_progress
+from spectest.progress import ProgressFn, no_progress, shards_label
 from spectest.prompts import prompt_token_ids
 from spectest.protocol import EngineChoice, Protocol
 
@@ -194,7 +194,8 @@ def generate_shards(
     arms = [shard_arm(plan, s) for s in shards]
     sizes = [len(protocol.configs) * len(a.seeds) for a in arms]
     total, base = sum(sizes), 0
-    for shard, arm, size in zip(shards, arms, sizes, strict=True):
+    for i, (shard, arm, size) in enumerate(zip(shards, arms, sizes, strict=True)):
+        progress(shards_label(arm.name), i, len(shards))
 
         def tick(done: int, _base: int = base) -> None:
             progress("generate", _base + done, total)
@@ -211,6 +212,7 @@ def generate_shards(
         prov = {"engines": engines.provenance()}
         on_shard(ShardResult(shard.key, shard.arm, samples, rounds, prov, gen_s, wb_s))
         base += size
+        progress(shards_label(arm.name), i + 1, len(shards))
     progress("generate", total, total)
 
 

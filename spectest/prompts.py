@@ -70,10 +70,43 @@ class PromptsSpec:
     items: tuple[Prompt, ...]
 
 
+def shipped_prompt_sets() -> dict[str, Path]:
+    """The prompt sets shipped with spectest (``protocols/prompts/*.jsonl`` of the checkout or
+    the wheel): name (file stem) → path; empty when this install has none."""
+    from spectest.shipped import shipped_dir
+
+    d = shipped_dir()
+    folder = None if d is None else d / "prompts"
+    if folder is None or not folder.is_dir():
+        return {}
+    return {f.stem: f for f in sorted(folder.glob("*.jsonl"))}
+
+
+def shipped_prompt_file(name: str, source: str) -> Path:
+    """The shipped prompt set ``name`` (``prompts: {shipped: NAME}``); ``ConfigError`` naming
+    the value and the shipped sets."""
+    sets = shipped_prompt_sets()
+    if name not in sets:
+        raise ConfigError(
+            f"{source}: prompts.shipped: no shipped prompt set {name!r}; {_shipped_hint(sets)}"
+        )
+    return sets[name]
+
+
+def _shipped_hint(sets: dict[str, Path]) -> str:
+    if not sets:
+        return "this install ships no prompt sets"
+    return (
+        f"the shipped prompt sets are {', '.join(sets)} "
+        "(name one with prompts: {shipped: NAME} from a protocol anywhere)"
+    )
+
+
 def _find(file: str, base_dir: Path | None, source: str) -> Path:
     """The prompt file: ``file`` relative to ``base_dir`` (the protocol's directory), then to
     the working directory. Something there that is not a regular file, or a path the machine
-    will not let us look at, is refused (exit 4) rather than skipped."""
+    will not let us look at, is refused (exit 4) rather than skipped. Not found: one line
+    naming each folder looked in once, and the shipped prompt sets."""
     rel = Path(file).expanduser()
     tried = [rel] if rel.is_absolute() else [(base_dir or Path.cwd()) / rel, Path.cwd() / rel]
     for t in tried:
@@ -87,8 +120,11 @@ def _find(file: str, base_dir: Path | None, source: str) -> Path:
         if why is not None:
             raise refused(t, "prompt file", why)
         return t
-    where = ", ".join(str(t.parent) for t in tried)
-    raise ConfigError(f"{source}: prompts.file: no such prompt file {file!r} (looked in {where})")
+    folders = dict.fromkeys(str(t.parent.resolve()) for t in tried)  # distinct, in order
+    raise ConfigError(
+        f"{source}: prompts.file: no such prompt file {file!r} (looked in "
+        f"{', '.join(folders)}); {_shipped_hint(shipped_prompt_sets())}"
+    )
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -134,11 +170,17 @@ def _token_count(pr: Prompt) -> int:
 
 
 def load_prompt_set(
-    file: str, *, limit: int | None, base_dir: Path | None, source: str
+    file: str,
+    *,
+    limit: int | None,
+    base_dir: Path | None,
+    source: str,
+    shipped: str | None = None,
 ) -> PromptsSpec:
     """Load ``file`` (relative to ``base_dir`` — the protocol's directory — then to the working
-    directory), keep the first ``limit`` prompts. ``source`` names the protocol in messages."""
-    path = _find(file, base_dir, source)
+    directory), or the shipped prompt set ``shipped`` (then ``file`` is ``shipped:NAME``), keep
+    the first ``limit`` prompts. ``source`` names the protocol in messages."""
+    path = shipped_prompt_file(shipped, source) if shipped else _find(file, base_dir, source)
     items: list[Prompt] = []
     seen: set[str] = set()
     pfile = str(path)

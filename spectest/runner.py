@@ -63,7 +63,7 @@ from spectest.store import PROMPTS_FILE, RunDir
 from spectest.summary import Header, protocol_setup
 from spectest.verdict import power_claim, required_resolution
 
-__all__ = ["RunOptions", "RunResult", "run_protocol"]
+__all__ = ["RunOptions", "RunResult", "run_dir_for", "run_protocol"]
 
 
 def run_protocol(
@@ -112,12 +112,14 @@ def run_protocol(
             run.pool.close()
     run.timings["total_to_write"] = time.perf_counter() - t0
     t_write = time.perf_counter()
+    run.progress("write", 0, 1)
     verdict, comparisons, summary = finish_run(
         run.rd, samples=looked.samples, rounds=looked.rounds, results=looked.results,
         header=_header(run, looked), provenance=run.provenance,
         settings=looked.plan.settings, junit=junit, summary_md=summary_md,
         sizes=looked.teeth_sizes, numerics=looked.numerics,
     )  # fmt: skip
+    run.progress("write", 1, 1)
     summary = {
         **summary,
         "timings": {**summary["timings"], "write": _r(time.perf_counter() - t_write)},
@@ -127,6 +129,12 @@ def run_protocol(
         run.rd.path, verdict, comparisons, summary, run.generated, resumed,
         time.perf_counter() - t0,
     )  # fmt: skip
+
+
+def run_dir_for(protocol: Protocol, out: str | Path | None, *, teeth_only: bool = False) -> Path:
+    """The run directory: ``out``, else ``<output>/<run_id>[-teeth]``."""
+    suffix = "-teeth" if teeth_only else ""
+    return Path(out) if out is not None else Path(protocol.output) / (protocol.run_id + suffix)
 
 
 @dataclass
@@ -175,8 +183,7 @@ def _open_run(
             f"{protocol.source}: teeth: no teeth configured (null_arm, epsilons, mutants)"
         )
     kind = options.kind
-    suffix = "-teeth" if options.teeth_only else ""
-    run_dir = Path(out) if out is not None else Path(protocol.output) / (protocol.run_id + suffix)
+    run_dir = run_dir_for(protocol, out, teeth_only=options.teeth_only)
     info = {
         "kind": kind,
         "protocol_hash": protocol.hash,
@@ -291,7 +298,9 @@ def _generate_missing(run: _Run, plan: Plan, teeth: bool = False) -> Models | No
         _generate_spread(run, plan, todo, teeth)
         return None
     t_load = time.perf_counter()
+    run.progress("load models", 0, 1)
     engines = EngineSet(run.protocol, [plan.arm(s.arm) for s in todo], plan, fast=run.options.fast)
+    run.progress("load models", 1, 1)
     run.timings["load"] += time.perf_counter() - t_load
     gen = run.timings["generate"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from toy_protocol import write_toy
@@ -40,6 +41,39 @@ def test_review_notebook_runs_on_a_small_run(
     text = " ".join(str(o.get("data", {}).get("text/markdown", "")) for o in outputs)
     assert result.summary["verdict"]["decision"].upper() in text
     assert any("image/png" in o.get("data", {}) for o in outputs)
+    check_says_what_the_run_says(nb, result)
+
+
+def tagged(nb: Any, tag: str) -> list[dict[str, Any]]:
+    cell = next(c for c in nb.cells if tag in c.get("metadata", {}).get("tags", []))
+    return list(cell.get("outputs", []))
+
+
+def check_says_what_the_run_says(nb: Any, result: Any) -> None:
+    """Issue 34.6: the notebook opens with the run directory it loaded and the same three
+    things as every other output — headline, scope (tested) and resolution — read from
+    summary.json (it showed the reasons list as its headline); its per-cell table holds the
+    candidate's cells only (sorted across arms, its top rows were all the mutant's); the seed
+    ranges are ranges."""
+    from spectest.report.escape import md_text
+
+    first = str(tagged(nb, "verdict")[0]["data"]["text/markdown"])
+    lines = [ln.rstrip() for ln in first.splitlines() if ln.strip()]  # "  ": a line break
+    verdict = result.summary["verdict"]
+    assert lines[0] == f"Run directory: `{result.run_dir.resolve()}`", lines[0]
+    assert lines[1] == f"**{md_text(verdict['headline'])}**", lines[1]  # the claim, first
+    scope = verdict["scope"]
+    assert lines[2] == f"*{md_text(scope['tested'])}*", lines[2]
+    assert lines[3] == f"*{md_text(scope['resolution'])}*", lines[3]
+    assert lines[4] == f"- {md_text(verdict['reasons'][0])}", lines[4]  # reasons after
+    table = str(tagged(nb, "per-cell")[0]["data"]["text/plain"])
+    others = [c["arm"] for c in result.summary["comparisons"] if c["arm"] != "candidate"]
+    words = set(table.split())
+    assert "candidate" in words and others, table
+    assert not words & set(others), table  # null, eps=0.5, mutant:always_accept
+    shown = tagged(nb, "provenance")
+    prov = " ".join(str(o.get("data", {}).get("text/markdown", "")) for o in shown)
+    assert "Seed ranges per arm: reference 0–59" in prov and "{" not in prov, prov
 
 
 def test_latest_run_is_the_newest_completed_one(tmp_path: Path) -> None:

@@ -96,6 +96,9 @@ def bench(
     ] = None,
     profile: ProfileOpt = None,
     whitebox: WhiteboxOpt = False,
+    prompts: Annotated[
+        str, typer.Option(help="Shipped prompt set whose first prompt every row continues.")
+    ] = "english-2",
     out: Annotated[
         str, typer.Option(help="JSON-lines file the records are appended to.")
     ] = "results/bench/bench.jsonl",
@@ -113,6 +116,7 @@ def bench(
         assisted_rows=assisted_rows, arms=tuple(a.strip() for a in arms.split(",") if a.strip()),
         peak_tflops=peak_tflops, profile=profile, whitebox=whitebox,
         engine_options=parse_engine_options(engine_options or []), baseline=baseline,
+        prompts=prompts,
     )  # fmt: skip
     err = err_console()
     result = run_bench(cfg, log=lambda s: err.print(s, markup=False))
@@ -127,7 +131,10 @@ def bench(
 def show(result: Any, device: str) -> None:
     """The arms' figures as a table (the separately timed baseline last), their notes, and
     whether each engine that can ran on CUDA graphs."""
-    table = Table(title=f"spectest bench: {result.provenance['target_name']} on {device}")
+    table = Table(
+        title=f"spectest bench: {result.provenance['target_name']} on {device}; "
+        f"prompt: {result.config.get('prompt_used', '?')}"
+    )
     for col in ("arm", "rows", "wall s", "rows/s", "tokens/s", "acc/round", "MFU", "× hf-generate"):
         table.add_column(col, justify="left" if col == "arm" else "right")
     base = [] if result.baseline is None else [result.baseline]

@@ -77,9 +77,10 @@ class _Console(Console):
 
 
 def console() -> Console:
-    """stdout console; plain (no colour, wide) when not a terminal so logs and tests read well.
+    """stdout console; plain (no colour, wide) when not a terminal so logs and tests read well
+    (``COLUMNS`` set: that width, as in a terminal).
     ``emoji=False``: a config id ``:x:`` is printed as it is, never as an emoji."""
-    width = None if sys.stdout.isatty() else 120
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 120
     return _Console(highlight=False, soft_wrap=False, width=width, emoji=False)
 
 
@@ -267,11 +268,42 @@ def show_result(result: Any) -> None:
     exit_with(code)
 
 
+class Reporter:
+    """What ``progress_bars`` yields: a ``(task, completed, total)`` callback, ``header`` (a
+    line printed first, only while progress is shown) and ``say`` (a line printed always),
+    both on stderr above any bars."""
+
+    def __init__(self, update: Callable[[str, int, int], None],
+                 say: Callable[[str], None] | None = None) -> None:  # fmt: skip
+        self.update, self.say_fn = update, say
+
+    def __call__(self, task: str, done: int, total: int) -> None:
+        self.update(task, done, total)
+
+    def header(self, text: str) -> None:
+        if self.say_fn is not None:
+            self.say_fn(printable(text))
+
+    def say(self, text: str) -> None:
+        (self.say_fn or (lambda t: err_console().print(t, markup=False)))(printable(text))
+
+
 @contextmanager
-def progress_bars(enabled: bool = True) -> Iterator[Callable[[str, int, int], None]]:
-    """A ``(task, completed, total)`` callback drawing one rich bar per task label."""
+def progress_bars(enabled: bool = True) -> Iterator[Reporter]:
+    """A ``(task, completed, total)`` callback drawing one rich bar per task label in a
+    terminal; where stderr is not a terminal (CI logs, redirects), a plain line at least every
+    10 s instead (``spectest.progress.PlainProgress``; ``SPECTEST_PROGRESS_INTERVAL``)."""
+    from spectest.progress import PlainProgress, interval_from_env, split_label
+
     if not enabled or os.environ.get("SPECTEST_NO_PROGRESS"):
-        yield lambda task, done, total: None
+        yield Reporter(lambda task, done, total: None)
+        return
+    if not sys.stderr.isatty():
+        plain = PlainProgress(sys.stderr, interval_from_env()).start()
+        try:
+            yield Reporter(plain, plain.say)
+        finally:
+            plain.stop()
         return
     bars = Progress(
         TextColumn("{task.description:<28}"),
@@ -284,12 +316,14 @@ def progress_bars(enabled: bool = True) -> Iterator[Callable[[str, int, int], No
     tasks: dict[str, Any] = {}
 
     def update(task: str, done: int, total: int) -> None:
-        if task not in tasks:  # a label may hold a prompt id: markup escaped, controls shown
-            tasks[task] = bars.add_task(u(task), total=total)
-        bars.update(tasks[task], completed=done, total=total)
+        name, arm = split_label(task)  # the shard counter: one bar, its arm in the description
+        if name not in tasks:  # a label may hold a prompt id: markup escaped, controls shown
+            tasks[name] = bars.add_task(u(name), total=total)
+        what = u(f"{name} ({arm})") if arm else None
+        bars.update(tasks[name], completed=done, total=total, description=what)
 
     with bars:
-        yield update
+        yield Reporter(update, lambda text: bars.console.print(text, markup=False))
 
 
 def fmt(x: float | None, digits: int = 4) -> str:
@@ -320,7 +354,10 @@ def print_result(result: Any, con: Console | None = None) -> None:
         con.print(f"  {printable(arms_line(summary))}", markup=False, soft_wrap=True)
     for line in summary.get("notes", []):
         con.print(f"  {printable(line)}", markup=False)
-    con.print(_config_table(summary))
+    narrow = con.width < NARROW
+    con.print(_config_table(summary, narrow))
+    if narrow:
+        _teeth_lines(con, summary)
     if account := rejections_account(summary):
         con.print(printable(account), markup=False, soft_wrap=True)
     if summary.get("teeth"):
@@ -338,22 +375,24 @@ def print_result(result: Any, con: Console | None = None) -> None:
             con.print(printable(rest), markup=False, soft_wrap=True)
 
 
-def _config_table(summary: dict[str, Any]) -> Table:
+NARROW = 100  # a console narrower than this prints the teeth column below the table
+
+
+def _config_table(summary: dict[str, Any], narrow: bool = False) -> Table:
+    """The per-config table; ``narrow``: without its teeth column (``_teeth_lines`` prints it
+    below, so at 80 columns nothing is cut to "always_acc…")."""
     table = Table(
         title="per config (candidate vs reference)"
         if summary.get("has_candidate")
         else "per config"
     )
-    for col in (
-        "config",
-        "cells tested",
-        "rejections in this config",
-        "max TV excess (where)",
-        "MDE (TV)",
-        "teeth rejections",
-    ):
-        table.add_column(col)
-    for row in summary.get("configs", []):
+    rows = summary.get("configs", [])
+    cols = ["config", "cells tested", "rejections in this config", "max TV excess (where)",
+            "MDE (TV)", *([] if narrow else ["teeth rejections"])]  # fmt: skip
+    for col in cols:  # a config id keeps its width (the headers wrap); a longer one folds
+        keep = _words_width(r["config_id"] for r in rows) if col == "config" else None
+        table.add_column(col, min_width=keep, overflow="fold")
+    for row in rows:
         where = f" ({row['max_tv_where']})" if row.get("max_tv_where") else ""
         table.add_row(
             cell(row["config_id"]),
@@ -369,9 +408,23 @@ def _config_table(summary: dict[str, Any]) -> Table:
             ),
             cell(fmt(row.get("max_tv_excess")) + where),
             fmt(row.get("mde_tv")),
-            cell(row.get("teeth", "")),
+            *([] if narrow else [cell(row.get("teeth", ""))]),
         )
     return table
+
+
+def _teeth_lines(con: Console, summary: dict[str, Any]) -> None:
+    """The narrow table's teeth column, one line per config (wrapped between words)."""
+    for row in summary.get("configs", []):
+        if row.get("teeth"):
+            con.print(f"teeth rejections in {printable(row['config_id'])}: "
+                      f"{printable(row['teeth'])}", markup=False)  # fmt: skip
+
+
+def _words_width(texts: Iterator[Any], cap: int = 28) -> int:
+    """The longest word (split at spaces) of ``texts``, at most ``cap``: a column's minimum
+    width, so that a narrow console wraps the headers rather than cutting the ids."""
+    return min(cap, max((len(w) for t in texts for w in str(t).split()), default=0))
 
 
 def _teeth_table(teeth: list[dict[str, Any]]) -> Table:

@@ -3,25 +3,42 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from spectest.cli.common import boundary, progress_bars, show_result
+from spectest.errors import ConfigError
+
+FromRunOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="A stored run directory instead of --reference/--candidate: compare two of its "
+        "arms (--arms; docs/compare.md).",
+        readable=False,
+    ),
+]
+ArmsOpt = Annotated[
+    str,
+    typer.Option(
+        help="With --from-run: CANDIDATE,REFERENCE arms of the run (e.g. null,reference or "
+        "mutant:always_accept,reference)."
+    ),
+]
 
 
 @boundary
 def compare(
     reference: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             help="Samples of plain decoding (Parquet, or CSV with a header).", readable=False
         ),
-    ],
+    ] = None,
     candidate: Annotated[
-        Path,
+        Path | None,
         typer.Option(help="Samples of the speculative sampler under test.", readable=False),
-    ],
+    ] = None,
     alpha: Annotated[
         float, typer.Option(help="Significance level after the multiplicity correction.")
     ] = 0.05,
@@ -61,24 +78,37 @@ def compare(
             "statistic as 2m² (default 0.01; docs/numerics.md).",
         ),
     ] = None,
+    from_run: FromRunOpt = None,
+    arms: ArmsOpt = "candidate,reference",
 ) -> None:
-    """Compare two samples files. Columns: prompt_id (string), config_id (string), seed (int64),
-    position (int32, 0 = first generated token), token_id (int64); one row per generated token."""
-    from spectest.compare import compare_files
+    """Compare two samples files (or two arms of a run: --from-run). Columns: prompt_id
+    (string), config_id (string), seed (int64), position (int32, 0 = first generated token),
+    token_id (int64); one row per generated token."""
+    from spectest.compare import compare_files, compare_run_arms
 
+    pair = tuple(a.strip() for a in arms.split(","))
+    if from_run is not None and (reference is not None or candidate is not None):
+        raise ConfigError("compare: --from-run DIR takes no --reference / --candidate")
+    for opt, given in (("--reference", reference), ("--candidate", candidate)):
+        if from_run is None and given is None:
+            raise ConfigError(f"compare: Missing option '{opt}' (or give --from-run DIR)")
+    if len(pair) != 2 or not all(pair):
+        raise ConfigError(f"--arms: expected CANDIDATE,REFERENCE, got {arms!r}")
+    kw: dict[str, Any] = dict(
+        alpha=alpha,
+        multiplicity=multiplicity,
+        max_mde_tv=max_mde_tv,
+        out=out,
+        floor=floor,
+        decide_floor=decide_floor,
+        floor_margin=floor_margin,
+    )
     with progress_bars(progress) as cb:
-        result = compare_files(
-            reference,
-            candidate,
-            alpha=alpha,
-            multiplicity=multiplicity,
-            max_mde_tv=max_mde_tv,
-            out=out,
-            progress=cb,
-            floor=floor,
-            decide_floor=decide_floor,
-            floor_margin=floor_margin,
-        )
+        if from_run is not None:
+            result = compare_run_arms(from_run, (pair[0], pair[1]), progress=cb, **kw)
+        else:
+            assert reference is not None and candidate is not None
+            result = compare_files(reference, candidate, progress=cb, **kw)
     if "token_drift" in result.summary:
         typer.echo(result.summary["token_drift"]["line"])
     show_result(result)  # exits with the stored verdict's code, even if printing fails

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from spectest.cli.common import boundary, console
+from spectest.cli.common import boundary, console, progress_bars
 from spectest.errors import ConfigError
 
 
@@ -38,11 +38,15 @@ def power(
     ] = None,
 ) -> None:
     """Power of the pooled two-sample χ²: give --tv (→ seeds) or --seeds (→ MDE), not both."""
+    if config is not None:  # loading the protocol imports torch: seconds, so progress first
+        with progress_bars() as cb:
+            cb.header(f"spectest power --config {config}: loading the protocol")
+            cb("load protocol", 0, 1)
+            _power_of_protocol(config, tv=tv, seeds=seeds, df=df, power=power_)
+            cb("load protocol", 1, 1)
+        return
     from spectest.stats.power import lambda_star, mde_tv, seeds_for_tv
 
-    if config is not None:
-        _power_of_protocol(config, tv=tv, seeds=seeds, df=df, power=power_)
-        return
     if (tv is None) == (seeds is None):
         raise ConfigError(
             f"power: give exactly one of --tv or --seeds, got tv={tv!r}, seeds={seeds!r}"

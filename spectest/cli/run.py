@@ -14,12 +14,10 @@ from spectest.cli.common import (
     SetOpt,
     ThreadsOpt,
     boundary,
-    err_console,
     optional_output,
     progress_bars,
     show_result,
 )
-from spectest.report.escape import printable
 
 # `spectest run`'s own options (the shared ones are in cli.common)
 FastOpt = Annotated[
@@ -83,31 +81,36 @@ def run(
 ) -> None:
     """Run a protocol: generate both arms and the teeth, store, test, print the verdict."""
     from spectest.protocol import load_protocol
-    from spectest.runner import RunOptions, run_protocol
+    from spectest.runner import RunOptions, run_dir_for, run_protocol
 
     junit_path = optional_output(junit, "--junit")
     summary_path = optional_output(summary_md, "--summary-md")
-    protocol = load_protocol(
-        config,
-        overrides={"models.device": device, "seeds.per_arm": seeds, "positions": positions},
-        sets=set_ or [],
-    )
-    from spectest.readiness import require_ready
-    from spectest.shipped import shipped_name
+    with progress_bars(progress) as cb:  # from the start: loading torch takes seconds
+        cb("load protocol", 0, 1)
+        protocol = load_protocol(
+            config,
+            overrides={"models.device": device, "seeds.per_arm": seeds, "positions": positions},
+            sets=set_ or [],
+        )
+        from spectest.readiness import require_ready
+        from spectest.shipped import shipped_name
 
-    require_ready(protocol)  # a missing engine set-up: one line, exit 4, before any work
+        require_ready(protocol)  # a missing engine set-up: one line, exit 4, before any work
 
-    if shipped_name(protocol.source) and not Path(config).is_file():
-        shipped = printable(protocol.source)
-        err_console().print(f"using the shipped protocol {shipped}", markup=False)
-    options = RunOptions(
-        fast=fast,
-        threads=threads,
-        devices=tuple(d.strip() for d in (devices or "").split(",") if d.strip()),
-        ray=ray,
-        analysis_procs=analysis_procs,
-    )
-    with progress_bars(progress) as cb:
+        if shipped_name(protocol.source) and not Path(config).is_file():
+            cb.say(f"using the shipped protocol {protocol.source}")
+        cb("load protocol", 1, 1)
+        run_dir = run_dir_for(protocol, out)
+        cb.header(
+            f"spectest run {protocol.name}  protocol {protocol.hash[:12]}  → {run_dir}"
+        )  # the header first; the result repeats it on stdout
+        options = RunOptions(
+            fast=fast,
+            threads=threads,
+            devices=tuple(d.strip() for d in (devices or "").split(",") if d.strip()),
+            ray=ray,
+            analysis_procs=analysis_procs,
+        )
         result = run_protocol(
             protocol,
             out=out,

@@ -209,16 +209,23 @@ def _drafter(c: Fields, value: Any) -> DrafterSpec:
 
 
 def _prompts(c: Fields, value: Any, base_dir: Path | None) -> PromptsSpec:
+    """``prompts: FILE`` / ``{file: FILE, limit: N}`` (relative to the protocol, then the working
+    directory) or ``{shipped: NAME, limit: N}`` (a prompt set shipped with spectest, found from
+    a protocol anywhere)."""
     pm = c.mapping(
-        {"file": value} if isinstance(value, str) else value, "prompts", ("file", "limit"),
-        ("file",),
+        {"file": value} if isinstance(value, str) else value, "prompts",
+        ("file", "shipped", "limit"),
     )  # fmt: skip
+    if ("file" in pm) == ("shipped" in pm):
+        raise c.fail("prompts", "give exactly one of file or shipped")
     limit = pm.get("limit")
+    shipped = c.str_(pm["shipped"], "prompts.shipped") if "shipped" in pm else None
     return load_prompt_set(
-        c.str_(pm["file"], "prompts.file"),
+        f"shipped:{shipped}" if shipped else c.str_(pm["file"], "prompts.file"),
         limit=None if limit is None else c.int_(limit, "prompts.limit", lo=1),
         base_dir=base_dir,
         source=c.source,
+        shipped=shipped,
     )
 
 

@@ -10,6 +10,7 @@ Owns: those figures. Reads stored tables (``tests.parquet``, ``histograms.parque
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -158,10 +159,37 @@ def sizes_vs_resolution(
                 **st,
             )
     ax.set_ylim(0, 1.02)
-    ax.set_xlabel("cell-position (prompt, config, position)")
+    _cell_ticks(ax, df)
+    ax.set_xlabel("cell-position (prompt / config @ position)")
     ax.set_ylabel("TV")
     ax.legend(fontsize=7)
     ax.set_title(
         "resolution beside the bug sizes that matter (teeth above the line: seen)", fontsize=9
     )
     return fig
+
+
+MAX_TICKS = 32  # more cell-positions than this: one tick per cell (its first position)
+
+
+def cell_labels(df: pd.DataFrame) -> list[str]:
+    """``prompt@position`` per row of ``df`` (``prompt/config@position`` when it holds more
+    than one config), the labels of the resolution plot's x-axis."""
+    many = df["config_id"].nunique() > 1
+    return [
+        f"{p}/{c}@{int(t)}" if many else f"{p}@{int(t)}"
+        for p, c, t in zip(df["prompt_id"], df["config_id"], df["position"], strict=True)
+    ]
+
+
+def _cell_ticks(ax: Any, df: pd.DataFrame) -> None:
+    """The x-axis in cell-positions: each labelled (``cell_labels``), or past ``MAX_TICKS`` one
+    tick per cell at its first position, labelled ``prompt/config``."""
+    if len(df) <= MAX_TICKS:
+        ax.set_xticks(range(len(df)), [label(t) for t in cell_labels(df)], fontsize=6,
+                      rotation=90)  # fmt: skip
+        return
+    cells = list(zip(df["prompt_id"], df["config_id"], strict=True))
+    starts = [i for i, c in enumerate(cells) if i == 0 or c != cells[i - 1]]
+    ax.set_xticks(starts, [label(f"{cells[i][0]}/{cells[i][1]}") for i in starts], fontsize=6,
+                  rotation=90)  # fmt: skip

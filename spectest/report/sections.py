@@ -301,9 +301,27 @@ def provenance(stored: StoredRun) -> Section | None:
                 f"{prov.get('device')} · spectest {prov.get('spectest_version')} · {pk}",
                 small=True,
             ),
-            Text(f"Seed ranges per arm: {prov.get('seed_ranges')}", small=True),
+            Text(f"Seed ranges per arm: {seed_ranges_text(prov.get('seed_ranges'))}", small=True),
         ],
     )
+
+
+def seed_ranges_text(ranges: Any) -> str:
+    """``{arm: [start, stop)}`` (the manifest's ``seed_ranges``) as ``reference 0–399 ·
+    null 400–799`` (inclusive), in order of their first seed; anything else as it is."""
+    if not isinstance(ranges, dict) or not ranges:
+        return str(ranges)
+    parts = []
+
+    def start(item: tuple[Any, Any]) -> tuple[Any, ...]:
+        r = item[1]
+        first = r[0] if isinstance(r, (list, tuple)) and r and isinstance(r[0], int) else 0
+        return (first, item[0] != "reference", str(item[0]))
+
+    for arm, r in sorted(ranges.items(), key=start):
+        ok = isinstance(r, (list, tuple)) and len(r) == 2 and all(isinstance(x, int) for x in r)
+        parts.append(f"{arm} {r[0]}–{r[1] - 1}" if ok and r[1] > r[0] else f"{arm} {r}")
+    return " · ".join(parts) + " (seeds, inclusive)"
 
 
 # the report's sections, in order (a new one: a function above and an entry here)

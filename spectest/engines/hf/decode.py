@@ -24,7 +24,10 @@ docs/engines-hf.md "White-box columns".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import logging
+import re
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pandas as pd
@@ -206,6 +209,7 @@ def generate_assisted(
         own_generation_config(target),
         assistant_settings(draft, num_assistant_tokens, confidence_threshold),
         record_rounds(target, L, keep_scores) as rec,
+        _quiet_assistant_kwargs(),
         torch.random.fork_rng(devices=_fork_devices(dev)),
         torch.inference_mode(),
     ):
@@ -226,6 +230,35 @@ def generate_assisted(
     if output_scores:
         rec.emitted = emitted_scores(out, 1, num_tokens, HF_ASSISTED)
     return toks, rec
+
+
+# transformers' own assistant loop (``candidate_generator._prepare_generation_args``) passes
+# these next to a generation_config, which its ``generate`` then calls deprecated: not ours to fix
+_ASSISTANT_KWARGS = {"min_new_tokens", "max_new_tokens", "use_cache"}
+_DEPRECATION = "Passing `generation_config` together with generation-related arguments="
+
+
+class _AssistantKwargsFilter(logging.Filter):
+    """Drops exactly that warning, and only when its arguments are the assistant loop's."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        if not msg.startswith(_DEPRECATION):
+            return True
+        named = set(re.findall(r"'(\w+)'", msg.split("=", 1)[1].split(")", 1)[0]))
+        return not (named and named <= _ASSISTANT_KWARGS)
+
+
+@contextlib.contextmanager
+def _quiet_assistant_kwargs() -> Iterator[None]:
+    """``_AssistantKwargsFilter`` on transformers' generation logger while assisted generation
+    runs (``spectest bench`` printed the warning for every hf-assisted arm)."""
+    log, f = logging.getLogger("transformers.generation.utils"), _AssistantKwargsFilter()
+    log.addFilter(f)
+    try:
+        yield
+    finally:
+        log.removeFilter(f)
 
 
 # ----------------------------------------------------------------------------- rows → ArmOutput
