@@ -370,10 +370,15 @@ def _clear_own_files(p: Path) -> None:
 
 
 def samples_schema(df: pd.DataFrame) -> pa.Schema:
-    """The samples schema, with the white-box (and role) columns when the table has them."""
+    """The samples schema, with the white-box (and role) columns when the table has them, and
+    the engine-reported ones (``schema.REPORTED_FIELDS``) after them when it has those."""
     if schema.WB_ROLE_P in df.columns:
-        return schema.SAMPLES_ROLE_SCHEMA
-    return schema.SAMPLES_WB_SCHEMA if schema.WB_P in df.columns else schema.SAMPLES_SCHEMA
+        base = schema.SAMPLES_ROLE_SCHEMA
+    else:
+        base = schema.SAMPLES_WB_SCHEMA if schema.WB_P in df.columns else schema.SAMPLES_SCHEMA
+    if schema.REP_P not in df.columns:
+        return base
+    return pa.schema(list(base) + schema.REPORTED_FIELDS)
 
 
 # ------------------------------------------------------------------ reading a completed run
