@@ -376,9 +376,7 @@ def samples_schema(df: pd.DataFrame) -> pa.Schema:
         base = schema.SAMPLES_ROLE_SCHEMA
     else:
         base = schema.SAMPLES_WB_SCHEMA if schema.WB_P in df.columns else schema.SAMPLES_SCHEMA
-    if schema.REP_P not in df.columns:
-        return base
-    return pa.schema(list(base) + schema.REPORTED_FIELDS)
+    return pa.schema(list(base) + [f for f in schema.REPORTED_FIELDS if f.name in df.columns])
 
 
 # ------------------------------------------------------------------ reading a completed run

@@ -236,3 +236,39 @@ def test_run_decides_claim_a_from_reported_probabilities(tmp_path: Path) -> None
     assert "claim (a) from engine-reported p: differs" in stdout
     assert "reported-p crosscheck_teacher (approximate)" in stdout
     assert details["reported_rejected"] is True
+
+
+def _byo(path: Path, rng: np.random.Generator, reported_law: np.ndarray | None) -> Path:
+    """A bring-your-own samples file: 300 sequences of 2 tokens from LAW16 (position-free);
+    ``reported_law``: the law the file claims each token was drawn from (None: no claim)."""
+    law = np.array(LAW)
+    n = 300
+    toks = (np.cumsum(law)[None, :] < rng.random((n * 2, 1))).sum(1)  # inverse CDF
+    seeds, pos = np.repeat(np.arange(n), 2), np.tile([0, 1], n).astype(np.int32)
+    df = pd.DataFrame(
+        {sc.PROMPT_ID: "p0", sc.CONFIG_ID: "c", sc.SEED: seeds, sc.POSITION: pos, sc.TOKEN_ID: toks}
+    )
+    if reported_law is not None:
+        rank = np.argsort(-reported_law, kind="stable")
+        before = np.empty(16)
+        before[rank] = np.cumsum(reported_law[rank]) - reported_law[rank]
+        df[sc.REP_P], df[sc.REP_CDF_LO] = reported_law[toks], before[toks]
+    df.to_parquet(path)
+    return path
+
+
+def test_compare_decides_claim_a_from_reported_columns(tmp_path: Path) -> None:
+    from spectest.compare import compare_files
+
+    rng = np.random.default_rng(7)
+    ref = _byo(tmp_path / "ref.parquet", rng, None)
+    honest = _byo(tmp_path / "honest.parquet", rng, np.array(LAW))
+    lying = _byo(tmp_path / "lying.parquet", rng, np.full(16, 1 / 16))  # claims uniform
+    ok = compare_files(ref, honest, out=tmp_path / "ok")
+    bad = compare_files(ref, lying, out=tmp_path / "bad")
+    assert ok.summary["details"]["candidate"]["reported_rejected"] is False
+    assert ok.summary["details"]["candidate"]["reported_candidate_tokens"] == 600
+    assert bad.summary["details"]["candidate"]["reported_rejected"] is True
+    assert bad.verdict.exit_code == 1
+    assert any("claim (a) from engine-reported p: differs" in f.verdict_line
+               for f in bad.verdict.scope.families)  # fmt: skip
