@@ -157,7 +157,7 @@ def test_truncated_pit_detects_a_list_the_tokens_were_not_drawn_from() -> None:
     assert np.abs(_enumerated_cdf(drawn, lo, w, a) - a).max() > 0.1
 
 
-def _rounds(rows: list[tuple[int, int, int, int, int]]) -> pd.DataFrame:
+def _rounds(rows: list[tuple[int, ...]]) -> pd.DataFrame:
     cols = ["seed", "round", sc.POSITION, "drafted", "accepted", "emitted"]
     df = pd.DataFrame(rows, columns=cols)
     return df.assign(**{sc.PROMPT_ID: "p0", sc.CONFIG_ID: "c", sc.ARM: "candidate"})
@@ -270,5 +270,6 @@ def test_compare_decides_claim_a_from_reported_columns(tmp_path: Path) -> None:
     assert ok.summary["details"]["candidate"]["reported_candidate_tokens"] == 600
     assert bad.summary["details"]["candidate"]["reported_rejected"] is True
     assert bad.verdict.exit_code == 1
-    assert any("claim (a) from engine-reported p: differs" in f.verdict_line
-               for f in bad.verdict.scope.families)  # fmt: skip
+    scope = bad.verdict.scope
+    assert scope is not None
+    assert any("claim (a) from engine-reported p: differs" in f.verdict_line for f in scope.families)  # fmt: skip
