@@ -274,3 +274,35 @@ def test_compare_decides_claim_a_from_reported_columns(tmp_path: Path) -> None:
     assert scope is not None
     lines = [f.verdict_line for f in scope.families]
     assert any("claim (a) from engine-reported p: differs" in line for line in lines)
+
+
+def test_top_n_mass_outside_is_stated_in_the_verdict_line_and_summary() -> None:
+    from spectest.stats.analyze import AnalysisOptions, analyze
+    from spectest.stats.family_cells import CellFamily
+    from spectest.stats.family_reported import ReportedFamily
+
+    rng = np.random.default_rng(3)
+    law = np.array(LAW)
+    n, top = 400, 4
+    frames = []
+    for arm in ("reference", "candidate"):
+        toks = (np.cumsum(law)[None, :] < rng.random((n, 1))).sum(1)
+        inside = toks < top  # LAW is descending in id: the top 4 are ids 0-3
+        frames.append(pd.DataFrame({
+            sc.PROMPT_ID: "p0", sc.CONFIG_ID: "c", sc.ARM: arm, sc.SEED: np.arange(n),
+            sc.POSITION: np.zeros(n, np.int32), sc.TOKEN_ID: toks, sc.REP_P: law[toks],
+            sc.REP_CDF_LO: np.where(inside, np.cumsum(law)[toks] - law[toks], np.nan),
+            sc.REP_MASS: law[:top].sum(),
+        }))  # fmt: skip
+    a = analyze(
+        pd.concat(frames, ignore_index=True), reference="reference", candidate="candidate",
+        options=AnalysisOptions(null_permutations=10, trie_depth=0, sequence=False),
+        families=[CellFamily(), ReportedFamily()],
+    )  # fmt: skip
+    res = a.families["reported"]
+    assert not res.rejected and not res.control_failed
+    outside = 1 - law[:top].sum()
+    assert f"mass outside {outside:.3g} on average" in res.verdict_line
+    s = res.summary()
+    assert abs(s["reported_candidate_mass_outside_mean"] - outside) < 1e-12
+    assert 0.3 < s["reported_candidate_outside_fraction"] < 0.6  # P(id >= 4) = 0.46

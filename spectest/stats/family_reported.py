@@ -271,6 +271,13 @@ def _verdict_line(mine: pd.DataFrame, failing: tuple[Failure, ...], numbers: dic
     )
     if (mine["test"] == "crosscheck_teacher").any():
         what += " + cross-check with the teacher (approximate)"
+    total = numbers.get("reported_candidate_tokens", 0)
+    if n < total:
+        what += f"; {total - n} of {total} tokens not reported"
+    mean = numbers.get("reported_candidate_mass_outside_mean")
+    if mean is not None:
+        frac = numbers["reported_candidate_outside_fraction"]
+        what += f"; top-n lists: mass outside {mean:.3g} on average, {frac:.1%} of tokens outside"
     return f"claim (a) from engine-reported p: {head} — {what}"
 
 
