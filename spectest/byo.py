@@ -102,11 +102,21 @@ def read_samples_file(path: str | os.PathLike[str]) -> pd.DataFrame:
         )
         raise InputError(f"{p}: duplicate row for (prompt_id, config_id, seed, position) = {key!r}")
     _check_no_gaps(p, df)
-    extra = [
-        c
-        for c in df.columns
-        if c not in {f.name for f in schema.BYO_SCHEMA} and c not in schema.WHITEBOX_COLUMNS
-    ]
+    for c in (c for c in schema.REPORTED_COLUMNS if c in df.columns):  # engine-reported p
+        v = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64)
+        bad = np.flatnonzero((df[c].notna().to_numpy() & np.isnan(v)) | (v < 0) | (v > 1 + 1e-6))
+        if len(bad):
+            raise InputError(f"{p}: column {c!r}: expected a probability in [0, 1] or empty, "
+                             f"got {df[c].iloc[bad[0]]!r} (row {int(bad[0])})")  # fmt: skip
+        df[c] = v
+    if schema.REP_P in df.columns:  # cdf_lo / list mass not stated: unknown
+        for c in schema.REPORTED_COLUMNS:
+            if c not in df.columns:
+                df[c] = np.nan
+    else:
+        df = df.drop(columns=[c for c in schema.REPORTED_COLUMNS if c in df.columns])
+    keep = {f.name for f in schema.BYO_SCHEMA} | set(schema.WHITEBOX_COLUMNS)
+    extra = [c for c in df.columns if c not in keep and c not in schema.REPORTED_COLUMNS]
     return df.drop(columns=extra)
 
 

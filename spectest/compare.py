@@ -176,7 +176,10 @@ def compare_files(
         [ref.assign(**{schema.ARM: "reference"}), cand.assign(**{schema.ARM: "candidate"})],
         ignore_index=True,
     )
-    samples = samples[[f.name for f in schema.SAMPLES_SCHEMA]]
+    # engine-reported probabilities, when a file has them: claim (a) from them (the reported-p
+    # family; no teacher here, so no cross-check); every other extra column is dropped
+    reported = [c for c in schema.REPORTED_COLUMNS if c in samples.columns]
+    samples = samples[[f.name for f in schema.SAMPLES_SCHEMA] + reported]
     h = _digest([ref, cand, *pair], tests)
     if margin is not None:  # a decision has its own settings: its own hash
         h = hashlib.sha256(f"{h}\x1ftoken-floor\x1f{margin!r}".encode()).hexdigest()

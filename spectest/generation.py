@@ -20,8 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from spectest import schema
 from spectest.engines.base import (
     ArmJob,
     DrafterSpec,
@@ -269,11 +271,26 @@ def generate_shard(
         t_teacher = time.perf_counter()
         wb = shared_teacher(engines, job, out.tokens)
         engines.teacher_s += time.perf_counter() - t_teacher
+    if out.reported is not None:  # the engine's own per-token claims (engines-reported-p.md)
+        wb = reported_columns(out.reported, wb)
     # one row per emitted token: a sequence that ended early is a shorter sequence
     samples = samples_frame(out.tokens, prompt_id, rows, arm.name, wb)
     rounds = None if out.rounds is None else rounds_frame(out.rounds, prompt_id, rows, arm.name)
     check_shard(samples, engine.name, arm.name, prompt_id)
     return samples, rounds
+
+
+def reported_columns(reported: Any, columns: pd.DataFrame | None) -> pd.DataFrame:
+    """``columns`` (one row per row and position, or None) with ``schema.REPORTED_COLUMNS``
+    from an engine's ``[B, T, 2 or 3]`` reported (p, cdf_lo[, list mass]) appended."""
+    rep = np.asarray(reported, dtype=np.float64).reshape(-1, reported.shape[-1])
+    mass = rep[:, 2] if rep.shape[1] == 3 else np.full(len(rep), np.nan)
+    cols = pd.DataFrame(
+        {schema.REP_P: rep[:, 0], schema.REP_CDF_LO: rep[:, 1], schema.REP_MASS: mass}
+    )
+    if columns is None:
+        return cols
+    return pd.concat([columns.reset_index(drop=True), cols], axis=1)
 
 
 def check_shard(samples: pd.DataFrame, engine: str, arm: str, prompt_id: str) -> None:

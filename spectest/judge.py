@@ -105,6 +105,8 @@ def compare_all(
             rounds=rsub,
             rng_seed=stable_seed(settings.key, arm.name),
             executor=executor,
+            # the reported-p family's round slots read readout rounds too
+            all_rounds=None if rounds is None else rounds[rounds[schema.ARM].isin([ref, arm.name])],
         )
         out.append((arm, analysis))
     progress("analyze", len(comps), len(comps))

@@ -20,6 +20,8 @@ each emitted sequence under the *same* sampling pipeline (post temperature/top-k
 
 Optional role columns (``ROLE_COLUMNS``, ``ROLES``; what each means, moved from this
 docstring): docs/run-directory.md "The role columns (spectest/schema.py)".
+Optional engine-reported columns (``REPORTED_COLUMNS``: ``rep_p``, ``rep_cdf_lo``,
+``rep_mass``): docs/engines-reported-p.md "In the run directory".
 
 The bring-your-own schema of ``spectest compare`` is the samples table without ``arm``.
 
@@ -71,6 +73,10 @@ WB_ROLE_TAIL = "wb_role_tail"
 ROLE_COLUMNS = (
     WB_ROLE, WB_SLOT, WB_ROLE_P, WB_ROLE_CDF_LO, WB_ROLE_RATIO, WB_ROLE_BEYOND, WB_ROLE_TAIL
 )  # fmt: skip
+REP_P = "rep_p"
+REP_CDF_LO = "rep_cdf_lo"
+REP_MASS = "rep_mass"
+REPORTED_COLUMNS = (REP_P, REP_CDF_LO, REP_MASS)
 ROLES = ("plain", "accepted", "recovered", "bonus")  # an emitted token's role; code = index
 
 # Arm names used by the built-in plan. Teeth arms are named "null", "eps=<value>", "mutant:<name>".
@@ -105,6 +111,7 @@ ROLE_FIELDS = [
     pa.field(WB_ROLE_TAIL, pa.float64()),
 ]
 SAMPLES_ROLE_SCHEMA = pa.schema(list(SAMPLES_WB_SCHEMA) + ROLE_FIELDS)
+REPORTED_FIELDS = [pa.field(c, pa.float64()) for c in REPORTED_COLUMNS]
 BYO_SCHEMA = pa.schema([f for f in SAMPLES_SCHEMA if f.name != ARM])
 
 ROUNDS_SCHEMA = pa.schema(

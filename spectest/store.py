@@ -370,10 +370,13 @@ def _clear_own_files(p: Path) -> None:
 
 
 def samples_schema(df: pd.DataFrame) -> pa.Schema:
-    """The samples schema, with the white-box (and role) columns when the table has them."""
+    """The samples schema, with the white-box (and role) columns when the table has them, and
+    the engine-reported ones (``schema.REPORTED_FIELDS``) after them when it has those."""
     if schema.WB_ROLE_P in df.columns:
-        return schema.SAMPLES_ROLE_SCHEMA
-    return schema.SAMPLES_WB_SCHEMA if schema.WB_P in df.columns else schema.SAMPLES_SCHEMA
+        base = schema.SAMPLES_ROLE_SCHEMA
+    else:
+        base = schema.SAMPLES_WB_SCHEMA if schema.WB_P in df.columns else schema.SAMPLES_SCHEMA
+    return pa.schema(list(base) + [f for f in schema.REPORTED_FIELDS if f.name in df.columns])
 
 
 # ------------------------------------------------------------------ reading a completed run

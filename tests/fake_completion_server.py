@@ -3,7 +3,12 @@
 seeded hash: tokens are a pure function of (prompt, seed, position), unless told to misbehave.
 
 Usage: python tests/fake_completion_server.py --port N [--ignore-seed] [--drop PARAM]
-       [--fail-first N] [--die-after N] [--delay SECONDS] [--tag TEXT]
+       [--fail-first N] [--die-after N] [--delay SECONDS] [--tag TEXT] [--probs MODE]
+
+Asked for probabilities (llama.cpp ``n_probs``, OpenAI ``logprobs``), it reports the fixed law
+``LAW`` (p_v ∝ 16 − v) for every token, in each server's shape: ``--probs spec-empty`` leaves odd
+positions unreported as llama.cpp's speculative path does (prob 1.0, empty top list);
+``--probs bad-id`` names another token than the one emitted.
 """
 
 from __future__ import annotations
@@ -18,6 +23,37 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ARGS = argparse.Namespace()
+LAW = [(16 - v) / 136 for v in range(16)]  # the reported law: descending in id
+
+
+def llamacpp_probs(toks: list[int], n: int) -> list[dict[str, object]]:
+    top = [{"id": v, "token": f"t{v}", "bytes": [], "prob": LAW[v]} for v in range(min(n, 16))]
+    out: list[dict[str, object]] = []
+    for i, t in enumerate(toks):
+        if ARGS.probs == "spec-empty" and i % 2:
+            out.append({"id": t, "token": "", "bytes": [], "prob": 1.0, "top_probs": []})
+            continue
+        tid = (t + 1) % 16 if ARGS.probs == "bad-id" else t
+        out.append({"id": tid, "token": "", "bytes": [], "prob": LAW[t], "top_probs": top})
+    return out
+
+
+def openai_logprobs(toks: list[int], n: int) -> dict[str, object]:
+    import math
+
+    tops = []
+    for t in toks:
+        d = {f"token_id:{v}": math.log(LAW[v]) for v in range(min(n, 16))}
+        d[f"token_id:{t}"] = math.log(LAW[t])  # vLLM adds the sampled token beside the top n
+        tops.append(d)
+    return {
+        "tokens": [f"token_id:{t}" for t in toks],
+        "token_logprobs": [math.log(LAW[t]) for t in toks],
+        "top_logprobs": tops,
+        "text_offset": [0] * len(toks),
+    }
+
+
 COUNT = {"n": 0}
 
 
@@ -67,16 +103,19 @@ class Handler(BaseHTTPRequestHandler):
             settings["samplers"] = body.get("samplers", [])
             if ARGS.drop:
                 settings[ARGS.drop] = {"temperature": 1.0, "top_p": 1.0}.get(ARGS.drop, 0)
-            self._send(
-                200,
-                {
-                    "tokens": toks,
-                    "generation_settings": settings,
-                    "timings": {"draft_n": 6, "draft_n_accepted": 4},
-                },
-            )
+            reply = {
+                "tokens": toks,
+                "generation_settings": settings,
+                "timings": {"draft_n": 6, "draft_n_accepted": 4},
+            }
+            if body.get("n_probs"):
+                reply["completion_probabilities"] = llamacpp_probs(toks, body["n_probs"])
+            self._send(200, reply)
         else:
-            self._send(200, {"choices": [{"token_ids": toks, "text": ""}]})
+            choice: dict[str, object] = {"token_ids": toks, "text": ""}
+            if body.get("logprobs"):
+                choice["logprobs"] = openai_logprobs(toks, body["logprobs"])
+            self._send(200, {"choices": [choice]})
 
 
 def main() -> None:
@@ -87,6 +126,7 @@ def main() -> None:
     ap.add_argument("--fail-first", type=int, default=0)
     ap.add_argument("--die-after", type=int, default=0)
     ap.add_argument("--delay", type=float, default=0.0)
+    ap.add_argument("--probs", default="exact", choices=["exact", "spec-empty", "bad-id"])
     ap.add_argument("--tag", default="")  # ignored: lets a test find this process by its argv
     ap.parse_args(namespace=ARGS)
     print(f"fake server on 127.0.0.1:{ARGS.port}", flush=True)

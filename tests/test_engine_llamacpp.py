@@ -3,7 +3,10 @@
 ``protocols/llamacpp-spec.yaml``: llama-server with speculative decoding (draft model,
 probabilistic draft sampling) against the same server without it on the same GGUF weights; both
 servers started and stopped by spectest. Must exit 0. ``protocols/llamacpp-misordered.yaml``:
-the candidate's requests put top-p before temperature; must exit 1.
+the candidate's requests put top-p before temperature; must exit 1. Both ask the servers for
+``n_probs`` post-sampling probabilities (``probs: 64``): claim (a) from the reported p finds no
+difference on the first and differs on the second (the cross-check with spectest's teacher: the
+misordered server reports, truthfully, the law it sampled).
 
 The server binary comes from ``spectest setup llamacpp`` (cached per machine; a fresh machine
 builds it, which takes 10-40 minutes on 2 cores: the fixture then prints the build's progress
@@ -63,6 +66,7 @@ def test_speculative_server_is_equivalent_to_plain(llamacpp: Path, tmp_path: Pat
     r = _run("run", "--config", "protocols/llamacpp-spec.yaml", "--out", str(tmp_path / "run"))
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "EQUIVALENT" in r.stdout
+    assert "claim (a) from engine-reported p: no difference found" in r.stdout
     assert not list((tmp_path / "run").glob("**/*.tmp"))
 
 
@@ -72,6 +76,8 @@ def test_sampler_order_top_p_first_is_different(llamacpp: Path, tmp_path: Path) 
     )  # fmt: skip
     assert r.returncode == 1, r.stdout[-4000:] + r.stderr[-2000:]
     assert "DIFFERENT" in r.stdout
+    assert "claim (a) from engine-reported p: differs" in r.stdout
+    assert "reported-p crosscheck_teacher (approximate)" in r.stdout
 
 
 def test_no_server_outlives_the_run(llamacpp: Path) -> None:

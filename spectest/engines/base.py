@@ -159,14 +159,15 @@ class ArmOutput:
     checked). ``whitebox``: white-box columns (``wb_*``, one row per token, row-major) recorded
     at generation time, or None. ``reported``: float64 ``[B, T, 2]`` the engine's own claim of
     each token's target probability and the mass below its id (``p``, ``cdf_lo``; NaN = not
-    reported), or None (``engines.reported``; docs/engines-reported-p.md).
+    reported) and optionally, third, the mass of the top-n list it reported (``[B, T, 3]``;
+    NaN = the full law), or None (``engines.reported``; docs/engines-reported-p.md).
     """
 
     tokens: np.ndarray  # [B, T] int64
     rounds: pd.DataFrame | None = None
     rounds_tested: bool = True
     whitebox: pd.DataFrame | None = None
-    reported: np.ndarray | None = None  # [B, T, 2] float64
+    reported: np.ndarray | None = None  # [B, T, 2 or 3] float64
 
 
 class Engine:
@@ -262,9 +263,15 @@ class Engine:
 
 # ----------------------------------------------------------------------------- options
 def options_dict(options: Any) -> dict[str, Any]:
-    """An engine's parsed options as plain JSON values (the protocol's canonical form)."""
+    """An engine's parsed options as plain JSON values (the protocol's canonical form); a field
+    marked ``metadata={"omit_default": True}`` is left out at its default, so adding it moves
+    no existing protocol's hash."""
     if dataclasses.is_dataclass(options) and not isinstance(options, type):
-        return dataclasses.asdict(options)
+        out = dataclasses.asdict(options)
+        for f in dataclasses.fields(options):
+            if f.metadata.get("omit_default") and out.get(f.name) == f.default:
+                del out[f.name]
+        return out
     return {}
 
 
@@ -400,9 +407,10 @@ def check_output(out: Any, job: ArmJob, vocab_size: int | None, engine: str) -> 
         got = f"{len(wb)} rows" if isinstance(wb, pd.DataFrame) else type(wb).__name__
         raise bad("whitebox", f"a DataFrame of {B * T} rows (one per row and position)", got)
     rep = out.reported
-    if rep is not None and (not isinstance(rep, np.ndarray) or rep.shape != (B, T, 2)):
+    if rep is not None and (not isinstance(rep, np.ndarray) or rep.shape[:2] != (B, T)
+                            or rep.ndim != 3 or rep.shape[2] not in (2, 3)):  # fmt: skip
         got = f"shape {rep.shape}" if isinstance(rep, np.ndarray) else type(rep).__name__
-        raise bad("reported", f"a float array of shape {(B, T, 2)} (p, cdf_lo)", got)
+        raise bad("reported", f"a float array of shape {(B, T, 2)} or {(B, T, 3)}", got)
 
 
 def samples_frame(

@@ -50,14 +50,14 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import numpy as np
 
-from spectest.engines import replies
+from spectest.engines import replies, server_probs
 from spectest.engines.base import (
     PLACEHOLDER_TOKEN_ID,
     ArmJob,
@@ -82,6 +82,7 @@ class _Reply:
     tokens: list[int]
     drafted: int | None
     accepted: int | None
+    reported: list[Any] | None = None  # one (p, cdf_lo, list mass) per token (server_probs)
 
 
 class HTTPEngine(Engine):
@@ -93,7 +94,8 @@ class HTTPEngine(Engine):
     (llama.cpp's sampler order; default spectest's: temperature, top_k, top_p, min_p),
     ``concurrency`` (4), ``timeout_s`` (120), ``retries`` (3), ``startup_timeout_s`` (600),
     ``check_seeds`` (true), ``extra`` (a JSON object merged into every request),
-    ``allow_remote`` (false).
+    ``allow_remote`` (false), ``probs`` (0: off; n: ask for the top-n reported probabilities,
+    ``engines.server_probs``, docs/engines-reported-p.md).
     """
 
     name = "http"
@@ -118,6 +120,8 @@ class HTTPEngine(Engine):
         check_seeds: bool = True
         extra: str = "{}"  # canonical JSON (options must be hashable)
         allow_remote: bool = False
+        # top-n reported probabilities asked for (0: none; hashed only when set)
+        probs: int = field(default=0, metadata={"omit_default": True})
 
     @classmethod
     def parse_options(cls, raw: Mapping[str, Any], where: str, base_dir: Path | None = None) -> Any:
@@ -168,6 +172,7 @@ class HTTPEngine(Engine):
         for key, typ, lo in (
             ("concurrency", int, 1),
             ("retries", int, 0),
+            ("probs", int, 0),
             ("timeout_s", float, 0.001),
             ("startup_timeout_s", float, 0.001),
         ):
@@ -295,6 +300,8 @@ class HTTPEngine(Engine):
             }
             if o.model:
                 body["model"] = o.model
+        if o.probs:
+            body.update(server_probs.request_fields(o.api, o.probs))
         body.update(json.loads(o.extra))
         return body
 
@@ -383,7 +390,15 @@ class HTTPEngine(Engine):
         else:
             toks = reply["choices"][0]["token_ids"]
             drafted = accepted = None
-        return _Reply(list(toks), drafted, accepted)
+        reported = None
+        if self.options.probs:
+            try:
+                reported = server_probs.reported_of(
+                    self.options.api, reply, toks, self.options.probs
+                )
+            except replies.Violation as v:
+                raise replies.ReplyError(f"{where}: {v} (the reported probabilities)") from None
+        return _Reply(list(toks), drafted, accepted, reported)
 
     def _check_echo(self, settings: Any, body: Mapping[str, Any], where: str) -> None:
         """llama.cpp echoes the settings it used: any difference is a dropped parameter (the
@@ -452,6 +467,8 @@ class HTTPEngine(Engine):
             self._check_seeds(job, prompt, seeds[0], T)
             self.seeds_checked = True
         tokens = np.full((B, T), PLACEHOLDER_TOKEN_ID, dtype=np.int64)  # [B, T]
+        # [B, T, (p, cdf_lo, list mass)]: engine-reported, NaN where not reported
+        reported = np.full((B, T, 3), np.nan) if self.options.probs else None
         rounds: list[tuple[int, int, int, int, int, int]] = []
         done = 0
         pool = ThreadPoolExecutor(max_workers=self.options.concurrency)
@@ -464,6 +481,8 @@ class HTTPEngine(Engine):
                 i = futures[fut]
                 rep = fut.result()  # the first failure ends the job (the rest are cancelled)
                 tokens[i, : len(rep.tokens)] = rep.tokens
+                if reported is not None and rep.reported is not None:
+                    reported[i, : len(rep.tokens)] = np.array(rep.reported, dtype=np.float64)
                 if rep.drafted is not None and rep.accepted is not None:
                     # one readout row per sequence: the server reports totals, not rounds
                     rounds.append((i, 0, 0, int(rep.drafted), int(rep.accepted), len(rep.tokens)))
@@ -477,7 +496,7 @@ class HTTPEngine(Engine):
         finally:
             pool.shutdown(wait=True)
         rounds.sort()
-        return ArmOutput(tokens, rounds_from_tuples(rounds), False, None)
+        return ArmOutput(tokens, rounds_from_tuples(rounds), False, None, reported)
 
 
 def _scalar(value: Any) -> Any:

@@ -31,6 +31,7 @@ from spectest.stats.families import (
 )
 from spectest.stats.family_cells import CELL_COLUMNS, CellFamily, CellsResult
 from spectest.stats.family_lengths import LengthsFamily
+from spectest.stats.family_reported import ReportedFamily
 from spectest.stats.family_rounds import RoundsFamily
 from spectest.stats.family_sequence import ALL_CELLS, SEQUENCE_COLUMNS, SequenceFamily
 from spectest.stats.family_trie import TRIE_COLUMNS, TrieFamily
@@ -79,6 +80,7 @@ FAMILIES: tuple[Family, ...] = (
     SequenceFamily(),
     LengthsFamily(),
     RoundsFamily(),
+    ReportedFamily(),
 )
 
 
@@ -103,7 +105,10 @@ class Analysis:
          BH): sequences that stop early are a different law, not "untestable";
       7. rounds — where both arms report rounds, a (cell, stratum) law conditional on the
          reported round structure differs (``spectest.stats.rounds``, step-down max-T; it only
-         adds rejections: ``FamilyResult.claims``).
+         adds rejections: ``FamilyResult.claims``);
+      8. reported — where the candidate engine reports its tokens' probabilities, support and
+         PIT conditional on the reported law, and the approximate cross-check with the teacher
+         (``spectest.stats.family_reported``).
     The run-level α is split equally over the active families (``split_alpha``: cells always;
     trie when ``trie_depth >= 1`` and there are >= 2 positions; white-box when its columns are
     present; sequence when ``options.sequence`` and ``null_permutations >= 1``; lengths when some
@@ -232,6 +237,7 @@ def analyze(
     rng_seed: int = 0,
     families: Sequence[Family] | None = None,
     executor: Executor | None = None,
+    all_rounds: pd.DataFrame | None = None,
 ) -> Analysis:
     """Test whether arm ``candidate`` has the law of arm ``reference``, cell by cell.
 
@@ -247,6 +253,8 @@ def analyze(
     executor : spreads the sequence family's per-cell permutation statistics over processes
         (``FamilyInputs.map_cells``); None: this process. The relabelings are drawn here, once,
         from ``rng_seed``, so the result is identical either way.
+    all_rounds : every arm's rounds, readouts included (None: ``rounds``): the reported-p
+        family's round slots read an engine's own telemetry that no other family tests.
 
     Notes
     -----
@@ -279,6 +287,7 @@ def analyze(
         labels=relabelings(enc, opts.null_permutations, np.random.default_rng(perm_seq)),
         pit_rng=np.random.default_rng(pit_seq),
         executor=executor,
+        all_rounds=rounds if all_rounds is None else all_rounds,
     )
     alphas = split_alpha(opts.alpha, {f.name: f.active(inputs) for f in fams})
     results = {f.name: f.run(inputs, alphas[f.name]) for f in fams}

@@ -143,6 +143,7 @@ class FamilyInputs:
     labels: tuple[np.ndarray, ...]
     pit_rng: np.random.Generator
     executor: Executor | None = None
+    all_rounds: pd.DataFrame | None = None  # every arm's rounds, readouts too (None: none)
 
     def map_cells(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> list[Any]:
         """``[fn(*a) for a in args]``, in order, on ``executor`` when set: the same function
