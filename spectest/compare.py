@@ -121,6 +121,41 @@ def _readout(
     return token_drift(ref, cand, pair[0], pair[1], alpha=alpha, rng=rng).to_dict()
 
 
+def _same_cells(
+    reference: str | Path, candidate: str | Path, ref: pd.DataFrame, cand: pd.DataFrame
+) -> set[tuple[Any, ...]]:
+    """The cells both files hold; one line naming the file with a cell the other lacks."""
+    cells_r = set(map(tuple, ref[list(schema.CELL)].drop_duplicates().to_numpy().tolist()))
+    cells_c = set(map(tuple, cand[list(schema.CELL)].drop_duplicates().to_numpy().tolist()))
+    if cells_r != cells_c:
+        only_r, only_c = sorted(cells_r - cells_c), sorted(cells_c - cells_r)
+        which, cell, other = (
+            (reference, only_r[0], candidate) if only_r else (candidate, only_c[0], reference)
+        )
+        raise InputError(
+            f"{which}: cell (prompt_id, config_id) = {cell!r} is not in {other} "
+            f"({len(only_r) + len(only_c)} cell(s) not shared; "
+            "the two files must hold the same cells)"
+        )
+    return cells_r
+
+
+def _floor_outputs(
+    ref: pd.DataFrame,
+    cand: pd.DataFrame,
+    pair: list[pd.DataFrame],
+    margin: float | None,
+    alpha: float,
+    h: str,
+) -> tuple[dict[str, Any], TokenFloorClaim | None]:
+    """``--floor``'s readout (no margin) or its claim-(b) decision (``--decide-floor``)."""
+    if not pair:
+        return {}, None
+    if margin is None:
+        return {"token_drift": _readout(ref, cand, pair, alpha, h)}, None
+    return {}, TokenFloorClaim(ref, cand, pair[0], pair[1], margin, alpha, h, "floor pair A vs B")
+
+
 def compare_files(
     reference: str | Path,
     candidate: str | Path,
@@ -155,18 +190,7 @@ def compare_files(
     margin = _floor_margin(floor, decide_floor, floor_margin)
     ref = read_samples_file(reference)
     cand = read_samples_file(candidate)
-    cells_r = set(map(tuple, ref[list(schema.CELL)].drop_duplicates().to_numpy().tolist()))
-    cells_c = set(map(tuple, cand[list(schema.CELL)].drop_duplicates().to_numpy().tolist()))
-    if cells_r != cells_c:
-        only_r, only_c = sorted(cells_r - cells_c), sorted(cells_c - cells_r)
-        which, cell, other = (
-            (reference, only_r[0], candidate) if only_r else (candidate, only_c[0], reference)
-        )
-        raise InputError(
-            f"{which}: cell (prompt_id, config_id) = {cell!r} is not in {other} "
-            f"({len(only_r) + len(only_c)} cell(s) not shared; "
-            "the two files must hold the same cells)"
-        )
+    cells_r = _same_cells(reference, candidate, ref, cand)
     pair: list[pd.DataFrame] = []
     if floor is not None:
         same = [Path(f).resolve() == Path(reference).resolve() for f in floor]
@@ -201,16 +225,7 @@ def compare_files(
     settings = byo_settings(tests)
     results = compare_all(samples, None, byo_arms(), settings, progress)
     name = f"{Path(src[0]).name} vs {Path(src[1]).name}"
-    extra = (
-        {"token_drift": _readout(ref, cand, pair, tests.alpha, h)}
-        if pair and margin is None
-        else {}
-    )
-    claim = (
-        TokenFloorClaim(ref, cand, pair[0], pair[1], margin, tests.alpha, h, "floor pair A vs B")
-        if margin is not None
-        else None
-    )
+    extra, claim = _floor_outputs(ref, cand, pair, margin, tests.alpha, h)
     verdict, comparisons, summary = finish_run(
         rd,
         samples=samples,
