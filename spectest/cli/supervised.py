@@ -60,6 +60,27 @@ def engine_plugins(value: Any) -> list[str]:
     return [] if name in BUILTIN else [f"engine {name!r}"]
 
 
+def engines_only(plugins: Sequence[str]) -> list[str]:
+    """The entry-point engines of ``plugins`` (a command that parses a protocol imports them
+    and calls their option parsers; it imports no kernel)."""
+    return [p for p in plugins if p.startswith("engine ")]
+
+
+def bench_plugins(arms: str, options: Mapping[str, Any]) -> list[str]:
+    """The plug-ins of ``spectest bench --arms`` (labels ``NAME[:mode]`` or the aliases
+    ``fast-plain`` ... of spectest's own engines) with ``--engine-options``."""
+    from spectest.engines.registry import BUILTIN
+
+    out = []
+    for label in (a.strip() for a in arms.split(",") if a.strip()):
+        name = label.partition(":")[0]
+        base, _, mode = name.rpartition("-")
+        if name not in BUILTIN and base in BUILTIN and mode in ("plain", "spec"):
+            continue
+        out += engine_plugins({"name": name, **dict(options.get(name) or {})})
+    return out
+
+
 def raw_plugins(raw: Any) -> list[str]:
     """The plug-ins a protocol's raw mapping names (versions 1 and 2)."""
     if not isinstance(raw, Mapping):
@@ -129,7 +150,9 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "ENTRY",
     "PluginTimeoutOpt",
+    "bench_plugins",
     "engine_plugins",
+    "engines_only",
     "protocol_plugins",
     "raw_plugins",
     "supervise_or_continue",
