@@ -307,7 +307,8 @@ def plugin_death_case(seed: int, index: int) -> dict[str, Any]:
         case["expect_error"] = "ended spectest's process"
     elif roll < 0.9:  # atexit: after spectest announced its end, which stands
         site = "atexit"
-        hook = f"import atexit\natexit.register(lambda: {DEATHS[death]})"
+        hook = "import atexit\ndef _hook():\n" + textwrap.indent(DEATHS[death], "    ")
+        hook += "\natexit.register(_hook)"
         text = _kernel_with(hook, "import", on_call)
         expect = set(VERDICTS)
     else:  # a thread: inside a call (2), outside any (4), or after the end (the verdict)
