@@ -382,3 +382,22 @@ def test_unsupervised_marks_cost_nothing_and_write_nothing(tmp_path: Path) -> No
     )
     r = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True)
     assert r.stdout.strip() == "False False", r.stderr
+
+
+def test_conformance_of_a_kernel_that_ends_the_process_is_exit_2_naming_it(
+    tmp_path: Path,
+) -> None:
+    """``spectest conformance acceptor --options '{kernel: ...}'`` loads the kernel too: it is
+    supervised like a run (before: exit 0 and nothing printed after the kernel's os._exit(0))."""
+    k = kernel(tmp_path, in_call="os._exit(0)")
+    r = subprocess.run(
+        [sys.executable, "-m", "spectest", "conformance", "acceptor", "--options",
+         f"{{kernel: '{k}:accept'}}", "--target", "toy:V=16,order=2,scale=2.0,seed=3",
+         "--draft", "toy:V=16,order=2,scale=1.0,seed=4", "--seeds", "2"],
+        cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert one_line(r.stderr) == (
+        f"error: acceptor {k}:accept: calling the kernel ended spectest's process (it exited "
+        "with status 0); a plug-in must return or raise, never end the process: no verdict"
+    )
