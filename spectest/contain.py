@@ -13,9 +13,9 @@ Knows nothing about what a plug-in computes, about engines or about the CLI fram
 
 Notes
 -----
-A plug-in that calls ``os._exit`` or is killed by a signal ends the process without raising
-anything: no Python code can contain that (a worker subprocess that dies is a killed subprocess,
-exit 4). Everything that is raised is contained.
+A plug-in that calls ``os._exit``, is killed by a signal or never returns raises nothing here:
+the CLI runs such a command under a supervisor (``spectest.supervise``), to which ``contained``
+marks each call it is given a ``watch`` for. Everything that is raised is contained here.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from types import FrameType
 from typing import Any
 
 from spectest.errors import EngineError, SpectestError
+from spectest.supervise import plugin_call
 
 _state = {"tracking": False, "sigint": False}
 
@@ -137,6 +138,7 @@ def contained(
     fn: Callable[..., Any],
     *args: Any,
     hold_output: bool = False,
+    watch: tuple[str, str] | None = None,
     **kwargs: Any,
 ) -> Any:
     """``fn(*args, **kwargs)``; anything it lets escape becomes ``EngineError(message(err))``.
@@ -144,17 +146,20 @@ def contained(
     A ``SpectestError`` passes through (the plug-in's check already named it); a
     ``KeyboardInterrupt`` passes through when it may be the user's (``user_interrupted``).
     ``hold_output`` (imports): the plug-in's prints are held; on success they are written out
-    as they were, on failure the last line printed is appended to the message.
+    as they were, on failure the last line printed is appended to the message. ``watch``
+    (``(plug-in, what it is doing)``): the call is marked for a supervisor
+    (``spectest.supervise.plugin_call``), which names it when it ends the process or hangs.
     """
     buf: io.StringIO | None = None
     try:
-        if hold_output:
-            with _held_output() as buf:
-                out = fn(*args, **kwargs)
-            if text := buf.getvalue():
-                sys.stderr.write(text)
-            return out
-        return fn(*args, **kwargs)
+        with plugin_call(*watch) if watch is not None else contextlib.nullcontext():
+            if hold_output:
+                with _held_output() as buf:
+                    out = fn(*args, **kwargs)
+                if text := buf.getvalue():
+                    sys.stderr.write(text)
+                return out
+            return fn(*args, **kwargs)
     except SpectestError:
         raise
     except KeyboardInterrupt as err:

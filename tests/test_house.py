@@ -31,6 +31,7 @@ LAYERS: dict[str, int] = {
     "schema": 0,
     "lock": 0,
     "contain": 0,
+    "supervise": 0,
     "inputs": 0,
     "sequential": 0,
     "kernels": 0,

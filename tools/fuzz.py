@@ -41,7 +41,14 @@ sys.path.insert(0, str(TOOLS))
 from fuzzing import KINDS, make_case, schedule  # noqa: E402
 from fuzzing.oracle import agree, error_lines, judge  # noqa: E402
 
-DEFAULT_WEIGHTS = {"protocol": 0.35, "byo": 0.25, "reply": 0.3, "plugin": 0.1}
+DEFAULT_WEIGHTS = {
+    "protocol": 0.35,
+    "byo": 0.25,
+    "reply": 0.3,
+    "plugin": 0.08,
+    "plugin_death": 0.01,
+    "plugin_hang": 0.01,
+}
 WORKER_SLACK_S = 30.0  # beyond a case's bound before its worker is killed as hung
 RESTART_EVERY = 400  # cases per worker process (bounds what a long run accumulates)
 MEMORY_LIMIT = 8 * 2**30  # a worker's address space: a blow-up is a MemoryError, not the OOM killer
@@ -232,11 +239,12 @@ def _one_case(
 ) -> tuple[dict[str, Any], list[str], list[str], dict[str, Any] | None, Path]:
     """Run, judge and (when ``sub_pick``) re-run one case as a subprocess."""
     d = work / "cases" / case["id"]
-    obs = worker.run(case, d)
+    # a case that ends or hangs its process runs only as a real process (not in the worker)
+    obs = run_subprocess(case, d) if case.get("process_only") else worker.run(case, d)
     problems = judge(case, obs, d)
     notes: list[str] = []
     sub = None
-    if case["mode"] == "cli" and sub_pick:
+    if case["mode"] == "cli" and sub_pick and not case.get("process_only"):
         ds = work / "sub" / case["id"]
         sub = run_subprocess(case, ds)
         problems += [f"(subprocess) {p}" for p in judge(case, sub, ds)]

@@ -30,9 +30,11 @@ from spectest.cli import (
     reported,
     run,
     setup,
+    supervised,
     teeth,
 )
 from spectest.cli.common import EXIT_CODES_HELP, error_line
+from spectest.supervise import announce_exit
 
 # typer >= 0.2x vendors its own copy of click: its usage errors are that copy's classes
 _CLICK = getattr(typer.core, "_click", click)
@@ -130,5 +132,13 @@ app.command("reported-p", epilog=EXIT_CODES_HELP)(reported.reported_p)
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point (and ``python -m spectest``'s): the command line's own process,
+    which may supervise a command that loads plug-ins (``cli.supervised``). Its exit code is
+    announced to a supervisor when this process is a supervised child."""
+    supervised.ENTRY["standalone"] = True
+    try:
+        app()
+    except SystemExit as err:
+        code = err.code
+        announce_exit(code if isinstance(code, int) else 0 if code is None else 1)
+        raise

@@ -8,6 +8,12 @@ from typing import Annotated
 import typer
 
 from spectest.cli.common import boundary, progress_bars, show_result
+from spectest.cli.supervised import (
+    DEFAULT_TIMEOUT_S,
+    engines_only,
+    protocol_plugins,
+    supervise_or_continue,
+)
 
 
 @boundary
@@ -18,6 +24,9 @@ def analyze(
     progress: Annotated[bool, typer.Option(help="Show progress bars on stderr.")] = True,
 ) -> None:
     """Recompute the tests and the verdict from stored samples, without any model."""
+    # the stored protocol's entry-point engines are imported (kernels are not): supervised
+    plugins = engines_only(protocol_plugins(run_dir / "protocol.yaml"))
+    supervise_or_continue(plugins, DEFAULT_TIMEOUT_S, verdict=True)
     from spectest.reanalyze import analyze_run
 
     with progress_bars(progress) as cb:

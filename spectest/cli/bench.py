@@ -8,6 +8,12 @@ import typer
 from rich.table import Table
 
 from spectest.cli.common import boundary, console, err_console
+from spectest.cli.supervised import (
+    DEFAULT_TIMEOUT_S,
+    PluginTimeoutOpt,
+    bench_plugins,
+    supervise_or_continue,
+)
 from spectest.errors import ConfigError
 
 
@@ -102,9 +108,12 @@ def bench(
     out: Annotated[
         str, typer.Option(help="JSON-lines file the records are appended to.")
     ] = "results/bench/bench.jsonl",
+    plugin_timeout: PluginTimeoutOpt = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Rows/s, tokens/s, acceptance, MFU and the ratio to transformers' plain generate, per arm
     (any registered engine)."""
+    options = parse_engine_options(engine_options or [])
+    supervise_or_continue(bench_plugins(arms, options), plugin_timeout, verdict=False)
     from spectest.bench import BenchConfig, run_bench, write_records
     from spectest.sampling.params import SamplingParams
 
@@ -115,8 +124,7 @@ def bench(
         k=k, onehot=drafter == "onehot", params=SamplingParams(temperature, top_k, top_p),
         assisted_rows=assisted_rows, arms=tuple(a.strip() for a in arms.split(",") if a.strip()),
         peak_tflops=peak_tflops, profile=profile, whitebox=whitebox,
-        engine_options=parse_engine_options(engine_options or []), baseline=baseline,
-        prompts=prompts,
+        engine_options=options, baseline=baseline, prompts=prompts,
     )  # fmt: skip
     err = err_console()
     result = run_bench(cfg, log=lambda s: err.print(s, markup=False))

@@ -44,6 +44,7 @@ from spectest.contain import (
 )
 from spectest.errors import ExitCode, SpectestError, os_error_line
 from spectest.report.escape import one_line, printable
+from spectest.supervise import announce_verdict
 
 F = TypeVar("F", bound=Callable[..., Any])
 MAX_FAILING_PRINTED = 10
@@ -265,6 +266,7 @@ def show_result(result: Any) -> None:
                 f"stands: {v.get('decision', '?')} (exit {code}), stored in "
                 f"{result.run_dir}/summary.json"
             )
+    announce_verdict(code, result.run_dir)  # the verdict path, to a supervisor if there is one
     exit_with(code)
 
 

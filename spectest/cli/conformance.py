@@ -8,6 +8,13 @@ from typing import Annotated
 import typer
 
 from spectest.cli.common import boundary, console
+from spectest.cli.supervised import (
+    DEFAULT_TIMEOUT_S,
+    PluginTimeoutOpt,
+    engine_plugins,
+    protocol_plugins,
+    supervise_or_continue,
+)
 from spectest.errors import ConfigError
 
 
@@ -42,6 +49,7 @@ def conformance(
     ),
     device: Annotated[str, typer.Option(help="With ENGINE: cpu or cuda[:i].")] = "cpu",
     seeds: Annotated[int, typer.Option(help="Seeds per sampling config in each job.")] = 4,
+    plugin_timeout: PluginTimeoutOpt = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Does ENGINE honour the engine contract? Options, needs, output shape and vocabulary,
     early stops, rounds, seeds, white-box, provenance, close. Exit 0 conforms, 2 does not,
@@ -54,6 +62,8 @@ def conformance(
         raise ConfigError("conformance: give exactly one of ENGINE or --config")
     if isinstance(seeds, bool) or seeds < 1:
         raise ConfigError(f"--seeds: expected an integer >= 1, got {seeds!r}")
+    plugins = protocol_plugins(config) if config is not None else engine_plugins(engine)
+    supervise_or_continue(plugins, plugin_timeout, verdict=False)
     if config is not None:
         report = conf.check_arm(config, arm, seeds=seeds)
     else:

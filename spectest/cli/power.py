@@ -77,6 +77,15 @@ def power(
 def _power_of_protocol(
     config: str, *, tv: float | None, seeds: int | None, df: int, power: float
 ) -> None:
+    from spectest.cli.supervised import (
+        DEFAULT_TIMEOUT_S,
+        engines_only,
+        protocol_plugins,
+        supervise_or_continue,
+    )
+
+    plugins = engines_only(protocol_plugins(config))  # imported to parse the protocol
+    supervise_or_continue(plugins, DEFAULT_TIMEOUT_S, verdict=False)
     from spectest.protocol import load_protocol
     from spectest.sizing import size_protocol
 

@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 
 from spectest.cli.common import boundary, console
+from spectest.cli.supervised import PluginTimeoutOpt, protocol_plugins, supervise_or_continue
+from spectest.supervise import DEFAULT_TIMEOUT_S
 
 
 @boundary
@@ -23,11 +25,13 @@ def reported_p(
     max_fraction: Annotated[
         float, typer.Option(help="Cross-check: fraction of tokens allowed beyond --tol.")
     ] = 0.01,
+    plugin_timeout: PluginTimeoutOpt = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Audit the engine of a protocol's arm by the per-token probabilities it reports
     (`probs`): support and PIT conditional on its reported p, and the cross-check with
     spectest's teacher. Exit 0 every check passed, 1 one failed, 2 bad input or no
     probabilities reported, 4 its process could not run."""
+    supervise_or_continue(protocol_plugins(config), plugin_timeout, verdict=False)
     from spectest.audit_reported import audit_arm
 
     res = audit_arm(config, arm, seeds=seeds, alpha=alpha, tol=tol, max_fraction=max_fraction)

@@ -18,6 +18,12 @@ from spectest.cli.common import (
     progress_bars,
     show_result,
 )
+from spectest.cli.supervised import (
+    DEFAULT_TIMEOUT_S,
+    PluginTimeoutOpt,
+    protocol_plugins,
+    supervise_or_continue,
+)
 
 # `spectest run`'s own options (the shared ones are in cli.common)
 FastOpt = Annotated[
@@ -78,8 +84,12 @@ def run(
     devices: DevicesOpt = None,
     ray: RayOpt = None,
     analysis_procs: AnalysisProcsOpt = None,
+    plugin_timeout: PluginTimeoutOpt = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Run a protocol: generate both arms and the teeth, store, test, print the verdict."""
+    # a protocol naming a plug-in runs under a supervisor (spectest.supervise): this process
+    # then only waits for the run's own process and judges its end
+    supervise_or_continue(protocol_plugins(config, set_ or []), plugin_timeout, verdict=True)
     from spectest.protocol import load_protocol
     from spectest.runner import RunOptions, run_dir_for, run_protocol
 

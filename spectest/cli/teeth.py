@@ -17,6 +17,12 @@ from spectest.cli.common import (
     progress_bars,
     show_result,
 )
+from spectest.cli.supervised import (
+    DEFAULT_TIMEOUT_S,
+    PluginTimeoutOpt,
+    protocol_plugins,
+    supervise_or_continue,
+)
 
 
 @boundary
@@ -32,8 +38,10 @@ def teeth(
     set_: SetOpt = None,
     threads: ThreadsOpt = None,
     progress: ProgressOpt = True,
+    plugin_timeout: PluginTimeoutOpt = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Check the harness's teeth: the null must pass, every ε arm and mutant must be killed."""
+    supervise_or_continue(protocol_plugins(config, set_ or []), plugin_timeout, verdict=True)
     from spectest.protocol import load_protocol
     from spectest.runner import RunOptions, run_protocol
 

@@ -84,7 +84,10 @@ def load_kernel(spec: KernelSpec) -> Callable[..., Any]:
             reason = escape_reason(err)
         return f"acceptor {spec.text}: cannot import the kernel ({reason})"
 
-    module = contained(why, _import_kernel_module, spec, hold_output=True)
+    who = f"acceptor {spec.text}"
+    module = contained(
+        why, _import_kernel_module, spec, hold_output=True, watch=(who, "importing the kernel")
+    )
     fn = getattr(module, spec.function, None)
     if not callable(fn):
         raise EngineError(f"acceptor {spec.text}: no function {spec.function!r} in the module")
@@ -154,7 +157,7 @@ def run_kernel(
         gen.manual_seed(int(u_final[0].item() * 2.0**53))  # per call, from the first row's key
         kwargs["generator"] = gen
     ret = contained(lambda err: f"acceptor {name}: the kernel {escape_reason(err)}", kernel,
-                    *args, **kwargs)  # fmt: skip
+                    *args, watch=(f"acceptor {name}", "calling the kernel"), **kwargs)  # fmt: skip
     out, acc, emit = check_return(ret, name, draft_tokens, V, target_probs.device)
     mask = torch.arange(K, device=acc.device)[None, :] < acc[:, None]  # [B, K] (counts only)
     return RoundResult(out, emit + 1, emit, AcceptanceTelemetry(mask, acc))
@@ -176,7 +179,7 @@ def check_return(
     # (a RuntimeError there was exit 4, "a bug in spectest"; found by tools/fuzz.py)
     items = contained(
         lambda err: f"acceptor {name}: its return value cannot be read: {escape_reason(err)}",
-        tuple, ret,
+        tuple, ret, watch=(f"acceptor {name}", "reading the kernel's return value"),
     )  # fmt: skip
     if len(items) != 3:
         raise fail(f"{expected}, got a {type(ret).__name__} of {len(items)} items")
@@ -258,7 +261,8 @@ class AcceptorEngine(BuiltinEngine):
         if prepare is not None:
             text = self.spec.text
             contained(lambda err: f"acceptor {text}: preparing failed: {_prepare_why(err)}",
-                      prepare, hold_output=True)  # fmt: skip
+                      prepare, hold_output=True,
+                      watch=(f"acceptor {text}", "preparing the kernel"))  # fmt: skip
 
     def speculative(self, job: ArmJob) -> bool:
         return True

@@ -3,7 +3,8 @@
 Owns: the names of spectest's own engines (``BUILTIN``: name → ``"module:Class"``), the
 entry-point group ``spectest.engines`` through which a third-party distribution adds one
 (``[project.entry-points."spectest.engines"] my-engine = "my_pkg.engine:MyEngine"``), and the
-resolution of a name to its ``Engine`` subclass. Importing this module imports no engine and no
+resolution of a name to its ``Engine`` subclass (under a supervisor, a plug-in's methods marked as
+plug-in calls: ``spectest.supervise``). Importing this module imports no engine and no
 torch; ``engine_class`` imports only the module of the engine asked for.
 
 Knows nothing about what an engine does (``spectest.engines.base``) or about protocols.
@@ -11,12 +12,16 @@ Knows nothing about what an engine does (``spectest.engines.base``) or about pro
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
+import inspect
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
 from spectest.contain import contained, escape_reason
 from spectest.errors import ConfigError
+from spectest.supervise import heartbeat, plugin_call, watching
 
 if TYPE_CHECKING:
     from spectest.engines.base import Engine
@@ -67,10 +72,54 @@ def engine_class(name: str) -> type[Engine]:
 
     # NOTE: an entry point's module is a plug-in: a sys.exit, an argparse or any exception at
     # its import is one line naming it (spectest.contain), never the process's exit code
+    who = f"engine {name!r} ({target})"
     cls = contained(lambda err: f"engine {name!r}: importing {target!r} {escape_reason(err)}",
-                    load, hold_output=True)  # fmt: skip
+                    load, hold_output=True, watch=(who, "importing it"))  # fmt: skip
     if not (isinstance(cls, type) and issubclass(cls, Engine)):
         raise ConfigError(f"engine {name!r}: {target!r} is not a spectest Engine subclass")
     if cls.name != name:
         raise ConfigError(f"engine {name!r}: {target!r} calls itself {cls.name!r}")
-    return cls
+    return cls if name in BUILTIN or not watching() else _watched(cls, who)
+
+
+_WATCHED: dict[type, type] = {}
+
+
+def _watched(cls: type[Engine], who: str) -> type[Engine]:
+    """Under a supervisor (``spectest.supervise``): a subclass of a plug-in engine whose every
+    method the plug-in defines (not spectest's ``Engine`` base) is marked as a plug-in call, and
+    whose ``generate`` restarts the call's clock each time the engine reports progress."""
+    if cls in _WATCHED:
+        return _WATCHED[cls]
+    ns: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+    for klass in cls.__mro__:
+        if klass.__module__.split(".")[0] == "spectest" or klass is object:
+            continue
+        for attr, value in vars(klass).items():
+            if attr in ns or (attr.startswith("__") and attr != "__init__"):
+                continue
+            what = "constructing it" if attr == "__init__" else f"calling its {attr}"
+            if isinstance(value, (classmethod, staticmethod)):
+                ns[attr] = type(value)(_marked(value.__func__, who, what))
+            elif inspect.isfunction(value):
+                ns[attr] = _marked(value, who, what, progress=attr == "generate")
+    _WATCHED[cls] = wrapped = type(cls.__name__, (cls,), ns)
+    return wrapped
+
+
+def _marked(fn: Any, who: str, what: str, progress: bool = False) -> Any:
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if progress and len(args) == 2 and hasattr(args[1], "progress"):
+            job = args[1]  # generate(self, job): each progress report is an answer
+            tick = job.progress
+
+            def beat(done: int) -> None:
+                heartbeat()
+                tick(done)
+
+            args = (args[0], dataclasses.replace(job, progress=beat))
+        with plugin_call(who, what):
+            return fn(*args, **kwargs)
+
+    return call

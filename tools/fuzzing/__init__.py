@@ -16,7 +16,7 @@ from typing import Any
 
 from fuzzing.byo import byo_case
 from fuzzing.common import KINDS
-from fuzzing.plugins import plugin_case
+from fuzzing.plugins import plugin_case, plugin_death_case, plugin_hang_case
 from fuzzing.protocols import protocol_case
 from fuzzing.replies import reply_case
 
@@ -25,6 +25,8 @@ GENERATORS = {
     "byo": byo_case,
     "reply": reply_case,
     "plugin": plugin_case,
+    "plugin_death": plugin_death_case,
+    "plugin_hang": plugin_hang_case,
 }
 
 

@@ -117,9 +117,43 @@ def judge(case: dict[str, Any], obs: dict[str, Any], d: Path) -> list[str]:
             )
     elif code == 1:  # no run directory to hold a verdict (an engine case): 1 is never right
         problems.append("exit 1 that is not a verdict (no run directory)")
+    if case.get("process_only"):
+        problems += _process_checks(case, code, lines, d)
     if case.get("expect") is not None and code in DOCUMENTED and code not in case["expect"]:
         why = lines[0][:200] if lines else ""
         problems.append(f"exit {code}, expected one of {case['expect']}: {why!r}")
+    return problems
+
+
+def _process_checks(case: dict[str, Any], code: int, lines: list[str], d: Path) -> list[str]:
+    """A case run as a real process (a plug-in that dies or hangs): its exit 2 names what the
+    case did (``expect_error``), the run directory's lock is free and no process it started
+    is left (its directory in no live command line)."""
+    import fcntl
+    import os
+
+    problems = []
+    want = case.get("expect_error")
+    if want and code == 2 and lines and want not in lines[0]:
+        problems.append(f"exit 2 whose line does not say {want!r}: {lines[0][:200]!r}")
+    lock = d / (case.get("out") or "run") / ".lock"
+    if lock.exists():
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            problems.append("the run directory's lock is still held after the process ended")
+        finally:
+            os.close(fd)
+    mark = str(d).encode()
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (
+                mark in (proc / "cmdline").read_bytes() or os.readlink(proc / "cwd") == str(d)
+            ):
+                problems.append(f"an orphan process is left: pid {proc.name}")
+        except OSError:
+            continue
     return problems
 
 

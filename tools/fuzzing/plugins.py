@@ -9,6 +9,7 @@ codes each behaviour allows. Knows nothing about running a case.
 
 from __future__ import annotations
 
+import random
 import textwrap
 from typing import Any
 
@@ -214,5 +215,135 @@ def plugin_case(seed: int, index: int) -> dict[str, Any]:
         "--set",
         f"limits.max_tokens={MAX_TOKENS}",
     ]
+    case["expect"] = sorted(expect)
+    return case
+
+
+# ----------------------------------------------------------------------------- death and hangs
+# What a plug-in does that raises nothing (issue 33 item 1): the run must be exit 2 naming the
+# plug-in (4 where it happens outside any plug-in call), never a verdict code, never a hang.
+# These cases run only as real processes (``process_only``): in the fuzzer's worker they would
+# end or hang the worker itself.
+DEATHS: dict[str, str] = {
+    "os_exit0": "os._exit(0)",
+    "os_exit1": "os._exit(1)",
+    "os_exit3": "os._exit(3)",
+    "os_exit4": "os._exit(4)",
+    "os_exit130": "os._exit(130)",
+    "sigkill": "os.kill(os.getpid(), signal.SIGKILL)",
+    "sigterm": "os.kill(os.getpid(), signal.SIGTERM)",
+    "sigsegv": "import ctypes; ctypes.string_at(0)",
+    "abort": "os.abort()",
+    "killpg": "os.killpg(0, signal.SIGKILL)",
+}
+HANGS: dict[str, str] = {
+    "sleep": "time.sleep(3600)",
+    "busy": "while True:\n    pass",
+    "event": "import threading; threading.Event().wait()",
+    "select": "import select; select.select([], [], [])",
+    "ignore_term": "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)",
+}
+SITES = ("import", "prepare", "call", "return")  # where in the kernel the behaviour runs
+HEADER = "import os, signal, sys, time\n_CALLS = [0]\n"
+
+
+def _kernel_with(code: str, site: str, on_call: int) -> str:
+    """The correct kernel (``KERNEL_OK``) with ``code`` run at ``site``: at import, in
+    ``spectest_prepare``, from the ``on_call``-th call, or while its return value is read (a
+    tuple subclass whose ``__iter__`` runs it)."""
+    body = KERNEL_OK.replace(
+        "    return out, ok.long().sum(1), emitted\n", "    acc, emit = ok.long().sum(1), emitted\n"
+    )
+    text = HEADER + (code + "\n" if site == "import" else "") + body
+    text += "    _CALLS[0] += 1\n"
+    if site == "call":
+        text += f"    if _CALLS[0] >= {on_call}:\n" + textwrap.indent(code, " " * 8) + "\n"
+    if site == "return":
+        text += (
+            "    class T(tuple):\n        def __iter__(self):\n"
+            + f"            if _CALLS[0] >= {on_call}:\n"
+            + textwrap.indent(code, " " * 16)
+            + "\n            return super().__iter__()\n"
+            "    return T((out, acc, emit))\n"
+        )
+    else:
+        text += "    return out, acc, emit\n"
+    if site == "prepare":
+        text += "\n\ndef _prepare():\n" + textwrap.indent(code, "    ") + "\n\n\n"
+        text += "accept.spectest_prepare = _prepare\n"
+    return text
+
+
+def _process_case(kind: str, seed: int, index: int) -> tuple[dict[str, Any], random.Random]:
+    r = rng_for(seed, kind, index)
+    case = new_case(kind, index, seed)
+    case["process_only"] = True
+    proto = toy_protocol(r)
+    proto["teeth"] = {"null_arm": False, "epsilons": [], "mutants": []}
+    proto["seeds"] = {"per_arm": r.choice([4, 20])}
+    case["files"]["prompts.jsonl"] = file_entry(toy_prompts(r))
+    case["files"]["proto.yaml"] = file_entry(yaml.safe_dump(proto, sort_keys=False))
+    return case, r
+
+
+def _argv(spec: str, *extra: str) -> list[str]:
+    return ["run", "--config", "proto.yaml", "--out", "run", "--no-progress", "--set",
+            f"candidate=acceptor:{spec}", "--set", f"limits.max_tokens={MAX_TOKENS}",
+            *extra]  # fmt: skip
+
+
+def plugin_death_case(seed: int, index: int) -> dict[str, Any]:
+    """A kernel that ends the process without raising (``os._exit(N)``, a signal to itself or
+    its group, a segfault, ``abort``) at import, in prepare, in a call or while its return is
+    read — or from an ``atexit`` hook or a thread, where spectest's own end may come first."""
+    case, r = _process_case("plugin_death", seed, index)
+    death = r.choice(sorted(DEATHS))
+    roll = r.random()
+    on_call = r.choice([1, 1, 2, 3])
+    if roll < 0.8:
+        site = r.choice(SITES)
+        text = _kernel_with(DEATHS[death], site, on_call)
+        expect = {2} | (set(VERDICTS) if site in ("call", "return") and on_call > 1 else set())
+        case["expect_error"] = "ended spectest's process"
+    elif roll < 0.9:  # atexit: after spectest announced its end, which stands
+        site = "atexit"
+        hook = "import atexit\ndef _hook():\n" + textwrap.indent(DEATHS[death], "    ")
+        hook += "\natexit.register(_hook)"
+        text = _kernel_with(hook, "import", on_call)
+        expect = set(VERDICTS)
+    else:  # a thread: inside a call (2), outside any (4), or after the end (the verdict)
+        site = "thread"
+        delay = r.choice([0.0, 0.5, 2.0])
+        code = textwrap.indent(DEATHS[death], "    ")
+        thread = f"import threading\ndef _bye():\n    time.sleep({delay})\n{code}\n"
+        text = _kernel_with(thread + "threading.Thread(target=_bye, daemon=True).start()",
+                            "import", on_call)  # fmt: skip
+        expect = {2, 4} | set(VERDICTS)
+    case["notes"].append(f"kernel death={death} site={site} on_call={on_call}")
+    case["files"]["kernel.py"] = file_entry(text)
+    case["argv"] = _argv("{dir}/kernel.py:accept")
+    case["expect"] = sorted(expect)
+    return case
+
+
+def plugin_hang_case(seed: int, index: int) -> dict[str, Any]:
+    """A kernel that never answers (sleep, a busy loop, a wait on nothing, SIGTERM ignored) at
+    one site, under a short ``--plugin-timeout``: exit 2 naming it within the limit; or a slow
+    kernel that finishes each call under it: a verdict."""
+    case, r = _process_case("plugin_hang", seed, index)
+    timeout = r.choice([1, 2, 3])
+    on_call = r.choice([1, 1, 2, 3])
+    if r.random() < 0.8:
+        hang, site = r.choice(sorted(HANGS)), r.choice(SITES)
+        text = _kernel_with(HANGS[hang], site, on_call)
+        expect = {2} | (set(VERDICTS) if site in ("call", "return") and on_call > 1 else set())
+        case["expect_error"] = f"gave no answer within {timeout} s"
+    else:
+        hang, site = "slow", "call"
+        text = _kernel_with(f"time.sleep({r.choice([0.05, 0.2, timeout / 4])})", site, 1)
+        expect = set(VERDICTS)
+    case["notes"].append(f"kernel hang={hang} site={site} on_call={on_call} timeout={timeout}")
+    case["files"]["kernel.py"] = file_entry(text)
+    case["argv"] = _argv("{dir}/kernel.py:accept", "--plugin-timeout", str(timeout))
     case["expect"] = sorted(expect)
     return case
