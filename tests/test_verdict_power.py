@@ -189,7 +189,7 @@ def test_a_tooth_killed_by_the_support_check_says_why_it_claims_nothing(tmp_path
     report.html and JUnit printed "killed (size 0.0261)" beside a headline claiming more, and
     only summary.json's ``support_violation`` said why. The label says it where it is printed."""
     junit = tmp_path / "j.xml"
-    code, out, s = run(
+    _, out, s = run(
         tmp_path, "--seeds", "200", "--set", "teeth.mutants=[swapped_filter_order]",
         "--junit", str(junit),
     )  # fmt: skip
