@@ -32,6 +32,7 @@ from spectest import schema
 from spectest.engines.base import Models
 from spectest.errors import ConfigError
 from spectest.files import make_provenance
+from spectest.fingerprint import arm_fingerprints
 from spectest.generation import (
     EngineSet,
     RunOptions,
@@ -53,7 +54,7 @@ from spectest.protocol import MATCHED, Protocol, TestsSpec, to_raw
 from spectest.scaleout import WorkerPool, generate_spread, local_devices, make_pool
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
 from spectest.shipped import shipped_name
-from spectest.store import PROMPTS_FILE, RunDir
+from spectest.store import FINGERPRINTS_KEY, PROMPTS_FILE, UNFINGERPRINTED, RunDir
 from spectest.summary import Header, protocol_setup
 from spectest.verdict import power_claim, required_resolution
 
@@ -183,6 +184,7 @@ def _open_run(
         # which protocol file this run used (a bare --config name may resolve to a shipped one)
         "protocol_source": protocol.source,
         "protocol_shipped": shipped_name(protocol.source),
+        FINGERPRINTS_KEY: arm_fingerprints(plan.arms),
     }
     raw = to_raw(protocol, prompts_file=PROMPTS_FILE)
     rd = RunDir.open(
@@ -428,6 +430,13 @@ def _header(run: _Run, looked: _Looked) -> Header:
     p = run.protocol
     resumed = len(looked.plan.shards) - run.generated
     notes = (f"shards: {run.generated} generated, {resumed} resumed from {run.rd.path}",)
+    fps = run.rd.info.get(FINGERPRINTS_KEY) or {}
+    unfp = tuple(
+        f"provenance: arm {arm!r} runs {fp[UNFINGERPRINTED]}: it cannot be fingerprinted, so a "
+        "resume cannot tell whether it changed"
+        for arm, fp in fps.items()
+        if UNFINGERPRINTED in fp
+    )
     sequential = None
     if looked.looks:
         sequential = path_dict(list(looked.looks), looked.sizes, p.seeds.spending, p.tests.alpha)
@@ -437,9 +446,11 @@ def _header(run: _Run, looked: _Looked) -> Header:
         timings=_rounded(run.timings),
         sequential=sequential,
     )
+    setup["fingerprints"] = fps
     return Header(
-        run.options.kind, p.name, p.hash, p.tests.canonical(), notes if resumed else (), setup
-    )
+        run.options.kind, p.name, p.hash, p.tests.canonical(),
+        (*run.rd.notes, *(notes if resumed else ()), *unfp), setup,
+    )  # fmt: skip
 
 
 def _r(x: float) -> float:
