@@ -65,6 +65,16 @@ class ToothVerdict:
         return f"{'killed' if self.sound else 'NOT KILLED'} ({self.size_label})"
 
 
+MASS_FLOOR = 1e-6  # below the precision of the probabilities a resolution is stated as a floor
+
+
+def _mass(x: float) -> str:
+    """A family's resolution (a probability mass or TV) as printed: one below ``MASS_FLOOR``
+    (a white-box excess of 1.34e-84 on a near-degenerate law) claims precision the float32
+    probabilities it comes from do not have, so it prints as "< 1e-06" (issue 33)."""
+    return f"< {MASS_FLOOR:g}" if 0 <= x < MASS_FLOOR else f"{x:.3g}"
+
+
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:g} %"
 
@@ -158,7 +168,7 @@ class Scope:
         for f in self.families:
             if f.name != "cells" and f.ran and f.mde is not None:
                 note = f" ({f.mde_note})" if f.mde_note else ""
-                parts.append(f"{f.label} {f.mde:.3g} {f.mde_unit}{note}")
+                parts.append(f"{f.label} {_mass(f.mde)} {f.mde_unit}{note}")
         if self.claim is not None:
             parts.append(f"power claim {self.claim.where()}")
         if self.required_mde_tv is not None:
