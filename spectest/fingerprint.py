@@ -17,7 +17,7 @@ import hashlib
 import importlib.util
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, entry_points, version
 from pathlib import Path
@@ -126,7 +126,12 @@ def _plugin(name: str) -> dict[str, str]:
 
 
 def arm_fingerprint(
-    name: str, options: Mapping[str, Any], engine_version: str | None
+    name: str,
+    options: Mapping[str, Any],
+    engine_version: str | None,
+    *,
+    expand: Callable[[tuple[str, ...]], tuple[str, ...]] = lambda argv: argv,
+    builtin: Collection[str] = (),
 ) -> Fingerprint:
     """The fingerprint of an engine ``name`` with canonical ``options`` (``EngineChoice``).
 
@@ -139,11 +144,10 @@ def arm_fingerprint(
     too. A file reached only indirectly (a module the program imports) is not: a plug-in
     package's version and an engine's declared ``version`` (a class attribute) stand for
     those. An HTTP engine given a ``url`` (a server spectest does not start) cannot be
-    fingerprinted, and says so.
+    fingerprinted, and says so. ``expand`` resolves a command's placeholders
+    (``engines.command.expand``); an engine not in ``builtin`` (spectest's own names) is a
+    plug-in, whose distribution's version is part of the fingerprint.
     """
-    from spectest.engines.command import expand
-    from spectest.engines.registry import BUILTIN
-
     strings = expand(tuple(_strings(options)))
     cwd = Path(str(options.get("cwd") or "") or os.getcwd())
     items = _files_in(strings, cwd)
@@ -154,7 +158,7 @@ def arm_fingerprint(
     target = kernel.rpartition(":")[0]
     if kernel and not target.endswith(".py"):
         items.update(_module(target))
-    if name not in BUILTIN:
+    if name not in builtin:
         items.update(_plugin(name))
     if engine_version:
         items[f"engine-version:{name}"] = engine_version
@@ -173,32 +177,23 @@ def digest(fp: Mapping[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def arm_fingerprints(arms: Iterable[Any]) -> dict[str, dict[str, str]]:
+def arm_fingerprints(
+    arms: Iterable[Any], version_of: Callable[[str], str | None], **kw: Any
+) -> dict[str, dict[str, str]]:
     """Each plan arm's fingerprint (``Arm.engine``: an ``EngineChoice``), as run.json stores it
-    (``spectest.store.FINGERPRINTS_KEY``). Arms of spectest's own loop with no file to name
-    (builtin, fast, hf-*) have an empty one."""
+    (``spectest.store.FINGERPRINTS_KEY``); ``version_of(name)``: an engine's declared version,
+    ``kw``: ``arm_fingerprint``'s. Arms of spectest's own loop with no file to name (builtin,
+    fast, hf-*) have an empty one."""
     out: dict[str, dict[str, str]] = {}
     memo: dict[str, dict[str, str]] = {}
     for arm in arms:
         canon = arm.engine.canonical()
         key = repr(sorted(canon.items()))
         if key not in memo:
-            memo[key] = arm_fingerprint(
-                arm.engine.name, canon, _declared_version(arm.engine.name)
-            ).to_dict()
+            fp = arm_fingerprint(arm.engine.name, canon, version_of(arm.engine.name), **kw)
+            memo[key] = fp.to_dict()
         out[arm.name] = memo[key]
     return out
-
-
-def _declared_version(name: str) -> str | None:
-    """An engine class's declared ``version`` (a string class attribute), if any."""
-    from spectest.engines.registry import engine_class
-
-    try:
-        v = getattr(engine_class(name), "version", None)
-    except Exception:  # an engine that cannot be imported here: its run says so later
-        return None
-    return v if isinstance(v, str) and v else None
 
 
 def what_changed(old: Mapping[str, str], new: Mapping[str, str]) -> str:

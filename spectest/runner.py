@@ -184,7 +184,7 @@ def _open_run(
         # which protocol file this run used (a bare --config name may resolve to a shipped one)
         "protocol_source": protocol.source,
         "protocol_shipped": shipped_name(protocol.source),
-        FINGERPRINTS_KEY: arm_fingerprints(plan.arms),
+        FINGERPRINTS_KEY: _fingerprints(plan),
     }
     raw = to_raw(protocol, prompts_file=PROMPTS_FILE)
     rd = RunDir.open(
@@ -199,6 +199,21 @@ def _open_run(
     )  # fmt: skip
     workers = list(options.devices) or local_devices(protocol.models.device)
     return _Run(protocol, options, rd, provenance, progress, workers)
+
+
+def _fingerprints(plan: Plan) -> dict[str, dict[str, str]]:
+    """What each arm runs, hashed (``spectest.fingerprint``): the resume's provenance."""
+    from spectest.engines.command import expand
+    from spectest.engines.registry import BUILTIN, engine_class
+
+    def version_of(name: str) -> str | None:  # an engine class's declared ``version``
+        try:
+            v = getattr(engine_class(name), "version", None)
+        except Exception:  # an engine that cannot be imported here: its run says so later
+            return None
+        return v if isinstance(v, str) and v else None
+
+    return arm_fingerprints(plan.arms, version_of, expand=expand, builtin=BUILTIN)
 
 
 def _run_stages(run: _Run) -> _Looked:

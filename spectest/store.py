@@ -2,7 +2,8 @@
 
 Owns: the layout of ``results/<run-id>/``, every file write of a run (each one atomic, through
 ``spectest.files``, so a reader never sees half a file), the resume bookkeeping (one shard per
-arm × prompt, complete iff its samples file exists), provenance metadata, the writer's lock, and
+arm × prompt, complete iff its digest exists, checked on read; each arm's fingerprint, a change
+of which drops that arm's shards), provenance metadata, the writer's lock, and
 the rule that a directory is complete only once ``manifest.json`` — written last — exists and
 every data file it lists still has its sha256. Bring-your-own samples files are read and checked
 by ``spectest.byo``.
