@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from fuzzing.common import (
+    BAD_INPUT,
     KERNEL_OK,
     MAX_TOKENS,
     VERDICTS,
@@ -105,7 +106,9 @@ def claim_case(seed: int, index: int) -> dict[str, Any]:
     case["files"]["proto.yaml"] = file_entry(yaml.safe_dump(proto, sort_keys=False))
     case["files"]["prompts.jsonl"] = file_entry(toy_prompts(r))
     case["argv"] = _argv(case)
-    case["expect"] = VERDICTS
+    # a mutant that coincides with the exact sampler under the configs is refused (exit 2, one
+    # line): a correct answer, not a verdict
+    case["expect"] = [*VERDICTS, *BAD_INPUT]
     case["notes"].append(
         f"candidate {proto['candidate']}, teeth {proto['teeth']}, seeds "
         f"{proto['seeds']['per_arm']}, max_mde_tv {req}"
