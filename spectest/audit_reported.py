@@ -6,8 +6,9 @@ options, models, first prompt, configs, positions and drafter (what a run gives 
 conditional on the engine's reported p, and the cross-check with spectest's teacher). Knows
 nothing about run directories or the verdict of ``spectest run``: this audit is decided beside a
 run; inside a run the reported-p family decides claim (a) from the same reports
-(``stats.family_reported``, docs/engines-reported-p.md). Exit codes: 0 every check passed, 1 one failed (named), 2 bad
-input or an engine that reports no probabilities, 4 its process could not run.
+(``stats.family_reported``, docs/engines-reported-p.md). Exit codes: 0 every check passed,
+1 one failed (named), 2 bad input or an engine that reports no probabilities, 4 its process
+could not run.
 """
 
 from __future__ import annotations

@@ -34,6 +34,8 @@ class ToothVerdict:
     cannot_bite: str | None = None  # an ε arm whose law is the exact sampler's in this run
     size_tv: float | None = None  # an ε arm's / mutant's size (``spectest.tooth_size``)
     size_exact: bool = False
+    # killed by the support check alone (a token of target probability 0): claims no power
+    support_only: bool = False
 
     @property
     def killed(self) -> bool:
@@ -55,7 +57,22 @@ class ToothVerdict:
             return "NO DATA (tested nothing)"
         if self.expect == "pass":
             return "passed (sound)" if self.sound else "REJECTED (unsound)"
+        if self.sound and self.support_only:  # issue 34: say why it claims nothing
+            return (
+                f"killed ({self.size_label}; by the support check only: a token of target "
+                "probability 0, so it claims no power)"
+            )
         return f"{'killed' if self.sound else 'NOT KILLED'} ({self.size_label})"
+
+
+MASS_FLOOR = 1e-6  # below the precision of the probabilities a resolution is stated as a floor
+
+
+def _mass(x: float) -> str:
+    """A family's resolution (a probability mass or TV) as printed: one below ``MASS_FLOOR``
+    (a white-box excess of 1.34e-84 on a near-degenerate law) claims precision the float32
+    probabilities it comes from do not have, so it prints as "< 1e-06" (issue 33)."""
+    return f"< {MASS_FLOOR:g}" if 0 <= x < MASS_FLOOR else f"{x:.3g}"
 
 
 def _pct(x: float | None) -> str:
@@ -64,43 +81,50 @@ def _pct(x: float | None) -> str:
 
 @dataclass(frozen=True)
 class PowerClaim:
-    """The run's power claim R (rule 3c): the smallest per-cell TV the run shows it would have
-    seen — the candidate's median per-cell MDE, or the size of the weakest killed tooth whose
-    size is known, whichever is smaller; ``tv`` None when neither is known."""
+    """The run's power claim R (rule 3c): the candidate's median per-cell MDE — the smallest
+    per-cell TV that any difference, whatever its shape, would have been seen at with the run's
+    power; ``tv`` None when no cell-position was tested. The weakest killed tooth of known size
+    (``tooth``, ``tooth_tv``) is stated beside it, as what it is: evidence by example that bugs
+    *of its shape* of that size were seen (issue 33: a tooth never stands in for the MDE)."""
 
     tv: float | None
-    source: str  # "mde" | "tooth" | "none"
-    tooth: str | None = None  # the killed tooth's arm (source "tooth")
-    exact: bool = False  # the tooth's size is exact (else an upper bound)
+    source: str  # "mde" | "none"
+    tooth: str | None = None  # the weakest killed tooth of known size below the MDE, if any
+    exact: bool = False  # its size is exact (else an upper bound)
+    tooth_tv: float | None = None  # its size
 
     def size_words(self) -> str:
         return "exact size" if self.exact else "size ≤"
 
+    def example(self) -> str:
+        """``bugs like eps=0.5 of exact size 0.167 were seen too`` (empty when no tooth)."""
+        if self.tooth is None or self.tooth_tv is None:
+            return ""
+        size = f"exact size {self.tooth_tv:.3g}" if self.exact else f"size ≤ {self.tooth_tv:.3g}"
+        return f"bugs like the killed tooth {self.tooth}, of {size}, were seen too"
+
     def seen(self, power: float | None) -> str:
         """The claim as the headline states it."""
+        ex = f"; {self.example()}" if self.example() else ""
         if self.tv is None:
-            return "no per-cell TV is claimed"
-        if self.source == "tooth":
-            size = f"exact size {self.tv:.3g}" if self.exact else f"size ≤ {self.tv:.3g}"
-            return (
-                f"a per-cell TV of {self.tv:.3g} or more would have been seen, as the killed "
-                f"tooth {self.tooth} of {size} shows"
-            )
+            return "no per-cell TV is claimed" + ex
         return (
-            f"a per-cell TV of {self.tv:.3f} or more would have been seen with {_pct(power)} power"
+            f"a per-cell TV of {self.tv:.3f} or more would have been seen with {_pct(power)} "
+            f"power{ex}"
         )
 
     def where(self) -> str:
         """Where the claim comes from, for the resolution line and the reasons."""
+        ex = f" ({self.example()}: its shape only)" if self.example() else ""
         if self.tv is None:
-            return "unknown (no cell-position tested and no killed tooth of known size)"
-        if self.source == "tooth":
-            kind = "exact size" if self.exact else "size, an upper bound"
-            return f"per-cell TV {self.tv:.3g} from the killed tooth {self.tooth} ({kind})"
-        return f"per-cell TV {self.tv:.3f} from the median MDE"
+            return "unknown (no cell-position tested: no power claim)" + ex
+        return f"per-cell TV {self.tv:.3f} from the median MDE" + ex
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tv": self.tv, "source": self.source, "tooth": self.tooth, "exact": self.exact}
+        return {
+            "tv": self.tv, "source": self.source, "tooth": self.tooth, "exact": self.exact,
+            "tooth_tv": self.tooth_tv,
+        }  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -144,7 +168,7 @@ class Scope:
         for f in self.families:
             if f.name != "cells" and f.ran and f.mde is not None:
                 note = f" ({f.mde_note})" if f.mde_note else ""
-                parts.append(f"{f.label} {f.mde:.3g} {f.mde_unit}{note}")
+                parts.append(f"{f.label} {_mass(f.mde)} {f.mde_unit}{note}")
         if self.claim is not None:
             parts.append(f"power claim {self.claim.where()}")
         if self.required_mde_tv is not None:
@@ -223,6 +247,7 @@ class Verdict:
                     "cannot_bite": t.cannot_bite,
                     "size_tv": t.size_tv,
                     "size_exact": t.size_exact,
+                    "support_only": t.support_only,
                 }
                 for t in self.teeth
             ],

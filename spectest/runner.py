@@ -32,6 +32,7 @@ from spectest import schema
 from spectest.engines.base import Models
 from spectest.errors import ConfigError
 from spectest.files import make_provenance
+from spectest.fingerprint import arm_fingerprints
 from spectest.generation import (
     EngineSet,
     RunOptions,
@@ -59,7 +60,7 @@ from spectest.protocol import MATCHED, Protocol, to_raw
 from spectest.scaleout import WorkerPool, generate_spread, local_devices, make_pool
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
 from spectest.shipped import shipped_name
-from spectest.store import PROMPTS_FILE, RunDir
+from spectest.store import FINGERPRINTS_KEY, PROMPTS_FILE, UNFINGERPRINTED, RunDir
 from spectest.summary import Header, protocol_setup
 from spectest.verdict import power_claim, required_resolution
 
@@ -196,6 +197,7 @@ def _open_run(
         # which protocol file this run used (a bare --config name may resolve to a shipped one)
         "protocol_source": protocol.source,
         "protocol_shipped": shipped_name(protocol.source),
+        FINGERPRINTS_KEY: _fingerprints(plan),
     }
     raw = to_raw(protocol, prompts_file=PROMPTS_FILE)
     rd = RunDir.open(
@@ -210,6 +212,21 @@ def _open_run(
     )  # fmt: skip
     workers = list(options.devices) or local_devices(protocol.models.device)
     return _Run(protocol, options, rd, provenance, progress, workers)
+
+
+def _fingerprints(plan: Plan) -> dict[str, dict[str, str]]:
+    """What each arm runs, hashed (``spectest.fingerprint``): the resume's provenance."""
+    from spectest.engines.command import expand
+    from spectest.engines.registry import BUILTIN, engine_class
+
+    def version_of(name: str) -> str | None:  # an engine class's declared ``version``
+        try:
+            v = getattr(engine_class(name), "version", None)
+        except Exception:  # an engine that cannot be imported here: its run says so later
+            return None
+        return v if isinstance(v, str) and v else None
+
+    return arm_fingerprints(plan.arms, version_of, expand=expand, builtin=BUILTIN)
 
 
 def _run_stages(run: _Run) -> _Looked:
@@ -438,6 +455,13 @@ def _header(run: _Run, looked: _Looked) -> Header:
     p = run.protocol
     resumed = len(looked.plan.shards) - run.generated
     notes = (f"shards: {run.generated} generated, {resumed} resumed from {run.rd.path}",)
+    fps = run.rd.info.get(FINGERPRINTS_KEY) or {}
+    unfp = tuple(
+        f"provenance: arm {arm!r} runs {fp[UNFINGERPRINTED]}: it cannot be fingerprinted, so a "
+        "resume cannot tell whether it changed"
+        for arm, fp in fps.items()
+        if UNFINGERPRINTED in fp
+    )
     sequential = None
     if looked.looks:
         sequential = path_dict(list(looked.looks), looked.sizes, p.seeds.spending, p.tests.alpha)
@@ -447,9 +471,11 @@ def _header(run: _Run, looked: _Looked) -> Header:
         timings=_rounded(run.timings),
         sequential=sequential,
     )
+    setup["fingerprints"] = fps
     return Header(
-        run.options.kind, p.name, p.hash, p.tests.canonical(), notes if resumed else (), setup
-    )
+        run.options.kind, p.name, p.hash, p.tests.canonical(),
+        (*run.rd.notes, *(notes if resumed else ()), *unfp), setup,
+    )  # fmt: skip
 
 
 def _r(x: float) -> float:

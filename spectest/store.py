@@ -2,7 +2,8 @@
 
 Owns: the layout of ``results/<run-id>/``, every file write of a run (each one atomic, through
 ``spectest.files``, so a reader never sees half a file), the resume bookkeeping (one shard per
-arm × prompt, complete iff its samples file exists), provenance metadata, the writer's lock, and
+arm × prompt, complete iff its digest exists, checked on read; each arm's fingerprint, a change
+of which drops that arm's shards), provenance metadata, the writer's lock, and
 the rule that a directory is complete only once ``manifest.json`` — written last — exists and
 every data file it lists still has its sha256. Bring-your-own samples files are read and checked
 by ``spectest.byo``.
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pandas as pd
 import pyarrow as pa
@@ -42,6 +44,8 @@ from spectest.files import (
     sha256_file,
     write_table,
 )
+from spectest.fingerprint import UNFINGERPRINTED as UNFINGERPRINTED
+from spectest.fingerprint import what_changed
 from spectest.lock import LOCK_FILE, DirLock, lock_dir
 
 MANIFEST = "manifest.json"
@@ -59,6 +63,8 @@ SEQUENCE = "sequence.parquet"  # the sequence-level family (stats.sequence)
 TOOTH_SIZES = "tooth_sizes.parquet"  # the ε arms' and mutants' TV per cell-position (tooth_size)
 NUMERICS = "numerics.parquet"  # the matched arm's per-token drift and floor (spectest.numerics)
 SUMMARY = "summary.json"
+SHARD_DIGEST = "digest.json"  # shards/<key>.digest.json: sizes + sha256 of the shard's files
+FINGERPRINTS_KEY = "fingerprints"  # run.json: arm → what it runs, hashed (spectest.fingerprint)
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 COMPLETE_KEY = "complete"  # summary.json: false until the manifest is written
@@ -147,6 +153,8 @@ class RunDir:
     path: Path
     info: dict[str, Any]
     lock: DirLock | None = field(default=None, compare=False, repr=False)
+    # what opening it did beyond resuming (an arm whose fingerprint changed: its shards dropped)
+    notes: tuple[str, ...] = ()
 
     @staticmethod
     def open(
@@ -183,14 +191,14 @@ class RunDir:
                 f"--out: cannot write into {str(p)!r}: {err.strerror or err}"
             ) from None
         try:
-            RunDir._prepare(p, info, protocol_yaml, prompts, replace)
+            notes = RunDir._prepare(p, info, protocol_yaml, prompts, replace)
         except OSError as err:
             lock.release()
             raise InfrastructureError(os_error_line(err, "--out")) from None
         except BaseException:
             lock.release()
             raise
-        return RunDir(path=p, info=dict(info), lock=lock)
+        return RunDir(path=p, info=dict(info), lock=lock, notes=tuple(notes))
 
     @staticmethod
     def _prepare(
@@ -199,9 +207,11 @@ class RunDir:
         protocol_yaml: str | None,
         prompts: str | None,
         replace: bool,
-    ) -> None:
-        """Under the lock: check what the directory holds, mark it incomplete, write run.json."""
+    ) -> list[str]:
+        """Under the lock: check what the directory holds, mark it incomplete, write run.json;
+        drop the shards of every arm whose fingerprint changed (``_refingerprint``)."""
         info_path = p / RUN_INFO
+        notes: list[str] = []
         if info_path.is_file():
             try:
                 old = json.loads(info_path.read_text(encoding="utf-8"))
@@ -220,6 +230,8 @@ class RunDir:
                     f"{str(old.get('protocol_hash'))[:12]!r}, not "
                     f"{str(info.get('protocol_hash'))[:12]!r}: choose another --out or delete it"
                 )
+            else:
+                notes = _refingerprint(p, old, info)
         elif _foreign_entries(p):  # appeared between the first check and the lock
             raise ConfigError(
                 f"--out: {str(p)!r} is a non-empty directory that is not a spectest run"
@@ -234,6 +246,9 @@ class RunDir:
             if prompts is not None:
                 atomic_write_text(p / PROMPTS_FILE, prompts)
             atomic_write_json(info_path, dict(info))
+        elif notes:  # the new fingerprints, once the changed arms' shards are gone
+            atomic_write_json(info_path, dict(info))
+        return notes
 
     def release(self) -> None:
         """Release the writer's lock (idempotent)."""
@@ -244,9 +259,13 @@ class RunDir:
     def _shard_path(self, key: str, table: str) -> Path:
         return self.path / SHARDS_DIR / f"{key}.{table}.parquet"
 
+    def _digest_path(self, key: str) -> Path:
+        return self.path / SHARDS_DIR / f"{key}.{SHARD_DIGEST}"
+
     def shard_done(self, key: str) -> bool:
-        """A shard is complete iff its samples file exists (written after its rounds file)."""
-        return self._shard_path(key, "samples").is_file()
+        """A shard is complete iff its digest exists (written after its rounds and samples
+        files, with their sizes and sha256: ``read_shard`` checks them)."""
+        return self._digest_path(key).is_file() and self._shard_path(key, "samples").is_file()
 
     def completed_shards(self, keys: Iterable[str]) -> list[str]:
         return [k for k in keys if self.shard_done(k)]
@@ -258,18 +277,46 @@ class RunDir:
         rounds: pd.DataFrame | None,
         provenance: Mapping[str, Any],
     ) -> None:
-        """Write one shard: rounds first, samples last (the completion mark), each atomically."""
+        """Write one shard: rounds, samples, then their digest (the completion mark), each
+        atomically."""
         global _shards_written
+        self._digest_path(key).unlink(missing_ok=True)
+        files = {"samples": self._shard_path(key, "samples")}
         if rounds is not None:
-            write_table(self._shard_path(key, "rounds"), rounds, schema.ROUNDS_SCHEMA, provenance)
-        write_table(self._shard_path(key, "samples"), samples, samples_schema(samples), provenance)
+            files["rounds"] = self._shard_path(key, "rounds")
+            write_table(files["rounds"], rounds, schema.ROUNDS_SCHEMA, provenance)
+        write_table(files["samples"], samples, samples_schema(samples), provenance)
+        digest = {
+            t: {"bytes": f.stat().st_size, "sha256": sha256_file(f)} for t, f in files.items()
+        }
+        atomic_write_json(self._digest_path(key), digest)
         _shards_written += 1
         _crash_point(f"shard:{_shards_written}")
 
     def read_shard(self, key: str) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+        """A completed shard, checked against its digest first (``InputError`` naming the file
+        that was modified after it was written: a resume never uses a rewritten shard)."""
+        dpath = self._digest_path(key)
+        digest = _read_object(dpath)
+        for table in ("samples", "rounds"):
+            f = self._shard_path(key, table)
+            entry = digest.get(table)
+            if not isinstance(entry, Mapping):
+                if table == "rounds" and entry is None and not f.is_file():
+                    continue
+                raise InputError(f"{dpath}: damaged (no entry for the {table} file)")
+            if not f.is_file():
+                raise InputError(f"{f}: listed in {dpath.name} but missing: delete the shard")
+            got = sha256_file(f)
+            if f.stat().st_size != entry.get("bytes") or got != entry.get("sha256"):
+                raise InputError(
+                    f"{f}: sha256 differs from its digest {dpath.name} ({got[:12]}… != "
+                    f"{str(entry.get('sha256'))[:12]}…): the shard was modified after it was "
+                    "written; delete it (or the run directory) to regenerate it"
+                )
         samples = read_table(self._shard_path(key, "samples"))
         rp = self._shard_path(key, "rounds")
-        return samples, (read_table(rp) if rp.is_file() else None)
+        return samples, (read_table(rp) if "rounds" in digest else None)
 
     # -- final files
     def write_final(
@@ -358,6 +405,36 @@ def _mark_incomplete(p: Path) -> None:
             sp.unlink()
     with contextlib.suppress(FileNotFoundError):
         os.unlink(p / MANIFEST)
+
+
+def _refingerprint(p: Path, old: Mapping[str, Any], info: Mapping[str, Any]) -> list[str]:
+    """A resume into ``p``: drop the shards of every arm whose fingerprint (what it runs,
+    hashed: ``spectest.fingerprint``) differs from the one ``run.json`` recorded, and say so.
+    Regenerate, not refuse: the protocol is the same, so the arm's shards are simply stale, and
+    a CI gate then decides on what the engine runs now — never on an old pass. A directory
+    written before fingerprints were recorded has none: every arm with a fingerprint is then
+    regenerated (nothing says its shards match)."""
+    new = info.get(FINGERPRINTS_KEY) or {}
+    was = old.get(FINGERPRINTS_KEY)
+    before: dict[str, Any] = was if isinstance(was, dict) else {}
+    notes = []
+    prefixes = {arm: quote(arm, safe="") + "__" for arm in {*new, *before}}
+    for arm in sorted(new):
+        if (before.get(arm) or {}) == (new.get(arm) or {}):
+            continue
+        longer = [q for a, q in prefixes.items() if a != arm and q.startswith(prefixes[arm])]
+        dropped = 0
+        for f in sorted((p / SHARDS_DIR).glob("*")) if (p / SHARDS_DIR).is_dir() else []:
+            if f.name.startswith(prefixes[arm]) and not any(f.name.startswith(q) for q in longer):
+                dropped += f.name.endswith(SHARD_DIGEST)
+                f.unlink()
+        if dropped:
+            what = what_changed(before.get(arm) or {}, new[arm]) or "its fingerprint"
+            notes.append(
+                f"provenance: arm {arm!r} runs something else than when its shards were "
+                f"written ({what}): its {dropped} shard(s) are regenerated"
+            )
+    return notes
 
 
 def _clear_own_files(p: Path) -> None:

@@ -67,6 +67,7 @@ def judge_tooth(c: Comparison) -> ToothVerdict:
     return ToothVerdict(
         arm=c.arm, role=c.role, expect=c.expect, rejected=c.rejected, sound=sound, ran=ran,
         cannot_bite=c.cannot_bite, size_tv=c.size_tv, size_exact=c.size_exact,
+        support_only=bool(c.support_only and c.rejected and c.cannot_bite is None),
     )  # fmt: skip
 
 
@@ -82,35 +83,36 @@ def required_resolution(max_mde_tv: float | None = None, *, kind: str = "run") -
 
 
 def power_claim(comparisons: Sequence[Comparison]) -> PowerClaim:
-    """The run's power claim R (rule 3c): the candidate's median per-cell MDE, or the size of
-    the weakest (smallest) killed tooth whose size is known (``Comparison.size_tv``), whichever
-    is smaller (the MDE on a tie); unknown when neither exists. A tooth that cannot bite, one
-    that was not killed, one of unknown size, or one that emitted a token with target probability 0
-    and was rejected by no black-box family (``Comparison.support_only``: the support check is
-    certain for a support bug whatever its TV, and the white-box PIT of a zero-probability token
-    is a point mass, so the kill says nothing about TV-sized bugs) claims nothing. ``decide`` and a
-    sequential run's looks both use it.
+    """The run's power claim R (rule 3c): the candidate's median per-cell MDE, unknown when no
+    cell-position was tested. The weakest killed tooth of known size below it is attached as an
+    example (``PowerClaim.tooth``), never as the claim: a killed tooth shows power against bugs
+    of its own shape, not against every law at that TV (issue 33). A tooth that cannot bite, one
+    that was not killed, one of unknown size, or one that emitted a token with target
+    probability 0 and was rejected by no black-box family (``Comparison.support_only``: the
+    support check is certain for a support bug whatever its TV) gives no example. ``decide``
+    and a sequential run's looks both use it.
 
     Notes
     -----
     The MDE is a worst-case statement (any difference of that TV in a cell-position is seen with
-    the run's power); a killed tooth's size is evidence by example (a bug of that per-cell TV
-    *was* seen, in this very run, by some family — possibly the white-box or sequence tests
-    rather than the per-cell χ²). Its size is computed (or bounded from above) by
-    ``spectest.tooth_size`` from the run's own models, and the claim is only as good as that
-    size: a stated size is never below the tooth's true largest per-cell-position TV.
+    the run's power), so it alone meets the requirement: at 20 seeds (MDE 0.586) a killed
+    residual_from_p of size 0.126 did not stop reuse_accept_uniform, a bug of another shape,
+    from passing (it is DIFFERENT at 800 seeds). A tooth's size is computed (or bounded from
+    above) by ``spectest.tooth_size`` from the run's own models.
     """
     cand = next((c for c in comparisons if c.role == "candidate"), None)
-    best = PowerClaim(None, "none")
-    if cand is not None and cand.mde_tv is not None:
-        best = PowerClaim(float(cand.mde_tv), "mde")
-    for c in comparisons:
-        t = judge_tooth(c) if c.is_tooth else None
-        if t is None or not t.killed or c.size_tv is None or c.support_only:
-            continue
-        if best.tv is None or c.size_tv < best.tv:
-            best = PowerClaim(float(c.size_tv), "tooth", c.arm, bool(c.size_exact))
-    return best
+    mde = None if cand is None or cand.mde_tv is None else float(cand.mde_tv)
+    sized = [
+        (float(c.size_tv), c)
+        for c in comparisons
+        if c.is_tooth and judge_tooth(c).killed and c.size_tv is not None and not c.support_only
+    ]
+    below = [(tv, c) for tv, c in sized if mde is None or tv < mde]
+    source = "mde" if mde is not None else "none"
+    if not below:
+        return PowerClaim(mde, source)
+    tv, best = min(below, key=lambda x: x[0])
+    return PowerClaim(mde, source, best.arm, bool(best.size_exact), tv)
 
 
 Reason = tuple[str, str]  # (short: may head the headline, "" if not; long: the reason line)
@@ -290,24 +292,23 @@ def _power_short(run: _Run) -> tuple[bool, list[Reason]]:
     if not run.low_power or c is None or (run.nothing and c.tv is None):
         return run.low_power, []
     req = f"{run.required:g} ({run.requirement})"
-    if c.tv is None:
-        killed = any(t.killed for t in run.teeth)
-        return True, [(
-            "no cell-position was testable"
-            + (" and no killed tooth has a known size" if killed else "")
-            + ", so the resolution is unknown",
-            "resolution unknown: no cell-position was tested and no killed tooth has a "
-            f"known size, so the required per-cell TV ≤ {req} cannot be checked",
-        )]  # fmt: skip
-    what = (
-        f"the killed tooth {c.tooth}'s {c.size_words()} {c.tv:.4f}"
-        if c.source == "tooth"
-        else f"MDE (TV) {c.tv:.4f}"
+    shape = (
+        f"; the killed tooth {c.tooth} ({c.size_words()} {c.tooth_tv:.3g}) shows only bugs of "
+        "its own shape, and exit 0 needs the MDE, a bound for every shape"
+        if c.tooth is not None and c.tooth_tv is not None
+        else ""
     )
+    if c.tv is None:
+        return True, [(
+            "no cell-position was testable, so there is no power claim",
+            "no power claim: no cell-position was tested, so no per-cell MDE exists and the "
+            f"required per-cell TV ≤ {req} cannot be checked{shape}",
+        )]  # fmt: skip
     return True, [(
         f"resolution TV {c.tv:.3f} per cell is worse than the required {run.required:g}",
-        f"power too low: the power claim, {what} per cell, > required {run.required:.4f} "
-        f"({run.requirement}); only differences that large are shown to be seen",
+        f"power too low: the power claim, MDE (TV) {c.tv:.4f} per cell, > required "
+        f"{run.required:.4f} ({run.requirement}); only differences that large are shown to be "
+        f"seen{shape}",
     )]  # fmt: skip
 
 

@@ -62,7 +62,7 @@ def test_fixed_subset_is_clean(tmp_path: Path) -> None:
     assert sum(tally.cases.values()) == len(cases) - 1
     assert sub.subprocess_runs == 1 and sub.subprocess_agree == 1
     modes = {c["mode"] for c in cases}
-    assert modes == {"cli", "command", "http"}, modes
+    assert modes == {"cli", "command", "http", "resume"}, modes
 
 
 # ----------------------------------------------------------------------------- the oracle
@@ -135,6 +135,70 @@ def test_oracle_checks_the_run_directory(complete_run: tuple[Path, int]) -> None
         assert any("run directory broken" in p for p in problems), problems
     finally:
         samples.write_bytes(data)
+
+
+def test_oracle_flags_a_tooth_claim_and_a_stale_resume(tmp_path: Path) -> None:
+    """Issue 33: an exit 0 resting on a tooth's size (the old rule), a support-only kill that
+    does not say so, and a resume after an edited kernel that reused every shard are unclean;
+    the claim rules' and the resume rules' clean outcomes pass."""
+    from fuzzing.oracle import judge_claim, judge_resume
+
+    run = tmp_path / "run"
+    run.mkdir()
+
+    def summary(verdict: dict, notes: list[str] | None = None) -> None:
+        (run / "summary.json").write_text(json.dumps({"verdict": verdict, "notes": notes or []}))
+
+    tooth = {"tv": 0.08, "source": "tooth", "tooth": "eps=0.5", "exact": True}
+    summary(
+        {
+            "decision": "equivalent",
+            "power_claim": tooth,
+            "max_mde_tv": 0.15,
+            "scope": {"cells_tested": 4},
+            "headline": "x, as the killed tooth eps=0.5 shows",
+        }
+    )
+    assert len(judge_claim(run)) == 2
+    mde = {"tv": 0.1, "source": "mde"}
+    summary(
+        {
+            "decision": "equivalent",
+            "power_claim": mde,
+            "max_mde_tv": 0.15,
+            "scope": {"cells_tested": 4},
+            "headline": "ok",
+            "teeth": [],
+        }
+    )
+    assert judge_claim(run) == []
+    summary(
+        {
+            "decision": "equivalent",
+            "power_claim": {"tv": None, "source": "none"},
+            "max_mde_tv": 1.0,
+            "scope": {"cells_tested": 0},
+        }
+    )
+    assert any("no cell-position tested" in p for p in judge_claim(run))
+    summary(
+        {
+            "decision": "inconclusive",
+            "teeth": [{"arm": "mutant:x", "support_only": True, "label": "killed (size 0.02)"}],
+        }
+    )
+    assert any("support only" in p for p in judge_claim(run))
+    case = _case(mode="resume", edit={"op": "buggy", "files": {}})
+    summary({}, ["shards: 0 generated, 4 resumed from run"])
+    assert judge_resume(case, _obs(0, first_exit=0), tmp_path)
+    summary({}, ["provenance: arm 'candidate' runs something else ...", "shards: 2 generated"])
+    assert judge_resume(case, _obs(1, first_exit=0), tmp_path) == []
+    tamper = _case(mode="resume", edit={"op": "tamper_shard", "files": {}})
+    obs = _obs(0, first_exit=0, touched="candidate__p0.samples.parquet")
+    assert judge_resume(tamper, obs, tmp_path)
+    obs = _obs(2, "error: run/shards/candidate__p0.samples.parquet: sha256 differs",
+               first_exit=0, touched="candidate__p0.samples.parquet")  # fmt: skip
+    assert judge_resume(tamper, obs, tmp_path) == []
 
 
 def test_agree_flags_a_different_exit_code(tmp_path: Path) -> None:

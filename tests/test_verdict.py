@@ -165,8 +165,10 @@ def sized(arm: str, role: str, size: float | None, *, rejected: bool = True, exa
 
 def test_teeth_add_evidence_but_never_waive_the_requirement() -> None:
     """Issue 19: a killed gross tooth used to print "no resolution required (teeth show the
-    power)". Now the claim R is the better of the MDE and the weakest killed tooth's known size,
-    and exit 0 needs R ≤ the requirement (0.15 unless the protocol states one)."""
+    power)". Issue 33: a killed tooth shows power against bugs of its own shape only, so the
+    claim R is the candidate's median per-cell MDE (a bound for every shape) and exit 0 needs
+    R ≤ the requirement (0.15 unless the protocol states one); the weakest killed tooth of known
+    size below the MDE is stated beside it as "bugs like X"."""
     cand = scoped("candidate", "candidate", tested=96, mde=0.28)
     null = scoped("null", "null", tested=96, mde=0.28)
     # a killed tooth of unknown size shows nothing: R = MDE 0.28 > 0.15
@@ -176,60 +178,87 @@ def test_teeth_add_evidence_but_never_waive_the_requirement() -> None:
         "INCONCLUSIVE (exit 3): resolution TV 0.280 per cell is worse than the required 0.15"
     )
     assert "no resolution required" not in v.scope.resolution_line()
-    # a gross killed tooth (size 0.9) is no evidence for bugs of 0.15: R = MDE 0.28
+    # a gross killed tooth (size 0.9) is no evidence for bugs of 0.15: R = MDE 0.28, no example
     v = decide([cand, null, sized("mutant:x", "mutant", 0.9)])
     assert v.exit_code == ExitCode.INCONCLUSIVE and v.claim.source == "mde"  # type: ignore[union-attr]
-    # a killed tooth of exact size 0.08: R = 0.08 ≤ 0.15, stated with where it came from
+    assert v.claim.tooth is None  # type: ignore[union-attr]
+    # issue 33: a killed tooth of exact size 0.08 under an MDE of 0.28 no longer passes: it shows
+    # bugs of its own shape only (today's tree printed EQUIVALENT, exit 0, "as the killed tooth
+    # eps=0.5 of exact size 0.08 shows")
     v = decide([cand, null, sized("mutant:x", "mutant", 0.9), sized("eps=0.5", "eps", 0.08)])
+    assert v.exit_code == ExitCode.INCONCLUSIVE, v.reasons
+    assert v.headline == (
+        "INCONCLUSIVE (exit 3): resolution TV 0.280 per cell is worse than the required 0.15"
+    )
+    assert any(
+        "the killed tooth eps=0.5 (exact size 0.08) shows only bugs of its own shape, and exit 0 "
+        "needs the MDE, a bound for every shape" in r
+        for r in v.reasons
+    )
+    assert v.to_dict()["power_claim"] == {
+        "tv": 0.28, "source": "mde", "tooth": "eps=0.5", "exact": True, "tooth_tv": 0.08,
+    }  # fmt: skip
+    # with an MDE that meets the requirement, the tooth sharpens the statement, by shape
+    fine = scoped("candidate", "candidate", tested=96, mde=0.12)
+    v = decide([fine, null, sized("mutant:x", "mutant", 0.9), sized("eps=0.5", "eps", 0.08)])
     assert v.exit_code == ExitCode.OK, v.reasons
     assert v.headline == (
-        "EQUIVALENT (exit 0): no difference found: a per-cell TV of 0.08 or more would have been "
-        "seen, as the killed tooth eps=0.5 of exact size 0.08 shows"
+        "EQUIVALENT (exit 0): no difference found: a per-cell TV of 0.120 or more would have been "
+        "seen with 80 % power; bugs like the killed tooth eps=0.5, of exact size 0.08, were seen "
+        "too"
     )
     assert v.reasons[0].startswith(
         "the teeth are sound: null passed (sound), mutant:x killed (size 0.9), eps=0.5 killed "
         "(size 0.08)"
     )
     line = v.scope.resolution_line()
-    assert "power claim per-cell TV 0.08 from the killed tooth eps=0.5 (exact size)" in line
+    assert (
+        "power claim per-cell TV 0.120 from the median MDE (bugs like the killed tooth eps=0.5, "
+        "of exact size 0.08, were seen too: its shape only)" in line
+    )
     assert line.endswith("required per-cell TV ≤ 0.15 (default)")
-    assert v.to_dict()["power_claim"] == {
-        "tv": 0.08, "source": "tooth", "tooth": "eps=0.5", "exact": True,
-    }  # fmt: skip
     # an upper bound says so
-    v = decide([cand, null, sized("eps=0.5", "eps", 0.12, exact=False)])
+    v = decide([fine, null, sized("eps=0.5", "eps", 0.1, exact=False)])
     assert v.exit_code == ExitCode.OK
-    assert v.headline.endswith("as the killed tooth eps=0.5 of size ≤ 0.12 shows")
-    # the protocol's requirement applies to the tooth's size too
-    v = decide([cand, null, sized("eps=0.5", "eps", 0.12)], max_mde_tv=0.1)
+    assert v.headline.endswith("bugs like the killed tooth eps=0.5, of size ≤ 0.1, were seen too")
+    # the protocol's requirement applies to the MDE whatever the tooth
+    v = decide([fine, null, sized("eps=0.5", "eps", 0.05)], max_mde_tv=0.1)
     assert v.exit_code == ExitCode.INCONCLUSIVE
     assert any(
-        "the power claim, the killed tooth eps=0.5's exact size 0.1200 per cell, > required "
-        "0.1000 (protocol)" in r
+        "the power claim, MDE (TV) 0.1200 per cell, > required 0.1000 (protocol)" in r
         for r in v.reasons
     )
     # a tooth that was not killed claims nothing, whatever its size (and fails rule 3b)
     v = decide([cand, null, sized("eps=0.5", "eps", 0.05, rejected=False)], max_mde_tv=0.3)
-    assert v.exit_code == ExitCode.INCONCLUSIVE and v.claim.source == "mde"  # type: ignore[union-attr]
-    # the MDE wins when it is better
+    assert v.exit_code == ExitCode.INCONCLUSIVE and v.claim.tooth is None  # type: ignore[union-attr]
+    # a tooth above the MDE adds nothing to the statement
     v = decide([scoped("candidate", "candidate", tested=96, mde=0.07), null,
                 sized("eps=0.5", "eps", 0.12)])  # fmt: skip
-    assert v.exit_code == ExitCode.OK and v.claim.source == "mde"  # type: ignore[union-attr]
-    assert "a per-cell TV of 0.070 or more would have been seen with 80 % power" in v.headline
-    # a tooth killed by the support check alone (an emitted token with p = 0) claims nothing:
-    # that check catches a support bug whatever its TV (combined.yaml's swapped_filter_order)
+    assert v.exit_code == ExitCode.OK and v.claim.tooth is None  # type: ignore[union-attr]
+    assert v.headline.endswith(
+        "a per-cell TV of 0.070 or more would have been seen with 80 % power"
+    )
+    # a tooth killed by the support check alone (an emitted token with p = 0) claims nothing,
+    # and its label says so wherever it is printed (issue 34: combined.yaml's
+    # swapped_filter_order printed "killed (size 0.0261)" beside a headline claiming 0.197)
     from dataclasses import replace
 
     support = replace(sized("mutant:swapped_filter_order", "mutant", 0.026), support_only=True)
     v = decide([cand, null, support])
-    assert v.exit_code == ExitCode.INCONCLUSIVE and v.claim.source == "mde"  # type: ignore[union-attr]
+    assert v.exit_code == ExitCode.INCONCLUSIVE and v.claim.tooth is None  # type: ignore[union-attr]
     assert v.claim.tv == 0.28  # type: ignore[union-attr]
+    t = next(t for t in v.teeth if t.arm == "mutant:swapped_filter_order")
+    assert t.label == (
+        "killed (size 0.026; by the support check only: a token of target probability 0, so it "
+        "claims no power)"
+    )
+    assert v.to_dict()["teeth"][-1]["support_only"] is True
 
 
 def test_unknown_resolution_is_inconclusive_even_with_a_killed_tooth() -> None:
     """Issue 19's `ci --seeds 5`: no cell-position tested (MDE unknown), the gross tooth killed
-    by the white-box family: without a known size R is unknown → exit 3; with the gross tooth's
-    size (0.97) R = 0.97 > 0.15 → exit 3."""
+    by the white-box family: no power claim → exit 3, whatever the tooth's size and whatever the
+    requirement (issue 33: `tests.power.max_mde_tv: 1.0` with a killed tooth made it exit 0)."""
     c = scoped("candidate", "candidate", tested=0, mde=None)
     from dataclasses import replace
 
@@ -239,16 +268,20 @@ def test_unknown_resolution_is_inconclusive_even_with_a_killed_tooth() -> None:
     v = decide([c, null, killer])
     assert v.exit_code == ExitCode.INCONCLUSIVE
     assert v.headline == (
-        "INCONCLUSIVE (exit 3): no cell-position was testable and no killed tooth has a known "
-        "size, so the resolution is unknown"
+        "INCONCLUSIVE (exit 3): no cell-position was testable, so there is no power claim"
     )
-    assert "no killed tooth has a known size" in " ".join(v.reasons)
+    assert "no power claim: no cell-position was tested" in " ".join(v.reasons)
     assert "power claim unknown" in v.scope.resolution_line()
-    v = decide([c, null, replace(killer, size_tv=0.97, size_exact=True)])
-    assert v.exit_code == ExitCode.INCONCLUSIVE
-    assert v.headline == (
-        "INCONCLUSIVE (exit 3): resolution TV 0.970 per cell is worse than the required 0.15"
-    )
+    for req in (None, 1.0):
+        v = decide([c, null, replace(killer, size_tv=0.97, size_exact=True)], max_mde_tv=req)
+        assert v.exit_code == ExitCode.INCONCLUSIVE
+        assert v.headline == (
+            "INCONCLUSIVE (exit 3): no cell-position was testable, so there is no power claim"
+        )
+        assert (
+            "the killed tooth mutant:always_accept (exact size 0.97) shows only bugs"
+            in " ".join(v.reasons)
+        )
 
 
 def test_a_tooth_that_tested_nothing_did_not_run() -> None:

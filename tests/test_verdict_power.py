@@ -122,8 +122,39 @@ def test_a_temperature_of_1e_300(tmp_path: Path, candidate: str) -> None:
     v = s["verdict"]
     assert v["scope"]["cells_tested"] == 0
     assert v["power_claim"] == {
-        "tv": 1.0, "source": "tooth", "tooth": "mutant:always_accept", "exact": True,
+        "tv": None, "source": "none", "tooth": "mutant:always_accept", "exact": True,
+        "tooth_tv": 1.0,
     }  # fmt: skip
+
+
+def test_one_killed_tooth_does_not_lend_its_size_to_another_bug(tmp_path: Path) -> None:
+    """Issue 33, item 3: at 20 seeds the killed residual_from_p (size 0.126) made
+    reuse_accept_uniform — a bug of another shape, DIFFERENT at the protocol's 800 seeds — exit
+    0 ("... as the killed tooth mutant:residual_from_p shows") while the per-cell MDE was 0.586.
+    The claim is the MDE now; the tooth is stated as what it shows: bugs of its own shape."""
+    code, out, s = run(
+        tmp_path, "--seeds", "20", "--set", "teeth.mutants=[residual_from_p]",
+        "--set", "candidate=reuse_accept_uniform",
+    )  # fmt: skip
+    assert code != 0, out
+    v = s["verdict"]
+    assert v["exit_code"] == code and "EQUIVALENT" not in out
+    if code == 3:
+        assert v["power_claim"]["source"] == "mde" and v["power_claim"]["tv"] > 0.5
+        killed = [t for t in s["teeth"] if t["label"].startswith("killed")]
+        if any(t["arm"] == v["power_claim"]["tooth"] for t in killed):
+            assert "shows only bugs of its own shape" in " ".join(v["reasons"])
+
+
+def test_a_requirement_of_one_with_nothing_tested_is_no_power_claim(tmp_path: Path) -> None:
+    """Issue 33, item 3: `tests.power.max_mde_tv: 1.0` at 5 seeds (0 cell-positions tested; the
+    gross tooth, size 0.969, killed by the white-box family) was exit 0 "as documented". With
+    no cell-position tested there is no power claim: exit 3, whatever the requirement."""
+    code, out, s = run(tmp_path, "--seeds", "5", "--set", "tests.power.max_mde_tv=1.0")
+    assert code == 3, out
+    v = s["verdict"]
+    assert v["scope"]["cells_tested"] == 0 and v["power_claim"]["tv"] is None
+    assert "EQUIVALENT" not in out
 
 
 def test_the_stored_sizes_decide_analyze_the_same_way(tmp_path: Path) -> None:
@@ -150,3 +181,24 @@ def test_the_stored_sizes_decide_analyze_the_same_way(tmp_path: Path) -> None:
     assert r.exit_code == 3, r.output
     head = s["verdict"]["headline"]
     assert head in r.output and "killed (size 0.969)" in r.output
+
+
+def test_a_tooth_killed_by_the_support_check_says_why_it_claims_nothing(tmp_path: Path) -> None:
+    """Issue 34, item 1: swapped_filter_order is killed by the support check alone (it emits
+    tokens of target probability 0), so its size (≈ 0.02) claims nothing; the console, report.md,
+    report.html and JUnit printed "killed (size 0.0261)" beside a headline claiming more, and
+    only summary.json's ``support_violation`` said why. The label says it where it is printed."""
+    junit = tmp_path / "j.xml"
+    _, out, s = run(
+        tmp_path, "--seeds", "200", "--set", "teeth.mutants=[swapped_filter_order]",
+        "--junit", str(junit),
+    )  # fmt: skip
+    tooth = next(t for t in s["teeth"] if t["arm"] == "mutant:swapped_filter_order")
+    assert tooth["label"].startswith("killed (size "), tooth
+    why = "by the support check only: a token of target probability 0, so it claims no power"
+    assert why in tooth["label"]
+    assert s["verdict"]["power_claim"]["tooth"] != "mutant:swapped_filter_order"
+    flat = " ".join(out.replace("│", " ").split())  # the console table wraps the label
+    assert why in flat, out
+    for f in (tmp_path / "run" / "report.md", tmp_path / "run" / "report.html", junit):
+        assert why in f.read_text(), f

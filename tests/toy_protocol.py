@@ -20,7 +20,14 @@ TOY = {
     "configs": {"a": {"temperature": 0.8, "top_p": 0.95}, "b": {"temperature": 1.0, "top_k": 5}},
     "seeds": {"per_arm": 200},
     "positions": 4,
-    "tests": {"alpha": 0.05, "trie": {"depth": 2, "min_count": 100}, "null_permutations": 100},
+    # the per-cell MDE at 200 seeds is ≈ 0.3 here: the requirement says so (issue 33: a killed
+    # tooth's size no longer stands in for the MDE)
+    "tests": {
+        "alpha": 0.05,
+        "trie": {"depth": 2, "min_count": 100},
+        "null_permutations": 100,
+        "power": {"max_mde_tv": 0.4},
+    },
     "teeth": {"null_arm": True, "epsilons": [0.5], "mutants": ["always_accept"]},
     "batch_size": 400,
 }

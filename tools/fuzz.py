@@ -45,9 +45,11 @@ DEFAULT_WEIGHTS = {
     "protocol": 0.35,
     "byo": 0.25,
     "reply": 0.3,
-    "plugin": 0.08,
+    "plugin": 0.06,
     "plugin_death": 0.01,
     "plugin_hang": 0.01,
+    "resume": 0.01,
+    "claim": 0.01,
 }
 WORKER_SLACK_S = 30.0  # beyond a case's bound before its worker is killed as hung
 RESTART_EVERY = 400  # cases per worker process (bounds what a long run accumulates)

@@ -9,6 +9,7 @@ sees). What the fields mean is ``spectest.protocol.parse``'s.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -54,6 +55,7 @@ class Fields:
         return value
 
     def float_(self, value: Any, path: str, check: Callable[[float], bool], what: str) -> float:
+        value = float_text(value)
         if (
             isinstance(value, bool)
             or not isinstance(value, (int, float))
@@ -87,10 +89,24 @@ class Fields:
         return s
 
 
+# a float as YAML 1.2 writes it; YAML 1.1 (PyYAML) reads "1e-12" (no dot) as a string (issue 33)
+_FLOAT_TEXT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+")
+
+
+def float_text(value: Any) -> Any:
+    """A string that YAML 1.2 reads as a float (``1e-12``, ``5E-3``) as that float; anything
+    else as it is. PyYAML follows YAML 1.1, whose floats need a dot, so ``--set
+    tests.alpha=1e-12`` arrived as the string '1e-12' and was refused as not a number."""
+    if isinstance(value, str) and _FLOAT_TEXT.fullmatch(value.strip()):
+        return float(value)
+    return value
+
+
 def real(value: Any) -> Any:
     """A number (not a bool) as a float, as the hash has always seen it (an integer too large
-    for a float reads as infinity, which every rule refuses); anything else as it is, for the
-    rule that refuses it to name."""
+    for a float reads as infinity, which every rule refuses); a float written without a dot
+    (``float_text``) too; anything else as it is, for the rule that refuses it to name."""
+    value = float_text(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return value
     try:

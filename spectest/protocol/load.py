@@ -109,6 +109,15 @@ def yaml_load(text: str, source: str) -> Any:
         ) from None
     except RecursionError:  # the depth cap above should make this unreachable
         raise ConfigError(f"{source}: YAML nested too deep to read") from None
+    except yaml.reader.ReaderError as err:  # a character YAML refuses (NUL, C0 controls)
+        pos = int(err.position)
+        line = text.count("\n", 0, pos) + 1
+        column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        char = err.character if isinstance(err.character, int) else ord(str(err.character)[:1])
+        raise ConfigError(
+            f"{source}: malformed YAML at line {line}, column {column}: character "
+            f"U+{char:04X} is not allowed in YAML"
+        ) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "?"

@@ -20,6 +20,9 @@ import re
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 # characters XML 1.0 does not allow at all (§2.2 Char): C0 but tab/LF/CR, surrogates, FFFE/FFFF
 _XML_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+# bidirectional overrides / isolates: valid XML, but a CI page that shows a JUnit name would
+# reorder it ("Trojan source", issue 33): shown as their escapes there too
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
 # characters with a meaning in CommonMark / GFM inline text that user text must not get
 _MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
 _MD_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
@@ -64,5 +67,12 @@ def md_code(text: object, *, in_table: bool = False) -> str:
 
 def xml_text(text: object) -> str:
     """``text`` with the characters XML 1.0 forbids shown as their escapes (ElementTree escapes
-    ``& < > "`` itself, but writes a forbidden character raw: the file would not parse)."""
-    return _XML_FORBIDDEN.sub(_show, str(text))
+    ``& < > "`` itself, but writes a forbidden character raw: the file would not parse), and
+    the bidirectional overrides and isolates shown as escapes too (a CI page shows them)."""
+    return _BIDI.sub(_show, _XML_FORBIDDEN.sub(_show, str(text)))
+
+
+def xml_attr(text: object) -> str:
+    """An XML attribute (a JUnit test case's name, a property's value): ``xml_text``, and every
+    control character (tab, newline) shown as its escape: one line, as a CI page lists it."""
+    return printable(xml_text(text))

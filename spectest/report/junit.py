@@ -11,7 +11,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from spectest.report.escape import xml_text
+from spectest.report.escape import xml_attr, xml_text
 from spectest.summary import verdict_lines
 
 
@@ -23,7 +23,7 @@ def _scrub(root: ET.Element) -> None:
         if el.tail is not None:
             el.tail = xml_text(el.tail)
         for key, value in el.attrib.items():
-            el.attrib[key] = xml_text(value)
+            el.attrib[key] = xml_attr(value)
 
 
 def render_junit(summary: dict[str, Any], prompt_set: str = "prompts") -> str:

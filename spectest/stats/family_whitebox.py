@@ -180,10 +180,18 @@ def _role_unit(cand: pd.DataFrame) -> str:
     if not len(roles):
         return ""
     parts = [
-        f"{str(r.test).removeprefix('role_pit_')} {float(r.mde):.3g}"
+        f"{str(r.test).removeprefix('role_pit_')} {sup_cdf_words(float(r.mde))}"
         for r in roles.itertuples(index=False)
     ]
     return "; by role, sup-CDF distance of the role PIT: " + ", ".join(parts)
+
+
+def sup_cdf_words(mde: float) -> str:
+    """A sup-CDF resolution as printed: a distance of two CDFs is at most 1, so a bound of 1 or
+    more (the DKW bound at few tokens: 2.18 at 20 seeds) resolves nothing (issue 33)."""
+    if not mde < 1.0:  # NaN too
+        return "no resolution (too few tokens)"
+    return f"{mde:.3g}"
 
 
 def _role_notes(cand: pd.DataFrame) -> tuple[str, ...]:
@@ -196,7 +204,7 @@ def _role_notes(cand: pd.DataFrame) -> tuple[str, ...]:
         return ()
     parts = [
         f"{str(r.test).removeprefix('role_pit_')} {int(r.n)} tokens, sup-CDF distance "
-        f"{float(r.mde):.3g}"
+        f"{sup_cdf_words(float(r.mde))}"
         for r in roles.itertuples(index=False)
     ]
     return ("white-box by role (PIT under each role's own law; resolution at 80 % power, DKW "

@@ -2,7 +2,8 @@
 pure function of ``(seed, kind, index)``.
 
 Modules: ``common`` (what a case is, hostile values, byte mutations, the toy protocol), one
-generator per kind — ``protocols``, ``byo``, ``replies``, ``plugins`` —, ``worker`` (runs
+generator per kind — ``protocols``, ``byo``, ``replies``, ``plugins``, ``provenance`` (resume,
+claim) —, ``worker`` (runs
 cases in-process) and ``oracle`` (judges an outcome). ``make_case`` and ``schedule`` are the
 entry points. Nothing here imports spectest except ``worker`` and ``oracle``.
 """
@@ -18,6 +19,7 @@ from fuzzing.byo import byo_case
 from fuzzing.common import KINDS
 from fuzzing.plugins import plugin_case, plugin_death_case, plugin_hang_case
 from fuzzing.protocols import protocol_case
+from fuzzing.provenance import claim_case, resume_case
 from fuzzing.replies import reply_case
 
 GENERATORS = {
@@ -27,6 +29,8 @@ GENERATORS = {
     "plugin": plugin_case,
     "plugin_death": plugin_death_case,
     "plugin_hang": plugin_hang_case,
+    "resume": resume_case,  # issue 33.2: edited-program resumes, rewritten shards
+    "claim": claim_case,  # issue 33.3: tooth-only power claims at few seeds
 }
 
 

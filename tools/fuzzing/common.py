@@ -29,7 +29,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOLS = ROOT / "protocols"
-KINDS = ("protocol", "byo", "reply", "plugin", "plugin_death", "plugin_hang")
+KINDS = ("protocol", "byo", "reply", "plugin", "plugin_death", "plugin_hang", "resume", "claim")
 VERDICTS = [0, 1, 3]  # a verdict: the run completed (0 equivalent, 1 different, 3 inconclusive)
 BAD_INPUT = [2]
 MAX_TOKENS = 5_000  # --set limits.max_tokens on every run: a mutated plan stays tiny or is refused

@@ -93,7 +93,7 @@ def judge(case: dict[str, Any], obs: dict[str, Any], d: Path) -> list[str]:
             )
         if any("internal error" in ln for ln in lines):
             problems.append(f"exit {code} is an internal error: {lines[0][:300]!r}")
-    if case["mode"] == "cli" and case.get("out") is not None and code in DOCUMENTED:
+    if case["mode"] in ("cli", "resume") and case.get("out") is not None and code in DOCUMENTED:
         run = d / case["out"]
         state, summary = _run_dir_state(run)
         if state.startswith("broken"):
@@ -119,6 +119,8 @@ def judge(case: dict[str, Any], obs: dict[str, Any], d: Path) -> list[str]:
         problems.append("exit 1 that is not a verdict (no run directory)")
     if case.get("process_only"):
         problems += _process_checks(case, code, lines, d)
+    problems += judge_claim(d / case["out"]) if case.get("out") and code in (0, 1, 3) else []
+    problems += judge_resume(case, obs, d) if case["mode"] == "resume" else []
     if case.get("expect") is not None and code in DOCUMENTED and code not in case["expect"]:
         why = lines[0][:200] if lines else ""
         problems.append(f"exit {code}, expected one of {case['expect']}: {why!r}")
@@ -155,6 +157,58 @@ def _process_checks(case: dict[str, Any], code: int, lines: list[str], d: Path) 
         except OSError:
             continue
     return problems
+
+
+def judge_claim(run: Path) -> list[str]:
+    """Issue 33.3 / 34.1 on any verdict: an exit 0 with a candidate rests on a known per-cell
+    MDE within the requirement with cell-positions tested — never on a tooth's size — and a
+    tooth killed by the support check alone says so in its label."""
+    try:
+        s = json.loads((run / "summary.json").read_text())
+    except (OSError, ValueError):
+        return []
+    v, problems = s.get("verdict") or {}, []
+    claim, scope = v.get("power_claim") or {}, v.get("scope") or {}
+    if v.get("decision") == "equivalent":
+        tv, req = claim.get("tv"), v.get("max_mde_tv")
+        if claim.get("source") != "mde" or tv is None or req is None or tv > req:
+            problems.append(f"exit 0 on a power claim that is not an MDE within {req}: {claim}")
+        if not scope.get("cells_tested"):
+            problems.append("exit 0 with no cell-position tested (no power claim)")
+    if "as the killed tooth" in str(v.get("headline")):
+        problems.append(f"a headline claims by a tooth: {v.get('headline')!r}")
+    for t in v.get("teeth") or []:
+        if t.get("support_only") and "support check only" not in str(t.get("label")):
+            problems.append(
+                f"tooth {t.get('arm')} killed by support only, label {t.get('label')!r}"
+            )
+    return problems
+
+
+def judge_resume(case: dict[str, Any], obs: dict[str, Any], d: Path) -> list[str]:
+    """Issue 33.2: what the second run of a ``resume`` case must do (``expect_resume``)."""
+    from fuzzing.provenance import expect_resume
+
+    if obs.get("first_exit") not in (0, 1, 3):
+        return []  # the first run gave no verdict: nothing to resume from
+    want, code = expect_resume(case["edit"]["op"]), obs["exit"]
+    try:
+        notes = json.loads((d / case["out"] / "summary.json").read_text()).get("notes") or []
+    except (OSError, ValueError):
+        notes = []
+    regen = any(str(n).startswith("provenance: arm 'candidate'") for n in notes)
+    if want == "refuse" and obs.get("touched"):
+        err = " ".join(error_lines(obs.get("stderr") or ""))
+        if code != 2 or obs["touched"] not in err:
+            return [f"a rewritten shard was not refused naming it: exit {code}, {err[:200]!r}"]
+    elif want == "regenerate":
+        if code not in (0, 1, 3) or not regen:
+            return [f"an edited kernel did not regenerate its arm: exit {code}, notes {notes}"]
+        if any(str(n).startswith("shards: 0 generated") for n in notes):
+            return [f"an edited kernel resumed every shard: {notes}"]
+    elif want == "resume" and (regen or code != obs["first_exit"]):
+        return [f"an unchanged kernel: exit {code} (first {obs['first_exit']}), notes {notes}"]
+    return []
 
 
 _NORMALISE = [

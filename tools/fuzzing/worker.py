@@ -356,11 +356,48 @@ def run_http_engine(case: dict[str, Any], d: Path) -> dict[str, Any]:
     return {"exit": code, "stdout": "", "stderr": err, "exception": exc, "wall": wall}
 
 
+def _edit_run(edit: dict[str, Any], d: Path, run: Path) -> str:
+    """Apply a ``resume`` case's edit between its two runs; the shard file it touched ("")."""
+    for rel, text in edit["files"].items():
+        (d / rel).write_text(text)
+    shards = sorted((run / "shards").glob("candidate__*.samples.parquet"))
+    if not shards or edit["op"] not in ("tamper_shard", "truncate_shard", "drop_digest"):
+        return ""
+    f = shards[0]
+    if edit["op"] == "drop_digest":
+        f.with_name(f.name.replace(".samples.parquet", ".digest.json")).unlink(missing_ok=True)
+    elif edit["op"] == "truncate_shard":
+        f.write_bytes(f.read_bytes()[:-7])
+    else:  # one token changed, a valid Parquet file again
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(f)
+        df = table.to_pandas()
+        df.loc[0, "token_id"] = (int(df.loc[0, "token_id"]) + 1) % 16
+        pq.write_table(pa.Table.from_pandas(df, schema=table.schema, preserve_index=False), f)
+    return f.name
+
+
+def run_resume(case: dict[str, Any], d: Path) -> dict[str, Any]:
+    """A ``resume`` case: the command, the case's edit, the same command again (reported)."""
+    first = run_cli(case, d)
+    touched = _edit_run(case["edit"], d, d / case["out"])
+    second = run_cli(case, d)
+    second["first_exit"], second["touched"] = first["exit"], touched
+    second["wall"] += first["wall"]
+    if first.get("exception") and not second.get("exception"):
+        second["exception"] = first["exception"]
+    return second
+
+
 def execute(case: dict[str, Any], d: Path) -> dict[str, Any]:
     materialize(case, d)
     mode = case["mode"]
     if mode == "cli":
         return run_cli(case, d)
+    if mode == "resume":
+        return run_resume(case, d)
     if mode == "command":
         return run_command_engine(case, d)
     if mode == "http":

@@ -83,7 +83,13 @@ def main() -> None:
         t0 = time.perf_counter()
         prof.enable()
         table = numerics.drift_table(
-            target, samples, rounds, prompts, p.configs, fast=True, **kw  # type: ignore[arg-type]
+            target,
+            samples,
+            rounds,
+            prompts,
+            p.configs,
+            fast=True,
+            **kw,  # type: ignore[arg-type]
         )
         prof.disable()
         _sync()
