@@ -165,17 +165,19 @@ class NumericsClaim:
     table: pd.DataFrame | None
     margin: float
     alpha: float
-    floor: str = "batch"
+    floor: str = "auto"  # tests.numerics_floor: the table holds the floors it measured
 
     def result(self) -> Any:
-        from spectest.stats.drift import decide_drift
+        from spectest.stats.drift import decide_drift, select_floor
 
         if self.table is None or not len(self.table):
             return None
+        kind, table, note = select_floor(self.table, self.floor)
         rng = np.random.default_rng(stable_seed("numerics-drift"))  # the same on re-analysis
         return decide_drift(
-            self.table, margin=self.margin, alpha=self.alpha, rng=rng, floor_kind=self.floor
-        )
+            table, margin=self.margin, alpha=self.alpha, rng=rng, floor_kind=kind,
+            floor_note=note,
+        )  # fmt: skip
 
 
 def finish_run(

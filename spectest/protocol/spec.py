@@ -42,7 +42,7 @@ MAX_MDE_RULE = "expected a number in (0, 1]"  # tests.power.max_mde_tv, --max-md
 # issue 21: the numerics modes (``tests.numerics``), the floors (``tests.numerics_floor``) and
 # the default margin in TV per token (``spectest.numerics`` says why 0.002)
 NUMERICS_MODES = ("auto", "exact", "matched")
-NUMERICS_FLOORS = ("batch",)
+NUMERICS_FLOORS = ("auto", "batch", "prefill", "dtype")  # auto: spectest.numerics_floors
 DEFAULT_NUMERICS_MARGIN = 0.002
 MATCHED_DTYPES = ("bfloat16", "float16")  # auto → matched for these model dtypes
 MATCHABLE_ENGINES = ("builtin", "fast", "acceptor")  # candidate engines that host the matched arm
@@ -131,7 +131,7 @@ class TestsSpec:
     # issue 21 (``spectest.numerics``): exact | matched | auto; the floor; the margin (TV per
     # token). Hashed only when set (not the default), so no shipped protocol changes its hash.
     numerics: str = "auto"
-    numerics_floor: str = "batch"
+    numerics_floor: str = "auto"
     numerics_margin: float = DEFAULT_NUMERICS_MARGIN
 
     def __post_init__(self) -> None:
@@ -190,7 +190,7 @@ class TestsSpec:
             out["sequence"] = False
         if self.numerics != "auto":
             out["numerics"] = self.numerics
-        if self.numerics_floor != "batch":
+        if self.numerics_floor != "auto":
             out["numerics_floor"] = self.numerics_floor
         if self.numerics_margin != DEFAULT_NUMERICS_MARGIN:
             out["numerics_margin"] = self.numerics_margin
@@ -209,7 +209,7 @@ class TestsSpec:
             max_mde_tv=d.get("max_mde_tv"),
             sequence=d.get("sequence", True),
             numerics=d.get("numerics", "auto"),
-            numerics_floor=d.get("numerics_floor", "batch"),
+            numerics_floor=d.get("numerics_floor", "auto"),
             numerics_margin=d.get("numerics_margin", DEFAULT_NUMERICS_MARGIN),
         )
 
