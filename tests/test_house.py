@@ -44,6 +44,7 @@ LAYERS: dict[str, int] = {
     # 2: models; what the statistics decide (comparison, claim, verdict); tooth sizes; BYO samples
     "models": 2,
     "numerics": 2,
+    "numerics_floors": 2,
     "tooth_size": 2,
     "comparison": 2,
     "claim": 2,
