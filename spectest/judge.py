@@ -222,7 +222,7 @@ def finish_run(
     if sizes is not None:
         tables[TOOTH_SIZES] = (sizes, schema.TOOTH_SIZES_SCHEMA)
     if numerics is not None and numerics.table is not None:
-        tables[NUMERICS] = (numerics.table, schema.NUMERICS_SCHEMA)
+        tables[NUMERICS] = (numerics.table, schema.numerics_schema(numerics.table.columns))
     analysis_schemas = {
         TESTS: schema.TESTS_SCHEMA,
         TRIE: schema.TRIE_SCHEMA,

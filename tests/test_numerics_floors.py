@@ -176,3 +176,21 @@ def test_floor_settings_parse_and_hash(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"tests\.numerics_floor"):
         proto("bad", numerics_floor="alone")
     assert math.isfinite(base.tests.numerics_margin)
+
+
+def test_numerics_parquet_keeps_every_floor_measured(tmp_path: Path) -> None:
+    """numerics.parquet holds the extra floors' columns (``spectest analyze`` re-decides with
+    the floor the run used); a table with the batch floor only is written as before."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spectest.schema import NUMERICS_SCHEMA, numerics_schema
+
+    t = _tab(0.0, 0.001)
+    t["floor_dtype_tv"] = 0.002
+    path = tmp_path / "numerics.parquet"
+    pq.write_table(pa.Table.from_pandas(t, schema=numerics_schema(t.columns)), path)
+    back = pd.read_parquet(path)
+    assert {"floor_prefill_tv", "floor_dtype_tv"} <= set(back.columns)
+    assert select_floor(back, "auto")[:1] == ("prefill",)
+    assert numerics_schema(_tab(0.0, None).columns) == NUMERICS_SCHEMA
