@@ -167,7 +167,7 @@ class NumericsClaim:
     table: pd.DataFrame | None
     margin: float
     alpha: float
-    floor: str = "batch"
+    floor: str = "auto"  # tests.numerics_floor: the table holds the floors it measured
 
     @classmethod
     def of(cls, settings: RunSettings, table: pd.DataFrame | None) -> NumericsClaim | None:
@@ -179,14 +179,16 @@ class NumericsClaim:
         return cls(table, o.numerics_margin, settings.run_alpha, o.numerics_floor)
 
     def result(self) -> Any:
-        from spectest.stats.drift import decide_drift
+        from spectest.stats.drift import decide_drift, select_floor
 
         if self.table is None or not len(self.table):
             return None
+        kind, table, note = select_floor(self.table, self.floor)
         rng = np.random.default_rng(stable_seed("numerics-drift"))  # the same on re-analysis
         return decide_drift(
-            self.table, margin=self.margin, alpha=self.alpha, rng=rng, floor_kind=self.floor
-        )
+            table, margin=self.margin, alpha=self.alpha, rng=rng, floor_kind=kind,
+            floor_note=note,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -294,7 +296,7 @@ def finish_run(
     if sizes is not None:
         tables[TOOTH_SIZES] = (sizes, schema.TOOTH_SIZES_SCHEMA)
     if numerics is not None and numerics.table is not None:
-        tables[NUMERICS] = (numerics.table, schema.NUMERICS_SCHEMA)
+        tables[NUMERICS] = (numerics.table, schema.numerics_schema(numerics.table.columns))
     analysis_schemas = {
         TESTS: schema.TESTS_SCHEMA,
         TRIE: schema.TRIE_SCHEMA,

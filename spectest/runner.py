@@ -19,12 +19,13 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -395,6 +396,7 @@ def _numerics(
     (``spectest.numerics.drift_table``) from the run's target, loaded here when this process has
     not; None outside matched mode. Adds ``numerics`` (seconds) to the timings."""
     from spectest.numerics import drift_table
+    from spectest.numerics_floors import complete_floors
 
     claim = run_claim_b(plan, samples, None)
     if not isinstance(claim, NumericsClaim):  # none, or a floor arm's claim from its tokens
@@ -408,14 +410,36 @@ def _numerics(
         models = load_models(p, need_draft=False)
     target = models.target
     assert target is not None
+    prompts = prompt_token_ids(p, target.vocab_size)
+    setting = p.tests.numerics_floor  # prefill/dtype alone: no batch-1 decodes
     table = drift_table(
-        target, samples, rounds, prompt_token_ids(p, target.vocab_size), p.configs,
-        arm=MATCHED, K=p.drafter.k, batch_size=p.batch_size, positions=p.positions,
-        fast=run.options.fast,
+        target, samples, rounds, prompts, p.configs, arm=MATCHED, K=p.drafter.k,
+        batch_size=p.batch_size, positions=p.positions, fast=run.options.fast,
+        floor_rows_per_cell=0 if setting in ("prefill", "dtype") else None,
     )  # fmt: skip
+    table = complete_floors(table, setting, _floor_measure(p, target, table, samples, prompts))
     run.progress("numerics drift", 1, 1)
     run.timings["numerics"] = time.perf_counter() - t0
     return replace(claim, table=table)
+
+
+def _floor_measure(
+    p: Protocol, target: Any, table: pd.DataFrame, samples: pd.DataFrame, prompts: Any
+) -> Callable[[str], np.ndarray]:
+    """``spectest.numerics_floors.floor_column`` bound to this run (the dtype floor loads the
+    target once more, in float32)."""
+    from spectest.numerics_floors import floor_column
+
+    def f32() -> Any:
+        return load_models(replace(p, models=replace(p.models, dtype="float32")), False)[0]
+
+    def measure(kind: str) -> np.ndarray:
+        return floor_column(
+            kind, table, target, samples, prompts, p.configs, arm=MATCHED,
+            batch_size=p.batch_size, positions=p.positions, float32_target=f32,
+        )  # fmt: skip
+
+    return measure
 
 
 def _read_shards(rd: RunDir, plan: Plan) -> tuple[pd.DataFrame, pd.DataFrame | None]:

@@ -219,6 +219,17 @@ NUMERICS_SCHEMA = pa.schema(
         pa.field("floor_tv", _f64),
     ]
 )
+NUMERICS_FLOOR_COLUMNS = ("floor_prefill_tv", "floor_dtype_tv")  # spectest.numerics_floors
+
+
+def numerics_schema(columns: object) -> pa.Schema:
+    """``NUMERICS_SCHEMA`` with the extra floors' columns the table holds (issue 31), in order:
+    a table without them is written exactly as before."""
+    have = set(columns)  # type: ignore[call-overload]
+    extra = [pa.field(c, _f64) for c in NUMERICS_FLOOR_COLUMNS if c in have]
+    return pa.schema(list(NUMERICS_SCHEMA) + extra)
+
+
 WHITEBOX_TESTS_SCHEMA = pa.schema(
     [
         pa.field(ARM, pa.string()),

@@ -47,6 +47,7 @@ LAYERS: dict[str, int] = {
     "models": 2,
     "numerics": 2,
     "numerics_replay": 2,
+    "numerics_floors": 2,
     "tooth_size": 2,
     "comparison": 2,
     "claim": 2,

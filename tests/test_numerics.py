@@ -38,7 +38,7 @@ def _proto(tmp_path: Path, **tests: object) -> object:
 # ----------------------------------------------------------------------------- protocol, plan
 def test_numerics_fields_hashed_only_when_set(tmp_path: Path) -> None:
     base = _proto(tmp_path / "a")
-    auto = _proto(tmp_path / "b", numerics="auto", numerics_floor="batch", numerics_margin=0.002)
+    auto = _proto(tmp_path / "b", numerics="auto", numerics_floor="auto", numerics_margin=0.002)
     assert base.hash == auto.hash  # type: ignore[attr-defined]
     assert "numerics" not in base.tests.canonical()  # type: ignore[attr-defined]
     matched = _proto(tmp_path / "c", numerics="matched")
@@ -62,7 +62,7 @@ def test_shipped_protocols_resolve_exact_in_float32() -> None:
     ("value", "field"),
     [
         ("fuzzy", "tests.numerics"),
-        ("dtype", "tests.numerics_floor"),
+        ("alone", "tests.numerics_floor"),
         (-0.1, "tests.numerics_margin"),
     ],
 )

@@ -42,6 +42,41 @@ import pandas as pd
 
 DriftDecision = Literal["within", "beyond", "unresolved"]
 SEQUENCE_KEYS = ("prompt_id", "config_id", "seed")
+# the floors (``tests.numerics_floor``), in the order ``auto`` tries them, and their columns in
+# the drift table (batch: ``spectest.numerics``; prefill, dtype: ``spectest.numerics_floors``)
+FLOOR_ORDER = ("batch", "prefill", "dtype")
+FLOOR_COLUMNS = {"batch": "floor_tv", "prefill": "floor_prefill_tv", "dtype": "floor_dtype_tv"}
+
+
+def identically_zero(values: Any) -> bool:
+    """A floor that measured nothing: every finite value exactly 0.0 (bit-identical logits),
+    or no finite value at all."""
+    x = np.asarray(values, dtype=float)
+    x = x[np.isfinite(x)]
+    return not len(x) or not bool(np.any(x != 0.0))
+
+
+def select_floor(table: pd.DataFrame, setting: str) -> tuple[str, pd.DataFrame, str]:
+    """The floor the decision reads: (kind, the table with that floor as ``floor_tv``, a note
+    for the verdict line). ``setting`` a kind: that floor, noted when identically 0; ``auto``:
+    the first of ``FLOOR_ORDER`` measured and not identically 0, the ones passed over named; if
+    every measured floor is identically 0, the last measured, said so."""
+    have = [k for k in FLOOR_ORDER if FLOOR_COLUMNS[k] in table.columns]
+    kinds = have if setting == "auto" else [setting]
+    zero = [k for k in kinds if k in have and identically_zero(table[FLOOR_COLUMNS[k]])]
+    pick = next((k for k in kinds if k in have and k not in zero), None)
+    if pick is None:
+        pick = kinds[-1] if kinds else "batch"
+        note = "identically 0: bit-identical, measures nothing"
+        if setting == "auto" and len(zero) > 1:
+            note = f"every floor measured identically 0 ({', '.join(zero)}): measures nothing"
+    else:
+        passed = [k for k in zero if FLOOR_ORDER.index(k) < FLOOR_ORDER.index(pick)]
+        note = f"auto: {', '.join(passed)} identically 0, skipped" if passed else ""
+    col = FLOOR_COLUMNS.get(pick, "floor_tv")
+    out = table.drop(columns=[c for c in FLOOR_COLUMNS.values() if c in table.columns])
+    out["floor_tv"] = table[col] if col in table.columns else np.nan
+    return pick, out, note
 
 
 @dataclass(frozen=True)
@@ -68,6 +103,7 @@ class DriftResult:
     pooled: float
     pooled_ucb: float
     floor_kind: str = "batch"
+    floor_note: str = ""  # e.g. "auto: batch identically 0, skipped" (``select_floor``)
 
     @property
     def rejected(self) -> bool:
@@ -80,7 +116,8 @@ class DriftResult:
         conf = f"{1 - self.alpha:.0%}"
         head = (
             f"numerics drift {self.drift:.4f} per token (≤ {self.drift_ucb:.4f} at {conf}), "
-            f"floor ({self.floor_kind}) {self.floor:.4f} + margin {self.margin:g}: "
+            f"floor ({self.floor_kind}{'; ' + self.floor_note if self.floor_note else ''}) "
+            f"{self.floor:.4f} + margin {self.margin:g}: "
         )
         tail = (
             f"; D = drift − floor {self.statistic:+.4f} in [{self.lcb:+.4f}, {self.ucb:+.4f}]; "
@@ -155,6 +192,7 @@ def decide_drift(
     rng: np.random.Generator,
     floor_kind: str = "batch",
     resamples: int = BOOTSTRAP_RESAMPLES,
+    floor_note: str = "",
 ) -> DriftResult | None:
     """Claim (b) from ``spectest.numerics``'s per-token table (``numerics.COLUMNS``); None
     when it has no measured token (nothing to claim). ``rng`` draws the bootstrap resamples.
@@ -190,5 +228,5 @@ def decide_drift(
         n_sequences=len(d), n_floor=len(f), n_tokens=len(t),
         p99=float(np.quantile(t["tv"].to_numpy(dtype=float), 0.99)),
         flips=float(t["flip"].astype(bool).mean()), pooled=pooled_m, pooled_ucb=pooled_ucb,
-        floor_kind=floor_kind,
+        floor_kind=floor_kind, floor_note=floor_note,
     )  # fmt: skip

@@ -35,7 +35,7 @@ TRIE_DEPTH_MAX = 64
 MAX_MDE_RULE = "expected a number in (0, 1]"  # tests.power.max_mde_tv, --max-mde-tv
 # issue 21 (``spectest.numerics``): the numerics modes, the floors, the margin in TV per token
 NUMERICS_MODES = ("auto", "exact", "matched")
-NUMERICS_FLOORS = ("batch",)
+NUMERICS_FLOORS = ("auto", "batch", "prefill", "dtype")  # auto: spectest.numerics_floors
 DEFAULT_NUMERICS_MARGIN = 0.002
 META = "spectest"  # the key of ``Option`` in a field's metadata
 
@@ -203,7 +203,7 @@ class AnalysisOptions:
         hashed="non-default",
     )
     numerics_floor: str = option(
-        "batch",
+        "auto",
         _ONE_OF.format(", ".join(NUMERICS_FLOORS)),
         one_of(NUMERICS_FLOORS),
         yaml="tests.numerics_floor",
