@@ -278,7 +278,6 @@ OUTSIDE_OVER_80 = {
     "tools/fuzzing/replies.py command_script",
     "tools/fuzzing/replies.py _reply_http",
     "tools/fuzzing/worker.py _make_handler",
-    "tools/pair/train_pair.py train_model",
 }
 
 
