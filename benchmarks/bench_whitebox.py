@@ -35,19 +35,11 @@ def _sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=768 * 5)  # batch 768 × (K+1) verify rows
-    ap.add_argument("--vocab", type=int, default=151936)
-    ap.add_argument("--chunk", type=int, default=384)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=1)  # CPU: 2 shared cores sync badly
-    ap.add_argument("--out", default=None)
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    dev, N, V, C = torch.device(a.device), a.rows, a.vocab, a.chunk
-    g = torch.Generator(device=dev).manual_seed(0)
+def _laws(
+    dev: torch.device, N: int, V: int, C: int, g: torch.Generator
+) -> tuple[ShortlistLaw, dict[str, ShortlistLaw | None]]:
+    """N random target laws p and their q (processed, one-hot, none) on shortlists, built C rows
+    at a time."""
     ids_p, pr_p, ids_q, pr_q, onehot = [], [], [], [], []
     for lo in range(0, N, C):  # laws built in chunks: [C, V] float32 logits at a time
         n = min(C, N - lo)
@@ -69,24 +61,46 @@ def main() -> None:
         ),
         "no_q": None,
     }
+    return p, qs
+
+
+def _dense_all(
+    p: ShortlistLaw, q: ShortlistLaw | None, x: torch.Tensor, C: int
+) -> dict[str, torch.Tensor]:
+    """The slow reference: dense white-box columns, C rows at a time."""
+    N = int(x.shape[0])
+    parts: dict[str, list[torch.Tensor]] = {}
+    for lo in range(0, N, C):
+        qq = None if q is None else q.rows(lo, C).dense()
+        cols = whitebox_columns(p.rows(lo, C).dense(), qq, x[lo : lo + C])
+        for c, v in cols.items():
+            parts.setdefault(c, []).append(v)
+    return {c: torch.cat(v) for c, v in parts.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=768 * 5)  # batch 768 × (K+1) verify rows
+    ap.add_argument("--vocab", type=int, default=151936)
+    ap.add_argument("--chunk", type=int, default=384)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)  # CPU: 2 shared cores sync badly
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    dev, N, V, C = torch.device(a.device), a.rows, a.vocab, a.chunk
+    g = torch.Generator(device=dev).manual_seed(0)
+    p, qs = _laws(dev, N, V, C, g)
     u = torch.rand((N, 1), generator=g, device=dev, dtype=torch.float64)  # [N, 1]
     cdf = p.probs.cumsum(1)  # [N, W]
     pick = torch.searchsorted(cdf, u * cdf[:, -1:]).clamp_(max=p.ids.shape[1] - 1)
     x = p.ids.gather(1, pick)[:, 0]  # [N] tokens drawn from p
 
-    def dense_all(q: ShortlistLaw | None) -> dict[str, torch.Tensor]:
-        parts: dict[str, list[torch.Tensor]] = {}
-        for lo in range(0, N, C):
-            qq = None if q is None else q.rows(lo, C).dense()
-            cols = whitebox_columns(p.rows(lo, C).dense(), qq, x[lo : lo + C])
-            for c, v in cols.items():
-                parts.setdefault(c, []).append(v)
-        return {c: torch.cat(v) for c, v in parts.items()}
-
     for name, q in qs.items():
         _sync(dev)
         t0 = time.perf_counter()
-        want = dense_all(q)
+        want = _dense_all(p, q, x, C)
         _sync(dev)
         dense_ms = (time.perf_counter() - t0) * 1e3
         best = float("inf")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -97,6 +98,67 @@ def redecide(path: str, margin: float, alpha: float) -> None:
     print("REDECIDE " + json.dumps(out), flush=True)
 
 
+def _replication(
+    a: argparse.Namespace,
+    rep: int,
+    target: Any,
+    draft: Any,
+    prompt: list[int],
+    configs: list,
+    opts: AnalysisOptions,
+) -> tuple[dict[str, Any], pd.DataFrame]:
+    """One replication: the matched and null arms on fresh seeds, the analysis of null vs
+    matched, claim (b)'s drift decision; its record and drift table."""
+    K, T = 3, a.positions
+    base = 10_000 + rep * 2 * a.seeds
+    rows_m = [RowSpec(cid, base + s, sp) for cid, sp in configs for s in range(a.seeds)]
+    rows_n = [RowSpec(cid, base + a.seeds + s, sp) for cid, sp in configs for s in range(a.seeds)]
+    batch = len(rows_m)
+    sm, rm = _arm(target, draft, prompt, rows_m, "matched", T, K, batch)
+    an = (  # --drift-only: claim (b) alone, no null arm
+        None
+        if a.drift_only
+        else _null(target, draft, prompt, rows_n, sm, rm, (T, K, batch), opts, rep)
+    )
+    table = drift_table(
+        target, sm, rm, {"p0": prompt}, configs, arm="matched", K=K, batch_size=batch,
+        positions=T, rows_per_cell=a.measured, floor_rows_per_cell=a.floor_rows,
+    )  # fmt: skip
+    d = decide_drift(table, margin=a.margin, alpha=a.alpha, rng=np.random.default_rng([rep, 21]))
+    assert d is not None
+    rec = {
+        "rep": rep,
+        "rejected": bool(an.rejected) if an is not None else False,
+        "families": {} if an is None else {
+            n: bool(r.rejected) for n, r in an.families.items() if r.active
+        },
+        "drift": d.drift, "floor": d.floor, "D": d.statistic, "lcb": d.lcb, "ucb": d.ucb,
+        "decision": d.decision,
+    }  # fmt: skip
+    return rec, table
+
+
+def _summary(a: argparse.Namespace, recs: list[dict[str, Any]], t0: float) -> dict[str, Any]:
+    """The replications' rates: null rejections (with its 95 % bound), per family, coverage."""
+    T = a.positions
+    n = len(recs)
+    D_all = float(np.mean([r["D"] for r in recs]))
+
+    fams = sorted({f for r in recs for f in r["families"]})
+    out = {
+        "reps": n, "sigma": a.sigma, "seeds": a.seeds, "positions": T, "alpha": a.alpha,
+        "margin": a.margin, "measured": a.measured, "floor_rows": a.floor_rows,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "null_rejected": sum(r["rejected"] for r in recs),
+        "per_family": {f: sum(r["families"].get(f, False) for r in recs) for f in fams},
+        "drift_mean": float(np.mean([r["drift"] for r in recs])),
+        "floor_mean": float(np.mean([r["floor"] for r in recs])),
+        **coverage(recs, D_all),
+    }  # fmt: skip
+    out["null_rejected_cp95"] = cp95(out["null_rejected"], n)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=200)
@@ -129,40 +191,11 @@ def main() -> None:
     draft = load_model("toy:V=16,order=2,scale=1.0,seed=4")
     prompt = [1, 2, 3]
     configs = [("a", SamplingParams(temperature=0.8, top_p=0.95))]
-    K, T = 3, a.positions
     opts = AnalysisOptions(alpha=a.alpha, null_permutations=a.permutations)
     recs = []
     t0 = time.perf_counter()
     for rep in range(a.first_rep, a.first_rep + a.reps):
-        base = 10_000 + rep * 2 * a.seeds
-        rows_m = [RowSpec(cid, base + s, sp) for cid, sp in configs for s in range(a.seeds)]
-        rows_n = [
-            RowSpec(cid, base + a.seeds + s, sp) for cid, sp in configs for s in range(a.seeds)
-        ]
-        batch = len(rows_m)
-        sm, rm = _arm(target, draft, prompt, rows_m, "matched", T, K, batch)
-        an = (
-            None
-            if a.drift_only
-            else _null(target, draft, prompt, rows_n, sm, rm, (T, K, batch), opts, rep)
-        )
-        table = drift_table(
-            target, sm, rm, {"p0": prompt}, configs, arm="matched", K=K, batch_size=batch,
-            positions=T, rows_per_cell=a.measured, floor_rows_per_cell=a.floor_rows,
-        )  # fmt: skip
-        d = decide_drift(
-            table, margin=a.margin, alpha=a.alpha, rng=np.random.default_rng([rep, 21])
-        )
-        assert d is not None
-        rec = {
-            "rep": rep,
-            "rejected": bool(an.rejected) if an is not None else False,
-            "families": {} if an is None else {
-                n: bool(r.rejected) for n, r in an.families.items() if r.active
-            },
-            "drift": d.drift, "floor": d.floor, "D": d.statistic, "lcb": d.lcb, "ucb": d.ucb,
-            "decision": d.decision,
-        }  # fmt: skip
+        rec, table = _replication(a, rep, target, draft, prompt, configs, opts)
         recs.append(rec)
         print(json.dumps(rec), flush=True)
         if dump is not None:
@@ -170,22 +203,7 @@ def main() -> None:
             tab = {c: table[c].tolist() for c in cols}
             dump.write(json.dumps({"rep": rep, **rec, "table": tab}) + "\n")
             dump.flush()
-    n = len(recs)
-    D_all = float(np.mean([r["D"] for r in recs]))
-
-    fams = sorted({f for r in recs for f in r["families"]})
-    out = {
-        "reps": n, "sigma": a.sigma, "seeds": a.seeds, "positions": T, "alpha": a.alpha,
-        "margin": a.margin, "measured": a.measured, "floor_rows": a.floor_rows,
-        "wall_s": round(time.perf_counter() - t0, 1),
-        "null_rejected": sum(r["rejected"] for r in recs),
-        "per_family": {f: sum(r["families"].get(f, False) for r in recs) for f in fams},
-        "drift_mean": float(np.mean([r["drift"] for r in recs])),
-        "floor_mean": float(np.mean([r["floor"] for r in recs])),
-        **coverage(recs, D_all),
-    }  # fmt: skip
-    out["null_rejected_cp95"] = cp95(out["null_rejected"], n)
-    print("SUMMARY " + json.dumps(out), flush=True)
+    print("SUMMARY " + json.dumps(_summary(a, recs, t0)), flush=True)
 
 
 if __name__ == "__main__":

@@ -81,11 +81,6 @@ LAYERS: dict[str, int] = {
     "__main__": 11,
 }
 
-# NOTE: engines/server.py still finds scripts/build_llamacpp.sh and scripts/vllm_cpu_bug.sh's venv
-# at run time; those scripts are becoming ``spectest setup`` subcommands (issue 20, h25), which
-# removes this entry.
-REACHES_OUTSIDE_ALLOWED = {"engines/server.py"}
-
 
 def _modules() -> dict[str, Path]:
     out = {}
@@ -259,7 +254,7 @@ def test_nothing_in_the_package_reaches_into_tools_or_scripts() -> None:
         rel = str(MODULES[m].relative_to(PKG))
         for node in _code_strings(tree):
             head = node.value.split("/")[0]
-            if head in ("tools", "scripts") and rel not in REACHES_OUTSIDE_ALLOWED:
+            if head in ("tools", "scripts"):
                 found.append(f"{rel}:{node.lineno} {node.value[:60]!r}")
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -271,3 +266,46 @@ def test_nothing_in_the_package_reaches_into_tools_or_scripts() -> None:
                     if n.split(".")[0] in ("tools", "fuzzing", "pair", "corpus", "train_pair")
                 ]
     assert not found, found
+
+
+# ---- tools/ and benchmarks/ under the same size rules -------------------------------------
+
+OUTSIDE_DIRS = ("tools", "benchmarks")
+# Functions of tools/ still over the cap when the rule came in (issue 30 item 4): each must still
+# be there and over it (the list only shrinks); anything else over the cap fails.
+OUTSIDE_OVER_80 = {
+    "tools/fuzzing/byo.py mutate_frame",
+    "tools/fuzzing/byo.py byo_case",
+    "tools/fuzzing/common.py mutate_bytes",
+    "tools/fuzzing/protocols.py protocol_case",
+    "tools/fuzzing/replies.py mutate_result",
+    "tools/fuzzing/replies.py command_script",
+    "tools/fuzzing/replies.py _reply_http",
+    "tools/fuzzing/worker.py _make_handler",
+}
+
+
+def _outside_files() -> list[Path]:
+    return sorted(f for d in OUTSIDE_DIRS for f in (ROOT / d).rglob("*.py"))
+
+
+def test_tools_and_benchmarks_functions_at_most_80_lines() -> None:
+    long = {
+        f"{f.relative_to(ROOT)} {fn.name}": n
+        for f in _outside_files()
+        for fn in _functions(ast.parse(f.read_text(), str(f)))
+        if (n := (fn.end_lineno or fn.lineno) - fn.lineno + 1) > MAX_FUNCTION_LINES
+    }
+    assert not set(long) - OUTSIDE_OVER_80, sorted(set(long) - OUTSIDE_OVER_80)
+    assert not OUTSIDE_OVER_80 - set(long), (
+        f"now within the cap, drop from OUTSIDE_OVER_80: {sorted(OUTSIDE_OVER_80 - set(long))}"
+    )
+
+
+def test_tools_and_benchmarks_modules_at_most_620_lines() -> None:
+    long = {
+        str(f.relative_to(ROOT)): n
+        for f in _outside_files()
+        if (n := len(f.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, long

@@ -257,6 +257,47 @@ def _one_case(
     return obs, problems, notes, sub, d
 
 
+def _record(
+    case: dict[str, Any], obs: dict[str, Any], problems: list[str], sub: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A case's line of outcomes.jsonl."""
+    return {
+        "id": case["id"],
+        "kind": case["kind"],
+        "mode": case["mode"],
+        "exit": obs["exit"],
+        "wall": round(obs["wall"], 3),
+        "problems": problems,
+        "notes": case["notes"],
+        "subprocess_exit": None if sub is None else sub["exit"],
+        "error": (error_lines(obs.get("stderr") or "") or [""])[0][:300],
+    }
+
+
+def _count(
+    tally: Tally,
+    case: dict[str, Any],
+    obs: dict[str, Any],
+    problems: list[str],
+    notes: list[str],
+    sub: dict[str, Any] | None,
+    saved: Path | None,
+) -> None:
+    """A judged case into the tally (exits by kind, subprocess agreement, unclean, notes)."""
+    kind = case["kind"]
+    tally.cases[kind] += 1
+    label = "hang" if obs.get("hung") else str(obs["exit"])
+    tally.exits.setdefault(kind, Counter())[label] += 1
+    if sub is not None:
+        tally.subprocess_runs += 1
+        tally.subprocess_agree += not any(p.startswith("oracle") for p in problems)
+    if problems:
+        tally.unclean.append({"id": case["id"], "problems": problems, "saved": str(saved)})
+        print(f"UNCLEAN {case['id']}: {problems[0][:200]}", flush=True)
+    if notes:
+        tally.notes.append({"id": case["id"], "notes": notes})
+
+
 def run_cases(
     cases: list[dict[str, Any]],
     out: Path,
@@ -295,35 +336,14 @@ def run_cases(
         finally:
             with lock:
                 free.append(worker)
-        kind = case["kind"]
-        rec = {
-            "id": case["id"],
-            "kind": kind,
-            "mode": case["mode"],
-            "exit": obs["exit"],
-            "wall": round(obs["wall"], 3),
-            "problems": problems,
-            "notes": case["notes"],
-            "subprocess_exit": None if sub is None else sub["exit"],
-            "error": (error_lines(obs.get("stderr") or "") or [""])[0][:300],
-        }
+        rec = _record(case, obs, problems, sub)
         saved = save_failure(out, case, obs, d, problems) if problems else None
         if not keep:
             shutil.rmtree(d, ignore_errors=True)
         with lock:
-            tally.cases[kind] += 1
-            label = "hang" if obs.get("hung") else str(obs["exit"])
-            tally.exits.setdefault(kind, Counter())[label] += 1
-            if sub is not None:
-                tally.subprocess_runs += 1
-                tally.subprocess_agree += not any(p.startswith("oracle") for p in problems)
+            _count(tally, case, obs, problems, notes, sub, saved)
             outcomes.write(json.dumps(rec) + "\n")
             outcomes.flush()
-            if problems:
-                tally.unclean.append({"id": case["id"], "problems": problems, "saved": str(saved)})
-                print(f"UNCLEAN {case['id']}: {problems[0][:200]}", flush=True)
-            if notes:
-                tally.notes.append({"id": case["id"], "notes": notes})
             done += 1
             if log_every and done % log_every == 0:
                 el = time.monotonic() - t_start

@@ -19,6 +19,7 @@ docs/engines-acceptor.md "The acceptor contract".
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -136,13 +137,17 @@ def run_kernel(
     draft_tokens: torch.Tensor,
     u_accept: torch.Tensor,
     u_final: torch.Tensor,
+    *,
+    draft_lens: torch.Tensor | None = None,
 ) -> RoundResult:
     """One round through the user's kernel, validated; spectest's ``SampleFn`` signature.
 
     ``target_probs`` float64 ``[B, K+1, V]``, ``draft_probs`` float64 ``[B, K, V]`` or None
     (one-hot drafter), ``draft_tokens`` int64 ``[B, K]``, ``u_accept`` ``[B, K]`` and ``u_final``
-    ``[B]`` float64 from the counter RNG.
+    ``[B]`` float64 from the counter RNG. ``draft_lens`` must be None: the built-in loop drafts
+    K tokens on every row.
     """
+    assert draft_lens is None
     K, V = int(target_probs.shape[1]) - 1, int(target_probs.shape[2])
     if draft_probs is None:  # q = δ(x): one-hot at the draft token
         dp = torch.nn.functional.one_hot(draft_tokens, V).to(torch.float32)  # [B, K, V]
@@ -272,21 +277,7 @@ class AcceptorEngine(BuiltinEngine):
 
         exact = get_variant("exact")  # spectest's own pipeline and drafts; only the sampler swaps
         kernel, name = self.kernel, self.spec.text
-
-        def sample(
-            target_probs: torch.Tensor,
-            draft_probs: torch.Tensor | None,
-            draft_tokens: torch.Tensor,
-            u_accept: torch.Tensor,
-            u_final: torch.Tensor,
-            *,
-            draft_lens: torch.Tensor | None = None,
-        ) -> RoundResult:
-            assert draft_lens is None  # the built-in loop drafts K tokens on every row
-            return run_kernel(
-                kernel, name, target_probs, draft_probs, draft_tokens, u_accept, u_final
-            )
-
+        sample = functools.partial(run_kernel, kernel, name)
         # the user's kernel sees the dense laws it was written for: no round on a shortlist
         return dataclasses.replace(
             exact, name="acceptor", description=f"acceptor {name}", exact=False, sample_fn=sample,

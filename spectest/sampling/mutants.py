@@ -99,20 +99,10 @@ class SpecVariant:
         assert draft_logits.dim() == 2, tuple(draft_logits.shape)  # [B, V]
         return self.draft_fn(draft_logits, params, onehot, q_mode)
 
-    def sample(
-        self,
-        target_probs: torch.Tensor,
-        draft_probs: torch.Tensor | None,
-        draft_tokens: torch.Tensor,
-        u_accept: torch.Tensor,
-        u_final: torch.Tensor,
-        *,
-        draft_lens: torch.Tensor | None = None,
-    ) -> RoundResult:
+    @property
+    def sample(self) -> SampleFn:
         """One round; same contract as ``rejection.rejection_sample``."""
-        return self.sample_fn(
-            target_probs, draft_probs, draft_tokens, u_accept, u_final, draft_lens=draft_lens
-        )
+        return self.sample_fn
 
     def may_differ(self, params: SamplingParams, *, onehot: bool, K: int, q_mode: str) -> bool:
         """False when this variant provably coincides with ``exact`` in that setting (so a tooth

@@ -29,7 +29,6 @@ are copied (not linked), with the sha256 of every source file in ``export.json``
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -44,10 +43,8 @@ from spectest.setup.venv import (
     cache_lock,
     cache_root,
     ensure,
-    exec_program,
+    launch_program,
     module_main,
-    program_path,
-    require,
     stderr_log,
 )
 
@@ -210,19 +207,8 @@ def setup(
 
 def launch(argv: list[str]) -> None:
     """``run [--version V] --target MODEL [--draft MODEL] [-- PROGRAM ARGS]``: resolve, then
-    become the program. ``EnvMissing`` (exit 4) when that release is not set up."""
-    ap = argparse.ArgumentParser(prog="python -m spectest.setup.mistralrs run")
-    ap.add_argument("--version", default=VERSION)
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--draft", default=None)
-    ap.add_argument("rest", nargs=argparse.REMAINDER)
-    a = ap.parse_args(argv)
-    rest = a.rest[1:] if a.rest[:1] == ["--"] else a.rest
-    py = require(spec_for(a.version))
-    args = ["--target", str(export(a.target))]
-    if a.draft:
-        args += ["--draft", str(export(a.draft))]
-    exec_program(py, program_path(PROGRAM), [*args, *rest])
+    become the program (``venv.launch_program``)."""
+    launch_program(argv, "spectest.setup.mistralrs", PROGRAM, spec_for, export, VERSION)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ sends token ids).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -28,10 +27,8 @@ from spectest.setup.venv import (
     EnvSpec,
     Log,
     ensure,
-    exec_program,
+    launch_program,
     module_main,
-    program_path,
-    require,
     stderr_log,
 )
 
@@ -71,18 +68,9 @@ def setup(log: Log = stderr_log, force: bool = False) -> dict[str, object]:
 
 
 def launch(argv: list[str]) -> None:
-    """``run --target MODEL [--draft MODEL] [-- PROGRAM ARGS]``: resolve, become the program."""
-    ap = argparse.ArgumentParser(prog="python -m spectest.setup.mlx run")
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--draft", default=None)
-    ap.add_argument("rest", nargs=argparse.REMAINDER)
-    a = ap.parse_args(argv)
-    rest = a.rest[1:] if a.rest[:1] == ["--"] else a.rest
-    py = require(SPEC)
-    args = ["--target", str(model_dir(a.target))]
-    if a.draft:
-        args += ["--draft", str(model_dir(a.draft))]
-    exec_program(py, program_path(PROGRAM), [*args, *rest])
+    """``run [--version V] --target MODEL [--draft MODEL] [-- PROGRAM ARGS]``: resolve, then
+    become the program (``venv.launch_program``)."""
+    launch_program(argv, "spectest.setup.mlx", PROGRAM, lambda _: SPEC, model_dir)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ Notes
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -44,9 +43,8 @@ from spectest.setup.venv import (
     cache_lock,
     ensure,
     env_dir,
-    exec_program,
+    launch_program,
     module_main,
-    program_path,
     require,
     run_logged,
     stderr_log,
@@ -181,19 +179,9 @@ def setup(
 
 
 def launch(argv: list[str]) -> None:
-    """``run --target MODEL [--draft MODEL] [-- PROGRAM ARGS]``: resolve, then become the
-    program (``exec``). Raises ``EnvMissing`` (exit 4) when the environment is not set up."""
-    ap = argparse.ArgumentParser(prog="python -m spectest.setup.openvino run")
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--draft", default=None)
-    ap.add_argument("rest", nargs=argparse.REMAINDER)
-    a = ap.parse_args(argv)
-    rest = a.rest[1:] if a.rest[:1] == ["--"] else a.rest
-    py = require(SPEC)
-    args = ["--target", str(export(a.target))]
-    if a.draft:
-        args += ["--draft", str(export(a.draft))]
-    exec_program(py, program_path(PROGRAM), [*args, *rest])
+    """``run [--version V] --target MODEL [--draft MODEL] [-- PROGRAM ARGS]``: resolve, then
+    become the program (``venv.launch_program``)."""
+    launch_program(argv, "spectest.setup.openvino", PROGRAM, lambda _: SPEC, export)
 
 
 if __name__ == "__main__":

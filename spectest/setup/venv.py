@@ -27,6 +27,7 @@ Notes
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import fcntl
 import json
@@ -279,6 +280,33 @@ def exec_program(python: Path, program: Path, args: Sequence[str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(str(python), [str(python), str(program), *args])
+
+
+def launch_program(
+    argv: Sequence[str],
+    module: str,
+    program: str,
+    spec: Callable[[str], EnvSpec],
+    model: Callable[[str], Path],
+    version: str | None = None,
+) -> None:
+    """``run [--version V] --target MODEL [--draft MODEL] [-- PROGRAM ARGS]``: the venv (``spec``
+    of the version, ``--version`` only where a pinned ``version`` is given) and the models
+    (``model``: a fixture → the path the program reads), then become the program (``exec``).
+    ``EnvMissing`` (exit 4) when that environment is not set up."""
+    ap = argparse.ArgumentParser(prog=f"python -m {module} run")
+    if version is not None:
+        ap.add_argument("--version", default=version)
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--draft", default=None)
+    ap.add_argument("rest", nargs=argparse.REMAINDER)
+    a = ap.parse_args(argv)
+    rest = a.rest[1:] if a.rest[:1] == ["--"] else a.rest
+    py = require(spec(getattr(a, "version", "")))
+    args = ["--target", str(model(a.target))]
+    if a.draft:
+        args += ["--draft", str(model(a.draft))]
+    exec_program(py, program_path(program), [*args, *rest])
 
 
 def module_main(

@@ -52,12 +52,33 @@ def _tokens(samples: pd.DataFrame, arm: str, prompt_id: str, config_id: str) -> 
 
 
 def readout(run_dir: Path, probe_seeds: int) -> dict[str, Any]:
-    import transformers
-
     run = load_run(run_dir)
     pf = run.protocol_file
     assert pf is not None, f"{run_dir}: no protocol.yaml"
     protocol = load_protocol(pf)
+    out = _from_summary(run, run_dir)
+
+    from spectest.models.zoo import load_pair
+
+    m = protocol.models
+    target, draft = load_pair(m.target, m.draft, device=m.device, dtype=m.dtype)
+    prompts = prompt_token_ids(protocol, target.vocab_size)
+    samples = run.table(SAMPLES)
+    rounds = run.table(ROUNDS)
+    assert samples is not None and rounds is not None, f"{run_dir}: samples/rounds missing"
+    cs = samples[samples[schema.ARM] == schema.CANDIDATE].copy()
+    cs = cs.sort_values([schema.PROMPT_ID, schema.CONFIG_ID, schema.SEED, schema.POSITION])
+    out["acceptance"] = _acceptance(protocol, target, draft, prompts, cs, rounds)
+    rc = rounds[rounds[schema.ARM] == schema.CANDIDATE]
+    out["tokens_per_round"] = float(rc["emitted"].sum() / len(rc))
+    out["probe"] = _probe(protocol, target, draft, prompts, probe_seeds)
+    return out
+
+
+def _from_summary(run: Any, run_dir: Path) -> dict[str, Any]:
+    """What the run's summary and white-box table say (no model needed)."""
+    import transformers
+
     packages = run.provenance.get("packages", {})
     out: dict[str, Any] = {
         "run_dir": str(run_dir),
@@ -85,16 +106,14 @@ def readout(run_dir: Path, probe_seeds: int) -> dict[str, Any]:
             )
         ]
 
-    from spectest.models.zoo import load_pair
+    return out
 
-    m = protocol.models
-    target, draft = load_pair(m.target, m.draft, device=m.device, dtype=m.dtype)
-    prompts = prompt_token_ids(protocol, target.vocab_size)
-    samples = run.table(SAMPLES)
-    rounds = run.table(ROUNDS)
-    assert samples is not None and rounds is not None, f"{run_dir}: samples/rounds missing"
-    cs = samples[samples[schema.ARM] == schema.CANDIDATE].copy()
-    cs = cs.sort_values([schema.PROMPT_ID, schema.CONFIG_ID, schema.SEED, schema.POSITION])
+
+def _acceptance(
+    protocol: Any, target: Any, draft: Any, prompts: Any, cs: Any, rounds: Any
+) -> dict[str, dict[str, Any]]:
+    """The candidate's acceptance rate against each acceptance model's expectation, per config
+    and over all."""
     expected: dict[str, list[np.ndarray]] = {k: [] for k in ht.ACCEPTANCE_MODELS}
     for (pid, cid), _ in cs.groupby([schema.PROMPT_ID, schema.CONFIG_ID], sort=True):
         toks = _tokens(cs, schema.CANDIDATE, pid, cid)
@@ -118,12 +137,15 @@ def readout(run_dir: Path, probe_seeds: int) -> dict[str, Any]:
                 "pvalue": r.pvalue,
                 "n_slots": r.n_attempted,
             }
-    out["acceptance"] = acc
-    rc = rounds[rounds[schema.ARM] == schema.CANDIDATE]
-    out["tokens_per_round"] = float(rc["emitted"].sum() / len(rc))
+    return acc
 
+
+def _probe(
+    protocol: Any, target: Any, draft: Any, prompts: Any, probe_seeds: int
+) -> dict[str, Any]:
+    """Which law transformers' assistant really uses as q, per config, on the first prompt."""
+    out: dict[str, Any] = {"probe": {}}
     pid = protocol.prompts.items[0].id
-    out["probe"] = {}
     for cid, params in protocol.configs:
         probe = ht.probe_draft_law(
             target,
@@ -140,7 +162,7 @@ def readout(run_dir: Path, probe_seeds: int) -> dict[str, Any]:
             "argmax_fraction": probe.argmax_fraction,
             "n_positions": probe.n_positions,
         }
-    return out
+    return out["probe"]
 
 
 def main(argv: list[str] | None = None) -> int:

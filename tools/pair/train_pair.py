@@ -233,6 +233,57 @@ def _set_determinism(device: str) -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
+def _optimizer(model: torch.nn.Module, spec: ModelSpec) -> torch.optim.Optimizer:
+    """AdamW with weight decay on the matrices only."""
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    return torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": spec.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=spec.lr,
+        betas=(0.9, 0.95),
+    )
+
+
+def _step(model: torch.nn.Module, opt: torch.optim.Optimizer, win: torch.Tensor) -> torch.Tensor:
+    """One optimiser step on a batch of windows ``[B, ctx+1]``; the loss (nats per token)."""
+    logits = model(input_ids=win[:, :-1]).logits  # [B, ctx, V]
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), win[:, 1:].reshape(-1))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss
+
+
+def _record(
+    spec: ModelSpec,
+    seed: int,
+    device: str,
+    model: torch.nn.Module,
+    best: tuple[float, int],
+    history: list[dict[str, float]],
+    t0: float,
+    stopped_at: int | None,
+) -> dict[str, Any]:
+    """A trained model's log record (best dev bits/byte and its step, the history)."""
+    return {
+        "spec": asdict(spec),
+        "seed": seed,
+        "device": device,
+        "best_step": best[1],
+        "best_dev_bpb": best[0],
+        "train_seconds": time.perf_counter() - t0,
+        "steps_run": int(history[-1]["step"]),
+        "stopped_at": stopped_at,
+        "tokens_seen": int(history[-1]["step"]) * spec.batch * spec.ctx,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "history": history,
+    }
+
+
 def train_model(
     spec: ModelSpec,
     seed: int,
@@ -250,16 +301,7 @@ def train_model(
     """
     model = build_model(spec, seed).to(device)
     handles = add_residual_dropout(model, spec.dropout)
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    opt = torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": spec.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
-        lr=spec.lr,
-        betas=(0.9, 0.95),
-    )
+    opt = _optimizer(model, spec)
     rng = np.random.default_rng([seed, 1])  # batch windows; independent of the init stream
     train = streams["train"]
     history: list[dict[str, float]] = []
@@ -274,12 +316,7 @@ def train_model(
         win = torch.as_tensor(sample_windows(train, spec.batch, spec.ctx, rng)).to(
             device
         )  # [B, ctx+1]
-        logits = model(input_ids=win[:, :-1]).logits  # [B, ctx, V]
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), win[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss = _step(model, opt, win)
         if step + 1 == 50:
             log(f"step 50: {(time.perf_counter() - t0) / 50 * 1000:.1f} ms/step")
         if (step + 1) % spec.eval_every == 0 or step + 1 == last:
@@ -316,19 +353,7 @@ def train_model(
     assert best is not None
     model.load_state_dict(best[2])
     model.eval()
-    record = {
-        "spec": asdict(spec),
-        "seed": seed,
-        "device": device,
-        "best_step": best[1],
-        "best_dev_bpb": best[0],
-        "train_seconds": time.perf_counter() - t0,
-        "steps_run": int(history[-1]["step"]),
-        "stopped_at": stopped_at,
-        "tokens_seen": int(history[-1]["step"]) * spec.batch * spec.ctx,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "history": history,
-    }
+    record = _record(spec, seed, device, model, best[:2], history, t0, stopped_at)
     return model, record
 
 
