@@ -29,21 +29,50 @@ TOY_T = "toy:V=16,order=2,scale=2.0,seed=3"
 TOY_D = "toy:V=16,order=2,scale=1.0,seed=4"
 
 
-def part_a(reps: int, n_seeds: int, positions: int, offset: int = 0) -> dict[str, object]:
+def _replicate(engines, r, n_seeds, configs, positions, drafter, target):
+    """One replication's two arms through the command engine, teacher-forced: (samples, rounds)."""
     import pandas as pd
+
+    from spectest.engines.base import ArmJob, RowSpec, rounds_frame, samples_frame
+    from spectest.engines.teacher import teacher_force
+    from spectest.generation import reported_columns
+
+    samples, rounds = [], []
+    for j, (arm, eng) in enumerate(engines.items()):
+        seeds = range((2 * r + j) * n_seeds, (2 * r + j + 1) * n_seeds)
+        rows = tuple(RowSpec(c, s, sp) for c, sp in configs for s in seeds)
+        job = ArmJob(
+            arm=arm,
+            role=arm,
+            variant=None,
+            prompt_id="p0",
+            prompt_ids=(1, 2, 3),
+            rows=rows,
+            num_positions=positions,
+            run_key=11,
+            batch_size=len(rows),
+            drafter=drafter,
+        )
+        out = eng.generate(job)
+        wb = teacher_force(target, job.prompt_ids, [x.params for x in rows], out.tokens)
+        samples.append(
+            samples_frame(out.tokens, "p0", rows, arm, reported_columns(out.reported, wb))
+        )
+        if out.rounds is not None:
+            rounds.append(rounds_frame(out.rounds, "p0", rows, arm))
+    s = pd.concat(samples, ignore_index=True)
+    rd = pd.concat(rounds, ignore_index=True) if rounds else None
+    return s, rd
+
+
+def part_a(reps: int, n_seeds: int, positions: int, offset: int = 0) -> dict[str, object]:
 
     from spectest import schema
     from spectest.engines.base import (
-        ArmJob,
         DrafterSpec,
         Models,
-        RowSpec,
-        rounds_frame,
-        samples_frame,
     )
     from spectest.engines.command import CommandEngine
-    from spectest.engines.teacher import teacher_force
-    from spectest.generation import reported_columns
     from spectest.models.zoo import load_model
     from spectest.sampling.params import SamplingParams
     from spectest.stats.analyze import AnalysisOptions, analyze
@@ -80,31 +109,7 @@ def part_a(reps: int, n_seeds: int, positions: int, offset: int = 0) -> dict[str
     drafter = DrafterSpec(onehot=False, k=3)
     try:
         for r in range(offset, offset + reps):
-            samples, rounds = [], []
-            for j, (arm, eng) in enumerate(engines.items()):
-                seeds = range((2 * r + j) * n_seeds, (2 * r + j + 1) * n_seeds)
-                rows = tuple(RowSpec(c, s, sp) for c, sp in configs for s in seeds)
-                job = ArmJob(
-                    arm=arm,
-                    role=arm,
-                    variant=None,
-                    prompt_id="p0",
-                    prompt_ids=(1, 2, 3),
-                    rows=rows,
-                    num_positions=positions,
-                    run_key=11,
-                    batch_size=len(rows),
-                    drafter=drafter,
-                )
-                out = eng.generate(job)
-                wb = teacher_force(target, job.prompt_ids, [x.params for x in rows], out.tokens)
-                samples.append(
-                    samples_frame(out.tokens, "p0", rows, arm, reported_columns(out.reported, wb))
-                )
-                if out.rounds is not None:
-                    rounds.append(rounds_frame(out.rounds, "p0", rows, arm))
-            s = pd.concat(samples, ignore_index=True)
-            rd = pd.concat(rounds, ignore_index=True) if rounds else None
+            s, rd = _replicate(engines, r, n_seeds, configs, positions, drafter, target)
             a = analyze(
                 s,
                 reference="reference",

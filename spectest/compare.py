@@ -156,6 +156,34 @@ def _floor_outputs(
     return {}, TokenFloorClaim(ref, cand, pair[0], pair[1], margin, alpha, h, "floor pair A vs B")
 
 
+def _read_floor(
+    floor: tuple[str | Path, str | Path] | None,
+    reference: str | Path,
+    ref: pd.DataFrame,
+    cells_r: Any,
+) -> list[pd.DataFrame]:
+    """The floor pair's samples (a floor file that is the reference file itself is ``ref``),
+    checked against the comparison's cells; [] without ``--floor``."""
+    if floor is None:
+        return []
+    same = [Path(f).resolve() == Path(reference).resolve() for f in floor]
+    pair = [ref if s else read_samples_file(f) for s, f in zip(same, floor, strict=True)]
+    _check_floor(floor, pair, cells_r)
+    return pair
+
+
+def _two_arms(ref: pd.DataFrame, cand: pd.DataFrame) -> pd.DataFrame:
+    """The two files as one samples table (arms reference, candidate). Engine-reported
+    probabilities, when a file has them, are kept: claim (a) from them (the reported-p family;
+    no teacher here, so no cross-check); every other extra column is dropped."""
+    samples = pd.concat(
+        [ref.assign(**{schema.ARM: "reference"}), cand.assign(**{schema.ARM: "candidate"})],
+        ignore_index=True,
+    )
+    reported = [c for c in schema.REPORTED_COLUMNS if c in samples.columns]
+    return samples[[f.name for f in schema.SAMPLES_SCHEMA] + reported]
+
+
 def compare_files(
     reference: str | Path,
     candidate: str | Path,
@@ -191,19 +219,8 @@ def compare_files(
     ref = read_samples_file(reference)
     cand = read_samples_file(candidate)
     cells_r = _same_cells(reference, candidate, ref, cand)
-    pair: list[pd.DataFrame] = []
-    if floor is not None:
-        same = [Path(f).resolve() == Path(reference).resolve() for f in floor]
-        pair = [ref if s else read_samples_file(f) for s, f in zip(same, floor, strict=True)]
-        _check_floor(floor, pair, cells_r)
-    samples = pd.concat(
-        [ref.assign(**{schema.ARM: "reference"}), cand.assign(**{schema.ARM: "candidate"})],
-        ignore_index=True,
-    )
-    # engine-reported probabilities, when a file has them: claim (a) from them (the reported-p
-    # family; no teacher here, so no cross-check); every other extra column is dropped
-    reported = [c for c in schema.REPORTED_COLUMNS if c in samples.columns]
-    samples = samples[[f.name for f in schema.SAMPLES_SCHEMA] + reported]
+    pair = _read_floor(floor, reference, ref, cells_r)
+    samples = _two_arms(ref, cand)
     h = _digest([ref, cand, *pair], tests)
     if margin is not None:  # a decision has its own settings: its own hash
         h = hashlib.sha256(f"{h}\x1ftoken-floor\x1f{margin!r}".encode()).hexdigest()

@@ -25,6 +25,35 @@ ArmsOpt = Annotated[
         "mutant:always_accept,reference)."
     ),
 ]
+DecideFloorOpt = Annotated[
+    bool,
+    typer.Option(
+        help="With --floor: decide claim (b) from the four files (within: can pass; beyond: "
+        "exit 1; unresolved: exit 3) instead of the readout (docs/numerics.md).",
+    ),
+]
+FloorMarginOpt = Annotated[
+    float | None,
+    typer.Option(
+        help="With --decide-floor: the margin in TV per token, applied to the squared-L2 "
+        "statistic as 2m² (default 0.01; docs/numerics.md).",
+    ),
+]
+
+
+def _arm_pair(
+    from_run: Path | None, reference: Path | None, candidate: Path | None, arms: str
+) -> tuple[str, str]:
+    """``--arms`` as (candidate, reference), after checking the sources fit together."""
+    pair = tuple(a.strip() for a in arms.split(","))
+    if from_run is not None and (reference is not None or candidate is not None):
+        raise ConfigError("compare: --from-run DIR takes no --reference / --candidate")
+    for opt, given in (("--reference", reference), ("--candidate", candidate)):
+        if from_run is None and given is None:
+            raise ConfigError(f"compare: Missing option '{opt}' (or give --from-run DIR)")
+    if len(pair) != 2 or not all(pair):
+        raise ConfigError(f"--arms: expected CANDIDATE,REFERENCE, got {arms!r}")
+    return pair[0], pair[1]
 
 
 @boundary
@@ -64,20 +93,8 @@ def compare(
             readable=False,
         ),
     ] = None,
-    decide_floor: Annotated[
-        bool,
-        typer.Option(
-            help="With --floor: decide claim (b) from the four files (within: can pass; beyond: "
-            "exit 1; unresolved: exit 3) instead of the readout (docs/numerics.md).",
-        ),
-    ] = False,
-    floor_margin: Annotated[
-        float | None,
-        typer.Option(
-            help="With --decide-floor: the margin in TV per token, applied to the squared-L2 "
-            "statistic as 2m² (default 0.01; docs/numerics.md).",
-        ),
-    ] = None,
+    decide_floor: DecideFloorOpt = False,
+    floor_margin: FloorMarginOpt = None,
     from_run: FromRunOpt = None,
     arms: ArmsOpt = "candidate,reference",
 ) -> None:
@@ -86,14 +103,7 @@ def compare(
     token_id (int64); one row per generated token."""
     from spectest.compare import compare_files, compare_run_arms
 
-    pair = tuple(a.strip() for a in arms.split(","))
-    if from_run is not None and (reference is not None or candidate is not None):
-        raise ConfigError("compare: --from-run DIR takes no --reference / --candidate")
-    for opt, given in (("--reference", reference), ("--candidate", candidate)):
-        if from_run is None and given is None:
-            raise ConfigError(f"compare: Missing option '{opt}' (or give --from-run DIR)")
-    if len(pair) != 2 or not all(pair):
-        raise ConfigError(f"--arms: expected CANDIDATE,REFERENCE, got {arms!r}")
+    pair = _arm_pair(from_run, reference, candidate, arms)
     kw: dict[str, Any] = dict(
         alpha=alpha,
         multiplicity=multiplicity,
@@ -105,7 +115,7 @@ def compare(
     )
     with progress_bars(progress) as cb:
         if from_run is not None:
-            result = compare_run_arms(from_run, (pair[0], pair[1]), progress=cb, **kw)
+            result = compare_run_arms(from_run, pair, progress=cb, **kw)
         else:
             assert reference is not None and candidate is not None
             result = compare_files(reference, candidate, progress=cb, **kw)
