@@ -235,7 +235,7 @@ def test_compare_three_samples_of_another_law_is_not_equivalent(tmp_path: Path) 
     out = tmp_path / "o"
     r = invoke("compare", "--reference", ref, "--candidate", cand, "--out", out, "--no-progress")
     assert r.exit_code == 3, r.output
-    headline = "INCONCLUSIVE (exit 3): no cell-position was testable, so the resolution is unknown"
+    headline = "INCONCLUSIVE (exit 3): no cell-position was testable, so there is no power claim"
     assert headline in r.stdout
     assert "tested: 0 of 96 cell-positions (96 untestable)" in r.stdout
     assert "EQUIVALENT" not in r.stdout and "teeth are sound" not in r.stdout

@@ -39,6 +39,7 @@ SHIPPED_V1_HASHES = {
     "combined.yaml": "a7c9cbbe61af185287be0f52ae68eae5feb930bb8403ea364b0560ff8711016a",
     "hf-assisted-ci.yaml": "30820844ec99b11656a17debbd329b7f4ab8d7459dbbf0286f98166cec2b9439",
     "hf-assisted.yaml": "3e806eb707d9c5422ffe4ae8dd0595a230a06252610c5781bf2a57764b7c1664",
+    "hf-assisted-floor.yaml": "d155f3e2e3972bbdc97dc081e46042c056fe955f470fe99c034cef2ec5afe2ae",
     "openinfer-512.yaml": "8cc89ad2fd90a6de986d446deeefb590a583b4ad5fb83c69a630212eaeb09545",
     "sglang-eagle.yaml": "acfef4c621a6b91d30cd8c920a93e353e3c87aa9c2e2e9dafa805813efb600ee",
     "top_k.yaml": "6f3a247426bde31a9e63a5e5f4aefa8537f007d9caa69727b04aeb4c73bd43bf",

@@ -99,6 +99,7 @@ def test_h0_run_passes_and_frames_are_complete():
     assert alpha == pytest.approx(
         {"cells": 0.05 / 3, "trie": 0.05 / 3, "whitebox": 0.0, "sequence": 0.05 / 3, "lengths": 0}
         | {"rounds": 0}  # no rounds given: the round-aware family is off
+        | {"reported": 0}  # no engine-reported probabilities: the reported-p family is off
     )
     assert not a.families["sequence"].rejected
     seq = a.table("sequence")
