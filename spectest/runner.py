@@ -431,7 +431,7 @@ def _floor_measure(
     from spectest.numerics_floors import floor_column
 
     def f32() -> Any:
-        return load_models(replace(p, models=replace(p.models, dtype="float32")), False)[0]
+        return load_models(replace(p, models=replace(p.models, dtype="float32")), False).target
 
     def measure(kind: str) -> np.ndarray:
         return floor_column(
