@@ -53,6 +53,23 @@ def _tv(
     return 0.5 * (pa - pb).abs().sum(-1)
 
 
+def prompt_rows(
+    ps: pd.DataFrame, configs: Sequence[tuple[str, SamplingParams]], positions: int
+) -> tuple[list[tuple[str, int]], np.ndarray] | None:
+    """One prompt's rows in the run's order (configs in protocol order, seeds ascending) as
+    (config_id, seed) keys and their tokens ``[R, T]``; None when a sequence ended early."""
+    order = {cid: i for i, (cid, _) in enumerate(configs)}
+    wide = ps.pivot_table(
+        index=[schema.CONFIG_ID, schema.SEED], columns=schema.POSITION,
+        values=schema.TOKEN_ID, aggfunc="first",
+    )  # fmt: skip
+    keys = sorted(wide.index, key=lambda k: (order[k[0]], k[1]))
+    wide = wide.loc[keys]
+    if wide.shape[1] != positions or wide.isna().any().any():
+        return None
+    return [(str(c), int(s)) for c, s in keys], wide.to_numpy(dtype=np.int64)
+
+
 def _flip(a_logits: torch.Tensor, b_logits: torch.Tensor) -> torch.Tensor:
     return a_logits.argmax(-1) != b_logits.argmax(-1)
 
@@ -216,17 +233,11 @@ def drift_table(
         n_cells = max(1, s[schema.PROMPT_ID].nunique() * len(configs))
         floor_rows_per_cell = max(MIN_FLOOR_ROWS_PER_CELL, -(-FLOOR_SEQUENCES // n_cells))
     cfg = dict(configs)
-    order = {cid: i for i, (cid, _) in enumerate(configs)}
     for pid, ps in s.groupby(schema.PROMPT_ID, sort=False):
-        wide = ps.pivot_table(
-            index=[schema.CONFIG_ID, schema.SEED], columns=schema.POSITION,
-            values=schema.TOKEN_ID, aggfunc="first",
-        )  # fmt: skip
-        keys = sorted(wide.index, key=lambda k: (order[k[0]], k[1]))
-        wide = wide.loc[keys]
-        if wide.shape[1] != positions or wide.isna().any().any():
+        built = prompt_rows(ps, configs, positions)
+        if built is None:
             continue  # a sequence that ended early: not replayed (the built-in loop has none)
-        tokens = wide.to_numpy(dtype=np.int64)
+        keys, tokens = built
         pr = r[r[schema.PROMPT_ID] == pid].sort_values([schema.CONFIG_ID, schema.SEED, "round"])
         by_row = {
             k: (g["accepted"].to_numpy() + 1).tolist()

@@ -38,6 +38,7 @@ import torch
 
 from spectest import schema
 from spectest.models.base import LanguageModel
+from spectest.numerics import prompt_rows
 from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.transforms import logits_to_probs
 from spectest.stats.drift import FLOOR_COLUMNS, FLOOR_ORDER, identically_zero
@@ -84,23 +85,6 @@ def _tv_rows(a: torch.Tensor, b: torch.Tensor, params: Sequence[SamplingParams])
     return (0.5 * (pa - pb).abs().sum(-1)).reshape(M, T).cpu().numpy()
 
 
-def _prompt_rows(
-    ps: pd.DataFrame, configs: Sequence[tuple[str, SamplingParams]], positions: int
-) -> tuple[list[tuple[str, int]], np.ndarray] | None:
-    """One prompt's rows in the run's order (configs in protocol order, seeds ascending) and
-    their tokens ``[R, T]``; None when a sequence ended early (as ``numerics.drift_table``)."""
-    order = {cid: i for i, (cid, _) in enumerate(configs)}
-    wide = ps.pivot_table(
-        index=[schema.CONFIG_ID, schema.SEED], columns=schema.POSITION,
-        values=schema.TOKEN_ID, aggfunc="first",
-    )  # fmt: skip
-    keys = sorted(wide.index, key=lambda k: (order[k[0]], k[1]))
-    wide = wide.loc[keys]
-    if wide.shape[1] != positions or wide.isna().any().any():
-        return None
-    return [(str(c), int(s)) for c, s in keys], wide.to_numpy(dtype=np.int64)
-
-
 def floor_column(
     kind: str,
     table: pd.DataFrame,
@@ -127,7 +111,7 @@ def floor_column(
     s = samples[samples[schema.ARM] == arm]
     for pid, ps in s.groupby(schema.PROMPT_ID, sort=False):
         tab = table[table[schema.PROMPT_ID] == str(pid)]
-        built = _prompt_rows(ps, configs, positions)
+        built = prompt_rows(ps, configs, positions)
         prompt_ids = list(prompts[str(pid)])
         if not len(tab) or built is None or (kind == "prefill" and len(prompt_ids) < 2):
             continue
