@@ -50,8 +50,8 @@ class ReportedFamily:
     """Support and PIT conditional on the engine's reported law (by round slot where rounds tile
     the sequences) and the approximate cross-check with the teacher (module docstring)."""
 
-    name = "reported"
-    label = "reported-p (white-box)"
+    name = reported_p.NAME
+    label = reported_p.LABEL
 
     def active(self, inputs: FamilyInputs) -> bool:
         s = inputs.samples

@@ -29,11 +29,15 @@ rounding moves a token across a filter's edge (then p jumps to or from 0).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
+from spectest.stats.families import Failure, FamilyResult
+
+NAME, LABEL = "reported", "reported-p (white-box)"  # ``family_reported.ReportedFamily``'s too
 CONDITIONAL = "conditional on the engine's reported p"
 DEFAULT_ALPHA = 0.01
 DEFAULT_TOL = 1e-3  # per-step TV tolerated between the reported and the teacher's law
@@ -54,16 +58,43 @@ class ReportedTest:
     detail: str
 
 
-@dataclass(frozen=True)
-class ReportedResult:
-    """The family's checks; ``ok`` when every one passed; ``exit_code`` 0 or 1."""
+TABLE = [f.name for f in fields(ReportedTest)]
 
-    tests: tuple[ReportedTest, ...]
-    alpha: float
+
+@dataclass(frozen=True)
+class ReportedResult(FamilyResult):
+    """The family's result (``reported_family``): a ``FamilyResult`` at the audit's ``alpha``,
+    its checks in ``tests`` (the table's rows); ``ok`` when every one passed; ``exit_code``
+    0 or 1."""
+
+    tests: tuple[ReportedTest, ...] = ()
+
+    @classmethod
+    def of_tests(cls, tests: list[ReportedTest], alpha: float) -> ReportedResult:
+        """The result of ``tests`` at level ``alpha``: the cross-check is a tolerance, not a
+        test, so it does not count as tested."""
+        failing = tuple(
+            Failure(0.0 if np.isnan(t.pvalue) else t.pvalue, f"{t.test}: {t.detail}")
+            for t in tests
+            if not t.passed
+        )
+        tested = [t.test != "crosscheck_teacher" for t in tests]
+        return cls(
+            name=NAME,
+            label=LABEL,
+            alpha=alpha,
+            table=pd.DataFrame([asdict(t) for t in tests], columns=TABLE),
+            rejected=bool(failing),
+            n_tested=sum(tested),
+            n_untestable=0,
+            failing=failing,
+            black_box=False,
+            tests=tuple(tests),
+        )
 
     @property
     def ok(self) -> bool:
-        return all(t.passed for t in self.tests)
+        return not self.rejected
 
     @property
     def failed(self) -> tuple[str, ...]:
@@ -208,7 +239,7 @@ def reported_family(
         tests += pit_tests(p, cdf_lo, rng, alpha)
     if teacher is not None:
         tests.append(crosscheck(p, cdf_lo, teacher[0], teacher[1], tol, max_fraction))
-    return ReportedResult(tuple(tests), alpha)
+    return ReportedResult.of_tests(tests, alpha)
 
 
 __all__ = [

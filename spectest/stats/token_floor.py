@@ -1,34 +1,11 @@
-"""Claim (b) decided from tokens alone (issue 31): an engine's spec-vs-plain token-law drift
-against its own plain-vs-plain floor, TOST style, for engines whose logits spectest cannot see.
+"""Claim (b) decided from tokens alone: an engine's spec-vs-plain token-law drift against its own
+plain-vs-plain floor, TOST style, for engines whose logits spectest cannot see.
 
-Owns: ``TokenFloorResult`` (drift, floor, D = drift − floor with its bootstrap-t bounds, the
-decision ``within`` / ``beyond`` / ``unresolved`` against the margin, the one line every output
-prints), ``decide_token_floor`` and the margin's conversion ``margin_sq``. The per-position
-counts and the U-statistic are ``stats.token_drift``'s. numpy/pandas only; ``rng`` passed in.
-
-Notes
------
-**Statistic.** Per unit (prompt, config, position) held by all four samples with ≥ 2 tokens
-each, the unbiased U-statistic of Σ_v (p_v − q_v)² between two files' token marginals
-(``token_drift._ustat``); drift = its mean over the units for (reference, candidate), floor =
-the same for (floor A, floor B), D = drift − floor. Unbiased for the true mean squared L2
-distance of the marginals (a plug-in TV would carry a bias ~ sqrt(V/n), far above numerics).
-**Margin.** Stated in TV per token, m, and applied as ``margin_sq(m)`` = 2m²: for any two laws
-Σ_v (p − q)² ≤ 2·TV² (the positive and the negative parts of p − q each have mass TV, and a
-sum of squares of non-negative terms of sum TV is ≤ TV²), with equality when the difference
-moves mass between two tokens. So ``beyond`` (LCB(D) > 2m²) implies the candidate's marginals
-are at RMS TV > m per position from plain decode's, whatever the floor; and a drift whose
-per-position marginal TV is ≤ m everywhere has D ≤ 2m², so it lands in ``beyond`` with
-probability ≤ α. ``within`` (UCB(D) ≤ 2m²) rules out a concentrated excess of TV m, not a
-diffuse one (squared L2 is dominated by high-probability tokens). **Bounds**: bootstrap-t with
-the sequence as the unit — each file's sequences resampled with replacement within each cell
-(a file used on both sides, e.g. the reference as floor A, is resampled once, jointly), the
-resampled U-statistics computed without the pairs of copies of one sequence (so E*[Û*] ≈ Û),
-each studentized by its plug-in variance (first-order Hoeffding terms 4/n·Var_p(p − q) per
-side plus the degenerate term 2(1/n + 1/m)²Σπ², summed over units as if independent: a
-studentizer, the bootstrap calibrates the rest). At p = q the U-statistic is degenerate and
-the bootstrap overstates its spread (Arcones & Giné): both bounds are then conservative, so
-``within`` needs more sequences than the normal theory says (calibration: results/LOG.md h48).
+Owns: ``decide_token_floor`` and its ``TokenFloorResult`` (drift, floor, D with one-sided
+bootstrap-t bounds by sequence, the decision ``within`` / ``beyond`` / ``unresolved`` against
+the margin, the verdict line) and the margin's conversion ``margin_sq``. The per-position counts
+are ``stats.token_drift``'s. The statistic, the margin's 2m², the bounds and their calibration:
+docs/numerics.md ("Claim (b) for foreign engines").
 """
 
 from __future__ import annotations
@@ -50,14 +27,18 @@ CHUNK = 1 << 23  # floats per resampling block
 
 def margin_sq(margin_tv: float) -> float:
     """The squared-L2 margin of a TV-per-token margin: the largest Σ_v (p − q)² two laws at TV
-    ``margin_tv`` can have (module Notes)."""
+    ``margin_tv`` can have (docs/numerics.md)."""
     return 2.0 * margin_tv * margin_tv
 
 
 @dataclass(frozen=True)
 class TokenFloorResult:
-    """Claim (b) from tokens: see the module Notes. ``drift`` / ``floor`` / ``statistic`` /
-    bounds in squared L2 per unit; ``margin`` in TV per token, ``margin_sq`` = 2·margin²."""
+    """Claim (b) from tokens. ``drift`` / ``floor`` / ``statistic`` / bounds in squared L2 per
+    unit; ``margin`` in TV per token, ``margin_sq`` = 2·margin².
+
+    Not a ``FamilyResult``: claim (b) is an equivalence decision (TOST on one-sided bootstrap-t
+    bounds, three outcomes) at its own α, not a family of p-value tests sharing claim (a)'s α.
+    """
 
     drift: float
     floor: float
@@ -129,7 +110,7 @@ def _side(codes: np.ndarray, idx: np.ndarray | None, V: int) -> tuple[np.ndarray
 
 def _u(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
     """The U-statistic of Σ_v (p − q)² per position without same-sequence pairs, and its
-    plug-in variance (module Notes), from two ``_side`` triples."""
+    plug-in variance (docs/numerics.md), from two ``_side`` triples."""
     ca, na, sa = a
     cb, nb, sb = b
     pa = ca / np.maximum(na, 1)[..., None]
@@ -238,7 +219,7 @@ def _bootstrap_t(
     rng: np.random.Generator,
     resamples: int,
 ) -> tuple[float, float]:
-    """One-sided bootstrap-t bounds (LCB, UCB) of D, each at level α (module Notes)."""
+    """One-sided bootstrap-t bounds (LCB, UCB) of D, each at level α (docs/numerics.md)."""
     if se == 0.0 or any(min(len(f) for f in files) < 2 for files, _ in per_cell):
         return (stat, stat) if se == 0.0 else (-math.inf, math.inf)
     tot = np.zeros(resamples)
