@@ -227,6 +227,16 @@ def split_alpha(alpha: float, active: dict[str, bool]) -> dict[str, float]:
     return {k: (alpha / max(n, 1) if v else 0.0) for k, v in active.items()}
 
 
+def _registry(families: Sequence[Family] | None) -> tuple[Family, ...]:
+    """The families to run (None: ``FAMILIES``, read at call time); ``ConfigError`` unless
+    their names are distinct and one is "cells"."""
+    fams = FAMILIES if families is None else tuple(families)
+    names = [f.name for f in fams]
+    if "cells" not in names or len(set(names)) != len(names):
+        raise ConfigError(f"families: need one 'cells' family and distinct names, got {names!r}")
+    return fams
+
+
 def analyze(
     samples: pd.DataFrame,
     *,
@@ -258,23 +268,17 @@ def analyze(
 
     Notes
     -----
-    Per cell (prompt, config) the B relabelings move whole sequences between the arms (sizes
-    kept); one label matrix is shared by the cells with equal arm sizes (``tables.label_matrix``
-    NOTE). The same relabelings serve the TV null, max-T, permutation p-values, the chain G²
-    and the sequence family. Cost: one sparse product per cell, O(tokens × B); singletons
-    merged (``tables``). Verified: type-I rate within 3σ of α per family and run-level
-    P(rejected) ≤ α + 3σ on simulated H0 data; power against the ε-biased acceptor as the MDE
-    predicts (tests/test_stats_analyze.py, tests/test_stats_calibration.py).
+    The B relabelings move whole sequences between the arms within a cell, sizes kept, and are
+    shared by every family that permutes (``FamilyInputs``). Type-I rate within 3σ of α per
+    family and run-level P(rejected) ≤ α + 3σ on simulated H0 data
+    (tests/test_stats_analyze.py, tests/test_stats_calibration.py).
     """
     opts = options if options is not None else AnalysisOptions()
     if not isinstance(opts, AnalysisOptions):
         raise ConfigError(f"options must be an AnalysisOptions, got {type(opts).__name__!r}")
     if reference == candidate:
         raise ConfigError(f"reference and candidate arms must differ, got {reference!r} twice")
-    fams = FAMILIES if families is None else tuple(families)
-    names = [f.name for f in fams]
-    if "cells" not in names or len(set(names)) != len(names):
-        raise ConfigError(f"families: need one 'cells' family and distinct names, got {names!r}")
+    fams = _registry(families)
     enc = encode_samples(samples, (reference, candidate))
     perm_seq, pit_seq = np.random.SeedSequence(int(rng_seed)).spawn(2)
     inputs = FamilyInputs(

@@ -1,22 +1,12 @@
 """White-box exact tests from the target's (and draft's) probabilities along emitted sequences.
 
-Owns: the pooled PIT's rows (``stats.pit``: randomized PIT and its KS / Cramér–von Mises /
-Anderson–Darling tests), the directed z-test on A_t = {q_t > p_t} (``directed_z``), the
-acceptance-rate test against Σ min(p, q) (``acceptance_test``) and its per-slot stratification
-(``acceptance_by_slot``), the exact support check (``support_check``), validation of the
-``wb_*`` columns, ``whitebox_tests`` which runs all of them — and the role tests of
-``stats.whitebox_roles`` (accepted / recovered / bonus tokens, each against its own law) — on
-each arm and returns a tidy DataFrame, and the α split inside the family (``WHITEBOX_WEIGHTS``,
-``WHITEBOX_ROLE_WEIGHTS``, ``exact_weights``, ``weighted_bonferroni``; ``stats.battery``
-applies it per arm).
-
-Does not know: how p_t / q_t were computed (``engines/teacher.py`` fills the ``wb_*`` columns,
-see ``spectest.schema``), two-sample tests, multiplicity across families.
-
-Facts relied on: the PIT's u_t are iid U(0, 1) under H0 (``stats.pit``; docs/statistics.md
-"White-box exact tests"), and so is each role stratum's (``stats.whitebox_roles``; docs/roles.md
-"Why each stratum is exact"). Running every test on the plain (reference) arm too is the
-control on spectest's own p_t.
+Owns: ``whitebox_tests`` (one arm's tidy rows: the pooled PIT of ``stats.pit``, the directed z
+on A_t = {q_t > p_t}, the acceptance test against Σ min(p, q) and by slot, the support check,
+and the role tests of ``stats.whitebox_roles``), the validation of the ``wb_*`` columns and the
+α split inside the family (``WHITEBOX_WEIGHTS``, ``WHITEBOX_ROLE_WEIGHTS``, ``exact_weights``,
+``weighted_bonferroni``). Does not know: how p_t / q_t were computed (``engines/teacher.py``),
+two-sample tests, multiplicity across families. Why each test is exact: docs/statistics.md
+("White-box exact tests"), docs/roles.md.
 """
 
 from __future__ import annotations
@@ -278,24 +268,9 @@ def _complete(values: np.ndarray, column: str, arm: str) -> bool:
 
 WHITEBOX_COLUMNS = ["arm", "test", "statistic", "pvalue", "pvalue_one_sided", "n", "mde", "detail"]
 
-# The α split inside the exact white-box family (weighted Bonferroni, ``weighted_bonferroni``): each
-# test's share of the family's α, renormalised over the tests that ran (no rounds → no acceptance
-# tests; no q → no directed z; no role columns → no role tests). "support" is not in it (a hard
-# failure). The pooled shares were chosen from measured power on three alternatives — the ε = 0.05
-# acceptor, a verifier at the wrong temperature, a wrong reported q — as the split maximising the
-# worst ratio of the family's power to the best single test's (results/LOG.md, 2026-11-30 h10; the
-# reasoning in ``stats.whitebox_two_sample``'s Notes, "The α split": the p/q-ordered PIT's
-# Anderson–Darling sees acceptance bias in the upper tail nearly as well as the directed z, and law
-# errors it cannot). Measured family power (ε / temperature / wrong q): equal split 0.70 / 0.445 /
-# 0.35, these weights 0.72 / 0.675 / 0.405. With the role tests (issue 22) the pooled tests keep
-# 0.70, fixed before any data: KS and CvM stay at 0.05 (every share ≥ 0.05,
-# tests/test_stats_whitebox_weights.py), the 0.30 comes out of AD (0.65 → 0.43), the directed z
-# (0.15 → 0.12) and the acceptance z (0.10 → 0.05); each role test gets 0.05 — the accepted,
-# recovered and bonus PITs, the recovered and bonus reuse tests (the role-confined bugs of the
-# catalogue live there: ``bonus_reuse_accept_uniform``, ``bonus_wrong_row``, ``residual_from_p``,
-# ``reuse_accept_uniform``) and the per-slot acceptance χ². What that costs and buys:
-# results/LOG.md, 2026-12-01 h24. An arm without role tests (plain decode, teacher-forced or black-
-# box engines) keeps the pooled split exactly (``exact_weights``).
+# The α split inside the exact white-box family (``weighted_bonferroni``): each test's share,
+# fixed before any data, renormalised over the tests that ran; "support" is a hard failure, not
+# in it. Why these shares: docs/families.md (pooled), docs/roles.md (with the role tests).
 WHITEBOX_WEIGHTS: dict[str, float] = {  # the pooled split (no role tests)
     "directed_z": 0.15,
     "pit_ks": 0.05,
