@@ -25,10 +25,8 @@ from spectest.stats import whitebox, whitebox_two_sample
 from spectest.stats.families import Failure, FamilyInputs, FamilyResult, empty_frame
 from spectest.stats.options import AnalysisOptions
 
-# teacher mode's recommended reference size, × the candidate's (``_reference_size_note``): at 16
-# the weighted white-box family's power is within 10 % of the exact-numerics family's against a
-# wrong temperature and a wrong q, 0.74–0.91 of it against the ε = 0.05 acceptor (two seed sets;
-# results/LOG.md, 2026-11-30 h10)
+# teacher mode's recommended reference size, × the candidate's (``_reference_size_note``); why
+# 16: docs/statistics.md ("White-box tests under a teacher's numerics")
 REFERENCE_MULTIPLIER = 16
 WHITEBOX_TABLE = [*whitebox.WHITEBOX_COLUMNS, "p_adj", "reject"]
 
@@ -188,7 +186,7 @@ def _role_unit(cand: pd.DataFrame) -> str:
 
 def sup_cdf_words(mde: float) -> str:
     """A sup-CDF resolution as printed: a distance of two CDFs is at most 1, so a bound of 1 or
-    more (the DKW bound at few tokens: 2.18 at 20 seeds) resolves nothing (issue 33)."""
+    more (the DKW bound at few tokens: 2.18 at 20 seeds) resolves nothing."""
     if not mde < 1.0:  # NaN too
         return "no resolution (too few tokens)"
     return f"{mde:.3g}"

@@ -1,29 +1,13 @@
 """Two-sample Pearson χ² with symmetric pooling of rare tokens, and the one-sample GOF χ².
 
-Owns: the pooling rule (``pool_tokens`` for one table, ``pool_table`` for many strata at once),
-the pooled two-sample χ² of one table through scipy (``pooled_chi2`` → ``HomogeneityResult``,
-optionally with scipy's permutation p-value), its vectorised form over many strata and many
-labelings (``chi2_statistics``, used by ``analyze``), and the one-sample goodness-of-fit χ²
-against known probabilities (``gof_chi2`` → ``GofResult``).
-
-Does not know: where counts come from, multiplicity, DataFrames, arm names.
-
-The pooling rule (symmetric in the arms; docs/statistics.md "Two-sample χ² on sparse tables")
---------------------------------------------------------------------------------------
-With arm sizes n_ref, n_cand and n = n_ref + n_cand, a token with combined count c has expected
-count c·n_ref/n and c·n_cand/n in the two arms under H0; its smaller expected count is
-c·w with w = min(n_ref, n_cand)/n. At equal sizes w = 1/2 and "c·w ≥ 5" is docs/statistics.md's
-"combined ≥ 10".
-
-1. Keep a token as its own bin when c·w ≥ ``min_expected`` (default 5).
-2. Pool every other token (c > 0) into one "other" bin.
-3. If the other bin's c·w < ``min_expected``, merge it into the kept bin with the smallest
-   combined count (ties: the lowest token id). With no kept bin, "other" is the only bin.
-4. A table with fewer than two bins, or with an empty arm, is *untestable* (never a pass).
-
-The decision uses the combined counts and the arm sizes only, so it is invariant under any
-relabeling of sequences between arms that keeps the sizes: a permutation test over the pooled
-statistic stays exact. Every bin then has smaller expected count ≥ ``min_expected``.
+Owns: the pooling rule (``pool_tokens`` for one table, ``pool_table`` for many strata), the
+pooled two-sample χ² of one table through scipy (``pooled_chi2`` → ``HomogeneityResult``), its
+vectorised form over many strata and labelings (``chi2_statistics``) and the one-sample GOF χ²
+(``gof_chi2`` → ``GofResult``). Does not know: where counts come from, multiplicity, DataFrames.
+The rule (keep a token when its smaller expected count c·w ≥ ``min_expected``, pool the rest
+into "other", merge a too-small "other" into the smallest kept bin; fewer than two bins or an
+empty arm is untestable) depends on combined counts only, so it is relabeling-invariant: why,
+docs/statistics.md ("Two-sample χ² on sparse tables").
 """
 
 from __future__ import annotations
@@ -314,7 +298,6 @@ def gof_chi2(counts: np.ndarray, probs: np.ndarray, *, min_expected: float = 5.0
     variance — a liberal test (tests/test_stats_homogeneity.py measures the inflation). Use
     ``pooled_chi2`` for two samples. Power: docs/statistics.md measured the GOF χ² at 0.24/0.88
     vs the two-sample test's 0.13/0.49 for the ε = 0.05/0.1 acceptors (N = 4000).
-    Verified against ``scipy.stats.chisquare`` on a hand-pooled table.
     """
     counts = np.asarray(counts, dtype=np.int64)  # [V]
     probs = np.asarray(probs, dtype=np.float64)  # [V]

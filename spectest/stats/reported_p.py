@@ -1,30 +1,13 @@
 """White-box tests on the probabilities an engine reports, and their cross-check with a teacher.
 
-Owns: the family of an engine that reports, per emitted token, the target law's probability p
-of the token and the mass ``cdf_lo`` below its id (the ``probs`` of a ``spectest-jsonl/1``
-result; ``engines.reported`` collects them): the support check (a token the engine itself gave
-probability 0), the randomised PIT's uniformity (KS and Cramér–von Mises, ``pit_tests``) — every
-one of them *conditional on the engine's reported p* — and the cross-check of the reported p
-with spectest's teacher-forced p_t (``crosscheck``), and their result (``ReportedResult``).
-Torch-free; knows nothing about engines, processes or files.
-
-What the two halves say (docs/engines-reported-p.md): the PIT tests "the tokens were drawn from
-the law the engine reports"; the cross-check tests "the law the engine reports is the target's
-law as spectest computes it". An engine that samples one law and reports another fails the
-first; an engine that reports honestly the wrong law it sampled fails the second; only both
-together say "drawn from the target's law".
-
-Notes
------
-Validity: given the reported laws, u_t = cdf_lo_t + V_t·p_t (V_t uniform, from spectest's rng)
-is exactly U(0, 1) conditional on the past whenever token t was drawn from the reported law, so
-the u of one sequence are iid U(0, 1) (Rosenblatt) and sequences are independent: KS and CvM
-each at α/2 keep the family's false-failure rate ≤ α (Bonferroni). The cross-check is a
-tolerance comparison, not a test: |P(A) − Q(A)| ≤ TV(P, Q) for every set A, so for {x} and
-{y < x} the discrepancy d_t = max(|p_t − p̂_t|, |lo_t − lo_hat_t|) is at most the step's TV
-between the reported and the teacher's law; numerics within a per-step TV of ``tol`` never flag
-a token, and a fraction ``max_fraction`` of flagged tokens is allowed for the rare step where
-rounding moves a token across a filter's edge (then p jumps to or from 0).
+Owns: the family of ``spectest reported-p`` on an engine that reports, per emitted token, the
+target law's p and the mass ``cdf_lo`` below its id (``engines.reported`` collects them): the
+support check, the randomised PIT's uniformity (KS and Cramér–von Mises at α/2 each,
+``pit_tests``), all *conditional on the engine's reported p*, the tolerance cross-check of the
+reported p with spectest's teacher-forced p_t (``crosscheck``), and their ``ReportedResult``;
+and the PIT interval of a top-n list (``pit_interval``) that ``stats.family_reported`` uses.
+Torch-free; knows nothing about engines, processes or files. What the two halves say, why the
+PIT is exact and why the cross-check is a tolerance, not a test: docs/engines-reported-p.md.
 """
 
 from __future__ import annotations

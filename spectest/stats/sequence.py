@@ -1,42 +1,12 @@
 """Sequence-level statistics: evidence pooled across positions, prefixes and cells, calibrated
 by permuting whole sequences between the arms.
 
-Owns: the statistics of one cell under many labelings (``cell_statistics`` → [J, 1+B]), their
-combination over cells into one family with a single-step max-T decision
-(``combine`` → ``SequenceResult``) and the family's resolution (``resolution``). The J
-statistics (``STATISTICS``):
-
-- ``position_chi2``: Σ over positions of the pooled per-position χ² (the omnibus of the per-cell
-  family: a bias that moves every position a little adds up here instead of being split by BH);
-- ``unigram``: pooled χ² of the token law pooled over positions (every token of a sequence);
-- ``transition``: pooled χ² of the consecutive-token pairs (x_t, x_{t+1}) pooled over t;
-- ``hamming_mmd``: unbiased MMD² with the Hamming kernel k(x, y) = (1/T) Σ_t 1[x_t = y_t]
-  (Gao et al., "Model Equality Testing", ICLR 2025), i.e. the mean over positions of the
-  squared L2 distance between the per-position laws;
-- ``prefix_mmd``: unbiased MMD² with the prefix kernel k(x, y) = (1/T) Σ_t 1[x_{≤t} = y_{≤t}]
-  (the L2 analogue of the prefix-trie chain statistic: every depth, shallow prefixes weigh most).
-
-Does not know: DataFrames, arm names, cells' names, multiplicity across families (``analyze``
-gives this family its share of α), where tokens come from.
-
-Validity (the argument ``analyze`` relies on): under H0 the two arms' sequences of a cell are
-iid from one law, so the cell's sequences are exchangeable and any relabeling that keeps the arm
-sizes leaves the data's law unchanged — whatever the dependence between positions inside a
-sequence. Every statistic here is computed from the same token matrix under the observed
-labeling and B random relabelings (``tables.label_matrix``), with every data-dependent choice
-(pooling of rare bins, kernel) made from label-invariant quantities (combined counts), so the
-1 + B statistic columns are exchangeable under H0. Standardising each cell's column by the mean
-and standard deviation over all 1 + B columns, summing over cells, standardizing the sums again
-and taking the maximum over the J statistics are all symmetric functions of the columns, so the
-family's p-value (the rank of the observed maximum among the 1 + B maxima) satisfies
-P(p ≤ u) ≤ u for every u (Monte-Carlo permutation test with the identity included; Hemerik &
-Goeman 2018; Westfall & Young 1993 for the single-step max-T).
-
-Verified: every statistic's observed and relabeled columns equal a plain dict/loop/scipy
-reference (``cell_statistics_reference``: explicit Gram matrices for the MMDs, scipy's
-``chi2_contingency`` for the χ²); under H0 on a Markov chain (dependent positions) the family
-and each statistic reject at α within 3σ (tests/test_stats_sequence.py); results/LOG.md
-2026-11-30 (h4) has the power table and the H0 rates at 200 replications.
+Owns: the statistics of one cell under many labelings (``cell_statistics`` → [J, 1+B]; the J
+``STATISTICS``: Σ position χ², unigram χ², transition χ², Hamming MMD², prefix MMD²), their
+combination over cells with a single-step max-T (``combine`` → ``SequenceResult``) and the
+family's resolution (``resolution``). Does not know: DataFrames, arm names, multiplicity across
+families. Why the family is exact whatever the dependence between positions:
+docs/families.md ("Why the sequence family is exact").
 """
 
 from __future__ import annotations

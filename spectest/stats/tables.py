@@ -1,20 +1,13 @@
 """Many two-arm token tables in one sparse "key-row" form, and their counts under relabelings.
 
-Owns: ``StrataTable`` (the tables of many strata at once — a stratum is a cell-position, or a
-prefix-trie node — stored as one row per (stratum, token) with the combined count, plus a sparse
-0/1 indicator [K rows, sequences]), ``build_table``, ``label_matrix`` (the
-observed arm labels plus B sequence-level permutations) and ``ref_counts`` (the reference-arm
-count of every row under every labeling, one sparse product). Every statistic in
-``homogeneity``, ``distance`` and ``trie`` is a function of (table, reference counts), so the
-observed value and its permutation null always come from the same code path.
-
-Does not know: which statistic is computed, p-values, DataFrames, arm names, or where samples
-come from.
-
-Vocabulary: an *entry* is one (sequence, stratum, token) triple (for position strata: one
-sampled token). A *key row* is one distinct (stratum, token) pair. Tokens seen exactly once in
-their stratum are merged into one ``SINGLETONS`` row per stratum when ``merge_singletons`` is set
-(see the NOTE in ``build_table``).
+Owns: ``StrataTable`` (the tables of many strata at once — a stratum is a cell-position or a
+prefix-trie node — as one key row per distinct (stratum, token) with its combined count, plus a
+sparse 0/1 indicator [K rows, sequences] of the entries: one (sequence, stratum, token) each),
+``build_table``, ``label_matrix`` (the observed arm labels plus B sequence-level permutations)
+and ``ref_counts`` (the reference count of every row under every labeling, one sparse product).
+Every statistic of ``homogeneity``, ``distance`` and ``trie`` is a function of (table, reference
+counts), so the observed value and its permutation null come from one code path. Does not know:
+which statistic is computed, p-values, DataFrames, arm names.
 """
 
 from __future__ import annotations

@@ -298,8 +298,8 @@ WHITEBOX_ROLE_WEIGHTS: dict[str, float] = {  # with the role tests
 
 def exact_weights(tests: Sequence[str]) -> dict[str, float]:
     """The exact-mode split for one arm's ``tests``: ``WHITEBOX_ROLE_WEIGHTS`` when any role
-    test ran, else the pooled split ``WHITEBOX_WEIGHTS`` (the split before issue 22, for every
-    arm without role columns). Chosen from which tests ran, never from p-values."""
+    test ran, else the pooled split ``WHITEBOX_WEIGHTS`` (every arm without role columns).
+    Chosen from which tests ran, never from p-values."""
     return WHITEBOX_ROLE_WEIGHTS if any(t in ROLE_WEIGHTS for t in tests) else WHITEBOX_WEIGHTS
 
 

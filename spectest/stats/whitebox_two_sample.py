@@ -3,16 +3,10 @@
 Owns: the teacher-mode white-box family — two-sample comparisons of the candidate's white-box
 statistics with the reference arm's, both teacher-forced by the same teacher (``pit_ks_2s``,
 ``pit_ad_2s``, ``directed_z_2s``, ``support_2s``: whole-sequence permutation p-values within
-cells, ``two_sample_tests``), and the numerical-tolerance control on the reference arm
-(``support_tol``, ``pit_tol``: ``tolerance_control``), both as tidy rows shaped like
-``stats.whitebox.whitebox_tests``'s.
-
-Does not know: how the columns were computed (``engines.teacher`` / ``engines.hf.laws``),
-multiplicity across families, the verdict. ``stats.battery`` picks this family instead of the
-exact one-sample family when ``AnalysisOptions.whitebox_mode == "teacher"``.
-
-The details (moved from this docstring):
-docs/statistics.md "White-box tests under a teacher's numerics".
+cells, ``two_sample_tests``) and the tolerance control on the reference arm
+(``tolerance_control``), as rows shaped like ``stats.whitebox.whitebox_tests``'. Does not know:
+how the columns were computed, multiplicity across families, the verdict. Why:
+docs/statistics.md ("White-box tests under a teacher's numerics").
 """
 
 from __future__ import annotations
