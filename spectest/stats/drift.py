@@ -204,10 +204,23 @@ def decide_drift(
         "within" if ucb <= margin else "beyond" if lcb > margin else "unresolved"
     )
     return DriftResult(
-        drift=drift, drift_ucb=drift_ucb, floor=floor, floor_ucb=floor_ucb, statistic=stat,
-        lcb=lcb, ucb=ucb, margin=float(margin), alpha=float(alpha), decision=decision,
-        n_sequences=len(d), n_floor=len(f), n_tokens=len(t),
+        drift=drift,
+        drift_ucb=drift_ucb,
+        floor=floor,
+        floor_ucb=floor_ucb,
+        statistic=stat,
+        lcb=lcb,
+        ucb=ucb,
+        margin=float(margin),
+        alpha=float(alpha),
+        decision=decision,
+        n_sequences=len(d),
+        n_floor=len(f),
+        n_tokens=len(t),
         p99=float(np.quantile(t["tv"].to_numpy(dtype=float), 0.99)),
-        flips=float(t["flip"].astype(bool).mean()), pooled=pooled_m, pooled_ucb=pooled_ucb,
-        floor_kind=floor_kind, floor_note=floor_note,
-    )  # fmt: skip
+        flips=float(t["flip"].astype(bool).mean()),
+        pooled=pooled_m,
+        pooled_ucb=pooled_ucb,
+        floor_kind=floor_kind,
+        floor_note=floor_note,
+    )

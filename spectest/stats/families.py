@@ -110,10 +110,16 @@ class FamilyResult:
         enough data (the others are untestable); it rejected when some test is failing."""
         t = np.asarray(tested, dtype=bool)
         return cls(
-            name=family.name, label=family.label, alpha=alpha, table=table,
-            rejected=bool(failing), n_tested=int(t.sum()), n_untestable=int((~t).sum()),
-            failing=failing, **fields,
-        )  # fmt: skip
+            name=family.name,
+            label=family.label,
+            alpha=alpha,
+            table=table,
+            rejected=bool(failing),
+            n_tested=int(t.sum()),
+            n_untestable=int((~t).sum()),
+            failing=failing,
+            **fields,
+        )
 
 
 @dataclass(frozen=True)

@@ -86,14 +86,18 @@ class WhiteboxFamily:
         tested = cand["pvalue"].astype(float).notna() | (cand["test"] == "support")
         rej = cand[cand["reject"].astype(bool)] if len(cand) else cand
         return WhiteboxResult.of(
-            self, alpha, wb, tested.to_numpy(), tuple(map(_failure, rej.itertuples(index=False))),
+            self,
+            alpha,
+            wb,
+            tested.to_numpy(),
+            tuple(map(_failure, rej.itertuples(index=False))),
             resolution=dz_mde,
             resolution_unit="excess mass on {q > p} per token (directed z)" + _role_unit(cand),
             black_box=False,
             control_failed=bool(len(ref) and ref["reject"].astype(bool).any()),
             notes=_teacher_notes(inputs, cand, alpha, dz_mde) if teacher else _role_notes(cand),
             support_violation=support,
-        )  # fmt: skip
+        )
 
 
 def _failure(r: Any) -> Failure:
@@ -140,9 +144,13 @@ def teacher_whitebox_frame(
     """Teacher mode: the reference's tolerance control and the candidate's two-sample tests,
     weighted Bonferroni within each arm's rows (``whitebox_two_sample.TEACHER_WEIGHTS``)."""
     wb = whitebox_two_sample.teacher_whitebox_tests(
-        samples, reference, candidate, rng,
-        B=opts.whitebox_permutations, tolerance=opts.whitebox_tolerance,
-    )  # fmt: skip
+        samples,
+        reference,
+        candidate,
+        rng,
+        B=opts.whitebox_permutations,
+        tolerance=opts.whitebox_tolerance,
+    )
     if not len(wb):
         return empty_frame(WHITEBOX_TABLE)
     p_adj = _weighted_within_arms(wb, lambda tests: whitebox_two_sample.TEACHER_WEIGHTS)
@@ -205,8 +213,10 @@ def _role_notes(cand: pd.DataFrame) -> tuple[str, ...]:
         f"{sup_cdf_words(float(r.mde))}"
         for r in roles.itertuples(index=False)
     ]
-    return ("white-box by role (PIT under each role's own law; resolution at 80 % power, DKW "
-            "bound): " + "; ".join(parts),)  # fmt: skip
+    return (
+        "white-box by role (PIT under each role's own law; resolution at 80 % power, DKW "
+        "bound): " + "; ".join(parts),
+    )
 
 
 def _teacher_notes(

@@ -146,9 +146,13 @@ def support_test(p: np.ndarray) -> ReportedTest:
     """A token the engine reports probability 0 for cannot have been drawn from its law."""
     zeros = int((np.asarray(p) <= 0.0).sum())
     return ReportedTest(
-        "support_reported", float(zeros), float("nan"), len(p), zeros == 0,
+        "support_reported",
+        float(zeros),
+        float("nan"),
+        len(p),
+        zeros == 0,
         f"{zeros} emitted tokens the engine gave p = 0",
-    )  # fmt: skip
+    )
 
 
 def pit_tests(

@@ -22,8 +22,15 @@ from spectest.stats import homogeneity, multiplicity
 from spectest.stats.histograms import MISSING, EncodedSamples
 
 ROUNDS_COLUMNS_NEEDED = (
-    sc.PROMPT_ID, sc.CONFIG_ID, sc.ARM, sc.SEED, sc.POSITION, "drafted", "accepted", "emitted",
-)  # fmt: skip
+    sc.PROMPT_ID,
+    sc.CONFIG_ID,
+    sc.ARM,
+    sc.SEED,
+    sc.POSITION,
+    "drafted",
+    "accepted",
+    "emitted",
+)
 ROUND_TEST_COLUMNS = [
     sc.PROMPT_ID,
     sc.CONFIG_ID,
@@ -189,10 +196,13 @@ def _test_row(
     row: dict[str, object] = {
         sc.PROMPT_ID: enc.cells.iloc[c][sc.PROMPT_ID],
         sc.CONFIG_ID: enc.cells.iloc[c][sc.CONFIG_ID],
-        "stratum": st.names[s], "n_ref": n_ref, "n_cand": int(x.sum()) - n_ref,
-        "n_bins": int(x.shape[1]), "dof": max(int(x.shape[1]) - 1, 0),
+        "stratum": st.names[s],
+        "n_ref": n_ref,
+        "n_cand": int(x.sum()) - n_ref,
+        "n_bins": int(x.shape[1]),
+        "dof": max(int(x.shape[1]) - 1, 0),
         "status": homogeneity.OK if testable else homogeneity.UNTESTABLE,
-    }  # fmt: skip
+    }
     stat = chi2_under_labels(x, labels) if testable else np.full(labels.shape[1], np.nan)
     return row, stat
 

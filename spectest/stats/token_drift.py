@@ -158,6 +158,14 @@ def token_drift(
     else:
         lcb, ucb = -math.inf, math.inf
     return TokenDriftResult(
-        drift=drift, floor=floor, statistic=stat, lcb=lcb, ucb=ucb, alpha=float(alpha),
-        units=units, floor_units=funits, sequences=seqs, floor_sequences=fseqs,
-    )  # fmt: skip
+        drift=drift,
+        floor=floor,
+        statistic=stat,
+        lcb=lcb,
+        ucb=ucb,
+        alpha=float(alpha),
+        units=units,
+        floor_units=funits,
+        sequences=seqs,
+        floor_sequences=fseqs,
+    )

@@ -168,14 +168,8 @@ def decide_token_floor(
     ``reference`` itself (the same object: resampled jointly). No unit held by all four, or
     fewer than two sequences a side: infinite bounds, ``unresolved``."""
     frames = [reference, candidate, floor_a, floor_b]
-    ids: list[int] = []
-    uniq: list[pd.DataFrame] = []
-    for f in frames:
-        hit = next((k for k, g in enumerate(uniq) if g is f), None)
-        if hit is None:
-            uniq.append(f)
-            hit = len(uniq) - 1
-        ids.append(hit)
+    uniq = [f for k, f in enumerate(frames) if not any(g is f for g in frames[:k])]
+    ids = [next(k for k, g in enumerate(uniq) if g is f) for f in frames]
     pairs = ((ids[0], ids[1]), (ids[2], ids[3]))
     cells = [_cells(f) for f in uniq]
     keys = sorted(set.intersection(*(set(c) for c in cells)))
@@ -191,22 +185,30 @@ def decide_token_floor(
     seqs = sum(len(f[pairs[0][0]]) + len(f[pairs[0][1]]) for f, _ in per_cell)
     fseqs = sum(len(f[pairs[1][0]]) + len(f[pairs[1][1]]) for f, _ in per_cell)
     msq = margin_sq(margin)
-    if not units:
-        return TokenFloorResult(
-            math.nan, math.nan, math.nan, -math.inf, math.inf, float(margin), msq,
-            float(alpha), "unresolved", 0, 0, 0, floor_kind,
-        )  # fmt: skip
-    drift = float(sum(p[0].sum() for p in stat_parts)) / units
-    floor = float(sum(p[2].sum() for p in stat_parts)) / units
-    se = math.sqrt(float(sum(p[1].sum() + p[3].sum() for p in stat_parts))) / units
-    stat = drift - floor
-    lcb, ucb = _bootstrap_t(per_cell, pairs, stat, se, units, alpha, rng, resamples)
+    drift = floor = stat = math.nan
+    lcb, ucb = -math.inf, math.inf
+    if units:
+        drift = float(sum(p[0].sum() for p in stat_parts)) / units
+        floor = float(sum(p[2].sum() for p in stat_parts)) / units
+        se = math.sqrt(float(sum(p[1].sum() + p[3].sum() for p in stat_parts))) / units
+        stat = drift - floor
+        lcb, ucb = _bootstrap_t(per_cell, pairs, stat, se, units, alpha, rng, resamples)
     decision: Decision = "within" if ucb <= msq else "beyond" if lcb > msq else "unresolved"
     return TokenFloorResult(
-        drift=drift, floor=floor, statistic=stat, lcb=lcb, ucb=ucb, margin=float(margin),
-        margin_sq=msq, alpha=float(alpha), decision=decision, units=units, sequences=seqs,
-        floor_sequences=fseqs, floor_kind=floor_kind,
-    )  # fmt: skip
+        drift=drift,
+        floor=floor,
+        statistic=stat,
+        lcb=lcb,
+        ucb=ucb,
+        margin=float(margin),
+        margin_sq=msq,
+        alpha=float(alpha),
+        decision=decision,
+        units=units,
+        sequences=seqs,
+        floor_sequences=fseqs,
+        floor_kind=floor_kind,
+    )
 
 
 def _bootstrap_t(

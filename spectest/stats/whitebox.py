@@ -333,7 +333,7 @@ def weighted_bonferroni(
     return p_adj, w
 
 
-def _row(
+def row(
     arm: str,
     test: str,
     statistic: float,
@@ -345,16 +345,8 @@ def _row(
     mde: float = float("nan"),
 ) -> dict[str, object]:
     """One row of ``whitebox_tests``' table (``WHITEBOX_COLUMNS``)."""
-    return dict(
-        arm=arm,
-        test=test,
-        statistic=statistic,
-        pvalue=pvalue,
-        pvalue_one_sided=one_sided,
-        n=n,
-        mde=mde,
-        detail=detail,
-    )
+    values = (arm, test, statistic, pvalue, one_sided, n, mde, detail)
+    return dict(zip(WHITEBOX_COLUMNS, values, strict=True))
 
 
 def _pit_rows(
@@ -367,11 +359,11 @@ def _pit_rows(
     """The support check and the PIT uniformity tests of one arm's rows ``sub`` (``p`` = wb_p)."""
     sup = support_check(p)
     detail = "count of emitted tokens with wb_p == 0"
-    rows = [_row(arm, "support", float(sup.statistic), sup.pvalue, sup.n, detail)]
+    rows = [row(arm, "support", float(sup.statistic), sup.pvalue, sup.n, detail)]
     u = pit_values(sub[sc.WB_CDF_LO].to_numpy(dtype=np.float64), p, rng)
     for res in uniformity_tests(u, tests=uniformity):
         rows.append(
-            _row(
+            row(
                 arm, f"pit_{res.test}", res.statistic, res.pvalue, res.n, "randomized PIT vs U(0,1)"
             )
         )
@@ -401,17 +393,30 @@ def _role_rows(
             )
             detail = f"χ²_{by_slot.dof} over slots; rate/Σmin(p,q) by slot: {rates}"
             rows.append(
-                _row(arm, "acceptance_slots", by_slot.statistic, by_slot.pvalue,
-                     int(sum(by_slot.n_attempted)), detail)
-            )  # fmt: skip
+                row(
+                    arm,
+                    "acceptance_slots",
+                    by_slot.statistic,
+                    by_slot.pvalue,
+                    int(sum(by_slot.n_attempted)),
+                    detail,
+                )
+            )
     for rp in role_pit_tests(sub, rng):
         # the nominal share: renormalising over the tests that ran can only raise it
         w = alpha * ROLE_WEIGHTS[f"role_pit_{rp.role}"]
         detail = f"{rp.role} tokens: randomized PIT vs U(0,1) under their own law"
         rows.append(
-            _row(arm, f"role_pit_{rp.role}", rp.uniformity.statistic, rp.uniformity.pvalue,
-                 rp.n, detail, mde=dkw_resolution(rp.n, w))
-        )  # fmt: skip
+            row(
+                arm,
+                f"role_pit_{rp.role}",
+                rp.uniformity.statistic,
+                rp.uniformity.pvalue,
+                rp.n,
+                detail,
+                mde=dkw_resolution(rp.n, w),
+            )
+        )
         rz = rp.reuse
         if rz is not None:
             side = "above" if rp.role == "bonus" else "below"
@@ -420,8 +425,21 @@ def _role_rows(
                 f"(never, with a reused acceptance uniform): {rz.observed} "
                 f"observed, {rz.expected:.1f} expected; e-value test"
             )
-            rows.append(_row(arm, f"reuse_{rp.role}", rz.statistic, rz.pvalue, rz.n, detail))
+            rows.append(row(arm, f"reuse_{rp.role}", rz.statistic, rz.pvalue, rz.n, detail))
     return rows
+
+
+def _directed_z_rows(arm: str, sub: pd.DataFrame) -> list[dict[str, object]]:
+    """The directed z's row of one arm (``sub``: its rows), none when q is unknown."""
+    p_a = sub[sc.WB_P_A].to_numpy(dtype=np.float64)
+    if not _complete(p_a, sc.WB_P_A, arm):
+        return []
+    dz = directed_z(sub[sc.WB_IN_A].fillna(False).to_numpy(dtype=bool), p_a)
+    if not np.isfinite(dz.statistic):
+        return []
+    detail = f"in A: {dz.observed:.1f} observed, {dz.expected:.1f} expected"
+    extra = {"one_sided": dz.pvalue_greater, "mde": dz.mde}
+    return [row(arm, "directed_z", dz.statistic, dz.pvalue, dz.n, detail, **extra)]
 
 
 def whitebox_tests(
@@ -456,21 +474,14 @@ def whitebox_tests(
             if not _complete(p, sc.WB_P, arm):
                 continue
             rows += _pit_rows(arm, sub, p, rng, uniformity)
-        p_a = sub[sc.WB_P_A].to_numpy(dtype=np.float64) if has_a else np.zeros(0)
-        if has_a and _complete(p_a, sc.WB_P_A, arm):
-            dz = directed_z(sub[sc.WB_IN_A].fillna(False).to_numpy(dtype=bool), p_a)
-            if np.isfinite(dz.statistic):
-                detail = f"in A: {dz.observed:.1f} observed, {dz.expected:.1f} expected"
-                rows.append(
-                    _row(arm, "directed_z", dz.statistic, dz.pvalue, dz.n, detail,
-                         one_sided=dz.pvalue_greater, mde=dz.mde)
-                )  # fmt: skip
+        if has_a:
+            rows += _directed_z_rows(arm, sub)
         if has_overlap and rounds is not None:
             acc = acceptance_test(rounds, samples, arm)
             if acc.n_attempted > 0 and not np.isnan(acc.statistic):
                 detail = f"rate {acc.observed_rate:.4f} vs Σmin(p,q) {acc.expected_rate:.4f}"
                 rows.append(
-                    _row(arm, "acceptance", acc.statistic, acc.pvalue, acc.n_attempted, detail)
+                    row(arm, "acceptance", acc.statistic, acc.pvalue, acc.n_attempted, detail)
                 )
         roles_here = has_roles and _complete(
             sub[sc.WB_ROLE_P].to_numpy(dtype=np.float64), sc.WB_ROLE_P, arm
