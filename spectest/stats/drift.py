@@ -25,6 +25,19 @@ FLOOR_ORDER = ("batch", "prefill", "dtype")
 FLOOR_COLUMNS = {"batch": "floor_tv", "prefill": "floor_prefill_tv", "dtype": "floor_dtype_tv"}
 
 
+def tost(lcb: float, ucb: float, margin: float) -> DriftDecision:
+    """Two one-sided tests of D against ``margin``: ``within`` when UCB ≤ margin, ``beyond`` when
+    LCB > margin, else ``unresolved``."""
+    return "within" if ucb <= margin else "beyond" if lcb > margin else "unresolved"
+
+
+def decision_words(decision: DriftDecision, lcb: float, ucb: float, fmt: str) -> str:
+    """A claim (b) decision as its verdict line says it (``fmt``: the resolution's format)."""
+    if decision == "unresolved":
+        return f"unresolved at resolution ±{format((ucb - lcb) / 2, fmt)}"
+    return "within numerics" if decision == "within" else "drift beyond numerics"
+
+
 def identically_zero(values: Any) -> bool:
     """A floor that measured nothing: every finite value exactly 0.0 (bit-identical logits),
     or no finite value at all."""
@@ -105,12 +118,7 @@ class DriftResult:
             f"p99 {self.p99:.4f}, argmax flips {self.flips:.2%}, Σ_t TV_t {self.pooled:.3f} "
             f"(≤ {self.pooled_ucb:.3f}) over {self.n_sequences} sequences (claim b)"
         )
-        what = {
-            "within": "within numerics",
-            "beyond": "drift beyond numerics",
-            "unresolved": f"unresolved at resolution ±{(self.ucb - self.lcb) / 2:.4f}",
-        }[self.decision]
-        return head + what + tail
+        return head + decision_words(self.decision, self.lcb, self.ucb, ".4f") + tail
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "rejected": self.rejected, "line": self.line}
@@ -200,9 +208,7 @@ def decide_drift(
         stat, lcb, ucb = bootstrap_t(strata, alpha, rng, resamples)
     else:
         lcb, ucb = -math.inf, math.inf
-    decision: DriftDecision = (
-        "within" if ucb <= margin else "beyond" if lcb > margin else "unresolved"
-    )
+    decision = tost(lcb, ucb, margin)
     return DriftResult(
         drift=drift,
         drift_ucb=drift_ucb,

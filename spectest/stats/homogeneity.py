@@ -25,6 +25,9 @@ OK = "ok"
 UNTESTABLE = "untestable"
 SUPPORT_VIOLATION = "support_violation"
 
+# a pooled χ² test's columns in the families' tables (cells, trie, lengths), in this order
+CHI2_COLUMNS = ["statistic", "pvalue", "p_adj", "reject", "dof", "n_ref", "n_cand", "n_bins"]
+
 
 @dataclass(frozen=True)
 class HomogeneityResult:

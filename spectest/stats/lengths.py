@@ -20,14 +20,7 @@ from spectest.stats.histograms import MISSING, EncodedSamples
 LENGTH_COLUMNS = [
     sc.PROMPT_ID,
     sc.CONFIG_ID,
-    "statistic",
-    "pvalue",
-    "p_adj",
-    "reject",
-    "dof",
-    "n_ref",
-    "n_cand",
-    "n_bins",
+    *homogeneity.CHI2_COLUMNS,
     "mean_len_ref",
     "mean_len_cand",
     "short_ref",  # sequences shorter than the table's longest (n_positions)

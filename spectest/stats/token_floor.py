@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from spectest.stats.drift import DriftDecision, decision_words, tost
 from spectest.stats.token_drift import _cells, _counts
 
-Decision = Literal["within", "beyond", "unresolved"]
 RESAMPLES = 1000
 DEFAULT_TOKEN_MARGIN = 0.01  # TV per token, applied as 2m² (``margin_sq``); why: docs/numerics.md
 CHUNK = 1 << 23  # floats per resampling block
@@ -48,7 +48,7 @@ class TokenFloorResult:
     margin: float
     margin_sq: float
     alpha: float
-    decision: Decision
+    decision: DriftDecision
     units: int
     sequences: int
     floor_sequences: int
@@ -70,11 +70,7 @@ class TokenFloorResult:
 
     @property
     def line(self) -> str:
-        what = {
-            "within": "within numerics",
-            "beyond": "drift beyond numerics",
-            "unresolved": f"unresolved at resolution ±{(self.ucb - self.lcb) / 2:.2e}",
-        }[self.decision]
+        what = decision_words(self.decision, self.lcb, self.ucb, ".2e")
         return (
             f"token-law drift Δ² {self.drift:.2e} per unit (spec vs plain, "
             f"≥ {self.drift_rms_tv:.4f} TV per token RMS), floor ({self.floor_kind}) "
@@ -193,7 +189,7 @@ def decide_token_floor(
         se = math.sqrt(float(sum(p[1].sum() + p[3].sum() for p in stat_parts))) / units
         stat = drift - floor
         lcb, ucb = _bootstrap_t(per_cell, pairs, stat, se, units, alpha, rng, resamples)
-    decision: Decision = "within" if ucb <= msq else "beyond" if lcb > msq else "unresolved"
+    decision = tost(lcb, ucb, msq)
     return TokenFloorResult(
         drift=drift,
         floor=floor,
