@@ -248,3 +248,17 @@ def test_command_engine_refuses_probs_in_some_results_or_of_the_wrong_length(
         assert info.value.exit_code == 2
     finally:
         eng.close()
+
+
+def test_the_audit_result_is_a_family_result() -> None:
+    """The standalone audit's result is a ``FamilyResult`` (issue 30): its table holds the
+    checks, the cross-check does not count as tested, a failing check is a ``Failure``."""
+    from spectest.stats.families import FamilyResult
+
+    rng = np.random.default_rng(4)
+    p = np.r_[rng.random(100), 0.0]
+    res = reported_p.reported_family(p, np.full(101, np.nan), rng, teacher=(p, p))
+    assert isinstance(res, FamilyResult) and res.rejected and not res.ok and not res.black_box
+    assert list(res.table["test"]) == ["support_reported", "crosscheck_teacher"]
+    assert (res.n_tested, res.alpha) == (1, reported_p.DEFAULT_ALPHA)
+    assert [f.line.split(":")[0] for f in res.failing] == ["support_reported"]

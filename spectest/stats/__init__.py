@@ -1,14 +1,8 @@
 """spectest's statistics engine: numpy / scipy / statsmodels / pandas only (never torch).
 
 Entry point: ``analyze(samples, reference=..., candidate=..., options=AnalysisOptions(...))``
-→ ``Analysis``: one ``FamilyResult`` per registered test family (``analyze.FAMILIES``; the
-contract in ``families``, one module per family: ``family_cells``, ``family_trie``,
-``family_whitebox``, ``family_sequence``, ``family_lengths``; the options in ``options``).
-The building blocks live one concern per module: ``histograms`` (encoding,
-tidy counts), ``tables`` (many 2-arm tables + sequence relabelings), ``homogeneity`` (pooled
-χ², GOF χ²), ``multiplicity`` (BH/BY/Holm, max-T), ``distance`` (TV and its null), ``trie``
-(prefix-conditional χ², chain-rule G²), ``whitebox`` (PIT, directed z, acceptance, support),
-``power`` (MDE, seeds needed).
+→ ``Analysis``, one ``FamilyResult`` per registered family (``battery.FAMILIES``). Each
+module's concern: docs/architecture.md ("Statistics").
 """
 
 from spectest.stats.battery import Analysis, AnalysisOptions, analyze

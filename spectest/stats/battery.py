@@ -88,53 +88,8 @@ FAMILIES: tuple[Family, ...] = (
 class Analysis:
     """Everything ``analyze`` found: one ``FamilyResult`` per registered family (``families``,
     in registry order; a family that was not active has α 0 and tested nothing) and the
-    run-level numbers.
-
-    Decision rule (``rejected``): the candidate's law differs from the reference's when ANY
-    family rejects at its share of α:
-      1. cells — a cell-position is rejected after the ``options.multiplicity`` correction;
-      2. trie — a trie row is rejected (node χ² and per-cell chain-rule G², one family corrected
-         by BH — BY when ``multiplicity`` is 'by' or 'maxT');
-      3. whitebox — a white-box test of the candidate arm is rejected after a weighted
-         Bonferroni over that arm's white-box tests (``whitebox.WHITEBOX_WEIGHTS``), or
-      4. the candidate emitted a token with target probability 0 (``support_violation``, a
-         rejection of that family outside its α split);
-      5. sequence — the sequence family's max-T over its pooled statistics is significant
-         (rows of its table with scope "pooled");
-      6. lengths — a cell's sequence-length distribution differs (``spectest.stats.lengths``,
-         BH): sequences that stop early are a different law, not "untestable";
-      7. rounds — where both arms report rounds, a (cell, stratum) law conditional on the
-         reported round structure differs (``spectest.stats.rounds``, step-down max-T; it only
-         adds rejections: ``FamilyResult.claims``);
-      8. reported — where the candidate engine reports its tokens' probabilities, support and
-         PIT conditional on the reported law, and the approximate cross-check with the teacher
-         (``spectest.stats.family_reported``).
-    The run-level α is split equally over the active families (``split_alpha``: cells always;
-    trie when ``trie_depth >= 1`` and there are >= 2 positions; white-box when its columns are
-    present; sequence when ``options.sequence`` and ``null_permutations >= 1``; lengths when some
-    cell's length table is testable — ``lengths`` module docstring; rounds when both arms report
-    rounds and a stratum is testable), so under H0
-    P(rejected) ≤ α by the union bound: each procedure bounds its family's P(any rejection)
-    under the global null (FDR = FWER there; the sequence family is an exact permutation test
-    whatever the dependence between positions, ``spectest.stats.sequence``). A rejected
-    white-box test of the *reference* arm means spectest's own p_t is wrong:
-    ``control_failed`` (the verdict should then not trust the white-box family).
-    Untestable cells are counted, never passed.
-
-    White-box mode 'teacher' (``AnalysisOptions.whitebox_mode``; ``stats.whitebox_two_sample``):
-    rule 3 uses the candidate's two-sample tests against the reference (weighted Bonferroni over
-    them, ``whitebox_two_sample.TEACHER_WEIGHTS``), rule 4 does not apply (a teacher-forced p = 0
-    can be numerics: ``support_2s`` is one of the two-sample tests), and ``control_failed``
-    means the reference arm's tolerance control rejected: its teacher is farther from the
-    sampled law than ``whitebox_tolerance``.
-
-    MDE (``mde_tv``, the verdict's power claim): each tested cell's ``mde_tv`` is the binned-law
-    TV its pooled χ² detects with ``options.power`` at the per-test level a lone bad cell faces
-    — α_cells/m for BH and max-T, α_cells/(m·Σ_{i≤m} 1/i) for BY (m tested cells); ``mde_tv``
-    is their median, ``mde_tv_max`` the worst. Each other family states its own resolution in
-    its own unit (``FamilyResult.resolution``). Testability at real vocabularies (how many seeds
-    would make a share of cell-positions testable): ``cell_family.testability``.
-    """
+    run-level numbers. ``rejected`` when any family rejects at its share of α: the decision
+    rule, the α split and the MDE are in docs/families.md ("How one analysis decides")."""
 
     reference: str
     candidate: str
@@ -227,6 +182,16 @@ def split_alpha(alpha: float, active: dict[str, bool]) -> dict[str, float]:
     return {k: (alpha / max(n, 1) if v else 0.0) for k, v in active.items()}
 
 
+def _registry(families: Sequence[Family] | None) -> tuple[Family, ...]:
+    """The families to run (None: ``FAMILIES``, read at call time); ``ConfigError`` unless
+    their names are distinct and one is "cells"."""
+    fams = FAMILIES if families is None else tuple(families)
+    names = [f.name for f in fams]
+    if "cells" not in names or len(set(names)) != len(names):
+        raise ConfigError(f"families: need one 'cells' family and distinct names, got {names!r}")
+    return fams
+
+
 def analyze(
     samples: pd.DataFrame,
     *,
@@ -258,23 +223,17 @@ def analyze(
 
     Notes
     -----
-    Per cell (prompt, config) the B relabelings move whole sequences between the arms (sizes
-    kept); one label matrix is shared by the cells with equal arm sizes (``tables.label_matrix``
-    NOTE). The same relabelings serve the TV null, max-T, permutation p-values, the chain G²
-    and the sequence family. Cost: one sparse product per cell, O(tokens × B); singletons
-    merged (``tables``). Verified: type-I rate within 3σ of α per family and run-level
-    P(rejected) ≤ α + 3σ on simulated H0 data; power against the ε-biased acceptor as the MDE
-    predicts (tests/test_stats_analyze.py, tests/test_stats_calibration.py).
+    The B relabelings move whole sequences between the arms within a cell, sizes kept, and are
+    shared by every family that permutes (``FamilyInputs``). Type-I rate within 3σ of α per
+    family and run-level P(rejected) ≤ α + 3σ on simulated H0 data
+    (tests/test_stats_analyze.py, tests/test_stats_calibration.py).
     """
     opts = options if options is not None else AnalysisOptions()
     if not isinstance(opts, AnalysisOptions):
         raise ConfigError(f"options must be an AnalysisOptions, got {type(opts).__name__!r}")
     if reference == candidate:
         raise ConfigError(f"reference and candidate arms must differ, got {reference!r} twice")
-    fams = FAMILIES if families is None else tuple(families)
-    names = [f.name for f in fams]
-    if "cells" not in names or len(set(names)) != len(names):
-        raise ConfigError(f"families: need one 'cells' family and distinct names, got {names!r}")
+    fams = _registry(families)
     enc = encode_samples(samples, (reference, candidate))
     perm_seq, pit_seq = np.random.SeedSequence(int(rng_seed)).spawn(2)
     inputs = FamilyInputs(

@@ -1,16 +1,10 @@
 """Plug-in total variation per table, its permutation null, and the excess over the null.
 
-Owns: ``tv_distance`` (plug-in TV of two histograms), ``tv_test`` (one table: TV, the mean and
-upper quantile of its permutation null, the excess TV − null mean → ``TVResult``),
-``tv_statistics`` (TV of many strata under many labelings, the fast path used by ``analyze``)
-and ``summarize_null``.
-
-Does not know: multiplicity, cells, DataFrames, arm names.
-
-Why a null: the plug-in TV is biased upward under H0 — docs/statistics.md measured 0.24 at N = 256,
-0.16 at N = 1000 and 0.065 at N = 20 000 for a Zipf target with H ≈ 3.2 nats, and the max over
-32 positions is worse. A raw TV (let alone a raw max-TV) is never reported alone: always beside
-its permutation-null mean and upper quantile, and as the excess over the null mean.
+Owns: ``tv_distance`` (plug-in TV of two histograms), ``tv_test`` (one table: TV, its
+permutation null's mean and upper quantile, the excess → ``TVResult``), ``tv_statistics`` (TV of
+many strata under many labelings) and ``summarize_null``. Does not know: multiplicity, cells,
+DataFrames. Why a raw TV is never reported alone (its upward bias under H0):
+docs/statistics.md ("Total variation").
 """
 
 from __future__ import annotations

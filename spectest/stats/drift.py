@@ -1,34 +1,11 @@
-"""The numerics-drift decision (issue 21, claim (b)): drift − floor against a stated margin,
-TOST style, from the per-token table ``spectest.numerics.table`` measures (numpy/scipy only).
+"""Claim (b) decided from the logits: drift − floor against a stated margin, TOST style, from the
+per-token table ``spectest.numerics.table`` measures.
 
-Owns: ``DriftResult`` (the drift per token with its bound, the floor with its bound, the
-statistic D = drift − floor with both bounds, the decision ``within`` / ``beyond`` /
-``unresolved``, the readouts p99, argmax flips and the pooled sequence bound Σ_t TV_t, and the
-one line every verdict output prints) and ``decide_drift``.
-
-Notes
------
-The unit is the sequence: ``d_s`` = mean over the positions of sequence s of TV_t(verify,
-decode), ``f_s`` = the same between decode in the run's batch and decode alone, for the floor's
-sequences (a subset of the drift's). Sequences are independent (disjoint seeds, each TV a
-deterministic function of its own sequence). D = mean(d) − mean(f) = Σ_s u_s with u_s =
-d_s/n_d − f_s/n_f (a term absent: 0), so its variance is exact with the pairing: Σ_k n_k
-Var_k(u) over the strata k = (has d, has f). The bounds are **studentized bootstrap**
-(bootstrap-t) bounds at level α each: resample sequences with replacement within each stratum
-(``BOOTSTRAP_RESAMPLES`` times, ``rng`` passed in: the judge seeds it, so a re-analysis decides
-the same), t* = (D* − D)/se*, LCB = D − t*_(1−α)·se, UCB = D − t*_(α)·se. Why bootstrap-t and
-not Student t or Johnson's corrected t: per-sequence TV is right-skewed (p99 ≈ 25× the mean in
-issue 21), which puts an O(n^-1/2) error in a one-sided t bound's level (measured: the Student-t
-LCB missed in 8 % of 200 replications at 64 / 32 sequences, results/LOG.md h23); bootstrap-t's
-one-sided error is O(n^-1) with no moment to estimate by hand, handles the two-sample paired
-strata as they are, and reduces to the exact answer when se = 0. Johnson's correction fixes the
-first-order skew term only and needs the third moment of a two-sample paired statistic, which
-is itself poorly estimated at these sizes. ``benchmarks/drift_calibration.py`` measures both
-sides' miss rates (results/LOG.md h31). Decision (two one-sided tests on the pre-declared D
-and margin m): ``within`` when UCB(D) ≤ m, ``beyond`` when LCB(D) > m, else ``unresolved``
-with the resolution reached (the bound's half-width). Fewer than two sequences on either side:
-infinite bounds, ``unresolved``. The per-arm readouts (drift, floor, Σ_t TV_t) carry their
-one-sample bootstrap-t upper bounds the same way.
+Owns: ``decide_drift`` and its ``DriftResult`` (drift, floor, D = drift − floor with one-sided
+bootstrap-t bounds by sequence, the decision ``within`` / ``beyond`` / ``unresolved``, the
+readouts and the verdict line), the floor's choice ``select_floor`` and ``bootstrap_t``.
+Does not know: models, files, claim (a)'s families. The statistic, the bounds and why
+bootstrap-t: docs/numerics.md ("The drift measurement").
 """
 
 from __future__ import annotations
@@ -46,6 +23,19 @@ SEQUENCE_KEYS = ("prompt_id", "config_id", "seed")
 # the drift table (batch: ``spectest.numerics.table``; prefill, dtype: ``spectest.numerics.floors``)
 FLOOR_ORDER = ("batch", "prefill", "dtype")
 FLOOR_COLUMNS = {"batch": "floor_tv", "prefill": "floor_prefill_tv", "dtype": "floor_dtype_tv"}
+
+
+def tost(lcb: float, ucb: float, margin: float) -> DriftDecision:
+    """Two one-sided tests of D against ``margin``: ``within`` when UCB ≤ margin, ``beyond`` when
+    LCB > margin, else ``unresolved``."""
+    return "within" if ucb <= margin else "beyond" if lcb > margin else "unresolved"
+
+
+def decision_words(decision: DriftDecision, lcb: float, ucb: float, fmt: str) -> str:
+    """A claim (b) decision as its verdict line says it (``fmt``: the resolution's format)."""
+    if decision == "unresolved":
+        return f"unresolved at resolution ±{format((ucb - lcb) / 2, fmt)}"
+    return "within numerics" if decision == "within" else "drift beyond numerics"
 
 
 def identically_zero(values: Any) -> bool:
@@ -81,9 +71,13 @@ def select_floor(table: pd.DataFrame, setting: str) -> tuple[str, pd.DataFrame, 
 
 @dataclass(frozen=True)
 class DriftResult:
-    """Claim (b) decided: see the module docstring. TVs are per token; ``pooled`` is the mean
-    over sequences of Σ_t TV_t (a bound on the TV of the whole sequence's law under a product
-    coupling of positions), ``pooled_ucb`` its upper bound."""
+    """Claim (b) decided from the logits. TVs are per token; ``pooled`` is the mean over
+    sequences of Σ_t TV_t (a bound on the TV of the whole sequence's law under a product
+    coupling of positions), ``pooled_ucb`` its upper bound.
+
+    Not a ``FamilyResult``: claim (b) is an equivalence decision (TOST on one-sided bootstrap-t
+    bounds, three outcomes) at its own α, not a family of p-value tests sharing claim (a)'s α.
+    """
 
     drift: float
     drift_ucb: float
@@ -124,12 +118,7 @@ class DriftResult:
             f"p99 {self.p99:.4f}, argmax flips {self.flips:.2%}, Σ_t TV_t {self.pooled:.3f} "
             f"(≤ {self.pooled_ucb:.3f}) over {self.n_sequences} sequences (claim b)"
         )
-        what = {
-            "within": "within numerics",
-            "beyond": "drift beyond numerics",
-            "unresolved": f"unresolved at resolution ±{(self.ucb - self.lcb) / 2:.4f}",
-        }[self.decision]
-        return head + what + tail
+        return head + decision_words(self.decision, self.lcb, self.ucb, ".4f") + tail
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "rejected": self.rejected, "line": self.line}
@@ -143,7 +132,7 @@ def bootstrap_t(
     strata: list[np.ndarray], alpha: float, rng: np.random.Generator, resamples: int
 ) -> tuple[float, float, float]:
     """Statistic Σ_s u_s over the strata, with its one-sided bootstrap-t bounds (LCB, UCB),
-    each at level ``alpha``: resampling within each stratum (module Notes). A stratum of one
+    each at level ``alpha``: resampling within each stratum (docs/numerics.md). A stratum of one
     term contributes no variance; se = 0 gives LCB = UCB = the statistic."""
     strata = [np.asarray(u, dtype=float) for u in strata if len(u)]
     stat = float(sum(u.sum() for u in strata))
@@ -219,14 +208,25 @@ def decide_drift(
         stat, lcb, ucb = bootstrap_t(strata, alpha, rng, resamples)
     else:
         lcb, ucb = -math.inf, math.inf
-    decision: DriftDecision = (
-        "within" if ucb <= margin else "beyond" if lcb > margin else "unresolved"
-    )
+    decision = tost(lcb, ucb, margin)
     return DriftResult(
-        drift=drift, drift_ucb=drift_ucb, floor=floor, floor_ucb=floor_ucb, statistic=stat,
-        lcb=lcb, ucb=ucb, margin=float(margin), alpha=float(alpha), decision=decision,
-        n_sequences=len(d), n_floor=len(f), n_tokens=len(t),
+        drift=drift,
+        drift_ucb=drift_ucb,
+        floor=floor,
+        floor_ucb=floor_ucb,
+        statistic=stat,
+        lcb=lcb,
+        ucb=ucb,
+        margin=float(margin),
+        alpha=float(alpha),
+        decision=decision,
+        n_sequences=len(d),
+        n_floor=len(f),
+        n_tokens=len(t),
         p99=float(np.quantile(t["tv"].to_numpy(dtype=float), 0.99)),
-        flips=float(t["flip"].astype(bool).mean()), pooled=pooled_m, pooled_ucb=pooled_ucb,
-        floor_kind=floor_kind, floor_note=floor_note,
-    )  # fmt: skip
+        flips=float(t["flip"].astype(bool).mean()),
+        pooled=pooled_m,
+        pooled_ucb=pooled_ucb,
+        floor_kind=floor_kind,
+        floor_note=floor_note,
+    )

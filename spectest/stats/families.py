@@ -1,15 +1,10 @@
 """What a test family is: the ``Family`` protocol, what every family is given (``FamilyInputs``)
 and what it returns (``FamilyResult``, with its failing rows as ``Failure`` lines).
 
-Owns: the family contract. A family takes a share of the run's α when it is ``active``, decides
-at that level and returns its tidy table, whether it rejected, how much it tested, its resolution
-and its failing rows as a person reads them. ``spectest.stats.battery`` splits α over the active
-families of its registry (``analyze.FAMILIES``), composes their results into an ``Analysis`` and
-adds no statistic of its own; ``spectest.comparison``, ``spectest.verdict`` and the reports
-iterate the results. A new family is one class (a module ``family_<name>.py`` beside the
-built-in ones) and one line in ``analyze.FAMILIES``.
-
-Does not know: any particular family, files, protocols, torch.
+Owns: the family contract. ``spectest.stats.battery`` splits α over the active families of
+its registry (``battery.FAMILIES``) and composes their results; a new family is one class (a
+module ``family_<name>.py``) and one line there. Does not know: any particular family, files,
+protocols, torch. How the families' results decide: docs/families.md.
 """
 
 from __future__ import annotations
@@ -115,10 +110,16 @@ class FamilyResult:
         enough data (the others are untestable); it rejected when some test is failing."""
         t = np.asarray(tested, dtype=bool)
         return cls(
-            name=family.name, label=family.label, alpha=alpha, table=table,
-            rejected=bool(failing), n_tested=int(t.sum()), n_untestable=int((~t).sum()),
-            failing=failing, **fields,
-        )  # fmt: skip
+            name=family.name,
+            label=family.label,
+            alpha=alpha,
+            table=table,
+            rejected=bool(failing),
+            n_tested=int(t.sum()),
+            n_untestable=int((~t).sum()),
+            failing=failing,
+            **fields,
+        )
 
 
 @dataclass(frozen=True)

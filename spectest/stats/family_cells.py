@@ -26,14 +26,7 @@ CELL_COLUMNS = [
     sc.PROMPT_ID,
     sc.CONFIG_ID,
     sc.POSITION,
-    "statistic",
-    "pvalue",
-    "p_adj",
-    "reject",
-    "dof",
-    "n_ref",
-    "n_cand",
-    "n_bins",
+    *homogeneity.CHI2_COLUMNS,
     "pooled_tokens",
     "min_expected",
     "tv",
@@ -187,11 +180,23 @@ def _cell_part(inputs: FamilyInputs, c: int) -> tuple[dict[str, np.ndarray], np.
                 scores = -stats.chi2.logsf(chi_all.astype(np.float64), d)  # [S, 1+B]
             scores[~bins.testable] = np.nan
     part = dict(
-        cell=np.full(table.n_strata, c), position=table.strata, chi=chi, p_asym=p_asym,
-        p_perm=p_perm, dof=dof, n_ref=n_ref[:, 0], n_cand=n_cand[:, 0], n_bins=bins.n_bins,
-        pooled=bins.pooled_tokens, min_exp=bins.min_expected, testable=bins.testable, tv=tv,
-        tv_mean=tv_mean, tv_q=tv_q, tv_p=tv_p,
-    )  # fmt: skip
+        cell=np.full(table.n_strata, c),
+        position=table.strata,
+        chi=chi,
+        p_asym=p_asym,
+        p_perm=p_perm,
+        dof=dof,
+        n_ref=n_ref[:, 0],
+        n_cand=n_cand[:, 0],
+        n_bins=bins.n_bins,
+        pooled=bins.pooled_tokens,
+        min_exp=bins.min_expected,
+        testable=bins.testable,
+        tv=tv,
+        tv_mean=tv_mean,
+        tv_q=tv_q,
+        tv_p=tv_p,
+    )
     return part, scores
 
 

@@ -40,7 +40,11 @@ class LengthsFamily:
             for r in rej.itertuples(index=False)
         )
         return FamilyResult.of(
-            self, alpha, df, ok.to_numpy(), failing,
+            self,
+            alpha,
+            df,
+            ok.to_numpy(),
+            failing,
             resolution=float(mde.median()) if len(mde) else float("nan"),
             resolution_unit="TV of the length law per cell",
-        )  # fmt: skip
+        )

@@ -50,8 +50,8 @@ class ReportedFamily:
     """Support and PIT conditional on the engine's reported law (by round slot where rounds tile
     the sequences) and the approximate cross-check with the teacher (module docstring)."""
 
-    name = "reported"
-    label = "reported-p (white-box)"
+    name = reported_p.NAME
+    label = reported_p.LABEL
 
     def active(self, inputs: FamilyInputs) -> bool:
         s = inputs.samples
@@ -83,11 +83,17 @@ class ReportedFamily:
         tested = mine["test"].ne("crosscheck_teacher").to_numpy()
         notes = _notes(numbers, tol, floor)
         return ReportedFamilyResult.of(
-            self, alpha, table, tested, failing,
-            black_box=False, control_failed=bool(control["reject"].astype(bool).any()),
-            verdict_line=_verdict_line(mine, failing, numbers), notes=notes,
+            self,
+            alpha,
+            table,
+            tested,
+            failing,
+            black_box=False,
+            control_failed=bool(control["reject"].astype(bool).any()),
+            verdict_line=_verdict_line(mine, failing, numbers),
+            notes=notes,
             numbers=tuple(numbers.items()),
-        )  # fmt: skip
+        )
 
 
 def crosscheck_tol(ref: pd.DataFrame) -> tuple[float, float]:
@@ -132,8 +138,8 @@ def arm_tests(
         np.full(len(p), np.nan) if mass is None else mass,
     )
     zeros = int((p <= 0.0).sum())
-    out = [_row(arm, "support_reported", zeros, np.nan, len(p),
-                f"{zeros} emitted tokens the engine gave p = 0", np.nan, zeros > 0)]  # fmt: skip
+    what = f"{zeros} emitted tokens the engine gave p = 0"
+    out = [_row(arm, "support_reported", zeros, np.nan, len(p), what, np.nan, zeros > 0)]
     if len(p) and ok.all():
         u = lo + rng.random(len(p)) * width  # [n]
         tests = [
@@ -186,9 +192,13 @@ def slot_of(rep: pd.DataFrame, rounds: pd.DataFrame | None) -> np.ndarray | None
     tokens = rep[[*key, sc.POSITION]].reset_index(drop=True)
     tokens["_i"] = np.arange(len(tokens))
     merged = pd.merge_asof(
-        tokens.sort_values(sc.POSITION), starts.assign(_end=ends).sort_values("_start"),
-        left_on=sc.POSITION, right_on="_start", by=key, direction="backward",
-    )  # fmt: skip
+        tokens.sort_values(sc.POSITION),
+        starts.assign(_end=ends).sort_values("_start"),
+        left_on=sc.POSITION,
+        right_on="_start",
+        by=key,
+        direction="backward",
+    )
     inside = merged[sc.POSITION] < merged["_end"]
     if merged["_start"].isna().any() or not inside.all():
         return None  # a token no round covers: not a tiling
@@ -204,10 +214,11 @@ def _arm_rounds(rounds: pd.DataFrame | None, arm: str) -> pd.DataFrame | None:
     return r if len(r) else None
 
 
-def _row(arm: str, test: str, stat: float, pv: float, n: int, detail: str, p_adj: float,
-         reject: bool) -> dict[str, Any]:  # fmt: skip
-    return {"arm": arm, "test": test, "statistic": float(stat), "pvalue": float(pv), "n": int(n),
-            "detail": detail, "p_adj": float(p_adj), "reject": bool(reject)}  # fmt: skip
+def _row(
+    arm: str, test: str, stat: float, pv: float, n: int, detail: str, p_adj: float, reject: bool
+) -> dict[str, Any]:
+    values = (arm, test, float(stat), float(pv), int(n), detail, float(p_adj), bool(reject))
+    return dict(zip(TABLE, values, strict=True))
 
 
 def _numbers(df: pd.DataFrame, who: str) -> dict[str, Any]:

@@ -74,6 +74,12 @@ class RoundsFamily:
             for x in rej.itertuples(index=False)
         )
         return FamilyResult.of(
-            self, alpha, df, ok, failing, claims=True, notes=notes,
+            self,
+            alpha,
+            df,
+            ok,
+            failing,
+            claims=True,
+            notes=notes,
             resolution_unit="TV of a stratum's law (no closed form: permutation-calibrated)",
-        )  # fmt: skip
+        )

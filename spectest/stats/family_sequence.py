@@ -90,9 +90,16 @@ class SequenceFamily:
             for r in rej.itertuples(index=False)
         )
         return SequenceResult.of(
-            self, alpha, df, tested, failing, resolution=mde, resolution_unit=unit, pvalue=p,
+            self,
+            alpha,
+            df,
+            tested,
+            failing,
+            resolution=mde,
+            resolution_unit=unit,
+            pvalue=p,
             resolution_note=_resolution_note(pooled, opts.null_permutations),
-        )  # fmt: skip
+        )
 
 
 def _resolution_note(pooled: pd.DataFrame, B: int) -> str:

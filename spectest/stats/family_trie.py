@@ -24,14 +24,7 @@ TRIE_COLUMNS = [
     "kind",
     "depth",
     "prefix",
-    "statistic",
-    "pvalue",
-    "p_adj",
-    "reject",
-    "dof",
-    "n_ref",
-    "n_cand",
-    "n_bins",
+    *homogeneity.CHI2_COLUMNS,
     "status",
 ]
 

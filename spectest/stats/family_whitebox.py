@@ -25,10 +25,8 @@ from spectest.stats import whitebox, whitebox_two_sample
 from spectest.stats.families import Failure, FamilyInputs, FamilyResult, empty_frame
 from spectest.stats.options import AnalysisOptions
 
-# teacher mode's recommended reference size, × the candidate's (``_reference_size_note``): at 16
-# the weighted white-box family's power is within 10 % of the exact-numerics family's against a
-# wrong temperature and a wrong q, 0.74–0.91 of it against the ε = 0.05 acceptor (two seed sets;
-# results/LOG.md, 2026-11-30 h10)
+# teacher mode's recommended reference size, × the candidate's (``_reference_size_note``); why
+# 16: docs/statistics.md ("White-box tests under a teacher's numerics")
 REFERENCE_MULTIPLIER = 16
 WHITEBOX_TABLE = [*whitebox.WHITEBOX_COLUMNS, "p_adj", "reject"]
 
@@ -88,14 +86,18 @@ class WhiteboxFamily:
         tested = cand["pvalue"].astype(float).notna() | (cand["test"] == "support")
         rej = cand[cand["reject"].astype(bool)] if len(cand) else cand
         return WhiteboxResult.of(
-            self, alpha, wb, tested.to_numpy(), tuple(map(_failure, rej.itertuples(index=False))),
+            self,
+            alpha,
+            wb,
+            tested.to_numpy(),
+            tuple(map(_failure, rej.itertuples(index=False))),
             resolution=dz_mde,
             resolution_unit="excess mass on {q > p} per token (directed z)" + _role_unit(cand),
             black_box=False,
             control_failed=bool(len(ref) and ref["reject"].astype(bool).any()),
             notes=_teacher_notes(inputs, cand, alpha, dz_mde) if teacher else _role_notes(cand),
             support_violation=support,
-        )  # fmt: skip
+        )
 
 
 def _failure(r: Any) -> Failure:
@@ -142,9 +144,13 @@ def teacher_whitebox_frame(
     """Teacher mode: the reference's tolerance control and the candidate's two-sample tests,
     weighted Bonferroni within each arm's rows (``whitebox_two_sample.TEACHER_WEIGHTS``)."""
     wb = whitebox_two_sample.teacher_whitebox_tests(
-        samples, reference, candidate, rng,
-        B=opts.whitebox_permutations, tolerance=opts.whitebox_tolerance,
-    )  # fmt: skip
+        samples,
+        reference,
+        candidate,
+        rng,
+        B=opts.whitebox_permutations,
+        tolerance=opts.whitebox_tolerance,
+    )
     if not len(wb):
         return empty_frame(WHITEBOX_TABLE)
     p_adj = _weighted_within_arms(wb, lambda tests: whitebox_two_sample.TEACHER_WEIGHTS)
@@ -188,7 +194,7 @@ def _role_unit(cand: pd.DataFrame) -> str:
 
 def sup_cdf_words(mde: float) -> str:
     """A sup-CDF resolution as printed: a distance of two CDFs is at most 1, so a bound of 1 or
-    more (the DKW bound at few tokens: 2.18 at 20 seeds) resolves nothing (issue 33)."""
+    more (the DKW bound at few tokens: 2.18 at 20 seeds) resolves nothing."""
     if not mde < 1.0:  # NaN too
         return "no resolution (too few tokens)"
     return f"{mde:.3g}"
@@ -207,8 +213,10 @@ def _role_notes(cand: pd.DataFrame) -> tuple[str, ...]:
         f"{sup_cdf_words(float(r.mde))}"
         for r in roles.itertuples(index=False)
     ]
-    return ("white-box by role (PIT under each role's own law; resolution at 80 % power, DKW "
-            "bound): " + "; ".join(parts),)  # fmt: skip
+    return (
+        "white-box by role (PIT under each role's own law; resolution at 80 % power, DKW "
+        "bound): " + "; ".join(parts),
+    )
 
 
 def _teacher_notes(

@@ -12,7 +12,7 @@ Column names come from ``spectest.schema``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -140,6 +140,40 @@ def _codes(col: pd.Series | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rank[codes], uniques[order]
 
 
+def _arm_rows(samples: pd.DataFrame, arms: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Every row's index in ``arms`` (−1: another arm), the kept rows' indices, and whether
+    every row is kept. Raises ``InputError`` for an arm absent from the samples."""
+    arm_codes, arm_names = _codes(samples[sc.ARM])
+    names = [str(a) for a in arm_names]
+    for arm in arms:
+        if arm not in names:
+            raise InputError(f"samples: arm {arm!r} not found (arms present: {names!r})")
+    lookup = np.array([arms.index(a) if a in arms else -1 for a in names], dtype=np.int64)
+    row_arm = lookup[arm_codes]  # [N]
+    keep = row_arm >= 0
+    all_rows = bool(keep.all())
+    return (
+        row_arm,
+        np.arange(len(samples), dtype=np.int64) if all_rows else np.flatnonzero(keep),
+        all_rows,
+    )
+
+
+def _row_cells(
+    samples: pd.DataFrame, take: Callable[[np.ndarray], np.ndarray]
+) -> tuple[np.ndarray, pd.DataFrame]:
+    """Each kept row's cell code (``take`` keeps the rows) and the cells' prompt_id, config_id
+    in code order. The full columns are coded, then subset: cheaper than copying the frame."""
+    p_codes, p_names = _codes(samples[sc.PROMPT_ID])
+    c_codes, c_names = _codes(samples[sc.CONFIG_ID])
+    n_conf = max(len(c_names), 1)
+    row_cell, cell_keys = _codes(take(p_codes * n_conf + c_codes))
+    cells = pd.DataFrame(
+        {sc.PROMPT_ID: p_names[cell_keys // n_conf], sc.CONFIG_ID: c_names[cell_keys % n_conf]}
+    )
+    return row_cell, cells
+
+
 def encode_samples(samples: pd.DataFrame, arms: Sequence[str]) -> EncodedSamples:
     """Validate and encode the rows of ``arms`` (others are ignored) into a token matrix.
 
@@ -150,29 +184,13 @@ def encode_samples(samples: pd.DataFrame, arms: Sequence[str]) -> EncodedSamples
     if len(set(arms)) != len(arms) or not arms:
         raise ConfigError(f"arms must be distinct and non-empty, got {arms!r}")
     validate_samples(samples)
-    arm_codes_all, arm_names = _codes(samples[sc.ARM])
-    names = [str(a) for a in arm_names]
-    for arm in arms:
-        if arm not in names:
-            raise InputError(f"samples: arm {arm!r} not found (arms present: {names!r})")
-    lookup = np.array([arms.index(a) if a in arms else -1 for a in names], dtype=np.int64)
-    row_arm = lookup[arm_codes_all]  # [N]
-    keep = row_arm >= 0
-    all_rows = bool(keep.all())
-    row_index = np.arange(len(samples), dtype=np.int64) if all_rows else np.flatnonzero(keep)
+    row_arm, row_index, all_rows = _arm_rows(samples, arms)
 
     def take(a: np.ndarray) -> np.ndarray:
         return a if all_rows else a[row_index]
 
     row_arm = take(row_arm)
-    # NOTE: code the full columns and subset the codes: cheaper than copying the frame.
-    p_codes, p_names = _codes(samples[sc.PROMPT_ID])
-    c_codes, c_names = _codes(samples[sc.CONFIG_ID])
-    n_conf = max(len(c_names), 1)
-    row_cell, cell_keys = _codes(take(p_codes * n_conf + c_codes))
-    cells = pd.DataFrame(
-        {sc.PROMPT_ID: p_names[cell_keys // n_conf], sc.CONFIG_ID: c_names[cell_keys % n_conf]}
-    )
+    row_cell, cells = _row_cells(samples, take)
     s_codes, s_values = _codes(take(samples[sc.SEED].to_numpy(dtype=np.int64)))
     n_seeds = max(len(s_values), 1)
     row_seq, seq_keys = _codes((row_cell * len(arms) + row_arm) * n_seeds + s_codes)
@@ -185,12 +203,11 @@ def encode_samples(samples: pd.DataFrame, arms: Sequence[str]) -> EncodedSamples
     flat = row_seq * n_pos + position
     occupancy = np.bincount(flat, minlength=n_seq * n_pos) if n_seq else np.zeros(0, np.int64)
     if occupancy.size and occupancy.max() > 1:
-        dup = int(np.flatnonzero(occupancy > 1)[0])
-        s, t = divmod(dup, n_pos)
-        c = int(seq_cell[s])
+        s, t = divmod(int(np.flatnonzero(occupancy > 1)[0]), n_pos)
+        cell = cells.iloc[int(seq_cell[s])]
         raise InputError(
-            f"samples: duplicated row for prompt_id={cells.iloc[c][sc.PROMPT_ID]!r}, "
-            f"config_id={cells.iloc[c][sc.CONFIG_ID]!r}, arm={arms[int(seq_arm[s])]!r}, "
+            f"samples: duplicated row for prompt_id={cell[sc.PROMPT_ID]!r}, "
+            f"config_id={cell[sc.CONFIG_ID]!r}, arm={arms[int(seq_arm[s])]!r}, "
             f"seed={int(seq_seed[s])!r}, position={t!r}"
         )
     tokens = np.full((n_seq, n_pos), MISSING, dtype=np.int32)  # [S, T]
@@ -299,51 +316,53 @@ def trie_counts(
     if arms is None:
         arms = sorted(pd.unique(samples[sc.ARM]).tolist())
     enc = encode_samples(samples, arms)
-    n_arms = len(enc.arms)
     nodes = prefix_nodes(enc.tokens, enc.seq_cell, depth)  # [S, D+1]
-    frames = []
-    for d in range(min(depth, enc.n_positions - 1) + 1):
-        alive = (nodes[:, d] >= 0) & (enc.tokens[:, d] >= 0)
-        node, arm = nodes[alive, d], enc.seq_arm[alive]
-        tok = enc.tokens[alive, d].astype(np.int64)
-        if node.size == 0:
-            continue
-        n_nodes = int(node.max()) + 1
-        sizes = np.bincount(node * n_arms + arm, minlength=n_nodes * n_arms).reshape(
-            n_nodes, n_arms
-        )
-        good = sizes.min(axis=1) >= min_count  # [n_nodes]
-        sel = good[node]
-        if not sel.any():
-            continue
-        n_tok = int(tok.max()) + 1
-        key = (node[sel] * n_arms + arm[sel]) * n_tok + tok[sel]
-        codes, uniq = pd.factorize(key, sort=True)
-        count = np.bincount(codes, minlength=len(uniq)).astype(np.int64)
-        u_tok, rest = uniq % n_tok, uniq // n_tok
-        u_arm, u_node = rest % n_arms, rest // n_arms
-        # one representative sequence per node gives its cell and prefix
-        seq_ids = np.flatnonzero(alive)[sel]
-        rep = np.zeros(n_nodes, dtype=np.int64)
-        rep[node[sel]] = seq_ids
-        prefixes = {
-            int(n): format_prefix(enc.token_id(enc.tokens[rep[n], :d])) for n in np.unique(u_node)
-        }
-        cell = enc.seq_cell[rep[u_node]]
-        frames.append(
-            pd.DataFrame(
-                {
-                    sc.PROMPT_ID: enc.cells[sc.PROMPT_ID].to_numpy()[cell],
-                    sc.CONFIG_ID: enc.cells[sc.CONFIG_ID].to_numpy()[cell],
-                    "depth": np.full(len(uniq), d, dtype=np.int32),
-                    "prefix": [prefixes[int(n)] for n in u_node],
-                    sc.ARM: np.asarray(enc.arms, dtype=object)[u_arm],
-                    sc.TOKEN_ID: enc.token_id(u_tok),
-                    "count": count,
-                }
-            )
-        )
+    depths = range(min(depth, enc.n_positions - 1) + 1)
+    frames = [f for d in depths if (f := _depth_counts(enc, nodes, d, min_count)) is not None]
     columns = [sc.PROMPT_ID, sc.CONFIG_ID, "depth", "prefix", sc.ARM, sc.TOKEN_ID, "count"]
     if not frames:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
     return pd.concat(frames, ignore_index=True)[columns]
+
+
+def _depth_counts(
+    enc: EncodedSamples, nodes: np.ndarray, d: int, min_count: int
+) -> pd.DataFrame | None:
+    """``trie_counts``' rows at depth ``d`` (None: no node kept)."""
+    n_arms = len(enc.arms)
+    alive = (nodes[:, d] >= 0) & (enc.tokens[:, d] >= 0)
+    node, arm = nodes[alive, d], enc.seq_arm[alive]
+    tok = enc.tokens[alive, d].astype(np.int64)
+    if node.size == 0:
+        return None
+    n_nodes = int(node.max()) + 1
+    sizes = np.bincount(node * n_arms + arm, minlength=n_nodes * n_arms).reshape(n_nodes, n_arms)
+    good = sizes.min(axis=1) >= min_count  # [n_nodes]
+    sel = good[node]
+    if not sel.any():
+        return None
+    n_tok = int(tok.max()) + 1
+    key = (node[sel] * n_arms + arm[sel]) * n_tok + tok[sel]
+    codes, uniq = pd.factorize(key, sort=True)
+    count = np.bincount(codes, minlength=len(uniq)).astype(np.int64)
+    u_tok, rest = uniq % n_tok, uniq // n_tok
+    u_arm, u_node = rest % n_arms, rest // n_arms
+    # one representative sequence per node gives its cell and prefix
+    seq_ids = np.flatnonzero(alive)[sel]
+    rep = np.zeros(n_nodes, dtype=np.int64)
+    rep[node[sel]] = seq_ids
+    prefixes = {
+        int(n): format_prefix(enc.token_id(enc.tokens[rep[n], :d])) for n in np.unique(u_node)
+    }
+    cell = enc.seq_cell[rep[u_node]]
+    return pd.DataFrame(
+        {
+            sc.PROMPT_ID: enc.cells[sc.PROMPT_ID].to_numpy()[cell],
+            sc.CONFIG_ID: enc.cells[sc.CONFIG_ID].to_numpy()[cell],
+            "depth": np.full(len(uniq), d, dtype=np.int32),
+            "prefix": [prefixes[int(n)] for n in u_node],
+            sc.ARM: np.asarray(enc.arms, dtype=object)[u_arm],
+            sc.TOKEN_ID: enc.token_id(u_tok),
+            "count": count,
+        }
+    )

@@ -1,29 +1,13 @@
 """Two-sample Pearson χ² with symmetric pooling of rare tokens, and the one-sample GOF χ².
 
-Owns: the pooling rule (``pool_tokens`` for one table, ``pool_table`` for many strata at once),
-the pooled two-sample χ² of one table through scipy (``pooled_chi2`` → ``HomogeneityResult``,
-optionally with scipy's permutation p-value), its vectorised form over many strata and many
-labelings (``chi2_statistics``, used by ``analyze``), and the one-sample goodness-of-fit χ²
-against known probabilities (``gof_chi2`` → ``GofResult``).
-
-Does not know: where counts come from, multiplicity, DataFrames, arm names.
-
-The pooling rule (symmetric in the arms; docs/statistics.md "Two-sample χ² on sparse tables")
---------------------------------------------------------------------------------------
-With arm sizes n_ref, n_cand and n = n_ref + n_cand, a token with combined count c has expected
-count c·n_ref/n and c·n_cand/n in the two arms under H0; its smaller expected count is
-c·w with w = min(n_ref, n_cand)/n. At equal sizes w = 1/2 and "c·w ≥ 5" is docs/statistics.md's
-"combined ≥ 10".
-
-1. Keep a token as its own bin when c·w ≥ ``min_expected`` (default 5).
-2. Pool every other token (c > 0) into one "other" bin.
-3. If the other bin's c·w < ``min_expected``, merge it into the kept bin with the smallest
-   combined count (ties: the lowest token id). With no kept bin, "other" is the only bin.
-4. A table with fewer than two bins, or with an empty arm, is *untestable* (never a pass).
-
-The decision uses the combined counts and the arm sizes only, so it is invariant under any
-relabeling of sequences between arms that keeps the sizes: a permutation test over the pooled
-statistic stays exact. Every bin then has smaller expected count ≥ ``min_expected``.
+Owns: the pooling rule (``pool_tokens`` for one table, ``pool_table`` for many strata), the
+pooled two-sample χ² of one table through scipy (``pooled_chi2`` → ``HomogeneityResult``), its
+vectorised form over many strata and labelings (``chi2_statistics``) and the one-sample GOF χ²
+(``gof_chi2`` → ``GofResult``). Does not know: where counts come from, multiplicity, DataFrames.
+The rule (keep a token when its smaller expected count c·w ≥ ``min_expected``, pool the rest
+into "other", merge a too-small "other" into the smallest kept bin; fewer than two bins or an
+empty arm is untestable) depends on combined counts only, so it is relabeling-invariant: why,
+docs/statistics.md ("Two-sample χ² on sparse tables").
 """
 
 from __future__ import annotations
@@ -40,6 +24,9 @@ from spectest.stats.tables import StrataTable, segment_sum
 OK = "ok"
 UNTESTABLE = "untestable"
 SUPPORT_VIOLATION = "support_violation"
+
+# a pooled χ² test's columns in the families' tables (cells, trie, lengths), in this order
+CHI2_COLUMNS = ["statistic", "pvalue", "p_adj", "reject", "dof", "n_ref", "n_cand", "n_bins"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +79,21 @@ def pool_tokens(
     return bins, 1
 
 
+def _two_counts(ref_counts: np.ndarray, cand_counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The two arms' counts [J] as int64; ``InputError`` unless two 1-D arrays of one shape,
+    every count ≥ 0."""
+    ref = np.asarray(ref_counts, dtype=np.int64)
+    cand = np.asarray(cand_counts, dtype=np.int64)
+    if ref.shape != cand.shape or ref.ndim != 1:
+        raise InputError(
+            "pooled_chi2: counts must be two 1-D arrays of one shape, "
+            f"got {ref.shape!r} and {cand.shape!r}"
+        )
+    if (ref < 0).any() or (cand < 0).any():
+        raise InputError("pooled_chi2: counts must be >= 0")
+    return ref, cand
+
+
 def pooled_chi2(
     ref_counts: np.ndarray,
     cand_counts: np.ndarray,
@@ -114,26 +116,12 @@ def pooled_chi2(
 
     Notes
     -----
-    Assumptions: the tokens of each arm are iid draws (one per sequence) from that arm's law;
-    H0: the laws are equal. Validity of the asymptotic p-value: every bin has smaller expected count
-    ≥ ``min_expected`` (5 by default; Cochran's rule); docs/statistics.md reports type-I 0.04–0.05
-    at α = 0.05 for this pooling on a Zipf target over 150 k tokens (the unpooled test is far too
-    conservative, the unpooled G-test invalid). No Yates correction (``correction=False``):
-    it only applies to 2 × 2 tables and makes them conservative.
-
-    Verified: against ``scipy.stats.chi2_contingency`` on hand-pooled tables and a textbook
-    table, the vectorised ``chi2_statistics`` equal to this function on random strata, and
-    the type-I rate at α within 3σ in tests/test_stats_homogeneity.py.
+    The tokens of each arm are iid draws (one per sequence) from that arm's law; H0: the laws
+    are equal. The asymptotic p-value needs every bin's smaller expected count ≥
+    ``min_expected`` (Cochran's rule; this pooling's type-I rate: docs/statistics.md). No Yates
+    correction: it only applies to 2 × 2 tables and makes them conservative.
     """
-    ref = np.asarray(ref_counts, dtype=np.int64)  # [J]
-    cand = np.asarray(cand_counts, dtype=np.int64)  # [J]
-    if ref.shape != cand.shape or ref.ndim != 1:
-        raise InputError(
-            "pooled_chi2: counts must be two 1-D arrays of one shape, "
-            f"got {ref.shape!r} and {cand.shape!r}"
-        )
-    if (ref < 0).any() or (cand < 0).any():
-        raise InputError("pooled_chi2: counts must be >= 0")
+    ref, cand = _two_counts(ref_counts, cand_counts)
     n_ref, n_cand = int(ref.sum()), int(cand.sum())
     bins, n_bins = pool_tokens(ref + cand, n_ref, n_cand, min_expected)
     used = bins >= 0
@@ -313,7 +301,6 @@ def gof_chi2(counts: np.ndarray, probs: np.ndarray, *, min_expected: float = 5.0
     variance — a liberal test (tests/test_stats_homogeneity.py measures the inflation). Use
     ``pooled_chi2`` for two samples. Power: docs/statistics.md measured the GOF χ² at 0.24/0.88
     vs the two-sample test's 0.13/0.49 for the ε = 0.05/0.1 acceptors (N = 4000).
-    Verified against ``scipy.stats.chisquare`` on a hand-pooled table.
     """
     counts = np.asarray(counts, dtype=np.int64)  # [V]
     probs = np.asarray(probs, dtype=np.float64)  # [V]

@@ -4,23 +4,8 @@ positions each sequence has (where it stopped, or which positions are missing).
 Owns: ``sequence_lengths`` (present positions per sequence), ``length_tests`` (one pooled
 two-sample χ² per cell on the length histogram → tidy frame), ``is_active`` (whether the family
 can reject at all) and ``adjust`` (BH over the cells at the family's α, with the MDE of each
-test). Does not know: files, arms' names, the other families, torch.
-
-Why a family of its own
------------------------
-The per-position tests see only the sequences that reached a position: a candidate that stops
-early (every position past 5 missing, or half its sequences truncated) just makes the late
-cell-positions "untestable" there, and untestable is not a rejection. The law of a sampler is the
-law of the whole emitted sequence, its length included; this family tests that part.
-
-When it takes a share of α
---------------------------
-Only when at least one cell's pooled length table is testable (two bins or more after pooling on
-the combined counts). Whether that holds is a function of the pooled multiset of sequences (the
-combined counts and the arm sizes), so it is invariant under every relabeling of sequences between
-the arms: conditioning on it keeps the arms exchangeable under H0, and the union bound of
-``analyze`` still gives P(reject) ≤ α. Runs whose sequences are all full length (today's engines)
-never activate it, so it costs them no α.
+test). Does not know: files, arms' names, the other families. Why a family of its own and when
+it takes a share of α: docs/families.md ("Why lengths are a family of their own").
 """
 
 from __future__ import annotations
@@ -35,14 +20,7 @@ from spectest.stats.histograms import MISSING, EncodedSamples
 LENGTH_COLUMNS = [
     sc.PROMPT_ID,
     sc.CONFIG_ID,
-    "statistic",
-    "pvalue",
-    "p_adj",
-    "reject",
-    "dof",
-    "n_ref",
-    "n_cand",
-    "n_bins",
+    *homogeneity.CHI2_COLUMNS,
     "mean_len_ref",
     "mean_len_cand",
     "short_ref",  # sequences shorter than the table's longest (n_positions)
@@ -78,10 +56,7 @@ def length_tests(enc: EncodedSamples, min_expected: float = 5.0) -> pd.DataFrame
     Each sequence contributes one length; sequences are iid within an arm, so the pooled
     Pearson χ² is valid under the same rule as the token tests (smaller expected count ≥
     ``min_expected`` per bin, ``homogeneity`` module docstring). A cell whose sequences all
-    have one length in both arms has a single bin: untestable, never a pass. Verified: the
-    issue-9 inputs (positions past 5 missing; half the sequences truncated) reject with p
-    below 1e-30, equal-law lengths (geometric stopping in both arms) reject at α within 3σ
-    (tests/test_stats_lengths.py).
+    have one length in both arms has a single bin: untestable, never a pass.
     """
     n_pos = enc.n_positions
     lengths = sequence_lengths(enc.tokens)  # [S]

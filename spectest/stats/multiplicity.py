@@ -1,18 +1,10 @@
 """Multiple-testing corrections: BH, BY, Holm, Bonferroni (statsmodels) and permutation max-T.
 
-Owns: ``adjust`` (p-value adjustments through statsmodels ``multipletests`` with the method
-always named — its default is Holm–Šidák, not BH) and ``maxt_adjust`` (Westfall–Young
-step-down max-T from a matrix of statistics under sequence permutations), both returning a
-``MultiplicityResult`` that says which method was used.
-
-Does not know: where p-values or permutation statistics come from, cells, DataFrames.
-
-Validity (docs/statistics.md "Multiplicity"): BH controls the FDR under independence or PRDS,
-which no result shows for χ² statistics of different positions of the same sequences; BY controls it
-under any dependence; Holm/Bonferroni control the FWER under any dependence; max-T from whole
-sequences permuted between arms controls the FWER exactly (Westfall & Young 1993) because the
-sequences are exchangeable under H0. Under the global null (every hypothesis true) FDR = FWER,
-so every method here bounds P(any rejection) ≤ α — the false-alarm rate of a CI gate.
+Owns: ``adjust`` (through statsmodels ``multipletests`` with the method always named: its
+default is Holm–Šidák, not BH) and ``maxt_adjust`` (Westfall–Young step-down max-T from the
+statistics under sequence permutations), both → ``MultiplicityResult``. Does not know: where
+p-values or statistics come from, cells, DataFrames. What each controls under which
+dependence: docs/statistics.md ("Multiplicity").
 """
 
 from __future__ import annotations
@@ -54,9 +46,6 @@ def adjust(pvalues: np.ndarray, method: str, alpha: float = 0.05) -> Multiplicit
     -----
     Calls ``statsmodels.stats.multitest.multipletests(p, alpha, method=...)`` on the finite
     p-values with the method named explicitly ('fdr_bh', 'fdr_by', 'holm', 'bonferroni').
-    Verified on the 15 p-values of Benjamini & Hochberg's (1995) example against values
-    hand-computed from R ``p.adjust``'s definition, and BY against
-    ``scipy.stats.false_discovery_control(p, method='by')`` (tests/test_stats_multiplicity.py).
     """
     _check_alpha(alpha)
     if method not in STATSMODELS_METHOD:
@@ -108,8 +97,6 @@ def maxt_adjust(
     Adjusted p of the j-th most extreme hypothesis: (1 + #{b : max_{k ≥ j} T_b,(k) ≥ T_(j)})
     / (B + 1), made monotone; the +1 counts the observed labeling, which keeps the test exact
     at finite B. The smallest attainable adjusted p is 1/(B + 1).
-    Verified: single-step equals a direct loop over permutations; step-down ≤ single-step;
-    FWER at α within 3σ under H0 (tests/test_stats_multiplicity.py).
     """
     _check_alpha(alpha)
     obs = np.asarray(observed, dtype=np.float64).reshape(-1)  # [m]

@@ -33,7 +33,7 @@ MIN_EXPECTED_MAX = 1000.0
 NULL_PERMUTATIONS_MAX = 20_000
 TRIE_DEPTH_MAX = 64
 MAX_MDE_RULE = "expected a number in (0, 1]"  # tests.power.max_mde_tv, --max-mde-tv
-# issue 21 (``spectest.numerics.table``): the numerics modes, the floors, the margin in TV per token
+# claim (b) (``spectest.numerics.table``): the numerics modes, the floors, the margin (TV/token)
 NUMERICS_MODES = ("auto", "exact", "matched")
 NUMERICS_FLOORS = ("auto", "batch", "prefill", "dtype")  # auto: spectest.numerics.floors
 DEFAULT_NUMERICS_MARGIN = 0.002

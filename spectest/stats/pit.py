@@ -1,15 +1,10 @@
 """The randomized probability integral transform and its uniformity tests.
 
-Owns: ``pit_values`` (u = F(x⁻) + V·p(x), V ~ U(0, 1) from the caller's generator), the
-uniformity tests of u ~ U(0, 1) (KS, Cramér–von Mises, Anderson–Darling with the Marsaglia &
-Marsaglia p-value: ``anderson_darling_uniform``, ``uniformity_tests`` → ``UniformityResult``).
-The primitives of ``stats.whitebox`` (pooled PIT), ``stats.whitebox_roles`` (a PIT per role
-stratum) and ``stats.whitebox_two_sample``; knows nothing of arms, roles or the sample table.
-
-Facts relied on (docs/statistics.md "White-box exact tests"): with V_t ~ U(0,1) independent of the
-data and a token order depending only on the prefix, u_t = F_t(x_t⁻) + V_t·p_t(x_t) are iid U(0,1)
-under H0 over all N·T emitted tokens, although the process is autoregressive (Rosenblatt 1952;
-Brockwell 2007; Czado, Gneiting & Held 2009). p_t must be the post-temperature/top-k/top-p law.
+Owns: ``pit_values`` (u = F(x⁻) + V·p(x), V ~ U(0, 1) from the caller's generator) and the
+uniformity tests of u (KS, Cramér–von Mises, Anderson–Darling with the Marsaglia & Marsaglia
+p-value: ``uniformity_tests`` → ``UniformityResult``), the primitives of the white-box modules.
+Knows nothing of arms, roles or the sample table. Why the u are iid U(0, 1) under H0 though the
+process is autoregressive: docs/statistics.md ("White-box exact tests").
 """
 
 from __future__ import annotations

@@ -1,22 +1,11 @@
 """Power and minimum detectable effects of the pooled χ² and the directed z-test.
 
-Owns: ``lambda_star`` (the noncentrality a χ²(df) test needs for a given power),
-``chi2_power``, ``two_sample_noncentrality``, ``mde_tv`` (the smallest TV the pooled two-sample
-χ² detects with the given power), ``seeds_for_tv`` (the inverse: seeds per arm for a TV) and
-``directed_z_mde``; and testability bookkeeping at real vocabularies: how many seeds per arm
-would make a given share of cell-positions testable under the pooling rule
-(``cross_fitted_top_counts``, ``seeds_to_testable``, ``estimate_testability`` → ``Testability``).
-
-Does not know: samples, cells, multiplicity (callers pass the per-test α they face).
-
-The facts (docs/statistics.md "Power and minimum detectable effect"): for arms of sizes n_a, n_b
-drawing from laws p and o over the (pooled) bins, Pearson's χ² is asymptotically noncentral
-χ²(df, λ) with λ = (n_a·n_b/n)·Σ (p − o)²/m, m = (n_a·p + n_b·o)/n; at n_a = n_b = N this is
-N·Δ with Δ = Σ (p − o)²/(p + o). Cauchy–Schwarz gives Σ (p − o)²/m ≥ (Σ|p − o|)² / Σ m = 4·TV², so
-λ ≥ 2·N_eff·TV² with N_eff = 2·n_a·n_b/n (= N at equal sizes). The test has power ≥ ``power``
-whenever λ ≥ λ*, i.e. whenever TV ≥ √(λ*/(2·N_eff)): that bound is the MDE. It is a
-worst case over the shape of the difference and refers to the TV between the *binned* laws
-(pooling can only hide a difference, never create one).
+Owns: ``lambda_star``, ``chi2_power``, ``two_sample_noncentrality``, ``mde_tv`` (the smallest
+binned-law TV the pooled two-sample χ² detects with the given power), ``seeds_for_tv`` (its
+inverse), ``directed_z_mde``, and testability at real vocabularies (``cross_fitted_top_counts``,
+``seeds_to_testable``, ``estimate_testability`` → ``Testability``). Does not know: samples,
+cells, multiplicity (callers pass the per-test α). The noncentrality bound λ ≥ 2·N_eff·TV² the
+MDE rests on: docs/statistics.md ("Power and minimum detectable effect").
 """
 
 from __future__ import annotations
@@ -45,9 +34,7 @@ def lambda_star(df: int, alpha: float = 0.05, power: float = 0.8) -> float:
     Notes
     -----
     Solved by ``scipy.optimize.brentq`` on the monotone ``ncx2.sf`` (relative tolerance
-    1e-10). Verified: df 10 → 16.24 and df 100 → 40.56 at α = 0.05, power 0.8 (docs/statistics.md:
-    16.2, 40.6); df 1 → the root of Φ(√λ − z) + Φ(−√λ − z) = 0.8 (χ²₁(λ) = (Z + √λ)²),
-    ≈ (z_0.975 + z_0.8)² = 7.849.
+    1e-10).
     """
     _check(alpha, power)
     if isinstance(df, bool) or int(df) != df or df < 1:
@@ -92,12 +79,6 @@ def mde_tv(
 
     Vectorised over ``n_ref``, ``n_cand``, ``df`` (broadcast); NaN where df < 1 or an arm is
     empty. MDE = √(λ*(df, α, power) / (2·N_eff)), N_eff = 2·n_ref·n_cand/(n_ref + n_cand).
-
-    Notes
-    -----
-    Verified: at the MDE the simulated power of the pooled test on the ε-biased acceptor is
-    ≥ 0.8 within 3σ, and the exact-Δ prediction ``chi2_power(two_sample_noncentrality(...))``
-    matches the simulated power (tests/test_stats_power.py).
     """
     na = np.asarray(n_ref, dtype=np.float64)
     nc = np.asarray(n_cand, dtype=np.float64)
@@ -131,11 +112,6 @@ def directed_z_mde(
 
     (z_{1−α/2} + z_{power})·√(p_A(1 − p_A)/n_tokens) (one-sided: z_{1−α}); for the ε-biased
     acceptor the shift equals its TV (the excess mass on A = {q > p}).
-
-    Notes
-    -----
-    Verified: 2.80·√(0.25/32 000) = 0.0078 ≈ 0.008 at N = 1000 seeds, T = 32, p_A = 0.5
-    (docs/statistics.md).
     """
     _check(alpha, power)
     if not (0.0 < p_a < 1.0) or n_tokens <= 0:
@@ -177,15 +153,8 @@ def reference_multiplier_for(mde_ratio: float) -> int:
 
     Notes
     -----
-    That is the z-argument for the directed z alone. Measured *power* within 10 % of the exact
-    one-sample counterpart (results/LOG.md, 2026-11-30 h10: teacher-mode simulator, 4 000
-    candidate tokens, σ = 0.05 teacher, 200 replications; ε = 0.05 acceptor, a verifier at 0.88 ×
-    the temperature, a q reported at 1.1 × the draft's temperature): directed z (one-sided, ε)
-    m = 8 (0.76 vs 0.79; 0.71 at m = 4); PIT-AD m = 8 on ε and the wrong q, 16 on the
-    temperature error (0.71 vs 0.755); PIT-KS m = 8 on ε, not at m ≤ 16 on the temperature error
-    (0.415 vs 0.485); the weighted white-box family m = 16 on the temperature and wrong-q errors
-    (0.66 vs 0.675, 0.395 vs 0.405), on ε only on one of two seed sets (0.655 vs 0.72; fresh
-    seeds 0.505 vs 0.685, 0.83 of exact pooled), ``analyze.REFERENCE_MULTIPLIER``.
+    That is the z-argument for the directed z alone; the measured power of each teacher-mode
+    test against m: docs/statistics.md ("White-box tests under a teacher's numerics").
     """
     if not mde_ratio > 1.0:
         raise ConfigError(f"mde_ratio must be > 1, got {mde_ratio!r}")
@@ -255,8 +224,7 @@ def seeds_to_testable(top_share: np.ndarray, min_expected: float = 5.0) -> np.nd
     2N·(1 − π) for the rest, so (plugging expected counts in) it is testable iff the top token
     is kept and either a second token is kept or the pooled rest is a bin of its own — iff
     N·min(π, 1 − π) ≥ ``min_expected``: N* = ⌈min_expected / min(π, 1 − π)⌉ (inf when π is 0
-    or 1: a position with one possible token is never testable). Verified against the pooling
-    rule on simulated Zipf laws (tests/test_stats_power.py). With unequal arms the rule's weight
+    or 1: a position with one possible token is never testable). With unequal arms the rule's weight
     is min(n_r, n_c)/n and the expected combined count n·π, so the same N* counts the *smaller*
     arm's seeds (the candidate's ``per_arm`` when ``seeds.reference_per_arm`` is larger).
     """

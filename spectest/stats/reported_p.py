@@ -1,39 +1,26 @@
 """White-box tests on the probabilities an engine reports, and their cross-check with a teacher.
 
-Owns: the family of an engine that reports, per emitted token, the target law's probability p
-of the token and the mass ``cdf_lo`` below its id (the ``probs`` of a ``spectest-jsonl/1``
-result; ``engines.reported`` collects them): the support check (a token the engine itself gave
-probability 0), the randomised PIT's uniformity (KS and Cramér–von Mises, ``pit_tests``) — every
-one of them *conditional on the engine's reported p* — and the cross-check of the reported p
-with spectest's teacher-forced p_t (``crosscheck``), and their result (``ReportedResult``).
-Torch-free; knows nothing about engines, processes or files.
-
-What the two halves say (docs/engines-reported-p.md): the PIT tests "the tokens were drawn from
-the law the engine reports"; the cross-check tests "the law the engine reports is the target's
-law as spectest computes it". An engine that samples one law and reports another fails the
-first; an engine that reports honestly the wrong law it sampled fails the second; only both
-together say "drawn from the target's law".
-
-Notes
------
-Validity: given the reported laws, u_t = cdf_lo_t + V_t·p_t (V_t uniform, from spectest's rng)
-is exactly U(0, 1) conditional on the past whenever token t was drawn from the reported law, so
-the u of one sequence are iid U(0, 1) (Rosenblatt) and sequences are independent: KS and CvM
-each at α/2 keep the family's false-failure rate ≤ α (Bonferroni). The cross-check is a
-tolerance comparison, not a test: |P(A) − Q(A)| ≤ TV(P, Q) for every set A, so for {x} and
-{y < x} the discrepancy d_t = max(|p_t − p̂_t|, |lo_t − lo_hat_t|) is at most the step's TV
-between the reported and the teacher's law; numerics within a per-step TV of ``tol`` never flag
-a token, and a fraction ``max_fraction`` of flagged tokens is allowed for the rare step where
-rounding moves a token across a filter's edge (then p jumps to or from 0).
+Owns: the family of ``spectest reported-p`` on an engine that reports, per emitted token, the
+target law's p and the mass ``cdf_lo`` below its id (``engines.reported`` collects them): the
+support check, the randomised PIT's uniformity (KS and Cramér–von Mises at α/2 each,
+``pit_tests``), all *conditional on the engine's reported p*, the tolerance cross-check of the
+reported p with spectest's teacher-forced p_t (``crosscheck``), and their ``ReportedResult``;
+and the PIT interval of a top-n list (``pit_interval``) that ``stats.family_reported`` uses.
+Torch-free; knows nothing about engines, processes or files. What the two halves say, why the
+PIT is exact and why the cross-check is a tolerance, not a test: docs/engines-reported-p.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
+from spectest.stats.families import Failure, FamilyResult
+
+NAME, LABEL = "reported", "reported-p (white-box)"  # ``family_reported.ReportedFamily``'s too
 CONDITIONAL = "conditional on the engine's reported p"
 DEFAULT_ALPHA = 0.01
 DEFAULT_TOL = 1e-3  # per-step TV tolerated between the reported and the teacher's law
@@ -54,16 +41,43 @@ class ReportedTest:
     detail: str
 
 
-@dataclass(frozen=True)
-class ReportedResult:
-    """The family's checks; ``ok`` when every one passed; ``exit_code`` 0 or 1."""
+TABLE = [f.name for f in fields(ReportedTest)]
 
-    tests: tuple[ReportedTest, ...]
-    alpha: float
+
+@dataclass(frozen=True)
+class ReportedResult(FamilyResult):
+    """The family's result (``reported_family``): a ``FamilyResult`` at the audit's ``alpha``,
+    its checks in ``tests`` (the table's rows); ``ok`` when every one passed; ``exit_code``
+    0 or 1."""
+
+    tests: tuple[ReportedTest, ...] = ()
+
+    @classmethod
+    def of_tests(cls, tests: list[ReportedTest], alpha: float) -> ReportedResult:
+        """The result of ``tests`` at level ``alpha``: the cross-check is a tolerance, not a
+        test, so it does not count as tested."""
+        failing = tuple(
+            Failure(0.0 if np.isnan(t.pvalue) else t.pvalue, f"{t.test}: {t.detail}")
+            for t in tests
+            if not t.passed
+        )
+        tested = [t.test != "crosscheck_teacher" for t in tests]
+        return cls(
+            name=NAME,
+            label=LABEL,
+            alpha=alpha,
+            table=pd.DataFrame([asdict(t) for t in tests], columns=TABLE),
+            rejected=bool(failing),
+            n_tested=sum(tested),
+            n_untestable=0,
+            failing=failing,
+            black_box=False,
+            tests=tuple(tests),
+        )
 
     @property
     def ok(self) -> bool:
-        return all(t.passed for t in self.tests)
+        return not self.rejected
 
     @property
     def failed(self) -> tuple[str, ...]:
@@ -132,9 +146,13 @@ def support_test(p: np.ndarray) -> ReportedTest:
     """A token the engine reports probability 0 for cannot have been drawn from its law."""
     zeros = int((np.asarray(p) <= 0.0).sum())
     return ReportedTest(
-        "support_reported", float(zeros), float("nan"), len(p), zeros == 0,
+        "support_reported",
+        float(zeros),
+        float("nan"),
+        len(p),
+        zeros == 0,
         f"{zeros} emitted tokens the engine gave p = 0",
-    )  # fmt: skip
+    )
 
 
 def pit_tests(
@@ -208,7 +226,7 @@ def reported_family(
         tests += pit_tests(p, cdf_lo, rng, alpha)
     if teacher is not None:
         tests.append(crosscheck(p, cdf_lo, teacher[0], teacher[1], tol, max_fraction))
-    return ReportedResult(tuple(tests), alpha)
+    return ReportedResult.of_tests(tests, alpha)
 
 
 __all__ = [

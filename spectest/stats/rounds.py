@@ -1,26 +1,12 @@
 """Round-aware two-sample tests: the token law conditional on the round structure an engine
 reports, and the accepted-length law, candidate against a reference that reports rounds too.
 
-Owns: the strata (``strata_of``: each reported round's tokens by round offset, the bonus token
-after a full acceptance, the recovered token after a rejection, the (drafted, accepted) pair of
-every round), the per-sequence count matrices of one (cell, stratum) (``stratum_counts``), the
-vectorised Pearson χ² of a 2×k table under every relabeling (``chi2_under_labels``) and
-``round_tests`` (one test per testable (cell, stratum), Westfall–Young step-down max-T over
-them, on the sequence relabelings every permuting family shares). Does not know: files, arm
-names beyond the two it is given, the other families, torch. docs/rounds.md says more.
-
-Validity (what is assumed)
---------------------------
-The null of these tests is that the two arms have the same joint law of (emitted tokens,
-reported rounds) per cell. It holds under "the candidate is exact" only when both arms run the
-same drafter (draft model, K, q law) and report rounds the same way: the matched arm and the
-teeth of matched numerics mode by construction (``docs/numerics.md``); a plain reference has no
-rounds and the family is off. Each sequence's count vector is a function of its own tokens and
-its own reported rounds, and whole sequences are relabeled between the arms, so the permutation
-p-values are exact at finite B under that null whatever the rounds say — overlapping, missing
-or invented rounds included. Round boundaries are *reported, not observed*: a lying readout can
-only cost this family power (or reject a correct sampler whose rounds differ from the
-reference's); it can never take a rejection away from another family (``RoundsFamily``).
+Owns: the strata (``strata_of``: by round offset, the bonus token, the recovered token, the
+(drafted, accepted) pair of every round), the per-sequence count matrices of one (cell, stratum)
+(``stratum_counts``), the Pearson χ² of a 2×k table under every relabeling
+(``chi2_under_labels``) and ``round_tests`` (step-down max-T over the testable (cell, stratum)
+pairs on the shared relabelings). Does not know: files, the other families. What the null
+assumes and why a lying readout cannot make a pass: docs/rounds.md.
 """
 
 from __future__ import annotations
@@ -36,8 +22,15 @@ from spectest.stats import homogeneity, multiplicity
 from spectest.stats.histograms import MISSING, EncodedSamples
 
 ROUNDS_COLUMNS_NEEDED = (
-    sc.PROMPT_ID, sc.CONFIG_ID, sc.ARM, sc.SEED, sc.POSITION, "drafted", "accepted", "emitted",
-)  # fmt: skip
+    sc.PROMPT_ID,
+    sc.CONFIG_ID,
+    sc.ARM,
+    sc.SEED,
+    sc.POSITION,
+    "drafted",
+    "accepted",
+    "emitted",
+)
 ROUND_TEST_COLUMNS = [
     sc.PROMPT_ID,
     sc.CONFIG_ID,
@@ -203,10 +196,13 @@ def _test_row(
     row: dict[str, object] = {
         sc.PROMPT_ID: enc.cells.iloc[c][sc.PROMPT_ID],
         sc.CONFIG_ID: enc.cells.iloc[c][sc.CONFIG_ID],
-        "stratum": st.names[s], "n_ref": n_ref, "n_cand": int(x.sum()) - n_ref,
-        "n_bins": int(x.shape[1]), "dof": max(int(x.shape[1]) - 1, 0),
+        "stratum": st.names[s],
+        "n_ref": n_ref,
+        "n_cand": int(x.sum()) - n_ref,
+        "n_bins": int(x.shape[1]),
+        "dof": max(int(x.shape[1]) - 1, 0),
         "status": homogeneity.OK if testable else homogeneity.UNTESTABLE,
-    }  # fmt: skip
+    }
     stat = chi2_under_labels(x, labels) if testable else np.full(labels.shape[1], np.nan)
     return row, stat
 
@@ -232,8 +228,7 @@ def round_tests(
     The scale is −log of the asymptotic χ²(k−1) p-value (the min-P variant of
     ``multiplicity.maxt_adjust``); its calibration comes from the relabelings alone, so
     within-sequence dependence (several bonus tokens per sequence) costs nothing in validity.
-    The smallest attainable adjusted p is 1/(B + 1). Verified: H0 false-alarm rate ≤ α over 200
-    replications of two exact speculative arms (results/LOG.md, tests/test_stats_rounds.py).
+    The smallest attainable adjusted p is 1/(B + 1).
     """
     st = strata_of(enc, rounds)
     rows: list[dict[str, object]] = []

@@ -1,46 +1,17 @@
 """Sequence-level statistics: evidence pooled across positions, prefixes and cells, calibrated
 by permuting whole sequences between the arms.
 
-Owns: the statistics of one cell under many labelings (``cell_statistics`` → [J, 1+B]), their
-combination over cells into one family with a single-step max-T decision
-(``combine`` → ``SequenceResult``) and the family's resolution (``resolution``). The J
-statistics (``STATISTICS``):
-
-- ``position_chi2``: Σ over positions of the pooled per-position χ² (the omnibus of the per-cell
-  family: a bias that moves every position a little adds up here instead of being split by BH);
-- ``unigram``: pooled χ² of the token law pooled over positions (every token of a sequence);
-- ``transition``: pooled χ² of the consecutive-token pairs (x_t, x_{t+1}) pooled over t;
-- ``hamming_mmd``: unbiased MMD² with the Hamming kernel k(x, y) = (1/T) Σ_t 1[x_t = y_t]
-  (Gao et al., "Model Equality Testing", ICLR 2025), i.e. the mean over positions of the
-  squared L2 distance between the per-position laws;
-- ``prefix_mmd``: unbiased MMD² with the prefix kernel k(x, y) = (1/T) Σ_t 1[x_{≤t} = y_{≤t}]
-  (the L2 analogue of the prefix-trie chain statistic: every depth, shallow prefixes weigh most).
-
-Does not know: DataFrames, arm names, cells' names, multiplicity across families (``analyze``
-gives this family its share of α), where tokens come from.
-
-Validity (the argument ``analyze`` relies on): under H0 the two arms' sequences of a cell are
-iid from one law, so the cell's sequences are exchangeable and any relabeling that keeps the arm
-sizes leaves the data's law unchanged — whatever the dependence between positions inside a
-sequence. Every statistic here is computed from the same token matrix under the observed
-labeling and B random relabelings (``tables.label_matrix``), with every data-dependent choice
-(pooling of rare bins, kernel) made from label-invariant quantities (combined counts), so the
-1 + B statistic columns are exchangeable under H0. Standardising each cell's column by the mean
-and standard deviation over all 1 + B columns, summing over cells, standardizing the sums again
-and taking the maximum over the J statistics are all symmetric functions of the columns, so the
-family's p-value (the rank of the observed maximum among the 1 + B maxima) satisfies
-P(p ≤ u) ≤ u for every u (Monte-Carlo permutation test with the identity included; Hemerik &
-Goeman 2018; Westfall & Young 1993 for the single-step max-T).
-
-Verified: every statistic's observed and relabeled columns equal a plain dict/loop/scipy
-reference (``cell_statistics_reference``: explicit Gram matrices for the MMDs, scipy's
-``chi2_contingency`` for the χ²); under H0 on a Markov chain (dependent positions) the family
-and each statistic reject at α within 3σ (tests/test_stats_sequence.py); results/LOG.md
-2026-11-30 (h4) has the power table and the H0 rates at 200 replications.
+Owns: the statistics of one cell under many labelings (``cell_statistics`` → [J, 1+B]; the J
+``STATISTICS``: Σ position χ², unigram χ², transition χ², Hamming MMD², prefix MMD²), their
+combination over cells with a single-step max-T (``combine`` → ``SequenceResult``) and the
+family's resolution (``resolution``). Does not know: DataFrames, arm names, multiplicity across
+families. Why the family is exact whatever the dependence between positions:
+docs/families.md ("Why the sequence family is exact").
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -395,8 +366,6 @@ def cell_statistics_reference(
 
     ``ref_tokens`` [n_a, T], ``cand_tokens`` [n_b, T] (-1 = absent). Slow; for tests.
     """
-    from collections import Counter
-
     from spectest.stats.homogeneity import pooled_chi2
 
     ra, cb = np.asarray(ref_tokens), np.asarray(cand_tokens)
@@ -404,45 +373,6 @@ def cell_statistics_reference(
     T = ra.shape[1]
     w = min(na, nb) / (na + nb)
     merge = min_expected > 0.5
-
-    def chi2_of(counts_a: Counter, counts_b: Counter) -> float:
-        keys = sorted(set(counts_a) | set(counts_b), key=str)
-        tot = {k: counts_a[k] + counts_b[k] for k in keys}
-        kept = [k for k in keys if tot[k] * w >= min_expected]
-        other = [k for k in keys if k not in set(kept)]
-        rows = [(counts_a[k], counts_b[k]) for k in kept]
-        if other and sum(tot[k] for k in other) * w >= min_expected:
-            rows.append((sum(counts_a[k] for k in other), sum(counts_b[k] for k in other)))
-        t = np.array(rows, dtype=np.float64).T  # [2, U']
-        if t.shape[1] < 2 or (t.sum(axis=1) == 0).any():
-            return 0.0
-        return float(stats.chi2_contingency(t, correction=False).statistic)
-
-    def pooled_bins(values_a: np.ndarray, values_b: np.ndarray) -> tuple[Counter, Counter]:
-        # bin of an occurrence: its value, or "rare" when seen once at its position (merged)
-        ca: Counter = Counter()
-        cb_: Counter = Counter()
-        for t in range(values_a.shape[1]):
-            col = Counter(v for v in values_a[:, t] if v >= 0) + Counter(
-                v for v in values_b[:, t] if v >= 0
-            )
-            for arr, cnt in ((values_a, ca), (values_b, cb_)):
-                for v in arr[:, t]:
-                    if v >= 0:
-                        cnt["rare" if merge and col[v] == 1 else int(v)] += 1
-        return ca, cb_
-
-    def mmd(values_a: np.ndarray, values_b: np.ndarray) -> float:
-        def k(x: np.ndarray, y: np.ndarray) -> np.ndarray:  # [n, m] Gram
-            return ((x[:, None, :] == y[None, :, :]) & (x[:, None, :] >= 0)).sum(axis=2) / T
-
-        kaa, kbb, kab = k(values_a, values_a), k(values_b, values_b), k(values_a, values_b)
-        return float(
-            (kaa.sum() - np.trace(kaa)) / (na * (na - 1))
-            + (kbb.sum() - np.trace(kbb)) / (nb * (nb - 1))
-            - 2 * kab.mean()
-        )
-
     out = np.zeros(len(STATISTICS))
     for t in range(T):
         va, vb = ra[:, t][ra[:, t] >= 0], cb[:, t][cb[:, t] >= 0]
@@ -453,18 +383,71 @@ def cell_statistics_reference(
             min_expected=min_expected,
         )
         out[0] += res.statistic if np.isfinite(res.statistic) else 0.0
-    out[1] = chi2_of(*pooled_bins(ra, cb))
+    out[1] = _chi2_of(*_pooled_bins(ra, cb, merge), w, min_expected)
     if T >= 2:
-        out[2] = chi2_of(*pooled_bins(pair_codes(ra), pair_codes(cb)))
-    out[3] = mmd(ra, cb)
-    # prefixes as tuples: equal tuples ⇔ equal prefixes
-    both = np.vstack([ra, cb])
+        out[2] = _chi2_of(*_pooled_bins(pair_codes(ra), pair_codes(cb), merge), w, min_expected)
+    out[3] = _mmd(ra, cb)
+    pref = _prefix_ids(np.vstack([ra, cb]))
+    out[4] = _mmd(pref[:na], pref[na:])
+    return out
+
+
+def _chi2_of(counts_a: Counter, counts_b: Counter, w: float, min_expected: float) -> float:
+    """Pearson χ² of two bin counters, bins below ``min_expected`` (at weight ``w``) pooled."""
+    keys = sorted(set(counts_a) | set(counts_b), key=str)
+    tot = {k: counts_a[k] + counts_b[k] for k in keys}
+    kept = [k for k in keys if tot[k] * w >= min_expected]
+    other = [k for k in keys if k not in set(kept)]
+    rows = [(counts_a[k], counts_b[k]) for k in kept]
+    if other and sum(tot[k] for k in other) * w >= min_expected:
+        rows.append((sum(counts_a[k] for k in other), sum(counts_b[k] for k in other)))
+    t = np.array(rows, dtype=np.float64).T  # [2, U']
+    if t.shape[1] < 2 or (t.sum(axis=1) == 0).any():
+        return 0.0
+    return float(stats.chi2_contingency(t, correction=False).statistic)
+
+
+def _pooled_bins(
+    values_a: np.ndarray, values_b: np.ndarray, merge: bool
+) -> tuple[Counter, Counter]:
+    """Each arm's bin counts: an occurrence's bin is its value, or "rare" when seen once at its
+    position and ``merge``."""
+    ca: Counter = Counter()
+    cb: Counter = Counter()
+    for t in range(values_a.shape[1]):
+        col = Counter(v for v in values_a[:, t] if v >= 0) + Counter(
+            v for v in values_b[:, t] if v >= 0
+        )
+        for arr, cnt in ((values_a, ca), (values_b, cb)):
+            for v in arr[:, t]:
+                if v >= 0:
+                    cnt["rare" if merge and col[v] == 1 else int(v)] += 1
+    return ca, cb
+
+
+def _mmd(values_a: np.ndarray, values_b: np.ndarray) -> float:
+    """Unbiased MMD² of two [n, T] code matrices under the matching-positions kernel."""
+    na, nb, T = values_a.shape[0], values_b.shape[0], values_a.shape[1]
+
+    def k(x: np.ndarray, y: np.ndarray) -> np.ndarray:  # [n, m] Gram
+        return ((x[:, None, :] == y[None, :, :]) & (x[:, None, :] >= 0)).sum(axis=2) / T
+
+    kaa, kbb, kab = k(values_a, values_a), k(values_b, values_b), k(values_a, values_b)
+    return float(
+        (kaa.sum() - np.trace(kaa)) / (na * (na - 1))
+        + (kbb.sum() - np.trace(kbb)) / (nb * (nb - 1))
+        - 2 * kab.mean()
+    )
+
+
+def _prefix_ids(both: np.ndarray) -> np.ndarray:
+    """Each sequence's prefix at every position as an id (equal ids ⇔ equal prefixes; −1 past
+    its end)."""
     pref = np.full(both.shape, -1, dtype=np.int64)
     ids: dict[tuple[int, ...], int] = {}
     for i in range(both.shape[0]):
-        for t in range(T):
+        for t in range(both.shape[1]):
             if both[i, t] < 0:
                 break
             pref[i, t] = ids.setdefault(tuple(both[i, : t + 1].tolist()), len(ids))
-    out[4] = mmd(pref[:na], pref[na:])
-    return out
+    return pref

@@ -1,20 +1,13 @@
 """Many two-arm token tables in one sparse "key-row" form, and their counts under relabelings.
 
-Owns: ``StrataTable`` (the tables of many strata at once — a stratum is a cell-position, or a
-prefix-trie node — stored as one row per (stratum, token) with the combined count, plus a sparse
-0/1 indicator [K rows, sequences]), ``build_table``, ``label_matrix`` (the
-observed arm labels plus B sequence-level permutations) and ``ref_counts`` (the reference-arm
-count of every row under every labeling, one sparse product). Every statistic in
-``homogeneity``, ``distance`` and ``trie`` is a function of (table, reference counts), so the
-observed value and its permutation null always come from the same code path.
-
-Does not know: which statistic is computed, p-values, DataFrames, arm names, or where samples
-come from.
-
-Vocabulary: an *entry* is one (sequence, stratum, token) triple (for position strata: one
-sampled token). A *key row* is one distinct (stratum, token) pair. Tokens seen exactly once in
-their stratum are merged into one ``SINGLETONS`` row per stratum when ``merge_singletons`` is set
-(see the NOTE in ``build_table``).
+Owns: ``StrataTable`` (the tables of many strata at once — a stratum is a cell-position or a
+prefix-trie node — as one key row per distinct (stratum, token) with its combined count, plus a
+sparse 0/1 indicator [K rows, sequences] of the entries: one (sequence, stratum, token) each),
+``build_table``, ``label_matrix`` (the observed arm labels plus B sequence-level permutations)
+and ``ref_counts`` (the reference count of every row under every labeling, one sparse product).
+Every statistic of ``homogeneity``, ``distance`` and ``trie`` is a function of (table, reference
+counts), so the observed value and its permutation null come from one code path. Does not know:
+which statistic is computed, p-values, DataFrames, arm names.
 """
 
 from __future__ import annotations
@@ -134,6 +127,30 @@ def _merge_singletons(
     return codes, total, new_uniq // (n_tok + 1), new_uniq % (n_tok + 1) - 1
 
 
+def _key_rows(
+    stratum_local: np.ndarray, token: np.ndarray, n_strata: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each entry's key row, each row's total, stratum and token code (rows sorted by
+    (stratum, token)), and the token ids of the codes.
+
+    Notes
+    -----
+    Keys are built on dense token codes (0..distinct−1 in id order), not on the ids, so a
+    stratum × (max id + 1) key cannot overflow int64 (a stored id of 2**31 − 1 did). Hash
+    factorization then sorting only the distinct keys is several times faster than sorting the
+    entries.
+    """
+    token_code, token_ids = pd.factorize(token, sort=True)  # [m], [distinct]
+    n_tok = len(token_ids)
+    if n_strata * (n_tok + 1) >= 2**62:
+        raise OverflowError("stratum x token key does not fit int64")
+    key = stratum_local * n_tok + token_code.astype(np.int64)
+    codes, uniq = pd.factorize(key, sort=True)  # [m], [K0]
+    codes = codes.astype(np.int64)
+    total = np.bincount(codes, minlength=len(uniq)).astype(np.int64)  # [K0]
+    return codes, total, uniq // n_tok, uniq % n_tok, np.asarray(token_ids)
+
+
 def build_table(
     stratum: np.ndarray,
     token: np.ndarray,
@@ -157,12 +174,9 @@ def build_table(
 
     Notes
     -----
-    NOTE (merging singletons): a token seen once contributes to every statistic here linearly
-    in its arm indicator — TV: 1/n_ref or 1/n_cand; G²: 2·ln(n/n_arm); Pearson χ² of a
-    count-1 bin: n_cand/n_ref or n_ref/n_cand — so one merged row per stratum gives the same
-    value for every labeling while cutting the key rows of a heavy-tailed vocabulary several
-    fold. A merged row is never kept as a χ² bin of its own, so callers must not merge when
-    their pooling rule could keep a count-1 token (``min_expected <= 0.5``).
+    Merging singletons leaves every statistic here unchanged under every labeling; callers must
+    not merge when their pooling rule could keep a count-1 token (``min_expected <= 0.5``; why:
+    docs/statistics.md).
     """
     stratum = np.asarray(stratum, dtype=np.int64)  # [m]
     token = np.asarray(token, dtype=np.int64)  # [m]
@@ -174,21 +188,8 @@ def build_table(
     assert token.min() >= 0 and stratum.min() >= 0 and seq.min() >= 0 and seq.max() < n_seq
     assert np.all(np.diff(seq) >= 0), "entries must be sorted by sequence"
     strata, stratum_local = _local_strata(stratum)
-    # NOTE: keys are built on dense token codes (0..distinct-1, in id order), not on the ids:
-    # a stored id of 2**31 - 1 made stratum x (max id + 1) overflow int64 (found by
-    # tools/fuzz.py, case byo-02075 of seed 20261203); the codes are mapped back at the end.
-    token_code, token_ids = pd.factorize(token, sort=True)  # [m], [distinct]
-    token = token_code.astype(np.int64)
+    codes, total, key_stratum, key_token, token_ids = _key_rows(stratum_local, token, len(strata))
     n_tok = len(token_ids)
-    if len(strata) * (n_tok + 1) >= 2**62:
-        raise OverflowError("stratum x token key does not fit int64")
-    # NOTE: hash factorization + sorting only the (few) distinct keys is several times faster
-    # than sorting the m entries; sort=True keeps rows ordered by (stratum, token).
-    codes, uniq = pd.factorize(stratum_local * n_tok + token, sort=True)  # [m], [K0]
-    codes = codes.astype(np.int64)
-    total = np.bincount(codes, minlength=len(uniq)).astype(np.int64)  # [K0]
-    key_stratum = uniq // n_tok
-    key_token = uniq % n_tok
     if merge_singletons:
         codes, total, key_stratum, key_token = _merge_singletons(
             codes, total, key_stratum, key_token, n_tok

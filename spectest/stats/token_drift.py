@@ -1,29 +1,10 @@
-"""The token-only numerics-drift readout (issue 21, claim (b) for black-box users):
-``spectest compare --floor A B`` — the token-law distance between the reference and the
-candidate beside the same distance between two plain-decode files A, B of the engine.
+"""The token-only numerics-drift readout of ``spectest compare --floor A B``: the token-law
+distance of reference and candidate beside the same distance of two plain-decode files A, B.
 
-Owns: ``pair_distance`` (the pooled distance of two samples files and its bootstrap draws),
-``token_drift`` (drift − floor with bootstrap bounds) and ``TokenDriftResult`` (its numbers and
-the one line printed beside the comparison). numpy/pandas only; ``rng`` is passed in.
-
-Notes
------
-The distance of two files X, Y is Δ²(X, Y) = the mean over the (prompt, config, position)
-units that both hold (≥ 2 tokens on each side) of the **unbiased** estimate of Σ_v (p_v − q_v)²
-between the two per-position token marginals: Σ_v c_v(c_v − 1)/(n(n − 1)) + the same for Y
-− 2 Σ_v c_v d_v/(n m) (a U-statistic: its expectation is the true squared L2 distance, 0 when
-the laws are equal; a plug-in TV would carry a positive bias ~ sqrt(V/n) far above numerics
-of 0.003). Drift = Δ²(reference, candidate), floor = Δ²(A, B), D = drift − floor. Sequences
-are the unit (independent seeds): each file is resampled by sequences within each cell,
-independently, ``resamples`` times; under resampling with replacement the U-statistic's mean
-moves (repeated draws), so the bounds are basic-bootstrap bounds around the bootstrap mean:
-LCB = D − (Q*_(1−α) − mean*), UCB = D + (mean* − Q*_(α)), each one-sided at level α
-(conservatively near D = 0: a U-statistic is degenerate when the laws are equal, and the
-bootstrap then overstates its spread — measured 2× the replicate sd at 600 sequences a file,
-8 tokens; the LCB is valid but wide, the UCB too high). The four files
-must be separate runs: a file used on both sides shares data the resampling treats as
-independent. What the readout can and cannot conclude is in docs/numerics.md; it changes no
-verdict and no exit code.
+Owns: ``pair_distance`` (the pooled unbiased squared-L2 distance Δ² of two samples files'
+per-position token marginals, and its bootstrap draws by sequence), ``token_drift`` and
+``TokenDriftResult``. A readout: it changes no verdict and no exit code. What it can and cannot
+conclude, and why a U-statistic: docs/numerics.md ("spectest compare --floor A B").
 """
 
 from __future__ import annotations
@@ -42,8 +23,12 @@ RESAMPLES = 1000
 
 @dataclass(frozen=True)
 class TokenDriftResult:
-    """The readout: Δ² per unit (module Notes) of the comparison and of the floor pair, D and
-    its one-sided bounds at level ``alpha``, and the units and sequences each used."""
+    """The readout: Δ² per unit of the comparison and of the floor pair, D and its one-sided
+    bounds at level ``alpha``, and the units and sequences each used.
+
+    Not a ``FamilyResult``: a readout beside the verdict (basic-bootstrap interval of D), no
+    test at any share of the run's α and no decision.
+    """
 
     drift: float
     floor: float
@@ -117,7 +102,7 @@ def _ustat(cx: np.ndarray, cy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def pair_distance(
     x: pd.DataFrame, y: pd.DataFrame, rng: np.random.Generator, resamples: int
 ) -> tuple[float, np.ndarray, int, int]:
-    """Δ²(x, y) (module Notes), its ``resamples`` bootstrap draws, the units and the sequences
+    """Δ²(x, y) (docs/numerics.md), its ``resamples`` bootstrap draws, the units and the sequences
     it used; NaN (and NaN draws) when the files share no unit."""
     cx, cy = _cells(x), _cells(y)
     total, units, seqs = 0.0, 0, 0
@@ -173,6 +158,14 @@ def token_drift(
     else:
         lcb, ucb = -math.inf, math.inf
     return TokenDriftResult(
-        drift=drift, floor=floor, statistic=stat, lcb=lcb, ucb=ucb, alpha=float(alpha),
-        units=units, floor_units=funits, sequences=seqs, floor_sequences=fseqs,
-    )  # fmt: skip
+        drift=drift,
+        floor=floor,
+        statistic=stat,
+        lcb=lcb,
+        ucb=ucb,
+        alpha=float(alpha),
+        units=units,
+        floor_units=funits,
+        sequences=seqs,
+        floor_sequences=fseqs,
+    )

@@ -1,48 +1,25 @@
-"""Claim (b) decided from tokens alone (issue 31): an engine's spec-vs-plain token-law drift
-against its own plain-vs-plain floor, TOST style, for engines whose logits spectest cannot see.
+"""Claim (b) decided from tokens alone: an engine's spec-vs-plain token-law drift against its own
+plain-vs-plain floor, TOST style, for engines whose logits spectest cannot see.
 
-Owns: ``TokenFloorResult`` (drift, floor, D = drift − floor with its bootstrap-t bounds, the
-decision ``within`` / ``beyond`` / ``unresolved`` against the margin, the one line every output
-prints), ``decide_token_floor`` and the margin's conversion ``margin_sq``. The per-position
-counts and the U-statistic are ``stats.token_drift``'s. numpy/pandas only; ``rng`` passed in.
-
-Notes
------
-**Statistic.** Per unit (prompt, config, position) held by all four samples with ≥ 2 tokens
-each, the unbiased U-statistic of Σ_v (p_v − q_v)² between two files' token marginals
-(``token_drift._ustat``); drift = its mean over the units for (reference, candidate), floor =
-the same for (floor A, floor B), D = drift − floor. Unbiased for the true mean squared L2
-distance of the marginals (a plug-in TV would carry a bias ~ sqrt(V/n), far above numerics).
-**Margin.** Stated in TV per token, m, and applied as ``margin_sq(m)`` = 2m²: for any two laws
-Σ_v (p − q)² ≤ 2·TV² (the positive and the negative parts of p − q each have mass TV, and a
-sum of squares of non-negative terms of sum TV is ≤ TV²), with equality when the difference
-moves mass between two tokens. So ``beyond`` (LCB(D) > 2m²) implies the candidate's marginals
-are at RMS TV > m per position from plain decode's, whatever the floor; and a drift whose
-per-position marginal TV is ≤ m everywhere has D ≤ 2m², so it lands in ``beyond`` with
-probability ≤ α. ``within`` (UCB(D) ≤ 2m²) rules out a concentrated excess of TV m, not a
-diffuse one (squared L2 is dominated by high-probability tokens). **Bounds**: bootstrap-t with
-the sequence as the unit — each file's sequences resampled with replacement within each cell
-(a file used on both sides, e.g. the reference as floor A, is resampled once, jointly), the
-resampled U-statistics computed without the pairs of copies of one sequence (so E*[Û*] ≈ Û),
-each studentized by its plug-in variance (first-order Hoeffding terms 4/n·Var_p(p − q) per
-side plus the degenerate term 2(1/n + 1/m)²Σπ², summed over units as if independent: a
-studentizer, the bootstrap calibrates the rest). At p = q the U-statistic is degenerate and
-the bootstrap overstates its spread (Arcones & Giné): both bounds are then conservative, so
-``within`` needs more sequences than the normal theory says (calibration: results/LOG.md h48).
+Owns: ``decide_token_floor`` and its ``TokenFloorResult`` (drift, floor, D with one-sided
+bootstrap-t bounds by sequence, the decision ``within`` / ``beyond`` / ``unresolved`` against
+the margin, the verdict line) and the margin's conversion ``margin_sq``. The per-position counts
+are ``stats.token_drift``'s. The statistic, the margin's 2m², the bounds and their calibration:
+docs/numerics.md ("Claim (b) for foreign engines").
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from spectest.stats.drift import DriftDecision, decision_words, tost
 from spectest.stats.token_drift import _cells, _counts
 
-Decision = Literal["within", "beyond", "unresolved"]
 RESAMPLES = 1000
 DEFAULT_TOKEN_MARGIN = 0.01  # TV per token, applied as 2m² (``margin_sq``); why: docs/numerics.md
 CHUNK = 1 << 23  # floats per resampling block
@@ -50,14 +27,18 @@ CHUNK = 1 << 23  # floats per resampling block
 
 def margin_sq(margin_tv: float) -> float:
     """The squared-L2 margin of a TV-per-token margin: the largest Σ_v (p − q)² two laws at TV
-    ``margin_tv`` can have (module Notes)."""
+    ``margin_tv`` can have (docs/numerics.md)."""
     return 2.0 * margin_tv * margin_tv
 
 
 @dataclass(frozen=True)
 class TokenFloorResult:
-    """Claim (b) from tokens: see the module Notes. ``drift`` / ``floor`` / ``statistic`` /
-    bounds in squared L2 per unit; ``margin`` in TV per token, ``margin_sq`` = 2·margin²."""
+    """Claim (b) from tokens. ``drift`` / ``floor`` / ``statistic`` / bounds in squared L2 per
+    unit; ``margin`` in TV per token, ``margin_sq`` = 2·margin².
+
+    Not a ``FamilyResult``: claim (b) is an equivalence decision (TOST on one-sided bootstrap-t
+    bounds, three outcomes) at its own α, not a family of p-value tests sharing claim (a)'s α.
+    """
 
     drift: float
     floor: float
@@ -67,7 +48,7 @@ class TokenFloorResult:
     margin: float
     margin_sq: float
     alpha: float
-    decision: Decision
+    decision: DriftDecision
     units: int
     sequences: int
     floor_sequences: int
@@ -89,11 +70,7 @@ class TokenFloorResult:
 
     @property
     def line(self) -> str:
-        what = {
-            "within": "within numerics",
-            "beyond": "drift beyond numerics",
-            "unresolved": f"unresolved at resolution ±{(self.ucb - self.lcb) / 2:.2e}",
-        }[self.decision]
+        what = decision_words(self.decision, self.lcb, self.ucb, ".2e")
         return (
             f"token-law drift Δ² {self.drift:.2e} per unit (spec vs plain, "
             f"≥ {self.drift_rms_tv:.4f} TV per token RMS), floor ({self.floor_kind}) "
@@ -129,7 +106,7 @@ def _side(codes: np.ndarray, idx: np.ndarray | None, V: int) -> tuple[np.ndarray
 
 def _u(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
     """The U-statistic of Σ_v (p − q)² per position without same-sequence pairs, and its
-    plug-in variance (module Notes), from two ``_side`` triples."""
+    plug-in variance (docs/numerics.md), from two ``_side`` triples."""
     ca, na, sa = a
     cb, nb, sb = b
     pa = ca / np.maximum(na, 1)[..., None]
@@ -187,14 +164,8 @@ def decide_token_floor(
     ``reference`` itself (the same object: resampled jointly). No unit held by all four, or
     fewer than two sequences a side: infinite bounds, ``unresolved``."""
     frames = [reference, candidate, floor_a, floor_b]
-    ids: list[int] = []
-    uniq: list[pd.DataFrame] = []
-    for f in frames:
-        hit = next((k for k, g in enumerate(uniq) if g is f), None)
-        if hit is None:
-            uniq.append(f)
-            hit = len(uniq) - 1
-        ids.append(hit)
+    uniq = [f for k, f in enumerate(frames) if not any(g is f for g in frames[:k])]
+    ids = [next(k for k, g in enumerate(uniq) if g is f) for f in frames]
     pairs = ((ids[0], ids[1]), (ids[2], ids[3]))
     cells = [_cells(f) for f in uniq]
     keys = sorted(set.intersection(*(set(c) for c in cells)))
@@ -210,22 +181,30 @@ def decide_token_floor(
     seqs = sum(len(f[pairs[0][0]]) + len(f[pairs[0][1]]) for f, _ in per_cell)
     fseqs = sum(len(f[pairs[1][0]]) + len(f[pairs[1][1]]) for f, _ in per_cell)
     msq = margin_sq(margin)
-    if not units:
-        return TokenFloorResult(
-            math.nan, math.nan, math.nan, -math.inf, math.inf, float(margin), msq,
-            float(alpha), "unresolved", 0, 0, 0, floor_kind,
-        )  # fmt: skip
-    drift = float(sum(p[0].sum() for p in stat_parts)) / units
-    floor = float(sum(p[2].sum() for p in stat_parts)) / units
-    se = math.sqrt(float(sum(p[1].sum() + p[3].sum() for p in stat_parts))) / units
-    stat = drift - floor
-    lcb, ucb = _bootstrap_t(per_cell, pairs, stat, se, units, alpha, rng, resamples)
-    decision: Decision = "within" if ucb <= msq else "beyond" if lcb > msq else "unresolved"
+    drift = floor = stat = math.nan
+    lcb, ucb = -math.inf, math.inf
+    if units:
+        drift = float(sum(p[0].sum() for p in stat_parts)) / units
+        floor = float(sum(p[2].sum() for p in stat_parts)) / units
+        se = math.sqrt(float(sum(p[1].sum() + p[3].sum() for p in stat_parts))) / units
+        stat = drift - floor
+        lcb, ucb = _bootstrap_t(per_cell, pairs, stat, se, units, alpha, rng, resamples)
+    decision = tost(lcb, ucb, msq)
     return TokenFloorResult(
-        drift=drift, floor=floor, statistic=stat, lcb=lcb, ucb=ucb, margin=float(margin),
-        margin_sq=msq, alpha=float(alpha), decision=decision, units=units, sequences=seqs,
-        floor_sequences=fseqs, floor_kind=floor_kind,
-    )  # fmt: skip
+        drift=drift,
+        floor=floor,
+        statistic=stat,
+        lcb=lcb,
+        ucb=ucb,
+        margin=float(margin),
+        margin_sq=msq,
+        alpha=float(alpha),
+        decision=decision,
+        units=units,
+        sequences=seqs,
+        floor_sequences=fseqs,
+        floor_kind=floor_kind,
+    )
 
 
 def _bootstrap_t(
@@ -238,7 +217,7 @@ def _bootstrap_t(
     rng: np.random.Generator,
     resamples: int,
 ) -> tuple[float, float]:
-    """One-sided bootstrap-t bounds (LCB, UCB) of D, each at level α (module Notes)."""
+    """One-sided bootstrap-t bounds (LCB, UCB) of D, each at level α (docs/numerics.md)."""
     if se == 0.0 or any(min(len(f) for f in files) < 2 for files, _ in per_cell):
         return (stat, stat) if se == 0.0 else (-math.inf, math.inf)
     tot = np.zeros(resamples)

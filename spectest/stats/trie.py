@@ -1,23 +1,12 @@
 """Prefix-conditional tests: next-token χ² at trie nodes and the chain-rule G² over the trie.
 
-Owns: ``build_trie_table`` (the next-token tables of every prefix-trie node of one cell, depths
-0..D, as a ``StrataTable``), ``g2_statistics`` (unpooled G² of many strata under many
-labelings), ``g2_table`` (the plain scipy G² of one table, the slow reference),
-``chain_rule_g2`` (Σ of node G² over the whole trie, calibrated by sequence permutation →
-``ChainG2Result``) and ``node_chi2`` (pooled χ² at the nodes with enough sequences per arm).
-
-Does not know: DataFrames, arm names, multiplicity, where tokens come from.
-
-Why (docs/statistics.md "Marginals are not enough"): equal per-position marginals do not imply equal
-joints. In the toy with V = 5, T = 2, equal marginals and joint TV 0.42 at N = 1000, the
-per-position χ² has power 0.077 and the prefix-trie χ² 1.0. Seed 002's "t2 stratified by t1,
-strata ≥ 200 samples" is the depth-1 node test with ``min_count = 200``.
-
-Chain rule: the empirical mutual information between arm and a (D+1)-token prefix splits as
-I(arm; X_0..X_D) = Σ_d I(arm; X_d | X_<d), and G² = 2·n·I; so the G² of the 2 × (distinct
-prefixes) table equals the sum of the node-level G² over the trie, and degrees of freedom add
-(tested numerically). Deep nodes are sparse, so the χ² reference distribution is liberal there;
-the chain statistic is calibrated by permuting whole sequences between arms instead.
+Owns: ``build_trie_table`` (one cell's next-token tables at every prefix-trie node of depth
+0..D, a ``StrataTable``), ``g2_statistics`` (unpooled G² of many strata under many labelings),
+``g2_table`` (its slow scipy reference), ``chain_rule_g2`` (Σ of node G² over the trie,
+calibrated by sequence permutation → ``ChainG2Result``) and ``node_chi2`` (pooled χ² at the
+well-filled nodes). Does not know: DataFrames, arm names, multiplicity. Why marginals are not
+enough, and the chain rule G²(prefixes) = Σ_d node G²: docs/statistics.md ("Marginals are not
+enough").
 """
 
 from __future__ import annotations
@@ -151,8 +140,6 @@ def chain_rule_g2(trie: TrieTable, labels: np.ndarray, *, block: int = 256) -> C
     Assumption: sequences are exchangeable between arms under H0 (whole sequences are
     permuted, so the dependence along a sequence is preserved). The observed and permuted
     statistics come from one computation (same arithmetic, so equal tables tie exactly).
-    Verified: chain-rule identity against the full-table G² (``g2_table``) and type-I rate at
-    α within 3σ on a simulated Markov sequence model (tests/test_stats_trie.py).
     """
     table = trie.table
     assert labels.ndim == 2 and labels.shape[0] == table.n_seq and block >= 1

@@ -1,22 +1,12 @@
 """White-box exact tests from the target's (and draft's) probabilities along emitted sequences.
 
-Owns: the pooled PIT's rows (``stats.pit``: randomized PIT and its KS / Cramér–von Mises /
-Anderson–Darling tests), the directed z-test on A_t = {q_t > p_t} (``directed_z``), the
-acceptance-rate test against Σ min(p, q) (``acceptance_test``) and its per-slot stratification
-(``acceptance_by_slot``), the exact support check (``support_check``), validation of the
-``wb_*`` columns, ``whitebox_tests`` which runs all of them — and the role tests of
-``stats.whitebox_roles`` (accepted / recovered / bonus tokens, each against its own law) — on
-each arm and returns a tidy DataFrame, and the α split inside the family (``WHITEBOX_WEIGHTS``,
-``WHITEBOX_ROLE_WEIGHTS``, ``exact_weights``, ``weighted_bonferroni``; ``stats.battery``
-applies it per arm).
-
-Does not know: how p_t / q_t were computed (``engines/teacher.py`` fills the ``wb_*`` columns,
-see ``spectest.schema``), two-sample tests, multiplicity across families.
-
-Facts relied on: the PIT's u_t are iid U(0, 1) under H0 (``stats.pit``; docs/statistics.md
-"White-box exact tests"), and so is each role stratum's (``stats.whitebox_roles``; docs/roles.md
-"Why each stratum is exact"). Running every test on the plain (reference) arm too is the
-control on spectest's own p_t.
+Owns: ``whitebox_tests`` (one arm's tidy rows: the pooled PIT of ``stats.pit``, the directed z
+on A_t = {q_t > p_t}, the acceptance test against Σ min(p, q) and by slot, the support check,
+and the role tests of ``stats.whitebox_roles``), the validation of the ``wb_*`` columns and the
+α split inside the family (``WHITEBOX_WEIGHTS``, ``WHITEBOX_ROLE_WEIGHTS``, ``exact_weights``,
+``weighted_bonferroni``). Does not know: how p_t / q_t were computed (``engines/teacher.py``),
+two-sample tests, multiplicity across families. Why each test is exact: docs/statistics.md
+("White-box exact tests"), docs/roles.md.
 """
 
 from __future__ import annotations
@@ -278,24 +268,9 @@ def _complete(values: np.ndarray, column: str, arm: str) -> bool:
 
 WHITEBOX_COLUMNS = ["arm", "test", "statistic", "pvalue", "pvalue_one_sided", "n", "mde", "detail"]
 
-# The α split inside the exact white-box family (weighted Bonferroni, ``weighted_bonferroni``): each
-# test's share of the family's α, renormalised over the tests that ran (no rounds → no acceptance
-# tests; no q → no directed z; no role columns → no role tests). "support" is not in it (a hard
-# failure). The pooled shares were chosen from measured power on three alternatives — the ε = 0.05
-# acceptor, a verifier at the wrong temperature, a wrong reported q — as the split maximising the
-# worst ratio of the family's power to the best single test's (results/LOG.md, 2026-11-30 h10; the
-# reasoning in ``stats.whitebox_two_sample``'s Notes, "The α split": the p/q-ordered PIT's
-# Anderson–Darling sees acceptance bias in the upper tail nearly as well as the directed z, and law
-# errors it cannot). Measured family power (ε / temperature / wrong q): equal split 0.70 / 0.445 /
-# 0.35, these weights 0.72 / 0.675 / 0.405. With the role tests (issue 22) the pooled tests keep
-# 0.70, fixed before any data: KS and CvM stay at 0.05 (every share ≥ 0.05,
-# tests/test_stats_whitebox_weights.py), the 0.30 comes out of AD (0.65 → 0.43), the directed z
-# (0.15 → 0.12) and the acceptance z (0.10 → 0.05); each role test gets 0.05 — the accepted,
-# recovered and bonus PITs, the recovered and bonus reuse tests (the role-confined bugs of the
-# catalogue live there: ``bonus_reuse_accept_uniform``, ``bonus_wrong_row``, ``residual_from_p``,
-# ``reuse_accept_uniform``) and the per-slot acceptance χ². What that costs and buys:
-# results/LOG.md, 2026-12-01 h24. An arm without role tests (plain decode, teacher-forced or black-
-# box engines) keeps the pooled split exactly (``exact_weights``).
+# The α split inside the exact white-box family (``weighted_bonferroni``): each test's share,
+# fixed before any data, renormalised over the tests that ran; "support" is a hard failure, not
+# in it. Why these shares: docs/families.md (pooled), docs/roles.md (with the role tests).
 WHITEBOX_WEIGHTS: dict[str, float] = {  # the pooled split (no role tests)
     "directed_z": 0.15,
     "pit_ks": 0.05,
@@ -323,8 +298,8 @@ WHITEBOX_ROLE_WEIGHTS: dict[str, float] = {  # with the role tests
 
 def exact_weights(tests: Sequence[str]) -> dict[str, float]:
     """The exact-mode split for one arm's ``tests``: ``WHITEBOX_ROLE_WEIGHTS`` when any role
-    test ran, else the pooled split ``WHITEBOX_WEIGHTS`` (the split before issue 22, for every
-    arm without role columns). Chosen from which tests ran, never from p-values."""
+    test ran, else the pooled split ``WHITEBOX_WEIGHTS`` (every arm without role columns).
+    Chosen from which tests ran, never from p-values."""
     return WHITEBOX_ROLE_WEIGHTS if any(t in ROLE_WEIGHTS for t in tests) else WHITEBOX_WEIGHTS
 
 
@@ -358,7 +333,7 @@ def weighted_bonferroni(
     return p_adj, w
 
 
-def _row(
+def row(
     arm: str,
     test: str,
     statistic: float,
@@ -370,16 +345,8 @@ def _row(
     mde: float = float("nan"),
 ) -> dict[str, object]:
     """One row of ``whitebox_tests``' table (``WHITEBOX_COLUMNS``)."""
-    return dict(
-        arm=arm,
-        test=test,
-        statistic=statistic,
-        pvalue=pvalue,
-        pvalue_one_sided=one_sided,
-        n=n,
-        mde=mde,
-        detail=detail,
-    )
+    values = (arm, test, statistic, pvalue, one_sided, n, mde, detail)
+    return dict(zip(WHITEBOX_COLUMNS, values, strict=True))
 
 
 def _pit_rows(
@@ -392,11 +359,11 @@ def _pit_rows(
     """The support check and the PIT uniformity tests of one arm's rows ``sub`` (``p`` = wb_p)."""
     sup = support_check(p)
     detail = "count of emitted tokens with wb_p == 0"
-    rows = [_row(arm, "support", float(sup.statistic), sup.pvalue, sup.n, detail)]
+    rows = [row(arm, "support", float(sup.statistic), sup.pvalue, sup.n, detail)]
     u = pit_values(sub[sc.WB_CDF_LO].to_numpy(dtype=np.float64), p, rng)
     for res in uniformity_tests(u, tests=uniformity):
         rows.append(
-            _row(
+            row(
                 arm, f"pit_{res.test}", res.statistic, res.pvalue, res.n, "randomized PIT vs U(0,1)"
             )
         )
@@ -426,17 +393,30 @@ def _role_rows(
             )
             detail = f"χ²_{by_slot.dof} over slots; rate/Σmin(p,q) by slot: {rates}"
             rows.append(
-                _row(arm, "acceptance_slots", by_slot.statistic, by_slot.pvalue,
-                     int(sum(by_slot.n_attempted)), detail)
-            )  # fmt: skip
+                row(
+                    arm,
+                    "acceptance_slots",
+                    by_slot.statistic,
+                    by_slot.pvalue,
+                    int(sum(by_slot.n_attempted)),
+                    detail,
+                )
+            )
     for rp in role_pit_tests(sub, rng):
         # the nominal share: renormalising over the tests that ran can only raise it
         w = alpha * ROLE_WEIGHTS[f"role_pit_{rp.role}"]
         detail = f"{rp.role} tokens: randomized PIT vs U(0,1) under their own law"
         rows.append(
-            _row(arm, f"role_pit_{rp.role}", rp.uniformity.statistic, rp.uniformity.pvalue,
-                 rp.n, detail, mde=dkw_resolution(rp.n, w))
-        )  # fmt: skip
+            row(
+                arm,
+                f"role_pit_{rp.role}",
+                rp.uniformity.statistic,
+                rp.uniformity.pvalue,
+                rp.n,
+                detail,
+                mde=dkw_resolution(rp.n, w),
+            )
+        )
         rz = rp.reuse
         if rz is not None:
             side = "above" if rp.role == "bonus" else "below"
@@ -445,8 +425,21 @@ def _role_rows(
                 f"(never, with a reused acceptance uniform): {rz.observed} "
                 f"observed, {rz.expected:.1f} expected; e-value test"
             )
-            rows.append(_row(arm, f"reuse_{rp.role}", rz.statistic, rz.pvalue, rz.n, detail))
+            rows.append(row(arm, f"reuse_{rp.role}", rz.statistic, rz.pvalue, rz.n, detail))
     return rows
+
+
+def _directed_z_rows(arm: str, sub: pd.DataFrame) -> list[dict[str, object]]:
+    """The directed z's row of one arm (``sub``: its rows), none when q is unknown."""
+    p_a = sub[sc.WB_P_A].to_numpy(dtype=np.float64)
+    if not _complete(p_a, sc.WB_P_A, arm):
+        return []
+    dz = directed_z(sub[sc.WB_IN_A].fillna(False).to_numpy(dtype=bool), p_a)
+    if not np.isfinite(dz.statistic):
+        return []
+    detail = f"in A: {dz.observed:.1f} observed, {dz.expected:.1f} expected"
+    extra = {"one_sided": dz.pvalue_greater, "mde": dz.mde}
+    return [row(arm, "directed_z", dz.statistic, dz.pvalue, dz.n, detail, **extra)]
 
 
 def whitebox_tests(
@@ -481,21 +474,14 @@ def whitebox_tests(
             if not _complete(p, sc.WB_P, arm):
                 continue
             rows += _pit_rows(arm, sub, p, rng, uniformity)
-        p_a = sub[sc.WB_P_A].to_numpy(dtype=np.float64) if has_a else np.zeros(0)
-        if has_a and _complete(p_a, sc.WB_P_A, arm):
-            dz = directed_z(sub[sc.WB_IN_A].fillna(False).to_numpy(dtype=bool), p_a)
-            if np.isfinite(dz.statistic):
-                detail = f"in A: {dz.observed:.1f} observed, {dz.expected:.1f} expected"
-                rows.append(
-                    _row(arm, "directed_z", dz.statistic, dz.pvalue, dz.n, detail,
-                         one_sided=dz.pvalue_greater, mde=dz.mde)
-                )  # fmt: skip
+        if has_a:
+            rows += _directed_z_rows(arm, sub)
         if has_overlap and rounds is not None:
             acc = acceptance_test(rounds, samples, arm)
             if acc.n_attempted > 0 and not np.isnan(acc.statistic):
                 detail = f"rate {acc.observed_rate:.4f} vs Σmin(p,q) {acc.expected_rate:.4f}"
                 rows.append(
-                    _row(arm, "acceptance", acc.statistic, acc.pvalue, acc.n_attempted, detail)
+                    row(arm, "acceptance", acc.statistic, acc.pvalue, acc.n_attempted, detail)
                 )
         roles_here = has_roles and _complete(
             sub[sc.WB_ROLE_P].to_numpy(dtype=np.float64), sc.WB_ROLE_P, arm

@@ -4,20 +4,9 @@ Owns: the role-stratified PITs (``role_pit_tests``: each stratum against its own
 Anderson–Darling → ``RolePitResult``), the reused-uniform e-value test of the final tokens
 (``reuse_test`` → ``ReuseResult``), the strata (``ROLE_STRATA``), the sup-CDF distance a
 stratum resolves (``dkw_resolution``) and the validation of the role columns
-(``validate_roles``). ``stats.whitebox.whitebox_tests`` runs them beside the pooled tests;
-``engines.teacher.role_columns`` fills the columns; docs/roles.md tells the whole story.
-
-Role strata (docs/roles.md "Why each stratum is exact"): let G_t be everything the
-sampler and the harness drew before emitted token t, together with the token's role R_t
-(accepted draft, recovered, bonus) and its slot in the round. Given G_t the token's law is its
-role's law (an accepted draft ~ min(p, q)/Σ min(p, q), a recovered token ~ the normalised
-residual, a bonus ~ p: ``engines.teacher.role_columns``), so u_t = F_R(x_t⁻) + V_t·f_R(x_t)
-with V_t ~ U(0, 1) independent is U(0, 1) given G_t and independent of it. Since u_1..u_{t−1}
-are G_t-measurable, the u_t are iid U(0, 1) (Rosenblatt 1952), and so is the subsequence of any
-one role: which tokens belong to a role is decided by G_t, before u_t (a selection by a
-predictable rule keeps an iid sequence iid; Doob 1936). Each stratum's uniformity test is thus
-exact given p and q, whatever the dependence between strata; the family's weighted Bonferroni
-(union bound) needs nothing more.
+(``validate_roles``). ``stats.whitebox.whitebox_tests`` runs them; ``engines.teacher`` fills the
+columns. Why each stratum's u are iid U(0, 1) given p and q: docs/roles.md ("Why each stratum
+is exact").
 """
 
 from __future__ import annotations

@@ -3,22 +3,16 @@
 Owns: the teacher-mode white-box family — two-sample comparisons of the candidate's white-box
 statistics with the reference arm's, both teacher-forced by the same teacher (``pit_ks_2s``,
 ``pit_ad_2s``, ``directed_z_2s``, ``support_2s``: whole-sequence permutation p-values within
-cells, ``two_sample_tests``), and the numerical-tolerance control on the reference arm
-(``support_tol``, ``pit_tol``: ``tolerance_control``), both as tidy rows shaped like
-``stats.whitebox.whitebox_tests``'s.
-
-Does not know: how the columns were computed (``engines.teacher`` / ``engines.hf.laws``),
-multiplicity across families, the verdict. ``stats.battery`` picks this family instead of the
-exact one-sample family when ``AnalysisOptions.whitebox_mode == "teacher"``.
-
-The details (moved from this docstring):
-docs/statistics.md "White-box tests under a teacher's numerics".
+cells, ``two_sample_tests``) and the tolerance control on the reference arm
+(``tolerance_control``), as rows shaped like ``stats.whitebox.whitebox_tests``'. Does not know:
+how the columns were computed, multiplicity across families, the verdict. Why:
+docs/statistics.md ("White-box tests under a teacher's numerics").
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
@@ -27,7 +21,7 @@ from scipy import stats
 from spectest import schema as sc
 from spectest.errors import ConfigError
 from spectest.stats.pit import pit_values
-from spectest.stats.whitebox import WHITEBOX_COLUMNS
+from spectest.stats.whitebox import WHITEBOX_COLUMNS, row
 
 TWO_SAMPLE_TESTS = ("support_2s", "pit_ks_2s", "pit_ad_2s", "directed_z_2s")
 CONTROL_TESTS = ("support_tol", "pit_tol")
@@ -217,18 +211,10 @@ def two_sample_tests(
     out.append(_support_2s(tab, lab, tok_c, tok_r, support_margin))
 
     ks, ad = _pit_statistics(tab, labels)
-    out.append(
-        TwoSampleResult(
-            "pit_ks_2s", float(ks[0]), _perm_pvalue(ks), float("nan"), n, float("nan"),
-            "two-sample KS of the teacher's PIT u, sequences permuted within cells",
-        )
-    )  # fmt: skip
-    out.append(
-        TwoSampleResult(
-            "pit_ad_2s", float(ad[0]), _perm_pvalue(ad), float("nan"), n, float("nan"),
-            "two-sample Anderson-Darling of the teacher's PIT u, sequences permuted within cells",
-        )
-    )  # fmt: skip
+    nan = float("nan")
+    for name, stat, what in (("pit_ks_2s", ks, "KS"), ("pit_ad_2s", ad, "Anderson-Darling")):
+        detail = f"two-sample {what} of the teacher's PIT u, sequences permuted within cells"
+        out.append(TwoSampleResult(name, float(stat[0]), _perm_pvalue(stat), nan, n, nan, detail))
 
     if tab.has_a:
         out.append(_directed_z_2s(tab, lab, tok_c, tok_r, power))
@@ -337,21 +323,15 @@ def teacher_whitebox_tests(
     reference's control rows (``CONTROL_TESTS``) then the candidate's two-sample rows
     (``TWO_SAMPLE_TESTS``, under the candidate's arm name). ``support_2s`` uses the margin
     ``tolerance / 10`` (``two_sample_tests``)."""
-    rows: list[dict[str, object]] = []
-    nan = float("nan")
-    for r in tolerance_control(samples, reference, tolerance, rng):
-        rows.append(
-            dict(arm=reference, test=r.test, statistic=r.statistic, pvalue=r.pvalue,
-                 pvalue_one_sided=nan, n=r.n, mde=nan, detail=r.detail)
-        )  # fmt: skip
+    rows = [
+        row(reference, r.test, r.statistic, r.pvalue, r.n, r.detail)
+        for r in tolerance_control(samples, reference, tolerance, rng)
+    ]
     for arm in (reference, candidate):
         p = samples.loc[samples[sc.ARM] == arm, sc.WB_P].to_numpy(dtype=np.float64)
         if p.size == 0 or not np.isfinite(p).all():
             return pd.DataFrame(rows, columns=WHITEBOX_COLUMNS)
     tab = sequence_table(samples, reference, candidate, rng)
-    for t in two_sample_tests(tab, B, rng, support_margin=tolerance / 10.0):
-        rows.append(
-            dict(arm=candidate, test=t.test, statistic=t.statistic, pvalue=t.pvalue,
-                 pvalue_one_sided=t.pvalue_one_sided, n=t.n, mde=t.mde, detail=t.detail)
-        )  # fmt: skip
+    tests = two_sample_tests(tab, B, rng, support_margin=tolerance / 10.0)
+    rows += [{"arm": candidate, **asdict(t)} for t in tests]
     return pd.DataFrame(rows, columns=WHITEBOX_COLUMNS)
