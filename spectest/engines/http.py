@@ -187,10 +187,7 @@ class HTTPEngine(Engine):
                         f"{where}.{key}: expected a {typ.__name__} >= {lo}, got {v!r}"
                     )
                 kw[key] = typ(v)
-        if raw.get("probs_law", "processed") not in server_raw_law.LAWS or (
-            raw.get("probs_law") == "raw" and api != "openai"
-        ):
-            raise ConfigError(f"{where}.probs_law: expected processed, or raw with api openai")
+        server_raw_law.check_option(raw.get("probs_law", "processed"), api, f"{where}.probs_law")
         for key in ("ready_path", "model", "probs_law"):
             if key in raw:
                 if not isinstance(raw[key], str):

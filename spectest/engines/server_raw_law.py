@@ -43,6 +43,14 @@ from spectest.sampling.transforms import logits_to_probs, logits_to_probs_refere
 LAWS = ("processed", "raw")
 
 
+def check_option(law: object, api: str, where: str) -> None:
+    """The http option ``probs_law``: ``processed`` (the default), or ``raw`` with the OpenAI
+    API (llama.cpp's raw report, ``post_sampling_probs: false``, is a top-n list: not the full
+    law)."""
+    if law not in LAWS or (law == "raw" and api != "openai"):
+        raise ConfigError(f"{where}: expected processed, or raw with api openai, got {law!r}")
+
+
 def settings_of(body: Mapping[str, object]) -> SamplingParams:
     """The sampling settings of an OpenAI-compatible request body (``top_k`` −1 is off)."""
     top_k = int(body.get("top_k", -1))  # type: ignore[call-overload]
@@ -104,4 +112,4 @@ def _reported(probs: Sequence[float], tok: int) -> Reported:
     return (p, min(lo, 1.0), None)
 
 
-__all__ = ["LAWS", "processed_of", "processed_of_reference", "settings_of"]
+__all__ = ["LAWS", "check_option", "processed_of", "processed_of_reference", "settings_of"]
