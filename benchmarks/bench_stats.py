@@ -1,4 +1,4 @@
-"""Benchmark of ``spectest.stats.analyze`` on ~10 million sampled tokens.
+"""Benchmark of ``spectest.stats.battery`` on ~10 million sampled tokens.
 
 Workload (issue 3): 16 prompt-config cells × 32 positions × S seeds per arm × 2 arms, tokens iid
 from a Zipf(1.5) law over 50 000 ids (entropy ≈ 3.2 nats, as in docs/statistics.md), both arms
@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from spectest.stats import AnalysisOptions, analyze
-from spectest.stats.analyze import MULTIPLICITY
+from spectest.stats.battery import MULTIPLICITY
 
 
 def make_samples(
@@ -82,7 +82,7 @@ def main() -> None:
         sha = ""
     record = {
         "date": date.today().isoformat(),
-        "bench": "stats.analyze",
+        "bench": "stats.battery",
         "machine": args.machine,
         "cpu_count": os.cpu_count(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),

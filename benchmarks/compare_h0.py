@@ -1,7 +1,7 @@
 """False-exit-1 and false-exit-3 rates of ``spectest compare`` under H0 (issue 9).
 
 Each replication draws two samples files from ONE law, writes them as real files (reference
-Parquet, candidate CSV) and calls ``spectest.compare.compare_files`` on them — the same path as
+Parquet, candidate CSV) and calls ``spectest.byo_compare.compare_files`` on them — the same path as
 ``spectest compare`` (reading, checks, analysis, verdict, stored results and reports).
 
 The law: 4 prompts × 3 configs = 12 cells, T = 8 positions (96 cell-positions, the issue's
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from spectest.compare import compare_files
+from spectest.byo_compare import compare_files
 from spectest.verdict import DEFAULT_MAX_MDE_TV, decide
 
 V, T = 64, 8

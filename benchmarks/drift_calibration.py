@@ -4,7 +4,7 @@ Each replication runs, on the toy LM with shape-dependent numerics (``toy:...,nu
 ``spectest.models.toy``), the matched arm and a null arm — spectest's exact speculative sampler
 in the same loop, same batch size, disjoint seeds — and records:
 
-- every test family's rejection of the null against the matched arm (``stats.analyze``, the
+- every test family's rejection of the null against the matched arm (``stats.battery``, the
   run's α split over the families): the black-box false-alarm rate under numerics;
 - the white-box family of that comparison (recorded p_t: exact under numerics);
 - claim (b) (``stats.drift.decide_drift`` on ``numerics.drift_table`` of the matched arm):
@@ -32,10 +32,10 @@ from scipy import stats as sps
 from spectest.engines.base import DrafterSpec, RowSpec, rounds_frame, samples_frame
 from spectest.engines.builtin import speculative_decode
 from spectest.models.zoo import load_model
-from spectest.numerics import drift_table
+from spectest.numerics.table import drift_table
 from spectest.sampling.mutants import get_variant
 from spectest.sampling.params import SamplingParams
-from spectest.stats.analyze import AnalysisOptions, analyze
+from spectest.stats.battery import AnalysisOptions, analyze
 from spectest.stats.drift import decide_drift
 
 

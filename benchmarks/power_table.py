@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from spectest.stats.analyze import Analysis
+    from spectest.stats.battery import Analysis
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"

@@ -4,7 +4,7 @@ Part A (end to end, the run's path): the example program ``reporting_engine.py -
 (spectest's exact loops, reporting the p each token was drawn from) on the toy pair, as the
 candidate (speculative, rounds reported: the round-slot strata run) and as the reference
 (plain), through the real ``command`` engine; the teacher (``engines.teacher``) forces the
-tokens for the cross-check; ``stats.analyze`` with the cells and reported-p families. Each
+tokens for the cross-check; ``stats.battery`` with the cells and reported-p families. Each
 replication uses fresh seeds (disjoint ranges): the count of replications whose reported-p
 family rejects, and each of its tests', at the family's share of α.
 
@@ -75,7 +75,7 @@ def part_a(reps: int, n_seeds: int, positions: int, offset: int = 0) -> dict[str
     from spectest.engines.command import CommandEngine
     from spectest.models.zoo import load_model
     from spectest.sampling.params import SamplingParams
-    from spectest.stats.analyze import AnalysisOptions, analyze
+    from spectest.stats.battery import AnalysisOptions, analyze
     from spectest.stats.family_cells import CellFamily
     from spectest.stats.family_reported import ReportedFamily
 

@@ -8,7 +8,7 @@ columns recorded at generation time, then runs ``stats.whitebox.whitebox_tests``
 Decisions at ``--alpha`` (default 0.05): each test alone, the white-box family with the pooled
 split only (``whitebox.WHITEBOX_WEIGHTS``, the split before issue 22, role tests ignored) and
 with the role tests (``whitebox.WHITEBOX_ROLE_WEIGHTS``), both weighted Bonferroni. In a real
-run the family gets a share of α (``stats.analyze``).
+run the family gets a share of α (``stats.battery``).
 
 Pairs: ``toy`` (``ToyLM(10, 3, 1.5, seed=4)`` and its 0.8-perturbed draft; fast on CPU, for
 volume) and ``bundled`` (the bundled byte-level pair; GPU: tools/gpu/whitebox_roles.sh). Two

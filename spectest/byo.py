@@ -4,7 +4,7 @@ a header) and check it against ``schema.BYO_SCHEMA`` before ``spectest compare``
 Owns: what a valid bring-your-own file is — the columns, their types, values that fit the stored
 types (nothing wrapped or truncated), one row per (sequence, position), positions 0..n-1 with no
 gap — and the one-line ``InputError`` naming the file, the column and the bad value. Knows
-nothing about statistics or about how a comparison is stored (``spectest.compare``,
+nothing about statistics or about how a comparison is stored (``spectest.byo_compare``,
 ``spectest.store``).
 
 A CSV file is scanned before pandas parses it (``_scan_csv``: one streaming pass in 1 MiB

@@ -1,7 +1,7 @@
 """One arm compared with the reference, as the verdict sees it: ``Comparison`` (rejected or not,
 failing tests most significant first, per-config numbers) with one ``FamilyScope`` per test
 family (what it tested, its share of α, its MDE), and ``summarize_comparison``, which reads them
-from the ``FamilyResult``s of a ``spectest.stats.analyze.Analysis``; ``eps_cannot_bite`` says
+from the ``FamilyResult``s of a ``spectest.stats.battery.Analysis``; ``eps_cannot_bite`` says
 from an ε arm's rounds when that tooth cannot differ from the exact sampler in the run at all.
 
 Owns: which numbers make up a comparison, the merge of the families' failing rows, the
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 if TYPE_CHECKING:
-    from spectest.stats.analyze import Analysis
+    from spectest.stats.battery import Analysis
     from spectest.stats.families import FamilyResult
 
 
@@ -158,7 +158,7 @@ def summarize_comparison(
     cannot_bite: str | None = None,
     size: Any = None,
 ) -> Comparison:
-    """Read one ``spectest.stats.analyze.Analysis`` into a ``Comparison``.
+    """Read one ``spectest.stats.battery.Analysis`` into a ``Comparison``.
 
     Every family with rows to show becomes a ``FamilyScope``; ``failing`` is every family's
     failing rows merged, most significant (smallest adjusted p) first, and ``rejections`` counts

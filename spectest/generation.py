@@ -321,7 +321,7 @@ def shared_teacher(engines: EngineSet, job: ArmJob, tokens: Any) -> pd.DataFrame
     toks = torch.as_tensor(tokens, dtype=torch.int64).clamp(min=0)  # [B, T]
     params = [r.params for r in job.rows]
     if engines.teacher == "hf":
-        from spectest.engines.hf.teacher import hf_teacher_force
+        from spectest.engines.hf.laws import hf_teacher_force
 
         return hf_teacher_force(target, job.prompt_ids, params, toks, draft=draft)
     from spectest.engines.teacher import teacher_force

@@ -1,7 +1,7 @@
 """Judging: every arm against the reference, the decision, and the final files of a run.
 
 Owns: the comparison of every non-reference arm with the reference (``compare_all``: one
-``stats.analyze`` per arm, its rounds tested unless the arm's engine reports them as a readout),
+``stats.battery`` per arm, its rounds tested unless the arm's engine reports them as a readout),
 the verdict's view of each analysis (``summarize``), and the end of a run (``finish_run``:
 decide, write the tables, the summary and the reports, the manifest last). ``spectest run``,
 ``spectest teeth``, ``spectest compare`` and ``spectest analyze`` all go through here, so a
@@ -82,7 +82,7 @@ def compare_all(
     ``executor``: a ``concurrent.futures.Executor`` for the per-cell permutation statistics
     (``analyze``)."""
     from spectest.plan import REFERENCE_ROLES, reference_for
-    from spectest.stats.analyze import analyze
+    from spectest.stats.battery import analyze
 
     out = []
     readout_rounds = settings.readout
@@ -162,7 +162,7 @@ def judge(
 @dataclass(frozen=True)
 class NumericsClaim:
     """Matched numerics mode's claim (b) as the judge needs it: the per-token table
-    (``spectest.numerics``; None or empty: not measured) and the settings that decide it."""
+    (``spectest.numerics.table``; None or empty: not measured) and the settings that decide it."""
 
     table: pd.DataFrame | None
     margin: float

@@ -1,6 +1,6 @@
 """The runner: a protocol run in order. ``run_protocol`` is the one library function ``spectest
-run`` / ``spectest teeth`` call (``spectest analyze`` is ``spectest.reanalyze``'s, ``spectest
-compare`` ``spectest.compare``'s).
+run`` / ``spectest teeth`` call (``spectest analyze`` is ``spectest.analyze``'s, ``spectest
+compare`` ``spectest.byo_compare``'s).
 
 Owns: the order of operations of a run — open the run directory (resuming completed shards),
 then stage by stage (one stage unless the protocol is sequential): generate the missing shards
@@ -393,10 +393,10 @@ def _numerics(
     models: Models | None,
 ) -> NumericsClaim | TokenFloorClaim | None:  # fmt: skip
     """Matched numerics mode (issue 21): the matched arm's per-token drift and floor
-    (``spectest.numerics.drift_table``) from the run's target, loaded here when this process has
+    (``numerics.table.drift_table``) from the run's target, loaded here when this process has
     not; None outside matched mode. Adds ``numerics`` (seconds) to the timings."""
-    from spectest.numerics import drift_table
-    from spectest.numerics_floors import complete_floors
+    from spectest.numerics.floors import complete_floors
+    from spectest.numerics.table import drift_table
 
     claim = run_claim_b(plan, samples, None)
     if not isinstance(claim, NumericsClaim):  # none, or a floor arm's claim from its tokens
@@ -426,9 +426,9 @@ def _numerics(
 def _floor_measure(
     p: Protocol, target: Any, table: pd.DataFrame, samples: pd.DataFrame, prompts: Any
 ) -> Callable[[str], np.ndarray]:
-    """``spectest.numerics_floors.floor_column`` bound to this run (the dtype floor loads the
+    """``spectest.numerics.floors.floor_column`` bound to this run (the dtype floor loads the
     target once more, in float32)."""
-    from spectest.numerics_floors import floor_column
+    from spectest.numerics.floors import floor_column
 
     def f32() -> Any:
         return load_models(replace(p, models=replace(p.models, dtype="float32")), False).target

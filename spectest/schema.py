@@ -129,7 +129,7 @@ ROUNDS_SCHEMA = pa.schema(
 )
 
 # Analysis tables (one row per test; ``comparison`` names the arm compared with the reference).
-# Columns follow ``stats.analyze.CELL_COLUMNS`` / ``TRIE_COLUMNS`` / ``stats.whitebox``; a test
+# Columns follow ``stats.battery.CELL_COLUMNS`` / ``TRIE_COLUMNS`` / ``stats.whitebox``; a test
 # (tests/test_store.py) keeps them in step.
 COMPARISON = "comparison"
 _f64, _i64 = pa.float64(), pa.int64()
@@ -205,7 +205,7 @@ TOOTH_SIZES_SCHEMA = pa.schema(
         pa.field("status", pa.string()),
     ]
 )
-# the matched arm's numerics drift per measured sequence and position (spectest.numerics.COLUMNS):
+# the matched arm's numerics drift per measured sequence and position (numerics.table.COLUMNS):
 # ``tv`` verify vs decode in the run's batch, ``flip`` their argmax differs, ``floor_tv`` decode in
 # the batch vs alone (NaN: not a floor sequence)
 NUMERICS_SCHEMA = pa.schema(
@@ -219,7 +219,7 @@ NUMERICS_SCHEMA = pa.schema(
         pa.field("floor_tv", _f64),
     ]
 )
-NUMERICS_FLOOR_COLUMNS = ("floor_prefill_tv", "floor_dtype_tv")  # spectest.numerics_floors
+NUMERICS_FLOOR_COLUMNS = ("floor_prefill_tv", "floor_dtype_tv")  # spectest.numerics.floors
 
 
 def numerics_schema(columns: object) -> pa.Schema:

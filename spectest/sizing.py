@@ -4,7 +4,7 @@ the per-cell MDE at a number of seeds or the seeds a target TV needs (``spectest
 --config``).
 
 Owns: ``RunSize`` and ``size_protocol``. Reads a ``Protocol``; the power formulas are
-``spectest.stats.power``'s, the α split ``spectest.stats.analyze.split_alpha``'s and the
+``spectest.stats.power``'s, the α split ``spectest.stats.battery.split_alpha``'s and the
 per-test level the cell family's (``family_cells.CellFamily.run``).
 """
 
@@ -74,7 +74,7 @@ class RunSize:
 
 def size_protocol(protocol: Protocol, *, df: int = 10, power: float | None = None) -> RunSize:
     """The size of ``protocol``'s run (``RunSize`` Notes for what is assumed)."""
-    from spectest.stats.analyze import split_alpha
+    from spectest.stats.battery import split_alpha
 
     opts = protocol.tests
     pw = float(opts.power if power is None else power)

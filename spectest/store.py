@@ -61,7 +61,9 @@ TRIE = "trie.parquet"
 WHITEBOX = "whitebox.parquet"
 SEQUENCE = "sequence.parquet"  # the sequence-level family (stats.sequence)
 TOOTH_SIZES = "tooth_sizes.parquet"  # the ε arms' and mutants' TV per cell-position (tooth_size)
-NUMERICS = "numerics.parquet"  # the matched arm's per-token drift and floor (spectest.numerics)
+NUMERICS = (
+    "numerics.parquet"  # the matched arm's per-token drift and floor (spectest.numerics.table)
+)
 SUMMARY = "summary.json"
 SHARD_DIGEST = "digest.json"  # shards/<key>.digest.json: sizes + sha256 of the shard's files
 FINGERPRINTS_KEY = "fingerprints"  # run.json: arm → what it runs, hashed (spectest.fingerprint)

@@ -24,7 +24,7 @@ from spectest.verdict import Comparison, Verdict
 
 if TYPE_CHECKING:
     from spectest.protocol import Protocol as RunProtocol
-    from spectest.stats.analyze import Analysis
+    from spectest.stats.battery import Analysis
 
 MAX_FAILING_LISTED = 20
 # the families whose tables a run stores, by file (the schema of each is in ``spectest.schema``)

@@ -7,7 +7,7 @@ in which reasons override
 one another), the exit code and the headline. The verdict's types and their wording
 (``Verdict``, ``Scope.tested_line`` / ``Scope.resolution_line``, ``PowerClaim``, ``ToothVerdict``:
 every renderer prints these, so the console, summary.json, the reports, JUnit and the CI summary
-say the same thing) live in ``spectest.claim``, re-exported here. Knows nothing about how the
+say the same thing) live in ``verdict_types``, re-exported here. Knows nothing about how the
 tests were computed: it reads the per-comparison summary (``spectest.comparison.Comparison``,
 with one ``FamilyScope`` per test family, and a tooth's size from ``spectest.tooth_size``) that
 ``summarize_comparison`` extracts from an ``Analysis`` (both re-exported here).
@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from spectest.claim import Decision, PowerClaim, Scope, ToothVerdict, Verdict
 from spectest.comparison import (
     Comparison,
     ConfigStats,
@@ -30,6 +29,7 @@ from spectest.comparison import (
     summarize_comparison,
 )
 from spectest.errors import ExitCode
+from spectest.verdict_types import Decision, PowerClaim, Scope, ToothVerdict, Verdict
 
 if TYPE_CHECKING:
     from spectest.stats.drift import DriftResult

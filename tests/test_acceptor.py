@@ -243,9 +243,12 @@ def test_cuda_tensors_when_available() -> None:
 @pytest.mark.parametrize(
     ("spec", "pattern"),
     [
-        ("spectest.kernels.sglang:chain", r"spectest\.kernels\.sglang: no SGLang kernel file"),
-        ("spectest.kernels.sglang:block", r"spectest\.kernels\.sglang: no SGLang kernel file"),
-        ("spectest.kernels.flashinfer:chain", r"spectest\.kernels\.flashinfer: flashinfer is not"),
+        ("spectest.acceptors.sglang:chain", r"spectest\.acceptors\.sglang: no SGLang kernel file"),
+        ("spectest.acceptors.sglang:block", r"spectest\.acceptors\.sglang: no SGLang kernel file"),
+        (
+            "spectest.acceptors.flashinfer:chain",
+            r"spectest\.acceptors\.flashinfer: flashinfer is not",
+        ),
     ],
 )
 def test_missing_kernel_package_is_one_line_exit_2(tmp_path: Path, spec: str, pattern: str) -> None:
@@ -296,7 +299,7 @@ def test_documented_reference_implementation_is_the_tested_one(tmp_path: Path) -
 SGLANG_CHECK = """
 import torch
 from spectest.engines.acceptor import run_kernel
-from spectest.kernels import sglang
+from spectest.acceptors import sglang
 from spectest.sampling.rejection import rejection_sample
 
 g = torch.Generator().manual_seed(0)

@@ -120,7 +120,7 @@ def _defined(tree: ast.AST) -> dict[str, ast.AST]:
 
 
 def _package_modules() -> dict[str, ast.Module]:
-    """``stats.analyze`` → its AST, for every module of spectest/ (packages as ``stats``)."""
+    """``stats.battery`` → its AST, for every module of spectest/ (packages as ``stats``)."""
     out = {}
     for f in PKG.rglob("*.py"):
         parts = list(f.relative_to(PKG).with_suffix("").parts)

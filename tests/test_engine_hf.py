@@ -20,10 +20,10 @@ import torch
 from spectest import schema
 from spectest.engines.builtin import RowSpec, plain_decode, to_samples_frame
 from spectest.engines.hf import decode as hfd
+from spectest.engines.hf import laws as ht
 from spectest.engines.hf import pinning as hfp
 from spectest.engines.hf import probe as hfprobe
 from spectest.engines.hf import rounds as hfr
-from spectest.engines.hf import teacher as ht
 from spectest.engines.teacher import teacher_force
 from spectest.errors import ConfigError, InputError, ModelError
 from spectest.models.toy import ToyLM
@@ -284,7 +284,7 @@ def test_cross_engine_null_builtin_plain_vs_transformers_generate(pair):
     Fixed seeds; under H0 the run-level false-failure rate is ≤ α = 0.05 (union bound over the
     families, ``Analysis`` docstring), so this seed either passes or documents a 5 % event.
     """
-    from spectest.stats.analyze import AnalysisOptions, analyze
+    from spectest.stats.battery import AnalysisOptions, analyze
 
     target, _ = pair
     params = PARAMS["t0.7-k20-p0.95-m0.05"]

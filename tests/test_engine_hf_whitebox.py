@@ -19,8 +19,8 @@ from spectest import schema
 from spectest.engines.builtin import RowSpec
 from spectest.engines.hf import decode as hfd
 from spectest.engines.hf import engines as hfe
+from spectest.engines.hf import laws as ht
 from spectest.engines.hf import pinning as hfp
-from spectest.engines.hf import teacher as ht
 from spectest.errors import EngineError
 from spectest.models.zoo import load_pair
 from spectest.sampling.params import SamplingParams

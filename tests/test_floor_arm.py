@@ -91,7 +91,7 @@ def test_run_decides_claim_b_from_the_floor_arm_and_analyze_agrees(tmp_path: Pat
     ``spectest analyze`` re-decides the same from the stored samples. The decision itself is
     not asserted (at 100 seeds it is unresolved: the test is of the plumbing; the statistic's
     own tests and calibration are in test_token_floor.py and results/LOG.md)."""
-    from spectest.reanalyze import analyze_run
+    from spectest.analyze import analyze_run
     from spectest.runner import run_protocol
 
     teeth = {"null_arm": False, "epsilons": [], "mutants": ["always_accept"]}

@@ -34,7 +34,7 @@ LAYERS: dict[str, int] = {
     "supervise": 0,
     "inputs": 0,
     "sequential": 0,
-    "kernels": 0,
+    "acceptors": 0,
     "shipped": 0,
     "progress": 0,
     "files": 0,
@@ -46,11 +46,9 @@ LAYERS: dict[str, int] = {
     # 2: models; what the statistics decide (comparison, claim, verdict); tooth sizes; BYO samples
     "models": 2,
     "numerics": 2,
-    "numerics_replay": 2,
-    "numerics_floors": 2,
     "tooth_size": 2,
     "comparison": 2,
-    "claim": 2,
+    "verdict_types": 2,
     "verdict": 2,
     "byo": 2,
     # 3: engines, prompts, environment set-up
@@ -73,9 +71,9 @@ LAYERS: dict[str, int] = {
     # 7-9: the run path
     "scaleout": 7,
     "judge": 7,
-    "compare": 8,
+    "byo_compare": 8,
     "runner": 8,
-    "reanalyze": 9,
+    "analyze": 9,
     # 10-11: the command line
     "cli": 10,
     "__main__": 11,

@@ -18,7 +18,7 @@ from spectest.engines.base import DrafterSpec, RowSpec, rounds_frame, samples_fr
 from spectest.engines.builtin import speculative_decode
 from spectest.errors import ConfigError
 from spectest.models.zoo import load_model
-from spectest.numerics import _verify_logits, drift_table
+from spectest.numerics.table import _verify_logits, drift_table
 from spectest.plan import make_plan
 from spectest.protocol import load_protocol, protocol_from_dict
 from spectest.sampling.mutants import get_variant

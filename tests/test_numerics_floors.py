@@ -18,8 +18,8 @@ from spectest.engines.base import DrafterSpec, RowSpec, rounds_frame, samples_fr
 from spectest.engines.builtin import speculative_decode
 from spectest.errors import ConfigError
 from spectest.models.zoo import load_model
-from spectest.numerics import _decode_logits, drift_table
-from spectest.numerics_floors import complete_floors, decode_logits, floor_column
+from spectest.numerics.floors import complete_floors, decode_logits, floor_column
+from spectest.numerics.table import _decode_logits, drift_table
 from spectest.protocol import load_protocol
 from spectest.sampling.mutants import get_variant
 from spectest.sampling.params import SamplingParams

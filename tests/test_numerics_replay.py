@@ -1,4 +1,4 @@
-"""Issue 32: the numerics replay on the fast engine's model (``spectest.numerics_replay``).
+"""Issue 32: the numerics replay on the fast engine's model (``spectest.numerics.replay``).
 
 Exact checks: replayed on the model the fast engine ran (the static-cache model), the verify
 schedule gives every emitted token the very probability the run recorded in its white-box column;
@@ -21,8 +21,8 @@ from spectest.models.derive import first_layers
 from spectest.models.hf import HFModel, from_preset
 from spectest.models.static import StaticHFModel
 from spectest.models.toy import ToyLM
-from spectest.numerics import _verify_logits, drift_table
-from spectest.numerics_replay import replay_model, replay_probs
+from spectest.numerics.replay import replay_model, replay_probs
+from spectest.numerics.table import _verify_logits, drift_table
 from spectest.sampling.mutants import get_variant
 from spectest.sampling.params import SamplingParams, SamplingTensors
 
@@ -145,7 +145,7 @@ def test_restored_prompt_prefill_gives_the_computed_logits(pair) -> None:
     """The replay model computes a prompt's one-row prefill once and restores it for every later
     prefill of that prompt (each floor row): the logits of every decode are bit-identical to a
     plain static model's, which prefills each time."""
-    from spectest.numerics import _decode_logits
+    from spectest.numerics.table import _decode_logits
 
     target = pair[0]
     model, ref = replay_model(target, fast=True, static=True), StaticHFModel(target)

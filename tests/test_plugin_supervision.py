@@ -308,7 +308,7 @@ def test_protocol_plugins_reads_the_yaml_and_the_sets(tmp_path: Path) -> None:
     assert d is not None
     for f in sorted(d.glob("*.yaml")):
         assert protocol_plugins(f) == [] or all(
-            p.startswith("acceptor spectest.kernels.") for p in protocol_plugins(f)
+            p.startswith("acceptor spectest.acceptors.") for p in protocol_plugins(f)
         ), f
     assert protocol_plugins("ci", ["candidate=acceptor:/k.py:accept"]) == ["acceptor /k.py:accept"]
     assert protocol_plugins("ci", ["engines.candidate.name=mine", "version=2"]) == ["engine 'mine'"]

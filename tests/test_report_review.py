@@ -165,8 +165,8 @@ def test_rendering_raises_no_warning(buggy_run: Path) -> None:
 
 
 def test_sequence_resolution_says_it_depends_on_the_data(buggy_run: Path) -> None:
-    from spectest.claim import Scope
     from spectest.comparison import FamilyScope
+    from spectest.verdict_types import Scope
 
     fams = _summary(buggy_run)["verdict"]["scope"]["families"]
     seq = next(f for f in fams if f["name"] == "sequence")

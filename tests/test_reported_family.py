@@ -258,7 +258,7 @@ def _byo(path: Path, rng: np.random.Generator, reported_law: np.ndarray | None) 
 
 
 def test_compare_decides_claim_a_from_reported_columns(tmp_path: Path) -> None:
-    from spectest.compare import compare_files
+    from spectest.byo_compare import compare_files
 
     rng = np.random.default_rng(7)
     ref = _byo(tmp_path / "ref.parquet", rng, None)
@@ -277,7 +277,7 @@ def test_compare_decides_claim_a_from_reported_columns(tmp_path: Path) -> None:
 
 
 def test_top_n_mass_outside_is_stated_in_the_verdict_line_and_summary() -> None:
-    from spectest.stats.analyze import AnalysisOptions, analyze
+    from spectest.stats.battery import AnalysisOptions, analyze
     from spectest.stats.family_cells import CellFamily
     from spectest.stats.family_reported import ReportedFamily
 

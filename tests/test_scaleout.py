@@ -226,7 +226,7 @@ def test_sequence_permutations_over_processes_equal_serial(single):
     once in the driver from the seed and each cell is the same function of the same inputs."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from spectest.stats.analyze import analyze
+    from spectest.stats.battery import analyze
 
     _, one = single
     samples = pd.read_parquet(one.run_dir / "samples.parquet")

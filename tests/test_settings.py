@@ -14,7 +14,7 @@ import pytest
 import yaml
 from toy_protocol import TOY, write_toy
 
-from spectest.compare import FLAGS, byo_tests
+from spectest.byo_compare import FLAGS, byo_tests
 from spectest.errors import ConfigError, ModelError
 from spectest.plan import make_plan, stages
 from spectest.protocol import load_protocol, protocol_from_dict, to_raw

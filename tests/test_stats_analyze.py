@@ -1,4 +1,4 @@
-"""End-to-end ``analyze`` (spectest.stats.analyze): options, frames, decision rule, edge cases."""
+"""End-to-end ``analyze`` (spectest.stats.battery): options, frames, decision rule, edge cases."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from test_stats_sim import (
 
 from spectest.errors import ConfigError, InputError
 from spectest.stats import AnalysisOptions, analyze
-from spectest.stats.analyze import CELL_COLUMNS, SEQUENCE_COLUMNS, TRIE_COLUMNS
+from spectest.stats.battery import CELL_COLUMNS, SEQUENCE_COLUMNS, TRIE_COLUMNS
 
 V = 200
 P = zipf(V, 1.2)

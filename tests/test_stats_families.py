@@ -1,5 +1,5 @@
 """A test family is one class plus one registration (``spectest.stats.families``,
-``spectest.stats.analyze.FAMILIES``): a family added to the registry takes its share of α, shows
+``spectest.stats.battery.FAMILIES``): a family added to the registry takes its share of α, shows
 in the analysis, the comparison, the verdict's lines, summary.json and every report — with no
 other edit. Exact checks (the toy family's decision is a deterministic function of the data)."""
 
@@ -23,7 +23,7 @@ from spectest.verdict import decide, summarize_comparison
 from tests.toy_protocol import write_toy
 
 # the module itself (the package re-exports the function ``analyze`` under its name)
-an = importlib.import_module("spectest.stats.analyze")
+an = importlib.import_module("spectest.stats.battery")
 
 
 class FirstTokenFamily:

@@ -28,7 +28,7 @@ from spectest.protocol import load_protocol
 from spectest.runner import run_protocol
 from spectest.sampling.mutants import get_variant
 from spectest.sampling.params import SamplingParams
-from spectest.stats.analyze import AnalysisOptions, analyze
+from spectest.stats.battery import AnalysisOptions, analyze
 from spectest.stats.families import relabelings
 from spectest.stats.histograms import encode_samples
 from spectest.stats.rounds import chi2_under_labels, round_tests, strata_of, stratum_counts

@@ -1,8 +1,8 @@
 """The α split inside the white-box family (``whitebox.weighted_bonferroni``, the weights
-``whitebox.WHITEBOX_WEIGHTS`` and ``whitebox_teacher.TEACHER_WEIGHTS``) and the family's power in
+``whitebox.WHITEBOX_WEIGHTS`` and ``whitebox_two_sample.TEACHER_WEIGHTS``) and the family's power in
 exact and teacher mode against more than one alternative (issue 12's power criterion).
 
-Simulator: ``test_stats_whitebox_teacher``'s world (top-k 20 Markov engine, V = 40, teacher
+Simulator: ``test_stats_whitebox_two_sample``'s world (top-k 20 Markov engine, V = 40, teacher
 logits + N(0, 0.05²) fixed per state). Alternatives (``ALTERNATIVES``), each a token-level
 speculative decode (one draft per token) whose acceptance flags feed the acceptance test:
 
@@ -32,7 +32,7 @@ from test_stats_sim import (
     samples_frame,
     whitebox_columns,
 )
-from test_stats_whitebox_teacher import SIGMA, T, columns, replicate, world
+from test_stats_whitebox_two_sample import SIGMA, T, columns, replicate, world
 
 from spectest import schema as sc
 from spectest.errors import ConfigError
@@ -44,7 +44,7 @@ from spectest.stats.whitebox import (
     directed_z,
     weighted_bonferroni,
 )
-from spectest.stats.whitebox_teacher import (
+from spectest.stats.whitebox_two_sample import (
     TEACHER_WEIGHTS,
     TWO_SAMPLE_TESTS,
     sequence_table,

@@ -184,9 +184,9 @@ def test_byo_missing_and_unparsable(tmp_path: Path) -> None:
 
 def test_analysis_schemas_match_the_analysis_columns() -> None:
     """tests/trie/whitebox.parquet are written with explicit schemas: keep them in step with the
-    columns ``stats.analyze`` produces (plus the ``comparison`` column the runner adds)."""
+    columns ``stats.battery`` produces (plus the ``comparison`` column the runner adds)."""
     from spectest import schema
-    from spectest.stats.analyze import CELL_COLUMNS, SEQUENCE_COLUMNS, TRIE_COLUMNS
+    from spectest.stats.battery import CELL_COLUMNS, SEQUENCE_COLUMNS, TRIE_COLUMNS
     from spectest.stats.whitebox import WHITEBOX_COLUMNS
 
     assert schema.TESTS_SCHEMA.names == [*CELL_COLUMNS, schema.COMPARISON]

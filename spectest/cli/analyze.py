@@ -27,7 +27,7 @@ def analyze(
     # the stored protocol's entry-point engines are imported (kernels are not): supervised
     plugins = engines_only(protocol_plugins(run_dir / "protocol.yaml"))
     supervise_or_continue(plugins, DEFAULT_TIMEOUT_S, verdict=True)
-    from spectest.reanalyze import analyze_run
+    from spectest.analyze import analyze_run
 
     with progress_bars(progress) as cb:
         result = analyze_run(run_dir, progress=cb)

@@ -101,7 +101,7 @@ def compare(
     """Compare two samples files (or two arms of a run: --from-run). Columns: prompt_id
     (string), config_id (string), seed (int64), position (int32, 0 = first generated token),
     token_id (int64); one row per generated token."""
-    from spectest.compare import compare_files, compare_run_arms
+    from spectest.byo_compare import compare_files, compare_run_arms
 
     pair = _arm_pair(from_run, reference, candidate, arms)
     kw: dict[str, Any] = dict(

@@ -242,7 +242,7 @@ class AcceptorEngine(BuiltinEngine):
     @dataclass(frozen=True)
     class Options:
         """``kernel``: ``PATH.py:FUNCTION`` (absolute after parsing) or
-        ``package.module:FUNCTION``, e.g. ``spectest.kernels.sglang:chain``."""
+        ``package.module:FUNCTION``, e.g. ``spectest.acceptors.sglang:chain``."""
 
         kernel: str = ""
 

@@ -189,7 +189,7 @@ class Engine:
         anything to this engine; when not, the protocol's ``candidate`` must be ``exact``.
     teacher : the teacher that forces this engine's arms in teacher mode: ``"spectest"``
         (spectest's pipeline, ``engines.teacher``) or ``"hf"`` (transformers' warpers,
-        ``engines.hf.teacher``); a run with any ``"hf"`` arm forces every arm with
+        ``engines.hf.laws``); a run with any ``"hf"`` arm forces every arm with
         transformers' (one function of every arm's sequences: ``generation.EngineSet``).
     fast_variant : the registered engine that ``--fast`` runs this engine's arms on (same
         tokens and law), or None. Subclasses inherit it: set None where it does not apply.

@@ -59,7 +59,7 @@ from spectest.protocol.spec import (
     TeethSpec,
 )
 from spectest.schema import DRAFTER_KINDS, Q_MODES
-from spectest.stats.analyze import MULTIPLICITY as MULTIPLICITY_METHODS
+from spectest.stats.battery import MULTIPLICITY as MULTIPLICITY_METHODS
 
 __all__ = [
     "ACCEPTOR_PREFIX",

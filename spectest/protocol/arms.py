@@ -5,7 +5,7 @@ and in matched numerics mode the ``matched`` arm, each with what it must do, its
 count and its engine: the protocol's reference and candidate engines, the built-in engine for
 every tooth), and the teeth arms' names.
 
-The matched arm (issue 21, ``spectest.numerics``): spectest's exact speculative sampler in the
+The matched arm (issue 21, ``spectest.numerics.table``): spectest's exact speculative sampler in the
 candidate's own decode loop (the built-in or fast engine the candidate runs on; the built-in loop
 for an acceptor candidate, whose kernel runs inside it), with the reference's seed count, laid
 out after every other arm so that no earlier arm's seeds move. In matched mode it is the

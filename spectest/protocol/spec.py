@@ -64,7 +64,7 @@ class SeedsSpec:
     ``reference_per_arm`` (default ``per_arm``): seeds of the plain reference arm, which every
     comparison (candidate and teeth) shares. A larger reference buys power where a two-sample test
     pays for the reference's variance — the teacher-mode white-box tests of token-only engines
-    (``stats.whitebox_teacher``: the directed z's variance factor is 1 + n_cand/n_ref, so
+    (``stats.whitebox_two_sample``: the directed z's variance factor is 1 + n_cand/n_ref, so
     4 × ``per_arm`` takes it from 2 to 1.25) and every black-box family (N_eff = 2·n_a·n_b/n).
     Every family takes unequal arm sizes (permutations keep the sizes). Not combined with
     ``max_per_arm`` (a sequential reference grows with the candidate)."""
@@ -226,7 +226,7 @@ class Protocol:
     def numerics_mode(self) -> str:
         """``exact`` or ``matched`` (``tests.numerics`` resolved): ``auto`` is ``matched`` for a
         bfloat16 / float16 model pair whose candidate engine can host the matched arm (built-in,
-        fast, acceptor: ``MATCHABLE_ENGINES``), ``exact`` otherwise (``spectest.numerics``)."""
+        fast, acceptor: ``MATCHABLE_ENGINES``), ``exact`` otherwise (``numerics.table``)."""
         mode = self.tests.numerics
         if mode != "auto":
             return mode

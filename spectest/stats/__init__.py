@@ -11,7 +11,7 @@ tidy counts), ``tables`` (many 2-arm tables + sequence relabelings), ``homogenei
 ``power`` (MDE, seeds needed).
 """
 
-from spectest.stats.analyze import Analysis, AnalysisOptions, analyze
+from spectest.stats.battery import Analysis, AnalysisOptions, analyze
 from spectest.stats.histograms import position_counts, trie_counts
 from spectest.stats.homogeneity import HomogeneityResult, gof_chi2, pooled_chi2
 from spectest.stats.multiplicity import MultiplicityResult, adjust, maxt_adjust

@@ -1,5 +1,5 @@
 """The numerics-drift decision (issue 21, claim (b)): drift − floor against a stated margin,
-TOST style, from the per-token table ``spectest.numerics`` measures (numpy/scipy only).
+TOST style, from the per-token table ``spectest.numerics.table`` measures (numpy/scipy only).
 
 Owns: ``DriftResult`` (the drift per token with its bound, the floor with its bound, the
 statistic D = drift − floor with both bounds, the decision ``within`` / ``beyond`` /
@@ -43,7 +43,7 @@ import pandas as pd
 DriftDecision = Literal["within", "beyond", "unresolved"]
 SEQUENCE_KEYS = ("prompt_id", "config_id", "seed")
 # the floors (``tests.numerics_floor``), in the order ``auto`` tries them, and their columns in
-# the drift table (batch: ``spectest.numerics``; prefill, dtype: ``spectest.numerics_floors``)
+# the drift table (batch: ``spectest.numerics.table``; prefill, dtype: ``spectest.numerics.floors``)
 FLOOR_ORDER = ("batch", "prefill", "dtype")
 FLOOR_COLUMNS = {"batch": "floor_tv", "prefill": "floor_prefill_tv", "dtype": "floor_dtype_tv"}
 
@@ -194,7 +194,7 @@ def decide_drift(
     resamples: int = BOOTSTRAP_RESAMPLES,
     floor_note: str = "",
 ) -> DriftResult | None:
-    """Claim (b) from ``spectest.numerics``'s per-token table (``numerics.COLUMNS``); None
+    """Claim (b) from ``spectest.numerics.table``'s per-token table (``numerics.COLUMNS``); None
     when it has no measured token (nothing to claim). ``rng`` draws the bootstrap resamples.
     Fewer than two drift or floor sequences leave the bounds infinite: ``unresolved``."""
     t = table[np.isfinite(table["tv"].to_numpy(dtype=float))]

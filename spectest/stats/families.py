@@ -3,7 +3,7 @@ and what it returns (``FamilyResult``, with its failing rows as ``Failure`` line
 
 Owns: the family contract. A family takes a share of the run's α when it is ``active``, decides
 at that level and returns its tidy table, whether it rejected, how much it tested, its resolution
-and its failing rows as a person reads them. ``spectest.stats.analyze`` splits α over the active
+and its failing rows as a person reads them. ``spectest.stats.battery`` splits α over the active
 families of its registry (``analyze.FAMILIES``), composes their results into an ``Analysis`` and
 adds no statistic of its own; ``spectest.comparison``, ``spectest.verdict`` and the reports
 iterate the results. A new family is one class (a module ``family_<name>.py`` beside the

@@ -5,7 +5,7 @@ Owns: ``WhiteboxFamily`` (active when ``options.whitebox`` and the candidate's p
 computed), both of its modes and their weighted Bonferroni within each arm — 'exact' (one-sample
 tests per arm, ``spectest.stats.whitebox``; a support violation is a hard failure outside the
 split) and 'teacher' (two-sample tests candidate vs reference and the tolerance control,
-``spectest.stats.whitebox_teacher``) —, the control (a rejected test of the *reference* arm means
+``spectest.stats.whitebox_two_sample``) —, the control (a rejected test of the *reference* arm means
 spectest's own p_t is wrong), the directed z's MDE as the family's resolution and the role
 strata's per-role resolutions (a note), teacher mode's sizing notes and ``WhiteboxResult``.
 Does not know: the other families, files, torch.
@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from spectest import schema as sc
-from spectest.stats import whitebox, whitebox_teacher
+from spectest.stats import whitebox, whitebox_two_sample
 from spectest.stats.families import Failure, FamilyInputs, FamilyResult, empty_frame
 from spectest.stats.options import AnalysisOptions
 
@@ -140,14 +140,14 @@ def teacher_whitebox_frame(
     opts: AnalysisOptions,
 ) -> pd.DataFrame:
     """Teacher mode: the reference's tolerance control and the candidate's two-sample tests,
-    weighted Bonferroni within each arm's rows (``whitebox_teacher.TEACHER_WEIGHTS``)."""
-    wb = whitebox_teacher.teacher_whitebox_tests(
+    weighted Bonferroni within each arm's rows (``whitebox_two_sample.TEACHER_WEIGHTS``)."""
+    wb = whitebox_two_sample.teacher_whitebox_tests(
         samples, reference, candidate, rng,
         B=opts.whitebox_permutations, tolerance=opts.whitebox_tolerance,
     )  # fmt: skip
     if not len(wb):
         return empty_frame(WHITEBOX_TABLE)
-    p_adj = _weighted_within_arms(wb, lambda tests: whitebox_teacher.TEACHER_WEIGHTS)
+    p_adj = _weighted_within_arms(wb, lambda tests: whitebox_two_sample.TEACHER_WEIGHTS)
     wb["p_adj"] = p_adj
     wb["reject"] = p_adj <= alpha
     return wb
@@ -230,7 +230,7 @@ def _permutation_floor_note(cand_wb: pd.DataFrame, alpha: float, B: int) -> str:
     would let them ("" when every test can reach its share)."""
     tests = cand_wb["test"].tolist()
     _, w = whitebox.weighted_bonferroni(
-        tests, np.ones(len(tests)), whitebox_teacher.TEACHER_WEIGHTS
+        tests, np.ones(len(tests)), whitebox_two_sample.TEACHER_WEIGHTS
     )
     short = [t for t, wi in zip(tests, w, strict=True) if 1.0 / (B + 1) > alpha * wi]
     if not short:

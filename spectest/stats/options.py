@@ -8,7 +8,7 @@ the rule and the value), and the forms derived from the fields: ``canonical`` (t
 also summary.json's ``analysis``), ``from_canonical``, ``yaml_form`` (``protocol.yaml``'s
 ``tests``), ``yaml_paths`` and ``flags``. The protocol parser and ``spectest compare`` read
 these; how to add an option: docs/architecture.md "Adding a test option". Does not know: files,
-protocols, any statistic. Re-exported by ``spectest.stats.analyze``.
+protocols, any statistic. Re-exported by ``spectest.stats.battery``.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ MIN_EXPECTED_MAX = 1000.0
 NULL_PERMUTATIONS_MAX = 20_000
 TRIE_DEPTH_MAX = 64
 MAX_MDE_RULE = "expected a number in (0, 1]"  # tests.power.max_mde_tv, --max-mde-tv
-# issue 21 (``spectest.numerics``): the numerics modes, the floors, the margin in TV per token
+# issue 21 (``spectest.numerics.table``): the numerics modes, the floors, the margin in TV per token
 NUMERICS_MODES = ("auto", "exact", "matched")
-NUMERICS_FLOORS = ("auto", "batch", "prefill", "dtype")  # auto: spectest.numerics_floors
+NUMERICS_FLOORS = ("auto", "batch", "prefill", "dtype")  # auto: spectest.numerics.floors
 DEFAULT_NUMERICS_MARGIN = 0.002
 META = "spectest"  # the key of ``Option`` in a field's metadata
 
@@ -132,7 +132,7 @@ class AnalysisOptions:
     ``whitebox_mode`` is not the protocol's: it is a property of the run's engines, resolved
     once by ``spectest.plan.make_plan`` (``RunSettings.options``): 'exact' — the wb_* columns
     are the laws the tokens were drawn from; 'teacher' — a teacher whose numerics may differ
-    (two-sample tests and the tolerance control, ``stats.whitebox_teacher``).
+    (two-sample tests and the tolerance control, ``stats.whitebox_two_sample``).
     """
 
     alpha: float = option(

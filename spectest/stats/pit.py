@@ -4,7 +4,7 @@ Owns: ``pit_values`` (u = F(x⁻) + V·p(x), V ~ U(0, 1) from the caller's gener
 uniformity tests of u ~ U(0, 1) (KS, Cramér–von Mises, Anderson–Darling with the Marsaglia &
 Marsaglia p-value: ``anderson_darling_uniform``, ``uniformity_tests`` → ``UniformityResult``).
 The primitives of ``stats.whitebox`` (pooled PIT), ``stats.whitebox_roles`` (a PIT per role
-stratum) and ``stats.whitebox_teacher``; knows nothing of arms, roles or the sample table.
+stratum) and ``stats.whitebox_two_sample``; knows nothing of arms, roles or the sample table.
 
 Facts relied on (docs/statistics.md "White-box exact tests"): with V_t ~ U(0,1) independent of the
 data and a token order depending only on the prefix, u_t = F_t(x_t⁻) + V_t·p_t(x_t) are iid U(0,1)

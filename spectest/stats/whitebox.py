@@ -7,7 +7,7 @@ acceptance-rate test against Σ min(p, q) (``acceptance_test``) and its per-slot
 ``wb_*`` columns, ``whitebox_tests`` which runs all of them — and the role tests of
 ``stats.whitebox_roles`` (accepted / recovered / bonus tokens, each against its own law) — on
 each arm and returns a tidy DataFrame, and the α split inside the family (``WHITEBOX_WEIGHTS``,
-``WHITEBOX_ROLE_WEIGHTS``, ``exact_weights``, ``weighted_bonferroni``; ``stats.analyze``
+``WHITEBOX_ROLE_WEIGHTS``, ``exact_weights``, ``weighted_bonferroni``; ``stats.battery``
 applies it per arm).
 
 Does not know: how p_t / q_t were computed (``engines/teacher.py`` fills the ``wb_*`` columns,
@@ -284,7 +284,7 @@ WHITEBOX_COLUMNS = ["arm", "test", "statistic", "pvalue", "pvalue_one_sided", "n
 # failure). The pooled shares were chosen from measured power on three alternatives — the ε = 0.05
 # acceptor, a verifier at the wrong temperature, a wrong reported q — as the split maximising the
 # worst ratio of the family's power to the best single test's (results/LOG.md, 2026-11-30 h10; the
-# reasoning in ``stats.whitebox_teacher``'s Notes, "The α split": the p/q-ordered PIT's
+# reasoning in ``stats.whitebox_two_sample``'s Notes, "The α split": the p/q-ordered PIT's
 # Anderson–Darling sees acceptance bias in the upper tail nearly as well as the directed z, and law
 # errors it cannot). Measured family power (ε / temperature / wrong q): equal split 0.70 / 0.445 /
 # 0.35, these weights 0.72 / 0.675 / 0.405. With the role tests (issue 22) the pooled tests keep

@@ -30,7 +30,7 @@ for V, scale, seed in ((8, 1.5, 0), (8, 1.5, 1), (16, 2.0, 2), (5, 1.0, 3)):
     line = [f"V={V} seed={seed}"]
     for spec in ("sglang:chain", "sglang:block"):
         mod, fn = spec.split(":")
-        kernel = getattr(importlib.import_module(f"spectest.kernels.{mod}"), fn)
+        kernel = getattr(importlib.import_module(f"spectest.acceptors.{mod}"), fn)
         res = run_kernel(kernel, spec, tp, dp, x, u[:, :K], u[:, K])
         counts = torch.bincount(res.emitted[:, 0].cpu(), minlength=V).double().numpy()
         stat, pv = chisquare(counts, expected)

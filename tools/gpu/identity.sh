@@ -3,6 +3,9 @@
 # tree the same as before? (issue 20's "byte-identical on the H200").
 #
 #   bash tools/gpu/identity.sh OLD_TREE [OUT]       (env: DEVICE=cuda, EXTRA="--seeds 50" for a smoke test)
+#   P1=1 bash tools/gpu/identity.sh OLD_TREE [OUT]  seed 001's bf16 plan instead of the main job:
+#        protocols/openinfer-512.yaml --fast --set batch_size=768 at the realistic 0.6B pair in
+#        bfloat16 (tools/gpu/issue32.sh's P1), each side under a 330 s timeout
 #
 # OLD_TREE: a directory holding an older `spectest/` and `protocols/` (e.g. made with
 # `git archive COMMIT spectest protocols | tar -x -C OLD_TREE`). Each tree runs
@@ -15,10 +18,16 @@ OLD="$1"
 OUT="${2:-${OUT:-/tmp/spectest-identity}}"
 mkdir -p "$OUT"
 export SPECTEST_NO_PROGRESS=1 PYTHONUNBUFFERED=1
+RUN=(--config protocols/top_p.yaml)
+if [ -n "${P1:-}" ]; then
+  RUN=(--config protocols/openinfer-512.yaml --fast --set batch_size=768
+       --set models.target=realistic:qwen3-0.6b --set "models.draft=derived:first_layers,layers=4"
+       --set models.dtype=bfloat16)
+fi
 for side in old new; do
   tree="$PWD"; [ "$side" = old ] && tree="$(cd "$OLD" && pwd)"
   t0=$(date +%s)
-  (cd "$tree" && PYTHONPATH="$tree" python -m spectest run --config protocols/top_p.yaml \
+  (cd "$tree" && PYTHONPATH="$tree" timeout 330 python -m spectest run "${RUN[@]}" \
     --device "${DEVICE:-cuda}" ${EXTRA:-} --out "$OUT/$side" --no-progress > "$OUT/$side.console.txt" 2>&1)
   echo "== $side: exit $? in $(( $(date +%s) - t0 )) s"; tail -n 3 "$OUT/$side.console.txt"
 done

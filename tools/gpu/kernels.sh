@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Real verification kernels under test (issue 10): SGLang's Triton chain verifier (classic and
 # block verification) and FlashInfer's chain_speculative_sampling, each as the candidate of
-# `spectest run` through the acceptor engine (spectest/kernels/*.py), on the bundled pair and at
+# `spectest run` through the acceptor engine (spectest/acceptors/*.py), on the bundled pair and at
 # Qwen3-0.6B shape, one-hot and sampled drafters; plus a direct check of each kernel against
 # spectest's exact sampler. Prints one verdict line per run; the run directories go to $OUT.
 #
@@ -106,7 +106,7 @@ for spec in ("sglang:chain", "sglang:block", "flashinfer:chain"):
     try:
         import importlib
 
-        kernel = getattr(importlib.import_module(f"spectest.kernels.{mod}"), fn)
+        kernel = getattr(importlib.import_module(f"spectest.acceptors.{mod}"), fn)
         prep = getattr(kernel, "spectest_prepare", None)
         if prep is not None:
             prep()
@@ -146,11 +146,11 @@ for kernel in sglang:chain sglang:block flashinfer:chain; do
     tag=${kernel/:/-}-$drafter
     if [ "$PHASE" = all ] || [ "$PHASE" = bundled ]; then
       run "bundled-$tag" --config protocols/top_p.yaml --seeds 300 --positions 6 \
-        --set "candidate=acceptor:spectest.kernels.$kernel" --set "drafter.kind=$drafter"
+        --set "candidate=acceptor:spectest.acceptors.$kernel" --set "drafter.kind=$drafter"
     fi
     if [ "$PHASE" = all ] || [ "$PHASE" = qwen ]; then
       run "qwen3-0.6b-$tag" --config protocols/top_p.yaml "${QWEN[@]}" \
-        --set "candidate=acceptor:spectest.kernels.$kernel" --set "drafter.kind=$drafter"
+        --set "candidate=acceptor:spectest.acceptors.$kernel" --set "drafter.kind=$drafter"
     fi
   done
 done

@@ -21,8 +21,8 @@ from typing import Any
 import pandas as pd
 import torch
 
-from spectest import numerics
 from spectest.generation import EngineSet, generate_shard, run_key
+from spectest.numerics import table as numerics
 from spectest.plan import make_plan
 from spectest.prompts import prompt_token_ids
 from spectest.protocol.load import load_protocol

@@ -22,7 +22,7 @@ from spectest.engines.builtin import DrafterSpec, RowSpec, speculative_decode
 from spectest.models.toy import ToyLM
 from spectest.sampling.mutants import get_variant
 from spectest.sampling.params import SamplingParams
-from spectest.stats.analyze import AnalysisOptions, analyze
+from spectest.stats.battery import AnalysisOptions, analyze
 from spectest.stats.families import relabelings
 from spectest.stats.histograms import encode_samples
 from spectest.stats.rounds import round_tests

@@ -5,7 +5,7 @@ teacher logits + N(0, 0.05²); one candidate arm of ``--n`` sequences × 8 token
 alternative ``--alt`` and a reference of m × as many plain sequences for each ``--mults``) for
 ``--reps`` replications with seeds ``--seed`` + r, writes {test: [p per replication]} as JSON to
 ``--out`` and prints each test's rejection rate at α = 0.05 and the family's at the shipped
-weights (``whitebox.WHITEBOX_WEIGHTS``, ``whitebox_teacher.TEACHER_WEIGHTS``) beside the equal
+weights (``whitebox.WHITEBOX_WEIGHTS``, ``whitebox_two_sample.TEACHER_WEIGHTS``) beside the equal
 split.
 
 Usage: ``PYTHONPATH=$PWD python tools/readouts/whitebox_power.py --alt eps --reps 200 --out F``.
@@ -30,7 +30,7 @@ from test_stats_whitebox_weights import (
 )
 
 from spectest.stats.whitebox import WHITEBOX_WEIGHTS
-from spectest.stats.whitebox_teacher import TEACHER_WEIGHTS, TWO_SAMPLE_TESTS
+from spectest.stats.whitebox_two_sample import TEACHER_WEIGHTS, TWO_SAMPLE_TESTS
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ the split of a job's rows into ``generate`` calls (``plain_batches``), the score
 token was drawn from (``emitted_scores``, bounded by ``SCORES_BUDGET`` per batch:
 ``whitebox_batch``), and the decode functions the engines call (``hf_plain_decode``,
 ``hf_assisted_decode``), which return an ``ArmOutput`` like the built-in loops, with the
-white-box columns p_t from transformers' own scores and q_t teacher-forced (``hf.teacher``).
+white-box columns p_t from transformers' own scores and q_t teacher-forced (``hf.laws``).
 
 Knows nothing about protocols, files or statistics.
 
@@ -34,6 +34,7 @@ import pandas as pd
 import torch
 
 from spectest.engines.base import ArmOutput, Progress, RowSpec, check_rows
+from spectest.engines.hf.laws import hf_teacher_force
 from spectest.engines.hf.pinning import (
     HF_ASSISTED,
     HF_GENERATE,
@@ -44,7 +45,6 @@ from spectest.engines.hf.pinning import (
     processors,
 )
 from spectest.engines.hf.rounds import RoundRecorder, record_rounds, rounds_frame_of
-from spectest.engines.hf.teacher import hf_teacher_force
 from spectest.errors import ConfigError, EngineError, ModelError
 from spectest.sampling.params import SamplingParams
 from spectest.seeding import row_key

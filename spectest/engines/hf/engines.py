@@ -7,7 +7,7 @@ own q), their declarations (needs, white-box kind, rounds, seeds, batch), their 
 
 White-box columns are recorded at generation time from transformers' ``output_scores`` where
 ``pinning.SCORES`` says this transformers keeps them per emitted token, else teacher-forced with
-transformers' own warpers (``hf.teacher``; the engines then declare ``whitebox = "teacher"``).
+transformers' own warpers (``hf.laws``; the engines then declare ``whitebox = "teacher"``).
 Knows nothing about statistics, files or protocols.
 """
 
@@ -19,8 +19,8 @@ from typing import Any
 from spectest.engines.base import ArmJob, ArmOutput, Engine
 from spectest.engines.hf import pinning
 from spectest.engines.hf.decode import hf_assisted_decode, hf_plain_decode
+from spectest.engines.hf.laws import hf_teacher_force
 from spectest.engines.hf.pinning import HF_ASSISTED, HF_GENERATE, transformers_version
-from spectest.engines.hf.teacher import hf_teacher_force
 from spectest.errors import ConfigError
 
 WHITEBOX_KIND: Any = "generation" if pinning.SCORES.ok else "teacher"

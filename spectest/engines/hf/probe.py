@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from spectest.engines.hf.decode import generate_assisted
-from spectest.engines.hf.teacher import Q_LAWS, draft_law, next_token_logits, target_probs
+from spectest.engines.hf.laws import Q_LAWS, draft_law, next_token_logits, target_probs
 from spectest.errors import ConfigError, InputError
 from spectest.sampling.params import SamplingParams
 

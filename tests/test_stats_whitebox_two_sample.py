@@ -1,4 +1,4 @@
-"""Teacher-mode white-box tests (``stats.whitebox_teacher``) under a perturbed teacher.
+"""Teacher-mode white-box tests (``stats.whitebox_two_sample``) under a perturbed teacher.
 
 The simulated engine samples from top-k truncated laws of a Markov model (``test_stats_sim``);
 the *teacher* recomputes them from the same logits plus a fixed noise per state of
@@ -29,7 +29,7 @@ from spectest.stats.whitebox import (
     directed_z,
     weighted_bonferroni,
 )
-from spectest.stats.whitebox_teacher import (
+from spectest.stats.whitebox_two_sample import (
     TEACHER_WEIGHTS,
     _pit_statistics,
     cell_permutations,

@@ -1,5 +1,5 @@
 """FlashInfer's fused chain verifier (``flashinfer.sampling.chain_speculative_sampling``) as an
-acceptor: ``acceptor:spectest.kernels.flashinfer:chain``.
+acceptor: ``acceptor:spectest.acceptors.flashinfer:chain``.
 
 Owns: importing ``flashinfer.sampling`` (the package's ``__init__`` imports every FlashInfer
 module and their dependencies — CUTLASS DSL, cuDNN frontend, NCCL bindings — so when that fails
@@ -46,7 +46,7 @@ def sampling_module() -> ModuleType:
     spec = importlib.util.find_spec("flashinfer") if "flashinfer" not in sys.modules else None
     if spec is None or not spec.submodule_search_locations:
         raise EngineError(
-            "spectest.kernels.flashinfer: flashinfer is not installed "
+            "spectest.acceptors.flashinfer: flashinfer is not installed "
             f"(pip install flashinfer-python; import said: {first})"
         )
     sys.modules.pop("flashinfer", None)
@@ -57,7 +57,7 @@ def sampling_module() -> ModuleType:
         return importlib.import_module("flashinfer.sampling")
     except Exception as err:
         raise EngineError(
-            f"spectest.kernels.flashinfer: cannot import flashinfer.sampling ({err})"
+            f"spectest.acceptors.flashinfer: cannot import flashinfer.sampling ({err})"
         ) from None
 
 
@@ -81,7 +81,7 @@ def chain(
     """FlashInfer's chain speculative sampling in the acceptor contract."""
     if draft_probs.device.type != "cuda":
         raise EngineError(
-            "spectest.kernels.flashinfer: the kernel needs CUDA tensors (models.device: cuda)"
+            "spectest.acceptors.flashinfer: the kernel needs CUDA tensors (models.device: cuda)"
         )
     fn = sampling_module().chain_speculative_sampling
     B = int(draft_token_ids.shape[0])

@@ -7,8 +7,8 @@ cells, ``two_sample_tests``), and the numerical-tolerance control on the referen
 (``support_tol``, ``pit_tol``: ``tolerance_control``), both as tidy rows shaped like
 ``stats.whitebox.whitebox_tests``'s.
 
-Does not know: how the columns were computed (``engines.teacher`` / ``engines.hf.teacher``),
-multiplicity across families, the verdict. ``stats.analyze`` picks this family instead of the
+Does not know: how the columns were computed (``engines.teacher`` / ``engines.hf.laws``),
+multiplicity across families, the verdict. ``stats.battery`` picks this family instead of the
 exact one-sample family when ``AnalysisOptions.whitebox_mode == "teacher"``.
 
 The details (moved from this docstring):

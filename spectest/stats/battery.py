@@ -121,9 +121,9 @@ class Analysis:
     ``control_failed`` (the verdict should then not trust the white-box family).
     Untestable cells are counted, never passed.
 
-    White-box mode 'teacher' (``AnalysisOptions.whitebox_mode``; ``stats.whitebox_teacher``):
+    White-box mode 'teacher' (``AnalysisOptions.whitebox_mode``; ``stats.whitebox_two_sample``):
     rule 3 uses the candidate's two-sample tests against the reference (weighted Bonferroni over
-    them, ``whitebox_teacher.TEACHER_WEIGHTS``), rule 4 does not apply (a teacher-forced p = 0
+    them, ``whitebox_two_sample.TEACHER_WEIGHTS``), rule 4 does not apply (a teacher-forced p = 0
     can be numerics: ``support_2s`` is one of the two-sample tests), and ``control_failed``
     means the reference arm's tolerance control rejected: its teacher is farther from the
     sampled law than ``whitebox_tolerance``.

@@ -1,6 +1,7 @@
 """The numerics floors beyond the batch floor (issue 31 item 5): claim (b)'s drift is decided
-against a floor of numerics differences users already accept; ``spectest.numerics`` measures the
-batch floor (plain decode in the run's batch vs alone), this module the two others and chooses.
+against a floor of numerics differences users already accept; ``spectest.numerics.table``
+measures the batch floor (plain decode in the run's batch vs alone), this module the two
+others and chooses.
 
 Owns: ``decode_logits`` (plain decode along given tokens, the prompt prefilled in one forward or
 in two: ``prompt[:split]`` then the rest), ``floor_column`` (one floor's per-token TV for every
@@ -38,12 +39,12 @@ import torch
 
 from spectest import schema
 from spectest.models.base import LanguageModel
-from spectest.numerics import prompt_rows
+from spectest.numerics.table import prompt_rows
 from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.transforms import logits_to_probs
 from spectest.stats.drift import FLOOR_COLUMNS, FLOOR_ORDER, identically_zero
 
-MEASURED = ("prefill", "dtype")  # the floors this module measures (batch: spectest.numerics)
+MEASURED = ("prefill", "dtype")  # the floors this module measures (batch: spectest.numerics.table)
 
 
 @torch.no_grad()
@@ -146,7 +147,7 @@ def complete_floors(
     table: pd.DataFrame, setting: str, measure: Callable[[str], np.ndarray]
 ) -> pd.DataFrame:
     """The drift table with the floors ``setting`` needs (``tests.numerics_floor``): ``batch``
-    as ``spectest.numerics`` measured it; ``prefill`` / ``dtype`` measured by ``measure(kind)``
+    as ``numerics.table`` measured it; ``prefill`` / ``dtype`` measured by ``measure(kind)``
     (``floor_column`` bound to the run); ``auto`` in ``FLOOR_ORDER``, measuring the next floor
     only while every floor so far is identically 0 (absent: measured next)."""
     out = table.copy()

@@ -1,6 +1,6 @@
 """SGLang's Triton chain verifier (``chain_speculative_sampling_triton``, sglang 0.5.23) as an
-acceptor: ``acceptor:spectest.kernels.sglang:chain`` (classic chain verification) and
-``acceptor:spectest.kernels.sglang:block`` (block verification, arXiv 2403.10444 Algorithm 2).
+acceptor: ``acceptor:spectest.acceptors.sglang:chain`` (classic chain verification) and
+``acceptor:spectest.acceptors.sglang:block`` (block verification, arXiv 2403.10444 Algorithm 2).
 
 Owns: finding and loading the one kernel module file ``sglang/kernels/ops/speculative/
 reject_sampling.py`` without importing the rest of sglang (whose import needs CUDA libraries and
@@ -59,22 +59,22 @@ def kernel_module() -> ModuleType:
             path = Path(next(iter(spec.submodule_search_locations))) / RELPATH
     if path is None or not path.is_file():
         raise EngineError(
-            f"spectest.kernels.sglang: no SGLang kernel file (install the wheel with "
+            f"spectest.acceptors.sglang: no SGLang kernel file (install the wheel with "
             f"'pip install --no-deps sglang==0.5.23' or set {ENV}=/path/to/reject_sampling.py)"
         )
     try:
         import triton  # noqa: F401
     except ImportError:
-        raise EngineError("spectest.kernels.sglang: triton is not installed") from None
+        raise EngineError("spectest.acceptors.sglang: triton is not installed") from None
     mspec = importlib.util.spec_from_file_location("spectest_sglang_reject_sampling", path)
     assert mspec is not None and mspec.loader is not None
     module = importlib.util.module_from_spec(mspec)
     try:
         mspec.loader.exec_module(module)
     except Exception as err:
-        raise EngineError(f"spectest.kernels.sglang: cannot load {path} ({err})") from None
+        raise EngineError(f"spectest.acceptors.sglang: cannot load {path} ({err})") from None
     if not hasattr(module, FUNCTION):
-        raise EngineError(f"spectest.kernels.sglang: {path} has no {FUNCTION}")
+        raise EngineError(f"spectest.acceptors.sglang: {path} has no {FUNCTION}")
     return module
 
 
@@ -92,7 +92,7 @@ def _run(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if draft_probs.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise EngineError(
-            "spectest.kernels.sglang: the Triton kernel needs CUDA tensors (models.device: cuda; "
+            "spectest.acceptors.sglang: the Triton kernel needs CUDA tensors (models.device: cuda; "
             "or TRITON_INTERPRET=1 to run Triton's interpreter on CPU, slowly)"
         )
     B, K = (int(s) for s in draft_token_ids.shape)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from spectest.compare import byo_arms, byo_settings
+from spectest.byo_compare import byo_arms, byo_settings
 from spectest.errors import InputError
 from spectest.judge import RunResult, compare_all, judge, run_claim_b
 from spectest.plan import Plan, make_plan
