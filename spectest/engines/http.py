@@ -57,7 +57,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from spectest.engines import replies, server_probs
+from spectest.engines import replies, server_probs, server_raw_law
 from spectest.engines.base import (
     PLACEHOLDER_TOKEN_ID,
     ArmJob,
@@ -95,7 +95,8 @@ class HTTPEngine(Engine):
     ``concurrency`` (4), ``timeout_s`` (120), ``retries`` (3), ``startup_timeout_s`` (600),
     ``check_seeds`` (true), ``extra`` (a JSON object merged into every request),
     ``allow_remote`` (false), ``probs`` (0: off; n: ask for the top-n reported probabilities,
-    ``engines.server_probs``, docs/engines-reported-p.md).
+    ``engines.server_probs``, docs/engines-reported-p.md), ``probs_law`` (processed; raw: the
+    server reports its full raw law, ``engines.server_raw_law`` derives the processed one).
     """
 
     name = "http"
@@ -122,6 +123,8 @@ class HTTPEngine(Engine):
         allow_remote: bool = False
         # top-n reported probabilities asked for (0: none; hashed only when set)
         probs: int = field(default=0, metadata={"omit_default": True})
+        # which law the server reports (raw: derive the processed one, engines.server_raw_law)
+        probs_law: str = field(default="processed", metadata={"omit_default": True})
 
     @classmethod
     def parse_options(cls, raw: Mapping[str, Any], where: str, base_dir: Path | None = None) -> Any:
@@ -184,7 +187,8 @@ class HTTPEngine(Engine):
                         f"{where}.{key}: expected a {typ.__name__} >= {lo}, got {v!r}"
                     )
                 kw[key] = typ(v)
-        for key in ("ready_path", "model"):
+        server_raw_law.check_option(raw.get("probs_law", "processed"), api, f"{where}.probs_law")
+        for key in ("ready_path", "model", "probs_law"):
             if key in raw:
                 if not isinstance(raw[key], str):
                     raise ConfigError(f"{where}.{key}: expected a string, got {raw[key]!r}")
@@ -394,11 +398,17 @@ class HTTPEngine(Engine):
         if self.options.probs:
             try:
                 reported = server_probs.reported_of(
-                    self.options.api, reply, toks, self.options.probs
+                    self.options.api, reply, toks, self.options.probs, self._derive(body)
                 )
             except replies.Violation as v:
                 raise replies.ReplyError(f"{where}: {v} (the reported probabilities)") from None
         return _Reply(list(toks), drafted, accepted, reported)
+
+    def _derive(self, body: Mapping[str, Any]) -> server_probs.Derive | None:
+        if self.options.probs_law != "raw":
+            return None
+        V, sp = self._vocab_size() or 0, server_raw_law.settings_of(body)
+        return lambda raw, tok, where: server_raw_law.processed_of(raw, tok, V, sp, where)
 
     def _check_echo(self, settings: Any, body: Mapping[str, Any], where: str) -> None:
         """llama.cpp echoes the settings it used: any difference is a dropped parameter (the

@@ -25,7 +25,7 @@ token drawn.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from spectest.engines.replies import (
@@ -46,6 +46,8 @@ _PROB = Num(0.0, 1.0 + PROB_SUM_SLACK)
 _LLAMA_ENTRY = Obj({"id": Int(0, TOKEN_ID_MAX, "an int token id"), "prob": _PROB}, ("id", "prob"))
 _LOGPROB = Num(hi=PROB_SUM_SLACK)  # a log-probability (vLLM clamps -inf to -9999)
 TOKEN_ID_PREFIX = "token_id:"  # vLLM's return_tokens_as_token_ids spelling of a token
+# a raw report's law → the token's Reported: (entries (id, log-probability), token, where)
+Derive = Callable[[list[tuple[int, float]], int, str], Reported]
 
 
 def request_fields(api: str, n: int) -> dict[str, Any]:
@@ -56,14 +58,19 @@ def request_fields(api: str, n: int) -> dict[str, Any]:
 
 
 def reported_of(
-    api: str, reply: Mapping[str, Any], tokens: Sequence[int], n: int
+    api: str,
+    reply: Mapping[str, Any],
+    tokens: Sequence[int],
+    n: int,
+    derive: Derive | None = None,
 ) -> list[Reported]:
     """One ``Reported`` per emitted token of a reply whose token ids passed their own check;
     ``Violation`` when the reported probabilities break their schema or disagree with the
-    tokens."""
+    tokens. ``derive`` (OpenAI only): the reported lists are a *raw* law, turned into the
+    token's ``Reported`` under the processed law by it (``engines.server_raw_law``)."""
     if api == "llamacpp":
         return _llamacpp(reply, tokens)
-    return _openai(reply, tokens, n)
+    return _openai(reply, tokens, n, derive)
 
 
 def _llamacpp(reply: Mapping[str, Any], tokens: Sequence[int]) -> list[Reported]:
@@ -87,7 +94,9 @@ def _llamacpp(reply: Mapping[str, Any], tokens: Sequence[int]) -> list[Reported]
     return out
 
 
-def _openai(reply: Mapping[str, Any], tokens: Sequence[int], n: int) -> list[Reported]:
+def _openai(
+    reply: Mapping[str, Any], tokens: Sequence[int], n: int, derive: Derive | None
+) -> list[Reported]:
     T = len(tokens)
     path = "choices[0].logprobs"
     lp = reply["choices"][0].get("logprobs")
@@ -108,7 +117,11 @@ def _openai(reply: Mapping[str, Any], tokens: Sequence[int], n: int) -> list[Rep
         top = []
         for key, v in lp["top_logprobs"][i].items():
             _LOGPROB.check(v, f"{where}.{key}")
-            top.append((_token_id(key, where), math.exp(float(v))))
+            top.append((_token_id(key, where), float(v)))
+        if derive is not None:
+            out.append(derive(top, tok, where))
+            continue
+        top = [(t, math.exp(v)) for t, v in top]
         top = sorted(top, key=lambda e: (-e[1], e[0]))[:n]  # the k best: never the token's choice
         if not top:
             out.append(NONE)
