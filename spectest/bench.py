@@ -128,8 +128,12 @@ class BenchConfig:
             raise ConfigError(f"bench: arms must be among {', '.join(ARMS)}, got none")
         for label in self.arms:
             parse_arm(label)
-        for name, v in (("rows", self.rows), ("positions", self.positions), ("k", self.k),
-                        ("assisted_rows", self.assisted_rows)):  # fmt: skip
+        for name, v in (
+            ("rows", self.rows),
+            ("positions", self.positions),
+            ("k", self.k),
+            ("assisted_rows", self.assisted_rows),
+        ):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"bench: {name} must be an integer >= 1, got {v!r}")
         for name, raw in self.engine_options.items():
@@ -279,9 +283,18 @@ class _Bench:
         variant = "exact" if spec and e.uses_variant else None
         batch = min(self.cfg.rows, e.max_batch or self.cfg.rows)
         return ArmJob(
-            arm.label, "candidate" if spec else "reference", variant, "bench", self.prompt,
-            self.rows[:n], self.cfg.positions, 1, batch, self.drafter, whitebox,
-        )  # fmt: skip
+            arm.label,
+            "candidate" if spec else "reference",
+            variant,
+            "bench",
+            self.prompt,
+            self.rows[:n],
+            self.cfg.positions,
+            1,
+            batch,
+            self.drafter,
+            whitebox,
+        )
 
     def time(self, arm: BenchArm, whitebox: bool) -> _Timed:
         """Warm-up, then one timed ``generate`` of the arm's job (its output checked)."""
@@ -301,8 +314,11 @@ class _Bench:
         wall = time.perf_counter() - t
         check_output(out, job, self.models.target.vocab_size, arm.engine)
         if cfg.profile:  # after the timed run, so the figures are not profiled ones
-            self.say(_profile(functools.partial(e.generate, job), cfg.device,
-                              Path(cfg.profile) / arm.label))  # fmt: skip
+            self.say(
+                _profile(
+                    functools.partial(e.generate, job), cfg.device, Path(cfg.profile) / arm.label
+                )
+            )
         rounds = out.rounds
         acc = None if rounds is None or not len(rounds) else float(rounds["accepted"].mean())
         notes = []
@@ -311,8 +327,10 @@ class _Bench:
         if whitebox:
             wb_rows = 0 if out.whitebox is None else len(out.whitebox)
             notes.append(f"white-box columns: {wb_rows} rows")
-        self.say(f"{arm.label}: {n} rows in {wall:.2f} s"
-                 + (f", accepted/round {acc:.2f}" if acc else ""))  # fmt: skip
+        self.say(
+            f"{arm.label}: {n} rows in {wall:.2f} s"
+            + (f", accepted/round {acc:.2f}" if acc else "")
+        )
         return _Timed(arm, n, wall, acc, whitebox, "; ".join(notes))
 
     def baseline(self, timed: list[_Timed]) -> tuple[_Timed | None, str]:
@@ -341,8 +359,20 @@ def _figures(t: _Timed, cfg: BenchConfig, fpt: float, base: _Timed | None) -> Ar
     tps = rate * cfg.positions
     mfu = tps * fpt / (cfg.peak_tflops * 1e12) if cfg.peak_tflops and fpt else None
     ratio = None if base is None else rate / (base.rows / base.wall_s)
-    return ArmResult(t.arm.label, t.rows, cfg.positions, t.wall_s, rate, tps, t.mean_accepted,
-                     mfu, ratio, t.note, t.arm.engine, t.arm.mode)  # fmt: skip
+    return ArmResult(
+        t.arm.label,
+        t.rows,
+        cfg.positions,
+        t.wall_s,
+        rate,
+        tps,
+        t.mean_accepted,
+        mfu,
+        ratio,
+        t.note,
+        t.arm.engine,
+        t.arm.mode,
+    )
 
 
 def _provenance(

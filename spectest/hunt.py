@@ -146,8 +146,18 @@ def run_one(
     if reason is not None:
         return HuntRow(engine.name, engine.protocol, "not set up", note=reason)
     run_dir = out_dir / engine.protocol
-    cmd = [sys.executable, "-m", "spectest", "run", "--config", engine.protocol,
-           "--out", str(run_dir), "--no-progress", *extra]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "spectest",
+        "run",
+        "--config",
+        engine.protocol,
+        "--out",
+        str(run_dir),
+        "--no-progress",
+        *extra,
+    ]
     log(f"hunt: {engine.name}: spectest run --config {engine.protocol} --out {run_dir}")
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

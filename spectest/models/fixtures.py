@@ -244,6 +244,26 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+TOKENIZER_CONFIG = {
+    "tokenizer_class": "LlamaTokenizer",
+    "add_bos_token": True,
+    "add_eos_token": False,
+    "bos_token": "<s>",
+    "eos_token": "</s>",
+    "unk_token": "<unk>",
+}
+
+
+def _record_hashes(root: Path, files: list[Path]) -> None:
+    """Add the sha256 of ``files`` (paths under ``root``) to the fixture's manifest, atomically."""
+    meta = json.loads((root / FIXTURE_FILE).read_text())
+    for path in files:
+        meta.setdefault("files", {})[path.relative_to(root).as_posix()] = sha256_file(path)
+    tmp_meta = root / (FIXTURE_FILE + ".tmp")
+    tmp_meta.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    tmp_meta.replace(root / FIXTURE_FILE)
+
+
 def build_gguf(name: str, llamacpp_dir: str | Path) -> dict[str, Path]:
     """GGUF files (float32) of a fixture's target and draft, made with llama.cpp's own
     ``convert_hf_to_gguf.py`` in the venv of ``spectest setup llamacpp``'s cache directory
@@ -271,19 +291,7 @@ def build_gguf(name: str, llamacpp_dir: str | Path) -> dict[str, Path]:
         _train_tokenizer(vpy, root, spec.tokenizer_vocab)
     for role in ROLES:
         shutil.copyfile(tok, root / role / TOKENIZER_FILE)
-        (root / role / "tokenizer_config.json").write_text(
-            json.dumps(
-                {
-                    "tokenizer_class": "LlamaTokenizer",
-                    "add_bos_token": True,
-                    "add_eos_token": False,
-                    "bos_token": "<s>",
-                    "eos_token": "</s>",
-                    "unk_token": "<unk>",
-                }
-            )
-            + "\n"
-        )
+        (root / role / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG) + "\n")
     out.mkdir(exist_ok=True)
     for role, path in paths.items():
         tmp = path.with_suffix(".gguf.tmp")
@@ -298,13 +306,7 @@ def build_gguf(name: str, llamacpp_dir: str | Path) -> dict[str, Path]:
             tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
             raise ModelError(f"convert_hf_to_gguf.py {root / role}: exit {proc.returncode}: {tail}")
         tmp.replace(path)
-    meta = json.loads((root / FIXTURE_FILE).read_text())
-    meta.setdefault("files", {})[TOKENIZER_FILE] = sha256_file(tok)
-    for path in paths.values():
-        meta["files"][f"{out.name}/{path.name}"] = sha256_file(path)
-    tmp_meta = root / (FIXTURE_FILE + ".tmp")
-    tmp_meta.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    tmp_meta.replace(root / FIXTURE_FILE)
+    _record_hashes(root, [tok, *paths.values()])
     return paths
 
 

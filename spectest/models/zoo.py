@@ -65,9 +65,13 @@ PRESETS: dict[str, str] = {
 assert {f"hf-preset:{k}" for k in HF_PRESETS} <= set(PRESETS)
 
 _TOY_KEYS = {
-    "V": int, "order": int, "scale": float, "seed": int, "numerics": float,
+    "V": int,
+    "order": int,
+    "scale": float,
+    "seed": int,
+    "numerics": float,
     "verify_numerics": float,
-}  # fmt: skip
+}
 _HF_KEYS = {"logit_scale": float, "seed": int}
 _REALISTIC_KEYS = {"draft_layers": int, "damp": float, "logit_scale": float, "seed": int}
 _DERIVED_KEYS = {"layers": int, "noise": float, "seed": int}
@@ -138,25 +142,9 @@ def load_model(
     """
     kind, head, opts = parse_spec(spec)
     if kind == "toy":
-        o = _typed(spec, opts, _TOY_KEYS)
-        if head:
-            raise ConfigError(
-                f"model spec {spec!r}: toy takes only key=value options, got {head!r}"
-            )
-        return ToyLM(
-            o.get("V", 16),
-            o.get("order", 2),
-            o.get("scale", 1.0),
-            o.get("seed", seed),
-            device=device,
-            numerics=o.get("numerics", 0.0),
-            verify_numerics=o.get("verify_numerics"),
-        )
+        return _load_toy(spec, head, opts, seed, device)
     if kind == "hf-preset":
-        if head not in HF_PRESETS:
-            raise ConfigError(
-                f"model spec {spec!r}: unknown preset {head!r}; valid: {', '.join(HF_PRESETS)}"
-            )
+        _check_preset(spec, head)
         o = _typed(spec, opts, _HF_KEYS, extra_int=True)  # extra ints = config overrides
         s = o.pop("seed", seed)
         scale = o.pop("logit_scale", 1.0)
@@ -164,10 +152,7 @@ def load_model(
     if kind == "realistic":
         from spectest.models.realistic import damped_target
 
-        if head not in HF_PRESETS:
-            raise ConfigError(
-                f"model spec {spec!r}: unknown preset {head!r}; valid: {', '.join(HF_PRESETS)}"
-            )
+        _check_preset(spec, head)
         o = _typed(spec, opts, _REALISTIC_KEYS, extra_int=True)  # extra ints = config overrides
         o.setdefault("seed", seed)
         return damped_target(head, device=device, dtype=dtype, **o)
@@ -191,18 +176,46 @@ def load_model(
         _typed(spec, opts, {})  # no options
         return from_local(hf_dir(*parse_fixture_spec(head)), device=device, dtype=dtype)
     if kind == "derived":
-        if target is None:
-            raise ConfigError(
-                f"model spec {spec!r}: a derived draft needs a target (use load_pair)"
-            )
-        o = _typed(spec, opts, _DERIVED_KEYS)
-        if head == "noised":
-            o.setdefault("seed", seed)
-        return derive_draft(target, head, **o)
+        return _load_derived(spec, head, opts, seed, target)
     raise ConfigError(
         f"model spec {spec!r}: unknown kind {kind!r}; "
         "valid: toy, hf-preset, realistic, hf-local, bundled, derived, fixture"
     )
+
+
+def _check_preset(spec: Any, head: str) -> None:
+    if head not in HF_PRESETS:
+        raise ConfigError(
+            f"model spec {spec!r}: unknown preset {head!r}; valid: {', '.join(HF_PRESETS)}"
+        )
+
+
+def _load_toy(
+    spec: Any, head: str, opts: dict[str, Any], seed: int, device: torch.device | str
+) -> LanguageModel:
+    o = _typed(spec, opts, _TOY_KEYS)
+    if head:
+        raise ConfigError(f"model spec {spec!r}: toy takes only key=value options, got {head!r}")
+    return ToyLM(
+        o.get("V", 16),
+        o.get("order", 2),
+        o.get("scale", 1.0),
+        o.get("seed", seed),
+        device=device,
+        numerics=o.get("numerics", 0.0),
+        verify_numerics=o.get("verify_numerics"),
+    )
+
+
+def _load_derived(
+    spec: Any, head: str, opts: dict[str, Any], seed: int, target: LanguageModel | None
+) -> LanguageModel:
+    if target is None:
+        raise ConfigError(f"model spec {spec!r}: a derived draft needs a target (use load_pair)")
+    o = _typed(spec, opts, _DERIVED_KEYS)
+    if head == "noised":
+        o.setdefault("seed", seed)
+    return derive_draft(target, head, **o)
 
 
 def load_pair(

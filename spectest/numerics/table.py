@@ -39,14 +39,22 @@ ROWS_PER_CELL = 32  # measured sequences per (prompt, config) cell: the first se
 FLOOR_SEQUENCES = 64  # decoded alone too (batch 1), spread over the cells: the floor's sequences
 MIN_FLOOR_ROWS_PER_CELL = 2  # ... but at least this many per cell
 COLUMNS = (
-    schema.PROMPT_ID, schema.CONFIG_ID, schema.SEED, schema.POSITION, "tv", "flip", "floor_tv",
-)  # fmt: skip
+    schema.PROMPT_ID,
+    schema.CONFIG_ID,
+    schema.SEED,
+    schema.POSITION,
+    "tv",
+    "flip",
+    "floor_tv",
+)
 
 
 def _tv(
-    a_logits: torch.Tensor, b_logits: torch.Tensor, params: SamplingTensors,
+    a_logits: torch.Tensor,
+    b_logits: torch.Tensor,
+    params: SamplingTensors,
     probs: ProbsFn = logits_to_probs,
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """TV ``[B]`` of the processed laws (``probs``) of two logits ``[B, V]``, and nothing else."""
     pa = probs(a_logits, params)
     pb = probs(b_logits, params)
@@ -60,9 +68,11 @@ def prompt_rows(
     (config_id, seed) keys and their tokens ``[R, T]``; None when a sequence ended early."""
     order = {cid: i for i, (cid, _) in enumerate(configs)}
     wide = ps.pivot_table(
-        index=[schema.CONFIG_ID, schema.SEED], columns=schema.POSITION,
-        values=schema.TOKEN_ID, aggfunc="first",
-    )  # fmt: skip
+        index=[schema.CONFIG_ID, schema.SEED],
+        columns=schema.POSITION,
+        values=schema.TOKEN_ID,
+        aggfunc="first",
+    )
     keys = sorted(wide.index, key=lambda k: (order[k[0]], k[1]))
     wide = wide.loc[keys]
     if wide.shape[1] != positions or wide.isna().any().any():
@@ -188,18 +198,10 @@ def measure_drift(
             row = toks[r - lo : r - lo + 1]  # the row alone: batch 1
             one = _decode_logits(target, prompt, row, torch.zeros(1, dtype=torch.int64, device=dev))
             one = one[0]  # [T, V]
-            s1 = SamplingTensors.from_params([params[r]], device=dev)
-            floor[where[r]] = _tv(one, dec[i], _repeat(s1, T), probs).cpu().numpy()
+            s1 = SamplingTensors.from_params([params[r]] * T, device=dev)  # [T] one row's params
+            floor[where[r]] = _tv(one, dec[i], s1, probs).cpu().numpy()
         del ver, dec
     return tv, flip, floor
-
-
-def _repeat(p: SamplingTensors, n: int) -> SamplingTensors:
-    """One row's parameters repeated ``n`` times (one row's T positions as a batch)."""
-    return SamplingTensors(
-        temperature=p.temperature.expand(n).clone(), top_k=p.top_k.expand(n).clone(),
-        top_p=p.top_p.expand(n).clone(), min_p=p.min_p.expand(n).clone(),
-    )  # fmt: skip
 
 
 def drift_table(
@@ -238,37 +240,67 @@ def drift_table(
         if built is None:
             continue  # a sequence that ended early: not replayed (the built-in loop has none)
         keys, tokens = built
-        pr = r[r[schema.PROMPT_ID] == pid].sort_values([schema.CONFIG_ID, schema.SEED, "round"])
-        by_row = {
-            k: (g["accepted"].to_numpy() + 1).tolist()
-            for k, g in pr.groupby([schema.CONFIG_ID, schema.SEED], sort=False)
-        }
-        commits = [by_row.get(k, [K + 1]) for k in keys]
-        measured, alone, seen = [], [], dict.fromkeys(cfg, 0)
-        for i, (cid, _) in enumerate(keys):
-            if seen[cid] < rows_per_cell:
-                measured.append(i)
-                if seen[cid] < floor_rows_per_cell:
-                    alone.append(i)
-                seen[cid] += 1
+        commits = _commits(r[r[schema.PROMPT_ID] == pid], keys, K)
+        measured, alone = _measured_rows(keys, cfg, rows_per_cell, floor_rows_per_cell)
         tv, flip, floor = measure_drift(
-            target, prompts[str(pid)], tokens, commits, [cfg[k[0]] for k in keys], measured,
-            alone, K=K, batch_size=batch_size, probs=probs,
-        )  # fmt: skip
-        T = tokens.shape[1]
-        parts.append(
-            pd.DataFrame(
-                {
-                    schema.PROMPT_ID: str(pid),
-                    schema.CONFIG_ID: np.repeat([keys[i][0] for i in measured], T),
-                    schema.SEED: np.repeat([int(keys[i][1]) for i in measured], T),
-                    schema.POSITION: np.tile(np.arange(T, dtype=np.int64), len(measured)),
-                    "tv": tv.reshape(-1),
-                    "flip": flip.reshape(-1),
-                    "floor_tv": floor.reshape(-1),
-                }
-            )
+            target,
+            prompts[str(pid)],
+            tokens,
+            commits,
+            [cfg[k[0]] for k in keys],
+            measured,
+            alone,
+            K=K,
+            batch_size=batch_size,
+            probs=probs,
         )
+        parts.append(_drift_frame(str(pid), [keys[i] for i in measured], tv, flip, floor))
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype=float) for c in COLUMNS})
     return pd.concat(parts, ignore_index=True)
+
+
+def _commits(pr: pd.DataFrame, keys: list[tuple[str, int]], K: int) -> list[list[int]]:
+    """Each row's tokens committed per round (accepted + 1; ``K + 1`` per round when unreported)."""
+    pr = pr.sort_values([schema.CONFIG_ID, schema.SEED, "round"])
+    by_row = {
+        k: (g["accepted"].to_numpy() + 1).tolist()
+        for k, g in pr.groupby([schema.CONFIG_ID, schema.SEED], sort=False)
+    }
+    return [by_row.get(k, [K + 1]) for k in keys]
+
+
+def _measured_rows(
+    keys: list[tuple[str, int]],
+    cfg: Mapping[str, SamplingParams],
+    per_cell: int,
+    alone_per_cell: int,
+) -> tuple[list[int], list[int]]:
+    """``(measured, alone)``: the first ``per_cell`` rows of each config, the first
+    ``alone_per_cell`` of them also decoded alone."""
+    measured, alone, seen = [], [], dict.fromkeys(cfg, 0)
+    for i, (cid, _) in enumerate(keys):
+        if seen[cid] < per_cell:
+            measured.append(i)
+            if seen[cid] < alone_per_cell:
+                alone.append(i)
+            seen[cid] += 1
+    return measured, alone
+
+
+def _drift_frame(
+    pid: str, keys: list[tuple[str, int]], tv: np.ndarray, flip: np.ndarray, floor: np.ndarray
+) -> pd.DataFrame:
+    """One prompt's ``COLUMNS`` rows from its measured rows' ``[R, T]`` drift arrays."""
+    T = tv.shape[1]
+    return pd.DataFrame(
+        {
+            schema.PROMPT_ID: pid,
+            schema.CONFIG_ID: np.repeat([k[0] for k in keys], T),
+            schema.SEED: np.repeat([int(k[1]) for k in keys], T),
+            schema.POSITION: np.tile(np.arange(T, dtype=np.int64), len(keys)),
+            "tv": tv.reshape(-1),
+            "flip": flip.reshape(-1),
+            "floor_tv": floor.reshape(-1),
+        }
+    )

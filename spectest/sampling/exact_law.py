@@ -159,8 +159,9 @@ def _drafts(
     def batch(ctxs: list[tuple[int, ...]]) -> torch.Tensor:
         return torch.stack([draft(c) for c in ctxs])  # [N, V]
 
-    drafts, missing = draft_tree(variant, batch, params, K, onehot=onehot, q_mode=q_mode,
-                                 check=check)  # fmt: skip
+    drafts, missing = draft_tree(
+        variant, batch, params, K, onehot=onehot, q_mode=q_mode, check=check
+    )
     assert missing == 0.0
     return drafts
 
@@ -191,9 +192,11 @@ def draft_tree(
     for _ in range(K):
         logits = draft([seq for seq, _, _ in level])  # [N, V]
         sample_probs, q = variant.draft_law(
-            logits, SamplingTensors.from_params([params] * len(level)), onehot=onehot,
+            logits,
+            SamplingTensors.from_params([params] * len(level)),
+            onehot=onehot,
             q_mode=q_mode,
-        )  # fmt: skip
+        )
         nxt: list[Draft] = []
         for i, (seq, w, qs) in enumerate(level):
             row = sample_probs[i : i + 1]  # [1, V]

@@ -62,8 +62,10 @@ def setup(log: Log = stderr_log, force: bool = False) -> dict[str, object]:
     """``spectest setup mlx``: the environment (the fixtures need no export)."""
     start = time.monotonic()
     py = ensure(SPEC, log, force=force)
-    models = {f"fixture:tiny-llama/{r}": str(model_dir(f"fixture:tiny-llama/{r}"))
-              for r in ("target", "draft")}  # fmt: skip
+    models = {
+        f"fixture:tiny-llama/{r}": str(model_dir(f"fixture:tiny-llama/{r}"))
+        for r in ("target", "draft")
+    }
     return {"python": str(py), "models": models, "wall_s": round(time.monotonic() - start, 1)}
 
 

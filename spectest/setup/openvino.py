@@ -76,6 +76,17 @@ SPEC = EnvSpec(
 )
 
 
+EXPORTER = (
+    "optimum-cli",
+    "export",
+    "openvino",
+    "--task",
+    "text-generation-with-past",
+    "--weight-format",
+    "fp32",
+)
+
+
 def _fixture(model: str) -> tuple[str, str]:
     from spectest.models.fixtures import parse_fixture_spec
 
@@ -116,24 +127,9 @@ def export(model: str, log: Log = stderr_log) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         out.parent.mkdir(parents=True, exist_ok=True)
         log(f"openvino: exporting {model} ({src}) to OpenVINO IR (about 20-40 s)")
-        cli = py.parent / "optimum-cli"
-        wall = run_logged(
-            [
-                str(cli),
-                "export",
-                "openvino",
-                "--model",
-                str(src),
-                "--task",
-                "text-generation-with-past",
-                "--weight-format",
-                "fp32",
-                str(tmp),
-            ],
-            env_dir(SPEC) / "export.log",
-            f"openvino export {model}",
-            log,
-        )
+        cli = str(py.parent / "optimum-cli")
+        argv = [cli, *EXPORTER[1:3], "--model", str(src), *EXPORTER[3:], str(tmp)]
+        wall = run_logged(argv, env_dir(SPEC) / "export.log", f"openvino export {model}", log)
         if not (tmp / "openvino_model.xml").is_file():
             raise SpectestError(f"openvino export {model}: no openvino_model.xml in {tmp}")
         manifest = fixture_manifest(name)
@@ -144,15 +140,7 @@ def export(model: str, log: Log = stderr_log) -> Path:
             "source_files": {
                 k: v for k, v in manifest["files"].items() if k.startswith(f"{role}/")
             },
-            "exporter": [
-                "optimum-cli",
-                "export",
-                "openvino",
-                "--task",
-                "text-generation-with-past",
-                "--weight-format",
-                "fp32",
-            ],
+            "exporter": list(EXPORTER),
             "requirements": list(SPEC.requirements),
             "export_s": round(wall, 1),
         }
