@@ -7,36 +7,7 @@ its options, plain or speculative; ``ALIASES`` name the classic six), their timi
 figures (rows/s, tokens/s, mean accepted tokens per round, MFU, ratio to transformers' plain
 ``generate``) and the JSON-lines record. Knows nothing about statistics or run directories.
 
-Engines are instantiated through the registry (``engines.registry.engine_class``) and called
-through the contract (``Engine.generate(ArmJob)``), exactly as a run calls them, so any engine a
-protocol can name — spectest's own, ``command`` / ``http`` programs, an entry-point plug-in — can
-be benchmarked, and every output passes ``base.check_output`` first.
-
-Arms
-----
-``--arms`` takes labels: ``fast-plain`` / ``fast-spec`` (the fast engine, ``engines/fast.py``),
-``builtin-plain`` / ``builtin-spec`` (the built-in engine), ``hf-generate`` (transformers'
-batched ``generate(do_sample=True)``), ``hf-assisted`` (assisted generation; one row at a time,
-so it runs ``assisted_rows`` rows and its rows/s compares as "gens/s"), or any registered engine
-``NAME`` (its speculative arm: role candidate, the exact variant where the engine takes one) or
-``NAME:plain`` (role reference, no variant). ``engine_options`` gives an engine its protocol
-options (``{"command": {"command": [...]}}``), parsed by the engine class as a protocol's are.
-An engine that declares ``max_batch = 1`` runs ``assisted_rows`` rows.
-
-Every arm runs once untimed first (allocator, kernels, CUDA graphs captured; at the timed batch
-size, or on a few rows for a one-row-at-a-time engine), then timed on the full workload with a
-device synchronisation at both ends. With ``whitebox``, every arm whose engine records white-box
-columns itself does so, as a run does.
-
-The ratio's baseline is transformers' plain ``generate`` with white-box off on the same rows:
-the ``hf-generate`` arm when it ran without white-box, else (``baseline``, on by default) one
-more timed run of it, reported beside the arms (``BenchResult.baseline``); none when the target
-is not a transformers model.
-
-MFU (model FLOPs utilisation) = emitted tokens/s × FLOPs/token ÷ ``peak_tflops``, with
-FLOPs/token = 2 × (decoder-layer and final-norm parameters + V × hidden): the target's matmul
-work for one token, attention's context term left out (small at these lengths). A speculative arm
-counts only emitted tokens, so its MFU is useful work, not work done.
+The why and the details: docs/internals.md "spectest/bench.py".
 """
 
 from __future__ import annotations
@@ -179,7 +150,7 @@ class _Timed:
 
 
 def flops_per_token(model: Any) -> float:
-    """2 × (decoder-layer + final-norm parameters + V × hidden) of an HF model (module docstring);
+    """2 × (decoder-layer + final-norm parameters + V × hidden) of an HF model (docs/internals.md);
     for a model without a transformers config (the toy LM), 0."""
     hf = getattr(getattr(model, "base", model), "model", None)
     cfg = getattr(hf, "config", None)

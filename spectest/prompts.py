@@ -6,19 +6,7 @@ through the byte tokenizer of the bundled pair, BOS first; explicit ids as given
 Knows nothing about protocols beyond the file name it reports, nor about models beyond a
 vocabulary size.
 
-Format: one JSON object per line, ``{"id": "p0", "text": "..."}`` or ``{"id": "p0", "ids": [1,
-2]}``; ids are names (``NAME_RE``: letters, digits, ``_ . -``, at most 128 characters, nothing
-after the last one — no trailing newline), unique in the file; blank lines are ignored. The file
-is UTF-8 (a byte-order mark on line 1 is allowed).
-
-Limits (refused before any model is loaded, one line naming the file and line)
-------------------------------------------------------------------------------
-A prompt holds at most ``MAX_PROMPT_TOKENS`` tokens (text: its UTF-8 bytes + BOS, the byte
-tokenizer's count), a line at most ``MAX_LINE_BYTES`` bytes (read with a bounded ``readline``, so
-a file without newlines never becomes one huge string). Once the models are loaded,
-``prompt_token_ids`` refuses a prompt longer than the models' context minus the generated
-positions (``context_limit``) before any forward: a transformer's prefill allocates activations
-in proportion to the prompt (a 1 MB prompt took 8.8 GB before it failed).
+The why and the details: docs/internals.md "spectest/prompts.py".
 """
 
 from __future__ import annotations
@@ -39,7 +27,7 @@ NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}\Z")
 NAME_RULE = (
     "a name of letters, digits, '_', '.', '-' (at most 128, starting with a letter or digit)"
 )
-MAX_PROMPT_TOKENS = 131_072  # above every zoo model's context (40 960); see the module docstring
+MAX_PROMPT_TOKENS = 131_072  # above every zoo model's context (40 960); see docs/internals.md
 MAX_LINE_BYTES = 8 * 2**20  # one JSONL line; a MAX_PROMPT_TOKENS text fits with escapes
 MAX_PROMPT_FILE_BYTES = 64 * 2**20
 

@@ -10,22 +10,7 @@ provenance (``fixture_manifest``).
 Knows nothing about sampling, protocols or engines; ``spectest.models.zoo`` resolves the model
 spec ``fixture:NAME/target`` (and ``/draft``) here.
 
-What a fixture is
------------------
-- target: a random-init Llama (``FixtureSpec.config``; seeded on CPU) whose ``lm_head`` is
-  multiplied by ``logit_scale`` *in the weights*, so every engine that reads the files sees the
-  same law (a spectest-side ``logit_scale`` would be invisible to llama.cpp or vLLM);
-- draft: the target with seeded Gaussian weight noise (``derive.noised``), same architecture and
-  vocabulary, so a sampled draft is accepted often but not always (Σ min(p, q) is measured and
-  written to ``fixture.json``);
-- tokenizer: a SentencePiece BPE model of ``vocab_size`` pieces trained single-threaded on the
-  text of ``pydoc_data.topics`` (ships with CPython; nothing downloaded). Engines get token-id
-  prompts; the tokenizer exists because ``convert_hf_to_gguf.py`` refuses a model without one.
-
-The key is the sha256 of the spec, this module's format version and torch's major.minor (CPU
-random init can change between torch releases); the directory holds ``fixture.json`` with the
-sha256 of every weight file, so provenance names the exact bytes. A GGUF export lives beside the
-HF files under ``gguf-<llama.cpp version>/`` (the converter's output depends on its version).
+The why and the details: docs/internals.md "spectest/models/fixtures.py".
 """
 
 from __future__ import annotations

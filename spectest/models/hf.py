@@ -7,14 +7,7 @@ over slots and explicit per-row position ids), the hand-written ``HF_PRESETS`` c
 Knows nothing about sampling; ``logit_scale`` only multiplies the float32 logits (a knob that
 sets the entropy of random-init models, whose logits are otherwise nearly uniform).
 
-How holes work here
--------------------
-Every call appends ``S`` slots to the ``DynamicCache``. The attention mask passed to the model is
-``[B, num_slots + S]`` with zeros at invalid slots (holes); position ids are the number of valid
-slots before each token. transformers combines that 2-D mask with the causal mask, so a query
-sees exactly its row's valid history, and RoPE sees the same positions as a hole-free sequence.
-Verified in tests/test_models.py: cached incremental logits with holes == a fresh full forward on
-the hole-free sequence (fp32, allclose), on a random-init preset and on a saved-and-reloaded dir.
+The why and the details: docs/internals.md "spectest/models/hf.py".
 """
 
 from __future__ import annotations

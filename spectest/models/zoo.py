@@ -6,24 +6,7 @@ Owns: ``PRESETS`` (name → one-line description, listed by ``spectest models``)
 Knows nothing about sampling, protocols or engines; builders live in ``toy``, ``hf`` and
 ``derive``.
 
-Spec grammar (a string ``kind:rest`` or a dict ``{"kind": ..., **options}``)
--------------------------------------------------------------------------
-- ``toy:V=16,order=2,scale=2.0,seed=3`` — the analytic Markov LM (``ToyLM``); ``numerics=σ``
-  (and ``verify_numerics=σ'``) add its simulated shape-dependent numerics (issue 21);
-- ``hf-preset:llama-tiny[,logit_scale=3,seed=1,<config field>=<int>]`` — random-init HF model of a
-  hand-written preset (``hf.HF_PRESETS``);
-- ``hf-local:/path/to/dir`` — a local transformers directory (dict form for options:
-  ``{"kind": "hf-local", "path": ..., "logit_scale": 2.0}``);
-- ``bundled:target`` / ``bundled:draft`` — the shipped trained pair in ``spectest/zoo/bundled/``;
-- ``realistic:qwen3-0.6b[,draft_layers=4,damp=0.03,logit_scale=20,seed=0,<config field>=<int>]``
-  — a benchmark target whose first ``draft_layers`` layers make a draft that accepts like a real
-  one (``realistic.damped_target``); its draft is ``derived:first_layers,layers=<draft_layers>``;
-- ``fixture:tiny-llama/target`` / ``/draft`` — the real-engine fixture pair (``fixtures``), built
-  deterministically into ``~/.cache/spectest/fixtures`` on first use;
-- drafts only (``load_pair`` or ``load_model(..., target=...)``): ``derived:first_layers,layers=2``
-  (layer skip sharing the target's tensors), ``derived:noised,noise=0.1,seed=2`` (noised copy).
-
-``seed`` in a spec wins over the ``seed`` argument, which is the default.
+The why and the details: docs/internals.md "spectest/models/zoo.py".
 """
 
 from __future__ import annotations
@@ -135,7 +118,7 @@ def load_model(
     seed: int = 0,
     target: LanguageModel | None = None,
 ) -> LanguageModel:
-    """Build the model named by ``spec`` (grammar in the module docstring).
+    """Build the model named by ``spec`` (grammar in the docs/internals.md).
 
     ``dtype=None`` means float32 on CPU and bfloat16 on CUDA for HF models (the toy LM is always
     float32). ``target`` is needed only for ``derived:*`` drafts.

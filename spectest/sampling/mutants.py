@@ -106,7 +106,7 @@ def _unit(params: SamplingTensors, *, keep_temperature: bool) -> SamplingTensors
 
 
 def draft_q(draft_logits: torch.Tensor, params: SamplingTensors, q_mode: str) -> torch.Tensor:
-    """The drafter's law ``[B, V]`` float64 under ``q_mode`` (see the module docstring)."""
+    """The drafter's law ``[B, V]`` float64 under ``q_mode`` (docs/bugs.md: the variant hooks)."""
     if q_mode == "processed":
         return logits_to_probs(draft_logits, params)
     if q_mode == "temperature":

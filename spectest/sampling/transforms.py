@@ -4,30 +4,7 @@ Owns: the sampling pipeline temperature → top-k → top-p → min-p, its tie r
 (temperature 0) case and the non-finite-logit check. Knows nothing about where uniforms come from,
 about drafts or acceptance (see ``rejection``), nor about models.
 
-The pipeline (``order="top_k_then_top_p"``, the order of HF transformers' ``_get_logits_processor``:
-``TemperatureLogitsWarper`` → ``TopKLogitsWarper`` → ``TopPLogitsWarper`` → ``MinPLogitsWarper``,
-and of SGLang's sampler: ``top_k_renorm_prob`` → ``top_p_renorm_prob`` → ``min_p_sampling``):
-
-1. temperature ``T``: ``w = exp((x - max x) / T)``. ``T == 0`` → one-hot at the argmax, lowest id
-   on ties (no filter can remove the argmax, so the filters are irrelevant there).
-2. top-k (``k > 0`` and ``k < V``): keep every token whose probability is ``>=`` the k-th largest
-   probability. Ties at the boundary are all kept (so more than ``k`` tokens may survive) — the rule
-   of HF (``scores < topk(...)[-1]`` removed) and vLLM (``logits < kth_value`` masked); it is
-   invariant to token order, unlike "exactly k by stable sort".
-3. top-p (``top_p < 1``): on the renormalised distribution, sort tokens by probability descending,
-   ties by id ascending (a stable sort), and keep the smallest prefix whose mass is ``>= top_p``: a
-   token is kept iff the mass strictly before it is ``< top_p`` (the token that crosses the
-   threshold is kept). Equal to HF's ``cumsum_ascending <= 1 - top_p`` removed, up to rounding.
-4. min-p (``min_p > 0``): keep tokens with ``p >= min_p * max p`` of the renormalised post-top-p
-   distribution (HF ``MinPLogitsWarper`` and SGLang apply it last). The rule is scale invariant, so
-   it commutes with top-k; it does not commute with top-p. vLLM v1 applies min-p as a logits
-   processor *before* top-k/top-p — a different law when top-p and min-p are both active; spectest
-   follows HF/SGLang and uses this one function for plain and speculative paths alike.
-
-``order="top_p_then_top_k"`` swaps steps 2 and 3; it exists only for the ``swapped_filter_order``
-mutant (SGLang #36173).
-
-Filtered tokens are exact zeros and rows sum to 1 (up to float64 rounding).
+The why and the details: docs/internals.md "spectest/sampling/transforms.py".
 """
 
 from __future__ import annotations

@@ -9,23 +9,7 @@ exit 4, ``run "spectest setup openvino" first`` —, find or make the exports, t
 engine program ``spectest/engines/programs/openvino_genai_engine.py`` under the venv's python).
 Knows nothing about the line protocol (the program) or sampling.
 
-A protocol's candidate::
-
-    command: ["{python}", -m, spectest.setup.openvino, run,
-              --target, "fixture:tiny-llama/target", --draft, "fixture:tiny-llama/draft",
-              --, --num-assistant-tokens, "3"]
-
-Notes
------
-- Pins: the current release (openvino 2026.4.1, openvino-genai / -tokenizers 2026.4.1.0) and
-  the exporter (optimum-intel 2.2.0, optimum 2.3.0, transformers 5.5.4, nncf 3.4.0), with torch
-  2.13.0 (the CPU build). optimum-intel requires torchvision; pip takes the index's CUDA build,
-  whose import breaks transformers on a CPU machine (``operator torchvision::nms does not
-  exist``), and the export never needs it: it is uninstalled after the install.
-- The export is keyed by the fixture's content key (``fixtures.fixture_key``: sha256 of its
-  spec, format and torch major.minor); ``export.json`` records the sha256 of every source file
-  and the exporter's versions. The fixture has no tokenizer; the exporter then writes a default
-  one, which is never used (the program sends token ids and reads token ids).
+The why and the details: docs/internals.md "spectest/setup/openvino.py".
 """
 
 from __future__ import annotations
