@@ -2,8 +2,8 @@
 
 Owns: the derivation of row keys (run key, prompt, config, seed → int in [0, 2^62)), the
 Philox4x32-10 counter-based generator written in int64 torch ops (bit-identical on CPU and CUDA,
-independent of batch composition and order), and the draw protocol (docs/internals.md). Knows nothing about
-models, sampling laws or which arm a row belongs to (the plan chooses the seeds).
+independent of batch composition and order), and the draw protocol (docs/internals.md). Knows
+nothing about models, sampling laws or which arm a row belongs to (the plan chooses the seeds).
 
 The why and the details: docs/internals.md "spectest/seeding.py".
 """
