@@ -159,10 +159,6 @@ class Worker:
         r = out[0]
         return replace(r, provenance={**r.provenance, "worker": worker, "torch_threads": threads})
 
-    def shard_timed(self, spec: RunSpec, key: str) -> tuple[ShardResult, dict[str, float]]:
-        """``shard`` and the worker's cumulative times after it (one Ray call)."""
-        return self.shard(spec, key), dict(self.times)
-
     def tooth_sizes(self, spec: RunSpec) -> Any:
         """The run's tooth sizes (``generation.protocol_tooth_sizes``) from this worker's
         models (target and draft, loaded or kept); counted as ``load``."""
