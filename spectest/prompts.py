@@ -162,7 +162,7 @@ def _json_line(line: str, where: str) -> Any:
     try:
         obj = json.loads(line)
     # a JSONDecodeError; an int of more than 4300 digits (ValueError); arrays nested past
-    # the interpreter's recursion limit (RecursionError: it was exit 4, found by tools/fuzz.py)
+    # the interpreter's recursion limit (RecursionError)
     except (ValueError, RecursionError) as err:
         why = (
             err.msg

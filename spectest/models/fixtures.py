@@ -200,6 +200,19 @@ def fixture_manifest(name: str) -> dict[str, Any]:
     return dict(json.loads((build_hf(name) / FIXTURE_FILE).read_text()))
 
 
+def export_meta(model: str, name: str, role: str, src: Path) -> dict[str, Any]:
+    """The provenance of an export of fixture ``name``'s ``role`` (HF directory ``src``): the
+    model spec, the fixture key and the sha256 of the role's source files."""
+    manifest = fixture_manifest(name)
+    files = {k: v for k, v in manifest["files"].items() if k.startswith(f"{role}/")}
+    return {
+        "model": model,
+        "fixture_key": manifest["key"],
+        "source": str(src),
+        "source_files": files,
+    }
+
+
 def status(name: str) -> str:
     """One line for ``spectest models``: where the fixture lives and what is built."""
     d = fixture_dir(name)

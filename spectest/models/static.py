@@ -285,7 +285,7 @@ class _Graph:
     another graph's replay may overwrite; that is safe because replays run one at a time on one
     stream and ``run`` consumes the output (a clone, enqueued right after the replay) before any
     other replay. Before this (one private pool per graph) each graph kept its own activations and
-    logits: 42.8 GiB at ``batch_size=768`` (results/LOG.md, lead session 3).
+    logits: 42.8 GiB at ``batch_size=768`` (results/LOG.md).
     """
 
     def __init__(self, model: StaticHFModel, B: int, S: int, W: int) -> None:

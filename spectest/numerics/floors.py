@@ -1,4 +1,4 @@
-"""The numerics floors beyond the batch floor (issue 31 item 5): claim (b)'s drift is decided
+"""The numerics floors beyond the batch floor: claim (b)'s drift is decided
 against a floor of numerics differences users already accept; ``spectest.numerics.table``
 measures the batch floor (plain decode in the run's batch vs alone), this module the two
 others and chooses.

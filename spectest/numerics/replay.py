@@ -1,4 +1,4 @@
-"""The numerics replay on the model the run decoded with (issue 32): the model and the law
+"""The numerics replay on the model the run decoded with: the model and the law
 pipeline ``numerics.drift_table`` replays a ``--fast`` run's matched arm on.
 
 Owns: ``replay_model`` (under ``--fast`` on CUDA the static-cache model with CUDA graphs,

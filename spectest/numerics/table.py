@@ -1,4 +1,4 @@
-"""Numerics drift (issue 21, claim (b)): how far the target's law under the speculative verify
+"""Numerics drift (claim (b)): how far the target's law under the speculative verify
 schedule is from its law under one-position plain decode, measured from the logits along the
 emitted sequences of the ``matched`` arm, beside a numerics floor users already accept.
 

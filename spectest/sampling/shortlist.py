@@ -6,8 +6,7 @@ densified) and ``fast_variant`` (a ``SpecVariant`` whose pipeline hooks call it)
 Knows nothing about models, engines or uniforms; the exact pipeline, its tie rules and its float64
 NOTE live in ``transforms``, which stays the reference this module is tested equal to.
 
-The details (moved from this docstring):
-docs/architecture.md "The shortlist: how it avoids the sorts".
+The details: docs/architecture.md "The shortlist: how it avoids the sorts".
 """
 
 from __future__ import annotations

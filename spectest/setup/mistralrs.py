@@ -69,7 +69,7 @@ def export(model: str, log: Log = stderr_log) -> Path:
     p = Path(model)
     if (p / "tokenizer.json").is_file() and (p / "config.json").is_file():
         return p
-    from spectest.models.fixtures import fixture_key, fixture_manifest, hf_dir, parse_fixture_spec
+    from spectest.models.fixtures import export_meta, fixture_key, hf_dir, parse_fixture_spec
 
     if not model.startswith("fixture:"):
         raise ConfigError(
@@ -89,14 +89,8 @@ def export(model: str, log: Log = stderr_log) -> Path:
         cfg = json.loads((src / "config.json").read_text())
         vocab = int(cfg["vocab_size"])
         write_export(src, tmp, vocab)
-        manifest = fixture_manifest(name)
         meta = {
-            "model": model,
-            "fixture_key": manifest["key"],
-            "source": str(src),
-            "source_files": {
-                k: v for k, v in manifest["files"].items() if k.startswith(f"{role}/")
-            },
+            **export_meta(model, name, role, src),
             "tokenizer": "word-level: id i <-> word t<i>; eos = vocab_size (never emitted)",
         }
         (tmp / EXPORT_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")

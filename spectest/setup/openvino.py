@@ -100,7 +100,7 @@ def export(model: str, log: Log = stderr_log) -> Path:
     if (out / EXPORT_FILE).is_file():
         return out
     py = require(SPEC)
-    from spectest.models.fixtures import fixture_manifest, hf_dir
+    from spectest.models.fixtures import export_meta, hf_dir
 
     name, role = _fixture(model)
     src = hf_dir(name, role)
@@ -116,14 +116,8 @@ def export(model: str, log: Log = stderr_log) -> Path:
         wall = run_logged(argv, env_dir(SPEC) / "export.log", f"openvino export {model}", log)
         if not (tmp / "openvino_model.xml").is_file():
             raise SpectestError(f"openvino export {model}: no openvino_model.xml in {tmp}")
-        manifest = fixture_manifest(name)
         meta = {
-            "model": model,
-            "fixture_key": manifest["key"],
-            "source": str(src),
-            "source_files": {
-                k: v for k, v in manifest["files"].items() if k.startswith(f"{role}/")
-            },
+            **export_meta(model, name, role, src),
             "exporter": list(EXPORTER),
             "requirements": list(SPEC.requirements),
             "export_s": round(wall, 1),
