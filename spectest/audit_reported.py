@@ -51,9 +51,14 @@ def audit_arm(
     engine = engine_class(choice.name)(choice.options, models)
     try:
         collected = reported.collect(
-            engine, target, tuple(next(iter(ids.values()))), tuple(p.configs), range(seeds),
-            p.positions, drafter=p.drafter,
-        )  # fmt: skip
+            engine,
+            target,
+            tuple(next(iter(ids.values()))),
+            tuple(p.configs),
+            range(seeds),
+            p.positions,
+            drafter=p.drafter,
+        )
     finally:
         engine.close()
     return reported.audit(

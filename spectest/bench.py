@@ -7,36 +7,7 @@ its options, plain or speculative; ``ALIASES`` name the classic six), their timi
 figures (rows/s, tokens/s, mean accepted tokens per round, MFU, ratio to transformers' plain
 ``generate``) and the JSON-lines record. Knows nothing about statistics or run directories.
 
-Engines are instantiated through the registry (``engines.registry.engine_class``) and called
-through the contract (``Engine.generate(ArmJob)``), exactly as a run calls them, so any engine a
-protocol can name — spectest's own, ``command`` / ``http`` programs, an entry-point plug-in — can
-be benchmarked, and every output passes ``base.check_output`` first.
-
-Arms
-----
-``--arms`` takes labels: ``fast-plain`` / ``fast-spec`` (the fast engine, ``engines/fast.py``),
-``builtin-plain`` / ``builtin-spec`` (the built-in engine), ``hf-generate`` (transformers'
-batched ``generate(do_sample=True)``), ``hf-assisted`` (assisted generation; one row at a time,
-so it runs ``assisted_rows`` rows and its rows/s compares as "gens/s"), or any registered engine
-``NAME`` (its speculative arm: role candidate, the exact variant where the engine takes one) or
-``NAME:plain`` (role reference, no variant). ``engine_options`` gives an engine its protocol
-options (``{"command": {"command": [...]}}``), parsed by the engine class as a protocol's are.
-An engine that declares ``max_batch = 1`` runs ``assisted_rows`` rows.
-
-Every arm runs once untimed first (allocator, kernels, CUDA graphs captured; at the timed batch
-size, or on a few rows for a one-row-at-a-time engine), then timed on the full workload with a
-device synchronisation at both ends. With ``whitebox``, every arm whose engine records white-box
-columns itself does so, as a run does.
-
-The ratio's baseline is transformers' plain ``generate`` with white-box off on the same rows:
-the ``hf-generate`` arm when it ran without white-box, else (``baseline``, on by default) one
-more timed run of it, reported beside the arms (``BenchResult.baseline``); none when the target
-is not a transformers model.
-
-MFU (model FLOPs utilisation) = emitted tokens/s × FLOPs/token ÷ ``peak_tflops``, with
-FLOPs/token = 2 × (decoder-layer and final-norm parameters + V × hidden): the target's matmul
-work for one token, attention's context term left out (small at these lengths). A speculative arm
-counts only emitted tokens, so its MFU is useful work, not work done.
+The why and the details: docs/internals.md "spectest/bench.py".
 """
 
 from __future__ import annotations
@@ -128,8 +99,12 @@ class BenchConfig:
             raise ConfigError(f"bench: arms must be among {', '.join(ARMS)}, got none")
         for label in self.arms:
             parse_arm(label)
-        for name, v in (("rows", self.rows), ("positions", self.positions), ("k", self.k),
-                        ("assisted_rows", self.assisted_rows)):  # fmt: skip
+        for name, v in (
+            ("rows", self.rows),
+            ("positions", self.positions),
+            ("k", self.k),
+            ("assisted_rows", self.assisted_rows),
+        ):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"bench: {name} must be an integer >= 1, got {v!r}")
         for name, raw in self.engine_options.items():
@@ -175,7 +150,7 @@ class _Timed:
 
 
 def flops_per_token(model: Any) -> float:
-    """2 × (decoder-layer + final-norm parameters + V × hidden) of an HF model (module docstring);
+    """2 × (decoder-layer + final-norm parameters + V × hidden) of an HF model (docs/internals.md);
     for a model without a transformers config (the toy LM), 0."""
     hf = getattr(getattr(model, "base", model), "model", None)
     cfg = getattr(hf, "config", None)
@@ -279,9 +254,18 @@ class _Bench:
         variant = "exact" if spec and e.uses_variant else None
         batch = min(self.cfg.rows, e.max_batch or self.cfg.rows)
         return ArmJob(
-            arm.label, "candidate" if spec else "reference", variant, "bench", self.prompt,
-            self.rows[:n], self.cfg.positions, 1, batch, self.drafter, whitebox,
-        )  # fmt: skip
+            arm.label,
+            "candidate" if spec else "reference",
+            variant,
+            "bench",
+            self.prompt,
+            self.rows[:n],
+            self.cfg.positions,
+            1,
+            batch,
+            self.drafter,
+            whitebox,
+        )
 
     def time(self, arm: BenchArm, whitebox: bool) -> _Timed:
         """Warm-up, then one timed ``generate`` of the arm's job (its output checked)."""
@@ -301,8 +285,11 @@ class _Bench:
         wall = time.perf_counter() - t
         check_output(out, job, self.models.target.vocab_size, arm.engine)
         if cfg.profile:  # after the timed run, so the figures are not profiled ones
-            self.say(_profile(functools.partial(e.generate, job), cfg.device,
-                              Path(cfg.profile) / arm.label))  # fmt: skip
+            self.say(
+                _profile(
+                    functools.partial(e.generate, job), cfg.device, Path(cfg.profile) / arm.label
+                )
+            )
         rounds = out.rounds
         acc = None if rounds is None or not len(rounds) else float(rounds["accepted"].mean())
         notes = []
@@ -311,8 +298,10 @@ class _Bench:
         if whitebox:
             wb_rows = 0 if out.whitebox is None else len(out.whitebox)
             notes.append(f"white-box columns: {wb_rows} rows")
-        self.say(f"{arm.label}: {n} rows in {wall:.2f} s"
-                 + (f", accepted/round {acc:.2f}" if acc else ""))  # fmt: skip
+        self.say(
+            f"{arm.label}: {n} rows in {wall:.2f} s"
+            + (f", accepted/round {acc:.2f}" if acc else "")
+        )
         return _Timed(arm, n, wall, acc, whitebox, "; ".join(notes))
 
     def baseline(self, timed: list[_Timed]) -> tuple[_Timed | None, str]:
@@ -341,8 +330,20 @@ def _figures(t: _Timed, cfg: BenchConfig, fpt: float, base: _Timed | None) -> Ar
     tps = rate * cfg.positions
     mfu = tps * fpt / (cfg.peak_tflops * 1e12) if cfg.peak_tflops and fpt else None
     ratio = None if base is None else rate / (base.rows / base.wall_s)
-    return ArmResult(t.arm.label, t.rows, cfg.positions, t.wall_s, rate, tps, t.mean_accepted,
-                     mfu, ratio, t.note, t.arm.engine, t.arm.mode)  # fmt: skip
+    return ArmResult(
+        t.arm.label,
+        t.rows,
+        cfg.positions,
+        t.wall_s,
+        rate,
+        tps,
+        t.mean_accepted,
+        mfu,
+        ratio,
+        t.note,
+        t.arm.engine,
+        t.arm.mode,
+    )
 
 
 def _provenance(

@@ -11,11 +11,7 @@ command runs) from a ``KeyboardInterrupt`` a plug-in raised: the first keeps its
 
 Knows nothing about what a plug-in computes, about engines or about the CLI framework.
 
-Notes
------
-A plug-in that calls ``os._exit``, is killed by a signal or never returns raises nothing here:
-the CLI runs such a command under a supervisor (``spectest.supervise``), to which ``contained``
-marks each call it is given a ``watch`` for. Everything that is raised is contained here.
+The why and the details: docs/internals.md "spectest/contain.py".
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What each arm runs, hashed: the provenance that a resume must find unchanged (issue 33).
+"""What each arm runs, hashed: the provenance that a resume must find unchanged.
 
 Owns: an arm's fingerprint (``arm_fingerprint``): the content sha256 of every file its engine
 names by path (a kernel file, a command engine's program and the files among its arguments, a

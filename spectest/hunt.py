@@ -8,12 +8,7 @@ each run back into a ``HuntRow`` (verdict, exit code, rejections, worst TV exces
 engine says it does with seeds — a claim, not a check —, wall time). Knows nothing about
 statistics (the runs decide) nor about how an engine is installed (``spectest.setup``).
 
-Notes
------
-An engine that is not set up is a row saying so, with the command that sets it up: the hunt
-never installs or builds anything (a llama.cpp build is 10-40 minutes on 2 cores). The exit
-code of a run is its verdict (0 equivalent, 1 different, 3 inconclusive; 2 / 4 mean it did not
-get to a verdict, and the row shows the error line).
+The why and the details: docs/internals.md "spectest/hunt.py".
 """
 
 from __future__ import annotations
@@ -146,8 +141,18 @@ def run_one(
     if reason is not None:
         return HuntRow(engine.name, engine.protocol, "not set up", note=reason)
     run_dir = out_dir / engine.protocol
-    cmd = [sys.executable, "-m", "spectest", "run", "--config", engine.protocol,
-           "--out", str(run_dir), "--no-progress", *extra]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "spectest",
+        "run",
+        "--config",
+        engine.protocol,
+        "--out",
+        str(run_dir),
+        "--no-progress",
+        *extra,
+    ]
     log(f"hunt: {engine.name}: spectest run --config {engine.protocol} --out {run_dir}")
     start = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -6,19 +6,7 @@ through the byte tokenizer of the bundled pair, BOS first; explicit ids as given
 Knows nothing about protocols beyond the file name it reports, nor about models beyond a
 vocabulary size.
 
-Format: one JSON object per line, ``{"id": "p0", "text": "..."}`` or ``{"id": "p0", "ids": [1,
-2]}``; ids are names (``NAME_RE``: letters, digits, ``_ . -``, at most 128 characters, nothing
-after the last one — no trailing newline), unique in the file; blank lines are ignored. The file
-is UTF-8 (a byte-order mark on line 1 is allowed).
-
-Limits (refused before any model is loaded, one line naming the file and line)
-------------------------------------------------------------------------------
-A prompt holds at most ``MAX_PROMPT_TOKENS`` tokens (text: its UTF-8 bytes + BOS, the byte
-tokenizer's count), a line at most ``MAX_LINE_BYTES`` bytes (read with a bounded ``readline``, so
-a file without newlines never becomes one huge string). Once the models are loaded,
-``prompt_token_ids`` refuses a prompt longer than the models' context minus the generated
-positions (``context_limit``) before any forward: a transformer's prefill allocates activations
-in proportion to the prompt (a 1 MB prompt took 8.8 GB before it failed).
+The why and the details: docs/internals.md "spectest/prompts.py".
 """
 
 from __future__ import annotations
@@ -39,7 +27,7 @@ NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}\Z")
 NAME_RULE = (
     "a name of letters, digits, '_', '.', '-' (at most 128, starting with a letter or digit)"
 )
-MAX_PROMPT_TOKENS = 131_072  # above every zoo model's context (40 960); see the module docstring
+MAX_PROMPT_TOKENS = 131_072  # above every zoo model's context (40 960); see docs/internals.md
 MAX_LINE_BYTES = 8 * 2**20  # one JSONL line; a MAX_PROMPT_TOKENS text fits with escapes
 MAX_PROMPT_FILE_BYTES = 64 * 2**20
 
@@ -169,6 +157,65 @@ def _token_count(pr: Prompt) -> int:
     return len(pr.ids) if pr.ids is not None else len((pr.text or "").encode("utf-8")) + 1
 
 
+def _json_line(line: str, where: str) -> Any:
+    """The JSON value of one line; ``ConfigError`` naming ``where`` when it is not JSON."""
+    try:
+        obj = json.loads(line)
+    # a JSONDecodeError; an int of more than 4300 digits (ValueError); arrays nested past
+    # the interpreter's recursion limit (RecursionError)
+    except (ValueError, RecursionError) as err:
+        why = (
+            err.msg
+            if isinstance(err, json.JSONDecodeError)
+            else ("nested too deep" if isinstance(err, RecursionError) else str(err).split(";")[0])
+        )
+        raise ConfigError(f"{where}: not valid JSON ({why}): {line[:60]!r}") from None
+    return obj
+
+
+def _prompt(obj: Any, line: str, where: str, seen: set[str]) -> Prompt:
+    """The ``Prompt`` of one line's JSON object, its fields checked; its id joins ``seen``."""
+    if not isinstance(obj, dict) or not (set(obj) <= {"id", "text", "ids"}) or "id" not in obj:
+        raise ConfigError(
+            f'{where}: expected {{"id": ..., "text": ...}} or '
+            f'{{"id": ..., "ids": [...]}}, got {line[:60]!r}'
+        )
+    pid = obj["id"]
+    if not is_name(pid):
+        raise ConfigError(f"{where}: id must be {NAME_RULE}, got {pid!r:.200}")
+    if pid in seen:
+        raise ConfigError(f"{where}: duplicate prompt id {pid!r}")
+    seen.add(pid)
+    text, ids = obj.get("text"), obj.get("ids")
+    if (text is None) == (ids is None):
+        raise ConfigError(f"{where}: give exactly one of 'text' or 'ids' for prompt {pid!r}")
+    if text is not None and (not isinstance(text, str) or not text):
+        raise ConfigError(f"{where}: text must be a non-empty string, got {text!r:.200}")
+    if isinstance(text, str):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:  # a lone surrogate written as a JSON escape
+            raise ConfigError(
+                f"{where}: text of prompt {pid!r} is not valid Unicode "
+                f"({err.reason} at character {err.start + 1})"
+            ) from None
+    if ids is not None and (
+        not isinstance(ids, list)
+        or not ids
+        or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
+    ):
+        raise ConfigError(
+            f"{where}: ids must be a non-empty list of integers >= 0, got {ids!r:.200}"
+        )
+    prompt = Prompt(id=pid, text=text, ids=tuple(ids) if ids is not None else None)
+    if (n := _token_count(prompt)) > MAX_PROMPT_TOKENS:
+        raise ConfigError(
+            f"{where}: prompt {pid!r} is {n} tokens long; a prompt holds at "
+            f"most {MAX_PROMPT_TOKENS} (text: UTF-8 bytes + BOS)"
+        )
+    return prompt
+
+
 def load_prompt_set(
     file: str,
     *,
@@ -187,62 +234,8 @@ def load_prompt_set(
     for lineno, line in _lines(path):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        # a JSONDecodeError; an int of more than 4300 digits (ValueError); arrays nested past
-        # the interpreter's recursion limit (RecursionError: it was exit 4, found by tools/fuzz.py)
-        except (ValueError, RecursionError) as err:
-            why = err.msg if isinstance(err, json.JSONDecodeError) else (
-                "nested too deep" if isinstance(err, RecursionError)
-                else str(err).split(";")[0]
-            )  # fmt: skip
-            raise ConfigError(
-                f"{pfile}: line {lineno}: not valid JSON ({why}): {line[:60]!r}"
-            ) from None
-        if not isinstance(obj, dict) or not (set(obj) <= {"id", "text", "ids"}) or "id" not in obj:
-            raise ConfigError(
-                f'{pfile}: line {lineno}: expected {{"id": ..., "text": ...}} or '
-                f'{{"id": ..., "ids": [...]}}, got {line[:60]!r}'
-            )
-        pid = obj["id"]
-        if not is_name(pid):
-            raise ConfigError(f"{pfile}: line {lineno}: id must be {NAME_RULE}, got {pid!r:.200}")
-        if pid in seen:
-            raise ConfigError(f"{pfile}: line {lineno}: duplicate prompt id {pid!r}")
-        seen.add(pid)
-        text, ids = obj.get("text"), obj.get("ids")
-        if (text is None) == (ids is None):
-            raise ConfigError(
-                f"{pfile}: line {lineno}: give exactly one of 'text' or 'ids' for prompt {pid!r}"
-            )
-        if text is not None and (not isinstance(text, str) or not text):
-            raise ConfigError(
-                f"{pfile}: line {lineno}: text must be a non-empty string, got {text!r:.200}"
-            )
-        if isinstance(text, str):
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as err:  # a lone surrogate written as a JSON escape
-                raise ConfigError(
-                    f"{pfile}: line {lineno}: text of prompt {pid!r} is not valid Unicode "
-                    f"({err.reason} at character {err.start + 1})"
-                ) from None
-        if ids is not None and (
-            not isinstance(ids, list)
-            or not ids
-            or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids)
-        ):
-            raise ConfigError(
-                f"{pfile}: line {lineno}: ids must be a non-empty list of integers >= 0, "
-                f"got {ids!r:.200}"
-            )
-        prompt = Prompt(id=pid, text=text, ids=tuple(ids) if ids is not None else None)
-        if (n := _token_count(prompt)) > MAX_PROMPT_TOKENS:
-            raise ConfigError(
-                f"{pfile}: line {lineno}: prompt {pid!r} is {n} tokens long; a prompt holds at "
-                f"most {MAX_PROMPT_TOKENS} (text: UTF-8 bytes + BOS)"
-            )
-        items.append(prompt)
+        where = f"{pfile}: line {lineno}"
+        items.append(_prompt(_json_line(line, where), line, where, seen))
     if not items:
         raise ConfigError(f"{source}: prompts.file: prompt file {pfile!r} holds no prompts")
     if limit is not None:

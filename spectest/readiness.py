@@ -9,11 +9,7 @@ the pre-flight of ``spectest run``: a protocol whose need is missing stops befor
 one line, exit 4 (``EnvMissing``), "run `spectest setup X` first". Knows nothing about how an
 engine is set up (``spectest.setup``) nor about running.
 
-Notes
------
-The checks look only at this machine's caches and environment variables (a set-up venv, a
-llama.cpp build, ``SPECTEST_LLAMA_SERVER``, ``SPECTEST_VLLM_PYTHON``, CUDA): they start nothing
-and take well under a second.
+The why and the details: docs/internals.md "spectest/readiness.py".
 """
 
 from __future__ import annotations

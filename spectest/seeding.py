@@ -2,37 +2,10 @@
 
 Owns: the derivation of row keys (run key, prompt, config, seed → int in [0, 2^62)), the
 Philox4x32-10 counter-based generator written in int64 torch ops (bit-identical on CPU and CUDA,
-independent of batch composition and order), and the draw protocol below. Knows nothing about
-models, sampling laws or which arm a row belongs to (the plan chooses the seeds).
+independent of batch composition and order), and the draw protocol (docs/internals.md). Knows
+nothing about models, sampling laws or which arm a row belongs to (the plan chooses the seeds).
 
-Generator
----------
-Philox4x32-10 (Salmon, Moraes, Dror, Shaw, "Parallel random numbers: as easy as 1, 2, 3", SC 2011;
-the generator of cuRAND and of torch's CUDA RNG), known-answer tested against Random123's
-``kat_vectors``. Counter ``(slot, step_lo, step_hi, stream)``, key ``(key_lo, key_hi)``; the 32x32
-→ 64-bit products are split into 16-bit halves so no int64 operation overflows (signed overflow
-is where CPU and CUDA could disagree). A uniform takes the first two 32-bit outputs:
-``m = (x0 << 20) | (x1 >> 12)`` (52 bits), ``u = (2m + 1) / 2^53``.
-
-NOTE 52 bits, midpoint grid: ``u`` lies on the 2^52 midpoints of an even grid of (0, 1) — exactly
-representable, strictly inside (0, 1), symmetric (u ↔ 1 - u), mean exactly 1/2. 53 bits cannot be
-both exact and strictly inside (0, 1): on [1/2, 1) the float64 spacing is 2^-53, so a 2^53-point
-grid either contains 0, or 1, or needs rounding. Each decision ``u <= r`` is therefore exact up to
-2^-53 — far below anything a test can see. NOTE float64: a float32 uniform (2^-24 grid) biases
-tail tokens and acceptance of ratios near 1 (vLLM's NOTE on float64 uniforms, vLLM #43150).
-
-Draw protocol (never draw a uniform that is not used)
------------------------------------------------------
-- ``STREAM_PLAIN``: plain decode, one uniform per emitted token: ``step = position``, slot 0.
-- ``STREAM_SPEC``: a speculative round that starts at position ``s`` uses ``step = s``;
-  sampled drafter (``2K + 1`` slots): slots ``0..K-1`` draft draws, ``K..2K-1`` acceptance,
-  ``2K`` final (recovered or bonus); one-hot (greedy) drafter (``K + 1`` slots): ``0..K-1``
-  acceptance, ``K`` final. ``spec_slots(K, drafter_onehot)`` returns this layout. A round emits at
-  least one token, so the next round's ``s`` is larger and counters never repeat.
-- ``STREAM_PIT``: the randomisation ``V_t`` of the white-box PIT (``step = position``, slot 0).
-Because the generator is counter-based, computing a value that a row then ignores (e.g. the slots
-past a ragged row's ``draft_len``) changes no other draw: the rule matters for stateful generators
-(vLLM #10863: RNG advanced for zero-draft requests), which spectest does not use.
+The why and the details: docs/internals.md "spectest/seeding.py".
 """
 
 from __future__ import annotations
@@ -211,7 +184,7 @@ def uniforms_reference(
 
 @dataclass(frozen=True)
 class SlotLayout:
-    """Which ``STREAM_SPEC`` slots a round of ``K`` draft tokens uses (see the module docstring)."""
+    """Which ``STREAM_SPEC`` slots a round of ``K`` draft tokens uses (docs/internals.md)."""
 
     K: int
     drafter_onehot: bool

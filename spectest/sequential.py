@@ -5,17 +5,7 @@ Owns: the stage plan (``stage_sizes``: seeds per arm after each stage, doubling 
 and the decision after each look (``decide_look`` → ``Look``), plus ``path_dict`` (the path of
 the evidence, JSON-ready, for the summary). Pure functions of numbers.
 
-Does not know: seeds, shards, engines, statistics, files. The runner asks it how many seeds
-stage k needs and at which α to analyse, then hands it what the analysis found.
-
-Validity: look k tests the cumulative samples at level α_k with Σ_k α_k = α, so by the union
-bound P(some look rejects | H0) ≤ Σ_k P(look k rejects | H0) ≤ Σ_k α_k = α, whatever the
-dependence between looks (they share samples) and whatever the stopping rule — stopping early
-only removes looks. This is the Bonferroni error-spending split (a conservative cousin of
-Pocock's boundary, which would exploit the looks' correlation); its price is that every look
-tests at α/K (``equal``) or at the stage's share of the seeds (``proportional``). An
-e-process (Ramdas, Grünwald, Vovk, Shafer, arXiv 2210.01948) would let the budget stay open
-ended; spectest's families produce p-values, not e-values, so the finite split is used.
+The why and the details: docs/internals.md "spectest/sequential.py".
 """
 
 from __future__ import annotations
@@ -57,7 +47,7 @@ def stage_sizes(per_arm: int, max_per_arm: int | None) -> tuple[int, ...]:
 
 
 def look_alphas(alpha: float, sizes: Sequence[int], spending: str = "equal") -> tuple[float, ...]:
-    """The α of each look; they sum to ``alpha`` (module docstring: the union bound).
+    """The α of each look; they sum to ``alpha`` (docs/internals.md: the union bound).
 
     ``equal``: α/K at each of the K looks. ``proportional``: α·(n_k − n_{k−1})/n_K, the share of
     the seeds the stage adds (spends little early, when the sample is small and a real bug

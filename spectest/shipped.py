@@ -5,21 +5,7 @@ Owns: the location of the shipped ``protocols/`` directory in a source checkout 
 installed wheel, the listing behind ``spectest protocols``, and the resolution rule. Knows
 nothing about what a protocol means (``spectest.protocol`` parses it).
 
-Where the files are
--------------------
-``protocols/`` stays at the top of the repository, where users look for it.
-``spectest/protocols_data`` is a symlink to it, declared as package data in pyproject, so a
-built wheel carries a real copy (setuptools follows the link when it copies package data) and
-an editable install or a checkout on ``PYTHONPATH`` reads the repository's files through the
-link. Where a checkout has no symlink support, the repository's ``protocols/`` is found
-directly.
-
-Resolution (``resolve_protocol_file``)
--------------------------------------
-A local file always wins: ``PATH`` as given, then ``PATH.yaml``. Otherwise a bare name —
-``top_p``, ``top_p.yaml``, or ``protocols/top_p.yaml`` (the README's form, run outside the
-repository) — resolves to the shipped file of that name. The protocol's ``source`` is then the
-shipped file's full path, so run.json and every message name the file actually used.
+The why and the details: docs/internals.md "spectest/shipped.py".
 """
 
 from __future__ import annotations

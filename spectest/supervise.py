@@ -281,9 +281,11 @@ def run_supervised(
         sys.stdout.flush()
         sys.stderr.flush()
         proc = subprocess.Popen(
-            list(argv), env={**os.environ, ENV: f"{d}:{os.getpid()}"}, start_new_session=True,
+            list(argv),
+            env={**os.environ, ENV: f"{d}:{os.getpid()}"},
+            start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-        )  # fmt: skip
+        )
         watch = _Watch(d)
         try:
             rc, sent, overdue = _watch_child(proc, watch, timeout_s, got)
@@ -329,38 +331,56 @@ def _watch_child(
 
 
 def _judge(
-    rc: int, sent: int | None, overdue: tuple[str, int] | None, watch: _Watch, pid: str,
-    plugins: Sequence[str], timeout_s: float, verdict: bool,
-) -> Outcome:  # fmt: skip
+    rc: int,
+    sent: int | None,
+    overdue: tuple[str, int] | None,
+    watch: _Watch,
+    pid: str,
+    plugins: Sequence[str],
+    timeout_s: float,
+    verdict: bool,
+) -> Outcome:
     if overdue is not None:
         who, what = watch.name(*overdue)
-        return Outcome(2, (
-            f"{who}: {what} gave no answer within {timeout_s:g} s (the limit on one plug-in "
-            "call: --plugin-timeout); it was stopped: no verdict"
-        ))  # fmt: skip
+        return Outcome(
+            2,
+            (
+                f"{who}: {what} gave no answer within {timeout_s:g} s (the limit on one plug-in "
+                "call: --plugin-timeout); it was stopped: no verdict"
+            ),
+        )
     ended = watch.announced(pid, "exit")
     if ended is not None and isinstance(ended.get("code"), int):
         code = int(ended["code"])
         said = watch.announced(pid, "verdict")
         if verdict and code in (0, 1, 3) and not _verdict_stored(said, code):
-            return Outcome(4, (
-                f"spectest's process ended with exit {code} without a stored verdict (no "
-                "complete summary.json says so): no verdict"
-            ))  # fmt: skip
+            return Outcome(
+                4,
+                (
+                    f"spectest's process ended with exit {code} without a stored verdict (no "
+                    "complete summary.json says so): no verdict"
+                ),
+            )
         return Outcome(code)
     if sent is not None:
         return Outcome(128 + sent, INTERRUPTED, interrupted=True)
     inside = watch.inside(pid)
     if inside is not None:
         who, what = inside
-        return Outcome(2, (
-            f"{who}: {what} ended spectest's process ({how_it_ended(rc)}); a plug-in must "
-            "return or raise, never end the process: no verdict"
-        ))  # fmt: skip
-    return Outcome(4, (
-        f"spectest's process ended outside any plug-in call ({how_it_ended(rc)}) with plug-ins "
-        f"loaded ({'; '.join(plugins)}): no verdict; completed shards are kept"
-    ))  # fmt: skip
+        return Outcome(
+            2,
+            (
+                f"{who}: {what} ended spectest's process ({how_it_ended(rc)}); a plug-in must "
+                "return or raise, never end the process: no verdict"
+            ),
+        )
+    return Outcome(
+        4,
+        (
+            f"spectest's process ended outside any plug-in call ({how_it_ended(rc)}) with plug-ins "
+            f"loaded ({'; '.join(plugins)}): no verdict; completed shards are kept"
+        ),
+    )
 
 
 def _verdict_stored(said: dict[str, Any] | None, code: int) -> bool:

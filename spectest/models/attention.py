@@ -6,27 +6,7 @@ with an explicit mask: keys and values copied ``G`` times, one SDPA), and ``pack
 (a context manager that makes one HF model use the packed function for the forwards inside it).
 Knows nothing about caches, decoding or sampling.
 
-Why
----
-A GQA model has ``Hq`` query heads and ``Hkv < Hq`` key/value heads, ``G = Hq / Hkv`` query heads
-per KV head. With an explicit attention mask, transformers' sdpa path (4.x and 5.x up to at least
-5.17, the H200's) expands keys and values to ``Hq`` heads (``repeat_kv``: a copy of ``[B, Hq, W,
-D]`` per layer and per forward) because torch's masked SDPA kernels do not take ``enable_gqa``.
-On the H200 that copy was the fast engine's largest kernel (results/LOG.md, h11). Here the ``G``
-query heads sharing a KV head become ``G`` blocks of extra query rows instead:
-``q [B, Hq, S, D] → [B, Hkv, G·S, D]``, the mask ``[B, 1, S, W]`` repeated ``G`` times along the
-query dimension, one SDPA over ``Hkv`` heads, the output reshaped back to ``[B, S, Hq, D]``.
-
-NOTE the maths is identical: in SDPA every query row is independent — row ``r`` of head ``h`` is
-``softmax(q_r K_hᵀ · scale + mask_r) V_h`` — and query head ``h = kv·G + g`` uses KV head ``kv``
-under ``repeat_kv`` (``repeat_kv`` repeats each KV head ``G`` times consecutively), which is the
-row block ``g`` of packed head ``kv`` here, with the same mask row. What may differ is rounding
-only: the kernel sees a ``[G·S, W]`` score matrix instead of ``G`` of ``[S, W]``, so a backend may
-choose another tiling or another kernel (cuDNN / flash / efficient / math) and sum the ``D``- or
-``W``-long dot products in another order (float32 on CPU: last-bit differences of the logits; bf16
-on CUDA: the kernel-choice differences any batch-shape change already causes). Tokens equal the
-built-in engine's in float32 on CPU (tests/test_engine_fast.py), and the attention output equals
-``repeat_kv_sdpa``'s to float32 rounding (tests/test_attention.py).
+The why and the details: docs/internals.md "spectest/models/attention.py".
 """
 
 from __future__ import annotations

@@ -3,24 +3,7 @@
 Owns: the abstract interface every model in the zoo implements, and the cache contract the
 engines rely on. Knows nothing about sampling, temperatures or speculative decoding.
 
-Cache contract (slots with validity)
-------------------------------------
-A cache holds, per row, a sequence of *slots*; slot ``j`` holds the keys/values (or, for the toy
-LM, the token) written by the ``j``-th input position ever fed to this cache. All rows of a cache
-always have the same number of slots (static shapes, no per-row Python loops).
-
-- ``forward(cache, input_ids[B, S])`` appends ``S`` slots to every row. Query ``i`` of the call
-  attends to every *valid* earlier slot of its row and to the current positions ``0..i`` (causal).
-  Position ids are *per row*: the number of valid slots before the token. Returns float32 logits
-  ``[B, S, V]`` for the next token after each input position.
-- ``cache.invalidate(mask[B, num_slots])`` marks slots invalid: they are excluded from all later
-  attention and from later position counting (a "hole"). This is how the speculative engine
-  drops rejected draft tokens without ragged cropping: holes never occur inside the current call,
-  so no query is ever fully masked.
-- ``cache.valid`` is a bool tensor ``[B, num_slots]``; ``cache.num_slots`` an int.
-
-Rows of one cache share nothing but shapes; row ``b``'s logits depend only on row ``b``'s valid
-slots (batch invariance up to floating-point reduction order on GPU).
+The why and the details: docs/internals.md "spectest/models/base.py".
 """
 
 from __future__ import annotations

@@ -3,19 +3,7 @@
 Owns: the id layout (bytes 0–255, then BOS, EOS, PAD), ``encode`` and ``decode``. Knows nothing
 about models, corpora or sampling; no tokenizer package is used.
 
-Id layout
----------
-====  ==========  ====================================================
-id    name        meaning
-====  ==========  ====================================================
-0–255 bytes       the UTF-8 byte with that value
-256   ``BOS_ID``  begin of a document (every prompt starts with it)
-257   ``EOS_ID``  end of a document (the models learn to emit it)
-258   ``PAD_ID``  padding; never in training targets, never emitted on purpose
-====  ==========  ====================================================
-
-``VOCAB_SIZE`` is exactly 259: the models' ``lm_head`` has 259 rows, so every id a model can
-emit is one of the ids above (no unused rounding ids that would need masking).
+The why and the details: docs/internals.md "spectest/models/bytetok.py".
 """
 
 from __future__ import annotations

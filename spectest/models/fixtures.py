@@ -10,22 +10,7 @@ provenance (``fixture_manifest``).
 Knows nothing about sampling, protocols or engines; ``spectest.models.zoo`` resolves the model
 spec ``fixture:NAME/target`` (and ``/draft``) here.
 
-What a fixture is
------------------
-- target: a random-init Llama (``FixtureSpec.config``; seeded on CPU) whose ``lm_head`` is
-  multiplied by ``logit_scale`` *in the weights*, so every engine that reads the files sees the
-  same law (a spectest-side ``logit_scale`` would be invisible to llama.cpp or vLLM);
-- draft: the target with seeded Gaussian weight noise (``derive.noised``), same architecture and
-  vocabulary, so a sampled draft is accepted often but not always (Σ min(p, q) is measured and
-  written to ``fixture.json``);
-- tokenizer: a SentencePiece BPE model of ``vocab_size`` pieces trained single-threaded on the
-  text of ``pydoc_data.topics`` (ships with CPython; nothing downloaded). Engines get token-id
-  prompts; the tokenizer exists because ``convert_hf_to_gguf.py`` refuses a model without one.
-
-The key is the sha256 of the spec, this module's format version and torch's major.minor (CPU
-random init can change between torch releases); the directory holds ``fixture.json`` with the
-sha256 of every weight file, so provenance names the exact bytes. A GGUF export lives beside the
-HF files under ``gguf-<llama.cpp version>/`` (the converter's output depends on its version).
+The why and the details: docs/internals.md "spectest/models/fixtures.py".
 """
 
 from __future__ import annotations
@@ -215,6 +200,19 @@ def fixture_manifest(name: str) -> dict[str, Any]:
     return dict(json.loads((build_hf(name) / FIXTURE_FILE).read_text()))
 
 
+def export_meta(model: str, name: str, role: str, src: Path) -> dict[str, Any]:
+    """The provenance of an export of fixture ``name``'s ``role`` (HF directory ``src``): the
+    model spec, the fixture key and the sha256 of the role's source files."""
+    manifest = fixture_manifest(name)
+    files = {k: v for k, v in manifest["files"].items() if k.startswith(f"{role}/")}
+    return {
+        "model": model,
+        "fixture_key": manifest["key"],
+        "source": str(src),
+        "source_files": files,
+    }
+
+
 def status(name: str) -> str:
     """One line for ``spectest models``: where the fixture lives and what is built."""
     d = fixture_dir(name)
@@ -244,6 +242,26 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+TOKENIZER_CONFIG = {
+    "tokenizer_class": "LlamaTokenizer",
+    "add_bos_token": True,
+    "add_eos_token": False,
+    "bos_token": "<s>",
+    "eos_token": "</s>",
+    "unk_token": "<unk>",
+}
+
+
+def _record_hashes(root: Path, files: list[Path]) -> None:
+    """Add the sha256 of ``files`` (paths under ``root``) to the fixture's manifest, atomically."""
+    meta = json.loads((root / FIXTURE_FILE).read_text())
+    for path in files:
+        meta.setdefault("files", {})[path.relative_to(root).as_posix()] = sha256_file(path)
+    tmp_meta = root / (FIXTURE_FILE + ".tmp")
+    tmp_meta.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    tmp_meta.replace(root / FIXTURE_FILE)
+
+
 def build_gguf(name: str, llamacpp_dir: str | Path) -> dict[str, Path]:
     """GGUF files (float32) of a fixture's target and draft, made with llama.cpp's own
     ``convert_hf_to_gguf.py`` in the venv of ``spectest setup llamacpp``'s cache directory
@@ -271,19 +289,7 @@ def build_gguf(name: str, llamacpp_dir: str | Path) -> dict[str, Path]:
         _train_tokenizer(vpy, root, spec.tokenizer_vocab)
     for role in ROLES:
         shutil.copyfile(tok, root / role / TOKENIZER_FILE)
-        (root / role / "tokenizer_config.json").write_text(
-            json.dumps(
-                {
-                    "tokenizer_class": "LlamaTokenizer",
-                    "add_bos_token": True,
-                    "add_eos_token": False,
-                    "bos_token": "<s>",
-                    "eos_token": "</s>",
-                    "unk_token": "<unk>",
-                }
-            )
-            + "\n"
-        )
+        (root / role / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG) + "\n")
     out.mkdir(exist_ok=True)
     for role, path in paths.items():
         tmp = path.with_suffix(".gguf.tmp")
@@ -298,13 +304,7 @@ def build_gguf(name: str, llamacpp_dir: str | Path) -> dict[str, Path]:
             tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
             raise ModelError(f"convert_hf_to_gguf.py {root / role}: exit {proc.returncode}: {tail}")
         tmp.replace(path)
-    meta = json.loads((root / FIXTURE_FILE).read_text())
-    meta.setdefault("files", {})[TOKENIZER_FILE] = sha256_file(tok)
-    for path in paths.values():
-        meta["files"][f"{out.name}/{path.name}"] = sha256_file(path)
-    tmp_meta = root / (FIXTURE_FILE + ".tmp")
-    tmp_meta.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    tmp_meta.replace(root / FIXTURE_FILE)
+    _record_hashes(root, [tok, *paths.values()])
     return paths
 
 

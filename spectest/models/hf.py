@@ -7,14 +7,7 @@ over slots and explicit per-row position ids), the hand-written ``HF_PRESETS`` c
 Knows nothing about sampling; ``logit_scale`` only multiplies the float32 logits (a knob that
 sets the entropy of random-init models, whose logits are otherwise nearly uniform).
 
-How holes work here
--------------------
-Every call appends ``S`` slots to the ``DynamicCache``. The attention mask passed to the model is
-``[B, num_slots + S]`` with zeros at invalid slots (holes); position ids are the number of valid
-slots before each token. transformers combines that 2-D mask with the causal mask, so a query
-sees exactly its row's valid history, and RoPE sees the same positions as a hole-free sequence.
-Verified in tests/test_models.py: cached incremental logits with holes == a fresh full forward on
-the hole-free sequence (fp32, allclose), on a random-init preset and on a saved-and-reloaded dir.
+The why and the details: docs/internals.md "spectest/models/hf.py".
 """
 
 from __future__ import annotations
@@ -32,75 +25,57 @@ from spectest.models.dtypes import torch_dtype
 
 # Hand-written configs. The tiny ones are for CI (V = 512); the real shapes copy the published
 # Qwen3 configs (hidden sizes, heads, vocab) for GPU throughput work with random weights.
+_TINY: dict[str, Any] = dict(
+    vocab_size=512,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=1024,
+    rms_norm_eps=1e-6,
+)
+_QWEN3: dict[str, Any] = dict(  # the published Qwen3 configs' shared fields
+    model_type="qwen3",
+    vocab_size=151936,
+    num_key_value_heads=8,
+    head_dim=128,
+    max_position_embeddings=40960,
+    rms_norm_eps=1e-6,
+    rope_theta=1_000_000.0,
+    tie_word_embeddings=True,
+)
 HF_PRESETS: dict[str, dict[str, Any]] = {
-    "llama-tiny": dict(
-        model_type="llama",
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        rms_norm_eps=1e-6,
-        tie_word_embeddings=False,
-    ),
-    "qwen3-tiny": dict(
-        model_type="qwen3",
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=1024,
-        rms_norm_eps=1e-6,
-        rope_theta=1_000_000.0,
-        tie_word_embeddings=True,
-    ),
-    "qwen3-0.6b": dict(
-        model_type="qwen3",
-        vocab_size=151936,
-        hidden_size=1024,
-        intermediate_size=3072,
-        num_hidden_layers=28,
-        num_attention_heads=16,
-        num_key_value_heads=8,
-        head_dim=128,
-        max_position_embeddings=40960,
-        rms_norm_eps=1e-6,
-        rope_theta=1_000_000.0,
-        tie_word_embeddings=True,
-    ),
-    "qwen3-4b": dict(
-        model_type="qwen3",
-        vocab_size=151936,
-        hidden_size=2560,
-        intermediate_size=9728,
-        num_hidden_layers=36,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        max_position_embeddings=40960,
-        rms_norm_eps=1e-6,
-        rope_theta=1_000_000.0,
-        tie_word_embeddings=True,
-    ),
-    "qwen3-8b": dict(  # Qwen3-8B's published shape: 8.19 B parameters, embeddings untied
-        model_type="qwen3",
-        vocab_size=151936,
-        hidden_size=4096,
-        intermediate_size=12288,
-        num_hidden_layers=36,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        head_dim=128,
-        max_position_embeddings=40960,
-        rms_norm_eps=1e-6,
-        rope_theta=1_000_000.0,
-        tie_word_embeddings=False,
-    ),
+    "llama-tiny": {**_TINY, "model_type": "llama", "tie_word_embeddings": False},
+    "qwen3-tiny": {
+        **_TINY,
+        "model_type": "qwen3",
+        "head_dim": 16,
+        "rope_theta": 1_000_000.0,
+        "tie_word_embeddings": True,
+    },
+    "qwen3-0.6b": {
+        **_QWEN3,
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+    },
+    "qwen3-4b": {
+        **_QWEN3,
+        "hidden_size": 2560,
+        "intermediate_size": 9728,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+    },
+    "qwen3-8b": {  # Qwen3-8B's published shape: 8.19 B parameters, embeddings untied
+        **_QWEN3,
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "tie_word_embeddings": False,
+    },
 }
 
 

@@ -5,24 +5,7 @@ Owns: ``damped_target`` (a random-init HF preset whose decoder layers past the f
 zoo kind. Knows nothing about sampling or engines; the draft is the target's own first layers
 (``derive.first_layers``), loaded as ``derived:first_layers,layers=<draft_layers>``.
 
-Why random weights need a construction
---------------------------------------
-A random-init target and its first-layers draft disagree almost everywhere: every layer adds a
-random update of the same size to the residual stream, so the draft's next-token law is unrelated
-to the target's (measured at Qwen3-0.6B shape: 0.01 accepted tokens per round, results/LOG.md),
-and with logits of standard deviation ~0.6 over V = 151 936 the law is nearly uniform, so a
-nucleus holds most of the vocabulary. Speed figures from such a pair measure rounds that accept
-nothing. The construction:
-
-- ``damp``: the output projections of layers ``>= draft_layers`` (attention ``o_proj``, MLP
-  ``down_proj``) are multiplied by ``damp``, so the deep layers still cost their full compute but
-  move the residual stream only a little: the target's law is the draft's law perturbed, the way a
-  trained draft approximates its target;
-- ``logit_scale``: multiplies the logits (``HFModel``'s entropy knob, shared by the draft), so
-  the law is peaked like a trained model's at temperature 0.8 instead of nearly uniform.
-
-Measured (results/LOG.md, 2026-11-30): at a reduced width on CPU and at full shape on the H200,
-mean accepted tokens per round at K = 4, t 0.8, top-p 0.95 (one-hot and sampled drafters).
+The why and the details: docs/internals.md "spectest/models/realistic.py".
 """
 
 from __future__ import annotations
@@ -49,7 +32,7 @@ def damped_target(
     **overrides: Any,
 ) -> HFModel:
     """Random-init ``preset`` with the output projections of layers ``>= draft_layers`` scaled
-    by ``damp`` (module docstring); pair it with ``first_layers(target, draft_layers)``.
+    by ``damp`` (docs/internals.md); pair it with ``first_layers(target, draft_layers)``.
 
     Notes
     -----

@@ -7,22 +7,7 @@ and the pieces they are made of (``_StaticKV``: the duck-typed transformers cach
 CUDA graph). Knows nothing about sampling, decoding loops or statistics; the fast engine
 (``engines.fast``) runs the built-in loops on it.
 
-How it differs from ``HFModel`` (what cannot change a token's law)
-------------------------------------------------------------------
-1. a static cache: every row's keys/values live in a buffer of ``max_slots`` slots allocated
-   once; attention is masked to the row's valid slots (holes and unwritten slots are masked out,
-   so they contribute exact zeros); positions are the row's count of valid slots, as in
-   ``HFModel``; a forward attends only to the pool's first ``W`` slots (``W`` = slots in use
-   rounded up to ``WINDOW_STEP``), every slot past them being masked anyway;
-2. on CUDA, a forward of a fixed ``(B, S, W)`` is captured once as a CUDA graph (inputs copied
-   into static buffers, one replay per step): no Python per layer, no allocation;
-3. grouped-query attention without transformers' ``repeat_kv`` copy of keys and values
-   (``models/attention.py``: the query heads sharing a KV head packed into query rows; the same
-   per-head softmax, rounding of the attention kernel only).
-
-In float32 on CPU its logits equal ``HFModel``'s to float32 rounding (it attends over all its
-slots, masked) and the decode loops' tokens are equal (tests/test_engine_fast.py). On GPU in
-bfloat16, batch composition can change GEMM reduction order (true of ``HFModel`` too).
+The why and the details: docs/internals.md "spectest/models/static.py".
 """
 
 from __future__ import annotations
@@ -127,7 +112,7 @@ class StaticHFModel(LanguageModel):
         self._pools: dict[int, _StaticKV] = {}
         self._graphs: dict[tuple[int, int, int], _Graph] = {}
         # CUDA-graph memory: one pool shared by every capture of this model (scratch only) and one
-        # logits buffer per (B, S) outside it (module NOTE in ``_Graph``)
+        # logits buffer per (B, S) outside it (the NOTE in ``_Graph``)
         self._graph_pool: Any = None
         self._outs: dict[tuple[int, int], torch.Tensor] = {}
         cfg = base.config
@@ -300,7 +285,7 @@ class _Graph:
     another graph's replay may overwrite; that is safe because replays run one at a time on one
     stream and ``run`` consumes the output (a clone, enqueued right after the replay) before any
     other replay. Before this (one private pool per graph) each graph kept its own activations and
-    logits: 42.8 GiB at ``batch_size=768`` (results/LOG.md, lead session 3).
+    logits: 42.8 GiB at ``batch_size=768`` (results/LOG.md).
     """
 
     def __init__(self, model: StaticHFModel, B: int, S: int, W: int) -> None:

@@ -6,24 +6,7 @@ the first few generated positions and compare engines against it.
 
 Knows nothing about sampling: it returns float32 logits like any other ``LanguageModel``.
 
-The model
----------
-Vocabulary ``V``, order ``n`` (``n = 1``: the same logits at every position; ``n = 2``: a bigram
-chain, ...). The logits after a context depend only on its last ``n - 1`` *valid* tokens; a
-context shorter than ``n - 1`` is left-padded with a virtual start symbol (id ``V``, never
-emitted). The table has ``(V + 1) ** (n - 1)`` rows of ``V`` logits, drawn iid
-``scale * N(0, 1)`` from a seeded generator: ``scale`` sets the entropy (0 = uniform; large =
-nearly deterministic).
-
-Simulated numerics (issue 21, ``numerics=``, ``verify_numerics=``): a bf16 engine's logits
-depend on the forward's shape — how many positions it computes at once and the batch size —
-by a rounding-sized amount. With ``numerics = σ > 0`` every forward adds to each logit a
-deterministic perturbation ``σ · z`` (``z`` ∈ [−√3, √3], variance 1) hashed from the query's
-context, its offset in the forward, the forward's width S and batch size B; forwards wider than
-one position use ``verify_numerics`` instead when given (a verify-path numerics bug). So a
-verify pass (S = K + 1) and one-position decode see different laws, decode in a batch and decode
-alone too, and two arms on the same forward schedule see the same — as in bf16, cheaply enough
-for calibration (``benchmarks/drift_calibration.py``).
+The why and the details: docs/internals.md "spectest/models/toy.py".
 """
 
 from __future__ import annotations
@@ -155,7 +138,7 @@ class ToyLM(LanguageModel):
 
     def _shape_noise(self, idx: torch.Tensor, B: int, S: int) -> torch.Tensor:
         """``z`` ``[B, S, V]`` float32, variance 1, a function of (context, offset, S, B, seed,
-        token): the simulated numerics of the module docstring. One table of iid uniforms per
+        token): the simulated numerics of the docs/internals.md. One table of iid uniforms per
         forward shape (S, B), drawn from a private generator seeded by a hash of
         (seed, S, B) — so two shapes' perturbations are independent — and kept."""
         tables = self.__dict__.setdefault("_noise", {})

@@ -6,24 +6,7 @@ Owns: ``PRESETS`` (name → one-line description, listed by ``spectest models``)
 Knows nothing about sampling, protocols or engines; builders live in ``toy``, ``hf`` and
 ``derive``.
 
-Spec grammar (a string ``kind:rest`` or a dict ``{"kind": ..., **options}``)
--------------------------------------------------------------------------
-- ``toy:V=16,order=2,scale=2.0,seed=3`` — the analytic Markov LM (``ToyLM``); ``numerics=σ``
-  (and ``verify_numerics=σ'``) add its simulated shape-dependent numerics (issue 21);
-- ``hf-preset:llama-tiny[,logit_scale=3,seed=1,<config field>=<int>]`` — random-init HF model of a
-  hand-written preset (``hf.HF_PRESETS``);
-- ``hf-local:/path/to/dir`` — a local transformers directory (dict form for options:
-  ``{"kind": "hf-local", "path": ..., "logit_scale": 2.0}``);
-- ``bundled:target`` / ``bundled:draft`` — the shipped trained pair in ``spectest/zoo/bundled/``;
-- ``realistic:qwen3-0.6b[,draft_layers=4,damp=0.03,logit_scale=20,seed=0,<config field>=<int>]``
-  — a benchmark target whose first ``draft_layers`` layers make a draft that accepts like a real
-  one (``realistic.damped_target``); its draft is ``derived:first_layers,layers=<draft_layers>``;
-- ``fixture:tiny-llama/target`` / ``/draft`` — the real-engine fixture pair (``fixtures``), built
-  deterministically into ``~/.cache/spectest/fixtures`` on first use;
-- drafts only (``load_pair`` or ``load_model(..., target=...)``): ``derived:first_layers,layers=2``
-  (layer skip sharing the target's tensors), ``derived:noised,noise=0.1,seed=2`` (noised copy).
-
-``seed`` in a spec wins over the ``seed`` argument, which is the default.
+The why and the details: docs/internals.md "spectest/models/zoo.py".
 """
 
 from __future__ import annotations
@@ -65,9 +48,13 @@ PRESETS: dict[str, str] = {
 assert {f"hf-preset:{k}" for k in HF_PRESETS} <= set(PRESETS)
 
 _TOY_KEYS = {
-    "V": int, "order": int, "scale": float, "seed": int, "numerics": float,
+    "V": int,
+    "order": int,
+    "scale": float,
+    "seed": int,
+    "numerics": float,
     "verify_numerics": float,
-}  # fmt: skip
+}
 _HF_KEYS = {"logit_scale": float, "seed": int}
 _REALISTIC_KEYS = {"draft_layers": int, "damp": float, "logit_scale": float, "seed": int}
 _DERIVED_KEYS = {"layers": int, "noise": float, "seed": int}
@@ -131,32 +118,16 @@ def load_model(
     seed: int = 0,
     target: LanguageModel | None = None,
 ) -> LanguageModel:
-    """Build the model named by ``spec`` (grammar in the module docstring).
+    """Build the model named by ``spec`` (grammar in the docs/internals.md).
 
     ``dtype=None`` means float32 on CPU and bfloat16 on CUDA for HF models (the toy LM is always
     float32). ``target`` is needed only for ``derived:*`` drafts.
     """
     kind, head, opts = parse_spec(spec)
     if kind == "toy":
-        o = _typed(spec, opts, _TOY_KEYS)
-        if head:
-            raise ConfigError(
-                f"model spec {spec!r}: toy takes only key=value options, got {head!r}"
-            )
-        return ToyLM(
-            o.get("V", 16),
-            o.get("order", 2),
-            o.get("scale", 1.0),
-            o.get("seed", seed),
-            device=device,
-            numerics=o.get("numerics", 0.0),
-            verify_numerics=o.get("verify_numerics"),
-        )
+        return _load_toy(spec, head, opts, seed, device)
     if kind == "hf-preset":
-        if head not in HF_PRESETS:
-            raise ConfigError(
-                f"model spec {spec!r}: unknown preset {head!r}; valid: {', '.join(HF_PRESETS)}"
-            )
+        _check_preset(spec, head)
         o = _typed(spec, opts, _HF_KEYS, extra_int=True)  # extra ints = config overrides
         s = o.pop("seed", seed)
         scale = o.pop("logit_scale", 1.0)
@@ -164,10 +135,7 @@ def load_model(
     if kind == "realistic":
         from spectest.models.realistic import damped_target
 
-        if head not in HF_PRESETS:
-            raise ConfigError(
-                f"model spec {spec!r}: unknown preset {head!r}; valid: {', '.join(HF_PRESETS)}"
-            )
+        _check_preset(spec, head)
         o = _typed(spec, opts, _REALISTIC_KEYS, extra_int=True)  # extra ints = config overrides
         o.setdefault("seed", seed)
         return damped_target(head, device=device, dtype=dtype, **o)
@@ -191,18 +159,46 @@ def load_model(
         _typed(spec, opts, {})  # no options
         return from_local(hf_dir(*parse_fixture_spec(head)), device=device, dtype=dtype)
     if kind == "derived":
-        if target is None:
-            raise ConfigError(
-                f"model spec {spec!r}: a derived draft needs a target (use load_pair)"
-            )
-        o = _typed(spec, opts, _DERIVED_KEYS)
-        if head == "noised":
-            o.setdefault("seed", seed)
-        return derive_draft(target, head, **o)
+        return _load_derived(spec, head, opts, seed, target)
     raise ConfigError(
         f"model spec {spec!r}: unknown kind {kind!r}; "
         "valid: toy, hf-preset, realistic, hf-local, bundled, derived, fixture"
     )
+
+
+def _check_preset(spec: Any, head: str) -> None:
+    if head not in HF_PRESETS:
+        raise ConfigError(
+            f"model spec {spec!r}: unknown preset {head!r}; valid: {', '.join(HF_PRESETS)}"
+        )
+
+
+def _load_toy(
+    spec: Any, head: str, opts: dict[str, Any], seed: int, device: torch.device | str
+) -> LanguageModel:
+    o = _typed(spec, opts, _TOY_KEYS)
+    if head:
+        raise ConfigError(f"model spec {spec!r}: toy takes only key=value options, got {head!r}")
+    return ToyLM(
+        o.get("V", 16),
+        o.get("order", 2),
+        o.get("scale", 1.0),
+        o.get("seed", seed),
+        device=device,
+        numerics=o.get("numerics", 0.0),
+        verify_numerics=o.get("verify_numerics"),
+    )
+
+
+def _load_derived(
+    spec: Any, head: str, opts: dict[str, Any], seed: int, target: LanguageModel | None
+) -> LanguageModel:
+    if target is None:
+        raise ConfigError(f"model spec {spec!r}: a derived draft needs a target (use load_pair)")
+    o = _typed(spec, opts, _DERIVED_KEYS)
+    if head == "noised":
+        o.setdefault("seed", seed)
+    return derive_draft(target, head, **o)
 
 
 def load_pair(

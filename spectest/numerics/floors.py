@@ -1,4 +1,4 @@
-"""The numerics floors beyond the batch floor (issue 31 item 5): claim (b)'s drift is decided
+"""The numerics floors beyond the batch floor: claim (b)'s drift is decided
 against a floor of numerics differences users already accept; ``spectest.numerics.table``
 measures the batch floor (plain decode in the run's batch vs alone), this module the two
 others and chooses.
@@ -9,24 +9,7 @@ measured row of a drift table, in the run's batch) and ``complete_floors`` (what
 ``tests.numerics_floor`` asks for measured, ``auto`` moving on from a floor that is identically
 0). Choosing the column the decision reads is ``stats.drift.select_floor``'s (no torch there).
 
-- ``prefill``: plain decode whose prompt was prefilled as a prefix-cache hit (``prompt[:-1]`` as
-  one forward, the last prompt token alone) vs the run's plain decode (the prompt in one
-  forward). Position 0's law then comes from a forward of another query width over the same
-  cache, the same kind of difference as verify vs prefill at position 0 (a (K + 1)-wide forward
-  after ``prompt[:-1]``), and every later position inherits the changed state of the last
-  prompt token, as a serving engine's prefix caching and chunked prefill do.
-- ``dtype``: plain decode by the target loaded in float32 vs the run's plain decode in the
-  model dtype, along the same tokens in the same batch: the difference a user accepted by
-  choosing the dtype. It is the coarsest floor; ``auto`` takes it last.
-
-Notes
------
-Every floor is a deterministic function of the run's tokens (no sampling), measured on every
-sequence the drift measured (one more decode pass over the run's batch per floor), so its
-sequences are the drift's. A floor is "identically 0" when every value it measured is exactly
-0.0 (bit-identical logits): it measures nothing, and ``auto`` does not stop there
-(docs/numerics.md "The floors"). A prompt of one token has no prefix-cache split: its
-``prefill`` floor is NaN (not measured), never 0.
+The why and the details: docs/internals.md "spectest/numerics/floors.py".
 """
 
 from __future__ import annotations

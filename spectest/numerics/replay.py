@@ -1,4 +1,4 @@
-"""The numerics replay on the model the run decoded with (issue 32): the model and the law
+"""The numerics replay on the model the run decoded with: the model and the law
 pipeline ``numerics.drift_table`` replays a ``--fast`` run's matched arm on.
 
 Owns: ``replay_model`` (under ``--fast`` on CUDA the static-cache model with CUDA graphs,
@@ -7,23 +7,7 @@ otherwise) and ``replay_probs`` (the processed law the drift's TV is taken betwe
 pipeline's ``logits_to_probs_fast`` under ``--fast``, the exact ``logits_to_probs`` otherwise).
 Knows nothing about rounds, rows or the drift decision (``numerics``, ``stats.drift``).
 
-Why this is the run's own numerics
-----------------------------------
-The fast engine (``engines.fast.as_fast``) runs an ``HFModel`` on CUDA as
-``StaticHFModel(model)`` with its defaults (``max_slots`` 256, CUDA graphs, packed GQA). A second
-instance built the same way on the same weights runs the same kernels on the same shapes: a
-forward of ``(B, S, W)`` is one captured graph, ``W`` the attended window (slots in use rounded
-up to ``models.static.WINDOW_STEP``, capped by ``max_slots``), and the replay's schedule is the
-run's (the same prompt prefill, the same batch, the same slots appended per round, the same
-``reserve``). So the replayed verify logits are the run's up to the contents of masked slots,
-which contribute exact zeros — the replayed law gives every emitted token the probability the run
-recorded (tests/test_numerics_replay.py; on CUDA, ``-m gpu``). Before this, the replay ran the
-eager loaded model: another model's numerics (the approximation docs/numerics.md stated) and
-eager forwards, batch-1 floor forwards included (112.6 s of seed 001's bf16 plan).
-
-``logits_to_probs_fast`` equals ``logits_to_probs`` up to the float64 reduction order of two sums
-(``sampling/shortlist.py`` NOTE) and is the law the fast engine draws from; it avoids the
-full-vocabulary sort of every top-p row.
+The why and the details: docs/internals.md "spectest/numerics/replay.py".
 """
 
 from __future__ import annotations
@@ -47,7 +31,7 @@ def replay_model(target: LanguageModel, *, fast: bool, static: bool | None = Non
     -----
     ``StaticHFModel``'s defaults are the fast engine's (``as_fast`` passes ``max_slots=256``,
     ``cuda_graphs=True``): the same ``max_slots`` gives the same attended windows, hence the same
-    graphs and kernels (module docstring). Weights are shared, not copied.
+    graphs and kernels (docs/internals.md). Weights are shared, not copied.
     """
     if not fast or isinstance(target, StaticHFModel):
         return target
@@ -97,5 +81,5 @@ class ReplayStaticModel(StaticHFModel):
 
 
 def replay_probs(*, fast: bool) -> ProbsFn:
-    """The processed law the drift's TV is taken between (module docstring)."""
+    """The processed law the drift's TV is taken between (docs/internals.md)."""
     return FAST.probs if fast else REFERENCE.probs

@@ -6,22 +6,7 @@ total variation between such laws. Knows nothing about models (logits come from 
 context), statistics or engines. Used by the exactness tests and reusable by the statistics (an
 exact TV for a mutant in a toy setting).
 
-Method
-------
-A variant's round is a deterministic function of its uniforms, and every decision is a step
-function of each uniform: draft tokens change at the draft CDF points, acceptance at the ratio
-``p/q`` (or a mutant's threshold), the final token at the residual/bonus CDF points. Split (0, 1)
-at a superset of the breakpoints of every uniform, evaluate the implementation at the midpoint of
-each cell of the product grid, and weigh it by the cell's volume: the law is then exact up to
-float rounding of the breakpoints (~1e-16 per cell). The breakpoint superset is derived from the
-laws (draft CDFs; ratios p_j(x_j)/q_j(x_j); CDFs of p_j, of max(0, p_j - q_j) and of p_j minus
-x_j at every position) plus ``extra_accept_breaks`` for a mutant with other thresholds
-(``known_accept_breaks`` has the catalogue's). With ``check=True`` every cell is also evaluated
-near both ends of each coordinate and at a random interior point and must give the midpoint's
-outcome, so a missing breakpoint raises ``NumericsError`` instead of silently biasing the law.
-Cost: (cells) x (2(K+1) + 2) evaluations per draft sequence; V = 5, K = 3 takes well under 1 s.
-
-Laws are dicts ``{tuple of token ids: probability}``.
+The why and the details: docs/internals.md "spectest/sampling/exact_law.py".
 """
 
 from __future__ import annotations
@@ -159,8 +144,9 @@ def _drafts(
     def batch(ctxs: list[tuple[int, ...]]) -> torch.Tensor:
         return torch.stack([draft(c) for c in ctxs])  # [N, V]
 
-    drafts, missing = draft_tree(variant, batch, params, K, onehot=onehot, q_mode=q_mode,
-                                 check=check)  # fmt: skip
+    drafts, missing = draft_tree(
+        variant, batch, params, K, onehot=onehot, q_mode=q_mode, check=check
+    )
     assert missing == 0.0
     return drafts
 
@@ -191,9 +177,11 @@ def draft_tree(
     for _ in range(K):
         logits = draft([seq for seq, _, _ in level])  # [N, V]
         sample_probs, q = variant.draft_law(
-            logits, SamplingTensors.from_params([params] * len(level)), onehot=onehot,
+            logits,
+            SamplingTensors.from_params([params] * len(level)),
+            onehot=onehot,
             q_mode=q_mode,
-        )  # fmt: skip
+        )
         nxt: list[Draft] = []
         for i, (seq, w, qs) in enumerate(level):
             row = sample_probs[i : i + 1]  # [1, V]
@@ -353,7 +341,7 @@ def _grid(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The quadrature cells of every draft sequence: ``(mids [N, K+1], sides [N, K+1],
     owner [N])`` — the cell midpoints in (K acceptance, 1 final) uniforms, their side lengths and
-    the draft sequence each belongs to (module docstring: the breakpoints)."""
+    the draft sequence each belongs to (docs/internals.md: the breakpoints)."""
     S, K = (int(n) for n in seqs.shape)
     V = int(tp.shape[-1])
     all_mids, all_sides, owner = [], [], []

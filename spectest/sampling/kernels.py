@@ -6,20 +6,7 @@ float32 loads, every operation in float64), with the torch expression it replace
 (``weight_sum_reference``), which runs everywhere else. Knows nothing about laws, engines or
 which rows need the sum.
 
-Why: the torch expression materialises a ``[N, V]`` float64 copy and runs four passes over it
-(convert, subtract, divide, exp) plus the sum — ~50 GB of memory traffic for the 5 120 target rows
-of one speculative round at V = 151 936, ~30 % of the speculative arm's GPU time at 1 024 rows
-(results/LOG.md, h27). The kernel reads the float32 logits once (3 GB) and writes ``N`` numbers.
-
-NOTE numerics: each term is computed by the same float64 operations as the reference, on the
-same inputs (the exact float32→float64 conversion, an IEEE float64 subtraction and division,
-libdevice's float64 ``exp``, which is what CUDA's ``exp(double)`` is), so the terms are the
-reference's; only the *order of the float64 additions* differs (per program: ``BLOCK`` running
-partial sums, then a tree). That is the class of difference ``sampling/shortlist.py``'s NOTE
-already documents for this sum (the normaliser over ``W`` vs ``V`` tokens): relative ``~n·2^-53
-<= 2e-11`` worst case, ``<= 1e-12`` asserted by tests/test_sampling_kernels.py on random and
-peaked rows, and on CUDA at V = 151 936. It can move a top-p decision only when a running mass lies
-within that rounding of ``top_p``, an event of probability ``~1e-12`` per decision.
+The why and the details: docs/internals.md "spectest/sampling/kernels.py".
 """
 
 from __future__ import annotations
@@ -54,7 +41,7 @@ def weight_sum(x: torch.Tensor, t: torch.Tensor, mx: torch.Tensor) -> torch.Tens
 
     Returns
     -------
-    ``[M]`` float64; equal to the reference up to float64 reduction order (module NOTE).
+    ``[M]`` float64; equal to the reference up to float64 reduction order (docs/internals.md).
     """
     if not (x.is_cuda and x.dtype == torch.float32 and x.dim() == 2 and _kernel() is not None):
         return weight_sum_reference(x, t, mx)

@@ -9,12 +9,7 @@ exactly zero elsewhere: what ``sampling.shortlist`` computes without densifying)
 Knows nothing about how a law was computed (``transforms``, ``shortlist``), about models or
 about where the uniforms come from.
 
-NOTE equality of the two forms: every method of ``ShortlistLaw`` computes what the same method
-of ``DenseLaw(law.dense())`` computes, on the same float64 numbers (the dense row only adds
-exact zeros between the shortlist's ids); sums run over ``W`` instead of ``V`` entries, so they
-agree to float64 summation order, and draws agree token for token where ``cumsum`` is
-sequential (CPU; ``ShortlistLaw.draw``). Tested in tests/test_rejection_exact.py,
-tests/test_sampling_fast.py and tests/test_teacher.py.
+The why and the details: docs/internals.md "spectest/sampling/laws.py".
 """
 
 from __future__ import annotations

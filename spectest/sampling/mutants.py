@@ -1,23 +1,11 @@
 """The ``SpecVariant`` catalogue: the exact sampler, mutants that mirror shipped bugs, and
 exact-but-suspicious designs that must pass.
 
-Owns: the hooks one speculative engine calls so that it can run every variant — the target law
-the verifier uses (``verify_probs``), the law a draft token is drawn from and the q the verifier
-is told (``draft_law``), and the round sampler (``sample``) — plus ``get_variant`` and the
-observability rule of each variant (``may_differ``). Knows nothing about engines, models or
-statistics. Each mutant's docstring cites its row of docs/bugs.md.
-
-Engine protocol: per round, for each draft position, ``sample_probs, q = draft_law(draft_logits,
-params, onehot=..., q_mode=...)``; draw the draft token with ``categorical(sample_probs, u)``
-(sampled drafter) or ``argmax_tokens(sample_probs)`` (one-hot drafter); stack the ``q`` into
-``draft_probs [B, K, V]`` (``None`` when every ``q`` is ``None``); then
-``target_probs = verify_probs(target_logits [B, K+1, V], params)`` and ``sample(...)``.
-Plain decode never goes through a variant: it uses ``transforms.logits_to_probs``.
-
-``q_mode`` is how the drafter's law is built from its logits: ``"processed"`` (the target's
-pipeline: temperature, top-k, top-p, min-p), ``"temperature"`` (``softmax(logits / T)`` only, as
-SGLang's ``renorm_draft_probs``, seed 004) or ``"raw"`` (``softmax(logits)``). Every q_mode is
-exact for the ``exact`` variant: rejection sampling is exact for any q it is told truthfully.
+Owns: the hooks one speculative engine calls so that it can run every variant (``verify_probs``,
+``draft_law``, ``sample``), ``get_variant`` and each variant's observability rule
+(``may_differ``); the mutant round samplers live in ``mutant_rounds``. Knows nothing about
+engines, models or statistics. The engine protocol, the q_modes and the bug each mutant
+mirrors: docs/bugs.md.
 """
 
 from __future__ import annotations
@@ -30,17 +18,11 @@ import torch
 from torch import Tensor
 
 from spectest.errors import ConfigError, InputError
-from spectest.sampling.draw import argmax_tokens, categorical
+from spectest.sampling import mutant_rounds as mr
+from spectest.sampling.draw import argmax_tokens
+from spectest.sampling.mutant_rounds import SampleFn
 from spectest.sampling.params import SamplingParams, SamplingTensors
-from spectest.sampling.rejection import (
-    RoundResult,
-    accepted_prefix_len,
-    assemble_round,
-    check_round_inputs,
-    drafted_probs,
-    final_weights,
-    rejection_sample,
-)
+from spectest.sampling.rejection import rejection_sample
 from spectest.sampling.transforms import logits_to_probs
 from spectest.schema import Q_MODES
 
@@ -48,7 +30,6 @@ VerifyFn = Callable[[torch.Tensor, SamplingTensors], torch.Tensor]
 DraftFn = Callable[
     [torch.Tensor, SamplingTensors, bool, str], tuple[torch.Tensor, torch.Tensor | None]
 ]
-SampleFn = Callable[..., RoundResult]
 DiffersFn = Callable[[SamplingParams, bool, int, str], bool]
 
 
@@ -125,7 +106,7 @@ def _unit(params: SamplingTensors, *, keep_temperature: bool) -> SamplingTensors
 
 
 def draft_q(draft_logits: torch.Tensor, params: SamplingTensors, q_mode: str) -> torch.Tensor:
-    """The drafter's law ``[B, V]`` float64 under ``q_mode`` (see the module docstring)."""
+    """The drafter's law ``[B, V]`` float64 under ``q_mode`` (docs/bugs.md: the variant hooks)."""
     if q_mode == "processed":
         return logits_to_probs(draft_logits, params)
     if q_mode == "temperature":
@@ -170,172 +151,6 @@ _draft_truthful = truthful_draft(logits_to_probs)
 
 def _nontrivial(p: SamplingParams) -> bool:
     return p.temperature != 1.0 or p.top_k > 0 or p.top_p < 1.0 or p.min_p > 0.0
-
-
-def _rows(t: torch.Tensor) -> torch.Tensor:
-    return torch.arange(int(t.shape[0]), device=t.device)
-
-
-# ----------------------------------------------------------------------------- mutant samplers
-
-
-def _sample_eps(eps: float) -> SampleFn:
-    def sample(
-        tp: Tensor,
-        dp: Tensor | None,
-        dt: Tensor,
-        ua: Tensor,
-        uf: Tensor,
-        *,
-        draft_lens: Tensor | None = None,
-    ) -> RoundResult:
-        lens = check_round_inputs(tp, dp, dt, ua, uf, draft_lens)
-        p_x, q_x, in_draft = drafted_probs(tp, dp, dt, lens)  # [B, K]
-        mask = in_draft & (p_x > 0) & (ua <= (1.0 + eps) * (p_x / q_x))  # biased acceptor
-        n = accepted_prefix_len(mask)  # [B]
-        final = categorical(final_weights(tp, dp, dt, n, lens), uf)  # residual unchanged
-        return assemble_round(dt, n, final, mask)
-
-    return sample
-
-
-def _sample_residual_from_p(
-    tp: Tensor,
-    dp: Tensor | None,
-    dt: Tensor,
-    ua: Tensor,
-    uf: Tensor,
-    *,
-    draft_lens: Tensor | None = None,
-) -> RoundResult:
-    exact = rejection_sample(tp, dp, dt, ua, uf, draft_lens=draft_lens)
-    n = exact.num_accepted  # [B]
-    final = categorical(tp[_rows(tp), n], uf)  # p at the stop, never the residual
-    return assemble_round(dt, n, final, exact.telemetry.accepted_mask)
-
-
-def _sample_bonus_wrong_row(
-    tp: Tensor,
-    dp: Tensor | None,
-    dt: Tensor,
-    ua: Tensor,
-    uf: Tensor,
-    *,
-    draft_lens: Tensor | None = None,
-) -> RoundResult:
-    lens = check_round_inputs(tp, dp, dt, ua, uf, draft_lens)
-    p_x, q_x, in_draft = drafted_probs(tp, dp, dt, lens)
-    mask = in_draft & (p_x > 0) & (ua <= p_x / q_x)
-    n = accepted_prefix_len(mask)  # [B]
-    w = final_weights(tp, dp, dt, n, lens)  # [B, V]
-    wrong = (n == lens) & (lens > 0)  # [B] full acceptance: bonus read from index lens - 1
-    w = torch.where(wrong[:, None], tp[_rows(tp), (lens - 1).clamp(min=0)], w)
-    return assemble_round(dt, n, categorical(w, uf), mask)
-
-
-def _sample_reuse_accept_uniform(
-    tp: Tensor,
-    dp: Tensor | None,
-    dt: Tensor,
-    ua: Tensor,
-    uf: Tensor,
-    *,
-    draft_lens: Tensor | None = None,
-) -> RoundResult:
-    lens = check_round_inputs(tp, dp, dt, ua, uf, draft_lens)
-    p_x, q_x, in_draft = drafted_probs(tp, dp, dt, lens)
-    mask = in_draft & (p_x > 0) & (ua <= p_x / q_x)
-    n = accepted_prefix_len(mask)  # [B]
-    K = int(dt.shape[1])
-    if K > 0:  # the recovered draw reuses the uniform that rejected position n
-        u_rej = ua[_rows(ua), n.clamp(max=K - 1)]  # [B]
-        uf = torch.where(n < lens, u_rej, uf)
-    return assemble_round(dt, n, categorical(final_weights(tp, dp, dt, n, lens), uf), mask)
-
-
-def _sample_bonus_reuse_accept_uniform(
-    tp: Tensor,
-    dp: Tensor | None,
-    dt: Tensor,
-    ua: Tensor,
-    uf: Tensor,
-    *,
-    draft_lens: Tensor | None = None,
-) -> RoundResult:
-    lens = check_round_inputs(tp, dp, dt, ua, uf, draft_lens)
-    p_x, q_x, in_draft = drafted_probs(tp, dp, dt, lens)
-    mask = in_draft & (p_x > 0) & (ua <= p_x / q_x)
-    n = accepted_prefix_len(mask)  # [B]
-    K = int(dt.shape[1])
-    if K > 0:  # full acceptance: the bonus reuses the last acceptance uniform (<= p/q given it)
-        u_last = ua[_rows(ua), (lens - 1).clamp(min=0)]  # [B]
-        uf = torch.where((n == lens) & (lens > 0), u_last, uf)
-    return assemble_round(dt, n, categorical(final_weights(tp, dp, dt, n, lens), uf), mask)
-
-
-def _sample_commit_on_telemetry(
-    tp: Tensor,
-    dp: Tensor | None,
-    dt: Tensor,
-    ua: Tensor,
-    uf: Tensor,
-    *,
-    draft_lens: Tensor | None = None,
-) -> RoundResult:
-    exact = rejection_sample(tp, dp, dt, ua, uf, draft_lens=draft_lens)
-    final = exact.emitted[_rows(dt), exact.num_accepted]  # [B] the exact round's last token
-    m = exact.telemetry.num_accepted_any  # [B] >= num_accepted: commits rejected drafts too
-    return assemble_round(dt, m, final, exact.telemetry.accepted_mask)
-
-
-def _sample_greedy_verify(
-    tp: Tensor,
-    dp: Tensor | None,
-    dt: Tensor,
-    ua: Tensor,
-    uf: Tensor,
-    *,
-    draft_lens: Tensor | None = None,
-) -> RoundResult:
-    lens = check_round_inputs(tp, dp, dt, ua, uf, draft_lens)
-    K = int(dt.shape[1])
-    in_draft = torch.arange(K, device=dt.device)[None, :] < lens[:, None]  # [B, K]
-    amax = argmax_tokens(tp)  # [B, K+1]
-    mask = in_draft & (dt == amax[:, :K])  # accept iff the draft equals the target's argmax
-    n = accepted_prefix_len(mask)
-    return assemble_round(dt, n, amax[_rows(dt), n], mask)
-
-
-def _sample_always_accept(
-    tp: Tensor,
-    dp: Tensor | None,
-    dt: Tensor,
-    ua: Tensor,
-    uf: Tensor,
-    *,
-    draft_lens: Tensor | None = None,
-) -> RoundResult:
-    lens = check_round_inputs(tp, dp, dt, ua, uf, draft_lens)
-    K = int(dt.shape[1])
-    mask = torch.arange(K, device=dt.device)[None, :] < lens[:, None]  # [B, K] all drafted
-    return assemble_round(dt, lens, categorical(tp[_rows(tp), lens], uf), mask)
-
-
-def _sample_bf16_ratio(
-    tp: Tensor,
-    dp: Tensor | None,
-    dt: Tensor,
-    ua: Tensor,
-    uf: Tensor,
-    *,
-    draft_lens: Tensor | None = None,
-) -> RoundResult:
-    lens = check_round_inputs(tp, dp, dt, ua, uf, draft_lens)
-    p_x, q_x, in_draft = drafted_probs(tp, dp, dt, lens)
-    ratio = p_x.to(torch.bfloat16).double() / q_x.to(torch.bfloat16).double()  # [B, K]
-    mask = in_draft & (p_x > 0) & (ua <= ratio)
-    n = accepted_prefix_len(mask)
-    return assemble_round(dt, n, categorical(final_weights(tp, dp, dt, n, lens), uf), mask)
 
 
 # ----------------------------------------------------------------------------- mutant draft laws
@@ -425,7 +240,7 @@ _CATALOGUE: dict[str, Callable[[], SpecVariant]] = {
         "(p modified before the residual)",
         "At the first rejection the recovered token is drawn from p, not norm(max(0, p - q)). "
         "Observable at T > 0 with K >= 1 (one-hot too: p vs p without x).",
-        sample=_sample_residual_from_p,
+        sample=mr.sample_residual_from_p,
         differs=lambda p, onehot, K, q: _hot(p) and K >= 1,
     ),
     "bonus_wrong_row": lambda: _make(
@@ -433,7 +248,7 @@ _CATALOGUE: dict[str, Callable[[], SpecVariant]] = {
         "FlashInfer #425; TensorRT-LLM #15098; openvino.genai #4190",
         "On full acceptance the bonus is drawn from position K (index K-1) instead of K+1. "
         "Observable when K >= 1 and per-position targets differ (even at T = 0).",
-        sample=_sample_bonus_wrong_row,
+        sample=mr.sample_bonus_wrong_row,
         differs=lambda p, onehot, K, q: K >= 1,
     ),
     "target_unprocessed": lambda: _make(
@@ -467,7 +282,7 @@ _CATALOGUE: dict[str, Callable[[], SpecVariant]] = {
         "The recovered draw reuses the acceptance uniform of the rejected position (given a "
         "rejection it is U(p/q, 1), not U(0, 1)). Observable at T > 0, K >= 1, residual with >= 2 "
         "tokens.",
-        sample=_sample_reuse_accept_uniform,
+        sample=mr.sample_reuse_accept_uniform,
         differs=lambda p, onehot, K, q: _hot(p) and K >= 1,
     ),
     "bonus_reuse_accept_uniform": lambda: _make(
@@ -477,7 +292,7 @@ _CATALOGUE: dict[str, Callable[[], SpecVariant]] = {
         "On full acceptance the bonus is drawn with the last acceptance uniform u_K (given the "
         "acceptance it is U(0, p/q), not U(0, 1): the bonus sits low in its CDF). Observable at "
         "T > 0 with K >= 1; only bonus tokens are touched.",
-        sample=_sample_bonus_reuse_accept_uniform,
+        sample=mr.sample_bonus_reuse_accept_uniform,
         differs=lambda p, onehot, K, q: _hot(p) and K >= 1,
     ),
     "commit_on_telemetry": lambda: _make(
@@ -485,7 +300,7 @@ _CATALOGUE: dict[str, Callable[[], SpecVariant]] = {
         "seed 001 (openinfer #534 review): emitted vs accepted counter confusion",
         "Commits num_accepted_any drafted tokens (hypothetical acceptances past the first "
         "rejection included), then the exact round's final token. Observable at T > 0, K >= 2.",
-        sample=_sample_commit_on_telemetry,
+        sample=mr.sample_commit_on_telemetry,
         differs=lambda p, onehot, K, q: _hot(p) and K >= 2,
     ),
     "greedy_verify": lambda: _make(
@@ -493,7 +308,7 @@ _CATALOGUE: dict[str, Callable[[], SpecVariant]] = {
         "SGLang #31214, #32922, #37134; ROCm/ATOM #2318",
         "Accept iff the draft equals argmax p; emit argmax p at the stop (bonus included): "
         "greedy output at T > 0. Observable at T > 0 (any K).",
-        sample=_sample_greedy_verify,
+        sample=mr.sample_greedy_verify,
         differs=lambda p, onehot, K, q: _hot(p),
     ),
     "always_accept": lambda: _make(
@@ -501,7 +316,7 @@ _CATALOGUE: dict[str, Callable[[], SpecVariant]] = {
         "vllm-ascend #13730/#13470 (u = 0); transformers #28508",
         "Every drafted token is accepted, then a bonus from p. Observable with K >= 1 unless the "
         "drafter equals the target.",
-        sample=_sample_always_accept,
+        sample=mr.sample_always_accept,
         differs=lambda p, onehot, K, q: K >= 1,
     ),
     "swapped_filter_order": lambda: _make(
@@ -517,7 +332,7 @@ _CATALOGUE: dict[str, Callable[[], SpecVariant]] = {
         "DeepSpec #31; SGLang #42568",
         "p(x) and q(x) rounded to bfloat16 (8-bit mantissa) before the ratio: a small bias "
         "(~2^-9 relative), needs large N. Observable at T > 0 with K >= 1.",
-        sample=_sample_bf16_ratio,
+        sample=mr.sample_bf16_ratio,
         differs=lambda p, onehot, K, q: _hot(p) and K >= 1,
     ),
     "draft_raw_consistent": lambda: _make(
@@ -541,7 +356,7 @@ def _eps_variant(eps: float) -> SpecVariant:
         "the ε tooth",
         f"Accept with min(1, (1 + {eps:g}) p/q); residual unchanged. Observable at T > 0, K >= 1.",
         exact=eps == 0.0,
-        sample=None if eps == 0.0 else _sample_eps(eps),
+        sample=None if eps == 0.0 else mr.sample_eps(eps),
         differs=lambda p, onehot, K, q: eps != 0.0 and _hot(p) and K >= 1,
     )
 

@@ -95,6 +95,16 @@ class SamplingTensors:
             self.temperature[rows], self.top_k[rows], self.top_p[rows], self.min_p[rows]
         )
 
+    def per_position(self, S: int, device: torch.device) -> SamplingTensors:
+        """Each row's parameters repeated for its ``S`` positions: ``[B]`` → ``[B*S]``."""
+
+        def rep(t: torch.Tensor) -> torch.Tensor:
+            return t.to(device).repeat_interleave(S) if S > 1 else t.to(device)
+
+        return SamplingTensors(
+            rep(self.temperature), rep(self.top_k), rep(self.top_p), rep(self.min_p)
+        )
+
     def validate(self, batch_size: int | None = None, where: str = "sampling params") -> None:
         """Check shapes, dtypes and values (the rules of ``validate_params``, row by row).
 

@@ -8,14 +8,7 @@ the same law without full-vocabulary sorts, on a shortlist where it decides ever
 caches, uniforms' origin or white-box columns; which sampler is correct is the variant's
 business (``mutants``).
 
-Dense or shortlist
-------------------
-A round runs on shortlist laws (``laws.ShortlistLaw``: no ``[B, K+1, V]`` float64 tensors)
-when the pipeline has a shortlist, the variant's ``round_on_shortlist`` flag says its round is
-the exact chain sampler on the pipeline's own laws, the drafter's q is one the shortlist holds
-(one-hot, or the processed law) and the shortlist decides every row of the round; otherwise the
-variant's hooks run on the dense laws they were written for. Both give the same tokens
-(``laws`` NOTE; tests/test_engine_fast.py).
+The why and the details: docs/internals.md "spectest/sampling/pipeline.py".
 """
 
 from __future__ import annotations
@@ -39,7 +32,7 @@ ShortlistFn = Callable[[torch.Tensor, SamplingTensors], ShortlistLaw | None]
 
 @dataclass(frozen=True)
 class Pipeline:
-    """The probability pipeline of a decode loop (module docstring).
+    """The probability pipeline of a decode loop (docs/internals.md).
 
     ``probs``: logits → float64 probabilities; ``variant``: a variant's hooks on this pipeline;
     ``check``: validate the inputs of every draw; ``shortlist``: the law on a shortlist, or
@@ -88,7 +81,7 @@ class RoundSampler:
 
     @property
     def on_shortlist(self) -> bool:
-        """Whether rounds try the shortlist laws (module docstring)."""
+        """Whether rounds try the shortlist laws (docs/internals.md)."""
         return (
             self.pipeline.shortlist is not None
             and self.variant.round_on_shortlist

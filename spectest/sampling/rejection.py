@@ -6,23 +6,7 @@ drafted tokens and the uniforms; its building blocks (which the mutants recombin
 per-row reference. Knows nothing about models, caches, where the uniforms come from (see
 ``seeding``) or how the laws were computed (see ``transforms``).
 
-Vocabulary (as vLLM's ``rejection_sampler.py``)
------------------------------------------------
-- *drafted*: ``x_1..x_K`` proposed by the drafter, ``x_j ~ q_j = q(. | prefix, x_<j)``;
-- *accepted*: ``x_j`` is accepted iff ``u_j <= p_j(x_j) / q_j(x_j)`` and all earlier ones were;
-- *recovered*: at the first rejection ``j``, a token drawn from ``norm(max(0, p_j - q_j))``; the
-  round stops there;
-- *bonus*: if all drafted tokens are accepted, a token drawn from ``p_{K+1}`` (index ``K``);
-- *emitted*: the accepted prefix followed by the recovered or bonus token (``1..K+1`` tokens).
-A one-hot (greedy) drafter has ``q_j = δ(x_j)``: accept iff ``u_j <= p_j(x_j)``, and the residual
-is ``p_j`` with ``x_j`` removed — still exact (seed 001).
-
-The laws are ``sampling.laws`` objects or float64 tensors (taken as dense laws): the same round
-on a dense law and on a shortlist law (``ShortlistLaw``, the fast pipeline's) emits the same
-tokens (``laws`` NOTE). Every probability is float64 (the ratio and the residual of nearly equal
-laws need it; see ``transforms``). The commit signal is ``num_emitted``; ``telemetry`` counts
-hypothetical acceptances past the first rejection (FlashInfer's counter) and must never be
-committed on (seed 001, the ``commit_on_telemetry`` mutant).
+The why and the details: docs/internals.md "spectest/sampling/rejection.py".
 """
 
 from __future__ import annotations

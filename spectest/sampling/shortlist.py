@@ -6,14 +6,12 @@ densified) and ``fast_variant`` (a ``SpecVariant`` whose pipeline hooks call it)
 Knows nothing about models, engines or uniforms; the exact pipeline, its tie rules and its float64
 NOTE live in ``transforms``, which stays the reference this module is tested equal to.
 
-The details (moved from this docstring):
-docs/architecture.md "The shortlist: how it avoids the sorts".
+The details: docs/architecture.md "The shortlist: how it avoids the sorts".
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -22,7 +20,12 @@ from spectest.errors import InputError
 from spectest.sampling import mutants
 from spectest.sampling.laws import ShortlistLaw
 from spectest.sampling.params import SamplingTensors
-from spectest.sampling.transforms import _argmax_lowest, _check_finite, logits_to_probs
+from spectest.sampling.transforms import (
+    _argmax_lowest,
+    _check_finite,
+    logits_dims,
+    logits_to_probs,
+)
 
 DEFAULT_WIDTH = 1024  # tokens per shortlist: covers top-k <= 1024 and nuclei of <= ~1000 tokens
 
@@ -56,12 +59,9 @@ def logits_to_probs_fast(
     verified on random and tied logits, every filter combination, narrow widths that force the
     fallback, and under the same uniforms through ``categorical`` (tests/test_sampling_fast.py).
     """
-    if logits.dim() not in (2, 3):
-        raise InputError(f"logits must be [B, V] or [B, S, V], got shape {tuple(logits.shape)!r}")
+    B, S, V = logits_dims(logits)
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:
         raise InputError(f"logits_to_probs_fast: width must be an integer >= 1, got {width!r}")
-    B, V = int(logits.shape[0]), int(logits.shape[-1])
-    S = int(logits.shape[1]) if logits.dim() == 3 else 1
     if check:
         params.validate(batch_size=B, where="logits_to_probs_fast params")
         _check_finite_fast(logits.reshape(B * S, V), S, logits.dim() == 3)
@@ -70,43 +70,51 @@ def logits_to_probs_fast(
         # cheap as this one (measured slower here on the bundled pair, V = 260), so use it as is
         return logits_to_probs(logits, params, check=False)
     x = logits.reshape(B * S, V)  # [N, V] as given (float32 from the models)
-    dev = x.device
-    rep = _per_row(S, dev)
-    temperature, top_k = rep(params.temperature), rep(params.top_k)  # [N] each
-    top_p, min_p = rep(params.top_p), rep(params.min_p)  # [N] each
-    greedy = temperature == 0  # [N]
-    k_on = (top_k > 0) & (top_k < V)  # [N]
-    filtered = ~greedy & (k_on | (top_p < 1) | (min_p > 0))  # [N]
-    plain = ~greedy & ~filtered  # [N] temperature only
-
-    out = torch.zeros((x.shape[0], V), dtype=torch.float64, device=dev)  # [N, V]
+    p = params.per_position(S, x.device)  # [N] each
+    greedy = p.temperature == 0  # [N]
+    filtered = ~greedy & _has_filter(p, V)  # [N]
+    out = torch.zeros((x.shape[0], V), dtype=torch.float64, device=x.device)  # [N, V]
     rows = torch.nonzero(filtered).squeeze(-1)  # [M]
     every = int(rows.shape[0]) == int(x.shape[0])  # the common call: no row gathers over [N, V]
     if rows.numel():
-        sub = SamplingTensors(temperature, top_k, top_p, min_p)  # [N] each
-        if not every:
-            sub = SamplingTensors(temperature[rows], top_k[rows], top_p[rows], min_p[rows])
-        ids, p_c, ok = _filtered(x if every else x[rows], sub, min(width, V))  # [M, W] ×2, [M]
-        if every:
-            out.scatter_(-1, ids, p_c)
-        else:
-            probs = torch.zeros((int(rows.shape[0]), V), dtype=torch.float64, device=dev)
-            out[rows] = probs.scatter_(-1, ids, p_c)  # [M, V]
-        bad = rows[~ok]  # [F] rows the shortlist cannot decide: the reference decides them
-        if bad.numel():
-            sub_bad = SamplingTensors(temperature[bad], top_k[bad], top_p[bad], min_p[bad])
-            out[bad] = logits_to_probs(x[bad], sub_bad, check=False)
+        _fill_filtered(out, x, p, rows, width, every)
     if every:
         return out.reshape(logits.shape)
-    rows = torch.nonzero(plain).squeeze(-1)  # [M]
+    rows = torch.nonzero(~greedy & ~filtered).squeeze(-1)  # [M] temperature only
     if rows.numel():
-        w = _weights(x[rows], temperature[rows])  # [M, V] float64, as the reference
+        w = _weights(x[rows], p.temperature[rows])  # [M, V] float64, as the reference
         out[rows] = w / w.sum(-1, keepdim=True)
     rows = torch.nonzero(greedy).squeeze(-1)  # [M]
     if rows.numel():
         hot = _argmax_lowest(x[rows].to(torch.float64))  # [M] lowest id on ties
         out[rows] = torch.zeros_like(out[rows]).scatter_(-1, hot[:, None], 1.0)
     return out.reshape(logits.shape)
+
+
+def _has_filter(p: SamplingTensors, V: int) -> torch.Tensor:
+    """``[N]`` bool: the row has top-k, top-p or min-p active."""
+    return ((p.top_k > 0) & (p.top_k < V)) | (p.top_p < 1) | (p.min_p > 0)
+
+
+def _fill_filtered(
+    out: torch.Tensor, x: torch.Tensor, p: SamplingTensors, rows: torch.Tensor, W: int, every: bool
+) -> None:
+    """Write the law of the filtered ``rows`` of ``x`` into ``out`` ``[N, V]``.
+
+    ``every`` says ``rows`` is every row (no gathers); rows the shortlist cannot decide are
+    decided by the reference ``logits_to_probs``.
+    """
+    ids, p_c, ok = _filtered(x if every else x[rows], p if every else p.index(rows), W)
+    if every:
+        out.scatter_(-1, ids, p_c)
+    else:
+        probs = torch.zeros(
+            (int(rows.shape[0]), out.shape[1]), dtype=torch.float64, device=x.device
+        )
+        out[rows] = probs.scatter_(-1, ids, p_c)  # [M, V]
+    bad = rows[~ok]  # [F]
+    if bad.numel():
+        out[bad] = logits_to_probs(x[bad], p.index(bad), check=False)
 
 
 def shortlist_probs(
@@ -126,21 +134,14 @@ def shortlist_probs(
     ``shortlist_probs(x, p).dense()`` is bit-equal to ``logits_to_probs_fast(x, p)`` whenever it is
     not ``None`` (the same ``_filtered`` call, the same scatter; tests/test_sampling_fast.py).
     """
-    if logits.dim() not in (2, 3):
-        raise InputError(f"logits must be [B, V] or [B, S, V], got shape {tuple(logits.shape)!r}")
-    B, V = int(logits.shape[0]), int(logits.shape[-1])
-    S = int(logits.shape[1]) if logits.dim() == 3 else 1
+    B, S, V = logits_dims(logits)
     if width >= V:
         return None
     if check:
         params.validate(batch_size=B, where="shortlist_probs params")
         _check_finite_fast(logits.reshape(B * S, V), S, logits.dim() == 3)
-    rep = _per_row(S, logits.device)
-    p = SamplingTensors(
-        rep(params.temperature), rep(params.top_k), rep(params.top_p), rep(params.min_p)
-    )  # [N] each
-    k_on = (p.top_k > 0) & (p.top_k < V)  # [N]
-    filtered = (p.temperature > 0) & (k_on | (p.top_p < 1) | (p.min_p > 0))  # [N]
+    p = params.per_position(S, logits.device)  # [N] each
+    filtered = (p.temperature > 0) & _has_filter(p, V)  # [N]
     if not bool(filtered.all()):
         return None
     ids, probs, ok = _filtered(logits.reshape(B * S, V), p, width)  # [N, W], [N, W], [N]
@@ -160,13 +161,6 @@ def _check_finite_fast(x: torch.Tensor, S: int, has_positions: bool) -> None:
     """
     if not bool(torch.isfinite(x.sum(dtype=torch.float64))):
         _check_finite(x, S, has_positions)
-
-
-def _per_row(S: int, dev: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
-    def rep(t: torch.Tensor) -> torch.Tensor:  # [B] -> [N]
-        return t.to(dev).repeat_interleave(S) if S > 1 else t.to(dev)
-
-    return rep
 
 
 def _weights(
@@ -193,7 +187,6 @@ def _filtered(
     t, k, p, mp = params.temperature, params.top_k, params.top_p, params.min_p  # [M] each
     k_on = (k > 0) & (k < V)  # [M]
     p_on = p < 1  # [M]
-    m_on = mp > 0  # [M]
     # 1-2. the shortlist (float32 selection, no arithmetic), then float64 weights as the reference
     cand = torch.topk(x, W, dim=-1, sorted=False).indices.sort(dim=-1).values  # [M, W] ids asc
     # NOTE converting to float64 is exact and monotone, so the max and the gathered shortlist
@@ -227,26 +220,39 @@ def _filtered(
     ok_p = ~p_on | (k_on & ok_k) | closed | full  # [M]
     keep = keep & keep_p
     # min-p on the post-top-p law (scale invariant: compare weights renormalised over the kept set)
+    keep, ok_m = _min_p_step(x, t, vals, keep, k_on, p_on, mp, full)
     kept_w = vals.masked_fill(~keep, 0.0)  # [M, W]
-    if bool(m_on.any()):
-        z2 = kept_w.sum(-1, keepdim=True)  # [M, 1]
-        pr = kept_w / z2  # [M, W]
-        if bool((m_on & ~k_on & ~p_on).any()):
-            # NOTE min-p alone normalises over the whole vocabulary, as the reference does
-            r = torch.nonzero(m_on & ~k_on & ~p_on).squeeze(-1)  # [R]
-            z_full = _weights(x[r], t[r]).sum(-1)  # [R]
-            pr[r] = vals[r] / z_full[:, None]
-        thr = mp[:, None] * pr[:, :1]  # [M, 1] min_p * max p (the first is the largest)
-        keep = keep & (~m_on[:, None] | (pr >= thr))
-        # decidable when the threshold is above every unlisted token's probability
-        ok_m = ~m_on | k_on | p_on | full | (thr[:, 0] > pr[:, -1])  # [M]
-        kept_w = vals.masked_fill(~keep, 0.0)
-    else:
-        ok_m = torch.ones_like(m_on)
     final = kept_w / kept_w.sum(-1, keepdim=True)  # [M, W] in weight order
     # back to the shortlist's id order (``cand`` ascending): order[j] is the slot of final[j]
     probs_by_id = torch.empty_like(final).scatter_(-1, order, final)  # [M, W]
     return cand, probs_by_id, ok_k & ok_p & ok_m
+
+
+def _min_p_step(
+    x: torch.Tensor,
+    t: torch.Tensor,
+    vals: torch.Tensor,
+    keep: torch.Tensor,
+    k_on: torch.Tensor,
+    p_on: torch.Tensor,
+    mp: torch.Tensor,
+    full: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(keep [M, W], ok [M])`` after min-p on the shortlisted weights ``vals`` (descending)."""
+    m_on = mp > 0  # [M]
+    if not bool(m_on.any()):
+        return keep, torch.ones_like(m_on)
+    kept_w = vals.masked_fill(~keep, 0.0)  # [M, W]
+    pr = kept_w / kept_w.sum(-1, keepdim=True)  # [M, W]
+    if bool((m_on & ~k_on & ~p_on).any()):
+        # NOTE min-p alone normalises over the whole vocabulary, as the reference does
+        r = torch.nonzero(m_on & ~k_on & ~p_on).squeeze(-1)  # [R]
+        z_full = _weights(x[r], t[r]).sum(-1)  # [R]
+        pr[r] = vals[r] / z_full[:, None]
+    thr = mp[:, None] * pr[:, :1]  # [M, 1] min_p * max p (the first is the largest)
+    keep = keep & (~m_on[:, None] | (pr >= thr))
+    # decidable when the threshold is above every unlisted token's probability
+    return keep, ~m_on | k_on | p_on | full | (thr[:, 0] > pr[:, -1])
 
 
 # ----------------------------------------------------------------------------- variants

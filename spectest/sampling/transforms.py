@@ -4,30 +4,7 @@ Owns: the sampling pipeline temperature → top-k → top-p → min-p, its tie r
 (temperature 0) case and the non-finite-logit check. Knows nothing about where uniforms come from,
 about drafts or acceptance (see ``rejection``), nor about models.
 
-The pipeline (``order="top_k_then_top_p"``, the order of HF transformers' ``_get_logits_processor``:
-``TemperatureLogitsWarper`` → ``TopKLogitsWarper`` → ``TopPLogitsWarper`` → ``MinPLogitsWarper``,
-and of SGLang's sampler: ``top_k_renorm_prob`` → ``top_p_renorm_prob`` → ``min_p_sampling``):
-
-1. temperature ``T``: ``w = exp((x - max x) / T)``. ``T == 0`` → one-hot at the argmax, lowest id
-   on ties (no filter can remove the argmax, so the filters are irrelevant there).
-2. top-k (``k > 0`` and ``k < V``): keep every token whose probability is ``>=`` the k-th largest
-   probability. Ties at the boundary are all kept (so more than ``k`` tokens may survive) — the rule
-   of HF (``scores < topk(...)[-1]`` removed) and vLLM (``logits < kth_value`` masked); it is
-   invariant to token order, unlike "exactly k by stable sort".
-3. top-p (``top_p < 1``): on the renormalised distribution, sort tokens by probability descending,
-   ties by id ascending (a stable sort), and keep the smallest prefix whose mass is ``>= top_p``: a
-   token is kept iff the mass strictly before it is ``< top_p`` (the token that crosses the
-   threshold is kept). Equal to HF's ``cumsum_ascending <= 1 - top_p`` removed, up to rounding.
-4. min-p (``min_p > 0``): keep tokens with ``p >= min_p * max p`` of the renormalised post-top-p
-   distribution (HF ``MinPLogitsWarper`` and SGLang apply it last). The rule is scale invariant, so
-   it commutes with top-k; it does not commute with top-p. vLLM v1 applies min-p as a logits
-   processor *before* top-k/top-p — a different law when top-p and min-p are both active; spectest
-   follows HF/SGLang and uses this one function for plain and speculative paths alike.
-
-``order="top_p_then_top_k"`` swaps steps 2 and 3; it exists only for the ``swapped_filter_order``
-mutant (SGLang #36173).
-
-Filtered tokens are exact zeros and rows sum to 1 (up to float64 rounding).
+The why and the details: docs/internals.md "spectest/sampling/transforms.py".
 """
 
 from __future__ import annotations
@@ -75,34 +52,46 @@ def logits_to_probs(
     """
     if order not in ORDERS:
         raise InputError(f"logits_to_probs: order must be one of {ORDERS}, got {order!r}")
-    if logits.dim() not in (2, 3):
-        raise InputError(f"logits must be [B, V] or [B, S, V], got shape {tuple(logits.shape)!r}")
-    B, V = int(logits.shape[0]), int(logits.shape[-1])
-    S = int(logits.shape[1]) if logits.dim() == 3 else 1
+    B, S, V = logits_dims(logits)
     if check:
         params.validate(batch_size=B, where="logits_to_probs params")
-    if check:
         _check_finite(logits.reshape(B * S, V), S, logits.dim() == 3)
     x = logits.to(torch.float64).reshape(B * S, V)  # [N, V], N = B*S, row n = (b, s) = divmod(n, S)
-    dev = x.device
-
-    def per_row(t: torch.Tensor) -> torch.Tensor:  # [B] -> [N]
-        return t.to(dev).repeat_interleave(S) if S > 1 else t.to(dev)
-
-    temperature = per_row(params.temperature)  # [N] float64
-    top_k = per_row(params.top_k)  # [N] int64
-    top_p = per_row(params.top_p)  # [N] float64
-    min_p = per_row(params.min_p)  # [N] float64
-
+    p = params.per_position(S, x.device)  # [N] each
+    temperature = p.temperature
     greedy = temperature == 0  # [N] bool
     t = torch.where(greedy, torch.ones_like(temperature), temperature)  # [N]
     # NOTE subtracting the max before dividing keeps every exponent <= 0 with the max exactly 0, so
     # w has no overflow, no NaN (even for tiny T) and sum(w) >= 1.
     w = torch.exp((x - x.amax(-1, keepdim=True)) / t[:, None])  # [N, V] in [0, 1]
-    # NOTE each filter runs only if some row has it active (one host sync each): sorts over V and
-    # full passes dominate this function's cost (results/LOG.md); an inactive filter keeps all.
-    keep: torch.Tensor | None = None  # [N, V] bool, None = all kept
-    k_on = bool(((top_k > 0) & (top_k < V)).any())
+    keep = _filters_keep(w, p.top_k, p.top_p, p.min_p, order)
+    probs = _normalise(w, keep)  # [N, V]
+    if bool(greedy.any()):
+        onehot = torch.zeros_like(probs).scatter_(-1, _argmax_lowest(x)[:, None], 1.0)  # [N, V]
+        probs = torch.where(greedy[:, None], onehot, probs)
+    return probs.reshape(logits.shape)
+
+
+def logits_dims(logits: torch.Tensor) -> tuple[int, int, int]:
+    """``(B, S, V)`` of logits ``[B, V]`` (``S = 1``) or ``[B, S, V]``; ``InputError`` otherwise."""
+    if logits.dim() not in (2, 3):
+        raise InputError(f"logits must be [B, V] or [B, S, V], got shape {tuple(logits.shape)!r}")
+    S = int(logits.shape[1]) if logits.dim() == 3 else 1
+    return int(logits.shape[0]), S, int(logits.shape[-1])
+
+
+def _filters_keep(
+    w: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor, order: str
+) -> torch.Tensor | None:
+    """The ``[N, V]`` mask of tokens that survive top-k, top-p and min-p in ``order``; None = all.
+
+    Notes
+    -----
+    Each filter runs only if some row has it active (one host sync each): sorts over V and full
+    passes dominate the pipeline's cost (results/LOG.md); an inactive filter keeps all.
+    """
+    keep: torch.Tensor | None = None
+    k_on = bool(((top_k > 0) & (top_k < w.shape[-1])).any())
     p_on = bool((top_p < 1).any())
     for step in ("k", "p") if order == "top_k_then_top_p" else ("p", "k"):
         if step == "k" and k_on:
@@ -111,11 +100,7 @@ def logits_to_probs(
             keep = _and(keep, _top_p_keep(_normalise(w, keep), top_p))
     if bool((min_p > 0).any()):
         keep = _and(keep, _min_p_keep(_normalise(w, keep), min_p))
-    probs = _normalise(w, keep)  # [N, V]
-    if bool(greedy.any()):
-        onehot = torch.zeros_like(probs).scatter_(-1, _argmax_lowest(x)[:, None], 1.0)  # [N, V]
-        probs = torch.where(greedy[:, None], onehot, probs)
-    return probs.reshape(logits.shape)
+    return keep
 
 
 def _and(keep: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:

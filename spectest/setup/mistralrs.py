@@ -10,21 +10,7 @@ under ``<cache>/mistralrs/models/``), ``setup`` (``spectest setup mistralrs [--v
 ``spectest/engines/programs/mistralrs_engine.py`` under the venv's python). Knows nothing about the
 line protocol or sampling.
 
-Which release does what (on this machine's CPU; results/LOG.md)
-----------------------------------------------------------------
-- 0.9.5 (latest): target/draft speculative decoding is gone (``Runner`` has no ``which_draft``
-  / ``speculative_gamma``; only an MTP head), so there is nothing to test here.
-- 0.6.0: needs ``rope_theta`` in config.json (the export writes it); on CPUs without GFNI it
-  dies with SIGILL (reported on an AMD EPYC without GFNI; a CPU with GFNI runs it).
-- 0.5.0: runs; under ``which_draft`` + ``speculative_gamma`` it ignores sampling (greedy).
-
-The export
-----------
-Token id ``i`` is the word ``t<i>`` (a ``WordLevel`` model behind a ``Metaspace``
-pre-tokenizer, the decoder llguidance's token trie accepts); the end-of-sequence token is an
-extra id (``vocab_size``) the model cannot emit, so no sequence stops early (the API has no
-``ignore_eos``); ``rope_theta`` is copied out of transformers 5's ``rope_parameters``. Weights
-are copied (not linked), with the sha256 of every source file in ``export.json``.
+The why and the details: docs/internals.md "spectest/setup/mistralrs.py".
 """
 
 from __future__ import annotations
@@ -83,7 +69,7 @@ def export(model: str, log: Log = stderr_log) -> Path:
     p = Path(model)
     if (p / "tokenizer.json").is_file() and (p / "config.json").is_file():
         return p
-    from spectest.models.fixtures import fixture_key, fixture_manifest, hf_dir, parse_fixture_spec
+    from spectest.models.fixtures import export_meta, fixture_key, hf_dir, parse_fixture_spec
 
     if not model.startswith("fixture:"):
         raise ConfigError(
@@ -103,14 +89,8 @@ def export(model: str, log: Log = stderr_log) -> Path:
         cfg = json.loads((src / "config.json").read_text())
         vocab = int(cfg["vocab_size"])
         write_export(src, tmp, vocab)
-        manifest = fixture_manifest(name)
         meta = {
-            "model": model,
-            "fixture_key": manifest["key"],
-            "source": str(src),
-            "source_files": {
-                k: v for k, v in manifest["files"].items() if k.startswith(f"{role}/")
-            },
+            **export_meta(model, name, role, src),
             "tokenizer": "word-level: id i <-> word t<i>; eos = vocab_size (never emitted)",
         }
         (tmp / EXPORT_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")

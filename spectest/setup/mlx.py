@@ -8,12 +8,7 @@ directories, which mlx-lm loads as they are; then the engine program
 ``spectest/engines/programs/mlx_lm_engine.py`` under the venv's python). Knows nothing about the
 line protocol or sampling.
 
-Notes
------
-MLX has a Linux wheel that runs on CPU (``mlx`` 0.32.4 with the ``mlx-cpu`` backend package,
-355 MB with ``mlx-lm`` 0.32.2 and its transformers; no torch). ``mlx_lm.utils.load_model``
-reads the fixture's ``config.json`` + safetensors directly; no tokenizer is needed (the program
-sends token ids).
+The why and the details: docs/internals.md "spectest/setup/mlx.py".
 """
 
 from __future__ import annotations
@@ -62,8 +57,10 @@ def setup(log: Log = stderr_log, force: bool = False) -> dict[str, object]:
     """``spectest setup mlx``: the environment (the fixtures need no export)."""
     start = time.monotonic()
     py = ensure(SPEC, log, force=force)
-    models = {f"fixture:tiny-llama/{r}": str(model_dir(f"fixture:tiny-llama/{r}"))
-              for r in ("target", "draft")}  # fmt: skip
+    models = {
+        f"fixture:tiny-llama/{r}": str(model_dir(f"fixture:tiny-llama/{r}"))
+        for r in ("target", "draft")
+    }
     return {"python": str(py), "models": models, "wall_s": round(time.monotonic() - start, 1)}
 
 

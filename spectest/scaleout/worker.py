@@ -1,0 +1,207 @@
+"""One persistent scale-out worker (``Worker``) and what it is sent (``RunSpec``): protocols,
+models and engines kept between shards, arms, stages and runs; ``_serve`` is a worker process's
+loop. Knows nothing of the pools that deal shards to it (``scaleout``).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import tempfile
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from spectest.engines.base import Models
+from spectest.errors import EngineError, InfrastructureError, SpectestError
+from spectest.generation import (
+    EngineSet,
+    RunOptions,
+    ShardResult,
+    configure_threads,
+    generate_shards,
+    load_models,
+    protocol_tooth_sizes,
+)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What a worker needs to make a run's shards (plain data: sent to processes and actors)."""
+
+    protocol_yaml: str  # the run directory's protocol.yaml (prompt set at PROMPTS_FILE)
+    prompts_jsonl: str  # the run directory's prompts file
+    protocol_hash: str  # the driver's hash: a worker refuses a protocol that reads otherwise
+    options: RunOptions
+
+
+def split(keys: Sequence[str], n: int) -> list[tuple[str, ...]]:
+    """``keys`` dealt round-robin into at most ``n`` non-empty groups (order kept per group)."""
+    groups = [tuple(keys[i::n]) for i in range(max(1, n))]
+    return [g for g in groups if g]
+
+
+def local_devices(device: str) -> list[str]:
+    """Every visible GPU for a ``cuda`` run (``["cuda:0", "cuda:1", ...]``); one device otherwise
+    (an explicit ``cuda:i`` or ``cpu`` is one worker)."""
+    if device == "cuda":
+        import torch
+
+        n = torch.cuda.device_count()
+        if n > 1:
+            return [f"cuda:{i}" for i in range(n)]
+    return [device]
+
+
+# -- the worker ------------------------------------------------------------------------------
+
+
+class Worker:
+    """A persistent worker on one device: protocols, models and engines kept between calls.
+
+    ``device``: the worker's device for every run it serves (``None``: the protocol's, as on a
+    Ray actor of a CPU run); ``threads``: torch intra-op threads when a run does not set them
+    (``None``: ``configure_threads``' default). ``shard`` returns one ``ShardResult`` whose
+    provenance carries ``worker`` (host, device, pid) and ``torch_threads``; ``times`` holds the
+    worker's cumulative phase wall times (``load``: protocols, models and engines;
+    ``generate``: shards), read by the driver after each shard."""
+
+    def __init__(self, device: str | None = None, threads: int | None = None) -> None:
+        self.device = device
+        self.threads = threads
+        self.protocols: dict[str, Any] = {}  # protocol hash → (protocol, plan by teeth_only)
+        self.models_key: tuple[Any, ...] | None = None
+        self.models: Models | None = None
+        self.engines_key: tuple[Any, ...] | None = None
+        self.engines: EngineSet | None = None
+        self.times = {"load": 0.0, "generate": 0.0}
+        self.loads = 0
+
+    def ping(self) -> dict[str, Any]:
+        """Host and pid (a Ray actor's identity; also imports what the worker needs)."""
+        return {"host": platform.node(), "pid": os.getpid()}
+
+    def _protocol(self, spec: RunSpec) -> tuple[Any, Any]:
+        from spectest.plan import make_plan
+        from spectest.protocol import load_protocol
+        from spectest.store import PROMPTS_FILE
+
+        key = f"{spec.protocol_hash}:{spec.options.teeth_only}"
+        if key not in self.protocols:
+            with tempfile.TemporaryDirectory(prefix="spectest-worker-") as tmp:
+                (Path(tmp) / "protocol.yaml").write_text(spec.protocol_yaml, encoding="utf-8")
+                (Path(tmp) / PROMPTS_FILE).write_text(spec.prompts_jsonl, encoding="utf-8")
+                protocol = load_protocol(Path(tmp) / "protocol.yaml")
+            if protocol.hash != spec.protocol_hash:
+                raise EngineError(
+                    f"worker on {platform.node()}: protocol reads as {protocol.hash[:12]}, the "
+                    f"driver's is {spec.protocol_hash[:12]} (different spectest versions?)"
+                )
+            if self.device is not None:
+                models = replace(protocol.models, device=self.device)
+                protocol = replace(protocol, models=models)
+            # the last plan covers every shard of every stage (plan.make_plan)
+            plan = make_plan(protocol, teeth_only=spec.options.teeth_only)
+            self.protocols = {key: (protocol, plan)}  # one run at a time is kept
+        return self.protocols[key]
+
+    def _load(self, protocol: Any, need_draft: bool) -> Models:
+        """The models, kept while the model spec is the same (``EngineSet``'s ``load``)."""
+        m = protocol.models
+        key = (m.target, m.draft if need_draft else None, m.dtype, m.device)
+        if key != self.models_key or self.models is None:
+            self.models, self.models_key = None, None  # free the old before loading the new
+            self.models = load_models(protocol, need_draft)
+            self.loads += 1
+            self.models_key = key
+        return self.models
+
+    def _engines(self, spec: RunSpec, protocol: Any, plan: Any) -> EngineSet:
+        key = (spec.protocol_hash, spec.options.fast, spec.options.teeth_only)
+        if key != self.engines_key or self.engines is None:
+            self.close_engines()
+            if protocol.models.device.startswith("cuda:"):
+                import torch
+
+                # NOTE the current device must be the worker's: CUDA-graph capture and side
+                # streams created without a device argument (torch.cuda.graph's) use it
+                torch.cuda.set_device(protocol.models.device)
+            # every arm of the plan: the pool may deal this worker any shard of the run
+            self.engines = EngineSet(
+                protocol, plan.arms, plan, fast=spec.options.fast, load=self._load
+            )
+            self.engines_key = key
+        return self.engines
+
+    def shard(self, spec: RunSpec, key: str) -> ShardResult:
+        """Generate the shard ``key`` of the run ``spec``."""
+        t0 = time.perf_counter()
+        protocol, plan = self._protocol(spec)
+        threads = configure_threads(protocol.models.device, spec.options.threads or self.threads)
+        engines = self._engines(spec, protocol, plan)
+        shard = next((s for s in plan.shards if s.key == key), None)
+        if shard is None:
+            raise EngineError(f"worker on {platform.node()}: no shard {key!r} in the plan")
+        t1 = time.perf_counter()
+        out: list[ShardResult] = []
+        generate_shards(protocol, plan, [shard], engines, out.append)
+        self.times["load"] += t1 - t0
+        self.times["generate"] += time.perf_counter() - t1
+        worker = {
+            "host": platform.node(),
+            "device": protocol.models.device,
+            "pid": os.getpid(),
+            "models_loaded": self.loads,  # how many times this worker has loaded models
+        }
+        r = out[0]
+        return replace(r, provenance={**r.provenance, "worker": worker, "torch_threads": threads})
+
+    def tooth_sizes(self, spec: RunSpec) -> Any:
+        """The run's tooth sizes (``generation.protocol_tooth_sizes``) from this worker's
+        models (target and draft, loaded or kept); counted as ``load``."""
+        t0 = time.perf_counter()
+        protocol, plan = self._protocol(spec)
+        configure_threads(protocol.models.device, spec.options.threads or self.threads)
+        sizes = protocol_tooth_sizes(
+            protocol, plan.settings.sized_teeth, self._load(protocol, True)
+        )
+        self.times["load"] += time.perf_counter() - t0
+        return sizes
+
+    def job(self, spec: RunSpec, key: str | None) -> tuple[Any, dict[str, float]]:
+        """One job of the pool's queue: a shard (``key``), or the tooth sizes (None); with the
+        worker's cumulative times after it."""
+        out = self.shard(spec, key) if key is not None else self.tooth_sizes(spec)
+        return out, dict(self.times)
+
+    def close_engines(self) -> None:
+        if self.engines is not None:
+            self.engines.close()
+        self.engines, self.engines_key = None, None
+
+
+def _serve(conn: Any, device: str, threads: int | None) -> None:
+    """A worker process: answer ``("shard", spec, key)`` messages until ``None`` or EOF."""
+    worker = Worker(device, threads)
+    conn.send(("ready", worker.ping()))
+    try:
+        while True:
+            try:
+                msg = conn.recv()
+            except EOFError:
+                break
+            if msg is None:
+                break
+            _, spec, key = msg
+            try:
+                conn.send(("ok", *worker.job(spec, key)))
+            except SpectestError as err:
+                conn.send(("err", err, traceback.format_exc()))
+            except Exception as err:  # carried to the driver as one line
+                line = f"worker {device} (pid {os.getpid()}): {type(err).__name__}: {err}"
+                conn.send(("err", InfrastructureError(line), traceback.format_exc()))
+    finally:
+        worker.close_engines()
