@@ -15,6 +15,7 @@ docs/statistics.md "Tooth sizes: the method".
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ DRAFT_CHUNK = 16  # draft sequences per quadrature call
 MAX_ROWS = 16_384  # quadrature cells evaluated at once (memory: rows x (K + 1) x V' float64)
 DROP = 1e-15  # |weight| below which a difference is dropped (its mass goes to the slack)
 FORWARD_ROWS = 256  # rows per batched forward (and per expansion step of the completion)
+DEVICE_FORWARD_ROWS = 1024  # rows per batched forward on an accelerator (the batched path)
+AVOID_CUDNN_SDPA = False  # True: the batched path's CUDA forwards skip cuDNN attention
 CACHE_BYTES = 256 << 20  # logits kept per prompt and model (float32): 256 MiB
 SIZE_COLUMNS = (
     "arm", "variant", "prompt_id", "config_id", "position", "tv", "slack", "status",
@@ -88,11 +91,21 @@ class _Logits:
     model's device (``many(..., on_device=True)`` for the completion) with a host copy made once
     per batch for the round laws (on CPU the two are the same tensor)."""
 
-    def __init__(self, model: Any, prompt: Sequence[int], *, keep_prompt: bool = True) -> None:
+    def __init__(
+        self,
+        model: Any,
+        prompt: Sequence[int],
+        *,
+        keep_prompt: bool = True,
+        rows: int = FORWARD_ROWS,
+        attention: Any = None,
+    ) -> None:
         import torch
 
         self.model = model
         self.keep_prompt = keep_prompt  # False: every batch prefills the prompt (the reference)
+        self.forward_rows = rows  # contexts per batched forward
+        self.attention = attention or contextlib.nullcontext  # a context around each forward
         self.prompt = torch.tensor(list(prompt), dtype=torch.int64, device=model.device)
         self.cache: dict[tuple[int, ...], torch.Tensor] = {}  # on the model's device
         self.host: dict[tuple[int, ...], torch.Tensor] = {}  # CPU copies of some of them
@@ -133,7 +146,7 @@ class _Logits:
         if not self._shared_prefill():
             return self.model.prefill_shared(self.prompt, 1)[1]
         if self._one is None:
-            with torch.inference_mode():
+            with torch.inference_mode(), self.attention():
                 cache = self.model.new_cache(1)
                 self._one = (cache, self.model.forward(cache, self.prompt[None, :])[0])
         return self._one[1]
@@ -175,10 +188,10 @@ class _Logits:
         by_len: dict[int, list[tuple[int, ...]]] = {}
         for c in todo:
             by_len.setdefault(len(c), []).append(c)
-        with torch.inference_mode():
+        with torch.inference_mode(), self.attention():
             for _, group in sorted(by_len.items()):
-                for a in range(0, len(group), FORWARD_ROWS):
-                    part = group[a : a + FORWARD_ROWS]
+                for a in range(0, len(group), self.forward_rows):
+                    part = group[a : a + self.forward_rows]
                     cache = self._prefilled(len(part))
                     ids = torch.tensor(part, dtype=torch.int64, device=self.model.device)
                     logits = self.model.forward(cache, ids)[:, -1].float().contiguous()  # [B, V]
@@ -249,6 +262,7 @@ def cell_tvs(
     budget: int = DEFAULT_BUDGET,
     exact_round: tuple[dict[tuple[int, ...], float], float] | None = None,
     reference: bool = False,
+    batched: bool = False,
 ) -> list[tuple[float, float]]:
     """``(tv, slack)`` for positions 0..n-1 (n = min(K + 1, positions)) of one cell: the TV of
     the marginal at each position between the tooth ``spec``'s law (first round, completed by
@@ -257,7 +271,8 @@ def cell_tvs(
     ``exact_round``: the exact sampler's ``_round`` at this cell, when already computed (it is
     the same for every tooth). Raises ``NumericsError`` when a round law cannot be computed.
     ``reference``: complete the round by ``_complete_reference`` (the slow reference: numpy on
-    the host) instead of ``_complete`` (on the model's device)."""
+    the host) instead of ``_complete`` (on the model's device); ``batched``: ``_complete``
+    fetches all the contexts of a length at once (forwards of ``target.forward_rows``)."""
     n = min(drafter.k + 1, positions)
     max_drafts = max(1, budget // (2 * drafter.k + 1))  # each costs 2K + 1 contexts at most
     cells = budget * CELLS_PER_CONTEXT
@@ -272,8 +287,10 @@ def cell_tvs(
     marg = np.zeros((n, V))  # the signed marginal at each position
     slack = np.full(n, base)
     todo = _round_marginals(delta, marg)
-    complete = _complete_reference if reference else _complete
-    complete(todo, marg, slack, target, params, budget)
+    if reference:
+        _complete_reference(todo, marg, slack, target, params, budget)
+    else:
+        _complete(todo, marg, slack, target, params, budget, prefetch=batched)
     return _position_tvs(marg, slack, round_tv)
 
 
@@ -334,12 +351,16 @@ def _complete(
     target: _Logits,
     params: Any,
     budget: int,
+    *,
+    prefetch: bool = False,
 ) -> None:
     """``_complete_reference`` with the dense work on the model's device: the plain law of each
     chunk of contexts ``[rows, V]`` (float64), the marginals and the children's nonzeros stay
     there; per length one transfer of the children (tokens and weights, not ``[rows, V]``) and
     one of the marginals at the end. The bookkeeping over sequences (merge, order, budget,
-    slack) is the reference's, in numpy on the host.
+    slack) is the reference's, in numpy on the host. ``prefetch``: the logits of all the
+    contexts of a length come from one ``target.many`` call (``target.forward_rows`` rows per
+    forward) instead of one call per chunk.
 
     Notes
     -----
@@ -370,9 +391,14 @@ def _complete(
             continue
         spent += k
         kids: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        ctxs = [tuple(r) for r in seqs[:k].tolist()] if prefetch else []
+        pre = target.many(ctxs, on_device=True) if prefetch else None  # [k, V]
         for a in range(0, k, FORWARD_ROWS):  # in chunks: [rows, V] float64 for a large V
             s_a, w_a = seqs[a : min(k, a + FORWARD_ROWS)], w[a : min(k, a + FORWARD_ROWS)]
-            logits = target.many([tuple(r) for r in s_a.tolist()], on_device=True)  # [rows, V]
+            if pre is not None:
+                logits = pre[a : a + len(w_a)]  # [rows, V]
+            else:
+                logits = target.many([tuple(r) for r in s_a.tolist()], on_device=True)
             rows_p = prm.index(torch.zeros(len(w_a), dtype=torch.int64, device=dev))
             probs = logits_to_probs(logits, rows_p)  # [rows, V] the plain law, on the device
             w_t = torch.from_numpy(w_a).to(dev)
@@ -474,6 +500,7 @@ def tooth_sizes(
     *,
     budget: int = DEFAULT_BUDGET,
     reference: bool = False,
+    batched: bool | None = None,
 ) -> pd.DataFrame:
     """One row per tooth × prompt × config × position 0..min(K, positions - 1): the tooth's TV
     from plain sampling there (``SIZE_COLUMNS``; ``status`` exact / bound / unknown).
@@ -483,14 +510,29 @@ def tooth_sizes(
     cell (docs/statistics.md "Tooth sizes: the method"). The models are the run's (the teeth's
     engine is ``builtin``). ``reference``: the slow reference (every batch prefills the prompt;
     ``cell_tvs``' host completion), equal bit for bit on CPU (tests/test_tooth_size_fast.py).
+    ``batched`` (default: on an accelerator, not with ``reference``): forwards of
+    ``DEVICE_FORWARD_ROWS`` contexts, all the contexts of a completion length fetched at once
+    (and with ``AVOID_CUDNN_SDPA``, CUDA attention without cuDNN: ``_attention``); off,
+    forwards of ``FORWARD_ROWS`` (the CPU path, whose bits tests/test_tooth_size_fast.py pins).
+
+    Notes
+    -----
+    The batched path changes which contexts share a forward. On CPU in float32 that moves a
+    TV by a last bit (3e-16 measured), hence not the CPU default. On the H200 in bf16 at
+    Qwen3-0.6B shape its table was identical to the unbatched one (results/LOG.md, h55);
+    ``AVOID_CUDNN_SDPA`` was faster still but moved TVs by up to 0.105 there (another
+    attention kernel's bf16 rounding, amplified by the pair's logit scale), so it is off.
     """
     rows: list[dict[str, Any]] = []
     n = min(drafter.k + 1, positions)
     max_drafts = max(1, budget // (2 * drafter.k + 1))
+    if batched is None:
+        batched = not reference and _accelerated(target)
+    kw: dict[str, Any] = {"keep_prompt": not reference}
+    if batched:
+        kw.update(rows=DEVICE_FORWARD_ROWS, attention=_attention(target))
     for pid, ids in prompts.items():
-        keep = not reference
-        t_logits = _Logits(target, ids, keep_prompt=keep)
-        d_logits = _Logits(draft, ids, keep_prompt=keep)
+        t_logits, d_logits = _Logits(target, ids, **kw), _Logits(draft, ids, **kw)
         for cid, params in configs:
             exact: tuple[dict[tuple[int, ...], float], float] | None = None
             for arm, spec in teeth:
@@ -502,7 +544,7 @@ def tooth_sizes(
                                            max_drafts, budget * CELLS_PER_CONTEXT)  # fmt: skip
                         tvs = cell_tvs(spec, t_logits, d_logits, params, drafter, positions,
                                        budget=budget, exact_round=exact,
-                                       reference=reference)  # fmt: skip
+                                       reference=reference, batched=batched)  # fmt: skip
                     except NumericsError:
                         pass  # unknown: no round law within the budget's cells, or numerics
                 for i, (tv, sl) in enumerate(tvs):
@@ -520,3 +562,23 @@ def tooth_sizes(
                         }
                     )
     return pd.DataFrame(rows, columns=list(SIZE_COLUMNS))
+
+
+def _accelerated(model: Any) -> bool:
+    import torch
+
+    return torch.device(model.device).type != "cpu"
+
+
+def _attention(model: Any) -> Any:
+    """A context for the batched path's forwards: on CUDA with ``AVOID_CUDNN_SDPA``, SDPA by any
+    backend but cuDNN's, which builds an execution plan per new shape (every prompt length and
+    context length here is new); otherwise nothing (off by default: ``tooth_sizes``' Notes)."""
+    import torch
+
+    if not (AVOID_CUDNN_SDPA and torch.device(model.device).type == "cuda"):
+        return contextlib.nullcontext
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backends = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    return lambda: sdpa_kernel(backends)
