@@ -195,16 +195,16 @@ def test_a_small_logits_cache_gives_the_same_sizes(monkeypatch: pytest.MonkeyPat
     """The logits kept per prompt are bounded (``CACHE_BYTES``; a large vocabulary keeps fewer):
     with room for 16 contexts only (contexts are then computed again), every size is the same
     as with all of them kept."""
-    import spectest.tooth_size as ts
+    import spectest.tooth_size.logits as ts
 
     computed: list[int] = []
-    compute = ts._Logits._compute
+    compute = ts.ContextLogits._compute
 
     def counting(self, ctxs):  # type: ignore[no-untyped-def]
         computed.append(len(set(ctxs)))
         return compute(self, ctxs)
 
-    monkeypatch.setattr(ts._Logits, "_compute", counting)
+    monkeypatch.setattr(ts.ContextLogits, "_compute", counting)
     target, draft = chain_lms()
     drafter = DrafterSpec(onehot=False, k=K)
     teeth = [("e", "eps_biased:0.5"), ("r", "residual_from_p"), ("a", "always_accept")]

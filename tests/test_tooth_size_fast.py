@@ -17,7 +17,8 @@ from spectest.models.zoo import load_pair
 from spectest.prompts import prompt_token_ids
 from spectest.protocol.load import load_protocol
 from spectest.sampling.params import SamplingParams
-from spectest.tooth_size import _merge, _merge_fast, tooth_sizes
+from spectest.tooth_size import tooth_sizes
+from spectest.tooth_size.completion import _merge, _merge_fast
 
 CONFIGS = [
     ("t0.8-p0.95", SamplingParams(temperature=0.8, top_p=0.95)),

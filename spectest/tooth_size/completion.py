@@ -1,0 +1,229 @@
+"""Completing a tooth's first-round law by plain sampling: the signed marginals per position, on
+the model's device (``complete``) beside the slow host reference (``complete_reference``), and
+the TV per position they give (docs/statistics.md "Tooth sizes: the method").
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from spectest.tooth_size.logits import FORWARD_ROWS, ContextLogits
+
+if TYPE_CHECKING:
+    import torch
+
+
+def complete_reference(
+    todo: dict[int, tuple[np.ndarray, np.ndarray]],
+    marg: np.ndarray,
+    slack: np.ndarray,
+    target: ContextLogits,
+    params: Any,
+    budget: int,
+) -> None:
+    """Complete the round-law differences ``todo`` by plain sampling, most weight first within
+    ``budget`` contexts, into the marginals ``marg`` [n, V] and ``slack`` [n] (in place): the
+    slow reference of ``_complete`` (numpy, every chunk's law copied to the host)."""
+    import torch
+
+    from spectest.sampling.params import SamplingTensors
+    from spectest.sampling.transforms import logits_to_probs
+
+    n = marg.shape[0]
+    prm = SamplingTensors.from_params([params])
+    spent = 0
+    for length in range(1, n):
+        if length not in todo:
+            continue
+        seqs, w = _merge(*todo.pop(length))
+        order = np.lexsort((*seqs.T[::-1], -np.abs(w)))  # most weight first, ties by tokens
+        seqs, w = seqs[order], w[order]
+        k = min(len(w), max(0, budget - spent))
+        slack[length:] += 0.5 * float(np.abs(w[k:]).sum())  # left out: at most |w|/2 each
+        if k == 0:
+            continue
+        spent += k
+        kids: list[tuple[np.ndarray, np.ndarray]] = []
+        for a in range(0, k, FORWARD_ROWS):  # in chunks: [rows, V] float64 for a large V
+            s_a, w_a = seqs[a : min(k, a + FORWARD_ROWS)], w[a : min(k, a + FORWARD_ROWS)]
+            logits = target.many([tuple(r) for r in s_a.tolist()])  # [rows, V]
+            rows_p = prm.index(torch.zeros(len(w_a), dtype=torch.int64))
+            probs = logits_to_probs(logits, rows_p).numpy()  # [rows, V] the plain law
+            marg[length] += w_a @ probs
+            if length + 1 < n:
+                rows, toks = np.nonzero(probs > 0.0)
+                child = np.concatenate([s_a[rows], toks[:, None]], axis=1)  # [M, length + 1]
+                kids.append((child, w_a[rows] * probs[rows, toks]))
+        if kids:
+            if length + 1 in todo:
+                kids.insert(0, todo[length + 1])
+            todo[length + 1] = (
+                np.concatenate([c for c, _ in kids]),
+                np.concatenate([cw for _, cw in kids]),
+            )
+
+
+def complete(
+    todo: dict[int, tuple[np.ndarray, np.ndarray]],
+    marg: np.ndarray,
+    slack: np.ndarray,
+    target: ContextLogits,
+    params: Any,
+    budget: int,
+    *,
+    prefetch: bool = False,
+) -> None:
+    """``complete_reference`` with the dense work on the model's device: the plain law of each
+    chunk of contexts ``[rows, V]`` (float64), the marginals and the children's nonzeros stay
+    there; per length one transfer of the children (tokens and weights, not ``[rows, V]``) and
+    one of the marginals at the end. The bookkeeping over sequences (merge, order, budget,
+    slack) is the reference's, in numpy on the host. ``prefetch``: the logits of all the
+    contexts of a length come from one ``target.many`` call (``target.forward_rows`` rows per
+    forward) instead of one call per chunk.
+
+    Notes
+    -----
+    Equal to the reference bit for bit on CPU (the same float64 operations in the same order:
+    the weighted sum of rows is numpy's there). On another device the plain law and the weighted
+    sum of rows are that device's float64 (the law the sampler under test draws from there);
+    ``tools/gpu/tooth_size_bench.sh`` reports the largest difference in TV from the reference.
+    """
+    import torch
+
+    from spectest.sampling.params import SamplingTensors
+
+    n = marg.shape[0]
+    dev = torch.device(target.model.device)
+    prm = SamplingTensors.from_params([params], device=dev)
+    m = torch.from_numpy(marg).to(dev)  # [n, V] on the device (on CPU: marg itself)
+    spent = 0
+    for length in range(1, n):
+        if length not in todo:
+            continue
+        seqs, w = _merge_fast(*todo.pop(length))  # in token order
+        order = np.argsort(-np.abs(w), kind="stable")  # most weight first, ties by tokens
+        seqs, w = seqs[order], w[order]
+        k = min(len(w), max(0, budget - spent))
+        slack[length:] += 0.5 * float(np.abs(w[k:]).sum())  # left out: at most |w|/2 each
+        if k == 0:
+            continue
+        spent += k
+        kids = _expand(target, seqs[:k], w[:k], prm, m[length], prefetch, length + 1 < n)
+        if kids:
+            rows_k, toks_k, w_k = (torch.cat(x).cpu().numpy() for x in zip(*kids, strict=True))
+            child = np.concatenate([seqs[rows_k], toks_k[:, None]], axis=1)  # [M, length + 1]
+            parts = [(child, w_k)]
+            if length + 1 in todo:
+                parts.insert(0, todo[length + 1])
+            todo[length + 1] = (
+                np.concatenate([c for c, _ in parts]),
+                np.concatenate([cw for _, cw in parts]),
+            )
+    marg[:] = m.cpu().numpy()
+
+
+def _expand(
+    target: ContextLogits,
+    seqs: np.ndarray,
+    w: np.ndarray,
+    prm: Any,
+    marg_row: torch.Tensor,
+    prefetch: bool,
+    children: bool,
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Add the plain law after each of the sequences ``seqs`` [k, length], weighted by ``w``
+    [k], to ``marg_row`` [V] (in place, on the device), ``FORWARD_ROWS`` at a time; with
+    ``children``, return each chunk's nonzero continuations (row, token, weight) on the device."""
+    import torch
+
+    from spectest.sampling.transforms import logits_to_probs
+
+    dev = marg_row.device
+    k = len(w)
+    kids: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    ctxs = [tuple(r) for r in seqs.tolist()] if prefetch else []
+    pre = target.many(ctxs, on_device=True) if prefetch else None  # [k, V]
+    for a in range(0, k, FORWARD_ROWS):  # in chunks: [rows, V] float64 for a large V
+        s_a, w_a = seqs[a : min(k, a + FORWARD_ROWS)], w[a : min(k, a + FORWARD_ROWS)]
+        if pre is not None:
+            logits = pre[a : a + len(w_a)]  # [rows, V]
+        else:
+            logits = target.many([tuple(r) for r in s_a.tolist()], on_device=True)
+        rows_p = prm.index(torch.zeros(len(w_a), dtype=torch.int64, device=dev))
+        probs = logits_to_probs(logits, rows_p)  # [rows, V] the plain law, on the device
+        w_t = torch.from_numpy(w_a).to(dev)
+        marg_row += _weighted_rows(w_a, w_t, probs)
+        if children:
+            rows, toks = (probs > 0.0).nonzero(as_tuple=True)  # row-major, as numpy's
+            kids.append((rows + a, toks, w_t[rows] * probs[rows, toks]))
+    return kids
+
+
+def _weighted_rows(w: np.ndarray, w_t: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """``w @ probs`` ``[V]``: numpy's on CPU (the reference's bits), the device's elsewhere."""
+    import torch
+
+    if probs.device.type == "cpu":
+        return torch.from_numpy(w @ probs.numpy())
+    return w_t @ probs
+
+
+def round_marginals(
+    delta: dict[tuple[int, ...], float], marg: np.ndarray
+) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Add the signed round-law differences ``delta`` to the marginals ``marg`` [n, V] at the
+    positions they cover; return the sequences still to complete by plain sampling, by length:
+    ``{length: (tokens [N, length], signed weights [N])}`` for lengths 1..n-1."""
+    n = marg.shape[0]
+    todo: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for s, dw in sorted(delta.items()):
+        for i in range(min(len(s), n)):
+            marg[i, s[i]] += dw
+    for length in range(1, n):
+        group = sorted((s, w) for s, w in delta.items() if len(s) == length)
+        if group:
+            todo[length] = (
+                np.array([s for s, _ in group], dtype=np.int64).reshape(len(group), length),
+                np.array([w for _, w in group]),
+            )
+    return todo
+
+
+def position_tvs(marg: np.ndarray, slack: np.ndarray, round_tv: float) -> list[tuple[float, float]]:
+    """``(tv, slack)`` per position from the signed marginals [n, V] and their slack [n]."""
+    out = []
+    for i in range(marg.shape[0]):
+        known = 0.5 * float(np.abs(marg[i]).sum())
+        # the round laws' own TV bounds every position's (completion only shrinks TV)
+        tv = min(known + float(slack[i]), round_tv, 1.0)
+        out.append((tv, max(0.0, tv - known) if slack[i] > 0.0 else 0.0))
+    return out
+
+
+def _merge(seqs: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One row per distinct sequence, its weights summed (exact zeros dropped)."""
+    uniq, inv = np.unique(seqs, axis=0, return_inverse=True)
+    tot = np.zeros(len(uniq))
+    np.add.at(tot, inv.reshape(-1), w)
+    keep = tot != 0.0
+    return uniq[keep], tot[keep]
+
+
+def _merge_fast(seqs: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_merge`` by a stable sort of the columns (``np.unique(axis=0)`` sorts a structured
+    view, slow for many rows): the same rows in the same (token) order, each weight the same
+    sum in the same order (``np.add.at`` in input order within a row's group)."""
+    if not len(w):
+        return _merge(seqs, w)
+    order = np.lexsort(seqs.T[::-1])  # stable: equal rows keep their input order
+    s = seqs[order]
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = (s[1:] != s[:-1]).any(axis=1)
+    inv = np.empty(len(s), dtype=np.int64)
+    inv[order] = np.cumsum(new) - 1
+    tot = np.zeros(int(new.sum()))
+    np.add.at(tot, inv, w)
+    keep = tot != 0.0
+    return s[new][keep], tot[keep]
