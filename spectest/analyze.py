@@ -1,10 +1,9 @@
-"""Re-analysis: every test and the verdict of a completed run, again, from its stored Parquet.
+"""Re-analysis (``spectest analyze``): every test and the verdict of a completed run, again,
+from its stored Parquet, through ``judge`` as the run did; no model loaded, nothing written.
 
-Owns: ``analyze_run`` (``spectest analyze``): read a run directory (no model is loaded and the
-directory is not modified), rebuild its arms and test settings — a protocol run's from its
-stored ``protocol.yaml`` (refused when its hash is not ``run.json``'s; a sequential run at its
-last look's α), a comparison's from its summary — and decide through ``spectest.judge`` as the
-run did. The result's summary is printed, not stored.
+Owns rebuilding a run's arms and settings: a protocol run's from its stored ``protocol.yaml``
+(refused when its hash is not ``run.json``'s; a sequential run at its last look's α), a
+comparison's from its summary.
 """
 
 from __future__ import annotations
@@ -19,7 +18,8 @@ from spectest.plan import Plan, make_plan
 from spectest.progress import ProgressFn, no_progress
 from spectest.protocol import load_protocol
 from spectest.stats.options import AnalysisOptions
-from spectest.store import NUMERICS, ROUNDS, SAMPLES, TOOTH_SIZES, StoredRun, load_run
+from spectest.store import NUMERICS, ROUNDS, SAMPLES, TOOTH_SIZES
+from spectest.stored import StoredRun, load_run
 from spectest.summary import Header, build_summary
 
 
@@ -44,9 +44,13 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
         numerics = run_claim_b(plan, samples, stored.table(NUMERICS))
     results = compare_all(samples, rounds, arms, settings, progress or no_progress)
     comparisons, verdict = judge(
-        results, settings, kind=kind, rounds=rounds, sizes=stored.table(TOOTH_SIZES),
+        results,
+        settings,
+        kind=kind,
+        rounds=rounds,
+        sizes=stored.table(TOOTH_SIZES),
         numerics=numerics,
-    )  # fmt: skip
+    )
     base = stored.summary
     was = base["verdict"]["decision"]
     header = Header(

@@ -1,16 +1,11 @@
-"""Bring-your-own samples: read a samples file an external engine produced (Parquet, or CSV with
-a header) and check it against ``schema.BYO_SCHEMA`` before ``spectest compare`` trusts it.
+"""Bring-your-own samples: a samples file an external engine produced (Parquet, or CSV with a
+header) read and checked against ``schema.BYO_SCHEMA`` before ``spectest compare`` trusts it.
 
-Owns: what a valid bring-your-own file is — the columns, their types, values that fit the stored
-types (nothing wrapped or truncated), one row per (sequence, position), positions 0..n-1 with no
-gap — and the one-line ``InputError`` naming the file, the column and the bad value. Knows
-nothing about statistics or about how a comparison is stored (``spectest.byo_compare``,
-``spectest.store``).
-
-A CSV file is scanned before pandas parses it (``_scan_csv``: one streaming pass in 1 MiB
-blocks, constant memory): its header must name the columns, it may hold no NUL byte and no line
-longer than ``MAX_CSV_LINE_BYTES``. A 2 GB file of NUL bytes used to reach 6.6 GB of memory in
-the parser before "out of memory"; it is now refused at its first byte.
+Owns what a valid file is (columns, types, values that fit, one row per sequence and position,
+no gap) and the one ``InputError`` line naming file, column and value. A CSV file is scanned in
+constant memory before pandas parses it (``_scan_csv``). Not here: statistics, storage
+(``byo_compare``). The schema:
+docs/compare.md "Samples schema (bring your own: `spectest compare`)".
 """
 
 from __future__ import annotations
@@ -58,63 +53,25 @@ def read_samples_file(path: str | os.PathLike[str]) -> pd.DataFrame:
     an error: its length is part of the law and is tested as such.
     """
     p = Path(path)
-    try:
-        open_input(p, "samples file").close()  # exit 4 when the machine refuses it
-    except FileNotFoundError:
-        raise InputError(f"{p}: no such samples file") from None
-    expected = ", ".join(f.name for f in schema.BYO_SCHEMA)
-    if p.suffix.lower() in (".csv", ".tsv", ".txt"):
-        sep = "\t" if p.suffix.lower() == ".tsv" else ","
-        _scan_csv(p, sep)
-        try:
-            df = pd.read_csv(p, sep=sep, dtype={c: str for c in _STR_COLS})
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-            raise InputError(f"{p}: not a readable CSV file ({str(err).splitlines()[0]})") from None
-    else:
-        df = read_table(p)
+    df = _read_any(p)
     missing = [c for c in (f.name for f in schema.BYO_SCHEMA) if c not in df.columns]
     if missing:
+        expected = ", ".join(f.name for f in schema.BYO_SCHEMA)
         raise InputError(f"{p}: missing column(s) {', '.join(missing)} (expected {expected})")
     if len(df) == 0:
         raise InputError(f"{p}: holds no samples")
     for col in _STR_COLS:
-        s = df[col]
-        bad = s[s.isna()]
-        if len(bad):
-            raise InputError(f"{p}: column {col}: empty value at row {int(bad.index[0])}")
-        if not (pd.api.types.is_string_dtype(s) or pd.api.types.is_object_dtype(s)):
-            raise InputError(
-                f"{p}: column {col}: expected strings, got {s.dtype} (e.g. {s.iloc[0]!r})"
-            )
-        df[col] = s.astype(str)
-        _check_ids(p, col, df[col])
+        df[col] = _checked_strings(p, col, df[col])
     for col in _INT_COLS:
         df[col] = _checked_integers(p, col, df[col])
     df[schema.POSITION] = df[schema.POSITION].astype("int32")
     dup = df.duplicated([schema.PROMPT_ID, schema.CONFIG_ID, schema.SEED, schema.POSITION])
     if dup.any():
         r = df[dup].iloc[0]
-        key = (
-            r[schema.PROMPT_ID],
-            r[schema.CONFIG_ID],
-            int(r[schema.SEED]),
-            int(r[schema.POSITION]),
-        )
+        key = (*(r[c] for c in _STR_COLS), int(r[schema.SEED]), int(r[schema.POSITION]))
         raise InputError(f"{p}: duplicate row for (prompt_id, config_id, seed, position) = {key!r}")
     _check_no_gaps(p, df)
-    for c in (c for c in schema.REPORTED_COLUMNS if c in df.columns):  # engine-reported p
-        v = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64)
-        bad = np.flatnonzero((df[c].notna().to_numpy() & np.isnan(v)) | (v < 0) | (v > 1 + 1e-6))
-        if len(bad):
-            raise InputError(f"{p}: column {c!r}: expected a probability in [0, 1] or empty, "
-                             f"got {df[c].iloc[bad[0]]!r} (row {int(bad[0])})")  # fmt: skip
-        df[c] = v
-    if schema.REP_P in df.columns:  # cdf_lo / list mass not stated: unknown
-        for c in schema.REPORTED_COLUMNS:
-            if c not in df.columns:
-                df[c] = np.nan
-    else:
-        df = df.drop(columns=[c for c in schema.REPORTED_COLUMNS if c in df.columns])
+    df = _reported_columns(p, df)
     keep = {f.name for f in schema.BYO_SCHEMA} | set(schema.WHITEBOX_COLUMNS)
     extra = [c for c in df.columns if c not in keep and c not in schema.REPORTED_COLUMNS]
     return df.drop(columns=extra)
@@ -179,6 +136,54 @@ def _check_header(p: Path, block: bytes, sep: str, expected: list[str]) -> None:
             f"{p}: missing column(s) {', '.join(missing)} (expected {', '.join(expected)}; "
             f"line 1 is {text[:80]!r})"
         )
+
+
+def _read_any(p: Path) -> pd.DataFrame:
+    """The file as read: CSV (or TSV/TXT) after ``_scan_csv``, else Parquet."""
+    try:
+        open_input(p, "samples file").close()  # exit 4 when the machine refuses it
+    except FileNotFoundError:
+        raise InputError(f"{p}: no such samples file") from None
+    if p.suffix.lower() not in (".csv", ".tsv", ".txt"):
+        return read_table(p)
+    sep = "\t" if p.suffix.lower() == ".tsv" else ","
+    _scan_csv(p, sep)
+    try:
+        return pd.read_csv(p, sep=sep, dtype={c: str for c in _STR_COLS})
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise InputError(f"{p}: not a readable CSV file ({str(err).splitlines()[0]})") from None
+
+
+def _checked_strings(p: Path, col: str, s: pd.Series) -> pd.Series:
+    """An id column as ``str``, refused when a value is empty, not a string, or a bad id."""
+    bad = s[s.isna()]
+    if len(bad):
+        raise InputError(f"{p}: column {col}: empty value at row {int(bad.index[0])}")
+    if not (pd.api.types.is_string_dtype(s) or pd.api.types.is_object_dtype(s)):
+        raise InputError(f"{p}: column {col}: expected strings, got {s.dtype} (e.g. {s.iloc[0]!r})")
+    out = s.astype(str)
+    _check_ids(p, col, out)
+    return out
+
+
+def _reported_columns(p: Path, df: pd.DataFrame) -> pd.DataFrame:
+    """The engine-reported columns checked as probabilities in [0, 1] (or empty); all of them
+    present (unstated: NaN) when ``rep_p`` is, else none."""
+    for c in (c for c in schema.REPORTED_COLUMNS if c in df.columns):
+        v = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=np.float64)
+        bad = np.flatnonzero((df[c].notna().to_numpy() & np.isnan(v)) | (v < 0) | (v > 1 + 1e-6))
+        if len(bad):
+            raise InputError(
+                f"{p}: column {c!r}: expected a probability in [0, 1] or empty, "
+                f"got {df[c].iloc[bad[0]]!r} (row {int(bad[0])})"
+            )
+        df[c] = v
+    if schema.REP_P not in df.columns:
+        return df.drop(columns=[c for c in schema.REPORTED_COLUMNS if c in df.columns])
+    for c in schema.REPORTED_COLUMNS:
+        if c not in df.columns:
+            df[c] = np.nan
+    return df
 
 
 def _check_ids(p: Path, col: str, s: pd.Series) -> None:
@@ -256,10 +261,14 @@ def _check_no_gaps(p: Path, df: pd.DataFrame) -> None:
     if len(holed) == 0:
         return
     key = holed.index[0]
-    have = set(df.loc[
-        (df[schema.PROMPT_ID] == key[0]) & (df[schema.CONFIG_ID] == key[1])
-        & (df[schema.SEED] == key[2]), schema.POSITION,
-    ].tolist())  # fmt: skip
+    have = set(
+        df.loc[
+            (df[schema.PROMPT_ID] == key[0])
+            & (df[schema.CONFIG_ID] == key[1])
+            & (df[schema.SEED] == key[2]),
+            schema.POSITION,
+        ].tolist()
+    )
     missing = next(t for t in range(int(stats.loc[key, "max"]) + 1) if t not in have)
     after = min(t for t in have if t > missing)
     raise InputError(

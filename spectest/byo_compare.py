@@ -97,8 +97,9 @@ def _floor_margin(
     return DEFAULT_TOKEN_MARGIN if margin is None else float(margin)
 
 
-def _digest(frames: list[pd.DataFrame], tests: AnalysisOptions) -> str:
-    """The comparison's hash: the data of every file and the settings."""
+def _digest(frames: list[pd.DataFrame], tests: AnalysisOptions, margin: float | None) -> str:
+    """The comparison's hash: the data of every file and the settings (a claim-(b) decision,
+    ``margin`` set, has its own)."""
     digest = hashlib.sha256()
     for df in frames:
         digest.update(
@@ -107,7 +108,10 @@ def _digest(frames: list[pd.DataFrame], tests: AnalysisOptions) -> str:
             .tobytes()
         )
     digest.update(repr(sorted(tests.canonical().items())).encode())
-    return digest.hexdigest()
+    h = digest.hexdigest()
+    if margin is None:
+        return h
+    return hashlib.sha256(f"{h}\x1ftoken-floor\x1f{margin!r}".encode()).hexdigest()
 
 
 def _readout(
@@ -198,49 +202,36 @@ def compare_files(
     floor_margin: float | None = None,
     sources: tuple[str, str] | None = None,
 ) -> RunResult:
-    """Black-box tests on two bring-your-own samples files; results stored like a run's.
-    ``sources``: the two files as run.json and the header name them (default: their paths).
+    """The ``RunResult`` of the black-box tests on two bring-your-own samples files, stored
+    like a run's (docs/compare.md).
 
-    ``alpha``, ``multiplicity``: None = the protocols' defaults (``AnalysisOptions``).
-    ``max_mde_tv``: the required per-cell resolution (median MDE in TV); ``None`` applies
-    ``spectest.verdict.DEFAULT_MAX_MDE_TV``, since a comparison runs no teeth (see there).
-    ``floor``: two plain-decode files of the engine (A, B): the token-drift readout
-    (``stats.token_drift``) is stored in ``summary.json`` as ``token_drift``; no verdict changes.
-    ``decide_floor`` (needs ``floor``): claim (b) decided from the four files instead
-    (``stats.token_floor``: within / beyond = exit 1 / unresolved = exit 3 at ``floor_margin``,
-    TV per token, default ``token_floor.DEFAULT_TOKEN_MARGIN``), in the verdict and stored as
-    ``verdict.numerics``; the readout is then not printed. A floor file that is the reference
-    file itself (the same path) is resampled jointly with it.
+    Parameters
+    ----------
+    alpha, multiplicity, max_mde_tv : None: the protocols' defaults (``AnalysisOptions``,
+        ``verdict.DEFAULT_MAX_MDE_TV``).
+    floor : two plain-decode files of the engine: the token-drift readout in ``summary.json``;
+        with ``decide_floor``, claim (b) decided at ``floor_margin`` instead (docs/compare.md
+        "Claim (b) from files: `--floor A B --decide-floor`").
+    sources : the two files as run.json and the header name them (default: their paths).
     """
     t0 = time.perf_counter()
-    progress = progress or no_progress
     tests = byo_tests(alpha=alpha, multiplicity=multiplicity, max_mde_tv=max_mde_tv)
     margin = _floor_margin(floor, decide_floor, floor_margin)
     ref = read_samples_file(reference)
     cand = read_samples_file(candidate)
-    cells_r = _same_cells(reference, candidate, ref, cand)
-    pair = _read_floor(floor, reference, ref, cells_r)
+    pair = _read_floor(floor, reference, ref, _same_cells(reference, candidate, ref, cand))
     samples = _two_arms(ref, cand)
-    h = _digest([ref, cand, *pair], tests)
-    if margin is not None:  # a decision has its own settings: its own hash
-        h = hashlib.sha256(f"{h}\x1ftoken-floor\x1f{margin!r}".encode()).hexdigest()
+    h = _digest([ref, cand, *pair], tests, margin)
     run_dir = Path(out) if out is not None else Path("results") / f"compare-{h[:10]}"
     src = sources or (str(reference), str(candidate))
-    rd = RunDir.open(
-        run_dir,
-        {
-            "kind": "compare",
-            "protocol_hash": h,
-            "name": "compare",
-            "reference": src[0],
-            "candidate": src[1],
-            **({"floor": [str(f) for f in floor]} if floor is not None else {}),
-        },
-        replace=True,  # nothing to resume: a re-run (after a failure, or of new data) replaces it
-    )
+    info: dict[str, Any] = {"kind": "compare", "protocol_hash": h, "name": "compare"}
+    info |= {"reference": src[0], "candidate": src[1]}
+    if floor is not None:
+        info["floor"] = [str(f) for f in floor]
+    rd = RunDir.open(run_dir, info, replace=True)  # nothing to resume: a re-run replaces it
     provenance = make_provenance(protocol_hash=h, device="n/a", seed_ranges={}, kind="compare")
     settings = byo_settings(tests)
-    results = compare_all(samples, None, byo_arms(), settings, progress)
+    results = compare_all(samples, None, byo_arms(), settings, progress or no_progress)
     name = f"{Path(src[0]).name} vs {Path(src[1]).name}"
     extra, claim = _floor_outputs(ref, cand, pair, margin, tests.alpha, h)
     verdict, comparisons, summary = finish_run(
@@ -266,11 +257,12 @@ def compare_run_arms(
     the rows of ``samples.parquet`` whose ``arm`` is ``arms[1]`` (the reference side) and
     ``arms[0]`` (the candidate side), with the bring-your-own columns only (``arm`` and the
     ``wb_*`` white-box columns dropped), written to Parquet in a temporary directory. The
-    run must be complete (``store.load_run``); an arm it does not hold is one line listing the
+    run must be complete (``stored.load_run``); an arm it does not hold is one line listing the
     arms it does. ``kw``: ``compare_files``'s options."""
     import tempfile
 
-    from spectest.store import SAMPLES, load_run
+    from spectest.store import SAMPLES
+    from spectest.stored import load_run
 
     stored = load_run(run_dir)
     samples = stored.table(SAMPLES)

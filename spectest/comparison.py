@@ -1,13 +1,10 @@
-"""One arm compared with the reference, as the verdict sees it: ``Comparison`` (rejected or not,
-failing tests most significant first, per-config numbers) with one ``FamilyScope`` per test
-family (what it tested, its share of α, its MDE), and ``summarize_comparison``, which reads them
-from the ``FamilyResult``s of a ``spectest.stats.battery.Analysis``; ``eps_cannot_bite`` says
-from an ε arm's rounds when that tooth cannot differ from the exact sampler in the run at all.
+"""One arm compared with the reference, as the verdict sees it: ``Comparison`` with one
+``FamilyScope`` per test family, read from an ``Analysis``'s ``FamilyResult``s by
+``summarize_comparison``; and ``eps_cannot_bite``.
 
-Owns: which numbers make up a comparison, the merge of the families' failing rows, the
-per-config summary. Does not know how tests are computed nor what counts as "tested" in a family
-(the families say: ``spectest.stats.families``), nor how a decision is made
-(``spectest.verdict``).
+Not here: how tests are computed or what "tested" means in a family (``stats.families``), how a
+decision is made (``verdict``). The map:
+docs/architecture.md "The decision (stats.battery + verdict)".
 """
 
 from __future__ import annotations
@@ -57,10 +54,18 @@ class FamilyScope:
     @classmethod
     def of(cls, r: FamilyResult) -> FamilyScope:
         return cls(
-            r.name, r.n_tested, r.n_untestable, float(r.alpha), _f(r.resolution),
-            r.resolution_unit, bool(r.rejected), r.label, r.verdict_line, r.resolution_note,
+            r.name,
+            r.n_tested,
+            r.n_untestable,
+            float(r.alpha),
+            _f(r.resolution),
+            r.resolution_unit,
+            bool(r.rejected),
+            r.label,
+            r.verdict_line,
+            r.resolution_note,
             bool(r.claims),
-        )  # fmt: skip
+        )
 
     @property
     def ran(self) -> bool:

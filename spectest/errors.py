@@ -1,21 +1,8 @@
 """The one exception family of spectest and the documented process exit codes.
 
-Owns: ``SpectestError`` and its subclasses, the mapping from outcome to exit code, and the
-one-line wording of a fault of the machine (``infrastructure_error``). Knows nothing about the
-CLI framework; the CLI catches ``SpectestError`` (and ``OSError``, a missing module, a failed
-subprocess, any other exception) at the one boundary and prints one line, then exits with the
-code below.
-
-Why a separate code for infrastructure (4), not 2
-------------------------------------------------
-A CI merge gate acts on the exit code. 1 says "the sampler is wrong", 3 "the harness could not
-tell", 2 "what you gave spectest is wrong: fix the protocol, option or data file". A full disk,
-a permission denied, an ``--out`` under a file, a package that is not installed, a subprocess
-killed by the OOM killer or an internal error say nothing about the sampler and nothing about
-the user's input either: the right reaction is to fix or retry the machine, not to edit the
-protocol. Folding them into 2 would send people to their YAML for a disk problem, and folding
-them into 1 (Python's default for an uncaught exception) would block a merge for a regression
-that does not exist. So 4 = "no verdict: spectest could not do its work here".
+Owns ``SpectestError`` and its subclasses, the mapping from outcome to exit code, and the one-line
+wording of a fault of the machine (``infrastructure_error``); not the CLI's boundary
+(``cli.common.boundary``). Why 4 is its own code: docs/verdict.md "Why infrastructure is exit 4".
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Generation: a plan's shards from the engines of their arms, on this process.
 
-Owns: ``RunOptions`` (how a run is executed, as one frozen value: teeth only, ``--fast``,
-threads, devices, Ray), ``EngineSet`` (one engine per ``EngineChoice``, the models loaded once,
-``--fast`` and the shared teacher as each engine class declares them: ``Engine.fast_variant``,
-``Engine.teacher``), ``generate_shards`` (the one shard loop: the local run and every scale-out
-worker call it), ``generate_shard`` (one arm × one prompt, checked before anyone stores it),
-``ShardResult``, the run key, the loading of the models, torch's CPU threads and the device
-check, and the tooth sizes of a plan's teeth from the loaded models (``protocol_tooth_sizes``).
-
-Knows nothing about where shards are written (the caller's ``on_shard``), how tests are
-computed, or which engines exist: every engine is reached through ``spectest.engines.registry``
-and described by the class attributes of the contract (``spectest.engines.base.Engine``).
+Owns ``RunOptions``, ``EngineSet`` (one engine per ``EngineChoice``, models loaded once),
+``generate_shards`` (the one shard loop, local and on every scale-out worker), ``generate_shard``
+(one arm × one prompt, checked before anyone stores it), model loading, threads and the device
+check, and what the driver computes from the loaded models (tooth sizes, the matched arm's
+drift). Not here: where shards are written, tests, which engines exist (``engines.registry``).
+The engine seam: docs/architecture.md "The engine seam".
 """
 
 from __future__ import annotations
@@ -104,9 +99,59 @@ def protocol_tooth_sizes(
     assert target is not None and draft is not None
     p = protocol
     return tooth_sizes(
-        target, draft, prompt_token_ids(p, target.vocab_size), p.configs, list(teeth),
-        drafter_of(p), p.positions, budget=p.teeth.size_budget,
-    )  # fmt: skip
+        target,
+        draft,
+        prompt_token_ids(p, target.vocab_size),
+        p.configs,
+        list(teeth),
+        drafter_of(p),
+        p.positions,
+        budget=p.teeth.size_budget,
+    )
+
+
+def matched_drift(
+    protocol: Protocol,
+    samples: pd.DataFrame,
+    rounds: pd.DataFrame,
+    models: Models | None,
+    *,
+    fast: bool,
+) -> pd.DataFrame:
+    """The matched arm's per-token drift and floor table (``numerics.table.drift_table``, its
+    floors completed by ``numerics.floors``) from ``models``' target, loaded when absent."""
+    from spectest.numerics.floors import complete_floors, floor_column
+    from spectest.numerics.table import drift_table
+    from spectest.protocol import MATCHED
+
+    p = protocol
+    if models is None or models.target is None:
+        models = load_models(p, need_draft=False)
+    target = models.target
+    assert target is not None
+    prompts = prompt_token_ids(p, target.vocab_size)
+    setting = p.tests.numerics_floor  # prefill/dtype alone: no batch-1 decodes
+    common: dict[str, Any] = dict(arm=MATCHED, batch_size=p.batch_size, positions=p.positions)
+    table = drift_table(
+        target,
+        samples,
+        rounds,
+        prompts,
+        p.configs,
+        K=p.drafter.k,
+        fast=fast,
+        floor_rows_per_cell=0 if setting in ("prefill", "dtype") else None,
+        **common,
+    )
+
+    def f32() -> Any:  # the dtype floor: the target once more, in float32
+        return load_models(replace(p, models=replace(p.models, dtype="float32")), False).target
+
+    def measure(kind: str) -> np.ndarray:
+        args = (kind, table, target, samples, prompts, p.configs)
+        return floor_column(*args, float32_target=f32, **common)
+
+    return complete_floors(table, setting, measure)
 
 
 def run_key(protocol: Protocol) -> int:
@@ -234,14 +279,19 @@ def generate_shard(
     rows = tuple(
         RowSpec(cid, seed, sp) for cid, sp in protocol.configs for seed in arm.seeds.seeds()
     )
-    floor = protocol.floor if arm.role == "floor" else None  # issue 31: another shape
+    floor = protocol.floor if arm.role == "floor" else None  # another shape
     if floor is not None and floor.order == "reversed":
         rows = rows[::-1]
     tick(0)
     job = ArmJob(
-        arm=arm.name, role="reference" if floor is not None else arm.role, variant=arm.variant,
-        prompt_id=prompt_id, prompt_ids=tuple(prompt_ids), rows=rows,
-        num_positions=protocol.positions, run_key=key,
+        arm=arm.name,
+        role="reference" if floor is not None else arm.role,
+        variant=arm.variant,
+        prompt_id=prompt_id,
+        prompt_ids=tuple(prompt_ids),
+        rows=rows,
+        num_positions=protocol.positions,
+        run_key=key,
         batch_size=(floor.batch_size if floor else None) or protocol.batch_size,
         drafter=drafter_of(protocol),
         # teacher mode: every arm is forced by the one shared teacher (``shared_teacher``)
@@ -251,8 +301,23 @@ def generate_shard(
             and not engines.teacher_mode
         ),
         progress=tick,
-    )  # fmt: skip
+    )
     out = engine.generate(job)
+    wb = _checked_whitebox(protocol, engines, engine, job, out)
+    if out.reported is not None:  # the engine's own per-token claims (engines-reported-p.md)
+        wb = reported_columns(out.reported, wb)
+    # one row per emitted token: a sequence that ended early is a shorter sequence
+    samples = samples_frame(out.tokens, prompt_id, rows, arm.name, wb)
+    rounds = None if out.rounds is None else rounds_frame(out.rounds, prompt_id, rows, arm.name)
+    check_shard(samples, engine.name, arm.name, prompt_id)
+    return samples, rounds
+
+
+def _checked_whitebox(
+    protocol: Protocol, engines: EngineSet, engine: Engine, job: ArmJob, out: Any
+) -> pd.DataFrame | None:
+    """The shard's white-box columns (the engine's, or the shared teacher's in teacher mode),
+    after checking the output and its rounds against what the engine declares."""
     target = engines.models.target
     check_output(out, job, None if target is None else target.vocab_size, engine.name)
     if out.rounds is not None and (
@@ -262,22 +327,16 @@ def generate_shard(
             f"engine {engine.name}: returned rounds (tested: {out.rounds_tested}) but declares "
             f"rounds = {engine.rounds!r}"
         )
-    wb = None
     if job.whitebox:
         if out.whitebox is None:
             raise EngineError(f"engine {engine.name}: white-box columns were asked for, got none")
-        wb = out.whitebox
-    elif engines.teacher_mode and protocol.tests.whitebox:
+        return out.whitebox
+    if engines.teacher_mode and protocol.tests.whitebox:
         t_teacher = time.perf_counter()
         wb = shared_teacher(engines, job, out.tokens)
         engines.teacher_s += time.perf_counter() - t_teacher
-    if out.reported is not None:  # the engine's own per-token claims (engines-reported-p.md)
-        wb = reported_columns(out.reported, wb)
-    # one row per emitted token: a sequence that ended early is a shorter sequence
-    samples = samples_frame(out.tokens, prompt_id, rows, arm.name, wb)
-    rounds = None if out.rounds is None else rounds_frame(out.rounds, prompt_id, rows, arm.name)
-    check_shard(samples, engine.name, arm.name, prompt_id)
-    return samples, rounds
+        return wb
+    return None
 
 
 def reported_columns(reported: Any, columns: pd.DataFrame | None) -> pd.DataFrame:

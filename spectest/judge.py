@@ -1,17 +1,10 @@
 """Judging: every arm against the reference, the decision, and the final files of a run.
 
-Owns: the comparison of every non-reference arm with the reference (``compare_all``: one
-``stats.battery`` per arm, its rounds tested unless the arm's engine reports them as a readout),
-the verdict's view of each analysis (``summarize``), and the end of a run (``finish_run``:
-decide, write the tables, the summary and the reports, the manifest last). ``spectest run``,
-``spectest teeth``, ``spectest compare`` and ``spectest analyze`` all go through here, so a
-decision is made one way only.
-
-Reads the run-level decisions from ``plan.RunSettings`` (the test settings with the white-box
-mode, the readout arms, the power requirement, claim (b)'s inputs), made once by the plan. Knows
-nothing about engines or models, how tests are computed (``spectest.stats``),
-how a decision is made (``spectest.verdict``), the summary's shape (``spectest.summary``) or how
-files are laid out (``spectest.store``).
+Owns ``compare_all`` (one ``stats.battery`` per non-reference arm), ``summarize`` (each analysis
+as the verdict sees it), claim (b)'s inputs and ``finish_run`` (decide, write the tables, summary
+and reports, the manifest last); every command that decides goes through here. Not here: how a
+decision is made (``verdict``), the summary's shape (``summary``), files (``store``). The map:
+docs/architecture.md "The decision (stats.battery + verdict)".
 """
 
 from __future__ import annotations
@@ -154,9 +147,13 @@ def judge(
     drift = numerics.result() if numerics is not None else None
     floor = isinstance(numerics, TokenFloorClaim)
     return comparisons, decide(
-        comparisons, max_mde_tv=settings.max_mde_tv, kind=kind, drift=drift,
-        matched=numerics is not None and not floor, floor=floor,
-    )  # fmt: skip
+        comparisons,
+        max_mde_tv=settings.max_mde_tv,
+        kind=kind,
+        drift=drift,
+        matched=numerics is not None and not floor,
+        floor=floor,
+    )
 
 
 @dataclass(frozen=True)
@@ -186,14 +183,18 @@ class NumericsClaim:
         kind, table, note = select_floor(self.table, self.floor)
         rng = np.random.default_rng(stable_seed("numerics-drift"))  # the same on re-analysis
         return decide_drift(
-            table, margin=self.margin, alpha=self.alpha, rng=rng, floor_kind=kind,
+            table,
+            margin=self.margin,
+            alpha=self.alpha,
+            rng=rng,
+            floor_kind=kind,
             floor_note=note,
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)
 class TokenFloorClaim:
-    """Claim (b) from tokens (issue 31, ``stats.token_floor``): the engine's spec-vs-plain
+    """Claim (b) from tokens (``stats.token_floor``): the engine's spec-vs-plain
     token-law drift (``reference`` vs ``candidate``) against its floor pair (``floor_a`` vs
     ``floor_b``; ``floor_a`` is ``reference`` itself in a run: resampled jointly), decided at
     ``margin`` (TV per token) and ``alpha``; the bootstrap seeded by ``key``."""
@@ -212,17 +213,22 @@ class TokenFloorClaim:
         from spectest.stats.token_floor import decide_token_floor
 
         r = decide_token_floor(
-            self.reference, self.candidate, self.floor_a, self.floor_b, margin=self.margin,
-            alpha=self.alpha, rng=np.random.default_rng(stable_seed("token-floor", self.key)),
+            self.reference,
+            self.candidate,
+            self.floor_a,
+            self.floor_b,
+            margin=self.margin,
+            alpha=self.alpha,
+            rng=np.random.default_rng(stable_seed("token-floor", self.key)),
             floor_kind=self.floor_kind,
-        )  # fmt: skip
+        )
         return None if r.units == 0 else r
 
 
 def token_floor_claim(
     samples: pd.DataFrame, arms: Sequence[Arm], margin: float, alpha: float, key: str, kind: str
 ) -> TokenFloorClaim | None:
-    """A run's claim (b) from its floor arm (issue 31): reference vs candidate against
+    """A run's claim (b) from its floor arm: reference vs candidate against
     reference vs floor (the reference resampled jointly); None without a floor arm or a
     candidate."""
     names = {a.role: a.name for a in arms}
@@ -243,7 +249,7 @@ def run_claim_b(
     plan: Plan, samples: pd.DataFrame, numerics: pd.DataFrame | None
 ) -> NumericsClaim | TokenFloorClaim | None:
     """A protocol run's claim (b), decided at the run's α (not a look's): from its floor arm's
-    tokens (issue 31) when the protocol names one, else matched numerics mode's from the
+    tokens when the protocol names one, else matched numerics mode's from the
     per-token table ``numerics`` (None: not measured yet), else None."""
     f = plan.protocol.floor
     if f is not None:
@@ -274,7 +280,6 @@ def finish_run(
     that ``spectest analyze`` decides the same without the models. ``extra``: readouts added
     to ``summary.json`` as they are (``spectest compare --floor``'s token drift)."""
     from spectest.report import write_ci_outputs, write_reports
-    from spectest.stats.histograms import position_counts
 
     comparisons, verdict = judge(
         results, settings, kind=header.kind, rounds=rounds, sizes=sizes, numerics=numerics
@@ -287,6 +292,43 @@ def finish_run(
         details={arm.name: json_safe(a.summary()) for arm, a in results},
     )
     summary.update(json_safe(dict(extra or {})))
+    tables = _final_tables(samples, rounds, results, sizes, numerics)
+    rd.write_final(tables=tables, summary=summary, texts={}, provenance=provenance, manifest=False)
+    write_reports(rd.path, require_complete=False)
+    rd.write_manifest(provenance, release=False)
+    try:
+        # NOTE: after the manifest (a killed run leaves no JUnit file); one that cannot be
+        # written takes the completion back (exit 4; a re-run resumes and writes them)
+        if junit is not None or summary_md is not None:
+            stored = json.loads((rd.path / SUMMARY).read_text(encoding="utf-8"))  # as written
+            write_ci_outputs(stored, junit=junit, summary_md=summary_md)
+    except BaseException:
+        rd.mark_incomplete()
+        raise
+    finally:
+        rd.release()
+    return verdict, comparisons, summary
+
+
+# the analysis tables of ``tidy_tables`` and their schemas
+ANALYSIS_SCHEMAS = {
+    TESTS: schema.TESTS_SCHEMA,
+    TRIE: schema.TRIE_SCHEMA,
+    WHITEBOX: schema.WHITEBOX_TESTS_SCHEMA,
+    SEQUENCE: schema.SEQUENCE_SCHEMA,
+}
+
+
+def _final_tables(
+    samples: pd.DataFrame,
+    rounds: pd.DataFrame | None,
+    results: Sequence[tuple[Arm, Any]],
+    sizes: pd.DataFrame | None,
+    numerics: NumericsClaim | TokenFloorClaim | None,
+) -> dict[str, tuple[pd.DataFrame, Any]]:
+    """Every final table of a run with its Arrow schema, by file name."""
+    from spectest.stats.histograms import position_counts
+
     tables: dict[str, tuple[pd.DataFrame, Any]] = {
         SAMPLES: (samples, samples_schema(samples)),
         HISTOGRAMS: (position_counts(samples), HISTOGRAMS_SCHEMA),
@@ -297,27 +339,6 @@ def finish_run(
         tables[TOOTH_SIZES] = (sizes, schema.TOOTH_SIZES_SCHEMA)
     if numerics is not None and numerics.table is not None:
         tables[NUMERICS] = (numerics.table, schema.numerics_schema(numerics.table.columns))
-    analysis_schemas = {
-        TESTS: schema.TESTS_SCHEMA,
-        TRIE: schema.TRIE_SCHEMA,
-        WHITEBOX: schema.WHITEBOX_TESTS_SCHEMA,
-        SEQUENCE: schema.SEQUENCE_SCHEMA,
-    }
     for fname, df in tidy_tables(results).items():
-        tables[fname] = (df, analysis_schemas[fname])
-    rd.write_final(tables=tables, summary=summary, texts={}, provenance=provenance, manifest=False)
-    write_reports(rd.path, require_complete=False)
-    rd.write_manifest(provenance, release=False)
-    try:
-        # NOTE: the CI outputs only after the manifest: a killed run never leaves a JUnit file.
-        # One that cannot be written (disk full) takes the completion back: the process exits 4
-        # and no complete summary.json says otherwise (a re-run resumes and writes them).
-        if junit is not None or summary_md is not None:
-            stored = json.loads((rd.path / SUMMARY).read_text(encoding="utf-8"))  # as written
-            write_ci_outputs(stored, junit=junit, summary_md=summary_md)
-    except BaseException:
-        rd.mark_incomplete()
-        raise
-    finally:
-        rd.release()
-    return verdict, comparisons, summary
+        tables[fname] = (df, ANALYSIS_SCHEMAS[fname])
+    return tables

@@ -1,14 +1,11 @@
 """The plan: a ``Protocol`` expanded into arms with disjoint seed ranges, cells and shards, and
 the run-level decisions resolved once.
 
-Owns: ``Arm`` (an arm of ``protocol.arm_specs`` with its seeds: ``SeedRange``, consecutive and
-disjoint per arm, collision-free by construction), ``Shard`` (one arm × one prompt [× one stage
-of a sequential run], the unit of generation and resume), ``stages``, ``make_plan`` and
-``RunSettings`` (``Plan.settings``: the test settings with the white-box mode and the look's α
-resolved, the readout arms, the sized teeth, matched numerics mode's claim (b) inputs), which the
-runner, ``spectest analyze`` and the judge read instead of deciding again. Which arms a protocol
-defines, and the size budget of its plan, are ``spectest.protocol``'s (``arm_specs``,
-``plan_size``). Knows nothing about models, files or how a statistic is computed.
+Owns ``Arm`` (an arm with its ``SeedRange``), ``Shard`` (one arm × one prompt [× one stage], the
+unit of generation and resume), ``stages``, ``make_plan`` and ``RunSettings`` (what the runner,
+``spectest analyze`` and the judge read instead of deciding again). Not here: which arms a
+protocol defines (``protocol.arms``), models, files, statistics. Seeds: docs/architecture.md
+"Randomness".
 """
 
 from __future__ import annotations
@@ -235,7 +232,7 @@ def whitebox_mode(dtype: str, arms: Sequence[Arm]) -> str:
 
     The built-in engine records its columns at generation time in every dtype (exact); a
     teacher's full-sequence forward matches incremental decoding within float32 rounding but
-    not in bf16/fp16 (issue 12). In teacher mode every arm is forced by one shared teacher
+    not in bf16/fp16. In teacher mode every arm is forced by one shared teacher
     (``generation.EngineSet``), so that the two-sample tests compare one function of the
     sequences.
     """

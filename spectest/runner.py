@@ -1,17 +1,11 @@
-"""The runner: a protocol run in order. ``run_protocol`` is the one library function ``spectest
-run`` / ``spectest teeth`` call (``spectest analyze`` is ``spectest.analyze``'s, ``spectest
-compare`` ``spectest.byo_compare``'s).
+"""The order of a run: ``run_protocol``, which ``spectest run`` and ``spectest teeth`` call.
 
-Owns: the order of operations of a run — open the run directory (resuming completed shards),
-then stage by stage (one stage unless the protocol is sequential): generate the missing shards
-here or spread over workers, the teeth's sizes once, read every shard back in plan order,
-analyse, look (``spectest.sequential``); then hand everything to ``spectest.judge``, which
-decides and writes the final files — and the run's phase wall times.
-
-Knows nothing about engines or how models are loaded (``spectest.generation``;
-``spectest.scaleout`` when spread), how tests are computed or a decision made
-(``spectest.judge``), the summary's shape (``spectest.summary``), or how files are laid out
-(``spectest.store``) or rendered (``spectest.report``).
+Owns the sequence — open the run directory (resuming completed shards), then per stage (one
+unless sequential): generate the missing shards here or spread over workers, the teeth's sizes
+once, read the shards back in plan order, analyse, look; then ``judge.finish_run`` decides and
+writes. Not here: engines and models (``generation``, ``scaleout``), tests and the decision
+(``judge``, ``verdict``), the summary's shape (``summary``), files (``store``). The phase
+timings: docs/run-directory.md "Phase timings".
 """
 
 from __future__ import annotations
@@ -19,13 +13,12 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 import yaml
 
@@ -43,6 +36,7 @@ from spectest.generation import (
     device_name,
     generate_shards,
     load_models,
+    matched_drift,
     protocol_tooth_sizes,
 )
 from spectest.judge import (
@@ -56,7 +50,7 @@ from spectest.judge import (
 )
 from spectest.plan import Plan, Shard, make_plan, stages
 from spectest.progress import ProgressFn, no_progress
-from spectest.prompts import prompt_token_ids, prompts_jsonl
+from spectest.prompts import prompts_jsonl
 from spectest.protocol import MATCHED, Protocol, to_raw
 from spectest.scaleout import WorkerPool, generate_spread, local_devices, make_pool
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
@@ -78,22 +72,15 @@ def run_protocol(
     summary_md: Path | None = None,
     pool: WorkerPool | None = None,
 ) -> RunResult:
-    """Run a protocol (or, ``options.teeth_only``, its teeth only; None: ``RunOptions()``)
-    into a run directory (default ``<output>/<run_id>[-teeth]``), resuming completed shards.
-    Spread runs
-    (``options.devices``, ``options.ray``) write the same run directory as a single-device
-    run (``spectest.scaleout``).
+    """The ``RunResult`` of a protocol run (``options.teeth_only``: its teeth only) written into
+    ``out`` (default ``<output>/<run_id>[-teeth]``), resuming completed shards.
 
-    The summary's ``timings`` holds the wall time of each phase in seconds: ``load`` (models),
-    ``generate`` per arm (including white-box columns recorded at generation time),
-    ``whitebox`` (teacher forcing apart from generation: teacher mode, or an engine that reports
-    it), ``tooth sizes``, ``analyze`` and ``total_to_write`` (everything before the final
-    files); the write phase itself is in the returned summary only (``summary.json`` is sealed
-    by the manifest before it ends).
-
-    ``pool``: persistent workers (``scaleout.WorkerPool``) to generate on, left open for the
-    caller's next run; None: a spread run makes its own pool (``options.devices`` / ``ray``),
-    kept across the stages of a sequential run and closed at the end."""
+    Notes
+    -----
+    A spread run (``options.devices``, ``options.ray``) writes the same directory as a
+    single-device one. ``pool``: persistent workers left open for the caller; None: a spread
+    run makes its own, closed at the end.
+    """
     t0 = time.perf_counter()
     options = options or RunOptions()
     if options.analysis_procs is not None and options.analysis_procs < 1:
@@ -113,24 +100,34 @@ def run_protocol(
         if pool is None and run.pool is not None:
             run.pool.close()
     run.timings["total_to_write"] = time.perf_counter() - t0
+    verdict, comparisons, summary = _write(run, looked, junit, summary_md)
+    resumed = len(looked.plan.shards) - run.generated
+    elapsed = time.perf_counter() - t0
+    return RunResult(run.rd.path, verdict, comparisons, summary, run.generated, resumed, elapsed)
+
+
+def _write(
+    run: _Run, looked: _Looked, junit: Path | None, summary_md: Path | None
+) -> tuple[Any, Any, dict[str, Any]]:
+    """``judge.finish_run`` on what the stages left; the summary gains the write's wall time."""
     t_write = time.perf_counter()
     run.progress("write", 0, 1)
     verdict, comparisons, summary = finish_run(
-        run.rd, samples=looked.samples, rounds=looked.rounds, results=looked.results,
-        header=_header(run, looked), provenance=run.provenance,
-        settings=looked.plan.settings, junit=junit, summary_md=summary_md,
-        sizes=looked.teeth_sizes, numerics=looked.numerics,
-    )  # fmt: skip
+        run.rd,
+        samples=looked.samples,
+        rounds=looked.rounds,
+        results=looked.results,
+        header=_header(run, looked),
+        provenance=run.provenance,
+        settings=looked.plan.settings,
+        junit=junit,
+        summary_md=summary_md,
+        sizes=looked.teeth_sizes,
+        numerics=looked.numerics,
+    )
     run.progress("write", 1, 1)
-    summary = {
-        **summary,
-        "timings": {**summary["timings"], "write": _r(time.perf_counter() - t_write)},
-    }
-    resumed = len(looked.plan.shards) - run.generated
-    return RunResult(
-        run.rd.path, verdict, comparisons, summary, run.generated, resumed,
-        time.perf_counter() - t0,
-    )  # fmt: skip
+    write_s = _r(time.perf_counter() - t_write)
+    return verdict, comparisons, {**summary, "timings": {**summary["timings"], "write": write_s}}
 
 
 def run_dir_for(protocol: Protocol, out: str | Path | None, *, teeth_only: bool = False) -> Path:
@@ -174,9 +171,12 @@ class _Looked:
 
 
 def _open_run(
-    protocol: Protocol, options: RunOptions, out: str | Path | None, threads: int,
+    protocol: Protocol,
+    options: RunOptions,
+    out: str | Path | None,
+    threads: int,
     progress: ProgressFn,
-) -> _Run:  # fmt: skip
+) -> _Run:
     """The run directory (created, or opened to resume: ``RunDir.open`` refuses another
     protocol's), its provenance and the workers of a spread run."""
     plan = make_plan(protocol, teeth_only=options.teeth_only)
@@ -195,8 +195,7 @@ def _open_run(
             for a in plan.arms
         ],
         "seed_ranges": plan.seed_ranges,
-        # which protocol file this run used (a bare --config name may resolve to a shipped one)
-        "protocol_source": protocol.source,
+        "protocol_source": protocol.source,  # a bare --config name may be a shipped one
         "protocol_shipped": shipped_name(protocol.source),
         FINGERPRINTS_KEY: _fingerprints(plan),
     }
@@ -208,9 +207,12 @@ def _open_run(
         prompts=prompts_jsonl(protocol),
     )
     provenance = make_provenance(
-        threads=threads, protocol_hash=protocol.hash,
-        device=device_name(protocol.models.device), seed_ranges=plan.seed_ranges, kind=kind,
-    )  # fmt: skip
+        threads=threads,
+        protocol_hash=protocol.hash,
+        device=device_name(protocol.models.device),
+        seed_ranges=plan.seed_ranges,
+        kind=kind,
+    )
     workers = list(options.devices) or local_devices(protocol.models.device)
     return _Run(protocol, options, rd, provenance, progress, workers)
 
@@ -298,10 +300,16 @@ def _look(
     )
     claim = power_claim(comps)
     return decide_look(
-        stage, sizes, alphas, rejected=bool(cand.rejected), mde_tv=cand.mde_tv,
-        max_mde_tv=required, requirement=requirement, claim_tv=claim.tv,
+        stage,
+        sizes,
+        alphas,
+        rejected=bool(cand.rejected),
+        mde_tv=cand.mde_tv,
+        max_mde_tv=required,
+        requirement=requirement,
+        claim_tv=claim.tv,
         claim_source=claim.where(),
-    )  # fmt: skip
+    )
 
 
 def _generate_missing(run: _Run, plan: Plan, teeth: bool = False) -> Models | None:
@@ -356,9 +364,15 @@ def _generate_spread(run: _Run, plan: Plan, todo: Sequence[Shard], teeth: bool) 
     # in the queue, so the driver neither loads the models nor waits for them after generation
     teeth = teeth and bool(plan.settings.sized_teeth)
     extra, times, sizes = generate_spread(
-        run.protocol, (files[0], files[1]), keys, run.options, run.pool, write, run.progress,
+        run.protocol,
+        (files[0], files[1]),
+        keys,
+        run.options,
+        run.pool,
+        write,
+        run.progress,
         tooth_sizes=teeth,
-    )  # fmt: skip
+    )
     if sizes is not None:
         run.teeth_from_pool = sizes
     for k, v in times.items():
@@ -389,57 +403,25 @@ def _tooth_sizes(run: _Run, plan: Plan, models: Models | None) -> pd.DataFrame |
 
 
 def _numerics(
-    run: _Run, plan: Plan, samples: pd.DataFrame, rounds: pd.DataFrame | None,
+    run: _Run,
+    plan: Plan,
+    samples: pd.DataFrame,
+    rounds: pd.DataFrame | None,
     models: Models | None,
-) -> NumericsClaim | TokenFloorClaim | None:  # fmt: skip
-    """Matched numerics mode (issue 21): the matched arm's per-token drift and floor
-    (``numerics.table.drift_table``) from the run's target, loaded here when this process has
-    not; None outside matched mode. Adds ``numerics`` (seconds) to the timings."""
-    from spectest.numerics.floors import complete_floors
-    from spectest.numerics.table import drift_table
-
+) -> NumericsClaim | TokenFloorClaim | None:
+    """Claim (b)'s inputs (``judge.run_claim_b``); in matched numerics mode with the matched
+    arm's drift and floor table (``generation.matched_drift``), timed as ``numerics``."""
     claim = run_claim_b(plan, samples, None)
     if not isinstance(claim, NumericsClaim):  # none, or a floor arm's claim from its tokens
         return claim
-    p = run.protocol
     if rounds is None or not len(rounds[rounds[schema.ARM] == MATCHED]):
         return claim
     t0 = time.perf_counter()
     run.progress("numerics drift", 0, 1)
-    if models is None or models.target is None:
-        models = load_models(p, need_draft=False)
-    target = models.target
-    assert target is not None
-    prompts = prompt_token_ids(p, target.vocab_size)
-    setting = p.tests.numerics_floor  # prefill/dtype alone: no batch-1 decodes
-    table = drift_table(
-        target, samples, rounds, prompts, p.configs, arm=MATCHED, K=p.drafter.k,
-        batch_size=p.batch_size, positions=p.positions, fast=run.options.fast,
-        floor_rows_per_cell=0 if setting in ("prefill", "dtype") else None,
-    )  # fmt: skip
-    table = complete_floors(table, setting, _floor_measure(p, target, table, samples, prompts))
+    table = matched_drift(run.protocol, samples, rounds, models, fast=run.options.fast)
     run.progress("numerics drift", 1, 1)
     run.timings["numerics"] = time.perf_counter() - t0
     return replace(claim, table=table)
-
-
-def _floor_measure(
-    p: Protocol, target: Any, table: pd.DataFrame, samples: pd.DataFrame, prompts: Any
-) -> Callable[[str], np.ndarray]:
-    """``spectest.numerics.floors.floor_column`` bound to this run (the dtype floor loads the
-    target once more, in float32)."""
-    from spectest.numerics.floors import floor_column
-
-    def f32() -> Any:
-        return load_models(replace(p, models=replace(p.models, dtype="float32")), False).target
-
-    def measure(kind: str) -> np.ndarray:
-        return floor_column(
-            kind, table, target, samples, prompts, p.configs, arm=MATCHED,
-            batch_size=p.batch_size, positions=p.positions, float32_target=f32,
-        )  # fmt: skip
-
-    return measure
 
 
 def _read_shards(rd: RunDir, plan: Plan) -> tuple[pd.DataFrame, pd.DataFrame | None]:
@@ -497,9 +479,13 @@ def _header(run: _Run, looked: _Looked) -> Header:
     )
     setup["fingerprints"] = fps
     return Header(
-        run.options.kind, p.name, p.hash, p.tests.canonical(),
-        (*run.rd.notes, *(notes if resumed else ()), *unfp), setup,
-    )  # fmt: skip
+        run.options.kind,
+        p.name,
+        p.hash,
+        p.tests.canonical(),
+        (*run.rd.notes, *(notes if resumed else ()), *unfp),
+        setup,
+    )
 
 
 def _r(x: float) -> float:

@@ -1,43 +1,7 @@
 """Column names and Arrow schemas of the tables that flow between engines, store and stats.
 
-Owns: the *shape* of data (names, types, meaning). Knows nothing about how tables are produced
-(engines), written (store) or tested (stats).
-
-Samples (long table, one row per generated token)
--------------------------------------------------
-``prompt_id`` string · ``config_id`` string · ``arm`` string · ``seed`` int64 ·
-``position`` int32 (0 = first generated token) · ``token_id`` int64.
-Optional white-box columns, computed by teacher forcing the local target (and draft) along
-each emitted sequence under the *same* sampling pipeline (post temperature/top-k/top-p/min-p):
-
-- ``wb_p`` float64: p_t(x_t), the target's probability of the emitted token;
-- ``wb_cdf_lo`` float64: F_t(x_t^-), the target mass of tokens strictly before x_t in an order
-  that depends only on the prefix (by p/q descending, ties by id; by p when q is unknown);
-- ``wb_p_a`` float64: p_t(A_t) with A_t = {v : q_t(v) > p_t(v)} (0 when q is unknown);
-- ``wb_in_a`` bool: x_t in A_t;
-- ``wb_overlap`` float64: sum_v min(p_t(v), q_t(v)) (the one-step acceptance probability; NaN
-  when q is unknown).
-
-Optional role columns (``ROLE_COLUMNS``, ``ROLES``; what each means, moved from this
-docstring): docs/run-directory.md "The role columns (spectest/schema.py)".
-Optional engine-reported columns (``REPORTED_COLUMNS``: ``rep_p``, ``rep_cdf_lo``,
-``rep_mass``): docs/engines-reported-p.md "In the run directory".
-
-The bring-your-own schema of ``spectest compare`` is the samples table without ``arm``.
-
-Rounds (speculative telemetry, one row per row-round)
------------------------------------------------------
-``prompt_id``, ``config_id``, ``arm``, ``seed``, ``round`` int32, ``position`` int32 (first
-position this round emits), ``drafted`` int32, ``accepted`` int32 (length of the accepted
-prefix), ``emitted`` int32 (tokens committed this round, accepted + 1 recovered/bonus, capped
-by the remaining budget).
-
-Shared values
--------------
-``PLACEHOLDER_TOKEN_ID`` (-1) marks "no token" in a ``[B, T]`` token array (a sequence that
-ended early; it never reaches a table), ``DRAFTER_KINDS`` and ``Q_MODES`` are the drafter's kinds
-and the laws q a sampled drafter may report (``engines.base.DrafterSpec``, ``sampling.mutants``,
-the protocol's ``drafter`` section).
+Owns the *shape* of data (names, types); not how tables are produced (engines), written (store)
+or tested (stats). What each column means: docs/run-directory.md "The tables (spectest/schema.py)".
 """
 
 from __future__ import annotations
@@ -71,8 +35,14 @@ WB_ROLE_RATIO = "wb_role_ratio"
 WB_ROLE_BEYOND = "wb_role_beyond"
 WB_ROLE_TAIL = "wb_role_tail"
 ROLE_COLUMNS = (
-    WB_ROLE, WB_SLOT, WB_ROLE_P, WB_ROLE_CDF_LO, WB_ROLE_RATIO, WB_ROLE_BEYOND, WB_ROLE_TAIL
-)  # fmt: skip
+    WB_ROLE,
+    WB_SLOT,
+    WB_ROLE_P,
+    WB_ROLE_CDF_LO,
+    WB_ROLE_RATIO,
+    WB_ROLE_BEYOND,
+    WB_ROLE_TAIL,
+)
 REP_P = "rep_p"
 REP_CDF_LO = "rep_cdf_lo"
 REP_MASS = "rep_mass"
@@ -223,7 +193,7 @@ NUMERICS_FLOOR_COLUMNS = ("floor_prefill_tv", "floor_dtype_tv")  # spectest.nume
 
 
 def numerics_schema(columns: object) -> pa.Schema:
-    """``NUMERICS_SCHEMA`` with the extra floors' columns the table holds (issue 31), in order:
+    """``NUMERICS_SCHEMA`` with the extra floors' columns the table holds, in order:
     a table without them is written exactly as before."""
     have = set(columns)  # type: ignore[call-overload]
     extra = [pa.field(c, _f64) for c in NUMERICS_FLOOR_COLUMNS if c in have]

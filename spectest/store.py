@@ -1,15 +1,9 @@
-"""The run directory: atomic Parquet writes, shards and resume, provenance, the manifest.
+"""The run directory being written: its layout, every write of a run (atomic, through
+``spectest.files``), shards and resume, the writer's lock and the manifest.
 
-Owns: the layout of ``results/<run-id>/``, every file write of a run (each one atomic, through
-``spectest.files``, so a reader never sees half a file), the resume bookkeeping (one shard per
-arm × prompt, complete iff its digest exists, checked on read; each arm's fingerprint, a change
-of which drops that arm's shards), provenance metadata, the writer's lock, and
-the rule that a directory is complete only once ``manifest.json`` — written last — exists and
-every data file it lists still has its sha256. Bring-your-own samples files are read and checked
-by ``spectest.byo``.
-
-The details (moved from this docstring):
-docs/run-directory.md "Integrity rules and layout".
+A directory is complete only once ``manifest.json`` (written last) exists. Not here: reading a
+completed run back (``stored``), the meaning of the tables (``schema``), bring-your-own files
+(``byo``). The rules: docs/run-directory.md "Integrity rules and layout".
 """
 
 from __future__ import annotations
@@ -33,13 +27,9 @@ import pyarrow as pa
 from spectest import __version__, schema
 from spectest.errors import ConfigError, InfrastructureError, InputError, os_error_line
 from spectest.files import (
-    _umask as _umask,
-)
-from spectest.files import (
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
-    read_provenance,
     read_table,
     sha256_file,
     write_table,
@@ -74,9 +64,20 @@ RENDERED = (REPORT_MD, REPORT_HTML)  # views re-rendered from stored results; no
 DATA_FILES_KEY = "data_files"  # summary.json: the tables write_final wrote (verify_manifest)
 # the data files spectest writes into a run directory (every one present must be in the manifest)
 DATA_FILES = (
-    RUN_INFO, PROTOCOL_FILE, PROMPTS_FILE, SUMMARY, SAMPLES, ROUNDS, HISTOGRAMS, TESTS, TRIE,
-    WHITEBOX, SEQUENCE, TOOTH_SIZES, NUMERICS,
-)  # fmt: skip
+    RUN_INFO,
+    PROTOCOL_FILE,
+    PROMPTS_FILE,
+    SUMMARY,
+    SAMPLES,
+    ROUNDS,
+    HISTOGRAMS,
+    TESTS,
+    TRIE,
+    WHITEBOX,
+    SEQUENCE,
+    TOOTH_SIZES,
+    NUMERICS,
+)
 # what every completed run of a kind has, whatever its protocol (rounds, trie, white-box and
 # sequence tables depend on the protocol and the data: summary.json's ``data_files`` lists them)
 _RUN_FILES = (RUN_INFO, PROTOCOL_FILE, PROMPTS_FILE, SUMMARY, SAMPLES, HISTOGRAMS, TESTS)
@@ -89,9 +90,7 @@ REQUIRED_FILES: dict[str, tuple[str, ...]] = {
 _OWN_FILES = (MANIFEST, *DATA_FILES, *RENDERED)
 CRASH_ENV = "SPECTEST_CRASH_AT"  # test-only fault injection, see ``_crash_point``
 
-# NOTE: per-token histograms are a storage format, not a statistic: the count of each emitted
-# token per (cell, arm, position). Kept here beside the file it describes; schema.py owns the
-# other table shapes (a request to move it there is in the report).
+# the count of each emitted token per (cell, arm, position): a storage format, not a statistic
 HISTOGRAMS_SCHEMA = pa.schema(
     [
         pa.field(schema.PROMPT_ID, pa.string(), nullable=False),
@@ -107,13 +106,8 @@ _shards_written = 0  # in this process, for ``_crash_point("shard:<n>")``
 
 
 def _crash_point(point: str) -> None:
-    """Test-only fault injection: SIGKILL this process at a named point of a write.
-
-    ``SPECTEST_CRASH_AT`` = ``shard:<n>`` (after the n-th shard this process wrote),
-    ``final:<file>`` (after that final file was written), ``manifest`` (everything written but
-    the manifest), ``manifest-written`` (the manifest written, summary.json still
-    ``complete: false``). A real SIGKILL — no handler, no cleanup, no flush — at an exact point,
-    so the kill-and-resume tests are deterministic instead of racing a timer. Unset: one lookup.
+    """Test-only: SIGKILL this process when ``SPECTEST_CRASH_AT`` names ``point`` (``shard:<n>``,
+    ``final:<file>``, ``manifest``, ``manifest-written``), so kill-and-resume tests need no timer.
     """
     if os.environ.get(CRASH_ENV) == point:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -141,6 +135,11 @@ def _is_temporary(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp")
 
 
+def file_entry(f: Path) -> dict[str, Any]:
+    """A file's manifest or digest entry: size and sha256."""
+    return {"bytes": f.stat().st_size, "sha256": sha256_file(f)}
+
+
 def _json_bytes(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8")
 
@@ -148,9 +147,8 @@ def _json_bytes(obj: Any) -> bytes:
 # ----------------------------------------------------------------------------- the run directory
 @dataclass(frozen=True)
 class RunDir:
-    """A run directory being written, locked against a second writer. Create with
-    ``RunDir.open``; the lock is released when the manifest is written (``write_manifest``), by
-    ``release()``, or when the process ends."""
+    """A run directory being written, locked against a second writer (``RunDir.open``) until
+    ``write_manifest``, ``release()`` or the process's end."""
 
     path: Path
     info: dict[str, Any]
@@ -167,17 +165,14 @@ class RunDir:
         prompts: str | None = None,
         replace: bool = False,
     ) -> RunDir:
-        """Create ``path`` or resume into it, and lock it.
+        """``path`` created, or resumed into, and locked.
 
-        ``info`` must hold ``kind`` and ``protocol_hash``. An existing directory is resumed only
-        when its ``run.json`` names the same kind and hash; otherwise ``ConfigError``. An existing
-        non-empty directory without ``run.json`` is refused (never overwrite foreign files).
-        ``replace=True`` (``compare``, which has nothing worth resuming): an existing directory of
-        the same kind is cleared of spectest's files and reused, whatever its hash or state.
-        A previous completed run first gets ``complete: false`` in its summary, then loses its
-        manifest, so the directory reads as incomplete until this run finishes. A directory
-        locked by another live writer is a ``ConfigError``; a filesystem refusal is an
-        ``InfrastructureError``.
+        Notes
+        -----
+        ``info`` holds ``kind`` and ``protocol_hash``; an existing directory is resumed only when
+        its ``run.json`` has the same (``replace=True``: one of the same kind is cleared and
+        reused), a foreign non-empty one or one locked by a live writer is a ``ConfigError``. A
+        completed run is marked incomplete first.
         """
         p = Path(path)
         _check_out_path(p)
@@ -210,8 +205,8 @@ class RunDir:
         prompts: str | None,
         replace: bool,
     ) -> list[str]:
-        """Under the lock: check what the directory holds, mark it incomplete, write run.json;
-        drop the shards of every arm whose fingerprint changed (``_refingerprint``)."""
+        """Under the lock: check what the directory holds, mark it incomplete, write run.json,
+        drop changed arms' shards; the notes of what it dropped."""
         info_path = p / RUN_INFO
         notes: list[str] = []
         if info_path.is_file():
@@ -265,8 +260,7 @@ class RunDir:
         return self.path / SHARDS_DIR / f"{key}.{SHARD_DIGEST}"
 
     def shard_done(self, key: str) -> bool:
-        """A shard is complete iff its digest exists (written after its rounds and samples
-        files, with their sizes and sha256: ``read_shard`` checks them)."""
+        """Whether the shard is complete: its digest, written last, exists."""
         return self._digest_path(key).is_file() and self._shard_path(key, "samples").is_file()
 
     def completed_shards(self, keys: Iterable[str]) -> list[str]:
@@ -279,8 +273,7 @@ class RunDir:
         rounds: pd.DataFrame | None,
         provenance: Mapping[str, Any],
     ) -> None:
-        """Write one shard: rounds, samples, then their digest (the completion mark), each
-        atomically."""
+        """Write one shard: rounds, samples, then their digest (the completion mark)."""
         global _shards_written
         self._digest_path(key).unlink(missing_ok=True)
         files = {"samples": self._shard_path(key, "samples")}
@@ -288,18 +281,14 @@ class RunDir:
             files["rounds"] = self._shard_path(key, "rounds")
             write_table(files["rounds"], rounds, schema.ROUNDS_SCHEMA, provenance)
         write_table(files["samples"], samples, samples_schema(samples), provenance)
-        digest = {
-            t: {"bytes": f.stat().st_size, "sha256": sha256_file(f)} for t, f in files.items()
-        }
-        atomic_write_json(self._digest_path(key), digest)
+        atomic_write_json(self._digest_path(key), {t: file_entry(f) for t, f in files.items()})
         _shards_written += 1
         _crash_point(f"shard:{_shards_written}")
 
     def read_shard(self, key: str) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-        """A completed shard, checked against its digest first (``InputError`` naming the file
-        that was modified after it was written: a resume never uses a rewritten shard)."""
+        """A completed shard's samples and rounds, checked against its digest first."""
         dpath = self._digest_path(key)
-        digest = _read_object(dpath)
+        digest = read_object(dpath)
         for table in ("samples", "rounds"):
             f = self._shard_path(key, table)
             entry = digest.get(table)
@@ -330,9 +319,8 @@ class RunDir:
         provenance: Mapping[str, Any],
         manifest: bool = True,
     ) -> dict[str, Any] | None:
-        """Write the final tables, summary.json (``complete: false``) and text files, then
-        ``manifest.json`` last (``manifest=False``: the caller writes more files, then calls
-        ``write_manifest``)."""
+        """Write the final tables, summary.json (``complete: false``), the texts, then the
+        manifest (``manifest=False``: the caller calls ``write_manifest`` after more files)."""
         for name, (df, arrow_schema) in tables.items():
             write_table(self.path / name, df, arrow_schema, provenance)
             _crash_point(f"final:{name}")
@@ -349,13 +337,14 @@ class RunDir:
     def write_manifest(
         self, provenance: Mapping[str, Any], *, release: bool = True
     ) -> dict[str, Any]:
-        """List every file with size and sha256, write ``manifest.json``, then ``summary.json``
-        with ``complete: true`` (the manifest records those final bytes), then release the lock
-        (``release=False``: the caller writes more, then releases, or takes the completion back
-        with ``mark_incomplete`` when that fails).
+        """The manifest written (every file's size and sha256, summary.json's as ``complete:
+        true``), then those summary bytes, then the lock released (``release=False``: the
+        caller's, after more writes or ``mark_incomplete``).
 
-        NOTE: the order makes ``complete: true`` imply a manifest; a kill between the two writes
-        leaves a manifest beside ``complete: false``, which ``load_run`` reads as incomplete."""
+        Notes
+        -----
+        ``complete: true`` implies a manifest; a kill between the writes reads as incomplete.
+        """
         _crash_point("manifest")
         final_summary: bytes | None = None
         if (self.path / SUMMARY).is_file():
@@ -367,7 +356,7 @@ class RunDir:
                 digest = hashlib.sha256(final_summary).hexdigest()
                 files[f.name] = {"bytes": len(final_summary), "sha256": digest}
             elif f.is_file() and f.name != MANIFEST and not f.name.startswith("."):
-                files[f.name] = {"bytes": f.stat().st_size, "sha256": sha256_file(f)}
+                files[f.name] = file_entry(f)
         manifest = {
             "complete": True,
             "kind": self.info.get("kind"),
@@ -386,14 +375,12 @@ class RunDir:
         return manifest
 
     def mark_incomplete(self) -> None:
-        """Take a completion back (``complete: false``, no manifest): something the run was
-        asked to write after its manifest failed, so it is not a finished result."""
+        """Take a completion back (``complete: false``, no manifest)."""
         _mark_incomplete(self.path)
 
 
 def _mark_incomplete(p: Path) -> None:
-    """``complete: false`` in summary.json first, then no manifest: never a moment where a
-    reader of either file sees the old run as complete while this one writes."""
+    """``complete: false`` in summary.json first, then no manifest (never complete meanwhile)."""
     sp = p / SUMMARY
     if sp.is_file():
         try:
@@ -410,12 +397,8 @@ def _mark_incomplete(p: Path) -> None:
 
 
 def _refingerprint(p: Path, old: Mapping[str, Any], info: Mapping[str, Any]) -> list[str]:
-    """A resume into ``p``: drop the shards of every arm whose fingerprint (what it runs,
-    hashed: ``spectest.fingerprint``) differs from the one ``run.json`` recorded, and say so.
-    Regenerate, not refuse: the protocol is the same, so the arm's shards are simply stale, and
-    a CI gate then decides on what the engine runs now — never on an old pass. A directory
-    written before fingerprints were recorded has none: every arm with a fingerprint is then
-    regenerated (nothing says its shards match)."""
+    """A resume: drop the shards of every arm whose fingerprint differs from ``run.json``'s
+    and say so (docs/run-directory.md "Provenance of every arm")."""
     new = info.get(FINGERPRINTS_KEY) or {}
     was = old.get(FINGERPRINTS_KEY)
     before: dict[str, Any] = was if isinstance(was, dict) else {}
@@ -449,74 +432,12 @@ def _clear_own_files(p: Path) -> None:
 
 
 def samples_schema(df: pd.DataFrame) -> pa.Schema:
-    """The samples schema, with the white-box (and role) columns when the table has them, and
-    the engine-reported ones (``schema.REPORTED_FIELDS``) after them when it has those."""
+    """The samples schema with the white-box, role and engine-reported columns ``df`` has."""
     if schema.WB_ROLE_P in df.columns:
         base = schema.SAMPLES_ROLE_SCHEMA
     else:
         base = schema.SAMPLES_WB_SCHEMA if schema.WB_P in df.columns else schema.SAMPLES_SCHEMA
     return pa.schema(list(base) + [f for f in schema.REPORTED_FIELDS if f.name in df.columns])
-
-
-# ------------------------------------------------------------------ reading a completed run
-@dataclass(frozen=True)
-class StoredRun:
-    """A completed run directory, read back (tables a run kind does not produce: ``None``)."""
-
-    path: Path
-    info: dict[str, Any]
-    manifest: dict[str, Any]
-    summary: dict[str, Any]
-
-    def table(self, name: str) -> pd.DataFrame | None:
-        """Read one of the final tables (``samples.parquet`` ...), ``None`` when absent."""
-        p = self.path / name
-        if not p.is_file():
-            return None
-        return read_table(p)
-
-    @property
-    def provenance(self) -> dict[str, Any]:
-        """The manifest's provenance, else that of samples.parquet (before the manifest exists)."""
-        prov = self.manifest.get("provenance")
-        if prov:
-            return dict(prov)
-        f = self.path / SAMPLES
-        return read_provenance(f) if f.is_file() else {}
-
-    @property
-    def protocol_file(self) -> Path | None:
-        p = self.path / PROTOCOL_FILE
-        return p if p.is_file() else None
-
-
-def load_run(path: str | os.PathLike[str], *, require_manifest: bool = True) -> StoredRun:
-    """Open a completed run directory; an incomplete one (no manifest, or a summary that says
-    ``complete: false``) or one whose data files changed since the manifest (size or sha256;
-    the first changed file is named) is an ``InputError``.
-
-    ``require_manifest=False`` is for the runner only: it renders reports from the files it has
-    just written, before it writes the manifest (nothing is verified then).
-    """
-    p = Path(path)
-    if not p.is_dir():
-        raise InputError(f"{p}: no such run directory")
-    mpath = p / MANIFEST
-    if require_manifest and not mpath.is_file():
-        raise InputError(
-            f"{p}: no {MANIFEST}: the run is incomplete (interrupted?); re-run it to resume"
-        )
-    manifest = _read_object(mpath) if mpath.is_file() else {}
-    summary = _read_object(p / SUMMARY)  # each JSON file is named when damaged
-    if require_manifest and summary.get(COMPLETE_KEY) is False:
-        raise InputError(
-            f"{p}: {SUMMARY} says complete: false: the run was interrupted while finishing; "
-            "re-run it to resume"
-        )
-    if require_manifest:
-        verify_manifest(p, manifest)
-    info = _read_object(p / RUN_INFO)
-    return StoredRun(path=p, info=info, manifest=manifest, summary=summary)
 
 
 def _read_json(f: Path) -> Any:
@@ -529,86 +450,9 @@ def _read_json(f: Path) -> Any:
         raise InputError(f"{f}: damaged JSON ({err})") from None
 
 
-def _read_object(f: Path) -> dict[str, Any]:
+def read_object(f: Path) -> dict[str, Any]:
     """A JSON object of a run directory (``_read_json``; anything but an object is damage)."""
     obj = _read_json(f)
     if not isinstance(obj, dict):
         raise InputError(f"{f}: damaged JSON (expected an object, got {type(obj).__name__})")
     return obj
-
-
-def verify_manifest(p: Path, manifest: Mapping[str, Any]) -> None:
-    """Every data file the manifest lists exists with its size and sha256 (rendered reports are
-    views, re-rendered by ``spectest report``, and are not checked), and the manifest lists
-    every data file the run must have: ``REQUIRED_FILES`` of its kind (``run.json``'s, which
-    must agree with the manifest's), the tables ``summary.json`` says were written, and every
-    data file present on disk. Raises ``InputError`` naming the first file that fails."""
-    files = manifest.get("files") if isinstance(manifest, Mapping) else None
-    if not isinstance(files, Mapping) or not all(isinstance(e, Mapping) for e in files.values()):
-        raise InputError(f"{p / MANIFEST}: damaged ('files' must map each name to its entry)")
-    for name, entry in sorted(files.items()):
-        if name in RENDERED:
-            continue
-        f = p / name
-        if not f.is_file():
-            raise InputError(f"{f}: listed in {MANIFEST} but missing")
-        size = f.stat().st_size
-        if size != entry.get("bytes"):
-            raise InputError(
-                f"{f}: size differs from {MANIFEST} ({size} != {entry.get('bytes')}): "
-                "modified after the run"
-            )
-        digest = sha256_file(f)
-        if digest != entry.get("sha256"):
-            raise InputError(
-                f"{f}: sha256 differs from {MANIFEST} ({digest[:12]}… != "
-                f"{str(entry.get('sha256'))[:12]}…): modified after the run"
-            )
-
-    def unlisted(name: str, why: str) -> InputError:
-        return InputError(
-            f"{p / name}: not listed in {MANIFEST} although {why}: the manifest was edited "
-            "(tampering?); re-run to regenerate the directory"
-        )
-
-    for name in DATA_FILES:  # a data file on disk the manifest does not vouch for
-        if name not in files and (p / name).is_file():
-            raise unlisted(name, "the run directory holds it")
-    if RUN_INFO not in files:
-        raise unlisted(RUN_INFO, "every run directory has it")
-    kind = _read_object(p / RUN_INFO).get("kind")  # verified above
-    if kind not in REQUIRED_FILES or manifest.get("kind") not in (None, kind):
-        raise InputError(
-            f"{p / RUN_INFO}: kind {kind!r} (manifest: {manifest.get('kind')!r}) is not one of "
-            f"{sorted(REQUIRED_FILES)}: a damaged run directory"
-        )
-    for name in REQUIRED_FILES[kind]:
-        if name not in files:
-            raise unlisted(name, f"every run of kind {kind!r} has it")
-    written = _read_object(p / SUMMARY).get(DATA_FILES_KEY) or []  # verified above
-    for name in written if isinstance(written, list) else []:
-        if isinstance(name, str) and name not in files:
-            raise unlisted(name, f"{SUMMARY} says the run wrote it")
-
-
-def update_manifest_entries(path: str | os.PathLike[str], names: Iterable[str]) -> bool:
-    """Re-list the rendered views ``names`` (``RENDERED``) of a completed run after
-    ``spectest report`` re-rendered them: their entries only — every other entry, the
-    provenance and the ``completed`` time are kept byte for byte. Returns whether the manifest
-    changed (it is rewritten only then). The caller holds the run directory's lock."""
-    p = Path(path)
-    names = list(names)
-    if bad := [n for n in names if n not in RENDERED]:
-        raise ValueError(f"update_manifest_entries: {bad!r} are not rendered views")
-    manifest = _read_object(p / MANIFEST)
-    files = dict(manifest.get("files") or {})
-    for name in names:
-        f = p / name
-        if f.is_file():
-            files[name] = {"bytes": f.stat().st_size, "sha256": sha256_file(f)}
-        else:
-            files.pop(name, None)
-    if files == manifest.get("files"):
-        return False
-    atomic_write_json(p / MANIFEST, {**manifest, "files": dict(sorted(files.items()))})
-    return True

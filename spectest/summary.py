@@ -1,12 +1,9 @@
 """The run summary: what ``summary.json`` stores and the CLI and the reports print.
 
-Owns: the summary's shape — ``Header`` (what a summary is about: kind, name, hash, test
-settings, notes and a protocol run's setup, ``protocol_setup``) and ``build_summary`` (the one
-builder: that header, the verdict, per-config table, teeth, every comparison) — the tidy tables
-of all comparisons concatenated with a ``comparison`` column, ``verdict_lines`` (the verdict as
-every renderer prints it: headline, what was tested, the resolution, the reasons) and
-``json_safe``. Knows nothing about how tests are computed (it reads ``verdict.Comparison``) nor
-about files.
+Owns ``Header``, ``build_summary`` (the one builder), the tidy tables of all comparisons,
+``verdict_lines`` (the verdict as every renderer prints it) and ``json_safe``. Not here: tests,
+the decision (``verdict``), files. The map:
+docs/architecture.md "The decision (stats.battery + verdict)".
 """
 
 from __future__ import annotations
@@ -128,35 +125,6 @@ def build_summary(
     cand = verdict.candidate
     teeth = [c for c in comparisons if c.is_tooth]
     tooth_v = {t.arm: t for t in verdict.teeth}
-    config_ids: list[str] = []
-    for c in comparisons:
-        for cs in c.by_config:
-            if cs.config_id not in config_ids:
-                config_ids.append(cs.config_id)
-    configs = []
-    for cid in config_ids:
-        main = cand or (teeth[0] if teeth else None)
-        row: dict[str, Any] = {"config_id": cid}
-        stats = next((cs for cs in main.by_config if cs.config_id == cid), None) if main else None
-        if stats is not None:
-            row.update(
-                cells_tested=stats.cells_tested,
-                cells_untestable=stats.cells_untestable,
-                rejections=stats.rejections if cand is not None else None,
-                rejections_by_family=dict(stats.rejections_by_family) if cand is not None else {},
-                max_tv_excess=stats.max_tv_excess if cand is not None else None,
-                max_tv_where=stats.max_tv_where if cand is not None else None,
-                mde_tv=stats.mde_tv,
-            )
-        # rejections of each tooth in this config's cells and trie nodes (white-box tests are
-        # run-level: the teeth table has the verdicts)
-        parts = []
-        for t in teeth:
-            ts = next((cs for cs in t.by_config if cs.config_id == cid), None)
-            if ts is not None:
-                parts.append(f"{t.arm.removeprefix('mutant:')} {ts.rejections}")
-        row["teeth"] = ", ".join(parts)
-        configs.append(row)
     return {
         "kind": header.kind,
         "name": header.name,
@@ -164,7 +132,7 @@ def build_summary(
         "run_dir": str(run_dir),
         "has_candidate": cand is not None,
         "verdict": verdict.to_dict(),
-        "configs": configs,
+        "configs": _config_rows(comparisons, cand, teeth),
         "teeth": [
             {
                 "arm": c.arm,
@@ -189,6 +157,38 @@ def build_summary(
         **header.setup,
         **({} if details is None else {"details": dict(details)}),
     }
+
+
+def _config_rows(
+    comparisons: Sequence[Comparison], cand: Comparison | None, teeth: Sequence[Comparison]
+) -> list[dict[str, Any]]:
+    """One row per config id (in first-seen order): the main comparison's (the candidate, else
+    the first tooth) cells, rejections and MDE, and each tooth's rejections in its cells and trie
+    nodes (white-box tests are run-level: the teeth table has those)."""
+    config_ids = list(dict.fromkeys(cs.config_id for c in comparisons for cs in c.by_config))
+    main = cand or (teeth[0] if teeth else None)
+    configs = []
+    for cid in config_ids:
+        row: dict[str, Any] = {"config_id": cid}
+        stats = next((cs for cs in main.by_config if cs.config_id == cid), None) if main else None
+        if stats is not None:
+            row.update(
+                cells_tested=stats.cells_tested,
+                cells_untestable=stats.cells_untestable,
+                rejections=stats.rejections if cand is not None else None,
+                rejections_by_family=dict(stats.rejections_by_family) if cand is not None else {},
+                max_tv_excess=stats.max_tv_excess if cand is not None else None,
+                max_tv_where=stats.max_tv_where if cand is not None else None,
+                mde_tv=stats.mde_tv,
+            )
+        parts = []
+        for t in teeth:
+            ts = next((cs for cs in t.by_config if cs.config_id == cid), None)
+            if ts is not None:
+                parts.append(f"{t.arm.removeprefix('mutant:')} {ts.rejections}")
+        row["teeth"] = ", ".join(parts)
+        configs.append(row)
+    return configs
 
 
 def _comparison_dict(c: Comparison) -> dict[str, Any]:
@@ -257,7 +257,7 @@ def verdict_lines(verdict: dict[str, Any]) -> list[str]:
     for key in ("tested", "resolution"):
         if scope.get(key):
             lines.append(f"  {scope[key]}")
-    # the two claims of matched numerics mode (issue 21), then a family's line of its own
+    # the two claims of matched numerics mode, then a family's line of its own
     # (``FamilyScope.verdict_line``)
     lines += [f"  {c}" for c in scope.get("claims", ())]
     lines += [f"  {f['verdict_line']}" for f in scope.get("families", ()) if f.get("verdict_line")]

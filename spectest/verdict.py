@@ -1,19 +1,10 @@
-"""The decision: test results of each arm against the reference, plus the teeth → one verdict,
-stated as a claim with its scope (what was tested) and its resolution (what could have been seen).
+"""The decision: every arm's comparison plus the teeth → one ``Verdict`` (headline, claims,
+scope, exit code).
 
-Owns: what counts as a tooth that bit, the power claim and the requirement it must meet, the
-decision ladder (docs/verdict.md "Decision rules") (``decide``: one function per rung, in the order
-in which reasons override
-one another), the exit code and the headline. The verdict's types and their wording
-(``Verdict``, ``Scope.tested_line`` / ``Scope.resolution_line``, ``PowerClaim``, ``ToothVerdict``:
-every renderer prints these, so the console, summary.json, the reports, JUnit and the CI summary
-say the same thing) live in ``verdict_types``, re-exported here. Knows nothing about how the
-tests were computed: it reads the per-comparison summary (``spectest.comparison.Comparison``,
-with one ``FamilyScope`` per test family, and a tooth's size from ``spectest.tooth_size``) that
-``summarize_comparison`` extracts from an ``Analysis`` (both re-exported here).
-
-The details (moved from this docstring):
-docs/verdict.md "Decision rules".
+Owns what counts as a tooth that bit, the power claim and its requirement, and the decision
+ladder (``decide``: one function per rung, in the order reasons override one another). Not
+here: the verdict's types and wording (``verdict_types``, re-exported) and how tests are
+computed (it reads ``comparison.Comparison``). The rules: docs/verdict.md "Decision rules".
 """
 
 from __future__ import annotations
@@ -65,40 +56,38 @@ def judge_tooth(c: Comparison) -> ToothVerdict:
     else:
         sound = (ran and not c.rejected) if c.expect == "pass" else c.rejected
     return ToothVerdict(
-        arm=c.arm, role=c.role, expect=c.expect, rejected=c.rejected, sound=sound, ran=ran,
-        cannot_bite=c.cannot_bite, size_tv=c.size_tv, size_exact=c.size_exact,
+        arm=c.arm,
+        role=c.role,
+        expect=c.expect,
+        rejected=c.rejected,
+        sound=sound,
+        ran=ran,
+        cannot_bite=c.cannot_bite,
+        size_tv=c.size_tv,
+        size_exact=c.size_exact,
         support_only=bool(c.support_only and c.rejected and c.cannot_bite is None),
-    )  # fmt: skip
+    )
 
 
 def required_resolution(max_mde_tv: float | None = None, *, kind: str = "run") -> tuple[float, str]:
-    """The per-cell TV the power claim must meet (rule 3c) and where the requirement comes from:
-    the protocol's ``max_mde_tv`` (``compare``: ``--max-mde-tv``) when set, else
-    ``DEFAULT_MAX_MDE_TV`` — always: teeth add evidence (``power_claim``), they never waive it.
-    ``decide`` and the stop rule of a sequential run's looks (``spectest.sequential``) both use
-    it, so a run stops "resolved" exactly when the verdict would accept its claim."""
+    """The per-cell TV the power claim must meet (rule 3c) and where that comes from: the
+    protocol's ``max_mde_tv`` (``compare``: ``--max-mde-tv``), else ``DEFAULT_MAX_MDE_TV``.
+    ``decide`` and a sequential run's looks both use it."""
     if max_mde_tv is not None:
         return float(max_mde_tv), "protocol" if kind != "compare" else "--max-mde-tv"
     return DEFAULT_MAX_MDE_TV, "default"
 
 
 def power_claim(comparisons: Sequence[Comparison]) -> PowerClaim:
-    """The run's power claim R (rule 3c): the candidate's median per-cell MDE, unknown when no
-    cell-position was tested. The weakest killed tooth of known size below it is attached as an
-    example (``PowerClaim.tooth``), never as the claim: a killed tooth shows power against bugs
-    of its own shape, not against every law at that TV (issue 33). A tooth that cannot bite, one
-    that was not killed, one of unknown size, or one that emitted a token with target
-    probability 0 and was rejected by no black-box family (``Comparison.support_only``: the
-    support check is certain for a support bug whatever its TV) gives no example. ``decide``
-    and a sequential run's looks both use it.
+    """The run's power claim (rule 3c): the candidate's median per-cell MDE (None when no
+    cell-position was tested), with the weakest killed tooth of known size below it attached as
+    an example (``PowerClaim.tooth``), never as the claim.
 
     Notes
     -----
-    The MDE is a worst-case statement (any difference of that TV in a cell-position is seen with
-    the run's power), so it alone meets the requirement: at 20 seeds (MDE 0.586) a killed
-    residual_from_p of size 0.126 did not stop reuse_accept_uniform, a bug of another shape,
-    from passing (it is DIFFERENT at 800 seeds). A tooth's size is computed (or bounded from
-    above) by ``spectest.tooth_size`` from the run's own models.
+    A tooth that cannot bite, was not killed, has no size, or was rejected by the support check
+    alone (``Comparison.support_only``) gives no example. Why: docs/verdict.md
+    "The power claim and its requirement (rule 3c) — they always apply".
     """
     cand = next((c for c in comparisons if c.role == "candidate"), None)
     mde = None if cand is None or cand.mde_tv is None else float(cand.mde_tv)
@@ -116,12 +105,17 @@ def power_claim(comparisons: Sequence[Comparison]) -> PowerClaim:
 
 
 Reason = tuple[str, str]  # (short: may head the headline, "" if not; long: the reason line)
+Rung = tuple[bool, list[Reason]]  # (fires, its reasons)
+
+
+def _fires(short: str, long: str) -> Rung:
+    """A rung that fires with one reason."""
+    return True, [(short, long)]
 
 
 @dataclass(frozen=True)
 class _Run:
-    """What the rungs of the decision ladder read: the comparisons by role, the teeth's
-    verdicts, the power claim and the requirement it must meet."""
+    """What the rungs of the decision ladder read."""
 
     cand: Comparison | None
     main: Comparison | None  # the candidate, else the first comparison (the control's arm)
@@ -130,9 +124,9 @@ class _Run:
     required: float
     requirement: str
     kind: str
-    drift: DriftResult | None = None  # claim (b), matched numerics mode (issue 21)
+    drift: DriftResult | None = None  # claim (b)
     matched: bool = False
-    floor: bool = False  # claim (b) from tokens against a floor arm (issue 31): required too
+    floor: bool = False  # claim (b) from tokens against a floor arm: required too
 
     @property
     def nothing(self) -> bool:
@@ -145,53 +139,57 @@ class _Run:
         return c is not None and (c.tv is None or c.tv > self.required)
 
 
-def _controls_failed(run: _Run) -> tuple[bool, list[Reason]]:
+def _controls_failed(run: _Run) -> Rung:
     """Rule 1: the white-box control, a null arm or a tooth that cannot bite rejected."""
     out: list[Reason] = []
     control_bad = run.main is not None and run.main.control_failed
     if control_bad:
-        out.append((
-            "the white-box control failed",
-            "white-box control failed: a test of the plain reference arm against "
-            "spectest's own p_t rejected",
-        ))  # fmt: skip
+        out.append(
+            (
+                "the white-box control failed",
+                "white-box control failed: a test of the plain reference arm against "
+                "spectest's own p_t rejected",
+            )
+        )
     null_bad = [t for t in run.teeth if t.expect == "pass" and t.ran and not t.sound]
     null_bad += [t for t in run.teeth if t.cannot_bite is not None and t.rejected]
     for t in null_bad:
         what = "null arm" if t.cannot_bite is None else "tooth (one that cannot bite)"
-        out.append((
-            "a null arm rejected" if t.cannot_bite is None else f"tooth {t.arm!r} rejected",
-            f"{what} {t.arm!r} rejected: the harness's false-alarm control failed",
-        ))  # fmt: skip
+        out.append(
+            (
+                "a null arm rejected" if t.cannot_bite is None else f"tooth {t.arm!r} rejected",
+                f"{what} {t.arm!r} rejected: the harness's false-alarm control failed",
+            )
+        )
     return bool(control_bad or null_bad), out
 
 
-def _candidate_rejected(run: _Run) -> tuple[bool, list[Reason]]:
+def _candidate_rejected(run: _Run) -> Rung:
     """Rule 2: the candidate rejects — evidence whatever the power."""
     c = run.cand
     if c is None or not c.rejected:
         return False, []
     first = c.failing[0] if c.failing else "?"
     if not _rejection_counts(run):
-        return False, [(
-            "",
-            f"black-box difference from plain decode (not a decision with a floor arm: the "
-            f"black-box families see numerics too; claim (b) decides whether the token law's "
-            f"distance is numerics-sized): {c.rejections} rejection(s), most significant: "
-            f"{first}",
-        )]  # fmt: skip
-    return True, [(
+        return False, [
+            (
+                "",
+                f"black-box difference from plain decode (not a decision with a floor arm: the "
+                f"black-box families see numerics too; claim (b) decides whether the token law's "
+                f"distance is numerics-sized): {c.rejections} rejection(s), most significant: "
+                f"{first}",
+            )
+        ]
+    return _fires(
         "the candidate's law differs from the reference's",
         f"candidate differs from the reference: {c.rejections} rejection(s) after correction, "
         f"most significant: {first}",
-    )]  # fmt: skip
+    )
 
 
 def _rejection_counts(run: _Run) -> bool:
-    """The candidate's rejection decides (rule 2): always, except beside a floor arm (issue
-    31), where only a family exact at any numerics counts — the white-box family (it tests
-    each token against the p the engine itself reported) or a support-only rejection (a token
-    plain decode can never emit); a black-box difference is then claim (b)'s to size."""
+    """Whether the candidate's rejection decides (rule 2): always, except beside a floor arm,
+    where only the white-box family or a support-only rejection counts (exact at any numerics)."""
     c = run.cand
     if c is None or not c.rejected:
         return False
@@ -200,68 +198,67 @@ def _rejection_counts(run: _Run) -> bool:
     return c.support_only or any(f.rejected and f.name == "whitebox" for f in c.families)
 
 
-def _drift_beyond(run: _Run) -> tuple[bool, list[Reason]]:
-    """Rule 2b (issue 21): claim (b) fails — the engine's verify-schedule law is farther from
-    its plain-decode law than the numerics floor plus the margin, at level α."""
+def _drift_beyond(run: _Run) -> Rung:
+    """Rule 2b: claim (b) fails (drift beyond the numerics floor plus the margin, at α)."""
     d = run.drift
     if d is None or d.decision != "beyond" or run.cand is None:
         return False, []
-    return True, [(
+    return _fires(
         "drift beyond numerics",
         f"drift beyond numerics (claim b): D = drift − floor {d.statistic:.4f} > margin "
         f"{d.margin:g} (lower bound {d.lcb:.4f} at {1 - d.alpha:.0%})",
-    )]  # fmt: skip
+    )
 
 
-def _drift_unresolved(run: _Run) -> tuple[bool, list[Reason]]:
-    """Rule 3d (issue 21): matched mode needs claim (b) decided: no drift measured, or its
-    bounds straddle the margin."""
+def _drift_unresolved(run: _Run) -> Rung:
+    """Rule 3d: claim (b) is required (matched mode, a floor arm) and undecided: not measured,
+    or its bounds straddle the margin."""
     if not (run.matched or run.floor) or run.cand is None:
         return False, []
     d = run.drift
-    if d is None and run.floor:
-        return True, [(
-            "numerics drift not measured",
-            "numerics drift not measured (claim b): the floor arm and the reference share no "
-            "(prompt, config, position) with two tokens or more on every side",
-        )]  # fmt: skip
     if d is None:
-        return True, [(
-            "numerics drift not measured",
-            "numerics drift not measured (claim b): no sequence of the matched arm could be "
-            "replayed (its rounds are missing, or every sequence ended early)",
-        )]  # fmt: skip
+        why = (
+            "the floor arm and the reference share no (prompt, config, position) with two "
+            "tokens or more on every side"
+            if run.floor
+            else "no sequence of the matched arm could be replayed (its rounds are missing, or "
+            "every sequence ended early)"
+        )
+        return _fires(
+            "numerics drift not measured", f"numerics drift not measured (claim b): {why}"
+        )
     if d.decision != "unresolved":
         return False, []
-    return True, [(
+    return _fires(
         "numerics drift unresolved",
         f"numerics drift unresolved (claim b): D = drift − floor in [{d.lcb:.4f}, {d.ucb:.4f}] "
         f"straddles the margin {d.margin:g}: more sequences narrow it",
-    )]  # fmt: skip
+    )
 
 
-def _nothing_tested(run: _Run) -> tuple[bool, list[Reason]]:
+def _nothing_tested(run: _Run) -> Rung:
     """Rule 3a: no test family of the candidate ran on enough data."""
     if not run.nothing or run.cand is None:
         return False, []
     n = run.cand.cells_tested + run.cand.cells_untestable
-    return True, [(
+    return _fires(
         "nothing was testable",
         f"nothing was testable: 0 of {n} cell-positions had enough samples "
         "(pooled χ² needs an expected count ≥ 5 per arm in two bins or more), and no trie "
         "node, sequence-level, white-box or sequence-length test ran on enough data: no "
         "difference could have been seen, so none is claimed",
-    )]  # fmt: skip
+    )
 
 
-def _teeth_misbehaved(run: _Run) -> tuple[bool, list[Reason]]:
+def _teeth_misbehaved(run: _Run) -> Rung:
     """Rule 3b: a tooth tested nothing, or an ε arm / mutant that can bite was not killed; a
     tooth that cannot bite is reported and decides nothing."""
     no_data = [t for t in run.teeth if not t.ran and t.cannot_bite is None]
     unkilled = [
-        t for t in run.teeth
+        t
+        for t in run.teeth
         if t.expect == "fail" and t.ran and not t.sound and t.cannot_bite is None
-    ]  # fmt: skip
+    ]
     out: list[Reason] = [
         (
             f"tooth {t.arm!r} tested nothing",
@@ -285,9 +282,8 @@ def _teeth_misbehaved(run: _Run) -> tuple[bool, list[Reason]]:
     return bool(no_data or unkilled), out
 
 
-def _power_short(run: _Run) -> tuple[bool, list[Reason]]:
-    """Rule 3c: the power claim is unknown or worse than the requirement (said only when
-    there was something to claim about)."""
+def _power_short(run: _Run) -> Rung:
+    """Rule 3c: the power claim is unknown or worse than the requirement."""
     c = run.claim
     if not run.low_power or c is None or (run.nothing and c.tv is None):
         return run.low_power, []
@@ -299,22 +295,21 @@ def _power_short(run: _Run) -> tuple[bool, list[Reason]]:
         else ""
     )
     if c.tv is None:
-        return True, [(
+        return _fires(
             "no cell-position was testable, so there is no power claim",
             "no power claim: no cell-position was tested, so no per-cell MDE exists and the "
             f"required per-cell TV ≤ {req} cannot be checked{shape}",
-        )]  # fmt: skip
-    return True, [(
+        )
+    return _fires(
         f"resolution TV {c.tv:.3f} per cell is worse than the required {run.required:g}",
         f"power too low: the power claim, MDE (TV) {c.tv:.4f} per cell, > required "
         f"{run.required:.4f} ({run.requirement}); only differences that large are shown to be "
         f"seen{shape}",
-    )]  # fmt: skip
+    )
 
 
-def _no_teeth(run: _Run) -> tuple[bool, list[Reason]]:
-    """A note, not a rung: a run with a candidate and no teeth says so (its claim is the
-    MDE)."""
+def _no_teeth(run: _Run) -> Rung:
+    """A note, not a rung: a run with a candidate and no teeth says so."""
     if run.cand is None or run.teeth:
         return False, []
     what = (
@@ -322,24 +317,25 @@ def _no_teeth(run: _Run) -> tuple[bool, list[Reason]]:
         if run.kind == "compare"
         else "the protocol switched them off"
     )
-    return False, [(
-        "no teeth ran",
-        f"no teeth ran ({what}): no null arm checked the false-alarm rate and no ε arm or "
-        "mutant showed that these tests catch a bug of a given size here; the per-cell MDE is "
-        "the only power claim",
-    )]  # fmt: skip
+    return False, [
+        (
+            "no teeth ran",
+            f"no teeth ran ({what}): no null arm checked the false-alarm rate and no ε arm or "
+            "mutant showed that these tests catch a bug of a given size here; the per-cell MDE is "
+            "the only power claim",
+        )
+    ]
 
 
-# The decision ladder (docs/verdict.md "Decision rules"), top rung first: the first rung that fires
-# decides; every rung adds its reasons, in this order, then the notes. Nothing fires: rule 4.
-_LADDER: tuple[tuple[Callable[[_Run], tuple[bool, list[Reason]]], Decision], ...] = (
+# The decision ladder (docs/verdict.md "Decision rules"), top rung first (``_climb``).
+_LADDER: tuple[tuple[Callable[[_Run], Rung], Decision], ...] = (
     (_controls_failed, "inconclusive"),  # 1
     (_candidate_rejected, "different"),  # 2
-    (_drift_beyond, "different"),  # 2b (issue 21)
+    (_drift_beyond, "different"),  # 2b
     (_nothing_tested, "inconclusive"),  # 3a
     (_teeth_misbehaved, "inconclusive"),  # 3b
     (_power_short, "inconclusive"),  # 3c
-    (_drift_unresolved, "inconclusive"),  # 3d (issue 21)
+    (_drift_unresolved, "inconclusive"),  # 3d
 )
 _NOTES = (_no_teeth,)
 _EXIT: dict[Decision, ExitCode] = {
@@ -359,20 +355,15 @@ def decide(
     matched: bool = False,
     floor: bool = False,
 ) -> Verdict:
-    """Apply the decision rules (docs/verdict.md "Decision rules") (``_LADDER``).
+    """The ``Verdict`` of ``comparisons`` (every non-reference arm against the reference, at
+    most one candidate) by the decision ladder ``_LADDER`` (docs/verdict.md "Decision rules").
 
     Parameters
     ----------
-    comparisons : every non-reference arm against the reference (at most one candidate).
-    max_mde_tv : the protocol's power requirement (``None`` = none set: ``DEFAULT_MAX_MDE_TV``
-        applies, whatever the teeth; ``required_resolution``).
-    kind : "run", "teeth", "compare" — for the wording of the no-teeth reason only.
-    drift, matched : matched numerics mode (issue 21): claim (b) decided
-        (``spectest.stats.drift``; None: not measured); the comparisons are then against the
-        matched arm, and the verdict states both claims (``Scope.claims``).
-    floor : claim (b) decided from tokens against a floor arm (issue 31,
-        ``stats.token_floor``; ``drift`` its result, None: nothing decidable): required as in
-        matched mode, the comparisons staying against the plain reference.
+    max_mde_tv : the protocol's power requirement (None: ``required_resolution``'s default).
+    kind : "run", "teeth" or "compare": the wording of the no-teeth note only.
+    drift : claim (b)'s result (None: not measured); required when ``matched`` (the
+        comparisons are against the matched arm) or ``floor`` (a floor arm's token claim).
     """
     cands = [c for c in comparisons if c.role == "candidate"]
     assert len(cands) <= 1, "one candidate per run"
@@ -390,19 +381,9 @@ def decide(
         matched=matched,
         floor=floor,
     )
-    reasons: list[Reason] = []
-    decision: Decision | None = None
-    for rung, outcome in _LADDER:
-        fires, found = rung(run)
-        reasons += found
-        if fires and decision is None:
-            decision = outcome
-    for note in _NOTES:
-        reasons += note(run)[1]
-    if decision is None:  # rule 4
-        decision = "equivalent" if cand is not None else "sound"
+    decision, reasons = _climb(run)
     mde = cand.mde_tv if cand is not None else None
-    scope = _scope(run.main, run.teeth, mde, required, requirement, run.claim)
+    scope = _scope(run, mde)
     if (matched or floor) and cand is not None:
         scope = replace(scope, claims=_claim_lines(cand, drift, matched))
     return Verdict(
@@ -420,11 +401,27 @@ def decide(
     )
 
 
+def _climb(run: _Run) -> tuple[Decision, list[Reason]]:
+    """The first rung of ``_LADDER`` that fires decides (none: rule 4); every rung adds its
+    reasons in ladder order, then the notes."""
+    reasons: list[Reason] = []
+    decision: Decision | None = None
+    for rung, outcome in _LADDER:
+        fires, found = rung(run)
+        reasons += found
+        if fires and decision is None:
+            decision = outcome
+    for note in _NOTES:
+        reasons += note(run)[1]
+    if decision is None:  # rule 4
+        decision = "equivalent" if run.cand is not None else "sound"
+    return decision, reasons
+
+
 def _claim_lines(
     cand: Comparison, drift: DriftResult | None, matched: bool = True
 ) -> tuple[str, ...]:
-    """The two claims of matched numerics mode (issue 21) or of a floor arm (issue 31), one
-    line each."""
+    """The two claims of matched numerics mode or of a floor arm, one line each."""
     routes = ", ".join(f.label for f in cand.families if f.ran) or "no family ran"
     a = "differs" if cand.rejected else "no difference found"
     against = (
@@ -482,14 +479,9 @@ def _teeth_summary(teeth: Sequence[ToothVerdict]) -> str:
     return ", ".join(f"{t.arm} {t.label}" for t in teeth)
 
 
-def _scope(
-    main: Comparison | None,
-    teeth: Sequence[ToothVerdict],
-    mde: float | None,
-    required: float | None,
-    requirement: str,
-    claim: PowerClaim | None = None,
-) -> Scope:
+def _scope(run: _Run, mde: float | None) -> Scope:
+    """What was tested (the main comparison's cells, families, α, power) and how finely."""
+    main, teeth = run.main, run.teeth
     return Scope(
         cells_tested=main.cells_tested if main is not None else 0,
         cells_untestable=main.cells_untestable if main is not None else 0,
@@ -499,7 +491,7 @@ def _scope(
         power=main.power if main is not None else None,
         mde_tv=mde if mde is not None else (main.mde_tv if main is not None else None),
         mde_tv_max=main.mde_tv_max if main is not None else None,
-        required_mde_tv=required,
-        requirement=requirement,
-        claim=claim,
+        required_mde_tv=run.required,
+        requirement=run.requirement,
+        claim=run.claim,
     )

@@ -1,12 +1,9 @@
-"""The verdict as a claim: the types a decision produces and their wording, which every renderer
-prints — ``Verdict`` (decision, exit code, reasons, ``headline``), ``Scope`` (what was tested and
-at what resolution: ``tested_line``, ``resolution_line``, the families' own lines), ``PowerClaim``
-(the run's power claim R and where it comes from) and ``ToothVerdict`` (whether a tooth behaved,
-its label), each with ``to_dict`` for summary.json.
+"""The verdict's types and their wording, which every renderer prints: ``Verdict``, ``Scope``
+(``tested_line``, ``resolution_line``), ``PowerClaim`` and ``ToothVerdict``, each with
+``to_dict`` for summary.json.
 
-Owns: the words. Does not know how a decision is made (``spectest.verdict``, which re-exports
-these) nor how tests are computed (it reads ``spectest.comparison``'s ``Comparison`` /
-``FamilyScope``).
+Not here: how a decision is made (``verdict``, which re-exports these). The map:
+docs/architecture.md "The decision (stats.battery + verdict)".
 """
 
 from __future__ import annotations
@@ -57,7 +54,7 @@ class ToothVerdict:
             return "NO DATA (tested nothing)"
         if self.expect == "pass":
             return "passed (sound)" if self.sound else "REJECTED (unsound)"
-        if self.sound and self.support_only:  # issue 34: say why it claims nothing
+        if self.sound and self.support_only:  # say why it claims nothing
             return (
                 f"killed ({self.size_label}; by the support check only: a token of target "
                 "probability 0, so it claims no power)"
@@ -71,7 +68,7 @@ MASS_FLOOR = 1e-6  # below the precision of the probabilities a resolution is st
 def _mass(x: float) -> str:
     """A family's resolution (a probability mass or TV) as printed: one below ``MASS_FLOOR``
     (a white-box excess of 1.34e-84 on a near-degenerate law) claims precision the float32
-    probabilities it comes from do not have, so it prints as "< 1e-06" (issue 33)."""
+    probabilities it comes from do not have, so it prints as "< 1e-06"."""
     return f"< {MASS_FLOOR:g}" if 0 <= x < MASS_FLOOR else f"{x:.3g}"
 
 
@@ -85,7 +82,7 @@ class PowerClaim:
     per-cell TV that any difference, whatever its shape, would have been seen at with the run's
     power; ``tv`` None when no cell-position was tested. The weakest killed tooth of known size
     (``tooth``, ``tooth_tv``) is stated beside it, as what it is: evidence by example that bugs
-    *of its shape* of that size were seen (issue 33: a tooth never stands in for the MDE)."""
+    *of its shape* of that size were seen (a tooth never stands in for the MDE)."""
 
     tv: float | None
     source: str  # "mde" | "none"
@@ -122,9 +119,12 @@ class PowerClaim:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "tv": self.tv, "source": self.source, "tooth": self.tooth, "exact": self.exact,
+            "tv": self.tv,
+            "source": self.source,
+            "tooth": self.tooth,
+            "exact": self.exact,
             "tooth_tv": self.tooth_tv,
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ class Scope:
     required_mde_tv: float | None
     requirement: str  # "protocol" | "--max-mde-tv" | "default"
     claim: PowerClaim | None = None  # the power claim (a run with a candidate)
-    # issue 21: the two claims' own lines in matched numerics mode (claim (a), claim (b))
+    # the two claims' own lines in matched numerics mode (claim (a), claim (b))
     claims: tuple[str, ...] = ()
 
     def tested_line(self) -> str:
@@ -174,11 +174,6 @@ class Scope:
         if self.required_mde_tv is not None:
             parts.append(f"required per-cell TV ≤ {self.required_mde_tv:g} ({self.requirement})")
         return head + "; ".join(parts)
-
-    def family_lines(self) -> list[str]:
-        """The lines of their own that families state (``FamilyScope.verdict_line``), in order;
-        ``spectest.summary.verdict_lines`` prints them after the resolution."""
-        return [f.verdict_line for f in self.families if f.verdict_line]
 
     def to_dict(self) -> dict[str, Any]:
         extra = {"claims": list(self.claims)} if self.claims else {}  # matched mode only

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from spectest import __version__
 from spectest.cli import app
-from spectest.store import MANIFEST, load_run
+from spectest.store import MANIFEST
+from spectest.stored import load_run
 
 runner = CliRunner()
 

@@ -25,7 +25,8 @@ from typer.testing import CliRunner
 from spectest.cli import app
 from spectest.errors import InputError
 from spectest.files import read_provenance
-from spectest.store import HISTOGRAMS, MANIFEST, SAMPLES, TESTS, load_run
+from spectest.store import HISTOGRAMS, MANIFEST, SAMPLES, TESTS
+from spectest.stored import load_run
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "SPECTEST_NO_PROGRESS": "1"}
 

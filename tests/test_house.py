@@ -40,6 +40,7 @@ LAYERS: dict[str, int] = {
     "files": 0,
     # 1: the store, the sampling maths, the statistics (torch-free)
     "store": 1,
+    "stored": 1,
     "fingerprint": 1,
     "sampling": 1,
     "stats": 1,

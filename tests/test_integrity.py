@@ -28,7 +28,8 @@ from typer.testing import CliRunner
 from spectest.cli import app
 from spectest.errors import InputError
 from spectest.files import sha256_file
-from spectest.store import LOCK_FILE, MANIFEST, SAMPLES, SUMMARY, RunDir, load_run
+from spectest.store import LOCK_FILE, MANIFEST, SAMPLES, SUMMARY, RunDir
+from spectest.stored import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {

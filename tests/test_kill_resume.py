@@ -36,8 +36,8 @@ from spectest.store import (
     TESTS,
     TRIE,
     WHITEBOX,
-    load_run,
 )
+from spectest.stored import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {

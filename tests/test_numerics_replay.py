@@ -184,7 +184,7 @@ def test_console_prints_the_numerics_phase() -> None:
 
     from rich.console import Console
 
-    from spectest.cli.common import _print_timings
+    from spectest.cli.printing import _print_timings
 
     buf = io.StringIO()
     _print_timings(Console(file=buf, width=300), {"load": 1.0, "numerics": 23.4, "analyze": 2.0})

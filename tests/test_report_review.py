@@ -113,7 +113,8 @@ def test_figures_use_one_colour_per_arm_and_a_qq_legend(buggy_run: Path) -> None
     import matplotlib.pyplot as plt
 
     from spectest.report import evidence, plots
-    from spectest.store import HISTOGRAMS, TESTS, load_run
+    from spectest.store import HISTOGRAMS, TESTS
+    from spectest.stored import load_run
 
     run = load_run(buggy_run)
     tests = run.table(TESTS)
@@ -156,7 +157,7 @@ def test_report_leaves_completed_alone_and_warns_nothing(buggy_run: Path) -> Non
 
 def test_rendering_raises_no_warning(buggy_run: Path) -> None:
     from spectest.report.html import render_html
-    from spectest.store import load_run
+    from spectest.stored import load_run
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")

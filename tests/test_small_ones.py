@@ -15,7 +15,8 @@ import pytest
 
 from spectest.report.evidence import cell_labels, sizes_vs_resolution
 from spectest.report.sections import seed_ranges_text
-from spectest.store import TESTS, load_run
+from spectest.store import TESTS
+from spectest.stored import load_run
 from tests.toy_protocol import write_toy
 
 REPO = Path(__file__).resolve().parents[1]

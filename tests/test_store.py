@@ -13,14 +13,8 @@ from spectest import schema
 from spectest.byo import read_samples_file
 from spectest.errors import ConfigError, ExitCode, InputError
 from spectest.files import make_provenance, read_provenance, read_table
-from spectest.store import (
-    HISTOGRAMS,
-    MANIFEST,
-    SAMPLES,
-    TESTS,
-    RunDir,
-    load_run,
-)
+from spectest.store import HISTOGRAMS, MANIFEST, SAMPLES, TESTS, RunDir
+from spectest.stored import load_run
 
 
 def samples_df(n_seeds: int = 3, positions: int = 2, arm: str = "reference") -> pd.DataFrame:

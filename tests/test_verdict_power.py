@@ -15,7 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from spectest.cli import app
-from spectest.store import TOOTH_SIZES, load_run
+from spectest.store import TOOTH_SIZES
+from spectest.stored import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 CI = str(ROOT / "protocols" / "ci.yaml")

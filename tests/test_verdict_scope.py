@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from spectest.store import load_run
+from spectest.stored import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "SPECTEST_NO_PROGRESS": "1"}

@@ -41,9 +41,10 @@ _CLICK = getattr(typer.core, "_click", click)
 _USAGE_ERRORS = tuple({_CLICK.exceptions.ClickException, click.exceptions.ClickException})
 _ABORTS = (typer.Abort, click.exceptions.Abort)
 _HELP_ERRORS = tuple(
-    getattr(m.exceptions, "NoArgsIsHelpError", ()) for m in {_CLICK, click}
+    getattr(m.exceptions, "NoArgsIsHelpError", ())
+    for m in {_CLICK, click}
     if hasattr(m.exceptions, "NoArgsIsHelpError")
-)  # fmt: skip
+)
 
 
 class _OneLineErrors(typer.core.TyperGroup):
@@ -63,8 +64,13 @@ class _OneLineErrors(typer.core.TyperGroup):
         windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
-        kw = {"args": args, "prog_name": prog_name, "complete_var": complete_var,
-              "windows_expand_args": windows_expand_args, **extra}  # fmt: skip
+        kw = {
+            "args": args,
+            "prog_name": prog_name,
+            "complete_var": complete_var,
+            "windows_expand_args": windows_expand_args,
+            **extra,
+        }
         if not standalone_mode:
             return super().main(standalone_mode=False, **kw)
         try:

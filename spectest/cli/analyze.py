@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from spectest.cli.common import boundary, progress_bars, show_result
+from spectest.cli.common import boundary, progress_bars
+from spectest.cli.printing import show_result
 from spectest.cli.supervised import (
     DEFAULT_TIMEOUT_S,
     engines_only,

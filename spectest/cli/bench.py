@@ -70,20 +70,29 @@ WhiteboxOpt = Annotated[
         help="Arms whose engine records white-box columns do, during generation (as a run does).",
     ),
 ]
+TargetOpt = Annotated[str, typer.Option(help="Target model spec (`spectest models`).")]
+DraftOpt = Annotated[str, typer.Option(help="Draft model spec.")]
+DtypeOpt = Annotated[
+    str | None, typer.Option(help="float32 / bfloat16 (default: fp32 CPU, bf16 CUDA).")
+]
+AssistedRowsOpt = Annotated[
+    int, typer.Option(help="Rows for transformers' assisted generation (batch 1 only).")
+]
+PeakOpt = Annotated[
+    float | None, typer.Option(help="Peak TFLOP/s of the device, for MFU (e.g. 800 on H200).")
+]
+PromptsOpt = Annotated[
+    str, typer.Option(help="Shipped prompt set whose first prompt every row continues.")
+]
+OutOpt = Annotated[str, typer.Option(help="JSON-lines file the records are appended to.")]
 
 
 @boundary
 def bench(
-    target: Annotated[str, typer.Option(help="Target model spec (`spectest models`).")] = (
-        "realistic:qwen3-0.6b"
-    ),
-    draft: Annotated[str, typer.Option(help="Draft model spec.")] = (
-        "derived:first_layers,layers=4"
-    ),
+    target: TargetOpt = "realistic:qwen3-0.6b",
+    draft: DraftOpt = "derived:first_layers,layers=4",
     device: Annotated[str, typer.Option(help="cpu or cuda[:i].")] = "cpu",
-    dtype: Annotated[
-        str | None, typer.Option(help="float32 / bfloat16 (default: fp32 CPU, bf16 CUDA).")
-    ] = None,
+    dtype: DtypeOpt = None,
     rows: Annotated[int, typer.Option(help="Rows (generations) per arm, one batch.")] = 256,
     positions: Annotated[int, typer.Option(help="Tokens generated per row.")] = 32,
     k: Annotated[int, typer.Option(help="Draft tokens per round.")] = 4,
@@ -91,23 +100,15 @@ def bench(
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.8,
     top_k: Annotated[int, typer.Option(help="top-k (0 = off).")] = 0,
     top_p: Annotated[float, typer.Option(help="top-p (1 = off).")] = 0.95,
-    assisted_rows: Annotated[
-        int, typer.Option(help="Rows for transformers' assisted generation (batch 1 only).")
-    ] = 4,
+    assisted_rows: AssistedRowsOpt = 4,
     arms: ArmsOpt = "fast-plain,fast-spec,builtin-plain,builtin-spec,hf-generate,hf-assisted",
     engine_options: EngineOptionsOpt = None,
     baseline: BaselineOpt = True,
-    peak_tflops: Annotated[
-        float | None, typer.Option(help="Peak TFLOP/s of the device, for MFU (e.g. 800 on H200).")
-    ] = None,
+    peak_tflops: PeakOpt = None,
     profile: ProfileOpt = None,
     whitebox: WhiteboxOpt = False,
-    prompts: Annotated[
-        str, typer.Option(help="Shipped prompt set whose first prompt every row continues.")
-    ] = "english-2",
-    out: Annotated[
-        str, typer.Option(help="JSON-lines file the records are appended to.")
-    ] = "results/bench/bench.jsonl",
+    prompts: PromptsOpt = "english-2",
+    out: OutOpt = "results/bench/bench.jsonl",
     plugin_timeout: PluginTimeoutOpt = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Rows/s, tokens/s, acceptance, MFU and the ratio to transformers' plain generate, per arm
@@ -120,12 +121,24 @@ def bench(
     if drafter not in ("onehot", "sampled"):
         raise ConfigError(f"--drafter must be onehot or sampled, got {drafter!r}")
     cfg = BenchConfig(
-        target=target, draft=draft, device=device, dtype=dtype, rows=rows, positions=positions,
-        k=k, onehot=drafter == "onehot", params=SamplingParams(temperature, top_k, top_p),
-        assisted_rows=assisted_rows, arms=tuple(a.strip() for a in arms.split(",") if a.strip()),
-        peak_tflops=peak_tflops, profile=profile, whitebox=whitebox,
-        engine_options=options, baseline=baseline, prompts=prompts,
-    )  # fmt: skip
+        target=target,
+        draft=draft,
+        device=device,
+        dtype=dtype,
+        rows=rows,
+        positions=positions,
+        k=k,
+        onehot=drafter == "onehot",
+        params=SamplingParams(temperature, top_k, top_p),
+        assisted_rows=assisted_rows,
+        arms=tuple(a.strip() for a in arms.split(",") if a.strip()),
+        peak_tflops=peak_tflops,
+        profile=profile,
+        whitebox=whitebox,
+        engine_options=options,
+        baseline=baseline,
+        prompts=prompts,
+    )
     err = err_console()
     result = run_bench(cfg, log=lambda s: err.print(s, markup=False))
     show(result, device)
@@ -148,12 +161,15 @@ def show(result: Any, device: str) -> None:
     base = [] if result.baseline is None else [result.baseline]
     for a in [*result.arms, *base]:
         table.add_row(
-            a.arm + (" (baseline)" if a is result.baseline else ""), str(a.rows),
-            f"{a.wall_s:.2f}", f"{a.rows_per_s:.1f}", f"{a.tokens_per_s:.0f}",
+            a.arm + (" (baseline)" if a is result.baseline else ""),
+            str(a.rows),
+            f"{a.wall_s:.2f}",
+            f"{a.rows_per_s:.1f}",
+            f"{a.tokens_per_s:.0f}",
             "" if a.mean_accepted is None else f"{a.mean_accepted:.2f}",
             "" if a.mfu is None else f"{100 * a.mfu:.1f}%",
             "" if a.ratio_to_hf_generate is None else f"{a.ratio_to_hf_generate:.2f}",
-        )  # fmt: skip
+        )
     con = console()
     con.print(table)
     for a in result.arms:

@@ -1,20 +1,14 @@
-"""Shared plumbing of the CLI commands: the error boundary, the rich console, progress bars, and
-the printed summary of a run.
+"""Shared plumbing of the CLI commands: the one error boundary, the consoles, progress bars and
+the options several commands share.
 
-Owns: how a ``SpectestError`` — or an ``OSError``, a missing module, a failed subprocess or any
-other exception escaping a command, or a ``BaseException`` that is not one (a plug-in's
-``SystemExit``, ``KeyboardInterrupt`` or ``GeneratorExit``) — becomes one line on stderr and its
-exit code (never 1: 1 means "the distributions differ"; 130 only for the user's own Ctrl-C), how
-a ``RunResult`` is printed (verdict, the per-config summary table, teeth) with every piece of
-user text escaped for rich markup and stripped of control characters, the rule that a printed
-result exits with its verdict's code even when printing fails (``show_result``), and the rich
-progress adapter that the runner's progress callback drives. Knows nothing about statistics or
-files: it prints what ``spectest.runner`` returns.
+Owns: how any exception escaping a command becomes one line on stderr and a documented exit
+code (``boundary``; never 1, which means "the distributions differ"; 130 only for the user's own
+Ctrl-C). Not here: printing a result (``cli.printing``), statistics, files. The exit codes:
+docs/architecture.md "The decision (stats.battery + verdict)".
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import signal
@@ -33,7 +27,6 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
 
 from spectest.contain import (
@@ -44,10 +37,8 @@ from spectest.contain import (
 )
 from spectest.errors import ExitCode, SpectestError, os_error_line
 from spectest.report.escape import one_line, printable
-from spectest.supervise import announce_verdict
 
 F = TypeVar("F", bound=Callable[..., Any])
-MAX_FAILING_PRINTED = 10
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 tested and no difference found, at the stated power claim, every tooth "
@@ -247,36 +238,14 @@ def boundary(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def show_result(result: Any) -> None:
-    """Print a ``RunResult`` and exit with its verdict's code — the code ``summary.json``
-    stores — even when printing fails (a closed stdout, a terminal that cannot encode a
-    character, a bug in the printing): then one line on stderr says so and the code is kept."""
-    code = int(result.verdict.exit_code)
-    try:
-        print_result(result)
-        sys.stdout.flush()
-    except BaseException as err:  # the run is complete: nothing here may change its code
-        if isinstance(err, BrokenPipeError):  # NOTE: else Python's exit flush fails again (120)
-            with open(os.devnull, "w") as devnull:
-                os.dup2(devnull.fileno(), sys.stdout.fileno())
-        v = result.summary.get("verdict", {})
-        with contextlib.suppress(Exception):
-            error_line(
-                f"could not print the result ({type(err).__name__}: {err}); the verdict "
-                f"stands: {v.get('decision', '?')} (exit {code}), stored in "
-                f"{result.run_dir}/summary.json"
-            )
-    announce_verdict(code, result.run_dir)  # the verdict path, to a supervisor if there is one
-    exit_with(code)
-
-
 class Reporter:
     """What ``progress_bars`` yields: a ``(task, completed, total)`` callback, ``header`` (a
     line printed first, only while progress is shown) and ``say`` (a line printed always),
     both on stderr above any bars."""
 
-    def __init__(self, update: Callable[[str, int, int], None],
-                 say: Callable[[str], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, update: Callable[[str, int, int], None], say: Callable[[str], None] | None = None
+    ) -> None:
         self.update, self.say_fn = update, say
 
     def __call__(self, task: str, done: int, total: int) -> None:
@@ -326,165 +295,6 @@ def progress_bars(enabled: bool = True) -> Iterator[Reporter]:
 
     with bars:
         yield Reporter(update, lambda text: bars.console.print(text, markup=False))
-
-
-def fmt(x: float | None, digits: int = 4) -> str:
-    return "—" if x is None else f"{x:.{digits}f}"
-
-
-def print_result(result: Any, con: Console | None = None) -> None:
-    """Print a ``RunResult``: the per-config summary table, teeth, failing cells, then the
-    verdict as ``spectest.summary.verdict_lines`` words it (headline, what was tested, the
-    resolution, every reason)."""
-    from spectest.summary import rejections_account, verdict_lines
-
-    con = con or console()
-    summary = result.summary
-    verdict = summary["verdict"]
-    style = {"equivalent": "green", "sound": "green", "different": "red"}.get(
-        verdict["decision"], "yellow"
-    )
-    con.print(
-        f"[bold]spectest[/bold] {u(summary.get('kind', 'run'))} "
-        f"[bold]{u(summary.get('name', ''))}[/bold]  "
-        f"protocol {u(str(summary.get('protocol_hash') or '')[:12])}  "
-        f"→ {u(summary.get('run_dir', ''))}"
-    )
-    if summary.get("arms_engines"):
-        from spectest.report.rows import arms_line
-
-        con.print(f"  {printable(arms_line(summary))}", markup=False, soft_wrap=True)
-    for line in summary.get("notes", []):
-        con.print(f"  {printable(line)}", markup=False)
-    narrow = con.width < NARROW
-    con.print(_config_table(summary, narrow))
-    if narrow:
-        _teeth_lines(con, summary)
-    if account := rejections_account(summary):
-        con.print(printable(account), markup=False, soft_wrap=True)
-    if summary.get("teeth"):
-        con.print(_teeth_table(summary["teeth"]))
-    _print_failing(con, summary)
-    _print_timings(con, summary.get("timings"))
-    _print_looks(con, summary.get("sequential") or {}, summary)
-    for line in verdict_lines(verdict):
-        # NOTE: one physical line each (soft wrap): CI logs are grepped for them
-        if line.startswith(" "):
-            con.print(printable(line), markup=False, soft_wrap=True)
-        else:
-            word, _, rest = line.partition(" ")
-            con.print(f"[bold {style}]{u(word)}[/bold {style}] ", end="", soft_wrap=True)
-            con.print(printable(rest), markup=False, soft_wrap=True)
-
-
-NARROW = 100  # a console narrower than this prints the teeth column below the table
-
-
-def _config_table(summary: dict[str, Any], narrow: bool = False) -> Table:
-    """The per-config table; ``narrow``: without its teeth column (``_teeth_lines`` prints it
-    below, so at 80 columns nothing is cut to "always_acc…")."""
-    table = Table(
-        title="per config (candidate vs reference)"
-        if summary.get("has_candidate")
-        else "per config"
-    )
-    rows = summary.get("configs", [])
-    cols = ["config", "cells tested", "rejections in this config", "max TV excess (where)",
-            "MDE (TV)", *([] if narrow else ["teeth rejections"])]  # fmt: skip
-    for col in cols:  # a config id keeps its width (the headers wrap); a longer one folds
-        keep = _words_width(r["config_id"] for r in rows) if col == "config" else None
-        table.add_column(col, min_width=keep, overflow="fold")
-    for row in rows:
-        where = f" ({row['max_tv_where']})" if row.get("max_tv_where") else ""
-        table.add_row(
-            cell(row["config_id"]),
-            f"{row['cells_tested']}"
-            + (f" (+{row['cells_untestable']} untestable)" if row.get("cells_untestable") else ""),
-            "—"
-            if row.get("rejections") is None
-            else str(row["rejections"])
-            + (
-                " (" + ", ".join(f"{k} {n}" for k, n in row["rejections_by_family"].items()) + ")"
-                if row.get("rejections_by_family")
-                else ""
-            ),
-            cell(fmt(row.get("max_tv_excess")) + where),
-            fmt(row.get("mde_tv")),
-            *([] if narrow else [cell(row.get("teeth", ""))]),
-        )
-    return table
-
-
-def _teeth_lines(con: Console, summary: dict[str, Any]) -> None:
-    """The narrow table's teeth column, one line per config (wrapped between words)."""
-    for row in summary.get("configs", []):
-        if row.get("teeth"):
-            con.print(f"teeth rejections in {printable(row['config_id'])}: "
-                      f"{printable(row['teeth'])}", markup=False)  # fmt: skip
-
-
-def _words_width(texts: Iterator[Any], cap: int = 28) -> int:
-    """The longest word (split at spaces) of ``texts``, at most ``cap``: a column's minimum
-    width, so that a narrow console wraps the headers rather than cutting the ids."""
-    return min(cap, max((len(w) for t in texts for w in str(t).split()), default=0))
-
-
-def _teeth_table(teeth: list[dict[str, Any]]) -> Table:
-    tt = Table(title="teeth (each arm vs reference)")
-    for col in ("arm", "expected", "rejections", "verdict"):
-        tt.add_column(col)
-    for t in teeth:
-        tt.add_row(
-            cell(t["arm"]),
-            "pass" if t["expect"] == "pass" else "killed",
-            str(t["rejections"]),
-            cell(t["label"]),
-        )
-    return tt
-
-
-def _print_failing(con: Console, summary: dict[str, Any]) -> None:
-    cand = next((c for c in summary.get("comparisons", []) if c["role"] == "candidate"), None)
-    if cand is not None and cand["failing"]:
-        n = cand["rejections"]
-        con.print(f"failing (candidate vs reference, {n} rejection(s), most significant first):")
-        for f in cand["failing"][:MAX_FAILING_PRINTED]:
-            con.print(f"  {printable(f)}", markup=False)
-        if n > MAX_FAILING_PRINTED:
-            more = printable(f"{summary.get('run_dir')}/tests.parquet")
-            con.print(f"  ... {n - MAX_FAILING_PRINTED} more: see {more}", markup=False)
-
-
-def _print_timings(con: Console, t: dict[str, Any] | None) -> None:
-    """Phase wall times (``runner.run_protocol`` docstring)."""
-    if not t:
-        return
-    gen = ", ".join(f"{printable(a)} {s:.1f}" for a, s in t.get("generate", {}).items())
-    con.print(
-        f"timings (s): load {t.get('load', 0):.1f} · generate [{gen}] · white-box "
-        f"{t.get('whitebox', 0):.1f} · "
-        + (f"tooth sizes {t['tooth sizes']:.1f} · " if "tooth sizes" in t else "")
-        + (f"numerics {t['numerics']:.1f} · " if "numerics" in t else "")
-        + f"analyze {t.get('analyze', 0):.1f} · write {t.get('write', 0):.1f}",
-        markup=False,
-    )
-    if w := t.get("workers"):  # a spread run: each worker's phases (scaleout.generate_spread)
-        con.print("workers (s): " + ", ".join(f"{printable(k)} {v:.1f}" for k, v in w.items()),
-                  markup=False)  # fmt: skip
-
-
-def _print_looks(con: Console, seq: dict[str, Any], summary: dict[str, Any]) -> None:
-    """The path of the evidence of a sequential run (``report.markdown.sequential_rows``)."""
-    if not seq.get("looks"):
-        return
-    from spectest.report.markdown import sequential_rows
-
-    line, _, _ = sequential_rows(summary)
-    con.print(printable(line.replace("**", "")), markup=False, soft_wrap=True)
-    path = " · ".join(
-        f"{lk['per_arm']} → {lk['decision']} (MDE {fmt(lk.get('mde_tv'))})" for lk in seq["looks"]
-    )
-    con.print(f"  looks: {path}", markup=False, soft_wrap=True)
 
 
 def exit_with(code: int | ExitCode) -> None:

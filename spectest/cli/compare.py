@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from spectest.cli.common import boundary, progress_bars, show_result
+from spectest.cli.common import boundary, progress_bars
+from spectest.cli.printing import show_result
 from spectest.errors import ConfigError
 
 FromRunOpt = Annotated[
@@ -39,6 +40,23 @@ FloorMarginOpt = Annotated[
         "statistic as 2m² (default 0.01; docs/numerics.md).",
     ),
 ]
+ReferenceOpt = Annotated[
+    Path | None,
+    typer.Option(help="Samples of plain decoding (Parquet, or CSV with a header).", readable=False),
+]
+CandidateOpt = Annotated[
+    Path | None,
+    typer.Option(help="Samples of the speculative sampler under test.", readable=False),
+]
+FloorOpt = Annotated[
+    tuple[Path, Path] | None,
+    typer.Option(
+        help="Two plain-decode samples files of the engine (A B, e.g. in the serving batch "
+        "and alone): prints the token-law drift of reference vs candidate beside A vs B "
+        "(a readout, docs/numerics.md; no verdict changes).",
+        readable=False,
+    ),
+]
 
 
 def _arm_pair(
@@ -58,16 +76,8 @@ def _arm_pair(
 
 @boundary
 def compare(
-    reference: Annotated[
-        Path | None,
-        typer.Option(
-            help="Samples of plain decoding (Parquet, or CSV with a header).", readable=False
-        ),
-    ] = None,
-    candidate: Annotated[
-        Path | None,
-        typer.Option(help="Samples of the speculative sampler under test.", readable=False),
-    ] = None,
+    reference: ReferenceOpt = None,
+    candidate: CandidateOpt = None,
     alpha: Annotated[
         float, typer.Option(help="Significance level after the multiplicity correction.")
     ] = 0.05,
@@ -84,15 +94,7 @@ def compare(
         Path | None, typer.Option(help="Result directory (default: results/compare-<hash>).")
     ] = None,
     progress: Annotated[bool, typer.Option(help="Show progress bars on stderr.")] = True,
-    floor: Annotated[
-        tuple[Path, Path] | None,
-        typer.Option(
-            help="Two plain-decode samples files of the engine (A B, e.g. in the serving batch "
-            "and alone): prints the token-law drift of reference vs candidate beside A vs B "
-            "(a readout, docs/numerics.md; no verdict changes).",
-            readable=False,
-        ),
-    ] = None,
+    floor: FloorOpt = None,
     decide_floor: DecideFloorOpt = False,
     floor_margin: FloorMarginOpt = None,
     from_run: FromRunOpt = None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,6 +16,9 @@ from spectest.cli.supervised import (
     supervise_or_continue,
 )
 from spectest.errors import ConfigError
+
+if TYPE_CHECKING:
+    from spectest import conformance as conf
 
 
 @boundary
@@ -54,8 +57,6 @@ def conformance(
     """Does ENGINE honour the engine contract? Options, needs, output shape and vocabulary,
     early stops, rounds, seeds, white-box, provenance, close. Exit 0 conforms, 2 does not,
     4 its process could not run."""
-    import yaml
-
     from spectest import conformance as conf
 
     if (engine is None) == (config is None):
@@ -68,15 +69,30 @@ def conformance(
         report = conf.check_arm(config, arm, seeds=seeds)
     else:
         assert engine is not None
-        raw = yaml.safe_load(options) if options else {}
-        if not isinstance(raw, dict):
-            raise ConfigError(f"--options: expected a YAML mapping, got {options!r}")
-        work = conf.Workload(seeds=seeds)
-        report = conf.check(
-            engine, raw, target=target, draft=draft, device=device, workload=work,
-            base_dir=Path.cwd(),
-        )  # fmt: skip
+        report = _engine_report(engine, options, target, draft, device, seeds)
     con = console()
     for line in report.lines():
         con.print(line, markup=False)
     raise typer.Exit(report.exit_code)
+
+
+def _engine_report(
+    engine: str, options: str | None, target: str, draft: str, device: str, seeds: int
+) -> conf.ConformanceReport:
+    """The conformance report of a registered engine with its ``--options`` YAML mapping."""
+    import yaml
+
+    from spectest import conformance as conf
+
+    raw = yaml.safe_load(options) if options else {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"--options: expected a YAML mapping, got {options!r}")
+    return conf.check(
+        engine,
+        raw,
+        target=target,
+        draft=draft,
+        device=device,
+        workload=conf.Workload(seeds=seeds),
+        base_dir=Path.cwd(),
+    )

@@ -36,8 +36,10 @@ def hunt(
     print_table(rows)
     out.mkdir(parents=True, exist_ok=True)
     (out / "hunt.json").write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
-    typer.echo(f"hunt: {sum(r.status == 'ran' for r in rows)} of {len(rows)} engines ran; "
-               f"table in {out / 'hunt.json'}")  # fmt: skip
+    typer.echo(
+        f"hunt: {sum(r.status == 'ran' for r in rows)} of {len(rows)} engines ran; "
+        f"table in {out / 'hunt.json'}"
+    )
     if any(r.status == "ran" and r.exit_code not in (0, 1, 3) for r in rows):
         raise typer.Exit(4)
 
@@ -48,8 +50,17 @@ def print_table(rows: list[Any]) -> None:
 
     table = Table(title="spectest hunt: speculative vs plain, per engine")
     notes = any(r.note for r in rows)
-    for col in ("engine", "version", "protocol", "verdict", "rejections", "max TV excess",
-                "seeds", "wall (s)", *(["note"] if notes else [])):  # fmt: skip
+    for col in (
+        "engine",
+        "version",
+        "protocol",
+        "verdict",
+        "rejections",
+        "max TV excess",
+        "seeds",
+        "wall (s)",
+        *(["note"] if notes else []),
+    ):
         table.add_column(col)
     for r in rows:
         table.add_row(

@@ -45,6 +45,13 @@ def power(
             _power_of_protocol(config, tv=tv, seeds=seeds, df=df, power=power_)
             cb("load protocol", 1, 1)
         return
+    _power_of_counts(tv, seeds, df, alpha, tests, power_)
+
+
+def _power_of_counts(
+    tv: float | None, seeds: int | None, df: int, alpha: float, tests: int, power_: float
+) -> None:
+    """Print the seeds per arm for ``tv``, or the MDE (TV) for ``seeds``, with λ*."""
     from spectest.stats.power import lambda_star, mde_tv, seeds_for_tv
 
     if (tv is None) == (seeds is None):

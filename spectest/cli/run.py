@@ -16,8 +16,8 @@ from spectest.cli.common import (
     boundary,
     optional_output,
     progress_bars,
-    show_result,
 )
+from spectest.cli.printing import show_result
 from spectest.cli.supervised import (
     DEFAULT_TIMEOUT_S,
     PluginTimeoutOpt,
@@ -54,30 +54,31 @@ AnalysisProcsOpt = Annotated[
         "over them; same results). Default: this process."
     ),
 ]
+OutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="Run directory (default: <protocol output>/<name>-<hash>; re-running resumes)."
+    ),
+]
+SeedsOpt = Annotated[int | None, typer.Option(help="Override seeds.per_arm.")]
+PositionsOpt = Annotated[int | None, typer.Option(help="Override positions (tokens per sequence).")]
+JunitOpt = Annotated[str | None, typer.Option(help="Also write JUnit XML here (empty: skipped).")]
+SummaryMdOpt = Annotated[
+    str | None,
+    typer.Option(help="Also write a markdown summary here (CI step summary; empty: skipped)."),
+]
 
 
 @boundary
 def run(
     config: ConfigOpt,
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            help="Run directory (default: <protocol output>/<name>-<hash>; re-running resumes)."
-        ),
-    ] = None,
+    out: OutOpt = None,
     device: DeviceOpt = None,
-    seeds: Annotated[int | None, typer.Option(help="Override seeds.per_arm.")] = None,
-    positions: Annotated[
-        int | None, typer.Option(help="Override positions (tokens per sequence).")
-    ] = None,
+    seeds: SeedsOpt = None,
+    positions: PositionsOpt = None,
     set_: SetOpt = None,
-    junit: Annotated[
-        str | None, typer.Option(help="Also write JUnit XML here (empty: skipped).")
-    ] = None,
-    summary_md: Annotated[
-        str | None,
-        typer.Option(help="Also write a markdown summary here (CI step summary; empty: skipped)."),
-    ] = None,
+    junit: JunitOpt = None,
+    summary_md: SummaryMdOpt = None,
     threads: ThreadsOpt = None,
     progress: ProgressOpt = True,
     fast: FastOpt = False,
@@ -87,8 +88,6 @@ def run(
     plugin_timeout: PluginTimeoutOpt = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Run a protocol: generate both arms and the teeth, store, test, print the verdict."""
-    # a protocol naming a plug-in runs under a supervisor (spectest.supervise): this process
-    # then only waits for the run's own process and judges its end
     supervise_or_continue(protocol_plugins(config, set_ or []), plugin_timeout, verdict=True)
     from spectest.protocol import load_protocol
     from spectest.runner import RunOptions, run_dir_for, run_protocol
@@ -106,7 +105,6 @@ def run(
         from spectest.shipped import shipped_name
 
         require_ready(protocol)  # a missing engine set-up: one line, exit 4, before any work
-
         if shipped_name(protocol.source) and not Path(config).is_file():
             cb.say(f"using the shipped protocol {protocol.source}")
         cb("load protocol", 1, 1)

@@ -1,17 +1,10 @@
 """Commands that load plug-in code run under a supervisor (``spectest.supervise``).
 
-Owns: which plug-ins a command will load, read without loading them (``protocol_plugins``: the
-protocol file's engines and ``candidate: acceptor:...`` after the ``--set`` overrides, from the
-YAML alone — the protocol package imports torch and resolving an engine imports its module, so
-neither runs in the supervisor; ``engine_plugins`` for an engine named on the command line), the
-``--plugin-timeout`` option, and ``supervise_or_continue``: in the command line's own process
-(``cli.main``), a command about to load a plug-in is run again as a supervised child and this
-process prints the supervisor's line and exits with its code; in that child, in a test's
-in-process runner or for a command without a plug-in, it returns at once and the command runs
-here, as it always did.
-
-A plug-in is an acceptor kernel or an engine that is not spectest's own (an entry point of the
-group ``spectest.engines``). Knows nothing about what the commands do.
+Owns which plug-ins (an acceptor kernel, or an engine that is not spectest's own) a command will
+load, read from the YAML alone without importing them (``protocol_plugins``, ``engine_plugins``),
+the ``--plugin-timeout`` option, and ``supervise_or_continue``: in the command line's own process
+the command is re-run as a supervised child and this process exits with the supervisor's code;
+anywhere else it returns at once. Why: docs/verdict.md "Plug-ins never set the exit code".
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from spectest.cli.common import (
     ThreadsOpt,
     boundary,
     progress_bars,
-    show_result,
 )
+from spectest.cli.printing import show_result
 from spectest.cli.supervised import (
     DEFAULT_TIMEOUT_S,
     PluginTimeoutOpt,

@@ -1,22 +1,9 @@
 """Protocols: YAML → one frozen, validated, hashed ``Protocol`` (expanded by ``spectest.plan``).
 
-Owns the protocol file format (``version: 1`` and ``version: 2``) and every validation message
-about it, in one module per concern:
-
-- ``spec``: the sections as frozen dataclasses (``tests``: the statistics' one test-settings
-  type, ``stats.options.AnalysisOptions``), ``EngineChoice``, ``Protocol`` and its hash (a
-  version-1 file hashes exactly as it did before version 2 existed);
-- ``fields``: reading one field (one ``ConfigError`` line naming file, field path and value);
-- ``parse``: one parse function per section and ``check_rules`` across them;
-- ``arms`` / ``budget``: the arms a protocol defines, and the size of its plan against
-  ``limits.max_tokens``;
-- ``load`` / ``overrides``: the file (no YAML aliases) and the CLI's overrides, applied to the
-  raw mapping before validation;
-- ``dump``: the protocol's YAML form (``to_raw``).
-
-The prompt-set file format lives in ``spectest.prompts``; seed ranges, stages and shards in
-``spectest.plan``. Knows nothing about models, files of results or statistics (the ``tests``
-section excepted: it is the statistics' ``AnalysisOptions``), nor about what an engine does.
+Owns the protocol file format (versions 1 and 2) and every validation message about it, one
+module per concern (docs/architecture.md "Who owns what"). Not here: the prompt-set format
+(``prompts``), seed ranges and shards (``plan``), models, results, engines. The format:
+docs/protocols.md "Protocol reference".
 """
 
 from spectest.engines.base import DrafterSpec
@@ -103,4 +90,4 @@ __all__ = [
     "protocol_from_dict",
     "to_raw",
     "yaml_load",
-]  # fmt: skip
+]

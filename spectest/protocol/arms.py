@@ -1,19 +1,9 @@
 """The arms a protocol defines: which, in which order, with how many seeds, on which engine.
 
-Owns: ``ArmRole``, ``ArmSpec`` and ``arm_specs`` (reference, candidate, null, ε..., mutants...,
-and in matched numerics mode the ``matched`` arm, each with what it must do, its reserved seed
-count and its engine: the protocol's reference and candidate engines, the built-in engine for
-every tooth), and the teeth arms' names.
-
-The matched arm (issue 21, ``spectest.numerics.table``): spectest's exact speculative sampler in the
-candidate's own decode loop (the built-in or fast engine the candidate runs on; the built-in loop
-for an acceptor candidate, whose kernel runs inside it), with the reference's seed count, laid
-out after every other arm so that no earlier arm's seeds move. In matched mode it is the
-reference of the candidate and of every tooth (``plan.Plan.reference_for``). Laying the
-seeds out in disjoint ranges, stages and shards is ``spectest.plan``'s. The floor arm (issue 31,
-``arms.floor``): the reference's engine plain-decoding under another shape, the reference's
-seed count, laid out last; it is compared with nothing, claim (b) reads it
-(``stats.token_floor``).
+Owns ``ArmRole``, ``ArmSpec`` and ``arm_specs`` (reference, candidate, null, ε..., mutants...,
+then the ``matched`` arm in matched numerics mode and the floor arm, each laid out after every
+other arm so that no earlier arm's seeds move). Not here: the seed ranges, stages and shards
+(``plan``). The matched arm: docs/numerics.md "The matched arm (claim (a), black-box route)".
 """
 
 from __future__ import annotations
@@ -26,7 +16,7 @@ from spectest.protocol.spec import EngineChoice, Protocol
 
 ArmRole = Literal["reference", "candidate", "null", "eps", "mutant", "matched", "floor"]
 MATCHED = "matched"  # the numerics-matched reference arm's name (``tests.numerics: matched``)
-FLOOR = "floor"  # the floor arm's name (``arms.floor``, issue 31)
+FLOOR = "floor"  # the floor arm's name (``arms.floor``)
 
 
 @dataclass(frozen=True)
@@ -69,10 +59,14 @@ def arm_specs(protocol: Protocol) -> tuple[ArmSpec, ...]:
             "reference", "reference", None, _reserved(p, True), "reference", p.reference_engine
         ),
         ArmSpec(
-            "candidate", "candidate", p.candidate_variant, _reserved(p), "subject",
+            "candidate",
+            "candidate",
+            p.candidate_variant,
+            _reserved(p),
+            "subject",
             p.candidate_engine,
         ),
-    ]  # fmt: skip
+    ]
     if p.teeth.null:
         arms.append(ArmSpec("null", "null", "exact", n_teeth, "pass", builtin))
     for eps in p.teeth.epsilons:
@@ -84,7 +78,7 @@ def arm_specs(protocol: Protocol) -> tuple[ArmSpec, ...]:
     if p.numerics_mode == MATCHED:
         host = p.candidate_engine if p.candidate_engine.name in ("builtin", "fast") else builtin
         arms.append(ArmSpec(MATCHED, "matched", "exact", _reserved(p, True), "reference", host))
-    if p.floor is not None:  # last: no earlier arm's seeds move (issue 31)
+    if p.floor is not None:  # last: no earlier arm's seeds move
         arms.append(ArmSpec(FLOOR, "floor", None, _reserved(p, True), "reference", p.floor.engine))
     names = [a.name for a in arms]
     if len(set(names)) != len(names):

@@ -1,17 +1,10 @@
 """The size budget: how much work a protocol asks for, refused before any when over its limit.
 
-Owns: ``PlanSize`` (arms × prompts × configs × seeds rows, × positions tokens, with estimates of
-memory and disk), ``plan_size``, the budget (``limits.max_tokens``, default
-``DEFAULT_MAX_TOKENS``) and ``check_budget``, which the parser runs on every protocol. Pure
-arithmetic over ``arm_specs``: nothing is built.
-
-The plan's size is its rows — every arm at its reserved seeds (the last stage of a sequential
-run) — times ``positions``: the tokens to generate, store and test. A plan of more than the
-budget is refused at load with one line giving its size, the estimates and the knob (``--set
-limits.max_tokens=N``). The default, 10⁸ tokens, is about 40 GB of peak memory by the measured
-``MEMORY_BYTES_PER_TOKEN``: 8× the largest shipped plan at 4 000 seeds (openinfer-512: 4 arms × 8
-prompts × 3 configs × 4 000 seeds × 32 positions = 1.2·10⁷ tokens). Before it, ``seeds.per_arm:
-10**12`` generated until the machine ran out of memory (6.3 GB after 300 s).
+Owns ``PlanSize`` (rows × positions tokens, with memory and disk estimates), ``plan_size``, the
+budget (``limits.max_tokens``, default ``DEFAULT_MAX_TOKENS``: 10⁸ tokens, about 40 GB by the
+measured ``MEMORY_BYTES_PER_TOKEN``, 8× the largest shipped plan) and ``check_budget``, which the
+parser runs on every protocol: one line with the size, the estimates and the knob. Pure
+arithmetic over ``arm_specs``.
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ class Fields:
         return s
 
 
-# a float as YAML 1.2 writes it; YAML 1.1 (PyYAML) reads "1e-12" (no dot) as a string (issue 33)
+# a float as YAML 1.2 writes it; YAML 1.1 (PyYAML) reads "1e-12" (no dot) as a string
 _FLOAT_TEXT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+")
 
 

@@ -31,15 +31,12 @@ class _ProtocolLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` without aliases, at most ``MAX_YAML_DEPTH`` collections deep, and
     with every value the constructors cannot build named by its line.
 
-    NOTE: an alias costs nothing to write and is expanded wherever the value is used (copied,
-    compared, printed in a message): nine nested levels of ten aliases each are 10⁹ nodes from
-    a 1 KB file (measured: 240 s and 6.5 GB, then a traceback). A protocol needs none, so
-    refusing them is simpler than capping the expansion; anchors alone (``&name``) are inert.
-    NOTE: PyYAML composes recursively, three Python frames per level: ``[[[...]]]`` 400 deep
-    ended in ``RecursionError`` (exit 4, "internal error"; found by tools/fuzz.py), so the
-    depth is capped where the collection starts. A constructor's own error — an integer of
-    more than 4300 digits (Python's ``int`` limit), a date such as 2026-13-45, a ``!!timestamp
-    'x'`` — is made a ``ConstructorError`` with the node's line (it was exit 4 too)."""
+    Notes
+    -----
+    An alias is expanded wherever its value is used (10⁹ nodes from a 1 KB file), and PyYAML
+    composes recursively (``[[[...]]]`` 400 deep is a ``RecursionError``): a protocol needs
+    neither. A constructor's own error (an over-long integer, a date 2026-13-45) becomes a
+    ``ConstructorError`` with the node's line."""
 
     _depth = 0
 
@@ -68,9 +65,11 @@ class _ProtocolLoader(yaml.SafeLoader):
         except (ValueError, OverflowError, TypeError, AttributeError) as err:
             why = (str(err).splitlines() or [type(err).__name__])[0]
             raise yaml.constructor.ConstructorError(
-                None, None, f"cannot read the value {node.value!r:.60} ({why:.120})",
+                None,
+                None,
+                f"cannot read the value {node.value!r:.60} ({why:.120})",
                 node.start_mark,
-            ) from None  # fmt: skip
+            ) from None
         if isinstance(value, str) and (bad := unusable_text(value)) is not None:
             raise yaml.constructor.ConstructorError(
                 None, None, f"the string {value!r:.60} {bad}", node.start_mark

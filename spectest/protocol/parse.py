@@ -1,19 +1,10 @@
 """Parsing: a raw mapping (the YAML as read) → one validated ``Protocol``.
 
-Owns: ``protocol_from_dict``, one parse function per section (``_models``, ``_drafter``,
-``_prompts``, ``_configs``, ``_seeds``, ``_tests``, ``_teeth``, ``_limits``, ``_engines``) that
-checks that section's own fields, and ``check_rules``, the rules across sections (a mutant that
-can bite under some config, each engine's ``check_protocol``, the plan's budget). Every error is
-a ``ConfigError`` whose message is one line naming the protocol file, the field path and the
-offending value (``{value!r}``).
-
-Version 1 names engines with the closed ``engine: {reference, candidate,
-assistant_confidence_threshold}`` mapping; version 2 with ``engines: {reference: E, candidate:
-E}``, each ``E`` a registered name or ``{name: NAME, OPTION: VALUE, ...}``. In both,
-``candidate: acceptor:SPEC`` is shorthand for the candidate engine ``{name: acceptor, kernel:
-SPEC}``. An engine is resolved through ``spectest.engines.registry`` only to parse its options
-and run its cross-field rules; model specs and variants are strings here, checked for form
-(variants against the mutant catalogue).
+Owns ``protocol_from_dict``, one parse function per section that checks its own fields, and
+``check_rules``, the rules across sections (a mutant that can bite under some config, each
+engine's ``check_protocol``, the plan's budget). Every error is one ``ConfigError`` line naming
+the protocol file, the field path and the value. Not here: the engine sections and the floor
+arm (``protocol.engine_sections``). The format: docs/protocols.md.
 """
 
 from __future__ import annotations
@@ -27,20 +18,16 @@ from spectest.errors import ConfigError
 from spectest.models.dtypes import DTYPES
 from spectest.prompts import PromptsSpec, is_name, load_prompt_set
 from spectest.protocol.budget import check_budget
+from spectest.protocol.engine_sections import MAX_BATCH_SIZE, check_floor_arm, engines
+from spectest.protocol.engine_sections import floor as floor_arm
 from spectest.protocol.fields import Fields, real
 from spectest.protocol.spec import (
     ACCEPTOR_PREFIX,
     DEVICES,
-    ENGINES_CANDIDATE,
-    ENGINES_REFERENCE,
-    FLOOR_ORDERS,
-    FLOOR_SHAPES,
     LIMITS_FIELD,
     MATCHABLE_ENGINES,
     PROTOCOL_VERSIONS,
     SAMPLING_KEYS,
-    EngineChoice,
-    FloorSpec,
     LimitsSpec,
     ModelsSpec,
     Protocol,
@@ -53,17 +40,37 @@ from spectest.sequential import SPENDING
 from spectest.stats.options import AnalysisOptions, OptionError, options, yaml_paths
 from spectest.tooth_size import DEFAULT_BUDGET as DEFAULT_SIZE_BUDGET
 
-MAX_BATCH_SIZE = 2**20  # rows per engine batch (an engine may allocate per batch row)
 TOP_KEYS = (
-    "version", "name", "description", "models", "drafter", "prompts", "configs", "seeds",
-    "positions", "candidate", "tests", "teeth", "output", "batch_size", "engine", "engines",
-    "limits", "arms",
-)  # fmt: skip
+    "version",
+    "name",
+    "description",
+    "models",
+    "drafter",
+    "prompts",
+    "configs",
+    "seeds",
+    "positions",
+    "candidate",
+    "tests",
+    "teeth",
+    "output",
+    "batch_size",
+    "engine",
+    "engines",
+    "limits",
+    "arms",
+)
 REQUIRED = ("version", "name", "models", "drafter", "prompts", "configs", "seeds", "positions")
 OPTIONS = dict(options())  # a test setting → its ``stats.options.Option``
 MODEL_PREFIXES = (
-    "toy:", "hf-preset:", "realistic:", "hf-local:", "bundled:", "derived:", "fixture:",
-)  # fmt: skip
+    "toy:",
+    "hf-preset:",
+    "realistic:",
+    "hf-local:",
+    "bundled:",
+    "derived:",
+    "fixture:",
+)
 
 
 def protocol_from_dict(
@@ -95,15 +102,29 @@ def protocol_from_dict(
     teeth = _teeth(c, top.get("teeth", {}))
     output = c.str_(top.get("output", "results"), "output")
     batch_size = c.int_(top.get("batch_size", 256), "batch_size", lo=1, hi=MAX_BATCH_SIZE)
-    reference_engine, candidate_engine, candidate = _engines(c, top, version, candidate, base_dir)
-    floor = _floor(c, top.get("arms"), reference_engine, batch_size, base_dir)
+    reference_engine, candidate_engine, candidate = engines(c, top, version, candidate, base_dir)
+    floor = floor_arm(c, top.get("arms"), reference_engine, batch_size, base_dir)
     protocol = Protocol(
-        version=version, name=name, description=description, models=models, drafter=drafter,
-        prompts=prompts, configs=configs, seeds=seeds, positions=positions, candidate=candidate,
-        tests=tests, teeth=teeth, output=output, batch_size=batch_size, source=source,
-        reference_engine=reference_engine, candidate_engine=candidate_engine,
-        limits=_limits(c, top.get("limits", {})), floor=floor,
-    )  # fmt: skip
+        version=version,
+        name=name,
+        description=description,
+        models=models,
+        drafter=drafter,
+        prompts=prompts,
+        configs=configs,
+        seeds=seeds,
+        positions=positions,
+        candidate=candidate,
+        tests=tests,
+        teeth=teeth,
+        output=output,
+        batch_size=batch_size,
+        source=source,
+        reference_engine=reference_engine,
+        candidate_engine=candidate_engine,
+        limits=_limits(c, top.get("limits", {})),
+        floor=floor,
+    )
     check_rules(c, protocol)
     return protocol
 
@@ -121,9 +142,12 @@ def check_rules(c: Fields, protocol: Protocol) -> None:
         ("candidate", protocol.candidate_engine),
     ):
         rule = engine_class(choice.name).check_protocol(
-            choice.options, role=role, variant=variant, drafter_kind=protocol.drafter.kind,
+            choice.options,
+            role=role,
+            variant=variant,
+            drafter_kind=protocol.drafter.kind,
             drafter_q=protocol.drafter.q_mode,
-        )  # fmt: skip
+        )
         if rule is not None:
             raise c.fail(*rule)
     if protocol.tests.numerics == "matched" and (
@@ -136,29 +160,8 @@ def check_rules(c: Fields, protocol: Protocol) -> None:
             "'exact' (claim (a) is then the white-box route's; see docs/numerics.md)",
         )
     if protocol.floor is not None:
-        _check_floor_arm(c, protocol)
+        check_floor_arm(c, protocol)
     check_budget(protocol)
-
-
-def _check_floor_arm(c: Fields, protocol: Protocol) -> None:
-    """A floor arm decides claim (b) from tokens: not beside matched mode (which decides it
-    from logits), and its engine must plain-decode (``check_protocol`` as a reference)."""
-    from spectest.engines.registry import engine_class
-
-    if protocol.numerics_mode == "matched":
-        raise c.fail(
-            "arms.floor",
-            "tests.numerics resolves to 'matched', which decides claim (b) from the logits "
-            "itself: set tests.numerics: exact to decide it from the floor arm's tokens",
-        )
-    assert protocol.floor is not None
-    e = protocol.floor.engine
-    rule = engine_class(e.name).check_protocol(
-        e.options, role="reference", variant="exact", drafter_kind=protocol.drafter.kind,
-        drafter_q=protocol.drafter.q_mode,
-    )  # fmt: skip
-    if rule is not None:
-        raise c.fail("arms.floor.engine", f"{rule[0]}: {rule[1]}")
 
 
 # ----------------------------------------------------------------------------- sections
@@ -213,9 +216,10 @@ def _prompts(c: Fields, value: Any, base_dir: Path | None) -> PromptsSpec:
     directory) or ``{shipped: NAME, limit: N}`` (a prompt set shipped with spectest, found from
     a protocol anywhere)."""
     pm = c.mapping(
-        {"file": value} if isinstance(value, str) else value, "prompts",
+        {"file": value} if isinstance(value, str) else value,
+        "prompts",
         ("file", "shipped", "limit"),
-    )  # fmt: skip
+    )
     if ("file" in pm) == ("shipped" in pm):
         raise c.fail("prompts", "give exactly one of file or shipped")
     limit = pm.get("limit")
@@ -267,11 +271,19 @@ def _configs(c: Fields, value: Any) -> tuple[tuple[str, SamplingParams], ...]:
 
 def _seeds(c: Fields, value: Any, name: str) -> SeedsSpec:
     s = c.mapping(
-        value, "seeds",
-        ("per_arm", "teeth_per_arm", "start", "key", "max_per_arm", "spending",
-         "reference_per_arm"),
+        value,
+        "seeds",
+        (
+            "per_arm",
+            "teeth_per_arm",
+            "start",
+            "key",
+            "max_per_arm",
+            "spending",
+            "reference_per_arm",
+        ),
         ("per_arm",),
-    )  # fmt: skip
+    )
     per_arm = c.int_(s["per_arm"], "seeds.per_arm", lo=2)
     max_per_arm = s.get("max_per_arm")
     if max_per_arm is not None:
@@ -320,9 +332,12 @@ def _tests(c: Fields, value: Any) -> AnalysisOptions:
 
 
 def _read_section(
-    c: Fields, value: Any, at: tuple[str, ...], paths: dict[tuple[str, ...], str],
+    c: Fields,
+    value: Any,
+    at: tuple[str, ...],
+    paths: dict[tuple[str, ...], str],
     written: dict[str, Any],
-) -> None:  # fmt: skip
+) -> None:
     """The settings written under the mapping at ``at`` (its keys: the next part of the
     settings' paths, in the fields' order), into ``written`` (setting → the value as written)."""
     keys = list(dict.fromkeys(p[len(at)] for p in paths if p[: len(at)] == at))
@@ -369,141 +384,6 @@ def _limits(c: Fields, value: Any) -> LimitsSpec:
     lm = c.mapping(value or {}, "limits", ("max_tokens",))
     n = lm.get("max_tokens")
     return LimitsSpec(max_tokens=None if n is None else c.int_(n, LIMITS_FIELD, lo=1))
-
-
-def _engines(
-    c: Fields, top: Mapping[str, Any], version: int, candidate: str, base_dir: Path | None
-) -> tuple[EngineChoice, EngineChoice, str]:
-    """The reference and candidate engines (and the candidate string as hashed): version 1's
-    ``engine`` mapping or version 2's ``engines``, and the ``acceptor:`` shorthand."""
-    if version == 1:
-        raw, prefix = _v1_engines(c, top), "engine"
-    else:
-        if "engine" in top:
-            raise c.fail("engine", "is version 1's form: version 2 uses 'engines'")
-        raw = {"reference": "builtin", "candidate": "builtin"}
-        raw.update(c.mapping(top.get("engines", {}) or {}, "engines", ("reference", "candidate")))
-        prefix = "engines"
-    prefix_c = f"{prefix}.candidate"
-    if candidate.startswith(ACCEPTOR_PREFIX):
-        cand_raw = raw["candidate"]
-        if cand_raw != "builtin":
-            raise c.fail(
-                "candidate",
-                f"{candidate!r} selects the acceptor engine, but {prefix}.candidate is "
-                f"{cand_raw!r}",
-            )
-        raw["candidate"] = {"name": "acceptor", "kernel": candidate[len(ACCEPTOR_PREFIX) :]}
-        prefix_c = "candidate"
-        if version != 1:  # version 2 hashes the engine; the candidate variant is then 'exact'
-            candidate = "exact"
-    reference = _engine_choice(c, raw["reference"], f"{prefix}.reference", base_dir)
-    return reference, _engine_choice(c, raw["candidate"], prefix_c, base_dir), candidate
-
-
-def _floor(
-    c: Fields, value: Any, reference: EngineChoice, batch_size: int, base_dir: Path | None
-) -> FloorSpec | None:
-    """``arms.floor`` (issue 31): the floor arm's engine (``reference`` by default), exactly
-    one other shape and the margin (``spec.FloorSpec``); None when absent."""
-    import dataclasses
-    import json
-
-    from spectest.stats.token_floor import DEFAULT_TOKEN_MARGIN
-
-    if value is None:
-        return None
-    arms = c.mapping(value, "arms", ("floor",))
-    if arms.get("floor") is None:
-        return None
-    f = c.mapping(arms["floor"], "arms.floor", ("engine", "margin", *FLOOR_SHAPES))
-    shapes = [k for k in FLOOR_SHAPES if k in f]
-    if len(shapes) != 1:
-        got = " and ".join(shapes) if shapes else "none"
-        raise c.fail("arms.floor", f"name exactly one shape: batch_size, concurrency or order "
-                     f"(got {got})")  # fmt: skip
-    raw: list[tuple[str, Any]] = []
-    engine, eng = reference, f.get("engine", "reference")
-    if eng != "reference":
-        engine = _engine_choice(c, eng, "arms.floor.engine", base_dir)
-        raw.append(("engine", json.dumps(engine.canonical(), sort_keys=True)))
-    else:
-        raw.append(("engine", "reference"))
-    shape = shapes[0]
-    size = order = None
-    if shape == "batch_size":
-        size = c.int_(f[shape], "arms.floor.batch_size", lo=1, hi=MAX_BATCH_SIZE)
-        if size == batch_size:
-            raise c.fail("arms.floor.batch_size", f"{size} is the protocol's batch_size: the "
-                         "floor arm must differ from the reference in shape")  # fmt: skip
-        raw.append((shape, size))
-    elif shape == "concurrency":
-        n = c.int_(f[shape], "arms.floor.concurrency", lo=1)
-        if not hasattr(engine.options, "concurrency"):
-            raise c.fail("arms.floor.concurrency", f"engine {engine.name!r} has no concurrency "
-                         "option (use batch_size or order)")  # fmt: skip
-        if n == engine.options.concurrency:
-            raise c.fail("arms.floor.concurrency", f"{n} is the engine's own concurrency: the "
-                         "floor arm must differ from the reference in shape")  # fmt: skip
-        engine = EngineChoice(
-            engine.name, dataclasses.replace(engine.options, concurrency=n), engine.uses_variant
-        )
-        raw.append((shape, n))
-    else:
-        order = c.str_(f[shape], "arms.floor.order", FLOOR_ORDERS)
-        raw.append((shape, order))
-    margin = DEFAULT_TOKEN_MARGIN
-    if "margin" in f:
-        margin = c.float_(f["margin"], "arms.floor.margin", lambda x: 0 < x < 1, "in (0, 1)")
-        raw.append(("margin", margin))
-    return FloorSpec(engine, size, order, margin, tuple(raw))
-
-
-def _v1_engines(c: Fields, top: Mapping[str, Any]) -> dict[str, Any]:
-    """Version 1's closed ``engine`` mapping as version 2's raw ``engines``."""
-    if "engines" in top:
-        raise c.fail("engines", "needs version: 2 (version 1 names engines under 'engine')")
-    e = c.mapping(
-        top.get("engine", {}) or {},
-        "engine",
-        ("reference", "candidate", "assistant_confidence_threshold"),
-    )
-    raw: dict[str, Any] = {
-        "reference": c.str_(e.get("reference", "builtin"), "engine.reference", ENGINES_REFERENCE),
-        "candidate": c.str_(e.get("candidate", "builtin"), "engine.candidate", ENGINES_CANDIDATE),
-    }
-    thr = c.float_(
-        e.get("assistant_confidence_threshold", 0.0), "engine.assistant_confidence_threshold",
-        lambda x: 0.0 <= x < 1.0, "in [0, 1)",
-    )  # fmt: skip
-    if raw["candidate"] == "hf-assisted":
-        raw["candidate"] = {"name": "hf-assisted", "assistant_confidence_threshold": thr}
-    elif thr != 0.0:
-        raise c.fail(
-            "engine.assistant_confidence_threshold",
-            f"only meaningful with candidate: hf-assisted, got {thr!r}",
-        )
-    return raw
-
-
-def _engine_choice(c: Fields, value: Any, path: str, base_dir: Path | None) -> EngineChoice:
-    """``NAME`` or ``{name: NAME, OPTION: VALUE...}`` → ``EngineChoice`` (options parsed by the
-    engine class, messages naming the file and ``path``)."""
-    from spectest.engines.registry import engine_class
-
-    body = {"name": value} if isinstance(value, str) else value
-    if not isinstance(body, Mapping):
-        raise c.fail(path, f"expected an engine name or a mapping with 'name', got {value!r}")
-    if "name" not in body:
-        raise c.fail(f"{path}.name", "required field is missing")
-    m = dict(body)
-    name = c.str_(m.pop("name"), f"{path}.name")
-    try:
-        cls = engine_class(name)
-    except ConfigError as err:
-        raise c.fail(f"{path}.name", str(err)) from None
-    options = cls.parse_options(m, f"{c.source}: {path}", base_dir)
-    return EngineChoice(name, options, cls.uses_variant)
 
 
 def _variant(c: Fields, value: Any, path: str) -> str:

@@ -52,22 +52,9 @@ class ModelsSpec:
 
 @dataclass(frozen=True)
 class SeedsSpec:
-    """Seeds per arm. Arms get disjoint consecutive ranges starting at ``start`` (see ``Plan``);
-    teeth arms use ``teeth_per_arm`` seeds (default ``per_arm``). ``key`` names the run key from
-    which every row key is derived (default: the protocol name).
-
-    Sequential runs (``spectest.sequential``): with ``max_per_arm`` the reference and candidate
-    arms grow in stages, doubling from ``per_arm`` to ``max_per_arm`` seeds, with a look after
-    each stage at the α share of ``spending`` ("equal" or "proportional"); the run stops at the
-    first rejection or once ``tests.power.max_mde_tv`` is reached.
-
-    ``reference_per_arm`` (default ``per_arm``): seeds of the plain reference arm, which every
-    comparison (candidate and teeth) shares. A larger reference buys power where a two-sample test
-    pays for the reference's variance — the teacher-mode white-box tests of token-only engines
-    (``stats.whitebox_two_sample``: the directed z's variance factor is 1 + n_cand/n_ref, so
-    4 × ``per_arm`` takes it from 2 to 1.25) and every black-box family (N_eff = 2·n_a·n_b/n).
-    Every family takes unequal arm sizes (permutations keep the sizes). Not combined with
-    ``max_per_arm`` (a sequential reference grows with the candidate)."""
+    """Seeds per arm: disjoint consecutive ranges from ``start`` (``plan``); ``key`` names the
+    run key every row key derives from. ``max_per_arm``/``spending``: a sequential run's stages;
+    ``reference_per_arm``: the shared reference's seeds (docs/protocols.md "Protocol reference")."""
 
     per_arm: int
     teeth_per_arm: int
@@ -165,7 +152,7 @@ FLOOR_SHAPES = ("batch_size", "concurrency", "order")  # exactly one per floor a
 
 @dataclass(frozen=True)
 class FloorSpec:
-    """A floor arm (issue 31, ``arms.floor``): the reference's engine (or ``engine``, stated)
+    """A floor arm (``arms.floor``): the reference's engine (or ``engine``, stated)
     plain-decoding under exactly one other shape — ``batch_size`` (rows per engine call),
     ``concurrency`` (the engine's own option, e.g. the http engine's parallel requests) or
     ``order: reversed`` (rows sent in reverse) — on seeds disjoint from every other arm's.
@@ -216,7 +203,7 @@ class Protocol:
     reference_engine: EngineChoice = field(default_factory=EngineChoice.builtin)
     candidate_engine: EngineChoice = field(default_factory=EngineChoice.builtin)
     limits: LimitsSpec = field(default_factory=LimitsSpec)  # not hashed (like ``output``)
-    floor: FloorSpec | None = None  # ``arms.floor`` (issue 31), hashed only when present
+    floor: FloorSpec | None = None  # ``arms.floor``, hashed only when present
 
     @property
     def config_map(self) -> dict[str, SamplingParams]:

@@ -24,15 +24,16 @@ def write_reports(
     asked).
 
     On a completed run (``spectest report``) the data files are verified against the manifest
-    first (``store.load_run``: an edit, or an entry deleted beside it, is refused before
+    first (``stored.load_run``: an edit, or an entry deleted beside it, is refused before
     anything is written), under the directory's lock; afterwards only the entries of the two
-    views are updated in the manifest (``store.update_manifest_entries``): no data file's hash,
+    views are updated in the manifest (``stored.update_manifest_entries``): no data file's hash,
     no provenance and no ``completed`` time is ever rewritten. ``require_complete=False`` is the
     runner rendering before it writes the manifest.
     """
     from spectest.errors import InfrastructureError, os_error_line
     from spectest.lock import lock_dir
-    from spectest.store import RENDERED, load_run, update_manifest_entries
+    from spectest.store import RENDERED
+    from spectest.stored import load_run, update_manifest_entries
 
     lock = None
     if require_complete:

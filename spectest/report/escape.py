@@ -1,15 +1,9 @@
-"""User text made safe for each place spectest shows it: a terminal, markdown, XML.
+r"""User text made safe for each place spectest shows it: a terminal, markdown, XML.
 
-Owns: the rules for text that comes from the user — prompt and config ids of bring-your-own
-files, protocol names, model specs, file names, an engine's error text — wherever it is shown.
-A terminal gets no control character (an ANSI escape could rewrite the screen, a bidi override
-reorder it); markdown (``report.md``, ``--summary-md``) gets no HTML, link, image, emphasis or
-table structure from it; XML 1.0 (the JUnit file) gets no character it forbids. Each character
-that is replaced is shown as its Python escape (``\\x1b``, ``\\u202e``), so the reader still sees
-what was there.
-
-Knows nothing about what the text means. Rich markup is escaped where the console prints
-(``spectest.cli.common``), with ``rich.markup.escape``.
+Owns the rules for text that comes from the user (ids, names, specs, file names, an engine's
+error text): no control character on a terminal, no HTML/link/emphasis/table structure in
+markdown, no character XML 1.0 forbids; each replaced character is shown as its Python escape
+(``\x1b``). Not here: rich markup (``cli.common.u``). Why: docs/report.md.
 """
 
 from __future__ import annotations
@@ -21,7 +15,7 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 # characters XML 1.0 does not allow at all (§2.2 Char): C0 but tab/LF/CR, surrogates, FFFE/FFFF
 _XML_FORBIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 # bidirectional overrides / isolates: valid XML, but a CI page that shows a JUnit name would
-# reorder it ("Trojan source", issue 33): shown as their escapes there too
+# reorder it ("Trojan source"): shown as their escapes there too
 _BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
 # characters with a meaning in CommonMark / GFM inline text that user text must not get
 _MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")

@@ -186,10 +186,10 @@ def _cell_ticks(ax: Any, df: pd.DataFrame) -> None:
     """The x-axis in cell-positions: each labelled (``cell_labels``), or past ``MAX_TICKS`` one
     tick per cell at its first position, labelled ``prompt/config``."""
     if len(df) <= MAX_TICKS:
-        ax.set_xticks(range(len(df)), [label(t) for t in cell_labels(df)], fontsize=6,
-                      rotation=90)  # fmt: skip
+        ax.set_xticks(range(len(df)), [label(t) for t in cell_labels(df)], fontsize=6, rotation=90)
         return
     cells = list(zip(df["prompt_id"], df["config_id"], strict=True))
     starts = [i for i, c in enumerate(cells) if i == 0 or c != cells[i - 1]]
-    ax.set_xticks(starts, [label(f"{cells[i][0]}/{cells[i][1]}") for i in starts], fontsize=6,
-                  rotation=90)  # fmt: skip
+    ax.set_xticks(
+        starts, [label(f"{cells[i][0]}/{cells[i][1]}") for i in starts], fontsize=6, rotation=90
+    )

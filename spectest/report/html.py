@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from spectest.report import plots
-from spectest.store import StoredRun
+from spectest.stored import StoredRun
 from spectest.summary import verdict_lines
 
 _CSS = """

@@ -95,7 +95,7 @@ def _scope_case(suite: ET.Element, name: str, summary: dict[str, Any]) -> bool:
     for key in ("tested", "resolution"):
         if scope.get(key):
             ET.SubElement(props, "property", name=key, value=str(scope[key]))
-    for i, line in enumerate(scope.get("claims", ())):  # matched numerics mode (issue 21)
+    for i, line in enumerate(scope.get("claims", ())):  # matched numerics mode
         ET.SubElement(props, "property", name=f"claim_{'ab'[i] if i < 2 else i}", value=str(line))
     for fam in scope.get("families", ()):  # a family's line of its own
         if fam.get("verdict_line"):

@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import pandas as pd
-
 from spectest.report.escape import md_text
 from spectest.report.rows import (  # noqa: F401  (re-exported: the notebook and the CLI read them)
     config_rows,
@@ -26,7 +24,7 @@ from spectest.report.rows import (  # noqa: F401  (re-exported: the notebook and
     teeth_rows,
     whitebox_rows,
 )
-from spectest.store import StoredRun
+from spectest.stored import StoredRun
 from spectest.summary import rejections_account, verdict_lines
 
 
@@ -96,7 +94,3 @@ def render_summary_md(summary: dict[str, Any]) -> str:
         h, rows = teeth_rows(summary)
         lines += [md_table(h, rows), ""]
     return "\n".join(lines)
-
-
-def frame_to_md(df: pd.DataFrame, max_rows: int = 30) -> str:
-    return md_table(list(map(str, df.columns)), df.head(max_rows).astype(str).to_numpy().tolist())

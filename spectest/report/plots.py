@@ -114,30 +114,41 @@ def tv_by_position(
                     **st,
                 )
             if k == 0 and lo is not None and hi is not None and len(sub):
-                band = pd.DataFrame(
-                    {"p": sub[COLS["position"]], "lo": lo.loc[sub.index], "hi": hi.loc[sub.index]}
-                )
-                band = band.groupby("p").mean().sort_index()
-                ax.fill_between(
-                    band.index,
-                    band["lo"],
-                    band["hi"],
-                    color="0.85",
-                    zorder=0,
-                    label="TV under H0 (permutation null: mean to upper quantile)",
-                )
+                _null_band(ax, sub, lo, hi)
         ax.set_title(label(cid), fontsize=9)
         ax.set_xlabel("position")
         ax.set_ylabel("plug-in TV vs reference")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if axes[0][0].get_legend_handles_labels()[0]:
-        fig.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", ncol=3,
-                   fontsize=7, frameon=False, bbox_to_anchor=(0.5, 0.0))  # fmt: skip
+        fig.legend(
+            *axes[0][0].get_legend_handles_labels(),
+            loc="upper center",
+            ncol=3,
+            fontsize=7,
+            frameon=False,
+            bbox_to_anchor=(0.5, 0.0),
+        )
     prompts = list(dict.fromkeys(tests[COLS["prompt_id"]]))[:4]
     ls_names = ["solid", "dashed", "dotted", "dash-dot"]
     key = ", ".join(f"{label(p)} {n}" for p, n in zip(prompts, ls_names, strict=False))
     fig.suptitle(f"plug-in TV per position (line style per prompt: {key})", fontsize=9)
     return fig
+
+
+def _null_band(ax: Any, sub: pd.DataFrame, lo: pd.Series, hi: pd.Series) -> None:
+    """The permutation null's band (mean to upper quantile, averaged over prompts) of ``sub``."""
+    band = pd.DataFrame(
+        {"p": sub[COLS["position"]], "lo": lo.loc[sub.index], "hi": hi.loc[sub.index]}
+    )
+    band = band.groupby("p").mean().sort_index()
+    ax.fill_between(
+        band.index,
+        band["lo"],
+        band["hi"],
+        color="0.85",
+        zorder=0,
+        label="TV under H0 (permutation null: mean to upper quantile)",
+    )
 
 
 def pvalue_plots(tests: pd.DataFrame, comparisons: list[str]) -> Figure | None:

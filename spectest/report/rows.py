@@ -17,7 +17,8 @@ from typing import Any
 import pandas as pd
 
 from spectest.report.escape import md_text
-from spectest.store import SAMPLES, TOOTH_SIZES, WHITEBOX, StoredRun
+from spectest.store import SAMPLES, TOOTH_SIZES, WHITEBOX
+from spectest.stored import StoredRun
 
 N_DECODED = 3  # decoded samples shown per arm
 
@@ -99,8 +100,12 @@ def arms_line(summary: dict[str, Any]) -> str:
     """Each arm's engine and drafter (``summary.arm_engines``), else the older header's."""
     arms = summary.get("arms_engines")
     if arms:
-        order = ["reference", "candidate", "teeth", *[k for k in arms if k not in
-                 ("reference", "candidate", "teeth")]]  # fmt: skip
+        order = [
+            "reference",
+            "candidate",
+            "teeth",
+            *[k for k in arms if k not in ("reference", "candidate", "teeth")],
+        ]
         return "Arms: " + "; ".join(f"{r} on {arms[r]}" for r in order if r in arms) + "."
     eng = summary.get("engines") or {}
     return "Engines: " + ", ".join(f"{r} {e.get('name')}" for r, e in eng.items()) + "."

@@ -1,7 +1,7 @@
 """The report's sections, in order: one function per section, each reading the stored run and
 returning its title and blocks (text, tables, lazily drawn figures), or None when it has
 nothing to show. report.md and report.html render the same list (``SECTIONS``), so a new
-section (e.g. issue 21's numerics drift beside its floor) is one function and one entry here.
+section (e.g. the numerics drift beside its floor) is one function and one entry here.
 
 Owns: what each section shows and in which order. Computes no statistic (tables from
 ``report.rows``, figures from ``report.plots`` and ``report.evidence``); knows no format.
@@ -15,7 +15,8 @@ from typing import Any
 
 from spectest.report import evidence, plots, rows
 from spectest.report.rows import _fmt
-from spectest.store import HISTOGRAMS, ROUNDS, SEQUENCE, TESTS, TOOTH_SIZES, TRIE, StoredRun
+from spectest.store import HISTOGRAMS, ROUNDS, SEQUENCE, TESTS, TOOTH_SIZES, TRIE
+from spectest.stored import StoredRun
 from spectest.summary import rejections_account
 
 
@@ -191,76 +192,48 @@ def failing(stored: StoredRun) -> Section | None:
     return Section("Failing tests (candidate, most significant first)", lines) if lines else None
 
 
+# each family's table: (file, title, columns shown)
+FAMILY_TABLES = (
+    (
+        TESTS,
+        "token χ² per cell-position",
+        "prompt_id config_id position statistic dof p_adj reject tv tv_null_mean mde_tv status",
+    ),
+    (
+        TRIE,
+        "prefix trie",
+        "prompt_id config_id kind depth prefix statistic dof p_adj reject n_ref n_cand status",
+    ),
+    (SEQUENCE, "sequence-level (pooled rows)", "test scope statistic z p_adj reject mde unit"),
+)
+
+
+def _lengths_line(f: dict[str, Any]) -> Text:
+    """The sequence-lengths family of the verdict's scope, in one line."""
+    ran = f"{'ran' if f.get('ran') else 'did not run'}"
+    res = f", resolution {_fmt(f.get('mde'), 3)} {f.get('mde_unit')}" if f.get("ran") else ""
+    return Text(
+        f"sequence lengths: {ran} ({f.get('n_tested')} tested, {f.get('n_untestable')} "
+        f"untestable){res}"
+    )
+
+
 def families(stored: StoredRun) -> Section | None:
     """Every family that ran, in its own table (the main comparison's rows)."""
     main = _main(stored)
     blocks: list[Text | Table | Figure] = []
-    specs = [
-        (
-            TESTS,
-            "token χ² per cell-position",
-            [
-                "prompt_id",
-                "config_id",
-                "position",
-                "statistic",
-                "dof",
-                "p_adj",
-                "reject",
-                "tv",
-                "tv_null_mean",
-                "mde_tv",
-                "status",
-            ],
-        ),
-        (
-            TRIE,
-            "prefix trie",
-            [
-                "prompt_id",
-                "config_id",
-                "kind",
-                "depth",
-                "prefix",
-                "statistic",
-                "dof",
-                "p_adj",
-                "reject",
-                "n_ref",
-                "n_cand",
-                "status",
-            ],
-        ),
-        (
-            SEQUENCE,
-            "sequence-level (pooled rows)",
-            ["test", "scope", "statistic", "z", "p_adj", "reject", "mde", "unit"],
-        ),
-    ]
-    for fname, title, cols in specs:
+    for fname, title, cols in FAMILY_TABLES:
         df = stored.table(fname)
         if fname == SEQUENCE and df is not None and "scope" in df.columns:
             df = df[df["scope"] == "pooled"]
-        h, r, n = rows.family_table_rows(df, main, cols)
+        h, r, n = rows.family_table_rows(df, main, cols.split())
         if r:
             blocks += [
                 Text(f"{title}: {min(n, len(r))} of {n} rows, most significant first"),
                 Table(h, r),
             ]
     scope = (stored.summary.get("verdict") or {}).get("scope") or {}
-    for f in scope.get("families", []):
-        if f.get("name") == "lengths":
-            blocks.append(
-                Text(
-                    f"sequence lengths: {'ran' if f.get('ran') else 'did not run'} "
-                    f"({f.get('n_tested')} tested, {f.get('n_untestable')} untestable)"
-                    + (
-                        f", resolution {_fmt(f.get('mde'), 3)} {f.get('mde_unit')}"
-                        if f.get("ran")
-                        else ""
-                    )
-                )
-            )
+    blocks += [_lengths_line(f) for f in scope.get("families", []) if f.get("name") == "lengths"]
     wh, wr = rows.whitebox_rows(stored)
     if wr:
         blocks += [Text(rows.whitebox_heading(stored)), Table(wh, wr)]

@@ -4,7 +4,7 @@ Owns: ``judge`` (the unclean things about an outcome: a traceback — an excepti
 the boundary, or the text of one on stdout / stderr —; an exit code outside {0, 1, 2, 3, 4, 130,
 143}; an exit 1 that is not a verdict — 1 must come with a complete run directory whose summary
 says ``different`` —; an exit 0 / 1 / 3 without a complete run directory — manifest present
-and verified by ``spectest.store.load_run``, summary complete, the summary's exit code the
+and verified by ``spectest.stored.load_run``, summary complete, the summary's exit code the
 process's —; a run directory presented as complete after an exit 2 / 4, or a summary that says
 complete with no manifest; an error (exit 2 / 4) that is not exactly one ``error:`` line on
 stderr, or that says "internal error", a bug in spectest by its own words; a wall time past the
@@ -44,7 +44,8 @@ def error_lines(stderr: str) -> list[str]:
 def _run_dir_state(run: Path | None) -> tuple[str, dict[str, Any] | None]:
     """("absent" | "incomplete" | "complete" | "broken: why", the summary when complete)."""
     from spectest.errors import SpectestError
-    from spectest.store import MANIFEST, SUMMARY, load_run
+    from spectest.store import MANIFEST, SUMMARY
+    from spectest.stored import load_run
 
     if run is None or not run.is_dir():
         return "absent", None

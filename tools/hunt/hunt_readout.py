@@ -38,7 +38,8 @@ from spectest.engines.hf import probe as ht
 from spectest.prompts import prompt_token_ids
 from spectest.protocol import load_protocol
 from spectest.stats.whitebox import acceptance_test
-from spectest.store import ROUNDS, SAMPLES, WHITEBOX, load_run
+from spectest.store import ROUNDS, SAMPLES, WHITEBOX
+from spectest.stored import load_run
 
 
 def _tokens(samples: pd.DataFrame, arm: str, prompt_id: str, config_id: str) -> torch.Tensor:

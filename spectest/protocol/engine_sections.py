@@ -1,0 +1,198 @@
+"""The engine sections of a protocol: version 1's ``engine`` mapping, version 2's ``engines``,
+the ``candidate: acceptor:SPEC`` shorthand, and the floor arm (``arms.floor``) with its rule.
+
+Version 1 names engines with the closed ``engine: {reference, candidate,
+assistant_confidence_threshold}`` mapping; version 2 with ``engines: {reference: E, candidate:
+E}``, each ``E`` a registered name or ``{name: NAME, OPTION: VALUE, ...}``. An engine is resolved
+through ``spectest.engines.registry`` only to parse its options and run its rules. Not here: the
+other sections (``protocol.parse``). The floor arm: docs/numerics.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from spectest.errors import ConfigError
+from spectest.protocol.fields import Fields
+from spectest.protocol.spec import (
+    ACCEPTOR_PREFIX,
+    ENGINES_CANDIDATE,
+    ENGINES_REFERENCE,
+    FLOOR_ORDERS,
+    FLOOR_SHAPES,
+    EngineChoice,
+    FloorSpec,
+    Protocol,
+)
+
+MAX_BATCH_SIZE = 2**20  # rows per engine batch (an engine may allocate per batch row)
+
+
+def engines(
+    c: Fields, top: Mapping[str, Any], version: int, candidate: str, base_dir: Path | None
+) -> tuple[EngineChoice, EngineChoice, str]:
+    """The reference and candidate engines (and the candidate string as hashed): version 1's
+    ``engine`` mapping or version 2's ``engines``, and the ``acceptor:`` shorthand."""
+    if version == 1:
+        raw, prefix = _v1_engines(c, top), "engine"
+    else:
+        if "engine" in top:
+            raise c.fail("engine", "is version 1's form: version 2 uses 'engines'")
+        raw = {"reference": "builtin", "candidate": "builtin"}
+        raw.update(c.mapping(top.get("engines", {}) or {}, "engines", ("reference", "candidate")))
+        prefix = "engines"
+    prefix_c = f"{prefix}.candidate"
+    if candidate.startswith(ACCEPTOR_PREFIX):
+        cand_raw = raw["candidate"]
+        if cand_raw != "builtin":
+            raise c.fail(
+                "candidate",
+                f"{candidate!r} selects the acceptor engine, but {prefix}.candidate is "
+                f"{cand_raw!r}",
+            )
+        raw["candidate"] = {"name": "acceptor", "kernel": candidate[len(ACCEPTOR_PREFIX) :]}
+        prefix_c = "candidate"
+        if version != 1:  # version 2 hashes the engine; the candidate variant is then 'exact'
+            candidate = "exact"
+    reference = _engine_choice(c, raw["reference"], f"{prefix}.reference", base_dir)
+    return reference, _engine_choice(c, raw["candidate"], prefix_c, base_dir), candidate
+
+
+def floor(
+    c: Fields, value: Any, reference: EngineChoice, batch_size: int, base_dir: Path | None
+) -> FloorSpec | None:
+    """``arms.floor``: the floor arm's engine (``reference`` by default), exactly
+    one other shape and the margin (``spec.FloorSpec``); None when absent."""
+    import json
+
+    from spectest.stats.token_floor import DEFAULT_TOKEN_MARGIN
+
+    if value is None:
+        return None
+    arms = c.mapping(value, "arms", ("floor",))
+    if arms.get("floor") is None:
+        return None
+    f = c.mapping(arms["floor"], "arms.floor", ("engine", "margin", *FLOOR_SHAPES))
+    shapes = [k for k in FLOOR_SHAPES if k in f]
+    if len(shapes) != 1:
+        got = " and ".join(shapes) if shapes else "none"
+        raise c.fail(
+            "arms.floor", f"name exactly one shape: batch_size, concurrency or order (got {got})"
+        )
+    raw: list[tuple[str, Any]] = []
+    engine, eng = reference, f.get("engine", "reference")
+    if eng != "reference":
+        engine = _engine_choice(c, eng, "arms.floor.engine", base_dir)
+        raw.append(("engine", json.dumps(engine.canonical(), sort_keys=True)))
+    else:
+        raw.append(("engine", "reference"))
+    engine, size, order, entry = _floor_shape(c, f, shapes[0], engine, batch_size)
+    raw.append(entry)
+    margin = DEFAULT_TOKEN_MARGIN
+    if "margin" in f:
+        margin = c.float_(f["margin"], "arms.floor.margin", lambda x: 0 < x < 1, "in (0, 1)")
+        raw.append(("margin", margin))
+    return FloorSpec(engine, size, order, margin, tuple(raw))
+
+
+def _floor_shape(
+    c: Fields, f: Mapping[str, Any], shape: str, engine: EngineChoice, batch_size: int
+) -> tuple[EngineChoice, int | None, str | None, tuple[str, Any]]:
+    """The floor arm's one shape: (its engine, batch size, order, the hashed entry); a shape
+    equal to the reference's is refused."""
+    import dataclasses
+
+    same = "the floor arm must differ from the reference in shape"
+    if shape == "batch_size":
+        size = c.int_(f[shape], "arms.floor.batch_size", lo=1, hi=MAX_BATCH_SIZE)
+        if size == batch_size:
+            raise c.fail("arms.floor.batch_size", f"{size} is the protocol's batch_size: {same}")
+        return engine, size, None, (shape, size)
+    if shape == "concurrency":
+        n = c.int_(f[shape], "arms.floor.concurrency", lo=1)
+        if not hasattr(engine.options, "concurrency"):
+            raise c.fail(
+                "arms.floor.concurrency",
+                f"engine {engine.name!r} has no concurrency option (use batch_size or order)",
+            )
+        if n == engine.options.concurrency:
+            raise c.fail("arms.floor.concurrency", f"{n} is the engine's own concurrency: {same}")
+        options = dataclasses.replace(engine.options, concurrency=n)
+        return EngineChoice(engine.name, options, engine.uses_variant), None, None, (shape, n)
+    order = c.str_(f[shape], "arms.floor.order", FLOOR_ORDERS)
+    return engine, None, order, (shape, order)
+
+
+def _v1_engines(c: Fields, top: Mapping[str, Any]) -> dict[str, Any]:
+    """Version 1's closed ``engine`` mapping as version 2's raw ``engines``."""
+    if "engines" in top:
+        raise c.fail("engines", "needs version: 2 (version 1 names engines under 'engine')")
+    e = c.mapping(
+        top.get("engine", {}) or {},
+        "engine",
+        ("reference", "candidate", "assistant_confidence_threshold"),
+    )
+    raw: dict[str, Any] = {
+        "reference": c.str_(e.get("reference", "builtin"), "engine.reference", ENGINES_REFERENCE),
+        "candidate": c.str_(e.get("candidate", "builtin"), "engine.candidate", ENGINES_CANDIDATE),
+    }
+    thr = c.float_(
+        e.get("assistant_confidence_threshold", 0.0),
+        "engine.assistant_confidence_threshold",
+        lambda x: 0.0 <= x < 1.0,
+        "in [0, 1)",
+    )
+    if raw["candidate"] == "hf-assisted":
+        raw["candidate"] = {"name": "hf-assisted", "assistant_confidence_threshold": thr}
+    elif thr != 0.0:
+        raise c.fail(
+            "engine.assistant_confidence_threshold",
+            f"only meaningful with candidate: hf-assisted, got {thr!r}",
+        )
+    return raw
+
+
+def _engine_choice(c: Fields, value: Any, path: str, base_dir: Path | None) -> EngineChoice:
+    """``NAME`` or ``{name: NAME, OPTION: VALUE...}`` → ``EngineChoice`` (options parsed by the
+    engine class, messages naming the file and ``path``)."""
+    from spectest.engines.registry import engine_class
+
+    body = {"name": value} if isinstance(value, str) else value
+    if not isinstance(body, Mapping):
+        raise c.fail(path, f"expected an engine name or a mapping with 'name', got {value!r}")
+    if "name" not in body:
+        raise c.fail(f"{path}.name", "required field is missing")
+    m = dict(body)
+    name = c.str_(m.pop("name"), f"{path}.name")
+    try:
+        cls = engine_class(name)
+    except ConfigError as err:
+        raise c.fail(f"{path}.name", str(err)) from None
+    options = cls.parse_options(m, f"{c.source}: {path}", base_dir)
+    return EngineChoice(name, options, cls.uses_variant)
+
+
+def check_floor_arm(c: Fields, protocol: Protocol) -> None:
+    """A floor arm decides claim (b) from tokens: not beside matched mode (which decides it
+    from logits), and its engine must plain-decode (``check_protocol`` as a reference)."""
+    from spectest.engines.registry import engine_class
+
+    if protocol.numerics_mode == "matched":
+        raise c.fail(
+            "arms.floor",
+            "tests.numerics resolves to 'matched', which decides claim (b) from the logits "
+            "itself: set tests.numerics: exact to decide it from the floor arm's tokens",
+        )
+    assert protocol.floor is not None
+    e = protocol.floor.engine
+    rule = engine_class(e.name).check_protocol(
+        e.options,
+        role="reference",
+        variant="exact",
+        drafter_kind=protocol.drafter.kind,
+        drafter_q=protocol.drafter.q_mode,
+    )
+    if rule is not None:
+        raise c.fail("arms.floor.engine", f"{rule[0]}: {rule[1]}")
