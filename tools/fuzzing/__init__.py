@@ -2,9 +2,8 @@
 pure function of ``(seed, kind, index)``.
 
 Modules: ``common`` (what a case is, hostile values, byte mutations, the toy protocol), one
-generator per kind — ``protocols``, ``byo``, ``replies``, ``plugins``, ``provenance`` (resume,
-claim) —, ``worker`` (runs
-cases in-process) and ``oracle`` (judges an outcome). ``make_case`` and ``schedule`` are the
+generator per kind — ``protocols``, ``byo``, ``replies`` (with ``reply_command``, the command
+program's script), ``plugins``, ``provenance`` (resume, claim) —, ``worker`` (runs cases in-process) and ``oracle`` (judges an outcome). ``make_case`` and ``schedule`` are the
 entry points. Nothing here imports spectest except ``worker`` and ``oracle``.
 """
 
