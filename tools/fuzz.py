@@ -298,6 +298,32 @@ def _count(
         tally.notes.append({"id": case["id"], "notes": notes})
 
 
+def _keep_outcome(
+    out: Path,
+    case: dict[str, Any],
+    obs: dict[str, Any],
+    problems: list[str],
+    sub: dict[str, Any] | None,
+    d: Path,
+    keep: bool,
+) -> tuple[dict[str, Any], Path | None]:
+    """The case's outcome record and where an unclean case was saved (None: clean); the case's
+    directory is removed unless ``keep``."""
+    rec = _record(case, obs, problems, sub)
+    saved = save_failure(out, case, obs, d, problems) if problems else None
+    if not keep:
+        shutil.rmtree(d, ignore_errors=True)
+    return rec, saved
+
+
+def _progress(done: int, n: int, elapsed_s: float, tally: Tally) -> None:
+    print(
+        f"{done}/{n} cases, {elapsed_s:.0f} s, unclean {len(tally.unclean)}, "
+        f"subprocess {tally.subprocess_agree}/{tally.subprocess_runs} agree",
+        flush=True,
+    )
+
+
 def run_cases(
     cases: list[dict[str, Any]],
     out: Path,
@@ -336,22 +362,14 @@ def run_cases(
         finally:
             with lock:
                 free.append(worker)
-        rec = _record(case, obs, problems, sub)
-        saved = save_failure(out, case, obs, d, problems) if problems else None
-        if not keep:
-            shutil.rmtree(d, ignore_errors=True)
+        rec, saved = _keep_outcome(out, case, obs, problems, sub, d, keep)
         with lock:
             _count(tally, case, obs, problems, notes, sub, saved)
             outcomes.write(json.dumps(rec) + "\n")
             outcomes.flush()
             done += 1
             if log_every and done % log_every == 0:
-                el = time.monotonic() - t_start
-                print(
-                    f"{done}/{len(cases)} cases, {el:.0f} s, unclean {len(tally.unclean)}, "
-                    f"subprocess {tally.subprocess_agree}/{tally.subprocess_runs} agree",
-                    flush=True,
-                )
+                _progress(done, len(cases), time.monotonic() - t_start, tally)
 
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:
