@@ -10,6 +10,7 @@ import copy
 import json
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from fuzzing.common import mutate_bytes, nested_list
@@ -264,107 +265,69 @@ def _stray_lines(lines: list[str], k: int) -> list[str]:
     ]
 
 
-def _op_result(
-    r: random.Random,
-    lines: list[str],
-    results: list[dict[str, Any]],
-    k: int,
-    T: int,
-    notes: list[str],
-) -> bool:
-    before = len(notes)
-    lines[k] = mutate_result(r, results[k], T, notes)
-    return "(benign)" in " ".join(notes[before:])
+@dataclass
+class _Lines:
+    """The program's result lines being changed, with what a change draws on."""
+
+    r: random.Random
+    lines: list[str]
+    results: list[dict[str, Any]]
+    T: int
+    notes: list[str]
 
 
-def _op_line(
-    r: random.Random,
-    lines: list[str],
-    results: list[dict[str, Any]],
-    k: int,
-    T: int,
-    notes: list[str],
-) -> bool:
-    raw = r.choice(_stray_lines(lines, k))
-    lines.insert(k, raw)
-    notes.append(f"line inserted {raw[:40]!r}")
+def _op_result(s: _Lines, k: int) -> bool:
+    before = len(s.notes)
+    s.lines[k] = mutate_result(s.r, s.results[k], s.T, s.notes)
+    return "(benign)" in " ".join(s.notes[before:])
+
+
+def _op_line(s: _Lines, k: int) -> bool:
+    raw = s.r.choice(_stray_lines(s.lines, k))
+    s.lines.insert(k, raw)
+    s.notes.append(f"line inserted {raw[:40]!r}")
     return raw.startswith('{"type": "log"')
 
 
-def _op_behave(
-    r: random.Random,
-    lines: list[str],
-    results: list[dict[str, Any]],
-    k: int,
-    T: int,
-    notes: list[str],
-) -> bool:
-    how = r.choice(["exit0", "exit3", "sleep", "stderr", "close", "partial", "slow"])
-    lines.insert(k, how.upper())  # REPLAY's markers: EXIT0, EXIT3, SLEEP, STDERR, ...
-    notes.append(f"program {how} at line {k}")
+def _op_behave(s: _Lines, k: int) -> bool:
+    how = s.r.choice(["exit0", "exit3", "sleep", "stderr", "close", "partial", "slow"])
+    s.lines.insert(k, how.upper())  # REPLAY's markers: EXIT0, EXIT3, SLEEP, STDERR, ...
+    s.notes.append(f"program {how} at line {k}")
     return how in ("stderr", "slow")
 
 
-def _op_log(
-    r: random.Random,
-    lines: list[str],
-    results: list[dict[str, Any]],
-    k: int,
-    T: int,
-    notes: list[str],
-) -> bool:
-    lines.insert(k, json.dumps({"type": "log", "message": r.choice(["x", "ü", 5, None])}))
-    notes.append("a log line (benign)")
+def _op_log(s: _Lines, k: int) -> bool:
+    s.lines.insert(k, json.dumps({"type": "log", "message": s.r.choice(["x", "ü", 5, None])}))
+    s.notes.append("a log line (benign)")
     return True
 
 
-def _op_error(
-    r: random.Random,
-    lines: list[str],
-    results: list[dict[str, Any]],
-    k: int,
-    T: int,
-    notes: list[str],
-) -> bool:
+def _op_error(s: _Lines, k: int) -> bool:
     err = {
         "type": "error",
-        "id": r.choice([0, None, "0", 5]),
-        "message": r.choice(["top_k unsupported", "x" * 20_000, 5, "\x1b[31m[/]"]),
+        "id": s.r.choice([0, None, "0", 5]),
+        "message": s.r.choice(["top_k unsupported", "x" * 20_000, 5, "\x1b[31m[/]"]),
     }
-    lines.insert(k, json.dumps(err))
-    notes.append(f"an error line {json.dumps(err)[:60]}")
+    s.lines.insert(k, json.dumps(err))
+    s.notes.append(f"an error line {json.dumps(err)[:60]}")
     return False
 
 
-def _op_dupe(
-    r: random.Random,
-    lines: list[str],
-    results: list[dict[str, Any]],
-    k: int,
-    T: int,
-    notes: list[str],
-) -> bool:
-    lines.insert(k, lines[k])
-    notes.append("a result twice")
+def _op_dupe(s: _Lines, k: int) -> bool:
+    s.lines.insert(k, s.lines[k])
+    s.notes.append("a result twice")
     return False
 
 
-def _op_missing(
-    r: random.Random,
-    lines: list[str],
-    results: list[dict[str, Any]],
-    k: int,
-    T: int,
-    notes: list[str],
-) -> bool:
-    del lines[k]
-    notes.append("a result missing")
+def _op_missing(s: _Lines, k: int) -> bool:
+    del s.lines[k]
+    s.notes.append("a result missing")
     return False
 
 
 # the changes of the program's result lines: name -> (change, weight); each returns whether
 # the job still ends accepted
-LINE_CHANGES: dict[str, tuple[Callable[..., bool], int]] = {
+LINE_CHANGES: dict[str, tuple[Callable[[_Lines, int], bool], int]] = {
     "result": (_op_result, 45),
     "line": (_op_line, 12),
     "behave": (_op_behave, 15),
@@ -389,7 +352,7 @@ def command_script(
         if not lines:
             break
         k = r.randrange(len(lines))
-        ok = LINE_CHANGES[op][0](r, lines, results, k, T, notes)
+        ok = LINE_CHANGES[op][0](_Lines(r, lines, results, T, notes), k)
         benign = benign and ok
     steps += [{"line": ln} for ln in lines]
     steps.append({"end": True})
