@@ -67,6 +67,12 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
+def _no_outcome(t0: float, **why: Any) -> dict[str, Any]:
+    """The observation of a case the worker never answered: no exit, the wall time, and why."""
+    empty = {"exit": None, "stdout": "", "stderr": "", "exception": None}
+    return {**empty, "wall": time.monotonic() - t0, **why}
+
+
 class Worker:
     """One ``fuzzing.worker`` process; ``run`` sends a case and waits for its report until the
     case's bound plus ``WORKER_SLACK_S``, killing the process when it outlives that."""
@@ -150,25 +156,12 @@ class Worker:
             rep = self._read(case["bound_s"] + WORKER_SLACK_S)
         except (EOFError, BrokenPipeError, OSError) as err:
             self.stop()
-            return {
-                "exit": None,
-                "stdout": "",
-                "stderr": "",
-                "exception": None,
-                "wall": time.monotonic() - t0,
-                "harness_error": f"the worker process died during the case ({err}): a crash, "
-                "an os._exit or the OOM killer",
-            }
+            why = f"the worker process died during the case ({err}): a crash, an os._exit or "
+            why += "the OOM killer"
+            return _no_outcome(t0, harness_error=why)
         if rep is None:
             self.stop()
-            return {
-                "exit": None,
-                "stdout": "",
-                "stderr": "",
-                "exception": None,
-                "wall": time.monotonic() - t0,
-                "hung": True,
-            }
+            return _no_outcome(t0, hung=True)
         return rep
 
 

@@ -22,6 +22,7 @@ import base64
 import copy
 import json
 import random
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -246,27 +247,29 @@ def hostile_value(r: random.Random) -> Any:
     return copy.deepcopy(r.choice(HOSTILE_VALUES))
 
 
-KERNEL_OK = """import torch
-
-
-def accept(draft_probs, draft_token_ids, uniforms, target_probs):
-    B, K = draft_token_ids.shape
-    rows, x = torch.arange(B), draft_token_ids[..., None]
-    p = target_probs[:, :K].gather(2, x)[..., 0]
-    q = draft_probs.gather(2, x)[..., 0]
-    ok = (p > 0) & (uniforms[:, :K] * q <= p)
-    emitted = ok.long().cumprod(1).sum(1)
-    q_pad = torch.cat([draft_probs, torch.zeros_like(draft_probs[:, :1])], 1)
-    w = (target_probs[rows, emitted] - q_pad[rows, emitted]).clamp_min(0)
-    w = torch.where(w.sum(1, keepdim=True) > 0, w, target_probs[rows, emitted])
-    cdf = w.double().cumsum(1)
-    final = torch.searchsorted(cdf, (uniforms[:, K] * cdf[:, -1])[:, None], right=True)[:, 0]
-    pos = torch.arange(K + 1)[None, :]
-    drafts = torch.cat([draft_token_ids, draft_token_ids[:, :1]], 1)
-    out = torch.where(pos < emitted[:, None], drafts, -1)
-    out = torch.where(pos == emitted[:, None], final.clamp_max(w.shape[1] - 1)[:, None], out)
-    return out, ok.long().sum(1), emitted
+# the exact acceptor's body (tests/test_plugin_supervision.py builds kernels from it too)
+EXACT_ACCEPT = """\
+B, K = draft_token_ids.shape
+rows, x = torch.arange(B), draft_token_ids[..., None]
+p = target_probs[:, :K].gather(2, x)[..., 0]
+q = draft_probs.gather(2, x)[..., 0]
+ok = (p > 0) & (uniforms[:, :K] * q <= p)
+emitted = ok.long().cumprod(1).sum(1)
+q_pad = torch.cat([draft_probs, torch.zeros_like(draft_probs[:, :1])], 1)
+w = (target_probs[rows, emitted] - q_pad[rows, emitted]).clamp_min(0)
+w = torch.where(w.sum(1, keepdim=True) > 0, w, target_probs[rows, emitted])
+cdf = w.double().cumsum(1)
+final = torch.searchsorted(cdf, (uniforms[:, K] * cdf[:, -1])[:, None], right=True)[:, 0]
+pos = torch.arange(K + 1)[None, :]
+drafts = torch.cat([draft_token_ids, draft_token_ids[:, :1]], 1)
+out = torch.where(pos < emitted[:, None], drafts, -1)
+out = torch.where(pos == emitted[:, None], final.clamp_max(w.shape[1] - 1)[:, None], out)
+return out, ok.long().sum(1), emitted
 """
+KERNEL_OK = (
+    "import torch\n\n\ndef accept(draft_probs, draft_token_ids, uniforms, target_probs):\n"
+    + textwrap.indent(EXACT_ACCEPT, "    ")
+)
 
 
 # a line a byte mutation may insert into a YAML text
