@@ -21,6 +21,7 @@ import subprocess
 import time
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -36,7 +37,7 @@ from spectest.sampling.params import SamplingParams
 SYNTH_PROMPT = [1, 2, 3, 4, 5, 6, 7, 8]
 
 
-def pairs(device: str, big: bool):  # type: ignore[no-untyped-def]
+def pairs(device: str, big: bool):
     toy = ToyLM(256, 2, 2.0, seed=0, device=device)
     yield "toy:V=256,order=2", toy, toy.perturbed(0.5, seed=1), SYNTH_PROMPT
     tgt, drf = load_pair("bundled:target", "bundled:draft", device=device, dtype="float32", seed=0)
@@ -55,6 +56,30 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _git_sha() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        return ""
+
+
+def _machine(machine: str, device: str, sha: str) -> dict[str, Any]:
+    """The fields of a record that say where and on what it ran."""
+    return {
+        "date": date.today().isoformat(),
+        "bench": "engines.builtin",
+        "machine": machine,
+        "device": device,
+        "torch": torch.__version__,
+        "cpu_count": os.cpu_count(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "python": platform.python_version(),
+        "git": sha,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
@@ -70,12 +95,7 @@ def main() -> None:
     kw = dict(num_positions=args.positions, run_key=1, prompt_id="p", batch_size=args.rows)
     drafter = DrafterSpec(onehot=False, k=args.k)
     exact = get_variant("exact")
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
-    except OSError:
-        sha = ""
+    sha = _git_sha()
     records = []
     for name, target, draft, prompt in pairs(args.device, args.big):
         plain_decode(target, prompt, rows[:8], **kw)  # warm-up (allocator, kernels)
@@ -91,15 +111,7 @@ def main() -> None:
             sync(args.device)
             wall = time.perf_counter() - t0
             rec = {
-                "date": date.today().isoformat(),
-                "bench": "engines.builtin",
-                "machine": args.machine,
-                "device": args.device,
-                "torch": torch.__version__,
-                "cpu_count": os.cpu_count(),
-                "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-                "python": platform.python_version(),
-                "git": sha,
+                **_machine(args.machine, args.device, sha),
                 "model": name,
                 "arm": arm,
                 "rows": args.rows,

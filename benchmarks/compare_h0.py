@@ -28,6 +28,7 @@ import time
 from collections import Counter
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -79,16 +80,25 @@ def draw(
     return pd.concat(parts, ignore_index=True)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=200)
-    ap.add_argument("--samples", type=int, default=256, help="sequences per cell per file")
-    ap.add_argument("--stop", type=float, default=0.03, help="stop probability per position")
-    ap.add_argument("--seed", type=int, default=20261130)
-    ap.add_argument("--record", type=Path, default=Path("results/bench/compare_h0.json"))
-    args = ap.parse_args()
-    rng = np.random.default_rng(args.seed)
-    t0 = time.perf_counter()
+def _rate(c: Counter[int], code: int, n: int) -> dict[str, Any]:
+    """The rate with its exact (Clopper–Pearson) 95 % interval."""
+    ci = stats.binomtest(c[code], n).proportion_ci(0.95, method="exact")
+    return {"rate": c[code] / n, "count": c[code], "ci95": [ci.low, ci.high]}
+
+
+def _exits(codes: Counter[int], n: int) -> dict[str, Any]:
+    return {
+        "exit_codes": dict(sorted(codes.items())),
+        "false_exit_1": _rate(codes, 1, n),
+        "false_exit_3": _rate(codes, 3, n),
+    }
+
+
+def _replicate(
+    args: argparse.Namespace, rng: np.random.Generator
+) -> tuple[Counter[int], Counter[int], Counter[str], list[float]]:
+    """``args.reps`` comparisons of two files drawn from one law: the exit codes by default and
+    with ``--max-mde-tv 1``, the rejecting families, and the candidate cell's MDEs."""
     default_codes: Counter[int] = Counter()
     permissive_codes: Counter[int] = Counter()
     family_rejections: Counter[str] = Counter()
@@ -116,12 +126,21 @@ def main() -> None:
                     f"rejections {dict(family_rejections)}",
                     flush=True,
                 )
-    n = args.reps
+    return default_codes, permissive_codes, family_rejections, mdes
 
-    def rate(c: Counter[int], code: int) -> dict[str, float]:
-        """The rate with its exact (Clopper–Pearson) 95 % interval."""
-        ci = stats.binomtest(c[code], n).proportion_ci(0.95, method="exact")
-        return {"rate": c[code] / n, "count": c[code], "ci95": [ci.low, ci.high]}
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--samples", type=int, default=256, help="sequences per cell per file")
+    ap.add_argument("--stop", type=float, default=0.03, help="stop probability per position")
+    ap.add_argument("--seed", type=int, default=20261130)
+    ap.add_argument("--record", type=Path, default=Path("results/bench/compare_h0.json"))
+    args = ap.parse_args()
+    rng = np.random.default_rng(args.seed)
+    t0 = time.perf_counter()
+    default_codes, permissive_codes, family_rejections, mdes = _replicate(args, rng)
+    n = args.reps
 
     record = {
         "date": date.today().isoformat(),
@@ -134,16 +153,8 @@ def main() -> None:
         "stop": args.stop,
         "seed": args.seed,
         "default_max_mde_tv": DEFAULT_MAX_MDE_TV,
-        "default": {
-            "exit_codes": dict(sorted(default_codes.items())),
-            "false_exit_1": rate(default_codes, 1),
-            "false_exit_3": rate(default_codes, 3),
-        },
-        "max_mde_tv_1": {
-            "exit_codes": dict(sorted(permissive_codes.items())),
-            "false_exit_1": rate(permissive_codes, 1),
-            "false_exit_3": rate(permissive_codes, 3),
-        },
+        "default": _exits(default_codes, n),
+        "max_mde_tv_1": _exits(permissive_codes, n),
         "family_rejections": dict(family_rejections),
         "median_cell_mde_tv": {
             "min": float(np.min(mdes)) if mdes else None,

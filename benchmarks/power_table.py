@@ -36,7 +36,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -129,6 +129,48 @@ def units(pair: str, arms: list[str], workers: int, worker: int) -> list[tuple[s
     return all_units[worker::workers]
 
 
+def _write_pool_file(
+    args: argparse.Namespace,
+    models: tuple[Any, Any],
+    drafter: Any,
+    ids: list[int],
+    arm: str,
+    pid: str,
+    rows: list[Any],
+    pool: Path,
+) -> None:
+    """Decode ``rows`` of one (arm, prompt) with white-box columns and write its pool file (and
+    rounds file, first): the file on disk is complete."""
+    from spectest.engines import builtin
+    from spectest.sampling.mutants import get_variant
+
+    target, draft = models
+    sampler = H0_ARMS.get(arm, arm)
+    path = _pool_path(pool, arm, pid)
+    t0 = time.perf_counter()
+    common = dict(
+        num_positions=POSITIONS, run_key=RUN_KEY, prompt_id=pid, batch_size=args.batch,
+        whitebox=True,
+    )  # fmt: skip
+    if sampler == "reference":
+        out = builtin.plain_decode(target, ids, rows, draft=draft, drafter=drafter, **common)
+    else:
+        out = builtin.speculative_decode(
+            target, draft, ids, rows, drafter=drafter, variant=get_variant(sampler), **common
+        )
+    assert out.whitebox is not None
+    samples = pd.concat([builtin.to_samples_frame(out, pid, rows, arm), out.whitebox], axis=1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if out.rounds is not None:
+        rp = _rounds_path(pool, arm, pid)
+        builtin.to_rounds_frame(out, pid, rows, arm).to_parquet(rp.with_suffix(".tmp"))
+        rp.with_suffix(".tmp").rename(rp)
+    tmp = path.with_suffix(".tmp")
+    samples.to_parquet(tmp, index=False)
+    tmp.rename(path)  # last: a pool file on disk is complete (rounds written before it)
+    print(f"{arm} {pid}: {len(rows)} rows in {time.perf_counter() - t0:.1f} s", flush=True)
+
+
 def generate(args: argparse.Namespace) -> None:
     """Generate this worker's pool files (skips those on disk: resumable). White-box columns are
     recorded by the decode loops at generation time from the exact p_t / q_t rows (the built-in
@@ -138,7 +180,6 @@ def generate(args: argparse.Namespace) -> None:
 
     from spectest.engines import builtin
     from spectest.models.zoo import load_pair
-    from spectest.sampling.mutants import get_variant
     from spectest.sampling.params import SamplingParams
 
     if args.device == "cpu" and not os.environ.get("OMP_NUM_THREADS"):
@@ -166,38 +207,14 @@ def generate(args: argparse.Namespace) -> None:
     drafter = builtin.DrafterSpec(onehot=True, k=K)
     prompt_ids = dict(_prompts(args.pair))
     for arm, pid in todo:
-        base = ALL_ARMS.index(arm) * SEED_STRIDE
-        sampler = H0_ARMS.get(arm, arm)
-        pool = pool_of(arm)
         rows = [
-            builtin.RowSpec(cid, base + s, SamplingParams(**p))
+            builtin.RowSpec(cid, ALL_ARMS.index(arm) * SEED_STRIDE + s, SamplingParams(**p))
             for cid, p in CONFIGS.items()
             for s in range(_pool_seeds(arm, n_seeds, h0_seeds))
         ]
-        path = _pool_path(pool, arm, pid)
-        t0 = time.perf_counter()
-        common = dict(
-            num_positions=POSITIONS, run_key=RUN_KEY, prompt_id=pid, batch_size=args.batch,
-            whitebox=True,
-        )  # fmt: skip
-        ids = prompt_ids[pid]
-        if sampler == "reference":
-            out = builtin.plain_decode(target, ids, rows, draft=draft, drafter=drafter, **common)
-        else:
-            out = builtin.speculative_decode(
-                target, draft, ids, rows, drafter=drafter, variant=get_variant(sampler), **common
-            )
-        assert out.whitebox is not None
-        samples = pd.concat([builtin.to_samples_frame(out, pid, rows, arm), out.whitebox], axis=1)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if out.rounds is not None:
-            rp = _rounds_path(pool, arm, pid)
-            builtin.to_rounds_frame(out, pid, rows, arm).to_parquet(rp.with_suffix(".tmp"))
-            rp.with_suffix(".tmp").rename(rp)
-        tmp = path.with_suffix(".tmp")
-        samples.to_parquet(tmp, index=False)
-        tmp.rename(path)  # last: a pool file on disk is complete (rounds written before it)
-        print(f"{arm} {pid}: {len(rows)} rows in {time.perf_counter() - t0:.1f} s", flush=True)
+        _write_pool_file(
+            args, (target, draft), drafter, prompt_ids[pid], arm, pid, rows, pool_of(arm)
+        )
 
 
 def pool_complete(root: Path, pair: str, n_seeds: int, arm: str) -> bool:
@@ -348,6 +365,28 @@ def job_list(reps: int, h0_reps: int, with_h0: bool) -> list[tuple[str, int]]:
     return jobs
 
 
+def _h0_pools(args: argparse.Namespace, disjoint: bool, ref: Any) -> tuple[Any, Any]:
+    """The H0 replications' (reference-side, exact-side) pools: the two H0 pools when both are
+    complete ("disjoint"), else the main reference and exact pools ("resampled")."""
+    root, n_seeds, h0_seeds = Path(args.dir), args.reps * args.per_arm, args.h0_reps * args.per_arm
+    if disjoint:
+        return (
+            load_pool(root, args.pair, h0_seeds, "h0_reference"),
+            load_pool(root, args.pair, h0_seeds, "h0_exact"),
+        )
+    return ref, load_pool(root, args.pair, n_seeds, "exact")
+
+
+def _h0_seeds(r: int, disjoint: bool, per_arm: int, n_seeds: int) -> tuple[np.ndarray, np.ndarray]:
+    """H0 replication r's (reference, candidate) seeds: a disjoint block, or drawn at random."""
+    if disjoint:
+        rs = np.arange(r * per_arm, (r + 1) * per_arm)
+        return rs, rs
+    rng = np.random.default_rng([14, r])
+    rs = rng.choice(n_seeds, per_arm, replace=False)
+    return rs, rng.choice(n_seeds, per_arm, replace=False)
+
+
 def table(args: argparse.Namespace) -> None:
     """Analyse slices of the pools; one JSON line per (arm, replication) in this worker's file.
     Stops starting analyses once ``--budget-s`` would be exceeded (the last analysis's wall time
@@ -382,20 +421,10 @@ def table(args: argparse.Namespace) -> None:
             t0 = time.perf_counter()
             if arm == "H0":
                 if h0_pair is None:
-                    h0_pair = (
-                        (load_pool(root, args.pair, h0_seeds, "h0_reference"),
-                         load_pool(root, args.pair, h0_seeds, "h0_exact"))
-                        if disjoint
-                        else (ref, load_pool(root, args.pair, n_seeds, "exact"))
-                    )  # fmt: skip
+                    h0_pair = _h0_pools(args, disjoint, ref)
                 h0_ref, h0_exact = h0_pair
                 assert h0_ref is not None and h0_exact is not None
-                if disjoint:
-                    rs = cs = np.arange(r * args.per_arm, (r + 1) * args.per_arm)
-                else:
-                    rng = np.random.default_rng([14, r])
-                    rs = rng.choice(n_seeds, args.per_arm, replace=False)
-                    cs = rng.choice(n_seeds, args.per_arm, replace=False)
+                rs, cs = _h0_seeds(r, disjoint, args.per_arm, n_seeds)
                 res = _analyze_one(h0_ref, h0_exact, rs, cs, args.perms, r, stats_)
                 res["h0_scheme"] = "disjoint" if disjoint else "resampled"  # type: ignore[assignment]
             else:

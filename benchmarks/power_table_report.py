@@ -42,46 +42,18 @@ def report(args: argparse.Namespace) -> None:
     out = _kill_table(df)
     mut = out[out["arm"] != "H0"]
     h0 = df[df["arm"] == "H0"]
-    schemes = (
-        h0["h0_scheme"].fillna("resampled").value_counts().to_dict()
-        if "h0_scheme" in h0
-        else {"resampled": len(h0)}
-    )
+    schemes = _h0_schemes(h0)
     totals = {c: int(mut[c].sum()) for c in CONFIGS_FAMILIES}
     ratios = _doubling(mut, totals)
     fa = _false_alarms(h0)
-    fams_fa = {c: v for c, v in fa.items() if not c.startswith("config")}
-    crit = {
-        "doubled": totals[CHI2] > 0 and totals[SEQ_ALONE] >= 2 * totals[CHI2],
-        "doubled_bb": totals[CHI2] > 0 and totals[BB_SEQ] >= 2 * totals[CHI2],
-        "fam_ok": bool(fams_fa) and all(v["rate"] <= ALPHA for v in fams_fa.values()),
-        "fam_ok_stat": bool(fams_fa)
-        and all(v["p_exceeds_alpha"] >= 0.05 for v in fams_fa.values()),
-        "n_h0_ok": len(h0) >= 200,
-    }
+    crit = _criterion(totals, fa, len(h0))
     missing, short, no_pool = _not_finished(args, root, df, out, len(h0))
     lines += _kills_text(args, out, totals, ratios, mut)
     lines += _false_alarms_text(args, fa, len(h0), schemes)
     lines += _criterion_text(args, crit, len(h0))
-    unfinished = [
-        f"arms without any replication: {', '.join(missing)}" if missing else "",
-        f"short of replications: {', '.join(short)}" if short else "",
-        f"pools incomplete: {', '.join(no_pool)}" if no_pool else "",
-    ]
-    if any(unfinished):
-        lines += [
-            "**Not finished** (the table above covers only what ran): "
-            + "; ".join(x for x in unfinished if x),
-            "",
-        ]
+    lines += _unfinished_text(missing, short, no_pool)
     mde = {c: float(df[c].median()) for c in df.columns if c.startswith("mde")}
-    walls = df["wall_s"].to_numpy(dtype=float)
-    lines += [
-        "Median resolutions: " + ", ".join(f"{k} {v:.3f}" for k, v in mde.items()),
-        "",
-        f"Analyses: {len(df)}, wall per analysis median {np.median(walls):.1f} s, "
-        f"max {walls.max():.1f} s; permutations {sorted(set(df.get('perms', pd.Series([0]))))}.",
-    ]
+    lines += _footer_text(df, mde)
     met = crit["doubled"] and crit["fam_ok"] and crit["n_h0_ok"]
     met_bb = crit["doubled_bb"] and crit["fam_ok"] and crit["n_h0_ok"]
     _emit(
@@ -100,6 +72,53 @@ def report(args: argparse.Namespace) -> None:
             "records": len(df),
         },
     )  # fmt: skip
+
+
+def _h0_schemes(h0: pd.DataFrame) -> dict[str, int]:
+    """How many H0 replications ran on disjoint seeds and how many were resampled."""
+    if "h0_scheme" not in h0:
+        return {"resampled": len(h0)}
+    return h0["h0_scheme"].fillna("resampled").value_counts().to_dict()
+
+
+def _criterion(
+    totals: dict[str, int], fa: dict[str, dict[str, float]], n_h0: int
+) -> dict[str, bool]:
+    """The parts of issue 14's criterion: the doublings, every family's H0 rate, ≥ 200 H0 reps."""
+    fams_fa = {c: v for c, v in fa.items() if not c.startswith("config")}
+    return {
+        "doubled": totals[CHI2] > 0 and totals[SEQ_ALONE] >= 2 * totals[CHI2],
+        "doubled_bb": totals[CHI2] > 0 and totals[BB_SEQ] >= 2 * totals[CHI2],
+        "fam_ok": bool(fams_fa) and all(v["rate"] <= ALPHA for v in fams_fa.values()),
+        "fam_ok_stat": bool(fams_fa)
+        and all(v["p_exceeds_alpha"] >= 0.05 for v in fams_fa.values()),
+        "n_h0_ok": n_h0 >= 200,
+    }
+
+
+def _unfinished_text(missing: list[str], short: list[str], no_pool: list[str]) -> list[str]:
+    unfinished = [
+        f"arms without any replication: {', '.join(missing)}" if missing else "",
+        f"short of replications: {', '.join(short)}" if short else "",
+        f"pools incomplete: {', '.join(no_pool)}" if no_pool else "",
+    ]
+    if not any(unfinished):
+        return []
+    return [
+        "**Not finished** (the table above covers only what ran): "
+        + "; ".join(x for x in unfinished if x),
+        "",
+    ]
+
+
+def _footer_text(df: pd.DataFrame, mde: dict[str, float]) -> list[str]:
+    walls = df["wall_s"].to_numpy(dtype=float)
+    return [
+        "Median resolutions: " + ", ".join(f"{k} {v:.3f}" for k, v in mde.items()),
+        "",
+        f"Analyses: {len(df)}, wall per analysis median {np.median(walls):.1f} s, "
+        f"max {walls.max():.1f} s; permutations {sorted(set(df.get('perms', pd.Series([0]))))}.",
+    ]
 
 
 def _kill_table(df: pd.DataFrame) -> pd.DataFrame:

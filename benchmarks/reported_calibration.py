@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import Any
 
 import numpy as np
 
@@ -65,25 +66,11 @@ def _replicate(engines, r, n_seeds, configs, positions, drafter, target):
     return s, rd
 
 
-def part_a(reps: int, n_seeds: int, positions: int, offset: int = 0) -> dict[str, object]:
-
-    from spectest import schema
-    from spectest.engines.base import (
-        DrafterSpec,
-        Models,
-    )
+def _engines(target: Any, draft: Any) -> dict[str, Any]:
+    """The honest reporting program as the reference (plain) and candidate (speculative) arm."""
+    from spectest.engines.base import Models
     from spectest.engines.command import CommandEngine
-    from spectest.models.zoo import load_model
-    from spectest.sampling.params import SamplingParams
-    from spectest.stats.battery import AnalysisOptions, analyze
-    from spectest.stats.family_cells import CellFamily
-    from spectest.stats.family_reported import ReportedFamily
 
-    target, draft = load_model(TOY_T), load_model(TOY_D)
-    configs = [
-        ("t1.0", SamplingParams(temperature=1.0)),
-        ("t0.8-p0.9", SamplingParams(0.8, 0, 0.9, 0.0)),
-    ]
     base = [
         "{python}",
         "{programs}/reporting_engine.py",
@@ -103,6 +90,24 @@ def part_a(reps: int, n_seeds: int, positions: int, offset: int = 0) -> dict[str
             Models(target, draft),
         ),
     }
+    return engines
+
+
+def part_a(reps: int, n_seeds: int, positions: int, offset: int = 0) -> dict[str, object]:
+    from spectest import schema
+    from spectest.engines.base import DrafterSpec
+    from spectest.models.zoo import load_model
+    from spectest.sampling.params import SamplingParams
+    from spectest.stats.battery import AnalysisOptions, analyze
+    from spectest.stats.family_cells import CellFamily
+    from spectest.stats.family_reported import ReportedFamily
+
+    target, draft = load_model(TOY_T), load_model(TOY_D)
+    configs = [
+        ("t1.0", SamplingParams(temperature=1.0)),
+        ("t0.8-p0.9", SamplingParams(0.8, 0, 0.9, 0.0)),
+    ]
+    engines = _engines(target, draft)
     opts = AnalysisOptions(alpha=2 * ALPHA, null_permutations=20, trie_depth=0, sequence=False)
     fails: dict[str, int] = {}
     any_fail = cand_fail = control_fail = 0

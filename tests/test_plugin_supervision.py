@@ -30,6 +30,9 @@ from spectest.shipped import shipped_dir
 from spectest.store import MANIFEST, SUMMARY
 from spectest.supervise import Outcome, check_timeout, run_supervised
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+from fuzzing.common import EXACT_ACCEPT as EXACT  # the exact kernel's one copy
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {
     **os.environ,
@@ -52,26 +55,6 @@ def kernel(d: Path, *, at_import: str = "", in_call: str = "") -> Path:
         + textwrap.indent(EXACT, "    ")
     )
     return f
-
-
-EXACT = """\
-B, K = draft_token_ids.shape
-rows, x = torch.arange(B), draft_token_ids[..., None]
-p = target_probs[:, :K].gather(2, x)[..., 0]
-q = draft_probs.gather(2, x)[..., 0]
-ok = (p > 0) & (uniforms[:, :K] * q <= p)
-emitted = ok.long().cumprod(1).sum(1)
-q_pad = torch.cat([draft_probs, torch.zeros_like(draft_probs[:, :1])], 1)
-w = (target_probs[rows, emitted] - q_pad[rows, emitted]).clamp_min(0)
-w = torch.where(w.sum(1, keepdim=True) > 0, w, target_probs[rows, emitted])
-cdf = w.double().cumsum(1)
-final = torch.searchsorted(cdf, (uniforms[:, K] * cdf[:, -1])[:, None], right=True)[:, 0]
-pos = torch.arange(K + 1)[None, :]
-drafts = torch.cat([draft_token_ids, draft_token_ids[:, :1]], 1)
-out = torch.where(pos < emitted[:, None], drafts, -1)
-out = torch.where(pos == emitted[:, None], final.clamp_max(w.shape[1] - 1)[:, None], out)
-return out, ok.long().sum(1), emitted
-"""
 
 
 def spectest_popen(d: Path, k: Path, *extra: object) -> subprocess.Popen[str]:

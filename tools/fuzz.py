@@ -67,6 +67,12 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
+def _no_outcome(t0: float, **why: Any) -> dict[str, Any]:
+    """The observation of a case the worker never answered: no exit, the wall time, and why."""
+    empty = {"exit": None, "stdout": "", "stderr": "", "exception": None}
+    return {**empty, "wall": time.monotonic() - t0, **why}
+
+
 class Worker:
     """One ``fuzzing.worker`` process; ``run`` sends a case and waits for its report until the
     case's bound plus ``WORKER_SLACK_S``, killing the process when it outlives that."""
@@ -150,25 +156,12 @@ class Worker:
             rep = self._read(case["bound_s"] + WORKER_SLACK_S)
         except (EOFError, BrokenPipeError, OSError) as err:
             self.stop()
-            return {
-                "exit": None,
-                "stdout": "",
-                "stderr": "",
-                "exception": None,
-                "wall": time.monotonic() - t0,
-                "harness_error": f"the worker process died during the case ({err}): a crash, "
-                "an os._exit or the OOM killer",
-            }
+            why = f"the worker process died during the case ({err}): a crash, an os._exit or "
+            why += "the OOM killer"
+            return _no_outcome(t0, harness_error=why)
         if rep is None:
             self.stop()
-            return {
-                "exit": None,
-                "stdout": "",
-                "stderr": "",
-                "exception": None,
-                "wall": time.monotonic() - t0,
-                "hung": True,
-            }
+            return _no_outcome(t0, hung=True)
         return rep
 
 
@@ -298,6 +291,32 @@ def _count(
         tally.notes.append({"id": case["id"], "notes": notes})
 
 
+def _keep_outcome(
+    out: Path,
+    case: dict[str, Any],
+    obs: dict[str, Any],
+    problems: list[str],
+    sub: dict[str, Any] | None,
+    d: Path,
+    keep: bool,
+) -> tuple[dict[str, Any], Path | None]:
+    """The case's outcome record and where an unclean case was saved (None: clean); the case's
+    directory is removed unless ``keep``."""
+    rec = _record(case, obs, problems, sub)
+    saved = save_failure(out, case, obs, d, problems) if problems else None
+    if not keep:
+        shutil.rmtree(d, ignore_errors=True)
+    return rec, saved
+
+
+def _progress(done: int, n: int, elapsed_s: float, tally: Tally) -> None:
+    print(
+        f"{done}/{n} cases, {elapsed_s:.0f} s, unclean {len(tally.unclean)}, "
+        f"subprocess {tally.subprocess_agree}/{tally.subprocess_runs} agree",
+        flush=True,
+    )
+
+
 def run_cases(
     cases: list[dict[str, Any]],
     out: Path,
@@ -336,22 +355,14 @@ def run_cases(
         finally:
             with lock:
                 free.append(worker)
-        rec = _record(case, obs, problems, sub)
-        saved = save_failure(out, case, obs, d, problems) if problems else None
-        if not keep:
-            shutil.rmtree(d, ignore_errors=True)
+        rec, saved = _keep_outcome(out, case, obs, problems, sub, d, keep)
         with lock:
             _count(tally, case, obs, problems, notes, sub, saved)
             outcomes.write(json.dumps(rec) + "\n")
             outcomes.flush()
             done += 1
             if log_every and done % log_every == 0:
-                el = time.monotonic() - t_start
-                print(
-                    f"{done}/{len(cases)} cases, {el:.0f} s, unclean {len(tally.unclean)}, "
-                    f"subprocess {tally.subprocess_agree}/{tally.subprocess_runs} agree",
-                    flush=True,
-                )
+                _progress(done, len(cases), time.monotonic() - t_start, tally)
 
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:

@@ -2,10 +2,11 @@
 pure function of ``(seed, kind, index)``.
 
 Modules: ``common`` (what a case is, hostile values, byte mutations, the toy protocol), one
-generator per kind — ``protocols``, ``byo``, ``replies``, ``plugins``, ``provenance`` (resume,
-claim) —, ``worker`` (runs
-cases in-process) and ``oracle`` (judges an outcome). ``make_case`` and ``schedule`` are the
-entry points. Nothing here imports spectest except ``worker`` and ``oracle``.
+generator per kind — ``protocols`` (its mapping changes in ``protocol_map``), ``byo`` (its
+table mutations in ``byo_mutations``), ``replies`` (the command program's script in
+``reply_command``), ``plugins``, ``provenance`` (resume, claim) —, ``worker`` (runs cases
+in-process) and ``oracle`` (judges an outcome). ``make_case`` and ``schedule`` are the entry
+points. Nothing here imports spectest except ``worker`` and ``oracle``.
 """
 
 from __future__ import annotations

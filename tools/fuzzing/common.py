@@ -22,6 +22,7 @@ import base64
 import copy
 import json
 import random
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -246,122 +247,160 @@ def hostile_value(r: random.Random) -> Any:
     return copy.deepcopy(r.choice(HOSTILE_VALUES))
 
 
-KERNEL_OK = """import torch
-
-
-def accept(draft_probs, draft_token_ids, uniforms, target_probs):
-    B, K = draft_token_ids.shape
-    rows, x = torch.arange(B), draft_token_ids[..., None]
-    p = target_probs[:, :K].gather(2, x)[..., 0]
-    q = draft_probs.gather(2, x)[..., 0]
-    ok = (p > 0) & (uniforms[:, :K] * q <= p)
-    emitted = ok.long().cumprod(1).sum(1)
-    q_pad = torch.cat([draft_probs, torch.zeros_like(draft_probs[:, :1])], 1)
-    w = (target_probs[rows, emitted] - q_pad[rows, emitted]).clamp_min(0)
-    w = torch.where(w.sum(1, keepdim=True) > 0, w, target_probs[rows, emitted])
-    cdf = w.double().cumsum(1)
-    final = torch.searchsorted(cdf, (uniforms[:, K] * cdf[:, -1])[:, None], right=True)[:, 0]
-    pos = torch.arange(K + 1)[None, :]
-    drafts = torch.cat([draft_token_ids, draft_token_ids[:, :1]], 1)
-    out = torch.where(pos < emitted[:, None], drafts, -1)
-    out = torch.where(pos == emitted[:, None], final.clamp_max(w.shape[1] - 1)[:, None], out)
-    return out, ok.long().sum(1), emitted
+# the exact acceptor's body (tests/test_plugin_supervision.py builds kernels from it too)
+EXACT_ACCEPT = """\
+B, K = draft_token_ids.shape
+rows, x = torch.arange(B), draft_token_ids[..., None]
+p = target_probs[:, :K].gather(2, x)[..., 0]
+q = draft_probs.gather(2, x)[..., 0]
+ok = (p > 0) & (uniforms[:, :K] * q <= p)
+emitted = ok.long().cumprod(1).sum(1)
+q_pad = torch.cat([draft_probs, torch.zeros_like(draft_probs[:, :1])], 1)
+w = (target_probs[rows, emitted] - q_pad[rows, emitted]).clamp_min(0)
+w = torch.where(w.sum(1, keepdim=True) > 0, w, target_probs[rows, emitted])
+cdf = w.double().cumsum(1)
+final = torch.searchsorted(cdf, (uniforms[:, K] * cdf[:, -1])[:, None], right=True)[:, 0]
+pos = torch.arange(K + 1)[None, :]
+drafts = torch.cat([draft_token_ids, draft_token_ids[:, :1]], 1)
+out = torch.where(pos < emitted[:, None], drafts, -1)
+out = torch.where(pos == emitted[:, None], final.clamp_max(w.shape[1] - 1)[:, None], out)
+return out, ok.long().sum(1), emitted
 """
+KERNEL_OK = (
+    "import torch\n\n\ndef accept(draft_probs, draft_token_ids, uniforms, target_probs):\n"
+    + textwrap.indent(EXACT_ACCEPT, "    ")
+)
+
+
+# a line a byte mutation may insert into a YAML text
+YAML_LINES = [
+    b"\tfoo: 1\n",
+    b"- x\n",
+    b"&a\n",
+    b"%YAML 1.2\n",
+    b"---\n",
+    b"...\n",
+    b"%TAG ! tag:x,2000:\n",
+    b"zz: *a\n",
+    b"? [1, 2]\n: 3\n",
+    b"{\n",
+    b"'\n",
+    b"<<: {x: 1}\n",
+    b"\xff\xfe\n",
+    b"\x00\n",
+    b"!!python/object\n",
+]
+
+
+def _flip(r: random.Random, b: bytearray, notes: list[str]) -> bytearray:
+    if b:
+        i = r.randrange(len(b))
+        b[i] = r.randrange(256)
+        notes.append(f"bytes: byte {i} -> 0x{b[i]:02x}")
+    return b
+
+
+def _delete(r: random.Random, b: bytearray, notes: list[str]) -> bytearray:
+    if b:
+        i = r.randrange(len(b))
+        j = min(len(b), i + r.randint(1, 40))
+        del b[i:j]
+        notes.append(f"bytes: delete [{i}, {j})")
+    return b
+
+
+def _dup_line(r: random.Random, b: bytearray, notes: list[str]) -> bytearray:
+    lines = bytes(b).split(b"\n")
+    k = r.randrange(len(lines))
+    lines.insert(k, lines[k])
+    notes.append(f"bytes: line {k + 1} twice")
+    return bytearray(b"\n".join(lines))
+
+
+def _insert(r: random.Random, b: bytearray, notes: list[str]) -> bytearray:
+    ins = r.choice(YAML_LINES)
+    lines = bytes(b).split(b"\n")
+    k = r.randrange(len(lines) + 1)
+    lines.insert(k, ins.rstrip(b"\n"))
+    notes.append(f"bytes: insert line {k + 1} {ins!r}")
+    return bytearray(b"\n".join(lines))
+
+
+def _truncate(r: random.Random, b: bytearray, notes: list[str]) -> bytearray:
+    if b:
+        k = r.randrange(len(b))
+        del b[k:]
+        notes.append(f"bytes: truncate at {k}")
+    return b
+
+
+def _bom(r: random.Random, b: bytearray, notes: list[str]) -> bytearray:
+    notes.append("bytes: UTF-8 BOM")
+    return bytearray(b"\xef\xbb\xbf" + b)
+
+
+def _nul(r: random.Random, b: bytearray, notes: list[str]) -> bytearray:
+    k = r.randrange(len(b) + 1)
+    b[k:k] = b"\x00"
+    notes.append(f"bytes: NUL at {k}")
+    return b
+
+
+def _utf8(r: random.Random, b: bytearray, notes: list[str]) -> bytearray:
+    k = r.randrange(len(b) + 1)
+    b[k:k] = r.choice([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80"])
+    notes.append(f"bytes: invalid UTF-8 at {k}")
+    return b
+
+
+def _crlf(r: random.Random, b: bytearray, notes: list[str]) -> bytearray:
+    notes.append("bytes: CRLF")
+    return bytearray(bytes(b).replace(b"\n", b"\r\n"))
+
+
+def _tabs(r: random.Random, b: bytearray, notes: list[str]) -> bytearray:
+    notes.append("bytes: tabs for indentation")
+    return bytearray(bytes(b).replace(b"  ", b"\t"))
+
+
+def _pad(r: random.Random, b: bytearray, notes: list[str]) -> bytearray:
+    size = r.choice([2**18 - 10, 2**18 + 1, 2**20])
+    notes.append(f"bytes: padded to {size} bytes")
+    return b + b"#" + b"x" * max(0, size - len(b) - 2) + b"\n"
+
+
+def _docs(r: random.Random, b: bytearray, notes: list[str]) -> bytearray:
+    notes.append("bytes: two YAML documents")
+    return bytearray(b"---\n" + bytes(b) + b"\n---\nname: other\n")
+
+
+def _directive(r: random.Random, b: bytearray, notes: list[str]) -> bytearray:
+    notes.append("bytes: a directive")
+    return bytearray(r.choice([b"%YAML 1.1\n---\n", b"%YAML 9.9\n---\n", b"%FOO bar\n---\n"]) + b)
+
+
+# the byte mutations of a text file, drawn from in this order by one random choice
+BYTE_MUTATIONS = {
+    "flip": _flip,
+    "delete": _delete,
+    "dup_line": _dup_line,
+    "insert": _insert,
+    "truncate": _truncate,
+    "bom": _bom,
+    "nul": _nul,
+    "utf8": _utf8,
+    "crlf": _crlf,
+    "tabs": _tabs,
+    "pad": _pad,
+    "docs": _docs,
+    "directive": _directive,
+}
 
 
 def mutate_bytes(r: random.Random, data: bytes, notes: list[str]) -> bytes:
     """One byte-level change of a text file."""
-    op = r.choice(
-        [
-            "flip",
-            "delete",
-            "dup_line",
-            "insert",
-            "truncate",
-            "bom",
-            "nul",
-            "utf8",
-            "crlf",
-            "tabs",
-            "pad",
-            "docs",
-            "directive",
-        ]
-    )
-    b = bytearray(data)
-    n = len(b)
-    if op == "flip" and n:
-        i = r.randrange(n)
-        b[i] = r.randrange(256)
-        notes.append(f"bytes: byte {i} -> 0x{b[i]:02x}")
-    elif op == "delete" and n:
-        i = r.randrange(n)
-        j = min(n, i + r.randint(1, 40))
-        del b[i:j]
-        notes.append(f"bytes: delete [{i}, {j})")
-    elif op == "dup_line":
-        lines = bytes(b).split(b"\n")
-        k = r.randrange(len(lines))
-        lines.insert(k, lines[k])
-        b = bytearray(b"\n".join(lines))
-        notes.append(f"bytes: line {k + 1} twice")
-    elif op == "insert":
-        ins = r.choice(
-            [
-                b"\tfoo: 1\n",
-                b"- x\n",
-                b"&a\n",
-                b"%YAML 1.2\n",
-                b"---\n",
-                b"...\n",
-                b"%TAG ! tag:x,2000:\n",
-                b"zz: *a\n",
-                b"? [1, 2]\n: 3\n",
-                b"{\n",
-                b"'\n",
-                b"<<: {x: 1}\n",
-                b"\xff\xfe\n",
-                b"\x00\n",
-                b"!!python/object\n",
-            ]
-        )
-        lines = bytes(b).split(b"\n")
-        k = r.randrange(len(lines) + 1)
-        lines.insert(k, ins.rstrip(b"\n"))
-        b = bytearray(b"\n".join(lines))
-        notes.append(f"bytes: insert line {k + 1} {ins!r}")
-    elif op == "truncate" and n:
-        k = r.randrange(n)
-        del b[k:]
-        notes.append(f"bytes: truncate at {k}")
-    elif op == "bom":
-        b[:0] = b"\xef\xbb\xbf"
-        notes.append("bytes: UTF-8 BOM")
-    elif op == "nul":
-        k = r.randrange(n + 1)
-        b[k:k] = b"\x00"
-        notes.append(f"bytes: NUL at {k}")
-    elif op == "utf8":
-        k = r.randrange(n + 1)
-        b[k:k] = r.choice([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80"])
-        notes.append(f"bytes: invalid UTF-8 at {k}")
-    elif op == "crlf":
-        b = bytearray(bytes(b).replace(b"\n", b"\r\n"))
-        notes.append("bytes: CRLF")
-    elif op == "tabs":
-        b = bytearray(bytes(b).replace(b"  ", b"\t"))
-        notes.append("bytes: tabs for indentation")
-    elif op == "pad":
-        size = r.choice([2**18 - 10, 2**18 + 1, 2**20])
-        b += b"#" + b"x" * max(0, size - n - 2) + b"\n"
-        notes.append(f"bytes: padded to {size} bytes")
-    elif op == "docs":
-        b = bytearray(b"---\n" + bytes(b) + b"\n---\nname: other\n")
-        notes.append("bytes: two YAML documents")
-    elif op == "directive":
-        b[:0] = r.choice([b"%YAML 1.1\n---\n", b"%YAML 9.9\n---\n", b"%FOO bar\n---\n"])
-        notes.append("bytes: a directive")
-    return bytes(b)
+    op = r.choice(list(BYTE_MUTATIONS))
+    return bytes(BYTE_MUTATIONS[op](r, bytearray(data), notes))
 
 
 # ----------------------------------------------------------------------------- the toy protocol

@@ -95,27 +95,7 @@ def judge(case: dict[str, Any], obs: dict[str, Any], d: Path) -> list[str]:
         if any("internal error" in ln for ln in lines):
             problems.append(f"exit {code} is an internal error: {lines[0][:300]!r}")
     if case["mode"] in ("cli", "resume") and case.get("out") is not None and code in DOCUMENTED:
-        run = d / case["out"]
-        state, summary = _run_dir_state(run)
-        if state.startswith("broken"):
-            problems.append(f"run directory {state}")
-        if code in (0, 1, 3):
-            if state != "complete":
-                problems.append(f"exit {code} without a complete run directory ({state})")
-            elif summary is not None:
-                verdict = summary.get("verdict") or {}
-                if verdict.get("exit_code") != code:
-                    problems.append(
-                        f"exit {code} but summary.json's verdict says {verdict.get('exit_code')!r}"
-                    )
-                if code == 1 and verdict.get("decision") != "different":
-                    problems.append(
-                        f"exit 1 that is not a verdict: decision {verdict.get('decision')!r}"
-                    )
-        elif code in (2, 4) and state == "complete":
-            problems.append(
-                f"exit {code} but the run directory is complete (presented as a result)"
-            )
+        problems += _run_dir_checks(d / case["out"], code)
     elif code == 1:  # no run directory to hold a verdict (an engine case): 1 is never right
         problems.append("exit 1 that is not a verdict (no run directory)")
     if case.get("process_only"):
@@ -125,6 +105,31 @@ def judge(case: dict[str, Any], obs: dict[str, Any], d: Path) -> list[str]:
     if case.get("expect") is not None and code in DOCUMENTED and code not in case["expect"]:
         why = lines[0][:200] if lines else ""
         problems.append(f"exit {code}, expected one of {case['expect']}: {why!r}")
+    return problems
+
+
+def _run_dir_checks(run: Path, code: int) -> list[str]:
+    """A run directory matches its exit: complete with summary.json's verdict on 0/1/3 (and 1
+    only as "different"), never broken, never complete on 2/4."""
+    problems: list[str] = []
+    state, summary = _run_dir_state(run)
+    if state.startswith("broken"):
+        problems.append(f"run directory {state}")
+    if code in (0, 1, 3):
+        if state != "complete":
+            problems.append(f"exit {code} without a complete run directory ({state})")
+        elif summary is not None:
+            verdict = summary.get("verdict") or {}
+            if verdict.get("exit_code") != code:
+                problems.append(
+                    f"exit {code} but summary.json's verdict says {verdict.get('exit_code')!r}"
+                )
+            if code == 1 and verdict.get("decision") != "different":
+                problems.append(
+                    f"exit 1 that is not a verdict: decision {verdict.get('decision')!r}"
+                )
+    elif code in (2, 4) and state == "complete":
+        problems.append(f"exit {code} but the run directory is complete (presented as a result)")
     return problems
 
 

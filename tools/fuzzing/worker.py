@@ -26,6 +26,7 @@ import random
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -227,89 +228,111 @@ class _Script:
         return [r for r in self.rules if r["row"] is None or r["row"] == row], n
 
 
+def _set_field(rule: dict[str, Any], reply: dict[str, Any], script: _Script) -> None:
+    if rule["key"] == "token_ids" and "choices" in reply:
+        reply["choices"][0]["token_ids"] = rule["value"]
+    else:
+        reply[rule["key"]] = rule["value"]
+
+
+def _echo(rule: dict[str, Any], reply: dict[str, Any], script: _Script) -> None:
+    if "generation_settings" in reply:
+        reply["generation_settings"][rule["key"]] = rule["value"]
+
+
+def _end_early(rule: dict[str, Any], reply: dict[str, Any], script: _Script) -> None:
+    toks = reply.get("tokens") or reply["choices"][0]["token_ids"]
+    del toks[max(1, len(toks) - 1) :]
+
+
+# the rules that edit the reply before it is sent (or wait): op -> edit(rule, reply, script)
+REPLY_EDITS: dict[str, Callable[[dict[str, Any], dict[str, Any], _Script], Any]] = {
+    "field": _set_field,
+    "delay": lambda rule, reply, script: script.stop.wait(rule["delay"]),
+    "echo": _echo,
+    "timings": lambda rule, reply, script: reply.__setitem__("timings", rule["value"]),
+    "early": _end_early,
+    "extra": lambda rule, reply, script: reply.__setitem__("fuzz_extra", {"nested": [1, None]}),
+}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """The fuzz server: the script's reply to each POST, shaped by the rules for its row."""
+
+    protocol_version = "HTTP/1.0"
+    script: _Script
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._send(404, b"{}")
+
+    def _send(
+        self,
+        status: int,
+        data: bytes,
+        headers: dict[str, str] | None = None,
+        length: int | None = None,
+    ) -> None:
+        self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data) if length is None else length))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _refused(self, rule: dict[str, Any], attempt: int) -> bool:
+        """Answer instead of the reply (a status, a first failure, a closed connection)."""
+        if rule["op"] == "status":
+            headers = {} if rule.get("location") is None else {"Location": rule["location"]}
+            self._send(rule["status"], b'{"error": "fuzz"}', headers)
+        elif rule["op"] == "first_fail" and attempt == 1:
+            self._send(503, b'{"error": "busy"}')
+        elif rule["op"] == "close":
+            self.close_connection = True
+        else:
+            return False
+        return True
+
+    def _trickle(self, data: bytes, pause_s: float) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        for i in range(len(data)):
+            if self.script.stop.wait(pause_s):
+                return
+            self.wfile.write(data[i : i + 1])
+            self.wfile.flush()
+
+    def do_POST(self) -> None:
+        n = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(n))
+        except ValueError:
+            body = {}
+        rules, attempt = self.script.rules_for(body.get("seed"))
+        reply = self.script.reply(body)
+        raw: bytes | None = None
+        for rule in rules:
+            if self._refused(rule, attempt):
+                return
+            if rule["op"] == "body":
+                raw = rule["body"].encode("utf-8", "surrogateescape")
+            elif rule["op"] in REPLY_EDITS:
+                REPLY_EDITS[rule["op"]](rule, reply, self.script)
+        data = raw if raw is not None else json.dumps(reply).encode()
+        for rule in rules:
+            if rule["op"] == "length":
+                return self._send(200, data[: len(data) // 2], length=len(data))
+            if rule["op"] == "trickle":
+                return self._trickle(data, rule["trickle"])
+        self._send(200, data)
+
+
 def _make_handler(script: _Script) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.0"
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            self._send(404, b"{}")
-
-        def _send(
-            self,
-            status: int,
-            data: bytes,
-            headers: dict[str, str] | None = None,
-            length: int | None = None,
-        ) -> None:
-            self.send_response(status)
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data) if length is None else length))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_POST(self) -> None:
-            n = int(self.headers.get("Content-Length") or 0)
-            try:
-                body = json.loads(self.rfile.read(n))
-            except ValueError:
-                body = {}
-            rules, attempt = script.rules_for(body.get("seed"))
-            reply = script.reply(body)
-            raw: bytes | None = None
-            for rule in rules:
-                op = rule["op"]
-                if op == "status":
-                    headers = {} if rule.get("location") is None else {"Location": rule["location"]}
-                    self._send(rule["status"], b'{"error": "fuzz"}', headers)
-                    return
-                if op == "first_fail" and attempt == 1:
-                    self._send(503, b'{"error": "busy"}')
-                    return
-                if op == "body":
-                    raw = rule["body"].encode("utf-8", "surrogateescape")
-                elif op == "field":
-                    key = rule["key"]
-                    if key == "token_ids" and "choices" in reply:
-                        reply["choices"][0]["token_ids"] = rule["value"]
-                    else:
-                        reply[key] = rule["value"]
-                elif op == "delay":
-                    script.stop.wait(rule["delay"])
-                elif op == "close":
-                    self.close_connection = True
-                    return
-                elif op == "echo" and "generation_settings" in reply:
-                    reply["generation_settings"][rule["key"]] = rule["value"]
-                elif op == "timings":
-                    reply["timings"] = rule["value"]
-                elif op == "early":
-                    toks = reply.get("tokens") or reply["choices"][0]["token_ids"]
-                    del toks[max(1, len(toks) - 1) :]
-                elif op == "extra":
-                    reply["fuzz_extra"] = {"nested": [1, None]}
-            data = raw if raw is not None else json.dumps(reply).encode()
-            for rule in rules:
-                if rule["op"] == "length":
-                    self._send(200, data[: len(data) // 2], length=len(data))
-                    return
-                if rule["op"] == "trickle":
-                    self.send_response(200)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    for i in range(len(data)):
-                        if script.stop.wait(rule["trickle"]):
-                            return
-                        self.wfile.write(data[i : i + 1])
-                        self.wfile.flush()
-                    return
-            self._send(200, data)
-
-    return Handler
+    return type("Handler", (_Handler,), {"script": script})
 
 
 class _Server(ThreadingHTTPServer):

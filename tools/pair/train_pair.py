@@ -284,6 +284,31 @@ def _record(
     }
 
 
+def _dev_point(
+    model: torch.nn.Module,
+    dev: np.ndarray,
+    spec: ModelSpec,
+    device: str,
+    step: int,
+    loss: torch.Tensor,
+    t0: float,
+    log: Callable[[str], None],
+) -> dict[str, float]:
+    """The history entry of an evaluation after ``step``: train loss, dev bits/byte, seconds."""
+    nll, n = stream_nll(model, dev, spec.ctx, device=device)
+    point = {
+        "step": step + 1,
+        "train_loss": float(loss.detach()),
+        "dev_bpb": nll / n / math.log(2),
+        "s": time.perf_counter() - t0,
+    }
+    log(
+        f"step {step + 1:6d} train {point['train_loss']:.4f} nats  "
+        f"dev {point['dev_bpb']:.4f} bit/byte  {point['s']:.0f}s"
+    )
+    return point
+
+
 def train_model(
     spec: ModelSpec,
     seed: int,
@@ -320,26 +345,10 @@ def train_model(
         if step + 1 == 50:
             log(f"step 50: {(time.perf_counter() - t0) / 50 * 1000:.1f} ms/step")
         if (step + 1) % spec.eval_every == 0 or step + 1 == last:
-            nll, n = stream_nll(model, streams["dev"], spec.ctx, device=device)
-            dev_bpb = nll / n / math.log(2)
-            history.append(
-                {
-                    "step": step + 1,
-                    "train_loss": float(loss.detach()),
-                    "dev_bpb": dev_bpb,
-                    "s": time.perf_counter() - t0,
-                }
-            )
-            log(
-                f"step {step + 1:6d} train {history[-1]['train_loss']:.4f} nats  "
-                f"dev {dev_bpb:.4f} bit/byte  {history[-1]['s']:.0f}s"
-            )
-            if best is None or dev_bpb < best[0]:
-                best = (
-                    dev_bpb,
-                    step + 1,
-                    {k: v.detach().clone() for k, v in model.state_dict().items()},
-                )
+            history.append(_dev_point(model, streams["dev"], spec, device, step, loss, t0, log))
+            if best is None or history[-1]["dev_bpb"] < best[0]:
+                weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                best = (history[-1]["dev_bpb"], step + 1, weights)
             if (
                 max_seconds is not None
                 and time.perf_counter() - t0 > max_seconds
@@ -386,7 +395,7 @@ def _spec_from_args(base: ModelSpec, overrides: dict[str, Any]) -> ModelSpec:
     return spec
 
 
-def main(argv: list[str] | None = None) -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Train the bundled byte-level target/draft pair.")
     parser.add_argument(
         "--out", type=Path, required=True, help="writes OUT/target and/or OUT/draft"
@@ -408,7 +417,23 @@ def main(argv: list[str] | None = None) -> None:
         ("weight_decay", float), ("eval_every", int), ("stop_after", int),
     ):  # fmt: skip
         parser.add_argument(f"--{field.replace('_', '-')}", dest=field, type=kind, default=None)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _env(device: str, argv: list[str]) -> dict[str, Any]:
+    """The software, machine and command a model was trained with."""
+    return {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": __import__("transformers").__version__,
+        "platform": platform.platform(),
+        "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None,
+        "command": "python tools/pair/train_pair.py " + " ".join(argv),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"train_pair: --device {args.device!r} but CUDA is not available")
     if args.threads:
@@ -419,15 +444,7 @@ def main(argv: list[str] | None = None) -> None:
     roles = ["target", "draft"] if args.role == "both" else [args.role]
     if args.name is not None and len(roles) > 1:
         raise ConfigError(f"train_pair: --name {args.name!r} needs --role target or draft")
-    env = {
-        "python": sys.version.split()[0],
-        "torch": torch.__version__,
-        "transformers": __import__("transformers").__version__,
-        "platform": platform.platform(),
-        "gpu": torch.cuda.get_device_name(0) if args.device.startswith("cuda") else None,
-        "command": "python tools/pair/train_pair.py "
-        + " ".join(sys.argv[1:] if argv is None else argv),
-    }
+    env = _env(args.device, sys.argv[1:] if argv is None else argv)
     uni, n = unigram_nll(streams["train"], streams["val"])
     print(
         f"corpus sha256 {meta.sha256} train {streams['train'].shape[0]} ids; "
