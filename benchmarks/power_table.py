@@ -42,7 +42,8 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from spectest.stats.battery import Analysis
+    from spectest.engines.base import DecodeRequest
+from spectest.stats.battery import Analysis
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "results"
@@ -182,10 +183,16 @@ def generate(args: argparse.Namespace) -> None:
         )  # fmt: skip
         ids = prompt_ids[pid]
         if sampler == "reference":
-            out = builtin.plain_decode(target, ids, rows, draft=draft, drafter=drafter, **common)
+            out = builtin.plain_decode(
+                target, DecodeRequest(ids, rows, **common), draft=draft, drafter=drafter
+            )
         else:
             out = builtin.speculative_decode(
-                target, draft, ids, rows, drafter=drafter, variant=get_variant(sampler), **common
+                target,
+                draft,
+                DecodeRequest(ids, rows, **common),
+                drafter=drafter,
+                variant=get_variant(sampler),
             )
         assert out.whitebox is not None
         samples = pd.concat([builtin.to_samples_frame(out, pid, rows, arm), out.whitebox], axis=1)

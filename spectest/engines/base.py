@@ -145,6 +145,44 @@ class ArmJob:
         if self.progress is not None:
             self.progress(done)
 
+    def decode_request(self, **extra: Any) -> DecodeRequest:
+        """This job as a decode loop's request (``extra``: ``whitebox_roles`` ...)."""
+        fields = dict(batch_size=self.batch_size, progress=self.tick, whitebox=self.whitebox)
+        return DecodeRequest(
+            self.prompt_ids,
+            self.rows,
+            self.num_positions,
+            self.run_key,
+            self.prompt_id,
+            **{**fields, **extra},
+        )
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """What every decode loop is asked (``builtin``, ``fast``, ``hf.decode``): one prompt's rows.
+
+    ``prompt``: token ids; ``rows``: one (config, seed, params) per output row; ``num_positions``:
+    tokens per row; ``run_key`` and ``prompt_id`` key each row's randomness
+    (``seeding.row_key``); ``batch_size``: rows per chunk; ``progress``: called with the rows
+    done; ``whitebox``: record the white-box columns; ``whitebox_roles``: with them, each token's
+    role and round offset (built-in loops only). The loops check the values.
+    """
+
+    prompt: Sequence[int]
+    rows: Sequence[RowSpec]
+    num_positions: int
+    run_key: int
+    prompt_id: str
+    batch_size: int = 256
+    progress: Progress | None = field(default=None, compare=False, repr=False)
+    whitebox: bool = False
+    whitebox_roles: bool = False
+
+    def tick(self, done: int) -> None:
+        if self.progress is not None:
+            self.progress(done)
+
 
 @dataclass(frozen=True)
 class ArmOutput:
