@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 
 from spectest.engines.base import ArmOutput, DecodeRequest, RowSpec, check_rows
-from spectest.engines.hf.laws import hf_teacher_force
+from spectest.engines.hf.laws import hf_teacher_force, param_runs
 from spectest.engines.hf.pinning import (
     HF_ASSISTED,
     HF_GENERATE,
@@ -185,12 +185,8 @@ def generate_assisted(
     With ``output_scores``, ``recorder.emitted`` holds the processed target scores of every
     emitted token, ``[1, num_tokens, V]`` float32 (``emitted_scores``; docs/engines-hf.md).
 
-    Returns
-    -------
-    tokens : torch.Tensor
-        ``[num_tokens]`` int64 (CPU).
-    recorder : RoundRecorder
-        ``.rounds`` (one ``RoundRecord`` per round) and, with ``keep_scores``, ``.scores``.
+    Returns the tokens ``[num_tokens]`` int64 (CPU) and the ``RoundRecorder``: ``.rounds`` (one
+    ``RoundRecord`` per round) and, with ``keep_scores``, ``.scores``.
     """
     hf_t, hf_d = hf_model_of(target), hf_model_of(draft)
     V = int(hf_t.config.vocab_size)
@@ -275,13 +271,7 @@ def plain_batches(rows: Sequence[RowSpec], batch_size: int) -> list[tuple[int, i
 
     One ``generate`` call takes one ``GenerationConfig``, so a batch never mixes params.
     """
-    out: list[tuple[int, int]] = []
-    lo = 0
-    for i in range(1, len(rows) + 1):
-        if i == len(rows) or i - lo == batch_size or rows[i].params != rows[lo].params:
-            out.append((lo, i))
-            lo = i
-    return out
+    return param_runs([r.params for r in rows], batch_size)
 
 
 def hf_plain_decode(model: Any, req: DecodeRequest, *, draft: Any | None = None) -> ArmOutput:
