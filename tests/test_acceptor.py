@@ -243,11 +243,11 @@ def test_cuda_tensors_when_available() -> None:
 @pytest.mark.parametrize(
     ("spec", "pattern"),
     [
-        ("spectest.acceptors.sglang:chain", r"spectest\.kernels\.sglang: no SGLang kernel file"),
-        ("spectest.acceptors.sglang:block", r"spectest\.kernels\.sglang: no SGLang kernel file"),
+        ("spectest.acceptors.sglang:chain", r"spectest\.acceptors\.sglang: no SGLang kernel file"),
+        ("spectest.acceptors.sglang:block", r"spectest\.acceptors\.sglang: no SGLang kernel file"),
         (
             "spectest.acceptors.flashinfer:chain",
-            r"spectest\.kernels\.flashinfer: flashinfer is not",
+            r"spectest\.acceptors\.flashinfer: flashinfer is not",
         ),
     ],
 )
