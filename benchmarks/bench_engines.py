@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from spectest.engines.base import DecodeRequest
 from spectest.engines.builtin import DrafterSpec, RowSpec, plain_decode, speculative_decode
 from spectest.models import bytetok
 from spectest.models.derive import first_layers
@@ -98,15 +99,15 @@ def main() -> None:
     sha = _git_sha()
     records = []
     for name, target, draft, prompt in pairs(args.device, args.big):
-        plain_decode(target, prompt, rows[:8], **kw)  # warm-up (allocator, kernels)
+        plain_decode(target, DecodeRequest(prompt, rows[:8], **kw))  # warm-up (allocator, kernels)
         for arm in ("plain", "speculative"):
             sync(args.device)
             t0 = time.perf_counter()
             if arm == "plain":
-                out = plain_decode(target, prompt, rows, **kw)
+                out = plain_decode(target, DecodeRequest(prompt, rows, **kw))
             else:
                 out = speculative_decode(
-                    target, draft, prompt, rows, drafter=drafter, variant=exact, **kw
+                    target, draft, DecodeRequest(prompt, rows, **kw), drafter=drafter, variant=exact
                 )
             sync(args.device)
             wall = time.perf_counter() - t0

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from spectest.engines.base import DrafterSpec, RowSpec, rounds_frame, samples_frame
+from spectest.engines.base import DecodeRequest, DrafterSpec, RowSpec, rounds_frame, samples_frame
 from spectest.engines.builtin import speculative_decode
 from spectest.models.zoo import load_model
 from spectest.numerics.table import drift_table
@@ -40,11 +40,18 @@ from spectest.stats.drift import decide_drift
 
 
 def _arm(target, draft, prompt, rows, name, T, K, batch):
-    out = speculative_decode(
-        target, draft, prompt, rows, num_positions=T, drafter=DrafterSpec(onehot=True, k=K),
-        variant=get_variant("exact"), run_key=12345, prompt_id="p0", batch_size=batch,
+    req = DecodeRequest(
+        prompt,
+        rows,
+        num_positions=T,
+        run_key=12345,
+        prompt_id="p0",
+        batch_size=batch,
         whitebox=True,
-    )  # fmt: skip
+    )
+    out = speculative_decode(
+        target, draft, req, drafter=DrafterSpec(onehot=True, k=K), variant=get_variant("exact")
+    )
     wb = out.whitebox
     return (
         samples_frame(np.asarray(out.tokens), "p0", rows, name, wb),

@@ -142,21 +142,27 @@ def _write_pool_file(
     """Decode ``rows`` of one (arm, prompt) with white-box columns and write its pool file (and
     rounds file, first): the file on disk is complete."""
     from spectest.engines import builtin
+    from spectest.engines.base import DecodeRequest
     from spectest.sampling.mutants import get_variant
 
     target, draft = models
     sampler = H0_ARMS.get(arm, arm)
     path = _pool_path(pool, arm, pid)
     t0 = time.perf_counter()
-    common = dict(
-        num_positions=POSITIONS, run_key=RUN_KEY, prompt_id=pid, batch_size=args.batch,
+    req = DecodeRequest(
+        ids,
+        rows,
+        num_positions=POSITIONS,
+        run_key=RUN_KEY,
+        prompt_id=pid,
+        batch_size=args.batch,
         whitebox=True,
-    )  # fmt: skip
+    )
     if sampler == "reference":
-        out = builtin.plain_decode(target, ids, rows, draft=draft, drafter=drafter, **common)
+        out = builtin.plain_decode(target, req, draft=draft, drafter=drafter)
     else:
         out = builtin.speculative_decode(
-            target, draft, ids, rows, drafter=drafter, variant=get_variant(sampler), **common
+            target, draft, req, drafter=drafter, variant=get_variant(sampler)
         )
     assert out.whitebox is not None
     samples = pd.concat([builtin.to_samples_frame(out, pid, rows, arm), out.whitebox], axis=1)

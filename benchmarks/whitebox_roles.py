@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from spectest.engines.base import rounds_frame, samples_frame
+from spectest.engines.base import DecodeRequest, rounds_frame, samples_frame
 from spectest.engines.builtin import DrafterSpec, RowSpec, speculative_decode
 from spectest.sampling.mutants import get_variant
 from spectest.sampling.params import SamplingParams
@@ -82,10 +82,20 @@ def replication(models, variant: str, rep: int, seeds: int, onehot: bool) -> dic
         RowSpec(f"c{i}", rep * seeds + s, p) for s in range(seeds) for i, p in enumerate(params)
     ]
     out = speculative_decode(
-        target, draft, prompt, rows, drafter=DrafterSpec(onehot=onehot, k=3),
-        variant=get_variant(variant), whitebox=True, num_positions=12, run_key=22_2026,
-        prompt_id="p", batch_size=len(rows),
-    )  # fmt: skip
+        target,
+        draft,
+        DecodeRequest(
+            prompt,
+            rows,
+            whitebox=True,
+            num_positions=12,
+            run_key=22_2026,
+            prompt_id="p",
+            batch_size=len(rows),
+        ),
+        drafter=DrafterSpec(onehot=onehot, k=3),
+        variant=get_variant(variant),
+    )
     samples = samples_frame(out.tokens, "p", rows, ARM, out.whitebox)
     rounds = rounds_frame(out.rounds, "p", rows, ARM)
     wb = whitebox.whitebox_tests(samples, [ARM], np.random.default_rng(rep), rounds=rounds)

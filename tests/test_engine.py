@@ -13,7 +13,7 @@ import torch
 from scipy import stats
 
 from spectest import schema
-from spectest.engines.base import ArmOutput
+from spectest.engines.base import ArmOutput, DecodeRequest
 from spectest.engines.builtin import (
     DrafterSpec,
     RowSpec,
@@ -61,19 +61,25 @@ def spec(
 ) -> ArmOutput:
     drafter = drafter or DrafterSpec(onehot=False, k=3)
     return speculative_decode(
-        target, draft, list(prompt), rows, num_positions=T, drafter=drafter, variant=variant,
-        run_key=RUN_KEY, prompt_id="p", **kw,
-    )  # fmt: skip
+        target,
+        draft,
+        DecodeRequest(list(prompt), rows, num_positions=T, run_key=RUN_KEY, prompt_id="p", **kw),
+        drafter=drafter,
+        variant=variant,
+    )
 
 
 # -- equality with the slow references (exact: the path is a deterministic function of uniforms)
 def test_plain_equals_reference_toy_and_hf(toy_pair, hf_pair) -> None:
     for model, T in ((toy_pair[0], 9), (hf_pair[0], 5)):
         got = plain_decode(
-            model, [1, 2, 3], ROWS, num_positions=T, run_key=RUN_KEY, prompt_id="p", batch_size=4
+            model,
+            DecodeRequest(
+                [1, 2, 3], ROWS, num_positions=T, run_key=RUN_KEY, prompt_id="p", batch_size=4
+            ),
         )
         want = plain_decode_reference(
-            model, [1, 2, 3], ROWS, num_positions=T, run_key=RUN_KEY, prompt_id="p"
+            model, DecodeRequest([1, 2, 3], ROWS, num_positions=T, run_key=RUN_KEY, prompt_id="p")
         )
         assert np.array_equal(got.tokens, want), model.name
 
@@ -98,9 +104,12 @@ def test_speculative_equals_reference_toy(
     v = get_variant(variant)
     out = spec(target, draft, ROWS, T=11, drafter=drafter, variant=v, batch_size=4)
     want, rounds = speculative_decode_reference(
-        target, draft, [1, 2, 3], ROWS, num_positions=11, drafter=drafter, variant=v,
-        run_key=RUN_KEY, prompt_id="p",
-    )  # fmt: skip
+        target,
+        draft,
+        DecodeRequest([1, 2, 3], ROWS, num_positions=11, run_key=RUN_KEY, prompt_id="p"),
+        drafter=drafter,
+        variant=v,
+    )
     assert np.array_equal(out.tokens, want)
     assert out.rounds is not None
     for b, row_rounds in enumerate(rounds):
@@ -116,9 +125,12 @@ def test_speculative_equals_reference_hf(hf_pair) -> None:
     for drafter in (DrafterSpec(onehot=False, k=2), DrafterSpec(onehot=True, k=3)):
         out = spec(target, draft, ROWS[:5], T=6, drafter=drafter, batch_size=3)
         want, _ = speculative_decode_reference(
-            target, draft, [1, 2, 3], ROWS[:5], num_positions=6, drafter=drafter, variant=EXACT,
-            run_key=RUN_KEY, prompt_id="p",
-        )  # fmt: skip
+            target,
+            draft,
+            DecodeRequest([1, 2, 3], ROWS[:5], num_positions=6, run_key=RUN_KEY, prompt_id="p"),
+            drafter=drafter,
+            variant=EXACT,
+        )
         assert np.array_equal(out.tokens, want)
 
 
@@ -132,12 +144,17 @@ def test_batch_invariance(which: str, request: pytest.FixtureRequest) -> None:
     random.Random(0).shuffle(shuffled)
     T = 8 if which == "toy_pair" else 5
     big_plain = plain_decode(
-        target, [4, 5], shuffled, num_positions=T, run_key=RUN_KEY, prompt_id="p", batch_size=16
+        target,
+        DecodeRequest(
+            [4, 5], shuffled, num_positions=T, run_key=RUN_KEY, prompt_id="p", batch_size=16
+        ),
     )
     big_spec = spec(target, draft, shuffled, T=T, prompt=(4, 5), batch_size=16)
     for r in (rows[3], rows[17], rows[38]):
         i = shuffled.index(r)
-        alone = plain_decode(target, [4, 5], [r], num_positions=T, run_key=RUN_KEY, prompt_id="p")
+        alone = plain_decode(
+            target, DecodeRequest([4, 5], [r], num_positions=T, run_key=RUN_KEY, prompt_id="p")
+        )
         assert np.array_equal(alone.tokens[0], big_plain.tokens[i])
         assert np.array_equal(
             spec(target, draft, [r], T=T, prompt=(4, 5)).tokens[0], big_spec.tokens[i]
@@ -149,7 +166,9 @@ def test_batch_invariance(which: str, request: pytest.FixtureRequest) -> None:
 def test_spec_greedy_equals_plain_greedy(which: str, request: pytest.FixtureRequest) -> None:
     target, draft = request.getfixturevalue(which)
     rows = [RowSpec("greedy", s, SamplingParams(temperature=0.0)) for s in range(3)]
-    plain = plain_decode(target, [7], rows, num_positions=10, run_key=RUN_KEY, prompt_id="p").tokens
+    plain = plain_decode(
+        target, DecodeRequest([7], rows, num_positions=10, run_key=RUN_KEY, prompt_id="p")
+    ).tokens
     assert np.array_equal(plain[0], plain[1])  # greedy ignores the seed
     for onehot in (True, False):
         out = spec(target, draft, rows, T=10, drafter=DrafterSpec(onehot=onehot, k=4), prompt=(7,))
@@ -182,7 +201,9 @@ def test_first_positions_follow_the_exact_law() -> None:
     law = exact_law_two(target, [0], params).reshape(-1)
     rows = [RowSpec("c", s, params) for s in range(3000)]
     arms = {
-        "plain": plain_decode(target, [0], rows, num_positions=2, run_key=5, prompt_id="p"),
+        "plain": plain_decode(
+            target, DecodeRequest([0], rows, num_positions=2, run_key=5, prompt_id="p")
+        ),
         "spec": spec(target, draft, rows, T=2, prompt=(0,), drafter=DrafterSpec(onehot=False, k=2)),
         "spec1": spec(target, draft, rows, T=2, prompt=(0,), drafter=DrafterSpec(onehot=True, k=1)),
         "always_accept": spec(
@@ -229,7 +250,9 @@ def test_tables_and_truncation(toy_pair) -> None:
     assert pa.Table.from_pandas(
         rounds, schema=schema.ROUNDS_SCHEMA, preserve_index=False
     ).num_rows == len(out.rounds)
-    plain = plain_decode(target, [3], ROWS, num_positions=4, run_key=1, prompt_id="p")
+    plain = plain_decode(
+        target, DecodeRequest([3], ROWS, num_positions=4, run_key=1, prompt_id="p")
+    )
     assert plain.rounds is None
     with pytest.raises(InputError, match="no rounds"):
         to_rounds_frame(plain, "p", ROWS, schema.REFERENCE)
@@ -245,16 +268,16 @@ def test_bad_input(toy_pair) -> None:
     with pytest.raises(ModelError, match=r"V=12.*V=13"):
         spec(target, ToyLM(13, 2), ROWS)
     with pytest.raises(InputError, match="prompt must hold"):
-        plain_decode(target, [], ROWS, num_positions=3, run_key=1, prompt_id="p")
+        plain_decode(target, DecodeRequest([], ROWS, num_positions=3, run_key=1, prompt_id="p"))
     with pytest.raises(InputError, match="prompt token 12"):
         spec(target, draft, ROWS, prompt=(1, 12))
     with pytest.raises(ConfigError, match="num_positions"):
-        plain_decode(target, [1], ROWS, num_positions=0, run_key=1, prompt_id="p")
+        plain_decode(target, DecodeRequest([1], ROWS, num_positions=0, run_key=1, prompt_id="p"))
     with pytest.raises(InputError, match="at least one RowSpec"):
-        plain_decode(target, [1], [], num_positions=2, run_key=1, prompt_id="p")
+        plain_decode(target, DecodeRequest([1], [], num_positions=2, run_key=1, prompt_id="p"))
     nan = ToyLM(12, 3, 2.0, seed=1, table=torch.full((169, 12), float("nan"), dtype=torch.float64))
     with pytest.raises(NumericsError, match="non-finite"):
-        plain_decode(nan, [1], ROWS, num_positions=2, run_key=1, prompt_id="p")
+        plain_decode(nan, DecodeRequest([1], ROWS, num_positions=2, run_key=1, prompt_id="p"))
     with pytest.raises(NumericsError, match="non-finite"):
         spec(nan, draft, ROWS)
     with pytest.raises(NumericsError, match="non-finite"):

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
+from spectest.engines.base import DecodeRequest
 from spectest.engines.builtin import DrafterSpec, RowSpec, plain_decode, speculative_decode
 from spectest.engines.fast import as_fast, plain_decode_fast, speculative_decode_fast
 from spectest.errors import ModelError
@@ -42,12 +43,11 @@ def hf_pair() -> tuple[HFModel, HFModel]:
 
 def test_plain_equals_builtin(hf_pair) -> None:
     target, draft = hf_pair
-    wb = dict(whitebox=True, draft=draft, drafter=DrafterSpec(onehot=True, k=3))
-    want = plain_decode(target, [1, 2, 3], ROWS, num_positions=7, batch_size=6, **wb, **KW)
-    got = plain_decode_fast(
-        as_fast(target, static=True), [1, 2, 3], ROWS, num_positions=7, batch_size=6,
-        **{**wb, "draft": as_fast(draft, static=True)}, **KW,
-    )  # fmt: skip
+    req = DecodeRequest([1, 2, 3], ROWS, num_positions=7, batch_size=6, whitebox=True, **KW)
+    drafter = DrafterSpec(onehot=True, k=3)
+    want = plain_decode(target, req, draft=draft, drafter=drafter)
+    fast_d = as_fast(draft, static=True)
+    got = plain_decode_fast(as_fast(target, static=True), req, draft=fast_d, drafter=drafter)
     assert np.array_equal(got.tokens, want.tokens)
     assert got.whitebox is not None and want.whitebox is not None
     # NOTE the static cache attends over all its slots (masked), so float32 logits differ from
@@ -61,14 +61,20 @@ def test_speculative_equals_builtin(hf_pair, onehot, variant) -> None:
     target, draft = hf_pair
     v, drafter = get_variant(variant), DrafterSpec(onehot=onehot, k=3)
     want = speculative_decode(
-        target, draft, [1, 2, 3], ROWS, num_positions=9, drafter=drafter, variant=v,
-        whitebox=True, **KW,
-    )  # fmt: skip
+        target,
+        draft,
+        DecodeRequest([1, 2, 3], ROWS, num_positions=9, whitebox=True, **KW),
+        drafter=drafter,
+        variant=v,
+    )
     fast_t, fast_d = as_fast(target, static=True), as_fast(draft, static=True)
     got = speculative_decode_fast(
-        fast_t, fast_d, [1, 2, 3], ROWS, num_positions=9, drafter=drafter, variant=v,
-        whitebox=True, **KW,
-    )  # fmt: skip
+        fast_t,
+        fast_d,
+        DecodeRequest([1, 2, 3], ROWS, num_positions=9, whitebox=True, **KW),
+        drafter=drafter,
+        variant=v,
+    )
     assert np.array_equal(got.tokens, want.tokens)
     assert got.whitebox is not None and want.whitebox is not None
     # NOTE the static cache attends over all its slots (masked), so float32 logits differ from
@@ -86,17 +92,24 @@ def test_attention_window_crossings_equal_builtin(hf_pair) -> None:
     v, drafter = get_variant("exact"), DrafterSpec(onehot=False, k=3)
     rows, prompt = ROWS[:5], list(range(1, 31))  # 30 prompt slots + 40 positions + holes
     want = speculative_decode(
-        target, draft, prompt, rows, num_positions=40, drafter=drafter, variant=v, **KW
+        target,
+        draft,
+        DecodeRequest(prompt, rows, num_positions=40, **KW),
+        drafter=drafter,
+        variant=v,
     )
     fast_t = StaticHFModel(target, max_slots=8, cuda_graphs=False)  # reserve() grows it
     got = speculative_decode_fast(
-        fast_t, as_fast(draft, static=True), prompt, rows, num_positions=40, drafter=drafter,
-        variant=v, **KW,
-    )  # fmt: skip
+        fast_t,
+        as_fast(draft, static=True),
+        DecodeRequest(prompt, rows, num_positions=40, **KW),
+        drafter=drafter,
+        variant=v,
+    )
     assert fast_t.max_slots > 2 * WINDOW_STEP
     assert np.array_equal(got.tokens, want.tokens)
-    plain = plain_decode(target, prompt, rows, num_positions=40, **KW)
-    got_plain = plain_decode_fast(fast_t, prompt, rows, num_positions=40, **KW)
+    plain = plain_decode(target, DecodeRequest(prompt, rows, num_positions=40, **KW))
+    got_plain = plain_decode_fast(fast_t, DecodeRequest(prompt, rows, num_positions=40, **KW))
     assert np.array_equal(got_plain.tokens, plain.tokens)
 
 
@@ -110,10 +123,10 @@ def test_toy_model_runs_unwrapped_and_equal() -> None:
     v = get_variant("exact")
     draft = toy.perturbed(0.5, seed=2)
     want = speculative_decode(
-        toy, draft, [1], ROWS, num_positions=6, drafter=drafter, variant=v, **KW
+        toy, draft, DecodeRequest([1], ROWS, num_positions=6, **KW), drafter=drafter, variant=v
     )
     got = speculative_decode_fast(
-        toy, draft, [1], ROWS, num_positions=6, drafter=drafter, variant=v, **KW
+        toy, draft, DecodeRequest([1], ROWS, num_positions=6, **KW), drafter=drafter, variant=v
     )
     assert np.array_equal(got.tokens, want.tokens)
 
@@ -125,11 +138,19 @@ def test_batch_invariance(hf_pair) -> None:
     shuffled = ROWS[:]
     random.Random(0).shuffle(shuffled)
     full = speculative_decode_fast(
-        target, draft, [4, 5], shuffled, num_positions=8, drafter=drafter, variant=v, **KW
+        target,
+        draft,
+        DecodeRequest([4, 5], shuffled, num_positions=8, **KW),
+        drafter=drafter,
+        variant=v,
     )
     for i in (0, 7):
         alone = speculative_decode_fast(
-            target, draft, [4, 5], [shuffled[i]], num_positions=8, drafter=drafter, variant=v, **KW
+            target,
+            draft,
+            DecodeRequest([4, 5], [shuffled[i]], num_positions=8, **KW),
+            drafter=drafter,
+            variant=v,
         )
         assert np.array_equal(alone.tokens[0], full.tokens[i])
 
@@ -163,7 +184,11 @@ def test_cuda_graphs_equal_eager_on_cuda() -> None:
         d = StaticHFModel(draft, cuda_graphs=graphs)
         outs.append(
             speculative_decode_fast(
-                t, d, [1, 2, 3], ROWS, num_positions=70, drafter=drafter, variant=v, **KW
+                t,
+                d,
+                DecodeRequest([1, 2, 3], ROWS, num_positions=70, **KW),
+                drafter=drafter,
+                variant=v,
             )  # 70 positions: graphs of three attention windows (WINDOW_STEP 32)
         )
         assert t.graph_error is None, t.graph_error
@@ -207,13 +232,20 @@ def test_shortlist_laws_equal_builtin(hf_pair, onehot, whitebox) -> None:
     v, drafter = get_variant("exact"), DrafterSpec(onehot=onehot, k=3)
     fast_t, fast_d = as_fast(target, static=True), as_fast(draft, static=True)
     want = speculative_decode(
-        target, draft, [1, 2, 3], rows, num_positions=12, drafter=drafter, variant=v,
-        whitebox=whitebox, **KW,
-    )  # fmt: skip
+        target,
+        draft,
+        DecodeRequest([1, 2, 3], rows, num_positions=12, whitebox=whitebox, **KW),
+        drafter=drafter,
+        variant=v,
+    )
     got = speculative_decode(
-        fast_t, fast_d, [1, 2, 3], rows, num_positions=12, drafter=drafter, variant=v,
-        pipeline=narrow, whitebox=whitebox, **KW,
-    )  # fmt: skip
+        fast_t,
+        fast_d,
+        DecodeRequest([1, 2, 3], rows, num_positions=12, whitebox=whitebox, **KW),
+        drafter=drafter,
+        variant=v,
+        pipeline=narrow,
+    )
     assert np.array_equal(got.tokens, want.tokens)
     assert got.rounds is not None and want.rounds is not None
     assert got.rounds.equals(want.rounds)
@@ -222,14 +254,10 @@ def test_shortlist_laws_equal_builtin(hf_pair, onehot, whitebox) -> None:
         pd.testing.assert_frame_equal(got.whitebox, want.whitebox, rtol=1e-5)
     assert sum(taken) >= len(taken) // 2 > 0  # most calls decided on the shortlist
     taken.clear()
-    wb = dict(whitebox=True, drafter=drafter) if whitebox else {}
-    plain = plain_decode(
-        target, [1, 2, 3], rows, num_positions=12, **({**wb, "draft": draft} if wb else {}), **KW
-    )
-    got_plain = plain_decode(
-        fast_t, [1, 2, 3], rows, num_positions=12, pipeline=narrow,
-        **({**wb, "draft": fast_d} if wb else {}), **KW,
-    )  # fmt: skip
+    req = DecodeRequest([1, 2, 3], rows, num_positions=12, whitebox=whitebox, **KW)
+    wb = dict(drafter=drafter) if whitebox else {}
+    plain = plain_decode(target, req, **{**wb, "draft": draft} if wb else {})
+    got_plain = plain_decode(fast_t, req, pipeline=narrow, **{**wb, "draft": fast_d} if wb else {})
     assert np.array_equal(got_plain.tokens, plain.tokens)
     if whitebox:
         assert got_plain.whitebox is not None and plain.whitebox is not None
@@ -283,19 +311,19 @@ def test_whitebox_on_shortlist_equals_dense(hf_pair, monkeypatch, onehot, q_mode
     rows = [r for r in ROWS if r.params.temperature > 0 and r.params.temperature != 1.0]
     rows += [RowSpec("k8", s, PARAMS[4]) for s in range(3)]
     drafter = DrafterSpec(onehot=onehot, k=3, q_mode=q_mode)
-    kw = dict(num_positions=12, drafter=drafter, whitebox=True, **KW)
+    req = DecodeRequest([1, 2, 3], rows, num_positions=12, whitebox=True, **KW)
     v = get_variant(variant)
-    got = speculative_decode(target, draft, [1, 2, 3], rows, variant=v, pipeline=narrow, **kw)
+    got = speculative_decode(target, draft, req, drafter=drafter, variant=v, pipeline=narrow)
     assert calls, "the shortlist white-box path was not taken"
     calls.clear()
-    want = speculative_decode(target, draft, [1, 2, 3], rows, variant=v, pipeline=dense, **kw)
+    want = speculative_decode(target, draft, req, drafter=drafter, variant=v, pipeline=dense)
     assert not calls
     assert np.array_equal(got.tokens, want.tokens)
     assert got.whitebox is not None and want.whitebox is not None
     pd.testing.assert_frame_equal(got.whitebox, want.whitebox, rtol=1e-12)
-    got_p = plain_decode(target, [1, 2, 3], rows, draft=draft, pipeline=narrow, **kw)
+    got_p = plain_decode(target, req, draft=draft, drafter=drafter, pipeline=narrow)
     assert calls
-    want_p = plain_decode(target, [1, 2, 3], rows, draft=draft, pipeline=dense, **kw)
+    want_p = plain_decode(target, req, draft=draft, drafter=drafter, pipeline=dense)
     assert np.array_equal(got_p.tokens, want_p.tokens)
     assert got_p.whitebox is not None and want_p.whitebox is not None
     pd.testing.assert_frame_equal(got_p.whitebox, want_p.whitebox, rtol=1e-12)
@@ -319,7 +347,11 @@ def test_packed_gqa_equals_hf_attention_on_cuda() -> None:
         assert t.packed_gqa == packed
         outs.append(
             speculative_decode_fast(
-                t, d, [1, 2, 3], ROWS, num_positions=40, drafter=drafter, variant=v, **KW
+                t,
+                d,
+                DecodeRequest([1, 2, 3], ROWS, num_positions=40, **KW),
+                drafter=drafter,
+                variant=v,
             )
         )
         assert t.graph_error is None and len(t._graphs) > 0, t.graph_error

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from spectest.engines.base import DecodeRequest
 from spectest.engines.builtin import (
     DrafterSpec,
     RowSpec,
@@ -55,17 +56,25 @@ def test_uniforms_cpu_equal_cuda() -> None:
 def test_both_arms_run_and_match_reference(pair) -> None:
     target, draft = pair
     rows = [RowSpec(f"c{i}", s, p) for s in range(3) for i, p in enumerate(PARAMS)]
-    plain = plain_decode(target, [1, 2, 3], rows, num_positions=16, run_key=7, prompt_id="p")
+    plain = plain_decode(
+        target, DecodeRequest([1, 2, 3], rows, num_positions=16, run_key=7, prompt_id="p")
+    )
     assert plain.tokens.shape == (12, 16) and isinstance(plain.tokens, np.ndarray)  # host
     drafter = DrafterSpec(onehot=False, k=4)
     out = speculative_decode(
-        target, draft, [1, 2, 3], rows, num_positions=16, drafter=drafter, variant=EXACT,
-        run_key=7, prompt_id="p",
-    )  # fmt: skip
+        target,
+        draft,
+        DecodeRequest([1, 2, 3], rows, num_positions=16, run_key=7, prompt_id="p"),
+        drafter=drafter,
+        variant=EXACT,
+    )
     want, _ = speculative_decode_reference(
-        target, draft, [1, 2, 3], rows, num_positions=16, drafter=drafter, variant=EXACT,
-        run_key=7, prompt_id="p",
-    )  # fmt: skip
+        target,
+        draft,
+        DecodeRequest([1, 2, 3], rows, num_positions=16, run_key=7, prompt_id="p"),
+        drafter=drafter,
+        variant=EXACT,
+    )
     assert np.array_equal(out.tokens, want)
     greedy = [i for i, r in enumerate(rows) if r.params.is_greedy]
     assert np.array_equal(out.tokens[greedy], plain.tokens[greedy])
@@ -78,14 +87,22 @@ def test_batch_invariance_cuda(pair) -> None:
     random.Random(1).shuffle(shuffled)
     drafter = DrafterSpec(onehot=True, k=3)
     kw = dict(num_positions=12, run_key=7, prompt_id="p")
-    big_p = plain_decode(target, [4], shuffled, batch_size=64, **kw)
+    big_p = plain_decode(target, DecodeRequest([4], shuffled, batch_size=64, **kw))
     big_s = speculative_decode(
-        target, draft, [4], shuffled, drafter=drafter, variant=EXACT, batch_size=64, **kw
+        target,
+        draft,
+        DecodeRequest([4], shuffled, batch_size=64, **kw),
+        drafter=drafter,
+        variant=EXACT,
     )
     for r in (rows[0], rows[101], rows[199]):
         i = shuffled.index(r)
-        assert np.array_equal(plain_decode(target, [4], [r], **kw).tokens[0], big_p.tokens[i])
-        alone = speculative_decode(target, draft, [4], [r], drafter=drafter, variant=EXACT, **kw)
+        assert np.array_equal(
+            plain_decode(target, DecodeRequest([4], [r], **kw)).tokens[0], big_p.tokens[i]
+        )
+        alone = speculative_decode(
+            target, draft, DecodeRequest([4], [r], **kw), drafter=drafter, variant=EXACT
+        )
         assert np.array_equal(alone.tokens[0], big_s.tokens[i])
 
 
@@ -113,7 +130,11 @@ def test_toy_on_cuda_equals_cpu() -> None:
         d = t.perturbed(0.5, seed=2)
         outs.append(
             speculative_decode(
-                t, d, [0], rows, drafter=DrafterSpec(onehot=False, k=3), variant=EXACT, **kw
+                t,
+                d,
+                DecodeRequest([0], rows, **kw),
+                drafter=DrafterSpec(onehot=False, k=3),
+                variant=EXACT,
             ).tokens
         )
     assert np.array_equal(outs[0], outs[1])

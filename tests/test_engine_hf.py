@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from spectest import schema
+from spectest.engines.base import DecodeRequest
 from spectest.engines.builtin import RowSpec, plain_decode, to_samples_frame
 from spectest.engines.hf import decode as hfd
 from spectest.engines.hf import laws as ht
@@ -245,27 +246,33 @@ def test_reproducible_and_global_rng_untouched(pair):
     rows = [RowSpec("x", s, PARAMS["t1.2-k8"]) for s in range(4)]
     state = torch.get_rng_state()
     kw = dict(num_positions=5, run_key=RUN_KEY, prompt_id="p")
-    a = hfd.hf_plain_decode(target, PROMPT, rows, batch_size=4, **kw)
+    a = hfd.hf_plain_decode(target, DecodeRequest(PROMPT, rows, batch_size=4, **kw))
     assert torch.equal(torch.get_rng_state(), state)
-    b = hfd.hf_plain_decode(target, PROMPT, rows, batch_size=4, **kw)
+    b = hfd.hf_plain_decode(target, DecodeRequest(PROMPT, rows, batch_size=4, **kw))
     assert np.array_equal(a.tokens, b.tokens) and a.tokens.shape == (4, 5)
-    c = hfd.hf_assisted_decode(target, draft, PROMPT, rows, num_assistant_tokens=2, **kw)
-    d = hfd.hf_assisted_decode(target, draft, PROMPT, rows[2:3], num_assistant_tokens=2, **kw)
+    c = hfd.hf_assisted_decode(
+        target, draft, DecodeRequest(PROMPT, rows, **kw), num_assistant_tokens=2
+    )
+    d = hfd.hf_assisted_decode(
+        target, draft, DecodeRequest(PROMPT, rows[2:3], **kw), num_assistant_tokens=2
+    )
     assert torch.equal(torch.get_rng_state(), state)
     assert np.array_equal(c.tokens[2], d.tokens[0])  # per-row reproducible
     r = c.rounds
     assert set(hfr.ROUND_EXTRA_COLUMNS) <= set(r.columns)
     assert (r.groupby("row")["emitted"].sum() == 5).all()
     with pytest.raises(InputError, match="rows: at least one RowSpec"):
-        hfd.hf_plain_decode(target, PROMPT, [], **kw)
+        hfd.hf_plain_decode(target, DecodeRequest(PROMPT, [], **kw))
     with pytest.raises(ConfigError, match=r"prompt token ids must be in \[0, 64\)"):
-        hfd.hf_plain_decode(target, [1, 99], rows, **kw)
+        hfd.hf_plain_decode(target, DecodeRequest([1, 99], rows, **kw))
 
 
 def test_hf_teacher_force_alignment(pair):
     target, draft = pair
     rows = [RowSpec(c, s, p) for c, p in PARAMS.items() for s in range(2)]
-    out = hfd.hf_plain_decode(target, PROMPT, rows, num_positions=4, run_key=RUN_KEY, prompt_id="p")
+    out = hfd.hf_plain_decode(
+        target, DecodeRequest(PROMPT, rows, num_positions=4, run_key=RUN_KEY, prompt_id="p")
+    )
     wb = ht.hf_teacher_force(target, PROMPT, [r.params for r in rows], out.tokens, draft=draft)
     assert list(wb.columns) == list(schema.WHITEBOX_COLUMNS) and len(wb) == len(rows) * 4
     # row 5, position 2 by hand. NOTE a one-row float32 forward may round differently from the
@@ -292,8 +299,8 @@ def test_cross_engine_null_builtin_plain_vs_transformers_generate(pair):
     ref_rows = [RowSpec("c", s, params) for s in range(N)]
     cand_rows = [RowSpec("c", s, params) for s in range(N, 2 * N)]
     kw = dict(num_positions=T, run_key=RUN_KEY, prompt_id="p")
-    ref = plain_decode(target, PROMPT, ref_rows, **kw)
-    cand = hfd.hf_plain_decode(target, PROMPT, cand_rows, batch_size=100, **kw)
+    ref = plain_decode(target, DecodeRequest(PROMPT, ref_rows, **kw))
+    cand = hfd.hf_plain_decode(target, DecodeRequest(PROMPT, cand_rows, batch_size=100, **kw))
     frames = []
     for out, rows, arm, wb in (
         (

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from spectest import schema
+from spectest.engines.base import DecodeRequest
 from spectest.engines.builtin import RowSpec
 from spectest.engines.hf import decode as hfd
 from spectest.engines.hf import engines as hfe
@@ -75,12 +76,14 @@ def test_plain_generate_scores_equal_teacher_forcing(pair, with_draft: bool) -> 
     every config including greedy; the tokens are those of a run without scores."""
     target, draft = pair
     d = draft if with_draft else None
-    out = hfd.hf_plain_decode(target, PROMPT, ROWS, batch_size=8, whitebox=True, draft=d, **KW)
+    out = hfd.hf_plain_decode(
+        target, DecodeRequest(PROMPT, ROWS, batch_size=8, whitebox=True, **KW), draft=d
+    )
     assert out.whitebox is not None and len(out.whitebox) == len(ROWS) * 6
     want = ht.hf_teacher_force(target, PROMPT, [r.params for r in ROWS], out.tokens, draft=d)
     _assert_columns_close(out.whitebox, want, atol=1e-5)
     assert (out.whitebox[schema.WB_P] > 0).all()
-    plain = hfd.hf_plain_decode(target, PROMPT, ROWS, batch_size=8, **KW)
+    plain = hfd.hf_plain_decode(target, DecodeRequest(PROMPT, ROWS, batch_size=8, **KW))
     assert np.array_equal(plain.tokens, out.tokens) and plain.whitebox is None
 
 
@@ -89,15 +92,15 @@ def test_assisted_scores_equal_teacher_forcing(pair) -> None:
     bonus tokens, from the verify forward) = teacher forcing (1e-5); tokens unchanged."""
     target, draft = pair
     rows = [r for r in ROWS if not r.params.is_greedy]
-    kw = dict(num_assistant_tokens=3, **KW)
-    out = hfd.hf_assisted_decode(
-        target, draft, PROMPT, rows, whitebox=True, draft_teacher=draft, **kw
-    )
+    req = DecodeRequest(PROMPT, rows, whitebox=True, **KW)
+    out = hfd.hf_assisted_decode(target, draft, req, num_assistant_tokens=3, draft_teacher=draft)
     assert out.whitebox is not None and out.rounds is not None
     assert (out.rounds["accepted"] > 0).any() and (out.rounds["accepted"] < 3).any()
     want = ht.hf_teacher_force(target, PROMPT, [r.params for r in rows], out.tokens, draft=draft)
     _assert_columns_close(out.whitebox, want, atol=1e-5)
-    again = hfd.hf_assisted_decode(target, draft, PROMPT, rows, **kw)
+    again = hfd.hf_assisted_decode(
+        target, draft, DecodeRequest(PROMPT, rows, **KW), num_assistant_tokens=3
+    )
     assert np.array_equal(again.tokens, out.tokens)
 
 
@@ -122,10 +125,15 @@ def test_bfloat16_no_emitted_token_has_p_zero() -> None:
     target, draft = _pair("bfloat16")
     rows = [r for r in ROWS if not r.params.is_greedy]
     assisted = hfd.hf_assisted_decode(
-        target, draft, PROMPT, rows, num_assistant_tokens=3, whitebox=True,
-        draft_teacher=draft, **KW,
-    )  # fmt: skip
-    plain = hfd.hf_plain_decode(target, PROMPT, rows, whitebox=True, draft=draft, **KW)
+        target,
+        draft,
+        DecodeRequest(PROMPT, rows, whitebox=True, **KW),
+        num_assistant_tokens=3,
+        draft_teacher=draft,
+    )
+    plain = hfd.hf_plain_decode(
+        target, DecodeRequest(PROMPT, rows, whitebox=True, **KW), draft=draft
+    )
     for out in (plain, assisted):
         wb = out.whitebox
         assert wb is not None and (wb[schema.WB_P] > 0).all()

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from spectest import schema
+from spectest.engines.base import DecodeRequest
 from spectest.engines.builtin import DrafterSpec, RowSpec, plain_decode, speculative_decode
 from spectest.engines.teacher import teacher_force
 from spectest.errors import InputError
@@ -38,12 +39,18 @@ def _generate(target, draft, arm: str, drafter: DrafterSpec, T: int, batch_size:
     common = dict(num_positions=T, run_key=11, prompt_id="p", batch_size=batch_size)
     if arm == "plain":
         return plain_decode(
-            target, PROMPT, ROWS, whitebox=True, draft=draft, drafter=drafter, **common
+            target,
+            DecodeRequest(PROMPT, ROWS, whitebox=True, **common),
+            draft=draft,
+            drafter=drafter,
         )
     return speculative_decode(
-        target, draft, PROMPT, ROWS, drafter=drafter, variant=get_variant(arm), whitebox=True,
-        **common,
-    )  # fmt: skip
+        target,
+        draft,
+        DecodeRequest(PROMPT, ROWS, whitebox=True, **common),
+        drafter=drafter,
+        variant=get_variant(arm),
+    )
 
 
 def _assert_equal_columns(got, want, atol: float, max_in_a_flips: int = 0) -> None:
@@ -108,20 +115,26 @@ def test_generation_time_has_no_support_violation_in_bfloat16() -> None:
 
 def test_no_whitebox_unless_asked_and_bad_input() -> None:
     target = ToyLM(6, 2, 1.0, seed=0)
-    out = plain_decode(target, [1], ROWS[:2], num_positions=3, run_key=1, prompt_id="p")
+    out = plain_decode(
+        target, DecodeRequest([1], ROWS[:2], num_positions=3, run_key=1, prompt_id="p")
+    )
     assert out.whitebox is None
     out = plain_decode(
-        target, [1], ROWS[:2], num_positions=3, run_key=1, prompt_id="p", whitebox=True
+        target,
+        DecodeRequest([1], ROWS[:2], num_positions=3, run_key=1, prompt_id="p", whitebox=True),
     )
     assert out.whitebox is not None and out.whitebox[schema.WB_OVERLAP].isna().all()
     with pytest.raises(InputError, match="needs its drafter"):
         plain_decode(
-            target, [1], ROWS[:2], num_positions=3, run_key=1, prompt_id="p", whitebox=True,
+            target,
+            DecodeRequest([1], ROWS[:2], num_positions=3, run_key=1, prompt_id="p", whitebox=True),
             draft=target,
-        )  # fmt: skip
+        )
     assert np.array_equal(
         out.tokens,
-        plain_decode(target, [1], ROWS[:2], num_positions=3, run_key=1, prompt_id="p").tokens,
+        plain_decode(
+            target, DecodeRequest([1], ROWS[:2], num_positions=3, run_key=1, prompt_id="p")
+        ).tokens,
     )
 
 
@@ -215,9 +228,15 @@ def test_roles_and_round_offsets_follow_the_rounds(onehot: bool) -> None:
     common = dict(num_positions=T, run_key=11, prompt_id="p", batch_size=4, whitebox=True)
     v = get_variant("exact")
     got = speculative_decode(
-        target, draft, PROMPT, ROWS, drafter=drafter, variant=v, whitebox_roles=True, **common
+        target,
+        draft,
+        DecodeRequest(PROMPT, ROWS, whitebox_roles=True, **common),
+        drafter=drafter,
+        variant=v,
     )
-    plain = speculative_decode(target, draft, PROMPT, ROWS, drafter=drafter, variant=v, **common)
+    plain = speculative_decode(
+        target, draft, DecodeRequest(PROMPT, ROWS, **common), drafter=drafter, variant=v
+    )
     assert got.whitebox is not None and plain.whitebox is not None and got.rounds is not None
     cols = [*schema.WHITEBOX_COLUMNS, *schema.ROLE_COLUMNS]
     assert list(got.whitebox.columns) == [*cols, "role", "round_offset"]
@@ -235,7 +254,11 @@ def test_roles_and_round_offsets_follow_the_rounds(onehot: bool) -> None:
     assert np.array_equal(got.whitebox["round_offset"].to_numpy(), offset)
     assert np.array_equal(got.whitebox[schema.WB_SLOT].to_numpy(), offset)
     assert set(role) == set(ROLES[1:])  # accepted, recovered and bonus all occur
-    out = plain_decode(target, PROMPT, ROWS, draft=draft, drafter=drafter, whitebox_roles=True,
-                       **common)  # fmt: skip
+    out = plain_decode(
+        target,
+        DecodeRequest(PROMPT, ROWS, whitebox_roles=True, **common),
+        draft=draft,
+        drafter=drafter,
+    )
     assert out.whitebox is not None
     assert set(out.whitebox["role"]) == {"plain"} and (out.whitebox["round_offset"] == 0).all()

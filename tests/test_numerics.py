@@ -14,7 +14,7 @@ import torch
 from toy_protocol import TOY, write_toy
 
 from spectest import schema
-from spectest.engines.base import DrafterSpec, RowSpec, rounds_frame, samples_frame
+from spectest.engines.base import DecodeRequest, DrafterSpec, RowSpec, rounds_frame, samples_frame
 from spectest.engines.builtin import speculative_decode
 from spectest.errors import ConfigError
 from spectest.models.zoo import load_model
@@ -131,11 +131,18 @@ def test_toy_numerics_depend_on_the_forward_shape_only() -> None:
 # ----------------------------------------------------------------------------- the measurement
 def _spec(target, rows, T=6, K=3, batch=None):
     draft = load_model("toy:V=16,order=2,scale=1.0,seed=4")
+    req = DecodeRequest(
+        [1, 2, 3],
+        rows,
+        num_positions=T,
+        run_key=7,
+        prompt_id="p0",
+        batch_size=batch or len(rows),
+        whitebox=True,
+    )
     out = speculative_decode(
-        target, draft, [1, 2, 3], rows, num_positions=T, drafter=DrafterSpec(onehot=True, k=K),
-        variant=get_variant("exact"), run_key=7, prompt_id="p0",
-        batch_size=batch or len(rows), whitebox=True,
-    )  # fmt: skip
+        target, draft, req, drafter=DrafterSpec(onehot=True, k=K), variant=get_variant("exact")
+    )
     return (
         samples_frame(np.asarray(out.tokens), "p0", rows, "matched", out.whitebox),
         rounds_frame(out.rounds, "p0", rows, "matched"),

@@ -14,7 +14,7 @@ import torch
 from toy_protocol import TOY, write_toy
 
 from spectest import schema
-from spectest.engines.base import DrafterSpec, RowSpec, rounds_frame, samples_frame
+from spectest.engines.base import DecodeRequest, DrafterSpec, RowSpec, rounds_frame, samples_frame
 from spectest.engines.builtin import speculative_decode
 from spectest.errors import ConfigError
 from spectest.models.zoo import load_model
@@ -35,9 +35,14 @@ def _matched(target, n=16, T=6, K=3):
     draft = load_model("toy:V=16,order=2,scale=1.0,seed=4")
     rows = [RowSpec("a", s, SP) for s in range(n)]
     out = speculative_decode(
-        target, draft, PROMPT, rows, num_positions=T, drafter=DrafterSpec(onehot=True, k=K),
-        variant=get_variant("exact"), run_key=7, prompt_id="p0", batch_size=n, whitebox=True,
-    )  # fmt: skip
+        target,
+        draft,
+        DecodeRequest(
+            PROMPT, rows, num_positions=T, run_key=7, prompt_id="p0", batch_size=n, whitebox=True
+        ),
+        drafter=DrafterSpec(onehot=True, k=K),
+        variant=get_variant("exact"),
+    )
     s = samples_frame(np.asarray(out.tokens), "p0", rows, "matched", out.whitebox)
     return s, rounds_frame(out.rounds, "p0", rows, "matched")
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from spectest import schema
-from spectest.engines.base import DrafterSpec, RowSpec, rounds_frame, samples_frame
+from spectest.engines.base import DecodeRequest, DrafterSpec, RowSpec, rounds_frame, samples_frame
 from spectest.engines.fast import as_fast, speculative_decode_fast
 from spectest.models.base import LanguageModel
 from spectest.models.derive import first_layers
@@ -39,10 +39,20 @@ def _run(target: HFModel, draft: HFModel, static: bool, batch: int):
     """The matched arm as ``--fast`` runs it: samples (white-box) and rounds frames."""
     rows = [RowSpec(f"c{i}", s, p) for i, p in enumerate(PARAMS) for s in range(8)]
     out = speculative_decode_fast(
-        as_fast(target, static=static), as_fast(draft, static=static), PROMPT, rows,
-        num_positions=T, drafter=DrafterSpec(onehot=True, k=K), variant=get_variant("exact"),
-        run_key=5, prompt_id="p0", batch_size=batch, whitebox=True,
-    )  # fmt: skip
+        as_fast(target, static=static),
+        as_fast(draft, static=static),
+        DecodeRequest(
+            PROMPT,
+            rows,
+            num_positions=T,
+            run_key=5,
+            prompt_id="p0",
+            batch_size=batch,
+            whitebox=True,
+        ),
+        drafter=DrafterSpec(onehot=True, k=K),
+        variant=get_variant("exact"),
+    )
     samples = samples_frame(np.asarray(out.tokens), "p0", rows, "matched", out.whitebox)
     return rows, samples, rounds_frame(out.rounds, "p0", rows, "matched")
 

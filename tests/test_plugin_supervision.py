@@ -178,7 +178,8 @@ def test_a_slow_kernel_under_the_timeout_gives_the_verdict(tmp_path: Path) -> No
     assert err == "", err
 
 
-def test_sigterm_during_a_hang_is_the_interrupted_line_and_143(tmp_path: Path) -> None:
+def interrupt_a_hang(tmp_path: Path, sig: int) -> tuple[int, str, str]:
+    """``sig`` to a run whose kernel hangs in its first call: (exit code, stdout, stderr)."""
     started = tmp_path / "started"
     k = kernel(tmp_path, in_call=f"open({str(started)!r}, 'w').close()\ntime.sleep(3600)")
     p = spectest_popen(tmp_path, k)
@@ -186,27 +187,23 @@ def test_sigterm_during_a_hang_is_the_interrupted_line_and_143(tmp_path: Path) -
     while not started.exists():
         assert p.poll() is None and time.monotonic() < deadline, p.communicate()
         time.sleep(0.1)
-    p.send_signal(signal.SIGTERM)
+    p.send_signal(sig)
     out, err = p.communicate(timeout=60)
-    assert p.returncode == 143, (out, err)
-    assert err.strip() == "interrupted: completed shards are kept; re-run to resume"
+    assert err.strip() == "interrupted: completed shards are kept; re-run to resume", err
+    return p.returncode, out, err
+
+
+def test_sigterm_during_a_hang_is_the_interrupted_line_and_143(tmp_path: Path) -> None:
+    rc, out, err = interrupt_a_hang(tmp_path, signal.SIGTERM)
+    assert rc == 143, (out, err)
     assert_not_complete_and_unlocked(tmp_path / "run")
     no_process_mentions(str(tmp_path / "run"))
 
 
 def test_ctrl_c_during_a_hang_is_130(tmp_path: Path) -> None:
     """SIGINT to the supervisor reaches the child's group: the child's own boundary says it."""
-    started = tmp_path / "started"
-    k = kernel(tmp_path, in_call=f"open({str(started)!r}, 'w').close()\ntime.sleep(3600)")
-    p = spectest_popen(tmp_path, k)
-    deadline = time.monotonic() + 300
-    while not started.exists():
-        assert p.poll() is None and time.monotonic() < deadline, p.communicate()
-        time.sleep(0.1)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=60)
-    assert p.returncode == 130, (out, err)
-    assert err.strip() == "interrupted: completed shards are kept; re-run to resume"
+    rc, out, err = interrupt_a_hang(tmp_path, signal.SIGINT)
+    assert rc == 130, (out, err)
     no_process_mentions(str(tmp_path / "run"))
 
 

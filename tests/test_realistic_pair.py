@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from spectest.engines.base import DecodeRequest
 from spectest.engines.builtin import DrafterSpec, RowSpec, speculative_decode
 from spectest.errors import ConfigError, ModelError
 from spectest.models import zoo
@@ -51,10 +52,12 @@ def test_damped_pair_accepts_and_undamped_does_not_beat_it():
         spec = f"realistic:qwen3-tiny,draft_layers=1,damp={damp},logit_scale=20,num_hidden_layers=4"
         target, draft = zoo.load_pair(spec, "derived:first_layers,layers=1")
         out = speculative_decode(
-            target, draft, [1, 2, 3], rows, num_positions=16,
-            drafter=DrafterSpec(onehot=True, k=4), variant=fast_variant(get_variant("exact")),
-            run_key=7, prompt_id="p",
-        )  # fmt: skip
+            target,
+            draft,
+            DecodeRequest([1, 2, 3], rows, num_positions=16, run_key=7, prompt_id="p"),
+            drafter=DrafterSpec(onehot=True, k=4),
+            variant=fast_variant(get_variant("exact")),
+        )
         assert out.rounds is not None
         accepted[damp] = float(out.rounds["accepted"].mean())
     assert accepted[0.03] >= 1.5, accepted

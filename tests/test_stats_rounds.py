@@ -20,7 +20,7 @@ from scipy import stats
 from toy_protocol import TOY, write_toy
 
 from spectest.comparison import FamilyScope
-from spectest.engines.base import rounds_frame, samples_frame
+from spectest.engines.base import DecodeRequest, rounds_frame, samples_frame
 from spectest.engines.builtin import DrafterSpec, RowSpec, speculative_decode
 from spectest.errors import ExitCode
 from spectest.models.toy import ToyLM
@@ -42,10 +42,14 @@ def _arm(variant: str, arm: str, seeds: range) -> tuple[pd.DataFrame, pd.DataFra
     draft = target.perturbed(0.8, seed=5)
     rows = [RowSpec(f"c{i}", s, p) for s in seeds for i, p in enumerate(PARAMS)]
     out = speculative_decode(
-        target, draft, [1, 2, 3], rows, drafter=DrafterSpec(onehot=False, k=3),
-        variant=get_variant(variant), num_positions=12, run_key=22, prompt_id="p",
-        batch_size=len(rows),
-    )  # fmt: skip
+        target,
+        draft,
+        DecodeRequest(
+            [1, 2, 3], rows, num_positions=12, run_key=22, prompt_id="p", batch_size=len(rows)
+        ),
+        drafter=DrafterSpec(onehot=False, k=3),
+        variant=get_variant(variant),
+    )
     return samples_frame(out.tokens, "p", rows, arm), rounds_frame(out.rounds, "p", rows, arm)
 
 

@@ -10,6 +10,7 @@ import torch
 from scipy import stats
 
 from spectest import schema
+from spectest.engines.base import DecodeRequest
 from spectest.engines.builtin import (
     DrafterSpec,
     RowSpec,
@@ -161,9 +162,12 @@ def test_teacher_force_equals_reference_on_toy(onehot: bool, q_mode: str) -> Non
     drafter = DrafterSpec(onehot=onehot, q_mode=q_mode, k=3)
     prompt = [1, 2]
     out = speculative_decode(
-        target, draft, prompt, ROWS, num_positions=6, drafter=drafter,
-        variant=get_variant("exact"), run_key=3, prompt_id="p",
-    )  # fmt: skip
+        target,
+        draft,
+        DecodeRequest(prompt, ROWS, num_positions=6, run_key=3, prompt_id="p"),
+        drafter=drafter,
+        variant=get_variant("exact"),
+    )
     wb = teacher_force(
         target, prompt, [r.params for r in ROWS], out.tokens, draft=draft, drafter=drafter
     )
@@ -193,7 +197,7 @@ def test_no_draft_and_pit_is_uniform_on_plain_arm() -> None:
     target = ToyLM(10, 2, 2.0, seed=8)
     params = SamplingParams(temperature=0.9, top_p=0.9)
     rows = [RowSpec("c", s, params) for s in range(200)]
-    out = plain_decode(target, [3], rows, num_positions=6, run_key=9, prompt_id="p")
+    out = plain_decode(target, DecodeRequest([3], rows, num_positions=6, run_key=9, prompt_id="p"))
     wb = teacher_force(target, [3], [params] * 200, out.tokens, drafter=DrafterSpec(onehot=True))
     assert (wb[schema.WB_P_A] == 0).all() and not wb[schema.WB_IN_A].any()
     assert wb[schema.WB_OVERLAP].isna().all() and (wb[schema.WB_P] > 0).all()
@@ -207,7 +211,7 @@ def test_teacher_force_hf_matches_engine_pipeline() -> None:
     plain engine's law at position 0 (computed from the prompt's logits)."""
     m = from_preset("qwen3-tiny", seed=1, logit_scale=8.0)
     rows = ROWS[:4]
-    out = plain_decode(m, [5, 6], rows, num_positions=5, run_key=2, prompt_id="p")
+    out = plain_decode(m, DecodeRequest([5, 6], rows, num_positions=5, run_key=2, prompt_id="p"))
     wb = teacher_force(m, [5, 6], [r.params for r in rows], out.tokens)
     assert (wb[schema.WB_P] > 0).all()
     p0 = logits_to_probs(

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from spectest import schema
+from spectest.engines.base import DecodeRequest
 from spectest.engines.builtin import DrafterSpec, RowSpec, speculative_decode
 from spectest.engines.teacher import ROLE_CODES, role_columns, role_reference
 from spectest.models.toy import ToyLM
@@ -148,10 +149,20 @@ def _role_frame(variant: str, onehot: bool) -> pd.DataFrame:
     draft = target.perturbed(0.8, seed=5)
     rows = [RowSpec(f"c{i}", s, p) for s in range(N_SEEDS) for i, p in enumerate(PARAMS)]
     out = speculative_decode(
-        target, draft, [1, 2, 3], rows, drafter=DrafterSpec(onehot=onehot, k=3),
-        variant=get_variant(variant), whitebox=True, num_positions=T_POS, run_key=22,
-        prompt_id="p", batch_size=len(rows),
-    )  # fmt: skip
+        target,
+        draft,
+        DecodeRequest(
+            [1, 2, 3],
+            rows,
+            whitebox=True,
+            num_positions=T_POS,
+            run_key=22,
+            prompt_id="p",
+            batch_size=len(rows),
+        ),
+        drafter=DrafterSpec(onehot=onehot, k=3),
+        variant=get_variant(variant),
+    )
     assert out.whitebox is not None
     return out.whitebox
 

@@ -92,9 +92,14 @@ def chain(
         out = fn(draft_probs, ids, uniforms.to(torch.float32), target_probs, acc, emit, True)
     else:
         out = fn(
-            draft_probs, ids, target_probs, maybe_output_accepted_token_num=acc,
-            maybe_output_emitted_draft_token_num=emit, deterministic=True, generator=generator,
-        )  # fmt: skip
+            draft_probs,
+            ids,
+            target_probs,
+            maybe_output_accepted_token_num=acc,
+            maybe_output_emitted_draft_token_num=emit,
+            deterministic=True,
+            generator=generator,
+        )
     if isinstance(out, tuple):  # 0.2.3+ returns (ids, accepted_num, emitted_num)
         out, acc, emit = out
     return out.to(torch.int64), acc.to(torch.int64), emit.to(torch.int64)

@@ -107,11 +107,22 @@ def _run(
     # would round to 1.0f, outside SGLang's [0, 1) and past its final CDF scan)
     u = uniforms.to(torch.float32).clamp(max=1.0 - 2.0**-24)  # [B, K+1]
     fn(
-        predicts, accept_index, accept_token_num, candidates, retrive_index,
-        torch.full_like(candidates, -1), torch.full_like(candidates, -1),  # tree links: unused
-        u[:, :K].contiguous(), u[:, K].contiguous(), target_probs.contiguous(),
-        draft_probs.contiguous(), 1.0, 1.0, True, block_verification=block_verification,
-    )  # fmt: skip
+        predicts,
+        accept_index,
+        accept_token_num,
+        candidates,
+        retrive_index,
+        torch.full_like(candidates, -1),
+        torch.full_like(candidates, -1),  # tree links: unused
+        u[:, :K].contiguous(),
+        u[:, K].contiguous(),
+        target_probs.contiguous(),
+        draft_probs.contiguous(),
+        1.0,
+        1.0,
+        True,
+        block_verification=block_verification,
+    )
     n = accept_token_num.to(torch.int64)  # [B]
     out = predicts.view(B, K + 1).to(torch.int64)  # [B, K+1]
     pos = torch.arange(K + 1, device=dev)[None, :]

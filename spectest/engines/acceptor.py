@@ -161,8 +161,13 @@ def run_kernel(
         gen = torch.Generator(device=target_probs.device)
         gen.manual_seed(int(u_final[0].item() * 2.0**53))  # per call, from the first row's key
         kwargs["generator"] = gen
-    ret = contained(lambda err: f"acceptor {name}: the kernel {escape_reason(err)}", kernel,
-                    *args, watch=(f"acceptor {name}", "calling the kernel"), **kwargs)  # fmt: skip
+    ret = contained(
+        lambda err: f"acceptor {name}: the kernel {escape_reason(err)}",
+        kernel,
+        *args,
+        watch=(f"acceptor {name}", "calling the kernel"),
+        **kwargs,
+    )
     out, acc, emit = check_return(ret, name, draft_tokens, V, target_probs.device)
     mask = torch.arange(K, device=acc.device)[None, :] < acc[:, None]  # [B, K] (counts only)
     return RoundResult(out, emit + 1, emit, AcceptanceTelemetry(mask, acc))
@@ -184,8 +189,10 @@ def check_return(
     # (a RuntimeError there was exit 4, "a bug in spectest"; found by tools/fuzz.py)
     items = contained(
         lambda err: f"acceptor {name}: its return value cannot be read: {escape_reason(err)}",
-        tuple, ret, watch=(f"acceptor {name}", "reading the kernel's return value"),
-    )  # fmt: skip
+        tuple,
+        ret,
+        watch=(f"acceptor {name}", "reading the kernel's return value"),
+    )
     if len(items) != 3:
         raise fail(f"{expected}, got a {type(ret).__name__} of {len(items)} items")
     want = {"output_token_ids": (B, K + 1), "accepted_num": (B,), "emitted_num": (B,)}
@@ -265,9 +272,12 @@ class AcceptorEngine(BuiltinEngine):
         prepare = getattr(self.kernel, PREPARE_ATTR, None)
         if prepare is not None:
             text = self.spec.text
-            contained(lambda err: f"acceptor {text}: preparing failed: {_prepare_why(err)}",
-                      prepare, hold_output=True,
-                      watch=(f"acceptor {text}", "preparing the kernel"))  # fmt: skip
+            contained(
+                lambda err: f"acceptor {text}: preparing failed: {_prepare_why(err)}",
+                prepare,
+                hold_output=True,
+                watch=(f"acceptor {text}", "preparing the kernel"),
+            )
 
     def speculative(self, job: ArmJob) -> bool:
         return True
@@ -280,9 +290,13 @@ class AcceptorEngine(BuiltinEngine):
         sample = functools.partial(run_kernel, kernel, name)
         # the user's kernel sees the dense laws it was written for: no round on a shortlist
         return dataclasses.replace(
-            exact, name="acceptor", description=f"acceptor {name}", exact=False, sample_fn=sample,
+            exact,
+            name="acceptor",
+            description=f"acceptor {name}",
+            exact=False,
+            sample_fn=sample,
             round_on_shortlist=False,
-        )  # fmt: skip
+        )
 
     def provenance(self) -> dict[str, Any]:
         return {

@@ -2,32 +2,18 @@
 
 Owns: ``Engine`` (the base class every engine derives from), the job it is given (``ArmJob``: one
 arm × one prompt, all its rows), what it returns (``ArmOutput``: the one output type, of every
-engine and of every decode loop), the row and drafter descriptions shared by every engine and by
-the protocol (``RowSpec``, ``DrafterSpec``), the models handed to an engine (``Models``), option
-parsing with errors that name file and field (``parse_options``), the check of every output
-(``check_output``) and its conversion to the schema's samples and rounds tables.
+engine and of every decode loop), what every decode loop is asked (``DecodeRequest``), the row and
+drafter descriptions shared by every engine and by the protocol (``RowSpec``, ``DrafterSpec``), the
+models handed to an engine (``Models``), option parsing with errors that name file and field
+(``parse_options``), the check of every output (``check_output``) and its conversion to the schema's
+samples and rounds tables.
 
 Knows nothing about particular engines (``spectest.engines.registry`` maps names to classes),
 protocols, files or statistics. Imports no torch: third-party engines (a command, a server) can
 implement the contract without it.
 
-How an engine plugs in
-----------------------
-1. Subclass ``Engine``; set ``name``, ``needs``, ``whitebox``, ``rounds``, ``uses_variant``,
-   ``seeds`` (and ``max_batch`` for an engine that runs one row at a time) and, when it takes
-   options, ``Options`` (a frozen dataclass of bool / int / float / str fields with defaults).
-   Implement ``generate(job) -> ArmOutput``; optionally ``check_protocol`` (cross-field rules),
-   ``provenance`` and ``close``.
-2. Register it: an entry in ``registry.BUILTIN`` (inside spectest) or an entry point of the
-   group ``spectest.engines`` (``name = "package.module:Class"``) in a third-party distribution.
-3. Check it: ``spectest conformance NAME`` (or ``spectest.conformance.check`` in the plug-in's
-   own tests) runs it on small jobs against this contract; ``spectest bench --arms NAME`` times
-   it beside transformers' ``generate``.
-4. Select it in a protocol: ``engines: {candidate: {name: NAME, OPTION: VALUE}}`` (version 2;
-   see docs/engines.md "Engines under test").
-
-``examples/plugin/`` is a complete plug-in package (pyproject entry point, engine, its own
-conformance test); docs/architecture.md draws where engines sit in a run.
+How an engine plugs in (subclass, register, check, select; ``examples/plugin/``):
+docs/engines.md "Adding an engine".
 
 Each arm of a plan is run by exactly one engine; the teeth (null, ε, mutants) always run on the
 built-in engine, whatever the protocol's reference and candidate engines are.
@@ -140,6 +126,44 @@ class ArmJob:
     drafter: DrafterSpec
     whitebox: bool = False
     progress: Progress | None = field(default=None, compare=False, repr=False)
+
+    def tick(self, done: int) -> None:
+        if self.progress is not None:
+            self.progress(done)
+
+    def decode_request(self, **extra: Any) -> DecodeRequest:
+        """This job as a decode loop's request (``extra``: ``whitebox_roles`` ...)."""
+        fields = dict(batch_size=self.batch_size, progress=self.tick, whitebox=self.whitebox)
+        return DecodeRequest(
+            self.prompt_ids,
+            self.rows,
+            self.num_positions,
+            self.run_key,
+            self.prompt_id,
+            **{**fields, **extra},
+        )
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """What every decode loop is asked (``builtin``, ``fast``, ``hf.decode``): one prompt's rows.
+
+    ``prompt``: token ids; ``rows``: one (config, seed, params) per output row; ``num_positions``:
+    tokens per row; ``run_key`` and ``prompt_id`` key each row's randomness
+    (``seeding.row_key``); ``batch_size``: rows per chunk; ``progress``: called with the rows
+    done; ``whitebox``: record the white-box columns; ``whitebox_roles``: with them, each token's
+    role and round offset (built-in loops only). The loops check the values.
+    """
+
+    prompt: Sequence[int]
+    rows: Sequence[RowSpec]
+    num_positions: int
+    run_key: int
+    prompt_id: str
+    batch_size: int = 256
+    progress: Progress | None = field(default=None, compare=False, repr=False)
+    whitebox: bool = False
+    whitebox_roles: bool = False
 
     def tick(self, done: int) -> None:
         if self.progress is not None:
@@ -323,6 +347,26 @@ def rounds_from_tuples(rounds: Sequence[tuple[int, ...]]) -> pd.DataFrame | None
     return pd.DataFrame(list(rounds), columns=list(ROUNDS_COLUMNS)) if rounds else None
 
 
+def _check_tokens(toks: np.ndarray, hi: int, bad: Callable[..., Exception]) -> None:
+    """Ids in ``[0, hi]``, a first token in every row, ``-1`` only as a row's suffix."""
+    ids = f"a token id in [0, {hi}]"
+    wrong = (toks < PLACEHOLDER_TOKEN_ID) | (toks > hi)
+    if wrong.any():
+        r, t = (int(i) for i in np.argwhere(wrong)[0])
+        raise bad(
+            f"tokens[{r}, {t}]", f"{ids} (or -1 after the sequence's end)", int(toks[r, t]), r
+        )
+    pad = toks == PLACEHOLDER_TOKEN_ID
+    if pad[:, 0].any():
+        r = int(np.flatnonzero(pad[:, 0])[0])
+        raise bad(f"tokens[{r}, 0]", f"{ids} (a sequence needs at least one token)", -1, r)
+    after = pad[:, :-1] & ~pad[:, 1:]
+    if after.any():
+        r, t = (int(i) for i in np.argwhere(after)[0])
+        why = f"-1 (the sequence ended at position {t}: -1 only as a suffix)"
+        raise bad(f"tokens[{r}, {t + 1}]", why, int(toks[r, t + 1]), r)
+
+
 def _check_rounds(rounds: Any, B: int, bad: Callable[..., Exception]) -> None:
     """``check_output``'s rule for ``rounds``: None, or a DataFrame with ``ROUNDS_COLUMNS`` of
     integers in ``[0, 2^31)`` and row indices in ``[0, B)``."""
@@ -378,27 +422,7 @@ def check_output(out: Any, job: ArmJob, vocab_size: int | None, engine: str) -> 
             f"{base}: field 'tokens': expected an int64 numpy array of shape {(B, T)}, "
             f"got {dtype} {shape}"
         )
-    hi = (vocab_size if vocab_size is not None else TOKEN_ID_MAX + 1) - 1
-    ids = f"a token id in [0, {hi}]"
-    wrong = (toks < PLACEHOLDER_TOKEN_ID) | (toks > hi)
-    if wrong.any():
-        r, t = (int(i) for i in np.argwhere(wrong)[0])
-        raise bad(
-            f"tokens[{r}, {t}]", f"{ids} (or -1 after the sequence's end)", int(toks[r, t]), r
-        )
-    pad = toks == PLACEHOLDER_TOKEN_ID
-    if pad[:, 0].any():
-        r = int(np.flatnonzero(pad[:, 0])[0])
-        raise bad(f"tokens[{r}, 0]", f"{ids} (a sequence needs at least one token)", -1, r)
-    after = pad[:, :-1] & ~pad[:, 1:]
-    if after.any():
-        r, t = (int(i) for i in np.argwhere(after)[0])
-        raise bad(
-            f"tokens[{r}, {t + 1}]",
-            f"-1 (the sequence ended at position {t}: -1 only as a suffix)",
-            int(toks[r, t + 1]),
-            r,
-        )
+    _check_tokens(toks, (vocab_size if vocab_size is not None else TOKEN_ID_MAX + 1) - 1, bad)
     if not isinstance(out.rounds_tested, bool):
         raise bad("rounds_tested", "true or false", out.rounds_tested)
     _check_rounds(out.rounds, B, bad)
@@ -407,8 +431,8 @@ def check_output(out: Any, job: ArmJob, vocab_size: int | None, engine: str) -> 
         got = f"{len(wb)} rows" if isinstance(wb, pd.DataFrame) else type(wb).__name__
         raise bad("whitebox", f"a DataFrame of {B * T} rows (one per row and position)", got)
     rep = out.reported
-    if rep is not None and (not isinstance(rep, np.ndarray) or rep.shape[:2] != (B, T)
-                            or rep.ndim != 3 or rep.shape[2] not in (2, 3)):  # fmt: skip
+    shaped = isinstance(rep, np.ndarray) and rep.ndim == 3 and rep.shape[2] in (2, 3)
+    if rep is not None and not (shaped and rep.shape[:2] == (B, T)):
         got = f"shape {rep.shape}" if isinstance(rep, np.ndarray) else type(rep).__name__
         raise bad("reported", f"a float array of shape {(B, T, 2)} or {(B, T, 3)}", got)
 

@@ -41,7 +41,7 @@ plain prefix law whatever the round boundaries are.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -52,10 +52,10 @@ from spectest import schema
 from spectest.engines.base import (
     ArmJob,
     ArmOutput,
+    DecodeRequest,
     DrafterSpec,
     Engine,
     Models,
-    Progress,
     RowSpec,
     check_rows,
     rounds_frame,
@@ -76,19 +76,11 @@ from spectest.seeding import STREAM_PLAIN, STREAM_SPEC, row_key, spec_slots, uni
 
 def plain_decode(
     model: LanguageModel,
-    prompt: Sequence[int],
-    rows: Sequence[RowSpec],
+    req: DecodeRequest,
     *,
-    num_positions: int,
-    run_key: int,
-    prompt_id: str,
-    batch_size: int = 256,
-    progress: Progress | None = None,
-    whitebox: bool = False,
     draft: LanguageModel | None = None,
     drafter: DrafterSpec | None = None,
     pipeline: Pipeline = REFERENCE,
-    whitebox_roles: bool = False,
 ) -> ArmOutput:
     """Plain autoregressive sampling: one uniform per token, inverse CDF on the pipeline's law.
 
@@ -106,26 +98,23 @@ def plain_decode(
     batch composition never matters. Verified token-for-token against ``plain_decode_reference``
     (no cache, one row at a time) on the toy LM and a tiny HF model (tests/test_engine.py).
     """
-    prompt_t = _check_inputs(model, prompt, rows, num_positions, batch_size)
-    model.reserve(len(prompt) + num_positions)
-    wb_draft = _whitebox_draft(model, draft, drafter) if whitebox else None
+    prompt_t = _check_inputs(model, req)
+    T = req.num_positions
+    model.reserve(len(prompt_t) + T)
+    wb_draft = _whitebox_draft(model, draft, drafter) if req.whitebox else None
     if wb_draft is not None:
-        wb_draft[0].reserve(len(prompt) + num_positions)
+        wb_draft[0].reserve(len(prompt_t) + T)
     chunks, wb_parts = [], []
-    for lo in range(0, len(rows), batch_size):
-        part = rows[lo : lo + batch_size]
-        keys = _keys(part, run_key, prompt_id, model.device)  # [B]
-        params = SamplingTensors.from_params([r.params for r in part], device=model.device)
+    for lo, part, keys, params in _chunks(req, model.device):
         rec = None
-        if whitebox:
-            rec = PlainObserver(prompt_t, len(part), num_positions, pipeline, params, wb_draft)
-        toks = _plain_chunk(model, prompt_t, keys, params, num_positions, rec, pipeline)
+        if req.whitebox:
+            rec = PlainObserver(prompt_t, len(part), T, pipeline, params, wb_draft)
+        toks = _plain_chunk(model, prompt_t, keys, params, T, rec, pipeline)
         chunks.append(toks.cpu())
         if rec is not None:
-            wb_parts.append(_wb_frame(rec, num_positions, whitebox_roles))
-        if progress is not None:
-            progress(lo + len(part))
-    wb = pd.concat(wb_parts, ignore_index=True) if whitebox else None
+            wb_parts.append(_wb_frame(rec, T, req.whitebox_roles))
+        req.tick(lo + len(part))
+    wb = pd.concat(wb_parts, ignore_index=True) if req.whitebox else None
     return ArmOutput(torch.cat(chunks, dim=0).numpy(), None, True, wb)
 
 
@@ -159,19 +148,11 @@ def _plain_chunk(
 def speculative_decode(
     target: LanguageModel,
     draft: LanguageModel,
-    prompt: Sequence[int],
-    rows: Sequence[RowSpec],
+    req: DecodeRequest,
     *,
-    num_positions: int,
     drafter: DrafterSpec,
     variant: SpecVariant,
-    run_key: int,
-    prompt_id: str,
-    batch_size: int = 256,
-    progress: Progress | None = None,
-    whitebox: bool = False,
     pipeline: Pipeline = REFERENCE,
-    whitebox_roles: bool = False,
 ) -> ArmOutput:
     """Speculative sampling with ``variant``'s hooks on ``pipeline``; telemetry one row per
     (row, round).
@@ -195,30 +176,26 @@ def speculative_decode(
     holds ``len(prompt) + rounds * (K + 1)`` slots at the end (rounds <= num_positions, set by the
     slowest row of the chunk); lower ``batch_size`` for long outputs with large models.
     """
-    prompt_t = _check_pair(target, draft, drafter, prompt, rows, num_positions, batch_size)
-    slots = len(prompt) + num_positions * (drafter.k + 1)  # every round appends K+1 slots
+    prompt_t = _check_pair(target, draft, drafter, req)
+    T = req.num_positions
+    slots = len(prompt_t) + T * (drafter.k + 1)  # every round appends K+1 slots
     target.reserve(slots)
     draft.reserve(slots)
     variant = pipeline.variant(variant)
     chunks, frames, wb_parts = [], [], []
-    for lo in range(0, len(rows), batch_size):
-        part = rows[lo : lo + batch_size]
-        keys = _keys(part, run_key, prompt_id, target.device)  # [B]
-        params = SamplingTensors.from_params([r.params for r in part], device=target.device)
+    for lo, part, keys, params in _chunks(req, target.device):
         sampler = RoundSampler(pipeline, variant, params, drafter.onehot, drafter.q_mode)
-        width = num_positions + drafter.k + 1
-        rec = RoundObserver(len(part), width, target.device, sampler, drafter) if whitebox else None
-        toks, rounds = _spec_chunk(
-            target, draft, prompt_t, keys, sampler, num_positions, drafter.k, rec
-        )
+        rec = None
+        if req.whitebox:
+            rec = RoundObserver(len(part), T + drafter.k + 1, target.device, sampler, drafter)
+        toks, rounds = _spec_chunk(target, draft, prompt_t, keys, sampler, T, drafter.k, rec)
         chunks.append(toks.cpu())
         rounds["row"] += lo
         frames.append(rounds)
         if rec is not None:
-            wb_parts.append(_wb_frame(rec, num_positions, whitebox_roles))
-        if progress is not None:
-            progress(lo + len(part))
-    wb = pd.concat(wb_parts, ignore_index=True) if whitebox else None
+            wb_parts.append(_wb_frame(rec, T, req.whitebox_roles))
+        req.tick(lo + len(part))
+    wb = pd.concat(wb_parts, ignore_index=True) if req.whitebox else None
     rounds = pd.concat(frames, ignore_index=True)
     return ArmOutput(torch.cat(chunks, dim=0).numpy(), rounds, True, wb)
 
@@ -322,19 +299,13 @@ def _whitebox_draft(
 
 
 def _check_pair(
-    target: LanguageModel,
-    draft: LanguageModel,
-    drafter: Any,
-    prompt: Sequence[int],
-    rows: Sequence[RowSpec],
-    T: Any,
-    batch_size: Any,
+    target: LanguageModel, draft: LanguageModel, drafter: Any, req: DecodeRequest
 ) -> torch.Tensor:
     """The inputs of a speculative call, checked: the prompt as ``[L]`` on the target's device."""
     _check_same_device(target, draft)
     if not isinstance(drafter, DrafterSpec):
         raise ConfigError(f"drafter must be a DrafterSpec, got {drafter!r}")
-    return _check_inputs(target, prompt, rows, T, batch_size)
+    return _check_inputs(target, req)
 
 
 def _check_same_device(target: LanguageModel, draft: LanguageModel) -> None:
@@ -350,51 +321,39 @@ def _check_same_device(target: LanguageModel, draft: LanguageModel) -> None:
 # ----------------------------------------------------------------------------- references
 
 
-def plain_decode_reference(
-    model: LanguageModel,
-    prompt: Sequence[int],
-    rows: Sequence[RowSpec],
-    *,
-    num_positions: int,
-    run_key: int,
-    prompt_id: str,
-) -> torch.Tensor:
+def plain_decode_reference(model: LanguageModel, req: DecodeRequest) -> torch.Tensor:
     """Slow reference of ``plain_decode``: one row at a time, full forward per token, no cache."""
     out = []
-    for r in rows:
-        key = _keys([r], run_key, prompt_id, model.device)  # [1]
+    for r in req.rows:
+        key = _keys([r], req.run_key, req.prompt_id, model.device)  # [1]
         params = SamplingTensors.from_params([r.params], device=model.device)
-        seq = list(prompt)
-        for t in range(num_positions):
+        seq = list(req.prompt)
+        for t in range(req.num_positions):
             logits = model.logits_full(torch.tensor([seq], device=model.device))[:, -1]  # [1, V]
             u = uniforms(key, STREAM_PLAIN, t, 1)[:, 0]  # [1]
             seq.append(int(categorical(logits_to_probs(logits, params), u)[0]))
-        out.append(seq[len(prompt) :])
+        out.append(seq[len(req.prompt) :])
     return torch.tensor(out, dtype=torch.int64)  # [B, T]
 
 
 def speculative_decode_reference(
     target: LanguageModel,
     draft: LanguageModel,
-    prompt: Sequence[int],
-    rows: Sequence[RowSpec],
+    req: DecodeRequest,
     *,
-    num_positions: int,
     drafter: DrafterSpec,
     variant: SpecVariant,
-    run_key: int,
-    prompt_id: str,
 ) -> tuple[torch.Tensor, list[list[tuple[int, int]]]]:
     """Slow reference of ``speculative_decode``: one row at a time, full forwards on the committed
     sequence (no cache, no holes), rounds until ``num_positions`` tokens, then truncation.
     Returns tokens ``[B, T]`` and, per row, its rounds as ``(num_accepted, num_emitted)``."""
-    K, dev = drafter.k, target.device
+    K, dev, num_positions = drafter.k, target.device, req.num_positions
     slots = spec_slots(K, drafter.onehot)
     out, telemetry = [], []
-    for r in rows:
-        key = _keys([r], run_key, prompt_id, dev)  # [1]
+    for r in req.rows:
+        key = _keys([r], req.run_key, req.prompt_id, dev)  # [1]
         params = SamplingTensors.from_params([r.params], device=dev)
-        seq, emitted, rounds = list(prompt), list[int](), list[tuple[int, int]]()
+        seq, emitted, rounds = list(req.prompt), list[int](), list[tuple[int, int]]()
         while len(emitted) < num_positions:
             u = uniforms(key, STREAM_SPEC, len(emitted), slots.num_slots)[0]  # [num_slots]
             ctx, qs = list(seq), []
@@ -455,11 +414,19 @@ def _keys(
     return torch.tensor(keys, dtype=torch.int64, device=device)  # [B]
 
 
-def _check_inputs(
-    model: LanguageModel, prompt: Sequence[int], rows: Sequence[RowSpec], T: Any, batch_size: Any
-) -> torch.Tensor:
-    check_rows(rows, T, batch_size)
-    ids = list(prompt)
+def _chunks(
+    req: DecodeRequest, device: torch.device
+) -> Iterator[tuple[int, Sequence[RowSpec], torch.Tensor, SamplingTensors]]:
+    """``(lo, rows, keys [B], params)`` of each chunk of ``req.batch_size`` rows."""
+    for lo in range(0, len(req.rows), req.batch_size):
+        part = req.rows[lo : lo + req.batch_size]
+        params = SamplingTensors.from_params([r.params for r in part], device=device)
+        yield lo, part, _keys(part, req.run_key, req.prompt_id, device), params
+
+
+def _check_inputs(model: LanguageModel, req: DecodeRequest) -> torch.Tensor:
+    check_rows(req.rows, req.num_positions, req.batch_size)
+    ids = list(req.prompt)
     if not ids:
         raise InputError("prompt must hold at least one token id (e.g. BOS), got []")
     for t in ids:
@@ -515,25 +482,13 @@ class BuiltinEngine(Engine):
         models = self.decode_models()
         target, draft = models.target, models.draft
         assert target is not None
-        kw: dict[str, Any] = dict(
-            num_positions=job.num_positions,
-            run_key=job.run_key,
-            prompt_id=job.prompt_id,
-            batch_size=job.batch_size,
-            progress=job.tick,
-        )
+        req = job.decode_request()
         if not self.speculative(job):
             # NOTE: the plain arm records q_t too (the draft run along its sequence, same
             # drafter law), so the white-box tests run on it as the control on spectest's own p
-            out = self.plain_loop(
-                target, job.prompt_ids, job.rows, whitebox=job.whitebox,
-                draft=draft if job.whitebox else None, drafter=job.drafter, **kw,
-            )  # fmt: skip
-        else:
-            if draft is None:
-                raise ModelError(f"engine {self.name}: arm {job.arm!r} needs the draft model")
-            out = self.speculative_loop(
-                target, draft, job.prompt_ids, job.rows, drafter=job.drafter,
-                variant=self.variant(job), whitebox=job.whitebox, **kw,
-            )  # fmt: skip
-        return out
+            wb_draft = draft if job.whitebox else None
+            return self.plain_loop(target, req, draft=wb_draft, drafter=job.drafter)
+        if draft is None:
+            raise ModelError(f"engine {self.name}: arm {job.arm!r} needs the draft model")
+        variant = self.variant(job)
+        return self.speculative_loop(target, draft, req, drafter=job.drafter, variant=variant)

@@ -29,13 +29,12 @@ built-in engine's token for token (tests/test_engine_fast.py).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from spectest.engines import builtin
 from spectest.engines.acceptor import AcceptorEngine
-from spectest.engines.base import ArmOutput, Models
-from spectest.engines.builtin import BuiltinEngine, RowSpec
+from spectest.engines.base import ArmOutput, DecodeRequest, Models
+from spectest.engines.builtin import BuiltinEngine
 from spectest.models.base import LanguageModel
 from spectest.models.hf import HFModel
 from spectest.models.static import StaticHFModel
@@ -62,25 +61,19 @@ def as_fast(
     return model
 
 
-def plain_decode_fast(
-    model: LanguageModel, prompt: Sequence[int], rows: Sequence[RowSpec], **kw: Any
-) -> ArmOutput:
+def plain_decode_fast(model: LanguageModel, req: DecodeRequest, **kw: Any) -> ArmOutput:
     """``builtin.plain_decode`` on the fast pipeline and (for an ``as_fast`` model) the static
     cache: the same loop, the same tokens under the same keys (module docstring), and with
     ``whitebox`` the same generation-time white-box columns."""
-    return builtin.plain_decode(model, prompt, rows, pipeline=FAST, **kw)
+    return builtin.plain_decode(model, req, pipeline=FAST, **kw)
 
 
 def speculative_decode_fast(
-    target: LanguageModel,
-    draft: LanguageModel,
-    prompt: Sequence[int],
-    rows: Sequence[RowSpec],
-    **kw: Any,
+    target: LanguageModel, draft: LanguageModel, req: DecodeRequest, **kw: Any
 ) -> ArmOutput:
     """``builtin.speculative_decode`` with ``fast_variant(variant)`` and (for ``as_fast`` models)
     the static cache: the same loop, tokens and telemetry under the same keys."""
-    return builtin.speculative_decode(target, draft, prompt, rows, pipeline=FAST, **kw)
+    return builtin.speculative_decode(target, draft, req, pipeline=FAST, **kw)
 
 
 # ----------------------------------------------------------------------------- the engine

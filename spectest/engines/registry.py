@@ -73,8 +73,12 @@ def engine_class(name: str) -> type[Engine]:
     # NOTE: an entry point's module is a plug-in: a sys.exit, an argparse or any exception at
     # its import is one line naming it (spectest.contain), never the process's exit code
     who = f"engine {name!r} ({target})"
-    cls = contained(lambda err: f"engine {name!r}: importing {target!r} {escape_reason(err)}",
-                    load, hold_output=True, watch=(who, "importing it"))  # fmt: skip
+    cls = contained(
+        lambda err: f"engine {name!r}: importing {target!r} {escape_reason(err)}",
+        load,
+        hold_output=True,
+        watch=(who, "importing it"),
+    )
     if not (isinstance(cls, type) and issubclass(cls, Engine)):
         raise ConfigError(f"engine {name!r}: {target!r} is not a spectest Engine subclass")
     if cls.name != name:

@@ -61,10 +61,17 @@ def collect(
 
     rows = tuple(RowSpec(cid, int(s), sp) for cid, sp in configs for s in seeds)
     job = ArmJob(
-        arm="candidate", role="candidate", variant=None, prompt_id="p0",
-        prompt_ids=tuple(int(t) for t in prompt), rows=rows, num_positions=positions,
-        run_key=run_key, batch_size=len(rows), drafter=drafter or DrafterSpec(onehot=False),
-    )  # fmt: skip
+        arm="candidate",
+        role="candidate",
+        variant=None,
+        prompt_id="p0",
+        prompt_ids=tuple(int(t) for t in prompt),
+        rows=rows,
+        num_positions=positions,
+        run_key=run_key,
+        batch_size=len(rows),
+        drafter=drafter or DrafterSpec(onehot=False),
+    )
     out = engine.generate(job)
     if out.reported is None:
         raise EngineError(
@@ -100,9 +107,14 @@ def audit(
     an engine on a model spectest cannot run gets)."""
     c = collected
     return reported_p.reported_family(
-        c.p, c.cdf_lo, rng, teacher=(c.p_teacher, c.lo_teacher) if teacher else None,
-        alpha=alpha, tol=tol, max_fraction=max_fraction,
-    )  # fmt: skip
+        c.p,
+        c.cdf_lo,
+        rng,
+        teacher=(c.p_teacher, c.lo_teacher) if teacher else None,
+        alpha=alpha,
+        tol=tol,
+        max_fraction=max_fraction,
+    )
 
 
 __all__ = ["Collected", "audit", "collect"]

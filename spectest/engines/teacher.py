@@ -184,6 +184,23 @@ def whitebox_columns_shortlist(
 ROLE_CODES = {name: i for i, name in enumerate(schema.ROLES)}
 
 
+def _role_weights(p: Law, q: Law | None, role: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, w)`` ``[N, W]``: p's support and each row's unnormalised role law on it
+    (``role_columns`` Notes)."""
+    if isinstance(p, ShortlistLaw):
+        ids, pp = p.ids, p.probs  # [N, W]
+    else:
+        pp = p.dense()  # [N, V]
+        ids = torch.arange(int(pp.shape[-1]), device=pp.device)[None, :].expand_as(pp)
+    if q is None:
+        return ids, pp
+    qq = q.prob_of(ids)  # [N, W] q at p's support
+    residual = (pp - qq).clamp(min=0.0)
+    residual = torch.where(~(residual.sum(-1, keepdim=True) > 0), pp, residual)
+    w = torch.where((role == ROLE_CODES["accepted"])[:, None], torch.minimum(pp, qq), pp)
+    return ids, torch.where((role == ROLE_CODES["recovered"])[:, None], residual, w)
+
+
 def role_columns(
     p: Law, q: Law | None, tokens: torch.Tensor, role: torch.Tensor, ratio: torch.Tensor
 ) -> dict[str, torch.Tensor]:
@@ -215,20 +232,9 @@ def role_columns(
     ``beyond`` of the token and ``tail`` use the same numbers. Equal to ``role_reference``
     (tests/test_engine_whitebox.py).
     """
-    if isinstance(p, ShortlistLaw):
-        ids, pp = p.ids, p.probs  # [N, W]
-    else:
-        pp = p.dense()  # [N, V]
-        ids = torch.arange(int(pp.shape[-1]), device=pp.device)[None, :].expand_as(pp)
-    w = pp
-    if q is not None:
-        qq = q.prob_of(ids)  # [N, W] q at p's support
-        residual = (pp - qq).clamp(min=0.0)
-        residual = torch.where(~(residual.sum(-1, keepdim=True) > 0), pp, residual)
-        w = torch.where((role == ROLE_CODES["accepted"])[:, None], torch.minimum(pp, qq), w)
-        w = torch.where((role == ROLE_CODES["recovered"])[:, None], residual, w)
+    ids, w = _role_weights(p, q, role)  # [N, W] each
     x = tokens[:, None]  # [N, 1]
-    zero = torch.zeros((), dtype=torch.float64, device=pp.device)
+    zero = torch.zeros((), dtype=torch.float64, device=w.device)
     total = w.sum(-1)  # [N]
     safe = torch.where(total > 0, total, torch.ones_like(total))[:, None]  # [N, 1]
     m_all = w / safe  # [N, W] normalised role law
@@ -328,6 +334,26 @@ def _emitted_logits(model: LanguageModel, prompt: torch.Tensor, toks: torch.Tens
     return torch.cat([first, rest], dim=1)  # [b, T, V]
 
 
+def _forced_tokens(
+    tokens: torch.Tensor | np.ndarray,
+    params: Sequence[SamplingParams],
+    prompt: Sequence[int],
+    V: int,
+) -> torch.Tensor:
+    """``tokens`` as an int64 ``[B, T]`` tensor, checked against ``params``, ``prompt`` and V."""
+    tokens = torch.as_tensor(tokens)
+    if tokens.dim() != 2 or tokens.dtype != torch.int64:
+        raise InputError(
+            f"teacher_force: tokens must be int64 [B, T], got {tokens.dtype} {tuple(tokens.shape)}"
+        )
+    if len(params) != tokens.shape[0]:
+        raise InputError(f"teacher_force: {tokens.shape[0]} token rows but {len(params)} params")
+    _check_tokens(tokens, V, "teacher_force")
+    if len(prompt) == 0:
+        raise InputError("teacher_force: prompt must hold at least one token id, got []")
+    return tokens
+
+
 def teacher_force(
     target: LanguageModel,
     prompt: Sequence[int],
@@ -356,19 +382,8 @@ def teacher_force(
 
     if draft is not None and drafter is None:
         raise InputError("teacher_force: a draft needs its drafter (DrafterSpec) to define q")
-    tokens = torch.as_tensor(tokens)
-    if tokens.dim() != 2 or tokens.dtype != torch.int64:
-        raise InputError(
-            f"teacher_force: tokens must be int64 [B, T], got {tokens.dtype} {tuple(tokens.shape)}"
-        )
-    B, T = tokens.shape
-    if len(params) != B:
-        raise InputError(f"teacher_force: {B} token rows but {len(params)} params")
-    L, V = len(prompt), target.vocab_size
-    _check_tokens(tokens, V, "teacher_force")
-    if L == 0:
-        raise InputError("teacher_force: prompt must hold at least one token id, got []")
-    dev = target.device
+    tokens = _forced_tokens(tokens, params, prompt, target.vocab_size)
+    (B, T), V, dev = tokens.shape, target.vocab_size, target.device
     exact = get_variant("exact")
     chunk = max(1, MAX_CHUNK_ELEMENTS // max(1, T * V))
     cols: dict[str, list[np.ndarray]] = {c: [] for c in schema.WHITEBOX_COLUMNS}

@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from spectest.engines.base import rounds_frame, samples_frame
+from spectest.engines.base import DecodeRequest, rounds_frame, samples_frame
 from spectest.engines.builtin import DrafterSpec, RowSpec, speculative_decode
 from spectest.models.toy import ToyLM
 from spectest.sampling.mutants import get_variant
@@ -35,11 +35,12 @@ def spec_arm(variant: str, arm: str, seeds: range, T: int = 12, k: int = 3):
     target = ToyLM(10, 3, 1.5, seed=4)
     draft = target.perturbed(0.8, seed=5)
     rows = [RowSpec(f"c{i}", s, p) for s in seeds for i, p in enumerate(PARAMS)]
+    req = DecodeRequest(
+        [1, 2, 3], rows, num_positions=T, run_key=22, prompt_id="p", batch_size=min(len(rows), 2048)
+    )
     out = speculative_decode(
-        target, draft, [1, 2, 3], rows, drafter=DrafterSpec(onehot=False, k=k),
-        variant=get_variant(variant), num_positions=T, run_key=22, prompt_id="p",
-        batch_size=min(len(rows), 2048),
-    )  # fmt: skip
+        target, draft, req, drafter=DrafterSpec(onehot=False, k=k), variant=get_variant(variant)
+    )
     return samples_frame(out.tokens, "p", rows, arm), rounds_frame(out.rounds, "p", rows, arm)
 
 

@@ -33,8 +33,8 @@ from typing import Any
 import pandas as pd
 import torch
 
-from spectest.engines.base import ArmOutput, Progress, RowSpec, check_rows
-from spectest.engines.hf.laws import hf_teacher_force
+from spectest.engines.base import ArmOutput, DecodeRequest, RowSpec, check_rows
+from spectest.engines.hf.laws import hf_teacher_force, param_runs
 from spectest.engines.hf.pinning import (
     HF_ASSISTED,
     HF_GENERATE,
@@ -185,12 +185,8 @@ def generate_assisted(
     With ``output_scores``, ``recorder.emitted`` holds the processed target scores of every
     emitted token, ``[1, num_tokens, V]`` float32 (``emitted_scores``; docs/engines-hf.md).
 
-    Returns
-    -------
-    tokens : torch.Tensor
-        ``[num_tokens]`` int64 (CPU).
-    recorder : RoundRecorder
-        ``.rounds`` (one ``RoundRecord`` per round) and, with ``keep_scores``, ``.scores``.
+    Returns the tokens ``[num_tokens]`` int64 (CPU) and the ``RoundRecorder``: ``.rounds`` (one
+    ``RoundRecord`` per round) and, with ``keep_scores``, ``.scores``.
     """
     hf_t, hf_d = hf_model_of(target), hf_model_of(draft)
     V = int(hf_t.config.vocab_size)
@@ -262,11 +258,9 @@ def _quiet_assistant_kwargs() -> Iterator[None]:
 
 
 # ----------------------------------------------------------------------------- rows → ArmOutput
-def _check_rows(
-    model: Any, prompt: Sequence[int], rows: Sequence[RowSpec], T: Any, batch_size: Any
-) -> torch.Tensor:
-    check_rows(rows, T, batch_size)
-    ids = [int(t) for t in prompt]
+def _check_rows(model: Any, req: DecodeRequest, batch_size: int) -> torch.Tensor:
+    check_rows(req.rows, req.num_positions, batch_size)
+    ids = [int(t) for t in req.prompt]
     prompt_t = torch.tensor(ids, dtype=torch.int64)  # [L]
     _check_prompt(prompt_t, int(hf_model_of(model).config.vocab_size))
     return prompt_t
@@ -277,28 +271,10 @@ def plain_batches(rows: Sequence[RowSpec], batch_size: int) -> list[tuple[int, i
 
     One ``generate`` call takes one ``GenerationConfig``, so a batch never mixes params.
     """
-    out: list[tuple[int, int]] = []
-    lo = 0
-    for i in range(1, len(rows) + 1):
-        if i == len(rows) or i - lo == batch_size or rows[i].params != rows[lo].params:
-            out.append((lo, i))
-            lo = i
-    return out
+    return param_runs([r.params for r in rows], batch_size)
 
 
-def hf_plain_decode(
-    model: Any,
-    prompt: Sequence[int],
-    rows: Sequence[RowSpec],
-    *,
-    num_positions: int,
-    run_key: int,
-    prompt_id: str,
-    batch_size: int = 256,
-    progress: Progress | None = None,
-    whitebox: bool = False,
-    draft: Any | None = None,
-) -> ArmOutput:
+def hf_plain_decode(model: Any, req: DecodeRequest, *, draft: Any | None = None) -> ArmOutput:
     """Reference arm ``hf-generate``: batched ``model.generate(do_sample=True)``.
 
     Same signature and output as ``builtin.plain_decode``. Batch seed = the row key of the
@@ -306,24 +282,22 @@ def hf_plain_decode(
     ``whitebox``, the white-box columns from transformers' own scores (p_t) and the teacher-forced
     ``draft`` (q_t, or none), each batch reduced before the next (``whitebox_batch`` rows).
     """
-    prompt_t = _check_rows(model, prompt, rows, num_positions, batch_size)
-    if whitebox:
-        batch_size = whitebox_batch(
-            batch_size, num_positions, int(hf_model_of(model).config.vocab_size)
-        )
+    prompt_t = _check_rows(model, req, req.batch_size)
+    rows, T, batch_size = req.rows, req.num_positions, req.batch_size
+    if req.whitebox:
+        batch_size = whitebox_batch(batch_size, T, int(hf_model_of(model).config.vocab_size))
     chunks, wb = [], []
     for lo, hi in plain_batches(rows, batch_size):
         first = rows[lo]
-        seed = row_key(run_key, prompt_id, first.config_id, first.seed)
+        seed = row_key(req.run_key, req.prompt_id, first.config_id, first.seed)
         toks, scores = generate_plain_scored(
-            model, prompt_t, first.params, num_positions, hi - lo, seed, output_scores=whitebox
+            model, prompt_t, first.params, T, hi - lo, seed, output_scores=req.whitebox
         )
         chunks.append(toks)
         if scores is not None:
-            wb.append(_scored_whitebox(model, draft, prompt, rows[lo:hi], toks, scores))
-        if progress is not None:
-            progress(hi)
-    frame = pd.concat(wb, ignore_index=True) if whitebox else None
+            wb.append(_scored_whitebox(model, draft, req.prompt, rows[lo:hi], toks, scores))
+        req.tick(hi)
+    frame = pd.concat(wb, ignore_index=True) if req.whitebox else None
     return ArmOutput(torch.cat(chunks, dim=0).numpy(), None, False, frame)
 
 
@@ -344,16 +318,10 @@ def _scored_whitebox(
 def hf_assisted_decode(
     target: Any,
     draft: Any,
-    prompt: Sequence[int],
-    rows: Sequence[RowSpec],
+    req: DecodeRequest,
     *,
-    num_positions: int,
     num_assistant_tokens: int,
-    run_key: int,
-    prompt_id: str,
     confidence_threshold: float = 0.0,
-    progress: Progress | None = None,
-    whitebox: bool = False,
     draft_teacher: Any | None = None,
 ) -> ArmOutput:
     """Candidate arm ``hf-assisted``: one assisted ``generate`` per row (batch size 1).
@@ -366,24 +334,25 @@ def hf_assisted_decode(
     sums over them of transformers' own ``engine_accept_prob`` and ``engine_overlap``, see
     ``RoundRecord``). Each row's seed is its row key: reproducible per row.
     """
-    prompt_t = _check_rows(target, prompt, rows, num_positions, 1)
+    prompt_t = _check_rows(target, req, 1)
+    rows, T = req.rows, req.num_positions
     toks = []
     frames = []
     scored: list[torch.Tensor] = []  # [1, T, V] each, reduced every ``whitebox_batch`` rows
     wb: list[pd.DataFrame] = []
-    every = whitebox_batch(len(rows), num_positions, int(hf_model_of(target).config.vocab_size))
+    every = whitebox_batch(len(rows), T, int(hf_model_of(target).config.vocab_size))
     for i, r in enumerate(rows):
-        seed = row_key(run_key, prompt_id, r.config_id, r.seed)
+        seed = row_key(req.run_key, req.prompt_id, r.config_id, r.seed)
         t, rec = generate_assisted(
             target,
             draft,
             prompt_t,
             r.params,
-            num_positions,
+            T,
             num_assistant_tokens,
             seed,
             confidence_threshold,
-            output_scores=whitebox,
+            output_scores=req.whitebox,
         )
         toks.append(t[None, :])  # [1, T]
         frames.append(rounds_frame_of(i, rec.rounds))
@@ -394,10 +363,9 @@ def hf_assisted_decode(
                 done = torch.cat(toks[lo:], dim=0)  # [b, T]
                 s_b = torch.cat(scored, dim=0)  # [b, T, V]
                 part = rows[lo : i + 1]
-                wb.append(_scored_whitebox(target, draft_teacher, prompt, part, done, s_b))
+                wb.append(_scored_whitebox(target, draft_teacher, req.prompt, part, done, s_b))
                 scored = []
-        if progress is not None:
-            progress(i + 1)
-    frame = pd.concat(wb, ignore_index=True) if whitebox else None
+        req.tick(i + 1)
+    frame = pd.concat(wb, ignore_index=True) if req.whitebox else None
     rounds = pd.concat(frames, ignore_index=True)
     return ArmOutput(torch.cat(toks, dim=0).numpy(), rounds, False, frame)

@@ -66,11 +66,8 @@ class HFGenerateEngine(_TransformersEngine):
     seeds = "per job"  # a batch is seeded by its first row's key (hf.decode "Randomness")
 
     def generate(self, job: ArmJob) -> ArmOutput:
-        out = hf_plain_decode(
-            self.models.target, job.prompt_ids, job.rows, num_positions=job.num_positions,
-            run_key=job.run_key, prompt_id=job.prompt_id, batch_size=job.batch_size,
-            progress=job.tick, whitebox=self.scored(job), draft=self.models.draft,
-        )  # fmt: skip
+        req = job.decode_request(whitebox=self.scored(job))
+        out = hf_plain_decode(self.models.target, req, draft=self.models.draft)
         return self.with_whitebox(job, out)
 
 
@@ -114,10 +111,11 @@ class HFAssistedEngine(_TransformersEngine):
 
     def generate(self, job: ArmJob) -> ArmOutput:
         out = hf_assisted_decode(
-            self.models.target, self.models.draft, job.prompt_ids, job.rows,
-            num_positions=job.num_positions, num_assistant_tokens=job.drafter.k,
-            run_key=job.run_key, prompt_id=job.prompt_id,
-            confidence_threshold=self.options.assistant_confidence_threshold, progress=job.tick,
-            whitebox=self.scored(job), draft_teacher=self.models.draft,
-        )  # fmt: skip
+            self.models.target,
+            self.models.draft,
+            job.decode_request(whitebox=self.scored(job)),
+            num_assistant_tokens=job.drafter.k,
+            confidence_threshold=self.options.assistant_confidence_threshold,
+            draft_teacher=self.models.draft,
+        )
         return self.with_whitebox(job, out)

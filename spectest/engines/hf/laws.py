@@ -147,6 +147,17 @@ def draft_probs(
     return processed_probs(next_token_logits(model, sequences, prompt_len), params)
 
 
+def param_runs(params: Sequence[SamplingParams], size: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` slices of consecutive equal ``params``, at most ``size`` long."""
+    out: list[tuple[int, int]] = []
+    lo = 0
+    for i in range(1, len(params) + 1):
+        if i == len(params) or i - lo == size or params[i] != params[lo]:
+            out.append((lo, i))
+            lo = i
+    return out
+
+
 def hf_teacher_force(
     target: Any,
     prompt: Sequence[int],
@@ -194,11 +205,7 @@ def hf_teacher_force(
     cols: dict[str, list[np.ndarray]] = {c: [] for c in schema.WHITEBOX_COLUMNS}
     # rows with equal params share one warper pass; chunks bound the float64 [b, T, V] tensors
     chunk = max(1, MAX_CHUNK_ELEMENTS // max(1, T * V))
-    lo = 0
-    while lo < B:
-        hi = lo + 1
-        while hi < B and hi - lo < chunk and params[hi] == params[lo]:
-            hi += 1
+    for lo, hi in param_runs(params, chunk):
         toks = tokens[lo:hi]  # [b, T]
         b = hi - lo
         seqs = torch.cat([prompt_t.expand(b, L), toks], dim=1)  # [b, L + T]
@@ -210,7 +217,6 @@ def hf_teacher_force(
         out = whitebox_columns(p.reshape(b * T, V), q, toks.reshape(b * T))
         for c in schema.WHITEBOX_COLUMNS:
             cols[c].append(out[c].cpu().numpy())
-        lo = hi
     return pd.DataFrame({c: np.concatenate(cols[c]) for c in schema.WHITEBOX_COLUMNS})
 
 

@@ -31,25 +31,19 @@ def correct_decode(job: dict[str, Any], target: Any, draft: Any, whitebox: bool 
     """One result per seed with spectest's built-in plain or exact speculative loop; with
     ``whitebox``, also each row's p of every token (the law it was sampled from)."""
     from spectest.engines import builtin
-    from spectest.engines.base import DrafterSpec, RowSpec
+    from spectest.engines.base import RowSpec
     from spectest.sampling.mutants import get_variant
     from spectest.sampling.params import SamplingParams
 
     s = job["sampling"]
     params = SamplingParams(s["temperature"], s["top_k"], s["top_p"], s["min_p"])
     rows = [RowSpec(job["config_id"], seed, params) for seed in job["seeds"]]
-    kw: dict[str, Any] = dict(
-        num_positions=job["max_tokens"], run_key=job["run_key"], prompt_id=job["prompt_id"]
-    )
-    d = job["drafter"]
-    drafter = DrafterSpec(onehot=d["kind"] == "onehot", q_mode=d["q"], k=d["k"])
+    req = job_request(job, rows, whitebox=whitebox)
     if draft is None:
-        out = builtin.plain_decode(target, job["prompt"], rows, whitebox=whitebox, **kw)
+        out = builtin.plain_decode(target, req)
     else:
-        out = builtin.speculative_decode(
-            target, draft, job["prompt"], rows, drafter=drafter, variant=get_variant("exact"),
-            whitebox=whitebox, **kw,
-        )  # fmt: skip
+        exact = get_variant("exact")
+        out = builtin.speculative_decode(target, draft, req, drafter=drafter(job), variant=exact)
     results = []
     for i, seed in enumerate(job["seeds"]):
         res: dict[str, Any] = {"type": "result", "id": job["id"], "seed": seed}
@@ -69,37 +63,67 @@ def correct_decode(job: dict[str, Any], target: Any, draft: Any, whitebox: bool 
     return results, [[float(v) for v in wb_p[i]] for i in range(len(results))]
 
 
-def serve(decode: Decode, name: str, argv: list[str] | None = None) -> None:
-    """The line protocol: hello, then answer every job line until stdin closes."""
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--target", default="bundled:target")
-    ap.add_argument("--draft", default="bundled:draft")
+def job_request(job: dict[str, Any], rows: list, whitebox: bool = False) -> Any:
+    """The job's ``DecodeRequest`` for ``rows``."""
+    from spectest.engines.base import DecodeRequest
+
+    keys = job["prompt"], rows, job["max_tokens"], job["run_key"], job["prompt_id"]
+    return DecodeRequest(*keys, whitebox=whitebox)
+
+
+def drafter(job: dict[str, Any]) -> Any:
+    """The job's ``DrafterSpec``."""
+    from spectest.engines.base import DrafterSpec
+
+    d = job["drafter"]
+    return DrafterSpec(onehot=d["kind"] == "onehot", q_mode=d["q"], k=d["k"])
+
+
+def arguments(doc: str | None, required: bool = False) -> argparse.ArgumentParser:
+    """``--target``, ``--draft`` (required, else the bundled pair) and ``--speculative``."""
+    ap = argparse.ArgumentParser(description=doc)
+    for name in ("target", "draft"):
+        how: dict[str, Any] = {"required": True} if required else {"default": f"bundled:{name}"}
+        ap.add_argument(f"--{name}", **how)
     ap.add_argument("--speculative", action="store_true")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def load(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The target and (``--speculative``) the draft, on one thread."""
     import torch
 
     from spectest.models.zoo import load_model, load_pair
 
     torch.set_num_threads(1)
     if args.speculative:
-        target, draft = load_pair(args.target, args.draft)
-    else:
-        target, draft = load_model(args.target), None
-    mode = "speculative" if args.speculative else "plain"
-    print(json.dumps({"type": "hello", "protocol": PROTOCOL, "engine": name, "version": mode}))
-    sys.stdout.flush()
+        return load_pair(args.target, args.draft)
+    return load_model(args.target), None
+
+
+def answer(decode: Callable[[dict[str, Any]], list[dict[str, Any]]], hello: dict) -> None:
+    """The line protocol: ``hello``, then answer every job line until stdin closes."""
+    print(json.dumps({"type": "hello", "protocol": PROTOCOL, **hello}), flush=True)
     for line in sys.stdin:
         if not line.strip():
             continue
         job = json.loads(line)
         try:
-            results = decode(job, target, draft)
+            results = decode(job)
         except Exception as err:  # report, do not crash: spectest prints the message
             print(json.dumps({"type": "error", "id": job.get("id"), "message": str(err)}))
         else:
             for res in results:
                 print(json.dumps(res))
         sys.stdout.flush()
+
+
+def serve(decode: Decode, name: str, argv: list[str] | None = None) -> None:
+    """The line protocol with the bundled pair (or ``--target``/``--draft``) and ``decode``."""
+    args = arguments(__doc__).parse_args(argv)
+    target, draft = load(args)
+    mode = "speculative" if args.speculative else "plain"
+    answer(lambda job: decode(job, target, draft), {"engine": name, "version": mode})
 
 
 if __name__ == "__main__":

@@ -12,39 +12,34 @@ width and batch size, as bf16's do. ``--speculative`` runs the speculative loop 
 
 from __future__ import annotations
 
-import argparse
-import json
+import os
 import sys
 from typing import Any
 
-PROTOCOL = "spectest-jsonl/1"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from builtin_engine import answer, arguments, drafter, job_request, load
 
 
 def decode(job: dict[str, Any], target: Any, draft: Any, variant: str, batch: int) -> list:
     """One result per seed, the job's rows decoded ``batch`` at a time."""
     from spectest.engines import builtin
-    from spectest.engines.base import DrafterSpec, RowSpec
+    from spectest.engines.base import RowSpec
     from spectest.sampling.mutants import get_variant
     from spectest.sampling.params import SamplingParams
 
     s = job["sampling"]
     params = SamplingParams(s["temperature"], s["top_k"], s["top_p"], s["min_p"])
-    d = job["drafter"]
-    drafter = DrafterSpec(onehot=d["kind"] == "onehot", q_mode=d["q"], k=d["k"])
-    kw: dict[str, Any] = dict(
-        num_positions=job["max_tokens"], run_key=job["run_key"], prompt_id=job["prompt_id"]
-    )
     results = []
     seeds = job["seeds"]
     for lo in range(0, len(seeds), batch):
         rows = [RowSpec(job["config_id"], seed, params) for seed in seeds[lo : lo + batch]]
+        req = job_request(job, rows)
         if draft is None:
-            out = builtin.plain_decode(target, job["prompt"], rows, **kw)
+            out = builtin.plain_decode(target, req)
         else:
-            out = builtin.speculative_decode(
-                target, draft, job["prompt"], rows, drafter=drafter,
-                variant=get_variant(variant), **kw,
-            )  # fmt: skip
+            v = get_variant(variant)
+            out = builtin.speculative_decode(target, draft, req, drafter=drafter(job), variant=v)
         tokens = out.tokens
         for i, row in enumerate(rows):
             toks = [int(t) for t in tokens[i].tolist() if int(t) >= 0]
@@ -53,38 +48,14 @@ def decode(job: dict[str, Any], target: Any, draft: Any, variant: str, batch: in
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--draft", required=True)
-    ap.add_argument("--speculative", action="store_true")
+    ap = arguments(__doc__, required=True)
     ap.add_argument("--variant", default="exact")
     ap.add_argument("--batch", type=int, default=256)
     args = ap.parse_args(argv)
-    import torch
-
-    from spectest.models.zoo import load_model, load_pair
-
-    torch.set_num_threads(1)
-    if args.speculative:
-        target, draft = load_pair(args.target, args.draft)
-    else:
-        target, draft = load_model(args.target), None
+    target, draft = load(args)
     mode = args.variant if args.speculative else "plain"
-    hello = {"type": "hello", "protocol": PROTOCOL, "engine": "spectest-numerics-example",
-             "version": f"{mode} batch {args.batch}"}  # fmt: skip
-    print(json.dumps(hello), flush=True)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        job = json.loads(line)
-        try:
-            results = decode(job, target, draft, args.variant, args.batch)
-        except Exception as err:  # report, do not crash: spectest prints the message
-            print(json.dumps({"type": "error", "id": job.get("id"), "message": str(err)}))
-        else:
-            for res in results:
-                print(json.dumps(res))
-        sys.stdout.flush()
+    hello = {"engine": "spectest-numerics-example", "version": f"{mode} batch {args.batch}"}
+    answer(lambda job: decode(job, target, draft, args.variant, args.batch), hello)
 
 
 if __name__ == "__main__":
