@@ -38,7 +38,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spectest.engines import children, command, http, replies
+from spectest.engines import children, command, http_exchange, line_process, replies
 from spectest.engines.base import ArmJob, DrafterSpec, Models, RowSpec
 from spectest.engines.command import CommandEngine, EngineProcessError, check_job_line
 from spectest.engines.http import HTTPEngine
@@ -262,7 +262,7 @@ def test_bad_hello_is_one_line_exit_2(
 def test_a_line_longer_than_the_limit_is_refused(
     tmp_path: Path, models: Models, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(command, "MAX_LINE_BYTES", 10_000)
+    monkeypatch.setattr(line_process, "MAX_LINE_BYTES", 10_000)
     eng = _command(_replayer(tmp_path, _result("[" + "1, " * 20_000 + "1]")), models)
     try:
         with pytest.raises(ReplyError, match=r"printed a line longer than 10000 bytes"):
@@ -631,7 +631,7 @@ def test_http_reply_that_is_not_json(
 def test_http_reply_longer_than_the_limit(
     server: _Server, models: Models, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(http, "MAX_REPLY_BYTES", 1000)
+    monkeypatch.setattr(http_exchange, "MAX_REPLY_BYTES", 1000)
     server.reply = lambda h, body: _send(h, 200, json.dumps({"tokens": [1] * 5000}).encode())
     with pytest.raises(ReplyError, match=r"is longer than 1000 bytes"):
         _http(server.url, models).generate(_job(n=1))

@@ -2,7 +2,7 @@
 
 Owns: the set of live children (``register`` / ``unregister``), the SIGTERM handler that stops
 them, and ``Terminated``, the exception SIGTERM becomes. Knows nothing about what the children
-are (``engines.command.LineProcess``, ``engines.server.ManagedServer``: anything with a
+are (``engines.line_process.LineProcess``, ``engines.server.ManagedServer``: anything with a
 ``stop_now()``).
 
 Why

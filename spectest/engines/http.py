@@ -9,45 +9,14 @@ the check that the server honours
 seeds (the same request twice → the same tokens) and, where the server echoes its settings
 (llama.cpp's ``generation_settings``), the check that no parameter was silently dropped. Knows
 nothing about process management (``spectest.engines.server``) or statistics.
-
-Seeds: the seed sent for a row is spectest's row key ``(run key, prompt, config, seed)`` modulo
-2^31, so ``seeds.key`` changes the draws and arms never share a server seed except by a 2^-31
-collision (llama.cpp's speculative output equals its plain output under the same seed, so
-shared seeds would correlate the arms).
-
-Loopback only: a ``url`` whose host is not 127.0.0.1 / localhost / ::1 is refused unless
-``allow_remote: true``. Redirects are never followed (a 3xx is one line, exit 2, naming where
-it pointed), so the host checked against that allow-list is the only host ever contacted; the
-same holds for the ``/props`` / ``/version`` probes and a managed server's readiness probe.
-
-Replies are checked field by field against their schema (``engines.replies``: llama.cpp
-``tokens`` — 1 to ``n_predict`` int ids in the target's vocabulary, ``generation_settings``
-with the echoed parameters of their types, ``timings.draft_n`` / ``draft_n_accepted`` ints or
-null; OpenAI exactly one ``choices[0].token_ids``); a violation, a reply that is not JSON or is
-longer than ``MAX_REPLY_BYTES``, an echo that differs from what was sent, a 3xx or 4xx: one line
-naming the engine, api, arm, prompt, row and seed, the field and the value, exit 2, never
-retried. Fewer ids than asked = the sequence ended (a shorter sequence, as for ``command``).
-
-Timeouts: the bound
--------------------
-One attempt — connect, send, and every byte of the reply — must finish within ``timeout_s``
-(a deadline for the whole exchange: a server trickling one byte a second cannot extend it). A
-timeout, a connection error or a 5xx is retried ``retries`` times with backoff 0.5 s, 1 s, 2 s
-…; a row that has failed ``retries + 1`` times ends the job at once (exit 4): queued rows never
-start, and requests in flight are cut off (their sockets shut down). So a dead or hanging server
-is reported within ``(retries + 1) × timeout_s + 0.5 × (2^retries − 1)`` seconds of the first
-request (``timeout_s 2, retries 1``: 4.5 s, whatever ``concurrency`` and the number of rows);
-the seed check (two requests before the first job) is bounded the same way, each.
+Seeds, loopback, reply checks and the timeout bound: docs/engines.md
+"The http engine: seeds, loopback, replies, timeouts".
 """
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
-import socket
-import threading
-import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -57,7 +26,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from spectest.engines import replies, server_probs, server_raw_law
+from spectest.engines import http_exchange, replies, server_probs, server_raw_law
 from spectest.engines.base import (
     PLACEHOLDER_TOKEN_ID,
     ArmJob,
@@ -67,6 +36,7 @@ from spectest.engines.base import (
     rounds_from_tuples,
 )
 from spectest.engines.command import SAMPLER_ORDER, EngineProcessError, parse_argv, parse_env
+from spectest.engines.http_exchange import Cancelled, Inflight, TooLong, exchange
 from spectest.errors import ConfigError, EngineError
 
 APIS = ("llamacpp", "openai")
@@ -74,7 +44,6 @@ SPECTEST_ORDER = SAMPLER_ORDER  # spectest's pipeline order (engines.command)
 LLAMACPP_SAMPLERS = ("temperature", "top_k", "top_p", "min_p", "typ_p", "xtc", "dry")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 SEED_MOD = 2**31
-MAX_REPLY_BYTES = 64 * 2**20  # a reply of T token ids is far shorter: longer = a runaway server
 
 
 @dataclass(frozen=True)
@@ -142,24 +111,7 @@ class HTTPEngine(Engine):
         if "server" in raw:
             kw["server"] = parse_argv(raw["server"], f"{where}.server", base_dir)
         kw["env"] = parse_env(raw.get("env"), f"{where}.env")
-        url = raw.get("url", "")
-        if not isinstance(url, str):
-            raise ConfigError(f"{where}.url: expected a string, got {url!r}")
-        if bool(url) == bool(kw.get("server")):
-            raise ConfigError(f"{where}: give exactly one of url (a running server) or server")
-        allow_remote = raw.get("allow_remote", False)
-        if not isinstance(allow_remote, bool):
-            raise ConfigError(f"{where}.allow_remote: expected true or false, got {allow_remote!r}")
-        if url:
-            host = urlparse(url).hostname
-            if urlparse(url).scheme not in ("http", "https") or not host:
-                raise ConfigError(f"{where}.url: expected http://HOST:PORT, got {url!r}")
-            if host not in LOOPBACK and not allow_remote:
-                raise ConfigError(
-                    f"{where}.url: {host!r} is not a loopback address (allow_remote: true to "
-                    "test a remote server)"
-                )
-        kw["url"], kw["allow_remote"] = url.rstrip("/"), allow_remote
+        kw["url"], kw["allow_remote"] = _parse_url(raw, where, bool(kw.get("server")))
         samplers = raw.get("samplers", list(SPECTEST_ORDER))
         if (
             not isinstance(samplers, list)
@@ -172,21 +124,7 @@ class HTTPEngine(Engine):
         if api != "llamacpp" and tuple(samplers) != SPECTEST_ORDER:
             raise ConfigError(f"{where}.samplers: only llama.cpp's API takes a sampler order")
         kw["samplers"] = tuple(samplers)
-        for key, typ, lo in (
-            ("concurrency", int, 1),
-            ("retries", int, 0),
-            ("probs", int, 0),
-            ("timeout_s", float, 0.001),
-            ("startup_timeout_s", float, 0.001),
-        ):
-            if key in raw:
-                v = raw[key]
-                ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v >= lo
-                if not ok or (typ is int and not isinstance(v, int)):
-                    raise ConfigError(
-                        f"{where}.{key}: expected a {typ.__name__} >= {lo}, got {v!r}"
-                    )
-                kw[key] = typ(v)
+        kw.update(_parse_numbers(raw, where))
         server_raw_law.check_option(raw.get("probs_law", "processed"), api, f"{where}.probs_law")
         for key in ("ready_path", "model", "probs_law"):
             if key in raw:
@@ -216,7 +154,7 @@ class HTTPEngine(Engine):
         self.server_info: dict[str, Any] = {}
         self.seeds_checked = False
         self.where = f"engine http (api {options.api})"
-        self._inflight = _Inflight()
+        self._inflight = Inflight()
 
     # ------------------------------------------------------------------------- lifecycle
     def _ensure_server(self) -> None:
@@ -313,7 +251,7 @@ class HTTPEngine(Engine):
         """POST with a deadline and retries (backoff 0.5 s, 1 s, 2 s ...) on connection errors,
         timeouts and 5xx; the decoded JSON reply. A 4xx is the server refusing a parameter and a
         3xx a redirect (never followed): no retry. Once another request of the job has failed,
-        no new attempt starts (``_Inflight``)."""
+        no new attempt starts (``Inflight``)."""
         o = self.options
         where = where or self.where
         path = "/completion" if o.api == "llamacpp" else "/v1/completions"
@@ -322,24 +260,25 @@ class HTTPEngine(Engine):
         last = ""
         for attempt in range(o.retries + 1):
             if attempt and self._inflight.wait_cancelled(0.5 * 2 ** (attempt - 1)):
-                raise _Cancelled()
+                raise Cancelled()
             if self._inflight.cancelled:
-                raise _Cancelled()
+                raise Cancelled()
             if self.server is not None and not self.server.alive():
                 raise self.server.failure("died while serving requests")
             try:
                 status, location, raw = exchange("POST", url, data, o.timeout_s, self._inflight)
-            except _Cancelled:
+            except Cancelled:
                 raise
-            except _TooLong:
+            except TooLong:
                 raise replies.ReplyError(
-                    f"{where}: the reply of {url} is longer than {MAX_REPLY_BYTES} bytes"
+                    f"{where}: the reply of {url} is longer than "
+                    f"{http_exchange.MAX_REPLY_BYTES} bytes"
                 ) from None
             except (OSError, http.client.HTTPException) as err:
                 # a server dying mid-reply raises IncompleteRead / RemoteDisconnected; a server
                 # that answers too slowly TimeoutError (socket.timeout)
                 if self._inflight.cancelled:
-                    raise _Cancelled() from None
+                    raise Cancelled() from None
                 last = f"{type(err).__name__}: {err}"
                 continue
             if 300 <= status < 400:
@@ -467,7 +406,7 @@ class HTTPEngine(Engine):
         from spectest.seeding import row_key
 
         self._ensure_server()
-        self._inflight = _Inflight()
+        self._inflight = Inflight()
         B, T = len(job.rows), job.num_positions
         prompt = list(job.prompt_ids)
         seeds = [
@@ -509,6 +448,48 @@ class HTTPEngine(Engine):
         return ArmOutput(tokens, rounds_from_tuples(rounds), False, None, reported)
 
 
+def _parse_url(raw: Mapping[str, Any], where: str, has_server: bool) -> tuple[str, bool]:
+    """``(url without a trailing slash, allow_remote)``: exactly one of a url or a server, and a
+    url's host a loopback address unless ``allow_remote``."""
+    url = raw.get("url", "")
+    if not isinstance(url, str):
+        raise ConfigError(f"{where}.url: expected a string, got {url!r}")
+    if bool(url) == has_server:
+        raise ConfigError(f"{where}: give exactly one of url (a running server) or server")
+    allow_remote = raw.get("allow_remote", False)
+    if not isinstance(allow_remote, bool):
+        raise ConfigError(f"{where}.allow_remote: expected true or false, got {allow_remote!r}")
+    if url:
+        host = urlparse(url).hostname
+        if urlparse(url).scheme not in ("http", "https") or not host:
+            raise ConfigError(f"{where}.url: expected http://HOST:PORT, got {url!r}")
+        if host not in LOOPBACK and not allow_remote:
+            raise ConfigError(
+                f"{where}.url: {host!r} is not a loopback address (allow_remote: true to "
+                "test a remote server)"
+            )
+    return url.rstrip("/"), allow_remote
+
+
+def _parse_numbers(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The numeric options present in ``raw``, each checked against its type and lower bound."""
+    kw: dict[str, Any] = {}
+    for key, typ, lo in (
+        ("concurrency", int, 1),
+        ("retries", int, 0),
+        ("probs", int, 0),
+        ("timeout_s", float, 0.001),
+        ("startup_timeout_s", float, 0.001),
+    ):
+        if key in raw:
+            v = raw[key]
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v >= lo
+            if not ok or (typ is int and not isinstance(v, int)):
+                raise ConfigError(f"{where}.{key}: expected a {typ.__name__} >= {lo}, got {v!r}")
+            kw[key] = typ(v)
+    return kw
+
+
 def _scalar(value: Any) -> Any:
     """A server-reported value as provenance keeps it: short strings and numbers as they are,
     anything else as a cut ``repr``."""
@@ -517,101 +498,3 @@ def _scalar(value: Any) -> Any:
     if isinstance(value, (bool, float)) or (isinstance(value, int) and abs(value) < 2**63):
         return value
     return replies.short(value, 200)
-
-
-class _TooLong(Exception):
-    """A reply longer than ``MAX_REPLY_BYTES`` (a contract violation, not retried)."""
-
-
-class _Cancelled(Exception):
-    """A request abandoned because another request of the job already failed."""
-
-
-class _Inflight:
-    """The sockets of a job's requests in flight, and its cancellation: ``cancel`` shuts every
-    socket down (a blocked read returns at once) and stops new attempts and backoff sleeps."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._lock = threading.Lock()
-        self._socks: set[socket.socket] = set()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._event.is_set()
-
-    def wait_cancelled(self, seconds: float) -> bool:
-        return self._event.wait(seconds)
-
-    def add(self, sock: socket.socket) -> None:
-        with self._lock:
-            if self._event.is_set():
-                raise _Cancelled()
-            self._socks.add(sock)
-
-    def discard(self, sock: socket.socket) -> None:
-        with self._lock:
-            self._socks.discard(sock)
-
-    def cancel(self) -> None:
-        with self._lock:
-            self._event.set()
-            socks = list(self._socks)
-        for sock in socks:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-
-
-def exchange(
-    method: str,
-    url: str,
-    data: bytes | None,
-    timeout_s: float,
-    inflight: _Inflight | None = None,
-) -> tuple[int, str | None, bytes]:
-    """One HTTP request, the whole exchange (connect, send, every byte of the reply) within
-    ``timeout_s``: (status, Location header, body). Redirects are returned, never followed, so
-    the loopback allow-list checked on ``url`` is the only host ever contacted. Raises
-    ``TimeoutError`` past the deadline, ``OSError`` / ``http.client.HTTPException`` when the
-    connection fails, ``_TooLong`` for a reply longer than ``MAX_REPLY_BYTES``."""
-    u = urlparse(url)
-    deadline = time.monotonic() + timeout_s
-    cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
-    conn = cls(u.hostname or "", u.port, timeout=timeout_s)
-    sock: socket.socket | None = None
-    try:
-        conn.connect()
-        sock = conn.sock
-        assert sock is not None
-        if inflight is not None:
-            inflight.add(sock)
-
-        def left() -> float:
-            rest = deadline - time.monotonic()
-            if rest <= 0:
-                raise TimeoutError(f"no complete reply within {timeout_s:g} s")
-            return rest
-
-        target = (u.path or "/") + (f"?{u.query}" if u.query else "")
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        sock.settimeout(left())
-        conn.request(method, target, body=data, headers=headers)
-        sock.settimeout(left())
-        resp = conn.getresponse()
-        chunks, size = [], 0
-        while True:
-            sock.settimeout(left())
-            chunk = resp.read1(1 << 16)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > MAX_REPLY_BYTES:
-                raise _TooLong()
-            chunks.append(chunk)
-        return resp.status, resp.getheader("Location"), b"".join(chunks)
-    except TimeoutError:  # the deadline, or a socket timeout set to what was left of it
-        raise TimeoutError(f"no complete reply within {timeout_s:g} s") from None
-    finally:
-        if inflight is not None and sock is not None:
-            inflight.discard(sock)
-        conn.close()
