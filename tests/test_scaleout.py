@@ -22,10 +22,11 @@ from typer.testing import CliRunner
 
 from spectest.cli import app
 from spectest.errors import ExitCode, InfrastructureError
+from spectest.files import read_provenance
 from spectest.protocol import load_protocol
 from spectest.runner import RunOptions, run_protocol
 from spectest.scaleout import ProcessPool, RayPool, split
-from spectest.store import SHARDS_DIR, read_provenance
+from spectest.store import SHARDS_DIR
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
 
