@@ -49,7 +49,7 @@ def decode(job: dict[str, Any], target: Any, draft: Any, variant: str, batch: in
         else:
             v = get_variant(variant)
             out = builtin.speculative_decode(target, draft, req, drafter=drafter(job), variant=v)
-        tokens = out.tokens.tolist()  # [b][T]: the toy has no end token, every row is full
+        tokens = out.tokens.tolist()  # [b][T]: the built-in loops fill every row to T tokens
         T = len(tokens[0])
         wb_p = out.whitebox[schema.WB_P].to_numpy().reshape(-1, T)  # [b, T] this engine's p
         ranked = teacher_probs(job, target, tokens)  # [b][T] (p, cdf_lo), the teacher's
