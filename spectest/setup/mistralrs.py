@@ -29,7 +29,6 @@ from spectest.setup.venv import (
     cache_lock,
     cache_root,
     ensure,
-    launch_program,
     module_main,
     stderr_log,
 )
@@ -185,11 +184,9 @@ def setup(
     return {"python": str(py), "models": models, "wall_s": round(time.monotonic() - start, 1)}
 
 
-def launch(argv: list[str]) -> None:
-    """``run [--version V] --target MODEL [--draft MODEL] [-- PROGRAM ARGS]``: resolve, then
-    become the program (``venv.launch_program``)."""
-    launch_program(argv, "spectest.setup.mistralrs", PROGRAM, spec_for, export, VERSION)
-
-
 if __name__ == "__main__":
-    sys.exit(module_main("spectest.setup.mistralrs", sys.argv[1:], launch, setup))
+    sys.exit(
+        module_main(
+            "spectest.setup.mistralrs", sys.argv[1:], setup, PROGRAM, spec_for, export, VERSION
+        )
+    )

@@ -22,7 +22,6 @@ from spectest.setup.venv import (
     EnvSpec,
     Log,
     ensure,
-    launch_program,
     module_main,
     stderr_log,
 )
@@ -64,11 +63,7 @@ def setup(log: Log = stderr_log, force: bool = False) -> dict[str, object]:
     return {"python": str(py), "models": models, "wall_s": round(time.monotonic() - start, 1)}
 
 
-def launch(argv: list[str]) -> None:
-    """``run [--version V] --target MODEL [--draft MODEL] [-- PROGRAM ARGS]``: resolve, then
-    become the program (``venv.launch_program``)."""
-    launch_program(argv, "spectest.setup.mlx", PROGRAM, lambda _: SPEC, model_dir)
-
-
 if __name__ == "__main__":
-    sys.exit(module_main("spectest.setup.mlx", sys.argv[1:], launch, setup))
+    sys.exit(
+        module_main("spectest.setup.mlx", sys.argv[1:], setup, PROGRAM, lambda _: SPEC, model_dir)
+    )

@@ -27,7 +27,6 @@ from spectest.setup.venv import (
     cache_lock,
     ensure,
     env_dir,
-    launch_program,
     module_main,
     require,
     run_logged,
@@ -144,11 +143,7 @@ def setup(
     return {"python": str(py), "models": models, "wall_s": round(time.monotonic() - start, 1)}
 
 
-def launch(argv: list[str]) -> None:
-    """``run [--version V] --target MODEL [--draft MODEL] [-- PROGRAM ARGS]``: resolve, then
-    become the program (``venv.launch_program``)."""
-    launch_program(argv, "spectest.setup.openvino", PROGRAM, lambda _: SPEC, export)
-
-
 if __name__ == "__main__":
-    sys.exit(module_main("spectest.setup.openvino", sys.argv[1:], launch, setup))
+    sys.exit(
+        module_main("spectest.setup.openvino", sys.argv[1:], setup, PROGRAM, lambda _: SPEC, export)
+    )

@@ -298,16 +298,22 @@ def launch_program(
 
 
 def module_main(
-    module: str, argv: list[str], launch: Callable[[list[str]], None], setup: Callable[[], object]
+    module: str,
+    argv: list[str],
+    setup: Callable[[], object],
+    program: str,
+    spec: Callable[[str], EnvSpec],
+    model: Callable[[str], Path],
+    version: str | None = None,
 ) -> int:
     """The ``python -m spectest.setup.ENGINE run ...|setup`` entry point of an engine module:
-    ``run`` becomes the engine program (``launch``), ``setup`` prints what ``setup`` made; a
+    ``run`` becomes ``program`` (``launch_program``), ``setup`` prints what ``setup`` made; a
     ``SpectestError`` is one line on stderr and its exit code (4 for a missing environment)."""
     from spectest.errors import ConfigError, SpectestError
 
     try:
         if argv[:1] == ["run"]:
-            launch(argv[1:])
+            launch_program(argv[1:], module, program, spec, model, version)
         elif argv[:1] == ["setup"]:
             print(json.dumps(setup()))
         else:
