@@ -62,6 +62,7 @@ __all__ = [
     "Workload",
     "check",
     "check_arm",
+    "protocol_arm",
 ]
 
 
@@ -104,35 +105,48 @@ def check(
 
 
 def check_arm(path: str | Path, arm: str = "candidate", *, seeds: int = 4) -> ConformanceReport:
-    """``check`` on the engine of a protocol's ``reference`` or ``candidate`` arm, with its
-    options, models, first prompt, configs, positions and drafter (what a run gives it), on
-    ``seeds`` seeds per config."""
+    """``check`` on the engine of a protocol's ``reference`` or ``candidate`` arm, with what a
+    run gives it (``protocol_arm``), on ``seeds`` seeds per config."""
+    a = protocol_arm(path, arm, seeds)
+    return check(
+        a.choice.name,
+        a.choice.options,
+        models=a.models,
+        workload=a.work,
+        roles=(arm,),
+        base_dir=Path(a.protocol.source).parent,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ProtocolArm:
+    """A protocol's arm as a run gives it to its engine (``protocol_arm``)."""
+
+    protocol: Any  # protocol.Protocol
+    choice: Any  # its engines.<arm> (protocol.EngineChoice)
+    models: Models
+    work: Workload  # the first prompt, the configs, positions and drafter; ``seeds`` seeds
+
+
+def protocol_arm(path: str | Path, arm: str, seeds: int) -> ProtocolArm:
+    """The engine, models and job of the protocol's ``reference`` or ``candidate`` arm: its
+    options, models, first prompt, configs, positions and drafter; ``seeds`` seeds per config."""
     from spectest.generation import load_models
     from spectest.prompts import prompt_token_ids
     from spectest.protocol import load_protocol
 
     if arm not in ("reference", "candidate"):
         raise ConfigError(f"--arm must be reference or candidate, got {arm!r}")
+    if isinstance(seeds, bool) or seeds < 1:
+        raise ConfigError(f"--seeds: expected an integer >= 1, got {seeds!r}")
     p = load_protocol(path)
-    choice = p.reference_engine if arm == "reference" else p.candidate_engine
     models = load_models(p)
     assert models.target is not None
     ids = prompt_token_ids(p, models.target.vocab_size, (models.target, models.draft))
-    work = Workload(
-        prompt=tuple(next(iter(ids.values()))),
-        configs=tuple(p.configs),
-        seeds=seeds,
-        positions=p.positions,
-        drafter=p.drafter,
-    )
-    return check(
-        choice.name,
-        choice.options,
-        models=models,
-        workload=work,
-        roles=(arm,),
-        base_dir=Path(p.source).parent,
-    )
+    prompt = tuple(next(iter(ids.values())))
+    work = Workload(prompt, tuple(p.configs), seeds, p.positions, p.drafter)
+    choice = p.reference_engine if arm == "reference" else p.candidate_engine
+    return ProtocolArm(p, choice, models, work)
 
 
 def _run_check(results: list[CheckResult], name: str, fn: Callable[[], Any]) -> Any:
