@@ -1,14 +1,6 @@
-"""Pinned virtual environments for the engines spectest drives but never installs into its own.
-
-Owns: ``EnvSpec`` (an engine's pinned requirements and its import check), where an environment
-lives (``<cache>/<engine>/<version>/venv``; ``SPECTEST_CACHE`` moves the cache root), creating it
-once under an exclusive lock (``ensure``), finding it at run time (``require``: a missing one is
-``EnvMissing``, exit 4, one line naming the ``spectest setup`` command that makes it), running a
-long subprocess with a progress line at least every ``PROGRESS_EVERY_S`` seconds (``run_logged``),
-the cache lock itself (``cache_lock``), executing a shipped engine program under the venv's
-python (``exec_program``) and the ``python -m spectest.setup.ENGINE run|setup`` entry point
-(``module_main``). Knows nothing about any one engine (``spectest.setup.openvino``,
-``spectest.setup.mistralrs``, ``spectest.setup.mlx``).
+"""Pinned virtual environments for the engines spectest drives but never installs into its own:
+``EnvSpec``, ``ensure`` / ``require``, ``run_logged``, ``cache_lock``, ``exec_program`` and the
+``python -m spectest.setup.ENGINE`` entry point (``module_main``). Knows no engine.
 
 The why and the details: docs/internals.md "spectest/setup/venv.py".
 """
@@ -27,12 +19,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from spectest.errors import InfrastructureError
 from spectest.models.fixtures import cache_root
 
 PROGRESS_EVERY_S = 10.0
 READY_FILE = ".ready"
+EXPORT_FILE = "export.json"  # an exported model's metadata, written last
 Log = Callable[[str], None]
 
 
@@ -268,6 +262,27 @@ def exec_program(python: Path, program: Path, args: Sequence[str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(str(python), [str(python), str(program), *args])
+
+
+def export_once(
+    out: Path, lock: Path, what: str, log: Log, make: Callable[[Path], tuple[dict[str, Any], str]]
+) -> Path:
+    """``out``, an exported model, made once under the cache lock ``lock``: ``make(tmp)`` fills a
+    fresh directory beside it and returns its metadata (written last, as ``EXPORT_FILE``) and the
+    line logged once the directory is renamed into place (a half-made export is never found)."""
+    with cache_lock(lock, what, log):
+        if (out / EXPORT_FILE).is_file():
+            return out
+        tmp = out.parent / f".{out.name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        meta, done = make(tmp)
+        (tmp / EXPORT_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+        log(done)
+    return out
 
 
 def launch_program(
