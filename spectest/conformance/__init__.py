@@ -1,18 +1,8 @@
-"""``spectest conformance``: does an engine honour the engine contract (``engines.base``)?
+"""``spectest conformance``: does an engine honour the engine contract (``engines.base``)? The
+checks (``CHECKS``), run on small jobs of real models (``check``, ``check_arm``), and their
+report. Knows nothing about statistics. What each check requires: docs/conformance.md.
 
-Owns: the checks a plug-in author runs before trusting a verdict on their engine (``CHECKS``:
-class, options, needs, output, early stop, rounds, progress, white-box, same seeds, batch
-composition, provenance, close), run on a few small jobs of real models (``check``; ``check_arm``
-for an arm of a protocol file, with what a run would give it), and their report
-(``ConformanceReport``: one ``CheckResult`` per check, ``ok``, ``exit_code``, ``lines``,
-``assert_ok`` for a plug-in's own pytest). An engine whose ``seeds_claim`` is ``"ignored"`` (a
-command program's hello ``"seeds": "ignored"``) is reported "not reproducible" instead of
-failing the seed checks; ``"per job"`` skips the batch-composition one.
-
-Knows nothing about statistics: whether the engine's law is plain sampling's is what ``spectest
-run`` decides, once the engine conforms. What each check requires, the exit codes (0 conforms,
-2 a check failed, 3 no job ran, 4 the engine's process could not run) and the findings on the
-shipped engine programs: docs/conformance.md.
+The why and the details: docs/internals.md "spectest/conformance/__init__.py".
 """
 
 from __future__ import annotations

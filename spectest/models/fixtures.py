@@ -1,14 +1,6 @@
-"""Model fixtures for real engines: a deterministic tiny Llama target/draft pair, as HF
-directories (vLLM, transformers, spectest's own engines) and as GGUF files (llama.cpp).
-
-Owns: ``FIXTURES`` (name → ``FixtureSpec``), the cache layout under ``~/.cache/spectest/fixtures``
-(``SPECTEST_CACHE`` moves the root), the content key of a fixture, building the HF pair
-(``build_hf``), the SentencePiece tokenizer and the GGUF export (``build_gguf``, run in the
-llama.cpp venv that ``spectest setup llamacpp`` makes) and the file hashes recorded in
-provenance (``fixture_manifest``).
-
-Knows nothing about sampling, protocols or engines; ``spectest.models.zoo`` resolves the model
-spec ``fixture:NAME/target`` (and ``/draft``) here.
+"""Model fixtures for real engines: a deterministic tiny Llama pair (``FIXTURES``) as HF
+directories (``build_hf``) and GGUF files (``build_gguf``), cached by content key. Knows nothing
+about sampling, protocols or engines.
 
 The why and the details: docs/internals.md "spectest/models/fixtures.py".
 """

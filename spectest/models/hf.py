@@ -1,11 +1,5 @@
-"""transformers causal LMs behind the ``LanguageModel`` slot-cache contract.
-
-Owns: ``HFModel`` (any ``AutoModelForCausalLM`` with a ``DynamicCache``, a 2-D attention mask
-over slots and explicit per-row position ids), the hand-written ``HF_PRESETS`` configs
-(random-init, never downloaded) and the loaders ``from_preset`` / ``from_local``.
-
-Knows nothing about sampling; ``logit_scale`` only multiplies the float32 logits (a knob that
-sets the entropy of random-init models, whose logits are otherwise nearly uniform).
+"""transformers causal LMs behind the ``LanguageModel`` contract (``HFModel``) and their loaders
+(``from_preset``, ``from_local``). Knows nothing about sampling.
 
 The why and the details: docs/internals.md "spectest/models/hf.py".
 """

@@ -1,12 +1,5 @@
-"""MLX-LM on Linux CPU (``mlx`` + ``mlx-cpu`` wheels, ``mlx-lm``): its pinned environment and the
-launcher that the shipped protocols run as their ``command`` engine.
-
-Owns: the pins (``SPEC``), ``setup`` (``spectest setup mlx``) and ``launch`` (``python -m
-spectest.setup.mlx run --target fixture:NAME/target [--draft ...] [-- PROGRAM ARGS]``: the
-environment or one line, exit 4, ``run "spectest setup mlx" first``; the fixture's HF
-directories, which mlx-lm loads as they are; then the engine program
-``spectest/engines/programs/mlx_lm_engine.py`` under the venv's python). Knows nothing about the
-line protocol or sampling.
+"""MLX-LM on Linux CPU: its pinned environment (``SPEC``), ``setup`` and the launcher
+(``python -m spectest.setup.mlx run ...``). Knows nothing about the line protocol or sampling.
 
 The why and the details: docs/internals.md "spectest/setup/mlx.py".
 """

@@ -1,16 +1,8 @@
-"""The size of a tooth: how far its law is from plain sampling, per cell-position, in TV.
+"""The size of a tooth: the per-cell-position TV between an ε arm's or mutant's law and the
+plain law (``tooth_sizes``), and a tooth's size (``size_of``). Knows nothing about statistics,
+verdicts or files. The method: docs/statistics.md "Tooth sizes: the method".
 
-Owns: the per-cell-position total variation between the law of an ε arm or mutant and the plain
-law, computed from the run's own models (``tooth_sizes`` → one row per tooth × prompt × config ×
-position, the table a run stores as ``tooth_sizes.parquet``), and the size of a tooth read from
-that table (``size_of``: the largest TV over its cell-positions, or unknown); the table for a
-protocol's teeth is ``generation.protocol_tooth_sizes`` (it knows protocols and prompts).
-A killed tooth of size s is evidence that the run's tests see a bug of per-cell TV s;
-``spectest.verdict`` turns the weakest such tooth into the run's power claim. Knows nothing
-about statistics, verdicts or files.
-
-The details (moved from this docstring):
-docs/statistics.md "Tooth sizes: the method".
+The why and the details: docs/internals.md "spectest/tooth_size/__init__.py".
 """
 
 from __future__ import annotations
