@@ -227,8 +227,7 @@ def decide_drift(
         u = per["d"].fillna(0.0).to_numpy() / len(d) - per["f"].fillna(0.0).to_numpy() / len(f)
         strata = [u[(has_d == a) & (has_f == b)] for a, b in ((1, 1), (1, 0), (0, 1))]
         stat, lcb, ucb = bootstrap_t(strata, alpha, rng, resamples)
-        # the lower of the paired bound and the split one (docs/numerics.md, "Calibration"):
-        # drawn after the paired bound, so the UCB and the readouts keep their draws
+        # drawn last, so the UCB and readouts keep their draws (docs/numerics.md "Calibration")
         lcb = min(lcb, split_lcb(d, f, alpha, rng, resamples))
     else:
         lcb, ucb = -math.inf, math.inf
