@@ -16,6 +16,9 @@ Prints one JSON line per replication and a summary with exact binomial (Clopperâ
 upper bounds. Usage (about 2â€“4 s per replication on one CPU core)::
 
     OMP_NUM_THREADS=1 python benchmarks/drift_calibration.py --reps 200 --sigma 0.0065
+
+``--dump`` keeps each replication's drift table; ``--redecide A.jsonl B.jsonl`` decides claim (b)
+again from such files with this checkout's bounds (seconds per hundred replications).
 """
 
 from __future__ import annotations
@@ -86,22 +89,32 @@ def cp95(k: int, n: int) -> float:
     return 1.0 if k == n else float(sps.beta.ppf(0.95, k + 1, n - k))
 
 
-def redecide(path: str, margin: float, alpha: float) -> None:
-    """Claim (b) decided again, with this checkout's ``decide_drift``, from a ``--dump`` file:
-    the same per-token tables, so old and new bounds are compared on the same data."""
+def redecide(paths: list[str], margin: float, alpha: float) -> None:
+    """Claim (b) decided again, with this checkout's ``decide_drift``, from ``--dump`` files: the
+    same per-token tables and bootstrap seeds, so old and new bounds are compared on the same
+    data (``ucb_unchanged``: replications whose UCB is bit-identical to the dumped one)."""
     recs = []
-    with open(path) as fh:
-        for line in fh:
-            rec = json.loads(line)
-            tab = pd.DataFrame(rec["table"]).assign(prompt_id="p0", config_id="a")
-            rng = np.random.default_rng([rec["rep"], 21])
-            d = decide_drift(tab, margin=margin, alpha=alpha, rng=rng)
-            assert d is not None
-            recs.append({"D": d.statistic, "lcb": d.lcb, "ucb": d.ucb, "decision": d.decision,
-                         "old_lcb": rec["lcb"], "old_ucb": rec["ucb"]})  # fmt: skip
+    for path in paths:
+        with open(path) as fh:
+            for line in fh:
+                rec = json.loads(line)
+                tab = pd.DataFrame(rec["table"]).assign(prompt_id="p0", config_id="a")
+                rng = np.random.default_rng([rec["rep"], 21])
+                d = decide_drift(tab, margin=margin, alpha=alpha, rng=rng)
+                assert d is not None
+                recs.append({"D": d.statistic, "lcb": d.lcb, "ucb": d.ucb,
+                             "decision": d.decision, "old_lcb": rec["lcb"],
+                             "old_ucb": rec["ucb"], "old_decision": rec["decision"]})  # fmt: skip
     D_all = float(np.mean([r["D"] for r in recs]))
-    old = [{"lcb": r["old_lcb"], "ucb": r["old_ucb"], "decision": ""} for r in recs]
-    out = {"reps": len(recs), "new": coverage(recs, D_all), "dumped": coverage(old, D_all)}
+    old = [{"lcb": r["old_lcb"], "ucb": r["old_ucb"], "decision": r["old_decision"]} for r in recs]
+    out = {
+        "reps": len(recs), "new": coverage(recs, D_all), "dumped": coverage(old, D_all),
+        "ucb_unchanged": sum(r["ucb"] == r["old_ucb"] for r in recs),
+        "lcb_lowered": sum(r["lcb"] < r["old_lcb"] for r in recs),
+        "lcb_raised": sum(r["lcb"] > r["old_lcb"] for r in recs),
+        "mean_D_minus_lcb": {"new": float(np.mean([r["D"] - r["lcb"] for r in recs])),
+                             "dumped": float(np.mean([r["D"] - r["old_lcb"] for r in recs]))},
+    }  # fmt: skip
     print("REDECIDE " + json.dumps(out), flush=True)
 
 
@@ -186,8 +199,8 @@ def main() -> None:
         "--dump", default=None, help="write each replication's per-token drift table (JSONL)"
     )
     ap.add_argument(
-        "--redecide", default=None,
-        help="decide claim (b) again from a --dump file (no generation; bounds only)",
+        "--redecide", default=None, nargs="+",
+        help="decide claim (b) again from --dump files (no generation; bounds only)",
     )  # fmt: skip
     a = ap.parse_args()
     if a.redecide:

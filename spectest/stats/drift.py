@@ -3,7 +3,8 @@ per-token table ``spectest.numerics.table`` measures.
 
 Owns: ``decide_drift`` and its ``DriftResult`` (drift, floor, D = drift − floor with one-sided
 bootstrap-t bounds by sequence, the decision ``within`` / ``beyond`` / ``unresolved``, the
-readouts and the verdict line), the floor's choice ``select_floor`` and ``bootstrap_t``.
+readouts and the verdict line), the floor's choice ``select_floor``, ``bootstrap_t`` and the
+split lower bound ``split_lcb``.
 Does not know: models, files, claim (a)'s families. The statistic, the bounds and why
 bootstrap-t: docs/numerics.md ("The drift measurement").
 """
@@ -173,6 +174,25 @@ def _bounds(
     return m, ucb
 
 
+def split_lcb(
+    d: np.ndarray, f: np.ndarray, alpha: float, rng: np.random.Generator, resamples: int
+) -> float:
+    """D's lower bound from its two parts, α split evenly (Bonferroni): the drift's one-sided
+    bootstrap-t lower bound at α/2 minus the floor's upper bound at α/2, each from its own
+    sequences (``d``, ``f``: per-sequence means, at least two each).
+
+    Notes
+    -----
+    If LCB(drift) ≤ E drift and UCB(floor) ≥ E floor, their difference is ≤ E D; so it misses
+    with probability at most α/2 + α/2 (the union bound), whatever the dependence between the
+    parts, and the floor's skew is met by the floor's own bootstrap-t. The pairing of a
+    sequence's drift and floor is not used: conservative when they are positively correlated.
+    """
+    _, lo_d, _ = bootstrap_t([d / len(d)], alpha / 2, rng, resamples)
+    _, _, hi_f = bootstrap_t([f / len(f)], alpha / 2, rng, resamples)
+    return lo_d - hi_f
+
+
 def decide_drift(
     table: pd.DataFrame,
     *,
@@ -185,7 +205,8 @@ def decide_drift(
 ) -> DriftResult | None:
     """Claim (b) from ``spectest.numerics.table``'s per-token table (``numerics.COLUMNS``); None
     when it has no measured token (nothing to claim). ``rng`` draws the bootstrap resamples.
-    Fewer than two drift or floor sequences leave the bounds infinite: ``unresolved``."""
+    Fewer than two drift or floor sequences leave the bounds infinite: ``unresolved``. The UCB
+    is the paired bootstrap-t bound; the LCB the lower of that bound and ``split_lcb``."""
     t = table[np.isfinite(table["tv"].to_numpy(dtype=float))]
     if not len(t):
         return None
@@ -206,6 +227,8 @@ def decide_drift(
         u = per["d"].fillna(0.0).to_numpy() / len(d) - per["f"].fillna(0.0).to_numpy() / len(f)
         strata = [u[(has_d == a) & (has_f == b)] for a, b in ((1, 1), (1, 0), (0, 1))]
         stat, lcb, ucb = bootstrap_t(strata, alpha, rng, resamples)
+        # drawn last, so the UCB and readouts keep their draws (docs/numerics.md "Calibration")
+        lcb = min(lcb, split_lcb(d, f, alpha, rng, resamples))
     else:
         lcb, ucb = -math.inf, math.inf
     decision = tost(lcb, ucb, margin)
