@@ -42,8 +42,9 @@ def logits_to_probs_fast(
 
     Parameters
     ----------
-    logits : Tensor ``[B, V]`` or ``[B, S, V]`` (float32 or float64; e.g. the K+1 target rows of
-        a speculative round, processed in one call).
+    logits : Tensor ``[B, V]`` or ``[B, S, V]`` (float32, float64, or the model's own bfloat16 /
+        float16: the same law as their float32 cast; e.g. the K+1 target rows of a speculative
+        round, processed in one call).
     params : per-row parameters ``[B]``, broadcast over ``S``.
     width : shortlisted tokens per filtered row (``W``); rows whose kept set cannot be decided
         inside ``W`` of them fall back to the reference (the fallback:
@@ -70,7 +71,7 @@ def logits_to_probs_fast(
         # NOTE every token would be shortlisted: the exact pipeline's own reduced sort is then as
         # cheap as this one (measured slower here on the bundled pair, V = 260), so use it as is
         return logits_to_probs(logits, params, check=False)
-    x = logits.reshape(B * S, V)  # [N, V] as given (float32 from the models)
+    x = logits.reshape(B * S, V)  # [N, V] as given (float32, or the model's bfloat16)
     p = params.per_position(S, x.device)  # [N] each
     greedy = p.temperature == 0  # [N]
     filtered = ~greedy & _has_filter(p, V)  # [N]
@@ -150,12 +151,15 @@ def shortlist_probs(
         params.check_shapes(batch_size=B, where="shortlist_probs params")
     p = params.per_position(S, logits.device)  # [N] each
     filtered = (p.temperature > 0) & _has_filter(p, V)  # [N]
+    # NOTE one read of the logits gives each row's max (the shortlist's, below) and finiteness:
+    # aminmax propagates NaN, +inf shows in the max and -inf in the min
+    lo, hi = torch.aminmax(x, dim=-1)  # [N] each
     # NOTE one host sync for what the parameters and the finiteness decide (the same checks, in
     # the same order of precedence, as ``validate`` then ``_check_finite_fast`` then the filter)
     no = torch.zeros((), dtype=torch.bool, device=x.device)
     flags = [
         params.invalid().any() if check else no,
-        ~torch.isfinite(x).all() if check else no,
+        ~(torch.isfinite(lo) & torch.isfinite(hi)).all() if check else no,
         ~filtered.all(),
         *_filter_counts(p, V),
     ]
@@ -166,7 +170,7 @@ def shortlist_probs(
         _check_finite(x, S, logits.dim() == 3)
     if unfiltered:
         return None
-    ids, probs, ok = _filtered(x, p, width, (counts[0], counts[1]))  # [N, W], [N, W], [N]
+    ids, probs, ok = _filtered(x, p, width, (counts[0], counts[1]), hi)  # [N, W], [N, W], [N]
     if not bool(ok.all()):
         return None
     shape = (*logits.shape[:-1], width)
@@ -205,10 +209,12 @@ def _filtered(
     params: SamplingTensors,
     W: int,
     counts: tuple[int, int] | None = None,
+    row_max: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rows with a filter, on their shortlist: ``(ids [M, W] int64 ascending, probs [M, W]
     float64 — the law, zero off the kept set —, ok [M] bool)``; ``ok`` False = fall back.
-    ``counts``: ``_filter_counts`` of ``params`` when the caller has them (else one sync here)."""
+    ``counts``: ``_filter_counts`` of ``params`` when the caller has them (else one sync here);
+    ``row_max``: ``[M]`` ``x.amax(-1)`` when the caller has it."""
     M, V = (int(s) for s in x.shape)
     if counts is None:
         n_no_k, n_min_p = (int(c) for c in torch.stack(_filter_counts(params, V)).tolist())
@@ -217,11 +223,12 @@ def _filtered(
     t, k, p, mp = params.temperature, params.top_k, params.top_p, params.min_p  # [M] each
     k_on = (k > 0) & (k < V)  # [M]
     p_on = p < 1  # [M]
-    # 1-2. the shortlist (float32 selection, no arithmetic), then float64 weights as the reference
+    # 1-2. the shortlist (a selection on the logits as given: comparisons only), then float64
+    # weights as the reference
     cand = torch.topk(x, W, dim=-1, sorted=False).indices.sort(dim=-1).values  # [M, W] ids asc
     # NOTE converting to float64 is exact and monotone, so the max and the gathered shortlist
     # converted afterwards are bit-equal to the reference's (convert all V, then max / gather)
-    mx = x.amax(-1, keepdim=True).to(torch.float64)  # [M, 1]
+    mx = (x.amax(-1, keepdim=True) if row_max is None else row_max[:, None]).to(torch.float64)
     w_c = torch.exp((x.gather(-1, cand).to(torch.float64) - mx) / t[:, None])  # [M, W] float64
     vals, order = torch.sort(w_c, dim=-1, descending=True, stable=True)  # [M, W] ties by id
     w_min = vals[:, -1:]  # [M, 1]
