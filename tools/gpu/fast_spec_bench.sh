@@ -8,10 +8,14 @@
 # this tree's fast-spec arm at 1024 rows. Records: $OUT/old.jsonl, $OUT/new.jsonl.
 #
 #   bash tools/gpu/fast_spec_bench.sh .gpu_old    # $1: a directory holding the old spectest/
+#   bash .gpu_h62/tools/gpu/fast_spec_bench.sh .gpu_old   # this tree carried beside the old one
 set -u
+# OLD is resolved from the caller's directory, before the cd to this tree's root
+OLD="$(cd "${1:?usage: fast_spec_bench.sh OLD_TREE (a directory holding the old spectest/)}" && pwd)"
 cd "$(dirname "$0")/../.."
 NEW="$PWD"
-OLD="$(cd "${1:?usage: fast_spec_bench.sh OLD_TREE (a directory holding the old spectest/)}" && pwd)"
+[ -d "$OLD/spectest" ] || { echo "no spectest/ in $OLD"; exit 2; }
+echo "old tree: $OLD   new tree: $NEW"
 OUT="${OUT:-/tmp/spectest-fast-spec}"
 mkdir -p "$OUT"
 rm -f "$OUT/old.jsonl" "$OUT/new.jsonl"
@@ -59,12 +63,12 @@ for rows in (1024, 256):
               f"{f(n, 'mean_accepted', '.2f'):>8} {xo:>9} {xn:>9} {hf or 0:>7.1f}")
 EOF
 step "GPU tests of what h62 touched (-m gpu)"
-(cd "$NEW" && timeout 100 python -m pytest -q -p no:cacheprovider -m gpu \
+(cd "$NEW" && timeout 120 python -m pytest -q -p no:cacheprovider -m gpu \
   tests/test_sampling_native.py tests/test_sampling_kernels.py tests/test_engine_fast.py \
   tests/test_numerics_replay.py tests/test_rejection_exact.py 2>&1 | tail -6)
 step "profile: this tree's fast-spec at 1024 rows (top CUDA ops)"
 (cd "$NEW" && PYTHONPATH="$NEW" timeout 80 python -m spectest bench \
   "${B[@]/fast-plain,fast-spec/fast-spec}" --rows 1024 --no-baseline --profile "$OUT/prof" \
-  --out "$OUT/prof.jsonl" 2>&1 | grep -v "^\s*$" | tail -25)
+  --out "$OUT/prof.jsonl" 2>&1 | grep -v "^\s*$" | tail -40)
 rm -f "$OUT"/prof/*.json  # traces are large; the table above is the record
 echo; echo "=== done ($(date -u +%H:%M:%S))"
