@@ -95,7 +95,8 @@ def _kernel() -> Any:
         for start in range(0, V, BLOCK):
             idx = start + offs
             ok = idx < V
-            v = tl.load(base + idx, mask=ok, other=0.0).to(tl.float64)
+            # via float32: both steps exact for float32 / bfloat16 / float16 loads
+            v = tl.load(base + idx, mask=ok, other=0.0).to(tl.float32).to(tl.float64)
             w = tl.exp((v - m) / t)
             acc += tl.where(ok, w, 0.0)
         tl.store(out_ptr + row, tl.sum(acc, axis=0))
