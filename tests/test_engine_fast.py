@@ -198,7 +198,7 @@ def test_cuda_graphs_equal_eager_on_cuda() -> None:
             assert len({k[2] for k, _ in gs}) >= 3  # three attention windows
             assert len({g.graph.pool() for _, g in gs}) == 1
             for (B, S, _W), g in gs:
-                assert g.out.data_ptr() == t._out_buffer(B, S).data_ptr()
+                assert g.out.data_ptr() == t._out_buffer(B, S, g.out.dtype).data_ptr()
             assert t.packed_gqa  # qwen3-tiny: 4 query heads on 2 KV heads
     assert np.array_equal(outs[0].tokens, outs[1].tokens)
 

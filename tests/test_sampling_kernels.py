@@ -107,3 +107,22 @@ def test_kernel_on_cuda_equals_reference_and_the_law_is_unchanged() -> None:
     dense, want = law.dense(), logits_to_probs(x, params)
     assert torch.equal(dense > 0, want > 0)
     assert float((dense - want).abs().max()) <= 1e-12
+
+
+@pytest.mark.gpu
+def test_kernel_reads_bfloat16_logits_as_their_float32_cast() -> None:
+    """The model's own bfloat16 logits: the kernel's sum on them equals its sum on their float32
+    cast bit for bit (the same float64 terms in the same order: both conversions are exact), and
+    the reference to 1e-12 relative."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    if kernels._kernel() is None:
+        pytest.skip("triton not importable")
+    g = torch.Generator().manual_seed(2)
+    x = rows(g, 48, 151_936).to(torch.bfloat16).cuda()
+    t = torch.tensor([0.3, 0.8, 1.0, 1.7] * 12, dtype=torch.float64, device="cuda")
+    mx = x.amax(-1, keepdim=True).to(torch.float64)
+    got = kernels.weight_sum(x, t, mx)
+    assert torch.equal(got, kernels.weight_sum(x.float(), t, mx))
+    ref = kernels.weight_sum_reference(x, t, mx)
+    assert float(((got - ref).abs() / ref).max()) <= 1e-12

@@ -54,7 +54,8 @@ class LanguageModel(ABC):
 
     @abstractmethod
     def forward(self, cache: Cache, input_ids: torch.Tensor) -> torch.Tensor:
-        """Append ``input_ids`` [B, S] (int64) to ``cache``; return logits [B, S, V] float32."""
+        """Append ``input_ids`` [B, S] (int64) to ``cache``; return logits [B, S, V] float32 (a
+        ``StaticHFModel`` with ``native_logits``: the model's own dtype, exact in float32)."""
 
     def prefill_shared(self, prompt: torch.Tensor, batch_size: int) -> tuple[Cache, torch.Tensor]:
         """Prefill one prompt once and share it: a ``batch_size``-row cache and logits [L, V].

@@ -84,6 +84,9 @@ class StaticHFModel(LanguageModel):
     cuda_graphs : capture fixed-shape forwards on CUDA (ignored on CPU).
     packed_gqa : attend with ``attention.packed_gqa_sdpa`` (the query heads of a KV head packed
         into rows, no ``repeat_kv`` copy) where the model is sdpa with grouped KV heads.
+    native_logits : return the logits in the dtype the model computes them in (e.g. bfloat16)
+        instead of their float32 cast, where that cast is all ``HFModel`` does to them
+        (``logit_scale == 1``); a float32 model is unaffected.
 
     Notes
     -----
@@ -92,6 +95,14 @@ class StaticHFModel(LanguageModel):
     ``(B, S, W)`` and replayed for every later chunk, prompt and arm. Consequently only one cache
     per batch size is live at a time — what the decode loops need (target and draft are two
     models).
+
+    NOTE native logits: the conversion of bfloat16 / float16 to float32 (and on to float64) is
+    exact and monotone, so every consumer of these logits — the sampling pipelines, which take
+    them to float64 before any arithmetic and select the shortlist by comparisons only — computes
+    the same law from the native tensor as from its float32 cast (tests/test_sampling_fast.py),
+    without the ``[B, S, V]`` float32 copy per forward and at half the bytes per full-vocabulary
+    pass. With ``logit_scale != 1`` the float32 product is part of the model's law, so the logits
+    stay float32 there.
     """
 
     def __init__(
@@ -101,6 +112,7 @@ class StaticHFModel(LanguageModel):
         max_slots: int = 256,
         cuda_graphs: bool = True,
         packed_gqa: bool = True,
+        native_logits: bool = True,
     ) -> None:
         if not isinstance(base, HFModel):
             raise ModelError(f"StaticHFModel wraps an HFModel, got {type(base).__name__}")
@@ -125,6 +137,7 @@ class StaticHFModel(LanguageModel):
         # GQA without transformers' K/V copy (models/attention.py); off when ``packed_gqa=False``
         self.packed_gqa = bool(packed_gqa) and attention.usable(cfg)
         self.graph_error: str | None = None  # why CUDA graphs were turned off, if they were
+        self.native_logits = bool(native_logits) and base.logit_scale == 1.0
 
     @property
     def device(self) -> torch.device:
@@ -214,7 +227,7 @@ class StaticHFModel(LanguageModel):
         mask: torch.Tensor,  # [B, S, W] bool
         pos: torch.Tensor,  # [B, S]
         new: torch.Tensor,  # [S]
-        out: torch.Tensor | None = None,  # [B, S, V] float32: write the logits here
+        out: torch.Tensor | None = None,  # [B, S, V] (``_out_buffer``): write the logits here
     ) -> torch.Tensor:
         kv.write_idx = new
         kv.window = int(mask.shape[2])
@@ -231,23 +244,26 @@ class StaticHFModel(LanguageModel):
             res = self.base.model(
                 input_ids=ids, attention_mask=m4, position_ids=pos, use_cache=True, **kwargs
             )
+        if out is None and self.native_logits:
+            return res.logits  # [B, S, V] as computed (class NOTE)
         if out is None:
             logits = res.logits.float()  # [B, S, V]
             if self.base.logit_scale != 1.0:
                 logits = logits * self.base.logit_scale
             return logits
-        # the same two float32 operations, into a buffer (conversion to float32 is exact)
+        # the same operations, into a buffer of the dtype eager returns (conversion is exact)
         out.copy_(res.logits)  # [B, S, V]
         if self.base.logit_scale != 1.0:
             out.mul_(self.base.logit_scale)
         return out
 
-    def _out_buffer(self, B: int, S: int) -> torch.Tensor:
-        """The ``[B, S, V]`` float32 logits buffer every graph of ``(B, S)`` writes into."""
+    def _out_buffer(self, B: int, S: int, dtype: torch.dtype) -> torch.Tensor:
+        """The ``[B, S, V]`` logits buffer every graph of ``(B, S)`` writes into, in ``dtype``
+        (what the eager forward returns: float32, or the native dtype)."""
         buf = self._outs.get((B, S))
-        if buf is None:
+        if buf is None or buf.dtype != dtype:
             shape = (B, S, self.vocab_size)
-            buf = self._outs[(B, S)] = torch.empty(shape, dtype=torch.float32, device=self.device)
+            buf = self._outs[(B, S)] = torch.empty(shape, dtype=dtype, device=self.device)
         return buf
 
     def _pool_handle(self) -> Any:
@@ -306,10 +322,10 @@ class _Graph:
             stream.wait_stream(torch.cuda.current_stream(dev))
             with torch.cuda.stream(stream):
                 for _ in range(2):
-                    model._eager(self.kv, self.ids, self.mask, self.pos, self.new)
+                    warm = model._eager(self.kv, self.ids, self.mask, self.pos, self.new)
             torch.cuda.current_stream(dev).wait_stream(stream)
             self.graph = torch.cuda.CUDAGraph()
-            self.out = model._out_buffer(B, S)  # [B, S, V] float32, outside the graph pool
+            self.out = model._out_buffer(B, S, warm.dtype)  # [B, S, V] outside the graph pool
             with torch.cuda.graph(self.graph, pool=model._pool_handle()):
                 model._eager(self.kv, self.ids, self.mask, self.pos, self.new, out=self.out)
 

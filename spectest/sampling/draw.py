@@ -16,6 +16,10 @@ import torch
 
 from spectest.errors import InputError, NumericsError
 
+# rows at most this wide (a shortlist) take the positive-weight fix-up on every row, without the
+# host sync that decides which rows need it, when the inputs are not checked
+SYNC_FREE_WIDTH = 4096
+
 
 def categorical(probs: torch.Tensor, u: torch.Tensor, *, check: bool = True) -> torch.Tensor:
     """Inverse-CDF draw: one token per row of ``probs`` ``[..., V]`` with uniforms ``u`` ``[...]``.
@@ -56,6 +60,10 @@ def categorical(probs: torch.Tensor, u: torch.Tensor, *, check: bool = True) -> 
     # rows get the "next positive-weight id" fix-up, decided by one host sync (shared with the
     # input check); the fix-up is ``_next_positive`` on them, the rule of ``categorical_reference``
     zero = ~(w.gather(-1, idx[:, None]).squeeze(-1) > 0)  # [N] rounding events
+    if not check and V <= SYNC_FREE_WIDTH:
+        # NOTE the same fix-up on the same rows (``where`` keeps every other row's index), with no
+        # host sync: ``_next_positive`` over ``[N, V]`` is cheap at a shortlist's width
+        return torch.where(zero, _next_positive(w, idx), idx).reshape(u.shape)
     if check:
         fix = _check(w, total, uf, zero)
     else:

@@ -1,10 +1,10 @@
 """Fused GPU kernels for exact sampling steps: the full-vocabulary float64 normaliser in one read.
 
-Owns: ``weight_sum`` — ``sum_j exp((float64(x_j) - mx) / T)`` per row of float32 logits, the
-top-p normaliser of ``sampling.shortlist`` — as one Triton kernel on CUDA (a row per program,
-float32 loads, every operation in float64), with the torch expression it replaces beside it
-(``weight_sum_reference``), which runs everywhere else. Knows nothing about laws, engines or
-which rows need the sum.
+Owns: ``weight_sum`` — ``sum_j exp((float64(x_j) - mx) / T)`` per row of float32 (or bfloat16,
+float16) logits, the top-p normaliser of ``sampling.shortlist`` — as one Triton kernel on CUDA (a
+row per program, loads in the logits' dtype, every operation in float64), with the torch
+expression it replaces beside it (``weight_sum_reference``), which runs everywhere else. Knows
+nothing about laws, engines or which rows need the sum.
 
 The why and the details: docs/internals.md "spectest/sampling/kernels.py".
 """
@@ -17,7 +17,10 @@ from typing import Any
 
 import torch
 
-BLOCK = 2048  # float32 loads per step of a program (a row is V / BLOCK steps)
+BLOCK = 2048  # loads per step of a program (a row is V / BLOCK steps)
+# logit dtypes the kernel reads as they are: each converts to float64 exactly (the model's own
+# bfloat16 / float16 logits need no float32 copy first)
+KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def weight_sum_reference(x: torch.Tensor, t: torch.Tensor, mx: torch.Tensor) -> torch.Tensor:
@@ -35,7 +38,7 @@ def weight_sum(x: torch.Tensor, t: torch.Tensor, mx: torch.Tensor) -> torch.Tens
 
     Parameters
     ----------
-    x : ``[M, V]`` float32 (or float64: reference) logits.
+    x : ``[M, V]`` logits: float32, bfloat16 or float16 (the kernel), float64 (the reference).
     t : ``[M]`` temperatures (> 0).
     mx : ``[M, 1]`` float64 row maxima of ``x``.
 
@@ -43,7 +46,7 @@ def weight_sum(x: torch.Tensor, t: torch.Tensor, mx: torch.Tensor) -> torch.Tens
     -------
     ``[M]`` float64; equal to the reference up to float64 reduction order (docs/internals.md).
     """
-    if not (x.is_cuda and x.dtype == torch.float32 and x.dim() == 2 and _kernel() is not None):
+    if not (x.is_cuda and x.dtype in KERNEL_DTYPES and x.dim() == 2 and _kernel() is not None):
         return weight_sum_reference(x, t, mx)
     return launch(x, t, mx)
 
@@ -92,7 +95,8 @@ def _kernel() -> Any:
         for start in range(0, V, BLOCK):
             idx = start + offs
             ok = idx < V
-            v = tl.load(base + idx, mask=ok, other=0.0).to(tl.float64)
+            # via float32: both steps exact for float32 / bfloat16 / float16 loads
+            v = tl.load(base + idx, mask=ok, other=0.0).to(tl.float32).to(tl.float64)
             w = tl.exp((v - m) / t)
             acc += tl.where(ok, w, 0.0)
         tl.store(out_ptr + row, tl.sum(acc, axis=0))

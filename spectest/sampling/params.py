@@ -111,6 +111,11 @@ class SamplingTensors:
         Raises ``InputError`` for a wrong shape/dtype and ``ConfigError`` naming the first bad row
         and value. One host sync (a vectorised ``any``) on an accelerator.
         """
+        self.check_shapes(batch_size, where)
+        self.raise_invalid(where)
+
+    def check_shapes(self, batch_size: int | None = None, where: str = "sampling params") -> None:
+        """``validate``'s shape and dtype checks (no host sync): ``InputError`` on the first."""
         fields = {
             "temperature": (self.temperature, torch.float64),
             "top_k": (self.top_k, torch.int64),
@@ -127,8 +132,18 @@ class SamplingTensors:
                 raise InputError(
                     f"{where}: {name} has {int(t.shape[0])} rows, expected {expected!r}"
                 )
+
+    def invalid(self) -> torch.Tensor:
+        """``[B]`` bool on the device: the rows ``validate`` refuses (no host sync)."""
         t, k, p, m = self.temperature, self.top_k, self.top_p, self.min_p
-        bad = ~torch.isfinite(t) | (t < 0) | (k < 0) | ~((p > 0) & (p <= 1)) | ~((m >= 0) & (m < 1))
+        return (
+            ~torch.isfinite(t) | (t < 0) | (k < 0) | ~((p > 0) & (p <= 1)) | ~((m >= 0) & (m < 1))
+        )
+
+    def raise_invalid(self, where: str = "sampling params") -> None:
+        """``ConfigError`` naming the first row ``invalid`` flags and its value (none: no-op)."""
+        t, k, p, m = self.temperature, self.top_k, self.top_p, self.min_p
+        bad = self.invalid()
         if bool(bad.any()):
             row = int(torch.nonzero(bad)[0, 0])
             validate_params(

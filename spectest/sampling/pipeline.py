@@ -96,7 +96,7 @@ class RoundSampler:
         if self.on_shortlist and self.pipeline.shortlist is not None:
             q_short = self.pipeline.shortlist(d_logits, self.params)  # the processed q
             if q_short is not None:
-                return q_short.draw(u), q_short
+                return q_short.draw(u, check=self.pipeline.check), q_short
         law, q = self.variant.draft_law(
             d_logits, self.params, onehot=self.onehot, q_mode=self.q_mode
         )  # [B, V] the law x is drawn from, [B, V] | None the q reported
@@ -119,7 +119,9 @@ class RoundSampler:
             if q is None or q.is_shortlist:
                 p_short = self.pipeline.shortlist(t_logits, self.params)  # [B, K+1, W] or None
                 if p_short is not None:
-                    res = rejection_sample(p_short, q, draft_tokens, u_accept, u_final)
+                    res = rejection_sample(
+                        p_short, q, draft_tokens, u_accept, u_final, check=self.pipeline.check
+                    )  # the pipeline's own laws and uniforms: checked where the pipeline checks
                     return SampledRound(res, p_short, q)
         p = DenseLaw(self.variant.verify_probs(t_logits, self.params))  # [B, K+1, V] float64
         q_dense = None if q is None else q.dense()  # [B, K, V]

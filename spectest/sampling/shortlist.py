@@ -18,6 +18,7 @@ import torch
 
 from spectest.errors import InputError
 from spectest.sampling import mutants
+from spectest.sampling.kernels import weight_sum
 from spectest.sampling.laws import ShortlistLaw
 from spectest.sampling.params import SamplingTensors
 from spectest.sampling.transforms import (
@@ -41,8 +42,9 @@ def logits_to_probs_fast(
 
     Parameters
     ----------
-    logits : Tensor ``[B, V]`` or ``[B, S, V]`` (float32 or float64; e.g. the K+1 target rows of
-        a speculative round, processed in one call).
+    logits : Tensor ``[B, V]`` or ``[B, S, V]`` (float32, float64, or the model's own bfloat16 /
+        float16: the same law as their float32 cast; e.g. the K+1 target rows of a speculative
+        round, processed in one call).
     params : per-row parameters ``[B]``, broadcast over ``S``.
     width : shortlisted tokens per filtered row (``W``); rows whose kept set cannot be decided
         inside ``W`` of them fall back to the reference (the fallback:
@@ -69,7 +71,7 @@ def logits_to_probs_fast(
         # NOTE every token would be shortlisted: the exact pipeline's own reduced sort is then as
         # cheap as this one (measured slower here on the bundled pair, V = 260), so use it as is
         return logits_to_probs(logits, params, check=False)
-    x = logits.reshape(B * S, V)  # [N, V] as given (float32 from the models)
+    x = logits.reshape(B * S, V)  # [N, V] as given (float32, or the model's bfloat16)
     p = params.per_position(S, x.device)  # [N] each
     greedy = p.temperature == 0  # [N]
     filtered = ~greedy & _has_filter(p, V)  # [N]
@@ -94,6 +96,13 @@ def logits_to_probs_fast(
 def _has_filter(p: SamplingTensors, V: int) -> torch.Tensor:
     """``[N]`` bool: the row has top-k, top-p or min-p active."""
     return ((p.top_k > 0) & (p.top_k < V)) | (p.top_p < 1) | (p.min_p > 0)
+
+
+def _filter_counts(p: SamplingTensors, V: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Device scalars ``(rows with top-p and no top-k, rows with min-p)``: what ``_filtered``
+    branches on (``[N]`` parameters of the rows it gets)."""
+    k_on = (p.top_k > 0) & (p.top_k < V)  # [N]
+    return ((p.top_p < 1) & ~k_on).sum(), (p.min_p > 0).sum()
 
 
 def _fill_filtered(
@@ -137,14 +146,31 @@ def shortlist_probs(
     B, S, V = logits_dims(logits)
     if width >= V:
         return None
+    x = logits.reshape(B * S, V)  # [N, V] as given (float32, or the model's bfloat16)
     if check:
-        params.validate(batch_size=B, where="shortlist_probs params")
-        _check_finite_fast(logits.reshape(B * S, V), S, logits.dim() == 3)
+        params.check_shapes(batch_size=B, where="shortlist_probs params")
     p = params.per_position(S, logits.device)  # [N] each
     filtered = (p.temperature > 0) & _has_filter(p, V)  # [N]
-    if not bool(filtered.all()):
+    # NOTE one read of the logits gives each row's max (the shortlist's, below) and finiteness:
+    # aminmax propagates NaN, +inf shows in the max and -inf in the min
+    lo, hi = torch.aminmax(x, dim=-1)  # [N] each
+    # NOTE one host sync for what the parameters and the finiteness decide (the same checks, in
+    # the same order of precedence, as ``validate`` then ``_check_finite_fast`` then the filter)
+    no = torch.zeros((), dtype=torch.bool, device=x.device)
+    flags = [
+        params.invalid().any() if check else no,
+        ~(torch.isfinite(lo) & torch.isfinite(hi)).all() if check else no,
+        ~filtered.all(),
+        *_filter_counts(p, V),
+    ]
+    invalid, not_finite, unfiltered, *counts = torch.stack([f.long() for f in flags]).tolist()
+    if invalid:
+        params.raise_invalid(where="shortlist_probs params")
+    if not_finite:
+        _check_finite(x, S, logits.dim() == 3)
+    if unfiltered:
         return None
-    ids, probs, ok = _filtered(logits.reshape(B * S, V), p, width)  # [N, W], [N, W], [N]
+    ids, probs, ok = _filtered(x, p, width, (counts[0], counts[1]), hi)  # [N, W], [N, W], [N]
     if not bool(ok.all()):
         return None
     shape = (*logits.shape[:-1], width)
@@ -154,12 +180,12 @@ def shortlist_probs(
 def _check_finite_fast(x: torch.Tensor, S: int, has_positions: bool) -> None:
     """``transforms._check_finite`` in one read of ``x`` ``[N, V]`` when every value is finite.
 
-    NOTE the float64 sum of float32 values cannot overflow (``V·N·3.4e38 << 1.8e308``) and a NaN
-    or ±inf term makes it NaN or ±inf, so a finite sum proves every value finite; otherwise (or
-    for float64 logits whose sum overflowed) the reference check runs and raises with its message
-    — the same error for the same inputs.
+    NOTE ``isfinite(x).all()`` on the logits as given (float32, or the model's bfloat16 / float16:
+    no cast, no float64 copy); when some value is not finite the reference check runs and raises
+    with its message — the same error for the same inputs, whatever the dtype (a conversion to
+    float32 or float64 keeps NaN and ±inf and changes no finite value into one).
     """
-    if not bool(torch.isfinite(x.sum(dtype=torch.float64))):
+    if not bool(torch.isfinite(x).all()):
         _check_finite(x, S, has_positions)
 
 
@@ -179,19 +205,30 @@ def _weights(
 
 
 def _filtered(
-    x: torch.Tensor, params: SamplingTensors, W: int
+    x: torch.Tensor,
+    params: SamplingTensors,
+    W: int,
+    counts: tuple[int, int] | None = None,
+    row_max: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rows with a filter, on their shortlist: ``(ids [M, W] int64 ascending, probs [M, W]
-    float64 — the law, zero off the kept set —, ok [M] bool)``; ``ok`` False = fall back."""
+    float64 — the law, zero off the kept set —, ok [M] bool)``; ``ok`` False = fall back.
+    ``counts``: ``_filter_counts`` of ``params`` when the caller has them (else one sync here);
+    ``row_max``: ``[M]`` ``x.amax(-1)`` when the caller has it."""
     M, V = (int(s) for s in x.shape)
+    if counts is None:
+        n_no_k, n_min_p = (int(c) for c in torch.stack(_filter_counts(params, V)).tolist())
+    else:
+        n_no_k, n_min_p = counts
     t, k, p, mp = params.temperature, params.top_k, params.top_p, params.min_p  # [M] each
     k_on = (k > 0) & (k < V)  # [M]
     p_on = p < 1  # [M]
-    # 1-2. the shortlist (float32 selection, no arithmetic), then float64 weights as the reference
+    # 1-2. the shortlist (a selection on the logits as given: comparisons only), then float64
+    # weights as the reference
     cand = torch.topk(x, W, dim=-1, sorted=False).indices.sort(dim=-1).values  # [M, W] ids asc
     # NOTE converting to float64 is exact and monotone, so the max and the gathered shortlist
     # converted afterwards are bit-equal to the reference's (convert all V, then max / gather)
-    mx = x.amax(-1, keepdim=True).to(torch.float64)  # [M, 1]
+    mx = (x.amax(-1, keepdim=True) if row_max is None else row_max[:, None]).to(torch.float64)
     w_c = torch.exp((x.gather(-1, cand).to(torch.float64) - mx) / t[:, None])  # [M, W] float64
     vals, order = torch.sort(w_c, dim=-1, descending=True, stable=True)  # [M, W] ties by id
     w_min = vals[:, -1:]  # [M, 1]
@@ -203,14 +240,15 @@ def _filtered(
     # top-p on the post-top-k law; its normaliser is the full-vocabulary sum when top-k is off
     kept_w = vals.masked_fill(~keep, 0.0)  # [M, W]
     z = kept_w.sum(-1)  # [M]
-    no_k = p_on & ~k_on  # [M] rows that need the full sum
-    if bool(no_k.any()):
-        r = torch.nonzero(no_k).squeeze(-1)  # [R]
-        if int(r.shape[0]) == M:  # every row: no [M, V] row gather
-            z_full = _weights(x, t, mx).sum(-1)  # [M] as the reference's sum
+    no_k = p_on & ~k_on  # [M] rows that need the full sum (``n_no_k`` of them)
+    if n_no_k:
+        # the full-vocabulary sum in one fused read on CUDA (``sampling.kernels``: the same
+        # float64 terms, another addition order), ``_weights(..).sum(-1)``'s operations elsewhere
+        if n_no_k == M:  # every row: no [M, V] row gather, no index
+            z = weight_sum(x, t, mx)  # [M] as the reference's sum
         else:
-            z_full = _weights(x[r], t[r], mx[r]).sum(-1)  # [R]
-        z = z.index_put((r,), z_full)
+            r = torch.nonzero(no_k).squeeze(-1)  # [R]
+            z = z.index_put((r,), weight_sum(x[r], t[r], mx[r]))
     probs = kept_w / z[:, None]  # [M, W]
     csum = torch.cumsum(probs, dim=-1)  # [M, W]
     before = torch.cat([torch.zeros_like(csum[:, :1]), csum[:, :-1]], dim=-1)  # [M, W]
@@ -220,7 +258,7 @@ def _filtered(
     ok_p = ~p_on | (k_on & ok_k) | closed | full  # [M]
     keep = keep & keep_p
     # min-p on the post-top-p law (scale invariant: compare weights renormalised over the kept set)
-    keep, ok_m = _min_p_step(x, t, vals, keep, k_on, p_on, mp, full)
+    keep, ok_m = _min_p_step(x, t, vals, keep, k_on, p_on, mp, full, n_min_p > 0)
     kept_w = vals.masked_fill(~keep, 0.0)  # [M, W]
     final = kept_w / kept_w.sum(-1, keepdim=True)  # [M, W] in weight order
     # back to the shortlist's id order (``cand`` ascending): order[j] is the slot of final[j]
@@ -237,10 +275,12 @@ def _min_p_step(
     p_on: torch.Tensor,
     mp: torch.Tensor,
     full: bool,
+    any_min_p: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(keep [M, W], ok [M])`` after min-p on the shortlisted weights ``vals`` (descending)."""
+    """``(keep [M, W], ok [M])`` after min-p on the shortlisted weights ``vals`` (descending);
+    ``any_min_p``: some row has min-p on."""
     m_on = mp > 0  # [M]
-    if not bool(m_on.any()):
+    if not any_min_p:
         return keep, torch.ones_like(m_on)
     kept_w = vals.masked_fill(~keep, 0.0)  # [M, W]
     pr = kept_w / kept_w.sum(-1, keepdim=True)  # [M, W]
