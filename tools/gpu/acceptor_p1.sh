@@ -6,7 +6,7 @@
 # candidate, side by side in one call (~5 min on one H200). Under --fast the acceptor arm runs on
 # engines/fast.py's FastAcceptorEngine and the matched arm is the exact kernel in that same loop.
 #
-# Usage: OUT=/tmp/acc bash tools/gpu/acceptor_p1.sh
+# Usage: OUT=/tmp/acc bash tools/gpu/acceptor_p1.sh   (ONLY=exact: the exact candidate's P1 alone)
 # Prints per run: exit code, wall time, the phases (summary.json "timings"), the decision and the
 # claim lines; then the acceptor/exact wall ratio (the issue's goal: <= 1.5).
 set -u
@@ -33,6 +33,7 @@ print("decision:", s["verdict"]["decision"], "| timings:", json.dumps(s.get("tim
 PY
 }
 one exact
+[ "${ONLY:-}" = exact ] && exit 0
 one acceptor --set candidate=acceptor:tests/acceptor_plugins/toy_acceptors.py:accept
 python - "$OUT/walls.txt" <<'PY'
 import re, sys
