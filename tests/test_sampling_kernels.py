@@ -110,10 +110,12 @@ def test_kernel_on_cuda_equals_reference_and_the_law_is_unchanged() -> None:
 
 
 @pytest.mark.gpu
-def test_kernel_reads_bfloat16_logits_as_their_float32_cast() -> None:
-    """The model's own bfloat16 logits: the kernel's sum on them equals its sum on their float32
-    cast bit for bit (the same float64 terms in the same order: both conversions are exact), and
-    the reference to 1e-12 relative."""
+def test_kernel_reads_bfloat16_logits_to_float64_rounding() -> None:
+    """The model's own bfloat16 logits: the kernel's sum on them equals the reference and its sum
+    on their float32 cast to 1e-12 relative — the same float64 terms (both conversions are exact),
+    not bit for bit: Triton lays the block's reduction out by the load's width, so a bfloat16 load
+    sums the same terms in another order (measured on the H200: results/LOG.md "lead (session
+    8)")."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     if kernels._kernel() is None:
@@ -123,6 +125,7 @@ def test_kernel_reads_bfloat16_logits_as_their_float32_cast() -> None:
     t = torch.tensor([0.3, 0.8, 1.0, 1.7] * 12, dtype=torch.float64, device="cuda")
     mx = x.amax(-1, keepdim=True).to(torch.float64)
     got = kernels.weight_sum(x, t, mx)
-    assert torch.equal(got, kernels.weight_sum(x.float(), t, mx))
+    cast = kernels.weight_sum(x.float(), t, mx)
     ref = kernels.weight_sum_reference(x, t, mx)
+    assert float(((got - cast).abs() / cast).max()) <= 1e-12
     assert float(((got - ref).abs() / ref).max()) <= 1e-12
