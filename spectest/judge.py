@@ -30,6 +30,7 @@ from spectest.store import (
     SAMPLES,
     SEQUENCE,
     SUMMARY,
+    TEACHER_LAWS,
     TESTS,
     TOOTH_SIZES,
     TRIE,
@@ -138,14 +139,14 @@ def judge(
     kind: str = "run",
     rounds: pd.DataFrame | None = None,
     sizes: pd.DataFrame | None = None,
-    numerics: NumericsClaim | TokenFloorClaim | None = None,
+    numerics: ClaimB | None = None,
 ) -> tuple[tuple[Comparison, ...], Verdict]:
     """Every analysis summarised, and the decision over them at ``settings.max_mde_tv``
     (``kind``: run, teeth, compare; ``sizes``: the teeth's sizes, see ``summarize``;
     ``numerics``: matched numerics mode, with claim (b) decided from its table)."""
     comparisons = tuple(summarize(a, arm, rounds, sizes) for arm, a in results)
     drift = numerics.result() if numerics is not None else None
-    floor = isinstance(numerics, TokenFloorClaim)
+    floor = isinstance(numerics, (TokenFloorClaim, TeacherForcedClaim))
     return comparisons, decide(
         comparisons,
         max_mde_tv=settings.max_mde_tv,
@@ -225,6 +226,41 @@ class TokenFloorClaim:
         return None if r.units == 0 else r
 
 
+@dataclass(frozen=True)
+class TeacherForcedClaim:
+    """Claim (b) teacher-forced (``stats.teacher_forced``): the candidate's tokens against the
+    plain engine's own law at their prefixes (``table``, ``teacher_forced.LAWS`` columns; None
+    until the engine has answered: ``runner``), the reference's as the control; at most
+    ``sequences`` per cell, decided at ``margin`` and ``alpha``, the bootstrap seeded by ``key``."""
+
+    reference: pd.DataFrame
+    candidate: pd.DataFrame
+    sequences: int
+    margin: float
+    alpha: float
+    key: str
+    table: pd.DataFrame | None = None
+
+    def result(self) -> Any:
+        from spectest.stats.teacher_forced import decide_teacher_forced
+
+        if self.table is None:
+            return None
+        r = decide_teacher_forced(
+            self.candidate,
+            self.table,
+            margin=self.margin,
+            alpha=self.alpha,
+            rng=np.random.default_rng(stable_seed("teacher-forced", self.key)),
+            n_max=self.sequences,
+            reference=self.reference,
+        )
+        return None if r.units == 0 else r
+
+
+ClaimB = NumericsClaim | TokenFloorClaim | TeacherForcedClaim
+
+
 def token_floor_claim(
     samples: pd.DataFrame, arms: Sequence[Arm], margin: float, alpha: float, key: str, kind: str
 ) -> TokenFloorClaim | None:
@@ -246,12 +282,29 @@ def token_floor_claim(
 
 
 def run_claim_b(
-    plan: Plan, samples: pd.DataFrame, numerics: pd.DataFrame | None
-) -> NumericsClaim | TokenFloorClaim | None:
+    plan: Plan,
+    samples: pd.DataFrame,
+    numerics: pd.DataFrame | None,
+    laws: pd.DataFrame | None = None,
+) -> ClaimB | None:
     """A protocol run's claim (b), decided at the run's α (not a look's): from its floor arm's
-    tokens when the protocol names one, else matched numerics mode's from the
-    per-token table ``numerics`` (None: not measured yet), else None."""
+    tokens when the protocol names one (teacher-forced: from the plain laws ``laws``; None: not
+    asked yet), else matched numerics mode's from the per-token table ``numerics`` (None: not
+    measured yet), else None."""
     f = plan.protocol.floor
+    if f is not None and f.teacher is not None:
+        names = {a.role: a.name for a in plan.arms}
+        if "candidate" not in names:
+            return None
+        cols = [c.name for c in schema.BYO_SCHEMA]
+        ref, cand = (
+            samples.loc[samples[schema.ARM] == names[r], cols].reset_index(drop=True)
+            for r in ("reference", "candidate")
+        )
+        key = plan.protocol.hash
+        return TeacherForcedClaim(
+            ref, cand, f.teacher, f.margin, plan.settings.run_alpha, key, laws
+        )
     if f is not None:
         s = plan.settings
         return token_floor_claim(
@@ -272,7 +325,7 @@ def finish_run(
     junit: Path | None,
     summary_md: Path | None,
     sizes: pd.DataFrame | None = None,
-    numerics: NumericsClaim | TokenFloorClaim | None = None,
+    numerics: ClaimB | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> tuple[Verdict, tuple[Comparison, ...], dict[str, Any]]:
     """Decide, write every final file, render reports from what was written, manifest last.
@@ -324,7 +377,7 @@ def _final_tables(
     rounds: pd.DataFrame | None,
     results: Sequence[tuple[Arm, Any]],
     sizes: pd.DataFrame | None,
-    numerics: NumericsClaim | TokenFloorClaim | None,
+    numerics: ClaimB | None,
 ) -> dict[str, tuple[pd.DataFrame, Any]]:
     """Every final table of a run with its Arrow schema, by file name."""
     from spectest.stats.histograms import position_counts
@@ -337,7 +390,11 @@ def _final_tables(
         tables[ROUNDS] = (rounds, schema.ROUNDS_SCHEMA)
     if sizes is not None:
         tables[TOOTH_SIZES] = (sizes, schema.TOOTH_SIZES_SCHEMA)
-    if numerics is not None and numerics.table is not None:
+    if isinstance(numerics, TeacherForcedClaim) and numerics.table is not None:
+        from spectest.stats.teacher_forced import laws_schema
+
+        tables[TEACHER_LAWS] = (numerics.table, laws_schema())
+    elif numerics is not None and numerics.table is not None:
         tables[NUMERICS] = (numerics.table, schema.numerics_schema(numerics.table.columns))
     for fname, df in tidy_tables(results).items():
         tables[fname] = (df, ANALYSIS_SCHEMAS[fname])
