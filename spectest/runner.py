@@ -24,7 +24,6 @@ import yaml
 
 from spectest import schema
 from spectest.engines.base import Models
-from spectest.engines.plain_laws import with_plain_laws
 from spectest.errors import ConfigError
 from spectest.files import make_provenance
 from spectest.fingerprint import arm_fingerprints
@@ -48,6 +47,7 @@ from spectest.judge import (
     finish_run,
     run_claim_b,
     summarize,
+    with_plain_laws,
 )
 from spectest.plan import Plan, Shard, make_plan, stages
 from spectest.progress import ProgressFn, no_progress
@@ -411,7 +411,7 @@ def _numerics(
     models: Models | None,
 ) -> ClaimB | None:
     """Claim (b)'s inputs: ``judge.run_claim_b``'s claim with its table, timed as ``numerics``."""
-    claim = with_plain_laws(run.protocol, run_claim_b(plan, samples, None), models, run.progress)
+    claim = with_plain_laws(run, run_claim_b(plan, samples, None), models)
     if not isinstance(claim, NumericsClaim):  # none, or a floor arm's claim from its tokens
         return claim
     if rounds is None or not len(rounds[rounds[schema.ARM] == MATCHED]):

@@ -122,9 +122,11 @@ class LawAsker:
             n = next((t for t, v in enumerate(r) if v < 0), len(r))
             if n:
                 by_len.setdefault(n, []).append(r[:n])
+        V = int(self.models.target.vocab_size)
         for n, group in sorted(by_len.items()):
-            for lo in range(0, len(group), 64):
-                block = np.array(group[lo : lo + 64], dtype=np.int64)
+            step = max(1, min(64, (1 << 24) // (n * V)))  # rows per forward: ≤ 128 MiB of laws
+            for lo in range(0, len(group), step):
+                block = np.array(group[lo : lo + step], dtype=np.int64)
                 P = self._forward(prompt, params, block)  # [b, n, V]
                 self.requests += len(block)
                 for i, r in enumerate(block):
@@ -158,47 +160,3 @@ class LawAsker:
 
     def close(self) -> None:
         self.engine.close()
-
-
-def with_plain_laws(protocol: Any, claim: Any, models: Any, progress: Any) -> Any:
-    """``claim`` with its law table (``teacher_forced.LAWS``) when it is a teacher-forced claim
-    (``judge.TeacherForcedClaim``) without one: the floor's engine asked at every prefix of the
-    first ``claim.sequences`` sequences per cell of the candidate and of the reference. Any other
-    claim (or None) as it is."""
-    import dataclasses
-
-    import pandas as pd
-
-    from spectest.judge import TeacherForcedClaim
-
-    if not isinstance(claim, TeacherForcedClaim) or claim.table is not None:
-        return claim
-
-    from spectest.generation import load_models
-    from spectest.prompts import prompt_token_ids
-    from spectest.stats.teacher_forced import LAWS, prefix_key
-    from spectest.stats.token_drift import _cells
-
-    if models is None or models.target is None:
-        models = load_models(protocol, need_draft=False)
-    prompts = prompt_token_ids(protocol, models.target.vocab_size, (models.target,))
-    params = dict(protocol.configs)
-    cells = [_cells(df) for df in (claim.candidate, claim.reference)]
-    keys = sorted(set().union(*cells))
-    asker = LawAsker(protocol.floor.engine, models)
-    rows: list[tuple[Any, ...]] = []
-    try:
-        for k, (pid, cid) in enumerate(keys):
-            if progress is not None:
-                progress("teacher-forced laws", k, len(keys))
-            X = np.concatenate([c[(pid, cid)][: claim.sequences] for c in cells if (pid, cid) in c])
-            got = asker.laws(prompts[pid], params[cid], X)
-            for prefix, (ids, p) in got.items():
-                rows.append((pid, cid, len(prefix), prefix_key(np.array(prefix)), ids, p))
-    finally:
-        asker.close()
-    if progress is not None:
-        progress("teacher-forced laws", len(keys), len(keys))
-    table = pd.DataFrame(rows, columns=list(LAWS)).sort_values(list(LAWS[:4]), ignore_index=True)
-    table[LAWS[2]] = table[LAWS[2]].astype(np.int32)
-    return dataclasses.replace(claim, table=table)
