@@ -265,7 +265,7 @@ def with_plain_laws(run: Any, claim: Any, models: Any) -> Any:
     """``claim`` with its law table (``teacher_forced.LAWS``) when it is a teacher-forced claim
     (``judge.TeacherForcedClaim``) without one: the floor's engine asked at every prefix of the
     first ``claim.sequences`` sequences per cell of the candidate and of the reference, timed in
-    the run's (``runner._Run``) timings as ``teacher-forced laws``. Any other claim as it is."""
+    the run's (``runner._Run``) timings as ``numerics``. Any other claim as it is."""
     import dataclasses
     import time
 
@@ -300,7 +300,7 @@ def with_plain_laws(run: Any, claim: Any, models: Any) -> Any:
     progress("teacher-forced laws", len(keys), len(keys))
     table = pd.DataFrame(rows, columns=list(LAWS)).sort_values(list(LAWS[:4]), ignore_index=True)
     table[LAWS[2]] = table[LAWS[2]].astype(np.int32)
-    run.timings["teacher-forced laws"] = time.perf_counter() - t0
+    run.timings["numerics"] = time.perf_counter() - t0
     return dataclasses.replace(claim, table=table)
 
 
