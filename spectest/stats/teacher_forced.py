@@ -4,8 +4,8 @@ style, for engines whose logits spectest cannot see but which answer "your law a
 
 Owns: ``decide_teacher_forced`` and its ``TeacherForcedResult`` (U1 per unit, the candidate's
 one-sided bootstrap-t bounds by sequence, the decision against 2m², the reference's own U1 as
-the control readout), ``needed_prefixes`` (which prefixes the engine must answer for: the first
-``n_max`` seeds of each cell, distinct prefixes only) and the law table's columns (``LAWS``).
+the control readout), the first ``n_max`` seeds of each cell as the sequences forced, and the
+law table (``LAWS``, ``laws_schema``).
 The statistic, why it is unbiased, why no floor is subtracted, its calibration:
 docs/numerics.md ("Claim (b) from the plain engine teacher-forced").
 """
@@ -82,9 +82,6 @@ class TeacherForcedResult(TokenFloorResult):
             f"over {self.control_sequences} sequences (claim b, teacher-forced)"
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return super().to_dict()
-
 
 def _first(cells: dict[tuple[str, str], np.ndarray], n_max: int) -> dict:
     """Each cell's first ``n_max`` sequences (``_cells`` sorts them by seed)."""
@@ -93,21 +90,6 @@ def _first(cells: dict[tuple[str, str], np.ndarray], n_max: int) -> dict:
 
 def prefix_key(tokens: np.ndarray) -> str:
     return ",".join(str(int(v)) for v in tokens)
-
-
-def needed_prefixes(arms: list[pd.DataFrame], n_max: int) -> pd.DataFrame:
-    """The distinct (prompt, config, position, prefix) of the first ``n_max`` seeds per cell of
-    each samples frame in ``arms``: what the plain engine must answer for."""
-    rows: set[tuple[str, str, int, str]] = set()
-    for df in arms:
-        for (pid, cid), X in _first(_cells(df), n_max).items():
-            for i in range(len(X)):
-                for t in range(X.shape[1]):
-                    if X[i, t] < 0:
-                        break
-                    rows.add((pid, cid, t, prefix_key(X[i, :t])))
-    cols = [schema.PROMPT_ID, schema.CONFIG_ID, schema.POSITION, PREFIX]
-    return pd.DataFrame(sorted(rows), columns=cols)
 
 
 @dataclass(frozen=True)
