@@ -112,6 +112,10 @@ def test_field_parses_lays_out_no_arm_and_refuses_engines_without_the_capability
     body = {**TOY, "version": 2, "engines": {"reference": openai}}
     with pytest.raises(ConfigError, match=r"arms\.floor\.teacher_forced: engine http with api"):
         _proto(tmp_path / "c", **body, arms={"floor": {"teacher_forced": True}})
+    command = {"name": "command", "command": ["x"]}
+    body = {**TOY, "version": 2, "engines": {"reference": command}}
+    with pytest.raises(ConfigError, match=r"'command' cannot .* hf-assisted, builtin, fast\)$"):
+        _proto(tmp_path / "f", **body, arms={"floor": {"teacher_forced": True}})
     with pytest.raises(ConfigError, match=r"arms\.floor\.sequences: only with teacher_forced"):
         _proto(tmp_path / "d", arms={"floor": {"batch_size": 3, "sequences": 5}})
     with pytest.raises(ConfigError, match="or teacher_forced: true"):

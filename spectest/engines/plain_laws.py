@@ -40,8 +40,10 @@ def refusal(name: str, options: Any) -> str | None:
             "engine http with api openai cannot report its full processed law at a prefix "
             "(top_logprobs is a top-n list, raw or tempered but unfiltered): only api llamacpp"
         )
-    return f"engine {name!r} cannot report its plain law at a prefix (supported: http api "
-    "llamacpp, hf-generate, hf-assisted, builtin, fast)"
+    return (
+        f"engine {name!r} cannot report its plain law at a prefix (supported: http with api "
+        "llamacpp, hf-generate, hf-assisted, builtin, fast)"
+    )
 
 
 def _sparse(p: np.ndarray) -> Law:
