@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 
-from spectest.errors import ConfigError
 from spectest.stats import reported_p
 
 
@@ -32,32 +31,18 @@ def audit_arm(
     rng_seed: int = 0,
 ) -> reported_p.ReportedResult:
     """The reported-p family of one job of the protocol arm's engine (module docstring)."""
+    from spectest.conformance import protocol_arm
     from spectest.engines import reported
     from spectest.engines.registry import engine_class
-    from spectest.generation import load_models
-    from spectest.prompts import prompt_token_ids
-    from spectest.protocol import load_protocol
 
-    if arm not in ("reference", "candidate"):
-        raise ConfigError(f"--arm must be reference or candidate, got {arm!r}")
-    if isinstance(seeds, bool) or seeds < 1:
-        raise ConfigError(f"--seeds: expected an integer >= 1, got {seeds!r}")
-    p = load_protocol(path)
-    choice = p.reference_engine if arm == "reference" else p.candidate_engine
-    models = load_models(p)
-    target = models.target
+    a = protocol_arm(path, arm, seeds)
+    target = a.models.target
     assert target is not None
-    ids = prompt_token_ids(p, target.vocab_size, (target, models.draft))
-    engine = engine_class(choice.name)(choice.options, models)
+    engine = engine_class(a.choice.name)(a.choice.options, a.models)
     try:
+        w = a.work
         collected = reported.collect(
-            engine,
-            target,
-            tuple(next(iter(ids.values()))),
-            tuple(p.configs),
-            range(seeds),
-            p.positions,
-            drafter=p.drafter,
+            engine, target, w.prompt, w.configs, range(seeds), w.positions, drafter=w.drafter
         )
     finally:
         engine.close()

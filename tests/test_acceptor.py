@@ -280,7 +280,7 @@ def test_documented_reference_implementation_is_the_tested_one(tmp_path: Path) -
     start = text.index("```python\nimport torch\n\ndef accept(")
     code = text[start + len("```python\n") : text.index("```", start + 10)]
     (tmp_path / "readme_kernel.py").write_text(code)
-    from spectest.engines.acceptor import KernelSpec, load_kernel, run_kernel
+    from spectest.engines.acceptor import KernelSpec, kernel_sampler, load_kernel
 
     readme = load_kernel(KernelSpec("r", "accept", path=str(tmp_path / "readme_kernel.py")))
     tested = load_kernel(KernelSpec("t", "accept", path=str(KERNELS)))
@@ -290,15 +290,15 @@ def test_documented_reference_implementation_is_the_tested_one(tmp_path: Path) -
     dp = torch.softmax(torch.randn(B, K, V, generator=g, dtype=torch.float64) * 2, -1)
     x = torch.multinomial(dp.reshape(-1, V), 1, generator=g).view(B, K)
     u = torch.rand(B, K + 1, generator=g, dtype=torch.float64)
-    a = run_kernel(readme, "r", tp, dp, x, u[:, :K], u[:, K])
-    b = run_kernel(tested, "t", tp, dp, x, u[:, :K], u[:, K])
+    a = kernel_sampler(readme, "r")(tp, dp, x, u[:, :K], u[:, K])
+    b = kernel_sampler(tested, "t")(tp, dp, x, u[:, :K], u[:, K])
     assert torch.equal(a.emitted, b.emitted) and torch.equal(a.num_emitted, b.num_emitted)
     assert a.num_accepted.float().mean() > 0.1  # the laws overlap: drafts do get accepted
 
 
 SGLANG_CHECK = """
 import torch
-from spectest.engines.acceptor import run_kernel
+from spectest.engines.acceptor import kernel_sampler
 from spectest.acceptors import sglang
 from spectest.sampling.rejection import rejection_sample
 
@@ -309,7 +309,7 @@ dp = torch.softmax(torch.randn(B, K, V, generator=g, dtype=torch.float64) * 1.5,
 x = torch.multinomial(dp.reshape(-1, V), 1, generator=g).view(B, K)
 u = torch.rand(B, K + 1, generator=g, dtype=torch.float64)
 ref = rejection_sample(tp, dp, x, u[:, :K], u[:, K])
-res = run_kernel(sglang.chain, "sglang", tp, dp, x, u[:, :K], u[:, K])
+res = kernel_sampler(sglang.chain, "sglang")(tp, dp, x, u[:, :K], u[:, K])
 assert torch.equal(res.emitted, ref.emitted), (res.emitted, ref.emitted)
 assert torch.equal(res.num_accepted, ref.num_accepted) and ref.num_accepted.sum() > 0
 print("ok")

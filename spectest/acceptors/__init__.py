@@ -1,7 +1,5 @@
-"""Shipped acceptor adapters: real verification kernels in the acceptor contract
-(``spectest.engines.acceptor``), selected as
-``candidate: acceptor:spectest.acceptors.NAME:FUNCTION``.
+"""Shipped acceptor adapters: real verification kernels in the acceptor contract, selected as
+``candidate: acceptor:spectest.acceptors.NAME:FUNCTION``; each imports its package lazily.
 
-Each adapter imports its package lazily (on the engine's start, ``spectest_prepare``), so
-importing the adapter costs nothing and a missing package is one ``EngineError`` line (exit 2).
+The why and the details: docs/internals.md "spectest/acceptors/__init__.py".
 """

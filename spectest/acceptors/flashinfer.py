@@ -1,23 +1,8 @@
-"""FlashInfer's fused chain verifier (``flashinfer.sampling.chain_speculative_sampling``) as an
-acceptor: ``acceptor:spectest.acceptors.flashinfer:chain``.
+"""FlashInfer's fused chain verifier as an acceptor
+(``acceptor:spectest.acceptors.flashinfer:chain``): importing ``flashinfer.sampling`` and
+translating the contract. Knows nothing about spectest's loop.
 
-Owns: importing ``flashinfer.sampling`` (the package's ``__init__`` imports every FlashInfer
-module and their dependencies — CUTLASS DSL, cuDNN frontend, NCCL bindings — so when that fails
-the sampling module is loaded on its own under a bare ``flashinfer`` package object: it needs only
-torch, ``apache-tvm-ffi`` and ``nvidia-ml-py``, plus nvcc to JIT-compile its CUDA sources on first
-use), and translating the acceptor contract to its arguments. Knows nothing about spectest's loop.
-
-Randomness: since the 0.2 series FlashInfer draws its own uniforms (Philox, from a
-``torch.Generator`` or an explicit seed/offset) instead of taking ``uniform_samples``; this
-adapter therefore declares ``spectest_randomness = "generator"`` and passes spectest's
-per-call generator. Cost: a row's tokens depend on its batch (FlashInfer's docstring: the output
-row index feeds the Philox subsequence), so runs are reproducible for the same protocol and batch
-size, not batch-invariant; the statistics do not need more. A release that still takes
-``uniform_samples`` (detected from the signature) is given spectest's uniforms instead.
-
-FlashInfer returns int32 ids and counts (``output_emitted_draft_token_num`` = drafts accepted
-before the first rejection; ``output_accepted_token_num`` = acceptances counted independently per
-position, the telemetry seed 001 warns about); they are widened to the contract's int64.
+The why and the details: docs/internals.md "spectest/acceptors/flashinfer.py".
 """
 
 from __future__ import annotations

@@ -1,32 +1,8 @@
-"""SGLang's Triton chain verifier (``chain_speculative_sampling_triton``, sglang 0.5.23) as an
-acceptor: ``acceptor:spectest.acceptors.sglang:chain`` (classic chain verification) and
-``acceptor:spectest.acceptors.sglang:block`` (block verification, arXiv 2403.10444 Algorithm 2).
+"""SGLang's Triton chain verifier as an acceptor (``acceptor:spectest.acceptors.sglang:chain``
+and ``:block``): loading its one kernel file and translating the contract to its tree-shaped
+arguments. Knows nothing about spectest's loop.
 
-Owns: finding and loading the one kernel module file ``sglang/kernels/ops/speculative/
-reject_sampling.py`` without importing the rest of sglang (whose import needs CUDA libraries and
-pins its own torch), and translating the acceptor contract to SGLang's tree-shaped arguments.
-Knows nothing about spectest's loop.
-
-Where the file comes from (first found): ``$SPECTEST_SGLANG_REJECT_SAMPLING`` (a path to the
-file), else an installed ``sglang`` package (located with ``importlib.util.find_spec``, which
-imports nothing). The module needs ``triton`` and a CUDA device — or, slowly, Triton's CPU
-interpreter (``TRITON_INTERPRET=1``, set before triton is imported), which tests/test_acceptor.py
-uses where triton is installed. Measured there (triton 3.6.0): classic chain verification emits
-exactly what spectest's exact sampler emits from the same uniforms; block verification stops in
-the interpreter (``InterpreterError: only 0-dimensional arrays can be converted to Python
-scalars``), an interpreter limit, so it is checked on the GPU only.
-
-Translation (read from the kernel source, sglang 0.5.23)
---------------------------------------------------------
-- ``candidates`` ``[B, K+1]``: column 0 is the root (the last committed token, not read by the
-  kernel's verification), columns 1..K the drafts;
-- ``retrive_index[b, s] = b (K+1) + s``: the flat output slots of the chain; the kernel writes
-  accepted drafts, then the final token, into ``predicts`` from the root's slot on, so
-  ``predicts.view(B, K+1)`` is the contract's ``output_token_ids`` once padded with -1;
-- ``uniform_samples[:, j]`` (j < K) is draft j+1's coin, ``uniform_samples_for_final_sampling``
-  the final token's: the contract's ``uniforms[:, :K]`` and ``uniforms[:, K]``, cast to float32
-  as SGLang's sampler passes them (and kept below 1, SGLang's range);
-- ``accept_token_num`` is the committed count: both ``accepted_num`` and ``emitted_num``.
+The why and the details: docs/internals.md "spectest/acceptors/sglang.py".
 """
 
 from __future__ import annotations

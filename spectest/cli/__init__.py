@@ -1,9 +1,7 @@
-"""The ``spectest`` command line: a Typer app with one module per subcommand.
+"""The ``spectest`` command line: the Typer app, ``--version`` and ``main()``; one module per
+subcommand. Knows nothing else.
 
-Owns: the app, the global ``--version`` option and the ``main()`` entry point
-(``spectest = "spectest.cli:main"`` in pyproject). Each subcommand module parses its options,
-calls one library function and prints the result; ``common.boundary`` turns a ``SpectestError``
-into one line and its exit code. Knows nothing else.
+The why and the details: docs/internals.md "spectest/cli/__init__.py".
 """
 
 from __future__ import annotations

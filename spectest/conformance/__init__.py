@@ -1,18 +1,8 @@
-"""``spectest conformance``: does an engine honour the engine contract (``engines.base``)?
+"""``spectest conformance``: does an engine honour the engine contract (``engines.base``)? The
+checks (``CHECKS``), run on small jobs of real models (``check``, ``check_arm``), and their
+report. Knows nothing about statistics. What each check requires: docs/conformance.md.
 
-Owns: the checks a plug-in author runs before trusting a verdict on their engine (``CHECKS``:
-class, options, needs, output, early stop, rounds, progress, white-box, same seeds, batch
-composition, provenance, close), run on a few small jobs of real models (``check``; ``check_arm``
-for an arm of a protocol file, with what a run would give it), and their report
-(``ConformanceReport``: one ``CheckResult`` per check, ``ok``, ``exit_code``, ``lines``,
-``assert_ok`` for a plug-in's own pytest). An engine whose ``seeds_claim`` is ``"ignored"`` (a
-command program's hello ``"seeds": "ignored"``) is reported "not reproducible" instead of
-failing the seed checks; ``"per job"`` skips the batch-composition one.
-
-Knows nothing about statistics: whether the engine's law is plain sampling's is what ``spectest
-run`` decides, once the engine conforms. What each check requires, the exit codes (0 conforms,
-2 a check failed, 3 no job ran, 4 the engine's process could not run) and the findings on the
-shipped engine programs: docs/conformance.md.
+The why and the details: docs/internals.md "spectest/conformance/__init__.py".
 """
 
 from __future__ import annotations
@@ -62,6 +52,7 @@ __all__ = [
     "Workload",
     "check",
     "check_arm",
+    "protocol_arm",
 ]
 
 
@@ -104,35 +95,48 @@ def check(
 
 
 def check_arm(path: str | Path, arm: str = "candidate", *, seeds: int = 4) -> ConformanceReport:
-    """``check`` on the engine of a protocol's ``reference`` or ``candidate`` arm, with its
-    options, models, first prompt, configs, positions and drafter (what a run gives it), on
-    ``seeds`` seeds per config."""
+    """``check`` on the engine of a protocol's ``reference`` or ``candidate`` arm, with what a
+    run gives it (``protocol_arm``), on ``seeds`` seeds per config."""
+    a = protocol_arm(path, arm, seeds)
+    return check(
+        a.choice.name,
+        a.choice.options,
+        models=a.models,
+        workload=a.work,
+        roles=(arm,),
+        base_dir=Path(a.protocol.source).parent,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ProtocolArm:
+    """A protocol's arm as a run gives it to its engine (``protocol_arm``)."""
+
+    protocol: Any  # protocol.Protocol
+    choice: Any  # its engines.<arm> (protocol.EngineChoice)
+    models: Models
+    work: Workload  # the first prompt, the configs, positions and drafter; ``seeds`` seeds
+
+
+def protocol_arm(path: str | Path, arm: str, seeds: int) -> ProtocolArm:
+    """The engine, models and job of the protocol's ``reference`` or ``candidate`` arm: its
+    options, models, first prompt, configs, positions and drafter; ``seeds`` seeds per config."""
     from spectest.generation import load_models
     from spectest.prompts import prompt_token_ids
     from spectest.protocol import load_protocol
 
     if arm not in ("reference", "candidate"):
         raise ConfigError(f"--arm must be reference or candidate, got {arm!r}")
+    if isinstance(seeds, bool) or seeds < 1:
+        raise ConfigError(f"--seeds: expected an integer >= 1, got {seeds!r}")
     p = load_protocol(path)
-    choice = p.reference_engine if arm == "reference" else p.candidate_engine
     models = load_models(p)
     assert models.target is not None
     ids = prompt_token_ids(p, models.target.vocab_size, (models.target, models.draft))
-    work = Workload(
-        prompt=tuple(next(iter(ids.values()))),
-        configs=tuple(p.configs),
-        seeds=seeds,
-        positions=p.positions,
-        drafter=p.drafter,
-    )
-    return check(
-        choice.name,
-        choice.options,
-        models=models,
-        workload=work,
-        roles=(arm,),
-        base_dir=Path(p.source).parent,
-    )
+    prompt = tuple(next(iter(ids.values())))
+    work = Workload(prompt, tuple(p.configs), seeds, p.positions, p.drafter)
+    choice = p.reference_engine if arm == "reference" else p.candidate_engine
+    return ProtocolArm(p, choice, models, work)
 
 
 def _run_check(results: list[CheckResult], name: str, fn: Callable[[], Any]) -> Any:

@@ -36,7 +36,13 @@ from spectest.engines.base import ArmJob, Models
 from spectest.engines.builtin import BuiltinEngine
 from spectest.errors import ConfigError, EngineError
 from spectest.sampling.mutants import SpecVariant
-from spectest.sampling.rejection import AcceptanceTelemetry, RoundResult
+from spectest.sampling.rejection import (
+    AcceptanceTelemetry,
+    RoundInputs,
+    RoundResult,
+    SampleFn,
+    round_sampler,
+)
 
 PADDING = -1
 RANDOMNESS_ATTR = "spectest_randomness"  # "uniforms" (default) or "generator"
@@ -129,25 +135,19 @@ def kernel_digest(spec: KernelSpec) -> str | None:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def run_kernel(
-    kernel: Callable[..., Any],
-    name: str,
-    target_probs: torch.Tensor,
-    draft_probs: torch.Tensor | None,
-    draft_tokens: torch.Tensor,
-    u_accept: torch.Tensor,
-    u_final: torch.Tensor,
-    *,
-    draft_lens: torch.Tensor | None = None,
-) -> RoundResult:
-    """One round through the user's kernel, validated; spectest's ``SampleFn`` signature.
+def kernel_sampler(kernel: Callable[..., Any], name: str) -> SampleFn:
+    """The user's kernel as a round sampler (``rejection.SampleFn``), its return validated.
 
-    ``target_probs`` float64 ``[B, K+1, V]``, ``draft_probs`` float64 ``[B, K, V]`` or None
-    (one-hot drafter), ``draft_tokens`` int64 ``[B, K]``, ``u_accept`` ``[B, K]`` and ``u_final``
-    ``[B]`` float64 from the counter RNG. ``draft_lens`` must be None: the built-in loop drafts
-    K tokens on every row.
+    Inputs as ``rejection.rejection_sample``'s: float64 laws, int64 drafts, float64 uniforms
+    from the counter RNG; ``draft_lens`` must be None (the built-in loop drafts K tokens on
+    every row).
     """
-    assert draft_lens is None
+    return round_sampler(functools.partial(_kernel_round, kernel, name), RoundInputs)
+
+
+def _kernel_round(kernel: Callable[..., Any], name: str, r: RoundInputs) -> RoundResult:
+    target_probs, draft_probs, draft_tokens, u_accept, u_final = r.tp, r.dp, r.dt, r.ua, r.uf
+    assert r.draft_lens is None
     K, V = int(target_probs.shape[1]) - 1, int(target_probs.shape[2])
     if draft_probs is None:  # q = δ(x): one-hot at the draft token
         dp = torch.nn.functional.one_hot(draft_tokens, V).to(torch.float32)  # [B, K, V]
@@ -287,7 +287,7 @@ class AcceptorEngine(BuiltinEngine):
 
         exact = get_variant("exact")  # spectest's own pipeline and drafts; only the sampler swaps
         kernel, name = self.kernel, self.spec.text
-        sample = functools.partial(run_kernel, kernel, name)
+        sample = kernel_sampler(kernel, name)
         # the user's kernel sees the dense laws it was written for: no round on a shortlist
         return dataclasses.replace(
             exact,

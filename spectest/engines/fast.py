@@ -120,7 +120,7 @@ class FastAcceptorEngine(FastEngine, AcceptorEngine):
     fast pipeline's law, equal to the exact pipeline's up to float64 reduction order) from the
     static model's forwards — the forwards the matched arm, spectest's exact sampler on
     ``FastEngine``, runs — so matched mode's numerics cancel for the kernel as they do for the
-    built-in samplers (docs/numerics.md). The kernel call is ``acceptor.run_kernel``, unchanged.
+    built-in samplers (docs/numerics.md). The kernel call is ``acceptor.kernel_sampler``, unchanged.
     """
 
     name = "fast-acceptor"

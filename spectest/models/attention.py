@@ -1,10 +1,5 @@
-"""Grouped-query attention without the key/value copy, for the static-cache model (``static``).
-
-Owns: ``packed_gqa_sdpa`` (an attention function with transformers' ``AttentionInterface``
-signature), its slow reference ``repeat_kv_sdpa`` (what transformers' ``sdpa`` path computes
-with an explicit mask: keys and values copied ``G`` times, one SDPA), and ``packed_attention``
-(a context manager that makes one HF model use the packed function for the forwards inside it).
-Knows nothing about caches, decoding or sampling.
+"""Grouped-query attention without the key/value copy, for ``static``: ``packed_gqa_sdpa``, its
+reference ``repeat_kv_sdpa`` and ``packed_attention``. Knows nothing about caches or sampling.
 
 The why and the details: docs/internals.md "spectest/models/attention.py".
 """

@@ -1,7 +1,5 @@
-"""The ``LanguageModel`` interface: batched next-token logits over a slot-based KV cache.
-
-Owns: the abstract interface every model in the zoo implements, and the cache contract the
-engines rely on. Knows nothing about sampling, temperatures or speculative decoding.
+"""The ``LanguageModel`` interface: batched next-token logits over a slot-based KV cache, and
+the cache contract. Knows nothing about sampling.
 
 The why and the details: docs/internals.md "spectest/models/base.py".
 """

@@ -1,7 +1,5 @@
-"""The byte-level tokenizer of the bundled model pair: token id = byte value, plus three specials.
-
-Owns: the id layout (bytes 0–255, then BOS, EOS, PAD), ``encode`` and ``decode``. Knows nothing
-about models, corpora or sampling; no tokenizer package is used.
+"""The bundled pair's byte-level tokenizer (ids 0-255, then BOS, EOS, PAD): ``encode`` and
+``decode``. Knows nothing about models.
 
 The why and the details: docs/internals.md "spectest/models/bytetok.py".
 """

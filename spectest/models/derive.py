@@ -1,11 +1,7 @@
-"""Drafts derived from a target: layer skip, a noised copy, or an independent model.
+"""Drafts derived from a target: ``first_layers``, ``noised``, ``check_same_vocab`` and
+``derive_draft``. Knows nothing about sampling or engines.
 
-Owns: ``first_layers`` (the first ``n`` decoder layers of an HF target, sharing its embeddings,
-norm and lm_head tensors — no copy), ``noised`` (a seeded Gaussian perturbation of every weight,
-toy or HF), ``check_same_vocab`` (target/draft compatibility) and ``derive_draft`` (by name).
-
-Knows nothing about sampling or engines. An independent draft is just another model from
-``zoo.load_model``; this module only checks that its vocabulary matches.
+The why and the details: docs/internals.md "spectest/models/derive.py".
 """
 
 from __future__ import annotations

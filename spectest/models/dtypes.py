@@ -1,12 +1,7 @@
-"""The dtype rule: which weight dtypes spectest loads, what each is called, which are low
-precision, and the default of each device.
+"""The dtype rule: ``DTYPES``, ``ALIASES``, ``LOW_PRECISION``, ``default_dtype`` and
+``dtype_name`` / ``torch_dtype``. Knows nothing of models.
 
-Owns: ``DTYPES`` (the names a protocol's ``models.dtype``, ``spectest bench --dtype`` and a
-model loader take), ``ALIASES`` (the short names a loader also reads), ``LOW_PRECISION`` (the
-dtypes whose numerics differ between a full forward and incremental decoding: matched numerics
-mode's ``auto`` and the white-box teacher mode key on it), ``default_dtype`` (float32 on CPU,
-bfloat16 on CUDA: every entry point that leaves the dtype out) and ``dtype_name`` /
-``torch_dtype`` (a given name, or None, resolved by that rule). Knows nothing of models.
+The why and the details: docs/internals.md "spectest/models/dtypes.py".
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""Model fixtures for real engines: a deterministic tiny Llama target/draft pair, as HF
-directories (vLLM, transformers, spectest's own engines) and as GGUF files (llama.cpp).
-
-Owns: ``FIXTURES`` (name → ``FixtureSpec``), the cache layout under ``~/.cache/spectest/fixtures``
-(``SPECTEST_CACHE`` moves the root), the content key of a fixture, building the HF pair
-(``build_hf``), the SentencePiece tokenizer and the GGUF export (``build_gguf``, run in the
-llama.cpp venv that ``spectest setup llamacpp`` makes) and the file hashes recorded in
-provenance (``fixture_manifest``).
-
-Knows nothing about sampling, protocols or engines; ``spectest.models.zoo`` resolves the model
-spec ``fixture:NAME/target`` (and ``/draft``) here.
+"""Model fixtures for real engines: a deterministic tiny Llama pair (``FIXTURES``) as HF
+directories (``build_hf``) and GGUF files (``build_gguf``), cached by content key. Knows nothing
+about sampling, protocols or engines.
 
 The why and the details: docs/internals.md "spectest/models/fixtures.py".
 """
@@ -28,6 +20,7 @@ from typing import Any
 
 from spectest.errors import ConfigError, ModelError
 from spectest.files import sha256_file
+from spectest.models.configs import TINY_LLAMA_FIXTURE
 
 FORMAT_VERSION = 1
 ROLES = ("target", "draft")
@@ -52,20 +45,7 @@ class FixtureSpec:
 FIXTURES: dict[str, FixtureSpec] = {
     "tiny-llama": FixtureSpec(
         description="random-init Llama, V=512 SentencePiece BPE, 2 layers, hidden 128, head_dim 32",
-        config=dict(
-            model_type="llama",
-            vocab_size=512,
-            hidden_size=128,
-            intermediate_size=256,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=512,
-            rms_norm_eps=1e-6,
-            tie_word_embeddings=False,
-            bos_token_id=1,
-            eos_token_id=2,
-        ),
+        config=TINY_LLAMA_FIXTURE,
         seed=0,
         logit_scale=16.0,
         draft_noise=0.1,
@@ -130,14 +110,10 @@ def build_hf(name: str) -> Path:
     import torch
 
     from spectest.models.derive import noised
-    from spectest.models.hf import HFModel, from_config
+    from spectest.models.hf import HFModel, config_of, from_config
 
     spec = spec_of(name)
-    from transformers import AutoConfig
-
-    fields = dict(spec.config)
-    model_type = fields.pop("model_type")
-    cfg = AutoConfig.for_model(model_type, **fields)
+    cfg = config_of(spec.config, f"fixture {name!r}")
     target = from_config(cfg, name=f"fixture:{name}/target", seed=spec.seed, dtype="float32")
     with torch.no_grad():
         target.model.lm_head.weight.mul_(spec.logit_scale)  # the law lives in the files

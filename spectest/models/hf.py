@@ -1,11 +1,5 @@
-"""transformers causal LMs behind the ``LanguageModel`` slot-cache contract.
-
-Owns: ``HFModel`` (any ``AutoModelForCausalLM`` with a ``DynamicCache``, a 2-D attention mask
-over slots and explicit per-row position ids), the hand-written ``HF_PRESETS`` configs
-(random-init, never downloaded) and the loaders ``from_preset`` / ``from_local``.
-
-Knows nothing about sampling; ``logit_scale`` only multiplies the float32 logits (a knob that
-sets the entropy of random-init models, whose logits are otherwise nearly uniform).
+"""transformers causal LMs behind the ``LanguageModel`` contract (``HFModel``) and their loaders
+(``from_preset``, ``from_local``). Knows nothing about sampling.
 
 The why and the details: docs/internals.md "spectest/models/hf.py".
 """
@@ -21,62 +15,8 @@ import torch
 
 from spectest.errors import ConfigError, ModelError
 from spectest.models.base import Cache, LanguageModel
+from spectest.models.configs import HF_PRESETS
 from spectest.models.dtypes import torch_dtype
-
-# Hand-written configs. The tiny ones are for CI (V = 512); the real shapes copy the published
-# Qwen3 configs (hidden sizes, heads, vocab) for GPU throughput work with random weights.
-_TINY: dict[str, Any] = dict(
-    vocab_size=512,
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=1024,
-    rms_norm_eps=1e-6,
-)
-_QWEN3: dict[str, Any] = dict(  # the published Qwen3 configs' shared fields
-    model_type="qwen3",
-    vocab_size=151936,
-    num_key_value_heads=8,
-    head_dim=128,
-    max_position_embeddings=40960,
-    rms_norm_eps=1e-6,
-    rope_theta=1_000_000.0,
-    tie_word_embeddings=True,
-)
-HF_PRESETS: dict[str, dict[str, Any]] = {
-    "llama-tiny": {**_TINY, "model_type": "llama", "tie_word_embeddings": False},
-    "qwen3-tiny": {
-        **_TINY,
-        "model_type": "qwen3",
-        "head_dim": 16,
-        "rope_theta": 1_000_000.0,
-        "tie_word_embeddings": True,
-    },
-    "qwen3-0.6b": {
-        **_QWEN3,
-        "hidden_size": 1024,
-        "intermediate_size": 3072,
-        "num_hidden_layers": 28,
-        "num_attention_heads": 16,
-    },
-    "qwen3-4b": {
-        **_QWEN3,
-        "hidden_size": 2560,
-        "intermediate_size": 9728,
-        "num_hidden_layers": 36,
-        "num_attention_heads": 32,
-    },
-    "qwen3-8b": {  # Qwen3-8B's published shape: 8.19 B parameters, embeddings untied
-        **_QWEN3,
-        "hidden_size": 4096,
-        "intermediate_size": 12288,
-        "num_hidden_layers": 36,
-        "num_attention_heads": 32,
-        "tie_word_embeddings": False,
-    },
-}
 
 
 class HFCache(Cache):
@@ -229,19 +169,24 @@ def _resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> tor
 
 def build_config(preset: str, **overrides: Any) -> Any:
     """The transformers config of a named preset (plus overrides, e.g. ``num_hidden_layers``)."""
-    from transformers import AutoConfig
-
     if preset not in HF_PRESETS:
         raise ModelError(
             f"hf-preset: unknown preset {preset!r}; valid: {', '.join(sorted(HF_PRESETS))}"
         )
-    fields = dict(HF_PRESETS[preset])
-    fields.update(overrides)
-    model_type = fields.pop("model_type")
+    return config_of({**HF_PRESETS[preset], **overrides}, f"hf-preset {preset!r}")
+
+
+def config_of(fields: dict[str, Any], what: str) -> Any:
+    """The transformers config of ``fields`` (``model_type`` and its arguments); a
+    ``ModelError`` naming ``what`` when transformers refuses them."""
+    from transformers import AutoConfig
+
+    rest = dict(fields)
+    model_type = rest.pop("model_type")
     try:
-        return AutoConfig.for_model(model_type, **fields)
+        return AutoConfig.for_model(model_type, **rest)
     except (TypeError, ValueError) as err:
-        raise ModelError(f"hf-preset {preset!r}: invalid config override: {err}") from err
+        raise ModelError(f"{what}: invalid config override: {err}") from err
 
 
 def from_config(

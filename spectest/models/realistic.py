@@ -1,9 +1,5 @@
-"""A benchmark pair at a real model's shape whose draft accepts like a real one, by construction.
-
-Owns: ``damped_target`` (a random-init HF preset whose decoder layers past the first
-``draft_layers`` write little into the residual stream) and the defaults of the ``realistic:``
-zoo kind. Knows nothing about sampling or engines; the draft is the target's own first layers
-(``derive.first_layers``), loaded as ``derived:first_layers,layers=<draft_layers>``.
+"""A benchmark pair at a real model's shape whose draft accepts like a real one
+(``damped_target``, the ``realistic:`` zoo kind). Knows nothing about sampling or engines.
 
 The why and the details: docs/internals.md "spectest/models/realistic.py".
 """

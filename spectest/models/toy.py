@@ -1,10 +1,5 @@
-"""An analytic toy language model: a seeded order-n Markov chain over a small vocabulary.
-
-Owns: ``ToyLM`` (the closed-form conditionals, a slot cache that honours holes) and
-``ToyCache``. Because every conditional is a row of a table, tests can compute the exact law of
-the first few generated positions and compare engines against it.
-
-Knows nothing about sampling: it returns float32 logits like any other ``LanguageModel``.
+"""An analytic toy language model: a seeded order-n Markov chain (``ToyLM``, ``ToyCache``).
+Knows nothing about sampling.
 
 The why and the details: docs/internals.md "spectest/models/toy.py".
 """

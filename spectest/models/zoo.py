@@ -1,10 +1,5 @@
-"""Model zoo: names and spec strings → ``LanguageModel`` objects.
-
-Owns: ``PRESETS`` (name → one-line description, listed by ``spectest models``), the spec grammar,
-``load_model`` and ``load_pair`` (which checks target/draft vocabulary equality).
-
-Knows nothing about sampling, protocols or engines; builders live in ``toy``, ``hf`` and
-``derive``.
+"""Model zoo: spec strings to ``LanguageModel`` objects (``PRESETS``, ``load_model``,
+``load_pair``). Knows nothing about sampling, protocols or engines.
 
 The why and the details: docs/internals.md "spectest/models/zoo.py".
 """

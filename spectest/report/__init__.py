@@ -1,9 +1,7 @@
-"""Reports of a stored run: ``report.md``, a self-contained ``report.html``, JUnit XML and a short
-markdown summary for CI. Every renderer reads stored results and computes nothing new.
+"""Reports of a stored run (report.md, report.html, JUnit XML, the CI step summary):
+``write_reports`` and ``write_ci_outputs``. Computes nothing new.
 
-``write_reports`` is the one function the runner and ``spectest report`` call; ``write_ci_outputs``
-writes the JUnit file and the step summary of a summary the runner holds. User text is escaped
-for each format by ``spectest.report.escape``.
+The why and the details: docs/internals.md "spectest/report/__init__.py".
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-r"""User text made safe for each place spectest shows it: a terminal, markdown, XML.
+"""User text made safe for a terminal, markdown and XML (``md_text``, ``md_code``, ``xml_text``,
+...). Not rich markup (``cli.common.u``).
 
-Owns the rules for text that comes from the user (ids, names, specs, file names, an engine's
-error text): no control character on a terminal, no HTML/link/emphasis/table structure in
-markdown, no character XML 1.0 forbids; each replaced character is shown as its Python escape
-(``\x1b``). Not here: rich markup (``cli.common.u``). Why: docs/report.md.
+The why and the details: docs/internals.md "spectest/report/escape.py".
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""Figures of where the law differs and how strong the tests were: the prompt × position map of
-evidence, reference vs candidate token bars at the worst cells, and each tooth's size per
-cell-position beside the run's resolution.
+"""The report's evidence figures: the prompt × position map, token bars at the worst cells,
+tooth sizes beside the resolution. Reads stored tables; computes no statistic.
 
-Owns: those figures. Reads stored tables (``tests.parquet``, ``histograms.parquet``,
-``tooth_sizes.parquet``); computes no statistic — the map shows the stored adjusted p-values as
-−log10, the bars the stored counts as shares of their arm's total at that cell-position.
+The why and the details: docs/internals.md "spectest/report/evidence.py".
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""JUnit XML of a stored run, for CI systems: one test case per config × prompt set (failures list
-the failing cells), one per tooth, and one ``scope`` case with the verdict's claim.
+"""JUnit XML of a stored run for CI: the XML layout, every text escaped (``xml_text``). Reads
+``summary.json`` only; computes no statistic.
 
-Owns: the XML layout. Reads ``summary.json`` only; computes no statistic. The file is valid
-XML 1.0 whatever the ids hold: every text and attribute passes ``report.escape.xml_text``
-(ElementTree escapes markup characters but writes a control character raw).
+The why and the details: docs/internals.md "spectest/report/junit.py".
 """
 
 from __future__ import annotations

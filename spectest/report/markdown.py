@@ -1,13 +1,7 @@
-"""Markdown renderings of a stored run: the full ``report.md`` and the short CI step summary.
+"""The markdown forms of a stored run: ``report.md`` and the CI step summary, every user value
+escaped (``report.escape``). Computes no statistic.
 
-Owns: the markdown form of the report: the verdict, then each section of
-``report.sections.SECTIONS`` (tables as GFM, figures named), and the CI step summary. Reads
-``summary.json`` and the stored tables; computes no statistic.
-
-Every value that is not spectest's own wording goes through ``report.escape`` (``md_text``,
-``md_code``, every table cell): ids, names, notes, failing lines and reasons render as the
-literal text, never as HTML, a link, an image or a table break — a step summary is rendered by
-the CI system, so a config id ``<script>`` must stay text there.
+The why and the details: docs/internals.md "spectest/report/markdown.py".
 """
 
 from __future__ import annotations
@@ -19,7 +13,6 @@ from spectest.report.escape import md_text
 from spectest.report.rows import (  # noqa: F401  (re-exported: the notebook and the CLI read them)
     config_rows,
     decoded_samples,
-    failing_rows,
     sequential_rows,
     teeth_rows,
     whitebox_rows,

@@ -1,10 +1,7 @@
-"""Figures of a stored run (matplotlib, Agg backend): TV per position against the permutation-null
-band, p-value histogram and QQ plot, acceptance rate per position.
+"""The report's figures (matplotlib, Agg): TV per position against the null band, p-value
+histogram and QQ plot, acceptance per position, as base64 PNG. Computes no statistic.
 
-Owns: the figures and their encoding as base64 PNG. Reads columns of the stored tables
-(``tests.parquet``: the analysis's per-cell table; ``rounds.parquet``); computes no statistic —
-the acceptance rate per position is the displayed ratio Σ accepted / Σ drafted of stored rounds.
-Knows nothing about how the tables were produced.
+The why and the details: docs/internals.md "spectest/report/plots.py".
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The rows of the report's tables and its one-line accounts, as plain strings: one function per
-table (per-config summary, teeth, white-box, sequential looks, failing cells, decoded samples),
-shared by report.md, report.html, the console and the notebook.
+"""The rows of the report's tables and its one-line accounts, as plain strings, and how a number
+is printed (``fmt``). Computes no statistic; knows no format.
 
-Owns: what each table shows and how a number is printed (``fmt``). Reads ``summary.json`` and
-the stored tables; computes no statistic. Knows nothing about a format (escaping is the
-renderer's).
+The why and the details: docs/internals.md "spectest/report/rows.py".
 """
 
 from __future__ import annotations
@@ -297,14 +294,6 @@ def sequential_rows(summary: dict[str, Any]) -> tuple[str, list[str], list[list[
         for lk in looks
     ]
     return line, header, rows
-
-
-def failing_rows(summary: dict[str, Any]) -> list[str]:
-    out = []
-    for c in summary.get("comparisons", []):
-        if c["role"] == "candidate" and c["failing"]:
-            out += [f"- {md_text(f)}" for f in c["failing"]]
-    return out
 
 
 def token_text(stored: StoredRun) -> Callable[[int], str]:

@@ -1,10 +1,7 @@
-"""The report's sections, in order: one function per section, each reading the stored run and
-returning its title and blocks (text, tables, lazily drawn figures), or None when it has
-nothing to show. report.md and report.html render the same list (``SECTIONS``), so a new
-section (e.g. the numerics drift beside its floor) is one function and one entry here.
+"""The report's sections in order (``SECTIONS``): what each shows, as text, tables and figures.
+Computes no statistic; knows no format.
 
-Owns: what each section shows and in which order. Computes no statistic (tables from
-``report.rows``, figures from ``report.plots`` and ``report.evidence``); knows no format.
+The why and the details: docs/internals.md "spectest/report/sections.py".
 """
 
 from __future__ import annotations

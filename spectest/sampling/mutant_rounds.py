@@ -8,39 +8,31 @@ the catalogue, draft laws or engines; which shipped bug each mirrors: docs/bugs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from spectest.sampling.draw import argmax_tokens, categorical
 from spectest.sampling.rejection import (
+    RoundInputs,
     RoundResult,
+    SampleFn,
     accepted_prefix_len,
     assemble_round,
     check_round_inputs,
     drafted_probs,
     final_weights,
     rejection_sample,
+    round_sampler,
 )
-
-SampleFn = Callable[..., RoundResult]
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:
     return torch.arange(int(t.shape[0]), device=t.device)
 
 
-@dataclass(frozen=True)
-class _Round:
-    """One round's inputs, ``rejection.rejection_sample``'s arguments, for a mutant sampler."""
-
-    tp: Tensor
-    dp: Tensor | None
-    dt: Tensor
-    ua: Tensor
-    uf: Tensor
-    draft_lens: Tensor | None
+class _Round(RoundInputs):
+    """One round's inputs with the steps the mutant samplers recombine."""
 
     def lens(self) -> Tensor:
         """``[B]`` draft lengths, after checking the inputs (``check_round_inputs``)."""
@@ -67,20 +59,7 @@ class _Round:
 
 
 def _sampler(body: Callable[[_Round], RoundResult]) -> SampleFn:
-    """A round sampler with ``rejection.rejection_sample``'s signature running ``body``."""
-
-    def sample(
-        tp: Tensor,
-        dp: Tensor | None,
-        dt: Tensor,
-        ua: Tensor,
-        uf: Tensor,
-        *,
-        draft_lens: Tensor | None = None,
-    ) -> RoundResult:
-        return body(_Round(tp, dp, dt, ua, uf, draft_lens))
-
-    return sample
+    return round_sampler(body, _Round)
 
 
 def sample_eps(eps: float) -> SampleFn:

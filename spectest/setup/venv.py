@@ -1,14 +1,6 @@
-"""Pinned virtual environments for the engines spectest drives but never installs into its own.
-
-Owns: ``EnvSpec`` (an engine's pinned requirements and its import check), where an environment
-lives (``<cache>/<engine>/<version>/venv``; ``SPECTEST_CACHE`` moves the cache root), creating it
-once under an exclusive lock (``ensure``), finding it at run time (``require``: a missing one is
-``EnvMissing``, exit 4, one line naming the ``spectest setup`` command that makes it), running a
-long subprocess with a progress line at least every ``PROGRESS_EVERY_S`` seconds (``run_logged``),
-the cache lock itself (``cache_lock``), executing a shipped engine program under the venv's
-python (``exec_program``) and the ``python -m spectest.setup.ENGINE run|setup`` entry point
-(``module_main``). Knows nothing about any one engine (``spectest.setup.openvino``,
-``spectest.setup.mistralrs``, ``spectest.setup.mlx``).
+"""Pinned virtual environments for the engines spectest drives but never installs into its own:
+``EnvSpec``, ``ensure`` / ``require``, ``run_logged``, ``cache_lock``, ``exec_program`` and the
+``python -m spectest.setup.ENGINE`` entry point (``module_main``). Knows no engine.
 
 The why and the details: docs/internals.md "spectest/setup/venv.py".
 """
@@ -27,12 +19,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from spectest.errors import InfrastructureError
 from spectest.models.fixtures import cache_root
 
 PROGRESS_EVERY_S = 10.0
 READY_FILE = ".ready"
+EXPORT_FILE = "export.json"  # an exported model's metadata, written last
 Log = Callable[[str], None]
 
 
@@ -270,6 +264,27 @@ def exec_program(python: Path, program: Path, args: Sequence[str]) -> None:
     os.execv(str(python), [str(python), str(program), *args])
 
 
+def export_once(
+    out: Path, lock: Path, what: str, log: Log, make: Callable[[Path], tuple[dict[str, Any], str]]
+) -> Path:
+    """``out``, an exported model, made once under the cache lock ``lock``: ``make(tmp)`` fills a
+    fresh directory beside it and returns its metadata (written last, as ``EXPORT_FILE``) and the
+    line logged once the directory is renamed into place (a half-made export is never found)."""
+    with cache_lock(lock, what, log):
+        if (out / EXPORT_FILE).is_file():
+            return out
+        tmp = out.parent / f".{out.name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        meta, done = make(tmp)
+        (tmp / EXPORT_FILE).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+        log(done)
+    return out
+
+
 def launch_program(
     argv: Sequence[str],
     module: str,
@@ -298,16 +313,22 @@ def launch_program(
 
 
 def module_main(
-    module: str, argv: list[str], launch: Callable[[list[str]], None], setup: Callable[[], object]
+    module: str,
+    argv: list[str],
+    setup: Callable[[], object],
+    program: str,
+    spec: Callable[[str], EnvSpec],
+    model: Callable[[str], Path],
+    version: str | None = None,
 ) -> int:
     """The ``python -m spectest.setup.ENGINE run ...|setup`` entry point of an engine module:
-    ``run`` becomes the engine program (``launch``), ``setup`` prints what ``setup`` made; a
+    ``run`` becomes ``program`` (``launch_program``), ``setup`` prints what ``setup`` made; a
     ``SpectestError`` is one line on stderr and its exit code (4 for a missing environment)."""
     from spectest.errors import ConfigError, SpectestError
 
     try:
         if argv[:1] == ["run"]:
-            launch(argv[1:])
+            launch_program(argv[1:], module, program, spec, model, version)
         elif argv[:1] == ["setup"]:
             print(json.dumps(setup()))
         else:

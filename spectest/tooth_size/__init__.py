@@ -1,16 +1,8 @@
-"""The size of a tooth: how far its law is from plain sampling, per cell-position, in TV.
+"""The size of a tooth: the per-cell-position TV between an ε arm's or mutant's law and the
+plain law (``tooth_sizes``), and a tooth's size (``size_of``). Knows nothing about statistics,
+verdicts or files. The method: docs/statistics.md "Tooth sizes: the method".
 
-Owns: the per-cell-position total variation between the law of an ε arm or mutant and the plain
-law, computed from the run's own models (``tooth_sizes`` → one row per tooth × prompt × config ×
-position, the table a run stores as ``tooth_sizes.parquet``), and the size of a tooth read from
-that table (``size_of``: the largest TV over its cell-positions, or unknown); the table for a
-protocol's teeth is ``generation.protocol_tooth_sizes`` (it knows protocols and prompts).
-A killed tooth of size s is evidence that the run's tests see a bug of per-cell TV s;
-``spectest.verdict`` turns the weakest such tooth into the run's power claim. Knows nothing
-about statistics, verdicts or files.
-
-The details (moved from this docstring):
-docs/statistics.md "Tooth sizes: the method".
+The why and the details: docs/internals.md "spectest/tooth_size/__init__.py".
 """
 
 from __future__ import annotations
@@ -94,97 +86,84 @@ def size_of(table: pd.DataFrame | None, arm: str) -> ToothSize:
     return ToothSize(arm, float(r["tv"]), exact, where)
 
 
-def _round(
-    spec: str,
-    target: ContextLogits,
-    draft: ContextLogits,
-    params: Any,
-    drafter: Any,
-    max_drafts: int,
-    max_cells: int,
-) -> tuple[dict[tuple[int, ...], float], float]:
-    """The exact law of one round of ``spec`` at the prompt and the probability mass of the draft
-    sequences left out of it: a one-hot drafter has one sequence (none left out); a sampled
-    drafter's are taken most probable first, at most ``max_drafts`` and as many as fit in
-    ``max_cells`` quadrature cells (the law is then a sub-measure). Raises ``GridTooLarge`` when
-    not even the first draft fits, ``NumericsError`` when the law cannot be computed."""
-    from spectest.sampling import exact_law
-    from spectest.sampling.mutants import get_variant
+@dataclass(frozen=True)
+class _Cell:
+    """One cell's round-law inputs: the models' logits at the prompt, the sampling settings and
+    the run's ``DrafterSpec``."""
 
-    variant = get_variant(spec)
-    K, onehot = drafter.k, drafter.onehot
-    drafts, missing = exact_law.draft_tree(
-        variant,
-        draft.many,
-        params,
-        K,
-        onehot=onehot,
-        q_mode=drafter.q_mode,
-        max_drafts=None if onehot else max_drafts,
-    )
-    law, left_out = _round_in_chunks(
-        variant,
-        spec,
-        target,
-        draft,
-        params,
-        drafter,
-        sorted(drafts, key=lambda d: -d[1]),
-        max_cells,
-    )
-    return law, missing + left_out
+    target: ContextLogits
+    draft: ContextLogits
+    params: Any
+    drafter: Any
 
+    def round(self, spec: str, max_drafts: int, max_cells: int) -> tuple[dict[Any, float], float]:
+        """The exact law of one round of ``spec`` at the prompt and the probability mass of the
+        draft sequences left out of it: a one-hot drafter has one sequence (none left out); a
+        sampled drafter's are taken most probable first, at most ``max_drafts`` and as many as fit
+        in ``max_cells`` quadrature cells (the law is then a sub-measure). Raises ``GridTooLarge``
+        when not even the first draft fits, ``NumericsError`` when the law cannot be computed."""
+        from spectest.sampling import exact_law
+        from spectest.sampling.mutants import get_variant
 
-def _round_in_chunks(
-    variant: Any,
-    spec: str,
-    target: ContextLogits,
-    draft: ContextLogits,
-    params: Any,
-    drafter: Any,
-    drafts: list[Any],
-    max_cells: int,
-) -> tuple[dict[tuple[int, ...], float], float]:
-    """``_round``'s law over ``drafts`` (most probable first), ``DRAFT_CHUNK`` drafts a call,
-    halved down to one when a chunk's grid is too large; the mass of the drafts that did not fit
-    in ``max_cells`` is returned beside it (``GridTooLarge`` when not even the first one fits)."""
-    from spectest.sampling import exact_law
+        variant = get_variant(spec)
+        d = self.drafter
+        drafts, missing = exact_law.draft_tree(
+            variant,
+            self.draft.many,
+            self.params,
+            d.k,
+            onehot=d.onehot,
+            q_mode=d.q_mode,
+            max_drafts=None if d.onehot else max_drafts,
+        )
+        ranked = sorted(drafts, key=lambda x: -x[1])
+        law, left_out = self._in_chunks(variant, spec, ranked, max_cells)
+        return law, missing + left_out
 
-    K = drafter.k
-    law: dict[tuple[int, ...], float] = {}
-    left, a, chunk_n = max_cells, 0, DRAFT_CHUNK
-    while a < len(drafts):
-        chunk = drafts[a : a + chunk_n]
-        target.fill([d[0][:j] for d in chunk for j in range(K + 1)])
-        stats: dict[str, int] = {}
-        try:
-            part = exact_law.round_law(
-                variant,
-                target.get,
-                draft.get,
-                params,
-                K,
-                onehot=drafter.onehot,
-                q_mode=drafter.q_mode,
-                extra_accept_breaks=exact_law.known_accept_breaks(spec),
-                drafts=chunk,
-                max_cells=left,
-                compact=True,
-                stats=stats,
-                max_rows=MAX_ROWS,
-            )
-        except exact_law.GridTooLarge:
-            if len(chunk) > 1:  # fewer drafts at a time, down to one
-                chunk_n = max(1, len(chunk) // 2)
-                continue
-            if a == 0:
-                raise
-            return law, sum(d[1] for d in drafts[a:])
-        left -= stats["cells"]
-        a += len(chunk)
-        for seq, w in part.items():
-            law[seq] = law.get(seq, 0.0) + w
-    return law, 0.0
+    def _in_chunks(
+        self, variant: Any, spec: str, drafts: list[Any], max_cells: int
+    ) -> tuple[dict[Any, float], float]:
+        """``round``'s law over ``drafts`` (most probable first), ``DRAFT_CHUNK`` drafts a call,
+        halved down to one when a chunk's grid is too large; the mass of the drafts that did not
+        fit in ``max_cells`` is returned beside it (``GridTooLarge`` when not even the first one
+        fits)."""
+        from spectest.sampling import exact_law
+
+        K, target = self.drafter.k, self.target
+        law: dict[tuple[int, ...], float] = {}
+        left, a, chunk_n = max_cells, 0, DRAFT_CHUNK
+        while a < len(drafts):
+            chunk = drafts[a : a + chunk_n]
+            target.fill([d[0][:j] for d in chunk for j in range(K + 1)])
+            stats: dict[str, int] = {}
+            try:
+                part = exact_law.round_law(
+                    variant,
+                    target.get,
+                    self.draft.get,
+                    self.params,
+                    K,
+                    onehot=self.drafter.onehot,
+                    q_mode=self.drafter.q_mode,
+                    extra_accept_breaks=exact_law.known_accept_breaks(spec),
+                    drafts=chunk,
+                    max_cells=left,
+                    compact=True,
+                    stats=stats,
+                    max_rows=MAX_ROWS,
+                )
+            except exact_law.GridTooLarge:
+                if len(chunk) > 1:  # fewer drafts at a time, down to one
+                    chunk_n = max(1, len(chunk) // 2)
+                    continue
+                if a == 0:
+                    raise
+                return law, sum(d[1] for d in drafts[a:])
+            left -= stats["cells"]
+            a += len(chunk)
+            for seq, w in part.items():
+                law[seq] = law.get(seq, 0.0) + w
+        return law, 0.0
 
 
 def cell_tvs(
@@ -204,7 +183,7 @@ def cell_tvs(
     the marginal at each position between the tooth ``spec``'s law (first round, completed by
     plain sampling) and the plain law, an upper bound with ``slack`` added (docs/statistics.md
     "Tooth sizes: the method").
-    ``exact_round``: the exact sampler's ``_round`` at this cell, when already computed (it is
+    ``exact_round``: the exact sampler's ``_Cell.round`` at this cell, when already computed (it is
     the same for every tooth). Raises ``NumericsError`` when a round law cannot be computed.
     ``reference``: complete the round by ``completion.complete_reference`` (the slow reference:
     numpy on the host) instead of ``completion.complete`` (on the model's device); ``batched``:
@@ -212,8 +191,9 @@ def cell_tvs(
     n = min(drafter.k + 1, positions)
     max_drafts = max(1, budget // (2 * drafter.k + 1))  # each costs 2K + 1 contexts at most
     cells = budget * CELLS_PER_CONTEXT
-    r_t, m_t = _round(spec, target, draft, params, drafter, max_drafts, cells)
-    r_e, m_e = exact_round or _round("exact", target, draft, params, drafter, max_drafts, cells)
+    cell = _Cell(target, draft, params, drafter)
+    r_t, m_t = cell.round(spec, max_drafts, cells)
+    r_e, m_e = exact_round or cell.round("exact", max_drafts, cells)
     diff = {s: r_t.get(s, 0.0) - r_e.get(s, 0.0) for s in set(r_t) | set(r_e)}
     base = 0.5 * (m_t + m_e)  # draft sequences left out: at most their mass, per position
     base += 0.5 * sum(abs(w) for w in diff.values() if abs(w) < DROP)
@@ -277,10 +257,8 @@ def tooth_sizes(
                 if budget > 0:
                     try:
                         if exact is None:
-                            cells = budget * CELLS_PER_CONTEXT
-                            exact = _round(
-                                "exact", t_logits, d_logits, params, drafter, max_drafts, cells
-                            )
+                            cell = _Cell(t_logits, d_logits, params, drafter)
+                            exact = cell.round("exact", max_drafts, budget * CELLS_PER_CONTEXT)
                         tvs = size(spec, t_logits, d_logits, params, drafter, exact_round=exact)
                     except NumericsError:
                         pass  # unknown: no round law within the budget's cells, or numerics

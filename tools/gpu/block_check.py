@@ -13,7 +13,7 @@ import importlib
 import torch
 from scipy.stats import chisquare
 
-from spectest.engines.acceptor import run_kernel
+from spectest.engines.acceptor import kernel_sampler
 from spectest.sampling.rejection import rejection_sample
 
 dev, B, K = "cuda", 4_000_000, 3
@@ -31,7 +31,7 @@ for V, scale, seed in ((8, 1.5, 0), (8, 1.5, 1), (16, 2.0, 2), (5, 1.0, 3)):
     for spec in ("sglang:chain", "sglang:block"):
         mod, fn = spec.split(":")
         kernel = getattr(importlib.import_module(f"spectest.acceptors.{mod}"), fn)
-        res = run_kernel(kernel, spec, tp, dp, x, u[:, :K], u[:, K])
+        res = kernel_sampler(kernel, spec)(tp, dp, x, u[:, :K], u[:, K])
         counts = torch.bincount(res.emitted[:, 0].cpu(), minlength=V).double().numpy()
         stat, pv = chisquare(counts, expected)
         line.append(

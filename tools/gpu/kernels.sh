@@ -77,7 +77,7 @@ echo "== direct kernel checks (same laws and uniforms as spectest's exact sample
 python3 - <<'EOF'
 import time
 import torch
-from spectest.engines.acceptor import run_kernel
+from spectest.engines.acceptor import kernel_sampler
 from spectest.sampling.rejection import rejection_sample
 from spectest.errors import EngineError
 
@@ -111,7 +111,7 @@ for spec in ("sglang:chain", "sglang:block", "flashinfer:chain"):
         if prep is not None:
             prep()
         t0 = time.perf_counter()
-        res = run_kernel(kernel, spec, tp, dp, x, u[:, :K], u[:, K])
+        res = kernel_sampler(kernel, spec)(tp, dp, x, u[:, :K], u[:, K])
         torch.cuda.synchronize()
         same = (res.emitted == ref.emitted).all(1).double().mean().item()
         stat, pv = chi2_first(res.emitted[:, 0])
