@@ -1,5 +1,6 @@
 """Claim (b) for llama.cpp from the plain server teacher-forced at the candidate's prefixes: a
-measurement of a design (issue 31 item 3), not a shipped decision.
+measurement of a design (issue 31 item 3). The decision is now built into ``spectest run``
+(``arms.floor.teacher_forced``, ``stats.teacher_forced``); this script is kept as the measurement.
 
 Usage: python benchmarks/llamacpp_teacher_forced.py RUN_DIR URL [--n 1500] [--boot 200]
 

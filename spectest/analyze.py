@@ -18,7 +18,7 @@ from spectest.plan import Plan, make_plan
 from spectest.progress import ProgressFn, no_progress
 from spectest.protocol import load_protocol
 from spectest.stats.options import AnalysisOptions
-from spectest.store import NUMERICS, ROUNDS, SAMPLES, TOOTH_SIZES
+from spectest.store import NUMERICS, ROUNDS, SAMPLES, TEACHER_LAWS, TOOTH_SIZES
 from spectest.stored import StoredRun, load_run
 from spectest.summary import Header, build_summary
 
@@ -41,7 +41,8 @@ def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> R
     else:
         plan = _plan(stored)
         arms, settings = list(plan.arms), plan.settings
-        numerics = run_claim_b(plan, samples, stored.table(NUMERICS))
+        laws = stored.table(TEACHER_LAWS)
+        numerics = run_claim_b(plan, samples, stored.table(NUMERICS), laws)
     results = compare_all(samples, rounds, arms, settings, progress or no_progress)
     comparisons, verdict = judge(
         results,

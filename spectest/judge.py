@@ -30,6 +30,7 @@ from spectest.store import (
     SAMPLES,
     SEQUENCE,
     SUMMARY,
+    TEACHER_LAWS,
     TESTS,
     TOOTH_SIZES,
     TRIE,
@@ -138,14 +139,14 @@ def judge(
     kind: str = "run",
     rounds: pd.DataFrame | None = None,
     sizes: pd.DataFrame | None = None,
-    numerics: NumericsClaim | TokenFloorClaim | None = None,
+    numerics: ClaimB | None = None,
 ) -> tuple[tuple[Comparison, ...], Verdict]:
     """Every analysis summarised, and the decision over them at ``settings.max_mde_tv``
     (``kind``: run, teeth, compare; ``sizes``: the teeth's sizes, see ``summarize``;
     ``numerics``: matched numerics mode, with claim (b) decided from its table)."""
     comparisons = tuple(summarize(a, arm, rounds, sizes) for arm, a in results)
     drift = numerics.result() if numerics is not None else None
-    floor = isinstance(numerics, TokenFloorClaim)
+    floor = isinstance(numerics, (TokenFloorClaim, TeacherForcedClaim))
     return comparisons, decide(
         comparisons,
         max_mde_tv=settings.max_mde_tv,
@@ -225,6 +226,84 @@ class TokenFloorClaim:
         return None if r.units == 0 else r
 
 
+@dataclass(frozen=True)
+class TeacherForcedClaim:
+    """Claim (b) teacher-forced (``stats.teacher_forced``): the candidate's tokens against the
+    plain engine's own law at their prefixes (``table``, ``teacher_forced.LAWS`` columns; None
+    until the engine has answered: ``runner``), the reference's as the control; at most
+    ``sequences`` per cell, decided at ``margin`` and ``alpha``, the bootstrap seeded by ``key``."""
+
+    reference: pd.DataFrame
+    candidate: pd.DataFrame
+    sequences: int
+    margin: float
+    alpha: float
+    key: str
+    table: pd.DataFrame | None = None
+
+    def result(self) -> Any:
+        from spectest.stats.teacher_forced import decide_teacher_forced
+
+        if self.table is None:
+            return None
+        r = decide_teacher_forced(
+            self.candidate,
+            self.table,
+            margin=self.margin,
+            alpha=self.alpha,
+            rng=np.random.default_rng(stable_seed("teacher-forced", self.key)),
+            n_max=self.sequences,
+            reference=self.reference,
+        )
+        return None if r.units == 0 else r
+
+
+ClaimB = NumericsClaim | TokenFloorClaim | TeacherForcedClaim
+
+
+def with_plain_laws(run: Any, claim: Any, models: Any) -> Any:
+    """``claim`` with its law table (``teacher_forced.LAWS``) when it is a teacher-forced claim
+    (``judge.TeacherForcedClaim``) without one: the floor's engine asked at every prefix of the
+    first ``claim.sequences`` sequences per cell of the candidate and of the reference, timed in
+    the run's (``runner._Run``) timings as ``numerics``. Any other claim as it is."""
+    import dataclasses
+    import time
+
+    from spectest.engines.plain_laws import LawAsker
+
+    if not isinstance(claim, TeacherForcedClaim) or claim.table is not None:
+        return claim
+
+    from spectest.generation import load_models
+    from spectest.prompts import prompt_token_ids
+    from spectest.stats.teacher_forced import LAWS, prefix_key
+    from spectest.stats.token_drift import _cells
+
+    protocol, progress, t0 = run.protocol, run.progress, time.perf_counter()
+    if models is None or models.target is None:
+        models = load_models(protocol, need_draft=False)
+    prompts = prompt_token_ids(protocol, models.target.vocab_size, (models.target,))
+    params = dict(protocol.configs)
+    cells = [_cells(df) for df in (claim.candidate, claim.reference)]
+    keys = sorted(set().union(*cells))
+    asker = LawAsker(protocol.floor.engine, models)
+    rows: list[tuple[Any, ...]] = []
+    try:
+        for k, (pid, cid) in enumerate(keys):
+            progress("teacher-forced laws", k, len(keys))
+            X = np.concatenate([c[(pid, cid)][: claim.sequences] for c in cells if (pid, cid) in c])
+            got = asker.laws(prompts[pid], params[cid], X)
+            for prefix, (ids, p) in got.items():
+                rows.append((pid, cid, len(prefix), prefix_key(np.array(prefix)), ids, p))
+    finally:
+        asker.close()
+    progress("teacher-forced laws", len(keys), len(keys))
+    table = pd.DataFrame(rows, columns=list(LAWS)).sort_values(list(LAWS[:4]), ignore_index=True)
+    table[LAWS[2]] = table[LAWS[2]].astype(np.int32)
+    run.timings["numerics"] = time.perf_counter() - t0
+    return dataclasses.replace(claim, table=table)
+
+
 def token_floor_claim(
     samples: pd.DataFrame, arms: Sequence[Arm], margin: float, alpha: float, key: str, kind: str
 ) -> TokenFloorClaim | None:
@@ -246,12 +325,29 @@ def token_floor_claim(
 
 
 def run_claim_b(
-    plan: Plan, samples: pd.DataFrame, numerics: pd.DataFrame | None
-) -> NumericsClaim | TokenFloorClaim | None:
+    plan: Plan,
+    samples: pd.DataFrame,
+    numerics: pd.DataFrame | None,
+    laws: pd.DataFrame | None = None,
+) -> ClaimB | None:
     """A protocol run's claim (b), decided at the run's α (not a look's): from its floor arm's
-    tokens when the protocol names one, else matched numerics mode's from the
-    per-token table ``numerics`` (None: not measured yet), else None."""
+    tokens when the protocol names one (teacher-forced: from the plain laws ``laws``; None: not
+    asked yet), else matched numerics mode's from the per-token table ``numerics`` (None: not
+    measured yet), else None."""
     f = plan.protocol.floor
+    if f is not None and f.teacher is not None:
+        names = {a.role: a.name for a in plan.arms}
+        if "candidate" not in names:
+            return None
+        cols = [c.name for c in schema.BYO_SCHEMA]
+        ref, cand = (
+            samples.loc[samples[schema.ARM] == names[r], cols].reset_index(drop=True)
+            for r in ("reference", "candidate")
+        )
+        key = plan.protocol.hash
+        return TeacherForcedClaim(
+            ref, cand, f.teacher, f.margin, plan.settings.run_alpha, key, laws
+        )
     if f is not None:
         s = plan.settings
         return token_floor_claim(
@@ -272,7 +368,7 @@ def finish_run(
     junit: Path | None,
     summary_md: Path | None,
     sizes: pd.DataFrame | None = None,
-    numerics: NumericsClaim | TokenFloorClaim | None = None,
+    numerics: ClaimB | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> tuple[Verdict, tuple[Comparison, ...], dict[str, Any]]:
     """Decide, write every final file, render reports from what was written, manifest last.
@@ -324,7 +420,7 @@ def _final_tables(
     rounds: pd.DataFrame | None,
     results: Sequence[tuple[Arm, Any]],
     sizes: pd.DataFrame | None,
-    numerics: NumericsClaim | TokenFloorClaim | None,
+    numerics: ClaimB | None,
 ) -> dict[str, tuple[pd.DataFrame, Any]]:
     """Every final table of a run with its Arrow schema, by file name."""
     from spectest.stats.histograms import position_counts
@@ -337,7 +433,11 @@ def _final_tables(
         tables[ROUNDS] = (rounds, schema.ROUNDS_SCHEMA)
     if sizes is not None:
         tables[TOOTH_SIZES] = (sizes, schema.TOOTH_SIZES_SCHEMA)
-    if numerics is not None and numerics.table is not None:
+    if isinstance(numerics, TeacherForcedClaim) and numerics.table is not None:
+        from spectest.stats.teacher_forced import laws_schema
+
+        tables[TEACHER_LAWS] = (numerics.table, laws_schema())
+    elif numerics is not None and numerics.table is not None:
         tables[NUMERICS] = (numerics.table, schema.numerics_schema(numerics.table.columns))
     for fname, df in tidy_tables(results).items():
         tables[fname] = (df, ANALYSIS_SCHEMAS[fname])

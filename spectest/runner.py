@@ -40,13 +40,14 @@ from spectest.generation import (
     protocol_tooth_sizes,
 )
 from spectest.judge import (
+    ClaimB,
     NumericsClaim,
     RunResult,
-    TokenFloorClaim,
     compare_all,
     finish_run,
     run_claim_b,
     summarize,
+    with_plain_laws,
 )
 from spectest.plan import Plan, Shard, make_plan, stages
 from spectest.progress import ProgressFn, no_progress
@@ -167,7 +168,7 @@ class _Looked:
     looks: tuple[Look, ...]
     sizes: tuple[int, ...]
     teeth_sizes: pd.DataFrame | None
-    numerics: NumericsClaim | TokenFloorClaim | None = None  # claim (b): matched mode / floor arm
+    numerics: ClaimB | None = None  # claim (b): matched mode / floor arm
 
 
 def _open_run(
@@ -241,7 +242,7 @@ def _run_stages(run: _Run) -> _Looked:
     alphas = look_alphas(p.tests.alpha, sizes, p.seeds.spending)
     looks: list[Look] = []
     teeth_sizes: pd.DataFrame | None = None
-    numerics: NumericsClaim | TokenFloorClaim | None = None
+    numerics: ClaimB | None = None
     for stage in range(len(sizes)):
         plan = make_plan(p, teeth_only=run.options.teeth_only, stage=stage)
         models = _generate_missing(run, plan, teeth=stage == 0)
@@ -408,10 +409,9 @@ def _numerics(
     samples: pd.DataFrame,
     rounds: pd.DataFrame | None,
     models: Models | None,
-) -> NumericsClaim | TokenFloorClaim | None:
-    """Claim (b)'s inputs (``judge.run_claim_b``); in matched numerics mode with the matched
-    arm's drift and floor table (``generation.matched_drift``), timed as ``numerics``."""
-    claim = run_claim_b(plan, samples, None)
+) -> ClaimB | None:
+    """Claim (b)'s inputs: ``judge.run_claim_b``'s claim with its table, timed as ``numerics``."""
+    claim = with_plain_laws(run, run_claim_b(plan, samples, None), models)
     if not isinstance(claim, NumericsClaim):  # none, or a floor arm's claim from its tokens
         return claim
     if rounds is None or not len(rounds[rounds[schema.ARM] == MATCHED]):

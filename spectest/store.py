@@ -54,6 +54,7 @@ TOOTH_SIZES = "tooth_sizes.parquet"  # the ε arms' and mutants' TV per cell-pos
 NUMERICS = (
     "numerics.parquet"  # the matched arm's per-token drift and floor (spectest.numerics.table)
 )
+TEACHER_LAWS = "teacher_laws.parquet"  # claim (b) teacher-forced: the plain laws (teacher_forced)
 SUMMARY = "summary.json"
 SHARD_DIGEST = "digest.json"  # shards/<key>.digest.json: sizes + sha256 of the shard's files
 FINGERPRINTS_KEY = "fingerprints"  # run.json: arm → what it runs, hashed (spectest.fingerprint)

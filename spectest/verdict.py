@@ -20,6 +20,8 @@ from spectest.comparison import (
     summarize_comparison,
 )
 from spectest.errors import ExitCode
+from spectest.stats.drift import in_units as _num
+from spectest.stats.drift import margin_words as _margin
 from spectest.verdict_types import Decision, PowerClaim, Scope, ToothVerdict, Verdict
 
 if TYPE_CHECKING:
@@ -205,8 +207,8 @@ def _drift_beyond(run: _Run) -> Rung:
         return False, []
     return _fires(
         "drift beyond numerics",
-        f"drift beyond numerics (claim b): D = drift − floor {d.statistic:.4f} > margin "
-        f"{d.margin:g} (lower bound {d.lcb:.4f} at {1 - d.alpha:.0%})",
+        f"drift beyond numerics (claim b): D = drift − floor {_num(d, d.statistic)} > margin "
+        f"{_margin(d)} (lower bound {_num(d, d.lcb)} at {1 - d.alpha:.0%})",
     )
 
 
@@ -231,8 +233,8 @@ def _drift_unresolved(run: _Run) -> Rung:
         return False, []
     return _fires(
         "numerics drift unresolved",
-        f"numerics drift unresolved (claim b): D = drift − floor in [{d.lcb:.4f}, {d.ucb:.4f}] "
-        f"straddles the margin {d.margin:g}: more sequences narrow it",
+        f"numerics drift unresolved (claim b): D = drift − floor in [{_num(d, d.lcb)}, "
+        f"{_num(d, d.ucb)}] straddles the margin {_margin(d)}: more sequences narrow it",
     )
 
 

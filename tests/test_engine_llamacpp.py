@@ -8,6 +8,10 @@ the candidate's requests put top-p before temperature; must exit 1. Both ask the
 difference on the first and differs on the second (the cross-check with spectest's teacher: the
 misordered server reports, truthfully, the law it sampled).
 
+``protocols/llamacpp-spec-teacher.yaml``: llamacpp-spec with claim (b) decided from the plain server
+teacher-forced at the candidate's prefixes (``arms.floor.teacher_forced``); must exit 0 with
+claim (b) within numerics.
+
 The server binary comes from ``spectest setup llamacpp`` (cached per machine; a fresh machine
 builds it, which takes 10-40 minutes on 2 cores: the fixture then prints the build's progress
 lines to the terminal past pytest's capture, so the suite is never silent for half an hour).
@@ -22,6 +26,7 @@ the mis-ordered run's per-cell TV (measured in results/LOG.md) is far above the 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -68,6 +73,22 @@ def test_speculative_server_is_equivalent_to_plain(llamacpp: Path, tmp_path: Pat
     assert "EQUIVALENT" in r.stdout
     assert "claim (a) from engine-reported p: no difference found" in r.stdout
     assert not list((tmp_path / "run").glob("**/*.tmp"))
+
+
+def test_both_claims_decided_with_claim_b_teacher_forced(llamacpp: Path, tmp_path: Path) -> None:
+    """``protocols/llamacpp-spec-teacher.yaml``: claim (a) from n_probs and claim (b) from the
+    plain server teacher-forced at the candidate's prefixes, both decided: EQUIVALENT, claim (b)
+    within numerics (results/LOG.md h60: U1's UCB and the wall time)."""
+    r = _run(
+        "run", "--config", "protocols/llamacpp-spec-teacher.yaml", "--out", str(tmp_path / "run")
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "EQUIVALENT" in r.stdout and "within the margin (teacher-forced)" in r.stdout
+    assert "claim (a) from engine-reported p: no difference found" in r.stdout
+    n = json.loads((tmp_path / "run" / "summary.json").read_text())["verdict"]["numerics"]
+    assert n["decision"] == "within" and n["floor_kind"].startswith("teacher-forced")
+    assert n["ucb"] <= n["margin_sq"] and n["units"] == 6
+    assert (tmp_path / "run" / "teacher_laws.parquet").is_file()
 
 
 def test_sampler_order_top_p_first_is_different(llamacpp: Path, tmp_path: Path) -> None:

@@ -53,7 +53,11 @@ def test_plan_lays_the_floor_arm_out_last_on_disjoint_seeds(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("floor", "message"),
     [
-        ({}, "arms.floor: name exactly one shape: batch_size, concurrency or order (got none)"),
+        (
+            {},
+            "arms.floor: name exactly one shape: batch_size, concurrency or order, or "
+            "teacher_forced: true (got none)",
+        ),
         ({"batch_size": 2, "order": "reversed"}, "(got batch_size and order)"),
         ({"batch_size": 400}, "arms.floor.batch_size: 400 is the protocol's batch_size"),
         ({"order": "shuffled"}, "arms.floor.order:"),

@@ -78,7 +78,7 @@ def arm_specs(protocol: Protocol) -> tuple[ArmSpec, ...]:
     if p.numerics_mode == MATCHED:
         host = p.candidate_engine if p.candidate_engine.name in ("builtin", "fast") else builtin
         arms.append(ArmSpec(MATCHED, "matched", "exact", _reserved(p, True), "reference", host))
-    if p.floor is not None:  # last: no earlier arm's seeds move
+    if p.floor is not None and p.floor.teacher is None:  # last: no earlier arm's seeds move
         arms.append(ArmSpec(FLOOR, "floor", None, _reserved(p, True), "reference", p.floor.engine))
     names = [a.name for a in arms]
     if len(set(names)) != len(names):

@@ -22,6 +22,7 @@ from spectest.protocol.spec import (
     ENGINES_REFERENCE,
     FLOOR_ORDERS,
     FLOOR_SHAPES,
+    FLOOR_TEACHER,
     EngineChoice,
     FloorSpec,
     Protocol,
@@ -74,12 +75,15 @@ def floor(
     arms = c.mapping(value, "arms", ("floor",))
     if arms.get("floor") is None:
         return None
-    f = c.mapping(arms["floor"], "arms.floor", ("engine", "margin", *FLOOR_SHAPES))
-    shapes = [k for k in FLOOR_SHAPES if k in f]
+    keys = ("engine", "margin", *FLOOR_SHAPES, FLOOR_TEACHER, "sequences")
+    f = c.mapping(arms["floor"], "arms.floor", keys)
+    shapes = [k for k in (*FLOOR_SHAPES, FLOOR_TEACHER) if k in f]
     if len(shapes) != 1:
         got = " and ".join(shapes) if shapes else "none"
         raise c.fail(
-            "arms.floor", f"name exactly one shape: batch_size, concurrency or order (got {got})"
+            "arms.floor",
+            "name exactly one shape: batch_size, concurrency or order, or teacher_forced: true "
+            f"(got {got})",
         )
     raw: list[tuple[str, Any]] = []
     engine, eng = reference, f.get("engine", "reference")
@@ -88,13 +92,40 @@ def floor(
         raw.append(("engine", json.dumps(engine.canonical(), sort_keys=True)))
     else:
         raw.append(("engine", "reference"))
-    engine, size, order, entry = _floor_shape(c, f, shapes[0], engine, batch_size)
-    raw.append(entry)
+    teacher = None
+    if shapes[0] == FLOOR_TEACHER:
+        size, order, teacher = None, None, _teacher(c, f, engine, raw)
+    else:
+        if "sequences" in f:
+            raise c.fail("arms.floor.sequences", "only with teacher_forced: true")
+        engine, size, order, entry = _floor_shape(c, f, shapes[0], engine, batch_size)
+        raw.append(entry)
     margin = DEFAULT_TOKEN_MARGIN
     if "margin" in f:
         margin = c.float_(f["margin"], "arms.floor.margin", lambda x: 0 < x < 1, "in (0, 1)")
         raw.append(("margin", margin))
-    return FloorSpec(engine, size, order, margin, tuple(raw))
+    return FloorSpec(engine, size, order, margin, tuple(raw), teacher)
+
+
+def _teacher(
+    c: Fields, f: Mapping[str, Any], engine: EngineChoice, raw: list[tuple[str, Any]]
+) -> int:
+    """``teacher_forced: true`` (and ``sequences``, the most sequences per cell forced): the
+    engine must answer "its plain law at a prefix" (``engines.plain_laws``), else exit 2."""
+    from spectest.engines.plain_laws import refusal
+    from spectest.stats.teacher_forced import DEFAULT_SEQUENCES
+
+    if not c.bool_(f[FLOOR_TEACHER], "arms.floor.teacher_forced"):
+        raise c.fail("arms.floor.teacher_forced", "only true is meaningful (or leave it out)")
+    why = refusal(engine.name, engine.options)
+    if why is not None:
+        raise c.fail("arms.floor.teacher_forced", why)
+    raw.append((FLOOR_TEACHER, True))
+    n = DEFAULT_SEQUENCES
+    if "sequences" in f:
+        n = c.int_(f["sequences"], "arms.floor.sequences", lo=2)
+        raw.append(("sequences", n))
+    return n
 
 
 def _floor_shape(

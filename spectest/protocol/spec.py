@@ -148,6 +148,7 @@ class EngineChoice:
 
 FLOOR_ORDERS = ("reversed",)  # arms.floor.order: the request orders a floor arm can take
 FLOOR_SHAPES = ("batch_size", "concurrency", "order")  # exactly one per floor arm
+FLOOR_TEACHER = "teacher_forced"  # arms.floor.teacher_forced: true, in place of a shape
 
 
 @dataclass(frozen=True)
@@ -158,18 +159,25 @@ class FloorSpec:
     ``order: reversed`` (rows sent in reverse) — on seeds disjoint from every other arm's.
     Claim (b) is then decided from tokens at ``margin`` (TV per token, ``stats.token_floor``).
     ``engine`` holds the arm's resolved engine (the concurrency applied); ``raw`` the file's
-    form, which is what is hashed (only when the section is present)."""
+    form, which is what is hashed (only when the section is present). ``teacher``: with
+    ``teacher_forced: true`` no arm is laid out; ``engine`` is asked for its plain law at the
+    prefixes of the first ``teacher`` sequences per cell (``stats.teacher_forced``)."""
 
     engine: EngineChoice
     batch_size: int | None
     order: str | None
     margin: float
     raw: tuple[tuple[str, Any], ...]
+    teacher: int | None = None
 
     @property
     def kind(self) -> str:
         """The shape in words for the verdict line: ``batch 1``, ``concurrency 1``, ``order
-        reversed``."""
+        reversed``, or the teacher-forced floor's."""
+        if self.teacher is not None:
+            from spectest.stats.teacher_forced import KIND
+
+            return KIND
         shape = next((k, v) for k, v in self.raw if k in FLOOR_SHAPES)
         return f"{shape[0].replace('_size', '')} {shape[1]}"
 

@@ -39,6 +39,18 @@ def decision_words(decision: DriftDecision, lcb: float, ucb: float, fmt: str) ->
     return "within numerics" if decision == "within" else "drift beyond numerics"
 
 
+def in_units(d: Any, x: float) -> str:
+    """A claim (b) number as result ``d`` states it: TV per token (matched mode) or squared L2
+    per unit (from tokens, ``d.margin_sq`` set: ``stats.token_floor``, ``stats.teacher_forced``)."""
+    return f"{x:.4f}" if getattr(d, "margin_sq", None) is None else f"{x:+.2e}"
+
+
+def margin_words(d: Any) -> str:
+    """``d``'s margin in the units of its D: ``m`` (TV) or ``m TV (2m² = ...)`` (squared L2)."""
+    msq = getattr(d, "margin_sq", None)
+    return f"{d.margin:g}" if msq is None else f"{d.margin:g} TV (2m² = {msq:.2e})"
+
+
 def identically_zero(values: Any) -> bool:
     """A floor that measured nothing: every finite value exactly 0.0 (bit-identical logits),
     or no finite value at all."""

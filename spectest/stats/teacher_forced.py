@@ -1,0 +1,266 @@
+"""Claim (b) from the plain engine teacher-forced at the candidate's prefixes: the candidate's
+token marginals against the plain engine's own processed law π at each of its prefixes, TOST
+style, for engines whose logits spectest cannot see but which answer "your law at this prefix".
+
+Owns: ``decide_teacher_forced`` and its ``TeacherForcedResult`` (U1 per unit, the candidate's
+one-sided bootstrap-t bounds by sequence, the decision against 2m², the reference's own U1 as
+the control readout), the first ``n_max`` seeds of each cell as the sequences forced, and the
+law table (``LAWS``, ``laws_schema``).
+The statistic, why it is unbiased, why no floor is subtracted, its calibration:
+docs/numerics.md ("Claim (b) from the plain engine teacher-forced").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from scipy import sparse
+
+from spectest import schema
+from spectest.stats.drift import decision_words, tost
+from spectest.stats.token_drift import _cells
+from spectest.stats.token_floor import RESAMPLES, TokenFloorResult, _weights, margin_sq
+
+KIND = "teacher-forced: the plain engine's own law at the candidate's prefixes"
+PREFIX = "prefix"  # the sequence's tokens before the position, comma-joined ("" at position 0)
+IDS, PROBS = "token_ids", "probs"  # the law's support and its probabilities (list columns)
+LAWS = (schema.PROMPT_ID, schema.CONFIG_ID, schema.POSITION, PREFIX, IDS, PROBS)
+DEFAULT_SEQUENCES = 1500  # sequences per cell teacher-forced (arms.floor.sequences)
+MASS_TOL = 1e-3  # a law whose probabilities sum below 1 − this is a truncated list: refused
+CHUNK = 1 << 22  # floats per resampling block
+
+
+def laws_schema() -> pa.Schema:
+    """``teacher_laws.parquet``: one row per (prompt, config, position, prefix) answered."""
+    return pa.schema(
+        [
+            pa.field(schema.PROMPT_ID, pa.string()),
+            pa.field(schema.CONFIG_ID, pa.string()),
+            pa.field(schema.POSITION, pa.int32()),
+            pa.field(PREFIX, pa.string()),
+            pa.field(IDS, pa.list_(pa.int64())),
+            pa.field(PROBS, pa.list_(pa.float64())),
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class TeacherForcedResult(TokenFloorResult):
+    """Claim (b) teacher-forced: ``drift`` = ``statistic`` = the candidate's U1 per unit (the
+    floor is 0: nothing subtracted); ``control`` the same on the reference's own sequences, with
+    its bounds (a readout: ≈ 0 for a plain engine); ``prefixes`` the distinct prefixes the
+    engine answered for; ``mass_min`` the smallest total probability a law reported."""
+
+    floor_kind: str = KIND
+    control: float = math.nan
+    control_lcb: float = -math.inf
+    control_ucb: float = math.inf
+    control_sequences: int = 0
+    prefixes: int = 0
+    mass_min: float = 1.0
+
+    @property
+    def headline_words(self) -> str:
+        return f"token-law drift U1 {self.drift:.2e} within the margin (teacher-forced)"
+
+    @property
+    def line(self) -> str:
+        what = decision_words(self.decision, self.lcb, self.ucb, ".2e")
+        return (
+            f"token-law drift U1 {self.drift:.2e} per unit (candidate vs the plain engine's own "
+            f"law at its prefixes, ≥ {self.drift_rms_tv:.4f} TV per token RMS), floor "
+            f"({self.floor_kind}) 0, nothing subtracted, + margin {self.margin:g} TV (2m² = "
+            f"{self.margin_sq:.2e}): {what}; U1 {self.statistic:+.2e} in [{self.lcb:+.2e}, "
+            f"{self.ucb:+.2e}] at {1 - self.alpha:.0%} each side over {self.units} units, "
+            f"{self.sequences} sequences, {self.prefixes} prefixes; control (the reference's "
+            f"own U1) {self.control:+.2e} in [{self.control_lcb:+.2e}, {self.control_ucb:+.2e}] "
+            f"over {self.control_sequences} sequences (claim b, teacher-forced)"
+        )
+
+
+def _first(cells: dict[tuple[str, str], np.ndarray], n_max: int) -> dict:
+    """Each cell's first ``n_max`` sequences (``_cells`` sorts them by seed)."""
+    return {k: v[:n_max] for k, v in cells.items()}
+
+
+def prefix_key(tokens: np.ndarray) -> str:
+    return ",".join(str(int(v)) for v in tokens)
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """One (cell, position): the sequences' token codes ``x`` and prefix indices ``h`` (−1: no
+    token), the one-hot and prefix maps (sparse ``[n, V']``, ``[n, m]``), the laws ``P [m, V']``
+    and each sequence's ‖Z_i‖² = 1 − 2π_i(x_i) + ‖π_i‖²."""
+
+    has: np.ndarray
+    onehot: Any
+    hmap: Any
+    P: np.ndarray
+    z2: np.ndarray
+
+
+def _unit(X: np.ndarray, t: int, laws: dict, cell: tuple[str, str]) -> _Unit | None:
+    """The unit at position ``t`` of a cell's tokens ``X [n, T]``; None with < 2 tokens."""
+    has = X[:, t] >= 0
+    if has.sum() < 2:
+        return None
+    keys = [prefix_key(X[i, :t]) if has[i] else None for i in range(len(X))]
+    distinct = sorted({k for k in keys if k is not None})
+    try:
+        got = [laws[(cell[0], cell[1], t, k)] for k in distinct]
+    except KeyError as err:
+        raise ValueError(f"the law table lacks the prefix {err.args[0]!r}") from None
+    vocab = np.unique(np.concatenate([X[has, t], *(ids for ids, _ in got)]))
+    P = np.zeros((len(distinct), len(vocab)))
+    for r, (ids, p) in enumerate(got):
+        P[r, np.searchsorted(vocab, ids)] += p
+    n = len(X)
+    rows = np.flatnonzero(has)
+    x = np.searchsorted(vocab, X[rows, t])
+    pos = {k: r for r, k in enumerate(distinct)}
+    h = np.array([pos[str(keys[i])] for i in rows], dtype=np.int64)
+    one = np.ones(len(rows))
+    onehot = sparse.csr_matrix((one, (rows, x)), shape=(n, len(vocab)))
+    hmap = sparse.csr_matrix((one, (rows, h)), shape=(n, len(distinct)))
+    z2 = np.zeros(n)
+    z2[rows] = 1 - 2 * P[h, x] + (P * P).sum(-1)[h]
+    return _Unit(has.astype(np.float64), onehot, hmap, P, z2)
+
+
+def _u1(u: _Unit, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """U1 and its plug-in variance for sequence multiplicities ``w [B, n]``, without the pairs
+    of copies of one sequence: (‖Σ w_i Z_i‖² − Σ w_i² ‖Z_i‖²) / (N² − Σ w_i²)."""
+    w = w * u.has
+    N, S2 = w.sum(-1), (w * w).sum(-1)
+    a = (u.onehot.T @ w.T).T  # [B, V'] weighted token counts
+    s = a - (u.P.T @ (u.hmap.T @ w.T)).T  # Σ w_i Z_i
+    U = ((s * s).sum(-1) - (w * w) @ u.z2) / np.maximum(N * N - S2, 1e-300)
+    mu = s / np.maximum(N, 1)[:, None]
+    zm = (u.onehot @ mu.T) - (u.hmap @ (u.P @ mu.T))  # [n, B]: Z_i · μ
+    m1 = (w * zm.T).sum(-1) / np.maximum(N, 1)
+    m2 = (w * zm.T**2).sum(-1) / np.maximum(N, 1)
+    pa = a / np.maximum(N, 1)[:, None]
+    var = 4 * (m2 - m1 * m1) / np.maximum(N, 1) + 2 * (pa * pa).sum(-1) / np.maximum(N * N, 1)
+    return U, var
+
+
+def _units(df: pd.DataFrame, laws: dict, n_max: int) -> list[tuple[int, list[_Unit]]]:
+    """Per cell: its sequence count and its units."""
+    out = []
+    for cell, X in sorted(_first(_cells(df), n_max).items()):
+        us = [_unit(X, t, laws, cell) for t in range(X.shape[1])]
+        kept = [u for u in us if u is not None]
+        if kept:
+            out.append((len(X), kept))
+    return out
+
+
+def _bounds(
+    cells: list[tuple[int, list[_Unit]]], alpha: float, rng: np.random.Generator, resamples: int
+) -> tuple[float, float, float, int]:
+    """(U1 per unit, LCB, UCB, units): one-sided bootstrap-t bounds each at level α, the
+    sequence the resampling unit within each cell (``token_floor._bootstrap_t``'s rule)."""
+    units = sum(len(us) for _, us in cells)
+    if not units:
+        return math.nan, -math.inf, math.inf, 0
+    tot, var = 0.0, 0.0
+    for n, us in cells:
+        for u in us:
+            U, v = _u1(u, np.ones((1, n)))
+            tot, var = tot + float(U[0]), var + float(v[0])
+    stat, se = tot / units, math.sqrt(max(var, 0.0)) / units
+    if se == 0.0:
+        return stat, stat, stat, units
+    bt, bv = np.zeros(resamples), np.zeros(resamples)
+    for n, us in cells:
+        step = max(1, CHUNK // max(1, n * len(us)))
+        for lo in range(0, resamples, step):
+            hi = min(resamples, lo + step)
+            w = _weights(rng.integers(0, n, size=(hi - lo, n)), n)
+            for u in us:
+                U, v = _u1(u, w)
+                bt[lo:hi] += U
+                bv[lo:hi] += v
+    se_star = np.sqrt(np.maximum(bv, 0)) / units
+    good = se_star > 0
+    t = (bt[good] / units - stat) / se_star[good]
+    if len(t) < 2:
+        return stat, -math.inf, math.inf, units
+    q_hi, q_lo = np.quantile(t, [1 - alpha, alpha])
+    return stat, stat - float(q_hi) * se, stat - float(q_lo) * se, units
+
+
+def law_dict(laws: pd.DataFrame) -> tuple[dict, float]:
+    """The law table as ``{(prompt, config, position, prefix): (ids, probs)}`` and the smallest
+    total mass a law has."""
+    out, mass = {}, 1.0
+    for pid, cid, t, k, ids, p in laws[list(LAWS)].itertuples(index=False):
+        ids, p = np.asarray(ids, dtype=np.int64), np.asarray(p, dtype=np.float64)
+        out[(str(pid), str(cid), int(t), str(k))] = (ids, p)
+        mass = min(mass, float(p.sum()))
+    return out, mass
+
+
+def decide_teacher_forced(
+    candidate: pd.DataFrame,
+    laws: pd.DataFrame,
+    *,
+    margin: float,
+    alpha: float,
+    rng: np.random.Generator,
+    n_max: int = DEFAULT_SEQUENCES,
+    reference: pd.DataFrame | None = None,
+    resamples: int = RESAMPLES,
+) -> TeacherForcedResult:
+    """Claim (b) from the candidate's samples frame (``schema.BYO_SCHEMA`` columns) and the
+    plain engine's laws at its prefixes (``LAWS`` columns; every prefix of ``needed_prefixes``);
+    ``reference``: the control readout on the reference's own sequences. No unit with two
+    tokens: infinite bounds, ``unresolved``. A law table whose smallest mass is below
+    1 − ``MASS_TOL`` (a top-n truncated list) is refused (``ValueError``).
+
+    Notes
+    -----
+    Assumes each law is the engine's full processed law at its prefix (support ⊇ every token it
+    can emit there); the candidate's sequences of a cell are exchangeable given the cell.
+    """
+    table, mass = law_dict(laws)
+    if mass < 1 - MASS_TOL:
+        raise ValueError(
+            f"a reported law sums to {mass:.4f} < 1: a top-n truncated list cannot decide claim "
+            "(b) teacher-forced (ask for the whole vocabulary)"
+        )
+    cells = _units(candidate, table, n_max)
+    stat, lcb, ucb, units = _bounds(cells, alpha, rng, resamples)
+    ctrl: tuple[float, float, float, int] = (math.nan, -math.inf, math.inf, 0)
+    cseq = 0
+    if reference is not None:
+        rcells = _units(reference, table, n_max)
+        ctrl = _bounds(rcells, alpha, rng, resamples)
+        cseq = sum(n for n, _ in rcells)
+    msq = margin_sq(margin)
+    return TeacherForcedResult(
+        drift=stat,
+        floor=0.0,
+        statistic=stat,
+        lcb=lcb,
+        ucb=ucb,
+        margin=float(margin),
+        margin_sq=msq,
+        alpha=float(alpha),
+        decision=tost(lcb, ucb, msq),
+        units=units,
+        sequences=sum(n for n, _ in cells),
+        floor_sequences=0,
+        control=ctrl[0],
+        control_lcb=ctrl[1],
+        control_ucb=ctrl[2],
+        control_sequences=cseq,
+        prefixes=len(table),
+        mass_min=mass,
+    )

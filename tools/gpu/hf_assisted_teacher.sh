@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Issue 31 on the H200 (prepared by h60, not run: no GPU in that session): transformers' assisted
+# generation in bfloat16 at Qwen3-0.6B shape, batch 1, with claim (b) TEACHER-FORCED — both
+# claims in the verdict.
+#
+#   protocols/hf-assisted-floor.yaml with its floor arm replaced by `arms.floor: {teacher_forced:
+#   true}`: reference hf-generate (64 rows per call), candidate hf-assisted (K = 4, batch 1). After
+#   generation the plain engine (hf-generate's model in bf16 + transformers' own warpers for the
+#   config: engines.plain_laws) gives its processed law π at every prefix of the candidate's and
+#   the reference's sequences (one forward per sequence); claim (b) = U1, the unbiased
+#   ‖E(e_x − π(h))‖² per unit, against 2m² = 2e-4 (margin 0.01 TV; stats.teacher_forced). No floor
+#   is subtracted: bf16 prefill-vs-decode numerics count against "within".
+#   Overridden: the models (realistic:qwen3-0.6b, V = 151 936, draft derived:first_layers,layers=4),
+#   bfloat16, cuda, SEEDS per arm, and the configs — both truncated (top-k), because the laws are
+#   stored sparse and U1's cost grows with each law's support: an untruncated config would store
+#   151 936 probabilities per prefix.
+#   Claim (a): the white-box family in teacher mode and the black-box families.
+#
+# Budget: hf-assisted ~0.5 s per sequence at this shape: SEEDS=200 (2 configs × 8 positions,
+# 1 prompt) is about 5–7 minutes on one H200, inside one device call. At that size claim (b) is
+# most likely "unresolved" (exit 3): U1's half-width is about 0.9/(n·√units) ≈ 3e-4 at n = 200,
+# 16 units (results/LOG.md h60), above 2e-4. The line says how far the bounds reached.
+#
+# Usage: tools/gpu/hf_assisted_teacher.sh [OUT_DIR]   (default $OUT or /tmp/gpu_hf_teacher)
+#        Env: SEEDS (default 200), DEVICE (default cuda; cpu for a smoke test), EXTRA (more run
+#        arguments, e.g. EXTRA="--seeds 8 --set models.target=bundled:target
+#        --set models.draft=bundled:draft" for a CPU smoke test).
+# Prints the wall time, the exit code, the verdict's headline, the two claim lines and one JSON
+# line (prefix "RESULT ") with the decision, the reasons and verdict.numerics.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+OUT=${1:-${OUT:-/tmp/gpu_hf_teacher}}
+SEEDS=${SEEDS:-200}
+DEVICE=${DEVICE:-cuda}
+read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
+mkdir -p "$OUT"
+python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', \
+transformers.__version__, 'cuda', torch.cuda.is_available() and torch.cuda.get_device_name(0))"
+
+t0=$(date +%s)
+python -m spectest run --config protocols/hf-assisted-floor.yaml --out "$OUT/run" --no-progress \
+  --set models.target=realistic:qwen3-0.6b --set "models.draft=derived:first_layers,layers=4" \
+  --set models.dtype=bfloat16 --set "models.device=$DEVICE" --seeds "$SEEDS" \
+  --set "arms={floor: {teacher_forced: true, sequences: $SEEDS}}" \
+  --set "configs={t1.0-k50: {temperature: 1.0, top_k: 50}, t0.7-k20-p0.9: {temperature: 0.7, top_k: 20, top_p: 0.9}}" \
+  "${EXTRA_ARGS[@]}" > "$OUT/run.log" 2>&1
+rc=$?
+secs=$(( $(date +%s) - t0 ))
+tail -n 25 "$OUT/run.log"
+echo "wall ${secs} s, exit ${rc}"
+python - "$OUT/run" "$rc" "$secs" <<'PY'
+import json, sys
+from pathlib import Path
+run, rc, secs = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+out = {"run": str(run), "exit": rc, "seconds": secs}
+try:
+    s = json.loads((run / "summary.json").read_text())
+except (OSError, ValueError) as e:
+    out["error"] = repr(e)
+else:
+    v = s.get("verdict", {})
+    print(v.get("headline"))
+    for line in (v.get("scope") or {}).get("claims", []):
+        print("  " + line)
+    out.update(decision=v.get("decision"), reasons=v.get("reasons"), numerics=v.get("numerics"))
+print("RESULT " + json.dumps(out))
+PY
