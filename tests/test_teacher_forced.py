@@ -154,8 +154,11 @@ def test_builtin_laws_agree_with_spectests_teacher(tmp_path: Path) -> None:
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_hf_laws_equal_a_forward_at_each_prefix(dtype: str, tmp_path: Path) -> None:
     """The one-forward-per-row laws equal the model's law at the prefix alone (prompt + x_{<t},
-    last logits, transformers' warpers): exactly in float32, within bf16's rounding of the
-    logits otherwise (the same support where no token sits at the top-p edge)."""
+    last logits, transformers' warpers): in float32 to its rounding (1e-5 in L1: a forward over
+    another length may split its float32 reductions otherwise — bit-equal with one thread, 1.5e-6
+    apart with two on this CPU — while a misaligned position or warper moves the law by O(0.1)),
+    within bf16's rounding of the logits otherwise (the same support where no token sits at the
+    top-p edge)."""
     import torch
 
     from spectest.engines.hf.laws import next_token_logits, processed_probs
@@ -172,7 +175,7 @@ def test_hf_laws_equal_a_forward_at_each_prefix(dtype: str, tmp_path: Path) -> N
         ids, p = laws[tuple(int(v) for v in X[i, :t])]
         got = np.zeros(len(want))
         got[ids] = p
-        tol = 1e-9 if dtype == "float32" else 0.05
+        tol = 1e-5 if dtype == "float32" else 0.05
         assert np.abs(got - want.numpy()).sum() <= tol
 
 
