@@ -110,5 +110,5 @@ def _opts() -> dict[str, Any]:
 
 def test_vllm_teacher_protocol_parses_with_its_floor() -> None:
     p = load_protocol(ROOT / "protocols" / "vllm-cpu-spec-teacher.yaml")
-    assert p.floor is not None and p.floor.teacher == 400 and p.floor.margin == 0.03
+    assert p.floor is not None and p.floor.teacher == 2500 and p.floor.margin == 0.01
     assert p.floor.engine.options.probs == 512 and p.floor.engine.options.probs_law == "raw"
