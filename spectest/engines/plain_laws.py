@@ -7,8 +7,11 @@ Owns: ``refusal`` (why an engine choice lacks the capability, None when it has i
 (one engine instance answering, started once, closed once) and one implementation per engine
 family: the http engine's llama.cpp API (one ``n_predict: 1`` request per distinct prefix with
 ``n_probs`` = the vocabulary and ``post_sampling_probs``, over a thread pool of the engine's
-concurrency), the hf engines (the target in its dtype, one forward per sequence, transformers'
-own warpers for the config: ``engines.hf.laws``) and spectest's builtin/fast engines
+concurrency), its OpenAI API when the server reports the whole vocabulary (one
+``max_tokens: 1`` completion per distinct prefix with ``logprobs`` = the vocabulary: a raw law
+processed by ``engines.server_raw_law``, or vLLM's processed law as reported), the hf engines
+(the target in its dtype, one forward per sequence, transformers' own warpers for the config:
+``engines.hf.laws``) and spectest's builtin/fast engines
 (spectest's pipeline on the target's logits: ``engines.teacher``). A law is sparse: its
 non-zero ids and their probabilities (float64). docs/numerics.md ("Claim (b) from the plain
 engine teacher-forced").
@@ -22,28 +25,49 @@ from typing import Any
 
 import numpy as np
 
+from spectest.engines import server_raw_law
+from spectest.engines.replies import Violation
+from spectest.engines.server_probs import TOKEN_ID_PREFIX
 from spectest.errors import EngineError
 
 Law = tuple[np.ndarray, np.ndarray]  # (ids int64, probs float64): the non-zero entries
 LOCAL = ("builtin", "fast", "hf-generate", "hf-assisted")
+VLLM_NEG_INF = -9999.0  # vLLM's JSON spelling of a log-probability of −inf (a filtered token)
 
 
 def refusal(name: str, options: Any) -> str | None:
     """Why engine ``name`` with ``options`` cannot answer "the plain law at a prefix" (None: it
-    can)."""
+    can). The http engine's OpenAI API must report a full law (``probs`` ≥ the vocabulary,
+    checked by ``vocab_refusal`` once the vocabulary is known)."""
     if name in LOCAL:
         return None
     if name == "http":
-        if options.api == "llamacpp":
+        if options.api == "llamacpp" or options.probs > 0:
             return None
         return (
-            "engine http with api openai cannot report its full processed law at a prefix "
-            "(top_logprobs is a top-n list, raw or tempered but unfiltered): only api llamacpp"
+            "engine http with api openai reports no law (probs 0): claim (b) teacher-forced "
+            "needs the full law at each prefix — probs >= the vocabulary with probs_law raw "
+            "(vLLM --logprobs-mode raw_logprobs --max-logprobs V) or processed "
+            "(--logprobs-mode processed_logprobs); a top-n list cannot decide U1"
         )
     return (
         f"engine {name!r} cannot report its plain law at a prefix (supported: http with api "
-        "llamacpp, hf-generate, hf-assisted, builtin, fast)"
+        "llamacpp, http with api openai and probs >= the vocabulary, hf-generate, hf-assisted, "
+        "builtin, fast)"
     )
+
+
+def vocab_refusal(name: str, options: Any, vocab: int) -> str | None:
+    """Why the engine cannot answer over a vocabulary of ``vocab`` ids (None: it can): an
+    OpenAI server's list must hold every id (``probs`` ≥ ``vocab``), else it is top-n
+    truncated and π(h) unknown outside it."""
+    if name == "http" and options.api == "openai" and options.probs < vocab:
+        return (
+            f"engine http with api openai asks for probs {options.probs} < the vocabulary "
+            f"{vocab}: a top-n truncated list is not the law at a prefix (U1 needs every "
+            f"π(h)); set probs >= {vocab} and start the server with --max-logprobs >= {vocab}"
+        )
+    return None
 
 
 def _sparse(p: np.ndarray) -> Law:
@@ -62,6 +86,66 @@ def _prefixes(tokens: np.ndarray) -> list[tuple[int, ...]]:
     return sorted(out)
 
 
+def _llamacpp_law(e: Any, ids: list[int], params: Any, V: int, t: int) -> Law:
+    """llama.cpp: one token with ``n_probs`` = V and ``post_sampling_probs`` (its processed
+    law)."""
+    body = e.request_body(ids, params, 1, 1)
+    body.update({"n_probs": V, "post_sampling_probs": True})
+    reply = e._post(body, f"{e.where}: the plain law at a prefix of {t} tokens")
+    try:
+        p = np.zeros(V)
+        for entry in reply["completion_probabilities"][0]["top_probs"]:
+            p[int(entry["id"])] += float(entry["prob"])
+    except (KeyError, IndexError, TypeError, ValueError) as err:
+        raise EngineError(
+            f"{e.where}: no full law in the reply to n_probs {V} with "
+            f"post_sampling_probs ({type(err).__name__}: {err})"
+        ) from None
+    return _sparse(p)
+
+
+def _openai_law(e: Any, ids: list[int], params: Any, V: int, t: int) -> Law:
+    """An OpenAI-compatible server: one ``max_tokens: 1`` completion with ``logprobs: V`` (the
+    engine's own request fields). ``probs_law`` raw: the reported raw law processed at the
+    request's settings (``server_raw_law.processed_law``); processed: the reported law as it is
+    (``exp`` of the log-probabilities; vLLM's −9999 for a filtered token is 0)."""
+    where = f"{e.where}: the plain law at a prefix of {t} tokens"
+    body = e.request_body(ids, params, 1, 1)
+    body.update({"logprobs": V, "return_tokens_as_token_ids": True})
+    reply = e._post(body, where)
+    try:
+        top = reply["choices"][0]["logprobs"]["top_logprobs"][0]
+        raw = [(_token_id(k), float(v)) for k, v in top.items()]
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
+        raise EngineError(
+            f"{where}: no law in the reply to logprobs {V} ({type(err).__name__}: {err})"
+        ) from None
+    try:
+        if e.options.probs_law == "raw":
+            sp = server_raw_law.settings_of(body)
+            return _sparse(server_raw_law.processed_law(raw, V, sp, where).numpy())
+        row = server_raw_law.full_row(raw, V, where).numpy()
+    except Violation as v:
+        raise EngineError(f"{where}: {v}") from None
+    return _sparse(np.where(row <= VLLM_NEG_INF, 0.0, np.exp(row)))
+
+
+def _token_id(key: str) -> int:
+    if not key.startswith(TOKEN_ID_PREFIX):
+        raise ValueError(f"a token spelt {key!r}, not '{TOKEN_ID_PREFIX}N'")
+    return int(key[len(TOKEN_ID_PREFIX) :])
+
+
+def _check_processed(params: Any, where: str) -> None:
+    """vLLM's processed logprobs at temperature 0 are the log-softmax of the logits, not the
+    greedy point mass it draws from: refused."""
+    if float(params.temperature) == 0.0:
+        raise EngineError(
+            f"{where}: probs_law processed at temperature 0 reports the unfiltered softmax, not "
+            "the greedy law the server samples: use probs_law raw for greedy configs"
+        )
+
+
 class LawAsker:
     """One instance of the engine ``choice`` (its models: ``models``), asked per (prompt,
     config) for the laws at every prefix of a block of sequences; ``close`` once."""
@@ -69,7 +153,8 @@ class LawAsker:
     def __init__(self, choice: Any, models: Any) -> None:
         from spectest.engines.registry import engine_class
 
-        why = refusal(choice.name, choice.options)
+        V = int(models.target.vocab_size)
+        why = refusal(choice.name, choice.options) or vocab_refusal(choice.name, choice.options, V)
         if why is not None:
             raise EngineError(why)
         self.name = choice.name
@@ -92,24 +177,11 @@ class LawAsker:
         e._ensure_server()
         V = int(self.models.target.vocab_size)
 
-        def one(prefix: tuple[int, ...]) -> Law:
-            body = e.request_body(prompt + list(prefix), params, 1, 1)
-            body.update({"n_probs": V, "post_sampling_probs": True})
-            reply = e._post(body, f"{e.where}: the plain law at a prefix of {len(prefix)} tokens")
-            try:
-                top = reply["completion_probabilities"][0]["top_probs"]
-                p = np.zeros(V)
-                for entry in top:
-                    p[int(entry["id"])] += float(entry["prob"])
-            except (KeyError, IndexError, TypeError, ValueError) as err:
-                raise EngineError(
-                    f"{e.where}: no full law in the reply to n_probs {V} with "
-                    f"post_sampling_probs ({type(err).__name__}: {err})"
-                ) from None
-            return _sparse(p)
-
+        one = _llamacpp_law if e.options.api == "llamacpp" else _openai_law
+        if e.options.api == "openai" and e.options.probs_law == "processed":
+            _check_processed(params, e.where)
         with ThreadPoolExecutor(max_workers=max(1, int(e.options.concurrency))) as pool:
-            got = list(pool.map(one, prefixes))
+            got = list(pool.map(lambda h: one(e, prompt + list(h), params, V, len(h)), prefixes))
         self.requests += len(prefixes)
         return dict(zip(prefixes, got, strict=True))
 

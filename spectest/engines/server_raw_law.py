@@ -75,23 +75,33 @@ def processed_of(
     """(p, cdf_lo, None) of ``tok`` under the processed law of the full raw law ``raw``
     (``(id, log-probability)`` for every id in ``range(vocab)``); ``cdf_lo`` in the order of
     ``server_probs`` (descending p, ties by smaller id); list mass None: the full law."""
-    logits = _full_row(raw, vocab, where)
-    probs = logits_to_probs(logits[None, :], SamplingTensors.from_params([params]))[0]
-    return _reported(probs.tolist(), tok)
+    return _reported(processed_law(raw, vocab, params, where).tolist(), tok)
+
+
+def processed_law(
+    raw: Sequence[tuple[int, float]], vocab: int, params: SamplingParams, where: str
+) -> torch.Tensor:
+    """The processed law ``[vocab]`` (float64) of the full raw law ``raw`` at ``params``: what
+    ``processed_of`` reads the token's p from, and the plain law at a prefix of an OpenAI
+    server (``engines.plain_laws``)."""
+    logits = full_row(raw, vocab, where)
+    return logits_to_probs(logits[None, :], SamplingTensors.from_params([params]))[0]
 
 
 def processed_of_reference(
     raw: Sequence[tuple[int, float]], tok: int, vocab: int, params: SamplingParams, where: str
 ) -> Reported:
     """The slow, obviously-correct twin of ``processed_of`` (pure Python pipeline)."""
-    logits = _full_row(raw, vocab, where).tolist()
+    logits = full_row(raw, vocab, where).tolist()
     probs = logits_to_probs_reference(
         logits, params.temperature, params.top_k, params.top_p, params.min_p
     )
     return _reported(probs, tok)
 
 
-def _full_row(raw: Sequence[tuple[int, float]], vocab: int, where: str) -> torch.Tensor:
+def full_row(raw: Sequence[tuple[int, float]], vocab: int, where: str) -> torch.Tensor:
+    """The reported log-probabilities as a ``[vocab]`` float64 row; ``Violation`` unless every
+    id of ``range(vocab)`` is there exactly once."""
     ids = {i for i, _ in raw}
     if len(raw) != vocab or ids != set(range(vocab)):
         raise Violation(
@@ -112,4 +122,12 @@ def _reported(probs: Sequence[float], tok: int) -> Reported:
     return (p, min(lo, 1.0), None)
 
 
-__all__ = ["LAWS", "check_option", "processed_of", "processed_of_reference", "settings_of"]
+__all__ = [
+    "LAWS",
+    "check_option",
+    "full_row",
+    "processed_law",
+    "processed_of",
+    "processed_of_reference",
+    "settings_of",
+]
