@@ -13,7 +13,6 @@ from typing import Any
 
 import pandas as pd
 
-from spectest.report.escape import md_text
 from spectest.store import SAMPLES, TOOTH_SIZES, WHITEBOX
 from spectest.stored import StoredRun
 
