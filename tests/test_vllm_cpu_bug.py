@@ -33,6 +33,18 @@ def test_vllm_cpu_bug_reproduced_and_fixed(tmp_path: Path) -> None:
     assert "reproduced" in r.stdout
 
 
+def _run_bug_script(tmp_path: Path, protocol: str) -> tuple[str, str]:
+    """scripts/vllm_cpu_bug.sh on ``protocol``: its (unpatched, patched) console parts."""
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "PROTOCOL": protocol}
+    r = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "vllm_cpu_bug.sh"), "--no-progress"],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    unpatched, patched = r.stdout.split("== vllm-cpu with the _expand_kernel_impl fix")
+    return unpatched, patched
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(
     os.environ.get("SPECTEST_VLLM") != "1",
@@ -43,18 +55,7 @@ def test_vllm_cpu_bug_decided_by_claim_a_from_raw_logprobs(tmp_path: Path) -> No
     DIFFERENT with the reported-p family's rejection (support and PIT of the derived law; the
     cross-check passing: the model is right, the sampler is not), patched EQUIVALENT with it
     finding no difference. Measured in results/LOG.md (2026-12-03 h54)."""
-    env = {
-        **os.environ,
-        "OUT": str(tmp_path),
-        "PYTHON": sys.executable,
-        "PROTOCOL": "protocols/vllm-cpu-spec-probs.yaml",
-    }
-    r = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "vllm_cpu_bug.sh"), "--no-progress"],
-        capture_output=True, text=True, env=env,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    unpatched, patched = r.stdout.split("== vllm-cpu with the _expand_kernel_impl fix")
+    unpatched, patched = _run_bug_script(tmp_path, "protocols/vllm-cpu-spec-probs.yaml")
     assert "claim (a) from engine-reported p: differs" in unpatched
     assert "claim (a) from engine-reported p: no difference found" in patched
 
@@ -68,17 +69,6 @@ def test_vllm_cpu_bug_decided_with_claim_b_teacher_forced(tmp_path: Path) -> Non
     """protocols/vllm-cpu-spec-teacher.yaml: claim (b) teacher-forced from the plain vLLM server's
     full raw logprobs at the candidate's prefixes (``engines.plain_laws``): unpatched DIFFERENT,
     patched EQUIVALENT with claim (b) decided "within". Measured in results/LOG.md (h64)."""
-    env = {
-        **os.environ,
-        "OUT": str(tmp_path),
-        "PYTHON": sys.executable,
-        "PROTOCOL": "protocols/vllm-cpu-spec-teacher.yaml",
-    }
-    r = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "vllm_cpu_bug.sh"), "--no-progress"],
-        capture_output=True, text=True, env=env,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    unpatched, patched = r.stdout.split("== vllm-cpu with the _expand_kernel_impl fix")
+    unpatched, patched = _run_bug_script(tmp_path, "protocols/vllm-cpu-spec-teacher.yaml")
     assert "claim (a) from engine-reported p: differs" in unpatched
     assert "within numerics" in patched and "(claim b, teacher-forced)" in patched
