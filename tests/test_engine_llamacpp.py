@@ -78,7 +78,10 @@ def test_speculative_server_is_equivalent_to_plain(llamacpp: Path, tmp_path: Pat
 def test_both_claims_decided_with_claim_b_teacher_forced(llamacpp: Path, tmp_path: Path) -> None:
     """``protocols/llamacpp-spec-teacher.yaml``: claim (a) from n_probs and claim (b) from the
     plain server teacher-forced at the candidate's prefixes, both decided: EQUIVALENT, claim (b)
-    within numerics (results/LOG.md h60: U1's UCB and the wall time)."""
+    within numerics (results/LOG.md h60: U1's UCB and the wall time). Deterministic here: two
+    runs a session apart gave the same tokens in every arm and U1 +2.43e-5, UCB 1.13e-4 against
+    2m² = 2e-4 (results/LOG.md "lead (session 8)"); on another build or CPU whose tokens move, a
+    correct server fails it when U1 > 1.1e-4, about 2 % at U1's spread here (sd ≈ 5.4e-5)."""
     r = _run(
         "run", "--config", "protocols/llamacpp-spec-teacher.yaml", "--out", str(tmp_path / "run")
     )  # fmt: skip
