@@ -27,42 +27,5 @@
 #        --set models.draft=bundled:draft" for a CPU smoke test).
 # Prints the wall time, the exit code, the verdict's headline, the two claim lines and one JSON
 # line (prefix "RESULT ") with the decision, the reasons and verdict.numerics.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-OUT=${1:-${OUT:-/tmp/gpu_hf_teacher}}
-SEEDS=${SEEDS:-200}
-DEVICE=${DEVICE:-cuda}
-read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
-mkdir -p "$OUT"
-python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', \
-transformers.__version__, 'cuda', torch.cuda.is_available() and torch.cuda.get_device_name(0))"
-
-t0=$(date +%s)
-python -m spectest run --config protocols/hf-assisted-floor.yaml --out "$OUT/run" --no-progress \
-  --set models.target=realistic:qwen3-0.6b --set "models.draft=derived:first_layers,layers=4" \
-  --set models.dtype=bfloat16 --set "models.device=$DEVICE" --seeds "$SEEDS" \
-  --set "arms={floor: {teacher_forced: true, sequences: $SEEDS}}" \
-  --set "configs={t1.0-k50: {temperature: 1.0, top_k: 50}, t0.7-k20-p0.9: {temperature: 0.7, top_k: 20, top_p: 0.9}}" \
-  "${EXTRA_ARGS[@]}" > "$OUT/run.log" 2>&1
-rc=$?
-secs=$(( $(date +%s) - t0 ))
-tail -n 25 "$OUT/run.log"
-echo "wall ${secs} s, exit ${rc}"
-python - "$OUT/run" "$rc" "$secs" <<'PY'
-import json, sys
-from pathlib import Path
-run, rc, secs = Path(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-out = {"run": str(run), "exit": rc, "seconds": secs}
-try:
-    s = json.loads((run / "summary.json").read_text())
-except (OSError, ValueError) as e:
-    out["error"] = repr(e)
-else:
-    v = s.get("verdict", {})
-    print(v.get("headline"))
-    for line in (v.get("scope") or {}).get("claims", []):
-        print("  " + line)
-    out.update(decision=v.get("decision"), reasons=v.get("reasons"), numerics=v.get("numerics"))
-print("RESULT " + json.dumps(out))
-PY
+# Runs tools/gpu/issue31.sh with TEACHER=1 (the same run and printout, claim (b) teacher-forced).
+exec env TEACHER=1 OUT="${1:-${OUT:-/tmp/gpu_hf_teacher}}" bash "$(dirname "$0")/issue31.sh"

@@ -22,7 +22,8 @@
 #
 # Usage: tools/gpu/issue31.sh [OUT_DIR]   (default $OUT or /tmp/gpu_issue31)
 #        Env: SEEDS (default 200), DEVICE (default cuda; cpu for a smoke test), EXTRA (more run
-#        arguments, e.g. EXTRA="--seeds 8" for a CPU smoke test).
+#        arguments, e.g. EXTRA="--seeds 8" for a CPU smoke test), TEACHER=1 (claim (b)
+#        teacher-forced instead of the floor arm, on two top-k configs: tools/gpu/hf_assisted_teacher.sh).
 # Prints the wall time, the exit code, the verdict's headline, the two claim lines and one JSON
 # line (prefix "RESULT ") with the decision, the reasons and verdict.numerics.
 set -uo pipefail
@@ -32,6 +33,10 @@ OUT=${1:-${OUT:-/tmp/gpu_issue31}}
 SEEDS=${SEEDS:-200}
 DEVICE=${DEVICE:-cuda}
 read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
+TEACHER_ARGS=()
+[ -n "${TEACHER:-}" ] && TEACHER_ARGS=(
+  --set "arms={floor: {teacher_forced: true, sequences: $SEEDS}}"
+  --set "configs={t1.0-k50: {temperature: 1.0, top_k: 50}, t0.7-k20-p0.9: {temperature: 0.7, top_k: 20, top_p: 0.9}}")
 mkdir -p "$OUT"
 python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', \
 transformers.__version__, 'cuda', torch.cuda.is_available() and torch.cuda.get_device_name(0))"
@@ -40,7 +45,7 @@ t0=$(date +%s)
 python -m spectest run --config protocols/hf-assisted-floor.yaml --out "$OUT/run" --no-progress \
   --set models.target=realistic:qwen3-0.6b --set "models.draft=derived:first_layers,layers=4" \
   --set models.dtype=bfloat16 --set "models.device=$DEVICE" --seeds "$SEEDS" \
-  "${EXTRA_ARGS[@]}" > "$OUT/run.log" 2>&1
+  "${TEACHER_ARGS[@]}" "${EXTRA_ARGS[@]}" > "$OUT/run.log" 2>&1
 rc=$?
 secs=$(( $(date +%s) - t0 ))
 tail -n 25 "$OUT/run.log"
