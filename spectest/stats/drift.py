@@ -166,13 +166,21 @@ def bootstrap_t(
             x = u[rng.integers(0, len(u), size=(hi - lo, len(u)))]
             tot[lo:hi] += x.sum(-1)
             v[lo:hi] += var(x)
-    se_b = np.sqrt(v)
-    ok = se_b > 0
-    t = (tot[ok] - stat) / se_b[ok]
+    return stat, *studentized_bounds(stat, se, tot, np.sqrt(v), alpha)
+
+
+def studentized_bounds(
+    stat: float, se: float, boot: np.ndarray, boot_se: np.ndarray, alpha: float
+) -> tuple[float, float]:
+    """One-sided bootstrap-t bounds (LCB, UCB), each at level ``alpha``, of ``stat`` (standard
+    error ``se``) from its resampled values ``boot`` and their standard errors ``boot_se``;
+    resamples with ``boot_se`` 0 are dropped, fewer than two left give infinite bounds."""
+    ok = boot_se > 0
+    t = (boot[ok] - stat) / boot_se[ok]
     if len(t) < 2:
-        return stat, -math.inf, math.inf
+        return -math.inf, math.inf
     hi, lo = np.quantile(t, [1 - alpha, alpha])
-    return stat, stat - float(hi) * se, stat - float(lo) * se
+    return stat - float(hi) * se, stat - float(lo) * se
 
 
 def _bounds(

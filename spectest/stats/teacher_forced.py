@@ -22,7 +22,7 @@ import pyarrow as pa
 from scipy import sparse
 
 from spectest import schema
-from spectest.stats.drift import decision_words, tost
+from spectest.stats.drift import decision_words, studentized_bounds, tost
 from spectest.stats.token_drift import _cells
 from spectest.stats.token_floor import RESAMPLES, TokenFloorResult, _weights, margin_sq
 
@@ -188,12 +188,7 @@ def _bounds(
                 bt[lo:hi] += U
                 bv[lo:hi] += v
     se_star = np.sqrt(np.maximum(bv, 0)) / units
-    good = se_star > 0
-    t = (bt[good] / units - stat) / se_star[good]
-    if len(t) < 2:
-        return stat, -math.inf, math.inf, units
-    q_hi, q_lo = np.quantile(t, [1 - alpha, alpha])
-    return stat, stat - float(q_hi) * se, stat - float(q_lo) * se, units
+    return stat, *studentized_bounds(stat, se, bt / units, se_star, alpha), units
 
 
 def law_dict(laws: pd.DataFrame) -> tuple[dict, float]:

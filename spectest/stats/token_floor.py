@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from spectest.stats.drift import DriftDecision, decision_words, tost
+from spectest.stats.drift import DriftDecision, decision_words, studentized_bounds, tost
 from spectest.stats.token_drift import _cells, _counts
 
 RESAMPLES = 1000
@@ -231,10 +231,4 @@ def _bootstrap_t(
             ud, vd, uf, vf, _ = _cell_terms(files, pairs, idx)
             tot[lo:hi] += (ud - uf)[:, ok].sum(-1)
             var[lo:hi] += (vd + vf)[:, ok].sum(-1)
-    d_star, se_star = tot / units, np.sqrt(var) / units
-    good = se_star > 0
-    t = (d_star[good] - stat) / se_star[good]
-    if len(t) < 2:
-        return -math.inf, math.inf
-    hi, lo = np.quantile(t, [1 - alpha, alpha])
-    return stat - float(hi) * se, stat - float(lo) * se
+    return studentized_bounds(stat, se, tot / units, np.sqrt(var) / units, alpha)
