@@ -94,8 +94,9 @@ def test_pool_keeps_its_workers_and_models_between_runs(single, tmp_path):
         second = run_protocol(load_protocol(cfg), out=tmp_path / "b", pool=pool)
         assert sorted(s.pid for s in pool.slots) == pids
     assert not pool.slots  # closed by the context manager
-    assert _worker_loads(first.run_dir) == {(p, 1) for p in pids}
-    assert _worker_loads(second.run_dir) == {(p, 1) for p in pids}
+    for res in (first, second):  # each shard from a kept worker that loaded once (see the Ray test)
+        loads = _worker_loads(res.run_dir)
+        assert loads and loads <= {(p, 1) for p in pids}, (loads, pids)
     w1, w2 = first.summary["timings"]["workers"], second.summary["timings"]["workers"]
     starts = [k for k in w2 if k.endswith(" start")]
     assert len(starts) == 2 and all(w1[k] > 0 and w2[k] == 0 for k in starts), (w1, w2)
@@ -158,7 +159,11 @@ def test_ray_actor_pool_between_runs(single, tmp_path):
     assert len(pids) == 2
     a = _tables(one.run_dir)
     for res in runs:
-        assert _worker_loads(res.run_dir) == {(p, 1) for p in pids}
+        # NOTE every shard comes from one of the pool's two actors, each of which loaded its
+        # models once; not that both wrote a shard: the actor dealt the tooth sizes first may
+        # still be loading when the other has drained the queue (CI, 2026-12-03)
+        loads = _worker_loads(res.run_dir)
+        assert loads and loads <= {(p, 1) for p in pids}, (loads, pids)
         prov = json.loads((res.run_dir / "manifest.json").read_text())["provenance"]
         assert prov["scaleout"] == "ray"
         for name, df in _tables(res.run_dir).items():
