@@ -130,6 +130,9 @@ class Comparison:
     # ``rejections`` by family label, every family that reported (run-level ones included:
     # white-box, the sequence family's pooled statistics), so a headline's count reconciles
     rejections_by_family: tuple[tuple[str, int], ...] = ()
+    # a null arm that is the reference engine's own plain decode on other seeds (its name;
+    # ``plan.Arm.null_engine``), None: spectest's exact sampler on the built-in engine
+    null_engine: str | None = None
 
     @property
     def is_tooth(self) -> bool:
@@ -162,6 +165,7 @@ def summarize_comparison(
     expect: str,
     cannot_bite: str | None = None,
     size: Any = None,
+    null_engine: str | None = None,
 ) -> Comparison:
     """Read one ``spectest.stats.battery.Analysis`` into a ``Comparison``.
 
@@ -170,7 +174,7 @@ def summarize_comparison(
     them all (cell-positions, trie rows, the candidate's white-box tests, the sequence family's
     pooled statistics, length tables). ``by_config`` reads the cell-position table and the
     failing rows that belong to a config. ``size``: the tooth's ``spectest.tooth_size.ToothSize``
-    (ε arms and mutants).
+    (ε arms and mutants). ``null_engine``: a plain null's engine (``Comparison.null_engine``).
     """
     results = tuple(analysis.families.values())
     failing = sorted((f for r in results for f in r.failing), key=lambda f: f.key)
@@ -200,6 +204,7 @@ def summarize_comparison(
         support_only=bool(analysis.support_violation)
         and not any(r.rejected for r in results if r.black_box),
         rejections_by_family=tuple((r.label, len(r.failing)) for r in results if r.reported),
+        null_engine=null_engine,
     )
 
 

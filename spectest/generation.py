@@ -285,7 +285,8 @@ def generate_shard(
     tick(0)
     job = ArmJob(
         arm=arm.name,
-        role="reference" if floor is not None else arm.role,
+        # the floor and a plain null are the reference engine's plain decode, asked as such
+        role="reference" if floor is not None or arm.null_engine is not None else arm.role,
         variant=arm.variant,
         prompt_id=prompt_id,
         prompt_ids=tuple(prompt_ids),

@@ -128,7 +128,13 @@ def summarize(
         bite = eps_cannot_bite(eps, rounds[rounds[schema.ARM] == arm.name])
     size = size_of(sizes, arm.name) if arm.is_sized else None
     return summarize_comparison(
-        analysis, arm=arm.name, role=arm.role, expect=arm.expect, cannot_bite=bite, size=size
+        analysis,
+        arm=arm.name,
+        role=arm.role,
+        expect=arm.expect,
+        cannot_bite=bite,
+        size=size,
+        null_engine=arm.null_engine,
     )
 
 

@@ -17,7 +17,7 @@ from urllib.parse import quote
 from spectest.engines.registry import engine_class
 from spectest.errors import ConfigError
 from spectest.models.dtypes import LOW_PRECISION
-from spectest.protocol import MATCHED, ArmRole, EngineChoice, Protocol, arm_specs
+from spectest.protocol import MATCHED, ArmRole, EngineChoice, Protocol, arm_specs, is_plain_null
 from spectest.sequential import look_alphas, stage_sizes
 from spectest.stats.options import AnalysisOptions
 
@@ -54,6 +54,12 @@ class Arm:
     @property
     def is_tooth(self) -> bool:
         return self.role in ("null", "eps", "mutant")
+
+    @property
+    def null_engine(self) -> str | None:
+        """The engine a plain null compares with itself (the reference engine, plain vs plain
+        on disjoint seeds: ``protocol.arms.null_spec``), else None."""
+        return self.engine.name if is_plain_null(self.role, self.variant) else None
 
     @property
     def is_sized(self) -> bool:
@@ -137,7 +143,8 @@ class Plan:
 
     def reference_for(self, arm: Arm | str) -> str:
         """The name of the arm ``arm`` is compared with: ``matched`` (spectest's exact sampler
-        in the candidate's own loop) in matched numerics mode, else the plain ``reference``."""
+        in the candidate's own loop) in matched numerics mode, else the plain ``reference``
+        (a plain null: always the plain ``reference``)."""
         return reference_for(self.arms, arm)
 
     @property
@@ -149,9 +156,12 @@ REFERENCE_ROLES = ("reference", "matched", "floor")  # arms compared with no ref
 
 
 def reference_for(arms: tuple[Arm, ...] | list[Arm], arm: Arm | str) -> str:
-    """``Plan.reference_for`` over a bare list of arms (``judge.compare_all``'s callers)."""
+    """``Plan.reference_for`` over a bare list of arms (``judge.compare_all``'s callers). A
+    plain null (the reference engine against itself) is always compared with ``reference``."""
     name = arm if isinstance(arm, str) else arm.name
     if name in ("reference", MATCHED):
+        return "reference"
+    if any(a.name == name and a.null_engine is not None for a in arms):
         return "reference"
     return MATCHED if any(a.role == "matched" for a in arms) else "reference"
 

@@ -88,7 +88,8 @@ def arm_engines(protocol: RunProtocol) -> dict[str, str]:
     """Each arm's engine and drafter as the header states them: an engine of spectest's own
     decode loop (``BuiltinEngine`` and its subclasses) drafts with the protocol's drafter; any
     other engine (vLLM, llama.cpp, transformers, a command or plug-in) uses its own, which the
-    protocol's drafter section does not describe. The teeth always run on ``builtin``."""
+    protocol's drafter section does not describe. The ε and mutant teeth always run on
+    ``builtin``; the null too unless it is the reference engine's own (``null``: stated then)."""
     from spectest.engines.builtin import BuiltinEngine
     from spectest.engines.registry import engine_class
 
@@ -109,6 +110,11 @@ def arm_engines(protocol: RunProtocol) -> dict[str, str]:
         if spectest_loop(cand)
         else f"{cand} (the engine's own sampler and drafter)",
         "teeth": f"builtin ({ours})",
+        **(
+            {"null": f"{ref} (plain vs plain, disjoint seeds)"}
+            if protocol.null_on_reference
+            else {}
+        ),
     }
 
 
@@ -142,6 +148,8 @@ def build_summary(
                 "rejections": c.rejections,
                 "label": tooth_v[c.arm].label,
                 "sound": tooth_v[c.arm].sound,
+                # a plain null: what it compared (the reference engine against itself)
+                **({"null": tooth_v[c.arm].null_words} if c.null_engine is not None else {}),
                 # an ε arm's / mutant's size: its largest per-cell-position TV (tooth_size)
                 **(
                     {"size_tv": c.size_tv, "size_exact": c.size_exact, "size_where": c.size_where}

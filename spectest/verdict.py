@@ -68,6 +68,7 @@ def judge_tooth(c: Comparison) -> ToothVerdict:
         size_tv=c.size_tv,
         size_exact=c.size_exact,
         support_only=bool(c.support_only and c.rejected and c.cannot_bite is None),
+        null_engine=c.null_engine,
     )
 
 
@@ -157,10 +158,18 @@ def _controls_failed(run: _Run) -> Rung:
     null_bad += [t for t in run.teeth if t.cannot_bite is not None and t.rejected]
     for t in null_bad:
         what = "null arm" if t.cannot_bite is None else "tooth (one that cannot bite)"
+        why = "the harness's false-alarm control failed"
+        if t.null_engine is not None:  # the reference engine against itself
+            what = f"null arm ({t.null_words})"
+            why = (
+                f"{t.null_engine}'s plain draws on disjoint seeds are not one law (its seeding "
+                "does not give independent draws, or its law moves between requests), or the "
+                "harness's false-alarm control failed"
+            )
         out.append(
             (
                 "a null arm rejected" if t.cannot_bite is None else f"tooth {t.arm!r} rejected",
-                f"{what} {t.arm!r} rejected: the harness's false-alarm control failed",
+                f"{what} {t.arm!r} rejected: {why}",
             )
         )
     return bool(control_bad or null_bad), out

@@ -33,6 +33,15 @@ class ToothVerdict:
     size_exact: bool = False
     # killed by the support check alone (a token of target probability 0): claims no power
     support_only: bool = False
+    null_engine: str | None = None  # a plain null's engine (``Comparison.null_engine``)
+
+    @property
+    def null_words(self) -> str:
+        """What a null compared: ``hf-generate plain vs plain, disjoint seeds`` (a plain null),
+        else ``spectest's exact sampler vs the reference``."""
+        if self.null_engine is not None:
+            return f"{self.null_engine} plain vs plain, disjoint seeds"
+        return "spectest's exact sampler vs the reference"
 
     @property
     def killed(self) -> bool:
@@ -243,6 +252,7 @@ class Verdict:
                     "size_tv": t.size_tv,
                     "size_exact": t.size_exact,
                     "support_only": t.support_only,
+                    **({} if t.null_engine is None else {"null_engine": t.null_engine}),
                 }
                 for t in self.teeth
             ],

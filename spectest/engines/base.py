@@ -15,8 +15,10 @@ implement the contract without it.
 How an engine plugs in (subclass, register, check, select; ``examples/plugin/``):
 docs/engines.md "Adding an engine".
 
-Each arm of a plan is run by exactly one engine; the teeth (null, ε, mutants) always run on the
-built-in engine, whatever the protocol's reference and candidate engines are.
+Each arm of a plan is run by exactly one engine; the ε and mutant teeth always run on the
+built-in engine, whatever the protocol's reference and candidate engines are; the null runs there
+too, except on a foreign reference engine, where it is that engine's own plain decode on other
+seeds (``protocol.arms.null_spec``), sent as ``role="reference"`` jobs.
 """
 
 from __future__ import annotations
@@ -109,7 +111,8 @@ class Models:
 class ArmJob:
     """One arm × one prompt: every (config, seed) row of the arm for that prompt.
 
-    ``role`` is the arm's role (reference, candidate, null, eps, mutant); ``variant`` the built-in
+    ``role`` is the arm's role (reference, candidate, null, eps, mutant; ``reference`` for the
+    floor arm and a plain null: the engine's plain decode); ``variant`` the built-in
     sampler variant of a speculative arm (``None`` for a plain arm); ``whitebox`` asks for
     white-box columns (only set for engines whose ``whitebox`` is not ``"none"``).
     """

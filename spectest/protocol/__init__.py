@@ -16,6 +16,7 @@ from spectest.protocol.arms import (
     ArmSpec,
     arm_specs,
     eps_arm_name,
+    is_plain_null,
     mutant_arm_name,
 )
 from spectest.protocol.budget import (
@@ -82,6 +83,7 @@ __all__ = [
     "arm_specs",
     "check_budget",
     "eps_arm_name",
+    "is_plain_null",
     "load_protocol",
     "max_tokens",
     "mutant_arm_name",

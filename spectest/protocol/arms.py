@@ -1,9 +1,10 @@
 """The arms a protocol defines: which, in which order, with how many seeds, on which engine.
 
-Owns ``ArmRole``, ``ArmSpec`` and ``arm_specs`` (reference, candidate, null, ε..., mutants...,
-then the ``matched`` arm in matched numerics mode and the floor arm, each laid out after every
-other arm so that no earlier arm's seeds move). Not here: the seed ranges, stages and shards
-(``plan``). The matched arm: docs/numerics.md "The matched arm (claim (a), black-box route)".
+Owns ``ArmRole``, ``ArmSpec``, ``null_spec`` (where the null tooth runs) and ``arm_specs``
+(reference, candidate, null, ε..., mutants..., then the ``matched`` arm in matched numerics mode
+and the floor arm, each laid out after every other arm so that no earlier arm's seeds move). Not
+here: the seed ranges, stages and shards (``plan``). The matched arm: docs/numerics.md "The
+matched arm (claim (a), black-box route)".
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ class ArmSpec:
     (teeth). ``variant``: the sampler variant spec (``None`` for the plain reference).
     ``seeds``: how many seeds it reserves (a sequential arm's last stage). ``expect``:
     ``"subject"`` for the candidate, ``"pass"`` for the null, ``"fail"`` for ε and mutants,
-    ``"reference"`` for the reference. ``engine``: the engine that generates it (always the
-    built-in engine for teeth: they prove the harness's power with spectest's own sampler,
-    whatever engine is under test)."""
+    ``"reference"`` for the reference. ``engine``: the engine that generates it (the built-in
+    engine for ε arms and mutants: they prove the harness's power with spectest's own sampler,
+    whatever engine is under test; the null's: ``null_spec``)."""
 
     name: str
     role: ArmRole
@@ -52,7 +53,7 @@ def arm_specs(protocol: Protocol) -> tuple[ArmSpec, ...]:
     mutants... (the order their seed ranges are laid out in: a tooth added at the end moves no
     earlier arm). Two teeth of one name (``eps=0.1`` and ``eps=0.10``) are a ``ConfigError``."""
     p = protocol
-    builtin = EngineChoice.builtin()  # every tooth runs on spectest's own sampler
+    builtin = EngineChoice.builtin()  # ε arms and mutants run on spectest's own sampler
     n_teeth = p.seeds.teeth_per_arm
     arms = [
         ArmSpec(
@@ -68,7 +69,7 @@ def arm_specs(protocol: Protocol) -> tuple[ArmSpec, ...]:
         ),
     ]
     if p.teeth.null:
-        arms.append(ArmSpec("null", "null", "exact", n_teeth, "pass", builtin))
+        arms.append(null_spec(p, n_teeth))
     for eps in p.teeth.epsilons:
         arms.append(
             ArmSpec(eps_arm_name(eps), "eps", f"eps_biased:{eps:g}", n_teeth, "fail", builtin)
@@ -84,6 +85,22 @@ def arm_specs(protocol: Protocol) -> tuple[ArmSpec, ...]:
     if len(set(names)) != len(names):
         raise ConfigError(f"{p.source}: teeth: two teeth arms share the name {names!r}")
     return tuple(arms)
+
+
+def null_spec(p: Protocol, seeds: int) -> ArmSpec:
+    """The null tooth: the reference engine itself, plain decoding on its own seeds, when
+    ``Protocol.null_on_reference`` (a foreign reference: the same law as the reference by
+    construction, at any numerics, so a rejection says its seeding does not give independent
+    draws of one law); else spectest's exact sampler on the built-in engine (its law is plain
+    decoding's by the exactness theorem). docs/protocols.md "The null tooth"."""
+    if p.null_on_reference:
+        return ArmSpec("null", "null", None, seeds, "pass", p.reference_engine)
+    return ArmSpec("null", "null", "exact", seeds, "pass", EngineChoice.builtin())
+
+
+def is_plain_null(role: str, variant: str | None) -> bool:
+    """A null arm that plain-decodes on the reference engine (``null_spec``)."""
+    return role == "null" and variant is None
 
 
 def _reserved(p: Protocol, reference: bool = False) -> int:

@@ -26,6 +26,7 @@ from spectest.protocol.spec import (
     DEVICES,
     LIMITS_FIELD,
     MATCHABLE_ENGINES,
+    NULL_ENGINES,
     PROTOCOL_VERSIONS,
     SAMPLING_KEYS,
     LimitsSpec,
@@ -351,7 +352,9 @@ def _read_section(
 
 
 def _teeth(c: Fields, value: Any) -> TeethSpec:
-    th = c.mapping(value or {}, "teeth", ("null_arm", "epsilons", "mutants", "size_budget"))
+    th = c.mapping(
+        value or {}, "teeth", ("null_arm", "null_engine", "epsilons", "mutants", "size_budget")
+    )
     eps_raw = th.get("epsilons", []) or []
     mut_raw = th.get("mutants", []) or []
     if not isinstance(eps_raw, list):
@@ -374,6 +377,7 @@ def _teeth(c: Fields, value: Any) -> TeethSpec:
         )
     return TeethSpec(
         null=c.bool_(th.get("null_arm", True), "teeth.null_arm"),
+        null_engine=c.str_(th.get("null_engine", "auto"), "teeth.null_engine", NULL_ENGINES),
         epsilons=epsilons,
         mutants=mutants,
         size_budget=c.int_(th.get("size_budget", DEFAULT_SIZE_BUDGET), "teeth.size_budget", lo=0),

@@ -35,6 +35,11 @@ ENGINES_CANDIDATE = ("builtin", "hf-assisted")
 ACCEPTOR_PREFIX = "acceptor:"  # candidate: acceptor:SPEC = engines.candidate {acceptor, kernel}
 LIMITS_FIELD = "limits.max_tokens"
 MATCHABLE_ENGINES = ("builtin", "fast", "acceptor")  # candidate engines that host the matched arm
+# teeth.null_engine: where the null tooth runs (docs/protocols.md "The null tooth"); ``auto``: on
+# the reference engine itself when it is foreign (not ``OWN_ENGINES``), else spectest's exact
+# sampler on the built-in engine
+NULL_ENGINES = ("auto", "reference", "builtin")
+OWN_ENGINES = ("builtin", "fast")  # reference engines of spectest's own sampling pipeline
 
 
 @dataclass(frozen=True)
@@ -82,8 +87,10 @@ class SeedsSpec:
 
 @dataclass(frozen=True)
 class TeethSpec:
-    """The harness's teeth: a null arm (exact sampler, disjoint seeds) that must pass, ε-biased
-    acceptors and catalogue mutants that must be killed.
+    """The harness's teeth: a null arm (disjoint seeds) that must pass, ε-biased acceptors and
+    catalogue mutants that must be killed. ``null_engine`` (``NULL_ENGINES``) says where the
+    null runs: ``Protocol.null_on_reference`` resolves it (hashed there, resolved, so that the
+    hash follows the arm that runs, not the words).
 
     NOTE: the YAML key is ``null_arm``, not ``null``: YAML reads a bare ``null:`` key as None.
     """
@@ -94,6 +101,7 @@ class TeethSpec:
     # contexts (model forward rows) per tooth and cell for the teeth's sizes (spectest.tooth_size;
     # 0: not computed, every size unknown); hashed only when not the default
     size_budget: int = DEFAULT_SIZE_BUDGET
+    null_engine: str = "auto"  # not hashed here: ``Protocol.canonical`` hashes it resolved
 
     def canonical(self) -> dict[str, Any]:
         """The hashed form (``size_budget`` only when not the default)."""
@@ -108,6 +116,7 @@ class TeethSpec:
         """The YAML form (``null_arm``: see the class NOTE)."""
         return {
             "null_arm": self.null,
+            **({} if self.null_engine == "auto" else {"null_engine": self.null_engine}),
             "epsilons": list(self.epsilons),
             "mutants": list(self.mutants),
             **self._budget(),
@@ -230,6 +239,18 @@ class Protocol:
         return "exact"
 
     @property
+    def null_on_reference(self) -> bool:
+        """Whether the null tooth is the reference engine itself, plain vs plain on its own
+        seeds (``teeth.null_engine`` resolved): ``auto`` is yes for a foreign reference engine
+        (any but ``OWN_ENGINES``), whose plain law spectest's exact sampler need not share at
+        a tied nucleus edge or in bf16 (docs/protocols.md "The null tooth")."""
+        if not self.teeth.null:
+            return False
+        if self.teeth.null_engine == "auto":
+            return self.reference_engine.name not in OWN_ENGINES
+        return self.teeth.null_engine == "reference"
+
+    @property
     def candidate_variant(self) -> str | None:
         """The built-in sampler variant of the candidate arm, or None when its engine has none."""
         return self.candidate if self.candidate_engine.uses_variant else None
@@ -277,7 +298,11 @@ class Protocol:
             "positions": self.positions,
             "candidate": self.candidate,
             "tests": self.tests.canonical(),
-            "teeth": self.teeth.canonical(),
+            "teeth": {
+                **self.teeth.canonical(),
+                # resolved, and only when it is the reference: a builtin null keeps its hash
+                **({"null_engine": "reference"} if self.null_on_reference else {}),
+            },
             "batch_size": self.batch_size,
             **self.engine_fields(),
             **({"arms": {"floor": self.floor.canonical()}} if self.floor is not None else {}),

@@ -81,7 +81,9 @@ def teeth_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         rows.append(
             [
                 t["arm"],
-                "pass" if t["expect"] == "pass" else "be killed",
+                ("pass" + (f" ({t['null']})" if t.get("null") else ""))
+                if t["expect"] == "pass"
+                else "be killed",
                 str(t["rejections"]),
                 "—" if q is None else f"{q:.2g}",
                 margin,
@@ -96,12 +98,8 @@ def arms_line(summary: dict[str, Any]) -> str:
     """Each arm's engine and drafter (``summary.arm_engines``), else the older header's."""
     arms = summary.get("arms_engines")
     if arms:
-        order = [
-            "reference",
-            "candidate",
-            "teeth",
-            *[k for k in arms if k not in ("reference", "candidate", "teeth")],
-        ]
+        first = ("reference", "candidate", "null", "teeth")
+        order = [*first, *[k for k in arms if k not in first]]
         return "Arms: " + "; ".join(f"{r} on {arms[r]}" for r in order if r in arms) + "."
     eng = summary.get("engines") or {}
     return "Engines: " + ", ".join(f"{r} {e.get('name')}" for r, e in eng.items()) + "."
