@@ -401,9 +401,14 @@ def test_ci_protocol_end_to_end(tmp_path):
     The candidate is exact in transformers >= 4.45 (a pass); 4.44 has transformers #32867
     (a greedy draft token with q = softmax) and must fail, by a wide margin (TV ≈ 0.65 measured).
     Fixed seeds; an exact candidate fails with probability ≤ α = 0.05 (union bound).
+
+    The null tooth is hf-generate itself, plain vs plain on its own seeds (the reference engine
+    is foreign: ``Protocol.null_on_reference``): the same law by construction, so it passes
+    except with probability ≤ α = 0.05 at any numerics; the report says what it compared.
     """
     from transformers import GenerationMixin
 
+    from spectest.plan import make_plan
     from spectest.protocol import load_protocol
     from spectest.runner import run_protocol
 
@@ -412,7 +417,18 @@ def test_ci_protocol_end_to_end(tmp_path):
     assert teeth == {
         "null": "passed (sound)", "mutant:onehot_softmax_q": "killed (size 0.509)",
     }, teeth  # fmt: skip
+    protocol = load_protocol(PROTOCOLS / "hf-assisted-ci.yaml")
+    null = make_plan(protocol).arm("null")
+    assert (null.engine, null.variant) == (protocol.reference_engine, None)
+    assert res.summary["arms_engines"]["null"] == "hf-generate (plain vs plain, disjoint seeds)"
+    said = [t.get("null") for t in res.summary["teeth"] if t["arm"] == "null"]
+    assert said == ["hf-generate plain vs plain, disjoint seeds"]
+    assert (
+        "pass (hf-generate plain vs plain, disjoint seeds)"
+        in (tmp_path / "run" / "report.md").read_text()
+    )
     rounds = pd.read_parquet(tmp_path / "run" / "rounds.parquet")
+    assert "null" not in set(rounds[schema.ARM])  # plain decoding: no rounds
     assert (
         rounds[rounds[schema.ARM] == "candidate"].groupby(schema.SEED)["emitted"].sum() == 4
     ).all()
