@@ -157,21 +157,8 @@ def _controls_failed(run: _Run) -> Rung:
     null_bad = [t for t in run.teeth if t.expect == "pass" and t.ran and not t.sound]
     null_bad += [t for t in run.teeth if t.cannot_bite is not None and t.rejected]
     for t in null_bad:
-        what = "null arm" if t.cannot_bite is None else "tooth (one that cannot bite)"
-        why = "the harness's false-alarm control failed"
-        if t.null_engine is not None:  # the reference engine against itself
-            what = f"null arm ({t.null_words})"
-            why = (
-                f"{t.null_engine}'s plain draws on disjoint seeds are not one law (its seeding "
-                "does not give independent draws, or its law moves between requests), or the "
-                "harness's false-alarm control failed"
-            )
-        out.append(
-            (
-                "a null arm rejected" if t.cannot_bite is None else f"tooth {t.arm!r} rejected",
-                f"{what} {t.arm!r} rejected: {why}",
-            )
-        )
+        short = "a null arm rejected" if t.cannot_bite is None else f"tooth {t.arm!r} rejected"
+        out.append((short, t.null_rejection))
     return bool(control_bad or null_bad), out
 
 

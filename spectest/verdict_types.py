@@ -44,6 +44,20 @@ class ToothVerdict:
         return "spectest's exact sampler vs the reference"
 
     @property
+    def null_rejection(self) -> str:
+        """Rule 1's reason line for this null (or ε arm that cannot bite) when it rejected; a
+        plain null's names the engine, whose draws on disjoint seeds were then not one law."""
+        if self.null_engine is None:
+            what = "null arm" if self.cannot_bite is None else "tooth (one that cannot bite)"
+            return f"{what} {self.arm!r} rejected: the harness's false-alarm control failed"
+        return (
+            f"null arm ({self.null_words}) {self.arm!r} rejected: {self.null_engine}'s plain "
+            "draws on disjoint seeds are not one law (its seeding does not give independent "
+            "draws, or its law moves between requests), or the harness's false-alarm control "
+            "failed"
+        )
+
+    @property
     def killed(self) -> bool:
         """An ε arm or mutant that can bite and was rejected: it shows the tests' power."""
         return self.expect == "fail" and self.cannot_bite is None and self.rejected

@@ -125,6 +125,7 @@ def test_correct_reference_null_passes_on_itself(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_broken_seeding_is_caught_by_the_null(tmp_path: Path) -> None:
+    from spectest.report.junit import render_junit
     from spectest.runner import run_protocol
 
     prog = tmp_path / "shared_seed.py"
@@ -136,3 +137,5 @@ def test_broken_seeding_is_caught_by_the_null(tmp_path: Path) -> None:
     why = "null arm (command plain vs plain, disjoint seeds) 'null' rejected: command's plain draws"
     assert any(r.startswith(why) for r in v["reasons"]), v["reasons"]
     assert [t["null_engine"] for t in v["teeth"] if t["arm"] == "null"] == ["command"]
+    junit = render_junit(res.summary)
+    assert 'name="null" value="command plain vs plain, disjoint seeds"' in junit

@@ -3,8 +3,8 @@
 Owns ``ArmRole``, ``ArmSpec``, ``null_spec`` (where the null tooth runs) and ``arm_specs``
 (reference, candidate, null, ε..., mutants..., then the ``matched`` arm in matched numerics mode
 and the floor arm, each laid out after every other arm so that no earlier arm's seeds move). Not
-here: the seed ranges, stages and shards (``plan``). The matched arm: docs/numerics.md "The
-matched arm (claim (a), black-box route)".
+here: the seed ranges, stages and shards (``plan``). The matched arm:
+docs/numerics.md "The matched arm (claim (a), black-box route)".
 """
 
 from __future__ import annotations

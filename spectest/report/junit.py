@@ -73,6 +73,8 @@ def _teeth_cases(suite: ET.Element, name: str, teeth: list[dict[str, Any]]) -> l
         ET.SubElement(tp, "property", name="verdict", value=str(t["label"]))
         if t.get("size_tv") is not None:
             ET.SubElement(tp, "property", name="size_tv", value=str(t["size_tv"]))
+        if t.get("null"):  # a plain null: what it compared (docs/protocols.md "The null tooth")
+            ET.SubElement(tp, "property", name="null", value=str(t["null"]))
         failed.append(not t["sound"])
         if not t["sound"]:
             ET.SubElement(
