@@ -139,3 +139,15 @@ def test_broken_seeding_is_caught_by_the_null(tmp_path: Path) -> None:
     assert [t["null_engine"] for t in v["teeth"] if t["arm"] == "null"] == ["command"]
     junit = render_junit(res.summary)
     assert 'name="null" value="command plain vs plain, disjoint seeds"' in junit
+
+
+def test_plain_null_is_compared_with_the_plain_reference_in_matched_mode(tmp_path: Path) -> None:
+    raw = yaml.safe_load(_protocol(tmp_path, str(PROGRAMS / "builtin_engine.py")).read_text())
+    raw["models"]["dtype"] = "bfloat16"
+    raw["tests"]["numerics"] = "matched"
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(raw))
+    plan = make_plan(load_protocol(tmp_path / "m.yaml"))
+    assert plan.matched
+    assert plan.reference_for("null") == "reference"  # the engine against itself
+    assert plan.reference_for("mutant:always_accept") == "matched"
+    assert plan.reference_for("candidate") == "matched"
