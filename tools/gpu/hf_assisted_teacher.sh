@@ -15,6 +15,8 @@
 #   stored sparse and U1's cost grows with each law's support: an untruncated config would store
 #   151 936 probabilities per prefix.
 #   Claim (a): the white-box family in teacher mode and the black-box families.
+#   The null tooth (session 9, h66): hf-generate itself, plain vs plain on its own seeds
+#   (docs/protocols.md "The null tooth"); session 8's builtin null rejected 8 times here in bf16.
 #
 # Budget: hf-assisted ~0.5 s per sequence at this shape: SEEDS=200 (2 configs × 8 positions,
 # 1 prompt) is about 5–7 minutes on one H200, inside one device call. At that size claim (b) is
