@@ -104,18 +104,18 @@ def arm_engines(protocol: RunProtocol) -> dict[str, str]:
             return False
 
     ref, cand = protocol.reference_engine.name, protocol.candidate_engine.name
-    return {
+    out = {
         "reference": f"{ref} (plain decoding, no drafter)",
         "candidate": f"{cand} ({ours})"
         if spectest_loop(cand)
         else f"{cand} (the engine's own sampler and drafter)",
         "teeth": f"builtin ({ours})",
-        **(
-            {"null": f"{ref} (plain vs plain, disjoint seeds)"}
-            if protocol.null_on_reference
-            else {}
-        ),
     }
+    if protocol.null_on_reference:  # no builtin tooth left when there is no ε arm or mutant
+        out["null"] = f"{ref} (plain vs plain, disjoint seeds)"
+        if not (protocol.teeth.epsilons or protocol.teeth.mutants):
+            del out["teeth"]
+    return out
 
 
 def build_summary(

@@ -31,6 +31,7 @@ import yaml
 from spectest import schema
 from spectest.plan import make_plan
 from spectest.protocol import EngineChoice, load_protocol
+from spectest.summary import arm_engines
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "spectest" / "engines" / "programs"
@@ -84,9 +85,14 @@ def test_null_rule_and_hash(tmp_path: Path) -> None:
     auto = load_protocol(_protocol(tmp_path, prog))
     null = make_plan(auto).arm("null")
     assert (null.engine, null.variant, null.null_engine) == (auto.reference_engine, None, "command")
+    assert arm_engines(auto)["null"] == "command (plain vs plain, disjoint seeds)"
+    assert "teeth" in arm_engines(auto)  # the mutant runs on builtin
+    alone = load_protocol(_protocol(tmp_path, prog, mutants=[]))
+    assert set(arm_engines(alone)) == {"reference", "candidate", "null"}  # no builtin tooth
     forced = load_protocol(_protocol(tmp_path, prog, null_engine="builtin"))
     assert make_plan(forced).arm("null").engine == EngineChoice.builtin()
     assert make_plan(forced).arm("null").variant == "exact"
+    assert "null" not in arm_engines(forced)
     assert forced.hash != auto.hash  # the arm that runs is hashed, resolved
     same = load_protocol(_protocol(tmp_path, prog, null_engine="reference"))
     assert same.hash == auto.hash
