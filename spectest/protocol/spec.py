@@ -138,7 +138,8 @@ class LimitsSpec:
 @dataclass(frozen=True)
 class EngineChoice:
     """The engine of an arm: a registered name (``spectest.engines.registry``) and that engine's
-    parsed ``Options`` (a frozen dataclass). The teeth always use ``EngineChoice.builtin()``."""
+    parsed ``Options`` (a frozen dataclass). ε arms and mutants always use
+    ``EngineChoice.builtin()``; the null too unless ``Protocol.null_on_reference``."""
 
     name: str
     options: Any = None
