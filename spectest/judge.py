@@ -261,49 +261,6 @@ class TeacherForcedClaim:
 ClaimB = NumericsClaim | TokenFloorClaim | TeacherForcedClaim
 
 
-def with_plain_laws(run: Any, claim: Any, models: Any) -> Any:
-    """``claim`` with its law table (``teacher_forced.LAWS``) when it is a teacher-forced claim
-    (``judge.TeacherForcedClaim``) without one: the floor's engine asked at every prefix of the
-    first ``claim.sequences`` sequences per cell of the candidate and of the reference, timed in
-    the run's (``runner._Run``) timings as ``numerics``. Any other claim as it is."""
-    import dataclasses
-    import time
-
-    from spectest.engines.plain_laws import LawAsker
-
-    if not isinstance(claim, TeacherForcedClaim) or claim.table is not None:
-        return claim
-
-    from spectest.generation import load_models
-    from spectest.prompts import prompt_token_ids
-    from spectest.stats.teacher_forced import LAWS, prefix_key
-    from spectest.stats.token_drift import _cells
-
-    protocol, progress, t0 = run.protocol, run.progress, time.perf_counter()
-    if models is None or models.target is None:
-        models = load_models(protocol, need_draft=False)
-    prompts = prompt_token_ids(protocol, models.target.vocab_size, (models.target,))
-    params = dict(protocol.configs)
-    cells = [_cells(df) for df in (claim.candidate, claim.reference)]
-    keys = sorted(set().union(*cells))
-    asker = LawAsker(protocol.floor.engine, models)
-    rows: list[tuple[Any, ...]] = []
-    try:
-        for k, (pid, cid) in enumerate(keys):
-            progress("teacher-forced laws", k, len(keys))
-            X = np.concatenate([c[(pid, cid)][: claim.sequences] for c in cells if (pid, cid) in c])
-            got = asker.laws(prompts[pid], params[cid], X)
-            for prefix, (ids, p) in got.items():
-                rows.append((pid, cid, len(prefix), prefix_key(np.array(prefix)), ids, p))
-    finally:
-        asker.close()
-    progress("teacher-forced laws", len(keys), len(keys))
-    table = pd.DataFrame(rows, columns=list(LAWS)).sort_values(list(LAWS[:4]), ignore_index=True)
-    table[LAWS[2]] = table[LAWS[2]].astype(np.int32)
-    run.timings["numerics"] = time.perf_counter() - t0
-    return dataclasses.replace(claim, table=table)
-
-
 def token_floor_claim(
     samples: pd.DataFrame, arms: Sequence[Arm], margin: float, alpha: float, key: str, kind: str
 ) -> TokenFloorClaim | None:
