@@ -1,9 +1,9 @@
 """Judging: every arm against the reference, the decision, and the final files of a run.
 
 Owns ``compare_all`` (one ``stats.battery`` per non-reference arm), ``summarize`` (each analysis
-as the verdict sees it), claim (b)'s inputs and ``finish_run`` (decide, write the tables, summary
-and reports, the manifest last); every command that decides goes through here. Not here: how a
-decision is made (``verdict``), the summary's shape (``summary``), files (``store``). The map:
+as the verdict sees it), claim (b) built from the run's tables (no engine I/O: the runner asks
+the engines) and ``finish_run`` (decide, write the final files, the manifest last). Not here:
+how a decision is made (``verdict``), the summary's shape (``summary``), files (``store``).
 docs/architecture.md "The decision (stats.battery + verdict)".
 """
 
@@ -67,14 +67,10 @@ def compare_all(
     progress: ProgressFn,
     executor: Any = None,
 ) -> list[tuple[Arm, Any]]:
-    """Analyse every non-reference arm against its reference (``plan.reference_for``: the
-    plain ``reference``, or in matched numerics mode the ``matched`` arm) with
-    ``settings.options``, seeded by ``settings.key``. The rounds of the readout arms
-    (``settings.readout``) are stored but not tested (a readout reference's neither: the
-    round-aware family then stays off): e.g. the hf-assisted draft law is transformers'
-    business, so acceptance vs Σ min(p, q_processed) measures speed there, not the law.
-    ``executor``: a ``concurrent.futures.Executor`` for the per-cell permutation statistics
-    (``analyze``)."""
+    """Every non-reference arm analysed against its reference (``plan.reference_for``) with
+    ``settings.options``, seeded by ``settings.key``; the readout arms' rounds
+    (``settings.readout``) are stored, not tested. ``executor``: runs the per-cell permutation
+    statistics (``stats.battery.analyze``)."""
     from spectest.plan import REFERENCE_ROLES, reference_for
     from spectest.stats.battery import analyze
 
@@ -261,24 +257,16 @@ class TeacherForcedClaim:
 ClaimB = NumericsClaim | TokenFloorClaim | TeacherForcedClaim
 
 
-def token_floor_claim(
-    samples: pd.DataFrame, arms: Sequence[Arm], margin: float, alpha: float, key: str, kind: str
-) -> TokenFloorClaim | None:
-    """A run's claim (b) from its floor arm: reference vs candidate against
-    reference vs floor (the reference resampled jointly); None without a floor arm or a
-    candidate."""
-    names = {a.role: a.name for a in arms}
-    if "floor" not in names or "candidate" not in names:
+def _frames(samples: pd.DataFrame, arms: Sequence[Arm], *roles: str) -> list[pd.DataFrame] | None:
+    """The samples (``schema.BYO_SCHEMA`` columns) of the arm of each role; None when a role
+    has no arm."""
+    names: dict[str, str] = {a.role: a.name for a in arms}
+    if any(r not in names for r in roles):
         return None
-    cols = [f.name for f in schema.BYO_SCHEMA]
-
-    def arm(name: str) -> pd.DataFrame:
-        return samples.loc[samples[schema.ARM] == name, cols].reset_index(drop=True)
-
-    ref = arm(names["reference"])
-    return TokenFloorClaim(
-        ref, arm(names["candidate"]), ref, arm(names["floor"]), margin, alpha, key, kind
-    )
+    cols = [c.name for c in schema.BYO_SCHEMA]
+    return [
+        samples.loc[samples[schema.ARM] == names[r], cols].reset_index(drop=True) for r in roles
+    ]
 
 
 def run_claim_b(
@@ -289,28 +277,20 @@ def run_claim_b(
 ) -> ClaimB | None:
     """A protocol run's claim (b), decided at the run's α (not a look's): from its floor arm's
     tokens when the protocol names one (teacher-forced: from the plain laws ``laws``; None: not
-    asked yet), else matched numerics mode's from the per-token table ``numerics`` (None: not
-    measured yet), else None."""
-    f = plan.protocol.floor
-    if f is not None and f.teacher is not None:
-        names = {a.role: a.name for a in plan.arms}
-        if "candidate" not in names:
-            return None
-        cols = [c.name for c in schema.BYO_SCHEMA]
-        ref, cand = (
-            samples.loc[samples[schema.ARM] == names[r], cols].reset_index(drop=True)
-            for r in ("reference", "candidate")
-        )
-        key = plan.protocol.hash
-        return TeacherForcedClaim(
-            ref, cand, f.teacher, f.margin, plan.settings.run_alpha, key, laws
-        )
-    if f is not None:
-        s = plan.settings
-        return token_floor_claim(
-            samples, plan.arms, f.margin, s.run_alpha, plan.protocol.hash, f.kind
-        )
-    return NumericsClaim.of(plan.settings, numerics)
+    asked yet; else reference vs candidate against reference vs floor, the reference resampled
+    jointly), else matched numerics mode's from the per-token table ``numerics`` (None: not
+    measured yet), else None. None too without the arms the claim needs."""
+    f, alpha, key = plan.protocol.floor, plan.settings.run_alpha, plan.protocol.hash
+    if f is None:
+        return NumericsClaim.of(plan.settings, numerics)
+    roles = ("reference", "candidate") + (() if f.teacher is not None else ("floor",))
+    got = _frames(samples, plan.arms, *roles)
+    if got is None:
+        return None
+    if f.teacher is not None:
+        return TeacherForcedClaim(got[0], got[1], f.teacher, f.margin, alpha, key, laws)
+    ref, cand, floor = got
+    return TokenFloorClaim(ref, cand, ref, floor, f.margin, alpha, key, f.kind)
 
 
 def finish_run(
