@@ -1,12 +1,7 @@
-"""White-box exact tests from the target's (and draft's) probabilities along emitted sequences.
-
-Owns: ``whitebox_tests`` (one arm's tidy rows: the pooled PIT of ``stats.pit``, the directed z
-on A_t = {q_t > p_t}, the acceptance test against Σ min(p, q) and by slot, the support check,
-and the role tests of ``stats.whitebox_roles``), the validation of the ``wb_*`` columns and the
-α split inside the family (``WHITEBOX_WEIGHTS``, ``WHITEBOX_ROLE_WEIGHTS``, ``exact_weights``,
-``weighted_bonferroni``). Does not know: how p_t / q_t were computed (``engines/teacher.py``),
-two-sample tests, multiplicity across families. Why each test is exact: docs/statistics.md
-("White-box exact tests"), docs/roles.md.
+"""White-box exact tests of one arm from the target's (and draft's) probabilities along its
+emitted sequences (``whitebox_tests``: PIT, directed z, acceptance, support, role tests) and the
+α split inside the family (``WHITEBOX_WEIGHTS``, ``weighted_bonferroni``). Knows not how p_t was
+computed. Why each test is exact: docs/statistics.md ("White-box exact tests"), docs/roles.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""White-box statistics by token role: accepted drafts, recovered tokens, bonus tokens.
-
-Owns: the role-stratified PITs (``role_pit_tests``: each stratum against its own law,
-Anderson–Darling → ``RolePitResult``), the reused-uniform e-value test of the final tokens
-(``reuse_test`` → ``ReuseResult``), the strata (``ROLE_STRATA``), the sup-CDF distance a
-stratum resolves (``dkw_resolution``) and the validation of the role columns
-(``validate_roles``). ``stats.whitebox.whitebox_tests`` runs them; ``engines.teacher`` fills the
-columns. Why each stratum's u are iid U(0, 1) given p and q: docs/roles.md ("Why each stratum
-is exact").
+"""White-box statistics by token role (accepted drafts, recovered, bonus: ``ROLE_STRATA``): the
+role PITs (``role_pit_tests``), the reused-uniform e-value test (``reuse_test``) and the
+resolution of a stratum (``dkw_resolution``). docs/roles.md ("Why each stratum is exact").
 """
 
 from __future__ import annotations
