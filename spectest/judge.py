@@ -163,15 +163,6 @@ class NumericsClaim:
     alpha: float
     floor: str = "auto"  # tests.numerics_floor: the table holds the floors it measured
 
-    @classmethod
-    def of(cls, settings: RunSettings, table: pd.DataFrame | None) -> NumericsClaim | None:
-        """The claim of a plan in matched numerics mode (None otherwise): ``table`` decided at
-        the run's α, the settings' margin and floor."""
-        if not settings.matched:
-            return None
-        o = settings.options
-        return cls(table, o.numerics_margin, settings.run_alpha, o.numerics_floor)
-
     def result(self) -> Any:
         from spectest.stats.drift import decide_drift, select_floor
 
@@ -281,8 +272,11 @@ def run_claim_b(
     jointly), else matched numerics mode's from the per-token table ``numerics`` (None: not
     measured yet), else None. None too without the arms the claim needs."""
     f, alpha, key = plan.protocol.floor, plan.settings.run_alpha, plan.protocol.hash
-    if f is None:
-        return NumericsClaim.of(plan.settings, numerics)
+    if f is None:  # matched numerics mode's claim, or none
+        if not plan.settings.matched:
+            return None
+        o = plan.settings.options
+        return NumericsClaim(numerics, o.numerics_margin, alpha, o.numerics_floor)
     roles = ("reference", "candidate") + (() if f.teacher is not None else ("floor",))
     got = _frames(samples, plan.arms, *roles)
     if got is None:
