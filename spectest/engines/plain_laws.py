@@ -6,8 +6,8 @@ Owns ``law_table`` (a run's laws, as ``teacher_laws.parquet`` stores them; the r
 ``refusal`` (why an engine choice lacks the capability), ``LawAsker`` (one engine instance,
 started and closed once) and one implementation per engine family: http llama.cpp, http OpenAI
 with the whole vocabulary, hf (``engines.hf.laws``), builtin/fast (``engines.teacher``). A law
-is sparse: its non-zero ids and their float64 probabilities. docs/numerics.md "Claim (b) from
-the plain engine teacher-forced".
+is sparse: its non-zero ids and their float64 probabilities. docs/numerics.md
+"Claim (b) from the plain engine teacher-forced (issue 31)".
 """
 
 from __future__ import annotations
