@@ -1,7 +1,7 @@
 """Claim (b) decided from the logits: drift − floor against a stated margin, TOST style, on the
 per-token table of ``spectest.numerics.table`` (``decide_drift`` → ``DriftResult``, the floor's
 choice ``select_floor``, ``bootstrap_t``). Knows no models, files or claim (a). The statistic and
-why bootstrap-t: docs/numerics.md ("The drift measurement").
+why bootstrap-t: docs/numerics.md "The drift measurement (claim (b))".
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The token-only drift readout of ``spectest compare --floor A B`` (``token_drift`` →
 ``TokenDriftResult``): Δ² of reference vs candidate beside Δ² of two plain files A, B
-(``pair_distance``). Changes no verdict. docs/numerics.md ("spectest compare --floor A B").
+(``pair_distance``). Changes no verdict.
+docs/numerics.md "`spectest compare --floor A B`: the token-only readout".
 """
 
 from __future__ import annotations

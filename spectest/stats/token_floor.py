@@ -1,6 +1,7 @@
 """Claim (b) from tokens alone: spec-vs-plain token-law drift against the plain-vs-plain floor,
 TOST style, for engines whose logits spectest cannot see (``decide_token_floor`` →
-``TokenFloorResult``; ``margin_sq``). docs/numerics.md ("Claim (b) for foreign engines").
+``TokenFloorResult``; ``margin_sq``).
+docs/numerics.md "Claim (b) for foreign engines: the floor arm (issue 31)".
 """
 
 from __future__ import annotations
