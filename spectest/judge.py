@@ -1,9 +1,9 @@
 """Judging: every arm against the reference, the decision, and the final files of a run.
 
 Owns ``compare_all`` (one ``stats.battery`` per non-reference arm), ``summarize`` (each analysis
-as the verdict sees it), claim (b)'s inputs and ``finish_run`` (decide, write the tables, summary
-and reports, the manifest last); every command that decides goes through here. Not here: how a
-decision is made (``verdict``), the summary's shape (``summary``), files (``store``). The map:
+as the verdict sees it), claim (b) built from the run's tables (no engine I/O: the runner asks
+the engines) and ``finish_run`` (decide, write the final files, the manifest last). Not here:
+how a decision is made (``verdict``), the summary's shape (``summary``), files (``store``).
 docs/architecture.md "The decision (stats.battery + verdict)".
 """
 
@@ -67,14 +67,10 @@ def compare_all(
     progress: ProgressFn,
     executor: Any = None,
 ) -> list[tuple[Arm, Any]]:
-    """Analyse every non-reference arm against its reference (``plan.reference_for``: the
-    plain ``reference``, or in matched numerics mode the ``matched`` arm) with
-    ``settings.options``, seeded by ``settings.key``. The rounds of the readout arms
-    (``settings.readout``) are stored but not tested (a readout reference's neither: the
-    round-aware family then stays off): e.g. the hf-assisted draft law is transformers'
-    business, so acceptance vs Σ min(p, q_processed) measures speed there, not the law.
-    ``executor``: a ``concurrent.futures.Executor`` for the per-cell permutation statistics
-    (``analyze``)."""
+    """Every non-reference arm analysed against its reference (``plan.reference_for``) with
+    ``settings.options``, seeded by ``settings.key``; the readout arms' rounds
+    (``settings.readout``) are stored, not tested. ``executor``: runs the per-cell permutation
+    statistics (``stats.battery.analyze``)."""
     from spectest.plan import REFERENCE_ROLES, reference_for
     from spectest.stats.battery import analyze
 
@@ -173,15 +169,6 @@ class NumericsClaim:
     alpha: float
     floor: str = "auto"  # tests.numerics_floor: the table holds the floors it measured
 
-    @classmethod
-    def of(cls, settings: RunSettings, table: pd.DataFrame | None) -> NumericsClaim | None:
-        """The claim of a plan in matched numerics mode (None otherwise): ``table`` decided at
-        the run's α, the settings' margin and floor."""
-        if not settings.matched:
-            return None
-        o = settings.options
-        return cls(table, o.numerics_margin, settings.run_alpha, o.numerics_floor)
-
     def result(self) -> Any:
         from spectest.stats.drift import decide_drift, select_floor
 
@@ -267,67 +254,16 @@ class TeacherForcedClaim:
 ClaimB = NumericsClaim | TokenFloorClaim | TeacherForcedClaim
 
 
-def with_plain_laws(run: Any, claim: Any, models: Any) -> Any:
-    """``claim`` with its law table (``teacher_forced.LAWS``) when it is a teacher-forced claim
-    (``judge.TeacherForcedClaim``) without one: the floor's engine asked at every prefix of the
-    first ``claim.sequences`` sequences per cell of the candidate and of the reference, timed in
-    the run's (``runner._Run``) timings as ``numerics``. Any other claim as it is."""
-    import dataclasses
-    import time
-
-    from spectest.engines.plain_laws import LawAsker
-
-    if not isinstance(claim, TeacherForcedClaim) or claim.table is not None:
-        return claim
-
-    from spectest.generation import load_models
-    from spectest.prompts import prompt_token_ids
-    from spectest.stats.teacher_forced import LAWS, prefix_key
-    from spectest.stats.token_drift import _cells
-
-    protocol, progress, t0 = run.protocol, run.progress, time.perf_counter()
-    if models is None or models.target is None:
-        models = load_models(protocol, need_draft=False)
-    prompts = prompt_token_ids(protocol, models.target.vocab_size, (models.target,))
-    params = dict(protocol.configs)
-    cells = [_cells(df) for df in (claim.candidate, claim.reference)]
-    keys = sorted(set().union(*cells))
-    asker = LawAsker(protocol.floor.engine, models)
-    rows: list[tuple[Any, ...]] = []
-    try:
-        for k, (pid, cid) in enumerate(keys):
-            progress("teacher-forced laws", k, len(keys))
-            X = np.concatenate([c[(pid, cid)][: claim.sequences] for c in cells if (pid, cid) in c])
-            got = asker.laws(prompts[pid], params[cid], X)
-            for prefix, (ids, p) in got.items():
-                rows.append((pid, cid, len(prefix), prefix_key(np.array(prefix)), ids, p))
-    finally:
-        asker.close()
-    progress("teacher-forced laws", len(keys), len(keys))
-    table = pd.DataFrame(rows, columns=list(LAWS)).sort_values(list(LAWS[:4]), ignore_index=True)
-    table[LAWS[2]] = table[LAWS[2]].astype(np.int32)
-    run.timings["numerics"] = time.perf_counter() - t0
-    return dataclasses.replace(claim, table=table)
-
-
-def token_floor_claim(
-    samples: pd.DataFrame, arms: Sequence[Arm], margin: float, alpha: float, key: str, kind: str
-) -> TokenFloorClaim | None:
-    """A run's claim (b) from its floor arm: reference vs candidate against
-    reference vs floor (the reference resampled jointly); None without a floor arm or a
-    candidate."""
-    names = {a.role: a.name for a in arms}
-    if "floor" not in names or "candidate" not in names:
+def _frames(samples: pd.DataFrame, arms: Sequence[Arm], *roles: str) -> list[pd.DataFrame] | None:
+    """The samples (``schema.BYO_SCHEMA`` columns) of the arm of each role; None when a role
+    has no arm."""
+    names: dict[str, str] = {a.role: a.name for a in arms}
+    if any(r not in names for r in roles):
         return None
-    cols = [f.name for f in schema.BYO_SCHEMA]
-
-    def arm(name: str) -> pd.DataFrame:
-        return samples.loc[samples[schema.ARM] == name, cols].reset_index(drop=True)
-
-    ref = arm(names["reference"])
-    return TokenFloorClaim(
-        ref, arm(names["candidate"]), ref, arm(names["floor"]), margin, alpha, key, kind
-    )
+    cols = [c.name for c in schema.BYO_SCHEMA]
+    return [
+        samples.loc[samples[schema.ARM] == names[r], cols].reset_index(drop=True) for r in roles
+    ]
 
 
 def run_claim_b(
@@ -338,28 +274,23 @@ def run_claim_b(
 ) -> ClaimB | None:
     """A protocol run's claim (b), decided at the run's α (not a look's): from its floor arm's
     tokens when the protocol names one (teacher-forced: from the plain laws ``laws``; None: not
-    asked yet), else matched numerics mode's from the per-token table ``numerics`` (None: not
-    measured yet), else None."""
-    f = plan.protocol.floor
-    if f is not None and f.teacher is not None:
-        names = {a.role: a.name for a in plan.arms}
-        if "candidate" not in names:
+    asked yet; else reference vs candidate against reference vs floor, the reference resampled
+    jointly), else matched numerics mode's from the per-token table ``numerics`` (None: not
+    measured yet), else None. None too without the arms the claim needs."""
+    f, alpha, key = plan.protocol.floor, plan.settings.run_alpha, plan.protocol.hash
+    if f is None:  # matched numerics mode's claim, or none
+        if not plan.settings.matched:
             return None
-        cols = [c.name for c in schema.BYO_SCHEMA]
-        ref, cand = (
-            samples.loc[samples[schema.ARM] == names[r], cols].reset_index(drop=True)
-            for r in ("reference", "candidate")
-        )
-        key = plan.protocol.hash
-        return TeacherForcedClaim(
-            ref, cand, f.teacher, f.margin, plan.settings.run_alpha, key, laws
-        )
-    if f is not None:
-        s = plan.settings
-        return token_floor_claim(
-            samples, plan.arms, f.margin, s.run_alpha, plan.protocol.hash, f.kind
-        )
-    return NumericsClaim.of(plan.settings, numerics)
+        o = plan.settings.options
+        return NumericsClaim(numerics, o.numerics_margin, alpha, o.numerics_floor)
+    roles = ("reference", "candidate") + (() if f.teacher is not None else ("floor",))
+    got = _frames(samples, plan.arms, *roles)
+    if got is None:
+        return None
+    if f.teacher is not None:
+        return TeacherForcedClaim(got[0], got[1], f.teacher, f.margin, alpha, key, laws)
+    ref, cand, floor = got
+    return TokenFloorClaim(ref, cand, ref, floor, f.margin, alpha, key, f.kind)
 
 
 def finish_run(

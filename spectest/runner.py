@@ -1,11 +1,8 @@
 """The order of a run: ``run_protocol``, which ``spectest run`` and ``spectest teeth`` call.
 
-Owns the sequence — open the run directory (resuming completed shards), then per stage (one
-unless sequential): generate the missing shards here or spread over workers, the teeth's sizes
-once, read the shards back in plan order, analyse, look; then ``judge.finish_run`` decides and
-writes. Not here: engines and models (``generation``, ``scaleout``), tests and the decision
-(``judge``, ``verdict``), the summary's shape (``summary``), files (``store``). The phase
-timings: docs/run-directory.md "Phase timings".
+Owns the sequence: open the run directory (resuming), then per stage generate the missing shards,
+the teeth's sizes once, claim (b)'s tables (engine I/O stays here, not in ``judge``), analyse,
+look; ``judge.finish_run`` decides and writes. docs/architecture.md "The run path".
 """
 
 from __future__ import annotations
@@ -24,6 +21,7 @@ import yaml
 
 from spectest import schema
 from spectest.engines.base import Models
+from spectest.engines.plain_laws import law_table
 from spectest.errors import ConfigError
 from spectest.files import make_provenance
 from spectest.fingerprint import arm_fingerprints
@@ -43,11 +41,11 @@ from spectest.judge import (
     ClaimB,
     NumericsClaim,
     RunResult,
+    TeacherForcedClaim,
     compare_all,
     finish_run,
     run_claim_b,
     summarize,
-    with_plain_laws,
 )
 from spectest.plan import Plan, Shard, make_plan, stages
 from spectest.progress import ProgressFn, no_progress
@@ -158,8 +156,7 @@ class _Run:
 
 @dataclass(frozen=True)
 class _Looked:
-    """What the stages left: the last stage's plan, samples, rounds and analyses; the looks
-    (none unless sequential), the seeds per arm after each stage, the teeth's sizes."""
+    """What the stages left, the last stage's tables (``sizes``: seeds per arm per stage)."""
 
     plan: Plan
     samples: pd.DataFrame
@@ -185,10 +182,9 @@ def _open_run(
         raise ConfigError(
             f"{protocol.source}: teeth: no teeth configured (null_arm, epsilons, mutants)"
         )
-    kind = options.kind
     run_dir = run_dir_for(protocol, out, teeth_only=options.teeth_only)
     info = {
-        "kind": kind,
+        "kind": options.kind,
         "protocol_hash": protocol.hash,
         "name": protocol.name,
         "arms": [
@@ -212,7 +208,7 @@ def _open_run(
         protocol_hash=protocol.hash,
         device=device_name(protocol.models.device),
         seed_ranges=plan.seed_ranges,
-        kind=kind,
+        kind=options.kind,
     )
     workers = list(options.devices) or local_devices(protocol.models.device)
     return _Run(protocol, options, rd, provenance, progress, workers)
@@ -392,12 +388,11 @@ def _tooth_sizes(run: _Run, plan: Plan, models: Models | None) -> pd.DataFrame |
     if run.teeth_from_pool is not None:  # a pool worker made them beside generation
         run.timings["tooth sizes"] = 0.0
         return run.teeth_from_pool
-    p = run.protocol
     t0 = time.perf_counter()
     run.progress("tooth sizes", 0, 1)
     if models is None or models.target is None or models.draft is None:
-        models = load_models(p, need_draft=True)
-    sizes = protocol_tooth_sizes(p, plan.settings.sized_teeth, models)
+        models = load_models(run.protocol, need_draft=True)
+    sizes = protocol_tooth_sizes(run.protocol, plan.settings.sized_teeth, models)
     run.progress("tooth sizes", 1, 1)
     run.timings["tooth sizes"] = time.perf_counter() - t0
     return sizes
@@ -410,16 +405,22 @@ def _numerics(
     rounds: pd.DataFrame | None,
     models: Models | None,
 ) -> ClaimB | None:
-    """Claim (b)'s inputs: ``judge.run_claim_b``'s claim with its table, timed as ``numerics``."""
-    claim = with_plain_laws(run, run_claim_b(plan, samples, None), models)
-    if not isinstance(claim, NumericsClaim):  # none, or a floor arm's claim from its tokens
-        return claim
-    if rounds is None or not len(rounds[rounds[schema.ARM] == MATCHED]):
-        return claim
+    """Claim (b)'s inputs: ``judge.run_claim_b``'s claim with its table (the plain engine's
+    laws: ``plain_laws.law_table``; matched: the drift table), timed as ``numerics``."""
+    claim = run_claim_b(plan, samples, None)
+    matched = rounds is not None and bool((rounds[schema.ARM] == MATCHED).any())
     t0 = time.perf_counter()
-    run.progress("numerics drift", 0, 1)
-    table = matched_drift(run.protocol, samples, rounds, models, fast=run.options.fast)
-    run.progress("numerics drift", 1, 1)
+    if isinstance(claim, TeacherForcedClaim):  # the engine's I/O is here, not in the judge
+        if models is None or models.target is None:
+            models = load_models(run.protocol, need_draft=False)
+        frames = (claim.candidate, claim.reference)
+        table = law_table(run.protocol, models, frames, claim.sequences, run.progress)
+    elif isinstance(claim, NumericsClaim) and matched:
+        run.progress("numerics drift", 0, 1)
+        table = matched_drift(run.protocol, samples, rounds, models, fast=run.options.fast)
+        run.progress("numerics drift", 1, 1)
+    else:  # none, or a floor arm's claim from its tokens
+        return claim
     run.timings["numerics"] = time.perf_counter() - t0
     return replace(claim, table=table)
 
@@ -468,9 +469,8 @@ def _header(run: _Run, looked: _Looked) -> Header:
         for arm, fp in fps.items()
         if UNFINGERPRINTED in fp
     )
-    sequential = None
-    if looked.looks:
-        sequential = path_dict(list(looked.looks), looked.sizes, p.seeds.spending, p.tests.alpha)
+    looks = list(looked.looks)
+    sequential = path_dict(looks, looked.sizes, p.seeds.spending, p.tests.alpha) if looks else None
     setup = protocol_setup(
         p,
         seeds_per_arm=looked.sizes[len(looked.looks) - 1] if looked.looks else p.seeds.per_arm,

@@ -205,3 +205,30 @@ def test_role_split_is_fixed_and_only_used_with_role_tests() -> None:
     plain = ["directed_z", "pit_ks", "pit_cvm", "pit_ad", "acceptance"]
     assert whitebox.exact_weights(plain) is whitebox.WHITEBOX_WEIGHTS
     assert whitebox.exact_weights([*plain, "reuse_bonus"]) is w
+
+
+def test_role_columns_are_checked_like_the_whitebox_columns() -> None:
+    """``validate_roles`` refuses a role outside ``schema.ROLES``, a probability outside [0, 1]
+    and wb_role_cdf_lo + wb_role_p > 1, naming the column and the value (the same checker as
+    ``whitebox.validate_whitebox``); NaN is "not recorded" and passes. Exact, no randomness."""
+    from spectest.errors import InputError
+
+    good = pd.DataFrame(  # every role column (``schema.ROLE_COLUMNS``)
+        {
+            schema.WB_ROLE: ["accepted", None],
+            schema.WB_SLOT: [0, -1],
+            schema.WB_ROLE_P: [0.25, float("nan")],
+            schema.WB_ROLE_CDF_LO: [0.5, float("nan")],
+            schema.WB_ROLE_RATIO: [1.0, float("nan")],
+            schema.WB_ROLE_BEYOND: [0.0, float("nan")],
+            schema.WB_ROLE_TAIL: [0.0, float("nan")],
+        }
+    )
+    assert whitebox_roles.validate_roles(good)
+    assert not whitebox_roles.validate_roles(good.drop(columns=[schema.WB_ROLE_TAIL]))
+    with pytest.raises(InputError, match=r"'wb_role'.*'nonsense'"):
+        whitebox_roles.validate_roles(good.assign(**{schema.WB_ROLE: ["nonsense", None]}))
+    with pytest.raises(InputError, match=r"'wb_role_ratio'.*1\.5"):
+        whitebox_roles.validate_roles(good.assign(**{schema.WB_ROLE_RATIO: [1.5, 0.0]}))
+    with pytest.raises(InputError, match=r"wb_role_cdf_lo \+ wb_role_p must be <= 1, got .*1\.25"):
+        whitebox_roles.validate_roles(good.assign(**{schema.WB_ROLE_CDF_LO: [1.0, 0.0]}))

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from spectest.cli.common import cell, console, error_line, exit_with, u
 from spectest.report.escape import printable
+from spectest.report.rows import config_counts
 from spectest.supervise import announce_verdict
 
 MAX_FAILING_PRINTED = 10
@@ -121,16 +122,7 @@ def _config_table(summary: dict[str, Any], narrow: bool = False) -> Table:
         where = f" ({row['max_tv_where']})" if row.get("max_tv_where") else ""
         table.add_row(
             cell(row["config_id"]),
-            f"{row['cells_tested']}"
-            + (f" (+{row['cells_untestable']} untestable)" if row.get("cells_untestable") else ""),
-            "—"
-            if row.get("rejections") is None
-            else str(row["rejections"])
-            + (
-                " (" + ", ".join(f"{k} {n}" for k, n in row["rejections_by_family"].items()) + ")"
-                if row.get("rejections_by_family")
-                else ""
-            ),
+            *config_counts(row),
             cell(fmt(row.get("max_tv_excess")) + where),
             fmt(row.get("mde_tv")),
             *([] if narrow else [cell(row.get("teeth", ""))]),

@@ -1,20 +1,13 @@
-"""The optional engine capability "the plain law at these prefixes": for a prompt, a config and
-token sequences, the processed law the engine's *plain* decode samples from at every prefix of
-every sequence — what claim (b) teacher-forced (``stats.teacher_forced``) compares the
-candidate's tokens with.
+"""The optional engine capability "the plain law at these prefixes": the processed law the
+engine's *plain* decode samples from at every prefix of given token sequences, which claim (b)
+teacher-forced (``stats.teacher_forced``) compares the candidate's tokens with.
 
-Owns: ``refusal`` (why an engine choice lacks the capability, None when it has it), ``LawAsker``
-(one engine instance answering, started once, closed once) and one implementation per engine
-family: the http engine's llama.cpp API (one ``n_predict: 1`` request per distinct prefix with
-``n_probs`` = the vocabulary and ``post_sampling_probs``, over a thread pool of the engine's
-concurrency), its OpenAI API when the server reports the whole vocabulary (one
-``max_tokens: 1`` completion per distinct prefix with ``logprobs`` = the vocabulary: a raw law
-processed by ``engines.server_raw_law``, or vLLM's processed law as reported), the hf engines
-(the target in its dtype, one forward per sequence, transformers' own warpers for the config:
-``engines.hf.laws``) and spectest's builtin/fast engines
-(spectest's pipeline on the target's logits: ``engines.teacher``). A law is sparse: its
-non-zero ids and their probabilities (float64). docs/numerics.md ("Claim (b) from the plain
-engine teacher-forced").
+Owns ``law_table`` (a run's laws, as ``teacher_laws.parquet`` stores them; the runner calls it),
+``refusal`` (why an engine choice lacks the capability), ``LawAsker`` (one engine instance,
+started and closed once) and one implementation per engine family: http llama.cpp, http OpenAI
+with the whole vocabulary, hf (``engines.hf.laws``), builtin/fast (``engines.teacher``). A law
+is sparse: its non-zero ids and their float64 probabilities. docs/numerics.md
+"Claim (b) from the plain engine teacher-forced (issue 31)".
 """
 
 from __future__ import annotations
@@ -24,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from spectest.engines import server_raw_law
 from spectest.engines.replies import Violation
@@ -68,6 +62,37 @@ def vocab_refusal(name: str, options: Any, vocab: int) -> str | None:
             f"π(h)); set probs >= {vocab} and start the server with --max-logprobs >= {vocab}"
         )
     return None
+
+
+def law_table(
+    protocol: Any, models: Any, frames: Sequence[pd.DataFrame], n_max: int, progress: Any
+) -> pd.DataFrame:
+    """The law table (``teacher_forced.LAWS`` columns) of the floor's engine
+    (``protocol.floor.engine``, its target: ``models.target``), asked at every prefix of the
+    first ``n_max`` sequences per cell of each of ``frames`` (the candidate's and the
+    reference's tokens, ``schema.BYO_SCHEMA`` columns)."""
+    from spectest.prompts import prompt_token_ids
+    from spectest.stats.teacher_forced import LAWS, prefix_key
+    from spectest.stats.token_drift import _cells
+
+    prompts = prompt_token_ids(protocol, models.target.vocab_size, (models.target,))
+    params = dict(protocol.configs)
+    cells = [_cells(df) for df in frames]
+    keys = sorted(set().union(*cells))
+    asker = LawAsker(protocol.floor.engine, models)
+    rows: list[tuple[Any, ...]] = []
+    try:
+        for k, (pid, cid) in enumerate(keys):
+            progress("teacher-forced laws", k, len(keys))
+            X = np.concatenate([c[(pid, cid)][:n_max] for c in cells if (pid, cid) in c])
+            for prefix, (ids, p) in asker.laws(prompts[pid], params[cid], X).items():
+                rows.append((pid, cid, len(prefix), prefix_key(np.array(prefix)), ids, p))
+    finally:
+        asker.close()
+    progress("teacher-forced laws", len(keys), len(keys))
+    table = pd.DataFrame(rows, columns=list(LAWS)).sort_values(list(LAWS[:4]), ignore_index=True)
+    table[LAWS[2]] = table[LAWS[2]].astype(np.int32)
+    return table
 
 
 def _sparse(p: np.ndarray) -> Law:

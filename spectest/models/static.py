@@ -90,19 +90,10 @@ class StaticHFModel(LanguageModel):
 
     Notes
     -----
-    One key/value pool per batch size is kept and reused by every cache of that size (a chunk's
-    cache resets it), so CUDA graphs, which bake in buffer addresses, are captured once per
-    ``(B, S, W)`` and replayed for every later chunk, prompt and arm. Consequently only one cache
-    per batch size is live at a time — what the decode loops need (target and draft are two
-    models).
-
-    NOTE native logits: the conversion of bfloat16 / float16 to float32 (and on to float64) is
-    exact and monotone, so every consumer of these logits — the sampling pipelines, which take
-    them to float64 before any arithmetic and select the shortlist by comparisons only — computes
-    the same law from the native tensor as from its float32 cast (tests/test_sampling_fast.py),
-    without the ``[B, S, V]`` float32 copy per forward and at half the bytes per full-vocabulary
-    pass. With ``logit_scale != 1`` the float32 product is part of the model's law, so the logits
-    stay float32 there.
+    One key/value pool per batch size, reused by every cache of that size, so a CUDA graph is
+    captured once per ``(B, S, W)``; only one cache per batch size is live at a time. Native
+    logits are the same law as their float32 cast. Both: docs/internals.md
+    "spectest/models/static.py".
     """
 
     def __init__(
@@ -294,14 +285,9 @@ class _Graph:
     """One CUDA graph of ``StaticHFModel._eager`` at a fixed ``(B, S, W)`` over the B-row pool
     (``W`` attended slots: the graph's keys/values are views of the pool's first ``W``).
 
-    NOTE memory: every graph of a model is captured into ONE shared memory pool, and what lives
-    across replays is outside it — the key/value pool, the static inputs, and the ``[B, S, V]``
-    float32 logits buffer shared by the graphs of one ``(B, S)`` (``_out_buffer``). Everything a
-    capture allocates in the pool (activations, the model's own logits) is therefore scratch that
-    another graph's replay may overwrite; that is safe because replays run one at a time on one
-    stream and ``run`` consumes the output (a clone, enqueued right after the replay) before any
-    other replay. Before this (one private pool per graph) each graph kept its own activations and
-    logits: 42.8 GiB at ``batch_size=768`` (results/LOG.md).
+    NOTE memory: every graph of a model shares ONE memory pool, so a capture's allocations are
+    scratch another replay may overwrite; safe because replays run one at a time and ``run``
+    clones the output first (docs/internals.md "spectest/models/static.py").
     """
 
     def __init__(self, model: StaticHFModel, B: int, S: int, W: int) -> None:

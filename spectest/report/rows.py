@@ -40,14 +40,7 @@ def config_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     rows = [
         [
             r["config_id"],
-            f"{r.get('cells_tested', '—')}"
-            + (f" (+{r['cells_untestable']} untestable)" if r.get("cells_untestable") else ""),
-            _fmt(r.get("rejections"))
-            + (
-                " (" + ", ".join(f"{k} {n}" for k, n in r["rejections_by_family"].items()) + ")"
-                if r.get("rejections_by_family")
-                else ""
-            ),
+            *config_counts(r),
             _fmt(r.get("max_tv_excess")),
             _fmt(r.get("max_tv_where")),
             _fmt(r.get("mde_tv")),
@@ -56,6 +49,17 @@ def config_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         for r in summary.get("configs", [])
     ]
     return header, rows
+
+
+def config_counts(r: dict[str, Any]) -> tuple[str, str]:
+    """A config row's "cells tested" (with the untestable) and "rejections" (by family)."""
+    by = r.get("rejections_by_family")
+    return (
+        f"{r.get('cells_tested', '—')}"
+        + (f" (+{r['cells_untestable']} untestable)" if r.get("cells_untestable") else ""),
+        _fmt(r.get("rejections"))
+        + (" (" + ", ".join(f"{k} {n}" for k, n in by.items()) + ")" if by else ""),
+    )
 
 
 def teeth_rows(summary: dict[str, Any]) -> tuple[list[str], list[list[str]]]:

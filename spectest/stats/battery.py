@@ -1,14 +1,8 @@
 """The statistics entry point: samples of two arms → ``Analysis`` (one ``FamilyResult`` per test
-family, plus the run-level decision).
+family, plus the run-level decision ``Analysis.rejected``).
 
-Owns: the registry of test families (``FAMILIES``: the six built-in ones, in the α split's
-order), the split of the run's α over the active families (``split_alpha``), ``analyze`` (encode
-the two arms, draw the shared relabelings, ask each family whether it is active, split α, run
-each) and ``Analysis`` with its documented decision rule ``rejected``. The options are
-``spectest.stats.options``' (re-exported here); what a family is, ``spectest.stats.families``.
-
-Does not know: files, protocols, teeth arms (``spectest.verdict`` combines several analyses),
-torch, any particular statistic: the families own theirs, and this module adds none.
+Owns the family registry (``FAMILIES``, in the α split's order), ``split_alpha`` and ``analyze``.
+Adds no statistic of its own; knows no files, protocols, teeth or torch. docs/families.md.
 """
 
 from __future__ import annotations

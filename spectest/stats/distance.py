@@ -1,10 +1,7 @@
-"""Plug-in total variation per table, its permutation null, and the excess over the null.
-
-Owns: ``tv_distance`` (plug-in TV of two histograms), ``tv_test`` (one table: TV, its
-permutation null's mean and upper quantile, the excess → ``TVResult``), ``tv_statistics`` (TV of
-many strata under many labelings) and ``summarize_null``. Does not know: multiplicity, cells,
-DataFrames. Why a raw TV is never reported alone (its upward bias under H0):
-docs/statistics.md ("Total variation").
+"""Plug-in total variation per table, its permutation null, and the excess over the null
+(``tv_test`` → ``TVResult``; ``tv_statistics`` for many strata and labelings). Knows no
+multiplicity, cells or DataFrames. Why a raw TV is never reported alone: docs/statistics.md
+("Total variation").
 """
 
 from __future__ import annotations

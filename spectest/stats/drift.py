@@ -1,12 +1,7 @@
-"""Claim (b) decided from the logits: drift − floor against a stated margin, TOST style, from the
-per-token table ``spectest.numerics.table`` measures.
-
-Owns: ``decide_drift`` and its ``DriftResult`` (drift, floor, D = drift − floor with one-sided
-bootstrap-t bounds by sequence, the decision ``within`` / ``beyond`` / ``unresolved``, the
-readouts and the verdict line), the floor's choice ``select_floor``, ``bootstrap_t`` and the
-split lower bound ``split_lcb``.
-Does not know: models, files, claim (a)'s families. The statistic, the bounds and why
-bootstrap-t: docs/numerics.md ("The drift measurement").
+"""Claim (b) decided from the logits: drift − floor against a stated margin, TOST style, on the
+per-token table of ``spectest.numerics.table`` (``decide_drift`` → ``DriftResult``, the floor's
+choice ``select_floor``, ``bootstrap_t``). Knows no models, files or claim (a). The statistic and
+why bootstrap-t: docs/numerics.md "The drift measurement (claim (b))".
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""What a test family is: the ``Family`` protocol, what every family is given (``FamilyInputs``)
-and what it returns (``FamilyResult``, with its failing rows as ``Failure`` lines).
-
-Owns: the family contract. ``spectest.stats.battery`` splits α over the active families of
-its registry (``battery.FAMILIES``) and composes their results; a new family is one class (a
-module ``family_<name>.py``) and one line there. Does not know: any particular family, files,
-protocols, torch. How the families' results decide: docs/families.md.
+"""What a test family is: the ``Family`` protocol, its inputs (``FamilyInputs``) and its result
+(``FamilyResult``, failing rows as ``Failure`` lines). A new family is one class in a module
+``family_<name>.py`` and one line in ``battery.FAMILIES``. Knows no particular family, files or
+torch. How the families' results decide: docs/families.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""The token χ² per cell-position family: per (prompt, config, position) a pooled two-sample χ²
-of the two arms' token histograms, the plug-in TV against its permutation null, the multiplicity
-correction over all cell-positions, each test's MDE, and the testability estimate.
-
-Owns: ``CellFamily`` (always active), its table ``CELL_COLUMNS`` (stored as tests.parquet) and
-``CellsResult`` (the run-level numbers of the family: median and worst MDE — the verdict's power
-claim reads the median —, the largest TV excess and where, the correction's name, and how many
-seeds would make a share of cell-positions testable). Does not know: the other families, files,
-torch. The statistics are ``homogeneity``, ``distance``, ``multiplicity`` and ``power``'s.
+"""The token χ² per cell-position family: per (prompt, config, position) a pooled two-sample χ²,
+the plug-in TV against its permutation null, the correction over all cell-positions, each test's
+MDE and the testability estimate (``CellFamily``, always active; its table ``CELL_COLUMNS``,
+stored as tests.parquet; ``CellsResult``). Knows no other family, files or torch.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The reported-p family: claim (a) for an engine spectest cannot see inside, from the
 probabilities it reports for the tokens it emits (``schema.REPORTED_COLUMNS``).
 
-Owns: ``ReportedFamily`` (active when the candidate arm reported a p for some token) and what it
-decides on each arm that reported: the support check (an emitted token the engine itself gave
-p = 0: a hard failure, as in the white-box family), the randomised PIT's uniformity (KS and
-Cramér–von Mises, pooled) and, where the engine reports per-round telemetry that tiles its
-sequences, one KS per round slot — all *conditional on the engine's reported law*, exact at any
-numerics (the law is the one the engine says it sampled from) — with a weighted Bonferroni within
-the arm (``WEIGHTS``); and the cross-check of the reported p with spectest's teacher-forced p_t
-(``wb_p``), a tolerance comparison, not a test, decided within the floor the reference arm
-measures (``crosscheck_tol``). The reference arm's tests are the control. How the PIT is built
-on a top-n list (``reported_p.pit_interval``), why each stratum is exact and what each server
-reports: docs/engines-reported-p.md. Does not know engines, files or other families.
+Owns ``ReportedFamily``: per arm that reported, the support check, the randomised PIT's
+uniformity and per-round-slot KS (conditional on the reported law, exact at any numerics) under a
+weighted Bonferroni (``WEIGHTS``), and the tolerance cross-check with spectest's ``wb_p``. Knows
+no engines, files or other families. docs/engines-reported-p.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""The round-aware family: the token law conditional on reported round structure and the
-accepted-length law, candidate against its reference, when both arms report rounds
-(``spectest.stats.rounds``: one two-sample χ² per (cell, stratum), step-down max-T).
-
-Owns: ``RoundsFamily`` — when it is active (both arms have round rows, B ≥ 1 and some
-(cell, stratum) is testable), its failing lines, and that its tests are *claims*
-(``FamilyResult.claims``): it can add a rejection, and never counts as "a family ran" for a
-pass, so a fabricated rounds table cannot turn a wrong sampler into exit 0. Does not know: the
-other families, files, torch. Assumptions and the exact accepted-length law: docs/rounds.md.
+"""The round-aware family (``RoundsFamily``): the token law conditional on reported round
+structure and the accepted-length law, candidate against reference (``stats.rounds``). Its tests
+are *claims*: they can add a rejection and never count as "a family ran" for a pass, so a
+fabricated rounds table cannot make exit 0. Knows no other family, files or torch. docs/rounds.md.
 """
 
 from __future__ import annotations

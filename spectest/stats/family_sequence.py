@@ -1,11 +1,7 @@
-"""The sequence-level family: statistics of whole sequences pooled over every cell, max-T over
-them, whole-sequence permutations within cells (``spectest.stats.sequence``).
-
-Owns: ``SequenceFamily`` (active when ``options.sequence`` and ``null_permutations >= 1``), its
-table ``SEQUENCE_COLUMNS`` (stored as sequence.parquet: the pooled rows that decide, then the
-per-cell rows that locate), what counts as tested (a permutation p-value that cannot reach its
-level tested nothing), its resolution (that of its first statistic stated in TV) and
-``SequenceResult``. Does not know: the other families, files, torch.
+"""The sequence-level family (``SequenceFamily``): statistics of whole sequences pooled over
+every cell, max-T over them, whole-sequence permutations within cells (``stats.sequence``); its
+table ``SEQUENCE_COLUMNS`` (sequence.parquet: the pooled rows that decide, then the per-cell rows
+that locate). Knows no other family, files or torch.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The prefix-trie family: per cell, a node χ² at every prefix with enough sequences in both arms
-and one chain-rule G² over the whole trie (``spectest.stats.trie``), corrected together by BH
-(BY when ``multiplicity`` is 'by' or 'maxT').
-
-Owns: ``TrieFamily`` (active when ``trie_depth >= 1`` and there are at least two positions), its
-table ``TRIE_COLUMNS`` (stored as trie.parquet), what counts as a tested row (a chain G² on fewer
-than ``trie_min_count`` sequences per arm cannot reach its level) and its failing lines. Does not
-know: the other families, files, torch.
+"""The prefix-trie family (``TrieFamily``): per cell a node χ² at every well-filled prefix and one
+chain-rule G² over the trie (``stats.trie``), corrected together by BH (BY under 'by' or
+'maxT'); its table ``TRIE_COLUMNS`` (trie.parquet). Knows no other family, files or torch.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""The white-box family: tests of the emitted tokens against the target law p_t recorded beside
-them (the wb_* columns), on both arms.
-
-Owns: ``WhiteboxFamily`` (active when ``options.whitebox`` and the candidate's p_t were
-computed), both of its modes and their weighted Bonferroni within each arm — 'exact' (one-sample
-tests per arm, ``spectest.stats.whitebox``; a support violation is a hard failure outside the
-split) and 'teacher' (two-sample tests candidate vs reference and the tolerance control,
-``spectest.stats.whitebox_two_sample``) —, the control (a rejected test of the *reference* arm means
-spectest's own p_t is wrong), the directed z's MDE as the family's resolution and the role
-strata's per-role resolutions (a note), teacher mode's sizing notes and ``WhiteboxResult``.
-Does not know: the other families, files, torch.
+"""The white-box family (``WhiteboxFamily``): the emitted tokens against the target law p_t
+recorded beside them (the wb_* columns), on both arms, in two modes — 'exact' (one-sample tests,
+``stats.whitebox``) and 'teacher' (two-sample tests and the tolerance control,
+``stats.whitebox_two_sample``). The reference arm is the control: a rejection there means
+spectest's own p_t is wrong. Knows no other family, files or torch. docs/statistics.md
+("White-box exact tests").
 """
 
 from __future__ import annotations

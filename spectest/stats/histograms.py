@@ -1,13 +1,6 @@
-"""Samples table → integer-encoded sequences, and tidy histograms (per position, per trie node).
-
-Owns: validation of the samples table's stats-relevant columns (``validate_samples``), its
-encoding into one row per sequence (``encode_samples`` → ``EncodedSamples``: a dense token
-matrix [sequences, positions], sequences ordered by cell, arm, seed), prefix-trie node ids
-(``prefix_nodes``), and the tidy count tables ``position_counts`` and ``trie_counts`` that the
-store writes as histograms.
-
-Does not know: any statistic or p-value, Parquet files, torch, how samples were produced.
-Column names come from ``spectest.schema``.
+"""Samples table → integer-encoded sequences (``encode_samples`` → ``EncodedSamples``, validated
+by ``validate_samples``), prefix-trie node ids, and the tidy count tables the store writes as
+histograms (``position_counts``, ``trie_counts``). Knows no statistic, Parquet files or torch.
 """
 
 from __future__ import annotations

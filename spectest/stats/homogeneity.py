@@ -1,13 +1,7 @@
-"""Two-sample Pearson χ² with symmetric pooling of rare tokens, and the one-sample GOF χ².
-
-Owns: the pooling rule (``pool_tokens`` for one table, ``pool_table`` for many strata), the
-pooled two-sample χ² of one table through scipy (``pooled_chi2`` → ``HomogeneityResult``), its
-vectorised form over many strata and labelings (``chi2_statistics``) and the one-sample GOF χ²
-(``gof_chi2`` → ``GofResult``). Does not know: where counts come from, multiplicity, DataFrames.
-The rule (keep a token when its smaller expected count c·w ≥ ``min_expected``, pool the rest
-into "other", merge a too-small "other" into the smallest kept bin; fewer than two bins or an
-empty arm is untestable) depends on combined counts only, so it is relabeling-invariant: why,
-docs/statistics.md ("Two-sample χ² on sparse tables").
+"""Two-sample Pearson χ² with symmetric pooling of rare tokens (``pooled_chi2``, vectorised over
+strata and labelings in ``chi2_statistics``), and the one-sample GOF χ² (``gof_chi2``). The
+pooling rule depends on combined counts only, so it is relabeling-invariant: docs/statistics.md
+("Two-sample χ² on sparse tables"). Knows no counts' origin, multiplicity or DataFrames.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Sequence length is part of the law: per cell, the two arms' distributions of how many
-positions each sequence has (where it stopped, or which positions are missing).
-
-Owns: ``sequence_lengths`` (present positions per sequence), ``length_tests`` (one pooled
-two-sample χ² per cell on the length histogram → tidy frame), ``is_active`` (whether the family
-can reject at all) and ``adjust`` (BH over the cells at the family's α, with the MDE of each
-test). Does not know: files, arms' names, the other families. Why a family of its own and when
-it takes a share of α: docs/families.md ("Why lengths are a family of their own").
+"""Sequence length is part of the law: per cell, a pooled two-sample χ² on the two arms'
+histograms of present positions per sequence (``length_tests``), BH over cells (``adjust``).
+Knows no files, arm names or other families. docs/families.md ("Why lengths are a family of
+their own").
 """
 
 from __future__ import annotations

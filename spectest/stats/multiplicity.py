@@ -1,10 +1,7 @@
-"""Multiple-testing corrections: BH, BY, Holm, Bonferroni (statsmodels) and permutation max-T.
-
-Owns: ``adjust`` (through statsmodels ``multipletests`` with the method always named: its
-default is Holm–Šidák, not BH) and ``maxt_adjust`` (Westfall–Young step-down max-T from the
-statistics under sequence permutations), both → ``MultiplicityResult``. Does not know: where
-p-values or statistics come from, cells, DataFrames. What each controls under which
-dependence: docs/statistics.md ("Multiplicity").
+"""Multiple-testing corrections → ``MultiplicityResult``: BH, BY, Holm, Bonferroni through
+statsmodels ``multipletests`` with the method always named (its default is Holm–Šidák), and
+Westfall–Young step-down max-T (``maxt_adjust``). Knows no cells or DataFrames.
+docs/statistics.md ("Multiplicity").
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The randomized probability integral transform and its uniformity tests.
-
-Owns: ``pit_values`` (u = F(x⁻) + V·p(x), V ~ U(0, 1) from the caller's generator) and the
-uniformity tests of u (KS, Cramér–von Mises, Anderson–Darling with the Marsaglia & Marsaglia
-p-value: ``uniformity_tests`` → ``UniformityResult``), the primitives of the white-box modules.
-Knows nothing of arms, roles or the sample table. Why the u are iid U(0, 1) under H0 though the
-process is autoregressive: docs/statistics.md ("White-box exact tests").
+"""The randomized probability integral transform (``pit_values``: u = F(x⁻) + V·p(x)) and its
+uniformity tests (KS, Cramér–von Mises, Anderson–Darling: ``uniformity_tests``). Knows no arms,
+roles or samples table. Why the u are iid U(0, 1) under H0: docs/statistics.md ("White-box exact
+tests").
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Power and minimum detectable effects of the pooled χ² and the directed z-test.
-
-Owns: ``lambda_star``, ``chi2_power``, ``two_sample_noncentrality``, ``mde_tv`` (the smallest
-binned-law TV the pooled two-sample χ² detects with the given power), ``seeds_for_tv`` (its
-inverse), ``directed_z_mde``, and testability at real vocabularies (``cross_fitted_top_counts``,
-``seeds_to_testable``, ``estimate_testability`` → ``Testability``). Does not know: samples,
-cells, multiplicity (callers pass the per-test α). The noncentrality bound λ ≥ 2·N_eff·TV² the
-MDE rests on: docs/statistics.md ("Power and minimum detectable effect").
+"""Power and minimum detectable effects of the pooled χ² (``mde_tv``, ``seeds_for_tv``) and the
+directed z (``directed_z_mde``), and testability at real vocabularies (``estimate_testability``).
+Knows no samples, cells or multiplicity (callers pass the per-test α). docs/statistics.md
+("Power and minimum detectable effect").
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""White-box tests on the probabilities an engine reports, and their cross-check with a teacher.
-
-Owns: the family of ``spectest reported-p`` on an engine that reports, per emitted token, the
-target law's p and the mass ``cdf_lo`` below its id (``engines.reported`` collects them): the
-support check, the randomised PIT's uniformity (KS and Cramér–von Mises at α/2 each,
-``pit_tests``), all *conditional on the engine's reported p*, the tolerance cross-check of the
-reported p with spectest's teacher-forced p_t (``crosscheck``), and their ``ReportedResult``;
-and the PIT interval of a top-n list (``pit_interval``) that ``stats.family_reported`` uses.
-Torch-free; knows nothing about engines, processes or files. What the two halves say, why the
-PIT is exact and why the cross-check is a tolerance, not a test: docs/engines-reported-p.md.
+"""White-box tests on the probabilities an engine reports (``spectest reported-p``): the support
+check and the randomised PIT's uniformity, conditional on the reported p, and the tolerance
+cross-check with spectest's teacher-forced p_t → ``ReportedResult``; the PIT interval of a top-n
+list (``pit_interval``). Torch-free; knows no engines or files. docs/engines-reported-p.md.
 """
 
 from __future__ import annotations

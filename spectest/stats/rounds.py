@@ -1,12 +1,6 @@
-"""Round-aware two-sample tests: the token law conditional on the round structure an engine
-reports, and the accepted-length law, candidate against a reference that reports rounds too.
-
-Owns: the strata (``strata_of``: by round offset, the bonus token, the recovered token, the
-(drafted, accepted) pair of every round), the per-sequence count matrices of one (cell, stratum)
-(``stratum_counts``), the Pearson χ² of a 2×k table under every relabeling
-(``chi2_under_labels``) and ``round_tests`` (step-down max-T over the testable (cell, stratum)
-pairs on the shared relabelings). Does not know: files, the other families. What the null
-assumes and why a lying readout cannot make a pass: docs/rounds.md.
+"""Round-aware two-sample tests: the token law by round stratum (``strata_of``) and the
+accepted-length law, as χ² of 2×k tables under the shared relabelings with step-down max-T
+(``round_tests``). Knows no files or other families. What the null assumes: docs/rounds.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Sequence-level statistics: evidence pooled across positions, prefixes and cells, calibrated
-by permuting whole sequences between the arms.
-
-Owns: the statistics of one cell under many labelings (``cell_statistics`` → [J, 1+B]; the J
-``STATISTICS``: Σ position χ², unigram χ², transition χ², Hamming MMD², prefix MMD²), their
-combination over cells with a single-step max-T (``combine`` → ``SequenceResult``) and the
-family's resolution (``resolution``). Does not know: DataFrames, arm names, multiplicity across
-families. Why the family is exact whatever the dependence between positions:
-docs/families.md ("Why the sequence family is exact").
+"""Sequence-level statistics of one cell under many labelings (``cell_statistics``, the
+``STATISTICS``), combined over cells by single-step max-T (``combine`` → ``SequenceResult``).
+Knows no DataFrames, arm names or other families. Why exact whatever the dependence between
+positions: docs/families.md ("Why the sequence family is exact").
 """
 
 from __future__ import annotations

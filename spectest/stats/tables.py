@@ -1,13 +1,7 @@
-"""Many two-arm token tables in one sparse "key-row" form, and their counts under relabelings.
-
-Owns: ``StrataTable`` (the tables of many strata at once — a stratum is a cell-position or a
-prefix-trie node — as one key row per distinct (stratum, token) with its combined count, plus a
-sparse 0/1 indicator [K rows, sequences] of the entries: one (sequence, stratum, token) each),
-``build_table``, ``label_matrix`` (the observed arm labels plus B sequence-level permutations)
-and ``ref_counts`` (the reference count of every row under every labeling, one sparse product).
-Every statistic of ``homogeneity``, ``distance`` and ``trie`` is a function of (table, reference
-counts), so the observed value and its permutation null come from one code path. Does not know:
-which statistic is computed, p-values, DataFrames, arm names.
+"""Many two-arm token tables in one sparse key-row form (``StrataTable``: one row per (stratum,
+token), a 0/1 indicator [rows, sequences]), the labelings (``label_matrix``) and the reference
+counts under every labeling (``ref_counts``): every statistic of ``homogeneity``, ``distance``
+and ``trie`` reads (table, counts), so a value and its permutation null share one path.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The token-only numerics-drift readout of ``spectest compare --floor A B``: the token-law
-distance of reference and candidate beside the same distance of two plain-decode files A, B.
-
-Owns: ``pair_distance`` (the pooled unbiased squared-L2 distance Δ² of two samples files'
-per-position token marginals, and its bootstrap draws by sequence), ``token_drift`` and
-``TokenDriftResult``. A readout: it changes no verdict and no exit code. What it can and cannot
-conclude, and why a U-statistic: docs/numerics.md ("spectest compare --floor A B").
+"""The token-only drift readout of ``spectest compare --floor A B`` (``token_drift`` →
+``TokenDriftResult``): Δ² of reference vs candidate beside Δ² of two plain files A, B
+(``pair_distance``). Changes no verdict.
+docs/numerics.md "`spectest compare --floor A B`: the token-only readout".
 """
 
 from __future__ import annotations

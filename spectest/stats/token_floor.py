@@ -1,11 +1,7 @@
-"""Claim (b) decided from tokens alone: an engine's spec-vs-plain token-law drift against its own
-plain-vs-plain floor, TOST style, for engines whose logits spectest cannot see.
-
-Owns: ``decide_token_floor`` and its ``TokenFloorResult`` (drift, floor, D with one-sided
-bootstrap-t bounds by sequence, the decision ``within`` / ``beyond`` / ``unresolved`` against
-the margin, the verdict line) and the margin's conversion ``margin_sq``. The per-position counts
-are ``stats.token_drift``'s. The statistic, the margin's 2m², the bounds and their calibration:
-docs/numerics.md ("Claim (b) for foreign engines").
+"""Claim (b) from tokens alone: spec-vs-plain token-law drift against the plain-vs-plain floor,
+TOST style, for engines whose logits spectest cannot see (``decide_token_floor`` →
+``TokenFloorResult``; ``margin_sq``).
+docs/numerics.md "Claim (b) for foreign engines: the floor arm (issue 31)".
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""Prefix-conditional tests: next-token χ² at trie nodes and the chain-rule G² over the trie.
-
-Owns: ``build_trie_table`` (one cell's next-token tables at every prefix-trie node of depth
-0..D, a ``StrataTable``), ``g2_statistics`` (unpooled G² of many strata under many labelings),
-``g2_table`` (its slow scipy reference), ``chain_rule_g2`` (Σ of node G² over the trie,
-calibrated by sequence permutation → ``ChainG2Result``) and ``node_chi2`` (pooled χ² at the
-well-filled nodes). Does not know: DataFrames, arm names, multiplicity. Why marginals are not
-enough, and the chain rule G²(prefixes) = Σ_d node G²: docs/statistics.md ("Marginals are not
-enough").
+"""Prefix-conditional tests: next-token tables at every prefix-trie node (``build_trie_table``),
+node χ² and the chain-rule G² over the trie (``chain_rule_g2``) with its slow scipy reference
+(``g2_table``). Knows no DataFrames, arm names or multiplicity. docs/statistics.md ("Marginals
+are not enough").
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""White-box exact tests from the target's (and draft's) probabilities along emitted sequences.
-
-Owns: ``whitebox_tests`` (one arm's tidy rows: the pooled PIT of ``stats.pit``, the directed z
-on A_t = {q_t > p_t}, the acceptance test against Σ min(p, q) and by slot, the support check,
-and the role tests of ``stats.whitebox_roles``), the validation of the ``wb_*`` columns and the
-α split inside the family (``WHITEBOX_WEIGHTS``, ``WHITEBOX_ROLE_WEIGHTS``, ``exact_weights``,
-``weighted_bonferroni``). Does not know: how p_t / q_t were computed (``engines/teacher.py``),
-two-sample tests, multiplicity across families. Why each test is exact: docs/statistics.md
-("White-box exact tests"), docs/roles.md.
+"""White-box exact tests of one arm from the target's (and draft's) probabilities along its
+emitted sequences (``whitebox_tests``: PIT, directed z, acceptance, support, role tests) and the
+α split inside the family (``WHITEBOX_WEIGHTS``, ``weighted_bonferroni``). Knows not how p_t was
+computed. Why each test is exact: docs/statistics.md ("White-box exact tests"), docs/roles.md.
 """
 
 from __future__ import annotations
@@ -21,8 +16,8 @@ from scipy import stats
 
 from spectest import schema as sc
 from spectest.errors import ConfigError, InputError
+from spectest.stats import whitebox_roles as roles
 from spectest.stats.pit import pit_values, uniformity_tests
-from spectest.stats.whitebox_roles import dkw_resolution, role_pit_tests, validate_roles
 
 
 @dataclass(frozen=True)
@@ -230,22 +225,7 @@ def validate_whitebox(samples: pd.DataFrame) -> tuple[bool, bool, bool]:
     has_pit = sc.WB_P in samples.columns and sc.WB_CDF_LO in samples.columns
     has_a = sc.WB_P_A in samples.columns and sc.WB_IN_A in samples.columns
     has_overlap = sc.WB_OVERLAP in samples.columns
-    for col in (sc.WB_P, sc.WB_CDF_LO, sc.WB_P_A):
-        if col in samples.columns:
-            v = samples[col].to_numpy(dtype=np.float64)
-            bad = np.isinf(v) | (v < 0.0) | (v > 1.0 + 1e-9)
-            if bad.any():
-                raise InputError(
-                    f"samples: column {col!r} must be in [0, 1] (or NaN), got {v[bad][0]!r}"
-                )
-    if has_pit:
-        total = samples[sc.WB_CDF_LO].to_numpy(dtype=np.float64) + samples[sc.WB_P].to_numpy(
-            dtype=np.float64
-        )
-        if (total > 1.0 + 1e-6).any():
-            raise InputError(
-                f"samples: wb_cdf_lo + wb_p must be <= 1, got {total[total > 1 + 1e-6][0]!r}"
-            )
+    roles.check_probabilities(samples, (sc.WB_P, sc.WB_CDF_LO, sc.WB_P_A), (sc.WB_CDF_LO, sc.WB_P))
     if has_overlap:
         v = samples[sc.WB_OVERLAP].to_numpy(dtype=np.float64)
         bad = np.isfinite(v) & ((v < 0.0) | (v > 1.0 + 1e-9))
@@ -402,7 +382,7 @@ def _role_rows(
                     detail,
                 )
             )
-    for rp in role_pit_tests(sub, rng):
+    for rp in roles.role_pit_tests(sub, rng):
         # the nominal share: renormalising over the tests that ran can only raise it
         w = alpha * ROLE_WEIGHTS[f"role_pit_{rp.role}"]
         detail = f"{rp.role} tokens: randomized PIT vs U(0,1) under their own law"
@@ -414,7 +394,7 @@ def _role_rows(
                 rp.uniformity.pvalue,
                 rp.n,
                 detail,
-                mde=dkw_resolution(rp.n, w),
+                mde=roles.dkw_resolution(rp.n, w),
             )
         )
         rz = rp.reuse
@@ -465,7 +445,7 @@ def whitebox_tests(
     The PIT's V_t come from ``rng``, drawn per arm in table order.
     """
     has_pit, has_a, has_overlap = validate_whitebox(samples)
-    has_roles = validate_roles(samples)
+    has_roles = roles.validate_roles(samples)
     rows: list[dict[str, object]] = []
     for arm in arms:
         sub = samples[samples[sc.ARM] == arm]

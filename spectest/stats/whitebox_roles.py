@@ -1,17 +1,12 @@
-"""White-box statistics by token role: accepted drafts, recovered tokens, bonus tokens.
-
-Owns: the role-stratified PITs (``role_pit_tests``: each stratum against its own law,
-Anderson–Darling → ``RolePitResult``), the reused-uniform e-value test of the final tokens
-(``reuse_test`` → ``ReuseResult``), the strata (``ROLE_STRATA``), the sup-CDF distance a
-stratum resolves (``dkw_resolution``) and the validation of the role columns
-(``validate_roles``). ``stats.whitebox.whitebox_tests`` runs them; ``engines.teacher`` fills the
-columns. Why each stratum's u are iid U(0, 1) given p and q: docs/roles.md ("Why each stratum
-is exact").
+"""White-box statistics by token role (accepted drafts, recovered, bonus: ``ROLE_STRATA``): the
+role PITs (``role_pit_tests``), the reused-uniform e-value test (``reuse_test``) and the
+resolution of a stratum (``dkw_resolution``). docs/roles.md ("Why each stratum is exact").
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -139,18 +134,27 @@ def validate_roles(samples: pd.DataFrame) -> bool:
             f"samples: column {sc.WB_ROLE!r} must be one of {list(sc.ROLES)!r}, "
             f"got {role[bad_role].iloc[0]!r}"
         )
-    for col in (sc.WB_ROLE_P, sc.WB_ROLE_CDF_LO, sc.WB_ROLE_RATIO, sc.WB_ROLE_TAIL):
+    cols = (sc.WB_ROLE_P, sc.WB_ROLE_CDF_LO, sc.WB_ROLE_RATIO, sc.WB_ROLE_TAIL)
+    check_probabilities(samples, cols, (sc.WB_ROLE_CDF_LO, sc.WB_ROLE_P))
+    return True
+
+
+def check_probabilities(
+    samples: pd.DataFrame, columns: Sequence[str], pair: tuple[str, str] | None = None
+) -> None:
+    """``InputError`` naming the column and the first bad value unless each of ``columns``
+    present lies in [0, 1] or NaN, and the two columns of ``pair``, when present, sum to ≤ 1."""
+    for col in (c for c in columns if c in samples.columns):
         v = samples[col].to_numpy(dtype=np.float64)
         bad = np.isinf(v) | (v < 0.0) | (v > 1.0 + 1e-9)
         if bad.any():
             raise InputError(
                 f"samples: column {col!r} must be in [0, 1] (or NaN), got {v[bad][0]!r}"
             )
-    total = samples[sc.WB_ROLE_P].to_numpy(dtype=np.float64) + samples[sc.WB_ROLE_CDF_LO].to_numpy(
-        dtype=np.float64
-    )
+    if pair is None or not all(c in samples.columns for c in pair):
+        return
+    total = samples[pair[0]].to_numpy(dtype=np.float64) + samples[pair[1]].to_numpy(np.float64)
     if (total > 1.0 + 1e-6).any():
         raise InputError(
-            f"samples: wb_role_cdf_lo + wb_role_p must be <= 1, got {total[total > 1 + 1e-6][0]!r}"
+            f"samples: {pair[0]} + {pair[1]} must be <= 1, got {total[total > 1 + 1e-6][0]!r}"
         )
-    return True

@@ -1,11 +1,6 @@
-"""White-box tests that stay valid when the teacher's numerics differ from the engine's.
-
-Owns: the teacher-mode white-box family — two-sample comparisons of the candidate's white-box
-statistics with the reference arm's, both teacher-forced by the same teacher (``pit_ks_2s``,
-``pit_ad_2s``, ``directed_z_2s``, ``support_2s``: whole-sequence permutation p-values within
-cells, ``two_sample_tests``) and the tolerance control on the reference arm
-(``tolerance_control``), as rows shaped like ``stats.whitebox.whitebox_tests``'. Does not know:
-how the columns were computed, multiplicity across families, the verdict. Why:
+"""White-box tests valid when the teacher's numerics differ from the engine's: candidate vs
+reference, both teacher-forced by one teacher, by whole-sequence permutations within cells
+(``two_sample_tests``), and the tolerance control on the reference (``tolerance_control``).
 docs/statistics.md ("White-box tests under a teacher's numerics").
 """
 
