@@ -1,12 +1,14 @@
 """Calibration of ``analyze`` under H0: per-family rejection rates and the run-level false alarm.
 
 Fast tests use ≥ 200 replications with fixed seeds; the ``slow`` ones are the larger run whose
-figures go to results/LOG.md (run with ``-m slow -s`` to print them). A 3σ check has a
-false-failure rate of ≈ 0.3 % (normal approximation to the binomial).
+figures go to results/LOG.md (run with ``-m slow -s`` to print them; the 1500-cell per-family
+run is opt-in, ``SPECTEST_POWER=1``). A 3σ check has a false-failure rate of ≈ 0.3 % (normal
+approximation to the binomial).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -242,10 +244,16 @@ def test_run_level_false_alarm_all_families_slow():
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("SPECTEST_POWER") != "1",
+    reason="opt-in (2 min on 2 cores): SPECTEST_POWER=1 python -m pytest -m slow -k large_slow",
+)
 @pytest.mark.parametrize("spec", [False, True])
 def test_per_family_rates_large_slow(spec):
     """1500 replications (cells) per family, 2 positions: rates within 3σ (σ = 0.0056 for the
-    chain, 0.0040 for the 3000 cell-position tests). Prints the rates."""
+    chain, 0.0040 for the 3000 cell-position tests). Prints the rates (results/LOG.md, h65,
+    session 9). Opt-in: the same property at 250–300 cells, plain and speculative, equal and
+    4 × reference arms, is the tests above, in CI."""
     r = _cells_as_replications(1500, 200, 2, seed=20 + int(spec), spec=spec)
     rates = {
         k: round(
