@@ -246,7 +246,7 @@ def test_run_level_false_alarm_all_families_slow():
 @pytest.mark.slow
 @pytest.mark.skipif(
     os.environ.get("SPECTEST_POWER") != "1",
-    reason="opt-in (2 min on 2 cores): SPECTEST_POWER=1 python -m pytest -m slow -k large_slow",
+    reason="opt-in (49 CPU s; 3.5 min at load 8): SPECTEST_POWER=1 pytest -m slow -k large_slow",
 )
 @pytest.mark.parametrize("spec", [False, True])
 def test_per_family_rates_large_slow(spec):

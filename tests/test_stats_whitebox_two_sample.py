@@ -410,7 +410,7 @@ def test_power_by_reference_multiplier_slow() -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(
     os.environ.get("SPECTEST_POWER") != "1",
-    reason="opt-in (8 min on 2 cores): SPECTEST_POWER=1 python -m pytest -m slow -k ref_mult_sweep",
+    reason="opt-in (156 CPU s, 14 min at load 8): SPECTEST_POWER=1 pytest -m slow -k mult_sweep",
 )
 def test_power_by_ref_mult_sweep_slow() -> None:
     """The sweep of ``test_power_by_reference_multiplier_slow`` over m = 1, 2, 4, 8 (nested
