@@ -10,13 +10,15 @@ tokens (printed as "matches the run": the tool re-draws the same rows). hf-assis
 ``K + 1`` new tokens (one full first round of K drafts; the first token is emitted in round 1
 whatever follows), hf-generate one.
 
-Usage: python tools/readouts/first_token.py RUN_DIR [--engine hf-assisted|hf-generate]
-       [--config ID] [--start S] [--count N] [--sims 20000]
+Usage: python tools/readouts/first_token.py RUN_DIR|PROTOCOL [--engine hf-assisted|hf-generate]
+       [--config ID] [--start S] [--count N] [--sims 20000] [--save PREFIX] [--set KEY=VALUE ...]
 
 Prints one line per (engine, config): n, U1 = ‖mean(e_x) − π‖² − tr Σ / n (unbiased, Σ =
 diag π − ππᵀ), its null sd √(2 tr Σ² / (n(n − 1))), its Monte Carlo p (multinomial(n, π) draws,
 ``sims`` of them, seed 0), the χ² GOF over cells with nπ ≥ 5 (the rest pooled) with its
-asymptotic and Monte Carlo p, the plug-in TV and the token furthest from π in sd.
+asymptotic and Monte Carlo p, the plug-in TV and the token furthest from π in sd; then the
+exact TV between π and the law at the same position from a forward of ``generate``'s prefill
+shape and of the first verify forward's shape (``forward_tv``: numerics, no sampling).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -33,6 +36,7 @@ from scipy import stats
 
 from spectest.engines.hf.decode import generate_assisted, generate_plain
 from spectest.engines.hf.laws import next_token_logits, processed_probs
+from spectest.engines.hf.pinning import hf_model_of, logit_scale_of
 from spectest.models.zoo import load_pair
 from spectest.prompts import prompt_token_ids
 from spectest.protocol import load_protocol
@@ -147,41 +151,77 @@ def _run_tokens(run: Path, cid: str, seeds: range) -> dict[int, int]:
     return dict(zip(s.seed.astype(int), s.token_id.astype(int), strict=True))
 
 
+def forward_tv(target: Any, prompt: torch.Tensor, params: Any, k: int) -> tuple[float, float]:
+    """Exact TV between π at the prompt (``laws.next_token_logits``: one forward over the prompt
+    and one more token) and the same position's law from a forward over the prompt alone
+    (``generate``'s prefill) and over the prompt and ``k`` more tokens (the shape of assisted
+    generation's first verify forward). 0 up to float rounding in float32; in bfloat16 a
+    forward of another length can round otherwise (docs/engines-hf.md "Teacher forcing")."""
+    L = len(prompt)
+    hf, scale = hf_model_of(target), logit_scale_of(target)
+    laws = []
+    for extra in (1, 0, k):
+        if extra:
+            seq = torch.cat([prompt, torch.zeros(extra, dtype=torch.int64)])[None]
+            lg = next_token_logits(target, seq, L)[:, :1]  # [1, 1, V]
+        else:
+            with torch.inference_mode():
+                ids = prompt[None].to(hf.device)
+                lg = hf(input_ids=ids, use_cache=False).logits[:, -1:].float().cpu() * scale
+        laws.append(processed_probs(lg, params)[0, 0])
+    return (
+        0.5 * float((laws[0] - laws[1]).abs().sum()),
+        0.5 * float((laws[0] - laws[2]).abs().sum()),
+    )
+
+
+def _one(a: argparse.Namespace, models: tuple, prompt: torch.Tensor, cid: str, params: Any) -> str:
+    """The printed line of one config: draws, test, match with the run, forward TVs."""
+    target, draft, rk, pid, k = models
+    seq = torch.cat([prompt, torch.zeros(1, dtype=torch.int64)])[None]
+    pi = processed_probs(next_token_logits(target, seq, len(prompt)), params)[0, 0].numpy()
+    sup = np.flatnonzero(pi > 0)
+    step = 1 if a.engine == "hf-assisted" else PLAIN_BATCH
+    seeds = range(a.start, a.start + a.count, step)
+    t0 = time.time()
+    keys = [row_key(rk, pid, cid, s) for s in seeds]
+    toks = draw_first(a.engine, target, draft, prompt, params, keys, k)
+    g = first_token_gof(toks, sup, pi[sup], a.sims)
+    if a.save:
+        np.save(a.save.with_name(f"{a.save.name}.{a.engine}.{cid}.npy"), toks)
+    old = _run_tokens(a.run, cid, seeds) if a.engine == "hf-assisted" else {}
+    same = sum(int(toks[i]) == old[s] for i, s in enumerate(seeds) if s in old)
+    tv_prefill, tv_verify = forward_tv(target, prompt, params, k)
+    return (
+        f"{a.engine} {cid} seeds {a.start}..{a.start + a.count - 1} {g.line()}; matches the run "
+        f"{same}/{len(old)}; {time.time() - t0:.0f} s; exact TV of pi vs prefill "
+        f"{tv_prefill:.2e}, vs a prompt+{k} forward {tv_verify:.2e}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("run", type=Path)
+    ap.add_argument("run", type=Path, help="a run directory, or a protocol file")
     ap.add_argument("--engine", default="hf-assisted", choices=["hf-assisted", "hf-generate"])
     ap.add_argument("--config", action="append", help="config id (default: all)")
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--count", type=int, default=2000, help="draws (hf-generate: rounded up)")
     ap.add_argument("--sims", type=int, default=20000)
+    ap.add_argument("--save", type=Path, help="keep the tokens: SAVE.ENGINE.CONFIG.npy")
+    ap.add_argument("--set", action="append", default=[], help="protocol override, as spectest run")
     a = ap.parse_args()
-    torch.set_num_threads(1)
-    pr = load_protocol(a.run / "protocol.yaml")
+    if a.run.is_dir() or a.run.suffix not in (".yaml", ".yml"):
+        pr = load_protocol(a.run / "protocol.yaml", sets=a.set)
+    else:
+        pr, a.run = load_protocol(a.run, sets=a.set), a.run.parent
     m = pr.models
     target, draft = load_pair(m.target, m.draft, device=m.device, dtype=m.dtype)
     pid, ids = next(iter(prompt_token_ids(pr, target.vocab_size).items()))
     prompt = torch.tensor(ids, dtype=torch.int64)
-    rk, k = run_key_from(pr.seeds.key), int(pr.drafter.k)
+    models = (target, draft, run_key_from(pr.seeds.key), pid, int(pr.drafter.k))
     for cid, params in pr.configs:
-        if a.config and cid not in a.config:
-            continue
-        seq = torch.cat([prompt, torch.zeros(1, dtype=torch.int64)])[None]
-        pi = processed_probs(next_token_logits(target, seq, len(prompt)), params)[0, 0].numpy()
-        sup = np.flatnonzero(pi > 0)
-        step = 1 if a.engine == "hf-assisted" else PLAIN_BATCH
-        seeds = range(a.start, a.start + a.count, step)
-        t0 = time.time()
-        toks = draw_first(
-            a.engine, target, draft, prompt, params, [row_key(rk, pid, cid, s) for s in seeds], k
-        )
-        g = first_token_gof(toks, sup, pi[sup], a.sims)
-        old = _run_tokens(a.run, cid, seeds) if a.engine == "hf-assisted" else {}
-        same = sum(int(toks[i]) == old[s] for i, s in enumerate(seeds) if s in old)
-        print(
-            f"{a.engine} {cid} seeds {a.start}..{a.start + a.count - 1} {g.line()}; "
-            f"matches the run {same}/{len(old)}; {time.time() - t0:.0f} s"
-        )
+        if not a.config or cid in a.config:
+            print(_one(a, models, prompt, cid, params), flush=True)
 
 
 if __name__ == "__main__":
