@@ -2,7 +2,7 @@
 (``tools/readouts/first_token.py``), the per-unit null of ``tools/gpu/teacher_forced_positions.py``
 (``null_u1``) against U1's closed-form null moments, and the property the first-token tool
 relies on — hf-assisted's first token is decided in round 1, so K + 1 new tokens draw it as a
-longer run does (bundled pair, float32).
+longer run does — and that round 1's own tensors imply π for it (bundled pair, float32).
 
 False-failure rates: every test is deterministic (fixed seeds). Each threshold on a p-value
 (> 1e-3 under H0) fails with probability ≤ 1e-3 over seeds; the moment checks sit at ≥ 4 Monte
@@ -88,7 +88,7 @@ def test_null_u1_has_mean_zero_and_calibrates_a_unit() -> None:
     assert (1 + (tfp.null_u1(u, 4000, np.random.default_rng(7)) >= U).sum()) / 4001 < 1e-3
 
 
-def test_assisted_first_token_is_decided_in_round_one() -> None:
+def test_assisted_first_token_is_decided_in_round_one_with_law_pi() -> None:
     from spectest.engines.hf.decode import generate_assisted
     from spectest.models import bytetok
     from spectest.models.zoo import load_pair
@@ -105,3 +105,8 @@ def test_assisted_first_token_is_decided_in_round_one() -> None:
         assert int(short[0]) == int(full[0]), seed
         firsts.append(int(short[0]))
     assert len(set(firsts)) > 1  # the seeds do reach different tokens
+    # round 1's own tensors imply π for the first token (float32: rounding only), with the q
+    # the draft sampled from — in the top-p config, where warpers twice differ from once
+    sp = SamplingParams(temperature=0.7, top_k=20, top_p=0.9)
+    tv_law, tv_q = ft.round_one_tv(target, draft, prompt, sp, 4, [1, 2, 3])
+    assert tv_law < 1e-5 and tv_q < 1e-5, (tv_law, tv_q)

@@ -11,14 +11,17 @@ tokens (printed as "matches the run": the tool re-draws the same rows). hf-assis
 whatever follows), hf-generate one.
 
 Usage: python tools/readouts/first_token.py RUN_DIR|PROTOCOL [--engine hf-assisted|hf-generate]
-       [--config ID] [--start S] [--count N] [--sims 20000] [--save PREFIX] [--set KEY=VALUE ...]
+       [--config ID] [--start S] [--count N] [--sims 20000] [--round-one 20] [--save PREFIX]
+       [--set KEY=VALUE ...]
 
 Prints one line per (engine, config): n, U1 = ‖mean(e_x) − π‖² − tr Σ / n (unbiased, Σ =
 diag π − ππᵀ), its null sd √(2 tr Σ² / (n(n − 1))), its Monte Carlo p (multinomial(n, π) draws,
 ``sims`` of them, seed 0), the χ² GOF over cells with nπ ≥ 5 (the rest pooled) with its
 asymptotic and Monte Carlo p, the plug-in TV and the token furthest from π in sd; then the
 exact TV between π and the law at the same position from a forward of ``generate``'s prefill
-shape and of the first verify forward's shape (``forward_tv``: numerics, no sampling).
+shape and of the first verify forward's shape (``forward_tv``: numerics, no sampling), and for
+hf-assisted the exact law of the first token that transformers' own round-1 tensors imply
+(``round_one_tv``, over the first ``--round-one`` seeds).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import torch
 from scipy import stats
 
 from spectest.engines.hf.decode import generate_assisted, generate_plain
-from spectest.engines.hf.laws import next_token_logits, processed_probs
+from spectest.engines.hf.laws import draft_law, next_token_logits, processed_probs
 from spectest.engines.hf.pinning import hf_model_of, logit_scale_of
 from spectest.models.zoo import load_pair
 from spectest.prompts import prompt_token_ids
@@ -175,6 +178,37 @@ def forward_tv(target: Any, prompt: torch.Tensor, params: Any, k: int) -> tuple[
     )
 
 
+def round_one_tv(
+    target: Any, draft: Any, prompt: torch.Tensor, params: Any, k: int, keys: list[int]
+) -> tuple[float, float]:
+    """The largest, over one assisted call per key, of (1) the exact TV between π and the first
+    token's law that round 1 implies, and (2) the TV between round 1's q and the draft's law
+    with the warpers applied twice (what 5.x's assistant samples from, docs/engines-hf.md).
+
+    Notes
+    -----
+    (1) uses the tensors ``_speculative_sampling`` consumed (``hf.rounds.RoundRecorder`` with
+    ``keep_scores``): p = softmax of the processed target scores at position 0 of the verify
+    forward, q = softmax of the draft's first scores. Draft 1 is accepted with min(1, p/q), else
+    the token is drawn from (p − q)₊ normalised, so the first token's law is min(p, q) + (p − q)₊
+    — p itself when q is the law the draft token was drawn from, which (2) checks.
+    """
+    seq = torch.cat([prompt, torch.zeros(1, dtype=torch.int64)])[None]
+    pi = processed_probs(next_token_logits(target, seq, len(prompt)), params)[0, 0]
+    q2 = draft_law(next_token_logits(draft, seq, len(prompt)), params, "processed_twice")[0, 0]
+    worst = (0.0, 0.0)
+    for key in keys:
+        rec = generate_assisted(target, draft, prompt, params, k + 1, k, key, keep_scores=True)[1]
+        pos, _, q_scores, p_scores = rec.scores[0]
+        assert pos == 0 and q_scores is not None, "round 1 drafted nothing"
+        p = torch.softmax(p_scores[0].double(), dim=-1)
+        q = torch.softmax(q_scores[0].double(), dim=-1)
+        law = torch.minimum(p, q) + torch.clamp(p - q, min=0)
+        tv = (0.5 * float((law - pi).abs().sum()), 0.5 * float((q - q2).abs().sum()))
+        worst = (max(worst[0], tv[0]), max(worst[1], tv[1]))
+    return worst
+
+
 def _one(a: argparse.Namespace, models: tuple, prompt: torch.Tensor, cid: str, params: Any) -> str:
     """The printed line of one config: draws, test, match with the run, forward TVs."""
     target, draft, rk, pid, k = models
@@ -192,10 +226,17 @@ def _one(a: argparse.Namespace, models: tuple, prompt: torch.Tensor, cid: str, p
     old = _run_tokens(a.run, cid, seeds) if a.engine == "hf-assisted" else {}
     same = sum(int(toks[i]) == old[s] for i, s in enumerate(seeds) if s in old)
     tv_prefill, tv_verify = forward_tv(target, prompt, params, k)
+    if a.engine == "hf-assisted":
+        tv_law, tv_q = round_one_tv(target, draft, prompt, params, k, keys[: a.round_one])
+        tail = (
+            f"; round 1 over {a.round_one} calls: TV(law, pi) {tv_law:.2e}, TV(q, twice) {tv_q:.2e}"
+        )
+    else:
+        tail = ""
     return (
         f"{a.engine} {cid} seeds {a.start}..{a.start + a.count - 1} {g.line()}; matches the run "
         f"{same}/{len(old)}; {time.time() - t0:.0f} s; exact TV of pi vs prefill "
-        f"{tv_prefill:.2e}, vs a prompt+{k} forward {tv_verify:.2e}"
+        f"{tv_prefill:.2e}, vs a prompt+{k} forward {tv_verify:.2e}{tail}"
     )
 
 
@@ -207,6 +248,7 @@ def main() -> None:
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--count", type=int, default=2000, help="draws (hf-generate: rounded up)")
     ap.add_argument("--sims", type=int, default=20000)
+    ap.add_argument("--round-one", type=int, default=20, help="calls for round_one_tv")
     ap.add_argument("--save", type=Path, help="keep the tokens: SAVE.ENGINE.CONFIG.npy")
     ap.add_argument("--set", action="append", default=[], help="protocol override, as spectest run")
     a = ap.parse_args()
