@@ -226,7 +226,7 @@ def _one(a: argparse.Namespace, models: tuple, prompt: torch.Tensor, cid: str, p
     old = _run_tokens(a.run, cid, seeds) if a.engine == "hf-assisted" else {}
     same = sum(int(toks[i]) == old[s] for i, s in enumerate(seeds) if s in old)
     tv_prefill, tv_verify = forward_tv(target, prompt, params, k)
-    if a.engine == "hf-assisted":
+    if a.engine == "hf-assisted" and a.round_one > 0:
         tv_law, tv_q = round_one_tv(target, draft, prompt, params, k, keys[: a.round_one])
         tail = (
             f"; round 1 over {a.round_one} calls: TV(law, pi) {tv_law:.2e}, TV(q, twice) {tv_q:.2e}"
