@@ -3,7 +3,7 @@
 # hf-assisted's FIRST token distributed as the plain law π at the prompt in bfloat16 at Qwen3-0.6B
 # shape? The bf16 teacher-forced run (results/LOG.md lead session 8) read claim (b) "beyond" (U1
 # 1.40e-3 per unit) without a per-unit readout; on CPU in float32 the one extreme unit (position
-# 0 of t1.0-k50) was chance (results/LOG.md h67: 8 000 fresh draws, no difference).
+# 0 of t1.0-k50) was chance (results/LOG.md h67: 32 000 fresh draws, no difference).
 #
 #   protocols/hf-assisted-floor.yaml with the same overrides as tools/gpu/hf_assisted_teacher.sh
 #   (realistic:qwen3-0.6b + derived:first_layers,layers=4, bfloat16, cuda, configs t1.0-k50 and
@@ -12,7 +12,8 @@
 #   of 64, the control) per config and tests each sample against π (U1 with its null sd and Monte
 #   Carlo p, pooled χ²), and prints the exact TV between π (a forward over the prompt + 1 token)
 #   and the law at the same position from a forward of generate's prefill shape and of assisted
-#   generation's first verify shape (prompt + K): bf16 numerics, no sampling.
+#   generation's first verify shape (prompt + K): bf16 numerics, no sampling; and for hf-assisted
+#   the first token's exact law implied by round 1's own tensors (round_one_tv, 20 calls).
 #
 # Budget: about 0.1 s per hf-assisted draw at this shape (the bf16 run: 146 s for 900 sequences
 # of 8 tokens), N = 1200 per config: ~4 minutes for hf-assisted, < 1 minute for hf-generate, plus
