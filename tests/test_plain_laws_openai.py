@@ -92,9 +92,9 @@ def test_processed_law_is_the_report_with_minus_9999_as_zero(tmp_path: Path) -> 
     assert not log.exists() or not log.read_text()  # refused before any request
 
 
-def test_a_truncated_list_or_none_is_refused_with_one_line(tmp_path: Path) -> None:
+def test_a_truncated_raw_list_or_none_is_refused_with_one_line(tmp_path: Path) -> None:
     with pytest.raises(
-        EngineError, match=r"probs 8 < the vocabulary 16: a top-n truncated list"
+        EngineError, match=r"raw law of probs 8 < the vocabulary 16: a top-n raw list"
     ) as e:
         _asker(tmp_path, "raw", probs=8)
     assert "\n" not in str(e.value) and "--max-logprobs >= 16" in str(e.value)

@@ -27,13 +27,8 @@ from spectest.errors import ConfigError
 from spectest.plan import make_plan
 from spectest.protocol import load_protocol
 from spectest.stats.teacher_forced import (
-    IDS,
-    PREFIX,
-    PROBS,
     _u1,
     _unit,
-    decide_teacher_forced,
-    law_dict,
     prefix_key,
 )
 
@@ -72,17 +67,6 @@ def test_u1_is_its_definition_with_and_without_resampling_weights() -> None:
         for w in (np.ones(9), rng.integers(0, 3, size=9).astype(float)):
             got, _ = _u1(u, w[None, :])
             assert got[0] == pytest.approx(_brute(X, t, laws, w), rel=1e-10, abs=1e-12)
-
-
-def test_truncated_laws_are_refused() -> None:
-    df = pd.DataFrame({schema.PROMPT_ID: "p", schema.CONFIG_ID: "c", schema.SEED: [0, 1],
-                       schema.POSITION: 0, schema.TOKEN_ID: [1, 2]})  # fmt: skip
-    laws = pd.DataFrame([("p", "c", 0, "", np.array([1, 2]), np.array([0.5, 0.3]))],
-                        columns=[schema.PROMPT_ID, schema.CONFIG_ID, schema.POSITION, PREFIX,
-                                 IDS, PROBS])  # fmt: skip
-    assert law_dict(laws)[1] == pytest.approx(0.8)
-    with pytest.raises(ValueError, match="top-n truncated"):
-        decide_teacher_forced(df, laws, margin=0.01, alpha=0.05, rng=np.random.default_rng(0))
 
 
 def test_calibration_small() -> None:

@@ -5,9 +5,10 @@ teacher-forced (``stats.teacher_forced``) compares the candidate's tokens with.
 Owns ``law_table`` (a run's laws, as ``teacher_laws.parquet`` stores them; the runner calls it),
 ``refusal`` (why an engine choice lacks the capability), ``LawAsker`` (one engine instance,
 started and closed once) and one implementation per engine family: http llama.cpp, http OpenAI
-with the whole vocabulary, hf (``engines.hf.laws``), builtin/fast (``engines.teacher``). A law
-is sparse: its non-zero ids and their float64 probabilities. docs/numerics.md
-"Claim (b) from the plain engine teacher-forced (issue 31)".
+(the whole vocabulary, or a processed top-n list), hf (``engines.hf.laws``), builtin/fast
+(``engines.teacher``). A law is sparse: its non-zero ids and their float64 probabilities (a
+top-n list's sum short of 1). docs/numerics.md "Claim (b) from the plain engine teacher-forced
+(issue 31)".
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ VLLM_NEG_INF = -9999.0  # vLLM's JSON spelling of a log-probability of −inf (a
 
 def refusal(name: str, options: Any) -> str | None:
     """Why engine ``name`` with ``options`` cannot answer "the plain law at a prefix" (None: it
-    can). The http engine's OpenAI API must report a full law (``probs`` ≥ the vocabulary,
-    checked by ``vocab_refusal`` once the vocabulary is known)."""
+    can). The http engine's OpenAI API must report a law (``probs`` > 0; a raw one the whole
+    vocabulary, checked by ``vocab_refusal`` once the vocabulary is known)."""
     if name in LOCAL:
         return None
     if name == "http":
@@ -40,9 +41,9 @@ def refusal(name: str, options: Any) -> str | None:
             return None
         return (
             "engine http with api openai reports no law (probs 0): claim (b) teacher-forced "
-            "needs the full law at each prefix — probs >= the vocabulary with probs_law raw "
-            "(vLLM --logprobs-mode raw_logprobs --max-logprobs V) or processed "
-            "(--logprobs-mode processed_logprobs); a top-n list cannot decide U1"
+            "needs the law at each prefix — probs >= the vocabulary with probs_law raw "
+            "(vLLM --logprobs-mode raw_logprobs --max-logprobs V), or a top-n list of the "
+            "processed law (probs n, --logprobs-mode processed_logprobs)"
         )
     return (
         f"engine {name!r} cannot report its plain law at a prefix (supported: http with api "
@@ -53,13 +54,16 @@ def refusal(name: str, options: Any) -> str | None:
 
 def vocab_refusal(name: str, options: Any, vocab: int) -> str | None:
     """Why the engine cannot answer over a vocabulary of ``vocab`` ids (None: it can): an
-    OpenAI server's list must hold every id (``probs`` ≥ ``vocab``), else it is top-n
-    truncated and π(h) unknown outside it."""
-    if name == "http" and options.api == "openai" and options.probs < vocab:
+    OpenAI server's raw list must hold every id (``probs`` ≥ ``vocab``): temperature and the
+    filters renormalise over every token, so a top-n raw list does not fix the processed law.
+    A processed top-n list is accepted (coarsened: ``stats.teacher_forced``)."""
+    raw = getattr(options, "probs_law", "processed") == "raw"
+    if name == "http" and options.api == "openai" and raw and options.probs < vocab:
         return (
-            f"engine http with api openai asks for probs {options.probs} < the vocabulary "
-            f"{vocab}: a top-n truncated list is not the law at a prefix (U1 needs every "
-            f"π(h)); set probs >= {vocab} and start the server with --max-logprobs >= {vocab}"
+            f"engine http with api openai asks for a raw law of probs {options.probs} < the "
+            f"vocabulary {vocab}: a top-n raw list does not fix the processed law; set probs "
+            f">= {vocab} (--max-logprobs >= {vocab}), or use probs_law processed, whose top-n "
+            "list claim (b) reads coarsened"
         )
     return None
 
@@ -130,29 +134,58 @@ def _llamacpp_law(e: Any, ids: list[int], params: Any, V: int, t: int) -> Law:
 
 
 def _openai_law(e: Any, ids: list[int], params: Any, V: int, t: int) -> Law:
-    """An OpenAI-compatible server: one ``max_tokens: 1`` completion with ``logprobs: V`` (the
-    engine's own request fields). ``probs_law`` raw: the reported raw law processed at the
-    request's settings (``server_raw_law.processed_law``); processed: the reported law as it is
-    (``exp`` of the log-probabilities; vLLM's −9999 for a filtered token is 0)."""
+    """An OpenAI-compatible server: one ``max_tokens: 1`` completion with ``logprobs`` = the
+    engine's ``probs`` capped at V (the engine's own request fields). ``probs_law`` raw: the
+    reported raw law processed at the request's settings (``server_raw_law.processed_law``);
+    processed: the reported law or top-n list as it is (``exp`` of the log-probabilities;
+    vLLM's −9999 for a filtered token is 0)."""
     where = f"{e.where}: the plain law at a prefix of {t} tokens"
+    n = min(int(e.options.probs), V)
     body = e.request_body(ids, params, 1, 1)
-    body.update({"logprobs": V, "return_tokens_as_token_ids": True})
+    body.update({"logprobs": n, "return_tokens_as_token_ids": True})
     reply = e._post(body, where)
     try:
         top = reply["choices"][0]["logprobs"]["top_logprobs"][0]
         raw = [(_token_id(k), float(v)) for k, v in top.items()]
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:
         raise EngineError(
-            f"{where}: no law in the reply to logprobs {V} ({type(err).__name__}: {err})"
+            f"{where}: no law in the reply to logprobs {n} ({type(err).__name__}: {err})"
         ) from None
     try:
         if e.options.probs_law == "raw":
             sp = server_raw_law.settings_of(body)
             return _sparse(server_raw_law.processed_law(raw, V, sp, where).numpy())
-        row = server_raw_law.full_row(raw, V, where).numpy()
+        if n >= V:
+            row = server_raw_law.full_row(raw, V, where).numpy()
+            return _sparse(np.where(row <= VLLM_NEG_INF, 0.0, np.exp(row)))
     except Violation as v:
         raise EngineError(f"{where}: {v}") from None
-    return _sparse(np.where(row <= VLLM_NEG_INF, 0.0, np.exp(row)))
+    return _top_n(raw, n, V, where)
+
+
+def _top_n(raw: list[tuple[int, float]], n: int, V: int, where: str) -> Law:
+    """A processed top-n list as a sparse law short of 1 (``stats.teacher_forced`` coarsens
+    it): the n most probable entries (ties by smaller id), so that the list is a function of
+    the prefix alone — vLLM adds the token its own draw emitted, which is random. Refused (one
+    line): an id twice or outside the vocabulary, fewer than ``n`` entries, a
+    log-probability that is NaN or above 0 beyond rounding, or a mass above 1 + 1e-3."""
+    ids = [i for i, _ in raw]
+    lps = np.array([lp for _, lp in raw], dtype=np.float64)
+    bad = len(set(ids)) < len(ids) or any(not 0 <= i < V for i in ids)
+    p = np.where(lps <= VLLM_NEG_INF, 0.0, np.exp(np.minimum(lps, 0.0)))
+    if bad or len(set(ids)) < n or np.isnan(lps).any() or (lps > 1e-6).any() or p.sum() > 1.001:
+        raise EngineError(
+            f"{where}: not a top-{n} list of a law over {V} ids ({len(raw)} entries, "
+            f"{len(set(ids))} distinct ids, mass {float(np.nansum(p)):.6f})"
+        )
+    top = np.lexsort((np.asarray(ids), -p))[:n]  # vLLM adds the sampled token: dropped
+    order = top[np.argsort(np.asarray(ids)[top])]
+    return _sparse_at(np.asarray(ids, dtype=np.int64)[order], p[order])
+
+
+def _sparse_at(ids: np.ndarray, p: np.ndarray) -> Law:
+    keep = p > 0
+    return ids[keep], p[keep]
 
 
 def _token_id(key: str) -> int:

@@ -22,6 +22,7 @@ import pyarrow as pa
 from scipy import sparse
 
 from spectest import schema
+from spectest.errors import InputError
 from spectest.stats.drift import decision_words, studentized_bounds, tost
 from spectest.stats.token_drift import _cells
 from spectest.stats.token_floor import RESAMPLES, TokenFloorResult, _weights, margin_sq
@@ -31,7 +32,8 @@ PREFIX = "prefix"  # the sequence's tokens before the position, comma-joined (""
 IDS, PROBS = "token_ids", "probs"  # the law's support and its probabilities (list columns)
 LAWS = (schema.PROMPT_ID, schema.CONFIG_ID, schema.POSITION, PREFIX, IDS, PROBS)
 DEFAULT_SEQUENCES = 1500  # sequences per cell teacher-forced (arms.floor.sequences)
-MASS_TOL = 1e-3  # a law whose probabilities sum below 1 − this is a truncated list: refused
+MASS_TOL = 1e-3  # a law summing to within this of 1 covers the support (exact); below: coarsened
+OTHER = "other"  # the bin of the tokens outside a short list (coarsened mode)
 CHUNK = 1 << 22  # floats per resampling block
 
 
@@ -54,7 +56,9 @@ class TeacherForcedResult(TokenFloorResult):
     """Claim (b) teacher-forced: ``drift`` = ``statistic`` = the candidate's U1 per unit (the
     floor is 0: nothing subtracted); ``control`` the same on the reference's own sequences, with
     its bounds (a readout: ≈ 0 for a plain engine); ``prefixes`` the distinct prefixes the
-    engine answered for; ``mass_min`` the smallest total probability a law reported."""
+    engine answered for; ``mass_min`` the smallest total probability a law reported;
+    ``outside_max`` / ``outside_mean`` the mass outside the reported lists (max and mean over
+    the laws; > ``MASS_TOL``: the coarsened mode, docs/numerics.md "Top-n lists")."""
 
     floor_kind: str = KIND
     control: float = math.nan
@@ -63,6 +67,13 @@ class TeacherForcedResult(TokenFloorResult):
     control_sequences: int = 0
     prefixes: int = 0
     mass_min: float = 1.0
+    outside_max: float = 0.0
+    outside_mean: float = 0.0
+
+    @property
+    def coarsened(self) -> bool:
+        """Some law was a top-n list short of 1: U1 reads the coarsened distance."""
+        return self.outside_max > MASS_TOL
 
     @property
     def headline_words(self) -> str:
@@ -79,7 +90,20 @@ class TeacherForcedResult(TokenFloorResult):
             f"{self.ucb:+.2e}] at {1 - self.alpha:.0%} each side over {self.units} units, "
             f"{self.sequences} sequences, {self.prefixes} prefixes; control (the reference's "
             f"own U1) {self.control:+.2e} in [{self.control_lcb:+.2e}, {self.control_ucb:+.2e}] "
-            f"over {self.control_sequences} sequences (claim b, teacher-forced)"
+            f"over {self.control_sequences} sequences{self._coarse_words()} (claim b, "
+            "teacher-forced)"
+        )
+
+    def _coarse_words(self) -> str:
+        if not self.coarsened:
+            return ""
+        m, o = self.margin, self.outside_max
+        bar = f"within needs UCB <= (m - outside max)^2 = {max(m - o, 0.0) ** 2:.2e}"
+        if o >= m:
+            bar = f"within is out of reach: outside max {o:.4f} >= margin {m:g}"
+        return (
+            f"; coarsened: top-n lists, the mass outside them max {o:.4f} mean "
+            f"{self.outside_mean:.4f} per prefix, read as one 'other' bin ({bar})"
         )
 
 
@@ -106,7 +130,9 @@ class _Unit:
 
 
 def _unit(X: np.ndarray, t: int, laws: dict, cell: tuple[str, str]) -> _Unit | None:
-    """The unit at position ``t`` of a cell's tokens ``X [n, T]``; None with < 2 tokens."""
+    """The unit at position ``t`` of a cell's tokens ``X [n, T]``; None with < 2 tokens. A law
+    short of 1 (a top-n list) is coarsened: its missing mass is the column ``OTHER`` (the last)
+    and a token outside its list is coded there."""
     has = X[:, t] >= 0
     if has.sum() < 2:
         return None
@@ -116,17 +142,23 @@ def _unit(X: np.ndarray, t: int, laws: dict, cell: tuple[str, str]) -> _Unit | N
         got = [laws[(cell[0], cell[1], t, k)] for k in distinct]
     except KeyError as err:
         raise ValueError(f"the law table lacks the prefix {err.args[0]!r}") from None
-    vocab = np.unique(np.concatenate([X[has, t], *(ids for ids, _ in got)]))
-    P = np.zeros((len(distinct), len(vocab)))
-    for r, (ids, p) in enumerate(got):
-        P[r, np.searchsorted(vocab, ids)] += p
-    n = len(X)
-    rows = np.flatnonzero(has)
-    x = np.searchsorted(vocab, X[rows, t])
+    n, rows = len(X), np.flatnonzero(has)
     pos = {k: r for r, k in enumerate(distinct)}
     h = np.array([pos[str(keys[i])] for i in rows], dtype=np.int64)
+    tok = X[rows, t].astype(np.int64)
+    lists = [set(ids.tolist()) if 1 - p.sum() > MASS_TOL else None for ids, p in got]
+    pairs = zip(h.tolist(), tok.tolist(), strict=True)
+    out = np.array([lists[r] is not None and v not in lists[r] for r, v in pairs], dtype=bool)
+    vocab = np.unique(np.concatenate([tok[~out], *(ids for ids, _ in got)]))
+    coarse = any(s is not None for s in lists)
+    P = np.zeros((len(distinct), len(vocab) + coarse))
+    for r, (ids, p) in enumerate(got):
+        P[r, np.searchsorted(vocab, ids)] += p
+        if lists[r] is not None:
+            P[r, -1] = 1 - p.sum()
+    x = np.where(out, len(vocab), np.searchsorted(vocab, tok))
     one = np.ones(len(rows))
-    onehot = sparse.csr_matrix((one, (rows, x)), shape=(n, len(vocab)))
+    onehot = sparse.csr_matrix((one, (rows, x)), shape=(n, P.shape[1]))
     hmap = sparse.csr_matrix((one, (rows, h)), shape=(n, len(distinct)))
     z2 = np.zeros(n)
     z2[rows] = 1 - 2 * P[h, x] + (P * P).sum(-1)[h]
@@ -191,15 +223,37 @@ def _bounds(
     return stat, *studentized_bounds(stat, se, bt / units, se_star, alpha), units
 
 
-def law_dict(laws: pd.DataFrame) -> tuple[dict, float]:
-    """The law table as ``{(prompt, config, position, prefix): (ids, probs)}`` and the smallest
-    total mass a law has."""
-    out, mass = {}, 1.0
+def law_dict(laws: pd.DataFrame) -> tuple[dict, float, float]:
+    """The law table as ``{(prompt, config, position, prefix): (ids, probs)}``, the smallest
+    total mass a law has and the mean mass outside the lists. A law with a repeated or negative
+    id, a probability that is negative or not finite, or a mass above 1 + ``MASS_TOL`` is not a
+    law: ``InputError`` (exit 2)."""
+    out, mass, short = {}, 1.0, []
     for pid, cid, t, k, ids, p in laws[list(LAWS)].itertuples(index=False):
         ids, p = np.asarray(ids, dtype=np.int64), np.asarray(p, dtype=np.float64)
-        out[(str(pid), str(cid), int(t), str(k))] = (ids, p)
-        mass = min(mass, float(p.sum()))
-    return out, mass
+        key = (str(pid), str(cid), int(t), str(k))
+        total = float(p.sum()) if np.isfinite(p).all() else math.nan
+        if len(set(ids.tolist())) < len(ids) or (ids < 0).any() or len(ids) != len(p):
+            raise InputError(f"the law at {key} repeats an id or has a negative one: not a law")
+        if not (p >= 0).all() or not total <= 1 + MASS_TOL:
+            raise InputError(
+                f"the law at {key} has a negative or non-finite probability or sums to "
+                f"{total:.6f} > 1 + {MASS_TOL:g}: not a law"
+            )
+        out[key] = (ids, p)
+        mass = min(mass, total)
+        short.append(max(1 - total, 0.0))
+    return out, mass, float(np.mean(short)) if short else 0.0
+
+
+def _decide(lcb: float, ucb: float, margin: float, outside: float) -> Any:
+    """TOST against 2m²; coarsened (``outside`` > ``MASS_TOL``): "within" only when
+    UCB ≤ (m − outside)², the bound under which the full drift is within 2m²
+    (docs/numerics.md "Top-n lists")."""
+    msq = margin_sq(margin)
+    if outside <= MASS_TOL or lcb > msq:
+        return tost(lcb, ucb, msq)
+    return "within" if outside < margin and ucb <= (margin - outside) ** 2 else "unresolved"
 
 
 def decide_teacher_forced(
@@ -216,20 +270,23 @@ def decide_teacher_forced(
     """Claim (b) from the candidate's samples frame (``schema.BYO_SCHEMA`` columns) and the
     plain engine's laws at its prefixes (``LAWS`` columns; every prefix of ``needed_prefixes``);
     ``reference``: the control readout on the reference's own sequences. No unit with two
-    tokens: infinite bounds, ``unresolved``. A law table whose smallest mass is below
-    1 − ``MASS_TOL`` (a top-n truncated list) is refused (``ValueError``).
+    tokens: infinite bounds, ``unresolved``. A law short of 1 by more than ``MASS_TOL`` (a
+    top-n list) is coarsened: the tokens outside its list are one bin; a table that is not a
+    law is refused (``law_dict``).
 
     Notes
     -----
-    Assumes each law is the engine's full processed law at its prefix (support ⊇ every token it
-    can emit there); the candidate's sequences of a cell are exchangeable given the cell.
+    Assumes each law is the engine's processed law at its prefix, or a list of its entries
+    that is a function of the prefix alone (top-n by probability is): then with c_h the map of
+    a token to itself on the list and to "other" off it, E[e_{c_h(x)} | h] = π̃(h) for a
+    candidate that samples π, so U1 stays exactly unbiased with mean 0 there. Under a
+    difference U1 reads the coarsened distance; "within" is decided against
+    (m − outside max)², which assumes the outside mass at the prefixes the candidate reaches
+    is at most the largest seen on the ones forced. A list within ``MASS_TOL`` of 1 is taken as
+    the whole law (the missing ≤ 1e-3 moves U1 by ≤ 2e-3·‖E Z‖ + 1e-6). The candidate's
+    sequences of a cell are exchangeable given the cell.
     """
-    table, mass = law_dict(laws)
-    if mass < 1 - MASS_TOL:
-        raise ValueError(
-            f"a reported law sums to {mass:.4f} < 1: a top-n truncated list cannot decide claim "
-            "(b) teacher-forced (ask for the whole vocabulary)"
-        )
+    table, mass, outside_mean = law_dict(laws)
     cells = _units(candidate, table, n_max)
     stat, lcb, ucb, units = _bounds(cells, alpha, rng, resamples)
     ctrl: tuple[float, float, float, int] = (math.nan, -math.inf, math.inf, 0)
@@ -239,6 +296,7 @@ def decide_teacher_forced(
         ctrl = _bounds(rcells, alpha, rng, resamples)
         cseq = sum(n for n, _ in rcells)
     msq = margin_sq(margin)
+    outside = max(1 - mass, 0.0)
     return TeacherForcedResult(
         drift=stat,
         floor=0.0,
@@ -248,7 +306,7 @@ def decide_teacher_forced(
         margin=float(margin),
         margin_sq=msq,
         alpha=float(alpha),
-        decision=tost(lcb, ucb, msq),
+        decision=_decide(lcb, ucb, margin, outside),
         units=units,
         sequences=sum(n for n, _ in cells),
         floor_sequences=0,
@@ -258,4 +316,6 @@ def decide_teacher_forced(
         control_sequences=cseq,
         prefixes=len(table),
         mass_min=mass,
+        outside_max=outside,
+        outside_mean=outside_mean,
     )

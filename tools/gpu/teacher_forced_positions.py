@@ -95,7 +95,7 @@ def main() -> None:
     ap.add_argument("--sims", type=int, default=0, help="null draws per unit (0: none)")
     a = ap.parse_args()
     samples = pd.read_parquet(a.run / "samples.parquet")
-    laws, _ = law_dict(pd.read_parquet(a.run / "teacher_laws.parquet"))
+    laws, *_ = law_dict(pd.read_parquet(a.run / "teacher_laws.parquet"))
     arms = {
         arm: per_unit(samples[samples[schema.ARM] == arm], laws, a.n, a.sims)
         for arm in ("candidate", "reference")

@@ -1,0 +1,189 @@
+"""Claim (b) teacher-forced from top-n lists (issue 31; ``stats.teacher_forced`` coarsened
+mode, ``engines.plain_laws._top_n``): U1 with an "other" bin against its dense definition; a
+list that covers the support (the fake server's ``--probs cut`` asked for 8 ≥ its 8 kept ids)
+gives the same law table and the same U1 as the whole vocabulary; on a synthetic engine whose
+lists miss mass, a correct candidate is not "beyond" and one that moves mass outside the lists
+is; "within" is reachable only when the outside mass is below the margin; lists that are not
+laws are refused (exit 2).
+
+False-failure rates: deterministic (fixed seeds). The correct candidate's "not beyond" fails
+with probability ≤ α = 5 % over seeds (the calibrated rate: docs/numerics.md, 0/200 at the
+null); "beyond" of the mass-moving candidate has U1 ≈ 4e-2 against 2m² = 2e-4 (≥ 50 sd).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from spectest import schema
+from spectest.engines.base import Models
+from spectest.engines.http import HTTPEngine
+from spectest.engines.plain_laws import LawAsker, _top_n, vocab_refusal
+from spectest.errors import EngineError, ExitCode, InputError
+from spectest.sampling.params import SamplingParams
+from spectest.stats.teacher_forced import (
+    LAWS,
+    _u1,
+    _unit,
+    decide_teacher_forced,
+    law_dict,
+    prefix_key,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from fake_completion_server import CUT  # noqa: E402
+
+V = 10
+
+
+def _pi(rng: np.random.Generator) -> np.ndarray:
+    return np.sort(rng.dirichlet(np.full(V, 0.7)))[::-1]
+
+
+def _engine(seed: int, keep: int, n: int, move: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """2 positions, 1 cell: π at position 0 and at each (x_0) for position 1; the laws listed
+    as their top ``keep`` ids (descending), the candidate drawing from π with ``move`` of the
+    top token's mass moved to the ids outside the list (uniformly)."""
+    rng = np.random.default_rng(seed)
+    laws = {(): _pi(rng)} | {(v,): _pi(rng) for v in range(V)}
+    rows, table = [], []
+    for s in range(n):
+        prefix: tuple[int, ...] = ()
+        for t in range(2):
+            q = laws[prefix].copy()
+            q[0] -= move
+            q[keep:] += move / (V - keep)
+            x = int(rng.choice(V, p=q / q.sum()))
+            rows.append(("p", "c", s, t, x))
+            prefix = (*prefix, x)
+    for h, p in laws.items():
+        table.append(("p", "c", len(h), prefix_key(np.array(h)), np.arange(keep), p[:keep]))
+    cols = [schema.PROMPT_ID, schema.CONFIG_ID, schema.SEED, schema.POSITION, schema.TOKEN_ID]
+    return pd.DataFrame(rows, columns=cols), pd.DataFrame(table, columns=list(LAWS))
+
+
+def _brute(X: np.ndarray, t: int, laws: dict, w: np.ndarray) -> float:
+    """The coarsened U1 dense: Z_i in R^{V+1}, the last coordinate the "other" bin."""
+    Z = []
+    for i in range(len(X)):
+        ids, p = laws[("p", "c", t, prefix_key(X[i, :t]))]
+        z = np.zeros(V + 1)
+        z[ids] -= p
+        z[V] -= 1 - p.sum()
+        z[X[i, t] if X[i, t] in ids else V] += 1
+        Z.append(z)
+    num = den = 0.0
+    for i, j in itertools.permutations(range(len(X)), 2):
+        num += w[i] * w[j] * float(Z[i] @ Z[j])
+        den += w[i] * w[j]
+    return num / den
+
+
+def test_coarsened_u1_is_its_definition() -> None:
+    df, table = _engine(3, 4, 9, 0.2)
+    laws, mass, _ = law_dict(table)
+    X = df.pivot(index=schema.SEED, columns=schema.POSITION, values=schema.TOKEN_ID).to_numpy()
+    rng = np.random.default_rng(4)
+    assert mass < 0.99
+    for t in range(2):
+        u = _unit(X, t, laws, ("p", "c"))
+        assert u is not None and u.P.shape[1] == 4 + 1  # the 4 listed ids and "other"
+        for w in (np.ones(9), rng.integers(0, 3, size=9).astype(float)):
+            got, _ = _u1(u, w[None, :])
+            assert got[0] == pytest.approx(_brute(X, t, laws, w), rel=1e-10, abs=1e-12)
+
+
+def _decide(df: pd.DataFrame, table: pd.DataFrame, margin: float) -> object:
+    rng = np.random.default_rng(0)
+    return decide_teacher_forced(df, table, margin=margin, alpha=0.05, rng=rng, resamples=400)
+
+
+def test_coarsened_mode_keeps_beyond_and_states_the_outside_mass() -> None:
+    good = _decide(*_engine(1, 4, 600, 0.0), margin=0.01)
+    bad = _decide(*_engine(1, 4, 600, 0.15), margin=0.01)
+    assert good.coarsened and good.outside_max > 0.01
+    assert good.decision == "unresolved" and bad.decision == "beyond"
+    assert "within is out of reach: outside max" in good.line and "mean" in good.line
+    assert bad.lcb > 2 * 0.01**2
+
+
+def test_within_is_reachable_when_the_outside_mass_is_below_the_margin() -> None:
+    df, table = _engine(2, 9, 3000, 0.0)  # the 10th id: outside, of small mass
+    r = _decide(df, table, margin=0.1)
+    assert r.coarsened and r.outside_max < 0.05
+    assert r.decision == "within" and r.ucb <= (0.1 - r.outside_max) ** 2
+    assert "within needs UCB <= (m - outside max)^2" in r.line
+
+
+def _asker(tmp_path: Path, probs: int) -> LawAsker:
+    argv = ["{python}", str(ROOT / "tests" / "fake_completion_server.py"), "--port", "{port}"]
+    raw = {"api": "openai", "model": "tiny", "server": [*argv, "--probs", "cut"], "probs": probs}
+    choice = SimpleNamespace(name="http", options=HTTPEngine.parse_options(raw, "t"))
+    return LawAsker(choice, Models(SimpleNamespace(vocab_size=16), None))
+
+
+def test_a_list_covering_the_support_is_the_whole_law(tmp_path: Path) -> None:
+    """``--probs cut`` keeps 8 ids: asked for 8 (a top-n list) or 16 (the vocabulary), the same
+    law at every prefix and the same U1 on one candidate."""
+    tokens = np.array([[1, 2, 3], [1, 4, 0], [5, 6, 7], [1, 2, 6]])
+    sp = SamplingParams(temperature=0.8, top_k=8)
+    got = {}
+    for n in (8, 16):
+        asker = _asker(tmp_path, n)
+        try:
+            got[n] = asker.laws([1, 2, 3], sp, tokens)
+        finally:
+            asker.close()
+    assert got[8].keys() == got[16].keys()
+    for h, (ids, p) in got[8].items():
+        assert ids.tolist() == got[16][h][0].tolist() == list(range(8))
+        np.testing.assert_allclose(p, CUT[:8], rtol=0, atol=1e-12)
+    cols = [schema.PROMPT_ID, schema.CONFIG_ID, schema.SEED, schema.POSITION, schema.TOKEN_ID]
+    df = pd.DataFrame(
+        [("p", "c", s, t, int(tokens[s, t])) for s in range(4) for t in range(3)], columns=cols
+    )
+    res = []
+    for n in (8, 16):
+        rows = [("p", "c", len(h), prefix_key(np.array(h)), *law) for h, law in got[n].items()]
+        res.append(_decide(df, pd.DataFrame(rows, columns=list(LAWS)), margin=0.01))
+    assert not res[0].coarsened and res[0].statistic == pytest.approx(res[1].statistic, abs=1e-12)
+    assert res[0].decision == res[1].decision
+
+
+def test_lists_that_are_not_laws_are_refused_with_exit_2() -> None:
+    def table(ids: list[int], p: list[float]) -> pd.DataFrame:
+        return pd.DataFrame([("p", "c", 0, "", np.array(ids), np.array(p))], columns=list(LAWS))
+
+    for ids, p in (([1, 1], [0.5, 0.3]), ([1, 2], [0.7, 0.6]), ([1, 2], [0.5, np.nan])):
+        with pytest.raises(InputError, match="not a law") as e:
+            law_dict(table(ids, p))
+        assert e.value.exit_code == ExitCode.BAD_INPUT
+    for raw in ([(1, -0.1), (1, -0.2)], [(1, -0.1), (20, -3.0)], [(1, -0.1), (2, 0.5)], [(1, -1)]):
+        with pytest.raises(EngineError, match="not a top-2 list") as e2:
+            _top_n(raw, 2, 16, "w")
+        assert "\n" not in str(e2.value) and e2.value.exit_code == ExitCode.BAD_INPUT
+    ids, p = _top_n([(3, -2.0), (1, -2.0), (2, -0.5)], 2, 16, "w")  # the extra entry dropped
+    assert ids.tolist() == [1, 2] and p[1] == pytest.approx(np.exp(-0.5))
+    raw_opts = HTTPEngine.parse_options(
+        {"api": "openai", "url": "http://127.0.0.1:9", "probs": 8, "probs_law": "raw"}, "t"
+    )
+    why = vocab_refusal("http", raw_opts, 16)
+    assert why is not None and "a top-n raw list does not fix the processed law" in why
+    assert (
+        vocab_refusal(
+            "http",
+            HTTPEngine.parse_options(
+                {"api": "openai", "url": "http://127.0.0.1:9", "probs": 8}, "t"
+            ),
+            16,
+        )
+        is None
+    )
