@@ -7,8 +7,8 @@ Owns ``law_table`` (a run's laws, as ``teacher_laws.parquet`` stores them; the r
 started and closed once) and one implementation per engine family: http llama.cpp, http OpenAI
 (the whole vocabulary, or a processed top-n list), hf (``engines.hf.laws``), builtin/fast
 (``engines.teacher``). A law is sparse: its non-zero ids and their float64 probabilities (a
-top-n list's sum short of 1). docs/numerics.md "Claim (b) from the plain engine teacher-forced
-(issue 31)".
+top-n list's sum short of 1).
+docs/numerics.md "Claim (b) from the plain engine teacher-forced (issue 31)".
 """
 
 from __future__ import annotations

@@ -276,15 +276,12 @@ def decide_teacher_forced(
 
     Notes
     -----
-    Assumes each law is the engine's processed law at its prefix, or a list of its entries
-    that is a function of the prefix alone (top-n by probability is): then with c_h the map of
-    a token to itself on the list and to "other" off it, E[e_{c_h(x)} | h] = π̃(h) for a
-    candidate that samples π, so U1 stays exactly unbiased with mean 0 there. Under a
-    difference U1 reads the coarsened distance; "within" is decided against
-    (m − outside max)², which assumes the outside mass at the prefixes the candidate reaches
-    is at most the largest seen on the ones forced. A list within ``MASS_TOL`` of 1 is taken as
-    the whole law (the missing ≤ 1e-3 moves U1 by ≤ 2e-3·‖E Z‖ + 1e-6). The candidate's
-    sequences of a cell are exchangeable given the cell.
+    Assumes each law is the engine's processed law at its prefix, or a list of its entries that
+    is a function of the prefix alone (top-n by probability): then E[e_{c_h(x)} | h] = π̃(h)
+    (c_h: a token to itself on the list, to "other" off it) for a candidate that samples π, and
+    U1 stays exactly unbiased, mean 0. "Within" against (m − outside max)² assumes the outside
+    mass at the candidate's prefixes is at most the largest seen. A list within ``MASS_TOL`` of
+    1 is the whole law. The candidate's sequences of a cell are exchangeable given the cell.
     """
     table, mass, outside_mean = law_dict(laws)
     cells = _units(candidate, table, n_max)
