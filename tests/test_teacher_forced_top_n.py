@@ -25,7 +25,9 @@ import pytest
 from spectest import schema
 from spectest.engines.base import Models
 from spectest.engines.http import HTTPEngine
-from spectest.engines.plain_laws import LawAsker, _top_n, vocab_refusal
+from spectest.engines.plain_laws import LawAsker, _top_n
+from spectest.engines.replies import Violation
+from spectest.engines.server_raw_law import processed_from_list, processed_law
 from spectest.errors import EngineError, ExitCode, InputError
 from spectest.sampling.params import SamplingParams
 from spectest.stats.teacher_forced import (
@@ -172,18 +174,39 @@ def test_lists_that_are_not_laws_are_refused_with_exit_2() -> None:
         assert "\n" not in str(e2.value) and e2.value.exit_code == ExitCode.BAD_INPUT
     ids, p = _top_n([(3, -2.0), (1, -2.0), (2, -0.5)], 2, 16, "w")  # the extra entry dropped
     assert ids.tolist() == [1, 2] and p[1] == pytest.approx(np.exp(-0.5))
-    raw_opts = HTTPEngine.parse_options(
-        {"api": "openai", "url": "http://127.0.0.1:9", "probs": 8, "probs_law": "raw"}, "t"
-    )
-    why = vocab_refusal("http", raw_opts, 16)
-    assert why is not None and "a top-n raw list does not fix the processed law" in why
-    assert (
-        vocab_refusal(
-            "http",
-            HTTPEngine.parse_options(
-                {"api": "openai", "url": "http://127.0.0.1:9", "probs": 8}, "t"
-            ),
-            16,
-        )
-        is None
-    )
+
+
+RAW = np.log(np.sort(np.random.default_rng(7).dirichlet(np.full(16, 0.5)))[::-1])  # descending
+
+
+@pytest.mark.parametrize(
+    "sp",
+    [
+        SamplingParams(temperature=0.0),
+        SamplingParams(temperature=0.7, top_k=5, top_p=0.8),
+        SamplingParams(temperature=1.3, top_k=6),
+        SamplingParams(temperature=1.0, top_p=0.6),
+        SamplingParams(temperature=0.7, min_p=0.2),
+    ],
+)
+def test_a_raw_top_n_list_rebuilds_the_law_where_it_closes_inside(sp: SamplingParams) -> None:
+    """The top 6 raw entries give the same processed law as all 16 (spectest's pipeline)."""
+    full = processed_law(list(enumerate(RAW.tolist())), 16, sp, "w").numpy()
+    got = processed_from_list(range(6), np.exp(RAW[:6]).tolist(), 16, sp, "w").numpy()
+    assert np.flatnonzero(full).max() < 6
+    np.testing.assert_allclose(got, full, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "sp",
+    [
+        SamplingParams(temperature=0.8, top_p=0.6),  # the normaliser over all 16 ids decides
+        SamplingParams(temperature=1.0, top_k=7),  # k > n
+        SamplingParams(temperature=1.0, top_p=0.999),  # the nucleus leaves the list
+        SamplingParams(temperature=1.0),  # no filter: the tail is in the law
+        SamplingParams(temperature=0.7, min_p=1e-9),  # min-p cuts no listed token
+    ],
+)
+def test_a_raw_top_n_list_that_does_not_fix_the_law_is_refused(sp: SamplingParams) -> None:
+    with pytest.raises(Violation, match="closes inside the top-6 raw list"):
+        processed_from_list(range(6), np.exp(RAW[:6]).tolist(), 16, sp, "w")

@@ -32,8 +32,9 @@ VLLM_NEG_INF = -9999.0  # vLLM's JSON spelling of a log-probability of −inf (a
 
 def refusal(name: str, options: Any) -> str | None:
     """Why engine ``name`` with ``options`` cannot answer "the plain law at a prefix" (None: it
-    can). The http engine's OpenAI API must report a law (``probs`` > 0; a raw one the whole
-    vocabulary, checked by ``vocab_refusal`` once the vocabulary is known)."""
+    can). The http engine's OpenAI API must report a law (``probs`` > 0): the whole
+    vocabulary, or a top-n list (processed: read exact or coarsened; raw: rebuilt where the
+    filtered support closes inside it, ``server_raw_law.processed_from_list``)."""
     if name in LOCAL:
         return None
     if name == "http":
@@ -50,22 +51,6 @@ def refusal(name: str, options: Any) -> str | None:
         "llamacpp, http with api openai and probs >= the vocabulary, hf-generate, hf-assisted, "
         "builtin, fast)"
     )
-
-
-def vocab_refusal(name: str, options: Any, vocab: int) -> str | None:
-    """Why the engine cannot answer over a vocabulary of ``vocab`` ids (None: it can): an
-    OpenAI server's raw list must hold every id (``probs`` ≥ ``vocab``): temperature and the
-    filters renormalise over every token, so a top-n raw list does not fix the processed law.
-    A processed top-n list is accepted (coarsened: ``stats.teacher_forced``)."""
-    raw = getattr(options, "probs_law", "processed") == "raw"
-    if name == "http" and options.api == "openai" and raw and options.probs < vocab:
-        return (
-            f"engine http with api openai asks for a raw law of probs {options.probs} < the "
-            f"vocabulary {vocab}: a top-n raw list does not fix the processed law; set probs "
-            f">= {vocab} (--max-logprobs >= {vocab}), or use probs_law processed, whose top-n "
-            "list claim (b) reads coarsened"
-        )
-    return None
 
 
 def law_table(
@@ -154,7 +139,11 @@ def _openai_law(e: Any, ids: list[int], params: Any, V: int, t: int) -> Law:
     try:
         if e.options.probs_law == "raw":
             sp = server_raw_law.settings_of(body)
-            return _sparse(server_raw_law.processed_law(raw, V, sp, where).numpy())
+            if n >= V:
+                return _sparse(server_raw_law.processed_law(raw, V, sp, where).numpy())
+            tid, tp = _top_n(raw, n, V, where)
+            got = server_raw_law.processed_from_list(tid.tolist(), tp.tolist(), V, sp, where)
+            return _sparse(got.numpy())
         if n >= V:
             row = server_raw_law.full_row(raw, V, where).numpy()
             return _sparse(np.where(row <= VLLM_NEG_INF, 0.0, np.exp(row)))
@@ -211,8 +200,7 @@ class LawAsker:
     def __init__(self, choice: Any, models: Any) -> None:
         from spectest.engines.registry import engine_class
 
-        V = int(models.target.vocab_size)
-        why = refusal(choice.name, choice.options) or vocab_refusal(choice.name, choice.options, V)
+        why = refusal(choice.name, choice.options)
         if why is not None:
             raise EngineError(why)
         self.name = choice.name

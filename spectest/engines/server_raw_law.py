@@ -20,7 +20,10 @@ Notes
 Only the full law can be processed exactly: temperature renormalises over every token, so a
 top-n list of raw probabilities does not fix the processed law of its own members. A raw list
 with fewer entries than the vocabulary is a ``Violation`` (exit 2), never a silent
-approximation. The derivation is float64 from the reported float32 log-probabilities; the
+approximation — except where the filtered support closes inside the list
+(``processed_from_list``, claim (b) teacher-forced: greedy, top-k ≤ n, top-p at temperature 1
+reached inside it, min-p cutting a listed token), where the list fixes the law exactly.
+The derivation is float64 from the reported float32 log-probabilities; the
 server's own arithmetic is float32, so the derived law differs from the one it sampled by
 rounding (~1e-7 per entry) — and a token within that rounding of a top-p or top-k edge can be
 kept by one and cut by the other (``support_reported`` would flag it: a rare, stated hazard, not
@@ -41,6 +44,7 @@ from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.transforms import logits_to_probs, logits_to_probs_reference
 
 LAWS = ("processed", "raw")
+OFF_LIST = -1e30  # the logit of an id outside a top-n list (probability exactly 0 after softmax)
 
 
 def check_option(law: object, api: str, where: str) -> None:
@@ -88,6 +92,38 @@ def processed_law(
     return logits_to_probs(logits[None, :], SamplingTensors.from_params([params]))[0]
 
 
+def processed_from_list(
+    ids: Sequence[int], probs: Sequence[float], vocab: int, params: SamplingParams, where: str
+) -> torch.Tensor:
+    """The processed law ``[vocab]`` from a raw top-n list (``ids`` with their raw probabilities,
+    the n most probable), exact when the filtered support closes inside the list: greedy; top-k
+    ≤ n (renormalised over the k largest: no normaliser over the vocabulary needed); top-p at
+    temperature 1 without top-k whose nucleus closes inside the list (the list's mass s > top_p:
+    the pipeline run on the list at top_p / s, the same cut); min-p alone that cuts a listed
+    token. Else ``Violation``: the law outside the list would decide it (docs/numerics.md
+    "Top-n lists")."""
+    T, k, top_p, min_p = params.temperature, params.top_k, params.top_p, params.min_p
+    p = torch.tensor(list(probs), dtype=torch.float64)
+    mass, n = float(p.sum()), len(p)
+    rel = (p / p.max()) ** (1 / T) if T > 0 and n else p
+    if T == 0 or 0 < k <= n:
+        at = params
+    elif T == 1 and k == 0 and min_p == 0 and top_p < mass * (1 - 1e-12):
+        at = SamplingParams(temperature=1.0, top_p=top_p / mass)
+    elif min_p > 0 and k == 0 and top_p == 1 and n and float(rel.min()) < min_p:
+        at = params
+    else:
+        raise Violation(
+            where,
+            f"a processed law that closes inside the top-{n} raw list (greedy; top_k <= {n}; "
+            "top_p at temperature 1 reached inside it; min_p cutting a listed token)",
+            f"temperature {T:g} top_k {k} top_p {top_p:g} min_p {min_p:g}, list mass {mass:.6f}",
+        )
+    row = torch.full((vocab,), OFF_LIST, dtype=torch.float64)  # exp underflows to 0: finite
+    row[torch.as_tensor(list(ids), dtype=torch.int64)] = torch.log(p)
+    return logits_to_probs(row[None, :], SamplingTensors.from_params([at]))[0]
+
+
 def processed_of_reference(
     raw: Sequence[tuple[int, float]], tok: int, vocab: int, params: SamplingParams, where: str
 ) -> Reported:
@@ -126,6 +162,7 @@ __all__ = [
     "LAWS",
     "check_option",
     "full_row",
+    "processed_from_list",
     "processed_law",
     "processed_of",
     "processed_of_reference",
