@@ -43,33 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from fake_completion_server import CUT  # noqa: E402
 
-V = 10
-
-
-def _pi(rng: np.random.Generator) -> np.ndarray:
-    return np.sort(rng.dirichlet(np.full(V, 0.7)))[::-1]
-
-
-def _engine(seed: int, keep: int, n: int, move: float) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """2 positions, 1 cell: π at position 0 and at each (x_0) for position 1; the laws listed
-    as their top ``keep`` ids (descending), the candidate drawing from π with ``move`` of the
-    top token's mass moved to the ids outside the list (uniformly)."""
-    rng = np.random.default_rng(seed)
-    laws = {(): _pi(rng)} | {(v,): _pi(rng) for v in range(V)}
-    rows, table = [], []
-    for s in range(n):
-        prefix: tuple[int, ...] = ()
-        for t in range(2):
-            q = laws[prefix].copy()
-            q[0] -= move
-            q[keep:] += move / (V - keep)
-            x = int(rng.choice(V, p=q / q.sum()))
-            rows.append(("p", "c", s, t, x))
-            prefix = (*prefix, x)
-    for h, p in laws.items():
-        table.append(("p", "c", len(h), prefix_key(np.array(h)), np.arange(keep), p[:keep]))
-    cols = [schema.PROMPT_ID, schema.CONFIG_ID, schema.SEED, schema.POSITION, schema.TOKEN_ID]
-    return pd.DataFrame(rows, columns=cols), pd.DataFrame(table, columns=list(LAWS))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from teacher_forced_top_n_calibration import V  # noqa: E402
+from teacher_forced_top_n_calibration import engine as _engine  # noqa: E402
 
 
 def _brute(X: np.ndarray, t: int, laws: dict, w: np.ndarray) -> float:
