@@ -6,9 +6,11 @@ lists miss mass, a correct candidate is not "beyond" and one that moves mass out
 is; "within" is reachable only when the outside mass is below the margin; lists that are not
 laws are refused (exit 2).
 
-False-failure rates: deterministic (fixed seeds). The correct candidate's "not beyond" fails
-with probability ≤ α = 5 % over seeds (the calibrated rate: docs/numerics.md, 0/200 at the
-null); "beyond" of the mass-moving candidate has U1 ≈ 4e-2 against 2m² = 2e-4 (≥ 50 sd).
+False-failure rates: deterministic (fixed seeds). Over seeds (benchmarks/
+teacher_forced_top_n_calibration.py, 200 replications at n 400): the correct candidate is
+"beyond" 2.0 % [0.5, 5.0 %] of the time with lists of 4 of 10 ids, and "within" 96.5 % with 9
+of 10 and m 0.1 (n 3000 here: more); the mass-moving candidate has U1 ≈ 4e-2 against
+2m² = 2e-4 (≥ 50 sd).
 """
 
 from __future__ import annotations
