@@ -1,12 +1,12 @@
 """Calibration of claim (b) teacher-forced in its coarsened mode (top-n lists short of 1,
 ``stats.teacher_forced``): a synthetic engine (``engine``, also used by
 tests/test_teacher_forced_top_n.py: V 10, 2 positions, 11 random laws, each listed as its top
-``keep`` ids), a correct candidate (draws
-from π) replicated with fresh seeds. Prints, per case, how often each decision and LCB > 0 came
-out, with 95 % Clopper–Pearson intervals. The null's "beyond" and LCB > 0 must stay ≤ α.
+``keep`` ids), a correct candidate (draws from π) replicated with fresh seeds. Prints, per
+case, how often each decision and LCB > 0 came out, with 95 % Clopper–Pearson intervals. The
+null's "beyond" and LCB > 0 must stay ≤ α.
 
-Usage: PYTHONPATH=. python benchmarks/teacher_forced_top_n_calibration.py [--reps 200] [--n 400] [--B 300]
-(about 1 s per replication on one CPU core).
+Usage: PYTHONPATH=. python benchmarks/teacher_forced_top_n_calibration.py [--reps 200]
+[--n 400] [--B 300] (about 0.2 s per replication and case on one CPU core; 200: ~80 s).
 """
 
 from __future__ import annotations
