@@ -10,7 +10,8 @@ Asked for probabilities (llama.cpp ``n_probs``, OpenAI ``logprobs``), it reports
 positions unreported as llama.cpp's speculative path does (prob 1.0, empty top list);
 ``--probs bad-id`` names another token than the one emitted; ``--probs cut`` reports (OpenAI)
 the law ``CUT`` (``LAW`` on ids 0–7 renormalised, the rest −9999: vLLM's spelling of a filtered
-token's −inf). ``--log FILE`` appends each POST's path and JSON body to FILE, one line each.
+token's −inf); ``--probs dup`` repeats (llama.cpp) the first entry of each top list.
+``--log FILE`` appends each POST's path and JSON body to FILE, one line each.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ CUT = [(16 - v) / 100 if v < 8 else 0.0 for v in range(16)]  # --probs cut: 8 id
 
 def llamacpp_probs(toks: list[int], n: int) -> list[dict[str, object]]:
     top = [{"id": v, "token": f"t{v}", "bytes": [], "prob": LAW[v]} for v in range(min(n, 16))]
+    top += top[:1] if ARGS.probs == "dup" else []
     out: list[dict[str, object]] = []
     for i, t in enumerate(toks):
         if ARGS.probs == "spec-empty" and i % 2:
@@ -137,7 +139,9 @@ def main() -> None:
     ap.add_argument("--fail-first", type=int, default=0)
     ap.add_argument("--die-after", type=int, default=0)
     ap.add_argument("--delay", type=float, default=0.0)
-    ap.add_argument("--probs", default="exact", choices=["exact", "spec-empty", "bad-id", "cut"])
+    ap.add_argument(
+        "--probs", default="exact", choices=["exact", "spec-empty", "bad-id", "cut", "dup"]
+    )
     ap.add_argument("--log", default="")
     ap.add_argument("--tag", default="")  # ignored: lets a test find this process by its argv
     ap.parse_args(namespace=ARGS)

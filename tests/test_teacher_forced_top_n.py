@@ -16,6 +16,7 @@ of 10 and m 0.1 (n 3000 here: more); the mass-moving candidate has U1 ≈ 4e-2 a
 from __future__ import annotations
 
 import itertools
+import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -43,7 +44,7 @@ from spectest.stats.teacher_forced import (
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from fake_completion_server import CUT  # noqa: E402
+from fake_completion_server import CUT, LAW  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from teacher_forced_top_n_calibration import V  # noqa: E402
@@ -188,3 +189,38 @@ def test_a_raw_top_n_list_rebuilds_the_law_where_it_closes_inside(sp: SamplingPa
 def test_a_raw_top_n_list_that_does_not_fix_the_law_is_refused(sp: SamplingParams) -> None:
     with pytest.raises(Violation, match="closes inside the top-6 raw list"):
         processed_from_list(range(6), np.exp(RAW[:6]).tolist(), 16, sp, "w")
+
+
+def _llamacpp(tmp_path: Path, mode: str, law_probs: int | None) -> tuple[LawAsker, Path]:
+    log = tmp_path / f"{mode}-{law_probs}.jsonl"
+    argv = ["{python}", str(ROOT / "tests" / "fake_completion_server.py"), "--port", "{port}"]
+    raw = {"api": "llamacpp", "server": [*argv, "--probs", mode, "--log", str(log)]}
+    if law_probs is not None:
+        raw["law_probs"] = law_probs
+    choice = SimpleNamespace(name="http", options=HTTPEngine.parse_options(raw, "t"))
+    return LawAsker(choice, Models(SimpleNamespace(vocab_size=16), None)), log
+
+
+def test_llamacpp_law_probs_asks_a_top_n_list_and_refuses_a_bad_one(tmp_path: Path) -> None:
+    """``law_probs`` 6: ``n_probs`` 6, the fake server's top 6 of ``LAW`` (mass 81/136: read
+    coarsened); unset: ``n_probs`` = V 16, the whole law; a list with an id twice: exit 2."""
+    tokens = np.array([[1, 2], [3, 4]])
+    sp = SamplingParams(temperature=1.0)
+    for law_probs, n in ((6, 6), (None, 16)):
+        asker, log = _llamacpp(tmp_path, "exact", law_probs)
+        try:
+            got = asker.laws([1, 2, 3], sp, tokens)
+        finally:
+            asker.close()
+        sent = [b for _, b in map(json.loads, log.read_text().splitlines())]
+        assert {(b["n_probs"], b["post_sampling_probs"]) for b in sent} == {(n, True)}
+        for ids, p in got.values():
+            assert ids.tolist() == list(range(n))
+            np.testing.assert_allclose(p, LAW[:n], rtol=0, atol=1e-12)
+    asker, _ = _llamacpp(tmp_path, "dup", 6)
+    try:
+        with pytest.raises(EngineError, match=r"not a top-6 list .* \(7 entries, 6 distinct") as e:
+            asker.laws([1, 2, 3], sp, tokens)
+    finally:
+        asker.close()
+    assert "\n" not in str(e.value) and e.value.exit_code == ExitCode.BAD_INPUT

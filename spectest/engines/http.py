@@ -5,10 +5,9 @@ Owns: the request of one row (token-id prompt, per-request seed, explicit sampli
 and, for llama.cpp, the sampler order), the parsing of token ids and acceptance telemetry from the
 reply (checked against ``engines.replies``), one HTTP exchange under a deadline that never
 follows a redirect (``exchange``), bounded concurrency that fails fast, retries with backoff,
-the check that the server honours
-seeds (the same request twice → the same tokens) and, where the server echoes its settings
-(llama.cpp's ``generation_settings``), the check that no parameter was silently dropped. Knows
-nothing about process management (``spectest.engines.server``) or statistics.
+the check that the server honours seeds (one request twice → the same tokens) and, where it
+echoes its settings (llama.cpp's ``generation_settings``), that no parameter was silently
+dropped. Knows nothing about process management (``engines.server``) or statistics.
 Seeds, loopback, reply checks and the timeout bound: docs/engines.md
 "The http engine: seeds, loopback, replies, timeouts".
 """
@@ -65,7 +64,8 @@ class HTTPEngine(Engine):
     ``check_seeds`` (true), ``extra`` (a JSON object merged into every request),
     ``allow_remote`` (false), ``probs`` (0: off; n: ask for the top-n reported probabilities,
     ``engines.server_probs``, docs/engines-reported-p.md), ``probs_law`` (processed; raw: the
-    server reports its full raw law, ``engines.server_raw_law`` derives the processed one).
+    server reports its full raw law, ``engines.server_raw_law`` derives the processed one),
+    ``law_probs`` (claim (b) teacher-forced's list size, 0: V or probs, ``engines.plain_laws``).
     """
 
     name = "http"
@@ -94,6 +94,7 @@ class HTTPEngine(Engine):
         probs: int = field(default=0, metadata={"omit_default": True})
         # which law the server reports (raw: derive the processed one, engines.server_raw_law)
         probs_law: str = field(default="processed", metadata={"omit_default": True})
+        law_probs: int = field(default=0, metadata={"omit_default": True})
 
     @classmethod
     def parse_options(cls, raw: Mapping[str, Any], where: str, base_dir: Path | None = None) -> Any:
@@ -156,7 +157,6 @@ class HTTPEngine(Engine):
         self.where = f"engine http (api {options.api})"
         self._inflight = Inflight()
 
-    # ------------------------------------------------------------------------- lifecycle
     def _ensure_server(self) -> None:
         o = self.options
         if not o.server or (self.server is not None and self.server.alive()):
@@ -202,7 +202,6 @@ class HTTPEngine(Engine):
         out["fixtures"] = fixture_provenance(self.resolved)
         return out
 
-    # ------------------------------------------------------------------------- requests
     def request_body(self, prompt: list[int], sp: Any, seed: int, T: int) -> dict[str, Any]:
         """The JSON body of one row (spectest's parameters spelled for the server's API)."""
         o = self.options
@@ -478,6 +477,7 @@ def _parse_numbers(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
         ("concurrency", int, 1),
         ("retries", int, 0),
         ("probs", int, 0),
+        ("law_probs", int, 0),
         ("timeout_s", float, 0.001),
         ("startup_timeout_s", float, 0.001),
     ):

@@ -101,21 +101,31 @@ def _prefixes(tokens: np.ndarray) -> list[tuple[int, ...]]:
 
 
 def _llamacpp_law(e: Any, ids: list[int], params: Any, V: int, t: int) -> Law:
-    """llama.cpp: one token with ``n_probs`` = V and ``post_sampling_probs`` (its processed
-    law)."""
+    """llama.cpp: one token with ``n_probs`` = ``law_probs`` (0: V) and ``post_sampling_probs``
+    (its processed law, or the top n of it: a list short of 1 when the support is larger)."""
+    n = min(int(e.options.law_probs) or V, V)
     body = e.request_body(ids, params, 1, 1)
-    body.update({"n_probs": V, "post_sampling_probs": True})
-    reply = e._post(body, f"{e.where}: the plain law at a prefix of {t} tokens")
+    body.update({"n_probs": n, "post_sampling_probs": True})
+    where = f"{e.where}: the plain law at a prefix of {t} tokens"
+    reply = e._post(body, where)
     try:
-        p = np.zeros(V)
-        for entry in reply["completion_probabilities"][0]["top_probs"]:
-            p[int(entry["id"])] += float(entry["prob"])
+        top = reply["completion_probabilities"][0]["top_probs"]
+        got = [(int(x["id"]), float(x["prob"])) for x in top]
     except (KeyError, IndexError, TypeError, ValueError) as err:
         raise EngineError(
-            f"{e.where}: no full law in the reply to n_probs {V} with "
-            f"post_sampling_probs ({type(err).__name__}: {err})"
+            f"{where}: no law in the reply to n_probs {n} with post_sampling_probs "
+            f"({type(err).__name__}: {err})"
         ) from None
-    return _sparse(p)
+    lid = [i for i, _ in got]
+    p = np.array([q for _, q in got], dtype=np.float64)
+    bad = len(set(lid)) < len(lid) or any(not 0 <= i < V for i in lid) or len(lid) > n
+    if bad or not ((p >= 0) & (p <= 1)).all() or p.sum() > 1.001:
+        raise EngineError(
+            f"{where}: not a top-{n} list of a law over {V} ids ({len(got)} entries, "
+            f"{len(set(lid))} distinct ids, mass {float(np.nansum(p)):.6f})"
+        )
+    order = np.argsort(lid)
+    return _sparse_at(np.asarray(lid, dtype=np.int64)[order], p[order])
 
 
 def _openai_law(e: Any, ids: list[int], params: Any, V: int, t: int) -> Law:
@@ -125,7 +135,7 @@ def _openai_law(e: Any, ids: list[int], params: Any, V: int, t: int) -> Law:
     processed: the reported law or top-n list as it is (``exp`` of the log-probabilities;
     vLLM's −9999 for a filtered token is 0)."""
     where = f"{e.where}: the plain law at a prefix of {t} tokens"
-    n = min(int(e.options.probs), V)
+    n = min(int(e.options.law_probs) or int(e.options.probs), V)
     body = e.request_body(ids, params, 1, 1)
     body.update({"logprobs": n, "return_tokens_as_token_ids": True})
     reply = e._post(body, where)
