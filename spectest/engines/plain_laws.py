@@ -118,12 +118,7 @@ def _llamacpp_law(e: Any, ids: list[int], params: Any, V: int, t: int) -> Law:
         ) from None
     lid = [i for i, _ in got]
     p = np.array([q for _, q in got], dtype=np.float64)
-    bad = len(set(lid)) < len(lid) or any(not 0 <= i < V for i in lid) or len(lid) > n
-    if bad or not ((p >= 0) & (p <= 1)).all() or p.sum() > 1.001:
-        raise EngineError(
-            f"{where}: not a top-{n} list of a law over {V} ids ({len(got)} entries, "
-            f"{len(set(lid))} distinct ids, mass {float(np.nansum(p)):.6f})"
-        )
+    _check_list(lid, p, n, V, where, len(lid) > n or not bool(((p >= 0) & (p <= 1)).all()))
     order = np.argsort(lid)
     return _sparse_at(np.asarray(lid, dtype=np.int64)[order], p[order])
 
@@ -170,16 +165,23 @@ def _top_n(raw: list[tuple[int, float]], n: int, V: int, where: str) -> Law:
     log-probability that is NaN or above 0 beyond rounding, or a mass above 1 + 1e-3."""
     ids = [i for i, _ in raw]
     lps = np.array([lp for _, lp in raw], dtype=np.float64)
-    bad = len(set(ids)) < len(ids) or any(not 0 <= i < V for i in ids)
     p = np.where(lps <= VLLM_NEG_INF, 0.0, np.exp(np.minimum(lps, 0.0)))
-    if bad or len(set(ids)) < n or np.isnan(lps).any() or (lps > 1e-6).any() or p.sum() > 1.001:
-        raise EngineError(
-            f"{where}: not a top-{n} list of a law over {V} ids ({len(raw)} entries, "
-            f"{len(set(ids))} distinct ids, mass {float(np.nansum(p)):.6f})"
-        )
+    short = len(set(ids)) < n
+    _check_list(ids, p, n, V, where, short or bool(np.isnan(lps).any() or (lps > 1e-6).any()))
     top = np.lexsort((np.asarray(ids), -p))[:n]  # vLLM adds the sampled token: dropped
     order = top[np.argsort(np.asarray(ids)[top])]
     return _sparse_at(np.asarray(ids, dtype=np.int64)[order], p[order])
+
+
+def _check_list(ids: list[int], p: np.ndarray, n: int, V: int, where: str, bad: bool) -> None:
+    """Refuse (one line) a reply that is not a top-``n`` list of a law over ``V`` ids: an id
+    twice or outside the vocabulary, a mass above 1 + 1e-3, or ``bad`` (the API's own checks:
+    llama.cpp's probabilities, OpenAI's log-probabilities and list length)."""
+    if bad or len(set(ids)) < len(ids) or any(not 0 <= i < V for i in ids) or p.sum() > 1.001:
+        raise EngineError(
+            f"{where}: not a top-{n} list of a law over {V} ids ({len(ids)} entries, "
+            f"{len(set(ids))} distinct ids, mass {float(np.nansum(p)):.6f})"
+        )
 
 
 def _sparse_at(ids: np.ndarray, p: np.ndarray) -> Law:
