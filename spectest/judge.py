@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +233,7 @@ class TeacherForcedClaim:
     alpha: float
     key: str
     table: pd.DataFrame | None = None
+    kind: str = ""  # the floor's words (``FloorSpec.kind``); "" keeps the statistic's own
 
     def result(self) -> Any:
         from spectest.stats.teacher_forced import decide_teacher_forced
@@ -248,7 +249,9 @@ class TeacherForcedClaim:
             n_max=self.sequences,
             reference=self.reference,
         )
-        return None if r.units == 0 else r
+        if r.units == 0:
+            return None
+        return replace(r, floor_kind=self.kind) if self.kind else r
 
 
 ClaimB = NumericsClaim | TokenFloorClaim | TeacherForcedClaim
@@ -288,7 +291,7 @@ def run_claim_b(
     if got is None:
         return None
     if f.teacher is not None:
-        return TeacherForcedClaim(got[0], got[1], f.teacher, f.margin, alpha, key, laws)
+        return TeacherForcedClaim(got[0], got[1], f.teacher, f.margin, alpha, key, laws, f.kind)
     ref, cand, floor = got
     return TokenFloorClaim(ref, cand, ref, floor, f.margin, alpha, key, f.kind)
 

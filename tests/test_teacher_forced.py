@@ -103,7 +103,16 @@ def test_field_parses_lays_out_no_arm_and_refuses_engines_without_the_capability
     with pytest.raises(ConfigError, match=r"arms\.floor\.sequences: only with teacher_forced"):
         _proto(tmp_path / "d", arms={"floor": {"batch_size": 3, "sequences": 5}})
     with pytest.raises(ConfigError, match="or teacher_forced: true"):
-        _proto(tmp_path / "e", arms={"floor": {"teacher_forced": True, "batch_size": 3}})
+        _proto(tmp_path / "e", arms={"floor": {"batch_size": 3, "order": "reversed"}})
+    # beside teacher_forced, batch_size is the teacher's batch shape (rows per forward)
+    b = _proto(tmp_path / "g", arms={"floor": {"teacher_forced": True, "batch_size": 1}})
+    assert b.floor is not None and b.floor.batch_size == 1 and b.floor.teacher is not None
+    assert b.floor.kind.endswith(", batch 1") and b.hash != p.hash
+    assert [a.name for a in make_plan(b).arms] == [a.name for a in make_plan(base).arms]
+    llama = {"name": "http", "api": "llamacpp", "url": "http://127.0.0.1:9"}
+    body = {**TOY, "version": 2, "engines": {"reference": llama}}
+    with pytest.raises(ConfigError, match=r"arms\.floor\.batch_size: with teacher_forced, only"):
+        _proto(tmp_path / "h", **body, arms={"floor": {"teacher_forced": True, "batch_size": 1}})
 
 
 def _asker(name: str, spec: str, dtype: str, where: Path) -> Any:
@@ -161,6 +170,30 @@ def test_hf_laws_equal_a_forward_at_each_prefix(dtype: str, tmp_path: Path) -> N
         got[ids] = p
         tol = 1e-5 if dtype == "float32" else 0.05
         assert np.abs(got - want.numpy()).sum() <= tol
+
+
+@pytest.mark.parametrize("rows", [None, 1, 3])
+def test_teacher_batch_shape_sets_the_rows_per_forward(rows: int | None, tmp_path: Path) -> None:
+    """``arms.floor.batch_size`` beside ``teacher_forced`` is the rows per forward of the
+    plain laws (the batch shape they are computed at: in bf16 on a GPU a law moves with it,
+    docs/numerics.md "The teacher's batch shape"); the laws stay the same law."""
+    from spectest.engines.plain_laws import LawAsker
+    from spectest.sampling.params import SamplingParams
+
+    asker, models = _asker("hf-generate", "bundled:target", "float32", tmp_path)
+    asker = LawAsker(asker.engine_choice, models, rows) if rows else asker
+    seen: list[int] = []
+    forward = asker._forward
+
+    def spy(prompt: list[int], params: Any, block: np.ndarray) -> np.ndarray:
+        seen.append(len(block))
+        return forward(prompt, params, block)
+
+    asker._forward = spy
+    X = np.random.default_rng(2).integers(3, 250, size=(7, 2))
+    laws = asker.laws([1, 72, 101], SamplingParams(temperature=0.9, top_k=20), X)
+    assert seen == ([7] if rows is None else [rows] * (7 // rows) + [7 % rows] * (7 % rows > 0))
+    assert len(laws) == 1 + len({int(x) for x in X[:, 0]})
 
 
 def test_run_decides_claim_b_teacher_forced_and_analyze_agrees(tmp_path: Path) -> None:

@@ -68,7 +68,7 @@ def law_table(
     params = dict(protocol.configs)
     cells = [_cells(df) for df in frames]
     keys = sorted(set().union(*cells))
-    asker = LawAsker(protocol.floor.engine, models)
+    asker = LawAsker(protocol.floor.engine, models, protocol.floor.batch_size)
     rows: list[tuple[Any, ...]] = []
     try:
         for k, (pid, cid) in enumerate(keys):
@@ -207,18 +207,21 @@ def _check_processed(params: Any, where: str) -> None:
 
 class LawAsker:
     """One instance of the engine ``choice`` (its models: ``models``), asked per (prompt,
-    config) for the laws at every prefix of a block of sequences; ``close`` once."""
+    config) for the laws at every prefix of a block of sequences; ``close`` once. ``rows``: the
+    rows per forward of an in-process engine (None: up to 64, ≤ 128 MiB of laws)."""
 
-    def __init__(self, choice: Any, models: Any) -> None:
+    def __init__(self, choice: Any, models: Any, rows: int | None = None) -> None:
         from spectest.engines.registry import engine_class
 
         why = refusal(choice.name, choice.options)
         if why is not None:
             raise EngineError(why)
         self.name = choice.name
+        self.engine_choice = choice
         self.models = models
         self.engine = engine_class(choice.name)(choice.options, models)
         self.requests = 0
+        self.rows = rows
 
     def laws(
         self, prompt: Sequence[int], params: Any, tokens: np.ndarray
@@ -256,7 +259,7 @@ class LawAsker:
                 by_len.setdefault(n, []).append(r[:n])
         V = int(self.models.target.vocab_size)
         for n, group in sorted(by_len.items()):
-            step = max(1, min(64, (1 << 24) // (n * V)))  # rows per forward: ≤ 128 MiB of laws
+            step = max(1, min(self.rows or 64, (1 << 24) // (n * V)))  # ≤ 128 MiB of laws
             for lo in range(0, len(group), step):
                 block = np.array(group[lo : lo + step], dtype=np.int64)
                 P = self._forward(prompt, params, block)  # [b, n, V]

@@ -77,7 +77,10 @@ def floor(
         return None
     keys = ("engine", "margin", *FLOOR_SHAPES, FLOOR_TEACHER, "sequences")
     f = c.mapping(arms["floor"], "arms.floor", keys)
+    # with teacher_forced, batch_size is the teacher's batch shape, not a floor arm's
     shapes = [k for k in (*FLOOR_SHAPES, FLOOR_TEACHER) if k in f]
+    if FLOOR_TEACHER in f and "batch_size" in f:
+        shapes.remove("batch_size")
     if len(shapes) != 1:
         got = " and ".join(shapes) if shapes else "none"
         raise c.fail(
@@ -94,7 +97,7 @@ def floor(
         raw.append(("engine", "reference"))
     teacher = None
     if shapes[0] == FLOOR_TEACHER:
-        size, order, teacher = None, None, _teacher(c, f, engine, raw)
+        order, (teacher, size) = None, _teacher(c, f, engine, raw)
     else:
         if "sequences" in f:
             raise c.fail("arms.floor.sequences", "only with teacher_forced: true")
@@ -109,9 +112,11 @@ def floor(
 
 def _teacher(
     c: Fields, f: Mapping[str, Any], engine: EngineChoice, raw: list[tuple[str, Any]]
-) -> int:
-    """``teacher_forced: true`` (and ``sequences``, the most sequences per cell forced): the
-    engine must answer "its plain law at a prefix" (``engines.plain_laws``), else exit 2."""
+) -> tuple[int, int | None]:
+    """``teacher_forced: true`` (and ``sequences``, the most sequences per cell forced;
+    ``batch_size``, the rows per forward the laws are computed at): the engine must answer "its
+    plain law at a prefix" (``engines.plain_laws``), else exit 2. Returns (sequences, batch
+    size or None: the default, docs/numerics.md "The teacher's batch shape")."""
     from spectest.engines.plain_laws import refusal
     from spectest.stats.teacher_forced import DEFAULT_SEQUENCES
 
@@ -125,7 +130,17 @@ def _teacher(
     if "sequences" in f:
         n = c.int_(f["sequences"], "arms.floor.sequences", lo=2)
         raw.append(("sequences", n))
-    return n
+    size = None
+    if "batch_size" in f:
+        if engine.name == "http":
+            raise c.fail(
+                "arms.floor.batch_size",
+                "with teacher_forced, only for an engine spectest runs in process (a server's "
+                "laws come one request per prefix)",
+            )
+        size = c.int_(f["batch_size"], "arms.floor.batch_size", lo=1, hi=MAX_BATCH_SIZE)
+        raw.append(("batch_size", size))
+    return n, size
 
 
 def _floor_shape(

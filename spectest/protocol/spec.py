@@ -171,7 +171,8 @@ class FloorSpec:
     ``engine`` holds the arm's resolved engine (the concurrency applied); ``raw`` the file's
     form, which is what is hashed (only when the section is present). ``teacher``: with
     ``teacher_forced: true`` no arm is laid out; ``engine`` is asked for its plain law at the
-    prefixes of the first ``teacher`` sequences per cell (``stats.teacher_forced``)."""
+    prefixes of the first ``teacher`` sequences per cell (``stats.teacher_forced``), in forwards
+    of ``batch_size`` rows when stated."""
 
     engine: EngineChoice
     batch_size: int | None
@@ -187,7 +188,7 @@ class FloorSpec:
         if self.teacher is not None:
             from spectest.stats.teacher_forced import KIND
 
-            return KIND
+            return KIND + ("" if self.batch_size is None else f", batch {self.batch_size}")
         shape = next((k, v) for k, v in self.raw if k in FLOOR_SHAPES)
         return f"{shape[0].replace('_size', '')} {shape[1]}"
 

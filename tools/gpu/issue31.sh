@@ -23,7 +23,8 @@
 # Usage: tools/gpu/issue31.sh [OUT_DIR]   (default $OUT or /tmp/gpu_issue31)
 #        Env: SEEDS (default 200), DEVICE (default cuda; cpu for a smoke test), EXTRA (more run
 #        arguments, e.g. EXTRA="--seeds 8" for a CPU smoke test), TEACHER=1 (claim (b)
-#        teacher-forced instead of the floor arm, on two top-k configs: tools/gpu/hf_assisted_teacher.sh).
+#        teacher-forced instead of the floor arm, on two top-k configs: tools/gpu/hf_assisted_teacher.sh),
+#        TEACHER_BATCH=R (with TEACHER: the teacher's laws in forwards of R rows, its batch shape).
 # Prints the wall time, the exit code, the verdict's headline, the two claim lines and one JSON
 # line (prefix "RESULT ") with the decision, the reasons and verdict.numerics.
 set -uo pipefail
@@ -35,7 +36,7 @@ DEVICE=${DEVICE:-cuda}
 read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
 TEACHER_ARGS=()
 [ -n "${TEACHER:-}" ] && TEACHER_ARGS=(
-  --set "arms={floor: {teacher_forced: true, sequences: $SEEDS}}"
+  --set "arms={floor: {teacher_forced: true, sequences: $SEEDS${TEACHER_BATCH:+, batch_size: $TEACHER_BATCH}}}"
   --set "configs={t1.0-k50: {temperature: 1.0, top_k: 50}, t0.7-k20-p0.9: {temperature: 0.7, top_k: 20, top_p: 0.9}}")
 mkdir -p "$OUT"
 python -c "import torch, transformers; print('torch', torch.__version__, 'transformers', \

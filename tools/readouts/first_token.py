@@ -201,8 +201,8 @@ def round_one_tv(
         rec = generate_assisted(target, draft, prompt, params, k + 1, k, key, keep_scores=True)[1]
         pos, _, q_scores, p_scores = rec.scores[0]
         assert pos == 0 and q_scores is not None, "round 1 drafted nothing"
-        p = torch.softmax(p_scores[0].double(), dim=-1)
-        q = torch.softmax(q_scores[0].double(), dim=-1)
+        p = torch.softmax(p_scores[0].double().cpu(), dim=-1)  # the scores stay on the model's
+        q = torch.softmax(q_scores[0].double().cpu(), dim=-1)  # device; π is on the CPU
         law = torch.minimum(p, q) + torch.clamp(p - q, min=0)
         tv = (0.5 * float((law - pi).abs().sum()), 0.5 * float((q - q2).abs().sum()))
         worst = (max(worst[0], tv[0]), max(worst[1], tv[1]))
