@@ -1,24 +1,12 @@
 """The engine contract: what an engine under test is, in one place.
 
-Owns: ``Engine`` (the base class every engine derives from), the job it is given (``ArmJob``: one
-arm × one prompt, all its rows), what it returns (``ArmOutput``: the one output type, of every
-engine and of every decode loop), what every decode loop is asked (``DecodeRequest``), the row and
-drafter descriptions shared by every engine and by the protocol (``RowSpec``, ``DrafterSpec``), the
-models handed to an engine (``Models``), option parsing with errors that name file and field
-(``parse_options``), the check of every output (``check_output``) and its conversion to the schema's
-samples and rounds tables.
-
-Knows nothing about particular engines (``spectest.engines.registry`` maps names to classes),
-protocols, files or statistics. Imports no torch: third-party engines (a command, a server) can
-implement the contract without it.
-
-How an engine plugs in (subclass, register, check, select; ``examples/plugin/``):
-docs/engines.md "Adding an engine".
-
-Each arm of a plan is run by exactly one engine; the ε and mutant teeth always run on the
-built-in engine, whatever the protocol's reference and candidate engines are; the null runs there
-too, except on a foreign reference engine, where it is that engine's own plain decode on other
-seeds (``protocol.arms.null_spec``), sent as ``role="reference"`` jobs.
+Owns: ``Engine`` (the base class), its job (``ArmJob``: one arm × one prompt, all its rows), the
+one output type of every engine and decode loop (``ArmOutput``), what every decode loop is asked
+(``DecodeRequest``), ``RowSpec``, ``DrafterSpec``, ``Models``, option parsing with errors that
+name file and field (``parse_options``), ``check_output`` and the conversion to the schema's
+samples and rounds tables. Knows nothing about particular engines (``engines.registry``),
+protocols, files or statistics; imports no torch. How an engine plugs in and which engine runs
+which arm: docs/engines.md "Adding an engine".
 """
 
 from __future__ import annotations

@@ -8,18 +8,9 @@ token was drawn from (``emitted_scores``, bounded by ``SCORES_BUDGET`` per batch
 ``hf_assisted_decode``), which return an ``ArmOutput`` like the built-in loops, with the
 white-box columns p_t from transformers' own scores and q_t teacher-forced (``hf.laws``).
 
-Knows nothing about protocols, files or statistics.
-
-Randomness
-----------
-NOTE: transformers draws from torch's *global* generator (``torch.multinomial`` / ``rand_like``
-without a generator argument), so randomness cannot be passed in. Each call runs under
-``torch.random.fork_rng`` (the caller's global state is restored) after ``torch.manual_seed(s)``
-with ``s`` a spectest row key (``spectest.seeding``). A plain batch is reproducible per (batch
-composition, seed range) — its seed is the row key of its first row — not per row
-(``HFGenerateEngine.seeds = "per job"``); an assisted row is reproducible per row. Same seed,
-same torch build, same device. What ``output_scores`` holds and why it is the law:
-docs/engines-hf.md "White-box columns".
+Knows nothing about protocols, files or statistics. Randomness (transformers draws from torch's
+global generator, seeded per call with a row key) and what ``output_scores`` holds:
+docs/engines-hf.md "Randomness" and "White-box columns".
 """
 
 from __future__ import annotations
@@ -105,20 +96,8 @@ def generate_plain(
     batch_size: int,
     seed: int,
 ) -> torch.Tensor:
-    """One batched ``model.generate`` call: ``batch_size`` rows of the same prompt and params.
-
-    Parameters
-    ----------
-    prompt_ids : torch.Tensor
-        ``[L]`` int64.
-    seed : int
-        ``torch.manual_seed`` argument for this batch (a spectest row key).
-
-    Returns
-    -------
-    torch.Tensor
-        ``[batch_size, num_tokens]`` int64 emitted tokens (on CPU).
-    """
+    """One batched ``model.generate`` call: ``batch_size`` rows of the same prompt ``[L]`` and
+    params, seeded with ``seed`` (a row key); ``[batch_size, num_tokens]`` int64 tokens (CPU)."""
     return generate_plain_scored(model, prompt_ids, params, num_tokens, batch_size, seed)[0]
 
 
@@ -278,7 +257,7 @@ def hf_plain_decode(model: Any, req: DecodeRequest, *, draft: Any | None = None)
     """Reference arm ``hf-generate``: batched ``model.generate(do_sample=True)``.
 
     Same signature and output as ``builtin.plain_decode``. Batch seed = the row key of the
-    batch's first row (reproducible per batch composition: module docstring). With
+    batch's first row (docs/engines-hf.md "Randomness"). With
     ``whitebox``, the white-box columns from transformers' own scores (p_t) and the teacher-forced
     ``draft`` (q_t, or none), each batch reduced before the next (``whitebox_batch`` rows).
     """
