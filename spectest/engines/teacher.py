@@ -305,24 +305,32 @@ def _emitted_logits(model: LanguageModel, prompt: torch.Tensor, toks: torch.Tens
     return torch.cat([first, rest], dim=1)  # [b, T, V]
 
 
-def _forced_tokens(
+def forced_tokens(
     tokens: torch.Tensor | np.ndarray,
     params: Sequence[SamplingParams],
     prompt: Sequence[int],
     V: int,
+    where: str = "teacher_force",
 ) -> torch.Tensor:
-    """``tokens`` as an int64 ``[B, T]`` tensor, checked against ``params``, ``prompt`` and V."""
+    """``tokens`` as an int64 ``[B, T]`` tensor, checked against ``params``, ``prompt`` and V;
+    ``where`` names the caller in messages."""
     tokens = torch.as_tensor(tokens)
     if tokens.dim() != 2 or tokens.dtype != torch.int64:
         raise InputError(
-            f"teacher_force: tokens must be int64 [B, T], got {tokens.dtype} {tuple(tokens.shape)}"
+            f"{where}: tokens must be int64 [B, T], got {tokens.dtype} {tuple(tokens.shape)}"
         )
     if len(params) != tokens.shape[0]:
-        raise InputError(f"teacher_force: {tokens.shape[0]} token rows but {len(params)} params")
-    _check_tokens(tokens, V, "teacher_force")
+        raise InputError(f"{where}: {tokens.shape[0]} token rows but {len(params)} params")
+    _check_tokens(tokens, V, where)
     if len(prompt) == 0:
-        raise InputError("teacher_force: prompt must hold at least one token id, got []")
+        raise InputError(f"{where}: prompt must hold at least one token id, got []")
     return tokens
+
+
+def columns_frame(parts: Sequence[dict[str, torch.Tensor]]) -> pd.DataFrame:
+    """Chunks of ``whitebox_columns`` (in row order) → one frame of ``schema.WHITEBOX_COLUMNS``."""
+    cols = schema.WHITEBOX_COLUMNS
+    return pd.DataFrame({c: np.concatenate([p[c].cpu().numpy() for p in parts]) for c in cols})
 
 
 def teacher_force(
@@ -353,11 +361,11 @@ def teacher_force(
 
     if draft is not None and drafter is None:
         raise InputError("teacher_force: a draft needs its drafter (DrafterSpec) to define q")
-    tokens = _forced_tokens(tokens, params, prompt, target.vocab_size)
+    tokens = forced_tokens(tokens, params, prompt, target.vocab_size)
     (B, T), V, dev = tokens.shape, target.vocab_size, target.device
     exact = get_variant("exact")
     chunk = max(1, MAX_CHUNK_ELEMENTS // max(1, T * V))
-    cols: dict[str, list[np.ndarray]] = {c: [] for c in schema.WHITEBOX_COLUMNS}
+    parts = []
     prompt_t = torch.tensor(list(prompt), dtype=torch.int64, device=dev)  # [L]
     for lo in range(0, B, chunk):
         toks = tokens[lo : lo + chunk].to(dev)  # [b, T]
@@ -372,7 +380,5 @@ def teacher_force(
                 d_logits, rep, onehot=drafter.onehot, q_mode=drafter.q_mode
             )
             q = sample_law  # [b*T, V] f64: the law the drafter proposes from
-        out = whitebox_columns(p.reshape(b * T, V), q, toks.reshape(b * T))
-        for c in schema.WHITEBOX_COLUMNS:
-            cols[c].append(out[c].cpu().numpy())
-    return pd.DataFrame({c: np.concatenate(cols[c]) for c in schema.WHITEBOX_COLUMNS})
+        parts.append(whitebox_columns(p.reshape(b * T, V), q, toks.reshape(b * T)))
+    return columns_frame(parts)
