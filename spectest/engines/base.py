@@ -382,16 +382,10 @@ def _check_rounds(rounds: Any, B: int, bad: Callable[..., Exception]) -> None:
 
 
 def check_output(out: Any, job: ArmJob, vocab_size: int | None, engine: str) -> None:
-    """An engine's output against the contract; one ``ReplyError`` (exit 2) naming the engine,
-    the arm, the prompt, the row and seed, the field and the value otherwise.
-
-    Checks: ``out`` is an ``ArmOutput``; ``tokens`` is int64 ``[len(rows), T]``, ids in
-    ``[0, vocab_size)`` (``< 2^31`` when no vocabulary is known), every row starts with a token
-    and ``-1`` appears only as a row's suffix (the sequence ended there); ``rounds_tested`` is a
-    bool; ``rounds`` (when given) is a DataFrame with ``ROUNDS_COLUMNS`` of integers in
-    ``[0, 2^31)`` (their stored int32) and row indices in ``[0, len(rows))``; ``whitebox`` (when
-    given) a DataFrame with one row per (row, position).
-    """
+    """An engine's output against the contract of ``ArmOutput`` (token ids in ``[0, vocab_size)``,
+    ``< 2^31`` when no vocabulary is known; rounds' integers in ``[0, 2^31)``); one ``ReplyError``
+    (exit 2) naming the engine, the arm, the prompt, the row and seed, the field and the value
+    otherwise."""
     from spectest.engines.replies import TOKEN_ID_MAX, ReplyError, short, where
 
     base = where(engine, arm=job.arm, prompt=job.prompt_id)
@@ -435,14 +429,10 @@ def samples_frame(
     arm: str,
     columns: pd.DataFrame | None = None,
 ) -> Any:
-    """The schema's samples table: one row per emitted token, row-major then position.
-
-    A sequence that ended early (``-1`` from its end on) has no row past its end, so it is a
-    shorter sequence of the table (what ``spectest compare`` reads from a file whose sequence
-    stops early; the sequence-length family tests its length). ``columns`` (white-box columns,
+    """The schema's samples table: one row per emitted token, row-major then position; a
+    sequence that ended early (``-1``) has no row past its end. ``columns`` (white-box columns,
     one row per (row, position) like ``tokens``) are aligned before the ended positions are
-    dropped.
-    """
+    dropped."""
     B, T = tokens.shape
     if B != len(rows):
         raise InputError(f"samples_frame: {B} token rows but {len(rows)} RowSpecs")

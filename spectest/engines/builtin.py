@@ -63,11 +63,9 @@ def plain_decode(
     """Plain autoregressive sampling: one uniform per token, inverse CDF on the pipeline's law.
 
     Returns ``ArmOutput`` with ``tokens`` ``[len(rows), num_positions]`` (numpy) and no rounds.
-    With ``whitebox``, also the white-box columns of every emitted token from the very p_t row
-    it was drawn from (``recorder.PlainObserver``); q_t comes from ``draft`` run along the
-    emitted sequence under ``drafter`` (the q the teacher would use), or is unknown without a
-    draft. ``whitebox_roles`` appends each token's ``role`` and ``round_offset``
-    (``recorder.ROLES``; "plain", 0) to those columns.
+    With ``whitebox``, also the white-box columns of every emitted token from the p_t row it was
+    drawn from, q_t from ``draft`` run along the sequence under ``drafter`` (unknown without a
+    draft); ``whitebox_roles`` appends ``role`` ("plain") and ``round_offset`` (0).
 
     Notes
     -----

@@ -63,8 +63,21 @@ def _check_prompt(prompt_ids: torch.Tensor, vocab_size: int) -> None:
         )
 
 
-def _fork_devices(device: torch.device) -> list[torch.device]:
-    return [device] if device.type == "cuda" else []
+@contextlib.contextmanager
+def _seeded(device: torch.device, seed: int) -> Iterator[None]:
+    """Inference with torch's global generator seeded to ``seed`` (a row key), the caller's state
+    restored after (docs/engines-hf.md "Randomness")."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        with torch.inference_mode():
+            torch.manual_seed(int(seed))
+            yield
+
+
+def _generate(hf: Any, ids: torch.Tensor, gc: Any, **kw: Any) -> Any:
+    """``hf.generate`` on ``ids [b, L]`` (no padding) under ``gc``."""
+    return hf.generate(
+        input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=gc, **kw
+    )
 
 
 def emitted_scores(out: Any, rows: int, num_tokens: int, where: str) -> torch.Tensor:
@@ -119,18 +132,8 @@ def generate_plain_scored(
     L = int(prompt_ids.shape[0])
     ids = prompt_ids.to(dev)[None, :].expand(batch_size, L).contiguous()  # [B, L]
     gc = generation_config(params, num_tokens, V, output_scores)
-    with (
-        own_generation_config(model),
-        torch.random.fork_rng(devices=_fork_devices(dev)),
-        torch.inference_mode(),
-    ):
-        torch.manual_seed(int(seed))
-        out = hf.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            generation_config=gc,
-            logits_processor=processors(model, None),
-        )
+    with own_generation_config(model), _seeded(dev, seed):
+        out = _generate(hf, ids, gc, logits_processor=processors(model, None))
     toks = _new_tokens(out, batch_size, L, num_tokens, HF_GENERATE)  # [B, T]
     scores = emitted_scores(out, batch_size, num_tokens, HF_GENERATE) if output_scores else None
     return toks, scores  # [B, T], [B, T, V] | None
@@ -185,17 +188,9 @@ def generate_assisted(
         assistant_settings(draft, num_assistant_tokens, confidence_threshold),
         record_rounds(target, L, keep_scores) as rec,
         _quiet_assistant_kwargs(),
-        torch.random.fork_rng(devices=_fork_devices(dev)),
-        torch.inference_mode(),
+        _seeded(dev, seed),
     ):
-        torch.manual_seed(int(seed))
-        out = hf_t.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            generation_config=gc,
-            assistant_model=hf_d,
-            logits_processor=procs,
-        )
+        out = _generate(hf_t, ids, gc, assistant_model=hf_d, logits_processor=procs)
     toks = _new_tokens(out, 1, L, num_tokens, HF_ASSISTED)[0]  # [T]
     emitted = sum(r.emitted for r in rec.rounds)
     if emitted != num_tokens:
