@@ -186,36 +186,30 @@ class ArmOutput:
 
 
 class Engine:
-    """Base class of every engine under test (see the module docstring for how to add one).
+    """Base class of every engine under test (docs/engines.md "Adding an engine").
 
     Class attributes
     ----------------
     name : the registry name (``builtin``, ``hf-assisted``, ``acceptor`` ...).
     Options : frozen dataclass of the engine's protocol options (defaults for every field).
-    needs : ``"target"`` (the target model), ``"draft"`` (target and draft) or ``"none"``.
-    whitebox : how white-box columns are had for this engine's arms: ``"generation"`` (recorded
-        in ``ArmOutput.whitebox`` while generating), ``"teacher"`` (computed by teacher forcing
-        the emitted tokens, also returned in ``ArmOutput.whitebox``; teacher mode in bf16/fp16),
-        ``"tokens"`` (a foreign engine that gives tokens only: the runner's shared teacher forces
-        them, always in teacher mode — its numerics are never spectest's) or ``"none"``.
-    rounds : ``"tested"`` (round telemetry under spectest's draft law), ``"readout"`` (the
-        engine's own, stored only) or ``"none"``.
-    uses_variant : whether the arm's sampler variant (``candidate: exact`` / a mutant) means
-        anything to this engine; when not, the protocol's ``candidate`` must be ``exact``.
-    teacher : the teacher that forces this engine's arms in teacher mode: ``"spectest"``
-        (spectest's pipeline, ``engines.teacher``) or ``"hf"`` (transformers' warpers,
-        ``engines.hf.laws``); a run with any ``"hf"`` arm forces every arm with
-        transformers' (one function of every arm's sequences: ``generation.EngineSet``).
-    fast_variant : the registered engine that ``--fast`` runs this engine's arms on (same
-        tokens and law), or None. Subclasses inherit it: set None where it does not apply.
-    seeds : what a row's seed determines: ``"per row"`` (a row's tokens are a function of its
-        row key alone, whatever job or batch it runs in), ``"per job"`` (the same job gives the
-        same tokens, another batch composition may not: transformers' ``generate`` seeds a
-        batch) or ``"ignored"`` (not reproducible). ``seeds_claim`` may refine it at run time
-        (a command program says so in its hello line). ``spectest conformance`` checks the claim.
-    max_batch : the most rows the engine runs at once (None: any; 1: one row at a time, like
-        transformers' assisted generation). ``spectest bench`` times such an engine on
-        ``--assisted-rows`` rows.
+    needs : ``"target"``, ``"draft"`` (target and draft) or ``"none"``.
+    whitebox : how white-box columns are had: ``"generation"`` (recorded while generating),
+        ``"teacher"`` (teacher-forced by the engine, also in ``ArmOutput.whitebox``),
+        ``"tokens"`` (tokens only: the runner's shared teacher forces them, always in teacher
+        mode) or ``"none"``.
+    rounds : ``"tested"`` (telemetry under spectest's draft law), ``"readout"`` (stored only)
+        or ``"none"``.
+    uses_variant : whether the arm's sampler variant means anything to this engine; when not,
+        the protocol's ``candidate`` must be ``exact``.
+    teacher : who forces this engine's arms in teacher mode: ``"spectest"``
+        (``engines.teacher``) or ``"hf"`` (transformers' warpers, ``engines.hf.laws``; a run
+        with any ``"hf"`` arm forces every arm so: ``generation.EngineSet``).
+    fast_variant : the registered engine ``--fast`` runs this engine's arms on (same tokens and
+        law), or None; inherited, so set None where it does not apply.
+    seeds : what a row's seed determines: ``"per row"`` (its tokens, whatever job or batch),
+        ``"per job"`` (the same job gives the same tokens) or ``"ignored"``; ``seeds_claim``
+        may refine it at run time, ``spectest conformance`` checks it.
+    max_batch : the most rows the engine runs at once (None: any).
     """
 
     name: ClassVar[str] = ""

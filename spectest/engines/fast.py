@@ -44,8 +44,8 @@ def as_fast(
 
 def plain_decode_fast(model: LanguageModel, req: DecodeRequest, **kw: Any) -> ArmOutput:
     """``builtin.plain_decode`` on the fast pipeline and (for an ``as_fast`` model) the static
-    cache: the same loop, the same tokens under the same keys (module docstring), and with
-    ``whitebox`` the same generation-time white-box columns."""
+    cache: the same loop, the same tokens under the same keys (docs/internals-engines.md), and
+    with ``whitebox`` the same generation-time white-box columns."""
     return builtin.plain_decode(model, req, pipeline=FAST, **kw)
 
 

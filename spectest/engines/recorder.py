@@ -157,8 +157,8 @@ class PlainObserver(_Recorder):
 
 
 class RoundObserver(_Recorder):
-    """The speculative loop's observer: a round's emitted tokens under p and q (module
-    docstring), with their roles."""
+    """The speculative loop's observer: a round's emitted tokens under p and q
+    (docs/internals-engines.md), with their roles."""
 
     def __init__(
         self, B: int, width: int, device: torch.device, sampler: RoundSampler, drafter: DrafterSpec
