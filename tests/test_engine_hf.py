@@ -187,7 +187,7 @@ def test_round_telemetry_and_engine_p_equal_teacher(pair):
             seq = torch.cat(
                 [torch.tensor(PROMPT), toks[:pos], drafted, torch.zeros(1, dtype=torch.int64)]
             )[None]
-            p_teacher = ht.target_probs(target, seq, len(PROMPT) + pos, params)[0]  # [d + 1, V]
+            p_teacher = ht.forced_probs(target, seq, len(PROMPT) + pos, params)[0]  # [d + 1, V]
             p_engine = torch.softmax(p_scores.double(), dim=-1)
             assert (p_teacher - p_engine).abs().max() < 1e-5
             pos += r.emitted
@@ -279,7 +279,7 @@ def test_hf_teacher_force_alignment(pair):
     # batched one (CPU GEMM kernels depend on shape and threads: 2e-7 seen under load); the check
     # is the alignment (row, position, token), which a misalignment would miss by far more
     seq = torch.cat([torch.tensor(PROMPT), torch.from_numpy(out.tokens[5])])[None]
-    p = ht.target_probs(target, seq, len(PROMPT), rows[5].params)[0, 2]
+    p = ht.forced_probs(target, seq, len(PROMPT), rows[5].params)[0, 2]
     assert wb[schema.WB_P].iloc[5 * 4 + 2] == pytest.approx(float(p[out.tokens[5, 2]]), rel=1e-5)
     assert (wb[schema.WB_P] > 0).all() and wb[schema.WB_OVERLAP].between(0, 1).all()
 

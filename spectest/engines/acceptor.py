@@ -2,18 +2,9 @@
 
 Owns: loading a kernel (``PATH.py:FUNCTION`` or ``package.module:FUNCTION``), calling it once per
 speculative round with spectest's laws, drafts and counter-RNG uniforms, and validating every
-return against the contract (docs/engines-acceptor.md) (a violation is one ``EngineError`` line
-naming the plug-in,
-exit 2, never a statistical verdict).
-
-Everything but the verification step is spectest's: the models, the prompt handling, the
-sampling pipeline (``logits_to_probs``), the drafts (one-hot or sampled, ``drafter.q``), the
-slot cache and the counter RNG (``seeding``). So a failing verdict points at the kernel.
-
-Knows nothing about statistics, files or protocols.
-
-The details (moved from this docstring):
-docs/engines-acceptor.md "The acceptor contract".
+return (a violation is one ``EngineError`` line naming the plug-in, exit 2). Everything but the
+verification step is spectest's, so a failing verdict points at the kernel. Knows nothing about
+statistics, files or protocols. The contract: docs/engines-acceptor.md "The acceptor contract".
 """
 
 from __future__ import annotations

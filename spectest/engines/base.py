@@ -1,24 +1,12 @@
 """The engine contract: what an engine under test is, in one place.
 
-Owns: ``Engine`` (the base class every engine derives from), the job it is given (``ArmJob``: one
-arm × one prompt, all its rows), what it returns (``ArmOutput``: the one output type, of every
-engine and of every decode loop), what every decode loop is asked (``DecodeRequest``), the row and
-drafter descriptions shared by every engine and by the protocol (``RowSpec``, ``DrafterSpec``), the
-models handed to an engine (``Models``), option parsing with errors that name file and field
-(``parse_options``), the check of every output (``check_output``) and its conversion to the schema's
-samples and rounds tables.
-
-Knows nothing about particular engines (``spectest.engines.registry`` maps names to classes),
-protocols, files or statistics. Imports no torch: third-party engines (a command, a server) can
-implement the contract without it.
-
-How an engine plugs in (subclass, register, check, select; ``examples/plugin/``):
-docs/engines.md "Adding an engine".
-
-Each arm of a plan is run by exactly one engine; the ε and mutant teeth always run on the
-built-in engine, whatever the protocol's reference and candidate engines are; the null runs there
-too, except on a foreign reference engine, where it is that engine's own plain decode on other
-seeds (``protocol.arms.null_spec``), sent as ``role="reference"`` jobs.
+Owns: ``Engine`` (the base class), its job (``ArmJob``: one arm × one prompt, all its rows), the
+one output type of every engine and decode loop (``ArmOutput``), what every decode loop is asked
+(``DecodeRequest``), ``RowSpec``, ``DrafterSpec``, ``Models``, option parsing with errors that
+name file and field (``parse_options``), ``check_output`` and the conversion to the schema's
+samples and rounds tables. Knows nothing about particular engines (``engines.registry``),
+protocols, files or statistics; imports no torch. How an engine plugs in and which engine runs
+which arm: docs/engines.md "Adding an engine".
 """
 
 from __future__ import annotations
@@ -198,36 +186,30 @@ class ArmOutput:
 
 
 class Engine:
-    """Base class of every engine under test (see the module docstring for how to add one).
+    """Base class of every engine under test (docs/engines.md "Adding an engine").
 
     Class attributes
     ----------------
     name : the registry name (``builtin``, ``hf-assisted``, ``acceptor`` ...).
     Options : frozen dataclass of the engine's protocol options (defaults for every field).
-    needs : ``"target"`` (the target model), ``"draft"`` (target and draft) or ``"none"``.
-    whitebox : how white-box columns are had for this engine's arms: ``"generation"`` (recorded
-        in ``ArmOutput.whitebox`` while generating), ``"teacher"`` (computed by teacher forcing
-        the emitted tokens, also returned in ``ArmOutput.whitebox``; teacher mode in bf16/fp16),
-        ``"tokens"`` (a foreign engine that gives tokens only: the runner's shared teacher forces
-        them, always in teacher mode — its numerics are never spectest's) or ``"none"``.
-    rounds : ``"tested"`` (round telemetry under spectest's draft law), ``"readout"`` (the
-        engine's own, stored only) or ``"none"``.
-    uses_variant : whether the arm's sampler variant (``candidate: exact`` / a mutant) means
-        anything to this engine; when not, the protocol's ``candidate`` must be ``exact``.
-    teacher : the teacher that forces this engine's arms in teacher mode: ``"spectest"``
-        (spectest's pipeline, ``engines.teacher``) or ``"hf"`` (transformers' warpers,
-        ``engines.hf.laws``); a run with any ``"hf"`` arm forces every arm with
-        transformers' (one function of every arm's sequences: ``generation.EngineSet``).
-    fast_variant : the registered engine that ``--fast`` runs this engine's arms on (same
-        tokens and law), or None. Subclasses inherit it: set None where it does not apply.
-    seeds : what a row's seed determines: ``"per row"`` (a row's tokens are a function of its
-        row key alone, whatever job or batch it runs in), ``"per job"`` (the same job gives the
-        same tokens, another batch composition may not: transformers' ``generate`` seeds a
-        batch) or ``"ignored"`` (not reproducible). ``seeds_claim`` may refine it at run time
-        (a command program says so in its hello line). ``spectest conformance`` checks the claim.
-    max_batch : the most rows the engine runs at once (None: any; 1: one row at a time, like
-        transformers' assisted generation). ``spectest bench`` times such an engine on
-        ``--assisted-rows`` rows.
+    needs : ``"target"``, ``"draft"`` (target and draft) or ``"none"``.
+    whitebox : how white-box columns are had: ``"generation"`` (recorded while generating),
+        ``"teacher"`` (teacher-forced by the engine, also in ``ArmOutput.whitebox``),
+        ``"tokens"`` (tokens only: the runner's shared teacher forces them, always in teacher
+        mode) or ``"none"``.
+    rounds : ``"tested"`` (telemetry under spectest's draft law), ``"readout"`` (stored only)
+        or ``"none"``.
+    uses_variant : whether the arm's sampler variant means anything to this engine; when not,
+        the protocol's ``candidate`` must be ``exact``.
+    teacher : who forces this engine's arms in teacher mode: ``"spectest"``
+        (``engines.teacher``) or ``"hf"`` (transformers' warpers, ``engines.hf.laws``; a run
+        with any ``"hf"`` arm forces every arm so: ``generation.EngineSet``).
+    fast_variant : the registered engine ``--fast`` runs this engine's arms on (same tokens and
+        law), or None; inherited, so set None where it does not apply.
+    seeds : what a row's seed determines: ``"per row"`` (its tokens, whatever job or batch),
+        ``"per job"`` (the same job gives the same tokens) or ``"ignored"``; ``seeds_claim``
+        may refine it at run time, ``spectest conformance`` checks it.
+    max_batch : the most rows the engine runs at once (None: any).
     """
 
     name: ClassVar[str] = ""
@@ -394,16 +376,10 @@ def _check_rounds(rounds: Any, B: int, bad: Callable[..., Exception]) -> None:
 
 
 def check_output(out: Any, job: ArmJob, vocab_size: int | None, engine: str) -> None:
-    """An engine's output against the contract; one ``ReplyError`` (exit 2) naming the engine,
-    the arm, the prompt, the row and seed, the field and the value otherwise.
-
-    Checks: ``out`` is an ``ArmOutput``; ``tokens`` is int64 ``[len(rows), T]``, ids in
-    ``[0, vocab_size)`` (``< 2^31`` when no vocabulary is known), every row starts with a token
-    and ``-1`` appears only as a row's suffix (the sequence ended there); ``rounds_tested`` is a
-    bool; ``rounds`` (when given) is a DataFrame with ``ROUNDS_COLUMNS`` of integers in
-    ``[0, 2^31)`` (their stored int32) and row indices in ``[0, len(rows))``; ``whitebox`` (when
-    given) a DataFrame with one row per (row, position).
-    """
+    """An engine's output against the contract of ``ArmOutput`` (token ids in ``[0, vocab_size)``,
+    ``< 2^31`` when no vocabulary is known; rounds' integers in ``[0, 2^31)``); one ``ReplyError``
+    (exit 2) naming the engine, the arm, the prompt, the row and seed, the field and the value
+    otherwise."""
     from spectest.engines.replies import TOKEN_ID_MAX, ReplyError, short, where
 
     base = where(engine, arm=job.arm, prompt=job.prompt_id)
@@ -447,14 +423,10 @@ def samples_frame(
     arm: str,
     columns: pd.DataFrame | None = None,
 ) -> Any:
-    """The schema's samples table: one row per emitted token, row-major then position.
-
-    A sequence that ended early (``-1`` from its end on) has no row past its end, so it is a
-    shorter sequence of the table (what ``spectest compare`` reads from a file whose sequence
-    stops early; the sequence-length family tests its length). ``columns`` (white-box columns,
+    """The schema's samples table: one row per emitted token, row-major then position; a
+    sequence that ended early (``-1``) has no row past its end. ``columns`` (white-box columns,
     one row per (row, position) like ``tokens``) are aligned before the ended positions are
-    dropped.
-    """
+    dropped."""
     B, T = tokens.shape
     if B != len(rows):
         raise InputError(f"samples_frame: {B} token rows but {len(rows)} RowSpecs")

@@ -13,30 +13,8 @@ speculative loop calls the hooks of a ``SpecVariant`` (exact or a mutant) throug
 sampler differs between arms. White-box columns are recorded beside the loops, by the observers
 of ``engines.recorder`` that the loops notify.
 
-Batching and RNG
-----------------
-One call = one prompt × many rows (config_id, seed, SamplingParams), processed in chunks of
-``batch_size``. Every uniform comes from ``seeding.uniforms`` keyed by
-``row_key(run_key, prompt_id, config_id, seed)``, so a row's tokens do not depend on the batch it
-runs in (tested: alone vs inside a shuffled batch). Draw protocol (``seeding`` docstring): plain,
-one uniform per token at ``step = position``; speculative round starting at position ``s``,
-``step = s`` with ``spec_slots(K, onehot)``.
-
-Speculative loop (Leviathan et al. 2023, arXiv 2211.17192)
-----------------------------------------------------------
-All rows run rounds in lock step with static shapes. At a round's start each cache holds the
-prompt and every committed token except the last one, ``last`` (pending). A round: the draft
-proposes ``x_1..x_K`` (K one-token forwards fed ``last, x_1, ..., x_{K-1}``, plus ``x_K`` so that
-both caches gain the same ``K + 1`` slots); the target scores ``[last, x_1..x_K]`` in one forward
-(``K + 1`` positions of p); the variant's sampler returns ``num_accepted = a`` and the emitted
-tokens (``x_1..x_a`` then one recovered or bonus token); the slots of ``x_{a+1}..x_K`` become
-holes in both caches and the last emitted token becomes ``last``. Rows that reached
-``num_positions`` keep computing (static shapes) but commit nothing.
-
-Truncation: the last round of a row may emit past ``num_positions``; the surplus is dropped. This
-does not bias the law of the kept prefix: under exact speculative sampling the emitted sequence
-is, token by token, distributed as plain autoregressive sampling, so any prefix of it has the
-plain prefix law whatever the round boundaries are.
+Batching, RNG, the speculative loop and why truncating the last round is unbiased:
+docs/internals-engines.md.
 """
 
 from __future__ import annotations
@@ -85,18 +63,15 @@ def plain_decode(
     """Plain autoregressive sampling: one uniform per token, inverse CDF on the pipeline's law.
 
     Returns ``ArmOutput`` with ``tokens`` ``[len(rows), num_positions]`` (numpy) and no rounds.
-    With ``whitebox``, also the white-box columns of every emitted token from the very p_t row
-    it was drawn from (``recorder.PlainObserver``); q_t comes from ``draft`` run along the
-    emitted sequence under ``drafter`` (the q the teacher would use), or is unknown without a
-    draft. ``whitebox_roles`` appends each token's ``role`` and ``round_offset``
-    (``recorder.ROLES``; "plain", 0) to those columns.
+    With ``whitebox``, also the white-box columns of every emitted token from the p_t row it was
+    drawn from, q_t from ``draft`` run along the sequence under ``drafter`` (unknown without a
+    draft); ``whitebox_roles`` appends ``role`` ("plain") and ``round_offset`` (0).
 
     Notes
     -----
     Token ``t`` of a row is ``categorical(logits_to_probs(logits_t), u)`` with
     ``u = uniforms(row key, STREAM_PLAIN, t, 1)``: a deterministic function of the row's key, so
-    batch composition never matters. Verified token-for-token against ``plain_decode_reference``
-    (no cache, one row at a time) on the toy LM and a tiny HF model (tests/test_engine.py).
+    batch composition never matters.
     """
     prompt_t = _check_inputs(model, req)
     T = req.num_positions
@@ -165,16 +140,8 @@ def speculative_decode(
 
     Notes
     -----
-    The loop is in the module docstring. Assumptions: target and draft share the vocabulary and
-    the device (``ModelError`` otherwise); ``drafter.k >= 1`` (``DrafterSpec``). Verified
-    token-for-token (and telemetry) against ``speculative_decode_reference`` — full forwards on the
-    committed sequence, no cache, one row at a time — for the exact variant and mutants, sampled
-    and one-hot drafters, on the toy LM and a tiny HF model; greedy rows equal plain greedy; the
-    law of the first two positions matches the toy LM's closed form (tests/test_engine.py).
-
-    NOTE memory: every round appends ``K + 1`` slots to both caches for every row, so a chunk
-    holds ``len(prompt) + rounds * (K + 1)`` slots at the end (rounds <= num_positions, set by the
-    slowest row of the chunk); lower ``batch_size`` for long outputs with large models.
+    The loop and its cache memory: docs/internals-engines.md. Assumptions: target and draft
+    share the vocabulary and the device (``ModelError`` otherwise); ``drafter.k >= 1``.
     """
     prompt_t = _check_pair(target, draft, drafter, req)
     T = req.num_positions

@@ -1,28 +1,9 @@
 """The child processes of engines (command programs, managed servers) and SIGTERM.
 
 Owns: the set of live children (``register`` / ``unregister``), the SIGTERM handler that stops
-them, and ``Terminated``, the exception SIGTERM becomes. Knows nothing about what the children
-are (``engines.line_process.LineProcess``, ``engines.server.ManagedServer``: anything with a
-``stop_now()``).
-
-Why
----
-A command program and a managed server run in their own session (``start_new_session``), so a
-signal to spectest's process group does not reach them, and Python's default SIGTERM ends the
-interpreter without running ``finally`` blocks or ``atexit``: a CI runner cancelling a job used to
-leave the program running. While at least one child is live, SIGTERM therefore stops every child
-at once (SIGKILL to a program's process group; a server: SIGTERM to its group, SIGKILL after 2 s)
-and raises ``Terminated`` in the main thread, so the run unwinds as on Ctrl-C: the runner's
-``finally`` closes every engine, the run directory's lock is released, completed shards are kept
-and a re-run resumes.
-
-Notes
------
-The handler is installed only from the main thread and only over the default disposition (an
-application embedding spectest that set its own SIGTERM handler keeps it), and the previous
-disposition is restored when the last child is gone. ``Terminated`` subclasses
-``KeyboardInterrupt`` so every boundary that handles an interrupt handles it; its ``exit_code``
-is 143 (128 + SIGTERM), the shell's convention.
+them, and ``Terminated`` (a ``KeyboardInterrupt``, exit code 143), the exception SIGTERM
+becomes. Knows nothing about what the children are (anything with a ``stop_now()``). Why, and
+when the handler is installed: docs/internals-engines.md.
 """
 
 from __future__ import annotations

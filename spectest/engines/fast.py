@@ -2,29 +2,10 @@
 decode steps, and the fast sampling pipeline — same RNG protocol, same tokens.
 
 Owns: ``as_fast`` (a model as this engine runs it: ``models.static.StaticHFModel`` on CUDA), the
-entry points ``plain_decode_fast`` / ``speculative_decode_fast``, ``FastEngine`` (registered as
-``fast``; what ``spectest run --fast`` runs every built-in arm on) and ``FastAcceptorEngine``
-(``fast-acceptor``: an acceptor arm under ``--fast``, the user's kernel in this loop). Knows
-nothing about statistics, files or which sampler is correct (the variant's hooks decide).
-
-Relation to ``builtin`` (the reference)
----------------------------------------
-The loops *are* the built-in loops, run with ``pipeline=sampling.pipeline.FAST`` (``builtin``
-module docstring: row keys, ``STREAM_PLAIN`` one uniform per token, ``STREAM_SPEC`` with
-``spec_slots(K, onehot)``, holes for rejected drafts, truncation of the last round), with two
-substitutions that do not change a token's law:
-
-1. ``logits_to_probs_fast`` / ``fast_variant`` instead of the exact pipeline (the NOTE on
-   numerics in ``sampling/shortlist.py``: float64 on the surviving set, equal up to reduction
-   order), and where every row is decided on its shortlist, draws and the exact sampler's rounds
-   on the shortlist laws (``sampling.laws.ShortlistLaw``, ``rejection.rejection_sample``: the
-   dense laws' tokens, without ``[B, K+1, V]`` float64 tensors);
-2. on CUDA, the static model (``models/static.py``: a static KV cache, CUDA-graph replay of
-   fixed-shape forwards, grouped-query attention without the key/value copy).
-
-Every uniform is still a pure function of (row key, stream, step, slot), so a row's tokens do not
-depend on its batch (tested: alone vs inside a shuffled batch) and, in float32 on CPU, equal the
-built-in engine's token for token (tests/test_engine_fast.py).
+entry points ``plain_decode_fast`` / ``speculative_decode_fast``, ``FastEngine`` (``fast``; what
+``spectest run --fast`` runs every built-in arm on) and ``FastAcceptorEngine``
+(``fast-acceptor``: an acceptor arm under ``--fast``). Knows nothing about statistics, files or
+which sampler is correct. Why its tokens are the built-in engine's: docs/internals-engines.md.
 """
 
 from __future__ import annotations
@@ -63,8 +44,8 @@ def as_fast(
 
 def plain_decode_fast(model: LanguageModel, req: DecodeRequest, **kw: Any) -> ArmOutput:
     """``builtin.plain_decode`` on the fast pipeline and (for an ``as_fast`` model) the static
-    cache: the same loop, the same tokens under the same keys (module docstring), and with
-    ``whitebox`` the same generation-time white-box columns."""
+    cache: the same loop, the same tokens under the same keys (docs/internals-engines.md), and
+    with ``whitebox`` the same generation-time white-box columns."""
     return builtin.plain_decode(model, req, pipeline=FAST, **kw)
 
 

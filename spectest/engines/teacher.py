@@ -1,26 +1,16 @@
 """Teacher forcing: the white-box columns of ``schema.py`` along emitted sequences.
 
-Owns: ``whitebox_columns`` (p_t, q_t and the emitted tokens → ``wb_p``, ``wb_cdf_lo``, ``wb_p_a``,
-``wb_in_a``, ``wb_overlap``; a pure function, also used by the hf backend), its shortlist twin
-``whitebox_columns_shortlist`` (the same values from a ``sampling.laws.ShortlistLaw`` p in
-O(N·W)), ``law_columns`` (either, for any ``sampling.laws.Law``: what the decode loops' white-box
-recorder, ``engines.recorder``, calls), ``role_columns`` (each emitted token's mass and CDF
-under its role's law in a speculative round — accepted / recovered / bonus — and its slow
-reference ``role_reference``), ``teacher_force`` (runs the local target — and draft —
-over prompt + emitted tokens under the exact sampling pipeline, batched) and a slow per-token
-reference ``whitebox_reference``.
+Owns: ``whitebox_columns`` (dense p, q), ``whitebox_columns_shortlist`` (the same values from a
+``ShortlistLaw`` p in O(N·W)), ``law_columns`` (either, for any ``Law``; what ``engines.recorder``
+calls), ``role_columns`` (each token's mass and CDF under its role's law), ``teacher_force``
+(runs the local target, and draft, over prompt + emitted tokens) and the slow references
+``whitebox_reference`` and ``role_reference``. Knows nothing about statistics or about how the
+sequences were produced.
 
-Knows nothing about statistics (``stats.whitebox`` turns the columns into tests) nor about how the
-sequences were produced: any arm's tokens can be teacher-forced.
-
-Definitions (schema.py)
------------------------
-p_t = ``logits_to_probs(target logits)`` (post temperature/top-k/top-p/min-p), the law plain
-sampling draws from. q_t = the law the drafter *should* propose from under its ``q_mode``: the
-exact variant's ``draft_law`` sample law (processed / temperature-only / raw softmax; for a
-one-hot drafter q_t = δ(argmax)). Token order for the CDF: by p/q descending, ties by id (by p
-descending when there is no draft); ``wb_cdf_lo`` = p-mass strictly before x_t in that order.
-The order depends only on the prefix, as the randomised PIT requires (docs/statistics.md).
+p_t = ``logits_to_probs(target logits)``, the law plain sampling draws from; q_t = the exact
+variant's ``draft_law`` sample law under the drafter's ``q_mode`` (δ(argmax) for one-hot). CDF
+order: p/q descending (p without a draft), ties by id; it depends only on the prefix, as the
+randomised PIT requires (docs/statistics.md). The role laws: docs/roles.md.
 """
 
 from __future__ import annotations
@@ -42,17 +32,14 @@ from spectest.sampling.transforms import logits_to_probs
 if TYPE_CHECKING:
     from spectest.engines.base import DrafterSpec
 
-# NOTE chunking: p and q are float64 [rows, T, V]; 2^23 elements = 64 MiB per tensor keeps a
-# Qwen3 vocabulary (151936) at ~1 row × 55 positions per chunk on CPU and bounded on GPU.
+# p and q are float64 [rows, T, V]: 2^23 elements = 64 MiB per tensor.
 MAX_CHUNK_ELEMENTS = 1 << 23
 
 
 def order_key(p: torch.Tensor, q: torch.Tensor | None) -> torch.Tensor:
     """The sort key of the CDF order (descending): p/q, or p without a draft. ``[N, V]`` float64.
 
-    NOTE q = 0: a token the drafter cannot propose gets ratio +inf when p > 0 (it is first: it can
-    only be emitted as a recovered token) and 0 when p = 0 too (0/0; p = 0 tokens carry no mass, so
-    their place changes no ``wb_cdf_lo`` of a token with p > 0).
+    q = 0 gives +inf when p > 0 (first) and 0 when p = 0 (no mass: its place changes nothing).
     """
     if q is None:
         return p
@@ -80,7 +67,6 @@ def whitebox_columns(
     -----
     ``wb_cdf_lo`` is computed without sorting: ``sum_v p_v · [v before x]`` with
     ``v before x ⇔ key_v > key_x or (key_v = key_x and v < x)``, an O(N·V) masked sum in float64.
-    Verified against the sorted pure-Python ``whitebox_reference`` (tests/test_teacher.py).
     """
     assert p.dim() == 2 and p.dtype == torch.float64, (p.dtype, tuple(p.shape))
     N, V = p.shape
@@ -98,17 +84,23 @@ def whitebox_columns(
         schema.WB_CDF_LO: torch.where(before, p, torch.zeros_like(p)).sum(1),  # [N]
     }
     if q is None:
-        out[schema.WB_P_A] = torch.zeros(N, dtype=torch.float64, device=p.device)
-        out[schema.WB_IN_A] = torch.zeros(N, dtype=torch.bool, device=p.device)
-        out[schema.WB_OVERLAP] = torch.full(
-            (N,), float("nan"), dtype=torch.float64, device=p.device
-        )
+        out.update(_no_draft_columns(N, p.device))
     else:
         in_a = q > p  # [N, V] A_t = {v : q_t(v) > p_t(v)}
         out[schema.WB_P_A] = torch.where(in_a, p, torch.zeros_like(p)).sum(1)  # [N]
         out[schema.WB_IN_A] = in_a.gather(1, x)[:, 0]  # [N]
         out[schema.WB_OVERLAP] = torch.minimum(p, q).sum(1)  # [N]
     return out
+
+
+def _no_draft_columns(N: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """The q columns when there is no draft: ``wb_p_a`` 0, ``wb_in_a`` False, ``wb_overlap`` NaN."""
+    f64 = torch.float64
+    return {
+        schema.WB_P_A: torch.zeros(N, dtype=f64, device=device),
+        schema.WB_IN_A: torch.zeros(N, dtype=torch.bool, device=device),
+        schema.WB_OVERLAP: torch.full((N,), float("nan"), dtype=f64, device=device),
+    }
 
 
 def law_columns(p: Law, q: Law | None, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -140,16 +132,10 @@ def whitebox_columns_shortlist(
 
     Notes
     -----
-    Every sum of ``whitebox_columns`` is weighted by p_v (``wb_cdf_lo``, ``wb_p_a``) or by
-    min(p_v, q_v) (``wb_overlap``), so tokens off p's shortlist add exact zeros and only p's
-    shortlist is summed, in id order instead of over ``V``. The per-token quantities of x (p(x),
-    q(x), its order key and ``wb_in_a`` = q(x) > p(x)) are looked up (``Law.prob_of``: 0 where x
-    is not shortlisted); the order key of x uses ``order_key`` on those scalars, so x off supp(p)
-    has key 0 (p = 0: 0/q or 0/0) exactly as in the dense row. The ``before`` relation (key, then
-    id) is compared only at p's shortlist — the dense mask at the other ids multiplies p = 0.
-    Equality with the dense path (relative <= 1e-12, booleans exact) is tested on random
-    shortlist laws, one-hot and dense q, ties, q(x) = 0, x off supp(p) and disjoint supports
-    (tests/test_teacher.py).
+    Every sum of ``whitebox_columns`` is weighted by p_v or by min(p_v, q_v), so tokens off p's
+    shortlist add exact zeros and only the shortlist is summed. x's own p(x), q(x) and order key
+    are looked up (``Law.prob_of``: 0 off the shortlist), so x off supp(p) has key 0 as in the
+    dense row.
     """
     ids, pp = p.ids, p.probs  # [N, W], [N, W]
     assert ids.dim() == 2 and pp.dtype == torch.float64, (pp.dtype, tuple(ids.shape))
@@ -169,11 +155,7 @@ def whitebox_columns_shortlist(
         schema.WB_CDF_LO: torch.where(before, pp, zero).sum(1),  # [N]
     }
     if q_p is None or q_x is None:
-        out[schema.WB_P_A] = torch.zeros(N, dtype=torch.float64, device=pp.device)
-        out[schema.WB_IN_A] = torch.zeros(N, dtype=torch.bool, device=pp.device)
-        out[schema.WB_OVERLAP] = torch.full(
-            (N,), float("nan"), dtype=torch.float64, device=pp.device
-        )
+        out.update(_no_draft_columns(N, pp.device))
     else:
         out[schema.WB_P_A] = torch.where(q_p > pp, pp, zero).sum(1)  # [N]
         out[schema.WB_IN_A] = (q_x > p_x)[:, 0]  # [N]
@@ -215,22 +197,11 @@ def role_columns(
 
     Notes
     -----
-    The role laws (the exact chain sampler, ``sampling.rejection``): given the prefix and the
-    event that slot j's draft x ~ q is accepted (u ≤ p(x)/q(x)), x has law q·min(1, p/q) =
-    min(p, q), normalised by the acceptance probability Σ min(p, q); given a rejection at slot j
-    the recovered token has law max(0, p − q)/Σ max(0, p − q) (p where that sum is 0, the
-    sampler's fallback; a one-hot q = δ(x_j) gives p without x_j); a bonus token and a plain
-    token have law p. Token-id order is the inverse-CDF order ``categorical`` draws in, so a
-    reused or shifted uniform shows as a non-uniform PIT (the pooled ``wb_cdf_lo`` uses the p/q
-    order instead). min(p, q) and max(0, p − q) vanish off p's support, so a shortlist p is
-    summed on its shortlist only (O(N·W)); q without p (q = None) leaves every role at p.
-    A token of zero role mass (impossible for the exact sampler) gets ``wb_role_p`` 0.
-    ``beyond`` is what a uniform reused from the acceptance test can never give: a bonus drawn
-    with an accepting u < r lands on a token with lo ≤ u < r, a recovered token drawn with a
-    rejecting u > r on one with lo + mass > u > r; under H0 it has probability ``tail``
-    (``stats.whitebox_roles.role_pit_tests``). lo of every id is one cumulative sum, so
-    ``beyond`` of the token and ``tail`` use the same numbers. Equal to ``role_reference``
-    (tests/test_engine_whitebox.py).
+    The role laws of the exact chain sampler (accepted: min(p, q); recovered: max(0, p − q), p
+    when that is empty; bonus and plain: p), why token-id order and why ``beyond`` has
+    probability ``tail`` under H0: docs/roles.md. They vanish off p's support, so a shortlist p
+    is summed on its shortlist only; q = None leaves every role at p. A token of zero role mass
+    gets ``wb_role_p`` 0.
     """
     ids, w = _role_weights(p, q, role)  # [N, W] each
     x = tokens[:, None]  # [N, 1]
@@ -334,24 +305,32 @@ def _emitted_logits(model: LanguageModel, prompt: torch.Tensor, toks: torch.Tens
     return torch.cat([first, rest], dim=1)  # [b, T, V]
 
 
-def _forced_tokens(
+def forced_tokens(
     tokens: torch.Tensor | np.ndarray,
     params: Sequence[SamplingParams],
     prompt: Sequence[int],
     V: int,
+    where: str = "teacher_force",
 ) -> torch.Tensor:
-    """``tokens`` as an int64 ``[B, T]`` tensor, checked against ``params``, ``prompt`` and V."""
+    """``tokens`` as an int64 ``[B, T]`` tensor, checked against ``params``, ``prompt`` and V;
+    ``where`` names the caller in messages."""
     tokens = torch.as_tensor(tokens)
     if tokens.dim() != 2 or tokens.dtype != torch.int64:
         raise InputError(
-            f"teacher_force: tokens must be int64 [B, T], got {tokens.dtype} {tuple(tokens.shape)}"
+            f"{where}: tokens must be int64 [B, T], got {tokens.dtype} {tuple(tokens.shape)}"
         )
     if len(params) != tokens.shape[0]:
-        raise InputError(f"teacher_force: {tokens.shape[0]} token rows but {len(params)} params")
-    _check_tokens(tokens, V, "teacher_force")
+        raise InputError(f"{where}: {tokens.shape[0]} token rows but {len(params)} params")
+    _check_tokens(tokens, V, where)
     if len(prompt) == 0:
-        raise InputError("teacher_force: prompt must hold at least one token id, got []")
+        raise InputError(f"{where}: prompt must hold at least one token id, got []")
     return tokens
+
+
+def columns_frame(parts: Sequence[dict[str, torch.Tensor]]) -> pd.DataFrame:
+    """Chunks of ``whitebox_columns`` (in row order) → one frame of ``schema.WHITEBOX_COLUMNS``."""
+    cols = schema.WHITEBOX_COLUMNS
+    return pd.DataFrame({c: np.concatenate([p[c].cpu().numpy() for p in parts]) for c in cols})
 
 
 def teacher_force(
@@ -382,11 +361,11 @@ def teacher_force(
 
     if draft is not None and drafter is None:
         raise InputError("teacher_force: a draft needs its drafter (DrafterSpec) to define q")
-    tokens = _forced_tokens(tokens, params, prompt, target.vocab_size)
+    tokens = forced_tokens(tokens, params, prompt, target.vocab_size)
     (B, T), V, dev = tokens.shape, target.vocab_size, target.device
     exact = get_variant("exact")
     chunk = max(1, MAX_CHUNK_ELEMENTS // max(1, T * V))
-    cols: dict[str, list[np.ndarray]] = {c: [] for c in schema.WHITEBOX_COLUMNS}
+    parts = []
     prompt_t = torch.tensor(list(prompt), dtype=torch.int64, device=dev)  # [L]
     for lo in range(0, B, chunk):
         toks = tokens[lo : lo + chunk].to(dev)  # [b, T]
@@ -401,7 +380,5 @@ def teacher_force(
                 d_logits, rep, onehot=drafter.onehot, q_mode=drafter.q_mode
             )
             q = sample_law  # [b*T, V] f64: the law the drafter proposes from
-        out = whitebox_columns(p.reshape(b * T, V), q, toks.reshape(b * T))
-        for c in schema.WHITEBOX_COLUMNS:
-            cols[c].append(out[c].cpu().numpy())
-    return pd.DataFrame({c: np.concatenate(cols[c]) for c in schema.WHITEBOX_COLUMNS})
+        parts.append(whitebox_columns(p.reshape(b * T, V), q, toks.reshape(b * T)))
+    return columns_frame(parts)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +19,9 @@ from spectest.setup.venv import (
     EnvSpec,
     Log,
     cache_root,
-    ensure,
     export_once,
     module_main,
+    setup_report,
     stderr_log,
 )
 
@@ -157,14 +156,7 @@ def setup(
     force: bool = False,
 ) -> dict[str, object]:
     """``spectest setup mistralrs``: the environment of ``version`` and each fixture's export."""
-    start = time.monotonic()
-    py = ensure(spec_for(version), log, force=force)
-    models = {
-        f"fixture:{n}/{r}": str(export(f"fixture:{n}/{r}", log))
-        for n in fixtures
-        for r in ("target", "draft")
-    }
-    return {"python": str(py), "models": models, "wall_s": round(time.monotonic() - start, 1)}
+    return setup_report(spec_for(version), log, force, lambda m: export(m, log), fixtures)
 
 
 if __name__ == "__main__":

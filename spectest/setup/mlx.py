@@ -7,15 +7,14 @@ The why and the details: docs/internals.md "spectest/setup/mlx.py".
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 from spectest.errors import ConfigError
 from spectest.setup.venv import (
     EnvSpec,
     Log,
-    ensure,
     module_main,
+    setup_report,
     stderr_log,
 )
 
@@ -47,13 +46,7 @@ def model_dir(model: str) -> Path:
 
 def setup(log: Log = stderr_log, force: bool = False) -> dict[str, object]:
     """``spectest setup mlx``: the environment (the fixtures need no export)."""
-    start = time.monotonic()
-    py = ensure(SPEC, log, force=force)
-    models = {
-        f"fixture:tiny-llama/{r}": str(model_dir(f"fixture:tiny-llama/{r}"))
-        for r in ("target", "draft")
-    }
-    return {"python": str(py), "models": models, "wall_s": round(time.monotonic() - start, 1)}
+    return setup_report(SPEC, log, force, model_dir, ("tiny-llama",))
 
 
 if __name__ == "__main__":

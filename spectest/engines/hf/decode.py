@@ -8,18 +8,9 @@ token was drawn from (``emitted_scores``, bounded by ``SCORES_BUDGET`` per batch
 ``hf_assisted_decode``), which return an ``ArmOutput`` like the built-in loops, with the
 white-box columns p_t from transformers' own scores and q_t teacher-forced (``hf.laws``).
 
-Knows nothing about protocols, files or statistics.
-
-Randomness
-----------
-NOTE: transformers draws from torch's *global* generator (``torch.multinomial`` / ``rand_like``
-without a generator argument), so randomness cannot be passed in. Each call runs under
-``torch.random.fork_rng`` (the caller's global state is restored) after ``torch.manual_seed(s)``
-with ``s`` a spectest row key (``spectest.seeding``). A plain batch is reproducible per (batch
-composition, seed range) — its seed is the row key of its first row — not per row
-(``HFGenerateEngine.seeds = "per job"``); an assisted row is reproducible per row. Same seed,
-same torch build, same device. What ``output_scores`` holds and why it is the law:
-docs/engines-hf.md "White-box columns".
+Knows nothing about protocols, files or statistics. Randomness (transformers draws from torch's
+global generator, seeded per call with a row key) and what ``output_scores`` holds:
+docs/engines-hf.md "Randomness" and "White-box columns".
 """
 
 from __future__ import annotations
@@ -72,8 +63,21 @@ def _check_prompt(prompt_ids: torch.Tensor, vocab_size: int) -> None:
         )
 
 
-def _fork_devices(device: torch.device) -> list[torch.device]:
-    return [device] if device.type == "cuda" else []
+@contextlib.contextmanager
+def _seeded(device: torch.device, seed: int) -> Iterator[None]:
+    """Inference with torch's global generator seeded to ``seed`` (a row key), the caller's state
+    restored after (docs/engines-hf.md "Randomness")."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        with torch.inference_mode():
+            torch.manual_seed(int(seed))
+            yield
+
+
+def _generate(hf: Any, ids: torch.Tensor, gc: Any, **kw: Any) -> Any:
+    """``hf.generate`` on ``ids [b, L]`` (no padding) under ``gc``."""
+    return hf.generate(
+        input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=gc, **kw
+    )
 
 
 def emitted_scores(out: Any, rows: int, num_tokens: int, where: str) -> torch.Tensor:
@@ -105,20 +109,8 @@ def generate_plain(
     batch_size: int,
     seed: int,
 ) -> torch.Tensor:
-    """One batched ``model.generate`` call: ``batch_size`` rows of the same prompt and params.
-
-    Parameters
-    ----------
-    prompt_ids : torch.Tensor
-        ``[L]`` int64.
-    seed : int
-        ``torch.manual_seed`` argument for this batch (a spectest row key).
-
-    Returns
-    -------
-    torch.Tensor
-        ``[batch_size, num_tokens]`` int64 emitted tokens (on CPU).
-    """
+    """One batched ``model.generate`` call: ``batch_size`` rows of the same prompt ``[L]`` and
+    params, seeded with ``seed`` (a row key); ``[batch_size, num_tokens]`` int64 tokens (CPU)."""
     return generate_plain_scored(model, prompt_ids, params, num_tokens, batch_size, seed)[0]
 
 
@@ -140,18 +132,8 @@ def generate_plain_scored(
     L = int(prompt_ids.shape[0])
     ids = prompt_ids.to(dev)[None, :].expand(batch_size, L).contiguous()  # [B, L]
     gc = generation_config(params, num_tokens, V, output_scores)
-    with (
-        own_generation_config(model),
-        torch.random.fork_rng(devices=_fork_devices(dev)),
-        torch.inference_mode(),
-    ):
-        torch.manual_seed(int(seed))
-        out = hf.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            generation_config=gc,
-            logits_processor=processors(model, None),
-        )
+    with own_generation_config(model), _seeded(dev, seed):
+        out = _generate(hf, ids, gc, logits_processor=processors(model, None))
     toks = _new_tokens(out, batch_size, L, num_tokens, HF_GENERATE)  # [B, T]
     scores = emitted_scores(out, batch_size, num_tokens, HF_GENERATE) if output_scores else None
     return toks, scores  # [B, T], [B, T, V] | None
@@ -206,17 +188,9 @@ def generate_assisted(
         assistant_settings(draft, num_assistant_tokens, confidence_threshold),
         record_rounds(target, L, keep_scores) as rec,
         _quiet_assistant_kwargs(),
-        torch.random.fork_rng(devices=_fork_devices(dev)),
-        torch.inference_mode(),
+        _seeded(dev, seed),
     ):
-        torch.manual_seed(int(seed))
-        out = hf_t.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            generation_config=gc,
-            assistant_model=hf_d,
-            logits_processor=procs,
-        )
+        out = _generate(hf_t, ids, gc, assistant_model=hf_d, logits_processor=procs)
     toks = _new_tokens(out, 1, L, num_tokens, HF_ASSISTED)[0]  # [T]
     emitted = sum(r.emitted for r in rec.rounds)
     if emitted != num_tokens:
@@ -278,7 +252,7 @@ def hf_plain_decode(model: Any, req: DecodeRequest, *, draft: Any | None = None)
     """Reference arm ``hf-generate``: batched ``model.generate(do_sample=True)``.
 
     Same signature and output as ``builtin.plain_decode``. Batch seed = the row key of the
-    batch's first row (reproducible per batch composition: module docstring). With
+    batch's first row (docs/engines-hf.md "Randomness"). With
     ``whitebox``, the white-box columns from transformers' own scores (p_t) and the teacher-forced
     ``draft`` (q_t, or none), each batch reduced before the next (``whitebox_batch`` rows).
     """

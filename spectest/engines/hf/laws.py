@@ -1,22 +1,18 @@
 """Teacher forcing with transformers' own logits processors: the laws the hf engines should follow.
 
 Owns: ``hf_warpers`` (the processor list transformers builds for a sampled ``SamplingParams``, in
-its order: temperature → top-k → top-p → min-p, each with transformers' own skip rule), the
-float64 laws along emitted sequences — ``target_probs`` (p_t, what plain ``generate`` samples
-from), ``draft_probs`` (q_t, the processed draft law a correct speculative sampler proposes
-from), ``scores_probs`` (p_t from the scores ``generate`` returned), ``draft_law`` (the candidate
-q laws of ``Q_LAWS``) — and ``hf_teacher_force``: the white-box columns of an hf arm.
-
-Knows nothing about statistics or the white-box column definitions (``engines.teacher`` turns
-p and q into columns), nor about how sequences were produced.
+its order, each with transformers' own skip rule), the float64 laws along emitted sequences —
+``forced_probs`` (p_t of the target, q_t of the draft), ``scores_probs`` (p_t from the scores
+``generate`` returned), ``draft_law`` (the candidate q laws of ``Q_LAWS``) — and
+``hf_teacher_force``: the white-box columns of an hf arm. Knows nothing about statistics or
+the white-box column definitions (``engines.teacher``), nor about how sequences were produced.
 
 Notes
 -----
 p_t comes from transformers' float32 warper chain, not ``sampling.transforms.logits_to_probs``:
 the reference of an hf arm is what transformers' plain ``generate`` samples from. The two agree
-up to ~1e-6 except at exact top-p / top-k boundary ties (tests/test_engine_hf.py). Why, and which
-law each transformers release's assistant proposes from (5.x: the warpers applied twice; 4.44:
-greedy with a raw-softmax q, transformers #32867): docs/engines-hf.md "Teacher forcing".
+up to ~1e-6 except at exact top-p / top-k boundary ties. Why, and which law each transformers
+release's assistant proposes from: docs/engines-hf.md "Teacher forcing".
 """
 
 from __future__ import annotations
@@ -35,9 +31,13 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from spectest import schema
 from spectest.engines.hf.pinning import hf_model_of, logit_scale_of
-from spectest.engines.teacher import MAX_CHUNK_ELEMENTS, whitebox_columns
+from spectest.engines.teacher import (
+    MAX_CHUNK_ELEMENTS,
+    columns_frame,
+    forced_tokens,
+    whitebox_columns,
+)
 from spectest.errors import ConfigError, InputError
 from spectest.sampling.params import SamplingParams
 
@@ -102,6 +102,12 @@ def _apply(warpers: LogitsProcessorList, logits: torch.Tensor) -> torch.Tensor:
     return warpers(dummy, flat).reshape(B, T, V)
 
 
+def _onehot_argmax(x: torch.Tensor) -> torch.Tensor:
+    """float64 one-hot at the argmax of ``x [B, T, V]`` (torch's first maximal index, as
+    ``generate`` picks a greedy token)."""
+    return torch.zeros(x.shape, dtype=torch.float64).scatter_(-1, x.argmax(-1, keepdim=True), 1.0)
+
+
 def processed_probs(logits: torch.Tensor, params: SamplingParams, times: int = 1) -> torch.Tensor:
     """float64 law ``[B, T, V]`` from float32 ``logits [B, T, V]``: warpers applied ``times`` times.
 
@@ -111,8 +117,7 @@ def processed_probs(logits: torch.Tensor, params: SamplingParams, times: int = 1
     """
     assert logits.dim() == 3, logits.shape
     if params.is_greedy:
-        probs = torch.zeros(logits.shape, dtype=torch.float64)
-        return probs.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+        return _onehot_argmax(logits)
     scores = logits.float()
     for _ in range(times):
         scores = _apply(hf_warpers(params), scores)
@@ -128,22 +133,15 @@ def scores_probs(scores: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """
     assert scores.dim() == 3, scores.shape
     if params.is_greedy:
-        probs = torch.zeros(scores.shape, dtype=torch.float64)
-        return probs.scatter_(-1, scores.argmax(-1, keepdim=True), 1.0)
+        return _onehot_argmax(scores)
     return torch.softmax(scores.double(), dim=-1)
 
 
-def target_probs(
+def forced_probs(
     model: Any, sequences: torch.Tensor, prompt_len: int, params: SamplingParams
 ) -> torch.Tensor:
-    """p_t ``[B, T, V]`` float64: what plain ``generate`` samples token t from."""
-    return processed_probs(next_token_logits(model, sequences, prompt_len), params)
-
-
-def draft_probs(
-    model: Any, sequences: torch.Tensor, prompt_len: int, params: SamplingParams
-) -> torch.Tensor:
-    """q_t ``[B, T, V]`` float64: the processed draft law (what a correct drafter proposes from)."""
+    """The processed law ``[B, T, V]`` float64 along ``sequences``: of the target, p_t (what plain
+    ``generate`` samples token t from); of the draft, q_t (what a correct drafter proposes from)."""
     return processed_probs(next_token_logits(model, sequences, prompt_len), params)
 
 
@@ -170,7 +168,7 @@ def hf_teacher_force(
     """White-box columns of an hf arm, aligned with ``builtin.to_samples_frame``.
 
     Same contract as ``engines.teacher.teacher_force`` but p_t (and q_t, the processed draft law,
-    with ``draft``) come from transformers' own warpers (``target_probs`` / ``draft_probs``);
+    with ``draft``) come from transformers' own warpers (``forced_probs``);
     ``engines.teacher.whitebox_columns`` turns them into columns.
 
     Parameters
@@ -181,28 +179,21 @@ def hf_teacher_force(
         True)``, ``hf.decode.emitted_scores``): then p_t = softmax(scores) in float64 — the
         engine's own law, no teacher forward of the target — and only q_t is teacher-forced.
     """
-    tokens = torch.as_tensor(tokens)
-    if tokens.dim() != 2 or tokens.dtype != torch.int64:
-        raise InputError(
-            "hf_teacher_force: tokens must be int64 [B, T], "
-            f"got {tokens.dtype} {tuple(tokens.shape)}"
-        )
-    B, T = (int(s) for s in tokens.shape)
-    if len(params) != B:
-        raise InputError(f"hf_teacher_force: {B} token rows but {len(params)} params")
-    L = len(prompt)
-    if L == 0:
-        raise InputError("hf_teacher_force: prompt must hold at least one token id, got []")
     V = int(hf_model_of(target).config.vocab_size)
     if target_scores is not None:
-        if target_scores.dim() != 3 or tuple(target_scores.shape[:2]) != (B, T):
-            raise InputError(
-                f"hf_teacher_force: target_scores must be [{B}, {T}, V], "
-                f"got {tuple(target_scores.shape)!r}"
-            )
-        V = int(target_scores.shape[2])
+        V = int(target_scores.shape[-1])
+    tokens = forced_tokens(tokens, params, prompt, V, "hf_teacher_force")
+    B, T = (int(s) for s in tokens.shape)
+    L = len(prompt)
+    if target_scores is not None and (
+        target_scores.dim() != 3 or tuple(target_scores.shape[:2]) != (B, T)
+    ):
+        raise InputError(
+            f"hf_teacher_force: target_scores must be [{B}, {T}, V], "
+            f"got {tuple(target_scores.shape)!r}"
+        )
     prompt_t = torch.tensor([int(t) for t in prompt], dtype=torch.int64)  # [L]
-    cols: dict[str, list[np.ndarray]] = {c: [] for c in schema.WHITEBOX_COLUMNS}
+    parts = []
     # rows with equal params share one warper pass; chunks bound the float64 [b, T, V] tensors
     chunk = max(1, MAX_CHUNK_ELEMENTS // max(1, T * V))
     for lo, hi in param_runs(params, chunk):
@@ -210,14 +201,12 @@ def hf_teacher_force(
         b = hi - lo
         seqs = torch.cat([prompt_t.expand(b, L), toks], dim=1)  # [b, L + T]
         if target_scores is None:
-            p = target_probs(target, seqs, L, params[lo])  # [b, T, V]
+            p = forced_probs(target, seqs, L, params[lo])  # [b, T, V]
         else:
             p = scores_probs(target_scores[lo:hi].cpu(), params[lo])  # [b, T, V]
-        q = None if draft is None else draft_probs(draft, seqs, L, params[lo]).reshape(b * T, V)
-        out = whitebox_columns(p.reshape(b * T, V), q, toks.reshape(b * T))
-        for c in schema.WHITEBOX_COLUMNS:
-            cols[c].append(out[c].cpu().numpy())
-    return pd.DataFrame({c: np.concatenate(cols[c]) for c in schema.WHITEBOX_COLUMNS})
+        q = None if draft is None else forced_probs(draft, seqs, L, params[lo]).reshape(b * T, V)
+        parts.append(whitebox_columns(p.reshape(b * T, V), q, toks.reshape(b * T)))
+    return columns_frame(parts)
 
 
 def draft_law(logits: torch.Tensor, params: SamplingParams, law: str) -> torch.Tensor:

@@ -84,7 +84,6 @@ def scores_support() -> ScoresSupport:
 
 
 SCORES = scores_support()
-# white-box with output_scores: at most this many float32 score elements per plain batch (1 GiB)
 
 
 def hf_model_of(model: Any) -> Any:
@@ -157,12 +156,7 @@ def generation_config(
         max_new_tokens=int(num_tokens),
         min_new_tokens=None,
         eos_token_id=[],  # no stopping (None would be filled from the model config)
-        # NOTE: pad = vocab_size, an id no model emits. Nothing is ever padded (one prompt, no EOS),
-        # but transformers 5.x re-infers the assistant's attention mask from pad tokens in its
-        # input: with a real id as pad (we first used 0), emitted tokens equal to it were masked
-        # out of the draft's context (measured: q no longer matched the draft's law along the
-        # emitted prefix). 5.x also requires some pad when eos_token_id == [].
-        pad_token_id=int(vocab_size),
+        pad_token_id=int(vocab_size),  # an id no model emits (docs/engines-hf.md)
         use_cache=True,
         return_dict_in_generate=True,
         output_scores=bool(output_scores),  # the processed scores sampled from (white-box)
@@ -188,15 +182,9 @@ def processors(target: Any, draft: Any | None) -> list[Any]:
 
 @contextlib.contextmanager
 def own_generation_config(model: Any, **fields: Any) -> Iterator[None]:
-    """Replace ``model.generation_config`` by a blank ``GenerationConfig(**fields)``; restore after.
-
-    NOTE: transformers fills every field the call leaves unset from ``model.generation_config``
-    (5.x) — a checkpoint's ``suppress_tokens``, ``forced_bos_token_id``, ``top_h``,
-    ``bad_words_ids``... would add processors the protocol never asked for (measured: they do,
-    tests/test_engine_hf.py). A blank config leaves only transformers' global defaults, which
-    ``generation_config`` overrides one by one. The assistant's ``generate`` merges the *draft's*
-    config the same way, so the draft gets a blank one too (``assistant_settings``).
-    """
+    """Replace ``model.generation_config`` by a blank ``GenerationConfig(**fields)``; restore
+    after: a checkpoint's defaults would add processors the protocol never asked for
+    (docs/engines-hf.md "Pinning generate down")."""
     from transformers import GenerationConfig
 
     inner = hf_model_of(model)

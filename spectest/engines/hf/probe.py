@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from spectest.engines.hf.decode import generate_assisted
-from spectest.engines.hf.laws import Q_LAWS, draft_law, next_token_logits, target_probs
+from spectest.engines.hf.laws import Q_LAWS, draft_law, forced_probs, next_token_logits
 from spectest.errors import ConfigError, InputError
 from spectest.sampling.params import SamplingParams
 
@@ -63,7 +63,7 @@ def expected_acceptance(
     for lo in range(0, B, chunk):
         toks = tokens[lo : lo + chunk]  # [b, T]
         seqs = torch.cat([prompt_t.expand(toks.shape[0], L), toks], dim=1)  # [b, L + T]
-        p = target_probs(target, seqs, L, params)  # [b, T, V]
+        p = forced_probs(target, seqs, L, params)  # [b, T, V]
         d_logits = next_token_logits(draft, seqs, L)  # [b, T, V]
         for law in ("processed", "processed_twice"):
             q = draft_law(d_logits, params, law)  # [b, T, V]

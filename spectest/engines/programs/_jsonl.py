@@ -13,6 +13,7 @@ standard library.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -80,6 +81,20 @@ def result_line(job_id: Any, seed: int, tokens: list[int], rounds: Rounds) -> di
     if rounds is not None:
         res["rounds"] = rounds
     return res
+
+
+def add_override(ap: argparse.ArgumentParser, help: str) -> None:
+    """The ``--override FIELD=VALUE`` option (repeatable; ``parse_overrides`` reads it)."""
+    ap.add_argument("--override", action="append", default=[], metavar="FIELD=VALUE", help=help)
+
+
+def run(ap: argparse.ArgumentParser, build: Callable[[Any], Any], argv: list[str] | None) -> int:
+    """A program's ``main``: parse ``argv``, keep stdout for the protocol before the engine loads
+    (``protocol_stdout``), ``build(args) -> (runner, hello)`` and ``serve`` ``runner.decode``."""
+    args = ap.parse_args(argv)
+    out = protocol_stdout()
+    runner, hello = build(args)
+    return serve(hello, runner.decode, stdout=out)
 
 
 def protocol_stdout() -> IO[str]:

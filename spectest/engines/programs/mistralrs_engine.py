@@ -2,29 +2,15 @@
 """mistral.rs (the ``mistralrs`` Python package) as an engine program for spectest's ``command``
 engine (``spectest-jsonl/1``).
 
-Runs under the pinned venv of ``spectest setup mistralrs`` (never spectest's interpreter; it
-imports only the standard library, ``mistralrs`` and its sibling ``_jsonl``). spectest starts it
-through ``python -m spectest.setup.mistralrs run ...``, which finds the venv and the exported
-models and then executes this file::
+Runs under the pinned venv of ``spectest setup mistralrs`` (stdlib, ``mistralrs`` and its
+sibling ``_jsonl`` only), started by ``python -m spectest.setup.mistralrs run ...``::
 
     mistralrs_engine.py --target DIR [--draft DIR --gamma 3]
 
-mistral.rs's Python API is text in, text out. The export (``spectest.setup.mistralrs``) gives
-the fixture a word-level tokenizer in which token id ``i`` is the word ``t<i>``, so a prompt of
-ids is the text ``"t1 t45 t200"`` and the completion's words are the ids again, exactly (no
-merges, no normalisation; a word that is not ``t<i>`` is an error). Per seed one
-``CompletionRequest`` with the job's temperature and its one filter (more than one is refused:
-the engine's filter order cannot be set), ``max_tokens``; the export's end-of-sequence token is
-an id the model cannot emit, so no sequence ends early. With ``--draft`` the runner is
-mistral.rs's target/draft speculative decoding (``which_draft``, ``speculative_gamma``).
-
-Seeds: **not honoured.** mistral.rs 0.5.0 / 0.6.0 on CPU has no per-request seed and refuses an
-engine seed (``Runner(seed=...)``: "cannot seed the CPU rng with set_seed"); its sampler draws
-from one process-wide RNG whose start is fixed, so every fresh process draws the same stream. A
-row is therefore not reproducible from its seed (no replay; resuming a run draws anew), and two
-arms would replay one stream: before its first job the program burns ``1 + row_keys[0] % 61``
-tokens of one throw-away request, so arms (whose row keys differ) start at different points of
-the stream. The hello line says all this (``"seeds": "ignored"``).
+Text in, text out through the export's word-level tokenizer (token ``i`` = word ``t<i>``); per
+seed one ``CompletionRequest`` with the job's temperature and its one filter; ``--draft`` runs
+mistral.rs's target/draft speculative decoding. Seeds are **not honoured** (the hello line says
+so). Details, and the burn-in that offsets arms: docs/internals-engines.md.
 """
 
 from __future__ import annotations
@@ -92,7 +78,7 @@ class MistralRunner:
         s = job["sampling"]
         f = _jsonl.single_filter(s, ENGINE)
         T = int(job["max_tokens"])
-        if self.burned is None:  # offset this process's stream from another arm's (docstring)
+        if self.burned is None:  # offset this process's stream from another arm's
             self.burned = 1 + int(job["row_keys"][0]) % BURN_MOD
             self.runner.send_completion_request(self.request(job, self.burned, 1.0, {}))
         for seed in job["seeds"]:
@@ -147,17 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", required=True, help="exported model directory")
     ap.add_argument("--draft", default=None, help="exported draft directory: speculative")
     ap.add_argument("--gamma", type=int, default=3, help="speculative_gamma (draft tokens)")
-    ap.add_argument(
-        "--override",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="set a CompletionRequest field on every request (a misconfigured tooth)",
+    _jsonl.add_override(
+        ap, "set a CompletionRequest field on every request (a misconfigured tooth)"
     )
-    args = ap.parse_args(argv)
-    out = _jsonl.protocol_stdout()  # before the engine loads: its prints go to stderr
-    runner, hello = build(args)
-    return _jsonl.serve(hello, runner.decode, stdout=out)
+    return _jsonl.run(ap, build, argv)
 
 
 if __name__ == "__main__":

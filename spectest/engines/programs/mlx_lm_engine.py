@@ -2,28 +2,16 @@
 """MLX-LM (``mlx-lm`` on ``mlx`` + ``mlx-cpu``, Linux CPU) as an engine program for spectest's
 ``command`` engine (``spectest-jsonl/1``).
 
-Runs under the pinned venv of ``spectest setup mlx`` (never spectest's interpreter; it imports
-only the standard library, ``mlx`` / ``mlx_lm`` and its sibling ``_jsonl``). spectest starts it
-through ``python -m spectest.setup.mlx run ...``, which finds the venv and the fixture's HF
-directories (mlx-lm reads them as they are) and then executes this file::
+Runs under the pinned venv of ``spectest setup mlx`` (stdlib, ``mlx`` / ``mlx_lm`` and its
+sibling ``_jsonl`` only), started by ``python -m spectest.setup.mlx run ...``::
 
     mlx_lm_engine.py --target HF_DIR [--draft HF_DIR --num-draft-tokens 3] [--sampler mlx]
 
-Per seed: ``mx.random.seed(row key)`` (a per-sequence seed: every row reproducible on its own),
-then ``mlx_lm.generate.generate_step`` (plain) or ``speculative_generate_step`` (draft model,
-``num_draft_tokens`` per round: draft tokens are kept while they equal the target's own
-sample at that position) with the job's token ids and ``max_tokens``. ``rounds`` per sequence
-come from the ``from_draft`` flag of each emitted token.
-
-The sampler (``--sampler``)
----------------------------
-- ``spectest`` (default): spectest's order, built from mlx-lm's own filters — temperature
-  (log-probs / T), then ``apply_top_k``, ``apply_top_p``, ``apply_min_p``, then
-  ``mx.random.categorical``.
-- ``mlx``: ``mlx_lm.sample_utils.make_sampler(temp, top_p, min_p, top_k=...)`` as mlx-lm's own
-  ``generate`` builds it, which applies top-p, min-p and top-k to the *untempered* log-probs
-  and the temperature only at the categorical draw: a different law from spectest's order
-  whenever T != 1 and top-p or min-p is on (``protocols/mlx-misordered.yaml`` is that tooth).
+Per seed: ``mx.random.seed(row key)``, then ``generate_step`` (plain) or
+``speculative_generate_step`` (``rounds`` from each token's ``from_draft`` flag). ``--sampler
+spectest`` (default) builds spectest's filter order from mlx-lm's own filters; ``--sampler
+mlx`` is mlx-lm's ``make_sampler`` (filters on the untempered log-probs: the tooth of
+``protocols/mlx-misordered.yaml``). Details: docs/internals-engines.md.
 """
 
 from __future__ import annotations
@@ -154,10 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draft", default=None, help="draft HF directory: speculative decoding")
     ap.add_argument("--num-draft-tokens", type=int, default=3)
     ap.add_argument("--sampler", choices=("spectest", "mlx"), default="spectest")
-    args = ap.parse_args(argv)
-    out = _jsonl.protocol_stdout()  # before the engine loads: its prints go to stderr
-    runner, hello = build(args)
-    return _jsonl.serve(hello, runner.decode, stdout=out)
+    return _jsonl.run(ap, build, argv)
 
 
 if __name__ == "__main__":

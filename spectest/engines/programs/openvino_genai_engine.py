@@ -1,36 +1,17 @@
 #!/usr/bin/env python3
 """OpenVINO GenAI as an engine program for spectest's ``command`` engine (``spectest-jsonl/1``).
 
-Runs under the pinned venv of ``spectest setup openvino`` (never spectest's interpreter; it
-imports only the standard library, ``openvino`` / ``openvino_genai`` and its sibling
-``_jsonl``). spectest starts it through ``python -m spectest.setup.openvino run ...``, which
-finds the venv and the exported models and then executes this file::
+Runs under the pinned venv of ``spectest setup openvino`` (stdlib, ``openvino`` /
+``openvino_genai`` and its sibling ``_jsonl`` only), started by ``python -m
+spectest.setup.openvino run ...``::
 
     openvino_genai_engine.py --target IR [--draft IR --num-assistant-tokens 3] [--prefix-caching]
 
-Per seed, one ``LLMPipeline.generate`` call on the job's token ids (``ov.Tensor``, no
-tokenizer involved) with ``do_sample``, the job's temperature and its one filter (``top_k``,
-``top_p`` or ``min_p``), ``max_new_tokens = max_tokens``, ``ignore_eos`` and
-``rng_seed`` = spectest's row key of that seed: a per-request seed, so every row is
-reproducible on its own and arms never share a draw. With ``--draft`` the pipeline is
-OpenVINO GenAI's speculative decoding (``draft_model(...)``, ``num_assistant_tokens`` per
-round); the result carries one ``rounds`` entry with the request's totals (draft tokens
-proposed, accepted, tokens emitted: ``extended_perf_metrics``), a readout only.
-
-Settings that matter for the law
---------------------------------
-- ``INFERENCE_PRECISION_HINT = f32`` on both models: the CPU plugin otherwise runs in bf16 on
-  CPUs that have it, and the target's law would not be the fixture's (spectest's teeth run the
-  fixture's HF weights in float32).
-- More than one active filter is refused (``_jsonl.single_filter``): the order of OpenVINO
-  GenAI's logit transforms cannot be set to spectest's.
-- ``SchedulerConfig(enable_prefix_caching=False)``: with the pipeline's default scheduler
-  (prefix caching on) the speculative pipeline dies on the second request with the same prompt
-  (``Check 'content_length <= prompt_ids.size() + m_generated_ids.size()' failed at
-  sequence_group.cpp``; results/LOG.md). ``--prefix-caching`` keeps the default, to show it.
-- ``--override FIELD=VALUE`` sets a ``GenerationConfig`` field after the job's own settings:
-  the misconfigured tooth of ``protocols/openvino-misconfigured.yaml`` (a repetition penalty,
-  as a model's ``generation_config.json`` may carry, changes the law; it must be caught).
+Per seed, one ``LLMPipeline.generate`` on the job's token ids with its temperature, its one
+filter, ``ignore_eos`` and ``rng_seed`` = the row key; ``--draft`` runs OpenVINO GenAI's
+speculative decoding (one ``rounds`` entry of request totals, a readout). ``--override
+FIELD=VALUE`` sets a ``GenerationConfig`` field (``protocols/openvino-misconfigured.yaml``). The
+settings that matter for the law (f32, prefix caching off): docs/internals-engines.md.
 """
 
 from __future__ import annotations
@@ -167,17 +148,10 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="keep the pipeline's default scheduler (prefix caching on; crashes speculative)",
     )
-    ap.add_argument(
-        "--override",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="set a GenerationConfig field after the job's settings (a misconfigured tooth)",
+    _jsonl.add_override(
+        ap, "set a GenerationConfig field after the job's settings (a misconfigured tooth)"
     )
-    args = ap.parse_args(argv)
-    out = _jsonl.protocol_stdout()  # before the engine loads: its prints go to stderr
-    runner, hello = build(args)
-    return _jsonl.serve(hello, runner.decode, stdout=out)
+    return _jsonl.run(ap, build, argv)
 
 
 if __name__ == "__main__":
