@@ -197,6 +197,18 @@ def relabelings(enc: EncodedSamples, B: int, rng: np.random.Generator) -> tuple[
     return tuple(out)
 
 
+def failures(
+    df: pd.DataFrame, line: Callable[[Any], str], *, run_level: bool = False
+) -> tuple[Failure, ...]:
+    """A ``Failure`` per rejected row of ``df``: its ``p_adj``, ``line(row)`` and its config_id
+    (None when ``run_level``)."""
+    rej = df[df["reject"].astype(bool)] if len(df) else df
+    return tuple(
+        Failure(float(r.p_adj), line(r), None if run_level else r.config_id)
+        for r in rej.itertuples(index=False)
+    )
+
+
 def empty_frame(columns: list[str]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
 

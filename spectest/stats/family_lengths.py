@@ -8,8 +8,10 @@ TV of the length law) and its failing lines. Does not know: the other families, 
 
 from __future__ import annotations
 
+from typing import Any
+
 from spectest.stats import homogeneity, lengths
-from spectest.stats.families import Failure, FamilyInputs, FamilyResult
+from spectest.stats.families import FamilyInputs, FamilyResult, failures
 
 
 class LengthsFamily:
@@ -27,24 +29,21 @@ class LengthsFamily:
             df = lengths.adjust(df, alpha, inputs.options.power)
         ok = df["status"] == homogeneity.OK
         mde = df.loc[ok, "mde_tv"].astype(float).dropna()
-        rej = df[df["reject"].astype(bool)] if len(df) else df
-        failing = tuple(
-            Failure(
-                float(r.p_adj),
-                f"sequence lengths {r.prompt_id}/{r.config_id} p_adj={float(r.p_adj):.3g}: "
-                f"mean length {float(r.mean_len_ref):.2f} (reference) vs "
-                f"{float(r.mean_len_cand):.2f} (candidate); short sequences "
-                f"{int(r.short_ref)}/{int(r.n_ref)} vs {int(r.short_cand)}/{int(r.n_cand)}",
-                r.config_id,
-            )
-            for r in rej.itertuples(index=False)
-        )
         return FamilyResult.of(
             self,
             alpha,
             df,
             ok.to_numpy(),
-            failing,
+            failures(df, _line),
             resolution=float(mde.median()) if len(mde) else float("nan"),
             resolution_unit="TV of the length law per cell",
         )
+
+
+def _line(r: Any) -> str:
+    return (
+        f"sequence lengths {r.prompt_id}/{r.config_id} p_adj={float(r.p_adj):.3g}: "
+        f"mean length {float(r.mean_len_ref):.2f} (reference) vs "
+        f"{float(r.mean_len_cand):.2f} (candidate); short sequences "
+        f"{int(r.short_ref)}/{int(r.n_ref)} vs {int(r.short_cand)}/{int(r.n_cand)}"
+    )

@@ -6,12 +6,14 @@ fabricated rounds table cannot make exit 0. Knows no other family, files or torc
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from spectest import schema as sc
 from spectest.stats import homogeneity, rounds
-from spectest.stats.families import Failure, FamilyInputs, FamilyResult, empty_frame
+from spectest.stats.families import FamilyInputs, FamilyResult, empty_frame, failures
 
 
 def _both_arms(inputs: FamilyInputs) -> pd.DataFrame | None:
@@ -57,24 +59,21 @@ class RoundsFamily:
         if alpha <= 0 and len(df):
             df = df.assign(p_adj=float("nan"), reject=False)
         ok = (df["status"] == homogeneity.OK).to_numpy(bool) if len(df) else np.zeros(0, bool)
-        rej = df[df["reject"].astype(bool)] if len(df) else df
-        failing = tuple(
-            Failure(
-                float(x.p_adj),
-                f"rounds {x.stratum} {x.prompt_id}/{x.config_id} p_adj={float(x.p_adj):.3g}: "
-                f"χ²={float(x.statistic):.1f} on {int(x.dof)} dof, {int(x.n_ref)} (reference) "
-                f"vs {int(x.n_cand)} (candidate) entries, as the engines report their rounds",
-                x.config_id,
-            )
-            for x in rej.itertuples(index=False)
-        )
         return FamilyResult.of(
             self,
             alpha,
             df,
             ok,
-            failing,
+            failures(df, _line),
             claims=True,
             notes=notes,
             resolution_unit="TV of a stratum's law (no closed form: permutation-calibrated)",
         )
+
+
+def _line(x: Any) -> str:
+    return (
+        f"rounds {x.stratum} {x.prompt_id}/{x.config_id} p_adj={float(x.p_adj):.3g}: "
+        f"χ²={float(x.statistic):.1f} on {int(x.dof)} dof, {int(x.n_ref)} (reference) "
+        f"vs {int(x.n_cand)} (candidate) entries, as the engines report their rounds"
+    )

@@ -5,12 +5,14 @@ chain-rule G² over the trie (``stats.trie``), corrected together by BH (BY unde
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from spectest import schema as sc
 from spectest.stats import families, homogeneity, multiplicity, tables, trie
-from spectest.stats.families import Failure, FamilyInputs, FamilyResult, empty_frame
+from spectest.stats.families import FamilyInputs, FamilyResult, empty_frame
 from spectest.stats.histograms import format_prefix
 
 TRIE_COLUMNS = [
@@ -36,17 +38,15 @@ class TrieFamily:
     def run(self, inputs: FamilyInputs, alpha: float) -> FamilyResult:
         rows = [_trie_cell(inputs, c) for c in range(inputs.enc.n_cells)] if alpha > 0 else []
         df = _trie_frame(inputs, rows, alpha)
-        rej = df[df["reject"].astype(bool)] if len(df) else df
-        failing = tuple(
-            Failure(
-                float(r.p_adj),
-                f"trie {r.prompt_id}/{r.config_id} {r.kind} depth {r.depth} "
-                f"prefix [{r.prefix}] p_adj={float(r.p_adj):.3g}",
-                r.config_id,
-            )
-            for r in rej.itertuples(index=False)
-        )
-        return FamilyResult.of(self, alpha, df, _tested(df, inputs.options.trie_min_count), failing)
+        tested = _tested(df, inputs.options.trie_min_count)
+        return FamilyResult.of(self, alpha, df, tested, families.failures(df, _line))
+
+
+def _line(r: Any) -> str:
+    return (
+        f"trie {r.prompt_id}/{r.config_id} {r.kind} depth {r.depth} "
+        f"prefix [{r.prefix}] p_adj={float(r.p_adj):.3g}"
+    )
 
 
 def _tested(df: pd.DataFrame, min_count: int) -> np.ndarray:
@@ -64,11 +64,8 @@ def _tested(df: pd.DataFrame, min_count: int) -> np.ndarray:
 
 
 def _trie_cell(inputs: FamilyInputs, c: int) -> dict[str, np.ndarray]:
-    """The chain-rule G² row then the node χ² rows of one cell, as column arrays.
-
-    NOTE: plain arrays, one DataFrame for all cells at the end: building two small frames per
-    cell cost ~20 ms each (string columns), which dominated runs with hundreds of cells.
-    """
+    """The chain-rule G² row then the node χ² rows of one cell, as column arrays (one DataFrame
+    for all cells is built at the end: small frames per cell are slow)."""
     opts, enc = inputs.options, inputs.enc
     tok, labels = inputs.cell_tokens(c), inputs.labels[c]
     tt = trie.build_trie_table(tok, opts.trie_depth, merge_singletons=inputs.merge)
