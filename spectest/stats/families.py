@@ -1,7 +1,7 @@
 """What a test family is: the ``Family`` protocol, its inputs (``FamilyInputs``) and its result
-(``FamilyResult``, failing rows as ``Failure`` lines). A new family is one class in a module
-``family_<name>.py`` and one line in ``battery.FAMILIES``. Knows no particular family, files or
-torch. How the families' results decide: docs/families.md.
+(``FamilyResult``, failing rows as ``Failure`` lines). A new family is one class (its own
+``family_<name>.py``, or beside small statistics) and one line in ``battery.FAMILIES``. Knows
+no particular family, files or torch. How the families' results decide: docs/families.md.
 """
 
 from __future__ import annotations
