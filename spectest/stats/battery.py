@@ -26,12 +26,12 @@ from spectest.stats.families import (
 from spectest.stats.family_cells import CELL_COLUMNS, CellFamily, CellsResult
 from spectest.stats.family_reported import ReportedFamily
 from spectest.stats.family_sequence import SEQUENCE_COLUMNS, SequenceFamily
-from spectest.stats.family_trie import TRIE_COLUMNS, TrieFamily
 from spectest.stats.family_whitebox import WhiteboxFamily, WhiteboxResult
 from spectest.stats.histograms import encode_samples
 from spectest.stats.lengths import LengthsFamily
 from spectest.stats.options import MULTIPLICITY, AnalysisOptions
 from spectest.stats.rounds import RoundsFamily
+from spectest.stats.trie import TRIE_COLUMNS, TrieFamily
 
 __all__ = [
     "CELL_COLUMNS",

@@ -44,26 +44,6 @@ def lambda_star(df: int, alpha: float = 0.05, power: float = 0.8) -> float:
     )
 
 
-def chi2_power(noncentrality: float | np.ndarray, df: int, alpha: float = 0.05) -> np.ndarray:
-    """Asymptotic power of a level-α χ²(df) test at noncentrality λ.
-
-    ``ncx2.sf(chi2.isf(α, df), df, λ)``.
-    """
-    crit = stats.chi2.isf(alpha, df)
-    lam = np.asarray(noncentrality, dtype=np.float64)
-    return np.asarray(np.where(lam > 0, stats.ncx2.sf(crit, df, np.maximum(lam, 1e-300)), alpha))
-
-
-def two_sample_noncentrality(p: np.ndarray, o: np.ndarray, n_ref: float, n_cand: float) -> float:
-    """λ = (n_ref·n_cand/n)·Σ (p − o)²/m of the two-sample χ² over bins with laws p, o [J]."""
-    p = np.asarray(p, dtype=np.float64)  # [J]
-    o = np.asarray(o, dtype=np.float64)  # [J]
-    n = n_ref + n_cand
-    m = (n_ref * p + n_cand * o) / n
-    use = m > 0
-    return float(n_ref * n_cand / n * np.sum((p[use] - o[use]) ** 2 / m[use]))
-
-
 def mde_tv(
     n_ref: float | np.ndarray,
     n_cand: float | np.ndarray,

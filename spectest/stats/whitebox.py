@@ -183,9 +183,8 @@ def acceptance_by_slot(
     -----
     Under H0 the slot-j indicators minus their overlaps are martingale differences of one
     filtration, and different slots never share a term, so (z_0..z_{K−1}) → N(0, I) jointly
-    (martingale CLT on the vector) and Σ z_j² → χ²_K. A bug that only touches late slots (e.g.
-    a wrong row at the last draft) moves one z_j and is diluted in the pooled z; the χ² sees it
-    in either direction. A zero-variance slot that disagrees (z = ±inf) gives p = 0.
+    (martingale CLT on the vector) and Σ z_j² → χ²_K (docs/roles.md, "The per-slot acceptance
+    test"). A zero-variance slot that disagrees (z = ±inf) gives p = 0.
     """
     acc, o, slot = _attempted_slots(rounds, samples, arm)
     nan = float("nan")
