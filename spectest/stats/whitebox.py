@@ -360,8 +360,8 @@ def _role_rows(
 ) -> list[dict[str, object]]:
     """The role tests of one arm whose role columns are complete (``sub``: its rows): the
     per-slot acceptance χ² (with rounds) and each stratum's PIT and reuse test
-    (``stats.whitebox_roles``). Only beside the role columns, so an arm without them keeps the
-    pooled tests and split of before (``exact_weights``)."""
+    (``stats.whitebox_roles``); an arm without role columns keeps the pooled split
+    (``exact_weights``)."""
     rows: list[dict[str, object]] = []
     if has_overlap and rounds is not None:
         by_slot = acceptance_by_slot(rounds, samples, arm)

@@ -117,8 +117,7 @@ def validate_roles(samples: pd.DataFrame) -> bool:
 
     ``wb_role`` must be a name of ``schema.ROLES`` (or null: not recorded), ``wb_role_p`` and
     ``wb_role_cdf_lo`` (and ``wb_role_ratio``, ``wb_role_tail``) in [0, 1] or NaN, the first two
-    with a sum ≤ 1. Raises ``InputError`` naming the column
-    and the first bad value."""
+    with a sum ≤ 1. Raises ``InputError`` naming the column and the first bad value."""
     if not all(c in samples.columns for c in sc.ROLE_COLUMNS):
         return False
     role = samples[sc.WB_ROLE]
