@@ -24,42 +24,23 @@ from spectest.stats.families import (
     relabelings,
 )
 from spectest.stats.family_cells import CELL_COLUMNS, CellFamily, CellsResult
-from spectest.stats.family_lengths import LengthsFamily
 from spectest.stats.family_reported import ReportedFamily
-from spectest.stats.family_rounds import RoundsFamily
-from spectest.stats.family_sequence import ALL_CELLS, SEQUENCE_COLUMNS, SequenceFamily
-from spectest.stats.family_trie import TRIE_COLUMNS, TrieFamily
-from spectest.stats.family_whitebox import REFERENCE_MULTIPLIER, WhiteboxFamily, WhiteboxResult
+from spectest.stats.family_sequence import SEQUENCE_COLUMNS, SequenceFamily
+from spectest.stats.family_whitebox import WhiteboxFamily, WhiteboxResult
 from spectest.stats.histograms import encode_samples
-from spectest.stats.options import (
-    ALPHA_MAX,
-    MIN_EXPECTED_MAX,
-    MULTIPLICITY,
-    NULL_PERMUTATIONS_MAX,
-    SEQUENCE_DEFAULT,
-    TRIE_DEPTH_MAX,
-    WHITEBOX_MODES,
-    AnalysisOptions,
-    OptionError,
-)
+from spectest.stats.lengths import LengthsFamily
+from spectest.stats.options import MULTIPLICITY, AnalysisOptions
+from spectest.stats.rounds import RoundsFamily
+from spectest.stats.trie import TRIE_COLUMNS, TrieFamily
 
 __all__ = [
-    "ALL_CELLS",
-    "ALPHA_MAX",
     "CELL_COLUMNS",
     "FAMILIES",
-    "MIN_EXPECTED_MAX",
     "MULTIPLICITY",
-    "NULL_PERMUTATIONS_MAX",
-    "REFERENCE_MULTIPLIER",
     "SEQUENCE_COLUMNS",
-    "SEQUENCE_DEFAULT",
     "TRIE_COLUMNS",
-    "TRIE_DEPTH_MAX",
-    "WHITEBOX_MODES",
     "Analysis",
     "AnalysisOptions",
-    "OptionError",
     "analyze",
     "split_alpha",
 ]

@@ -44,11 +44,10 @@ def summarize_null(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Null mean, null quantile and permutation p-value per row: ``observed`` [S], ``null`` [S, B].
 
-    NOTE: the quantile uses numpy's default linear interpolation; with B = 200 the 0.95
-    quantile is interpolated between the 190th and 191st order statistics. NOTE: compare like
-    with like — pass an ``observed`` computed by the same arithmetic (dtype, summation order)
-    as ``null``, e.g. column 0 of a ``tv_statistics`` call whose label matrix starts with the
-    observed labeling, so that a relabeling equal to the observed one ties exactly.
+    NOTE: the quantile uses numpy's default linear interpolation. NOTE: compare like with like —
+    pass an ``observed`` computed by the same arithmetic (dtype, summation order) as ``null``,
+    e.g. column 0 of a ``tv_statistics`` call whose label matrix starts with the observed
+    labeling, so that a relabeling equal to the observed one ties exactly.
     """
     assert null.ndim == 2 and null.shape[0] == observed.shape[0]
     B = null.shape[1]

@@ -1,7 +1,7 @@
 """What a test family is: the ``Family`` protocol, its inputs (``FamilyInputs``) and its result
-(``FamilyResult``, failing rows as ``Failure`` lines). A new family is one class in a module
-``family_<name>.py`` and one line in ``battery.FAMILIES``. Knows no particular family, files or
-torch. How the families' results decide: docs/families.md.
+(``FamilyResult``, failing rows as ``Failure`` lines). A new family is one class (its own
+``family_<name>.py``, or beside small statistics) and one line in ``battery.FAMILIES``. Knows
+no particular family, files or torch. How the families' results decide: docs/families.md.
 """
 
 from __future__ import annotations
@@ -195,6 +195,18 @@ def relabelings(enc: EncodedSamples, B: int, rng: np.random.Generator) -> tuple[
             cache[key] = tables.label_matrix(key[0], key[1], B, rng)
         out.append(cache[key])
     return tuple(out)
+
+
+def failures(
+    df: pd.DataFrame, line: Callable[[Any], str], *, run_level: bool = False
+) -> tuple[Failure, ...]:
+    """A ``Failure`` per rejected row of ``df``: its ``p_adj``, ``line(row)`` and its config_id
+    (None when ``run_level``)."""
+    rej = df[df["reject"].astype(bool)] if len(df) else df
+    return tuple(
+        Failure(float(r.p_adj), line(r), None if run_level else r.config_id)
+        for r in rej.itertuples(index=False)
+    )
 
 
 def empty_frame(columns: list[str]) -> pd.DataFrame:

@@ -15,7 +15,7 @@ from scipy import stats
 
 from spectest import schema as sc
 from spectest.stats import distance, families, homogeneity, multiplicity, power, tables
-from spectest.stats.families import Failure, FamilyInputs, FamilyResult, empty_frame
+from spectest.stats.families import FamilyInputs, FamilyResult, empty_frame
 
 CELL_COLUMNS = [
     sc.PROMPT_ID,
@@ -133,7 +133,7 @@ class CellFamily:
             alpha,
             cells,
             testable,
-            _failing(cells),
+            families.failures(cells, _line),
             resolution=float(np.median(mde)) if mde.size else float("nan"),
             resolution_unit="TV per cell-position",
             notes=tuple(notes),
@@ -272,16 +272,10 @@ def _max_excess(cells: pd.DataFrame) -> tuple[float, dict[str, Any]]:
     return float(excess[i]), where
 
 
-def _failing(cells: pd.DataFrame) -> tuple[Failure, ...]:
-    rej = cells[cells["reject"].astype(bool)]
-    return tuple(
-        Failure(
-            float(r.p_adj),
-            f"{r.prompt_id}/{r.config_id}@{int(r.position)} p_adj={float(r.p_adj):.3g} "
-            f"TV={float(r.tv):.3f} (null mean {float(r.tv_null_mean):.3f})",
-            r.config_id,
-        )
-        for r in rej.itertuples(index=False)
+def _line(r: Any) -> str:
+    return (
+        f"{r.prompt_id}/{r.config_id}@{int(r.position)} p_adj={float(r.p_adj):.3g} "
+        f"TV={float(r.tv):.3f} (null mean {float(r.tv_null_mean):.3f})"
     )
 
 

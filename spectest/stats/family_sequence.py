@@ -16,7 +16,7 @@ from scipy import stats
 
 from spectest import schema as sc
 from spectest.stats import sequence
-from spectest.stats.families import Failure, FamilyInputs, FamilyResult, empty_frame
+from spectest.stats.families import FamilyInputs, FamilyResult, empty_frame, failures
 
 SEQUENCE_COLUMNS = [
     sc.PROMPT_ID,
@@ -76,15 +76,7 @@ class SequenceFamily:
         # a permutation p-value that cannot reach the level tested nothing
         reach = _can_reach(df, opts.null_permutations, alpha)
         tested = pooled["pvalue"].astype(float).notna().to_numpy() & reach
-        rej = df[df["reject"].astype(bool)] if len(df) else df
-        failing = tuple(
-            Failure(
-                float(r.p_adj),
-                f"sequence-level {r.test} (pooled over cells) p_adj={float(r.p_adj):.3g} "
-                f"z={float(r.z):.2f}",
-            )
-            for r in rej.itertuples(index=False)
-        )
+        failing = failures(df, _line, run_level=True)
         return SequenceResult.of(
             self,
             alpha,
@@ -98,19 +90,22 @@ class SequenceFamily:
         )
 
 
+def _line(r: Any) -> str:
+    return (
+        f"sequence-level {r.test} (pooled over cells) p_adj={float(r.p_adj):.3g} z={float(r.z):.2f}"
+    )
+
+
 def _resolution_note(pooled: pd.DataFrame, B: int) -> str:
-    """The sequence family's resolution is estimated from this run's permutation null (the
-    spread of each cell's statistic under relabelling, ``sequence.resolution``), so it moves
-    with the data (how concentrated the laws are, how the positions depend on each other) and
-    with the B permutations: say so, with its range.
+    """The line saying that the resolution is estimated from this run's permutation null
+    (``sequence.resolution``), so it moves with the data and the B permutations, with its range.
 
     Notes
     -----
-    The range is the permutation noise alone: the MDE scales as √(sd(Z)·sd_cell) and both sds
-    are estimated from the same B permutations, so it moves like one sd estimated from B
-    draws, whose 95 % interval is sd·[√((B−1)/χ²_{0.975}), √((B−1)/χ²_{0.025})] (B − 1 df).
-    How the MDE moves with another sample of the data is not in it (a different law: a
-    different resolution).
+    The range is the permutation noise alone: the MDE scales as √(sd(Z)·sd_cell), both sds
+    from the same B permutations, so it moves like one sd estimated from B draws: 95 % interval
+    sd·[√((B−1)/χ²_{0.975}), √((B−1)/χ²_{0.025})] (B − 1 df). Another sample of the data is not
+    in it.
     """
     tv = pooled[pooled["test"].isin(sequence.TV_STATISTICS)]["mde"].astype(float).dropna()
     if tv.empty or B < 2:

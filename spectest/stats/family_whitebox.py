@@ -17,7 +17,7 @@ import pandas as pd
 
 from spectest import schema as sc
 from spectest.stats import whitebox, whitebox_two_sample
-from spectest.stats.families import Failure, FamilyInputs, FamilyResult, empty_frame
+from spectest.stats.families import FamilyInputs, FamilyResult, empty_frame, failures
 from spectest.stats.options import AnalysisOptions
 
 # teacher mode's recommended reference size, × the candidate's (``_reference_size_note``); why
@@ -79,13 +79,12 @@ class WhiteboxFamily:
         if len(cand) and (cand["test"] == dz).any():
             dz_mde = float(cand.loc[cand["test"] == dz, "mde"].iloc[0])
         tested = cand["pvalue"].astype(float).notna() | (cand["test"] == "support")
-        rej = cand[cand["reject"].astype(bool)] if len(cand) else cand
         return WhiteboxResult.of(
             self,
             alpha,
             wb,
             tested.to_numpy(),
-            tuple(map(_failure, rej.itertuples(index=False))),
+            failures(cand, _line, run_level=True),
             resolution=dz_mde,
             resolution_unit="excess mass on {q > p} per token (directed z)" + _role_unit(cand),
             black_box=False,
@@ -95,12 +94,12 @@ class WhiteboxFamily:
         )
 
 
-def _failure(r: Any) -> Failure:
+def _line(r: Any) -> str:
     if r.test == "support":
         what = f"{int(r.statistic)} emitted token(s) with target probability 0"
     else:
         what = f"p_adj={float(r.p_adj):.3g} ({r.detail})"
-    return Failure(float(r.p_adj), f"white-box {r.test}: {what}")
+    return f"white-box {r.test}: {what}"
 
 
 def exact_whitebox_frame(

@@ -288,13 +288,10 @@ def gof_chi2(counts: np.ndarray, probs: np.ndarray, *, min_expected: float = 5.0
 
     Notes
     -----
-    Valid only when ``probs`` is *known* (e.g. computed exactly from the target, as in
-    vllm-rlt-187's goodness of fit against the serial reference). It is NOT valid to plug in
-    the reference arm's pooled histogram as ``probs``: that treats an estimate as exact,
-    ignores its sampling noise, and at equal arm sizes roughly doubles the statistic's null
-    variance — a liberal test (tests/test_stats_homogeneity.py measures the inflation). Use
-    ``pooled_chi2`` for two samples. Power: docs/statistics.md measured the GOF χ² at 0.24/0.88
-    vs the two-sample test's 0.13/0.49 for the ε = 0.05/0.1 acceptors (N = 4000).
+    Valid only when ``probs`` is *known* (computed exactly from the target). Plugging in the
+    reference arm's histogram treats an estimate as exact and roughly doubles the null variance
+    at equal arm sizes (a liberal test, tests/test_stats_homogeneity.py): use ``pooled_chi2``
+    for two samples.
     """
     counts = np.asarray(counts, dtype=np.int64)  # [V]
     probs = np.asarray(probs, dtype=np.float64)  # [V]

@@ -1,16 +1,20 @@
 """Sequence length is part of the law: per cell, a pooled two-sample χ² on the two arms'
-histograms of present positions per sequence (``length_tests``), BH over cells (``adjust``).
-Knows no files, arm names or other families. docs/families.md ("Why lengths are a family of
-their own").
+histograms of present positions per sequence (``length_tests``), BH over cells (``adjust``), and
+the family that runs them (``LengthsFamily``: active only when some cell's length table is
+testable, so full-length runs spend no α on it). Knows no files or other families.
+docs/families.md ("Why lengths are a family of their own").
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from spectest import schema as sc
 from spectest.stats import homogeneity, multiplicity, power
+from spectest.stats.families import FamilyInputs, FamilyResult, failures
 from spectest.stats.histograms import MISSING, EncodedSamples
 
 LENGTH_COLUMNS = [
@@ -108,3 +112,38 @@ def adjust(df: pd.DataFrame, alpha: float, test_power: float = 0.8) -> pd.DataFr
     mde = power.mde_tv(out["n_ref"], out["n_cand"], out["dof"], alpha / m, test_power)
     out["mde_tv"] = np.where(ok, mde, np.nan)
     return out
+
+
+class LengthsFamily:
+    """Sequences that stop early are a different law, not "untestable" positions."""
+
+    name = "lengths"
+    label = "sequence lengths"
+
+    def active(self, inputs: FamilyInputs) -> bool:
+        return is_active(length_tests(inputs.enc, inputs.options.min_expected))
+
+    def run(self, inputs: FamilyInputs, alpha: float) -> FamilyResult:
+        df = length_tests(inputs.enc, inputs.options.min_expected)
+        if alpha > 0:
+            df = adjust(df, alpha, inputs.options.power)
+        ok = df["status"] == homogeneity.OK
+        mde = df.loc[ok, "mde_tv"].astype(float).dropna()
+        return FamilyResult.of(
+            self,
+            alpha,
+            df,
+            ok.to_numpy(),
+            failures(df, _line),
+            resolution=float(mde.median()) if len(mde) else float("nan"),
+            resolution_unit="TV of the length law per cell",
+        )
+
+
+def _line(r: Any) -> str:
+    return (
+        f"sequence lengths {r.prompt_id}/{r.config_id} p_adj={float(r.p_adj):.3g}: "
+        f"mean length {float(r.mean_len_ref):.2f} (reference) vs "
+        f"{float(r.mean_len_cand):.2f} (candidate); short sequences "
+        f"{int(r.short_ref)}/{int(r.n_ref)} vs {int(r.short_cand)}/{int(r.n_cand)}"
+    )

@@ -1,14 +1,8 @@
-"""The one test-settings type: ``AnalysisOptions`` (frozen, validated on construction), each
-field carrying what it is outside Python (``Option``: its rule, the protocol's YAML path, the
-``spectest compare`` flag, how it is hashed).
-
-Owns: every test setting — the options the families read, the protocol's ``tests`` section
-and the verdict's power requirement — their defaults, rules (``OptionError`` names the field,
-the rule and the value), and the forms derived from the fields: ``canonical`` (the hashed form,
-also summary.json's ``analysis``), ``from_canonical``, ``yaml_form`` (``protocol.yaml``'s
-``tests``), ``yaml_paths`` and ``flags``. The protocol parser and ``spectest compare`` read
-these; how to add an option: docs/architecture.md "Adding a test option". Does not know: files,
-protocols, any statistic. Re-exported by ``spectest.stats.battery``.
+"""The one test-settings type, ``AnalysisOptions`` (frozen, validated on construction; a bad
+value raises ``OptionError``). Each field carries its ``Option``: rule, the protocol's YAML path,
+``spectest compare``'s flag, hash rule; the forms derived from the fields are ``canonical``
+(hashed, summary.json's ``analysis``), ``from_canonical``, ``yaml_form``, ``yaml_paths`` and
+``flags``. Knows no files, protocols or statistic. Adding an option: docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -251,14 +245,19 @@ class AnalysisOptions:
                 "null_permutations", "expected an integer >= 1 for permutation_pvalues", B
             )
 
-    def canonical(self) -> dict[str, Any]:
-        """The hashed form, also summary.json's ``analysis``: each field whose ``Option.hashed``
-        is 'always', or 'non-default' and not at its default, at its ``Option.path``."""
-        out: dict[str, Any] = {}
+    def _hashed(self) -> Iterator[tuple[Option, Any]]:
+        """Each field whose ``Option.hashed`` is 'always', or 'non-default' and not at its
+        default, with its value."""
         for name, opt in options():
             v = getattr(self, name)
             if opt.hashed == "always" or (opt.hashed == "non-default" and v != _DEFAULTS[name]):
-                _put(out, opt.path, v)
+                yield opt, v
+
+    def canonical(self) -> dict[str, Any]:
+        """The hashed form, also summary.json's ``analysis``: ``_hashed`` at ``Option.path``."""
+        out: dict[str, Any] = {}
+        for opt, v in self._hashed():
+            _put(out, opt.path, v)
         return out
 
     @classmethod
@@ -274,13 +273,11 @@ class AnalysisOptions:
         return cls(**given)
 
     def yaml_form(self) -> dict[str, Any]:
-        """The protocol's ``tests`` section that reads back to these settings (``canonical``'s
-        fields at their YAML paths)."""
+        """The protocol's ``tests`` section that reads back to these settings (``_hashed`` at
+        the YAML paths)."""
         out: dict[str, Any] = {}
-        for name, opt in options():
-            v = getattr(self, name)
-            if opt.hashed == "always" or (opt.hashed == "non-default" and v != _DEFAULTS[name]):
-                _put(out, tuple(str(opt.yaml).split("."))[1:], v)
+        for opt, v in self._hashed():
+            _put(out, tuple(str(opt.yaml).split("."))[1:], v)
         return out
 
 

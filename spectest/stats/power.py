@@ -44,26 +44,6 @@ def lambda_star(df: int, alpha: float = 0.05, power: float = 0.8) -> float:
     )
 
 
-def chi2_power(noncentrality: float | np.ndarray, df: int, alpha: float = 0.05) -> np.ndarray:
-    """Asymptotic power of a level-α χ²(df) test at noncentrality λ.
-
-    ``ncx2.sf(chi2.isf(α, df), df, λ)``.
-    """
-    crit = stats.chi2.isf(alpha, df)
-    lam = np.asarray(noncentrality, dtype=np.float64)
-    return np.asarray(np.where(lam > 0, stats.ncx2.sf(crit, df, np.maximum(lam, 1e-300)), alpha))
-
-
-def two_sample_noncentrality(p: np.ndarray, o: np.ndarray, n_ref: float, n_cand: float) -> float:
-    """λ = (n_ref·n_cand/n)·Σ (p − o)²/m of the two-sample χ² over bins with laws p, o [J]."""
-    p = np.asarray(p, dtype=np.float64)  # [J]
-    o = np.asarray(o, dtype=np.float64)  # [J]
-    n = n_ref + n_cand
-    m = (n_ref * p + n_cand * o) / n
-    use = m > 0
-    return float(n_ref * n_cand / n * np.sum((p[use] - o[use]) ** 2 / m[use]))
-
-
 def mde_tv(
     n_ref: float | np.ndarray,
     n_cand: float | np.ndarray,
@@ -132,9 +112,7 @@ def directed_z_2s_mde(
     -----
     The two-sample statistic is the difference of the arms' mean 1[x ∈ A] − p(A); its variance
     is the candidate's times 1 + 1/m (m = ``reference_multiplier``), so the MDE is
-    √(1 + 1/m) × the one-sample MDE: × 1.41 at m = 1, × 1.12 at m = 4, × 1.10 at m = 5.
-    Measured power against the ε = 0.05 acceptor (results/LOG.md, "h8"): 0.52 at m = 1 vs 0.76
-    for the exact one-sample z.
+    √(1 + 1/m) × the one-sample MDE (× 1.41 at m = 1, × 1.10 at m = 5).
     """
     if reference_multiplier <= 0:
         raise ConfigError(f"reference_multiplier must be > 0, got {reference_multiplier!r}")
@@ -214,15 +192,9 @@ def seeds_to_testable(top_share: np.ndarray, min_expected: float = 5.0) -> np.nd
 
     Notes
     -----
-    The keep rule of ``homogeneity.pool_table`` at equal arms (w = 1/2): a token is its own bin
-    when its combined count c satisfies c/2 ≥ ``min_expected``; the table is testable with ≥ 2
-    bins. At N seeds per arm the expected combined counts are 2N·π for the top token and
-    2N·(1 − π) for the rest, so (plugging expected counts in) it is testable iff the top token
-    is kept and either a second token is kept or the pooled rest is a bin of its own — iff
-    N·min(π, 1 − π) ≥ ``min_expected``: N* = ⌈min_expected / min(π, 1 − π)⌉ (inf when π is 0
-    or 1: a position with one possible token is never testable). With unequal arms the rule's weight
-    is min(n_r, n_c)/n and the expected combined count n·π, so the same N* counts the *smaller*
-    arm's seeds (the candidate's ``per_arm`` when ``seeds.reference_per_arm`` is larger).
+    N* = ⌈min_expected / min(π, 1 − π)⌉ from ``homogeneity.pool_table``'s keep rule with expected
+    counts plugged in (inf when π is 0 or 1); it counts the *smaller* arm's seeds. Derivation:
+    docs/statistics.md ("Seeds to testable").
     """
     pi = np.asarray(top_share, dtype=np.float64)
     m = np.minimum(pi, 1.0 - pi)

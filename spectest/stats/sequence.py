@@ -23,12 +23,7 @@ from spectest.stats.tables import (
 )
 
 STATISTICS = ("position_chi2", "unigram", "transition", "hamming_mmd", "prefix_mmd")
-# NOTE (the default set): the L2 statistics weigh frequent tokens, where a speculative
-# sampler's bias lives (acceptance moves mass among the likely tokens); the χ² ones weigh rare
-# tokens, noisy at a few hundred sequences. On the toy Markov pair at 256 seeds per arm
-# (results/LOG.md, 2026-11-30 h4) prefix_mmd and hamming_mmd were the strongest statistics and
-# position_chi2 / unigram the weakest, and each extra statistic costs the max-T a little: the
-# default keeps the transitions (the joint law) and the two MMDs. Chosen on that benchmark.
+# NOTE the default set: why these three, docs/statistics.md ("The sequence family's choices")
 DEFAULT = ("transition", "hamming_mmd", "prefix_mmd")
 TV_STATISTICS = ("position_chi2", "unigram", "transition")  # resolution stated as a TV
 # the effect size each statistic's resolution is stated in (see ``resolution``)
@@ -259,13 +254,7 @@ def combine(cells: list[np.ndarray], names: tuple[str, ...] = STATISTICS) -> Seq
     statistic is the largest of the J standardized sums, calibrated by its own permutation
     distribution (single-step max-T, Westfall & Young 1993). All steps are symmetric in the
     columns, so the test is exact under H0 (module docstring). p-values have resolution
-    1/(1 + B).
-
-    NOTE: max-T on continuous standardized sums, not min-p on rank p-values: with B + 1
-    columns and J statistics, up to J columns share the smallest rank p-value 1/(B + 1), so a
-    min-p family could never go below ~J/(B + 1) (0.025 at B = 199, J = 5) — above the
-    family's share of α (measured: 0.1 % of H0 replications at p ≤ 0.02 with B = 49). The
-    standardized sums rarely tie, so the family's p-value reaches 1/(B + 1).
+    1/(1 + B). Why max-T and not min-p: docs/statistics.md ("The sequence family's choices").
     """
     if not cells:
         J = len(names)
@@ -321,12 +310,8 @@ def resolution(
     -----
     An approximation for planning and for the verdict's "resolution", not a guarantee: the
     Σ_cells statistic is taken as normal with the permutation null's sd under the alternative
-    too, and every cell's statistic is shifted alike by the effect e: the χ² statistics by their
-    noncentrality λ = N_eff·Δ ≥ 2·N_eff·e² (N_eff = 2·n_a·n_b/(n_a + n_b) counted in entries:
-    sequences × positions for ``position_chi2`` and ``unigram``, × (positions − 1) for
-    ``transition``; the shift of E[X²] does not depend on the dependence between entries), the
-    unbiased MMD² by e² exactly. Then e solves Σ_c shift_c(e)/sd_c = (z_{1−α/J} + z_power)·sd(Z).
-    Pooled bins can only hide a difference, so a TV MDE refers to the binned laws.
+    too, and every cell's statistic shifted alike by the effect e (derivation:
+    docs/statistics.md, "The sequence family's choices"). A TV MDE refers to the binned laws.
     """
     J = len(result.names)
     out = np.full(J, np.nan)

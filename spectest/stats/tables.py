@@ -130,9 +130,7 @@ def _key_rows(
     Notes
     -----
     Keys are built on dense token codes (0..distinct−1 in id order), not on the ids, so a
-    stratum × (max id + 1) key cannot overflow int64 (a stored id of 2**31 − 1 did). Hash
-    factorization then sorting only the distinct keys is several times faster than sorting the
-    entries.
+    stratum × (max id + 1) key cannot overflow int64 whatever the ids.
     """
     token_code, token_ids = pd.factorize(token, sort=True)  # [m], [distinct]
     n_tok = len(token_ids)
@@ -215,12 +213,8 @@ def label_matrix(
 
     Notes
     -----
-    NOTE: analyze() reuses one matrix for every cell with the same arm sizes, i.e. the same
-    permutation applied to each cell's (reference-first, seed-ordered) sequence list. Those
-    relabelings form a subgroup of the product of the per-cell permutation groups, under
-    which the data are invariant in law when H0 holds, so the randomization test stays exact
-    (the group-invariance argument, e.g. Hemerik & Goeman 2018); each cell's marginal null is
-    still the uniform permutation law.
+    NOTE: analyze() reuses one matrix for every cell with the same arm sizes; the test stays
+    exact (docs/statistics.md, "One relabeling matrix shared by cells").
     """
     assert n_ref >= 0 and n_cand >= 0 and n_permutations >= 0
     n = n_ref + n_cand

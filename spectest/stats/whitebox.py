@@ -183,9 +183,8 @@ def acceptance_by_slot(
     -----
     Under H0 the slot-j indicators minus their overlaps are martingale differences of one
     filtration, and different slots never share a term, so (z_0..z_{K−1}) → N(0, I) jointly
-    (martingale CLT on the vector) and Σ z_j² → χ²_K. A bug that only touches late slots (e.g.
-    a wrong row at the last draft) moves one z_j and is diluted in the pooled z; the χ² sees it
-    in either direction. A zero-variance slot that disagrees (z = ±inf) gives p = 0.
+    (martingale CLT on the vector) and Σ z_j² → χ²_K (docs/roles.md, "The per-slot acceptance
+    test"). A zero-variance slot that disagrees (z = ±inf) gives p = 0.
     """
     acc, o, slot = _attempted_slots(rounds, samples, arm)
     nan = float("nan")
@@ -361,8 +360,8 @@ def _role_rows(
 ) -> list[dict[str, object]]:
     """The role tests of one arm whose role columns are complete (``sub``: its rows): the
     per-slot acceptance χ² (with rounds) and each stratum's PIT and reuse test
-    (``stats.whitebox_roles``). Only beside the role columns, so an arm without them keeps the
-    pooled tests and split of before (``exact_weights``)."""
+    (``stats.whitebox_roles``); an arm without role columns keeps the pooled split
+    (``exact_weights``)."""
     rows: list[dict[str, object]] = []
     if has_overlap and rounds is not None:
         by_slot = acceptance_by_slot(rounds, samples, arm)

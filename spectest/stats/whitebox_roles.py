@@ -50,12 +50,9 @@ def reuse_test(beyond: np.ndarray, tail: np.ndarray) -> ReuseResult:
     Notes
     -----
     Given G_t (``role_pit_tests``), E[1 + π_t − 1[beyond_t] | G_t] = 1 and every factor is ≥ 0,
-    so the running product is a non-negative martingale of mean 1 and P(E ≥ 1/α) ≤ α (Markov;
-    Ville 1939) — valid however the π_t were chosen along the way, where a normal approximation
-    of a count whose expectation is a handful is not. E is the likelihood ratio against "beyond
-    never happens" (the reused-uniform alternative; with none observed, 1/E ≈ exp(−Σ π) is
-    about the exact P(none)); one beyond token multiplies E by its π_t, so the test says nothing
-    against other alternatives (the role PITs do).
+    so E is a non-negative martingale of mean 1 and P(E ≥ 1/α) ≤ α (Markov; Ville 1939) however
+    the π_t arise. It is the likelihood ratio against "beyond never happens" and says nothing
+    against other alternatives (the role PITs do): docs/roles.md ("The reused-uniform test").
     """
     b = np.asarray(beyond, dtype=bool)
     pi = np.asarray(tail, dtype=np.float64)
@@ -74,13 +71,10 @@ def role_pit_tests(sub: pd.DataFrame, rng: np.random.Generator) -> list[RolePitR
 
     Notes
     -----
-    The reused-uniform z of the final tokens (``reuse``; needs ``wb_role_beyond`` and
-    ``wb_role_tail``, ``engines.teacher.role_columns``): with r_t = min(1, p/q) of the last
-    draft decided before the token (fixed by G_t), a bonus "beyond" r lies at or above r in its
-    role law's id-ordered CDF, a recovered token at or below it. Given G_t that has probability
-    ``wb_role_tail`` π_t; ``reuse_test`` tests too few of them. A bonus drawn with the accepting
-    uniform (U(0, r) given the acceptance) or a recovered token drawn with the rejecting one
-    (U(r, 1)) is never beyond r: the count is 0 against Σ π_t, whatever the atoms. Not
+    The reused-uniform test of the final tokens (``reuse``; needs ``wb_role_beyond`` and
+    ``wb_role_tail``, ``engines.teacher.role_columns``): given G_t a token is "beyond"
+    r_t = min(1, p/q) with probability π_t under H0 and never with a reused acceptance uniform
+    (docs/roles.md, "The reused-uniform test"); ``reuse_test`` tests too few of them. Not
     randomised: no V_t is drawn.
     """
     role = sub[sc.WB_ROLE].to_numpy(dtype=object)
@@ -123,8 +117,7 @@ def validate_roles(samples: pd.DataFrame) -> bool:
 
     ``wb_role`` must be a name of ``schema.ROLES`` (or null: not recorded), ``wb_role_p`` and
     ``wb_role_cdf_lo`` (and ``wb_role_ratio``, ``wb_role_tail``) in [0, 1] or NaN, the first two
-    with a sum ≤ 1. Raises ``InputError`` naming the column
-    and the first bad value."""
+    with a sum ≤ 1. Raises ``InputError`` naming the column and the first bad value."""
     if not all(c in samples.columns for c in sc.ROLE_COLUMNS):
         return False
     role = samples[sc.WB_ROLE]

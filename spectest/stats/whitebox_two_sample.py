@@ -216,14 +216,21 @@ def two_sample_tests(
     return out
 
 
+def _mean_difference(
+    x: np.ndarray, lab: np.ndarray, tok_c: np.ndarray, tok_r: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Per-sequence sums ``x`` [S] → the candidate's sum [1+B], the difference of the arms'
+    per-token means [1+B] and its sd over the relabelings (NaN for B < 2)."""
+    x_c = x @ lab
+    t = x_c / tok_c - (x.sum() - x_c) / tok_r
+    return x_c, t, float(np.std(t[1:])) if lab.shape[1] > 2 else float("nan")
+
+
 def _support_2s(
     tab: SequenceTable, lab: np.ndarray, tok_c: np.ndarray, tok_r: np.ndarray, margin: float
 ) -> TwoSampleResult:
     """``support_2s`` from the labelings ``lab`` [S, 1+B] (``two_sample_tests``' Notes)."""
-    B = lab.shape[1] - 1
-    z_c = tab.zeros @ lab
-    rate = z_c / tok_c - (tab.zeros.sum() - z_c) / tok_r  # [1+B]
-    sd = float(np.std(rate[1:])) if B > 1 else float("nan")
+    z_c, rate, sd = _mean_difference(tab.zeros, lab, tok_c, tok_r)
     p_sup = _perm_pvalue(rate) if tab.zeros.sum() > 0 and rate[0] > margin else 1.0
     return TwoSampleResult(
         "support_2s",
@@ -241,10 +248,7 @@ def _directed_z_2s(
     tab: SequenceTable, lab: np.ndarray, tok_c: np.ndarray, tok_r: np.ndarray, power: float
 ) -> TwoSampleResult:
     """``directed_z_2s`` from the labelings ``lab`` [S, 1+B] (``two_sample_tests``' Notes)."""
-    B = lab.shape[1] - 1
-    r_c = tab.resid @ lab
-    t = r_c / tok_c - (tab.resid.sum() - r_c) / tok_r  # [1+B]
-    sd = float(np.std(t[1:])) if B > 1 else float("nan")
+    r_c, t, sd = _mean_difference(tab.resid, lab, tok_c, tok_r)
     mde = (stats.norm.isf(0.025) + stats.norm.ppf(power)) * sd
     return TwoSampleResult(
         "directed_z_2s",
