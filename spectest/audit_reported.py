@@ -1,14 +1,7 @@
-"""``spectest reported-p``: audit a protocol arm's engine by the probabilities it reports.
+"""``spectest reported-p``: ``audit_arm`` runs a protocol arm's engine through
+``engines.reported`` and checks the probabilities it reports.
 
-Owns: ``audit_arm`` — the engine of a protocol's ``reference`` or ``candidate`` arm, with its
-options, models, first prompt, configs, positions and drafter (what a run gives it), run on
-``seeds`` seeds per config through ``engines.reported`` (the reported-p family: support and PIT
-conditional on the engine's reported p, and the cross-check with spectest's teacher). Knows
-nothing about run directories or the verdict of ``spectest run``: this audit is decided beside a
-run; inside a run the reported-p family decides claim (a) from the same reports
-(``stats.family_reported``, docs/engines-reported-p.md). Exit codes: 0 every check passed,
-1 one failed (named), 2 bad input or an engine that reports no probabilities, 4 its process
-could not run.
+The why and the details: docs/internals.md "spectest/audit_reported.py".
 """
 
 from __future__ import annotations

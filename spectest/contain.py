@@ -1,15 +1,6 @@
-"""Containing code spectest does not own: acceptor kernels and entry-point engines.
-
-Owns: turning whatever a plug-in lets escape — an ``Exception``, or a ``BaseException`` that is
-not one: ``SystemExit`` (``sys.exit``, an ``argparse`` at import), ``KeyboardInterrupt``,
-``GeneratorExit`` — into one ``EngineError`` line naming the plug-in (exit 2: a plug-in that
-misbehaves is bad input, not a verdict); holding a plug-in's output while it is imported, so an
-``argparse`` usage text never reaches the terminal as if it were spectest's; and telling the
-user's Ctrl-C (a real SIGINT, seen by the handler ``track_user_interrupts`` installs while a CLI
-command runs) from a ``KeyboardInterrupt`` a plug-in raised: the first keeps its meaning (exit
-130, completed shards kept), the second is the plug-in's fault.
-
-Knows nothing about what a plug-in computes, about engines or about the CLI framework.
+"""Containing code spectest does not own (acceptor kernels, entry-point engines): whatever a
+plug-in lets escape becomes one ``EngineError`` line naming it; its import-time output is held;
+the user's Ctrl-C is told from a plug-in's ``KeyboardInterrupt``.
 
 The why and the details: docs/internals.md "spectest/contain.py".
 """

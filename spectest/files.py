@@ -1,11 +1,7 @@
-"""Files written whole or not at all: atomic writes, Parquet tables with provenance, hashes.
+"""Files written whole or not at all: atomic writes, Parquet tables with provenance, hashes and
+the provenance record.
 
-Owns: writing a file through a temporary name and ``os.replace`` (a reader never sees half a
-file; an ``OSError`` is one ``InfrastructureError`` naming the file), Parquet tables with an
-explicit Arrow schema and the provenance JSON in their metadata, reading them back with one
-``InputError`` line for a missing or corrupt file, file sha256, and the provenance record (git
-commit, package versions, device, seeds). Knows nothing about the run directory's layout
-(``spectest.store`` owns that) or about what the tables mean.
+The why and the details: docs/internals.md "spectest/files.py".
 """
 
 from __future__ import annotations

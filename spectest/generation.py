@@ -1,11 +1,7 @@
-"""Generation: a plan's shards from the engines of their arms, on this process.
+"""Generation: a plan's shards from the engines of their arms, on this process (``EngineSet``,
+``generate_shards``), and what the driver computes from the loaded models.
 
-Owns ``RunOptions``, ``EngineSet`` (one engine per ``EngineChoice``, models loaded once),
-``generate_shards`` (the one shard loop, local and on every scale-out worker), ``generate_shard``
-(one arm × one prompt, checked before anyone stores it), model loading, threads and the device
-check, and what the driver computes from the loaded models (tooth sizes, the matched arm's
-drift). Not here: where shards are written, tests, which engines exist (``engines.registry``).
-The engine seam: docs/architecture.md "The engine seam".
+The why and the details: docs/internals.md "spectest/generation.py".
 """
 
 from __future__ import annotations

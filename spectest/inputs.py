@@ -1,15 +1,8 @@
-"""Opening the input files a user names — a protocol, a prompt set, a bring-your-own samples
-file — so that reading them can neither hang nor be refused without the file being named.
+"""Opening the input files a user names (a protocol, a prompt set, a samples file) so that
+reading them can neither hang nor be refused without the file being named: ``open_input``,
+``read_input`` and their exit-4 line.
 
-Owns: ``open_input`` (regular files only, opened without blocking) and ``read_input`` (a bounded
-read), and the exit-4 line when the machine refuses (``InfrastructureError``: permission denied,
-a directory, a FIFO or device, an I/O error). Knows nothing about what the files mean.
-
-Why exit 4, not 2
------------------
-A file that exists but cannot be read says nothing about its content: the fix is on the machine
-(permissions, a mount, a disk), the same as an unwritable ``--out`` (README "Exit codes").
-A FIFO is refused rather than read: with no writer, ``open`` would block for ever.
+The why and the details: docs/internals.md "spectest/inputs.py".
 """
 
 from __future__ import annotations

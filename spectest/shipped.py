@@ -1,9 +1,5 @@
-"""The protocols shipped with spectest: where they live, their one-line descriptions, and how a
-bare name given to ``--config`` (``top_p``, ``top_p.yaml``) resolves to one.
-
-Owns: the location of the shipped ``protocols/`` directory in a source checkout and in an
-installed wheel, the listing behind ``spectest protocols``, and the resolution rule. Knows
-nothing about what a protocol means (``spectest.protocol`` parses it).
+"""The protocols shipped with spectest: where they live, their descriptions, and how a bare
+``--config`` name resolves to one.
 
 The why and the details: docs/internals.md "spectest/shipped.py".
 """

@@ -1,10 +1,7 @@
-"""The size budget: how much work a protocol asks for, refused before any when over its limit.
+"""The size budget: ``PlanSize``, ``plan_size`` and ``check_budget`` (a protocol over
+``limits.max_tokens`` is refused before any work).
 
-Owns ``PlanSize`` (rows × positions tokens, with memory and disk estimates), ``plan_size``, the
-budget (``limits.max_tokens``, default ``DEFAULT_MAX_TOKENS``: 10⁸ tokens, about 40 GB by the
-measured ``MEMORY_BYTES_PER_TOKEN``, 8× the largest shipped plan) and ``check_budget``, which the
-parser runs on every protocol: one line with the size, the estimates and the knob. Pure
-arithmetic over ``arm_specs``.
+The why and the details: docs/internals.md "spectest/protocol/budget.py".
 """
 
 from __future__ import annotations

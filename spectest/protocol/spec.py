@@ -1,15 +1,7 @@
-"""The protocol's sections as frozen dataclasses, each with its canonical (hashed) form.
+"""The protocol's sections as frozen dataclasses, each with its canonical (hashed) form, and the
+closed lists a protocol's values come from.
 
-Owns: ``ModelsSpec``, ``SeedsSpec``, ``TeethSpec``, ``LimitsSpec``, ``EngineChoice`` and
-``Protocol`` with its hash; the closed lists a protocol's values come from (``DEVICES`` ...;
-the dtypes are ``models.dtypes.DTYPES``, the drafter is ``engines.base.DrafterSpec``).
-Reading a file into these is ``spectest.protocol.parse``'s; writing one back is
-``spectest.protocol.dump``'s.
-
-The ``tests`` section is the statistics' one test-settings type,
-``stats.options.AnalysisOptions``: each of its fields carries its YAML path, hash rule and
-validation, so the parser, the hashed form and the YAML form are derived from it (nothing
-about a test setting is written here).
+The why and the details: docs/internals.md "spectest/protocol/spec.py".
 """
 
 from __future__ import annotations
