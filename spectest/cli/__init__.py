@@ -29,7 +29,6 @@ from spectest.cli import (
     run,
     setup,
     supervised,
-    teeth,
 )
 from spectest.cli.common import EXIT_CODES_HELP, error_line
 from spectest.supervise import announce_exit
@@ -123,7 +122,7 @@ def _root(
 app.command("run", epilog=EXIT_CODES_HELP)(run.run)
 app.command("analyze", epilog=EXIT_CODES_HELP)(analyze.analyze)
 app.command("compare", epilog=EXIT_CODES_HELP)(compare.compare)
-app.command("teeth", epilog=EXIT_CODES_HELP)(teeth.teeth)
+app.command("teeth", epilog=EXIT_CODES_HELP)(run.teeth)
 app.command("power")(power.power)
 app.command("report")(report.report)
 app.command("models")(models.models)

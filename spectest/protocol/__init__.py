@@ -26,7 +26,6 @@ from spectest.protocol.budget import (
     max_tokens,
     plan_size,
 )
-from spectest.protocol.dump import to_raw
 from spectest.protocol.load import MAX_PROTOCOL_BYTES, load_protocol, yaml_load
 from spectest.protocol.parse import MAX_BATCH_SIZE, protocol_from_dict
 from spectest.protocol.spec import (
@@ -45,6 +44,7 @@ from spectest.protocol.spec import (
     Protocol,
     SeedsSpec,
     TeethSpec,
+    to_raw,
 )
 from spectest.schema import DRAFTER_KINDS, Q_MODES
 from spectest.stats.battery import MULTIPLICITY as MULTIPLICITY_METHODS

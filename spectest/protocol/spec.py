@@ -1,5 +1,6 @@
 """The protocol's sections as frozen dataclasses, each with its canonical (hashed) form, and the
-closed lists a protocol's values come from.
+closed lists a protocol's values come from, and ``to_raw`` (its YAML form, as a run directory
+stores it in ``protocol.yaml``).
 
 The why and the details: docs/internals.md "spectest/protocol/spec.py".
 """
@@ -317,3 +318,27 @@ _V1_DEFAULT_ENGINE = {
     "candidate": "builtin",
     "assistant_confidence_threshold": 0.0,
 }
+
+
+def to_raw(protocol: Protocol, *, prompts_file: str) -> dict[str, Any]:
+    """The protocol as a YAML-ready mapping, prompts at ``prompts_file``."""
+    p = protocol
+    return {
+        "version": p.version,
+        "name": p.name,
+        "description": p.description,
+        "models": vars(p.models).copy(),
+        "drafter": p.drafter.canonical(),
+        "prompts": {"file": prompts_file},
+        "configs": {cid: vars(sp).copy() for cid, sp in p.configs},
+        "seeds": p.seeds.canonical(),
+        "positions": p.positions,
+        "candidate": p.candidate,
+        "tests": p.tests.yaml_form(),
+        "teeth": p.teeth.raw(),
+        "output": p.output,
+        "batch_size": p.batch_size,
+        **({} if p.limits.max_tokens is None else {"limits": vars(p.limits).copy()}),
+        **p.engine_fields(),
+        **({"arms": {"floor": p.floor.canonical()}} if p.floor is not None else {}),
+    }
