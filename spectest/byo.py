@@ -17,7 +17,7 @@ import pandas as pd
 
 from spectest import schema
 from spectest.errors import InputError
-from spectest.inputs import open_input, refused
+from spectest.files import open_input, refused
 from spectest.store import read_table
 
 _INT_COLS = (schema.SEED, schema.POSITION, schema.TOKEN_ID)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from spectest.errors import ConfigError
-from spectest.inputs import not_regular, open_input, refused
+from spectest.files import not_regular, open_input, refused
 
 # NOTE: \A...\Z, not ^...$: "$" also matches before a trailing newline, so "ci\n" passed and
 # named a run directory "ci\n-<hash>". Use ``NAME_RE.fullmatch`` (or ``is_name``).

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from spectest.errors import ConfigError
-from spectest.inputs import not_regular, refused
+from spectest.files import not_regular, refused
 
 PACKAGE_DIR = "protocols_data"  # inside the spectest package (a symlink in a checkout)
 REPO_DIR = "protocols"

@@ -33,7 +33,6 @@ LAYERS: dict[str, int] = {
     "lock": 0,
     "contain": 0,
     "supervise": 0,
-    "inputs": 0,
     "sequential": 0,
     "acceptors": 0,
     "shipped": 0,

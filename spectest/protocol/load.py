@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from spectest.errors import ConfigError
-from spectest.inputs import read_input, refused
+from spectest.files import read_input, refused
 from spectest.protocol.parse import protocol_from_dict
 from spectest.protocol.spec import Protocol
 
