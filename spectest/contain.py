@@ -33,11 +33,8 @@ def track_user_interrupts() -> Iterator[None]:
     (as Python's own handler does). Installed only over Python's default handler, in the main
     thread; where SIGINT is ignored (a background job of a non-interactive shell, ``nohup``: no
     Ctrl-C can arrive) every ``KeyboardInterrupt`` is code's, and is tracked as such; elsewhere
-    nothing is tracked and every ``KeyboardInterrupt`` counts as the user's.
-
-    NOTE: found by tools/fuzz.py run as ``cmd &``: bash starts background jobs with SIGINT
-    ignored, so the handler was not Python's and a plug-in's ``KeyboardInterrupt`` gave exit 130
-    (the user's Ctrl-C) instead of 2 naming the plug-in."""
+    nothing is tracked and every ``KeyboardInterrupt`` counts as the user's (why:
+    docs/internals.md "spectest/contain.py")."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -45,12 +45,9 @@ _HELP_ERRORS = tuple(
 
 
 class _OneLineErrors(typer.core.TyperGroup):
-    """typer's group, except that a usage error — an unknown option, a value the option's type
-    cannot parse, a missing option — is one line on stderr and exit 2 (README "Commands"), as
-    every other bad input is. click prints three lines (the usage, a hint, the error), which a
-    CI log grep for the one ``error:`` line misses (found by tools/fuzz.py); a ClickException
-    that is not a usage error, whose code would be click's 1 ("the distributions differ"), is
-    2 as well. ``spectest`` with no arguments still prints the help."""
+    """typer's group, except that a usage error (or any ClickException, whose code would be
+    click's 1) is one line on stderr and exit 2 (README "Commands"); ``spectest`` with no
+    arguments still prints the help. Why: docs/internals.md "spectest/cli/__init__.py"."""
 
     def main(
         self,
