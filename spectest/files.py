@@ -1,6 +1,7 @@
 """Files written whole or not at all: atomic writes, Parquet tables with provenance, hashes and
 the provenance record; and the input files a user names opened so that reading them can neither
-hang nor be refused without the file being named (``open_input``, ``read_input``: exit 4).
+hang nor be refused without the file being named (``open_input``, ``read_input``: exit 4); one
+writer per run directory (``DirLock``, ``lock_dir``: an exclusive ``flock`` on ``<run>/.lock``).
 
 The why and the details: docs/internals.md "spectest/files.py".
 """
@@ -16,6 +17,7 @@ import platform
 import stat
 import subprocess
 import tempfile
+import weakref
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from importlib import metadata
@@ -27,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spectest import __version__
-from spectest.errors import InfrastructureError, InputError
+from spectest.errors import ConfigError, InfrastructureError, InputError
 
 PROVENANCE_KEY = b"spectest.provenance"
 _PACKAGES = (
@@ -292,3 +294,67 @@ def read_input(path: str | os.PathLike[str], what: str, limit: int) -> bytes:
             return f.read(limit + 1)
         except OSError as err:
             raise refused(path, what, err.strerror or type(err).__name__) from None
+
+
+LOCK_FILE = ".lock"
+
+
+class DirLock:
+    """An exclusive ``flock`` on ``<run>/.lock``, held by an open descriptor.
+
+    NOTE: flock, not a pid file: the kernel releases it when the descriptor is closed, and so when
+    the holder dies in any way (SIGKILL, OOM), so a lock is never stale. The file is left in
+    place (unlinking a locked file races a second opener) and holds the holder's pid for the
+    message. The descriptor is not inherited by subprocesses (``os.open`` is non-inheritable).
+
+    NOTE: the lock keeps other processes out. Within one process a new ``RunDir`` on a directory
+    takes over the lock of an earlier one that was never released — a run that raised, whose
+    frames a caller still holds (spectest never writes one directory from two threads).
+    """
+
+    def __init__(self, fd: int, key: str) -> None:
+        self.fd: int | None = fd
+        self.key = key
+        _HELD[key] = self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            if _HELD.get(self.key) is self:
+                del _HELD[self.key]
+            os.close(fd)  # closing the descriptor drops the flock
+
+    def __del__(self) -> None:  # a RunDir dropped without release (an exception) unlocks too
+        self.release()
+
+
+# this process's live locks, by real path of the run directory; weak, so a RunDir that is
+# dropped without release (a run that raised) still unlocks when it is collected
+_HELD: weakref.WeakValueDictionary[str, DirLock] = weakref.WeakValueDictionary()
+
+
+def lock_dir(run: Path) -> DirLock:
+    """Take the lock of the existing directory ``run`` without waiting: a live holder in another
+    process is a ``ConfigError`` naming its pid (exit 2); an ``OSError`` (permissions, read-only)
+    is left to the caller, which knows the role of the path."""
+    key = os.path.realpath(run)
+    held = _HELD.get(key)
+    if held is not None:
+        held.release()  # abandoned by an earlier RunDir of this process (see DirLock)
+    fd = os.open(run / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)  # umask applies
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        os.close(fd)
+        who = f" (pid {holder})" if holder.isdigit() else ""
+        raise ConfigError(
+            f"{run}: another spectest process{who} is writing to this run directory; "
+            "wait for it to finish or choose another --out"
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return DirLock(fd, key)

@@ -25,16 +25,18 @@ import pyarrow as pa
 from spectest import __version__, schema
 from spectest.errors import ConfigError, InfrastructureError, InputError, os_error_line
 from spectest.files import (
+    LOCK_FILE,
+    DirLock,
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
+    lock_dir,
     read_table,
     sha256_file,
     write_table,
 )
 from spectest.fingerprint import UNFINGERPRINTED as UNFINGERPRINTED
 from spectest.fingerprint import what_changed
-from spectest.lock import LOCK_FILE, DirLock, lock_dir
 
 MANIFEST = "manifest.json"
 RUN_INFO = "run.json"

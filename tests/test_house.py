@@ -30,7 +30,6 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "seeding": 0,
     "schema": 0,
-    "lock": 0,
     "contain": 0,
     "supervise": 0,
     "sequential": 0,
