@@ -17,7 +17,6 @@ import pandas as pd
 from spectest import schema
 from spectest.engines.base import (
     ArmJob,
-    DrafterSpec,
     Engine,
     Models,
     RowSpec,
@@ -75,11 +74,6 @@ class ShardResult:
     whitebox_s: float = 0.0
 
 
-def drafter_of(protocol: Protocol) -> DrafterSpec:
-    """The protocol's drafter as the engines take it (the same ``engines.base.DrafterSpec``)."""
-    return protocol.drafter
-
-
 def protocol_tooth_sizes(
     protocol: Protocol, teeth: Sequence[tuple[str, str]], models: Models
 ) -> pd.DataFrame | None:
@@ -100,7 +94,7 @@ def protocol_tooth_sizes(
         prompt_token_ids(p, target.vocab_size),
         p.configs,
         list(teeth),
-        drafter_of(p),
+        p.drafter,
         p.positions,
         budget=p.teeth.size_budget,
     )
@@ -290,7 +284,7 @@ def generate_shard(
         num_positions=protocol.positions,
         run_key=key,
         batch_size=(floor.batch_size if floor else None) or protocol.batch_size,
-        drafter=drafter_of(protocol),
+        drafter=protocol.drafter,
         # teacher mode: every arm is forced by the one shared teacher (``shared_teacher``)
         whitebox=(
             protocol.tests.whitebox
