@@ -67,7 +67,6 @@ LAYERS: dict[str, int] = {
     "bench": 6,
     "conformance": 6,
     "hunt": 6,
-    "audit_reported": 6,
     # 7-9: the run path
     "scaleout": 7,
     "judge": 7,
