@@ -1,9 +1,6 @@
-"""A completed run directory read back: ``StoredRun``, ``load_run`` and the manifest's checks
-(``verify_manifest``), the rendered views re-listed after ``spectest report``, and
-``latest_run`` (the newest completed run under a results folder: the notebook's default).
-
-Not here: writing a run (``store``, whose file names this reads). The rules: docs/run-directory.md
-"Integrity rules and layout".
+"""A completed run directory read back (``StoredRun``, ``load_run``, ``verify_manifest``), and
+``latest_run``. The rules: docs/run-directory.md "Integrity rules and layout"; the details:
+docs/internals.md "spectest/stored.py".
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Protocols: YAML → one frozen, validated, hashed ``Protocol`` (expanded by ``spectest.plan``).
-
-Owns the protocol file format (versions 1 and 2) and every validation message about it, one
-module per concern (docs/architecture.md "Who owns what"). Not here: the prompt-set format
-(``prompts``), seed ranges and shards (``plan``), models, results, engines. The format:
-docs/protocols.md "Protocol reference".
+"""Protocols: YAML → one frozen, validated, hashed ``Protocol`` (expanded by ``spectest.plan``),
+one module per concern. The format: docs/protocols.md "Protocol reference"; the details:
+docs/internals.md "spectest/protocol/__init__.py".
 """
 
 from spectest.engines.base import DrafterSpec

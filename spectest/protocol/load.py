@@ -1,9 +1,7 @@
-"""Loading: a protocol file (or a shipped protocol's name) → a ``Protocol``.
+"""Loading: a protocol file (or a shipped protocol's name) → a ``Protocol`` (``load_protocol``,
+``yaml_load``), the CLI's overrides applied before validation (``apply_override``).
 
-Owns: ``load_protocol`` (resolve the file, read it bounded, decode it, YAML without aliases,
-apply the CLI's overrides to the raw mapping *before* validation — so an override is checked
-exactly like a value in the file — then ``parse.protocol_from_dict``), ``yaml_load`` and
-``apply_override`` (where a dotted ``--set`` key lands).
+The why and the details: docs/internals.md "spectest/protocol/load.py".
 """
 
 from __future__ import annotations
