@@ -1,9 +1,7 @@
-"""Re-analysis (``spectest analyze``): every test and the verdict of a completed run, again,
-from its stored Parquet, through ``judge`` as the run did; no model loaded, nothing written.
+"""Re-analysis (``spectest analyze``, ``analyze_run``): every test and the verdict of a completed
+run, again, from its stored Parquet; no model loaded, nothing written.
 
-Owns rebuilding a run's arms and settings: a protocol run's from its stored ``protocol.yaml``
-(refused when its hash is not ``run.json``'s; a sequential run at its last look's α), a
-comparison's from its summary.
+The why and the details: docs/internals.md "spectest/analyze.py".
 """
 
 from __future__ import annotations

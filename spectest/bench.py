@@ -1,11 +1,5 @@
-"""``spectest bench``: any registered engine beside transformers' ``generate``, on one workload.
-
-Owns: the benchmark workload (``BenchConfig``: one model pair, one prompt — the first of a
-shipped prompt set, ``english-2`` by default, named in the output — ``rows`` rows of one
-sampling config, ``positions`` tokens, K), the arms (``BenchArm``: a label, a registered engine,
-its options, plain or speculative; ``ALIASES`` name the classic six), their timing, the derived
-figures (rows/s, tokens/s, mean accepted tokens per round, MFU, ratio to transformers' plain
-``generate``) and the JSON-lines record. Knows nothing about statistics or run directories.
+"""``spectest bench``: any registered engine beside transformers' ``generate`` on one workload
+(``BenchConfig``, ``BenchArm``), timed, with the derived figures and the JSON-lines record.
 
 The why and the details: docs/internals.md "spectest/bench.py".
 """

@@ -1,11 +1,7 @@
-"""Bring-your-own samples: a samples file an external engine produced (Parquet, or CSV with a
-header) read and checked against ``schema.BYO_SCHEMA`` before ``spectest compare`` trusts it.
+"""Bring-your-own samples: a samples file (Parquet, or CSV with a header) read and checked
+against ``schema.BYO_SCHEMA`` before ``spectest compare`` trusts it.
 
-Owns what a valid file is (columns, types, values that fit, one row per sequence and position,
-no gap) and the one ``InputError`` line naming file, column and value. A CSV file is scanned in
-constant memory before pandas parses it (``_scan_csv``). Not here: statistics, storage
-(``byo_compare``). The schema:
-docs/compare.md "Samples schema (bring your own: `spectest compare`)".
+The why and the details: docs/internals.md "spectest/byo.py".
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ import pandas as pd
 
 from spectest import schema
 from spectest.errors import InputError
-from spectest.inputs import open_input, refused
+from spectest.files import open_input, refused
 from spectest.store import read_table
 
 _INT_COLS = (schema.SEED, schema.POSITION, schema.TOKEN_ID)

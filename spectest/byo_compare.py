@@ -1,9 +1,7 @@
-"""Bring your own samples: ``spectest compare`` on two files an external engine produced.
+"""Bring your own samples: ``spectest compare`` on two files an external engine produced (the
+pair checked, the arms and settings of a comparison, its result directory).
 
-Owns: reading and checking the pair of files (same cells in both), the arms and test settings of
-a comparison (no teeth, no white-box), its result directory (``results/compare-<hash>``, hashed on
-the data and the settings). Knows nothing about models; the tests and the verdict go through the
-same ``judge.compare_all`` / ``judge.finish_run`` as a protocol run.
+The why and the details: docs/internals.md "spectest/byo_compare.py".
 """
 
 from __future__ import annotations

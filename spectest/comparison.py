@@ -1,10 +1,7 @@
-"""One arm compared with the reference, as the verdict sees it: ``Comparison`` with one
-``FamilyScope`` per test family, read from an ``Analysis``'s ``FamilyResult``s by
-``summarize_comparison``; and ``eps_cannot_bite``.
+"""One arm compared with the reference, as the verdict sees it (``Comparison``, one
+``FamilyScope`` per test family, ``summarize_comparison``), and ``eps_cannot_bite``.
 
-Not here: how tests are computed or what "tested" means in a family (``stats.families``), how a
-decision is made (``verdict``). The map:
-docs/architecture.md "The decision (stats.battery + verdict)".
+The why and the details: docs/internals.md "spectest/comparison.py".
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""Containing code spectest does not own: acceptor kernels and entry-point engines.
-
-Owns: turning whatever a plug-in lets escape — an ``Exception``, or a ``BaseException`` that is
-not one: ``SystemExit`` (``sys.exit``, an ``argparse`` at import), ``KeyboardInterrupt``,
-``GeneratorExit`` — into one ``EngineError`` line naming the plug-in (exit 2: a plug-in that
-misbehaves is bad input, not a verdict); holding a plug-in's output while it is imported, so an
-``argparse`` usage text never reaches the terminal as if it were spectest's; and telling the
-user's Ctrl-C (a real SIGINT, seen by the handler ``track_user_interrupts`` installs while a CLI
-command runs) from a ``KeyboardInterrupt`` a plug-in raised: the first keeps its meaning (exit
-130, completed shards kept), the second is the plug-in's fault.
-
-Knows nothing about what a plug-in computes, about engines or about the CLI framework.
+"""Containing code spectest does not own (acceptor kernels, entry-point engines): whatever a
+plug-in lets escape becomes one ``EngineError`` line naming it; its import-time output is held;
+the user's Ctrl-C is told from a plug-in's ``KeyboardInterrupt``.
 
 The why and the details: docs/internals.md "spectest/contain.py".
 """
@@ -42,11 +33,8 @@ def track_user_interrupts() -> Iterator[None]:
     (as Python's own handler does). Installed only over Python's default handler, in the main
     thread; where SIGINT is ignored (a background job of a non-interactive shell, ``nohup``: no
     Ctrl-C can arrive) every ``KeyboardInterrupt`` is code's, and is tracked as such; elsewhere
-    nothing is tracked and every ``KeyboardInterrupt`` counts as the user's.
-
-    NOTE: found by tools/fuzz.py run as ``cmd &``: bash starts background jobs with SIGINT
-    ignored, so the handler was not Python's and a plug-in's ``KeyboardInterrupt`` gave exit 130
-    (the user's Ctrl-C) instead of 2 naming the plug-in."""
+    nothing is tracked and every ``KeyboardInterrupt`` counts as the user's (why:
+    docs/internals.md "spectest/contain.py")."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -1,34 +1,35 @@
-"""Files written whole or not at all: atomic writes, Parquet tables with provenance, hashes.
+"""Files written whole or not at all: atomic writes, Parquet tables with provenance, hashes and
+the provenance record; and the input files a user names opened so that reading them can neither
+hang nor be refused without the file being named (``open_input``, ``read_input``: exit 4); one
+writer per run directory (``DirLock``, ``lock_dir``: an exclusive ``flock`` on ``<run>/.lock``).
 
-Owns: writing a file through a temporary name and ``os.replace`` (a reader never sees half a
-file; an ``OSError`` is one ``InfrastructureError`` naming the file), Parquet tables with an
-explicit Arrow schema and the provenance JSON in their metadata, reading them back with one
-``InputError`` line for a missing or corrupt file, file sha256, and the provenance record (git
-commit, package versions, device, seeds). Knows nothing about the run directory's layout
-(``spectest.store`` owns that) or about what the tables mean.
+The why and the details: docs/internals.md "spectest/files.py".
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import platform
+import stat
 import subprocess
 import tempfile
+import weakref
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spectest import __version__
-from spectest.errors import InfrastructureError, InputError
+from spectest.errors import ConfigError, InfrastructureError, InputError
 
 PROVENANCE_KEY = b"spectest.provenance"
 _PACKAGES = (
@@ -227,3 +228,133 @@ def make_provenance(
         "seed_ranges": dict(seed_ranges),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+_KINDS = (
+    (stat.S_ISDIR, "is a directory"),
+    (stat.S_ISFIFO, "is a FIFO (named pipe), not a regular file"),
+    (stat.S_ISSOCK, "is a socket, not a regular file"),
+    (stat.S_ISCHR, "is a character device, not a regular file"),
+    (stat.S_ISBLK, "is a block device, not a regular file"),
+)
+
+
+def refused(path: str | os.PathLike[str], what: str, reason: str) -> InfrastructureError:
+    """The one line (exit 4) for an input file the machine would not let spectest read."""
+    return InfrastructureError(f"{os.fspath(path)}: cannot read the {what}: {reason}")
+
+
+def not_regular(mode: int) -> str | None:
+    """Why a file of this ``st_mode`` is not read as an input file, or None for a regular one."""
+    for check, why in _KINDS:
+        if check(mode):
+            return why
+    return None if stat.S_ISREG(mode) else "is not a regular file"
+
+
+def open_input(path: str | os.PathLike[str], what: str) -> BinaryIO:
+    """Open ``path`` for binary reading; ``what`` names its role in messages ("protocol file").
+
+    Raises ``InfrastructureError`` (exit 4) naming the path when it cannot be opened (permission
+    denied, a component not searchable, an I/O error) or is not a regular file.
+
+    Notes
+    -----
+    ``O_NONBLOCK`` makes the open of a FIFO without a writer return at once (it would block
+    otherwise); the descriptor is then refused by ``fstat`` — checked on the open descriptor, so
+    a file swapped between a ``stat`` and the ``open`` cannot slip through. A missing file is the
+    caller's to report (``FileNotFoundError`` passes through).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except IsADirectoryError:
+        raise refused(path, what, "is a directory") from None
+    except OSError as err:
+        raise refused(path, what, err.strerror or type(err).__name__) from None
+    try:
+        why = not_regular(os.fstat(fd).st_mode)
+        if why is not None:
+            raise refused(path, what, why)
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~os.O_NONBLOCK)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_input(path: str | os.PathLike[str], what: str, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of ``path`` (so a caller sees that it is longer than
+    ``limit`` without reading it all); errors as ``open_input``, and a read error (EIO) names
+    the file too."""
+    with open_input(path, what) as f:
+        try:
+            return f.read(limit + 1)
+        except OSError as err:
+            raise refused(path, what, err.strerror or type(err).__name__) from None
+
+
+LOCK_FILE = ".lock"
+
+
+class DirLock:
+    """An exclusive ``flock`` on ``<run>/.lock``, held by an open descriptor.
+
+    NOTE: flock, not a pid file: the kernel releases it when the descriptor is closed, and so when
+    the holder dies in any way (SIGKILL, OOM), so a lock is never stale. The file is left in
+    place (unlinking a locked file races a second opener) and holds the holder's pid for the
+    message. The descriptor is not inherited by subprocesses (``os.open`` is non-inheritable).
+
+    NOTE: the lock keeps other processes out. Within one process a new ``RunDir`` on a directory
+    takes over the lock of an earlier one that was never released — a run that raised, whose
+    frames a caller still holds (spectest never writes one directory from two threads).
+    """
+
+    def __init__(self, fd: int, key: str) -> None:
+        self.fd: int | None = fd
+        self.key = key
+        _HELD[key] = self
+
+    def release(self) -> None:
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            if _HELD.get(self.key) is self:
+                del _HELD[self.key]
+            os.close(fd)  # closing the descriptor drops the flock
+
+    def __del__(self) -> None:  # a RunDir dropped without release (an exception) unlocks too
+        self.release()
+
+
+# this process's live locks, by real path of the run directory; weak, so a RunDir that is
+# dropped without release (a run that raised) still unlocks when it is collected
+_HELD: weakref.WeakValueDictionary[str, DirLock] = weakref.WeakValueDictionary()
+
+
+def lock_dir(run: Path) -> DirLock:
+    """Take the lock of the existing directory ``run`` without waiting: a live holder in another
+    process is a ``ConfigError`` naming its pid (exit 2); an ``OSError`` (permissions, read-only)
+    is left to the caller, which knows the role of the path."""
+    key = os.path.realpath(run)
+    held = _HELD.get(key)
+    if held is not None:
+        held.release()  # abandoned by an earlier RunDir of this process (see DirLock)
+    fd = os.open(run / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o666)  # umask applies
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        os.close(fd)
+        who = f" (pid {holder})" if holder.isdigit() else ""
+        raise ConfigError(
+            f"{run}: another spectest process{who} is writing to this run directory; "
+            "wait for it to finish or choose another --out"
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return DirLock(fd, key)

@@ -1,14 +1,7 @@
-"""What each arm runs, hashed: the provenance that a resume must find unchanged.
+"""What each arm runs, hashed (``arm_fingerprint``): the provenance that a resume must find
+unchanged.
 
-Owns: an arm's fingerprint (``arm_fingerprint``): the content sha256 of every file its engine
-names by path (a kernel file, a command engine's program and the files among its arguments, a
-server binary), the version a plug-in package or an engine class declares, and what cannot be
-fingerprinted (a running server named by URL), said in words. The protocol hash covers the
-command line and the kernel's *path*; this covers what they run, so an edited engine program
-re-run into the same ``--out`` regenerates that arm's shards instead of reusing them
-(``spectest.store.RunDir.open``; docs/run-directory.md "Provenance of every arm").
-
-Knows nothing about runs or shards: it reads an ``EngineChoice`` and the file system.
+The why and the details: docs/internals.md "spectest/fingerprint.py".
 """
 
 from __future__ import annotations

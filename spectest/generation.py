@@ -1,11 +1,7 @@
-"""Generation: a plan's shards from the engines of their arms, on this process.
+"""Generation: a plan's shards from the engines of their arms, on this process (``EngineSet``,
+``generate_shards``), and what the driver computes from the loaded models.
 
-Owns ``RunOptions``, ``EngineSet`` (one engine per ``EngineChoice``, models loaded once),
-``generate_shards`` (the one shard loop, local and on every scale-out worker), ``generate_shard``
-(one arm × one prompt, checked before anyone stores it), model loading, threads and the device
-check, and what the driver computes from the loaded models (tooth sizes, the matched arm's
-drift). Not here: where shards are written, tests, which engines exist (``engines.registry``).
-The engine seam: docs/architecture.md "The engine seam".
+The why and the details: docs/internals.md "spectest/generation.py".
 """
 
 from __future__ import annotations
@@ -21,7 +17,6 @@ import pandas as pd
 from spectest import schema
 from spectest.engines.base import (
     ArmJob,
-    DrafterSpec,
     Engine,
     Models,
     RowSpec,
@@ -79,11 +74,6 @@ class ShardResult:
     whitebox_s: float = 0.0
 
 
-def drafter_of(protocol: Protocol) -> DrafterSpec:
-    """The protocol's drafter as the engines take it (the same ``engines.base.DrafterSpec``)."""
-    return protocol.drafter
-
-
 def protocol_tooth_sizes(
     protocol: Protocol, teeth: Sequence[tuple[str, str]], models: Models
 ) -> pd.DataFrame | None:
@@ -104,7 +94,7 @@ def protocol_tooth_sizes(
         prompt_token_ids(p, target.vocab_size),
         p.configs,
         list(teeth),
-        drafter_of(p),
+        p.drafter,
         p.positions,
         budget=p.teeth.size_budget,
     )
@@ -294,7 +284,7 @@ def generate_shard(
         num_positions=protocol.positions,
         run_key=key,
         batch_size=(floor.batch_size if floor else None) or protocol.batch_size,
-        drafter=drafter_of(protocol),
+        drafter=protocol.drafter,
         # teacher mode: every arm is forced by the one shared teacher (``shared_teacher``)
         whitebox=(
             protocol.tests.whitebox

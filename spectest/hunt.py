@@ -1,12 +1,5 @@
-"""The hunt across engines (``spectest hunt``): every engine that is set up on this machine runs
-its shipped speculative-vs-plain protocol, and one table says which of them preserve the law.
-
-Owns: the list of hunted engines (``ENGINES``: a name, its shipped protocol, how to tell whether
-it is set up and how to set it up), running each protocol as its own ``spectest run``
-subprocess (so an engine that dies or hangs costs its own row, never the hunt), and reading
-each run back into a ``HuntRow`` (verdict, exit code, rejections, worst TV excess, what the
-engine says it does with seeds — a claim, not a check —, wall time). Knows nothing about
-statistics (the runs decide) nor about how an engine is installed (``spectest.setup``).
+"""The hunt across engines (``spectest hunt``): the hunted engines (``ENGINES``), each one's
+shipped protocol run as its own ``spectest run`` subprocess, read back into a ``HuntRow``.
 
 The why and the details: docs/internals.md "spectest/hunt.py".
 """

@@ -1,10 +1,7 @@
-"""Judging: every arm against the reference, the decision, and the final files of a run.
+"""Judging: every arm against the reference (``compare_all``, ``summarize``), claim (b) from the
+run's tables, and ``finish_run`` (decide, write the final files, the manifest last).
 
-Owns ``compare_all`` (one ``stats.battery`` per non-reference arm), ``summarize`` (each analysis
-as the verdict sees it), claim (b) built from the run's tables (no engine I/O: the runner asks
-the engines) and ``finish_run`` (decide, write the final files, the manifest last). Not here:
-how a decision is made (``verdict``), the summary's shape (``summary``), files (``store``).
-docs/architecture.md "The decision (stats.battery + verdict)".
+The why and the details: docs/internals.md "spectest/judge.py".
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""The plan: a ``Protocol`` expanded into arms with disjoint seed ranges, cells and shards, and
-the run-level decisions resolved once.
+"""The plan: a ``Protocol`` expanded into arms with disjoint seed ranges, cells and shards
+(``make_plan``), and the run-level decisions resolved once (``RunSettings``).
 
-Owns ``Arm`` (an arm with its ``SeedRange``), ``Shard`` (one arm × one prompt [× one stage], the
-unit of generation and resume), ``stages``, ``make_plan`` and ``RunSettings`` (what the runner,
-``spectest analyze`` and the judge read instead of deciding again). Not here: which arms a
-protocol defines (``protocol.arms``), models, files, statistics. Seeds: docs/architecture.md
-"Randomness".
+The why and the details: docs/internals.md "spectest/plan.py".
 """
 
 from __future__ import annotations

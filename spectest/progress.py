@@ -1,11 +1,7 @@
-"""Progress: the callback every long phase reports to, the silent one, and its plain-text form.
+"""Progress: ``ProgressFn``, ``no_progress``, the shard counter's label and ``PlainProgress``
+(plain lines where stderr is not a terminal).
 
-Owns: ``ProgressFn`` (``(task label, completed, total)``; the CLI draws bars from it in a
-terminal), ``no_progress``, the label of the shard counter (``shards_label``: ``shards|ARM``,
-split by ``split_label``) and ``PlainProgress``: where stderr is not a terminal (CI logs,
-redirects), a plain line at least every ``interval`` seconds (``INTERVAL_ENV``, default 10 s)
-naming the phase, the arm, the shards done of their total, the phase's count and an ETA.
-Knows nothing about what reports it.
+The why and the details: docs/internals.md "spectest/progress.py".
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Prompt sets: the JSONL file format, its loading and serialising, and prompts → token ids.
-
-Owns: ``Prompt``, ``PromptsSpec``, ``load_prompt_set`` (one ``ConfigError`` line naming the file,
-the line and the value for every problem), ``prompts_jsonl`` and ``prompt_token_ids`` (text
-through the byte tokenizer of the bundled pair, BOS first; explicit ids as given).
-Knows nothing about protocols beyond the file name it reports, nor about models beyond a
-vocabulary size.
+"""Prompt sets: ``Prompt``, ``PromptsSpec``, ``load_prompt_set``, ``prompts_jsonl`` and
+``prompt_token_ids``.
 
 The why and the details: docs/internals.md "spectest/prompts.py".
 """
@@ -19,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from spectest.errors import ConfigError
-from spectest.inputs import not_regular, open_input, refused
+from spectest.files import not_regular, open_input, refused
 
 # NOTE: \A...\Z, not ^...$: "$" also matches before a trailing newline, so "ci\n" passed and
 # named a run directory "ci\n-<hash>". Use ``NAME_RE.fullmatch`` (or ``is_name``).

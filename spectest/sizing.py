@@ -1,11 +1,7 @@
-"""Sizing a protocol's run as it will be made: the α its cell family gets (the run's α split
-over the families that will be active), the number of cell-positions sharing it, and from them
-the per-cell MDE at a number of seeds or the seeds a target TV needs (``spectest power
---config``).
+"""Sizing a protocol's run as it will be made (``RunSize``, ``size_protocol``): the cell family's
+α, the cell-positions sharing it, the per-cell MDE or the seeds a target TV needs.
 
-Owns: ``RunSize`` and ``size_protocol``. Reads a ``Protocol``; the power formulas are
-``spectest.stats.power``'s, the α split ``spectest.stats.battery.split_alpha``'s and the
-per-test level the cell family's (``family_cells.CellFamily.run``).
+The why and the details: docs/internals.md "spectest/sizing.py".
 """
 
 from __future__ import annotations

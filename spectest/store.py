@@ -1,9 +1,7 @@
-"""The run directory being written: its layout, every write of a run (atomic, through
-``spectest.files``), shards and resume, the writer's lock and the manifest.
+"""The run directory being written: its layout, every write of a run (atomic), shards and
+resume, the writer's lock and the manifest (written last: a directory is complete only then).
 
-A directory is complete only once ``manifest.json`` (written last) exists. Not here: reading a
-completed run back (``stored``), the meaning of the tables (``schema``), bring-your-own files
-(``byo``). The rules: docs/run-directory.md "Integrity rules and layout".
+The why and the details: docs/internals.md "spectest/store.py".
 """
 
 from __future__ import annotations
@@ -27,16 +25,18 @@ import pyarrow as pa
 from spectest import __version__, schema
 from spectest.errors import ConfigError, InfrastructureError, InputError, os_error_line
 from spectest.files import (
+    LOCK_FILE,
+    DirLock,
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
+    lock_dir,
     read_table,
     sha256_file,
     write_table,
 )
 from spectest.fingerprint import UNFINGERPRINTED as UNFINGERPRINTED
 from spectest.fingerprint import what_changed
-from spectest.lock import LOCK_FILE, DirLock, lock_dir
 
 MANIFEST = "manifest.json"
 RUN_INFO = "run.json"

@@ -1,8 +1,6 @@
-"""A completed run directory read back: ``StoredRun``, ``load_run`` and the manifest's checks
-(``verify_manifest``), and the rendered views re-listed after ``spectest report``.
-
-Not here: writing a run (``store``, whose file names this reads). The rules: docs/run-directory.md
-"Integrity rules and layout".
+"""A completed run directory read back (``StoredRun``, ``load_run``, ``verify_manifest``), and
+``latest_run``. The rules: docs/run-directory.md "Integrity rules and layout"; the details:
+docs/internals.md "spectest/stored.py".
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from spectest.errors import InputError
+from spectest.errors import ConfigError, InputError
 from spectest.files import atomic_write_json, read_provenance, read_table, sha256_file
 from spectest.store import (
     COMPLETE_KEY,
@@ -160,3 +158,19 @@ def update_manifest_entries(path: str | os.PathLike[str], names: Iterable[str]) 
         return False
     atomic_write_json(p / MANIFEST, {**manifest, "files": dict(sorted(files.items()))})
     return True
+
+
+def latest_run(root: str | os.PathLike[str] = "results") -> Path:
+    """The run directory under ``root`` (or ``root`` itself) whose ``manifest.json`` is the
+    newest: a completed run (the manifest is written last). One ``ConfigError`` line naming
+    ``root`` when it holds none."""
+    base = Path(root)
+    if (base / MANIFEST).is_file():
+        return base
+    runs = [p for p in base.iterdir() if (p / MANIFEST).is_file()] if base.is_dir() else []
+    if not runs:
+        raise ConfigError(
+            f"{base}: no completed run here (a run directory holds {MANIFEST}); "
+            "set SPECTEST_RUN_DIR to one"
+        )
+    return max(runs, key=lambda p: ((p / MANIFEST).stat().st_mtime_ns, p.name))

@@ -1,9 +1,7 @@
-"""The run summary: what ``summary.json`` stores and the CLI and the reports print.
+"""The run summary: what ``summary.json`` stores and the CLI and the reports print (``Header``,
+``build_summary``, ``tidy_tables``, ``json_safe``).
 
-Owns ``Header``, ``build_summary`` (the one builder), the tidy tables of all comparisons,
-``verdict_lines`` (the verdict as every renderer prints it) and ``json_safe``. Not here: tests,
-the decision (``verdict``), files. The map:
-docs/architecture.md "The decision (stats.battery + verdict)".
+The why and the details: docs/internals.md "spectest/summary.py".
 """
 
 from __future__ import annotations

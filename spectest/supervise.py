@@ -1,23 +1,8 @@
-"""Supervising a command that runs plug-in code: a plug-in cannot end, kill or hang spectest's
-process into an exit code that is not spectest's.
+"""Supervising a command that runs plug-in code, both ends: the supervisor (``run_supervised``)
+and the child's marks (``plugin_call``, ``heartbeat``, ``announce_exit``, ``announce_verdict``),
+so a plug-in cannot end, kill or hang spectest into an exit code that is not spectest's.
 
-Owns both ends of the supervision. The supervisor (``run_supervised``): the same command line
-run again in a child process (its own session, stdin/stdout/stderr shared), its signals
-forwarded, every plug-in call of the child and of its worker processes timed against the
-per-call limit, and the child's end judged: an exit spectest announced passes through (a
-verdict code only with a complete ``summary.json`` that stores it); anything else — the child
-ended during a plug-in call (``os._exit``, a signal, a crash), a call past the limit, an end
-spectest did not announce — is one ``Outcome`` line naming the plug-in and what it did. The
-child's side: ``plugin_call`` marks "inside plug-in X" / "left" in a word of shared memory (an
-8-byte store each way), ``heartbeat`` marks an engine still answering, ``announce_exit`` /
-``announce_verdict`` say how spectest ended. None of it runs unless the environment names a
-supervisor (``ENV``): an unsupervised run pays one ``None`` check per plug-in call.
-
-Knows nothing about protocols, engines or the CLI framework: the CLI decides when to supervise
-(``spectest.cli.supervised``) and prints the outcome.
-
-Why a supervisor and not the plug-in out of process:
-docs/verdict.md "Plug-ins never set the exit code".
+The why and the details: docs/internals.md "spectest/supervise.py".
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """The decision: every arm's comparison plus the teeth → one ``Verdict`` (headline, claims,
-scope, exit code).
-
-Owns what counts as a tooth that bit, the power claim and its requirement, and the decision
-ladder (``decide``: one function per rung, in the order reasons override one another). Not
-here: the verdict's types and wording (``verdict_types``, re-exported) and how tests are
-computed (it reads ``comparison.Comparison``). The rules: docs/verdict.md "Decision rules".
+scope, exit code) by the decision ladder ``decide``. The rules: docs/verdict.md "Decision rules";
+the details: docs/internals.md "spectest/verdict.py".
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""The verdict's types and their wording, which every renderer prints: ``Verdict``, ``Scope``
-(``tested_line``, ``resolution_line``), ``PowerClaim`` and ``ToothVerdict``, each with
-``to_dict`` for summary.json.
+"""The verdict's types and their wording, which every renderer prints: ``Verdict``, ``Scope``,
+``PowerClaim`` and ``ToothVerdict``, each with ``to_dict`` for summary.json.
 
-Not here: how a decision is made (``verdict``, which re-exports these). The map:
-docs/architecture.md "The decision (stats.battery + verdict)".
+The why and the details: docs/internals.md "spectest/verdict_types.py".
 """
 
 from __future__ import annotations

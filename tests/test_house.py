@@ -30,10 +30,8 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "seeding": 0,
     "schema": 0,
-    "lock": 0,
     "contain": 0,
     "supervise": 0,
-    "inputs": 0,
     "sequential": 0,
     "acceptors": 0,
     "shipped": 0,
@@ -69,7 +67,6 @@ LAYERS: dict[str, int] = {
     "bench": 6,
     "conformance": 6,
     "hunt": 6,
-    "audit_reported": 6,
     # 7-9: the run path
     "scaleout": 7,
     "judge": 7,

@@ -78,7 +78,7 @@ def check_says_what_the_run_says(nb: Any, result: Any) -> None:
 
 def test_latest_run_is_the_newest_completed_one(tmp_path: Path) -> None:
     from spectest.errors import ConfigError
-    from spectest.report.latest import latest_run
+    from spectest.stored import latest_run
 
     with pytest.raises(ConfigError, match="no completed run"):
         latest_run(tmp_path)

@@ -29,7 +29,6 @@ from spectest.cli import (
     run,
     setup,
     supervised,
-    teeth,
 )
 from spectest.cli.common import EXIT_CODES_HELP, error_line
 from spectest.supervise import announce_exit
@@ -46,12 +45,9 @@ _HELP_ERRORS = tuple(
 
 
 class _OneLineErrors(typer.core.TyperGroup):
-    """typer's group, except that a usage error — an unknown option, a value the option's type
-    cannot parse, a missing option — is one line on stderr and exit 2 (README "Commands"), as
-    every other bad input is. click prints three lines (the usage, a hint, the error), which a
-    CI log grep for the one ``error:`` line misses (found by tools/fuzz.py); a ClickException
-    that is not a usage error, whose code would be click's 1 ("the distributions differ"), is
-    2 as well. ``spectest`` with no arguments still prints the help."""
+    """typer's group, except that a usage error (or any ClickException, whose code would be
+    click's 1) is one line on stderr and exit 2 (README "Commands"); ``spectest`` with no
+    arguments still prints the help. Why: docs/internals.md "spectest/cli/__init__.py"."""
 
     def main(
         self,
@@ -123,7 +119,7 @@ def _root(
 app.command("run", epilog=EXIT_CODES_HELP)(run.run)
 app.command("analyze", epilog=EXIT_CODES_HELP)(analyze.analyze)
 app.command("compare", epilog=EXIT_CODES_HELP)(compare.compare)
-app.command("teeth", epilog=EXIT_CODES_HELP)(teeth.teeth)
+app.command("teeth", epilog=EXIT_CODES_HELP)(run.teeth)
 app.command("power")(power.power)
 app.command("report")(report.report)
 app.command("models")(models.models)

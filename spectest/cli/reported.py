@@ -1,4 +1,8 @@
-"""``spectest reported-p``: audit an engine by the probabilities it reports, and print it."""
+"""``spectest reported-p``: audit a protocol arm's engine by the probabilities it reports
+(``engines.reported``), and print it.
+
+The why and the details: docs/internals.md "spectest/cli/reported.py".
+"""
 
 from __future__ import annotations
 
@@ -32,9 +36,25 @@ def reported_p(
     spectest's teacher. Exit 0 every check passed, 1 one failed, 2 bad input or no
     probabilities reported, 4 its process could not run."""
     supervise_or_continue(protocol_plugins(config), plugin_timeout, verdict=False)
-    from spectest.audit_reported import audit_arm
+    import numpy as np
 
-    res = audit_arm(config, arm, seeds=seeds, alpha=alpha, tol=tol, max_fraction=max_fraction)
+    from spectest.conformance import protocol_arm
+    from spectest.engines import reported
+    from spectest.engines.registry import engine_class
+
+    a = protocol_arm(config, arm, seeds)
+    target = a.models.target
+    assert target is not None
+    engine = engine_class(a.choice.name)(a.choice.options, a.models)
+    try:
+        w = a.work
+        collected = reported.collect(
+            engine, target, w.prompt, w.configs, range(seeds), w.positions, drafter=w.drafter
+        )
+    finally:
+        engine.close()
+    rng = np.random.default_rng(0)
+    res = reported.audit(collected, rng, alpha=alpha, tol=tol, max_fraction=max_fraction)
     con = console()
     for line in res.lines():
         con.print(line, markup=False)

@@ -1,9 +1,6 @@
-"""Protocols: YAML → one frozen, validated, hashed ``Protocol`` (expanded by ``spectest.plan``).
-
-Owns the protocol file format (versions 1 and 2) and every validation message about it, one
-module per concern (docs/architecture.md "Who owns what"). Not here: the prompt-set format
-(``prompts``), seed ranges and shards (``plan``), models, results, engines. The format:
-docs/protocols.md "Protocol reference".
+"""Protocols: YAML → one frozen, validated, hashed ``Protocol`` (expanded by ``spectest.plan``),
+one module per concern. The format: docs/protocols.md "Protocol reference"; the details:
+docs/internals.md "spectest/protocol/__init__.py".
 """
 
 from spectest.engines.base import DrafterSpec
@@ -26,7 +23,6 @@ from spectest.protocol.budget import (
     max_tokens,
     plan_size,
 )
-from spectest.protocol.dump import to_raw
 from spectest.protocol.load import MAX_PROTOCOL_BYTES, load_protocol, yaml_load
 from spectest.protocol.parse import MAX_BATCH_SIZE, protocol_from_dict
 from spectest.protocol.spec import (
@@ -45,6 +41,7 @@ from spectest.protocol.spec import (
     Protocol,
     SeedsSpec,
     TeethSpec,
+    to_raw,
 )
 from spectest.schema import DRAFTER_KINDS, Q_MODES
 from spectest.stats.battery import MULTIPLICITY as MULTIPLICITY_METHODS

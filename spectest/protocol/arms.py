@@ -1,10 +1,7 @@
-"""The arms a protocol defines: which, in which order, with how many seeds, on which engine.
+"""The arms a protocol defines (``ArmSpec``, ``arm_specs``): which, in which order, with how
+many seeds, on which engine.
 
-Owns ``ArmRole``, ``ArmSpec``, ``null_spec`` (where the null tooth runs) and ``arm_specs``
-(reference, candidate, null, ε..., mutants..., then the ``matched`` arm in matched numerics mode
-and the floor arm, each laid out after every other arm so that no earlier arm's seeds move). Not
-here: the seed ranges, stages and shards (``plan``). The matched arm:
-docs/numerics.md "The matched arm (claim (a), black-box route)".
+The why and the details: docs/internals.md "spectest/protocol/arms.py".
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The size budget: how much work a protocol asks for, refused before any when over its limit.
+"""The size budget: ``PlanSize``, ``plan_size`` and ``check_budget`` (a protocol over
+``limits.max_tokens`` is refused before any work).
 
-Owns ``PlanSize`` (rows × positions tokens, with memory and disk estimates), ``plan_size``, the
-budget (``limits.max_tokens``, default ``DEFAULT_MAX_TOKENS``: 10⁸ tokens, about 40 GB by the
-measured ``MEMORY_BYTES_PER_TOKEN``, 8× the largest shipped plan) and ``check_budget``, which the
-parser runs on every protocol: one line with the size, the estimates and the knob. Pure
-arithmetic over ``arm_specs``.
+The why and the details: docs/internals.md "spectest/protocol/budget.py".
 """
 
 from __future__ import annotations
@@ -16,10 +13,7 @@ from spectest.protocol.arms import arm_specs
 from spectest.protocol.spec import LIMITS_FIELD, Protocol
 
 DEFAULT_MAX_TOKENS = 100_000_000  # limits.max_tokens when the protocol sets none
-# Estimates for the refusal line, measured on CPU (results/LOG.md, 2026-12-01 h16): peak RSS
-# grows by ~370 bytes per planned token (toy pair, white-box on: the samples frame with its
-# white-box columns, the shards' concat and the analysis' encodings); samples.parquet holds
-# 2.8 (toy) to 5.4 (bundled pair, ci at 3 000 seeds) bytes per token, white-box columns included.
+# the refusal line's estimates, measured: docs/internals.md "spectest/protocol/budget.py"
 MEMORY_BYTES_PER_TOKEN = 400
 DISK_BYTES_PER_TOKEN = 8
 

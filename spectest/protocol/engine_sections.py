@@ -1,11 +1,7 @@
-"""The engine sections of a protocol: version 1's ``engine`` mapping, version 2's ``engines``,
-the ``candidate: acceptor:SPEC`` shorthand, and the floor arm (``arms.floor``) with its rule.
+"""The engine sections of a protocol (version 1's ``engine``, version 2's ``engines``), the
+``candidate: acceptor:SPEC`` shorthand and the floor arm with its rule.
 
-Version 1 names engines with the closed ``engine: {reference, candidate,
-assistant_confidence_threshold}`` mapping; version 2 with ``engines: {reference: E, candidate:
-E}``, each ``E`` a registered name or ``{name: NAME, OPTION: VALUE, ...}``. An engine is resolved
-through ``spectest.engines.registry`` only to parse its options and run its rules. Not here: the
-other sections (``protocol.parse``). The floor arm: docs/numerics.md.
+The why and the details: docs/internals.md "spectest/protocol/engine_sections.py".
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Reading one field of a protocol: a value of the expected form, or one ``ConfigError`` line.
+"""Reading one field of a protocol (``Fields``, ``real``): a value of the expected form, or one
+``ConfigError`` line naming the file, the field path and the value.
 
-Owns: ``Fields`` (carries the file's name; ``mapping`` / ``int_`` / ``float_`` / ``number`` /
-``str_`` / ``bool_`` / ``name`` return the value or raise a message naming the file, the field
-path and the offending value, cut to one line) and ``real`` (a number as the float the hash
-sees). What the fields mean is ``spectest.protocol.parse``'s.
+The why and the details: docs/internals.md "spectest/protocol/fields.py".
 """
 
 from __future__ import annotations

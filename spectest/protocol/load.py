@@ -1,9 +1,7 @@
-"""Loading: a protocol file (or a shipped protocol's name) → a ``Protocol``.
+"""Loading: a protocol file (or a shipped protocol's name) → a ``Protocol`` (``load_protocol``,
+``yaml_load``), the CLI's overrides applied before validation (``apply_override``).
 
-Owns: ``load_protocol`` (resolve the file, read it bounded, decode it, YAML without aliases,
-apply the CLI's overrides to the raw mapping *before* validation — so an override is checked
-exactly like a value in the file — then ``parse.protocol_from_dict``) and ``yaml_load``. Where a
-dotted override lands is ``spectest.protocol.overrides``'.
+The why and the details: docs/internals.md "spectest/protocol/load.py".
 """
 
 from __future__ import annotations
@@ -16,8 +14,7 @@ from typing import Any
 import yaml
 
 from spectest.errors import ConfigError
-from spectest.inputs import read_input, refused
-from spectest.protocol.overrides import apply_override
+from spectest.files import read_input, refused
 from spectest.protocol.parse import protocol_from_dict
 from spectest.protocol.spec import Protocol
 
@@ -173,3 +170,33 @@ def load_protocol(
     for key, value in all_overrides.items():
         raw = apply_override(raw, key, value, source)
     return protocol_from_dict(raw, source=source, base_dir=p.resolve().parent)
+
+
+def apply_override(raw: Any, key: str, value: Any, source: str) -> Any:
+    """Set the dotted ``key`` in ``raw``. Names may themselves hold dots (config ``t0.8-p0.95``):
+    at each level the longest existing key that prefixes the rest of the path wins, else the next
+    dot-separated segment (created as a mapping when missing)."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: cannot apply override {key!r}: the protocol is not a mapping")
+    node: dict[str, Any] = raw
+    rest, done = key, ""
+    while True:
+        match = max(
+            (k for k in node if isinstance(k, str) and (rest == k or rest.startswith(k + "."))),
+            key=len,
+            default=None,
+        )
+        part = match if match is not None else rest.split(".", 1)[0]
+        if part == rest:
+            node[part] = value
+            return raw
+        done = f"{done}.{part}" if done else part
+        rest = rest[len(part) + 1 :]
+        nxt = node.get(part)
+        if nxt is None:
+            nxt = node[part] = {}
+        if not isinstance(nxt, dict):
+            raise ConfigError(
+                f"override {key}: {done} is not a mapping in {source} (it is {nxt!r})"
+            )
+        node = nxt

@@ -1,10 +1,7 @@
-"""Parsing: a raw mapping (the YAML as read) → one validated ``Protocol``.
+"""Parsing: a raw mapping (the YAML as read) → one validated ``Protocol`` (``protocol_from_dict``,
+one parse function per section, ``check_rules`` across sections).
 
-Owns ``protocol_from_dict``, one parse function per section that checks its own fields, and
-``check_rules``, the rules across sections (a mutant that can bite under some config, each
-engine's ``check_protocol``, the plan's budget). Every error is one ``ConfigError`` line naming
-the protocol file, the field path and the value. Not here: the engine sections and the floor
-arm (``protocol.engine_sections``). The format: docs/protocols.md.
+The why and the details: docs/internals.md "spectest/protocol/parse.py".
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
-"""The protocol's sections as frozen dataclasses, each with its canonical (hashed) form.
+"""The protocol's sections as frozen dataclasses, each with its canonical (hashed) form, and the
+closed lists a protocol's values come from, and ``to_raw`` (its YAML form, as a run directory
+stores it in ``protocol.yaml``).
 
-Owns: ``ModelsSpec``, ``SeedsSpec``, ``TeethSpec``, ``LimitsSpec``, ``EngineChoice`` and
-``Protocol`` with its hash; the closed lists a protocol's values come from (``DEVICES`` ...;
-the dtypes are ``models.dtypes.DTYPES``, the drafter is ``engines.base.DrafterSpec``).
-Reading a file into these is ``spectest.protocol.parse``'s; writing one back is
-``spectest.protocol.dump``'s.
-
-The ``tests`` section is the statistics' one test-settings type,
-``stats.options.AnalysisOptions``: each of its fields carries its YAML path, hash rule and
-validation, so the parser, the hashed form and the YAML form are derived from it (nothing
-about a test setting is written here).
+The why and the details: docs/internals.md "spectest/protocol/spec.py".
 """
 
 from __future__ import annotations
@@ -326,3 +319,27 @@ _V1_DEFAULT_ENGINE = {
     "candidate": "builtin",
     "assistant_confidence_threshold": 0.0,
 }
+
+
+def to_raw(protocol: Protocol, *, prompts_file: str) -> dict[str, Any]:
+    """The protocol as a YAML-ready mapping, prompts at ``prompts_file``."""
+    p = protocol
+    return {
+        "version": p.version,
+        "name": p.name,
+        "description": p.description,
+        "models": vars(p.models).copy(),
+        "drafter": p.drafter.canonical(),
+        "prompts": {"file": prompts_file},
+        "configs": {cid: vars(sp).copy() for cid, sp in p.configs},
+        "seeds": p.seeds.canonical(),
+        "positions": p.positions,
+        "candidate": p.candidate,
+        "tests": p.tests.yaml_form(),
+        "teeth": p.teeth.raw(),
+        "output": p.output,
+        "batch_size": p.batch_size,
+        **({} if p.limits.max_tokens is None else {"limits": vars(p.limits).copy()}),
+        **p.engine_fields(),
+        **({"arms": {"floor": p.floor.canonical()}} if p.floor is not None else {}),
+    }

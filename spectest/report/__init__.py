@@ -29,7 +29,7 @@ def write_reports(
     runner rendering before it writes the manifest.
     """
     from spectest.errors import InfrastructureError, os_error_line
-    from spectest.lock import lock_dir
+    from spectest.files import lock_dir
     from spectest.store import RENDERED
     from spectest.stored import load_run, update_manifest_entries
 

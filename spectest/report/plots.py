@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from spectest.report.columns import COLS, pick
 from spectest.report.escape import printable
 
 Figure = Any
@@ -39,6 +38,26 @@ _OTHERS = [
     ("#7f7f7f", "*"),
 ]
 ALPHA = 0.75
+
+
+# logical name → candidate column names in tests.parquet (the analysis's per-cell table)
+ALIASES: dict[str, tuple[str, ...]] = {
+    "pvalue": ("pvalue",),
+    "qvalue": ("p_adj", "qvalue"),
+    "rejected": ("reject", "rejected"),
+    "tv": ("tv", "tv_statistic"),
+    "tv_null_mean": ("tv_null_mean",),
+    "tv_null_quantile": ("tv_null_q95", "tv_null_quantile"),
+    "tv_excess": ("tv_excess",),
+    "mde_tv": ("mde_tv",),
+    "status": ("status",),
+}
+
+
+def pick(df: pd.DataFrame, logical: str) -> pd.Series | None:
+    """The stored column of a logical name (the first of ``ALIASES`` present), or None."""
+    name = next((n for n in ALIASES.get(logical, (logical,)) if n in df.columns), None)
+    return None if name is None else df[name]
 
 
 def arm_style(arm: str, arms: list[str]) -> dict[str, Any]:
@@ -84,10 +103,10 @@ def tv_by_position(
     to its upper quantile, averaged over prompts, of the first comparison) shaded."""
     comps = [comparisons] if isinstance(comparisons, str) else list(comparisons)
     tv, lo, hi = pick(tests, "tv"), pick(tests, "tv_null_mean"), pick(tests, "tv_null_quantile")
-    if tv is None or COLS["position"] not in tests.columns or len(tests) == 0:
+    if tv is None or "position" not in tests.columns or len(tests) == 0:
         return None
     has_comp = "comparison" in tests.columns
-    configs = list(dict.fromkeys(tests[COLS["config_id"]]))
+    configs = list(dict.fromkeys(tests["config_id"]))
     fig, axes = plt.subplots(
         1, len(configs), figsize=(max(6.0, 4.2 * len(configs)), 3.6), squeeze=False
     )
@@ -95,11 +114,11 @@ def tv_by_position(
     for ax, cid in zip(axes[0], configs, strict=True):
         for k, comp in enumerate(comps):
             df = tests[tests["comparison"] == comp] if has_comp else tests
-            sub = df[df[COLS["config_id"]] == cid]
-            for j, (_, g) in enumerate(sub.groupby(COLS["prompt_id"], sort=False)):
-                g = g.sort_values(COLS["position"])
+            sub = df[df["config_id"] == cid]
+            for j, (_, g) in enumerate(sub.groupby("prompt_id", sort=False)):
+                g = g.sort_values("position")
                 st = arm_style(comp, comps)
-                x = g[COLS["position"]].to_numpy(dtype=float) + 0.04 * (k - (len(comps) - 1) / 2)
+                x = g["position"].to_numpy(dtype=float) + 0.04 * (k - (len(comps) - 1) / 2)
                 ax.plot(
                     x,
                     tv.loc[g.index],
@@ -125,7 +144,7 @@ def tv_by_position(
             frameon=False,
             bbox_to_anchor=(0.5, 0.0),
         )
-    prompts = list(dict.fromkeys(tests[COLS["prompt_id"]]))[:4]
+    prompts = list(dict.fromkeys(tests["prompt_id"]))[:4]
     ls_names = ["solid", "dashed", "dotted", "dash-dot"]
     key = ", ".join(f"{label(p)} {n}" for p, n in zip(prompts, ls_names, strict=False))
     fig.suptitle(f"plug-in TV per position (line style per prompt: {key})", fontsize=9)
@@ -134,9 +153,7 @@ def tv_by_position(
 
 def _null_band(ax: Any, sub: pd.DataFrame, lo: pd.Series, hi: pd.Series) -> None:
     """The permutation null's band (mean to upper quantile, averaged over prompts) of ``sub``."""
-    band = pd.DataFrame(
-        {"p": sub[COLS["position"]], "lo": lo.loc[sub.index], "hi": hi.loc[sub.index]}
-    )
+    band = pd.DataFrame({"p": sub["position"], "lo": lo.loc[sub.index], "hi": hi.loc[sub.index]})
     band = band.groupby("p").mean().sort_index()
     ax.fill_between(
         band.index,

@@ -13,7 +13,7 @@ import argparse
 import sys
 import time
 
-from spectest.generation import drafter_of, load_models
+from spectest.generation import load_models
 from spectest.plan import make_plan
 from spectest.prompts import prompt_token_ids
 from spectest.protocol.load import load_protocol
@@ -43,7 +43,7 @@ def main() -> int:
         for ref in (True, False):
             _sync(target)
             t0 = time.perf_counter()
-            tables[ref] = tooth_sizes(target, draft, prompts, p.configs, teeth, drafter_of(p),
+            tables[ref] = tooth_sizes(target, draft, prompts, p.configs, teeth, p.drafter,
                                       p.positions, budget=p.teeth.size_budget,
                                       reference=ref)  # fmt: skip
             _sync(target)

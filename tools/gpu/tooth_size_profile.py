@@ -17,7 +17,7 @@ import io
 import pstats
 import time
 
-from spectest.generation import drafter_of, load_models
+from spectest.generation import load_models
 from spectest.plan import make_plan
 from spectest.prompts import prompt_token_ids
 from spectest.protocol.load import load_protocol
@@ -44,7 +44,7 @@ def main() -> None:
     teeth = list(make_plan(p).settings.sized_teeth)
 
     def call(ps: dict) -> object:
-        out = tooth_sizes(target, draft, ps, p.configs, teeth, drafter_of(p), p.positions,
+        out = tooth_sizes(target, draft, ps, p.configs, teeth, p.drafter, p.positions,
                           budget=p.teeth.size_budget)  # fmt: skip
         _sync(target)
         return out

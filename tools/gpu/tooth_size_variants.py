@@ -18,7 +18,7 @@ import time
 import pandas as pd
 
 import spectest.tooth_size as ts
-from spectest.generation import drafter_of, load_models
+from spectest.generation import load_models
 from spectest.plan import make_plan
 from spectest.prompts import prompt_token_ids
 from spectest.protocol.load import load_protocol
@@ -48,7 +48,7 @@ def main() -> None:
     t0 = time.perf_counter()
     for pid, ids in prompts.items():
         t1 = time.perf_counter()
-        tables.append(ts.tooth_sizes(target, draft, {pid: ids}, p.configs, teeth, drafter_of(p),
+        tables.append(ts.tooth_sizes(target, draft, {pid: ids}, p.configs, teeth, p.drafter,
                                      p.positions, budget=p.teeth.size_budget,
                                      batched=batched))  # fmt: skip
         _sync()
