@@ -3,8 +3,10 @@ plain decode (the same forwards, kernels and shapes as one at a time), but ``str
 together, each on its own worker model (``numerics.replay.ReplayStaticModel.workers``: its own
 static pools and CUDA graphs) and its own CUDA stream, their steps issued in turn.
 
-Owns: ``FLOOR_STREAMS`` (rows at once by default on CUDA), ``concurrent`` (whether a model can
-run them so) and ``alone_logits`` (the rows' logits, in order). Knows nothing about TVs, tables
+Owns: ``FLOOR_STREAMS`` (rows at once by default on CUDA), ``decode_steps`` (plain decode after
+the prefill, one forward per step: ``numerics.table._decode_logits`` runs it through),
+``concurrent`` (whether a model can run rows at once) and ``alone_logits`` (the rows' logits,
+in order). Knows nothing about TVs, tables
 or which rows are measured (``numerics.table``).
 
 The why and the details: docs/internals.md "spectest/numerics/alone.py".
@@ -18,14 +20,33 @@ from typing import Any, TypeGuard
 
 import torch
 
-from spectest.models.base import LanguageModel
+from spectest.models.base import Cache, LanguageModel
 from spectest.numerics.replay import ReplayStaticModel
-from spectest.numerics.table import decode_steps
 
 # rows decoded alone at once on CUDA: one stream each; 8 = CUDA's default number of hardware
 # work queues (CUDA_DEVICE_MAX_CONNECTIONS), beyond which streams share queues
 FLOOR_STREAMS = 8
 _DONE = -1
+
+
+def decode_steps(
+    model: LanguageModel,
+    cache: Cache,
+    logits: torch.Tensor,  # [B, V] after the prompt
+    tokens: torch.Tensor,  # [B, T]
+    keep: torch.Tensor,  # [M] rows kept
+    out: torch.Tensor,  # [M, T, V] float32, filled
+) -> Iterator[int]:
+    """Plain decode's steps after the prefill (``numerics.table._decode_logits`` runs them all),
+    one forward per ``next`` (yields the position whose logits that forward gave):
+    ``alone_logits`` interleaves several rows'.
+    The caller holds ``torch.no_grad`` (a generator cannot)."""
+    T = int(tokens.shape[1])
+    for t in range(T):
+        out[:, t] = logits[keep].float()
+        if t + 1 < T:
+            logits = model.forward(cache, tokens[:, t : t + 1])[:, 0]
+            yield t + 1
 
 
 def concurrent(model: LanguageModel) -> TypeGuard[ReplayStaticModel]:

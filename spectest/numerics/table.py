@@ -20,7 +20,8 @@ import pandas as pd
 import torch
 
 from spectest import schema
-from spectest.models.base import Cache, LanguageModel
+from spectest.models.base import LanguageModel
+from spectest.numerics.alone import decode_steps
 from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.pipeline import ProbsFn
 from spectest.sampling.transforms import logits_to_probs
@@ -86,25 +87,6 @@ def _decode_logits(
     for _ in decode_steps(model, cache, prompt_logits[-1].expand(B, -1), tokens, keep, out):
         pass
     return out
-
-
-def decode_steps(
-    model: LanguageModel,
-    cache: Cache,
-    logits: torch.Tensor,  # [B, V] after the prompt
-    tokens: torch.Tensor,  # [B, T]
-    keep: torch.Tensor,  # [M] rows kept
-    out: torch.Tensor,  # [M, T, V] float32, filled
-) -> Iterator[int]:
-    """``_decode_logits``' steps after the prefill, one forward per ``next`` (yields the
-    position whose logits that forward gave): ``numerics.alone`` interleaves several rows'.
-    The caller holds ``torch.no_grad`` (a generator cannot)."""
-    T = int(tokens.shape[1])
-    for t in range(T):
-        out[:, t] = logits[keep].float()
-        if t + 1 < T:
-            logits = model.forward(cache, tokens[:, t : t + 1])[:, 0]
-            yield t + 1
 
 
 @torch.no_grad()
