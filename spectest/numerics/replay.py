@@ -112,7 +112,10 @@ class ReplayStaticModel(StaticHFModel):
             w = self if not self._workers else self._worker()
             w.stream = torch.cuda.Stream(device=self.device) if cuda else None
             self._workers.append(w)
-        for w in self._workers[:n]:
+        grow = [w for w in self._workers[:n] if w.max_slots < self.max_slots]
+        if grow and cuda:
+            torch.cuda.synchronize(self.device)  # growing drops graphs: none may be in flight
+        for w in grow:
             w.reserve(self.max_slots)
         return self._workers[:n]
 
