@@ -11,6 +11,8 @@ Prints: the device, load and matched-arm generation times, then one line per pha
 ``numerics old|new: S s (N rows, floor rows F, identical)`` and ``tooth sizes old|new: S s (N
 rows, identical)`` — and a summary line per phase with the warm old/new ratio. About 3 min on one
 H200 at P1 (seed 001's bf16 plan, 8 prompts, batch 768); runs on CPU too (slowly).
+``--streams N`` / ``--threads N``: the new path's floor rows / prompts at once (defaults: the
+package's); ``--only numerics|tooth``: one phase.
 
     PYTHONPATH=. python tools/gpu/issue32_phases.py --set models.device=cuda \
       --set batch_size=768 --set models.target=realistic:qwen3-0.6b \
@@ -83,6 +85,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default="protocols/openinfer-512.yaml")
     ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--streams", type=int, default=alone.FLOOR_STREAMS, help="new: floor rows")
+    ap.add_argument("--threads", type=int, default=tooth_size.PROMPT_THREADS, help="new: prompts")
+    ap.add_argument("--only", choices=("numerics", "tooth"), default=None)
     a = ap.parse_args()
     if torch.cuda.is_available():
         print("device:", torch.cuda.get_device_name(0), "torch", torch.__version__)
@@ -102,7 +107,7 @@ def main() -> int:
     print(f"matched arm, {len(prompts)} prompts: {time.perf_counter() - t0:.1f} s", flush=True)
     samples = pd.concat([s for s, _ in parts], ignore_index=True)
     rounds = pd.concat([r for _, r in parts if r is not None], ignore_index=True)
-    streams, threads = alone.FLOOR_STREAMS, tooth_size.PROMPT_THREADS
+    streams, threads = a.streams, a.threads
 
     def floor_streams(old: bool) -> None:
         alone.FLOOR_STREAMS = 1 if old else streams
@@ -111,11 +116,14 @@ def main() -> int:
         tooth_size.PROMPT_THREADS = 1 if old else threads
 
     print(f"new: FLOOR_STREAMS {streams}, PROMPT_THREADS {threads}", flush=True)
-    ok = _phase(
-        "numerics", lambda: matched_drift(p, samples, rounds, models, fast=True), floor_streams
-    )
     teeth = list(plan.settings.sized_teeth)
-    ok &= _phase("tooth sizes", lambda: protocol_tooth_sizes(p, teeth, models), prompt_threads)
+    ok = True
+    if a.only != "tooth":
+        drift = lambda: matched_drift(p, samples, rounds, models, fast=True)  # noqa: E731
+        ok &= _phase("numerics", drift, floor_streams)
+    if a.only != "numerics":
+        sizes = lambda: protocol_tooth_sizes(p, teeth, models)  # noqa: E731
+        ok &= _phase("tooth sizes", sizes, prompt_threads)
     engines.close()
     return 0 if ok else 1
 
