@@ -4,7 +4,9 @@ pipeline ``numerics.drift_table`` replays a ``--fast`` run's matched arm on.
 Owns: ``replay_model`` (under ``--fast`` on CUDA the static-cache model with CUDA graphs,
 ``models.static.StaticHFModel``, built with the fast engine's defaults; the run's loaded model
 otherwise) and ``replay_probs`` (the processed law the drift's TV is taken between: the fast
-pipeline's ``logits_to_probs_fast`` under ``--fast``, the exact ``logits_to_probs`` otherwise).
+pipeline's ``logits_to_probs_fast`` under ``--fast``, the exact ``logits_to_probs`` otherwise);
+``ReplayStaticModel`` (prompt prefills kept and restored; ``workers`` for concurrent one-row
+decodes, ``numerics.alone``).
 Knows nothing about rounds, rows or the drift decision (``numerics``, ``stats.drift``).
 
 The why and the details: docs/internals.md "spectest/numerics/replay.py".
@@ -52,32 +54,81 @@ class ReplayStaticModel(StaticHFModel):
     -----
     A restored prefill is the computed one copied, so every later forward sees bit-identical
     prompt state (tests/test_numerics_replay.py); the last ``PREFILLS_KEPT`` prompts are kept.
+    ``restore`` reads the prompt's ids from the host (``key``), so a worker's restore on its own
+    stream issues no host sync.
     """
 
     def __init__(self, base: HFModel, **kw: object) -> None:
         super().__init__(base, **kw)  # type: ignore[arg-type]
         self._prefills: dict[tuple[int, ...], tuple[list[torch.Tensor], ...]] = {}
+        self._workers: list[ReplayStaticModel] = []
+        self.stream: torch.cuda.Stream | None = None  # a worker's own stream (``workers``)
 
     def prefill_shared(self, prompt: torch.Tensor, batch_size: int) -> tuple[Cache, torch.Tensor]:
         assert prompt.dim() == 1, prompt.shape
-        key, L = tuple(int(t) for t in prompt.tolist()), int(prompt.shape[0])
+        key = tuple(int(t) for t in prompt.tolist())
+        self.snapshot(key, prompt)
+        return self.restore(key, batch_size)
+
+    def snapshot(self, key: tuple[int, ...], prompt: torch.Tensor) -> None:
+        """Compute and keep ``prompt``'s one-row prefill (``key``: its ids) unless kept already."""
+        if key in self._prefills:
+            return
+        L = int(prompt.shape[0])
         one = self.new_cache(1)
-        snap = self._prefills.get(key)
-        if snap is None:
-            logits = self._forward(one, prompt[None, :], graphs=False)[0]  # [L, V] eager
-            keys = [k[:, :, :L].clone() for k in one.kv.keys]
-            values = [v[:, :, :L].clone() for v in one.kv.values]
-            snap = (keys, values, [one.valid.clone()], [logits])
-            while len(self._prefills) >= PREFILLS_KEPT:
-                self._prefills.pop(next(iter(self._prefills)))
-            self._prefills[key] = snap
-        keys, values, (valid,), (logits,) = snap
-        cache = one if batch_size == 1 else self.new_cache(batch_size)
+        logits = self._forward(one, prompt[None, :], graphs=False)[0]  # [L, V] eager
+        keys = [k[:, :, :L].clone() for k in one.kv.keys]
+        values = [v[:, :, :L].clone() for v in one.kv.values]
+        while len(self._prefills) >= PREFILLS_KEPT:
+            self._prefills.pop(next(iter(self._prefills)))
+        self._prefills[key] = (keys, values, [one.valid.clone()], [logits])
+
+    def restore(self, key: tuple[int, ...], batch_size: int) -> tuple[Cache, torch.Tensor]:
+        """A ``batch_size``-row cache holding the kept prefill ``key`` and its logits ``[L, V]``:
+        device copies only, no host sync (``snapshot`` first)."""
+        keys, values, (valid,), (logits,) = self._prefills[key]
+        L = int(keys[0].shape[2])
+        cache = self.new_cache(batch_size)
         for src, dst in ((keys, cache.kv.keys), (values, cache.kv.values)):
             for s, d in zip(src, dst, strict=True):
                 d[:, :, :L] = s  # broadcast the one row to every row
         cache.valid = valid.expand(batch_size, -1).clone()  # [B, L]
         return cache, logits
+
+    def workers(self, n: int) -> list[ReplayStaticModel]:
+        """``n`` models for concurrent one-row decodes (``numerics.alone``): this one, then models
+        on the same weights sharing its kept prefills, each with its own pools, CUDA graphs and
+        graph memory, and (on CUDA) each with its own stream; all at this one's ``max_slots``.
+
+        Notes
+        -----
+        A worker is built with this model's settings (``max_slots``, graphs, packed GQA, native
+        logits), so a one-row forward runs the same kernels at the same shapes on every worker:
+        the same bits (tests/test_numerics_alone.py). Kept prefills are shared, read only while
+        no prefill is computed (``alone_logits`` computes them on the caller's stream first).
+        """
+        cuda = self.device.type == "cuda"
+        while len(self._workers) < n:
+            w = self if not self._workers else self._worker()
+            w.stream = torch.cuda.Stream(device=self.device) if cuda else None
+            self._workers.append(w)
+        grow = [w for w in self._workers[:n] if w.max_slots < self.max_slots]
+        if grow and cuda:
+            torch.cuda.synchronize(self.device)  # growing drops graphs: none may be in flight
+        for w in grow:
+            w.reserve(self.max_slots)
+        return self._workers[:n]
+
+    def _worker(self) -> ReplayStaticModel:
+        w = ReplayStaticModel(
+            self.base,
+            max_slots=self.max_slots,
+            cuda_graphs=self.cuda_graphs,
+            packed_gqa=self.packed_gqa,
+            native_logits=self.native_logits,
+        )
+        w._prefills = self._prefills
+        return w
 
 
 def replay_probs(*, fast: bool) -> ProbsFn:

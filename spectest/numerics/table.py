@@ -13,7 +13,7 @@ The why and the details: docs/internals.md "spectest/numerics/table.py".
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -21,6 +21,7 @@ import torch
 
 from spectest import schema
 from spectest.models.base import LanguageModel
+from spectest.numerics.alone import decode_steps
 from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.pipeline import ProbsFn
 from spectest.sampling.transforms import logits_to_probs
@@ -83,11 +84,8 @@ def _decode_logits(
     B, T = int(tokens.shape[0]), int(tokens.shape[1])
     cache, prompt_logits = model.prefill_shared(prompt, B)
     out = torch.empty((len(keep), T, model.vocab_size), dtype=torch.float32, device=model.device)
-    logits = prompt_logits[-1].expand(B, -1)
-    for t in range(T):
-        out[:, t] = logits[keep].float()
-        if t + 1 < T:
-            logits = model.forward(cache, tokens[:, t : t + 1])[:, 0]
+    for _ in decode_steps(model, cache, prompt_logits[-1].expand(B, -1), tokens, keep, out):
+        pass
     return out
 
 
@@ -153,6 +151,7 @@ def measure_drift(
     K: int,
     batch_size: int,
     probs: ProbsFn = logits_to_probs,
+    streams: int = 1,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One prompt's rows, as the run batched them (``batch_size`` rows in order).
 
@@ -160,7 +159,8 @@ def measure_drift(
     count per round; ``measured``: the rows measured; ``alone``: those of them decoded alone
     too. Returns, for the measured rows in order, ``tv`` ``[M, T]`` (verify vs decode, the
     batch's), ``flip`` ``[M, T]`` (their argmax differs) and ``floor_tv`` ``[M, T]`` (decode in
-    the batch vs alone; NaN for rows not in ``alone``); TVs between the laws ``probs`` gives."""
+    the batch vs alone; NaN for rows not in ``alone``); TVs between the laws ``probs`` gives.
+    ``streams``: rows decoded alone at once (``_alone``)."""
     dev = target.device
     R, T = tokens.shape
     prompt = torch.tensor(list(prompt_ids), dtype=torch.int64, device=dev)
@@ -182,16 +182,39 @@ def measure_drift(
         for t in range(T):
             tv[[where[r] for r in mine], t] = _tv(ver[:, t], dec[:, t], st, probs).cpu().numpy()
             flip[[where[r] for r in mine], t] = _flip(ver[:, t], dec[:, t]).cpu().numpy()
-        for i, r in enumerate(mine):
-            if r not in alone_set:
-                continue
-            row = toks[r - lo : r - lo + 1]  # the row alone: batch 1
-            one = _decode_logits(target, prompt, row, torch.zeros(1, dtype=torch.int64, device=dev))
-            one = one[0]  # [T, V]
+        ones = [(i, r) for i, r in enumerate(mine) if r in alone_set]
+        alone_rows = _alone(target, prompt, prompt_ids, toks, [r - lo for _, r in ones], streams)
+        for (i, r), one in zip(ones, alone_rows, strict=True):  # one: [T, V]
             s1 = SamplingTensors.from_params([params[r]] * T, device=dev)  # [T] one row's params
             floor[where[r]] = _tv(one, dec[i], s1, probs).cpu().numpy()
         del ver, dec
     return tv, flip, floor
+
+
+def _alone(
+    target: LanguageModel,
+    prompt: torch.Tensor,
+    prompt_ids: Sequence[int],
+    toks: torch.Tensor,  # [B, T] the batch's tokens
+    rows: Sequence[int],
+    streams: int,
+) -> Iterator[torch.Tensor]:
+    """The batch's ``rows`` decoded alone (batch 1), each row's float32 logits ``[T, V]`` in
+    order: one at a time, or ``streams`` at once on a replay model (``numerics.alone``: each
+    row still its own batch-1 forwards, the same bits)."""
+    from spectest.numerics.alone import alone_logits, concurrent
+
+    if streams > 1 and concurrent(target):
+        yield from alone_logits(
+            target, prompt, prompt_ids, [toks[r : r + 1] for r in rows], streams
+        )
+        return
+    for r in rows:
+        row = toks[r : r + 1]  # the row alone: batch 1
+        one = _decode_logits(
+            target, prompt, row, torch.zeros(1, dtype=torch.int64, device=toks.device)
+        )
+        yield one[0]  # [T, V]
 
 
 def drift_table(
@@ -208,16 +231,21 @@ def drift_table(
     rows_per_cell: int = ROWS_PER_CELL,
     floor_rows_per_cell: int | None = None,
     fast: bool = False,
+    streams: int | None = None,
 ) -> pd.DataFrame:
     """The per-token drift table of arm ``arm`` (``COLUMNS``: one row per measured sequence
     and position): every prompt's rows rebuilt in the run's order (configs in protocol order,
     seeds ascending: ``generation.generate_shard``), batched as the run batched them;
     ``floor_rows_per_cell`` (None: ``FLOOR_SEQUENCES`` over the cells) of each cell's measured
     rows decoded alone too. ``fast``: the arm ran on the fast engine (``--fast``): replayed on
-    its model and law (``numerics.replay``: on CUDA the static-cache model, CUDA graphs)."""
+    its model and law (``numerics.replay``: on CUDA the static-cache model, CUDA graphs).
+    ``streams``: floor rows decoded at once (None: ``alone.FLOOR_STREAMS`` on CUDA, else 1)."""
+    from spectest.numerics.alone import FLOOR_STREAMS
     from spectest.numerics.replay import replay_model, replay_probs
 
     target, probs = replay_model(target, fast=fast), replay_probs(fast=fast)
+    if streams is None:
+        streams = FLOOR_STREAMS if target.device.type == "cuda" else 1
     s = samples[samples[schema.ARM] == arm]
     r = rounds[rounds[schema.ARM] == arm]
     parts = []
@@ -243,6 +271,7 @@ def drift_table(
             K=K,
             batch_size=batch_size,
             probs=probs,
+            streams=streams,
         )
         parts.append(_drift_frame(str(pid), [keys[i] for i in measured], tv, flip, floor))
     if not parts:

@@ -42,6 +42,9 @@ MAX_ROWS = 16_384  # quadrature cells evaluated at once (memory: rows x (K + 1) 
 DROP = 1e-15  # |weight| below which a difference is dropped (its mass goes to the slack)
 DEVICE_FORWARD_ROWS = 1024  # rows per batched forward on an accelerator (the batched path)
 AVOID_CUDNN_SDPA = False  # True: the batched path's CUDA forwards skip cuDNN attention
+# prompts at once on an accelerator (threads): the phase is host-bound (Python, launches, the
+# round laws in host torch), so one prompt's host work overlaps another's GPU and torch work
+PROMPT_THREADS = 4
 SIZE_COLUMNS = (
     "arm",
     "variant",
@@ -222,6 +225,7 @@ def tooth_sizes(
     budget: int = DEFAULT_BUDGET,
     reference: bool = False,
     batched: bool | None = None,
+    threads: int | None = None,
 ) -> pd.DataFrame:
     """One row per tooth × prompt × config × position 0..min(K, positions - 1): the tooth's TV
     from plain sampling there (``SIZE_COLUMNS``; ``status`` exact / bound / unknown).
@@ -235,11 +239,12 @@ def tooth_sizes(
     ``DEVICE_FORWARD_ROWS`` contexts, a completion length fetched at once (``AVOID_CUDNN_SDPA``:
     without cuDNN attention); off, the CPU path whose bits tests/test_tooth_size_fast.py pins.
     Why the CPU keeps the unbatched path and cuDNN stays on: docs/tooth_size_speed.md
-    "The batched path on an accelerator (issue 32)".
+    "The batched path on an accelerator (issue 32)". ``threads`` (default: ``PROMPT_THREADS``
+    on an accelerator, not with ``reference``; 1 on CPU): prompts computed at once, each on its
+    own thread, the table in prompt order (docs/tooth_size_speed.md
+    "Prompts on threads (issue 32)").
     """
-    rows: list[dict[str, Any]] = []
     n = min(drafter.k + 1, positions)
-    max_drafts = max(1, budget // (2 * drafter.k + 1))
     if batched is None:
         batched = not reference and _accelerated(target)
     kw: dict[str, Any] = {"keep_prompt": not reference}
@@ -248,22 +253,58 @@ def tooth_sizes(
     size = partial(
         cell_tvs, positions=positions, budget=budget, reference=reference, batched=batched
     )
-    for pid, ids in prompts.items():
+
+    def one_prompt(pid: str, ids: Sequence[int]) -> list[dict[str, Any]]:
         t_logits, d_logits = ContextLogits(target, ids, **kw), ContextLogits(draft, ids, **kw)
-        for cid, params in configs:
-            exact: tuple[dict[tuple[int, ...], float], float] | None = None
-            for arm, spec in teeth:
-                tvs = [(float("nan"), float("nan"))] * n
-                if budget > 0:
-                    try:
-                        if exact is None:
-                            cell = _Cell(t_logits, d_logits, params, drafter)
-                            exact = cell.round("exact", max_drafts, budget * CELLS_PER_CONTEXT)
-                        tvs = size(spec, t_logits, d_logits, params, drafter, exact_round=exact)
-                    except NumericsError:
-                        pass  # unknown: no round law within the budget's cells, or numerics
-                rows += _size_rows(arm, spec, pid, cid, tvs)
+        return _prompt_rows(pid, t_logits, d_logits, configs, teeth, drafter, n, budget, size)
+
+    if threads is None:
+        threads = PROMPT_THREADS if _accelerated(target) and not reference else 1
+    per_prompt = _map(one_prompt, list(prompts.items()), threads)
+    rows = [r for part in per_prompt for r in part]  # prompt order, whatever the threads
     return pd.DataFrame(rows, columns=list(SIZE_COLUMNS))
+
+
+def _prompt_rows(
+    pid: str,
+    t_logits: ContextLogits,
+    d_logits: ContextLogits,
+    configs: Sequence[tuple[str, Any]],
+    teeth: Sequence[tuple[str, str]],
+    drafter: Any,
+    n: int,
+    budget: int,
+    size: Any,
+) -> list[dict[str, Any]]:
+    """One prompt's ``SIZE_COLUMNS`` rows: every config, every tooth (``size``: ``cell_tvs``
+    bound to the run), the exact sampler's round computed once per config."""
+    rows: list[dict[str, Any]] = []
+    max_drafts = max(1, budget // (2 * drafter.k + 1))
+    for cid, params in configs:
+        exact: tuple[dict[tuple[int, ...], float], float] | None = None
+        for arm, spec in teeth:
+            tvs = [(float("nan"), float("nan"))] * n
+            if budget > 0:
+                try:
+                    if exact is None:
+                        cell = _Cell(t_logits, d_logits, params, drafter)
+                        exact = cell.round("exact", max_drafts, budget * CELLS_PER_CONTEXT)
+                    tvs = size(spec, t_logits, d_logits, params, drafter, exact_round=exact)
+                except NumericsError:
+                    pass  # unknown: no round law within the budget's cells, or numerics
+            rows += _size_rows(arm, spec, pid, cid, tvs)
+    return rows
+
+
+def _map(fn: Any, items: list[tuple[str, Sequence[int]]], threads: int) -> list[Any]:
+    """``fn(*item)`` for every item, in order: in turn, or on ``threads`` threads at once (each
+    prompt's work is independent; results are gathered in the items' order)."""
+    if threads <= 1 or len(items) <= 1:
+        return [fn(*item) for item in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(lambda item: fn(*item), items))
 
 
 def _size_rows(

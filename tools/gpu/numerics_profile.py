@@ -3,6 +3,8 @@ first ``--prompts`` prompts generated on the fast engine, then ``numerics.drift_
 (``--fast`` replay) twice — cold (CUDA-graph captures included) and warm — with each step timed
 (device-synchronised wall time of the verify replay, the batch decode, the floor decodes, the TVs)
 and the warm pass's top functions by own time (cProfile). Prints those tables; runs on CPU too.
+``--streams 1``: the floor rows one at a time (timed as ``_decode_logits (alone)``); by default
+on CUDA they run ``numerics.alone.FLOOR_STREAMS`` at once, inside ``measure_drift``'s time.
 
     python tools/gpu/numerics_profile.py --prompts 2 --set models.device=cuda --set ...
 """
@@ -53,12 +55,13 @@ def main() -> None:
     ap.add_argument("--config", default="protocols/openinfer-512.yaml")
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--prompts", type=int, default=2)
+    ap.add_argument("--streams", type=int, default=None, help="floor rows at once (None: default)")
     a = ap.parse_args()
     p = load_protocol(a.config, sets=a.set)
     plan = make_plan(p)
     matched = plan.arm("matched")
     t0 = time.perf_counter()
-    engines = EngineSet(p, [matched], plan.arms, fast=True)
+    engines = EngineSet(p, [matched], plan, fast=True)
     print(f"load {time.perf_counter() - t0:.1f} s")
     target = engines.models.target
     assert target is not None
@@ -89,6 +92,7 @@ def main() -> None:
             prompts,
             p.configs,
             fast=True,
+            streams=a.streams,
             **kw,  # type: ignore[arg-type]
         )
         prof.disable()

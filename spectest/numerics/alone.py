@@ -1,0 +1,120 @@
+"""The batch floor's rows decoded alone, several at once: each row is still its own batch-1
+plain decode (the same forwards, kernels and shapes as one at a time), but ``streams`` rows run
+together, each on its own worker model (``numerics.replay.ReplayStaticModel.workers``: its own
+static pools and CUDA graphs) and its own CUDA stream, their steps issued in turn.
+
+Owns: ``FLOOR_STREAMS`` (rows at once by default on CUDA), ``decode_steps`` (plain decode after
+the prefill, one forward per step: ``numerics.table._decode_logits`` runs it through),
+``concurrent`` (whether a model can run rows at once) and ``alone_logits`` (the rows' logits,
+in order). Knows nothing about TVs, tables
+or which rows are measured (``numerics.table``).
+
+The why and the details: docs/internals.md "spectest/numerics/alone.py".
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeGuard
+
+import torch
+
+from spectest.models.base import Cache, LanguageModel
+from spectest.numerics.replay import ReplayStaticModel
+
+# rows decoded alone at once on CUDA: one stream each; 8 = CUDA's default number of hardware
+# work queues (CUDA_DEVICE_MAX_CONNECTIONS), beyond which streams share queues
+FLOOR_STREAMS = 8
+_DONE = -1
+
+
+def decode_steps(
+    model: LanguageModel,
+    cache: Cache,
+    logits: torch.Tensor,  # [B, V] after the prompt
+    tokens: torch.Tensor,  # [B, T]
+    keep: torch.Tensor,  # [M] rows kept
+    out: torch.Tensor,  # [M, T, V] float32, filled
+) -> Iterator[int]:
+    """Plain decode's steps after the prefill (``numerics.table._decode_logits`` runs them all),
+    one forward per ``next`` (yields the position whose logits that forward gave):
+    ``alone_logits`` interleaves several rows'.
+    The caller holds ``torch.no_grad`` (a generator cannot)."""
+    T = int(tokens.shape[1])
+    for t in range(T):
+        out[:, t] = logits[keep].float()
+        if t + 1 < T:
+            logits = model.forward(cache, tokens[:, t : t + 1])[:, 0]
+            yield t + 1
+
+
+def concurrent(model: LanguageModel) -> TypeGuard[ReplayStaticModel]:
+    """True when ``alone_logits`` can run ``model``'s one-row decodes at once: a replay model
+    (the ``--fast`` replay's static-cache model; on CPU too, in turn, for the tests)."""
+    return isinstance(model, ReplayStaticModel)
+
+
+@torch.no_grad()
+def alone_logits(
+    model: ReplayStaticModel,
+    prompt: torch.Tensor,  # [L]
+    prompt_ids: Sequence[int],  # the same ids, on the host
+    rows: Sequence[torch.Tensor],  # each [1, T]
+    streams: int,
+) -> Iterator[torch.Tensor]:
+    """Each row decoded alone after ``prompt`` (``table._decode_logits`` of that row, batch 1):
+    its float32 logits ``[T, V]``, in order, ``streams`` rows at a time.
+
+    Notes
+    -----
+    Bit-identical to one row at a time: every row runs the same batch-1 forwards (same
+    kernels, shapes, windows, CUDA graphs captured alike) on a worker built like ``model``; only
+    the order in which the rows' steps are issued changes. Checked on CPU and, ``-m gpu``, on
+    CUDA in bfloat16 with graphs (tests/test_numerics_alone.py). The prompt's prefill is kept on
+    the caller's stream before any worker restores it; each worker's stream waits for the
+    caller's, and the caller's for every worker's before the logits are yielded.
+    """
+    key = tuple(int(t) for t in prompt_ids)
+    model.snapshot(key, prompt)  # on the caller's stream, before any worker reads it
+    workers = model.workers(max(1, streams))
+    for lo in range(0, len(rows), len(workers)):
+        yield from _group(workers, key, rows[lo : lo + len(workers)])
+
+
+def _group(
+    workers: Sequence[ReplayStaticModel], key: tuple[int, ...], rows: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
+    """``rows`` (at most one per worker) decoded at once: their logits ``[T, V]``, in order."""
+    dev = workers[0].device
+    main = torch.cuda.current_stream(dev) if dev.type == "cuda" else None
+    T = int(rows[0].shape[1])
+    keep = torch.zeros(1, dtype=torch.int64, device=dev)
+    steps, outs = [], []
+    for w, row in zip(workers, rows, strict=False):
+        assert row.shape == (1, T), row.shape
+        if w.stream is not None and main is not None:
+            w.stream.wait_stream(main)  # the row's tokens and the kept prefill are ready
+        with _on(w):
+            cache, logits = w.restore(key, 1)
+            out = torch.empty((1, T, w.vocab_size), dtype=torch.float32, device=dev)
+        steps.append(decode_steps(w, cache, logits[-1].expand(1, -1), row, keep, out))
+        outs.append(out)
+    live = list(range(len(steps)))
+    while live:  # one forward of each live row in turn
+        for i in list(live):
+            with _on(workers[i]):
+                if next(steps[i], _DONE) == _DONE:
+                    live.remove(i)
+    for w, out in zip(workers, outs, strict=False):
+        if w.stream is not None and main is not None:
+            main.wait_stream(w.stream)
+            out.record_stream(main)  # read on the caller's stream from here on
+    return [out[0] for out in outs]
+
+
+def _on(worker: ReplayStaticModel) -> Any:
+    """A context issuing work on ``worker``'s stream (nothing on CPU)."""
+    if worker.stream is None:
+        return contextlib.nullcontext()
+    return torch.cuda.stream(worker.stream)

@@ -1,0 +1,129 @@
+"""Issue 32: the batch floor's rows decoded alone several at once (``spectest.numerics.alone``).
+
+Exact checks: every row's logits from the interleaved workers equal the one-at-a-time decode
+bit for bit, and the drift table's floor column is the same either way — on CPU (the workers'
+steps interleaved, no streams) and, ``-m gpu`` (skipped without CUDA), on CUDA in bfloat16 with
+CUDA graphs and one stream per worker, where the rows really run at once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from spectest import schema
+from spectest.models.hf import HFModel, from_preset
+from spectest.numerics.alone import alone_logits, concurrent
+from spectest.numerics.replay import ReplayStaticModel, replay_model
+from spectest.numerics.table import _decode_logits, drift_table
+from spectest.sampling.params import SamplingParams
+
+PROMPT = [1, 2, 3, 4, 5]
+T = 9
+PARAMS = [SamplingParams(temperature=0.8, top_p=0.95), SamplingParams(temperature=1.0, top_k=50)]
+
+
+def _replay(target: HFModel) -> ReplayStaticModel:
+    model = replay_model(target, fast=True, static=True)
+    assert isinstance(model, ReplayStaticModel) and concurrent(model)
+    return model
+
+
+def _one_at_a_time(model: ReplayStaticModel, rows: torch.Tensor) -> list[torch.Tensor]:
+    prompt = torch.tensor(PROMPT, device=model.device)
+    keep = torch.zeros(1, dtype=torch.int64, device=model.device)
+    return [_decode_logits(model, prompt, rows[r : r + 1], keep)[0] for r in range(len(rows))]
+
+
+def _at_once(model: ReplayStaticModel, rows: torch.Tensor, streams: int) -> list[torch.Tensor]:
+    prompt = torch.tensor(PROMPT, device=model.device)
+    parts = [rows[r : r + 1] for r in range(len(rows))]
+    return list(alone_logits(model, prompt, PROMPT, parts, streams))
+
+
+def _rows(vocab: int, n: int, device: str = "cpu") -> torch.Tensor:
+    g = torch.Generator().manual_seed(3)
+    return torch.randint(0, vocab, (n, T), generator=g).to(device)
+
+
+def _check_rows(target: HFModel, device: str, streams: int) -> ReplayStaticModel:
+    """7 rows, ``streams`` at a time (a short last group): equal to one at a time, bit for bit,
+    and the workers share the model's one kept prefill."""
+    model = _replay(target)
+    rows = _rows(model.vocab_size, 7, device)
+    want = _one_at_a_time(model, rows)
+    got = _at_once(model, rows, streams)
+    assert len(got) == len(want) == 7
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == (T, model.vocab_size) and torch.equal(g, w)
+    workers = model.workers(streams)
+    assert len(workers) == streams and workers[0] is model
+    assert all(w._prefills is model._prefills for w in workers)
+    assert list(model._prefills) == [tuple(PROMPT)]
+    return model
+
+
+def _samples(vocab: int, per_config: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A matched arm's samples and rounds (K + 1 tokens per round), tokens from a fixed seed."""
+    g = np.random.default_rng(11)
+    srows, rrows = [], []
+    for c in range(len(PARAMS)):
+        for s in range(per_config):
+            for t, tok in enumerate(g.integers(0, vocab, T)):
+                srows.append({schema.ARM: "matched", schema.PROMPT_ID: "p0",
+                              schema.CONFIG_ID: f"c{c}", schema.SEED: s, schema.POSITION: t,
+                              schema.TOKEN_ID: int(tok)})  # fmt: skip
+            for rd in range(-(-T // 3)):
+                rrows.append({schema.ARM: "matched", schema.PROMPT_ID: "p0",
+                              schema.CONFIG_ID: f"c{c}", schema.SEED: s, "round": rd,
+                              "accepted": 2})  # fmt: skip
+    return pd.DataFrame(srows), pd.DataFrame(rrows)
+
+
+def _check_table(target: HFModel, streams: int) -> None:
+    """The drift table with ``streams`` floor rows at once equals the one-at-a-time table."""
+    samples, rounds = _samples(target.vocab_size, 6)
+    cfg = [(f"c{i}", p) for i, p in enumerate(PARAMS)]
+    kw = dict(arm="matched", K=2, batch_size=12, positions=T, rows_per_cell=4,
+              floor_rows_per_cell=3, fast=True)  # fmt: skip
+    one = _replay(target)
+    slow = drift_table(one, samples, rounds, {"p0": PROMPT}, cfg, streams=1, **kw)
+    assert one._workers == []  # one at a time: no workers
+    many = _replay(target)
+    fast = drift_table(many, samples, rounds, {"p0": PROMPT}, cfg, streams=streams, **kw)
+    assert len(many._workers) == streams  # ... at once: the workers ran the floor rows
+    assert fast["floor_tv"].notna().sum() == 2 * 3 * T
+    pd.testing.assert_frame_equal(fast, slow, check_exact=True)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> HFModel:
+    return from_preset("qwen3-tiny", seed=5, logit_scale=12.0, num_hidden_layers=3)
+
+
+def test_rows_at_once_equal_one_at_a_time_on_cpu(tiny) -> None:
+    _check_rows(tiny, "cpu", 3)
+
+
+def test_drift_table_floor_at_once_equals_one_at_a_time_on_cpu(tiny) -> None:
+    _check_table(tiny, 4)
+
+
+def test_cpu_drift_table_keeps_one_at_a_time() -> None:
+    """On CPU ``drift_table`` runs on the loaded model (not a replay model): no concurrency."""
+    tiny = from_preset("qwen3-tiny")
+    assert not concurrent(replay_model(tiny, fast=True))
+    assert not concurrent(tiny)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_bf16_rows_at_once_are_bit_identical() -> None:
+    """On CUDA in bfloat16 with CUDA graphs, 8 workers on 8 streams: every floor row's logits
+    and the drift table's floor column equal the one-at-a-time decode bit for bit."""
+    target = from_preset("qwen3-tiny", seed=5, device="cuda", dtype=torch.bfloat16,
+                         logit_scale=12.0, num_hidden_layers=3)  # fmt: skip
+    model = _check_rows(target, "cuda", 8)
+    assert all(w.cuda_graphs and w.stream is not None for w in model.workers(8))
+    _check_table(target, 8)
