@@ -1,10 +1,6 @@
-"""Fused GPU kernels for exact sampling steps: the full-vocabulary float64 normaliser in one read.
-
-Owns: ``weight_sum`` — ``sum_j exp((float64(x_j) - mx) / T)`` per row of float32 (or bfloat16,
-float16) logits, the top-p normaliser of ``sampling.shortlist`` — as one Triton kernel on CUDA (a
-row per program, loads in the logits' dtype, every operation in float64), with the torch
-expression it replaces beside it (``weight_sum_reference``), which runs everywhere else. Knows
-nothing about laws, engines or which rows need the sum.
+"""``weight_sum``: the shortlist's full-vocabulary float64 normaliser ``sum_j exp((x_j - mx) / T)``
+as one Triton kernel on CUDA (a row per program, every operation in float64), and the torch
+expression it replaces (``weight_sum_reference``). Knows nothing about laws or engines.
 
 The why and the details: docs/internals.md "spectest/sampling/kernels.py".
 """

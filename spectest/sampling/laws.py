@@ -1,13 +1,7 @@
-"""Laws over the vocabulary, dense or on a shortlist, behind one small protocol.
-
-Owns: ``Law`` (what the decode loops, the chain sampler and the white-box recorder ask of a law:
-draw a token, its probabilities at token ids, slices and reshapes of its leading dimensions, the
-dense ``[..., V]`` form, the residual against another law) and its two forms — ``DenseLaw``
-(float64 ``[..., V]``) and ``ShortlistLaw`` (float64 probabilities at ``W`` ascending token ids,
-exactly zero elsewhere: what ``sampling.shortlist`` computes without densifying) — plus
-``onehot_law`` (δ(x) as a width-1 shortlist), ``stack_laws``/``cat_laws`` and ``probs_at``.
-Knows nothing about how a law was computed (``transforms``, ``shortlist``), about models or
-about where the uniforms come from.
+"""Laws over the vocabulary behind one protocol (``Law``): ``DenseLaw`` (float64 ``[..., V]``)
+and ``ShortlistLaw`` (float64 at ``W`` ascending ids, zero elsewhere), with ``onehot_law``,
+``stack_laws``/``cat_laws`` and ``probs_at``. Knows nothing about how a law was computed, about
+models or uniforms.
 
 The why and the details: docs/internals.md "spectest/sampling/laws.py".
 """
@@ -120,10 +114,7 @@ class DenseLaw:
         return DenseLaw(self.probs[:, None])
 
     def residual_with(self, q: Law, where: torch.Tensor) -> DenseLaw:
-        residual = (self.probs - q.dense()).clamp(min=0.0)  # [B, V]
-        empty = ~(residual.sum(-1) > 0)  # [B]
-        residual = torch.where(empty[:, None], self.probs, residual)
-        return DenseLaw(torch.where(where[:, None], residual, self.probs))
+        return DenseLaw(_residual(self.probs, q.dense(), where))
 
 
 @dataclass(frozen=True)
@@ -147,17 +138,8 @@ class ShortlistLaw:
         return out.scatter_(-1, self.ids, self.probs)
 
     def draw(self, u: torch.Tensor, *, check: bool = True) -> torch.Tensor:
-        """``categorical`` on the shortlist: token ids ``[...]`` for uniforms ``u`` ``[...]``.
-
-        NOTE the same token as ``categorical(self.dense(), u)``: the ids are in ascending order,
-        so the running sums are the dense CDF's at those ids (the dense row only adds exact zeros
-        between them), the first CDF entry above ``u * total`` is a shortlisted id's, and the
-        positive-weight fix-up moves to the same next positive id. Bit-equal where ``cumsum``
-        sums sequentially (CPU; tested); a parallel scan (CUDA) may associate the ``W`` and the
-        ``V`` sums differently: then a draw can differ only when ``u * total`` lies within
-        float64 rounding of a CDF step (probability ~1e-16, as ``categorical``'s own rounding
-        events).
-        """
+        """``categorical`` on the shortlist: the token ``categorical(self.dense(), u)`` draws
+        (docs/internals.md "spectest/sampling/laws.py": why, and when CUDA may differ)."""
         pick = categorical(self.probs, u, check=check)  # [...] index into the shortlist
         return self.ids.gather(-1, pick[..., None]).squeeze(-1)
 
@@ -182,15 +164,16 @@ class ShortlistLaw:
         return ShortlistLaw(self.ids[:, None], self.probs[:, None], self.vocab_size)
 
     def residual_with(self, q: Law, where: torch.Tensor) -> ShortlistLaw:
-        """NOTE ``max(0, p - q)`` is 0 wherever ``p`` is, so the residual lives on ``p``'s
-        shortlist, and its values there are the dense residual's (the same subtraction of the
-        same numbers); the empty-residual test ``sum > 0`` holds for the same rows in any
-        summation order."""
-        residual = (self.probs - q.prob_of(self.ids)).clamp(min=0.0)  # [B, W]
-        empty = ~(residual.sum(-1) > 0)  # [B]
-        residual = torch.where(empty[:, None], self.probs, residual)
-        probs = torch.where(where[:, None], residual, self.probs)  # [B, W]
+        """On ``p``'s shortlist: ``max(0, p - q)`` is 0 wherever ``p`` is (docs/internals.md)."""
+        probs = _residual(self.probs, q.prob_of(self.ids), where)  # [B, W]
         return ShortlistLaw(self.ids, probs, self.vocab_size)
+
+
+def _residual(p: torch.Tensor, q: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """``max(0, p - q)`` (``p`` where that is empty) on rows ``where``, ``p`` elsewhere."""
+    residual = (p - q).clamp(min=0.0)  # [B, W]
+    residual = torch.where(~(residual.sum(-1) > 0)[:, None], p, residual)
+    return torch.where(where[:, None], residual, p)
 
 
 def onehot_law(tokens: torch.Tensor, vocab_size: int) -> ShortlistLaw:

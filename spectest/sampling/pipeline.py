@@ -1,12 +1,6 @@
-"""How a decode loop turns logits into laws, and the laws one speculative round samples from.
-
-Owns: ``Pipeline`` — the exact ``REFERENCE`` (``transforms.logits_to_probs`` in float64, the
-variants as built, every draw's inputs checked) and the ``FAST`` one (``sampling.shortlist``:
-the same law without full-vocabulary sorts, on a shortlist where it decides every row) — and
-``RoundSampler``, the draft step and the verify-and-sample step of a round for a chunk of rows
-(``SampledRound``: the round and the laws it was decided on). Knows nothing about models,
-caches, uniforms' origin or white-box columns; which sampler is correct is the variant's
-business (``mutants``).
+"""How a decode loop turns logits into laws: ``Pipeline`` (the exact ``REFERENCE`` and the
+shortlist ``FAST``) and ``RoundSampler``, the draft and verify steps of a round for a chunk of
+rows (``SampledRound``). Knows nothing about models, caches, uniforms' origin or white-box columns.
 
 The why and the details: docs/internals.md "spectest/sampling/pipeline.py".
 """
