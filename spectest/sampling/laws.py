@@ -1,5 +1,5 @@
-"""Laws over the vocabulary behind one protocol (``Law``): ``DenseLaw`` (float64 ``[..., V]``)
-and ``ShortlistLaw`` (float64 at ``W`` ascending ids, zero elsewhere), with ``onehot_law``,
+"""Laws over the vocabulary (``Law``): ``DenseLaw`` (float64 ``[..., V]``) and ``ShortlistLaw``
+(float64 at ``W`` ascending ids, zero elsewhere), with one set of methods, and ``onehot_law``,
 ``stack_laws``/``cat_laws`` and ``probs_at``. Knows nothing about how a law was computed, about
 models or uniforms.
 
@@ -10,72 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 import torch
 
 from spectest.sampling.draw import categorical
 
 
-class Law(Protocol):
-    """A law over ``vocab_size`` tokens for every index of its leading (batch) dimensions.
-
-    ``probs`` is ``[..., width]`` float64: the whole vocabulary (dense, ``width = V``) or the
-    shortlist's ids (``width = W``)."""
-
-    is_shortlist: ClassVar[bool]
-
-    @property
-    def probs(self) -> torch.Tensor: ...
-
-    @property
-    def vocab_size(self) -> int: ...
-
-    @property
-    def width(self) -> int: ...
-
-    def dense(self) -> torch.Tensor:
-        """``[..., V]`` float64: the law over the whole vocabulary."""
-        ...
-
-    def draw(self, u: torch.Tensor, *, check: bool = True) -> torch.Tensor:
-        """``categorical`` under uniforms ``u`` ``[...]``: token ids ``[...]``."""
-        ...
-
-    def prob_of(self, tokens: torch.Tensor) -> torch.Tensor:
-        """The law at token ids ``tokens`` ``[..., J]`` (int64): ``[..., J]`` float64."""
-        ...
-
-    def rows(self, lo: int, n: int) -> Law:
-        """Rows ``lo .. lo + n - 1`` of the leading dimension."""
-        ...
-
-    def slots(self, lo: int, hi: int) -> Law:
-        """``[B, J, *] → [B, hi - lo, *]``: slots ``lo .. hi - 1`` of dimension 1."""
-        ...
-
-    def pick(self, index: torch.Tensor) -> Law:
-        """``[B, J, *] → [B, *]``: slot ``index[b]`` of row ``b`` (``index`` ``[B]`` int64)."""
-        ...
-
-    def flat(self) -> Law:
-        """``[B, J, *] → [B·J, *]``."""
-        ...
-
-    def unsqueeze(self) -> Law:
-        """``[B, *] → [B, 1, *]``."""
-        ...
-
-    def residual_with(self, q: Law, where: torch.Tensor) -> Law:
-        """``[B, *]``: the unnormalised ``max(0, p - q)`` where ``where`` ``[B]`` holds, this law
-        elsewhere, on this law's support (``rejection.final_law``'s NOTE on an empty residual:
-        such a row keeps ``p``)."""
-        ...
-
-
 @dataclass(frozen=True)
 class DenseLaw:
-    """A law as float64 probabilities over the whole vocabulary: ``probs`` ``[..., V]``."""
+    """A law as float64 probabilities over the whole vocabulary: ``probs`` ``[..., V]``. Its
+    methods are every ``Law``'s (a ``ShortlistLaw``'s compute the same, docs/internals.md)."""
 
     probs: torch.Tensor  # [..., V] float64
     is_shortlist: ClassVar[bool] = False
@@ -89,31 +34,41 @@ class DenseLaw:
         return int(self.probs.shape[-1])
 
     def dense(self) -> torch.Tensor:
+        """``[..., V]`` float64: the law over the whole vocabulary."""
         return self.probs
 
     def draw(self, u: torch.Tensor, *, check: bool = True) -> torch.Tensor:
+        """``categorical`` under uniforms ``u`` ``[...]``: token ids ``[...]``."""
         return categorical(self.probs, u, check=check)
 
     def prob_of(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The law at token ids ``tokens`` ``[..., J]`` (int64): ``[..., J]`` float64."""
         return self.probs.gather(-1, tokens)
 
     def rows(self, lo: int, n: int) -> DenseLaw:
+        """Rows ``lo .. lo + n - 1`` of the leading dimension."""
         return DenseLaw(self.probs[lo : lo + n])
 
     def slots(self, lo: int, hi: int) -> DenseLaw:
+        """``[B, J, *] → [B, hi - lo, *]``: slots ``lo .. hi - 1`` of dimension 1."""
         return DenseLaw(self.probs[:, lo:hi])
 
     def pick(self, index: torch.Tensor) -> DenseLaw:
+        """``[B, J, *] → [B, *]``: slot ``index[b]`` of row ``b`` (``index`` ``[B]`` int64)."""
         rows = torch.arange(int(index.shape[0]), device=index.device)  # [B]
         return DenseLaw(self.probs[rows, index])
 
     def flat(self) -> DenseLaw:
+        """``[B, J, *] → [B·J, *]``."""
         return DenseLaw(self.probs.reshape(-1, self.width))
 
     def unsqueeze(self) -> DenseLaw:
+        """``[B, *] → [B, 1, *]``."""
         return DenseLaw(self.probs[:, None])
 
     def residual_with(self, q: Law, where: torch.Tensor) -> DenseLaw:
+        """``[B, *]``: the unnormalised ``max(0, p - q)`` where ``where`` ``[B]`` holds (``p`` where
+        that is empty), this law elsewhere, on this law's support."""
         return DenseLaw(_residual(self.probs, q.dense(), where))
 
 
@@ -167,6 +122,9 @@ class ShortlistLaw:
         """On ``p``'s shortlist: ``max(0, p - q)`` is 0 wherever ``p`` is (docs/internals.md)."""
         probs = _residual(self.probs, q.prob_of(self.ids), where)  # [B, W]
         return ShortlistLaw(self.ids, probs, self.vocab_size)
+
+
+Law = DenseLaw | ShortlistLaw  # a law over ``vocab_size`` tokens for each leading index
 
 
 def _residual(p: torch.Tensor, q: torch.Tensor, where: torch.Tensor) -> torch.Tensor:

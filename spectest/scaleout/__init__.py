@@ -210,20 +210,32 @@ class ProcessPool(WorkerPool):
                 raise self._died(slot, f"answered {msg[0]!r} at start")
 
     def _recv(self, slot: _Slot) -> Any:
-        proc, conn = slot.handle
         try:
-            return conn.recv()
+            return slot.handle[1].recv()
         except (EOFError, OSError):
-            proc.join(5)
-            raise self._died(slot, _exit_words(proc.exitcode)) from None
+            raise self._ended(slot) from None
 
     def _send(self, slot: _Slot, spec: Any, key: str | None) -> None:
-        proc, conn = slot.handle
         try:
-            conn.send(("shard", spec, key))
+            slot.handle[1].send(("shard", spec, key))
         except (BrokenPipeError, OSError):
-            proc.join(5)
-            raise self._died(slot, _exit_words(proc.exitcode)) from None
+            raise self._ended(slot) from None
+
+    def _ended(self, slot: _Slot) -> InfrastructureError:
+        """The error of a worker whose process ended (or stopped answering in 5 s)."""
+        import signal
+
+        proc = slot.handle[0]
+        proc.join(5)
+        code = proc.exitcode
+        if code is None:
+            return self._died(slot, "stopped answering")
+        if code >= 0:
+            return self._died(slot, f"exited with code {code}")
+        try:
+            return self._died(slot, f"was killed by {signal.Signals(-code).name}")
+        except ValueError:
+            return self._died(slot, f"was killed by signal {-code}")
 
     def _next(self) -> tuple[_Slot, Any]:
         from multiprocessing.connection import wait
@@ -239,9 +251,7 @@ class ProcessPool(WorkerPool):
         slot = by_sentinel[ready[0]]
         if slot.handle[1].poll():
             return slot, self._recv(slot)
-        slot.handle[0].join(5)
-        exitcode = slot.handle[0].exitcode
-        raise self._died(slot, _exit_words(exitcode))
+        raise self._ended(slot)
 
     def close(self, kill: bool = False) -> None:
         for slot in self.slots:
@@ -261,19 +271,6 @@ class ProcessPool(WorkerPool):
                 proc.join(5)
             conn.close()
         self.slots = []
-
-
-def _exit_words(exitcode: int | None) -> str:
-    import signal
-
-    if exitcode is None:
-        return "stopped answering"
-    if exitcode < 0:
-        try:
-            return f"was killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"was killed by signal {-exitcode}"
-    return f"exited with code {exitcode}"
 
 
 class RayPool(WorkerPool):
