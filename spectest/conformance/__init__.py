@@ -13,8 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from spectest.conformance.session import _Session
-from spectest.conformance.types import (
+from spectest.conformance.session import (
     CHECKS,
     DEFAULT_CONFIGS,
     DEFAULT_DRAFT,
@@ -27,6 +26,7 @@ from spectest.conformance.types import (
     Status,
     Workload,
     _Failed,
+    _Session,
 )
 from spectest.engines.base import (
     NEEDS,

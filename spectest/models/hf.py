@@ -134,10 +134,11 @@ class HFModel(LanguageModel):
             **kwargs,
         )
         cache.valid = mask
-        logits = out.logits.float()  # [B, S, V]
-        if self.logit_scale != 1.0:
-            logits = logits * self.logit_scale
-        return logits
+        return self.scaled(out.logits)  # [B, S, V]
+
+    def scaled(self, logits: torch.Tensor) -> torch.Tensor:
+        """The model's logits as this model returns them: float32, times ``logit_scale``."""
+        return logits.float() * self.logit_scale if self.logit_scale != 1.0 else logits.float()
 
     def logits_full(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Teacher forcing without a cache: hole-free sequences [B, L] → logits [B, L, V]."""

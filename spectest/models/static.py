@@ -233,10 +233,7 @@ class StaticHFModel(LanguageModel):
         if out is None and self.native_logits:
             return res.logits  # [B, S, V] as computed (class NOTE)
         if out is None:
-            logits = res.logits.float()  # [B, S, V]
-            if self.base.logit_scale != 1.0:
-                logits = logits * self.base.logit_scale
-            return logits
+            return self.base.scaled(res.logits)  # [B, S, V]
         # the same operations, into a buffer of the dtype eager returns (conversion is exact)
         out.copy_(res.logits)  # [B, S, V]
         if self.base.logit_scale != 1.0:
