@@ -7,6 +7,7 @@ The why and the details: docs/internals.md "spectest/sampling/kernels.py".
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from typing import Any
@@ -59,10 +60,8 @@ def launch(x: torch.Tensor, t: torch.Tensor, mx: torch.Tensor) -> torch.Tensor:
     if M:
         t64 = t.to(device=x.device, dtype=torch.float64).contiguous()
         m64 = mx.to(device=x.device, dtype=torch.float64).reshape(M).contiguous()
-        if x.is_cuda:  # Triton launches on the current device: make it x's (multi-GPU workers)
-            with torch.cuda.device(x.device):
-                kernel[(M,)](x, t64, m64, out, V=V, BLOCK=BLOCK)
-        else:  # Triton's interpreter (CPU tensors)
+        # Triton launches on the current device: make it x's (multi-GPU workers)
+        with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
             kernel[(M,)](x, t64, m64, out, V=V, BLOCK=BLOCK)
     return out
 
