@@ -94,9 +94,8 @@ class RoundSampler:
         law, q = self.variant.draft_law(
             d_logits, self.params, onehot=self.onehot, q_mode=self.q_mode
         )  # [B, V] the law x is drawn from, [B, V] | None the q reported
-        if self.onehot:
-            return argmax_tokens(law), None if q is None else DenseLaw(q)
-        return categorical(law, u, check=self.pipeline.check), None if q is None else DenseLaw(q)
+        x = argmax_tokens(law) if self.onehot else categorical(law, u, check=self.pipeline.check)
+        return x, None if q is None else DenseLaw(q)
 
     def verify(
         self,
