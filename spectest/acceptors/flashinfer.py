@@ -1,8 +1,6 @@
 """FlashInfer's fused chain verifier as an acceptor
 (``acceptor:spectest.acceptors.flashinfer:chain``): importing ``flashinfer.sampling`` and
-translating the contract. Knows nothing about spectest's loop.
-
-The why and the details: docs/internals.md "spectest/acceptors/flashinfer.py".
+translating the contract. Knows nothing about spectest's loop. Why and details: docs/internals.md.
 """
 
 from __future__ import annotations

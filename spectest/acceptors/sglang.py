@@ -1,8 +1,6 @@
-"""SGLang's Triton chain verifier as an acceptor (``acceptor:spectest.acceptors.sglang:chain``
-and ``:block``): loading its one kernel file and translating the contract to its tree-shaped
-arguments. Knows nothing about spectest's loop.
-
-The why and the details: docs/internals.md "spectest/acceptors/sglang.py".
+"""SGLang's Triton chain verifier as an acceptor (``acceptor:spectest.acceptors.sglang:chain`` and
+``:block``): loading its one kernel file and translating the contract to its tree-shaped arguments.
+Knows nothing about spectest's loop. Why and details: docs/internals.md.
 """
 
 from __future__ import annotations

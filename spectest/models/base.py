@@ -1,7 +1,5 @@
-"""The ``LanguageModel`` interface: batched next-token logits over a slot-based KV cache, and
-the cache contract. Knows nothing about sampling.
-
-The why and the details: docs/internals.md "spectest/models/base.py".
+"""The ``LanguageModel`` interface: batched next-token logits over a slot-based KV cache, and the
+cache contract. Knows nothing about sampling. Why and details: docs/internals.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """Drafts derived from a target: ``first_layers``, ``noised``, ``check_same_vocab`` and
-``derive_draft``. Knows nothing about sampling or engines.
-
-The why and the details: docs/internals.md "spectest/models/derive.py".
+``derive_draft``. Knows nothing about sampling or engines. Why and details: docs/internals.md.
 """
 
 from __future__ import annotations

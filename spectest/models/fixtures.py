@@ -1,8 +1,6 @@
 """Model fixtures for real engines: a deterministic tiny Llama pair (``FIXTURES``) as HF
 directories (``build_hf``) and GGUF files (``build_gguf``), cached by content key. Knows nothing
-about sampling, protocols or engines.
-
-The why and the details: docs/internals.md "spectest/models/fixtures.py".
+about sampling, protocols or engines. Why and details: docs/internals.md.
 """
 
 from __future__ import annotations

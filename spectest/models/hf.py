@@ -1,7 +1,6 @@
 """transformers causal LMs behind the ``LanguageModel`` contract (``HFModel``) and their loaders
-(``from_preset``, ``from_local``). Knows nothing about sampling.
-
-The why and the details: docs/internals.md "spectest/models/hf.py".
+(``from_preset``, ``from_local``). Knows nothing about sampling. Why and details:
+docs/internals.md.
 """
 
 from __future__ import annotations

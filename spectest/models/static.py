@@ -1,8 +1,7 @@
 """``StaticHFModel``: an ``HFModel`` with a key/value pool of ``max_slots`` slots per row allocated
 once, an explicit attention mask over the slots and, on CUDA, one captured graph per fixed-shape
-forward; its cache ``StaticCache``. Knows nothing about sampling, decoding loops or statistics.
-
-The why and the details: docs/internals.md "spectest/models/static.py".
+forward; its cache ``StaticCache``. Knows nothing about sampling, decoding loops or statistics. Why
+and details: docs/internals.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""An analytic toy language model: a seeded order-n Markov chain (``ToyLM``, ``ToyCache``).
-Knows nothing about sampling.
-
-The why and the details: docs/internals.md "spectest/models/toy.py".
+"""An analytic toy language model: a seeded order-n Markov chain (``ToyLM``, ``ToyCache``). Knows
+nothing about sampling. Why and details: docs/internals.md.
 """
 
 from __future__ import annotations

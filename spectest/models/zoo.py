@@ -1,7 +1,6 @@
 """Model zoo: spec strings to ``LanguageModel`` objects (``PRESETS``, ``load_model``,
-``load_pair``). Knows nothing about sampling, protocols or engines.
-
-The why and the details: docs/internals.md "spectest/models/zoo.py".
+``load_pair``). Knows nothing about sampling, protocols or engines. Why and details:
+docs/internals.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""The exact law of one speculative round, computed FROM THE IMPLEMENTATION by quadrature over
-its uniforms (small vocabularies), the plain-sampling law it must equal, and total variation
-between such laws. Knows nothing about models (logits come from callables), statistics or engines.
-
-The why and the details: docs/internals.md "spectest/sampling/exact_law.py".
+"""The exact law of one speculative round, computed FROM THE IMPLEMENTATION by quadrature over its
+uniforms (small vocabularies), the plain-sampling law it must equal, and total variation between
+such laws. Knows nothing about models (logits come from callables), statistics or engines. Why and
+details: docs/internals.md.
 """
 
 from __future__ import annotations

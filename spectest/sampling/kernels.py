@@ -1,8 +1,7 @@
 """``weight_sum``: the shortlist's full-vocabulary float64 normaliser ``sum_j exp((x_j - mx) / T)``
 as one Triton kernel on CUDA (a row per program, every operation in float64), and the torch
-expression it replaces (``weight_sum_reference``). Knows nothing about laws or engines.
-
-The why and the details: docs/internals.md "spectest/sampling/kernels.py".
+expression it replaces (``weight_sum_reference``). Knows nothing about laws or engines. Why and
+details: docs/internals.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Laws over the vocabulary (``Law``): ``DenseLaw`` (float64 ``[..., V]``) and ``ShortlistLaw``
 (float64 at ``W`` ascending ids, zero elsewhere), with one set of methods, and ``onehot_law``,
 ``stack_laws``/``cat_laws`` and ``probs_at``. Knows nothing about how a law was computed, about
-models or uniforms.
-
-The why and the details: docs/internals.md "spectest/sampling/laws.py".
+models or uniforms. Why and details: docs/internals.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """How a decode loop turns logits into laws: ``Pipeline`` (the exact ``REFERENCE`` and the
-shortlist ``FAST``) and ``RoundSampler``, the draft and verify steps of a round for a chunk of
-rows (``SampledRound``). Knows nothing about models, caches, uniforms' origin or white-box columns.
-
-The why and the details: docs/internals.md "spectest/sampling/pipeline.py".
+shortlist ``FAST``) and ``RoundSampler``, the draft and verify steps of a round for a chunk of rows
+(``SampledRound``). Knows nothing about models, caches, uniforms' origin or white-box columns. Why
+and details: docs/internals.md.
 """
 
 from __future__ import annotations

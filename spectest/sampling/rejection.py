@@ -1,8 +1,7 @@
 """The chain rejection sampler (arXiv 2211.17192, Algorithm 1; arXiv 2302.01318): one round as a
 pure function of laws, drafted tokens and uniforms, its building blocks (which the mutants
 recombine) and a slow per-row reference. Knows nothing about models, caches or uniforms' origin.
-
-The why and the details: docs/internals.md "spectest/sampling/rejection.py".
+Why and details: docs/internals.md.
 """
 
 from __future__ import annotations

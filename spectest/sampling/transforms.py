@@ -1,8 +1,6 @@
 """Logits → float64 probabilities: the pipeline temperature → top-k → top-p → min-p per row, its
 tie rules, greedy rows and the non-finite-logit check. Knows nothing about uniforms, drafts or
-models.
-
-The why and the details: docs/internals.md "spectest/sampling/transforms.py".
+models. Why and details: docs/internals.md.
 """
 
 from __future__ import annotations
