@@ -1,5 +1,4 @@
 """Shipped acceptor adapters: real verification kernels in the acceptor contract, selected as
-``candidate: acceptor:spectest.acceptors.NAME:FUNCTION``; each imports its package lazily.
-
-The why and the details: docs/internals.md "spectest/acceptors/__init__.py".
+``candidate: acceptor:spectest.acceptors.NAME:FUNCTION``; each imports its package lazily. Why and
+details: docs/internals.md.
 """

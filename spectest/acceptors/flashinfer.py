@@ -1,8 +1,6 @@
 """FlashInfer's fused chain verifier as an acceptor
 (``acceptor:spectest.acceptors.flashinfer:chain``): importing ``flashinfer.sampling`` and
-translating the contract. Knows nothing about spectest's loop.
-
-The why and the details: docs/internals.md "spectest/acceptors/flashinfer.py".
+translating the contract. Knows nothing about spectest's loop. Why and details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -51,10 +49,6 @@ def version() -> str:
     return str(getattr(mod, "__version__", "?"))
 
 
-def _prepare() -> None:
-    sampling_module()
-
-
 def chain(
     draft_probs: torch.Tensor,
     draft_token_ids: torch.Tensor,
@@ -91,4 +85,4 @@ def chain(
 
 
 chain.spectest_randomness = "generator"  # type: ignore[attr-defined]
-chain.spectest_prepare = _prepare  # type: ignore[attr-defined]
+chain.spectest_prepare = sampling_module  # type: ignore[attr-defined]

@@ -1,8 +1,6 @@
-"""SGLang's Triton chain verifier as an acceptor (``acceptor:spectest.acceptors.sglang:chain``
-and ``:block``): loading its one kernel file and translating the contract to its tree-shaped
-arguments. Knows nothing about spectest's loop.
-
-The why and the details: docs/internals.md "spectest/acceptors/sglang.py".
+"""SGLang's Triton chain verifier as an acceptor (``acceptor:spectest.acceptors.sglang:chain`` and
+``:block``): loading its one kernel file and translating the contract to its tree-shaped arguments.
+Knows nothing about spectest's loop. Why and details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -52,10 +50,6 @@ def kernel_module() -> ModuleType:
     if not hasattr(module, FUNCTION):
         raise EngineError(f"spectest.acceptors.sglang: {path} has no {FUNCTION}")
     return module
-
-
-def _prepare() -> None:
-    kernel_module()
 
 
 def _run(
@@ -126,5 +120,5 @@ def block(
     return _run(draft_probs, draft_token_ids, uniforms, target_probs, block_verification=True)
 
 
-chain.spectest_prepare = _prepare  # type: ignore[attr-defined]
-block.spectest_prepare = _prepare  # type: ignore[attr-defined]
+chain.spectest_prepare = kernel_module  # type: ignore[attr-defined]
+block.spectest_prepare = kernel_module  # type: ignore[attr-defined]

@@ -1,8 +1,7 @@
 """``spectest conformance``: does an engine honour the engine contract (``engines.base``)? The
-checks (``CHECKS``), run on small jobs of real models (``check``, ``check_arm``), and their
-report. Knows nothing about statistics. What each check requires: docs/conformance.md.
-
-The why and the details: docs/internals.md "spectest/conformance/__init__.py".
+checks (``CHECKS``), run on small jobs of real models (``check``, ``check_arm``), and their report.
+Knows nothing about statistics. What each check requires: docs/conformance.md. Why and details:
+docs/internals.md.
 """
 
 from __future__ import annotations
@@ -13,8 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from spectest.conformance.session import _Session
-from spectest.conformance.types import (
+from spectest.conformance.session import (
     CHECKS,
     DEFAULT_CONFIGS,
     DEFAULT_DRAFT,
@@ -27,6 +25,7 @@ from spectest.conformance.types import (
     Status,
     Workload,
     _Failed,
+    _Session,
 )
 from spectest.engines.base import (
     NEEDS,

@@ -1,7 +1,6 @@
 """Grouped-query attention without the key/value copy, for ``static``: ``packed_gqa_sdpa``, its
-reference ``repeat_kv_sdpa`` and ``packed_attention``. Knows nothing about caches or sampling.
-
-The why and the details: docs/internals.md "spectest/models/attention.py".
+reference ``repeat_kv_sdpa`` and ``packed_attention``. Knows nothing about caches or sampling. Why
+and details: docs/internals.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The ``LanguageModel`` interface: batched next-token logits over a slot-based KV cache, and
-the cache contract. Knows nothing about sampling.
-
-The why and the details: docs/internals.md "spectest/models/base.py".
+"""The ``LanguageModel`` interface: batched next-token logits over a slot-based KV cache, and the
+cache contract. Knows nothing about sampling. Why and details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -58,13 +56,9 @@ class LanguageModel(ABC):
         ``StaticHFModel`` with ``native_logits``: the model's own dtype, exact in float32)."""
 
     def prefill_shared(self, prompt: torch.Tensor, batch_size: int) -> tuple[Cache, torch.Tensor]:
-        """Prefill one prompt once and share it: a ``batch_size``-row cache and logits [L, V].
-
-        ``prompt`` is [L] int64. The prompt is run as a single row, then its cache is repeated,
-        so a batch of B rows costs one prompt forward instead of B. NOTE: every row then holds
-        bit-identical prompt state whatever the batch size, which also makes rows independent of
-        the batch composition during prefill (GEMM kernels can differ with the row count).
-        """
+        """Prefill one prompt ``[L]`` once as a single row and repeat its cache: a
+        ``batch_size``-row cache with bit-identical prompt state whatever the batch size, and
+        logits [L, V]."""
         assert prompt.dim() == 1, prompt.shape
         cache = self.new_cache(1)
         logits = self.forward(cache, prompt[None, :])[0]  # [L, V]

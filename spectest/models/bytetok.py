@@ -1,7 +1,5 @@
 """The bundled pair's byte-level tokenizer (ids 0-255, then BOS, EOS, PAD): ``encode`` and
-``decode``. Knows nothing about models.
-
-The why and the details: docs/internals.md "spectest/models/bytetok.py".
+``decode``. Knows nothing about models. Why and details: docs/internals.md.
 """
 
 from __future__ import annotations

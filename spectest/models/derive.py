@@ -1,7 +1,5 @@
 """Drafts derived from a target: ``first_layers``, ``noised``, ``check_same_vocab`` and
-``derive_draft``. Knows nothing about sampling or engines.
-
-The why and the details: docs/internals.md "spectest/models/derive.py".
+``derive_draft``. Knows nothing about sampling or engines. Why and details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -34,11 +32,8 @@ def first_layers(target: HFModel, num_layers: int) -> HFModel:
 
     Notes
     -----
-    The model is built on the ``meta`` device from a copy of the config with
-    ``num_hidden_layers = num_layers`` (and ``layer_types`` truncated where the config has it), then
-    every parameter and buffer is taken from the target by name; a missing name is an error, so a
-    partially-initialised draft cannot slip through. Verified in tests/test_models.py: the draft's
-    logits equal a full-copy truncated model's.
+    Built on the ``meta`` device from the truncated config, then every parameter and buffer is
+    taken from the target by name (a missing name is an error: no partially-initialised draft).
     """
     from transformers import AutoModelForCausalLM
 

@@ -1,7 +1,5 @@
-"""The dtype rule: ``DTYPES``, ``ALIASES``, ``LOW_PRECISION``, ``default_dtype`` and
-``dtype_name`` / ``torch_dtype``. Knows nothing of models.
-
-The why and the details: docs/internals.md "spectest/models/dtypes.py".
+"""The dtype rule: ``DTYPES``, ``ALIASES``, ``LOW_PRECISION``, ``default_dtype`` and ``dtype_name``
+/ ``torch_dtype``. Knows nothing of models. Why and details: docs/internals.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Model fixtures for real engines: a deterministic tiny Llama pair (``FIXTURES``) as HF
 directories (``build_hf``) and GGUF files (``build_gguf``), cached by content key. Knows nothing
-about sampling, protocols or engines.
-
-The why and the details: docs/internals.md "spectest/models/fixtures.py".
+about sampling, protocols or engines. Why and details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -98,12 +96,8 @@ def parse_fixture_spec(head: str) -> tuple[str, str]:
 
 # ----------------------------------------------------------------------------- HF pair
 def build_hf(name: str) -> Path:
-    """Build (or find) the HF target/draft directories of a fixture; returns the fixture dir.
-
-    Deterministic: weights are drawn on CPU under a forked RNG from ``spec.seed`` (target) and
-    ``spec.draft_seed`` (draft noise). Written to a temporary directory, then renamed into place,
-    so a half-built fixture is never found.
-    """
+    """Build (or find) the HF target/draft directories of a fixture; returns the fixture dir
+    (seeded on CPU; renamed into place, so a half-built fixture is never found)."""
     out = fixture_dir(name)
     if (out / FIXTURE_FILE).is_file():
         return out
@@ -239,13 +233,9 @@ def _record_hashes(root: Path, files: list[Path]) -> None:
 
 
 def build_gguf(name: str, llamacpp_dir: str | Path) -> dict[str, Path]:
-    """GGUF files (float32) of a fixture's target and draft, made with llama.cpp's own
-    ``convert_hf_to_gguf.py`` in the venv of ``spectest setup llamacpp``'s cache directory
-    ``llamacpp_dir`` (``bin/``, ``venv/``, ``src/``). Returns ``{"target": path, "draft": path}``.
-
-    The tokenizer (SentencePiece BPE, ``spec.tokenizer_vocab`` pieces, trained single-threaded
-    on ``pydoc_data.topics``) is trained once per fixture and copied into both HF directories
-    (``tokenizer.model`` + ``tokenizer_config.json``) before conversion.
+    """GGUF files (float32) of a fixture's target and draft, ``{"target": path, "draft": path}``,
+    made by llama.cpp's ``convert_hf_to_gguf.py`` in ``spectest setup llamacpp``'s cache directory
+    ``llamacpp_dir``, with a SentencePiece tokenizer trained once per fixture (docs/internals.md).
     """
     base = Path(llamacpp_dir)
     vpy, convert = base / "venv" / "bin" / "python", base / "src" / "convert_hf_to_gguf.py"

@@ -1,7 +1,6 @@
 """transformers causal LMs behind the ``LanguageModel`` contract (``HFModel``) and their loaders
-(``from_preset``, ``from_local``). Knows nothing about sampling.
-
-The why and the details: docs/internals.md "spectest/models/hf.py".
+(``from_preset``, ``from_local``). Knows nothing about sampling. Why and details:
+docs/internals.md.
 """
 
 from __future__ import annotations
@@ -134,10 +133,11 @@ class HFModel(LanguageModel):
             **kwargs,
         )
         cache.valid = mask
-        logits = out.logits.float()  # [B, S, V]
-        if self.logit_scale != 1.0:
-            logits = logits * self.logit_scale
-        return logits
+        return self.scaled(out.logits)  # [B, S, V]
+
+    def scaled(self, logits: torch.Tensor) -> torch.Tensor:
+        """The model's logits as this model returns them: float32, times ``logit_scale``."""
+        return logits.float() * self.logit_scale if self.logit_scale != 1.0 else logits.float()
 
     def logits_full(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Teacher forcing without a cache: hole-free sequences [B, L] → logits [B, L, V]."""
@@ -165,15 +165,6 @@ def _resolve_dtype(dtype: torch.dtype | str | None, device: torch.device) -> tor
         return torch_dtype(dtype, device.type)
     except ConfigError as err:
         raise ModelError(str(err)) from None
-
-
-def build_config(preset: str, **overrides: Any) -> Any:
-    """The transformers config of a named preset (plus overrides, e.g. ``num_hidden_layers``)."""
-    if preset not in HF_PRESETS:
-        raise ModelError(
-            f"hf-preset: unknown preset {preset!r}; valid: {', '.join(sorted(HF_PRESETS))}"
-        )
-    return config_of({**HF_PRESETS[preset], **overrides}, f"hf-preset {preset!r}")
 
 
 def config_of(fields: dict[str, Any], what: str) -> Any:
@@ -229,8 +220,13 @@ def from_preset(
     logit_scale: float = 1.0,
     **overrides: Any,
 ) -> HFModel:
-    """Random-init model of a named preset (``HF_PRESETS``); nothing is downloaded."""
-    cfg = build_config(preset, **overrides)
+    """Random-init model of a named preset (``HF_PRESETS``, plus config ``overrides``); nothing is
+    downloaded."""
+    if preset not in HF_PRESETS:
+        raise ModelError(
+            f"hf-preset: unknown preset {preset!r}; valid: {', '.join(sorted(HF_PRESETS))}"
+        )
+    cfg = config_of({**HF_PRESETS[preset], **overrides}, f"hf-preset {preset!r}")
     suffix = "".join(f",{k}={v}" for k, v in sorted(overrides.items()))
     name = f"hf-preset:{preset},seed={seed},logit_scale={logit_scale}{suffix}"
     return from_config(
@@ -270,10 +266,8 @@ def from_local(
 
     Notes
     -----
-    A model directory is data, never code: ``trust_remote_code=False`` is passed explicitly,
-    and a ``config.json`` with ``auto_map`` (custom modelling code shipped beside the weights) is
-    refused before transformers sees it — otherwise transformers asks on stdin whether to run
-    that code, and a ``y`` on stdin (a CI script's ``yes |``) would run it.
+    A model directory is data, never code: ``trust_remote_code=False``, and a ``config.json``
+    with ``auto_map`` is refused before transformers can ask on stdin whether to run its code.
     """
     from transformers import AutoModelForCausalLM
 

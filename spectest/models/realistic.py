@@ -1,7 +1,6 @@
-"""A benchmark pair at a real model's shape whose draft accepts like a real one
-(``damped_target``, the ``realistic:`` zoo kind). Knows nothing about sampling or engines.
-
-The why and the details: docs/internals.md "spectest/models/realistic.py".
+"""A benchmark pair at a real model's shape whose draft accepts like a real one (``damped_target``,
+the ``realistic:`` zoo kind). Knows nothing about sampling or engines. Why and details:
+docs/internals.md.
 """
 
 from __future__ import annotations

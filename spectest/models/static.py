@@ -1,13 +1,7 @@
-"""A static-cache model: an HF causal LM with preallocated keys/values and CUDA-graph replay.
-
-Owns: ``StaticHFModel`` (an ``HFModel`` behind the ``LanguageModel`` slot-cache contract with a
-key/value pool of ``max_slots`` slots per row allocated once, an explicit 4-D attention mask over
-the slots, and, on CUDA, one captured graph per fixed-shape forward), its cache ``StaticCache``
-and the pieces they are made of (``_StaticKV``: the duck-typed transformers cache; ``_Graph``: one
-CUDA graph). Knows nothing about sampling, decoding loops or statistics; the fast engine
-(``engines.fast``) runs the built-in loops on it.
-
-The why and the details: docs/internals.md "spectest/models/static.py".
+"""``StaticHFModel``: an ``HFModel`` with a key/value pool of ``max_slots`` slots per row allocated
+once, an explicit attention mask over the slots and, on CUDA, one captured graph per fixed-shape
+forward; its cache ``StaticCache``. Knows nothing about sampling, decoding loops or statistics. Why
+and details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -238,10 +232,7 @@ class StaticHFModel(LanguageModel):
         if out is None and self.native_logits:
             return res.logits  # [B, S, V] as computed (class NOTE)
         if out is None:
-            logits = res.logits.float()  # [B, S, V]
-            if self.base.logit_scale != 1.0:
-                logits = logits * self.base.logit_scale
-            return logits
+            return self.base.scaled(res.logits)  # [B, S, V]
         # the same operations, into a buffer of the dtype eager returns (conversion is exact)
         out.copy_(res.logits)  # [B, S, V]
         if self.base.logit_scale != 1.0:
@@ -282,13 +273,8 @@ class StaticHFModel(LanguageModel):
 
 
 class _Graph:
-    """One CUDA graph of ``StaticHFModel._eager`` at a fixed ``(B, S, W)`` over the B-row pool
-    (``W`` attended slots: the graph's keys/values are views of the pool's first ``W``).
-
-    NOTE memory: every graph of a model shares ONE memory pool, so a capture's allocations are
-    scratch another replay may overwrite; safe because replays run one at a time and ``run``
-    clones the output first (docs/internals.md "spectest/models/static.py").
-    """
+    """One CUDA graph of ``StaticHFModel._eager`` at a fixed ``(B, S, W)`` over the B-row pool;
+    every graph of a model shares one memory pool (docs/internals.md)."""
 
     def __init__(self, model: StaticHFModel, B: int, S: int, W: int) -> None:
         dev = model.device
@@ -298,11 +284,8 @@ class _Graph:
         self.mask = torch.zeros((B, S, W), dtype=torch.bool, device=dev)
         self.mask[:, :, W - S] = True  # warm-up queries attend to something
         self.pos = torch.zeros((B, S), dtype=torch.int64, device=dev)
-        # NOTE warm-up on a side stream then capture, as torch.cuda.graphs documents. The graph is
-        # captured at the first forward with n0 + S <= W, so the live rows use slots < n0 <= W - S
-        # and warm-up and capture write their garbage into slots W - S .. W - 1, which no live row
-        # uses yet; a real forward writes a slot before any query can see it (the mask admits
-        # valid slots and the slots being written).
+        # warm-up on a side stream, then capture, writing into slots no live row uses yet
+        # (docs/internals.md "The key/value pool and the CUDA graphs")
         with torch.cuda.device(dev):  # capture streams are created on the current device
             stream = torch.cuda.Stream(device=dev)
             stream.wait_stream(torch.cuda.current_stream(dev))

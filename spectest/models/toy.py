@@ -1,7 +1,5 @@
-"""An analytic toy language model: a seeded order-n Markov chain (``ToyLM``, ``ToyCache``).
-Knows nothing about sampling.
-
-The why and the details: docs/internals.md "spectest/models/toy.py".
+"""An analytic toy language model: a seeded order-n Markov chain (``ToyLM``, ``ToyCache``). Knows
+nothing about sampling. Why and details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -14,9 +12,7 @@ import torch
 from spectest.errors import ModelError
 from spectest.models.base import Cache, LanguageModel
 
-# NOTE: the table is materialised; cap its size so a typo (V=50000, order=3) fails fast and clearly
-# instead of allocating tens of GB.
-MAX_TABLE_ENTRIES = 1 << 24
+MAX_TABLE_ENTRIES = 1 << 24  # the table is materialised: a typo (V=50000, order=3) fails fast
 
 
 class ToyCache(Cache):
@@ -50,10 +46,8 @@ class ToyLM(LanguageModel):
 
     Notes
     -----
-    ``forward`` recomputes each query's context from the cache's token history and validity
-    (vectorised: compact the valid tokens of each row, then gather the last ``n - 1`` of them),
-    so holes are honoured by construction. Verified in tests/test_models.py against
-    ``conditional_logits`` on hole-free sequences.
+    ``forward`` recomputes each query's context from the cache's token history and validity, so
+    holes are honoured by construction (tested against ``conditional_logits``).
     """
 
     def __init__(
@@ -93,8 +87,7 @@ class ToyLM(LanguageModel):
         self.name = name or f"toy:V={vocab_size},order={order},scale={scale},seed={seed}"
         if table is None:
             gen = torch.Generator().manual_seed(int(seed))
-            # NOTE: drawn in float64 on CPU from a private generator (identical on every machine),
-            # then stored as float32, the dtype every LanguageModel returns.
+            # float64 on CPU from a private generator (every machine alike), stored as float32
             table = float(scale) * torch.randn(
                 (num_contexts, vocab_size), generator=gen, dtype=torch.float64
             )
@@ -133,9 +126,7 @@ class ToyLM(LanguageModel):
 
     def _shape_noise(self, idx: torch.Tensor, B: int, S: int) -> torch.Tensor:
         """``z`` ``[B, S, V]`` float32, variance 1, a function of (context, offset, S, B, seed,
-        token): the simulated numerics of the docs/internals.md. One table of iid uniforms per
-        forward shape (S, B), drawn from a private generator seeded by a hash of
-        (seed, S, B) — so two shapes' perturbations are independent — and kept."""
+        token): the simulated numerics of docs/internals.md (one kept table per shape (S, B))."""
         tables = self.__dict__.setdefault("_noise", {})
         if (S, B) not in tables:
             digest = hashlib.sha256(f"toy-numerics:{self.seed}:{S}:{B}".encode()).digest()

@@ -1,7 +1,6 @@
 """Model zoo: spec strings to ``LanguageModel`` objects (``PRESETS``, ``load_model``,
-``load_pair``). Knows nothing about sampling, protocols or engines.
-
-The why and the details: docs/internals.md "spectest/models/zoo.py".
+``load_pair``). Knows nothing about sampling, protocols or engines. Why and details:
+docs/internals.md.
 """
 
 from __future__ import annotations
@@ -134,20 +133,16 @@ def load_model(
         o = _typed(spec, opts, _REALISTIC_KEYS, extra_int=True)  # extra ints = config overrides
         o.setdefault("seed", seed)
         return damped_target(head, device=device, dtype=dtype, **o)
-    if kind == "hf-local":
-        o = _typed(spec, opts, {"logit_scale": float})
-        if not head:
-            raise ConfigError(f"model spec {spec!r}: hf-local needs a directory path")
-        return from_local(head, device=device, dtype=dtype, logit_scale=o.get("logit_scale", 1.0))
-    if kind == "bundled":
-        if head not in BUNDLED_NAMES:
+    if kind in ("hf-local", "bundled"):
+        if kind == "bundled" and head not in BUNDLED_NAMES:
             raise ConfigError(
                 f"model spec {spec!r}: bundled model must be one of {BUNDLED_NAMES}, got {head!r}"
             )
         o = _typed(spec, opts, {"logit_scale": float})
-        return from_local(
-            BUNDLED_DIR / head, device=device, dtype=dtype, logit_scale=o.get("logit_scale", 1.0)
-        )
+        if kind == "hf-local" and not head:
+            raise ConfigError(f"model spec {spec!r}: hf-local needs a directory path")
+        path = head if kind == "hf-local" else BUNDLED_DIR / head
+        return from_local(path, device=device, dtype=dtype, logit_scale=o.get("logit_scale", 1.0))
     if kind == "fixture":  # built on first use under ~/.cache/spectest/fixtures
         from spectest.models.fixtures import hf_dir, parse_fixture_spec
 

@@ -1,11 +1,6 @@
-"""Inverse-CDF categorical draws on a float64 cumsum, and argmax with a fixed tie rule.
-
-Owns: turning (weights, one uniform) into a token id. Knows nothing about where the uniforms come
-from (see ``seeding``), nor about which law the weights are (target, residual, draft).
-
-``categorical`` accepts *unnormalised* non-negative weights: the token is the smallest id ``i``
-with ``cdf[i] > u * cdf[-1]``, so its law is ``w / sum(w)`` exactly up to float64 rounding. This
-lets the rejection sampler draw from the residual ``max(0, p - q)`` without dividing by its mass.
+"""Turning (weights, one uniform) into a token id: inverse-CDF draws on a float64 cumsum of
+*unnormalised* weights (so the residual needs no division), and argmax with a fixed tie rule.
+Knows nothing about where the uniforms come from, nor which law the weights are.
 """
 
 from __future__ import annotations
@@ -37,15 +32,12 @@ def categorical(probs: torch.Tensor, u: torch.Tensor, *, check: bool = True) -> 
 
     Notes
     -----
-    NOTE float64 cumsum: a float32 CDF cannot resolve tokens below ~2^-24 of the mass (vLLM #43150).
-    NOTE positive-weight guarantee: ``u * total`` can round up to ``total`` (u near 1), and a
-    parallel scan may make ``cdf`` differ between a token and a zero-weight neighbour; either could
-    land on a zero-weight id (SGLang #35771, FlashInfer #879). The found index is moved to the next
-    positive-weight token at or after it, else to the last positive-weight token. These moves only
-    happen on rounding events (probability ~1e-16 per draw), so only rows whose found index has
-    zero weight get the ``[V]``-wide fix-up (``_next_positive``). Verified equal to the
-    Python-loop ``categorical_reference`` on random inputs, on u → 0, u → 1 edge cases and on rows
-    forced through the fix-up (tests/test_sampling*.py).
+    The token is the smallest id ``i`` with ``cdf[i] > u * cdf[-1]``: law ``w / sum(w)`` up to
+    float64 rounding (a float32 CDF cannot resolve tokens below ~2^-24 of the mass, vLLM #43150).
+    A rounding event (``u * total`` rounding up to ``total``, or a parallel scan) can land on a
+    zero-weight id (SGLang #35771, FlashInfer #879): that index moves to the next positive-weight
+    token at or after it, else to the last one (``_next_positive``, ``categorical_reference``'s
+    rule; tested in tests/test_sampling*.py).
     """
     assert probs.dtype == torch.float64 and u.dtype == torch.float64, (probs.dtype, u.dtype)
     assert probs.shape[:-1] == u.shape, (tuple(probs.shape), tuple(u.shape))
@@ -56,13 +48,8 @@ def categorical(probs: torch.Tensor, u: torch.Tensor, *, check: bool = True) -> 
     total = cdf[:, -1]  # [N]
     target = (uf * total)[:, None].contiguous()  # [N, 1]
     idx = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=V - 1)  # [N]
-    # NOTE the found index has positive weight except on a rounding event (docstring): only those
-    # rows get the "next positive-weight id" fix-up, decided by one host sync (shared with the
-    # input check); the fix-up is ``_next_positive`` on them, the rule of ``categorical_reference``
-    zero = ~(w.gather(-1, idx[:, None]).squeeze(-1) > 0)  # [N] rounding events
-    if not check and V <= SYNC_FREE_WIDTH:
-        # NOTE the same fix-up on the same rows (``where`` keeps every other row's index), with no
-        # host sync: ``_next_positive`` over ``[N, V]`` is cheap at a shortlist's width
+    zero = ~(w.gather(-1, idx[:, None]).squeeze(-1) > 0)  # [N] rounding events: fix-up rows
+    if not check and V <= SYNC_FREE_WIDTH:  # the same fix-up on every row, no host sync
         return torch.where(zero, _next_positive(w, idx), idx).reshape(u.shape)
     if check:
         fix = _check(w, total, uf, zero)

@@ -1,12 +1,7 @@
-"""The exact law of one speculative round, computed FROM THE IMPLEMENTATION by quadrature.
-
-Owns: enumeration of a round's draws (draft tokens, acceptance and final uniforms) for a small
-vocabulary, the resulting law of the emitted tokens, the plain-sampling law it must equal, and
-total variation between such laws. Knows nothing about models (logits come from callables of the
-context), statistics or engines. Used by the exactness tests and reusable by the statistics (an
-exact TV for a mutant in a toy setting).
-
-The why and the details: docs/internals.md "spectest/sampling/exact_law.py".
+"""The exact law of one speculative round, computed FROM THE IMPLEMENTATION by quadrature over its
+uniforms (small vocabularies), the plain-sampling law it must equal, and total variation between
+such laws. Knows nothing about models (logits come from callables), statistics or engines. Why and
+details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -52,12 +47,8 @@ class MarkovChain:
 
 
 def _pieces(breaks: Iterable[float]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Midpoints and lengths ``[n]`` of the cells of (0, 1) cut at ``breaks``.
-
-    NOTE breakpoints closer than ``MERGE`` are merged: the same threshold computed two ways (a
-    CDF of p and of a residual) differs by an ulp, and a cell of 1e-17 cannot be probed. The
-    merged sliver is misassigned at most, so each merge moves at most ``MERGE`` of mass.
-    """
+    """Midpoints and lengths ``[n]`` of the cells of (0, 1) cut at ``breaks``; breakpoints closer
+    than ``MERGE`` are one (an ulp apart: each merge moves at most ``MERGE`` of mass)."""
     kept = [0.0]
     for b in sorted(float(b) for b in breaks if 0.0 < float(b) < 1.0):
         if b - kept[-1] > MERGE:
@@ -130,27 +121,6 @@ Draft = tuple[tuple[int, ...], float, list[torch.Tensor | None]]  # tokens, prob
 BatchLogitsFn = Callable[[list[tuple[int, ...]]], torch.Tensor]  # N contexts → logits [N, V]
 
 
-def _drafts(
-    variant: SpecVariant,
-    draft: LogitsFn,
-    params: SamplingParams,
-    K: int,
-    onehot: bool,
-    q_mode: str,
-    check: bool,
-) -> list[Draft]:
-    """Every draft sequence with its probability and the q reported at each position."""
-
-    def batch(ctxs: list[tuple[int, ...]]) -> torch.Tensor:
-        return torch.stack([draft(c) for c in ctxs])  # [N, V]
-
-    drafts, missing = draft_tree(
-        variant, batch, params, K, onehot=onehot, q_mode=q_mode, check=check
-    )
-    assert missing == 0.0
-    return drafts
-
-
 def draft_tree(
     variant: SpecVariant,
     draft: BatchLogitsFn,
@@ -162,16 +132,10 @@ def draft_tree(
     check: bool = True,
     max_drafts: int | None = None,
 ) -> tuple[list[Draft], float]:
-    """The draft sequences of ``variant``'s drafter, level by level (one ``draft`` call per
-    level, for batched forwards), with their probability and the q reported at each position;
-    and the probability mass of the sequences left out (0 when all are kept).
-
-    A token's probability is the measure of the draft uniforms that ``categorical`` maps to it
-    (its breakpoints, the draft CDF: from the implementation, as ``round_law``); a one-hot drafter
-    takes ``argmax_tokens`` (one sequence). With ``max_drafts`` only the most probable
-    ``max_drafts`` prefixes are kept at each level (ties by token order), and the mass of the
-    dropped prefixes is returned: a caller that bounds a law from the kept drafts must add it.
-    """
+    """The draft sequences of ``variant``'s drafter with their probability (the measure of the
+    draft uniforms ``categorical`` maps to them) and the q reported at each position, one
+    ``draft`` call per level; and the mass left out (``max_drafts``: only that many most probable
+    prefixes are kept per level, ties by token order; 0 without)."""
     level: list[Draft] = [((), 1.0, [])]
     missing = 0.0
     for _ in range(K):
@@ -216,10 +180,8 @@ def _constant_on_cells(
     sides: torch.Tensor,
     expected: torch.Tensor,
 ) -> bool:
-    """True iff ``fn`` gives ``expected`` at probes of every cell: near both ends of each
-    coordinate (others at the midpoint, ``EDGE`` of the side from the end) and one random interior
-    point. Outcomes change at a missing breakpoint, so the end probes catch any breakpoint farther
-    than ``EDGE * side`` from the cell's ends (unless the outcome returns to the midpoint's)."""
+    """True iff ``fn`` gives ``expected`` at probes of every cell: ``EDGE`` of the side inside both
+    ends of each coordinate (others at the midpoint) and one random interior point."""
     if mids.dim() == 1:
         mids, sides, flat = mids[:, None], sides[:, None], True
     else:
@@ -260,22 +222,24 @@ def round_law(
 ) -> SequenceLaw:
     """The exact law of the tokens one round of ``variant`` emits (sequences of 1..K+1 tokens).
 
-    ``target(ctx)``/``draft(ctx)`` give logits ``[V]`` after the round's context ``ctx`` (the
-    drafted tokens so far). ``extra_accept_breaks(j, p_j, q_j | None, x_j, p_{j+1})`` adds
-    thresholds of acceptance uniform ``j`` that a mutant compares against (e.g. ``(1 + ε) p/q``,
-    or the CDF points of the next slot's law p_{j+1} for a mutant that draws the bonus with it).
-    ``drafts``
-    (from ``draft_tree``, e.g. with ``max_drafts``): the draft sequences to use instead of all
-    of them (``draft`` is then not called); the law is then the sub-measure over those drafts.
-    ``max_cells``: raise ``GridTooLarge`` before evaluating a grid of more cells than that.
-    ``compact``: evaluate the variant on the tokens that can matter only — those with p > 0 at
-    some position of some draft, q > 0, or drafted — in vocabulary order (the same law for any
-    variant whose round never emits a token of zero p and zero q: the catalogue's, tested in
-    tests/test_tooth_size.py; ``check`` still probes every cell). Much cheaper for a large
-    vocabulary under top-k / top-p. ``stats`` (a dict) receives ``cells``, the grid's size.
+    ``target(ctx)``/``draft(ctx)`` give logits ``[V]`` after the round's drafted tokens ``ctx``.
+    ``extra_accept_breaks(j, p_j, q_j | None, x_j, p_{j+1})``: a mutant's other thresholds of
+    acceptance uniform ``j`` (``known_accept_breaks``). ``drafts`` (``draft_tree``'s): use those
+    instead of all (the law is then the sub-measure over them). ``max_cells``: raise
+    ``GridTooLarge`` before a larger grid. ``compact``: evaluate on the tokens that can matter
+    only (p > 0 somewhere, q > 0, or drafted; the same law for the catalogue's variants,
+    tests/test_tooth_size.py). ``stats`` receives ``cells``, the grid's size.
     """
     if drafts is None:
-        drafts = _drafts(variant, draft, params, K, onehot, q_mode, check)
+        drafts, _ = draft_tree(
+            variant,
+            lambda ctxs: torch.stack([draft(c) for c in ctxs]),  # [N, V]
+            params,
+            K,
+            onehot=onehot,
+            q_mode=q_mode,
+            check=check,
+        )
     seqs, w_draft, tp, dp = _round_laws(variant, target, params, drafts, K)
     vocab = None
     if compact:
@@ -404,7 +368,10 @@ def _emit(
             dp_r: torch.Tensor | None = dp_r,
             x_r: torch.Tensor = x_r,
         ) -> torch.Tensor:
-            return _evaluate(variant, tp_r, dp_r, x_r, u)
+            K = int(u.shape[1]) - 1
+            return variant.sample(
+                tp_r, dp_r, x_r, u[:, :K].contiguous(), u[:, K].contiguous()
+            ).emitted
 
         emitted = run(m)  # [n, K+1]
         if check and not _constant_on_cells(run, m, sides[a : a + max_rows], emitted):
@@ -416,28 +383,10 @@ def _emit(
     return torch.cat(outs)  # [N, K+1]
 
 
-def _evaluate(
-    variant: SpecVariant,
-    tp: torch.Tensor,
-    dp: torch.Tensor | None,
-    x: torch.Tensor,
-    u: torch.Tensor,
-) -> torch.Tensor:
-    """Run ``variant.sample`` on rows ``[n]`` (laws, drafts) with uniforms ``u`` ``[n, K+1]``."""
-    K = int(u.shape[1]) - 1
-    res = variant.sample(tp, dp, x, u[:, :K].contiguous(), u[:, K].contiguous())
-    return res.emitted  # [n, K+1]
-
-
 def known_accept_breaks(variant_name: str) -> ExtraBreaks | None:
-    """The acceptance thresholds of the catalogue's mutants beyond ``p/q`` (for ``round_law``).
-
-    ``eps_biased:<ε>``: ``(1 + ε) p/q``; ``bf16_ratio``: the bfloat16-rounded ratio;
-    ``reuse_accept_uniform``: the residual CDF (the acceptance uniform doubles as the recovered
-    draw); ``bonus_reuse_accept_uniform``: the next slot's CDF (the last acceptance uniform
-    doubles as the bonus draw; harmless extra breaks at the other slots). Other variants need
-    none; ``round_law(check=True)`` raises if one is missing.
-    """
+    """The acceptance thresholds of the catalogue's mutants beyond ``p/q`` (for ``round_law``):
+    ``(1 + ε) p/q``, the bfloat16 ratio, the residual CDF (``reuse_accept_uniform``) or the next
+    slot's CDF (``bonus_reuse_accept_uniform``); None for the others."""
     name, _, arg = variant_name.partition(":")
 
     def q_at(q: torch.Tensor | None, x: int) -> float:

@@ -1,16 +1,12 @@
-"""Fused GPU kernels for exact sampling steps: the full-vocabulary float64 normaliser in one read.
-
-Owns: ``weight_sum`` — ``sum_j exp((float64(x_j) - mx) / T)`` per row of float32 (or bfloat16,
-float16) logits, the top-p normaliser of ``sampling.shortlist`` — as one Triton kernel on CUDA (a
-row per program, loads in the logits' dtype, every operation in float64), with the torch
-expression it replaces beside it (``weight_sum_reference``), which runs everywhere else. Knows
-nothing about laws, engines or which rows need the sum.
-
-The why and the details: docs/internals.md "spectest/sampling/kernels.py".
+"""``weight_sum``: the shortlist's full-vocabulary float64 normaliser ``sum_j exp((x_j - mx) / T)``
+as one Triton kernel on CUDA (a row per program, every operation in float64), and the torch
+expression it replaces (``weight_sum_reference``). Knows nothing about laws or engines. Why and
+details: docs/internals.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from typing import Any
@@ -63,10 +59,8 @@ def launch(x: torch.Tensor, t: torch.Tensor, mx: torch.Tensor) -> torch.Tensor:
     if M:
         t64 = t.to(device=x.device, dtype=torch.float64).contiguous()
         m64 = mx.to(device=x.device, dtype=torch.float64).reshape(M).contiguous()
-        if x.is_cuda:  # Triton launches on the current device: make it x's (multi-GPU workers)
-            with torch.cuda.device(x.device):
-                kernel[(M,)](x, t64, m64, out, V=V, BLOCK=BLOCK)
-        else:  # Triton's interpreter (CPU tensors)
+        # Triton launches on the current device: make it x's (multi-GPU workers)
+        with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
             kernel[(M,)](x, t64, m64, out, V=V, BLOCK=BLOCK)
     return out
 

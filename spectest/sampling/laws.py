@@ -1,87 +1,24 @@
-"""Laws over the vocabulary, dense or on a shortlist, behind one small protocol.
-
-Owns: ``Law`` (what the decode loops, the chain sampler and the white-box recorder ask of a law:
-draw a token, its probabilities at token ids, slices and reshapes of its leading dimensions, the
-dense ``[..., V]`` form, the residual against another law) and its two forms — ``DenseLaw``
-(float64 ``[..., V]``) and ``ShortlistLaw`` (float64 probabilities at ``W`` ascending token ids,
-exactly zero elsewhere: what ``sampling.shortlist`` computes without densifying) — plus
-``onehot_law`` (δ(x) as a width-1 shortlist), ``stack_laws``/``cat_laws`` and ``probs_at``.
-Knows nothing about how a law was computed (``transforms``, ``shortlist``), about models or
-about where the uniforms come from.
-
-The why and the details: docs/internals.md "spectest/sampling/laws.py".
+"""Laws over the vocabulary (``Law``): ``DenseLaw`` (float64 ``[..., V]``) and ``ShortlistLaw``
+(float64 at ``W`` ascending ids, zero elsewhere), with one set of methods, and ``onehot_law``,
+``stack_laws``/``cat_laws`` and ``probs_at``. Knows nothing about how a law was computed, about
+models or uniforms. Why and details: docs/internals.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 import torch
 
 from spectest.sampling.draw import categorical
 
 
-class Law(Protocol):
-    """A law over ``vocab_size`` tokens for every index of its leading (batch) dimensions.
-
-    ``probs`` is ``[..., width]`` float64: the whole vocabulary (dense, ``width = V``) or the
-    shortlist's ids (``width = W``)."""
-
-    is_shortlist: ClassVar[bool]
-
-    @property
-    def probs(self) -> torch.Tensor: ...
-
-    @property
-    def vocab_size(self) -> int: ...
-
-    @property
-    def width(self) -> int: ...
-
-    def dense(self) -> torch.Tensor:
-        """``[..., V]`` float64: the law over the whole vocabulary."""
-        ...
-
-    def draw(self, u: torch.Tensor, *, check: bool = True) -> torch.Tensor:
-        """``categorical`` under uniforms ``u`` ``[...]``: token ids ``[...]``."""
-        ...
-
-    def prob_of(self, tokens: torch.Tensor) -> torch.Tensor:
-        """The law at token ids ``tokens`` ``[..., J]`` (int64): ``[..., J]`` float64."""
-        ...
-
-    def rows(self, lo: int, n: int) -> Law:
-        """Rows ``lo .. lo + n - 1`` of the leading dimension."""
-        ...
-
-    def slots(self, lo: int, hi: int) -> Law:
-        """``[B, J, *] → [B, hi - lo, *]``: slots ``lo .. hi - 1`` of dimension 1."""
-        ...
-
-    def pick(self, index: torch.Tensor) -> Law:
-        """``[B, J, *] → [B, *]``: slot ``index[b]`` of row ``b`` (``index`` ``[B]`` int64)."""
-        ...
-
-    def flat(self) -> Law:
-        """``[B, J, *] → [B·J, *]``."""
-        ...
-
-    def unsqueeze(self) -> Law:
-        """``[B, *] → [B, 1, *]``."""
-        ...
-
-    def residual_with(self, q: Law, where: torch.Tensor) -> Law:
-        """``[B, *]``: the unnormalised ``max(0, p - q)`` where ``where`` ``[B]`` holds, this law
-        elsewhere, on this law's support (``rejection.final_law``'s NOTE on an empty residual:
-        such a row keeps ``p``)."""
-        ...
-
-
 @dataclass(frozen=True)
 class DenseLaw:
-    """A law as float64 probabilities over the whole vocabulary: ``probs`` ``[..., V]``."""
+    """A law as float64 probabilities over the whole vocabulary: ``probs`` ``[..., V]``. Its
+    methods are every ``Law``'s (a ``ShortlistLaw``'s compute the same, docs/internals.md)."""
 
     probs: torch.Tensor  # [..., V] float64
     is_shortlist: ClassVar[bool] = False
@@ -95,35 +32,42 @@ class DenseLaw:
         return int(self.probs.shape[-1])
 
     def dense(self) -> torch.Tensor:
+        """``[..., V]`` float64: the law over the whole vocabulary."""
         return self.probs
 
     def draw(self, u: torch.Tensor, *, check: bool = True) -> torch.Tensor:
+        """``categorical`` under uniforms ``u`` ``[...]``: token ids ``[...]``."""
         return categorical(self.probs, u, check=check)
 
     def prob_of(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The law at token ids ``tokens`` ``[..., J]`` (int64): ``[..., J]`` float64."""
         return self.probs.gather(-1, tokens)
 
     def rows(self, lo: int, n: int) -> DenseLaw:
+        """Rows ``lo .. lo + n - 1`` of the leading dimension."""
         return DenseLaw(self.probs[lo : lo + n])
 
     def slots(self, lo: int, hi: int) -> DenseLaw:
+        """``[B, J, *] → [B, hi - lo, *]``: slots ``lo .. hi - 1`` of dimension 1."""
         return DenseLaw(self.probs[:, lo:hi])
 
     def pick(self, index: torch.Tensor) -> DenseLaw:
+        """``[B, J, *] → [B, *]``: slot ``index[b]`` of row ``b`` (``index`` ``[B]`` int64)."""
         rows = torch.arange(int(index.shape[0]), device=index.device)  # [B]
         return DenseLaw(self.probs[rows, index])
 
     def flat(self) -> DenseLaw:
+        """``[B, J, *] → [B·J, *]``."""
         return DenseLaw(self.probs.reshape(-1, self.width))
 
     def unsqueeze(self) -> DenseLaw:
+        """``[B, *] → [B, 1, *]``."""
         return DenseLaw(self.probs[:, None])
 
     def residual_with(self, q: Law, where: torch.Tensor) -> DenseLaw:
-        residual = (self.probs - q.dense()).clamp(min=0.0)  # [B, V]
-        empty = ~(residual.sum(-1) > 0)  # [B]
-        residual = torch.where(empty[:, None], self.probs, residual)
-        return DenseLaw(torch.where(where[:, None], residual, self.probs))
+        """``[B, *]``: the unnormalised ``max(0, p - q)`` where ``where`` ``[B]`` holds (``p`` where
+        that is empty), this law elsewhere, on this law's support."""
+        return DenseLaw(_residual(self.probs, q.dense(), where))
 
 
 @dataclass(frozen=True)
@@ -147,17 +91,8 @@ class ShortlistLaw:
         return out.scatter_(-1, self.ids, self.probs)
 
     def draw(self, u: torch.Tensor, *, check: bool = True) -> torch.Tensor:
-        """``categorical`` on the shortlist: token ids ``[...]`` for uniforms ``u`` ``[...]``.
-
-        NOTE the same token as ``categorical(self.dense(), u)``: the ids are in ascending order,
-        so the running sums are the dense CDF's at those ids (the dense row only adds exact zeros
-        between them), the first CDF entry above ``u * total`` is a shortlisted id's, and the
-        positive-weight fix-up moves to the same next positive id. Bit-equal where ``cumsum``
-        sums sequentially (CPU; tested); a parallel scan (CUDA) may associate the ``W`` and the
-        ``V`` sums differently: then a draw can differ only when ``u * total`` lies within
-        float64 rounding of a CDF step (probability ~1e-16, as ``categorical``'s own rounding
-        events).
-        """
+        """``categorical`` on the shortlist: the token ``categorical(self.dense(), u)`` draws
+        (docs/internals.md "spectest/sampling/laws.py": why, and when CUDA may differ)."""
         pick = categorical(self.probs, u, check=check)  # [...] index into the shortlist
         return self.ids.gather(-1, pick[..., None]).squeeze(-1)
 
@@ -182,15 +117,19 @@ class ShortlistLaw:
         return ShortlistLaw(self.ids[:, None], self.probs[:, None], self.vocab_size)
 
     def residual_with(self, q: Law, where: torch.Tensor) -> ShortlistLaw:
-        """NOTE ``max(0, p - q)`` is 0 wherever ``p`` is, so the residual lives on ``p``'s
-        shortlist, and its values there are the dense residual's (the same subtraction of the
-        same numbers); the empty-residual test ``sum > 0`` holds for the same rows in any
-        summation order."""
-        residual = (self.probs - q.prob_of(self.ids)).clamp(min=0.0)  # [B, W]
-        empty = ~(residual.sum(-1) > 0)  # [B]
-        residual = torch.where(empty[:, None], self.probs, residual)
-        probs = torch.where(where[:, None], residual, self.probs)  # [B, W]
+        """On ``p``'s shortlist: ``max(0, p - q)`` is 0 wherever ``p`` is (docs/internals.md)."""
+        probs = _residual(self.probs, q.prob_of(self.ids), where)  # [B, W]
         return ShortlistLaw(self.ids, probs, self.vocab_size)
+
+
+Law = DenseLaw | ShortlistLaw  # a law over ``vocab_size`` tokens for each leading index
+
+
+def _residual(p: torch.Tensor, q: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """``max(0, p - q)`` (``p`` where that is empty) on rows ``where``, ``p`` elsewhere."""
+    residual = (p - q).clamp(min=0.0)  # [B, W]
+    residual = torch.where(~(residual.sum(-1) > 0)[:, None], p, residual)
+    return torch.where(where[:, None], residual, p)
 
 
 def onehot_law(tokens: torch.Tensor, vocab_size: int) -> ShortlistLaw:

@@ -1,8 +1,5 @@
-"""The mutant round samplers of the ``SpecVariant`` catalogue (``mutants``).
-
-Owns: one function per mutant that changes the round itself (the acceptance test, the final
-draw, what is committed), each with ``rejection.rejection_sample``'s signature. Knows nothing of
-the catalogue, draft laws or engines; which shipped bug each mirrors: docs/bugs.md.
+"""The mutant round samplers of the ``mutants`` catalogue: one per mutant that changes the round
+itself, each with ``rejection.rejection_sample``'s signature. The bug each mirrors: docs/bugs.md.
 """
 
 from __future__ import annotations
@@ -21,7 +18,7 @@ from spectest.sampling.rejection import (
     assemble_round,
     check_round_inputs,
     drafted_probs,
-    final_weights,
+    final_law,
     rejection_sample,
     round_sampler,
 )
@@ -52,10 +49,13 @@ class _Round(RoundInputs):
         mask = in_draft & (p_x > 0) & (self.ua <= (p_x / q_x if ratio is None else ratio(p_x, q_x)))
         return mask, accepted_prefix_len(mask)
 
+    def weights(self, n: Tensor, lens: Tensor) -> Tensor:
+        """``[B, V]`` float64: the exact final law (residual or bonus), dense."""
+        return final_law(self.tp, self.dp, self.dt, n, lens).dense()
+
     def final(self, n: Tensor, lens: Tensor, uf: Tensor | None = None) -> Tensor:
-        """``[B]`` the exact final token (residual or bonus) drawn with ``uf`` (default ours)."""
-        w = final_weights(self.tp, self.dp, self.dt, n, lens)  # [B, V]
-        return categorical(w, self.uf if uf is None else uf)
+        """``[B]`` the exact final token drawn with ``uf`` (default ours)."""
+        return categorical(self.weights(n, lens), self.uf if uf is None else uf)
 
 
 def _sampler(body: Callable[[_Round], RoundResult]) -> SampleFn:
@@ -83,7 +83,7 @@ def sample_residual_from_p(r: _Round) -> RoundResult:
 def sample_bonus_wrong_row(r: _Round) -> RoundResult:
     lens = r.lens()
     mask, n = r.accept(lens)
-    w = final_weights(r.tp, r.dp, r.dt, n, lens)  # [B, V]
+    w = r.weights(n, lens)  # [B, V]
     wrong = (n == lens) & (lens > 0)  # [B] full acceptance: bonus read from index lens - 1
     w = torch.where(wrong[:, None], r.tp[_rows(r.tp), (lens - 1).clamp(min=0)], w)
     return assemble_round(r.dt, n, categorical(w, r.uf), mask)

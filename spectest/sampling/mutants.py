@@ -1,11 +1,7 @@
-"""The ``SpecVariant`` catalogue: the exact sampler, mutants that mirror shipped bugs, and
-exact-but-suspicious designs that must pass.
-
-Owns: the hooks one speculative engine calls so that it can run every variant (``verify_probs``,
-``draft_law``, ``sample``), ``get_variant`` and each variant's observability rule
-(``may_differ``); the mutant round samplers live in ``mutant_rounds``. Knows nothing about
-engines, models or statistics. The engine protocol, the q_modes and the bug each mutant
-mirrors: docs/bugs.md.
+"""The ``SpecVariant`` catalogue (the exact sampler, mutants that mirror shipped bugs, exact but
+suspicious designs): the hooks an engine calls to run any variant, ``get_variant`` and each
+variant's observability rule (``may_differ``). Knows nothing about engines, models or statistics.
+The q_modes and the bug each mutant mirrors: docs/bugs.md.
 """
 
 from __future__ import annotations
@@ -35,20 +31,11 @@ DiffersFn = Callable[[SamplingParams, bool, int, str], bool]
 
 @dataclass(frozen=True)
 class SpecVariant:
-    """One speculative sampler design: the exact one, a mutant, or an exact-but-suspicious one.
-
-    The capability flags say which hooks are the pipeline's own, so a decode loop can rely on
-    them without comparing function objects (all False unless declared):
-
-    - ``exact_verify``: ``verify_probs`` is the plain law p (the pipeline's; a fast pipeline may
-      swap in its own, and the white-box p of an emitted token can be read from its rows);
-    - ``truthful_draft``: the draft token is drawn from the drafter's ``q_mode`` law and that law
-      is the q reported (the q teacher forcing defines);
-    - ``round_on_shortlist``: the round is the exact chain sampler ``rejection.rejection_sample``
-      on those two hooks, so a pipeline with a shortlist may run it on shortlist laws (a
-      replaced ``sample_fn`` — a mutant, a user's kernel — must set it False: it is written for
-      the dense laws).
-    """
+    """One speculative sampler design. The flags say which hooks are the pipeline's own (all False
+    unless declared): ``exact_verify`` (``verify_probs`` is the plain law p), ``truthful_draft``
+    (the draft is drawn from the ``q_mode`` law and that law is reported) and
+    ``round_on_shortlist`` (the round is ``rejection.rejection_sample`` on those two hooks, so it
+    may run on shortlist laws; a replaced ``sample_fn`` must leave it False)."""
 
     name: str
     mirrors: str  # bug references from docs/bugs.md ("" for exact)
@@ -129,8 +116,7 @@ def _verify_pipeline(target_logits: torch.Tensor, params: SamplingTensors) -> to
 
 def truthful_draft(processed: VerifyFn) -> DraftFn:
     """The truthful draft hook on a pipeline whose processed law is ``processed``: the argmax
-    (q = δ(x), reported as ``None``) for a one-hot drafter, else the ``q_mode`` law, drawn from
-    and reported (temperature-only and raw softmax need no filter: ``draft_q``)."""
+    (q = δ(x), reported as ``None``) for a one-hot drafter, else the ``q_mode`` law."""
 
     def draft(
         draft_logits: torch.Tensor, params: SamplingTensors, onehot: bool, q_mode: str
@@ -205,8 +191,7 @@ def _make(
     sample: SampleFn | None = None,
     differs: DiffersFn = lambda p, onehot, K, q_mode: False,
 ) -> SpecVariant:
-    """A catalogue entry: a hook left ``None`` is the exact sampler's, and the capability flags
-    say which (``SpecVariant``)."""
+    """A catalogue entry: a hook left ``None`` is the exact sampler's (and its flag says so)."""
     return SpecVariant(
         name,
         mirrors,
@@ -347,9 +332,8 @@ _CATALOGUE: dict[str, Callable[[], SpecVariant]] = {
 
 
 def _eps_variant(eps: float) -> SpecVariant:
-    """``eps_biased:<ε>``: accept with min(1, (1 + ε) p/q), residual unchanged. docs/bugs.md: the
-    lossy-acceptance class (SGLang accept thresholds, vLLM typical acceptance) and the harness's
-    ε tooth (docs/statistics.md: TV ≈ ε · P_p(q > p) for one draft token). ε = 0 is exact."""
+    """``eps_biased:<ε>``: accept with min(1, (1 + ε) p/q), residual unchanged (ε = 0: exact).
+    docs/statistics.md: TV ≈ ε · P_p(q > p) for one draft token."""
     return _make(
         f"eps_biased:{eps:g}",
         "docs/bugs.md: lossy modes (SGLang accept thresholds, vLLM typical acceptance); "

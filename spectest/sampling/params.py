@@ -1,15 +1,12 @@
-"""Per-request sampling parameters: the frozen scalar form and the batched tensor form.
-
-Owns: ``SamplingParams`` (one named config of a protocol) and ``SamplingTensors`` (the same
-fields stacked per row, on a device). Validation of values lives here, so every entry point
-(protocol, engine, sampler) rejects the same bad values with the same message.
-Knows nothing about models, logits or the order filters are applied in (see ``transforms``).
+"""Sampling parameters: ``SamplingParams`` (one config) and ``SamplingTensors`` (the fields stacked
+per row on a device), and their validation, so every entry point rejects the same bad values
+with the same message. Knows nothing about models, logits or the filters' order.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -77,13 +74,14 @@ class SamplingTensors:
         params: Sequence[SamplingParams], device: torch.device | str = "cpu"
     ) -> SamplingTensors:
         return SamplingTensors(
-            temperature=torch.tensor(
-                [p.temperature for p in params], dtype=torch.float64, device=device
-            ),
-            top_k=torch.tensor([p.top_k for p in params], dtype=torch.int64, device=device),
-            top_p=torch.tensor([p.top_p for p in params], dtype=torch.float64, device=device),
-            min_p=torch.tensor([p.min_p for p in params], dtype=torch.float64, device=device),
+            *(
+                torch.tensor([getattr(p, f) for p in params], dtype=dtype, device=device)
+                for f, dtype in _DTYPES.items()
+            )
         )
+
+    def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> SamplingTensors:
+        return SamplingTensors(*(fn(getattr(self, f)) for f in _DTYPES))
 
     @property
     def batch_size(self) -> int:
@@ -91,19 +89,12 @@ class SamplingTensors:
 
     def index(self, rows: torch.Tensor) -> SamplingTensors:
         """The parameters of a subset (or a repetition) of rows."""
-        return SamplingTensors(
-            self.temperature[rows], self.top_k[rows], self.top_p[rows], self.min_p[rows]
-        )
+        return self._map(lambda t: t[rows])
 
     def per_position(self, S: int, device: torch.device) -> SamplingTensors:
         """Each row's parameters repeated for its ``S`` positions: ``[B]`` → ``[B*S]``."""
 
-        def rep(t: torch.Tensor) -> torch.Tensor:
-            return t.to(device).repeat_interleave(S) if S > 1 else t.to(device)
-
-        return SamplingTensors(
-            rep(self.temperature), rep(self.top_k), rep(self.top_p), rep(self.min_p)
-        )
+        return self._map(lambda t: t.to(device).repeat_interleave(S) if S > 1 else t.to(device))
 
     def validate(self, batch_size: int | None = None, where: str = "sampling params") -> None:
         """Check shapes, dtypes and values (the rules of ``validate_params``, row by row).
@@ -116,14 +107,9 @@ class SamplingTensors:
 
     def check_shapes(self, batch_size: int | None = None, where: str = "sampling params") -> None:
         """``validate``'s shape and dtype checks (no host sync): ``InputError`` on the first."""
-        fields = {
-            "temperature": (self.temperature, torch.float64),
-            "top_k": (self.top_k, torch.int64),
-            "top_p": (self.top_p, torch.float64),
-            "min_p": (self.min_p, torch.float64),
-        }
         n = int(self.temperature.shape[0]) if self.temperature.dim() == 1 else -1
-        for name, (t, dtype) in fields.items():
+        for name, dtype in _DTYPES.items():
+            t = getattr(self, name)
             if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.dtype != dtype:
                 got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t)
                 raise InputError(f"{where}: {name} must be a 1-D {dtype} tensor, got {got!r}")
@@ -150,3 +136,11 @@ class SamplingTensors:
                 float(t[row]), int(k[row]), float(p[row]), float(m[row]), where=f"{where} row {row}"
             )
             raise ConfigError(f"{where} row {row}: invalid sampling parameters")  # unreachable
+
+
+_DTYPES = {
+    "temperature": torch.float64,
+    "top_k": torch.int64,
+    "top_p": torch.float64,
+    "min_p": torch.float64,
+}  # SamplingTensors' fields, in order

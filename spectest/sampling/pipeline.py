@@ -1,14 +1,7 @@
-"""How a decode loop turns logits into laws, and the laws one speculative round samples from.
-
-Owns: ``Pipeline`` — the exact ``REFERENCE`` (``transforms.logits_to_probs`` in float64, the
-variants as built, every draw's inputs checked) and the ``FAST`` one (``sampling.shortlist``:
-the same law without full-vocabulary sorts, on a shortlist where it decides every row) — and
-``RoundSampler``, the draft step and the verify-and-sample step of a round for a chunk of rows
-(``SampledRound``: the round and the laws it was decided on). Knows nothing about models,
-caches, uniforms' origin or white-box columns; which sampler is correct is the variant's
-business (``mutants``).
-
-The why and the details: docs/internals.md "spectest/sampling/pipeline.py".
+"""How a decode loop turns logits into laws: ``Pipeline`` (the exact ``REFERENCE`` and the
+shortlist ``FAST``) and ``RoundSampler``, the draft and verify steps of a round for a chunk of rows
+(``SampledRound``). Knows nothing about models, caches, uniforms' origin or white-box columns. Why
+and details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -100,9 +93,8 @@ class RoundSampler:
         law, q = self.variant.draft_law(
             d_logits, self.params, onehot=self.onehot, q_mode=self.q_mode
         )  # [B, V] the law x is drawn from, [B, V] | None the q reported
-        if self.onehot:
-            return argmax_tokens(law), None if q is None else DenseLaw(q)
-        return categorical(law, u, check=self.pipeline.check), None if q is None else DenseLaw(q)
+        x = argmax_tokens(law) if self.onehot else categorical(law, u, check=self.pipeline.check)
+        return x, None if q is None else DenseLaw(q)
 
     def verify(
         self,

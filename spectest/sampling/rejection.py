@@ -1,12 +1,7 @@
-"""The chain rejection sampler of speculative decoding: a pure function of laws and uniforms.
-
-Owns: one round of speculative sampling (Leviathan, Kalman, Matias 2023, arXiv 2211.17192,
-Algorithm 1; Chen et al. 2023, arXiv 2302.01318) given the target's and the drafter's laws, the
-drafted tokens and the uniforms; its building blocks (which the mutants recombine); and a slow
-per-row reference. Knows nothing about models, caches, where the uniforms come from (see
-``seeding``) or how the laws were computed (see ``transforms``).
-
-The why and the details: docs/internals.md "spectest/sampling/rejection.py".
+"""The chain rejection sampler (arXiv 2211.17192, Algorithm 1; arXiv 2302.01318): one round as a
+pure function of laws, drafted tokens and uniforms, its building blocks (which the mutants
+recombine) and a slow per-row reference. Knows nothing about models, caches or uniforms' origin.
+Why and details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -107,13 +102,9 @@ def rejection_sample(
 
     Notes
     -----
-    The emitted tokens have exactly the law of plain sampling from the target (the theorem of
-    arXiv 2211.17192, Appendix A.1). Verified in tests/test_rejection_exact.py by exact
-    quadrature over the uniforms (law of the emitted prefix = plain law to 1e-9, K <= 3, V = 5,
-    sampled and one-hot drafters, temperature/top-k/top-p), equal to
-    ``rejection_sample_reference`` under the same uniforms, and token for token (emitted, counts,
-    telemetry) the same on shortlist laws as on their dense form (random laws, drafts off q's
-    shortlist, p(x) = 0, ragged rows, K = 0).
+    The emitted tokens have exactly the law of plain sampling from the target (arXiv 2211.17192,
+    Appendix A.1), on dense and shortlist laws alike (tests/test_rejection_exact.py: exact
+    quadrature, the reference, the shortlist form).
     """
     p, q = as_law(target_probs), None if draft_probs is None else as_law(draft_probs)
     lens = check_round_inputs(p, q, draft_tokens, u_accept, u_final, draft_lens, check)
@@ -209,15 +200,9 @@ def drafted_probs(
 def acceptance_mask(
     p_x: torch.Tensor, q_x: torch.Tensor, u_accept: torch.Tensor, in_draft: torch.Tensor
 ) -> torch.Tensor:
-    """``[B, K]`` bool: ``u_j <= p_j(x_j) / q_j(x_j)`` at each drafted position (even past a stop).
-
-    NOTE ``p = 0`` is never accepted, whatever ``u`` (a coin of 0 with ``<=`` emitted p = 0 tokens:
-    SGLang #35771, vllm-ascend #13730); ``u > 0`` makes this redundant, the guard makes it explicit.
-    NOTE ``q(x) = 0 < p(x)``: IEEE gives ratio +inf → accept. A drafted token with q(x) = 0 means
-    the drafter did not sample from the q it reported (a foreign or buggy drafter); no value of the
-    ratio makes that round exact, and accepting keeps the target's support. Raising instead would
-    abort a whole statistical run on one row; the law's deviation is what the statistics test.
-    """
+    """``[B, K]`` bool: ``u_j <= p_j(x_j) / q_j(x_j)`` at each drafted position (even past a stop);
+    ``p = 0`` is never accepted, ``q(x) = 0 < p(x)`` always is (docs/internals.md
+    "spectest/sampling/rejection.py")."""
     # [B, K]: +inf where q = 0 < p; NaN where p = q = 0 (NaN comparisons are False)
     ratio = p_x / q_x
     return in_draft & (p_x > 0) & (u_accept <= ratio)
@@ -236,13 +221,8 @@ def final_law(
     lens: torch.Tensor,
 ) -> Law:
     """``[B, *]`` unnormalised law of the final token: the residual ``max(0, p_j - q_j)`` at the
-    first rejection ``j = num_accepted`` (recovered), or ``p`` at index ``lens`` (bonus).
-
-    NOTE empty residual: a rejection at ``x`` means ``p(x)/q(x) < u < 1``, so ``q(x) > p(x)`` and,
-    both laws summing to 1, ``sum max(0, p - q) = sum max(0, q - p) >= q(x) - p(x) > 0`` in exact
-    arithmetic. It can still be 0 in floating point (p and q equal up to rounding), or with a
-    drafter whose q does not sum to 1; then the row falls back to ``p`` — the law the residual
-    would have when p ≈ q, and never a token outside the target's support.
+    first rejection ``j = num_accepted`` (recovered), or ``p`` at index ``lens`` (bonus); an
+    empty residual falls back to ``p`` (docs/internals.md "spectest/sampling/rejection.py").
     """
     p = as_law(target_probs)
     B, K = (int(s) for s in draft_tokens.shape)
@@ -257,17 +237,6 @@ def final_law(
     else:
         q_stop = as_law(draft_probs).pick(j)  # [B, *]
     return p_stop.residual_with(q_stop, where=num_accepted < lens)  # rejected rows: residual
-
-
-def final_weights(
-    target_probs: torch.Tensor,
-    draft_probs: torch.Tensor | None,
-    draft_tokens: torch.Tensor,
-    num_accepted: torch.Tensor,
-    lens: torch.Tensor,
-) -> torch.Tensor:
-    """``final_law`` of dense laws as float64 ``[B, V]`` weights (what the mutants recombine)."""
-    return final_law(target_probs, draft_probs, draft_tokens, num_accepted, lens).dense()
 
 
 def assemble_round(

@@ -1,10 +1,6 @@
-"""The shortlist sampling pipeline beside the exact one: the same law, no full-vocabulary sort.
-
-Owns: ``logits_to_probs_fast`` (a drop-in for ``transforms.logits_to_probs`` with the pipeline
-order ``top_k_then_top_p``), ``shortlist_probs`` (the same law as a ``laws.ShortlistLaw``, never
-densified) and ``fast_variant`` (a ``SpecVariant`` whose pipeline hooks call it).
-Knows nothing about models, engines or uniforms; the exact pipeline, its tie rules and its float64
-NOTE live in ``transforms``, which stays the reference this module is tested equal to.
+"""The shortlist pipeline: ``transforms.logits_to_probs``'s law without full-vocabulary sorts
+(``logits_to_probs_fast``), as a ``laws.ShortlistLaw`` (``shortlist_probs``), and ``fast_variant``
+(a ``SpecVariant`` on it). Knows nothing about models, engines or uniforms.
 
 The details: docs/architecture.md "The shortlist: how it avoids the sorts".
 """
@@ -57,9 +53,8 @@ def logits_to_probs_fast(
 
     Notes
     -----
-    Equal to ``logits_to_probs`` up to the float64 reduction order of two sums (module NOTE);
-    verified on random and tied logits, every filter combination, narrow widths that force the
-    fallback, and under the same uniforms through ``categorical`` (tests/test_sampling_fast.py).
+    Equal to ``logits_to_probs`` up to the float64 reduction order of two sums
+    (tests/test_sampling_fast.py).
     """
     B, S, V = logits_dims(logits)
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:
@@ -67,9 +62,7 @@ def logits_to_probs_fast(
     if check:
         params.validate(batch_size=B, where="logits_to_probs_fast params")
         _check_finite_fast(logits.reshape(B * S, V), S, logits.dim() == 3)
-    if width >= V:
-        # NOTE every token would be shortlisted: the exact pipeline's own reduced sort is then as
-        # cheap as this one (measured slower here on the bundled pair, V = 260), so use it as is
+    if width >= V:  # every token shortlisted: the exact pipeline is as cheap
         return logits_to_probs(logits, params, check=False)
     x = logits.reshape(B * S, V)  # [N, V] as given (float32, or the model's bfloat16)
     p = params.per_position(S, x.device)  # [N] each
@@ -178,13 +171,8 @@ def shortlist_probs(
 
 
 def _check_finite_fast(x: torch.Tensor, S: int, has_positions: bool) -> None:
-    """``transforms._check_finite`` in one read of ``x`` ``[N, V]`` when every value is finite.
-
-    NOTE ``isfinite(x).all()`` on the logits as given (float32, or the model's bfloat16 / float16:
-    no cast, no float64 copy); when some value is not finite the reference check runs and raises
-    with its message — the same error for the same inputs, whatever the dtype (a conversion to
-    float32 or float64 keeps NaN and ±inf and changes no finite value into one).
-    """
+    """``transforms._check_finite`` in one read of ``x`` ``[N, V]`` as given (no cast: a cast
+    keeps NaN and ±inf and makes no finite value one), raising its error when one is not finite."""
     if not bool(torch.isfinite(x).all()):
         _check_finite(x, S, has_positions)
 
@@ -192,14 +180,11 @@ def _check_finite_fast(x: torch.Tensor, S: int, has_positions: bool) -> None:
 def _weights(
     x: torch.Tensor, temperature: torch.Tensor, mx: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """``[M, V]`` float64 ``exp((x - max x) / T)``: the reference's operations, in its order."""
-    # NOTE in place on one float64 copy: the same elementwise operations as the reference's
-    # expression (so bit-equal values), one [M, V] float64 buffer instead of four
+    """``[M, V]`` float64 ``exp((x - max x) / T)``: the reference's operations, in its order, in
+    place on one float64 copy (``mx`` ``[M, 1]``: the row max when the caller has it)."""
     w = x.to(torch.float64)  # [M, V] (a copy: x is float32, or cloned below when float64)
     if w.data_ptr() == x.data_ptr():
         w = w.clone()
-    # ``mx`` [M, 1] float64: the row max when the caller has it (max of the float64 copy = the
-    # float64 conversion of the float32 max: conversion is exact and monotone)
     w.sub_(w.amax(-1, keepdim=True) if mx is None else mx).div_(temperature[:, None])
     return w.exp_()
 
@@ -306,11 +291,8 @@ _draft_fast = mutants.truthful_draft(logits_to_probs_fast)  # the processed q on
 
 
 def fast_variant(variant: mutants.SpecVariant) -> mutants.SpecVariant:
-    """``variant`` with its pipeline hooks (the truthful target law and draft law) replaced by the
-    fast pipeline; a hook a mutant changes (an unprocessed or swapped verifier, a lying q) keeps
-    the reference implementation, so a mutant's deviation is exactly the one it was built with
-    (the variant's flags ``exact_verify`` / ``truthful_draft`` say which hooks are the pipeline's).
-    """
+    """``variant`` with its pipeline hooks (flags ``exact_verify`` / ``truthful_draft``) on the fast
+    pipeline; a hook a mutant changes keeps the reference, so its deviation is the one built."""
     changes: dict[str, Any] = {}
     if variant.exact_verify:
         changes["verify_fn"] = _verify_fast

@@ -1,10 +1,6 @@
-"""Logits → float64 probabilities under one sampling configuration per row.
-
-Owns: the sampling pipeline temperature → top-k → top-p → min-p, its tie rules, the greedy
-(temperature 0) case and the non-finite-logit check. Knows nothing about where uniforms come from,
-about drafts or acceptance (see ``rejection``), nor about models.
-
-The why and the details: docs/internals.md "spectest/sampling/transforms.py".
+"""Logits → float64 probabilities: the pipeline temperature → top-k → top-p → min-p per row, its
+tie rules, greedy rows and the non-finite-logit check. Knows nothing about uniforms, drafts or
+models. Why and details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -42,13 +38,10 @@ def logits_to_probs(
 
     Notes
     -----
-    NOTE float64: the acceptance ratio p(x)/q(x) and the residual max(0, p - q) subtract nearly
-    equal numbers and live in small tails; float32 would give the residual an absolute error of
-    ~1e-7 per token, visible to an exact-law test and to large-N statistics, and float32 CDFs
-    truncate tails below 2^-24 (vLLM #43150). Logits are converted to float64 *before*
-    temperature, so the law is a deterministic function of the model's logits, identical for the
-    plain and speculative paths. Verified against the per-row Python reference
-    ``logits_to_probs_reference`` and against HF's warpers (tests/test_transforms.py).
+    Float64 throughout, logits converted *before* temperature: the ratio p/q and the residual
+    subtract nearly equal numbers in small tails (float32: ~1e-7 error per token, visible to
+    large-N statistics; vLLM #43150), and the law is one function of the logits for the plain and
+    speculative paths. Tested equal to ``logits_to_probs_reference`` and HF's warpers.
     """
     if order not in ORDERS:
         raise InputError(f"logits_to_probs: order must be one of {ORDERS}, got {order!r}")
@@ -84,12 +77,7 @@ def _filters_keep(
     w: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor, order: str
 ) -> torch.Tensor | None:
     """The ``[N, V]`` mask of tokens that survive top-k, top-p and min-p in ``order``; None = all.
-
-    Notes
-    -----
-    Each filter runs only if some row has it active (one host sync each): sorts over V and full
-    passes dominate the pipeline's cost (results/LOG.md); an inactive filter keeps all.
-    """
+    A filter runs only if some row has it active (one host sync each)."""
     keep: torch.Tensor | None = None
     k_on = bool(((top_k > 0) & (top_k < w.shape[-1])).any())
     p_on = bool((top_p < 1).any())
