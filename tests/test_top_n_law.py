@@ -33,7 +33,7 @@ from spectest.engines.plain_laws import LawAsker
 from spectest.engines.replies import ReplyError, Violation
 from spectest.engines.server_raw_law import processed_law
 from spectest.engines.top_n_law import processed_from_list, z_bracket
-from spectest.errors import EngineError, ExitCode
+from spectest.errors import ConfigError, EngineError, ExitCode
 from spectest.sampling.params import SamplingParams
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -225,3 +225,12 @@ def test_claim_a_refuses_a_list_that_does_not_fix_the_law(model: Any) -> None:
     finally:
         server.close()
     assert "\n" not in str(e.value) and e.value.exit_code == ExitCode.BAD_INPUT
+
+
+def test_probs_law_tempered_is_an_openai_option() -> None:
+    opts = HTTPEngine.parse_options(
+        {"api": "openai", "url": "http://127.0.0.1:9", "probs_law": "tempered"}, "t"
+    )
+    assert opts.probs_law == "tempered"
+    with pytest.raises(ConfigError, match="raw / tempered with api openai"):
+        HTTPEngine.parse_options({"url": "http://127.0.0.1:9", "probs_law": "tempered"}, "t")
