@@ -95,19 +95,20 @@ def test_processed_law_is_the_report_with_minus_9999_as_zero(tmp_path: Path) -> 
 def test_a_raw_list_that_does_not_fix_the_law_or_none_is_refused_with_one_line(
     tmp_path: Path,
 ) -> None:
-    """A raw top-8 list (mass 100/136) at temperature 0.8 with top-p alone: the nucleus needs
-    the normaliser over all 16 ids — refused at the first law; top-k 4 <= 8: the same laws as
-    the whole vocabulary."""
+    """A raw top-8 list (mass 100/136) at temperature 0.8 with top-p 0.7 alone: the normaliser
+    over all 16 ids is only bracketed by the list, and the nucleus keeps 7 or 8 ids within the
+    bracket — refused at the first law; top-p 0.5 (one cut in the bracket) and top-k 4 <= 8:
+    the same laws as the whole vocabulary."""
     asker, _ = _asker(tmp_path, "raw", probs=8)
-    with pytest.raises(EngineError, match=r"closes inside the top-8 raw list") as e:
-        _laws(asker, SamplingParams(temperature=0.8, top_p=0.5))
-    assert "\n" not in str(e.value) and "temperature 0.8 top_k 0 top_p 0.5" in str(e.value)
-    sp = SamplingParams(temperature=0.8, top_k=4, top_p=0.9)
-    got = [_laws(_asker(tmp_path, "raw", probs=n)[0], sp) for n in (8, 16)]
-    assert got[0].keys() == got[1].keys() == PREFIXES
-    for h, (ids, p) in got[0].items():
-        assert ids.tolist() == got[1][h][0].tolist()
-        np.testing.assert_allclose(p, got[1][h][1], rtol=0, atol=1e-12)
+    with pytest.raises(EngineError, match=r"that the top-8 raw list fixes") as e:
+        _laws(asker, SamplingParams(temperature=0.8, top_p=0.7))
+    assert "\n" not in str(e.value) and "7 to 8 tokens kept" in str(e.value)
+    for sp in (SamplingParams(0.8, top_k=4, top_p=0.9), SamplingParams(0.8, top_p=0.5)):
+        got = [_laws(_asker(tmp_path, "raw", probs=n)[0], sp) for n in (8, 16)]
+        assert got[0].keys() == got[1].keys() == PREFIXES
+        for h, (ids, p) in got[0].items():
+            assert ids.tolist() == got[1][h][0].tolist()
+            np.testing.assert_allclose(p, got[1][h][1], rtol=0, atol=1e-12)
     none = HTTPEngine.parse_options({"api": "openai", "url": "http://127.0.0.1:9"}, "t")
     why = refusal("http", none)
     assert why is not None and "probs >= the vocabulary with probs_law raw" in why

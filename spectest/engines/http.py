@@ -63,8 +63,9 @@ class HTTPEngine(Engine):
     ``concurrency`` (4), ``timeout_s`` (120), ``retries`` (3), ``startup_timeout_s`` (600),
     ``check_seeds`` (true), ``extra`` (a JSON object merged into every request),
     ``allow_remote`` (false), ``probs`` (0: off; n: ask for the top-n reported probabilities,
-    ``engines.server_probs``, docs/engines-reported-p.md), ``probs_law`` (processed; raw: the
-    server reports its full raw law, ``engines.server_raw_law`` derives the processed one),
+    ``engines.server_probs``, docs/engines-reported-p.md), ``probs_law`` (processed; raw or
+    tempered: the server reports its raw or tempered law, whole or a top-n list,
+    ``engines.server_raw_law`` derives the processed one),
     ``law_probs`` (claim (b) teacher-forced's list size, 0: V or probs, ``engines.plain_laws``).
     """
 
@@ -343,10 +344,8 @@ class HTTPEngine(Engine):
         return _Reply(list(toks), drafted, accepted, reported)
 
     def _derive(self, body: Mapping[str, Any]) -> server_probs.Derive | None:
-        if self.options.probs_law != "raw":
-            return None
-        V, sp = self._vocab_size() or 0, server_raw_law.settings_of(body)
-        return lambda raw, tok, where: server_raw_law.processed_of(raw, tok, V, sp, where)
+        o = self.options
+        return server_raw_law.derive(o.probs_law, body, self._vocab_size() or 0, o.probs)
 
     def _check_echo(self, settings: Any, body: Mapping[str, Any], where: str) -> None:
         """llama.cpp echoes the settings it used: any difference is a dropped parameter (the

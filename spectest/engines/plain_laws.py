@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from spectest.engines import server_raw_law
+from spectest.engines import server_raw_law, top_n_law
 from spectest.engines.replies import Violation
 from spectest.engines.server_probs import TOKEN_ID_PREFIX
 from spectest.errors import EngineError
@@ -33,8 +33,8 @@ VLLM_NEG_INF = -9999.0  # vLLM's JSON spelling of a log-probability of −inf (a
 def refusal(name: str, options: Any) -> str | None:
     """Why engine ``name`` with ``options`` cannot answer "the plain law at a prefix" (None: it
     can). The http engine's OpenAI API must report a law (``probs`` > 0): the whole
-    vocabulary, or a top-n list (processed: read exact or coarsened; raw: rebuilt where the
-    filtered support closes inside it, ``server_raw_law.processed_from_list``)."""
+    vocabulary, or a top-n list (processed: read exact or coarsened; raw or tempered: rebuilt
+    where the filtered support closes inside it, ``top_n_law.processed_from_list``)."""
     if name in LOCAL:
         return None
     if name == "http":
@@ -44,7 +44,8 @@ def refusal(name: str, options: Any) -> str | None:
             "engine http with api openai reports no law (probs 0): claim (b) teacher-forced "
             "needs the law at each prefix — probs >= the vocabulary with probs_law raw "
             "(vLLM --logprobs-mode raw_logprobs --max-logprobs V), or a top-n list of the "
-            "processed law (probs n, --logprobs-mode processed_logprobs)"
+            "processed law (probs n, --logprobs-mode processed_logprobs), the raw one (probs_law "
+            "raw) or the tempered one (SGLang: probs_law tempered)"
         )
     return (
         f"engine {name!r} cannot report its plain law at a prefix (supported: http with api "
@@ -125,10 +126,11 @@ def _llamacpp_law(e: Any, ids: list[int], params: Any, V: int, t: int) -> Law:
 
 def _openai_law(e: Any, ids: list[int], params: Any, V: int, t: int) -> Law:
     """An OpenAI-compatible server: one ``max_tokens: 1`` completion with ``logprobs`` = the
-    engine's ``probs`` capped at V (the engine's own request fields). ``probs_law`` raw: the
-    reported raw law processed at the request's settings (``server_raw_law.processed_law``);
-    processed: the reported law or top-n list as it is (``exp`` of the log-probabilities;
-    vLLM's −9999 for a filtered token is 0)."""
+    engine's ``probs`` capped at V (the engine's own request fields). ``probs_law`` raw or
+    tempered: the reported law (whole, or its top-n list where it fixes the law:
+    ``top_n_law.processed_from_list``) processed at the request's settings; processed (and
+    tempered without a filter): the reported law or top-n list as it is (``exp`` of the
+    log-probabilities; vLLM's −9999 for a filtered token is 0)."""
     where = f"{e.where}: the plain law at a prefix of {t} tokens"
     n = min(int(e.options.law_probs) or int(e.options.probs), V)
     body = e.request_body(ids, params, 1, 1)
@@ -141,15 +143,17 @@ def _openai_law(e: Any, ids: list[int], params: Any, V: int, t: int) -> Law:
         raise EngineError(
             f"{where}: no law in the reply to logprobs {n} ({type(err).__name__}: {err})"
         ) from None
+    kind = e.options.probs_law
     try:
-        if e.options.probs_law == "raw":
-            sp = server_raw_law.settings_of(body)
+        sp = server_raw_law.settings_of(body) if kind != "processed" else None
+        if sp is not None and (kind == "raw" or not top_n_law.unfiltered(sp)):
             if n >= V:
-                return _sparse(server_raw_law.processed_law(raw, V, sp, where).numpy())
+                at = top_n_law.law_settings(sp, kind)
+                return _sparse(server_raw_law.processed_law(raw, V, at, where).numpy())
             tid, tp = _top_n(raw, n, V, where)
-            got = server_raw_law.processed_from_list(tid.tolist(), tp.tolist(), V, sp, where)
+            got = top_n_law.processed_from_list(tid.tolist(), tp.tolist(), V, sp, where, kind)
             return _sparse(got.numpy())
-        if n >= V:
+        if n >= V:  # processed, or tempered without a filter: the law sampled
             row = server_raw_law.full_row(raw, V, where).numpy()
             return _sparse(np.where(row <= VLLM_NEG_INF, 0.0, np.exp(row)))
     except Violation as v:

@@ -1,41 +1,47 @@
 """The law a server should have sampled from, derived from the raw law it reports.
 
-Owns: ``processed_of`` — given the full *raw* law a server reports for one token (vLLM's
-``--logprobs-mode raw_logprobs``, ``logprobs: V``) and the request's sampling settings, the
-``(p, cdf_lo, list_mass)`` of the emitted token under the *processed* law, computed by
-spectest's own pipeline. The http engine uses it when an arm says ``probs_law: raw``
-(docs/engines-reported-p.md, "A raw report"; why: docs/internals-engines.md).
+Owns: ``processed_of`` — given the *raw* law a server reports for one token (vLLM's
+``--logprobs-mode raw_logprobs``: before temperature and filters) or its *tempered* law (SGLang's
+``return_logprob``: after temperature, before the filters), whole or as a top-n list, and the
+request's sampling settings, the ``(p, cdf_lo, list_mass)`` of the emitted token under the
+*processed* law, computed by spectest's own pipeline. The http engine uses it when an arm says
+``probs_law: raw`` or ``tempered`` (docs/engines-reported-p.md, "A raw report"; why:
+docs/internals-engines.md).
 
 Notes
 -----
-Only the full law can be processed exactly: a shorter raw list is a ``Violation`` (exit 2),
-except where the filtered support closes inside the list (``processed_from_list``). The law is
-derived in float64 from float32 log-probabilities, so it differs from the server's by rounding
-(~1e-7 per entry); min-p with another filter is refused (vLLM's filter order differs).
+A top-n list fixes the processed law only where the filtered support closes inside it
+(``top_n_law.processed_from_list``); elsewhere it is a ``Violation`` (exit 2), never a silent
+approximation. The law is derived in float64 from float32 log-probabilities, so it differs from
+the server's by rounding (~1e-7 per entry); min-p with another filter is refused (vLLM's filter
+order differs).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import torch
 
 from spectest.engines.replies import Violation
-from spectest.engines.server_probs import Reported
+from spectest.engines.server_probs import Derive, Reported
+from spectest.engines.top_n_law import law_settings, processed_from_list, unfiltered
 from spectest.errors import ConfigError
 from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.transforms import logits_to_probs, logits_to_probs_reference
 
-LAWS = ("processed", "raw")
-OFF_LIST = -1e30  # the logit of an id outside a top-n list (probability exactly 0 after softmax)
+LAWS = ("processed", "raw", "tempered")
 
 
 def check_option(law: object, api: str, where: str) -> None:
-    """The http option ``probs_law``: ``processed`` (the default), or ``raw`` with the OpenAI
-    API (llama.cpp's raw report, ``post_sampling_probs: false``, is a top-n list: not the full
-    law)."""
-    if law not in LAWS or (law == "raw" and api != "openai"):
-        raise ConfigError(f"{where}: expected processed, or raw with api openai, got {law!r}")
+    """The http option ``probs_law``: ``processed`` (the default), or ``raw`` / ``tempered``
+    with the OpenAI API (llama.cpp's raw report, ``post_sampling_probs: false``, is a top-n
+    list of the untempered softmax: not asked for)."""
+    if law not in LAWS or (law != "processed" and api != "openai"):
+        raise ConfigError(
+            f"{where}: expected processed, or raw / tempered with api openai, got {law!r}"
+        )
 
 
 def settings_of(body: Mapping[str, object]) -> SamplingParams:
@@ -56,13 +62,41 @@ def settings_of(body: Mapping[str, object]) -> SamplingParams:
     return params
 
 
+def derive(kind: str, body: Mapping[str, object], vocab: int, n: int) -> Derive | None:
+    """How the http engine turns a ``kind`` report of ``n`` entries into the processed law's
+    (p, cdf_lo) for a request ``body`` (``processed_of``): None for a processed report, or a
+    tempered one without a filter (then the report is the law sampled)."""
+    if kind == "processed":
+        return None
+    sp = settings_of(body)
+    if kind == "tempered" and unfiltered(sp):
+        return None
+    return lambda raw, tok, where: processed_of(raw, tok, vocab, sp, where, kind, n)
+
+
 def processed_of(
-    raw: Sequence[tuple[int, float]], tok: int, vocab: int, params: SamplingParams, where: str
+    raw: Sequence[tuple[int, float]],
+    tok: int,
+    vocab: int,
+    params: SamplingParams,
+    where: str,
+    kind: str = "raw",
+    n: int = 0,
 ) -> Reported:
-    """(p, cdf_lo, None) of ``tok`` under the processed law of the full raw law ``raw``
-    (``(id, log-probability)`` for every id in ``range(vocab)``); ``cdf_lo`` in the order of
-    ``server_probs`` (descending p, ties by smaller id); list mass None: the full law."""
-    return _reported(processed_law(raw, vocab, params, where).tolist(), tok)
+    """(p, cdf_lo, None) of ``tok`` under the processed law of the reported ``kind`` law
+    ``raw`` (``(id, log-probability)``): the full law when it holds every id of
+    ``range(vocab)``, else its ``n`` most probable entries (ties by smaller id: vLLM adds the
+    sampled token beside them) rebuilt by ``top_n_law.processed_from_list`` where they fix it
+    (``Violation`` elsewhere); ``cdf_lo`` in the order of ``server_probs`` (descending p, ties
+    by smaller id); list mass None: the rebuilt law is whole."""
+    if len({i for i, _ in raw}) >= vocab or not n:
+        return _reported(processed_law(raw, vocab, law_settings(params, kind), where).tolist(), tok)
+    top = sorted(raw, key=lambda e: (-e[1], e[0]))[:n]
+    ids = [i for i, _ in top]
+    if len(set(ids)) < n or any(not 0 <= i < vocab for i in ids):
+        raise Violation(where, f"a top-{n} list of ids in range({vocab})", f"{len(top)} entries")
+    law = processed_from_list(ids, [math.exp(lp) for _, lp in top], vocab, params, where, kind)
+    return _reported(law.tolist(), tok)
 
 
 def processed_law(
@@ -73,38 +107,6 @@ def processed_law(
     server (``engines.plain_laws``)."""
     logits = full_row(raw, vocab, where)
     return logits_to_probs(logits[None, :], SamplingTensors.from_params([params]))[0]
-
-
-def processed_from_list(
-    ids: Sequence[int], probs: Sequence[float], vocab: int, params: SamplingParams, where: str
-) -> torch.Tensor:
-    """The processed law ``[vocab]`` from a raw top-n list (``ids`` with their raw probabilities,
-    the n most probable), exact when the filtered support closes inside the list: greedy; top-k
-    ≤ n (renormalised over the k largest: no normaliser over the vocabulary needed); top-p at
-    temperature 1 without top-k whose nucleus closes inside the list (the list's mass s > top_p:
-    the pipeline run on the list at top_p / s, the same cut); min-p alone that cuts a listed
-    token. Else ``Violation``: the law outside the list would decide it (docs/numerics.md
-    "Top-n lists")."""
-    T, k, top_p, min_p = params.temperature, params.top_k, params.top_p, params.min_p
-    p = torch.tensor(list(probs), dtype=torch.float64)
-    mass, n = float(p.sum()), len(p)
-    rel = (p / p.max()) ** (1 / T) if T > 0 and n else p
-    if T == 0 or 0 < k <= n:
-        at = params
-    elif T == 1 and k == 0 and min_p == 0 and top_p < mass * (1 - 1e-12):
-        at = SamplingParams(temperature=1.0, top_p=top_p / mass)
-    elif min_p > 0 and k == 0 and top_p == 1 and n and float(rel.min()) < min_p:
-        at = params
-    else:
-        raise Violation(
-            where,
-            f"a processed law that closes inside the top-{n} raw list (greedy; top_k <= {n}; "
-            "top_p at temperature 1 reached inside it; min_p cutting a listed token)",
-            f"temperature {T:g} top_k {k} top_p {top_p:g} min_p {min_p:g}, list mass {mass:.6f}",
-        )
-    row = torch.full((vocab,), OFF_LIST, dtype=torch.float64)  # exp underflows to 0: finite
-    row[torch.as_tensor(list(ids), dtype=torch.int64)] = torch.log(p)
-    return logits_to_probs(row[None, :], SamplingTensors.from_params([at]))[0]
 
 
 def processed_of_reference(
@@ -144,6 +146,7 @@ def _reported(probs: Sequence[float], tok: int) -> Reported:
 __all__ = [
     "LAWS",
     "check_option",
+    "derive",
     "full_row",
     "processed_from_list",
     "processed_law",
