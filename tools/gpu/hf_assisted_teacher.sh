@@ -29,5 +29,8 @@
 #        --set models.draft=bundled:draft" for a CPU smoke test).
 # Prints the wall time, the exit code, the verdict's headline, the two claim lines and one JSON
 # line (prefix "RESULT ") with the decision, the reasons and verdict.numerics.
+# The teacher computes its laws one row per forward (TEACHER_BATCH, default 1: hf-assisted's own
+# batch shape; in bf16 on the H200 a law moves by up to 0.17 TV between 1 and 13 rows per forward,
+# docs/numerics.md "The teacher's batch shape"; TEACHER_BATCH= leaves the default chunking).
 # Runs tools/gpu/issue31.sh with TEACHER=1 (the same run and printout, claim (b) teacher-forced).
-exec env TEACHER=1 OUT="${1:-${OUT:-/tmp/gpu_hf_teacher}}" bash "$(dirname "$0")/issue31.sh"
+exec env TEACHER=1 TEACHER_BATCH="${TEACHER_BATCH-1}" OUT="${1:-${OUT:-/tmp/gpu_hf_teacher}}" bash "$(dirname "$0")/issue31.sh"
