@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
 import torch
+from fake_completion_server import Handler as JsonHandler
 
 from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.transforms import logits_to_probs
@@ -41,24 +42,13 @@ class ModelServer:
         self._memo: dict[tuple[int, ...], torch.Tensor] = {}
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a: object) -> None:
-                return
-
+        class Handler(JsonHandler):  # the fake server's quiet JSON ``_send``
             def do_GET(self) -> None:
                 self._send(200 if self.path == "/health" else 404, {"status": "ok"})
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 self._send(200, server.reply(body))
-
-            def _send(self, code: int, obj: object) -> None:
-                data = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
