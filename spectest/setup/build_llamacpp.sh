@@ -129,7 +129,7 @@ main() {
 
     # 5. llama-server only, CPU only, static, no network at build time (no prebuilt web UI, no TLS).
     #    A unity build (CMAKE_UNITY_BUILD: the sources of a library compiled 8 to a unit, the
-    #    headers parsed once per unit): 75 compiles instead of 197, the same sources and flags
+    #    headers parsed once per unit): 75 compiles instead of 194, the same sources and flags
     #    (results/LOG.md "h70 (session 10)": the compile's CPU time measured both ways).
     #    mtmd-helper*.cpp refuse to be compiled beside mtmd's internal headers (an #error), so
     #    they stay out of the units: a call CMake defers until tools/mtmd has been read.
