@@ -56,6 +56,25 @@ def test_the_package_ships_the_build_script_beside_its_driver() -> None:
     assert 'DEST="$ROOT/llama.cpp/$VERSION"' in text  # the cached build stays where it was
     assert "SPECTEST_LLAMACPP_LOCKED" in text
     assert 'VERSION="${SPECTEST_LLAMACPP_VERSION:-' + llamacpp.VERSION + '}"' in text
+    assert f'BUILD_KEY="{llamacpp.BUILD_KEY}"' in text  # the script and the module agree
+    assert "-DCMAKE_UNITY_BUILD=ON" in text and llamacpp.BUILD_KEY.startswith("unity")
+
+
+def test_a_server_compiled_without_this_build_key_is_not_the_build(cache: Path) -> None:
+    dest = llamacpp.build_dir()
+    (dest / "bin").mkdir(parents=True)
+    (dest / "venv").mkdir()
+    (dest / "src").mkdir()
+    server = dest / "bin" / "llama-server"
+    server.write_text("#!/bin/sh\n")
+    server.chmod(0o755)
+    (dest / "venv" / ".ready").touch()
+    (dest / "src" / "convert_hf_to_gguf.py").touch()
+    assert not llamacpp.is_ready(dest)  # a cache from before the key: compiled once more
+    (dest / "bin" / "build-key").write_text("no-unity\n")
+    assert not llamacpp.is_ready(dest)
+    (dest / "bin" / "build-key").write_text(llamacpp.BUILD_KEY + "\n")
+    assert llamacpp.is_ready(dest)
 
 
 def _stand_in_build(path: Path) -> Path:
@@ -63,6 +82,7 @@ def _stand_in_build(path: Path) -> Path:
     line; its 'compile' writes build.log lines for ~1.2 s."""
     path.write_text(textwrap.dedent("""\
         set -euo pipefail
+        BUILD_KEY="%s"
         DEST="$SPECTEST_CACHE/llama.cpp/$SPECTEST_LLAMACPP_VERSION"
         mkdir -p "$DEST/bin" "$DEST/venv" "$DEST/src"
         echo "build_llamacpp: building (stand-in)" >&2
@@ -71,9 +91,10 @@ def _stand_in_build(path: Path) -> Path:
         done
         printf '#!/bin/sh\\necho llama-server stand-in\\n' >"$DEST/bin/llama-server"
         chmod +x "$DEST/bin/llama-server"
+        echo "$BUILD_KEY" >"$DEST/bin/build-key"
         touch "$DEST/venv/.ready" "$DEST/src/convert_hf_to_gguf.py"
         echo "$DEST"
-    """))  # fmt: skip
+    """) % llamacpp.BUILD_KEY)  # fmt: skip
     return path
 
 

