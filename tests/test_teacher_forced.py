@@ -38,14 +38,17 @@ import teacher_forced_calibration as cal  # noqa: E402
 
 
 def _brute(X: np.ndarray, t: int, laws: dict, w: np.ndarray) -> float:
-    """Σ_{i≠j} w_i w_j Z_i·Z_j / Σ_{i≠j} w_i w_j over pairs of distinct sequences, dense."""
+    """Σ_{i≠j} w_i w_j Z_i·Z_j / Σ_{i≠j} w_i w_j over pairs of distinct sequences, dense: Z_i in
+    R^{V+1}, the last coordinate the "other" bin (a law's missing mass, and a token outside its
+    list: the coarsened U1; 0 for a whole law)."""
     V = 1 + max(max(int(ids.max()) for ids, _ in laws.values()), int(X.max()))
     Z = []
     for i in range(len(X)):
         ids, p = laws[("p", "c", t, prefix_key(X[i, :t]))]
-        z = np.zeros(V)
+        z = np.zeros(V + 1)
         z[ids] -= p
-        z[X[i, t]] += 1
+        z[V] -= 1 - p.sum()
+        z[X[i, t] if X[i, t] in ids else V] += 1
         Z.append(z)
     num = den = 0.0
     for i, j in itertools.permutations(range(len(X)), 2):
@@ -115,7 +118,7 @@ def test_field_parses_lays_out_no_arm_and_refuses_engines_without_the_capability
         _proto(tmp_path / "h", **body, arms={"floor": {"teacher_forced": True, "batch_size": 1}})
 
 
-def _asker(name: str, spec: str, dtype: str, where: Path) -> Any:
+def _asker(name: str, spec: str, dtype: str, where: Path, rows: int | None = None) -> Any:
     from spectest.engines.plain_laws import LawAsker
     from spectest.engines.registry import engine_class
     from spectest.generation import load_models
@@ -124,7 +127,7 @@ def _asker(name: str, spec: str, dtype: str, where: Path) -> Any:
     models = {"target": spec, "draft": spec, "dtype": dtype}
     models = load_models(load_protocol(write_toy(where, models=models)), False)
     cls = engine_class(name)
-    return LawAsker(EngineChoice(name, cls.Options(), cls.uses_variant), models), models
+    return LawAsker(EngineChoice(name, cls.Options(), cls.uses_variant), models, rows), models
 
 
 def test_builtin_laws_agree_with_spectests_teacher(tmp_path: Path) -> None:
@@ -177,11 +180,9 @@ def test_teacher_batch_shape_sets_the_rows_per_forward(rows: int | None, tmp_pat
     """``arms.floor.batch_size`` beside ``teacher_forced`` is the rows per forward of the
     plain laws (the batch shape they are computed at: in bf16 on a GPU a law moves with it,
     docs/numerics.md "The teacher's batch shape"); the laws stay the same law."""
-    from spectest.engines.plain_laws import LawAsker
     from spectest.sampling.params import SamplingParams
 
-    asker, models = _asker("hf-generate", "bundled:target", "float32", tmp_path)
-    asker = LawAsker(asker.engine_choice, models, rows) if rows else asker
+    asker, _ = _asker("hf-generate", "bundled:target", "float32", tmp_path, rows)
     seen: list[int] = []
     forward = asker._forward
 

@@ -15,7 +15,6 @@ of 10 and m 0.1 (n 3000 here: more); the mass-moving candidate has U1 ≈ 4e-2 a
 
 from __future__ import annotations
 
-import itertools
 import json
 import sys
 from pathlib import Path
@@ -47,25 +46,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from fake_completion_server import CUT, LAW  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from teacher_forced_top_n_calibration import V  # noqa: E402
 from teacher_forced_top_n_calibration import engine as _engine  # noqa: E402
-
-
-def _brute(X: np.ndarray, t: int, laws: dict, w: np.ndarray) -> float:
-    """The coarsened U1 dense: Z_i in R^{V+1}, the last coordinate the "other" bin."""
-    Z = []
-    for i in range(len(X)):
-        ids, p = laws[("p", "c", t, prefix_key(X[i, :t]))]
-        z = np.zeros(V + 1)
-        z[ids] -= p
-        z[V] -= 1 - p.sum()
-        z[X[i, t] if X[i, t] in ids else V] += 1
-        Z.append(z)
-    num = den = 0.0
-    for i, j in itertools.permutations(range(len(X)), 2):
-        num += w[i] * w[j] * float(Z[i] @ Z[j])
-        den += w[i] * w[j]
-    return num / den
+from test_teacher_forced import _brute  # noqa: E402  (the dense U1, with the "other" bin)
 
 
 def test_coarsened_u1_is_its_definition() -> None:

@@ -7,6 +7,8 @@ checks; no randomness beyond fixed seeds."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -28,13 +30,8 @@ PROMPTS = {
 }
 
 
-def _check(device: str, dtype: str, threads: int) -> None:
-    target, draft = load_pair(
-        "realistic:qwen3-tiny,draft_layers=1,logit_scale=20.0",
-        "derived:first_layers,layers=1",
-        device=device,
-        dtype=dtype,
-    )
+def _on_threads(target: Any, run: Callable[[], Any]) -> tuple[Any, set[int]]:
+    """``run()``'s result and the threads the target's forwards ran on meanwhile."""
     seen: set[int] = set()
     fwd = type(target).forward
 
@@ -42,12 +39,22 @@ def _check(device: str, dtype: str, threads: int) -> None:
         seen.add(threading.get_ident())
         return fwd(self, cache, ids)
 
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(target), "forward", recording)
+        return run(), seen
+
+
+def _check(device: str, dtype: str, threads: int) -> None:
+    target, draft = load_pair(
+        "realistic:qwen3-tiny,draft_layers=1,logit_scale=20.0",
+        "derived:first_layers,layers=1",
+        device=device,
+        dtype=dtype,
+    )
     drafter = DrafterSpec(onehot=True, q_mode="processed", k=4)
     args = (target, draft, PROMPTS, CONFIGS, [("eps", "eps_biased:0.5")], drafter, 6)
     one = tooth_sizes(*args, threads=1)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(type(target), "forward", recording)
-        many = tooth_sizes(*args, threads=threads)
+    many, seen = _on_threads(target, lambda: tooth_sizes(*args, threads=threads))
     assert len(seen) > 1  # the prompts ran on several threads
     pd.testing.assert_frame_equal(many, one, check_exact=True)
     assert list(many["prompt_id"].unique()) == list(PROMPTS)
@@ -63,18 +70,12 @@ def test_cpu_default_is_one_prompt_at_a_time() -> None:
     target, draft = load_pair(
         "realistic:qwen3-tiny,draft_layers=1", "derived:first_layers,layers=1"
     )
-    seen: set[int] = set()
-    fwd = type(target).forward
-
-    def recording(self, cache, ids):  # type: ignore[no-untyped-def]
-        seen.add(threading.get_ident())
-        return fwd(self, cache, ids)
-
     drafter = DrafterSpec(onehot=True, q_mode="processed", k=2)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(type(target), "forward", recording)
-        tooth_sizes(target, draft, PROMPTS, CONFIGS[:1], [("eps", "eps_biased:0.5")], drafter, 3,
-                    budget=64)  # fmt: skip
+    eps = [("eps", "eps_biased:0.5")]
+    _, seen = _on_threads(
+        target,
+        lambda: tooth_sizes(target, draft, PROMPTS, CONFIGS[:1], eps, drafter, 3, budget=64),
+    )
     assert seen == {threading.get_ident()}
 
 

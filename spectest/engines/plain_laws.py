@@ -221,7 +221,6 @@ class LawAsker:
         if why is not None:
             raise EngineError(why)
         self.name = choice.name
-        self.engine_choice = choice
         self.models = models
         self.engine = engine_class(choice.name)(choice.options, models)
         self.requests = 0
