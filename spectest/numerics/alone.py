@@ -3,7 +3,7 @@ plain decode (the same forwards, kernels and shapes as one at a time), but ``str
 together, each on its own worker model (``numerics.replay.ReplayStaticModel.workers``: its own
 static pools and CUDA graphs) and its own CUDA stream, their steps issued in turn.
 
-Owns: ``FLOOR_STREAMS`` (rows at once by default on CUDA), ``decode_steps`` (plain decode after
+Owns: ``FLOOR_STREAMS`` (rows at once by default on CUDA: 1), ``decode_steps`` (plain decode after
 the prefill, one forward per step: ``numerics.table._decode_logits`` runs it through),
 ``concurrent`` (whether a model can run rows at once) and ``alone_logits`` (the rows' logits,
 in order). Knows nothing about TVs, tables
@@ -23,9 +23,10 @@ import torch
 from spectest.models.base import Cache, LanguageModel
 from spectest.numerics.replay import ReplayStaticModel
 
-# rows decoded alone at once on CUDA: one stream each; 8 = CUDA's default number of hardware
-# work queues (CUDA_DEVICE_MAX_CONNECTIONS), beyond which streams share queues
-FLOOR_STREAMS = 8
+# rows decoded alone at once on CUDA (one stream each): 1, one at a time. 8 at once was measured
+# slower on the H200 at P1: the numerics phase passed 140 s against 21.7 s one at a time
+# (results/LOG.md "lead (session 11)"); ``drift_table(streams=)`` and the tools still take N
+FLOOR_STREAMS = 1
 _DONE = -1
 
 

@@ -1,17 +1,17 @@
 """P1's two slow analysis phases (issue 32), old path against new, side by side in ONE process on
 the same models and the same matched arm: ``numerics`` (``generation.matched_drift``, as the
 runner times it) with the floor rows one at a time (old: ``numerics.alone.FLOOR_STREAMS = 1``)
-and ``FLOOR_STREAMS`` at once (new), and ``tooth sizes`` (``generation.protocol_tooth_sizes``)
-one prompt at a time (old: ``tooth_size.PROMPT_THREADS = 1``) and ``PROMPT_THREADS`` at once
-(new). Each phase runs old, new, old, new (the first pair includes CUDA-graph captures and
-cuDNN plans, the second is warm); every table must equal the first old one
-(``DataFrame.equals``), else the script exits 1.
+and ``--streams`` (default 8) at once (new), and ``tooth sizes``
+(``generation.protocol_tooth_sizes``) one prompt at a time (old: ``tooth_size.PROMPT_THREADS =
+1``) and ``PROMPT_THREADS`` at once (new). Each phase runs old, new, old, new (the first pair
+includes CUDA-graph captures and cuDNN plans, the second is warm); every table must equal the
+first old one (``DataFrame.equals``), else the script exits 1.
 
 Prints: the device, load and matched-arm generation times, then one line per phase run —
 ``numerics old|new: S s (N rows, floor rows F, identical)`` and ``tooth sizes old|new: S s (N
 rows, identical)`` — and a summary line per phase with the warm old/new ratio. About 3 min on one
 H200 at P1 (seed 001's bf16 plan, 8 prompts, batch 768); runs on CPU too (slowly).
-``--streams N`` / ``--threads N``: the new path's floor rows / prompts at once (defaults: the
+``--streams N`` / ``--threads N``: the new path's floor rows / prompts at once (defaults: 8 / the
 package's); ``--only numerics|tooth``: one phase.
 
     PYTHONPATH=. python tools/gpu/issue32_phases.py --set models.device=cuda \
@@ -85,7 +85,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default="protocols/openinfer-512.yaml")
     ap.add_argument("--set", action="append", default=[])
-    ap.add_argument("--streams", type=int, default=alone.FLOOR_STREAMS, help="new: floor rows")
+    ap.add_argument("--streams", type=int, default=8, help="new: floor rows at once")
     ap.add_argument("--threads", type=int, default=tooth_size.PROMPT_THREADS, help="new: prompts")
     ap.add_argument("--only", choices=("numerics", "tooth"), default=None)
     a = ap.parse_args()
