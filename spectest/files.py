@@ -18,7 +18,7 @@ import stat
 import subprocess
 import tempfile
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -68,27 +68,35 @@ def _umask() -> int:
 _FILE_MODE = 0o666 & ~_umask()  # NOTE: mkstemp creates 0600; results are ordinary files
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """``data`` into ``path`` through a temporary and ``os.replace``; an ``OSError`` is one
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[str]:
+    """A temporary file beside ``path`` that replaces it when the block ends (mode
+    ``_FILE_MODE``) and is removed when the block raises; an ``OSError`` is one
     ``InfrastructureError`` naming ``path`` (``write_failed``)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
     except OSError as err:
         raise write_failed(path, err) from None
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        yield tmp
         os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
     except BaseException as err:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        if isinstance(err, OSError):
+        if isinstance(err, OSError):  # Arrow's "Error writing bytes to file" names no file
             raise write_failed(path, err) from None
         raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """``data`` into ``path`` through a temporary and ``os.replace`` (``_replacing``)."""
+    with _replacing(path) as tmp, open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -116,23 +124,8 @@ def write_table(
     meta = dict(table.schema.metadata or {})
     meta[PROVENANCE_KEY] = json.dumps(provenance, sort_keys=True, default=str).encode()
     meta.pop(b"pandas", None)  # NOTE: keep the explicit Arrow schema the source of truth
-    table = table.replace_schema_metadata(meta)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-    except OSError as err:
-        raise write_failed(path, err) from None
-    try:
-        pq.write_table(table, tmp)
-        os.chmod(tmp, _FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException as err:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(err, OSError):  # Arrow's "Error writing bytes to file" names no file
-            raise write_failed(path, err) from None
-        raise
+    with _replacing(path) as tmp:
+        pq.write_table(table.replace_schema_metadata(meta), tmp)
     return table.num_rows
 
 

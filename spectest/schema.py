@@ -53,12 +53,15 @@ ROLES = ("plain", "accepted", "recovered", "bonus")  # an emitted token's role; 
 REFERENCE = "reference"
 CANDIDATE = "candidate"
 
+_ROW_KEY = [  # a generated row's key, first in the samples and the rounds
+    pa.field(PROMPT_ID, pa.string(), nullable=False),
+    pa.field(CONFIG_ID, pa.string(), nullable=False),
+    pa.field(ARM, pa.string(), nullable=False),
+    pa.field(SEED, pa.int64(), nullable=False),
+]
 SAMPLES_SCHEMA = pa.schema(
     [
-        pa.field(PROMPT_ID, pa.string(), nullable=False),
-        pa.field(CONFIG_ID, pa.string(), nullable=False),
-        pa.field(ARM, pa.string(), nullable=False),
-        pa.field(SEED, pa.int64(), nullable=False),
+        *_ROW_KEY,
         pa.field(POSITION, pa.int32(), nullable=False),
         pa.field(TOKEN_ID, pa.int64(), nullable=False),
     ]
@@ -86,15 +89,9 @@ BYO_SCHEMA = pa.schema([f for f in SAMPLES_SCHEMA if f.name != ARM])
 
 ROUNDS_SCHEMA = pa.schema(
     [
-        pa.field(PROMPT_ID, pa.string(), nullable=False),
-        pa.field(CONFIG_ID, pa.string(), nullable=False),
-        pa.field(ARM, pa.string(), nullable=False),
-        pa.field(SEED, pa.int64(), nullable=False),
-        pa.field("round", pa.int32(), nullable=False),
-        pa.field(POSITION, pa.int32(), nullable=False),
-        pa.field("drafted", pa.int32(), nullable=False),
-        pa.field("accepted", pa.int32(), nullable=False),
-        pa.field("emitted", pa.int32(), nullable=False),
+        *_ROW_KEY,
+        *(pa.field(n, pa.int32(), nullable=False) for n in ("round", POSITION)),
+        *(pa.field(n, pa.int32(), nullable=False) for n in ("drafted", "accepted", "emitted")),
     ]
 )
 

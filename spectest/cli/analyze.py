@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
-import typer
-
-from spectest.cli.common import boundary, progress_bars
+from spectest.cli.common import ProgressOpt, RunDirArg, boundary, progress_bars
 from spectest.cli.printing import show_result
 from spectest.cli.supervised import (
     DEFAULT_TIMEOUT_S,
@@ -19,10 +14,8 @@ from spectest.cli.supervised import (
 
 @boundary
 def analyze(
-    run_dir: Annotated[
-        Path, typer.Argument(help="A completed run directory (with manifest.json).")
-    ],
-    progress: Annotated[bool, typer.Option(help="Show progress bars on stderr.")] = True,
+    run_dir: RunDirArg,
+    progress: ProgressOpt = True,
 ) -> None:
     """Recompute the tests and the verdict from stored samples, without any model."""
     # the stored protocol's entry-point engines are imported (kernels are not): supervised

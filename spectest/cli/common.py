@@ -323,6 +323,8 @@ ThreadsOpt = Annotated[
     typer.Option(help="torch CPU threads (default 1 unless OMP_NUM_THREADS is set; see README)."),
 ]
 ProgressOpt = Annotated[bool, typer.Option(help="Show progress bars on stderr.")]
+JunitOpt = Annotated[str | None, typer.Option(help="Also write JUnit XML here (empty: skipped).")]
+RunDirArg = Annotated[Path, typer.Argument(help="A completed run directory (with manifest.json).")]
 
 
 def optional_output(value: str | None, option: str) -> Path | None:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from spectest.cli.common import boundary, progress_bars
+from spectest.cli.common import ProgressOpt, boundary, progress_bars
 from spectest.cli.printing import show_result
 from spectest.errors import ConfigError
 
@@ -93,7 +93,7 @@ def compare(
     out: Annotated[
         Path | None, typer.Option(help="Result directory (default: results/compare-<hash>).")
     ] = None,
-    progress: Annotated[bool, typer.Option(help="Show progress bars on stderr.")] = True,
+    progress: ProgressOpt = True,
     floor: FloorOpt = None,
     decide_floor: DecideFloorOpt = False,
     floor_margin: FloorMarginOpt = None,

@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from spectest.cli.common import boundary, console, optional_output
+from spectest.cli.common import JunitOpt, RunDirArg, boundary, console, optional_output
 from spectest.report.escape import printable
 
 
 @boundary
 def report(
-    run_dir: Annotated[
-        Path, typer.Argument(help="A completed run directory (with manifest.json).")
-    ],
-    junit: Annotated[
-        str | None, typer.Option(help="Also write JUnit XML here (empty: skipped).")
-    ] = None,
+    run_dir: RunDirArg,
+    junit: JunitOpt = None,
     summary_md: Annotated[
         str | None, typer.Option(help="Also write a markdown summary here (empty: skipped).")
     ] = None,

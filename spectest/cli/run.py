@@ -12,6 +12,7 @@ import typer
 from spectest.cli.common import (
     ConfigOpt,
     DeviceOpt,
+    JunitOpt,
     ProgressOpt,
     SetOpt,
     ThreadsOpt,
@@ -64,7 +65,6 @@ OutOpt = Annotated[
 ]
 SeedsOpt = Annotated[int | None, typer.Option(help="Override seeds.per_arm.")]
 PositionsOpt = Annotated[int | None, typer.Option(help="Override positions (tokens per sequence).")]
-JunitOpt = Annotated[str | None, typer.Option(help="Also write JUnit XML here (empty: skipped).")]
 SummaryMdOpt = Annotated[
     str | None,
     typer.Option(help="Also write a markdown summary here (CI step summary; empty: skipped)."),

@@ -19,7 +19,6 @@ from spectest.sampling.params import SamplingParams
 from spectest.stats.options import AnalysisOptions
 from spectest.tooth_size import DEFAULT_BUDGET as DEFAULT_SIZE_BUDGET
 
-PROTOCOL_VERSION = 2  # the newest version this spectest reads (and writes for new files)
 PROTOCOL_VERSIONS = (1, 2)
 DEVICES = ("cpu", "cuda")
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")

