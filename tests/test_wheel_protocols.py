@@ -19,6 +19,13 @@ What "its documented outcome" means here, per protocol (the table ``OUTCOME``):
 - every protocol that needs ``spectest setup ENGINE``: with an empty cache, exit 4 and one
   error line naming that command, before any work (no run directory).
 
+The wheel also carries every file of protocols/ (the prompt sets too) as a real copy
+(``protocols_data`` is a symlink only in the checkout); ``python -m spectest`` runs from it as the
+console script does; ``ci`` run by its bare name from an unrelated directory says it uses the
+shipped file and records which one in run.json, and is no "different" at its tiny size (exit 0 or
+3; fixed seeds). These were tests/test_shipped.py's wheel test until session 11, which built and
+installed a second wheel of the same tree to check them.
+
 The runs share one interpreter (a driver calling the CLI in-process, one torch import) to keep
 this to a few minutes on 2 busy cores; marked slow.
 """
@@ -77,7 +84,7 @@ DRIVER = textwrap.dedent("""\
         os.environ.clear()
         os.environ.update(saved)
         res[key] = {"rc": r.exit_code, "stdout": r.stdout[-3000:], "stderr": r.stderr[-3000:],
-                    "s": round(time.time() - t, 1)}
+                    "stderr_head": r.stderr[:1000], "s": round(time.time() - t, 1)}
         print(key, r.exit_code, res[key]["s"], file=sys.stderr, flush=True)
     json.dump(res, open(os.path.join(out, "results.json"), "w"))
 """)
@@ -157,6 +164,10 @@ def test_the_wheel_carries_the_programs_and_the_build_script(
               "spectest/setup/build_llamacpp.sh", "spectest/setup/llamacpp.py",
               "spectest/setup/vllm_cpu.py", "spectest/setup/vllm_cpu_fix.py"):  # fmt: skip
         assert f in names, f
+    protocols = ROOT / "protocols"
+    for f in protocols.rglob("*"):  # every shipped protocol and prompt set
+        if f.is_file() and "__pycache__" not in f.parts:
+            assert f"spectest/protocols_data/{f.relative_to(protocols)}" in names, f
 
 
 def test_every_shipped_protocol_from_the_wheel(
@@ -170,11 +181,15 @@ def test_every_shipped_protocol_from_the_wheel(
                        env=env, capture_output=True, text=True, check=True)  # fmt: skip
     site = Path(r.stdout.strip()).parent
     assert site.is_relative_to(py.parents[1]), site  # the wheel's copy, not a checkout
+    assert (site / "protocols_data").is_dir() and not (site / "protocols_data").is_symlink()
 
     r = subprocess.run(["spectest", "protocols"], cwd=cwd, env=env, capture_output=True,
                        text=True, timeout=600)  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"in {site / 'protocols_data'}," in r.stdout.splitlines()[-1]
+    m = subprocess.run([str(py), "-m", "spectest", "protocols"], cwd=cwd, env=env,
+                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert (m.returncode, m.stdout) == (0, r.stdout), m.stdout + m.stderr
     listed = {ln.split()[0]: ln.split()[1] for ln in r.stdout.splitlines()[:-1]}
     shipped = [p.name for p in list_shipped()]
     assert sorted(listed) == sorted(shipped)
@@ -220,3 +235,8 @@ def test_every_shipped_protocol_from_the_wheel(
         else:
             assert got["rc"] in (0, 1, 3), where
             assert (out / key / "manifest.json").is_file(), where
+    got = res["ci"]  # by its bare name from elsewhere: the shipped file, recorded
+    assert got["rc"] in (0, 3) and "using the shipped protocol" in got["stderr_head"], got
+    info = json.loads((out / "ci" / "run.json").read_text())
+    assert info["protocol_shipped"] == "ci.yaml", info
+    assert info["protocol_source"] == str(site / "protocols_data" / "ci.yaml"), info
