@@ -13,9 +13,12 @@ What "its documented outcome" means here, per protocol (the table ``OUTCOME``):
   (candidate) + 5 % (null tooth) of the time, and the buggy run's TV (~0.27 per cell,
   measured) is far above its MDE (~0.2 at 200 seeds): missed with probability < 1e-6;
 - every other protocol whose needs are met on this machine: a tiny run (40 seeds, teeth too,
-  2 positions, 1 prompt) that reaches a verdict (exit 0, 1 or 3: at 40 seeds most are honestly
-  inconclusive), never bad input (2) or infrastructure (4) — it proves the protocol runs
-  from the wheel, not its full-size verdict (those are the protocols' own tests);
+  2 positions, 1 prompt, the teeth's sizes at a budget of 128 contexts per tooth and cell instead
+  of 2 048: the size stage runs on every protocol, as the seeds, at a test size; at 2 048 it was
+  a third of this test's time, 98 of vllm-rlt-187's 109 s) that reaches a verdict (exit 0, 1
+  or 3: at 40 seeds most are honestly inconclusive), never bad input (2) or infrastructure (4)
+  — it proves the protocol runs from the wheel, not its full-size verdict (those are the
+  protocols' own tests);
 - every protocol that needs ``spectest setup ENGINE``: with an empty cache, exit 4 and one
   error line naming that command, before any work (no run directory).
 
@@ -57,6 +60,8 @@ TINY = [
     "seeds.teeth_per_arm=40",
     "--set",
     "prompts.limit=1",
+    "--set",  # the teeth's exact sizes at 128 contexts, not 2048: the stage runs, smaller (h80)
+    "teeth.size_budget=128",
 ]
 DOCUMENTED = {  # name -> (args, exit code, verdict printed): the documented verdicts at a test size
     # 200 seeds (not the protocol's 700) resolve per-cell TV ≈ 0.26: stated, to test the seam fast
