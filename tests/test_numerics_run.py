@@ -83,7 +83,9 @@ def test_verify_numerics_bug_is_drift_beyond_numerics(tmp_path: Path) -> None:
 def test_bundled_pair_bfloat16(tmp_path: Path, candidate: str, decision: str) -> None:
     """The bundled pair in bfloat16 on CPU: auto → matched; the drift is reported (on the
     2-core CI machine torch's CPU bf16 kernels give bit-identical verify and decode logits for
-    this pair: drift 0, results/LOG.md)."""
+    this pair: drift 0, results/LOG.md). ``always_accept`` is also tests/test_numerics_bf16.py's
+    bf16 "a DIFFERENT candidate is decision different, exit 1" (that file reads eps_biased:0.5's
+    rejection off its run's ε arm)."""
     path = Path(__file__).resolve().parents[1] / "protocols" / "ci.yaml"
     raw_path = tmp_path / "ci.yaml"
     text = path.read_text().replace("dtype: float32", "dtype: bfloat16")
