@@ -58,10 +58,14 @@ def _write_views(stored: Any) -> list[Path]:
     from spectest.files import atomic_write_text
     from spectest.report.html import render_html
     from spectest.report.markdown import render_markdown
+    from spectest.report.sections import build
     from spectest.store import REPORT_HTML, REPORT_MD
 
+    sections = build(stored)  # once for both views: each section reads its stored tables
     written = []
-    for name, text in ((REPORT_MD, render_markdown(stored)), (REPORT_HTML, render_html(stored))):
+    views = ((REPORT_MD, render_markdown), (REPORT_HTML, render_html))
+    for name, render in views:
+        text = render(stored, sections)
         atomic_write_text(stored.path / name, text)
         written.append(stored.path / name)
     return written

@@ -51,9 +51,9 @@ def _html_block(block: Any) -> str:
     return f"<p{cls}>{html.escape(block.text.replace('**', ''))}</p>"
 
 
-def render_html(stored: StoredRun) -> str:
+def render_html(stored: StoredRun, sections: Sequence[Any] | None = None) -> str:
     """The full self-contained report.html of a run: title, verdict, then every section of
-    ``report.sections.SECTIONS``."""
+    ``report.sections.SECTIONS`` (``sections``: those already built of ``stored``)."""
     from spectest.report.sections import build
 
     s = stored.summary
@@ -71,7 +71,7 @@ def render_html(stored: StoredRun) -> str:
         *[f"<p class='small'>{html.escape(ln.strip())}</p>" for ln in scope],
         "<ul>" + "".join(f"<li>{html.escape(r)}</li>" for r in v["reasons"]) + "</ul>",
     ]
-    for sec in build(stored):
+    for sec in build(stored) if sections is None else sections:
         parts.append(f"<h2>{html.escape(sec.title)}</h2>")
         parts += [_html_block(b) for b in sec.blocks]
     parts.append("</body></html>")

@@ -50,15 +50,16 @@ def _md_block(block: Any) -> list[str]:
     return [f"*{text}*" if block.small else text, ""]
 
 
-def render_markdown(stored: StoredRun) -> str:
+def render_markdown(stored: StoredRun, sections: Sequence[Any] | None = None) -> str:
     """The full report.md of a run: title, verdict, then every section of
-    ``report.sections.SECTIONS`` (figures are named, drawn only in report.html)."""
+    ``report.sections.SECTIONS`` (figures are named, drawn only in report.html);
+    ``sections``: those already built of ``stored`` (``report.sections.build``)."""
     from spectest.report.sections import build
 
     s = stored.summary
     title = f"# spectest {md_text(s.get('kind', 'run'))}: {md_text(s.get('name', ''))}"
     lines = [title, "", *verdict_md(s["verdict"]), ""]
-    for sec in build(stored):
+    for sec in build(stored) if sections is None else sections:
         lines += [f"## {md_text(sec.title)}", ""]
         for block in sec.blocks:
             lines += _md_block(block)

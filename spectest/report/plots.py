@@ -86,13 +86,44 @@ def label(text: object) -> str:
 
 
 def to_base64_png(fig: Figure, dpi: int = 90) -> str:
-    """Encode and close a figure."""
+    """Encode and close a figure: laid out once (tight, or by the layout engine the figure
+    set), drawn once.
+
+    Notes
+    -----
+    No ``bbox_inches="tight"``: it drew each figure twice more (issue 32); a figure keeps
+    everything inside its canvas instead (``tv_by_position`` reserves its legend's strip).
+    The figure's dpi is set to the PNG's first, so the layout and the drawing share one
+    renderer (and its text metrics).
+    """
     buf = io.BytesIO()
-    fig.tight_layout()
-    # NOTE: bbox "tight" keeps a legend placed below the axes (tv_by_position) in the picture
-    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None}, bbox_inches="tight")
+    fig.set_dpi(dpi)
+    engine = fig.get_layout_engine()
+    if engine is None:
+        fig.tight_layout()
+    else:
+        engine.execute(fig)
+    # NOTE: no engine left: savefig would lay out again in a draw of its own before drawing
+    fig.set_layout_engine(None)
+    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _legend_below(fig: Figure, handles: list[Any], labels: list[str]) -> None:
+    """The figure's legend in a strip along its bottom edge, the axes laid out (tight) above
+    it: the strip is the legend's measured height, so nothing falls outside the canvas."""
+    leg = fig.legend(
+        handles,
+        labels,
+        loc="lower center",
+        ncol=3,
+        fontsize=7,
+        frameon=False,
+        bbox_to_anchor=(0.5, 0.0),
+    )
+    height = leg.get_window_extent(fig.canvas.get_renderer()).height / fig.bbox.height
+    fig.set_layout_engine("tight", rect=(0.0, min(height, 0.5), 1.0, 1.0))
 
 
 def tv_by_position(
@@ -136,14 +167,7 @@ def tv_by_position(
         ax.set_ylabel("plug-in TV vs reference")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if axes[0][0].get_legend_handles_labels()[0]:
-        fig.legend(
-            *axes[0][0].get_legend_handles_labels(),
-            loc="upper center",
-            ncol=3,
-            fontsize=7,
-            frameon=False,
-            bbox_to_anchor=(0.5, 0.0),
-        )
+        _legend_below(fig, *axes[0][0].get_legend_handles_labels())
     prompts = list(dict.fromkeys(tests["prompt_id"]))[:4]
     ls_names = ["solid", "dashed", "dotted", "dash-dot"]
     key = ", ".join(f"{label(p)} {n}" for p, n in zip(prompts, ls_names, strict=False))
