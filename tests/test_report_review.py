@@ -142,6 +142,39 @@ def test_figures_use_one_colour_per_arm_and_a_qq_legend(buggy_run: Path) -> None
     plt.close(fig)
 
 
+def test_each_figure_is_drawn_once_and_fits_its_canvas(buggy_run: Path) -> None:
+    """Issue 32: a figure is laid out once and drawn once (``bbox_inches="tight"`` drew each
+    twice, and a layout engine left set makes savefig lay out in a draw of its own), and with
+    no cropping to the drawn extent everything must lie inside the canvas (the TV figure's
+    legend below the axes included)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from spectest.report import plots
+    from spectest.report.sections import Figure, build
+    from spectest.stored import load_run
+
+    figures = [b for s in build(load_run(buggy_run)) for b in s.blocks if isinstance(b, Figure)]
+    assert len(figures) == 6
+    for block in figures:
+        fig = block.draw()
+        draws = []
+        real_draw = fig.draw
+
+        def counted(renderer: object, real: object = real_draw) -> None:
+            draws.append(renderer)
+            real(renderer)  # type: ignore[operator]
+
+        fig.draw = counted
+        assert plots.to_base64_png(fig)
+        assert len(draws) == 1, block.alt
+        del fig.draw
+        w, h = fig.get_size_inches()
+        box = fig.get_tightbbox(FigureCanvasAgg(fig).get_renderer())  # closed: a new canvas
+        tol = 1.0 / fig.dpi  # one pixel
+        assert box.x0 >= -tol and box.y0 >= -tol, (block.alt, box)
+        assert box.x1 <= w + tol and box.y1 <= h + tol, (block.alt, box)
+
+
 def test_report_leaves_completed_alone_and_warns_nothing(buggy_run: Path) -> None:
     manifest = json.loads((buggy_run / "manifest.json").read_text())
     r = subprocess.run(
