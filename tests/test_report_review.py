@@ -157,11 +157,10 @@ def test_each_figure_is_drawn_once_and_fits_its_canvas(buggy_run: Path) -> None:
     assert len(figures) == 6
     for block in figures:
         fig = block.draw()
-        draws = []
-        real_draw = fig.draw
+        draws: list[object] = []
 
-        def counted(renderer: object, real: object = real_draw) -> None:
-            draws.append(renderer)
+        def counted(renderer: object, real: object = fig.draw, seen: list = draws) -> None:
+            seen.append(renderer)
             real(renderer)  # type: ignore[operator]
 
         fig.draw = counted
