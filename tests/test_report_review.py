@@ -174,6 +174,28 @@ def test_each_figure_is_drawn_once_and_fits_its_canvas(buggy_run: Path) -> None:
         assert box.x1 <= w + tol and box.y1 <= h + tol, (block.alt, box)
 
 
+def test_a_figure_wider_than_its_canvas_is_saved_whole() -> None:
+    """A title wider than the figure (a long prompt id, say) would be cut at the canvas edge:
+    ``to_base64_png`` then saves the PNG grown to the content, as every figure was before issue
+    32, and a figure inside its canvas is saved at the canvas's size."""
+    import base64
+    import io
+
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from spectest.report import plots
+
+    sizes = []
+    for title in ("short", "a title far wider than a two-inch figure " * 3):
+        fig, ax = plt.subplots(figsize=(2.0, 2.0))
+        ax.set_title(title)
+        png = base64.b64decode(plots.to_base64_png(fig, dpi=90))
+        sizes.append(Image.open(io.BytesIO(png)).size)
+    assert sizes[0] == (180, 180)
+    assert sizes[1][0] > 2 * 180
+
+
 def test_report_leaves_completed_alone_and_warns_nothing(buggy_run: Path) -> None:
     manifest = json.loads((buggy_run / "manifest.json").read_text())
     r = subprocess.run(

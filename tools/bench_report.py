@@ -54,9 +54,19 @@ def render_once(checkout: Path, run_dir: Path) -> dict[str, object]:
         check=True,
     )
     row = json.loads(out.stdout.strip().splitlines()[-1])
+    sha = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
+    row["git"] = sha + ("+dirty" if _dirty(checkout) else "")
     if not str(row["spectest"]).startswith(str(checkout)):
         raise SystemExit(f"{checkout}: imported spectest from {row['spectest']}")
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}
+
+
+def _dirty(checkout: Path) -> bool:
+    """Whether ``checkout``'s spectest/ differs from its HEAD (the row's sha would mislead)."""
+    r = subprocess.run(["git", "-C", str(checkout), "status", "--porcelain", "spectest"],
+                       capture_output=True, text=True, check=False)  # fmt: skip
+    return bool(r.stdout.strip())
 
 
 def main() -> None:

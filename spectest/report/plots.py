@@ -87,25 +87,42 @@ def label(text: object) -> str:
 
 def to_base64_png(fig: Figure, dpi: int = 90) -> str:
     """Encode and close a figure: laid out once (tight, or by the layout engine the figure
-    set), drawn once.
+    set), drawn once, and the PNG cropped to what was drawn only when something fell outside
+    the canvas.
 
     Notes
     -----
-    No ``bbox_inches="tight"``: it drew each figure twice more (issue 32); a figure keeps
-    everything inside its canvas instead (``tv_by_position`` reserves its legend's strip).
-    The figure's dpi is set to the PNG's first, so the layout and the drawing share one
-    renderer (and its text metrics).
+    Until issue 32 every figure was saved with ``bbox_inches="tight"``, which drew it twice more;
+    now the canvas is drawn once and the drawn extent checked (``get_tightbbox`` after the draw
+    costs about a quarter of one). Inside the canvas, as the report's figures are (its legend in
+    a strip: ``tv_by_position``): that one drawing is the PNG. Outside (a title or tick label
+    wider than the figure, say a long prompt id): saved as before, the canvas grown to the
+    content, so the report shows what it always did. The dpi is set first, so the layout and the
+    drawing share one renderer (and its text metrics); the layout engine is removed after laying
+    out, or ``savefig`` would lay out again in a draw of its own.
     """
-    buf = io.BytesIO()
+    import matplotlib.image
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     fig.set_dpi(dpi)
     engine = fig.get_layout_engine()
     if engine is None:
         fig.tight_layout()
     else:
         engine.execute(fig)
-    # NOTE: no engine left: savefig would lay out again in a draw of its own before drawing
     fig.set_layout_engine(None)
-    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    canvas = fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)
+    canvas.draw()
+    box = fig.get_tightbbox(canvas.get_renderer())
+    w, h = fig.get_size_inches()
+    tol = 0.5 / dpi  # half a pixel
+    buf = io.BytesIO()
+    meta: dict[str, Any] = {"Software": None}  # no matplotlib version in the PNG
+    if box.x0 >= -tol and box.y0 >= -tol and box.x1 <= w + tol and box.y1 <= h + tol:
+        rgba = canvas.buffer_rgba()
+        matplotlib.image.imsave(buf, rgba, format="png", origin="upper", dpi=dpi, metadata=meta)
+    else:
+        fig.savefig(buf, format="png", dpi=dpi, metadata=meta, bbox_inches="tight")
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
