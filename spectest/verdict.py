@@ -223,11 +223,24 @@ def _drift_unresolved(run: _Run) -> Rung:
         )
     if d.decision != "unresolved":
         return False, []
+    why = getattr(d, "unresolved_why", "")  # teacher-forced: too many prefixes left out
+    if why:
+        return _fires("numerics drift unresolved: too many tokens left out", why)
     return _fires(
         "numerics drift unresolved",
         f"numerics drift unresolved (claim b): D = drift − floor in [{_num(d, d.lcb)}, "
         f"{_num(d, d.ucb)}] straddles the margin {_margin(d)}: more sequences narrow it",
     )
+
+
+def _claim_a_unresolved(run: _Run) -> Rung:
+    """Rule 3e: a family of the candidate could not decide its claim without a rejection (the
+    reported-p family with more tokens left out than ``tests.left_out_max``)."""
+    c = run.cand
+    why = [f.unresolved for f in c.families if f.unresolved] if c is not None else []
+    if not why:
+        return False, []
+    return True, [("claim (a) unresolved: too many tokens left out", w) for w in why]
 
 
 def _nothing_tested(run: _Run) -> Rung:
@@ -330,6 +343,7 @@ _LADDER: tuple[tuple[Callable[[_Run], Rung], Decision], ...] = (
     (_teeth_misbehaved, "inconclusive"),  # 3b
     (_power_short, "inconclusive"),  # 3c
     (_drift_unresolved, "inconclusive"),  # 3d
+    (_claim_a_unresolved, "inconclusive"),  # 3e
 )
 _NOTES = (_no_teeth,)
 _EXIT: dict[Decision, ExitCode] = {
