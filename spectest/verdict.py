@@ -206,7 +206,7 @@ def _drift_beyond(run: _Run) -> Rung:
 
 def _drift_unresolved(run: _Run) -> Rung:
     """Rule 3d: claim (b) is required (matched mode, a floor arm) and undecided: not measured,
-    or its bounds straddle the margin."""
+    its bounds straddle the margin, or (teacher-forced) too many tokens were left out."""
     if not (run.matched or run.floor) or run.cand is None:
         return False, []
     d = run.drift
@@ -223,8 +223,7 @@ def _drift_unresolved(run: _Run) -> Rung:
         )
     if d.decision != "unresolved":
         return False, []
-    why = getattr(d, "unresolved_why", "")  # teacher-forced: too many prefixes left out
-    if why:
+    if why := getattr(d, "unresolved_why", ""):
         return _fires("numerics drift unresolved: too many tokens left out", why)
     return _fires(
         "numerics drift unresolved",
@@ -234,13 +233,9 @@ def _drift_unresolved(run: _Run) -> Rung:
 
 
 def _claim_a_unresolved(run: _Run) -> Rung:
-    """Rule 3e: a family of the candidate could not decide its claim without a rejection (the
-    reported-p family with more tokens left out than ``tests.left_out_max``)."""
-    c = run.cand
-    why = [f.unresolved for f in c.families if f.unresolved] if c is not None else []
-    if not why:
-        return False, []
-    return True, [("claim (a) unresolved: too many tokens left out", w) for w in why]
+    """Rule 3e: a candidate family cannot decide its claim (``FamilyResult.unresolved``)."""
+    why = [f.unresolved for f in run.cand.families if f.unresolved] if run.cand else []
+    return bool(why), [("claim (a) unresolved: too many tokens left out", w) for w in why]
 
 
 def _nothing_tested(run: _Run) -> Rung:

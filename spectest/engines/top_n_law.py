@@ -32,8 +32,8 @@ EDGE = 1e-12  # a nucleus whose bar reaches 1 − EDGE of the list's mass may le
 class Straddle(Violation):
     """The bracket on Z leaves the nucleus's cut open: the list does not fix the law. Decided by
     the list alone (a function of the prefix, not of the token drawn there), so a test that
-    leaves such a token or prefix out keeps its level on the rest (docs/numerics.md "A
-    straddled token is left out")."""
+    leaves such a token or prefix out keeps its level on the rest
+    (docs/numerics.md "A straddled token is left out")."""
 
 
 def law_settings(params: SamplingParams, kind: str) -> SamplingParams:

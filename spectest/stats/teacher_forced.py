@@ -319,6 +319,37 @@ def _decide(lcb: float, ucb: float, margin: float, outside: float, left: float =
     return "within" if reach > 0 and ucb <= bar else "unresolved"
 
 
+def _left_fields(left: np.ndarray, bound: float) -> dict[str, Any]:
+    """The result's fields of the tokens left out (count, tokens, RMS over units of the share
+    left out, the bound) from ``_units``'s ``[units, 2]`` counts."""
+    rms = float(np.sqrt(np.mean((left[:, 0] / left[:, 1]) ** 2))) if len(left) else 0.0
+    k, n = int(left[:, 0].sum()), int(left[:, 1].sum())
+    return {"left_out": k, "left_out_tokens": n, "left_out_rms": rms, "left_out_max": bound}
+
+
+def _control(
+    reference: pd.DataFrame | None,
+    table: dict,
+    n_max: int,
+    alpha: float,
+    rng: np.random.Generator,
+    resamples: int,
+) -> dict[str, Any]:
+    """The control readout's fields: the reference's own U1, bounds, sequences, tokens left
+    out (none without a reference)."""
+    if reference is None:
+        return {}
+    cells, left = _units(reference, table, n_max)
+    stat, lcb, ucb, _ = _bounds(cells, alpha, rng, resamples)
+    return {
+        "control": stat,
+        "control_lcb": lcb,
+        "control_ucb": ucb,
+        "control_sequences": sum(n for n, _ in cells),
+        "control_left_out": int(left[:, 0].sum()),
+    }
+
+
 def decide_teacher_forced(
     candidate: pd.DataFrame,
     laws: pd.DataFrame,
@@ -345,27 +376,19 @@ def decide_teacher_forced(
     (c_h: a token to itself on the list, to "other" off it) for a candidate that samples π, and
     U1 stays exactly unbiased, mean 0. "Within" against (m − outside max)² assumes the outside
     mass at the candidate's prefixes is at most the largest seen. A list within ``MASS_TOL`` of
-    1 is the whole law. An empty law (a prefix whose list does not fix it, decided by the list
-    alone) leaves that prefix's tokens out: U1 on the rest stays mean 0; "within" takes off the
-    RMS over units of the candidate's share left out, which stands in for the probability of
-    reaching such a prefix, and is "unresolved" when more than ``left_out_max`` of its tokens
-    are left out. The candidate's sequences of a cell are exchangeable given the cell.
+    1 is the whole law. An empty law (decided by the list alone) leaves its tokens out: U1 on
+    the rest mean 0; "within" takes off the RMS share left out per unit (for the chance of
+    reaching such a prefix). Sequences of a cell are exchangeable given the cell.
     """
     table, mass, outside_mean = law_dict(laws)
     cells, left = _units(candidate, table, n_max)
     stat, lcb, ucb, units = _bounds(cells, alpha, rng, resamples)
-    ctrl: tuple[float, float, float, int] = (math.nan, -math.inf, math.inf, 0)
-    cseq, rleft = 0, np.zeros((0, 2), dtype=np.int64)
-    if reference is not None:
-        rcells, rleft = _units(reference, table, n_max)
-        ctrl = _bounds(rcells, alpha, rng, resamples)
-        cseq = sum(n for n, _ in rcells)
+    control = _control(reference, table, n_max, alpha, rng, resamples)
     msq = margin_sq(margin)
     outside = max(1 - mass, 0.0)
-    rms = float(np.sqrt(np.mean((left[:, 0] / left[:, 1]) ** 2))) if len(left) else 0.0
-    k, n = int(left[:, 0].sum()), int(left[:, 1].sum())
-    decision = _decide(lcb, ucb, margin, outside, rms)
-    if decision == "within" and n and k / n > left_out_max:
+    lf = _left_fields(left, float(left_out_max))
+    decision = _decide(lcb, ucb, margin, outside, lf["left_out_rms"])
+    if decision == "within" and lf["left_out"] > left_out_max * lf["left_out_tokens"]:
         decision = "unresolved"
     return TeacherForcedResult(
         drift=stat,
@@ -380,17 +403,10 @@ def decide_teacher_forced(
         units=units,
         sequences=sum(n for n, _ in cells),
         floor_sequences=0,
-        control=ctrl[0],
-        control_lcb=ctrl[1],
-        control_ucb=ctrl[2],
-        control_sequences=cseq,
         prefixes=len(table),
         mass_min=mass,
         outside_max=outside,
         outside_mean=outside_mean,
-        left_out=k,
-        left_out_tokens=n,
-        left_out_rms=rms,
-        left_out_max=float(left_out_max),
-        control_left_out=int(rleft[:, 0].sum()),
+        **lf,
+        **control,
     )
