@@ -2,9 +2,10 @@
 empty law, a prefix whose top-n list does not fix the law;
 docs/numerics.md "A straddled token is left out"): the synthetic engine of
 benchmarks/teacher_forced_top_n_calibration.py (V 10, 2 positions, lists of the top ``keep``
-ids) with the laws after the first tokens ``--firsts`` left out, a correct candidate replicated with fresh seeds. Prints how often each decision and
-LCB > 0 came out, with 95 % Clopper–Pearson intervals, and the mean share left out. The null's
-"beyond" and LCB > 0 must stay ≤ α (0.05).
+ids) with the laws after the first tokens ``--firsts`` left out, a correct candidate
+replicated with fresh seeds. Prints how often each decision and LCB > 0 came out, with 95 %
+Clopper–Pearson intervals, and the mean share left out. The null's "beyond" and LCB > 0 must
+stay ≤ α (0.05).
 
 Usage: PYTHONPATH=. python benchmarks/teacher_forced_left_out_calibration.py [--reps 200]
 [--n 400] [--B 300] [--firsts 1 2] (about 0.2 s per replication and case on one CPU core).
