@@ -287,6 +287,12 @@ def test_claim_b_leaves_out_empty_laws_counts_them_and_narrows_within() -> None:
     assert r.statistic != full.statistic and r.prefixes == full.prefixes
     assert r.decision == "within" and r.ucb <= (0.1 - r.outside_max - rms) ** 2
     assert f"{k} of 3000 candidate tokens" in r.line and r.unresolved_why == ""
+    # at m 0.05 the full table is within, and the share left out is what tips it: √UCB + o ≈
+    # 0.037 ≤ m < √UCB + o + RMS share ≈ 0.059 (below the bound: the bar, not the bound)
+    assert _tf(df, table, 0.05).decision == "within"
+    mid = _tf(df, _emptied(table, {8, 9}), 0.05)
+    assert mid.decision == "unresolved" and mid.unresolved_why == ""
+    assert "within needs the margin less the RMS share" in mid.line
     tight = _tf(df, _emptied(table, {8, 9}), 0.1, bound=0.001)
     assert tight.decision == "unresolved" and "tests.left_out_max 0.10%" in tight.unresolved_why
     bad = _tf(*(lambda d, t: (d, _emptied(t, {8, 9})))(*_engine(1, 9, 600, 0.15)), 0.01)
