@@ -43,6 +43,7 @@ from spectest.engines.server_raw_law import processed_of
 from spectest.engines.top_n_law import Straddle, processed_from_list
 from spectest.models import bytetok
 from spectest.sampling.params import SamplingParams
+from spectest.stats.family_reported import _numbers, _stated, unresolved_why
 from spectest.stats.teacher_forced import IDS, PREFIX, PROBS, decide_teacher_forced, prefix_key
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -297,3 +298,27 @@ def test_claim_b_leaves_out_empty_laws_counts_them_and_narrows_within() -> None:
     assert tight.decision == "unresolved" and "tests.left_out_max 0.10%" in tight.unresolved_why
     bad = _tf(*(lambda d, t: (d, _emptied(t, {8, 9})))(*_engine(1, 9, 600, 0.15)), 0.01)
     assert bad.decision == "beyond" and bad.left_out > 0
+
+
+def test_claim_a_numbers_tell_left_out_from_not_reported() -> None:
+    """A token with a list mass and no p is left out; with neither, not reported; the share
+    is of the arm's tokens; above the bound one line, at or below it none; an arm whose every
+    token was left out still counts (the family runs and says so)."""
+    nan = math.nan
+    df = pd.DataFrame(
+        {
+            sc.REP_P: [0.5, nan, nan, 0.2, nan],
+            sc.REP_CDF_LO: [0.0, nan, nan, 0.5, nan],
+            sc.REP_MASS: [nan, 0.97, nan, nan, 0.99],
+        }
+    )
+    got = _numbers(df, "candidate")
+    assert got["reported_candidate_tokens"] == 5
+    assert got["reported_candidate_tokens_with_p"] == 2
+    assert got["reported_candidate_left_out"] == 2
+    assert got["reported_candidate_left_out_share"] == pytest.approx(0.4)
+    why = unresolved_why(got, 0.05)
+    assert why.startswith("claim (a) from engine-reported p unresolved: 2 of 5 tokens left out")
+    assert "\n" not in why and unresolved_why(got, 0.4) == ""
+    assert _stated(df).tolist() == [True, True, False, True, True]
+    assert _stated(df.iloc[[1, 4]]).all()  # every token left out: the family still runs

@@ -50,7 +50,7 @@ class ReportedFamily:
         s = inputs.samples
         if sc.REP_P not in s.columns:
             return False
-        return bool(s.loc[s[sc.ARM] == inputs.candidate, sc.REP_P].notna().any())
+        return bool(_stated(s[s[sc.ARM] == inputs.candidate]).any())
 
     def run(self, inputs: FamilyInputs, alpha: float) -> ReportedFamilyResult:
         s = inputs.samples
@@ -62,7 +62,7 @@ class ReportedFamily:
         rows: list[dict[str, Any]] = []
         numbers: dict[str, Any] = {"reported_crosscheck_tol": tol}
         for arm, df in ((inputs.reference, ref), (inputs.candidate, cand)):
-            if not df[sc.REP_P].notna().any():
+            if not _stated(df).any():
                 continue
             arm_rounds = _arm_rounds(inputs.all_rounds, arm)
             rows += arm_tests(
@@ -199,6 +199,12 @@ def slot_of(rep: pd.DataFrame, rounds: pd.DataFrame | None) -> np.ndarray | None
     out = np.empty(len(tokens), dtype=np.int64)
     out[merged["_i"].to_numpy()] = (merged[sc.POSITION] - merged["_start"]).to_numpy(np.int64)
     return out
+
+
+def _stated(df: pd.DataFrame) -> pd.Series:
+    """The tokens the engine said something about: a p, or a list that left the token out."""
+    mass = df[sc.REP_MASS].notna() if sc.REP_MASS in df.columns else False
+    return df[sc.REP_P].notna() | mass
 
 
 def _arm_rounds(rounds: pd.DataFrame | None, arm: str) -> pd.DataFrame | None:
