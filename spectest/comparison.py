@@ -43,6 +43,7 @@ class FamilyScope:
     verdict_line: str = ""
     mde_note: str = ""  # a data-dependent resolution says so (``FamilyResult.resolution_note``)
     claims: bool = False  # rests on an engine's reports (rounds): never "ran" for a pass
+    unresolved: str = ""  # why its claim stays undecided (``FamilyResult.unresolved``)
 
     def __post_init__(self) -> None:
         if not self.label:
@@ -62,6 +63,7 @@ class FamilyScope:
             r.verdict_line,
             r.resolution_note,
             bool(r.claims),
+            r.unresolved,
         )
 
     @property
@@ -69,9 +71,12 @@ class FamilyScope:
         return self.n_tested > 0
 
     def to_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in vars(self).items() if k not in ("verdict_line", "claims")}
+        skip = ("verdict_line", "claims", "unresolved")
+        out = {k: v for k, v in vars(self).items() if k not in skip}
         if self.claims:
             out["claims"] = True
+        if self.unresolved:
+            out["unresolved"] = self.unresolved
         if self.verdict_line:
             out["verdict_line"] = self.verdict_line
         return {**out, "ran": self.ran}

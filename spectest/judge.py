@@ -19,6 +19,7 @@ import pandas as pd
 from spectest import schema
 from spectest.plan import Arm, Plan, RunSettings
 from spectest.progress import ProgressFn
+from spectest.stats.options import DEFAULT_LEFT_OUT_MAX
 from spectest.store import (
     HISTOGRAMS,
     HISTOGRAMS_SCHEMA,
@@ -221,7 +222,8 @@ class TeacherForcedClaim:
     """Claim (b) teacher-forced (``stats.teacher_forced``): the candidate's tokens against the
     plain engine's own law at their prefixes (``table``, ``teacher_forced.LAWS`` columns; None
     until the engine has answered: ``runner``), the reference's as the control; at most
-    ``sequences`` per cell, decided at ``margin`` and ``alpha``, the bootstrap seeded by ``key``."""
+    ``sequences`` per cell, decided at ``margin`` and ``alpha``, the bootstrap seeded by ``key``;
+    "unresolved" with more than ``left_out_max`` of the candidate's tokens left out."""
 
     reference: pd.DataFrame
     candidate: pd.DataFrame
@@ -231,6 +233,7 @@ class TeacherForcedClaim:
     key: str
     table: pd.DataFrame | None = None
     kind: str = ""  # the floor's words (``FloorSpec.kind``); "" keeps the statistic's own
+    left_out_max: float = DEFAULT_LEFT_OUT_MAX  # tests.left_out_max
 
     def result(self) -> Any:
         from spectest.stats.teacher_forced import decide_teacher_forced
@@ -245,6 +248,7 @@ class TeacherForcedClaim:
             rng=np.random.default_rng(stable_seed("teacher-forced", self.key)),
             n_max=self.sequences,
             reference=self.reference,
+            left_out_max=self.left_out_max,
         )
         if r.units == 0:
             return None
@@ -288,7 +292,10 @@ def run_claim_b(
     if got is None:
         return None
     if f.teacher is not None:
-        return TeacherForcedClaim(got[0], got[1], f.teacher, f.margin, alpha, key, laws, f.kind)
+        bound = plan.settings.options.left_out_max
+        return TeacherForcedClaim(
+            got[0], got[1], f.teacher, f.margin, alpha, key, laws, f.kind, bound
+        )
     ref, cand, floor = got
     return TokenFloorClaim(ref, cand, ref, floor, f.margin, alpha, key, f.kind)
 

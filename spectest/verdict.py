@@ -206,7 +206,7 @@ def _drift_beyond(run: _Run) -> Rung:
 
 def _drift_unresolved(run: _Run) -> Rung:
     """Rule 3d: claim (b) is required (matched mode, a floor arm) and undecided: not measured,
-    or its bounds straddle the margin."""
+    its bounds straddle the margin, or (teacher-forced) too many tokens were left out."""
     if not (run.matched or run.floor) or run.cand is None:
         return False, []
     d = run.drift
@@ -223,11 +223,19 @@ def _drift_unresolved(run: _Run) -> Rung:
         )
     if d.decision != "unresolved":
         return False, []
+    if why := getattr(d, "unresolved_why", ""):
+        return _fires("numerics drift unresolved: too many tokens left out", why)
     return _fires(
         "numerics drift unresolved",
         f"numerics drift unresolved (claim b): D = drift − floor in [{_num(d, d.lcb)}, "
         f"{_num(d, d.ucb)}] straddles the margin {_margin(d)}: more sequences narrow it",
     )
+
+
+def _claim_a_unresolved(run: _Run) -> Rung:
+    """Rule 3e: a candidate family cannot decide its claim (``FamilyResult.unresolved``)."""
+    why = [f.unresolved for f in run.cand.families if f.unresolved] if run.cand else []
+    return bool(why), [("claim (a) unresolved: too many tokens left out", w) for w in why]
 
 
 def _nothing_tested(run: _Run) -> Rung:
@@ -330,6 +338,7 @@ _LADDER: tuple[tuple[Callable[[_Run], Rung], Decision], ...] = (
     (_teeth_misbehaved, "inconclusive"),  # 3b
     (_power_short, "inconclusive"),  # 3c
     (_drift_unresolved, "inconclusive"),  # 3d
+    (_claim_a_unresolved, "inconclusive"),  # 3e
 )
 _NOTES = (_no_teeth,)
 _EXIT: dict[Decision, ExitCode] = {

@@ -35,6 +35,7 @@ BAD = {
     "numerics": "fast",
     "numerics_floor": "none",
     "numerics_margin": 1.5,
+    "left_out_max": 1.5,
 }
 GOOD = {
     "alpha": 0.01,
@@ -49,6 +50,7 @@ GOOD = {
     "numerics": "exact",
     "numerics_floor": "batch",
     "numerics_margin": 0.01,
+    "left_out_max": 0.1,
 }
 
 

@@ -7,7 +7,7 @@ Owns ``law_table`` (a run's laws, as ``teacher_laws.parquet`` stores them; the r
 started and closed once) and one implementation per engine family: http llama.cpp, http OpenAI
 (the whole vocabulary, or a processed top-n list), hf (``engines.hf.laws``), builtin/fast
 (``engines.teacher``). A law is sparse: its non-zero ids and their float64 probabilities (a
-top-n list's sum short of 1).
+top-n list's sum short of 1; empty, ``LEFT_OUT``: the list does not fix the law there).
 docs/numerics.md "Claim (b) from the plain engine teacher-forced (issue 31)".
 """
 
@@ -27,6 +27,9 @@ from spectest.errors import EngineError
 
 Law = tuple[np.ndarray, np.ndarray]  # (ids int64, probs float64): the non-zero entries
 LOCAL = ("builtin", "fast", "hf-generate", "hf-assisted")
+# the empty law: a prefix whose top-n list does not fix the law (``stats.teacher_forced``
+# leaves it out and counts it)
+LEFT_OUT: Law = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
 VLLM_NEG_INF = -9999.0  # vLLM's JSON spelling of a log-probability of −inf (a filtered token)
 
 
@@ -130,7 +133,9 @@ def _openai_law(e: Any, ids: list[int], params: Any, V: int, t: int) -> Law:
     tempered: the reported law (whole, or its top-n list where it fixes the law:
     ``top_n_law.processed_from_list``) processed at the request's settings; processed (and
     tempered without a filter): the reported law or top-n list as it is (``exp`` of the
-    log-probabilities; vLLM's −9999 for a filtered token is 0)."""
+    log-probabilities; vLLM's −9999 for a filtered token is 0). A raw list whose normaliser's
+    bracket straddles the nucleus's cut (``top_n_law.Straddle``): ``LEFT_OUT``, the empty law,
+    which ``stats.teacher_forced`` leaves out and counts."""
     where = f"{e.where}: the plain law at a prefix of {t} tokens"
     n = min(int(e.options.law_probs) or int(e.options.probs), V)
     body = e.request_body(ids, params, 1, 1)
@@ -151,7 +156,10 @@ def _openai_law(e: Any, ids: list[int], params: Any, V: int, t: int) -> Law:
                 at = top_n_law.law_settings(sp, kind)
                 return _sparse(server_raw_law.processed_law(raw, V, at, where).numpy())
             tid, tp = _top_n(raw, n, V, where)
-            got = top_n_law.processed_from_list(tid.tolist(), tp.tolist(), V, sp, where, kind)
+            try:
+                got = top_n_law.processed_from_list(tid.tolist(), tp.tolist(), V, sp, where, kind)
+            except top_n_law.Straddle:
+                return LEFT_OUT  # the list does not fix the law here: the prefix is left out
             return _sparse(got.numpy())
         if n >= V:  # processed, or tempered without a filter: the law sampled
             row = server_raw_law.full_row(raw, V, where).numpy()

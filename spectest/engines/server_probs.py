@@ -5,7 +5,10 @@ Owns: the request fields that ask for them (``request_fields``), their reply sch
 (``engines.replies``) and ``reported_of``: one ``(p, cdf_lo, list_mass)`` per emitted token —
 ``p`` its probability under the reported law, ``cdf_lo`` the mass of the list's entries ranked
 before it (None outside the list), ``list_mass`` the list's mass; ``(None, None, None)`` when
-the server reported nothing. Which law each server reports: docs/engines-reported-p.md. Knows
+the server reported nothing; ``(None, None, list_mass)`` (``left_out``) when it reported a list
+that does not fix the law the token was drawn from (a raw top-n list whose normaliser's bracket
+straddles the nucleus's cut: ``engines.top_n_law.Straddle``): the token is left out of the tests
+that need its law, and counted. Which law each server reports: docs/engines-reported-p.md. Knows
 nothing about sockets, numpy or statistics.
 
 Notes
@@ -43,6 +46,12 @@ _LOGPROB = Num(hi=PROB_SUM_SLACK)  # a log-probability (vLLM clamps -inf to -999
 TOKEN_ID_PREFIX = "token_id:"  # vLLM's return_tokens_as_token_ids spelling of a token
 # a raw report's law → the token's Reported: (entries (id, log-probability), token, where)
 Derive = Callable[[list[tuple[int, float]], int, str], Reported]
+
+
+def left_out(list_mass: float) -> Reported:
+    """A token whose reported list (of mass ``list_mass``, finite) does not fix its law: no p,
+    the mass stated (how ``stats.family_reported`` tells it from a token not reported)."""
+    return (None, None, float(list_mass))
 
 
 def request_fields(api: str, n: int) -> dict[str, Any]:
@@ -153,4 +162,4 @@ def _from_list(top: list[tuple[int, float]], tok: int, p_tok: float, where: str)
     return (min(p_tok, 1.0), None, min(mass, max(1.0 - p_tok, 0.0)))
 
 
-__all__ = ["NONE", "Reported", "reported_of", "request_fields"]
+__all__ = ["NONE", "Reported", "left_out", "reported_of", "request_fields"]

@@ -12,9 +12,10 @@ Notes
 -----
 A top-n list fixes the processed law only where the filtered support closes inside it
 (``top_n_law.processed_from_list``); elsewhere it is a ``Violation`` (exit 2), never a silent
-approximation. The law is derived in float64 from float32 log-probabilities, so it differs from
-the server's by rounding (~1e-7 per entry); min-p with another filter is refused (vLLM's filter
-order differs).
+approximation, except a straddled normaliser (``top_n_law.Straddle``): that token is left out
+and counted (``server_probs.left_out``). The law is derived in float64 from float32
+log-probabilities, so it differs from the server's by rounding (~1e-7 per entry); min-p with
+another filter is refused (vLLM's filter order differs).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from spectest.engines.replies import Violation
-from spectest.engines.server_probs import Derive, Reported
-from spectest.engines.top_n_law import law_settings, processed_from_list, unfiltered
+from spectest.engines.server_probs import Derive, Reported, left_out
+from spectest.engines.top_n_law import Straddle, law_settings, processed_from_list, unfiltered
 from spectest.errors import ConfigError
 from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.transforms import logits_to_probs, logits_to_probs_reference
@@ -87,15 +88,20 @@ def processed_of(
     ``raw`` (``(id, log-probability)``): the full law when it holds every id of
     ``range(vocab)``, else its ``n`` most probable entries (ties by smaller id: vLLM adds the
     sampled token beside them) rebuilt by ``top_n_law.processed_from_list`` where they fix it
-    (``Violation`` elsewhere); ``cdf_lo`` in the order of ``server_probs`` (descending p, ties
-    by smaller id); list mass None: the rebuilt law is whole."""
+    (``Violation`` elsewhere; ``server_probs.left_out`` where only the normaliser's bracket
+    leaves the cut open, ``top_n_law.Straddle``); ``cdf_lo`` in the order of ``server_probs``
+    (descending p, ties by smaller id); list mass None: the rebuilt law is whole."""
     if len({i for i, _ in raw}) >= vocab or not n:
         return _reported(processed_law(raw, vocab, law_settings(params, kind), where).tolist(), tok)
     top = sorted(raw, key=lambda e: (-e[1], e[0]))[:n]
     ids = [i for i, _ in top]
     if len(set(ids)) < n or any(not 0 <= i < vocab for i in ids):
         raise Violation(where, f"a top-{n} list of ids in range({vocab})", f"{len(top)} entries")
-    law = processed_from_list(ids, [math.exp(lp) for _, lp in top], vocab, params, where, kind)
+    probs = [math.exp(lp) for _, lp in top]
+    try:
+        law = processed_from_list(ids, probs, vocab, params, where, kind)
+    except Straddle:
+        return left_out(min(sum(probs), 1.0))
     return _reported(law.tolist(), tok)
 
 

@@ -4,10 +4,12 @@ it: a *raw* list (vLLM ``--logprobs-mode raw_logprobs``: the log-softmax before 
 min-p). A raw list is a tempered one after the power 1/T, whose normaliser over the whole
 vocabulary the list does not give: ``z_bracket`` bounds it; a tempered list's normaliser is 1.
 
-Owns ``processed_from_list`` (the law, or ``Violation`` where the list does not fix it),
-``z_bracket`` and ``law_settings`` (the settings spectest's pipeline applies to a reported law of
-each kind). Used by claim (b) teacher-forced (``engines.plain_laws``) and by claim (a) from
-reported probabilities (``engines.server_raw_law.processed_of``).
+Owns ``processed_from_list`` (the law, or ``Violation`` where the list does not fix it:
+``Straddle`` where only the normaliser's bracket leaves the nucleus's cut open, which the callers
+leave out instead of ending the run), ``z_bracket`` and ``law_settings`` (the settings
+spectest's pipeline applies to a reported law of each kind). Used by claim (b) teacher-forced
+(``engines.plain_laws``) and by claim (a) from reported probabilities
+(``engines.server_raw_law.processed_of``).
 docs/numerics.md "Top-n lists" derives the bracket and when it decides the nucleus.
 """
 
@@ -25,6 +27,13 @@ from spectest.sampling.transforms import logits_to_probs
 KINDS = ("raw", "tempered")  # the reported laws a processed law is rebuilt from
 OFF_LIST = -1e30  # the logit of an id outside a top-n list (probability exactly 0 after softmax)
 EDGE = 1e-12  # a nucleus whose bar reaches 1 − EDGE of the list's mass may leave the list
+
+
+class Straddle(Violation):
+    """The bracket on Z leaves the nucleus's cut open: the list does not fix the law. Decided by
+    the list alone (a function of the prefix, not of the token drawn there), so a test that
+    leaves such a token or prefix out keeps its level on the rest
+    (docs/numerics.md "A straddled token is left out")."""
 
 
 def law_settings(params: SamplingParams, kind: str) -> SamplingParams:
@@ -132,7 +141,7 @@ def _nucleus(
         return got
     low = _pipeline(row, replace(eff, top_p=eff.top_p * zlo / sw))
     if not torch.equal(low > 0, got > 0):
-        raise Violation(
+        raise Straddle(
             where,
             f"a top-p nucleus that the {what} fixes (top_p {eff.top_p:g} at temperature "
             f"{eff.temperature:g}: one cut for every Z = Σ_v p_v^(1/T) the list allows)",
@@ -146,4 +155,4 @@ def _pipeline(row: torch.Tensor, at: SamplingParams) -> torch.Tensor:
     return logits_to_probs(row[None, :], SamplingTensors.from_params([at]))[0]
 
 
-__all__ = ["KINDS", "law_settings", "processed_from_list", "unfiltered", "z_bracket"]
+__all__ = ["KINDS", "Straddle", "law_settings", "processed_from_list", "unfiltered", "z_bracket"]

@@ -58,7 +58,9 @@ class FamilyResult:
     what a reader of the run should know (an option that switched it off, a floor it cannot
     pass). ``claims``: its tests rest on what an engine reports about itself (its rounds):
     it can add a rejection, and never counts as "a family ran" for a pass
-    (``comparison.Comparison.tested_anything``).
+    (``comparison.Comparison.tested_anything``). ``unresolved``: one line saying why its claim
+    stays undecided without a rejection (the reported-p family's tokens left out beyond
+    ``tests.left_out_max``): the run is inconclusive.
     """
 
     name: str
@@ -79,6 +81,8 @@ class FamilyResult:
     # of the design: the per-cell MDE)
     resolution_note: str = ""
     claims: bool = False
+    # why its claim cannot be decided even without a rejection (the verdict's rung 3e; "" none)
+    unresolved: str = ""
 
     @property
     def active(self) -> bool:

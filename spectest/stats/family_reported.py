@@ -50,7 +50,7 @@ class ReportedFamily:
         s = inputs.samples
         if sc.REP_P not in s.columns:
             return False
-        return bool(s.loc[s[sc.ARM] == inputs.candidate, sc.REP_P].notna().any())
+        return bool(_stated(s[s[sc.ARM] == inputs.candidate]).any())
 
     def run(self, inputs: FamilyInputs, alpha: float) -> ReportedFamilyResult:
         s = inputs.samples
@@ -62,7 +62,7 @@ class ReportedFamily:
         rows: list[dict[str, Any]] = []
         numbers: dict[str, Any] = {"reported_crosscheck_tol": tol}
         for arm, df in ((inputs.reference, ref), (inputs.candidate, cand)):
-            if not df[sc.REP_P].notna().any():
+            if not _stated(df).any():
                 continue
             arm_rounds = _arm_rounds(inputs.all_rounds, arm)
             rows += arm_tests(
@@ -84,6 +84,7 @@ class ReportedFamily:
             black_box=False,
             control_failed=bool(control["reject"].astype(bool).any()),
             verdict_line=_verdict_line(mine, failing, numbers),
+            unresolved=unresolved_why(numbers, inputs.options.left_out_max),
             notes=notes,
             numbers=tuple(numbers.items()),
         )
@@ -200,6 +201,12 @@ def slot_of(rep: pd.DataFrame, rounds: pd.DataFrame | None) -> np.ndarray | None
     return out
 
 
+def _stated(df: pd.DataFrame) -> pd.Series:
+    """The tokens the engine said something about: a p, or a list that left the token out."""
+    mass = df[sc.REP_MASS].notna() if sc.REP_MASS in df.columns else False
+    return df[sc.REP_P].notna() | mass
+
+
 def _arm_rounds(rounds: pd.DataFrame | None, arm: str) -> pd.DataFrame | None:
     if rounds is None or not len(rounds) or sc.ARM not in rounds.columns:
         return None
@@ -226,10 +233,13 @@ def _numbers(df: pd.DataFrame, who: str) -> dict[str, Any]:
     lo = df[sc.REP_CDF_LO].to_numpy(np.float64)
     listed = np.isfinite(p) & np.isfinite(m)
     outside = listed & ~np.isfinite(lo)
+    left = int((~np.isfinite(p) & np.isfinite(m)).sum())  # a list that does not fix the law
     d = _discrepancy(df)
     return {
         f"reported_{who}_tokens": len(p),
         f"reported_{who}_tokens_with_p": int(np.isfinite(p).sum()),
+        f"reported_{who}_left_out": left,
+        f"reported_{who}_left_out_share": left / len(p) if len(p) else 0.0,
         f"reported_{who}_mass_outside_mean": float(np.mean(1.0 - m[listed]))
         if listed.any()
         else None,
@@ -248,6 +258,8 @@ def _notes(numbers: dict[str, Any], tol: float, floor: float) -> tuple[str, ...]
             continue
         k = numbers[f"reported_{who}_tokens_with_p"]
         line = f"reported p ({who}): {k} of {n} tokens reported"
+        if numbers[f"reported_{who}_left_out"]:
+            line += f"; {left_out_words(numbers, who)}"
         if numbers.get(f"reported_{who}_mass_outside_mean") is not None:
             mean = numbers[f"reported_{who}_mass_outside_mean"]
             frac = numbers[f"reported_{who}_outside_fraction"]
@@ -276,13 +288,39 @@ def _verdict_line(mine: pd.DataFrame, failing: tuple[Failure, ...], numbers: dic
     if (mine["test"] == "crosscheck_teacher").any():
         what += " + cross-check with the teacher (approximate)"
     total = numbers.get("reported_candidate_tokens", 0)
-    if n < total:
-        what += f"; {total - n} of {total} tokens not reported"
+    left = numbers.get("reported_candidate_left_out", 0)
+    if n + left < total:
+        what += f"; {total - n - left} of {total} tokens not reported"
+    if left:
+        what += f"; {left_out_words(numbers, 'candidate')}"
     mean = numbers.get("reported_candidate_mass_outside_mean")
     if mean is not None:
         frac = numbers["reported_candidate_outside_fraction"]
         what += f"; top-n lists: mass outside {mean:.3g} on average, {frac:.1%} of tokens outside"
     return f"claim (a) from engine-reported p: {head} — {what}"
+
+
+def left_out_words(numbers: dict[str, Any], who: str) -> str:
+    """How many of ``who``'s tokens were left out (their list does not fix the law) and their
+    share of its tokens."""
+    left, share = numbers[f"reported_{who}_left_out"], numbers[f"reported_{who}_left_out_share"]
+    total = numbers[f"reported_{who}_tokens"]
+    return (
+        f"{left} of {total} tokens left out ({share:.2%}: a top-n list that does not fix the "
+        "law, the normaliser's bracket straddling the nucleus's cut; the rest stay exact)"
+    )
+
+
+def unresolved_why(numbers: dict[str, Any], bound: float) -> str:
+    """The line that makes claim (a) unresolved: the candidate's left-out share above ``bound``
+    (``tests.left_out_max``); "" when within it."""
+    share = numbers.get("reported_candidate_left_out_share", 0.0)
+    if not share > bound:
+        return ""
+    return (
+        f"claim (a) from engine-reported p unresolved: {left_out_words(numbers, 'candidate')}, "
+        f"more than tests.left_out_max {bound:.2%} of the candidate's tokens (ask a longer list)"
+    )
 
 
 def _failure(r: Any) -> Failure:

@@ -31,6 +31,10 @@ MAX_MDE_RULE = "expected a number in (0, 1]"  # tests.power.max_mde_tv, --max-md
 NUMERICS_MODES = ("auto", "exact", "matched")
 NUMERICS_FLOORS = ("auto", "batch", "prefill", "dtype")  # auto: spectest.numerics.floors
 DEFAULT_NUMERICS_MARGIN = 0.002
+# the largest share of an arm's tokens (claim a) or of the candidate's prefixes (claim b
+# teacher-forced) left out because a top-n list does not fix their law before the claim is
+# unresolved (docs/numerics.md "A straddled token is left out")
+DEFAULT_LEFT_OUT_MAX = 0.05
 META = "spectest"  # the key of ``Option`` in a field's metadata
 
 
@@ -208,6 +212,14 @@ class AnalysisOptions:
         "expected a number in [0, 1)",
         number(0, 1, lo_open=False, hi_open=True),
         yaml="tests.numerics_margin",
+        hashed="non-default",
+        real=True,
+    )
+    left_out_max: float = option(
+        DEFAULT_LEFT_OUT_MAX,
+        "expected a number in [0, 1]",
+        number(0, 1, lo_open=False),
+        yaml="tests.left_out_max",
         hashed="non-default",
         real=True,
     )

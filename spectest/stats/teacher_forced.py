@@ -24,6 +24,7 @@ from scipy import sparse
 from spectest import schema
 from spectest.errors import InputError
 from spectest.stats.drift import decision_words, studentized_bounds, tost
+from spectest.stats.options import DEFAULT_LEFT_OUT_MAX
 from spectest.stats.token_drift import _cells
 from spectest.stats.token_floor import RESAMPLES, TokenFloorResult, _weights, margin_sq
 
@@ -69,6 +70,34 @@ class TeacherForcedResult(TokenFloorResult):
     mass_min: float = 1.0
     outside_max: float = 0.0
     outside_mean: float = 0.0
+    left_out: int = 0
+    left_out_tokens: int = 0
+    left_out_rms: float = 0.0
+    left_out_max: float = DEFAULT_LEFT_OUT_MAX
+    control_left_out: int = 0
+
+    @property
+    def left_out_share(self) -> float:
+        """The share of the candidate's tokens whose prefix was left out."""
+        return self.left_out / self.left_out_tokens if self.left_out_tokens else 0.0
+
+    @property
+    def unresolved_why(self) -> str:
+        """Why the claim is unresolved when it is for the tokens left out ("" otherwise)."""
+        if self.decision != "unresolved" or not self.left_out_share > self.left_out_max:
+            return ""
+        return (
+            f"numerics drift unresolved (claim b, teacher-forced): {self._left_words()}, more "
+            f"than tests.left_out_max {self.left_out_max:.2%} (ask a longer list)"
+        )
+
+    def _left_words(self) -> str:
+        return (
+            f"{self.left_out} of {self.left_out_tokens} candidate tokens "
+            f"({self.left_out_share:.2%}) left out, their prefix's top-n list not fixing the "
+            f"law (the reference's: {self.control_left_out}); RMS share per unit "
+            f"{self.left_out_rms:.4f}"
+        )
 
     @property
     def coarsened(self) -> bool:
@@ -90,9 +119,20 @@ class TeacherForcedResult(TokenFloorResult):
             f"{self.ucb:+.2e}] at {1 - self.alpha:.0%} each side over {self.units} units, "
             f"{self.sequences} sequences, {self.prefixes} prefixes; control (the reference's "
             f"own U1) {self.control:+.2e} in [{self.control_lcb:+.2e}, {self.control_ucb:+.2e}] "
-            f"over {self.control_sequences} sequences{self._coarse_words()} (claim b, "
-            "teacher-forced)"
+            f"over {self.control_sequences} sequences{self._coarse_words()}"
+            f"{self._left_line()} (claim b, teacher-forced)"
         )
+
+    def _left_line(self) -> str:
+        if not self.left_out:
+            return ""
+        bar = self.margin - self.left_out_rms - (self.outside_max if self.coarsened else 0.0)
+        need = (
+            f"within needs the margin less the RMS share, {bar:.4g} TV"
+            if bar > 0
+            else "within is out of reach"
+        )
+        return f"; {self._left_words()} ({need})"
 
     def _coarse_words(self) -> str:
         if not self.coarsened:
@@ -130,18 +170,30 @@ class _Unit:
 
 
 def _unit(X: np.ndarray, t: int, laws: dict, cell: tuple[str, str]) -> _Unit | None:
-    """The unit at position ``t`` of a cell's tokens ``X [n, T]``; None with < 2 tokens. A law
-    short of 1 (a top-n list) is coarsened: its missing mass is the column ``OTHER`` (the last)
-    and a token outside its list is coded there."""
+    """``_counted``'s unit alone."""
+    return _counted(X, t, laws, cell)[0]
+
+
+def _counted(
+    X: np.ndarray, t: int, laws: dict, cell: tuple[str, str]
+) -> tuple[_Unit | None, int, int]:
+    """The unit at position ``t`` of a cell's tokens ``X [n, T]`` (None with < 2 tokens), the
+    tokens left out (their prefix's law is empty: the list did not fix it) and the tokens. A
+    law short of 1 (a top-n list) is coarsened: its missing mass is the column ``OTHER`` (the
+    last) and a token outside its list is coded there."""
     has = X[:, t] >= 0
-    if has.sum() < 2:
-        return None
     keys = [prefix_key(X[i, :t]) if has[i] else None for i in range(len(X))]
-    distinct = sorted({k for k in keys if k is not None})
     try:
-        got = [laws[(cell[0], cell[1], t, k)] for k in distinct]
+        law = {k: laws[(cell[0], cell[1], t, k)] for k in {k for k in keys if k is not None}}
     except KeyError as err:
         raise ValueError(f"the law table lacks the prefix {err.args[0]!r}") from None
+    tokens = int(has.sum())
+    has &= np.array([k is not None and len(law[k][0]) > 0 for k in keys], dtype=bool)
+    left = tokens - int(has.sum())
+    if has.sum() < 2:
+        return None, left, tokens
+    distinct = sorted({str(k) for k, h in zip(keys, has, strict=True) if h})
+    got = [law[k] for k in distinct]
     n, rows = len(X), np.flatnonzero(has)
     pos = {k: r for r, k in enumerate(distinct)}
     h = np.array([pos[str(keys[i])] for i in rows], dtype=np.int64)
@@ -162,7 +214,7 @@ def _unit(X: np.ndarray, t: int, laws: dict, cell: tuple[str, str]) -> _Unit | N
     hmap = sparse.csr_matrix((one, (rows, h)), shape=(n, len(distinct)))
     z2 = np.zeros(n)
     z2[rows] = 1 - 2 * P[h, x] + (P * P).sum(-1)[h]
-    return _Unit(has.astype(np.float64), onehot, hmap, P, z2)
+    return _Unit(has.astype(np.float64), onehot, hmap, P, z2), left, tokens
 
 
 def _u1(u: _Unit, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -182,15 +234,19 @@ def _u1(u: _Unit, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return U, var
 
 
-def _units(df: pd.DataFrame, laws: dict, n_max: int) -> list[tuple[int, list[_Unit]]]:
-    """Per cell: its sequence count and its units."""
-    out = []
+def _units(
+    df: pd.DataFrame, laws: dict, n_max: int
+) -> tuple[list[tuple[int, list[_Unit]]], np.ndarray]:
+    """Per cell: its sequence count and its units; and per unit with a token, (tokens left
+    out, tokens) ``[units, 2]``."""
+    out, left = [], []
     for cell, X in sorted(_first(_cells(df), n_max).items()):
-        us = [_unit(X, t, laws, cell) for t in range(X.shape[1])]
-        kept = [u for u in us if u is not None]
+        us = [_counted(X, t, laws, cell) for t in range(X.shape[1])]
+        kept = [u for u, _, _ in us if u is not None]
+        left += [(k, n) for _, k, n in us if n]
         if kept:
             out.append((len(X), kept))
-    return out
+    return out, np.array(left, dtype=np.int64).reshape(-1, 2)
 
 
 def _bounds(
@@ -225,9 +281,9 @@ def _bounds(
 
 def law_dict(laws: pd.DataFrame) -> tuple[dict, float, float]:
     """The law table as ``{(prompt, config, position, prefix): (ids, probs)}``, the smallest
-    total mass a law has and the mean mass outside the lists. A law with a repeated or negative
-    id, a probability that is negative or not finite, or a mass above 1 + ``MASS_TOL`` is not a
-    law: ``InputError`` (exit 2)."""
+    total mass a law has and the mean mass outside the lists (an empty law, a prefix left out,
+    counts in neither). A law with a repeated or negative id, a probability that is negative or
+    not finite, or a mass above 1 + ``MASS_TOL`` is not a law: ``InputError`` (exit 2)."""
     out, mass, short = {}, 1.0, []
     for pid, cid, t, k, ids, p in laws[list(LAWS)].itertuples(index=False):
         ids, p = np.asarray(ids, dtype=np.int64), np.asarray(p, dtype=np.float64)
@@ -241,19 +297,57 @@ def law_dict(laws: pd.DataFrame) -> tuple[dict, float, float]:
                 f"{total:.6f} > 1 + {MASS_TOL:g}: not a law"
             )
         out[key] = (ids, p)
+        if not len(ids):
+            continue  # left out: the engine's list did not fix the law at this prefix
         mass = min(mass, total)
         short.append(max(1 - total, 0.0))
     return out, mass, float(np.mean(short)) if short else 0.0
 
 
-def _decide(lcb: float, ucb: float, margin: float, outside: float) -> Any:
+def _decide(lcb: float, ucb: float, margin: float, outside: float, left: float = 0.0) -> Any:
     """TOST against 2m²; coarsened (``outside`` > ``MASS_TOL``): "within" only when
     UCB ≤ (m − outside)², the bound under which the full drift is within 2m²
-    (docs/numerics.md "Top-n lists")."""
+    (docs/numerics.md "Top-n lists"); with prefixes left out (``left``: the RMS over units of
+    the share of tokens left out) "within" needs UCB ≤ 2(m − left)², coarsened
+    (m − outside − left)² (docs/numerics.md "A straddled token is left out")."""
     msq = margin_sq(margin)
-    if outside <= MASS_TOL or lcb > msq:
+    coarse = outside > MASS_TOL
+    if lcb > msq or (not coarse and left == 0):
         return tost(lcb, ucb, msq)
-    return "within" if outside < margin and ucb <= (margin - outside) ** 2 else "unresolved"
+    reach = margin - left - (outside if coarse else 0.0)
+    bar = reach**2 if coarse else margin_sq(reach)
+    return "within" if reach > 0 and ucb <= bar else "unresolved"
+
+
+def _left_fields(left: np.ndarray, bound: float) -> dict[str, Any]:
+    """The result's fields of the tokens left out (count, tokens, RMS over units of the share
+    left out, the bound) from ``_units``'s ``[units, 2]`` counts."""
+    rms = float(np.sqrt(np.mean((left[:, 0] / left[:, 1]) ** 2))) if len(left) else 0.0
+    k, n = int(left[:, 0].sum()), int(left[:, 1].sum())
+    return {"left_out": k, "left_out_tokens": n, "left_out_rms": rms, "left_out_max": bound}
+
+
+def _control(
+    reference: pd.DataFrame | None,
+    table: dict,
+    n_max: int,
+    alpha: float,
+    rng: np.random.Generator,
+    resamples: int,
+) -> dict[str, Any]:
+    """The control readout's fields: the reference's own U1, bounds, sequences, tokens left
+    out (none without a reference)."""
+    if reference is None:
+        return {}
+    cells, left = _units(reference, table, n_max)
+    stat, lcb, ucb, _ = _bounds(cells, alpha, rng, resamples)
+    return {
+        "control": stat,
+        "control_lcb": lcb,
+        "control_ucb": ucb,
+        "control_sequences": sum(n for n, _ in cells),
+        "control_left_out": int(left[:, 0].sum()),
+    }
 
 
 def decide_teacher_forced(
@@ -266,6 +360,7 @@ def decide_teacher_forced(
     n_max: int = DEFAULT_SEQUENCES,
     reference: pd.DataFrame | None = None,
     resamples: int = RESAMPLES,
+    left_out_max: float = DEFAULT_LEFT_OUT_MAX,
 ) -> TeacherForcedResult:
     """Claim (b) from the candidate's samples frame (``schema.BYO_SCHEMA`` columns) and the
     plain engine's laws at its prefixes (``LAWS`` columns; every prefix of ``needed_prefixes``);
@@ -281,19 +376,20 @@ def decide_teacher_forced(
     (c_h: a token to itself on the list, to "other" off it) for a candidate that samples π, and
     U1 stays exactly unbiased, mean 0. "Within" against (m − outside max)² assumes the outside
     mass at the candidate's prefixes is at most the largest seen. A list within ``MASS_TOL`` of
-    1 is the whole law. The candidate's sequences of a cell are exchangeable given the cell.
+    1 is the whole law. An empty law (decided by the list alone) leaves its tokens out: U1 on
+    the rest mean 0; "within" takes off the RMS share left out per unit (for the chance of
+    reaching such a prefix). Sequences of a cell are exchangeable given the cell.
     """
     table, mass, outside_mean = law_dict(laws)
-    cells = _units(candidate, table, n_max)
+    cells, left = _units(candidate, table, n_max)
     stat, lcb, ucb, units = _bounds(cells, alpha, rng, resamples)
-    ctrl: tuple[float, float, float, int] = (math.nan, -math.inf, math.inf, 0)
-    cseq = 0
-    if reference is not None:
-        rcells = _units(reference, table, n_max)
-        ctrl = _bounds(rcells, alpha, rng, resamples)
-        cseq = sum(n for n, _ in rcells)
+    control = _control(reference, table, n_max, alpha, rng, resamples)
     msq = margin_sq(margin)
     outside = max(1 - mass, 0.0)
+    lf = _left_fields(left, float(left_out_max))
+    decision = _decide(lcb, ucb, margin, outside, lf["left_out_rms"])
+    if decision == "within" and lf["left_out"] > left_out_max * lf["left_out_tokens"]:
+        decision = "unresolved"
     return TeacherForcedResult(
         drift=stat,
         floor=0.0,
@@ -303,16 +399,14 @@ def decide_teacher_forced(
         margin=float(margin),
         margin_sq=msq,
         alpha=float(alpha),
-        decision=_decide(lcb, ucb, margin, outside),
+        decision=decision,
         units=units,
         sequences=sum(n for n, _ in cells),
         floor_sequences=0,
-        control=ctrl[0],
-        control_lcb=ctrl[1],
-        control_ucb=ctrl[2],
-        control_sequences=cseq,
         prefixes=len(table),
         mass_min=mass,
         outside_max=outside,
         outside_mean=outside_mean,
+        **lf,
+        **control,
     )
