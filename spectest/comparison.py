@@ -44,6 +44,7 @@ class FamilyScope:
     mde_note: str = ""  # a data-dependent resolution says so (``FamilyResult.resolution_note``)
     claims: bool = False  # rests on an engine's reports (rounds): never "ran" for a pass
     unresolved: str = ""  # why its claim stays undecided (``FamilyResult.unresolved``)
+    exact_rejected: bool = False  # ``FamilyResult.exact_rejected`` (not in summary.json)
 
     def __post_init__(self) -> None:
         if not self.label:
@@ -64,6 +65,7 @@ class FamilyScope:
             r.resolution_note,
             bool(r.claims),
             r.unresolved,
+            bool(r.exact_rejected),
         )
 
     @property
@@ -71,7 +73,7 @@ class FamilyScope:
         return self.n_tested > 0
 
     def to_dict(self) -> dict[str, Any]:
-        skip = ("verdict_line", "claims", "unresolved")
+        skip = ("verdict_line", "claims", "unresolved", "exact_rejected")
         out = {k: v for k, v in vars(self).items() if k not in skip}
         if self.claims:
             out["claims"] = True
@@ -135,6 +137,11 @@ class Comparison:
     # a null arm that is the reference engine's own plain decode on other seeds (its name;
     # ``plan.Arm.null_engine``), None: spectest's exact sampler on the built-in engine
     null_engine: str | None = None
+
+    @property
+    def exact_rejected(self) -> bool:
+        """A test exact at any numerics rejected: support, white-box or reported-p."""
+        return self.support_only or any(f.exact_rejected for f in self.families)
 
     @property
     def is_tooth(self) -> bool:

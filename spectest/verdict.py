@@ -182,14 +182,9 @@ def _candidate_rejected(run: _Run) -> Rung:
 
 
 def _rejection_counts(run: _Run) -> bool:
-    """Whether the candidate's rejection decides (rule 2): always, except beside a floor arm,
-    where only the white-box family or a support-only rejection counts (exact at any numerics)."""
+    """Whether the candidate's rejection decides (rule 2): beside a floor arm only an exact one."""
     c = run.cand
-    if c is None or not c.rejected:
-        return False
-    if not run.floor:
-        return True
-    return c.support_only or any(f.rejected and f.name == "whitebox" for f in c.families)
+    return c is not None and c.rejected and (not run.floor or c.exact_rejected)
 
 
 def _drift_beyond(run: _Run) -> Rung:
@@ -427,6 +422,8 @@ def _claim_lines(
     """The two claims of matched numerics mode or of a floor arm, one line each."""
     routes = ", ".join(f.label for f in cand.families if f.ran) or "no family ran"
     a = "differs" if cand.rejected else "no difference found"
+    if cand.rejected and not (matched or cand.exact_rejected):
+        a = "not shown: only black-box families differ, as numerics alone can (claim b decides)"
     against = (
         "against the matched reference (spectest's exact sampler in the same loop, disjoint seeds)"
         if matched

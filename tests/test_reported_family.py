@@ -306,3 +306,30 @@ def test_top_n_mass_outside_is_stated_in_the_verdict_line_and_summary() -> None:
     s = res.summary()
     assert abs(s["reported_candidate_mass_outside_mean"] - outside) < 1e-12
     assert 0.3 < s["reported_candidate_outside_fraction"] < 0.6  # P(id >= 4) = 0.46
+
+
+@pytest.mark.slow
+def test_beside_a_teacher_forced_floor_the_reported_p_rejection_decides(tmp_path: Path) -> None:
+    """The ``correct`` liar (top-p before temperature, reporting the law it should have used)
+    with claim (b) teacher-forced and the built-in white-box family off: only the reported-p
+    family is exact here, and its rejection (tokens reported at p = 0, the PIT) is the
+    sampler's, not numerics: DIFFERENT (exit 1). Session 11 found this INCONCLUSIVE (exit 3):
+    beside a floor arm only the white-box family counted. Deterministic (the protocol's seeds);
+    the support test cannot reject an honest engine (p = 0 is never drawn)."""
+    path = _protocol(tmp_path, "correct")
+    text = path.read_text().replace(
+        "teeth: {null_arm: false}\n",
+        "teeth: {null_arm: false}\ntests: {whitebox: false}\n"
+        "arms: {floor: {teacher_forced: true}}\n",
+    )
+    path.write_text(text)
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "spectest", "run", "--config", str(path), "--out",
+         str(tmp_path / "run"), "--no-progress"],
+        capture_output=True, text=True, env=env, cwd=ROOT,
+    )  # fmt: skip
+    assert "teacher-forced" in proc.stdout and "claim (a) from engine-reported p: differs" in (
+        proc.stdout
+    ), proc.stdout[-3000:]
+    assert proc.returncode == 1 and "DIFFERENT (exit 1)" in proc.stdout, proc.stdout[-3000:]

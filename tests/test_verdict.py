@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from spectest.errors import ExitCode
@@ -346,3 +348,30 @@ def test_required_resolution_is_the_one_decide_applies():
         if kind != "teeth":
             assert v.claim == claim and claim.tv == 0.12 and claim.source == "mde"
             assert v.exit_code == (ExitCode.OK if 0.12 <= want else ExitCode.INCONCLUSIVE)
+
+
+# ------------------------------------------- beside a floor arm: which rejection decides (issue 31)
+def _beside_floor(*families) -> Comparison:
+    c = scoped("candidate", "candidate", tested=96, mde=0.1, rejected=True)
+    return dataclasses.replace(c, families=families)
+
+
+def test_beside_a_floor_an_exact_rejection_decides_and_a_black_box_one_does_not() -> None:
+    """Beside a floor arm, a black-box rejection can be numerics (claim b decides), but a
+    rejection by a test exact at any numerics is the sampler's: the reported-p family's support
+    or PIT (conditional on the engine's own reported law) decides DIFFERENT as the white-box
+    family's does. Session 11 found a reported-p rejection (21 tokens reported at p = 0) left
+    INCONCLUSIVE beside a teacher-forced floor (only ``name == "whitebox"`` counted)."""
+    from spectest.verdict import FamilyScope
+
+    cells = fam("cells", 96, mde=0.1, rejected=True)
+    for exact in ("whitebox", "reported"):
+        f = FamilyScope(exact, 3, 0, 0.05, None, "", True, exact_rejected=True)
+        v = decide([_beside_floor(cells, f)], floor=True)
+        assert (v.decision, v.exit_code) == ("different", ExitCode.DIFFERENT), exact
+    # rejected only by its approximate cross-check: not exact, not decisive beside a floor
+    cross = FamilyScope("reported", 3, 0, 0.05, None, "", True, exact_rejected=False)
+    v = decide([_beside_floor(cells, cross)], floor=True)
+    assert v.decision != "different", v.headline
+    # without a floor arm any rejection decides
+    assert decide([_beside_floor(cells, cross)]).decision == "different"

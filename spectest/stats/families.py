@@ -83,6 +83,9 @@ class FamilyResult:
     claims: bool = False
     # why its claim cannot be decided even without a rejection (the verdict's rung 3e; "" none)
     unresolved: str = ""
+    # a test exact at any numerics rejected (conditional on the engine's own law: white-box,
+    # reported-p support and PIT): it decides claim (a) beside a floor arm too
+    exact_rejected: bool = False
 
     @property
     def active(self) -> bool:

@@ -82,6 +82,7 @@ class ReportedFamily:
             tested,
             failing,
             black_box=False,
+            exact_rejected=bool((mine["reject"].astype(bool) & tested).any()),
             control_failed=bool(control["reject"].astype(bool).any()),
             verdict_line=_verdict_line(mine, failing, numbers),
             unresolved=unresolved_why(numbers, inputs.options.left_out_max),

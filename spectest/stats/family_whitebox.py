@@ -79,12 +79,14 @@ class WhiteboxFamily:
         if len(cand) and (cand["test"] == dz).any():
             dz_mde = float(cand.loc[cand["test"] == dz, "mde"].iloc[0])
         tested = cand["pvalue"].astype(float).notna() | (cand["test"] == "support")
+        failing = failures(cand, _line, run_level=True)
         return WhiteboxResult.of(
             self,
             alpha,
             wb,
             tested.to_numpy(),
-            failures(cand, _line, run_level=True),
+            failing,
+            exact_rejected=bool(failing),
             resolution=dz_mde,
             resolution_unit="excess mass on {q > p} per token (directed z)" + _role_unit(cand),
             black_box=False,
