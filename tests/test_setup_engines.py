@@ -59,6 +59,8 @@ def test_the_package_ships_the_build_script_beside_its_driver() -> None:
     assert 'VERSION="${SPECTEST_LLAMACPP_VERSION:-' + llamacpp.VERSION + '}"' in text
     assert f'BUILD_KEY="{llamacpp.BUILD_KEY}"' in text  # the script and the module agree
     assert "-DCMAKE_UNITY_BUILD=ON" in text and llamacpp.BUILD_KEY.startswith("unity")
+    # one line calls and exits: nothing after it is read, even from a file edited mid-build
+    assert text.rstrip().splitlines()[-1] == 'main "$@"; exit'
 
 
 def test_a_server_compiled_without_this_build_key_is_not_the_build(cache: Path) -> None:

@@ -30,7 +30,9 @@
 set -euo pipefail
 
 # The whole script is one function, read by bash before it runs (an edit during a long build
-# cannot shift what bash executes next).
+# cannot shift what bash executes next), and the line that calls it exits too: bash reads a
+# script a line at a time, so after a plain `main` it would read on at the old byte offset of
+# the edited file and run whatever lines lie there (results/LOG.md "h85 (session 11)").
 main() {
 
     VERSION="${SPECTEST_LLAMACPP_VERSION:-11434.0.0}"
@@ -190,4 +192,4 @@ CMAKE
     "$DEST/bin/llama-server" --version >>"$LOG" 2>&1 || true
     echo "$DEST"
 }
-main "$@"
+main "$@"; exit
