@@ -12,6 +12,8 @@ in bf16" is read off that arm: it ran, it can bite, and it is rejected. What the
 beyond that — a DIFFERENT candidate is exit 1 with decision ``different`` in bf16 — is
 tests/test_numerics_run.py's ``test_bundled_pair_bfloat16[always_accept-different]`` (the
 bundled pair in bf16, candidate ``always_accept``: decision ``different``, exit 1).
+The same run is also that file's bf16 "exact is EQUIVALENT under matched numerics" (its
+ci.yaml ``exact`` case, dropped in session 11 as a repeat of this run: h85 in results/LOG.md).
 
 Fixed seeds (the protocol's): the run is deterministic on a given CPU. The false-failure rate
 of the EQUIVALENT expectation is that of its level-α tests: claim (a)'s families share α = 0.05
@@ -30,6 +32,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from spectest.protocol import load_protocol
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,6 +61,9 @@ def test_bf16_top_p_is_equivalent_with_a_floor_that_measures_something(
     assert n["decision"] == "within" and n["floor_kind"] in ("batch", "prefill", "dtype")
     assert "measures nothing" not in n["floor_note"] and n["floor"] > 0, n
     assert f"floor ({n['floor_kind']}" in v["scope"]["claims"][1]
+    # the run's `--set`, read as the run reads it: tests.numerics auto resolved to matched
+    p = load_protocol(ROOT / "protocols" / "top_p.yaml", sets=["models.dtype=bfloat16"])
+    assert (p.candidate, p.numerics_mode) == ("exact", "matched")
 
 
 @pytest.mark.slow

@@ -34,6 +34,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("SPECTEST_LLAMA_SERVER", raising=False)
     monkeypatch.delenv("SPECTEST_VLLM_PYTHON", raising=False)
     monkeypatch.delenv("SPECTEST_LLAMACPP_VERSION", raising=False)
+    monkeypatch.delenv(llamacpp.OPT_ENV, raising=False)  # .ci/run sets it: the users' build here
     return tmp_path / "cache"
 
 
@@ -58,6 +59,8 @@ def test_the_package_ships_the_build_script_beside_its_driver() -> None:
     assert 'VERSION="${SPECTEST_LLAMACPP_VERSION:-' + llamacpp.VERSION + '}"' in text
     assert f'BUILD_KEY="{llamacpp.BUILD_KEY}"' in text  # the script and the module agree
     assert "-DCMAKE_UNITY_BUILD=ON" in text and llamacpp.BUILD_KEY.startswith("unity")
+    # one line calls and exits: nothing after it is read, even from a file edited mid-build
+    assert text.rstrip().splitlines()[-1] == 'main "$@"; exit'
 
 
 def test_a_server_compiled_without_this_build_key_is_not_the_build(cache: Path) -> None:
@@ -75,6 +78,49 @@ def test_a_server_compiled_without_this_build_key_is_not_the_build(cache: Path) 
     assert not llamacpp.is_ready(dest)
     (dest / "bin" / "build-key").write_text(llamacpp.BUILD_KEY + "\n")
     assert llamacpp.is_ready(dest)
+
+
+def _ready_build(dest: Path, key: str) -> None:
+    for d in ("bin", "venv", "src"):
+        (dest / d).mkdir(parents=True, exist_ok=True)
+    server = dest / "bin" / "llama-server"
+    server.write_text("#!/bin/sh\n")
+    server.chmod(0o755)
+    (dest / "bin" / "build-key").write_text(key + "\n")
+    (dest / "venv" / ".ready").touch()
+    (dest / "src" / "convert_hf_to_gguf.py").touch()
+
+
+def test_cis_cheaper_compile_has_its_own_directory_and_key(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``SPECTEST_LLAMACPP_OPT=1`` (.ci/run): the real script and the module agree on
+    ``<version>-O1`` and the key ``unity-1-O1``; the optimised build and the -O1 one never pass
+    for each other, and the optimised one is where users' runs look without the variable."""
+    optimised = cache / "llama.cpp" / llamacpp.VERSION
+    _ready_build(optimised, llamacpp.BUILD_KEY)
+    monkeypatch.setenv(llamacpp.OPT_ENV, "1")
+    o1 = llamacpp.build_dir()
+    assert o1 == cache / "llama.cpp" / f"{llamacpp.VERSION}-O1"
+    assert llamacpp.build_key() == f"{llamacpp.BUILD_KEY}-O1"
+    assert not llamacpp.is_ready(o1) and llamacpp.missing_reason() is not None
+    _ready_build(o1, llamacpp.BUILD_KEY)  # an optimised server copied there: not this build
+    assert not llamacpp.is_ready(o1)
+    _ready_build(o1, llamacpp.build_key())
+    assert llamacpp.is_ready(o1) and llamacpp.require() == o1
+    env = {**os.environ, "SPECTEST_CACHE": str(cache), llamacpp.OPT_ENV: "1"}
+    out = subprocess.run(["bash", str(llamacpp.SCRIPT)], env=env, capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == str(o1), out  # found, not rebuilt
+    assert "-O$OPT -DNDEBUG" in llamacpp.SCRIPT.read_text()  # the flags the key names
+    monkeypatch.delenv(llamacpp.OPT_ENV)
+    assert llamacpp.build_dir() == optimised and llamacpp.is_ready(optimised)
+    (optimised / "bin" / "build-key").write_text(f"{llamacpp.BUILD_KEY}-O1\n")
+    assert not llamacpp.is_ready(optimised)  # an -O1 server is not the users' build
+    env[llamacpp.OPT_ENV] = "fast"
+    bad = subprocess.run(["bash", str(llamacpp.SCRIPT)], env=env, capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert bad.returncode == 2 and "SPECTEST_LLAMACPP_OPT must be 0-3" in bad.stderr, bad
 
 
 def _stand_in_build(path: Path) -> Path:

