@@ -37,9 +37,9 @@ HEAVY = {  # file name -> its CI seconds (about half the loaded full-suite run's
     "test_kill_resume.py": 120,
     "test_stats_calibration.py": 115,
     "test_stats_whitebox_two_sample.py": 115,
-    "test_numerics_run.py": 65,  # its bf16 exact case: test_numerics_bf16's run (h85)
     "test_engine_llamacpp.py": 90,
     "test_reported_p.py": 90,
+    "test_numerics_run.py": 65,  # its bf16 exact case: test_numerics_bf16's run (h85)
 }
 
 

@@ -822,20 +822,27 @@ def test_sigterm_stops_the_managed_server(tmp_path: Path) -> None:
 def test_sigterm_handler_is_installed_only_while_children_live(
     tmp_path: Path, models: Models
 ) -> None:
+    """From SIG_DFL: spectest's handler while a child lives, SIG_DFL again after. The worker
+    may hold another library's handler left by an earlier test file (``ray.init`` in
+    tests/test_scaleout.py installs one, and spectest leaves a host's handler alone, by
+    design): the test starts from SIG_DFL and puts that handler back."""
     if children.live():
         pytest.skip("another test left an engine child running")
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    prog = tmp_path / "echo.py"
-    prog.write_text(
-        f"import json, sys\nprint(json.dumps({HELLO!r}), flush=True)\nsys.stdin.read()\n"
-    )
-    eng = _command([sys.executable, str(prog)], models)
-    lp = eng._start("candidate")
-    assert signal.getsignal(signal.SIGTERM) is children._on_sigterm
-    assert lp in children.live()
-    eng.close()
-    assert lp.proc.poll() is not None
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and not children.live()
+    host = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        prog = tmp_path / "echo.py"
+        prog.write_text(
+            f"import json, sys\nprint(json.dumps({HELLO!r}), flush=True)\nsys.stdin.read()\n"
+        )
+        eng = _command([sys.executable, str(prog)], models)
+        lp = eng._start("candidate")
+        assert signal.getsignal(signal.SIGTERM) is children._on_sigterm
+        assert lp in children.live()
+        eng.close()
+        assert lp.proc.poll() is not None
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL and not children.live()
+    finally:
+        signal.signal(signal.SIGTERM, host)
 
 
 # ----------------------------------------------------------------------------- properties
