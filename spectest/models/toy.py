@@ -33,16 +33,11 @@ class ToyLM(LanguageModel):
 
     Parameters
     ----------
-    vocab_size : int
-        ``V`` >= 2.
-    order : int
-        ``n`` >= 1; the logits depend on the last ``n - 1`` valid tokens.
-    scale : float
-        Logit scale (standard deviation of the iid normal logits); sets the entropy.
-    seed : int
-        Seed of the table (a private ``torch.Generator``; global RNG untouched).
-    device : str or torch.device
-        Where the table lives.
+    vocab_size : ``V`` >= 2.
+    order : ``n`` >= 1; the logits depend on the last ``n - 1`` valid tokens.
+    scale : the logits' standard deviation (iid normal); sets the entropy.
+    seed : the table's seed (a private ``torch.Generator``; global RNG untouched).
+    device : where the table lives.
 
     Notes
     -----

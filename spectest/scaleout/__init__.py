@@ -14,10 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spectest.errors import ConfigError, InfrastructureError, SpectestError
-from spectest.generation import (
-    RunOptions,
-    ShardResult,
-)
+from spectest.generation import RunOptions, ShardResult
 from spectest.progress import ProgressFn
 from spectest.scaleout.worker import RunSpec, Worker, _serve, local_devices, split
 
