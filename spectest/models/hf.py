@@ -58,20 +58,13 @@ class HFModel(LanguageModel):
 
     Parameters
     ----------
-    model : transformers.PreTrainedModel
-        A causal LM (``AutoModelForCausalLM``-compatible), already on its device and dtype.
-    name : str
-        For messages and provenance.
-    logit_scale : float
-        Multiplies the float32 logits (entropy knob; 1.0 = the model as is).
+    model : a causal LM (``AutoModelForCausalLM``-compatible), already on its device and dtype.
+    name : for messages and provenance.
+    logit_scale : multiplies the float32 logits (entropy knob; 1.0 = the model as is).
     """
 
     def __init__(self, model: Any, name: str, *, logit_scale: float = 1.0) -> None:
-        if (
-            not isinstance(logit_scale, (int, float))
-            or not logit_scale > 0
-            or logit_scale == float("inf")
-        ):
+        if not (isinstance(logit_scale, (int, float)) and 0 < logit_scale < float("inf")):
             raise ModelError(
                 f"{name}: logit_scale must be a finite number > 0, got {logit_scale!r}"
             )
