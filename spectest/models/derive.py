@@ -68,22 +68,18 @@ def first_layers(target: HFModel, num_layers: int) -> HFModel:
 
 def _assign_from(module: torch.nn.Module, source: dict[str, torch.Tensor], where: str) -> None:
     """Point each parameter and buffer of ``module`` at the same-named tensor of ``source``."""
-    for name, _ in list(module.named_parameters(remove_duplicate=False)):
+    named = [("parameter", n) for n, _ in module.named_parameters(remove_duplicate=False)]
+    named += [("buffer", n) for n, _ in module.named_buffers(remove_duplicate=False)]
+    for kind, name in named:
         if name not in source:
-            raise ModelError(f"first-layers: {where!r} has no parameter {name!r}")
-        owner, attr = _owner(module, name)
-        setattr(
-            owner,
-            attr,
-            source[name]
-            if isinstance(source[name], torch.nn.Parameter)
-            else torch.nn.Parameter(source[name], requires_grad=False),
-        )
-    for name, _ in list(module.named_buffers(remove_duplicate=False)):
-        if name not in source:
-            raise ModelError(f"first-layers: {where!r} has no buffer {name!r}")
-        owner, attr = _owner(module, name)
-        owner._buffers[attr] = source[name]
+            raise ModelError(f"first-layers: {where!r} has no {kind} {name!r}")
+        (owner, attr), t = _owner(module, name), source[name]
+        if kind == "buffer":
+            owner._buffers[attr] = t
+        elif isinstance(t, torch.nn.Parameter):
+            setattr(owner, attr, t)
+        else:
+            setattr(owner, attr, torch.nn.Parameter(t, requires_grad=False))
 
 
 def _owner(module: torch.nn.Module, dotted: str) -> tuple[torch.nn.Module, str]:
