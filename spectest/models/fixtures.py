@@ -260,15 +260,8 @@ def build_gguf(name: str, llamacpp_dir: str | Path) -> dict[str, Path]:
     for role, path in paths.items():
         tmp = path.with_suffix(".gguf.tmp")
         _say(f"fixture {name}: converting {role} to GGUF with llama.cpp's converter (once)")
-        proc = subprocess.run(
-            [str(vpy), str(convert), str(root / role), "--outfile", str(tmp), "--outtype", "f32"],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "NO_LOCAL_GGUF": "1"},
-        )
-        if proc.returncode != 0:
-            tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-            raise ModelError(f"convert_hf_to_gguf.py {root / role}: exit {proc.returncode}: {tail}")
+        cmd = [str(vpy), str(convert), str(root / role), "--outfile", str(tmp), "--outtype", "f32"]
+        _run(cmd, f"convert_hf_to_gguf.py {root / role}", {**os.environ, "NO_LOCAL_GGUF": "1"})
         tmp.replace(path)
     _record_hashes(root, [tok, *paths.values()])
     return paths
@@ -286,15 +279,19 @@ def _train_tokenizer(vpy: Path, root: Path, vocab: int) -> None:
             if line.strip()
         ]
         text.write_text("\n".join(lines) + "\n")
-        proc = subprocess.run(
+        _run(
             [str(vpy), "-c", _GGUF_SCRIPT, str(text), td, str(vocab), ""],
-            capture_output=True,
-            text=True,
+            f"SentencePiece training in {vpy}",
         )
-        if proc.returncode != 0:
-            tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-            raise ModelError(f"SentencePiece training in {vpy}: exit {proc.returncode}: {tail}")
         shutil.copyfile(Path(td) / "tokenizer.model", root / TOKENIZER_FILE)
+
+
+def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    """Run ``cmd``; a ``ModelError`` naming ``what``, the exit code and stderr's last lines."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+        raise ModelError(f"{what}: exit {proc.returncode}: {tail}")
 
 
 def main(argv: list[str] | None = None) -> None:
