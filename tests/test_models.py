@@ -285,3 +285,16 @@ def test_prefill_shared_equals_batched_prefill(which: str, request: pytest.Fixtu
     torch.testing.assert_close(
         m.forward(shared, nxt), m.forward(batched, nxt), rtol=1e-5, atol=1e-5
     )
+
+
+def test_a_fixture_build_step_that_fails_names_itself_its_exit_and_stderr() -> None:
+    """The GGUF converter and the tokenizer training run through ``fixtures._run`` (a real
+    subprocess here): a failure is one ``ModelError`` line; a success is silent."""
+    import sys
+
+    from spectest.models.fixtures import _run
+
+    script = "import sys; sys.stderr.write('a\\nb\\nc\\nd\\n'); sys.exit(3)"
+    with pytest.raises(ModelError, match=r"^step x: exit 3: b \| c \| d$"):
+        _run([sys.executable, "-c", script], "step x")
+    _run([sys.executable, "-c", "pass"], "step y", {"PATH": "/usr/bin"})
