@@ -16,7 +16,7 @@ from spectest import schema
 from spectest.models.hf import HFModel, from_preset
 from spectest.numerics.alone import alone_logits, concurrent
 from spectest.numerics.replay import ReplayStaticModel, replay_model
-from spectest.numerics.table import _decode_logits, drift_table
+from spectest.numerics.table import decode_logits, drift_table
 from spectest.sampling.params import SamplingParams
 
 PROMPT = [1, 2, 3, 4, 5]
@@ -33,7 +33,7 @@ def _replay(target: HFModel) -> ReplayStaticModel:
 def _one_at_a_time(model: ReplayStaticModel, rows: torch.Tensor) -> list[torch.Tensor]:
     prompt = torch.tensor(PROMPT, device=model.device)
     keep = torch.zeros(1, dtype=torch.int64, device=model.device)
-    return [_decode_logits(model, prompt, rows[r : r + 1], keep)[0] for r in range(len(rows))]
+    return [decode_logits(model, prompt, rows[r : r + 1], keep)[0] for r in range(len(rows))]
 
 
 def _at_once(model: ReplayStaticModel, rows: torch.Tensor, streams: int) -> list[torch.Tensor]:

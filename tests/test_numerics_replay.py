@@ -155,7 +155,7 @@ def test_restored_prompt_prefill_gives_the_computed_logits(pair) -> None:
     """The replay model computes a prompt's one-row prefill once and restores it for every later
     prefill of that prompt (each floor row): the logits of every decode are bit-identical to a
     plain static model's, which prefills each time."""
-    from spectest.numerics.table import _decode_logits
+    from spectest.numerics.table import decode_logits
 
     target = pair[0]
     model, ref = replay_model(target, fast=True, static=True), StaticHFModel(target)
@@ -164,8 +164,8 @@ def test_restored_prompt_prefill_gives_the_computed_logits(pair) -> None:
     toks = torch.tensor([[5, 6, 7, 8, 9], [9, 8, 7, 6, 5], [1, 1, 2, 3, 5]])
     for rows in (toks, toks[:1], toks[1:2], toks[2:3], toks):
         keep = torch.arange(len(rows))
-        assert torch.equal(_decode_logits(model, prompt, rows, keep),
-                           _decode_logits(ref, prompt, rows, keep))  # fmt: skip
+        assert torch.equal(decode_logits(model, prompt, rows, keep),
+                           decode_logits(ref, prompt, rows, keep))  # fmt: skip
     assert list(model._prefills) == [tuple(PROMPT)]  # one prefill computed, then restored
 
 

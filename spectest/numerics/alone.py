@@ -1,15 +1,7 @@
-"""The batch floor's rows decoded alone, several at once: each row is still its own batch-1
-plain decode (the same forwards, kernels and shapes as one at a time), but ``streams`` rows run
-together, each on its own worker model (``numerics.replay.ReplayStaticModel.workers``: its own
-static pools and CUDA graphs) and its own CUDA stream, their steps issued in turn.
-
-Owns: ``FLOOR_STREAMS`` (rows at once by default on CUDA: 1), ``decode_steps`` (plain decode after
-the prefill, one forward per step: ``numerics.table._decode_logits`` runs it through),
-``concurrent`` (whether a model can run rows at once) and ``alone_logits`` (the rows' logits,
-in order). Knows nothing about TVs, tables
-or which rows are measured (``numerics.table``).
-
-The why and the details: docs/internals.md "spectest/numerics/alone.py".
+"""The batch floor's rows decoded alone, several at once: each row still its own batch-1 plain
+decode, on its own worker model and CUDA stream (``FLOOR_STREAMS``: 1 by default, ``decode_steps``,
+``concurrent``, ``alone_logits``). Knows nothing about TVs, tables or which rows are measured.
+Details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -38,10 +30,8 @@ def decode_steps(
     keep: torch.Tensor,  # [M] rows kept
     out: torch.Tensor,  # [M, T, V] float32, filled
 ) -> Iterator[int]:
-    """Plain decode's steps after the prefill (``numerics.table._decode_logits`` runs them all),
-    one forward per ``next`` (yields the position whose logits that forward gave):
-    ``alone_logits`` interleaves several rows'.
-    The caller holds ``torch.no_grad`` (a generator cannot)."""
+    """Plain decode's steps after the prefill, one forward per ``next`` (yields the position whose
+    logits it gave; ``alone_logits`` interleaves rows'). The caller holds ``torch.no_grad``."""
     T = int(tokens.shape[1])
     for t in range(T):
         out[:, t] = logits[keep].float()
@@ -64,17 +54,14 @@ def alone_logits(
     rows: Sequence[torch.Tensor],  # each [1, T]
     streams: int,
 ) -> Iterator[torch.Tensor]:
-    """Each row decoded alone after ``prompt`` (``table._decode_logits`` of that row, batch 1):
+    """Each row decoded alone after ``prompt`` (``table.decode_logits`` of that row, batch 1):
     its float32 logits ``[T, V]``, in order, ``streams`` rows at a time.
 
     Notes
     -----
-    Bit-identical to one row at a time: every row runs the same batch-1 forwards (same
-    kernels, shapes, windows, CUDA graphs captured alike) on a worker built like ``model``; only
-    the order in which the rows' steps are issued changes. Checked on CPU and, ``-m gpu``, on
-    CUDA in bfloat16 with graphs (tests/test_numerics_alone.py). The prompt's prefill is kept on
-    the caller's stream before any worker restores it; each worker's stream waits for the
-    caller's, and the caller's for every worker's before the logits are yielded.
+    Bit-identical to one row at a time: the same batch-1 forwards on workers built like
+    ``model``, only the issue order changes; the stream order (docs/internals.md
+    "spectest/numerics/alone.py") keeps the kept prefill and the logits ready.
     """
     key = tuple(int(t) for t in prompt_ids)
     model.snapshot(key, prompt)  # on the caller's stream, before any worker reads it

@@ -1,15 +1,8 @@
-"""The numerics floors beyond the batch floor: claim (b)'s drift is decided
-against a floor of numerics differences users already accept; ``spectest.numerics.table``
-measures the batch floor (plain decode in the run's batch vs alone), this module the two
-others and chooses.
-
-Owns: ``decode_logits`` (plain decode along given tokens, the prompt prefilled in one forward or
-in two: ``prompt[:split]`` then the rest), ``floor_column`` (one floor's per-token TV for every
-measured row of a drift table, in the run's batch) and ``complete_floors`` (what
-``tests.numerics_floor`` asks for measured, ``auto`` moving on from a floor that is identically
-0). Choosing the column the decision reads is ``stats.drift.select_floor``'s (no torch there).
-
-The why and the details: docs/internals.md "spectest/numerics/floors.py".
+"""The numerics floors beyond the batch floor (``numerics.table``'s): ``floor_column`` (one floor's
+per-token TV for every measured row of a drift table: ``prefill``, the prompt prefilled as a
+prefix-cache hit; ``dtype``, the target in float32) and ``complete_floors`` (what
+``tests.numerics_floor`` asks for, ``auto`` moving on from a floor identically 0). Choosing the
+column the decision reads is ``stats.drift.select_floor``'s. Details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -22,42 +15,12 @@ import torch
 
 from spectest import schema
 from spectest.models.base import LanguageModel
-from spectest.numerics.table import prompt_rows
+from spectest.numerics.table import decode_logits, prompt_rows
 from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.transforms import logits_to_probs
 from spectest.stats.drift import FLOOR_COLUMNS, FLOOR_ORDER, identically_zero
 
 MEASURED = ("prefill", "dtype")  # the floors this module measures (batch: spectest.numerics.table)
-
-
-@torch.no_grad()
-def decode_logits(
-    model: LanguageModel,
-    prompt: torch.Tensor,
-    tokens: torch.Tensor,
-    keep: torch.Tensor,
-    *,
-    split: int | None = None,
-) -> torch.Tensor:
-    """Plain decode along ``tokens`` ``[B, T]`` in one batch: float32 logits ``[len(keep), T,
-    V]`` of the rows ``keep``. ``split`` None: the prompt prefilled in one forward and shared
-    (the reference loop's schedule); else ``prompt[:split]`` prefilled and shared, then
-    ``prompt[split:]`` as one forward over every row (a prefix-cache hit at ``split``)."""
-    B, T = int(tokens.shape[0]), int(tokens.shape[1])
-    if split is None:
-        cache, prompt_logits = model.prefill_shared(prompt, B)
-        logits = prompt_logits[-1].expand(B, -1)
-    else:
-        assert 0 < split < len(prompt), (split, len(prompt))
-        cache, _ = model.prefill_shared(prompt[:split], B)
-        rest = prompt[split:][None, :].expand(B, -1).contiguous()
-        logits = model.forward(cache, rest)[:, -1]
-    out = torch.empty((len(keep), T, model.vocab_size), dtype=torch.float32, device=model.device)
-    for t in range(T):
-        out[:, t] = logits[keep].float()
-        if t + 1 < T:
-            logits = model.forward(cache, tokens[:, t : t + 1])[:, 0]
-    return out
 
 
 def _tv_rows(a: torch.Tensor, b: torch.Tensor, params: Sequence[SamplingParams]) -> np.ndarray:

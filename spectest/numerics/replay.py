@@ -1,15 +1,7 @@
-"""The numerics replay on the model the run decoded with: the model and the law
-pipeline ``numerics.drift_table`` replays a ``--fast`` run's matched arm on.
-
-Owns: ``replay_model`` (under ``--fast`` on CUDA the static-cache model with CUDA graphs,
-``models.static.StaticHFModel``, built with the fast engine's defaults; the run's loaded model
-otherwise) and ``replay_probs`` (the processed law the drift's TV is taken between: the fast
-pipeline's ``logits_to_probs_fast`` under ``--fast``, the exact ``logits_to_probs`` otherwise);
-``ReplayStaticModel`` (prompt prefills kept and restored; ``workers`` for concurrent one-row
-decodes, ``numerics.alone``).
-Knows nothing about rounds, rows or the drift decision (``numerics``, ``stats.drift``).
-
-The why and the details: docs/internals.md "spectest/numerics/replay.py".
+"""The model and the law ``numerics.drift_table`` replays a run's matched arm on: ``replay_model``
+(under ``--fast`` on CUDA the fast engine's static-cache model, else the run's), ``replay_probs``
+and ``ReplayStaticModel`` (prompt prefills kept and restored; ``workers`` for ``numerics.alone``).
+Knows nothing about rounds, rows or the drift decision. Details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -52,10 +44,8 @@ class ReplayStaticModel(StaticHFModel):
 
     Notes
     -----
-    A restored prefill is the computed one copied, so every later forward sees bit-identical
-    prompt state (tests/test_numerics_replay.py); the last ``PREFILLS_KEPT`` prompts are kept.
-    ``restore`` reads the prompt's ids from the host (``key``), so a worker's restore on its own
-    stream issues no host sync.
+    A restored prefill is the computed one copied: bit-identical prompt state for every later
+    forward. The last ``PREFILLS_KEPT`` prompts are kept.
     """
 
     def __init__(self, base: HFModel, **kw: object) -> None:
@@ -102,10 +92,9 @@ class ReplayStaticModel(StaticHFModel):
 
         Notes
         -----
-        A worker is built with this model's settings (``max_slots``, graphs, packed GQA, native
-        logits), so a one-row forward runs the same kernels at the same shapes on every worker:
-        the same bits (tests/test_numerics_alone.py). Kept prefills are shared, read only while
-        no prefill is computed (``alone_logits`` computes them on the caller's stream first).
+        Built with this model's settings, a worker runs a one-row forward with the same kernels
+        at the same shapes: the same bits. Kept prefills are shared, read only while none is
+        computed (``alone_logits`` computes them on the caller's stream first).
         """
         cuda = self.device.type == "cuda"
         while len(self._workers) < n:

@@ -1,14 +1,7 @@
-"""Numerics drift (claim (b)): how far the target's law under the speculative verify
-schedule is from its law under one-position plain decode, measured from the logits along the
-emitted sequences of the ``matched`` arm, beside a numerics floor users already accept.
-
-Owns: ``measure_drift`` (one prompt's rows: the verify schedule replayed from the run's rounds,
-plain decode in the run's batch, plain decode of a few rows alone; per-token TV of the
-processed laws, argmax flips) and ``drift_table`` (every prompt of a run's matched arm → the
-per-token table stored as ``numerics.parquet``). The decision (TOST on drift − floor) is
-``spectest.stats.drift``'s; nothing here is random.
-
-The why and the details: docs/internals.md "spectest/numerics/table.py".
+"""Numerics drift (claim (b)): the target's law under the verify schedule vs one-position plain
+decode along the matched arm's emitted sequences, beside the batch floor: ``measure_drift`` (one
+prompt's rows) and ``drift_table`` (every prompt → the per-token table of ``numerics.parquet``).
+The decision is ``spectest.stats.drift``'s; nothing here is random. Details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -76,15 +69,30 @@ def _flip(a_logits: torch.Tensor, b_logits: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _decode_logits(
-    model: LanguageModel, prompt: torch.Tensor, tokens: torch.Tensor, keep: torch.Tensor
+def decode_logits(
+    model: LanguageModel,
+    prompt: torch.Tensor,
+    tokens: torch.Tensor,
+    keep: torch.Tensor,
+    *,
+    split: int | None = None,
 ) -> torch.Tensor:
-    """Plain decode along ``tokens`` ``[B, T]`` in one batch (the reference loop's schedule):
-    float32 logits ``[len(keep), T, V]`` of the rows ``keep``."""
+    """Plain decode along ``tokens`` ``[B, T]`` in one batch: float32 logits ``[len(keep), T,
+    V]`` of the rows ``keep``. ``split`` None: the prompt prefilled in one forward and shared
+    (the reference loop's schedule); else ``prompt[:split]`` prefilled and shared, then
+    ``prompt[split:]`` as one forward over every row (a prefix-cache hit at ``split``,
+    ``numerics.floors``)."""
     B, T = int(tokens.shape[0]), int(tokens.shape[1])
-    cache, prompt_logits = model.prefill_shared(prompt, B)
+    if split is None:
+        cache, prompt_logits = model.prefill_shared(prompt, B)
+        logits = prompt_logits[-1].expand(B, -1)
+    else:
+        assert 0 < split < len(prompt), (split, len(prompt))
+        cache, _ = model.prefill_shared(prompt[:split], B)
+        rest = prompt[split:][None, :].expand(B, -1).contiguous()
+        logits = model.forward(cache, rest)[:, -1]
     out = torch.empty((len(keep), T, model.vocab_size), dtype=torch.float32, device=model.device)
-    for _ in decode_steps(model, cache, prompt_logits[-1].expand(B, -1), tokens, keep, out):
+    for _ in decode_steps(model, cache, logits, tokens, keep, out):
         pass
     return out
 
@@ -177,7 +185,7 @@ def measure_drift(
         toks = torch.tensor(tokens[lo:hi], dtype=torch.int64, device=dev)
         keep = torch.tensor([r - lo for r in mine], dtype=torch.int64, device=dev)
         ver = _verify_logits(target, prompt, toks, commits[lo:hi], K, keep)
-        dec = _decode_logits(target, prompt, toks, keep)
+        dec = decode_logits(target, prompt, toks, keep)
         st = SamplingTensors.from_params([params[r] for r in mine], device=dev)
         for t in range(T):
             tv[[where[r] for r in mine], t] = _tv(ver[:, t], dec[:, t], st, probs).cpu().numpy()
@@ -209,12 +217,9 @@ def _alone(
             target, prompt, prompt_ids, [toks[r : r + 1] for r in rows], streams
         )
         return
-    for r in rows:
-        row = toks[r : r + 1]  # the row alone: batch 1
-        one = _decode_logits(
-            target, prompt, row, torch.zeros(1, dtype=torch.int64, device=toks.device)
-        )
-        yield one[0]  # [T, V]
+    keep = torch.zeros(1, dtype=torch.int64, device=toks.device)
+    for r in rows:  # the row alone: batch 1, logits [T, V]
+        yield decode_logits(target, prompt, toks[r : r + 1], keep)[0]
 
 
 def drift_table(

@@ -1,8 +1,7 @@
 """The size of a tooth: the per-cell-position TV between an ε arm's or mutant's law and the
 plain law (``tooth_sizes``), and a tooth's size (``size_of``). Knows nothing about statistics,
-verdicts or files. The method: docs/statistics.md "Tooth sizes: the method".
-
-The why and the details: docs/internals.md "spectest/tooth_size/__init__.py".
+verdicts or files. The method: docs/statistics.md "Tooth sizes: the method"; the details:
+docs/internals.md "spectest/tooth_size/__init__.py".
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import pandas as pd
 from spectest.errors import NumericsError
 from spectest.tooth_size.completion import (
     complete,
-    complete_reference,
     position_tvs,
     round_marginals,
 )
@@ -91,25 +89,28 @@ def size_of(table: pd.DataFrame | None, arm: str) -> ToothSize:
 
 @dataclass(frozen=True)
 class _Cell:
-    """One cell's round-law inputs: the models' logits at the prompt, the sampling settings and
-    the run's ``DrafterSpec``."""
+    """One cell's round-law inputs: the models' logits at the prompt, the sampling settings, the
+    run's ``DrafterSpec`` and the budget (contexts per tooth)."""
 
     target: ContextLogits
     draft: ContextLogits
     params: Any
     drafter: Any
+    budget: int
 
-    def round(self, spec: str, max_drafts: int, max_cells: int) -> tuple[dict[Any, float], float]:
+    def round(self, spec: str) -> tuple[dict[Any, float], float]:
         """The exact law of one round of ``spec`` at the prompt and the probability mass of the
         draft sequences left out of it: a one-hot drafter has one sequence (none left out); a
-        sampled drafter's are taken most probable first, at most ``max_drafts`` and as many as fit
-        in ``max_cells`` quadrature cells (the law is then a sub-measure). Raises ``GridTooLarge``
-        when not even the first draft fits, ``NumericsError`` when the law cannot be computed."""
+        sampled drafter's are taken most probable first, at most one per ``2K + 1`` contexts of
+        the budget and as many as fit in ``budget × CELLS_PER_CONTEXT`` quadrature cells (the
+        law is then a sub-measure). Raises ``GridTooLarge`` when not even the first draft fits,
+        ``NumericsError`` when the law cannot be computed."""
         from spectest.sampling import exact_law
         from spectest.sampling.mutants import get_variant
 
         variant = get_variant(spec)
         d = self.drafter
+        max_drafts = max(1, self.budget // (2 * d.k + 1))  # each costs 2K + 1 contexts at most
         drafts, missing = exact_law.draft_tree(
             variant,
             self.draft.many,
@@ -120,7 +121,7 @@ class _Cell:
             max_drafts=None if d.onehot else max_drafts,
         )
         ranked = sorted(drafts, key=lambda x: -x[1])
-        law, left_out = self._in_chunks(variant, spec, ranked, max_cells)
+        law, left_out = self._in_chunks(variant, spec, ranked, self.budget * CELLS_PER_CONTEXT)
         return law, missing + left_out
 
     def _in_chunks(
@@ -170,46 +171,33 @@ class _Cell:
 
 
 def cell_tvs(
+    cell: _Cell,
     spec: str,
-    target: ContextLogits,
-    draft: ContextLogits,
-    params: Any,
-    drafter: Any,
-    positions: int,
+    exact_round: tuple[dict[tuple[int, ...], float], float],
+    n: int,
     *,
-    budget: int = DEFAULT_BUDGET,
-    exact_round: tuple[dict[tuple[int, ...], float], float] | None = None,
     reference: bool = False,
     batched: bool = False,
 ) -> list[tuple[float, float]]:
-    """``(tv, slack)`` for positions 0..n-1 (n = min(K + 1, positions)) of one cell: the TV of
-    the marginal at each position between the tooth ``spec``'s law (first round, completed by
-    plain sampling) and the plain law, an upper bound with ``slack`` added (docs/statistics.md
-    "Tooth sizes: the method").
-    ``exact_round``: the exact sampler's ``_Cell.round`` at this cell, when already computed (it is
-    the same for every tooth). Raises ``NumericsError`` when a round law cannot be computed.
-    ``reference``: complete the round by ``completion.complete_reference`` (the slow reference:
-    numpy on the host) instead of ``completion.complete`` (on the model's device); ``batched``:
-    ``complete`` fetches all the contexts of a length at once (``target.forward_rows`` each)."""
-    n = min(drafter.k + 1, positions)
-    max_drafts = max(1, budget // (2 * drafter.k + 1))  # each costs 2K + 1 contexts at most
-    cells = budget * CELLS_PER_CONTEXT
-    cell = _Cell(target, draft, params, drafter)
-    r_t, m_t = cell.round(spec, max_drafts, cells)
-    r_e, m_e = exact_round or cell.round("exact", max_drafts, cells)
+    """``(tv, slack)`` for positions 0..n-1 of one cell: the TV of the marginal at each position
+    between the tooth ``spec``'s law (first round, completed by plain sampling) and the plain
+    law, an upper bound with ``slack`` added (docs/statistics.md "Tooth sizes: the method").
+    ``exact_round``: the exact sampler's ``_Cell.round`` at this cell (the same for every tooth).
+    Raises ``NumericsError`` when a round law cannot be computed. ``reference`` and ``batched``:
+    ``completion.complete``'s ``reference`` and ``prefetch``."""
+    (r_t, m_t), (r_e, m_e) = cell.round(spec), exact_round
     diff = {s: r_t.get(s, 0.0) - r_e.get(s, 0.0) for s in set(r_t) | set(r_e)}
     base = 0.5 * (m_t + m_e)  # draft sequences left out: at most their mass, per position
     base += 0.5 * sum(abs(w) for w in diff.values() if abs(w) < DROP)
     delta = {s: w for s, w in diff.items() if abs(w) >= DROP}
     round_tv = 0.5 * sum(abs(w) for w in delta.values()) + base  # bounds every position
-    V = int(target.get(()).shape[-1])
-    marg = np.zeros((n, V))  # the signed marginal at each position
+    target = cell.target
+    marg = np.zeros((n, int(target.get(()).shape[-1])))  # the signed marginal at each position
     slack = np.full(n, base)
     todo = round_marginals(delta, marg)
-    if reference:
-        complete_reference(todo, marg, slack, target, params, budget)
-    else:
-        complete(todo, marg, slack, target, params, budget, prefetch=batched)
+    complete(
+        todo, marg, slack, target, cell.params, cell.budget, reference=reference, prefetch=batched
+    )
     return position_tvs(marg, slack, round_tv)
 
 
@@ -232,17 +220,12 @@ def tooth_sizes(
 
     ``teeth``: ``(arm name, variant spec)`` of the ε arms and mutants; ``configs``: ``(config_id,
     SamplingParams)``; ``drafter``: the run's ``DrafterSpec``; ``budget``: contexts per tooth and
-    cell (docs/statistics.md "Tooth sizes: the method"). The models are the run's (the teeth's
-    engine is ``builtin``). ``reference``: the slow reference (every batch prefills the prompt;
-    ``cell_tvs``' host completion), equal bit for bit on CPU (tests/test_tooth_size_fast.py).
+    cell. The models are the run's (the teeth's engine is ``builtin``). ``reference``: the slow
+    reference (every batch prefills the prompt; the host completion), equal bit for bit on CPU.
     ``batched`` (default: on an accelerator, not with ``reference``): forwards of
-    ``DEVICE_FORWARD_ROWS`` contexts, a completion length fetched at once (``AVOID_CUDNN_SDPA``:
-    without cuDNN attention); off, the CPU path whose bits tests/test_tooth_size_fast.py pins.
-    Why the CPU keeps the unbatched path and cuDNN stays on: docs/tooth_size_speed.md
-    "The batched path on an accelerator (issue 32)". ``threads`` (default: ``PROMPT_THREADS``
-    on an accelerator, not with ``reference``; 1 on CPU): prompts computed at once, each on its
-    own thread, the table in prompt order (docs/tooth_size_speed.md
-    "Prompts on threads (issue 32)").
+    ``DEVICE_FORWARD_ROWS`` contexts, a completion length fetched at once. ``threads`` (default:
+    ``PROMPT_THREADS`` on an accelerator, not with ``reference``; else 1): prompts at once, one
+    thread each, the table in prompt order. Why: docs/tooth_size_speed.md.
     """
     n = min(drafter.k + 1, positions)
     if batched is None:
@@ -250,13 +233,12 @@ def tooth_sizes(
     kw: dict[str, Any] = {"keep_prompt": not reference}
     if batched:
         kw.update(rows=DEVICE_FORWARD_ROWS, attention=_attention(target))
-    size = partial(
-        cell_tvs, positions=positions, budget=budget, reference=reference, batched=batched
-    )
+    size = partial(cell_tvs, n=n, reference=reference, batched=batched)
 
     def one_prompt(pid: str, ids: Sequence[int]) -> list[dict[str, Any]]:
         t_logits, d_logits = ContextLogits(target, ids, **kw), ContextLogits(draft, ids, **kw)
-        return _prompt_rows(pid, t_logits, d_logits, configs, teeth, drafter, n, budget, size)
+        cells = [(cid, _Cell(t_logits, d_logits, prm, drafter, budget)) for cid, prm in configs]
+        return _prompt_rows(pid, cells, teeth, n, size)
 
     if threads is None:
         threads = PROMPT_THREADS if _accelerated(target) and not reference else 1
@@ -266,30 +248,19 @@ def tooth_sizes(
 
 
 def _prompt_rows(
-    pid: str,
-    t_logits: ContextLogits,
-    d_logits: ContextLogits,
-    configs: Sequence[tuple[str, Any]],
-    teeth: Sequence[tuple[str, str]],
-    drafter: Any,
-    n: int,
-    budget: int,
-    size: Any,
+    pid: str, cells: list[tuple[str, _Cell]], teeth: Sequence[tuple[str, str]], n: int, size: Any
 ) -> list[dict[str, Any]]:
-    """One prompt's ``SIZE_COLUMNS`` rows: every config, every tooth (``size``: ``cell_tvs``
-    bound to the run), the exact sampler's round computed once per config."""
+    """One prompt's ``SIZE_COLUMNS`` rows: every config's cell, every tooth (``size``:
+    ``cell_tvs`` bound to the run), the exact sampler's round computed once per cell."""
     rows: list[dict[str, Any]] = []
-    max_drafts = max(1, budget // (2 * drafter.k + 1))
-    for cid, params in configs:
+    for cid, cell in cells:
         exact: tuple[dict[tuple[int, ...], float], float] | None = None
         for arm, spec in teeth:
             tvs = [(float("nan"), float("nan"))] * n
-            if budget > 0:
+            if cell.budget > 0:
                 try:
-                    if exact is None:
-                        cell = _Cell(t_logits, d_logits, params, drafter)
-                        exact = cell.round("exact", max_drafts, budget * CELLS_PER_CONTEXT)
-                    tvs = size(spec, t_logits, d_logits, params, drafter, exact_round=exact)
+                    exact = exact or cell.round("exact")
+                    tvs = size(cell, spec, exact)
                 except NumericsError:
                     pass  # unknown: no round law within the budget's cells, or numerics
             rows += _size_rows(arm, spec, pid, cid, tvs)

@@ -1,10 +1,11 @@
 """Completing a tooth's first-round law by plain sampling: the signed marginals per position, on
-the model's device (``complete``) beside the slow host reference (``complete_reference``), and
-the TV per position they give (docs/statistics.md "Tooth sizes: the method").
+the model's device or, slowly, on the host (``complete``), and the TV per position they give
+(docs/statistics.md "Tooth sizes: the method").
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,56 +16,6 @@ if TYPE_CHECKING:
     import torch
 
 
-def complete_reference(
-    todo: dict[int, tuple[np.ndarray, np.ndarray]],
-    marg: np.ndarray,
-    slack: np.ndarray,
-    target: ContextLogits,
-    params: Any,
-    budget: int,
-) -> None:
-    """Complete the round-law differences ``todo`` by plain sampling, most weight first within
-    ``budget`` contexts, into the marginals ``marg`` [n, V] and ``slack`` [n] (in place): the
-    slow reference of ``_complete`` (numpy, every chunk's law copied to the host)."""
-    import torch
-
-    from spectest.sampling.params import SamplingTensors
-    from spectest.sampling.transforms import logits_to_probs
-
-    n = marg.shape[0]
-    prm = SamplingTensors.from_params([params])
-    spent = 0
-    for length in range(1, n):
-        if length not in todo:
-            continue
-        seqs, w = _merge(*todo.pop(length))
-        order = np.lexsort((*seqs.T[::-1], -np.abs(w)))  # most weight first, ties by tokens
-        seqs, w = seqs[order], w[order]
-        k = min(len(w), max(0, budget - spent))
-        slack[length:] += 0.5 * float(np.abs(w[k:]).sum())  # left out: at most |w|/2 each
-        if k == 0:
-            continue
-        spent += k
-        kids: list[tuple[np.ndarray, np.ndarray]] = []
-        for a in range(0, k, FORWARD_ROWS):  # in chunks: [rows, V] float64 for a large V
-            s_a, w_a = seqs[a : min(k, a + FORWARD_ROWS)], w[a : min(k, a + FORWARD_ROWS)]
-            logits = target.many([tuple(r) for r in s_a.tolist()])  # [rows, V]
-            rows_p = prm.index(torch.zeros(len(w_a), dtype=torch.int64))
-            probs = logits_to_probs(logits, rows_p).numpy()  # [rows, V] the plain law
-            marg[length] += w_a @ probs
-            if length + 1 < n:
-                rows, toks = np.nonzero(probs > 0.0)
-                child = np.concatenate([s_a[rows], toks[:, None]], axis=1)  # [M, length + 1]
-                kids.append((child, w_a[rows] * probs[rows, toks]))
-        if kids:
-            if length + 1 in todo:
-                kids.insert(0, todo[length + 1])
-            todo[length + 1] = (
-                np.concatenate([c for c, _ in kids]),
-                np.concatenate([cw for _, cw in kids]),
-            )
-
-
 def complete(
     todo: dict[int, tuple[np.ndarray, np.ndarray]],
     marg: np.ndarray,
@@ -73,15 +24,16 @@ def complete(
     params: Any,
     budget: int,
     *,
+    reference: bool = False,
     prefetch: bool = False,
 ) -> None:
-    """``complete_reference`` with the dense work on the model's device: the plain law of each
-    chunk of contexts ``[rows, V]`` (float64), the marginals and the children's nonzeros stay
-    there; per length one transfer of the children (tokens and weights, not ``[rows, V]``) and
-    one of the marginals at the end. The bookkeeping over sequences (merge, order, budget,
-    slack) is the reference's, in numpy on the host. ``prefetch``: the logits of all the
-    contexts of a length come from one ``target.many`` call (``target.forward_rows`` rows per
-    forward) instead of one call per chunk.
+    """Complete the round-law differences ``todo`` by plain sampling, most weight first within
+    ``budget`` contexts, into the marginals ``marg`` [n, V] and ``slack`` [n] (in place). The
+    dense work stays on the model's device (each chunk's plain law ``[rows, V]`` float64, the
+    marginals, the children's nonzeros): per length one transfer of the children, one of the
+    marginals at the end. ``prefetch``: the logits of all the contexts of a length come from one
+    ``target.many`` call (``target.forward_rows`` rows per forward) instead of one per chunk.
+    ``reference``: the slow reference (numpy, every chunk's law copied to the host).
 
     Notes
     -----
@@ -95,14 +47,34 @@ def complete(
     from spectest.sampling.params import SamplingTensors
 
     n = marg.shape[0]
+    if reference:
+        prm = SamplingTensors.from_params([params])
+        _complete_by(todo, slack, budget, n, _merge, partial(_expand_host, target, prm, marg))
+        return
     dev = torch.device(target.model.device)
     prm = SamplingTensors.from_params([params], device=dev)
     m = torch.from_numpy(marg).to(dev)  # [n, V] on the device (on CPU: marg itself)
+    _complete_by(todo, slack, budget, n, _merge_fast, partial(_expand, target, prm, m, prefetch))
+    marg[:] = m.cpu().numpy()
+
+
+def _complete_by(
+    todo: dict[int, tuple[np.ndarray, np.ndarray]],
+    slack: np.ndarray,
+    budget: int,
+    n: int,
+    merge: Any,
+    expand: Any,
+) -> None:
+    """Both completions' bookkeeping: per length, the ``merge``d sequences (token order) most
+    weight first, those within ``budget`` to ``expand(seqs, w, length, children)`` (adds their
+    plain law to the marginal, returns the children ``[(tokens [M, length + 1], weights
+    [M])]``), the rest's mass to ``slack`` [n]."""
     spent = 0
     for length in range(1, n):
         if length not in todo:
             continue
-        seqs, w = _merge_fast(*todo.pop(length))  # in token order
+        seqs, w = merge(*todo.pop(length))
         order = np.argsort(-np.abs(w), kind="stable")  # most weight first, ties by tokens
         seqs, w = seqs[order], w[order]
         k = min(len(w), max(0, budget - spent))
@@ -110,37 +82,35 @@ def complete(
         if k == 0:
             continue
         spent += k
-        kids = _expand(target, seqs[:k], w[:k], prm, m[length], prefetch, length + 1 < n)
+        kids = expand(seqs[:k], w[:k], length, length + 1 < n)
         if kids:
-            rows_k, toks_k, w_k = (torch.cat(x).cpu().numpy() for x in zip(*kids, strict=True))
-            child = np.concatenate([seqs[rows_k], toks_k[:, None]], axis=1)  # [M, length + 1]
-            parts = [(child, w_k)]
             if length + 1 in todo:
-                parts.insert(0, todo[length + 1])
+                kids.insert(0, todo[length + 1])
             todo[length + 1] = (
-                np.concatenate([c for c, _ in parts]),
-                np.concatenate([cw for _, cw in parts]),
+                np.concatenate([c for c, _ in kids]),
+                np.concatenate([cw for _, cw in kids]),
             )
-    marg[:] = m.cpu().numpy()
 
 
 def _expand(
     target: ContextLogits,
+    prm: Any,
+    marg: torch.Tensor,
+    prefetch: bool,
     seqs: np.ndarray,
     w: np.ndarray,
-    prm: Any,
-    marg_row: torch.Tensor,
-    prefetch: bool,
+    length: int,
     children: bool,
-) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """Add the plain law after each of the sequences ``seqs`` [k, length], weighted by ``w``
-    [k], to ``marg_row`` [V] (in place, on the device), ``FORWARD_ROWS`` at a time; with
-    ``children``, return each chunk's nonzero continuations (row, token, weight) on the device."""
+    [k], to ``marg[length]`` [V] (in place, on the device), ``FORWARD_ROWS`` at a time; with
+    ``children``, return their nonzero continuations ``[(tokens [M, length + 1], weights [M])]``
+    (one transfer to the host)."""
     import torch
 
     from spectest.sampling.transforms import logits_to_probs
 
-    dev = marg_row.device
+    dev = marg.device
     k = len(w)
     kids: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     ctxs = [tuple(r) for r in seqs.tolist()] if prefetch else []
@@ -154,10 +124,41 @@ def _expand(
         rows_p = prm.index(torch.zeros(len(w_a), dtype=torch.int64, device=dev))
         probs = logits_to_probs(logits, rows_p)  # [rows, V] the plain law, on the device
         w_t = torch.from_numpy(w_a).to(dev)
-        marg_row += _weighted_rows(w_a, w_t, probs)
+        marg[length] += _weighted_rows(w_a, w_t, probs)
         if children:
             rows, toks = (probs > 0.0).nonzero(as_tuple=True)  # row-major, as numpy's
             kids.append((rows + a, toks, w_t[rows] * probs[rows, toks]))
+    if not kids:
+        return []
+    rows_k, toks_k, w_k = (torch.cat(x).cpu().numpy() for x in zip(*kids, strict=True))
+    return [(np.concatenate([seqs[rows_k], toks_k[:, None]], axis=1), w_k)]
+
+
+def _expand_host(
+    target: ContextLogits,
+    prm: Any,
+    marg: np.ndarray,
+    seqs: np.ndarray,
+    w: np.ndarray,
+    length: int,
+    children: bool,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``_expand``'s slow reference: numpy on the host, every chunk's law copied there."""
+    import torch
+
+    from spectest.sampling.transforms import logits_to_probs
+
+    kids: list[tuple[np.ndarray, np.ndarray]] = []
+    for a in range(0, len(w), FORWARD_ROWS):  # in chunks: [rows, V] float64 for a large V
+        s_a, w_a = seqs[a : a + FORWARD_ROWS], w[a : a + FORWARD_ROWS]
+        logits = target.many([tuple(r) for r in s_a.tolist()])  # [rows, V]
+        rows_p = prm.index(torch.zeros(len(w_a), dtype=torch.int64))
+        probs = logits_to_probs(logits, rows_p).numpy()  # [rows, V] the plain law
+        marg[length] += w_a @ probs
+        if children:
+            rows, toks = np.nonzero(probs > 0.0)
+            child = np.concatenate([s_a[rows], toks[:, None]], axis=1)  # [M, length + 1]
+            kids.append((child, w_a[rows] * probs[rows, toks]))
     return kids
 
 
@@ -203,7 +204,7 @@ def position_tvs(marg: np.ndarray, slack: np.ndarray, round_tv: float) -> list[t
 
 
 def _merge(seqs: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One row per distinct sequence, its weights summed (exact zeros dropped)."""
+    """One row per distinct sequence in token order, its weights summed (exact zeros dropped)."""
     uniq, inv = np.unique(seqs, axis=0, return_inverse=True)
     tot = np.zeros(len(uniq))
     np.add.at(tot, inv.reshape(-1), w)

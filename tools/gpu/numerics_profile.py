@@ -3,7 +3,7 @@ first ``--prompts`` prompts generated on the fast engine, then ``numerics.drift_
 (``--fast`` replay) twice — cold (CUDA-graph captures included) and warm — with each step timed
 (device-synchronised wall time of the verify replay, the batch decode, the floor decodes, the TVs)
 and the warm pass's top functions by own time (cProfile). Prints those tables; runs on CPU too.
-``--streams 1``: the floor rows one at a time (timed as ``_decode_logits (alone)``); by default
+``--streams 1``: the floor rows one at a time (timed as ``decode_logits (alone)``); by default
 on CUDA they run ``numerics.alone.FLOOR_STREAMS`` at once, inside ``measure_drift``'s time.
 
     python tools/gpu/numerics_profile.py --prompts 2 --set models.device=cuda --set ...
@@ -39,7 +39,7 @@ def _sync() -> None:
 
 def _timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*a: Any, **k: Any) -> Any:
-        key = f"{name} (alone)" if name == "_decode_logits" and a[2].shape[0] == 1 else name
+        key = f"{name} (alone)" if name == "decode_logits" and a[2].shape[0] == 1 else name
         _sync()
         t0 = time.perf_counter()
         out = fn(*a, **k)
@@ -76,7 +76,7 @@ def main() -> None:
     samples = pd.concat([s for s, _ in parts], ignore_index=True)
     rounds = pd.concat([r for _, r in parts if r is not None], ignore_index=True)
     print("rounds per row: max", int(rounds.groupby(["config_id", "seed"]).size().max()))
-    for name in ("_verify_logits", "_decode_logits", "_tv", "_flip", "measure_drift"):
+    for name in ("_verify_logits", "decode_logits", "_tv", "_flip", "measure_drift"):
         setattr(numerics, name, _timed(name, getattr(numerics, name)))
     kw = dict(arm="matched", K=p.drafter.k, batch_size=p.batch_size, positions=p.positions)
     for label in ("cold", "warm"):
