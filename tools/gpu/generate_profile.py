@@ -1,0 +1,86 @@
+"""Where P1's ``generate`` phase goes (issue 32): arms of the openinfer-512 plan for the first
+``--prompts`` prompts on the fast engine (``generation.generate_shard``, as the runner calls it),
+each arm run twice (cold: CUDA-graph captures; warm), the warm one under ``torch.profiler``.
+
+Prints, per arm: cold and warm wall seconds, rows and tokens per second, the warm run's CUDA
+time and the count of host-device syncs seen by the profiler (``cudaStreamSynchronize`` /
+``cudaMemcpyAsync`` device-to-host calls), then its ``--top`` kernels/ops by self CUDA time and
+by self CPU time. About 2 min on one H200 at P1's models with ``--prompts 1``; runs on CPU too.
+
+    PYTHONPATH=. python tools/gpu/generate_profile.py --arms reference,candidate --set \
+      models.device=cuda --set batch_size=768 --set models.target=realistic:qwen3-0.6b \
+      --set "models.draft=derived:first_layers,layers=4" --set models.dtype=bfloat16
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from spectest.generation import EngineSet, generate_shard, run_key
+from spectest.plan import make_plan
+from spectest.prompts import prompt_token_ids
+from spectest.protocol.load import load_protocol
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", default="protocols/openinfer-512.yaml")
+    ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--prompts", type=int, default=1)
+    ap.add_argument("--arms", default="reference,candidate")
+    ap.add_argument("--top", type=int, default=25)
+    a = ap.parse_args()
+    p = load_protocol(a.config, sets=a.set)
+    plan = make_plan(p)
+    arms = [plan.arm(n) for n in a.arms.split(",")]
+    t0 = time.perf_counter()
+    engines = EngineSet(p, arms, plan, fast=True)
+    print(f"load {time.perf_counter() - t0:.1f} s")
+    assert engines.models.target is not None
+    prompts = dict(list(prompt_token_ids(p, engines.models.target.vocab_size).items())[: a.prompts])
+    activities = [ProfilerActivity.CPU] + (
+        [ProfilerActivity.CUDA] if torch.cuda.is_available() else []
+    )
+    for arm in arms:
+        walls = []
+        for label in ("cold", "warm"):
+            prof = profile(activities=activities) if label == "warm" else None
+            _sync()
+            t0 = time.perf_counter()
+            if prof is not None:
+                prof.__enter__()
+            rows = 0
+            for pid, ids in prompts.items():
+                s, _ = generate_shard(p, arm, pid, ids, engines, run_key(p), lambda n: None)
+                rows += int(s[["config_id", "seed"]].drop_duplicates().shape[0])
+            _sync()
+            if prof is not None:
+                prof.__exit__(None, None, None)
+            walls.append(time.perf_counter() - t0)
+        ev = prof.key_averages()
+        syncs = sum(
+            e.count for e in ev if e.key in ("cudaStreamSynchronize", "cudaDeviceSynchronize")
+        )
+        d2h = sum(e.count for e in ev if e.key == "cudaMemcpyAsync")
+        cuda = sum(getattr(e, "self_device_time_total", 0.0) for e in ev) / 1e6
+        print(
+            f"== {arm.name}: cold {walls[0]:.2f} s, warm {walls[1]:.2f} s (profiled), {rows} rows,"
+            f" {rows * p.positions / walls[1]:.0f} tokens/s; CUDA {cuda:.2f} s; syncs {syncs},"
+            f" cudaMemcpyAsync {d2h}"
+        )
+        print(ev.table(sort_by="self_device_time_total", row_limit=a.top, max_name_column_width=60))
+        print(ev.table(sort_by="self_cpu_time_total", row_limit=a.top, max_name_column_width=60))
+    engines.close()
+
+
+if __name__ == "__main__":
+    main()
