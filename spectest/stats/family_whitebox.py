@@ -86,7 +86,9 @@ class WhiteboxFamily:
             wb,
             tested.to_numpy(),
             failing,
-            exact_rejected=bool(failing),
+            # teacher mode's tests are two-sample (candidate vs reference through one teacher):
+            # they see the arms' numerics as the black-box families do (docs/numerics.md)
+            exact_rejected=bool(failing) and not teacher,
             resolution=dz_mde,
             resolution_unit="excess mass on {q > p} per token (directed z)" + _role_unit(cand),
             black_box=False,
