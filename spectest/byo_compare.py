@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from spectest import schema
-from spectest.byo import read_samples_file
+from spectest.byo import checked_samples, read_samples_file
 from spectest.errors import ConfigError, InputError
 from spectest.files import make_provenance
 from spectest.judge import RunResult, TokenFloorClaim, compare_all, finish_run
@@ -194,7 +194,7 @@ def compare_files(
     floor: tuple[str | Path, str | Path] | None = None,
     decide_floor: bool = False,
     floor_margin: float | None = None,
-    sources: tuple[str, str] | None = None,
+    frames: tuple[pd.DataFrame, pd.DataFrame] | None = None,
 ) -> RunResult:
     """The ``RunResult`` of the black-box tests on two bring-your-own samples files, stored
     like a run's (docs/compare.md).
@@ -206,18 +206,17 @@ def compare_files(
     floor : two plain-decode files of the engine: the token-drift readout in ``summary.json``;
         with ``decide_floor``, claim (b) decided at ``floor_margin`` instead (docs/compare.md
         "Claim (b) from files: `--floor A B --decide-floor`").
-    sources : the two files as run.json and the header name them (default: their paths).
+    frames : the two files' samples, already read (``checked_samples``): ``compare_run_arms``.
     """
     t0 = time.perf_counter()
     tests = byo_tests(alpha=alpha, multiplicity=multiplicity, max_mde_tv=max_mde_tv)
     margin = _floor_margin(floor, decide_floor, floor_margin)
-    ref = read_samples_file(reference)
-    cand = read_samples_file(candidate)
+    ref, cand = frames or (read_samples_file(reference), read_samples_file(candidate))
     pair = _read_floor(floor, reference, ref, _same_cells(reference, candidate, ref, cand))
     samples = _two_arms(ref, cand)
     h = _digest([ref, cand, *pair], tests, margin)
     run_dir = Path(out) if out is not None else Path("results") / f"compare-{h[:10]}"
-    src = sources or (str(reference), str(candidate))
+    src = (str(reference), str(candidate))  # as run.json and the header name them
     info: dict[str, Any] = {"kind": "compare", "protocol_hash": h, "name": "compare"}
     info |= {"reference": src[0], "candidate": src[1]}
     if floor is not None:
@@ -250,11 +249,9 @@ def compare_run_arms(
     """``compare_files`` on two arms of a stored run (``spectest compare --from-run DIR``):
     the rows of ``samples.parquet`` whose ``arm`` is ``arms[1]`` (the reference side) and
     ``arms[0]`` (the candidate side), with the bring-your-own columns only (``arm`` and the
-    ``wb_*`` white-box columns dropped), written to Parquet in a temporary directory. The
-    run must be complete (``stored.load_run``); an arm it does not hold is one line listing the
-    arms it does. ``kw``: ``compare_files``'s options."""
-    import tempfile
-
+    ``wb_*`` white-box columns dropped), checked as a samples file would be. The run must be
+    complete (``stored.load_run``); an arm it does not hold is one line listing the arms it
+    does. ``kw``: ``compare_files``'s options."""
     from spectest.store import SAMPLES
     from spectest.stored import load_run
 
@@ -270,11 +267,11 @@ def compare_run_arms(
                 f"(its arms: {', '.join(map(str, held))})"
             )
     cols = [f.name for f in schema.BYO_SCHEMA]
-    with tempfile.TemporaryDirectory(prefix="spectest-from-run-") as tmp:
-        files = []
-        for side, arm in zip(("reference", "candidate"), (arms[1], arms[0]), strict=True):
-            f = Path(tmp) / f"{side}.parquet"
-            samples.loc[samples[schema.ARM] == arm, cols].to_parquet(f, index=False)
-            files.append(f)
-        sources = tuple(f"{stored.path / SAMPLES}[arm={a}]" for a in (arms[1], arms[0]))
-        return compare_files(files[0], files[1], sources=(sources[0], sources[1]), **kw)
+    names = [f"{stored.path / SAMPLES}[arm={a}]" for a in (arms[1], arms[0])]
+    ref, cand = (
+        checked_samples(
+            Path(name), samples.loc[samples[schema.ARM] == arm, cols].reset_index(drop=True)
+        )
+        for name, arm in zip(names, (arms[1], arms[0]), strict=True)
+    )
+    return compare_files(names[0], names[1], frames=(ref, cand), **kw)
