@@ -122,21 +122,20 @@ def _verify_logits(
     n_all = torch.full((rounds, B), K + 1, dtype=torch.int64)
     for b, c in enumerate(commits):
         n_all[: len(c), b] = torch.tensor(list(c), dtype=torch.int64)
+    needed = _rounds_needed(n_all.numpy(), keep.tolist(), T)
     n_all = n_all.to(dev)
-    for r in range(rounds):
-        if not bool((pos[keep] < T).any()):
-            break  # every kept row is complete: later rounds commit nothing kept
+    at_row = torch.arange(len(keep), device=dev)
+    for r in range(needed):  # later rounds commit nothing kept: every kept row is complete
         n = n_all[r]
         active = pos < T
         idx = (pos[:, None] + j[None, :K]).clamp(max=T + K)  # [B, K]
         inputs = torch.cat([last[:, None], padded.gather(1, idx)], 1)  # [B, K+1]
         logits = model.forward(cache, inputs)  # [B, K+1, V]
         lk, pk, nk, ak = logits[keep], pos[keep], n[keep], active[keep]
-        for jj in range(K + 1):
+        for jj in range(K + 1):  # committed slots written, the others rewritten as they are
             ok = ak & (jj < nk) & (pk + jj < T)
-            rows = torch.nonzero(ok)[:, 0]
-            if len(rows):
-                out[rows, pk[rows] + jj] = lk[rows, jj].float()
+            at = (pk + jj).clamp(max=T - 1)
+            out[at_row, at] = torch.where(ok[:, None], lk[:, jj].float(), out[at_row, at])
         n0 = cache.num_slots - (K + 1)
         hole = torch.zeros((B, cache.num_slots), dtype=torch.bool, device=dev)
         hole[:, n0:] = j[None, :] >= n[:, None]
@@ -145,6 +144,17 @@ def _verify_logits(
         last = torch.where(active, tokens.gather(1, nxt[:, None])[:, 0], last)
         pos = pos + torch.where(active, n, 0)
     return out
+
+
+def _rounds_needed(n_all: np.ndarray, keep: Sequence[int], T: int) -> int:
+    """Rounds until every kept row has committed ``T`` tokens (``n_all`` ``[rounds, B]``: the
+    tokens each round commits; a row commits while incomplete), at most ``len(n_all)``."""
+    pos = np.zeros(len(keep), dtype=np.int64)
+    for r in range(len(n_all)):
+        if not (pos < T).any():
+            return r
+        pos += np.where(pos < T, n_all[r, list(keep)], 0)
+    return len(n_all)
 
 
 def measure_drift(
@@ -187,11 +197,15 @@ def measure_drift(
         ver = _verify_logits(target, prompt, toks, commits[lo:hi], K, keep)
         dec = decode_logits(target, prompt, toks, keep)
         st = SamplingTensors.from_params([params[r] for r in mine], device=dev)
-        for t in range(T):
-            tv[[where[r] for r in mine], t] = _tv(ver[:, t], dec[:, t], st, probs).cpu().numpy()
-            flip[[where[r] for r in mine], t] = _flip(ver[:, t], dec[:, t]).cpu().numpy()
+        at = [where[r] for r in mine]
+        tvs = [_tv(ver[:, t], dec[:, t], st, probs) for t in range(T)]  # per position, as ever
+        flips = [_flip(ver[:, t], dec[:, t]) for t in range(T)]
+        tv[at] = torch.stack(tvs, 1).cpu().numpy()  # one copy to the host
+        flip[at] = torch.stack(flips, 1).cpu().numpy()
         ones = [(i, r) for i, r in enumerate(mine) if r in alone_set]
-        alone_rows = _alone(target, prompt, prompt_ids, toks, [r - lo for _, r in ones], streams)
+        alone_rows = _alone(
+            target, prompt, prompt_ids, toks, [r - lo for _, r in ones], streams, tokens[lo:hi]
+        )
         for (i, r), one in zip(ones, alone_rows, strict=True):  # one: [T, V]
             s1 = SamplingTensors.from_params([params[r]] * T, device=dev)  # [T] one row's params
             floor[where[r]] = _tv(one, dec[i], s1, probs).cpu().numpy()
@@ -206,16 +220,21 @@ def _alone(
     toks: torch.Tensor,  # [B, T] the batch's tokens
     rows: Sequence[int],
     streams: int,
+    host_toks: np.ndarray,  # [B, T] the same, on the host
 ) -> Iterator[torch.Tensor]:
     """The batch's ``rows`` decoded alone (batch 1), each row's float32 logits ``[T, V]`` in
-    order: one at a time, or ``streams`` at once on a replay model (``numerics.alone``: each
-    row still its own batch-1 forwards, the same bits)."""
-    from spectest.numerics.alone import alone_logits, concurrent
+    order: one at a time (on a static-cache model along their shared prefixes,
+    ``alone.shared_logits``), or ``streams`` at once on a replay model (``numerics.alone``:
+    each row still its own batch-1 forwards, the same bits)."""
+    from spectest.numerics.alone import alone_logits, concurrent, shared_logits, shares
 
     if streams > 1 and concurrent(target):
         yield from alone_logits(
             target, prompt, prompt_ids, [toks[r : r + 1] for r in rows], streams
         )
+        return
+    if shares(target) and len(rows):
+        yield from shared_logits(target, prompt, toks, host_toks, rows)
         return
     keep = torch.zeros(1, dtype=torch.int64, device=toks.device)
     for r in rows:  # the row alone: batch 1, logits [T, V]

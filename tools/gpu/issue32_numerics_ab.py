@@ -50,7 +50,6 @@ STEPS = {
     "_tv": "tv",
     "_flip": "flip",
     "_alone": "floor rows (all)",
-    "_batch_tvs": "tv+flip (batch)",
     "measure_drift": "measure_drift (all)",
 }
 TIMES: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
