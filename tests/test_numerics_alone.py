@@ -163,9 +163,10 @@ def _check_shared(target: HFModel, device: str) -> None:
 
 
 def _check_shared_table(target: HFModel) -> None:
-    """The drift table with the floor rows along shared prefixes equals the one with every row
-    from its prompt (``SHARE_PREFIXES`` off), the tokens drawn so that prefixes are shared."""
-    from spectest.numerics import alone
+    """The drift table with the floor rows along shared prefixes and no host sync per round or
+    position equals the one by the old paths (``SHARE_PREFIXES`` off: every row from its
+    prompt; ``HOST_SYNCS`` on), the tokens drawn so that prefixes are shared."""
+    from spectest.numerics import alone, table
 
     samples, rounds = _samples(target.vocab_size, 6)
     first = samples[schema.POSITION] < 3  # every row starts with one of two prefixes
@@ -174,11 +175,11 @@ def _check_shared_table(target: HFModel) -> None:
     kw = dict(arm="matched", K=2, batch_size=12, positions=T, rows_per_cell=4,
               floor_rows_per_cell=3, fast=True, streams=1)  # fmt: skip
     shared = drift_table(_replay(target), samples, rounds, {"p0": PROMPT}, cfg, **kw)
-    alone.SHARE_PREFIXES = False
+    alone.SHARE_PREFIXES, table.HOST_SYNCS = False, True
     try:
         plain = drift_table(_replay(target), samples, rounds, {"p0": PROMPT}, cfg, **kw)
     finally:
-        alone.SHARE_PREFIXES = True
+        alone.SHARE_PREFIXES, table.HOST_SYNCS = True, False
     assert shared["floor_tv"].notna().sum() == 2 * 3 * T
     pd.testing.assert_frame_equal(shared, plain, check_exact=True)
 

@@ -22,6 +22,9 @@ from spectest.sampling.transforms import logits_to_probs
 ROWS_PER_CELL = 32  # measured sequences per (prompt, config) cell: the first seeds
 FLOOR_SEQUENCES = 64  # decoded alone too (batch 1), spread over the cells: the floor's sequences
 MIN_FLOOR_ROWS_PER_CELL = 2  # ... but at least this many per cell
+# True: the replay and the TVs wait on the device as before session 12 (a host sync per verify
+# round and committed slot, two per position), kept for A/B timing; the same bits either way
+HOST_SYNCS = False
 COLUMNS = (
     schema.PROMPT_ID,
     schema.CONFIG_ID,
@@ -122,10 +125,12 @@ def _verify_logits(
     n_all = torch.full((rounds, B), K + 1, dtype=torch.int64)
     for b, c in enumerate(commits):
         n_all[: len(c), b] = torch.tensor(list(c), dtype=torch.int64)
-    needed = _rounds_needed(n_all.numpy(), keep.tolist(), T)
+    needed = rounds if HOST_SYNCS else _rounds_needed(n_all.numpy(), keep.tolist(), T)
     n_all = n_all.to(dev)
     at_row = torch.arange(len(keep), device=dev)
     for r in range(needed):  # later rounds commit nothing kept: every kept row is complete
+        if HOST_SYNCS and not bool((pos[keep] < T).any()):
+            break
         n = n_all[r]
         active = pos < T
         idx = (pos[:, None] + j[None, :K]).clamp(max=T + K)  # [B, K]
@@ -134,6 +139,10 @@ def _verify_logits(
         lk, pk, nk, ak = logits[keep], pos[keep], n[keep], active[keep]
         for jj in range(K + 1):  # committed slots written, the others rewritten as they are
             ok = ak & (jj < nk) & (pk + jj < T)
+            if HOST_SYNCS:
+                rows = torch.nonzero(ok)[:, 0]
+                out[rows, pk[rows] + jj] = lk[rows, jj].float()
+                continue
             at = (pk + jj).clamp(max=T - 1)
             out[at_row, at] = torch.where(ok[:, None], lk[:, jj].float(), out[at_row, at])
         n0 = cache.num_slots - (K + 1)
@@ -144,6 +153,21 @@ def _verify_logits(
         last = torch.where(active, tokens.gather(1, nxt[:, None])[:, 0], last)
         pos = pos + torch.where(active, n, 0)
     return out
+
+
+def _position_tvs(
+    ver: torch.Tensor, dec: torch.Tensor, st: SamplingTensors, probs: ProbsFn
+) -> tuple[np.ndarray, np.ndarray]:
+    """``_tv`` and ``_flip`` ``[M, T]`` of logits ``[M, T, V]``, one call per position (the same
+    shapes, hence reductions, as ever), copied to the host once (``HOST_SYNCS``: per position)."""
+    T = int(ver.shape[1])
+    if HOST_SYNCS:
+        tvs = [_tv(ver[:, t], dec[:, t], st, probs).cpu() for t in range(T)]
+        flips = [_flip(ver[:, t], dec[:, t]).cpu() for t in range(T)]
+        return torch.stack(tvs, 1).numpy(), torch.stack(flips, 1).numpy()
+    tvs = [_tv(ver[:, t], dec[:, t], st, probs) for t in range(T)]
+    flips = [_flip(ver[:, t], dec[:, t]) for t in range(T)]
+    return torch.stack(tvs, 1).cpu().numpy(), torch.stack(flips, 1).cpu().numpy()
 
 
 def _rounds_needed(n_all: np.ndarray, keep: Sequence[int], T: int) -> int:
@@ -198,10 +222,7 @@ def measure_drift(
         dec = decode_logits(target, prompt, toks, keep)
         st = SamplingTensors.from_params([params[r] for r in mine], device=dev)
         at = [where[r] for r in mine]
-        tvs = [_tv(ver[:, t], dec[:, t], st, probs) for t in range(T)]  # per position, as ever
-        flips = [_flip(ver[:, t], dec[:, t]) for t in range(T)]
-        tv[at] = torch.stack(tvs, 1).cpu().numpy()  # one copy to the host
-        flip[at] = torch.stack(flips, 1).cpu().numpy()
+        tv[at], flip[at] = _position_tvs(ver, dec, st, probs)
         ones = [(i, r) for i, r in enumerate(mine) if r in alone_set]
         alone_rows = _alone(
             target, prompt, prompt_ids, toks, [r - lo for _, r in ones], streams, tokens[lo:hi]

@@ -67,9 +67,9 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def _timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _timed(name: str, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*a: Any, **k: Any) -> Any:
-        key = STEPS[name]
+        key = label
         if name == "decode_logits" and a[2].shape[0] == 1:
             key = "alone (one row)"
         _sync()
@@ -115,23 +115,29 @@ def _arm(p: Any, plan: Any, engines: Any, a: argparse.Namespace) -> tuple[Any, A
     return samples, rounds
 
 
-def _numerics(p: Any, samples: Any, rounds: Any, models: Any, times: dict[str, Any]) -> Any:
-    """The numerics phase cold, then warm with every step timed; its table."""
-    drift = lambda: matched_drift(p, samples, rounds, models, fast=True)  # noqa: E731
-    _sync()
-    t0 = time.perf_counter()
-    table = drift()
-    _sync()
-    times["numerics cold"] = time.perf_counter() - t0
-    say(f"numerics cold: {times['numerics cold']:.2f} s ({len(table)} rows)")
+def _step_names() -> dict[str, str]:
+    """The steps of this ``numerics.table`` to time (its per-position TVs as one step where it
+    has ``_position_tvs``: timing each position would add the syncs it saves)."""
+    names = dict(STEPS)
+    if hasattr(numerics, "_position_tvs"):
+        names = {k: v for k, v in names.items() if k not in ("_tv", "_flip")}
+        names["_position_tvs"] = "tv+flip"
+    return {k: v for k, v in names.items() if hasattr(numerics, k)}
+
+
+def _pass(name: str, drift: Callable[[], Any], steps: bool, times: dict[str, Any]) -> Any:
+    """One numerics call, timed: its table. Counts the replay model's forwards by shape and the
+    host syncs by source line; with ``steps`` each step synchronised and timed too."""
     from spectest.numerics import replay
 
-    originals = {n: getattr(numerics, n) for n in STEPS if hasattr(numerics, n)}
+    TIMES.clear()
+    FORWARDS.clear()
+    names = _step_names() if steps else {}
+    originals = {n: getattr(numerics, n) for n in names}
     for n, fn in originals.items():
-        setattr(numerics, n, _timed(n, fn))
+        setattr(numerics, n, _timed(n, names[n], fn))
     cls_forward = replay.ReplayStaticModel.forward
     replay.ReplayStaticModel.forward = _counting(cls_forward)  # type: ignore[method-assign]
-    syncs: Counter[str] = Counter()
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -139,30 +145,60 @@ def _numerics(p: Any, samples: Any, rounds: Any, models: Any, times: dict[str, A
                 torch.cuda.set_sync_debug_mode("warn")
             _sync()
             t0 = time.perf_counter()
-            warm = drift()
+            table = drift()
             _sync()
-            times["numerics warm"] = time.perf_counter() - t0
+            times[f"numerics {name}"] = sec = time.perf_counter() - t0
             if torch.cuda.is_available():
                 torch.cuda.set_sync_debug_mode(0)
-        for w in caught:
-            if "synchroniz" in str(w.message) and "issue32_numerics_ab" not in w.filename:
-                syncs[f"{os.path.relpath(w.filename)}:{w.lineno}"] += 1
     finally:
         for n, fn in originals.items():
             setattr(numerics, n, fn)
         replay.ReplayStaticModel.forward = cls_forward  # type: ignore[method-assign]
-    same = bool(warm.equals(table))
-    say(f"numerics warm (steps synchronised): {times['numerics warm']:.2f} s, "
-        f"table {'identical to cold' if same else 'DIFFERENT from cold'}")  # fmt: skip
-    for k, (sec, n) in TIMES.items():
-        say(f"  step {k}: {sec:.2f} s over {n} calls")
-    for (B, S), n in sorted(FORWARDS.items()):
-        say(f"  forwards (B={B}, S={S}): {n}")
-    say(f"  host syncs: {sum(syncs.values())}")
-    for where, n in syncs.most_common(12):
-        say(f"  sync {where}: {n}")
-    times["steps"] = {k: v[0] for k, v in TIMES.items()}
-    return table if same else None
+    syncs = Counter(
+        f"{os.path.relpath(w.filename)}:{w.lineno}"
+        for w in caught
+        if "synchroniz" in str(w.message) and "issue32_numerics_ab" not in w.filename
+    )
+    say(
+        f"numerics {name}: {sec:.2f} s ({len(table)} rows{', steps synchronised' if steps else ''})"
+    )
+    for k, (t, n) in TIMES.items():
+        say(f"  step {k}: {t:.2f} s over {n} calls")
+    shapes = ", ".join(f"(B={B}, S={S}) {n}" for (B, S), n in sorted(FORWARDS.items()))
+    say(f"  forwards: {shapes}")
+    say(
+        f"  host syncs: {sum(syncs.values())}; "
+        + ", ".join(f"{w} {n}" for w, n in syncs.most_common(8))
+    )
+    times[f"steps {name}"] = {k: v[0] for k, v in TIMES.items()}
+    times[f"forwards {name}"] = {f"{B}x{S}": n for (B, S), n in FORWARDS.items()}
+    return table
+
+
+def _numerics(p: Any, samples: Any, rounds: Any, models: Any, times: dict[str, Any], a: Any) -> Any:
+    """The numerics phase, pass after pass: this process's tree cold then warm (steps timed),
+    or (``--switch``) this tree's old and new paths by their switches. Its table, or None when
+    a pass's table differs from the first's."""
+    from spectest.numerics import alone
+
+    drift = lambda: matched_drift(p, samples, rounds, models, fast=True)  # noqa: E731
+    passes = a.switch.split(",") if a.switch else ["cold", "warm"]
+    first = None
+    same = True
+    for i, name in enumerate(passes):
+        if a.switch:  # old: every floor row from its prompt, a host sync per round slot / position
+            alone.SHARE_PREFIXES = name.startswith("new")
+            numerics.HOST_SYNCS = name.startswith("old")
+        table = _pass(
+            f"{name} #{i + 1}" if a.switch else name, drift, a.steps or name == "warm", times
+        )
+        first = table if first is None else first
+        ok = bool(table.equals(first))
+        same &= ok
+        say(f"  table {'identical to the first pass' if ok else 'DIFFERENT from the first pass'}")
+    if a.switch:
+        alone.SHARE_PREFIXES, numerics.HOST_SYNCS = True, False
+    return first if same else None
 
 
 def _clock(fn: Callable[[], Any], n: int) -> tuple[float, float]:
@@ -320,6 +356,9 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--streams", type=int, default=8, help="micro: one-row graphs at once")
     ap.add_argument("--only", choices=("numerics", "tooth"), default=None)
+    ap.add_argument("--switch", default=None, help="passes of this tree's paths: old,new,...")
+    ap.add_argument("--steps", action="store_true", help="time each step in every pass")
+    ap.add_argument("--no-micro", action="store_true")
     a = ap.parse_args()
     LABEL = f"[{a.label}]" if a.label else ""
     import spectest
@@ -336,12 +375,13 @@ def main() -> int:
     times: dict[str, Any] = {}
     ok = True
     if a.only != "tooth":
-        table = _numerics(p, samples, rounds, models, times)
+        table = _numerics(p, samples, rounds, models, times, a)
         ok &= table is not None
         if table is not None:
             table.to_parquet(f"{a.out}/numerics.parquet")
         _, ids = next(iter(prompt_token_ids(p, models.target.vocab_size).items()))
-        times["micro"] = _micro(models.target, ids, p.batch_size, a.streams)
+        if not a.no_micro:
+            times["micro"] = _micro(models.target, ids, p.batch_size, a.streams)
     if a.only != "numerics":
         tooth = _tooth(p, plan, models, times)
         ok &= tooth is not None

@@ -2,8 +2,13 @@
 # P1's numerics and tooth-size phases (issue 32), this tree against OLD_TREE in one call, on the
 # same matched arm: are the tables the same, and where did the time go?
 #
-#   bash tools/gpu/issue32_numerics_ab.sh OLD_TREE [OUT]     (env: ONLY=numerics|tooth; SETS="--set
-#        models.device=cpu ..." replaces P1's settings, e.g. for a CPU smoke test at a tiny shape)
+#   bash tools/gpu/issue32_numerics_ab.sh                    ONE process, this tree only (~90 s):
+#        its numerics phase by the old paths then the new (`numerics.alone.SHARE_PREFIXES` off /
+#        `numerics.table.HOST_SYNCS` on, then the defaults), tables `DataFrame.equals`, then the
+#        one-row step micro-benchmarks; PASSES="old,new,old,new" for more passes
+#   bash tools/gpu/issue32_numerics_ab.sh OLD_TREE [OUT]     two trees, two processes (~4 min):
+#        (env: ONLY=numerics|tooth; SETS="--set models.device=cpu ..." replaces P1's settings,
+#        e.g. for a CPU smoke test at a tiny shape)
 #
 # OLD_TREE: `git archive main spectest protocols | tar -x -C OLD_TREE`. P1's settings: seed 001's
 # bf16 plan (protocols/openinfer-512.yaml, batch 768, realistic:qwen3-0.6b with
@@ -17,15 +22,21 @@
 # line each, and the phase times side by side. Exit 1 when a table differs. About 4 min on one H200.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OLD="$(cd "$1" && pwd)"
-OUT="${2:-${OUT:-/tmp/issue32_ab}}"
-mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 SPECTEST_NO_PROGRESS=1
 P1=(--set models.device=cuda --set batch_size=768 --set models.target=realistic:qwen3-0.6b
     --set "models.draft=derived:first_layers,layers=4" --set models.dtype=bfloat16)
 [ -n "${SETS:-}" ] && read -r -a P1 <<< "$SETS"
-[ -n "${ONLY:-}" ] && P1+=(--only "$ONLY")
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null
+if [ $# -eq 0 ]; then
+  t0=$(date +%s)
+  PYTHONPATH="$PWD" timeout "${NEW_S:-170}" python tools/gpu/issue32_numerics_ab.py --label ab \
+    --switch "${PASSES:-old,new}" --only numerics --out "${OUT:-/tmp/issue32_ab}/switch" "${P1[@]}"
+  rc=$?; echo "== exit $rc in $(( $(date +%s) - t0 )) s"; exit $rc
+fi
+OLD="$(cd "$1" && pwd)"
+OUT="${2:-${OUT:-/tmp/issue32_ab}}"
+mkdir -p "$OUT"
+[ -n "${ONLY:-}" ] && P1+=(--only "$ONLY")
 t0=$(date +%s)
 PYTHONPATH="$PWD" timeout "${NEW_S:-170}" python tools/gpu/issue32_numerics_ab.py --label new \
   --save-arm "$OUT/arm" --out "$OUT/new" "${P1[@]}"
