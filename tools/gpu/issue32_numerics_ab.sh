@@ -5,7 +5,7 @@
 #   bash tools/gpu/issue32_numerics_ab.sh                    ONE process, this tree only (~90 s):
 #        its numerics phase by the old paths then the new (`numerics.alone.SHARE_PREFIXES` off /
 #        `numerics.table.HOST_SYNCS` on, then the defaults), tables `DataFrame.equals`, then the
-#        one-row step micro-benchmarks; PASSES="old,new,old,new" for more passes
+#        one-row step micro-benchmarks (MICRO=0: none); PASSES="old,new,old,new" for more passes
 #   bash tools/gpu/issue32_numerics_ab.sh OLD_TREE [OUT]     two trees, two processes (~4 min):
 #        (env: ONLY=numerics|tooth; SETS="--set models.device=cpu ..." replaces P1's settings,
 #        e.g. for a CPU smoke test at a tiny shape)
@@ -30,7 +30,8 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev
 if [ $# -eq 0 ]; then
   t0=$(date +%s)
   PYTHONPATH="$PWD" timeout "${NEW_S:-170}" python tools/gpu/issue32_numerics_ab.py --label ab \
-    --switch "${PASSES:-old,new}" --only numerics --out "${OUT:-/tmp/issue32_ab}/switch" "${P1[@]}"
+    --switch "${PASSES:-old,new}" --only numerics --out "${OUT:-/tmp/issue32_ab}/switch" \
+    $([ "${MICRO:-1}" = 0 ] && echo --no-micro) "${P1[@]}"
   rc=$?; echo "== exit $rc in $(( $(date +%s) - t0 )) s"; exit $rc
 fi
 OLD="$(cd "$1" && pwd)"
