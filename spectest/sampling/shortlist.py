@@ -218,8 +218,7 @@ def _filtered(
     """Rows with a filter, on their shortlist: ``(ids [M, W] int64 ascending, probs [M, W]
     float64 — the law, zero off the kept set —, ok [M] bool)``; ``ok`` False = fall back.
     ``counts``: ``_filter_counts`` of ``params`` when the caller has them (else one sync here);
-    ``row_max``: ``[M]`` ``x.amax(-1)``, ``cand``: ``select_shortlist(x, W)``, when the caller
-    has them."""
+    ``row_max``, ``cand``: ``x.amax(-1)``, ``select_shortlist(x, W)`` when the caller has them."""
     M, V = (int(s) for s in x.shape)
     if counts is None:
         n_no_k, n_min_p = (int(c) for c in torch.stack(_filter_counts(params, V)).tolist())
@@ -228,10 +227,8 @@ def _filtered(
     t, k, p, mp = params.temperature, params.top_k, params.top_p, params.min_p  # [M] each
     k_on = (k > 0) & (k < V)  # [M]
     p_on = p < 1  # [M]
-    # 1-2. the shortlist (a selection on the logits as given: comparisons only), then float64
-    # weights as the reference
-    if cand is None:
-        cand = select_shortlist(x, W)  # [M, W] ids ascending
+    # 1-2. the shortlist (comparisons on the logits as given), then float64 weights as the reference
+    cand = select_shortlist(x, W) if cand is None else cand  # [M, W] ids ascending
     # NOTE converting to float64 is exact and monotone, so the max and the gathered shortlist
     # converted afterwards are bit-equal to the reference's (convert all V, then max / gather)
     mx = (x.amax(-1, keepdim=True) if row_max is None else row_max[:, None]).to(torch.float64)
