@@ -20,6 +20,7 @@ import torch
 from spectest.engines.base import DecodeRequest
 from spectest.engines.builtin import DrafterSpec, RowSpec
 from spectest.engines.fast import plain_decode_fast, speculative_decode_fast
+from spectest.errors import InputError
 from spectest.models.derive import first_layers
 from spectest.models.hf import from_preset
 from spectest.models.static import StaticHFModel
@@ -136,6 +137,9 @@ def test_block_path_applies_by_device_and_shape(monkeypatch):
     assert not selection.uses_blocks(torch.zeros(2, 4100), 16)  # V not a multiple of BLOCK
     monkeypatch.setattr(selection, "SELECTION", "topk")
     assert not selection.uses_blocks(x, 64)
+    monkeypatch.setattr(selection, "SELECTION", "block")
+    with pytest.raises(InputError, match="SELECTION must be auto, blocks or topk, got 'block'"):
+        selection.uses_blocks(x, 64)
 
 
 def laws_by_selection(monkeypatch, logits, params, W, check):

@@ -7,13 +7,18 @@ The details: docs/architecture.md "The shortlist's selection".
 
 from __future__ import annotations
 
+import os
+
 import torch
+
+from spectest.errors import InputError
 
 # How the ids are chosen: "blocks" (block maxima, then the top ``W`` among the best blocks'
 # tokens: ``select_blocks``), "topk" (one ``torch.topk`` over the whole row: the selection before
 # h95) or "auto" (blocks on CUDA, where ``torch.topk`` takes the lowest ids on ties too; topk
-# elsewhere, where it is the faster). tools/gpu/selection_bench.py times both on P2's shapes.
-SELECTION = "auto"
+# elsewhere, where it is the faster). ``SPECTEST_SELECTION=topk`` sets it for a process (an A/B
+# in one tree); tools/gpu/selection_bench.py times both on P2's shapes.
+SELECTION = os.environ.get("SPECTEST_SELECTION", "auto")
 BLOCK = 8  # tokens per block: the block maxima are ``[M, V / BLOCK]``
 BLOCKS_PER_TOKEN = 2  # blocks kept per shortlisted token: ``2·W`` blocks, ``2·W·BLOCK`` candidates
 
@@ -22,6 +27,8 @@ def uses_blocks(x: torch.Tensor, W: int) -> bool:
     """Whether ``select_shortlist`` takes the block path for logits ``x`` ``[M, V]`` at width
     ``W``: ``SELECTION`` says so, ``V`` is a multiple of ``BLOCK`` and the candidates are at most
     half a row."""
+    if SELECTION not in ("auto", "blocks", "topk"):
+        raise InputError(f"SELECTION must be auto, blocks or topk, got {SELECTION!r}")
     V = int(x.shape[-1])
     on = SELECTION == "blocks" or (SELECTION == "auto" and x.device.type == "cuda")
     return on and V % BLOCK == 0 and 2 * BLOCKS_PER_TOKEN * W * BLOCK <= V
