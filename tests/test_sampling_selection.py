@@ -240,3 +240,44 @@ def test_fast_loops_decode_the_same_with_either_selection(monkeypatch, wide_pair
         assert np.array_equal(pa.tokens, pb.tokens) and pa.whitebox is not None
         assert pa.whitebox.equals(pb.whitebox)
     assert len(calls) >= 20
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_block_ids_are_torch_topks(monkeypatch):
+    """On CUDA (``SELECTION = "auto"``: the block path) the ids are ``torch.topk``'s bit for bit,
+    ties included (CUDA's top-k takes the first-seen ties: the lowest ids), at P2's vocabulary on
+    bf16 × 20 logits (the realistic pair's float32: ties at every boundary) and their bf16
+    rounding; so ``shortlist_probs`` gives the same ids, probabilities and draws, and the fast
+    loops the same tokens and rounds. False-failure rate 0 on these inputs (a difference needs
+    signed zeros tied at the W-th value, which these logits do not hold)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    pair = (torch.randn(640, 151_936, device="cuda", generator=g) * 0.5).bfloat16().float() * 20
+    params = SamplingTensors.from_params([SamplingParams(0.8, 0, 0.95)] * 128, device="cuda")
+    u = torch.rand(128, 5, generator=g, device="cuda", dtype=torch.float64).clamp(1e-12, 0.999)
+    for x in (pair, pair.bfloat16()):
+        assert selection.uses_blocks(x, 1024)
+        assert torch.equal(selection.select_shortlist(x, 1024), selection.topk_ids(x, 1024))
+        laws = []
+        for mode in ("topk", "auto"):
+            monkeypatch.setattr(selection, "SELECTION", mode)
+            laws.append(shortlist_probs(x.reshape(128, 5, -1), params, check=False))
+        a, b = laws
+        assert a is not None and b is not None
+        assert torch.equal(a.ids, b.ids) and torch.equal(a.probs, b.probs)
+        assert torch.equal(a.draw(u, check=False), b.draw(u, check=False))
+    target = from_preset(
+        "qwen3-tiny", seed=5, num_hidden_layers=2, vocab_size=32768, logit_scale=20.0,
+        device="cuda", dtype=torch.bfloat16,
+    )  # fmt: skip
+    t, d = StaticHFModel(target), StaticHFModel(first_layers(target, 1))
+    rows = [RowSpec("c", s, SamplingParams(0.8, 0, 0.95)) for s in range(64)]
+    req = DecodeRequest([1, 2, 3], rows, num_positions=24, run_key=7, prompt_id="p")
+    drafter = DrafterSpec(onehot=False, k=4)
+    outs = []
+    for mode in ("topk", "auto"):
+        monkeypatch.setattr(selection, "SELECTION", mode)
+        outs.append(speculative_decode_fast(t, d, req, drafter=drafter, variant=EXACT))
+    assert np.array_equal(outs[0].tokens, outs[1].tokens) and outs[0].rounds is not None
+    assert outs[0].rounds.equals(outs[1].rounds)
