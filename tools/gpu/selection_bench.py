@@ -9,7 +9,8 @@ them) and ``peaky`` (bf16 ``N(0, 0.5²)`` × 20, the same dtype path), each as f
 pair: ``logit_scale`` 20 keeps float32) and as the raw bf16 (what a native path carrying the scale
 would select on: × 20 is exact on bf16, so the order and the ties are the same).
 
-Prints one line per (source, dtype, rows, variant): median of 20 warm CUDA-event timings (ms);
+Prints the rows' shape (ties at the W-th value, the nucleus, the block path's margin), then one
+line per (source, dtype, rows, variant): median of 20 warm CUDA-event timings (ms);
 ``same_ids`` (``torch.equal`` with the old selection's ids), ``canonical`` (equal to a stable
 descending sort's first W ids: ties to the lowest ids), ``bad`` (rows the blocks did not decide,
 taken by topk). Variants: ``old`` (``topk_ids``), ``blocks L=.. F=..`` (block maxima over L tokens,
@@ -81,6 +82,32 @@ def canonical(x: torch.Tensor) -> torch.Tensor:
         for c in x.split(512)
     ]
     return torch.cat(parts)
+
+
+def stats_line(name: str, x: torch.Tensor) -> None:
+    """The rows' shape: tokens tied at the W-th value, rows with a tie across the boundary, the
+    t 0.8 / top-p 0.95 nucleus, and how far the default block path is from undecided."""
+    v = torch.topk(x, W + 1, dim=-1).values  # [N, W + 1] descending
+    ties = (x == v[:, W - 1 : W]).sum(-1)  # [N]
+    nuc = torch.cat(
+        [
+            (torch.softmax(c.double() / 0.8, -1).sort(-1, descending=True).values.cumsum(-1) < 0.95)
+            .sum(-1)
+            .add(1)
+            for c in x.split(512)
+        ]
+    )  # [N]
+    nb = selection.BLOCKS_PER_TOKEN * W
+    thr = torch.topk(selection.block_max(x)[1], nb, dim=-1).values[:, -1:]  # [N, 1]
+    margin = (x > thr).sum(-1) - W  # [N]
+    print(
+        f"{name:<28} N={int(x.shape[0]):<5} stats: tied at the W-th median "
+        f"{int(ties.median())} max {int(ties.max())}; rows tied across it "
+        f"{int((v[:, W - 1] == v[:, W]).sum())}; nucleus median {int(nuc.median())} max "
+        f"{int(nuc.max())}; count(x > thr) - W min {int(margin.min())} median "
+        f"{int(margin.median())}",
+        flush=True,
+    )
 
 
 def selection_lines(name: str, x: torch.Tensor) -> None:
@@ -172,6 +199,7 @@ def end_to_end(name: str, x: torch.Tensor) -> None:
 def run_source(src: str, b16: torch.Tensor, rows: int) -> None:
     """Every line for one source's bf16 logits ``b16`` ``[rows·5, V]``."""
     x = b16.float() * 20.0  # what the pair returns: float32, × logit_scale (exact on bf16)
+    stats_line(f"{src} float32 rows={rows}", x)
     for dt, t in (("float32", x), ("bf16", b16)):
         selection_lines(f"{src} {dt} rows={rows}", t)
     selection_lines(f"{src} float32 draft rows={rows}", x[::5].contiguous())
