@@ -102,7 +102,7 @@ def select_blocks(x: torch.Tensor, W: int, bmax: torch.Tensor) -> tuple[torch.Te
     gt = cv > kv[:, None]  # [M, nb·L]
     eq = cv == kv[:, None]  # [M, nb·L]
     need = W - gt.sum(-1, keepdim=True)  # [M, 1] in [1, W] on a decided row
-    sel = gt | (eq & (eq.cumsum(-1) <= need))  # [M, nb·L] exactly W per decided row
+    sel = gt | (eq & (eq.cumsum(-1, dtype=torch.int32) <= need))  # [M, nb·L] W per decided row
     # NOTE a bad row keeps its first W candidates, so every row has W and the row-major
     # positions below stay aligned (a bad row's ids are replaced by the caller)
     first = torch.arange(nb * L, device=x.device) < W  # [nb·L]
