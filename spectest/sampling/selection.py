@@ -58,8 +58,9 @@ def select_shortlist(x: torch.Tensor, W: int, bmax: torch.Tensor | None = None) 
 
     Notes
     -----
-    Equal to ``topk_ids`` wherever the ``W``-th value is not tied, and to a stable descending
-    sort's first ``W`` ids always (tests/test_sampling_selection.py).
+    Equal to ``topk_ids`` wherever the ``W``-th value is not tied (on CUDA, where ``torch.topk``
+    takes the first-seen ties, tied or not), and on the rows the blocks decide to a stable
+    descending sort's first ``W`` ids (tests/test_sampling_selection.py).
     """
     if not uses_blocks(x, W):
         return topk_ids(x, W)
