@@ -117,7 +117,7 @@ def _readout(
 ) -> dict[str, Any]:
     """``--floor``'s token-drift readout, its bootstrap seeded by the comparison's hash."""
     from spectest.judge import stable_seed
-    from spectest.stats.token_drift import token_drift
+    from spectest.stats.token_floor import token_drift
 
     rng = np.random.default_rng(stable_seed("token-drift", h))
     return token_drift(ref, cand, pair[0], pair[1], alpha=alpha, rng=rng).to_dict()

@@ -37,6 +37,14 @@ def pit_values(cdf_lo: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> n
     return np.clip(cdf_lo + rng.random(cdf_lo.shape[0]) * p, 0.0, 1.0)
 
 
+def pit_values_slow(cdf_lo: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The reference of ``pit_values``: one token at a time."""
+    v = rng.random(len(p))
+    return np.array(
+        [min(max(lo + vi * pi, 0.0), 1.0) for lo, pi, vi in zip(cdf_lo, p, v, strict=True)]
+    )
+
+
 def _adinf(z: np.ndarray) -> np.ndarray:
     """Marsaglia & Marsaglia (2004) limiting CDF of A² (|error| < 2e-6)."""
     z = np.asarray(z, dtype=np.float64)

@@ -13,6 +13,7 @@ import pandas as pd
 from scipy import stats
 
 from spectest.stats.families import Failure, FamilyResult
+from spectest.stats.pit import pit_values
 
 NAME, LABEL = "reported", "reported-p (white-box)"  # ``family_reported.ReportedFamily``'s too
 CONDITIONAL = "conditional on the engine's reported p"
@@ -91,21 +92,6 @@ class ReportedResult(FamilyResult):
         return out
 
 
-def pit_values(p: np.ndarray, cdf_lo: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Randomised PIT u = cdf_lo + V·p, V ~ U(0, 1) from ``rng``: [n] → [n], clipped to [0, 1]
-    (cdf_lo + p may pass 1 by rounding)."""
-    p, cdf_lo = np.asarray(p, np.float64), np.asarray(cdf_lo, np.float64)
-    return np.clip(cdf_lo + rng.random(p.shape[0]) * p, 0.0, 1.0)
-
-
-def pit_values_slow(p: np.ndarray, cdf_lo: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The reference of ``pit_values``: one token at a time."""
-    v = rng.random(len(p))
-    return np.array(
-        [min(max(lo + vi * pi, 0.0), 1.0) for pi, lo, vi in zip(p, cdf_lo, v, strict=True)]
-    )
-
-
 def pit_interval(
     p: np.ndarray, cdf_lo: np.ndarray, mass: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -153,7 +139,7 @@ def pit_tests(
     p: np.ndarray, cdf_lo: np.ndarray, rng: np.random.Generator, alpha: float = DEFAULT_ALPHA
 ) -> list[ReportedTest]:
     """KS and Cramér–von Mises of the reported PIT against U(0, 1), each at α/2."""
-    u = pit_values(p, cdf_lo, rng)
+    u = pit_values(cdf_lo, p, rng)
     out = []
     for name, res in (
         ("pit_ks_reported", stats.kstest(u, "uniform")),
@@ -231,7 +217,6 @@ __all__ = [
     "pit_interval",
     "pit_interval_slow",
     "pit_tests",
-    "pit_values",
     "reported_family",
     "support_test",
 ]
