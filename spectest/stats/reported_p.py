@@ -207,16 +207,3 @@ def reported_family(
     if teacher is not None:
         tests.append(crosscheck(p, cdf_lo, teacher[0], teacher[1], tol, max_fraction))
     return ReportedResult.of_tests(tests, alpha)
-
-
-__all__ = [
-    "CONDITIONAL",
-    "ReportedResult",
-    "ReportedTest",
-    "crosscheck",
-    "pit_interval",
-    "pit_interval_slow",
-    "pit_tests",
-    "reported_family",
-    "support_test",
-]
