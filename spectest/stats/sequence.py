@@ -251,7 +251,7 @@ def combine(cells: list[np.ndarray], names: tuple[str, ...] = STATISTICS) -> Seq
     Each cell's statistic standardized over the 1 + B columns (a constant one contributes 0),
     summed over cells, standardized again; the family's statistic is the largest of the J sums,
     calibrated by its own permutation distribution (single-step max-T, Westfall & Young 1993;
-    exact: docs/families.md "Why the sequence family is exact"; not min-p: docs/statistics.md
+    exact: docs/families.md ("Why the sequence family is exact"); not min-p: docs/statistics.md
     "The sequence family's choices"). p-values have resolution 1/(1 + B).
     """
     if not cells:

@@ -2,8 +2,9 @@
 token-law drift against the plain-vs-plain floor, TOST style (``decide_token_floor`` →
 ``TokenFloorResult``; ``margin_sq``), and the readout of ``spectest compare --floor A B``, which
 changes no verdict (``token_drift`` → ``TokenDriftResult``; ``pair_distance``). Both read the
-per-cell token matrices (``cell_matrices``). docs/numerics.md "Claim (b) for foreign engines: the
-floor arm (issue 31)" and "`spectest compare --floor A B`: the token-only readout".
+per-cell token matrices (``cell_matrices``). docs/numerics.md
+"Claim (b) for foreign engines: the floor arm (issue 31)" and
+docs/numerics.md "`spectest compare --floor A B`: the token-only readout".
 """
 
 from __future__ import annotations
