@@ -350,16 +350,15 @@ def _role_rows(
     sub: pd.DataFrame,
     samples: pd.DataFrame,
     rng: np.random.Generator,
-    has_overlap: bool,
     rounds: pd.DataFrame | None,
     alpha: float,
 ) -> list[dict[str, object]]:
     """The role tests of one arm whose role columns are complete (``sub``: its rows): the
-    per-slot acceptance χ² (with rounds) and each stratum's PIT and reuse test
+    per-slot acceptance χ² (with rounds and overlaps) and each stratum's PIT and reuse test
     (``stats.whitebox_roles``); an arm without role columns keeps the pooled split
     (``exact_weights``)."""
     rows: list[dict[str, object]] = []
-    if has_overlap and rounds is not None:
+    if rounds is not None:
         by_slot = acceptance_by_slot(rounds, samples, arm)
         if by_slot.dof > 0:
             rates = ", ".join(
@@ -462,7 +461,7 @@ def whitebox_tests(
             sub[sc.WB_ROLE_P].to_numpy(dtype=np.float64), sc.WB_ROLE_P, arm
         )
         if roles_here:
-            rows += _role_rows(arm, sub, samples, rng, has_overlap, rounds, alpha)
+            rows += _role_rows(arm, sub, samples, rng, rounds if has_overlap else None, alpha)
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in WHITEBOX_COLUMNS})
     return pd.DataFrame(rows, columns=WHITEBOX_COLUMNS)
