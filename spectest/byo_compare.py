@@ -143,7 +143,7 @@ def _floor_outputs(
     """``--floor``'s token-drift readout (no margin; its bootstrap seeded by the comparison's
     hash) or its claim-(b) decision (``--decide-floor``)."""
     from spectest.judge import stable_seed
-    from spectest.stats.token_drift import token_drift
+    from spectest.stats.token_floor import token_drift
 
     if not pair:
         return {}, None

@@ -66,7 +66,7 @@ def law_table(
     reference's tokens, ``schema.BYO_SCHEMA`` columns)."""
     from spectest.prompts import prompt_token_ids
     from spectest.stats.teacher_forced import LAWS, prefix_key
-    from spectest.stats.token_drift import _cells
+    from spectest.stats.token_floor import cell_matrices as _cells
 
     prompts = prompt_token_ids(protocol, models.target.vocab_size, (models.target,))
     params = dict(protocol.configs)
