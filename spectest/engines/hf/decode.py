@@ -1,16 +1,10 @@
 """Rows → tokens with transformers: the ``hf-generate`` and ``hf-assisted`` decode functions.
 
-Owns: one pinned ``generate`` call (``generate_plain`` / ``generate_plain_scored``: a batch of
-rows of one prompt and one config; ``generate_assisted``: one row, with its round telemetry),
-the split of a job's rows into ``generate`` calls (``plain_batches``), the scores each emitted
-token was drawn from (``emitted_scores``, bounded by ``SCORES_BUDGET`` per batch:
-``whitebox_batch``), and the decode functions the engines call (``hf_plain_decode``,
-``hf_assisted_decode``), which return an ``ArmOutput`` like the built-in loops, with the
-white-box columns p_t from transformers' own scores and q_t teacher-forced (``hf.laws``).
-
-Knows nothing about protocols, files or statistics. Randomness (transformers draws from torch's
-global generator, seeded per call with a row key) and what ``output_scores`` holds:
-docs/engines-hf.md "Randomness" and "White-box columns".
+Owns one pinned ``generate`` call (plain: a batch of rows of one prompt and config; assisted: one
+row with its rounds), the split of a job into calls, the scores each token was drawn from
+(bounded by ``SCORES_BUDGET``) and ``hf_plain_decode`` / ``hf_assisted_decode``, which return an
+``ArmOutput``. Knows nothing about protocols, files or statistics. Randomness and
+``output_scores``: docs/engines-hf.md "Randomness" and "White-box columns".
 """
 
 from __future__ import annotations
