@@ -26,8 +26,6 @@ from spectest.engines.base import (
     Models,
     RowSpec,
     check_rows,
-    rounds_frame,
-    samples_frame,
 )
 from spectest.engines.recorder import PlainObserver, RoundObserver
 from spectest.errors import ConfigError, InputError, ModelError
@@ -340,25 +338,6 @@ def speculative_decode_reference(
         out.append(emitted[:num_positions])
         telemetry.append(rounds)
     return torch.tensor(out, dtype=torch.int64), telemetry
-
-
-# ----------------------------------------------------------------------------- tables
-
-
-def to_samples_frame(
-    out: ArmOutput, prompt_id: str, rows: Sequence[RowSpec], arm: str
-) -> pd.DataFrame:
-    """The schema's samples table (one row per token, row-major then position)."""
-    return samples_frame(out.tokens, prompt_id, rows, arm)
-
-
-def to_rounds_frame(
-    out: ArmOutput, prompt_id: str, rows: Sequence[RowSpec], arm: str
-) -> pd.DataFrame:
-    """The schema's rounds table (speculative runs only)."""
-    if out.rounds is None:
-        raise InputError("to_rounds_frame: this output has no rounds (a plain run)")
-    return rounds_frame(out.rounds, prompt_id, rows, arm)
 
 
 # ----------------------------------------------------------------------------- helpers

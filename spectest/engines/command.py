@@ -148,14 +148,8 @@ def check_job_line(obj: Any, result_schema: replies.Schema, arm: str) -> str:
 
 
 class CommandEngine(Engine):
-    """Runs an arm with an external program over the ``spectest-jsonl/1`` line protocol.
-
-    Options (protocol ``engines.<arm>``): ``command`` (list or shell string; relative program
-    paths resolve against the working directory; ``{protocol_dir}``, ``{python}`` and
-    ``{programs}`` (the shipped programs: ``programs_dir``) are placeholders), ``env``
-    (mapping), ``timeout_s`` (60: the longest silence while a job is pending),
-    ``startup_timeout_s`` (120: until the hello line).
-    """
+    """Runs an arm with an external program over the ``spectest-jsonl/1`` line protocol; its
+    options: docs/real-engines.md "The `command` engine and its line protocol"."""
 
     name = "command"
     needs = "none"

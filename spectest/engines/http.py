@@ -54,20 +54,8 @@ class _Reply:
 
 
 class HTTPEngine(Engine):
-    """An arm run by an HTTP inference server (see the module docstring).
-
-    Options: ``api`` (llamacpp | openai), ``url`` (an external server; empty = managed),
-    ``server`` (the command line of a managed server, placeholders in ``engines.server``),
-    ``env``, ``ready_path`` (``/health``), ``model`` (OpenAI ``model`` field), ``samplers``
-    (llama.cpp's sampler order; default spectest's: temperature, top_k, top_p, min_p),
-    ``concurrency`` (4), ``timeout_s`` (120), ``retries`` (3), ``startup_timeout_s`` (600),
-    ``check_seeds`` (true), ``extra`` (a JSON object merged into every request),
-    ``allow_remote`` (false), ``probs`` (0: off; n: ask for the top-n reported probabilities,
-    ``engines.server_probs``, docs/engines-reported-p.md), ``probs_law`` (processed; raw or
-    tempered: the server reports its raw or tempered law, whole or a top-n list,
-    ``engines.server_raw_law`` derives the processed one),
-    ``law_probs`` (claim (b) teacher-forced's list size, 0: V or probs, ``engines.plain_laws``).
-    """
+    """An arm run by an HTTP inference server; its options: docs/real-engines.md "The `http`
+    engine and engine-managed servers"."""
 
     name = "http"
     needs = "none"

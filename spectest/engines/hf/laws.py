@@ -158,7 +158,7 @@ def hf_teacher_force(
     draft: Any | None = None,
     target_scores: torch.Tensor | None = None,
 ) -> pd.DataFrame:
-    """White-box columns of an hf arm, aligned with ``builtin.to_samples_frame``.
+    """White-box columns of an hf arm, aligned with ``base.samples_frame``.
 
     Same contract as ``engines.teacher.teacher_force`` but p_t (and q_t, the processed draft law,
     with ``draft``) come from transformers' own warpers (``forced_probs``);
