@@ -30,11 +30,16 @@ from spectest.engines.base import (
     PLACEHOLDER_TOKEN_ID,
     ArmJob,
     ArmOutput,
-    Engine,
     options_dict,
     rounds_from_tuples,
 )
-from spectest.engines.command import SAMPLER_ORDER, EngineProcessError, parse_argv, parse_env
+from spectest.engines.command import (
+    SAMPLER_ORDER,
+    EngineProcessError,
+    ForeignEngine,
+    parse_argv,
+    parse_env,
+)
 from spectest.engines.http_exchange import Cancelled, Inflight, TooLong, exchange
 from spectest.errors import ConfigError, EngineError
 
@@ -53,15 +58,11 @@ class _Reply:
     reported: list[Any] | None = None  # one (p, cdf_lo, list mass) per token (server_probs)
 
 
-class HTTPEngine(Engine):
+class HTTPEngine(ForeignEngine):
     """An arm run by an HTTP inference server; its options: docs/real-engines.md "The `http`
     engine and engine-managed servers"."""
 
     name = "http"
-    needs = "none"
-    whitebox = "tokens"  # teacher mode (generation.whitebox_mode) with tests.whitebox
-    rounds = "readout"
-    uses_variant = False
 
     @dataclass(frozen=True)
     class Options:
@@ -87,12 +88,7 @@ class HTTPEngine(Engine):
 
     @classmethod
     def parse_options(cls, raw: Mapping[str, Any], where: str, base_dir: Path | None = None) -> Any:
-        fields = cls.Options.__dataclass_fields__
-        for key in raw:
-            if key not in fields:
-                raise ConfigError(
-                    f"{where}.{key}: unknown key {key!r} (allowed: name, {', '.join(fields)})"
-                )
+        cls.check_keys(raw, where)
         kw: dict[str, Any] = {}
         api = raw.get("api", "llamacpp")
         if api not in APIS:
@@ -356,10 +352,6 @@ class HTTPEngine(Engine):
                     f"{where}: the server silently changed {key!r}: sent {sent!r}, it used "
                     f"{replies.short(used)}"
                 )
-
-    def _vocab_size(self) -> int | None:
-        target = getattr(self.models, "target", None)
-        return None if target is None else int(target.vocab_size)
 
     def _one(self, prompt: list[int], sp: Any, seed: int, T: int, where: str) -> _Reply:
         body = self.request_body(prompt, sp, seed, T)
