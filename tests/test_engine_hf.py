@@ -118,7 +118,7 @@ def test_transformers_builds_exactly_our_warpers(pair, cid):
     inner.generation_config = type(saved)(**leaky)
     seen, restore = _record_processors(target)
     try:
-        toks = hfd.generate_plain(target, torch.tensor(PROMPT), params, 6, 3, seed=1)
+        toks, _ = hfd.generate_plain(target, torch.tensor(PROMPT), params, 6, 3, seed=1)
     finally:
         restore()
         inner.generation_config = saved

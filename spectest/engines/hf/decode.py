@@ -102,23 +102,12 @@ def generate_plain(
     num_tokens: int,
     batch_size: int,
     seed: int,
-) -> torch.Tensor:
-    """One batched ``model.generate`` call: ``batch_size`` rows of the same prompt ``[L]`` and
-    params, seeded with ``seed`` (a row key); ``[batch_size, num_tokens]`` int64 tokens (CPU)."""
-    return generate_plain_scored(model, prompt_ids, params, num_tokens, batch_size, seed)[0]
-
-
-def generate_plain_scored(
-    model: Any,
-    prompt_ids: torch.Tensor,
-    params: SamplingParams,
-    num_tokens: int,
-    batch_size: int,
-    seed: int,
     output_scores: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``generate_plain``, and with ``output_scores`` the processed scores each token was drawn
-    from: ``[batch_size, num_tokens, V]`` float32 on the model's device (``emitted_scores``)."""
+    """One batched ``model.generate`` call: ``batch_size`` rows of the same prompt ``[L]`` and
+    params, seeded with ``seed`` (a row key): ``[batch_size, num_tokens]`` int64 tokens (CPU)
+    and, with ``output_scores``, the processed scores each was drawn from, ``[batch_size,
+    num_tokens, V]`` float32 on the model's device (``emitted_scores``), else None."""
     hf = hf_model_of(model)
     V = int(hf.config.vocab_size)
     _check_prompt(prompt_ids, V)
@@ -258,7 +247,7 @@ def hf_plain_decode(model: Any, req: DecodeRequest, *, draft: Any | None = None)
     for lo, hi in plain_batches(rows, batch_size):
         first = rows[lo]
         seed = row_key(req.run_key, req.prompt_id, first.config_id, first.seed)
-        toks, scores = generate_plain_scored(
+        toks, scores = generate_plain(
             model, prompt_t, first.params, T, hi - lo, seed, output_scores=req.whitebox
         )
         chunks.append(toks)
