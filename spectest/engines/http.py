@@ -59,8 +59,8 @@ class _Reply:
 
 
 class HTTPEngine(ForeignEngine):
-    """An arm run by an HTTP inference server; its options: docs/real-engines.md "The `http`
-    engine and engine-managed servers"."""
+    """An arm run by an HTTP inference server; its options:
+    docs/real-engines.md "The `http` engine and engine-managed servers"."""
 
     name = "http"
 

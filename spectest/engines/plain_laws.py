@@ -3,8 +3,8 @@
 Owns ``law_table`` (a run's laws, as ``teacher_laws.parquet`` stores them), ``refusal`` (why an
 engine choice lacks the capability), ``LawAsker`` and one implementation per engine family (http
 llama.cpp, http OpenAI, hf, builtin/fast). A law is sparse: non-zero ids and float64 probs;
-``LEFT_OUT`` where a list does not fix it. docs/numerics.md "Claim (b) from the plain engine
-teacher-forced (issue 31)".
+``LEFT_OUT`` where a list does not fix it. The claim:
+docs/numerics.md "Claim (b) from the plain engine teacher-forced (issue 31)".
 """
 
 from __future__ import annotations
