@@ -1,11 +1,10 @@
 """The ``command`` engine: any program that speaks spectest's JSON-lines protocol on stdin/stdout.
 
-Owns: the line protocol (``PROTOCOL``), starting the program, streaming jobs (a writer thread),
-matching results, the check of every line against its schema (``engines.replies``), timeouts,
-and turning a dead or misbehaving program into one line. Knows nothing about how the program
-samples; nothing about files (the runner writes a shard only after ``generate`` returned every
-row and ``check_output`` passed, so a program that dies mid-shard never leaves a shard marked
-complete). The protocol: docs/engines-command.md "The spectest-jsonl/1 protocol"."""
+Owns the protocol's job lines, the check of every line read (``engines.replies``), the program's
+start and hello line, and ``ForeignEngine`` (what ``command`` and ``http`` share). Knows nothing
+about how the program samples, nor about files: the runner writes a shard only after
+``check_output`` passed. The protocol: docs/engines-command.md "The spectest-jsonl/1 protocol".
+"""
 
 from __future__ import annotations
 

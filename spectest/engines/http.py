@@ -1,15 +1,11 @@
 """The ``http`` engine: an inference server under test, over llama.cpp's native ``/completion``
 or the OpenAI-compatible ``/v1/completions`` (vLLM, SGLang, ...), optionally started by spectest.
 
-Owns: the request of one row (token-id prompt, per-request seed, explicit sampling parameters
-and, for llama.cpp, the sampler order), the parsing of token ids and acceptance telemetry from the
-reply (checked against ``engines.replies``), one HTTP exchange under a deadline that never
-follows a redirect (``exchange``), bounded concurrency that fails fast, retries with backoff,
-the check that the server honours seeds (one request twice → the same tokens) and, where it
-echoes its settings (llama.cpp's ``generation_settings``), that no parameter was silently
-dropped. Knows nothing about process management (``engines.server``) or statistics.
-Seeds, loopback, reply checks and the timeout bound: docs/engines.md
-"The http engine: seeds, loopback, replies, timeouts".
+Owns the request of one row, the parsing and checking of its reply (``engines.replies``),
+bounded concurrency, retries, and the checks that the server honours seeds and, where it echoes
+its settings, dropped no parameter. Knows nothing about process management (``engines.server``)
+or statistics. Seeds, loopback, replies and timeouts:
+docs/engines.md "The http engine: seeds, loopback, replies, timeouts".
 """
 
 from __future__ import annotations
