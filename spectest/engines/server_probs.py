@@ -37,7 +37,7 @@ Derive = Callable[[list[tuple[int, float]], int, str], Reported]
 
 def left_out(list_mass: float) -> Reported:
     """A token whose reported list (of mass ``list_mass``, finite) does not fix its law: no p,
-    the mass stated (how ``stats.family_reported`` tells it from a token not reported)."""
+    the mass stated (how ``stats.reported_p.ReportedFamily`` tells it from a token not reported)."""
     return (None, None, float(list_mass))
 
 
