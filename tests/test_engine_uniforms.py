@@ -130,3 +130,18 @@ def test_speculative_loop_skips_syncs_while_every_row_is_active(pair, T) -> None
     rounds = int(out.rounds["round"].max()) + 1
     assert rounds >= math.ceil(T / (K + 1))
     assert count.n == rounds + 1 - math.ceil(T / (K + 1))
+
+
+def test_onehot_prob_of_equals_the_dense_law() -> None:
+    """A one-hot law's ``prob_of`` (no search: ``probs_at`` at width 1) equals its dense law's
+    gather, at hits and misses, with leading dimensions."""
+    from spectest.sampling.laws import onehot_law
+
+    g = torch.Generator().manual_seed(2)
+    x = torch.randint(0, 7, (5, 3), generator=g)  # [B, J]
+    law = onehot_law(x, 7)  # [B, J, 1]
+    tok = torch.randint(0, 7, (5, 3, 4), generator=g)  # [B, J, 4]
+    tok[:, :, 0] = x  # a hit in every row
+    got = law.prob_of(tok)
+    assert torch.equal(got, law.dense().gather(-1, tok))
+    assert got.dtype == torch.float64 and got.shape == (5, 3, 4) and bool((got[..., 0] == 1).all())
