@@ -145,3 +145,20 @@ def test_onehot_prob_of_equals_the_dense_law() -> None:
     got = law.prob_of(tok)
     assert torch.equal(got, law.dense().gather(-1, tok))
     assert got.dtype == torch.float64 and got.shape == (5, 3, 4) and bool((got[..., 0] == 1).all())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_uniform_tables_give_the_per_step_tokens_on_cuda(monkeypatch) -> None:
+    """On CUDA (static cache, CUDA graphs, the fast pipeline): one table per chunk and no table
+    give the same tokens, rounds and white-box columns, bit for bit."""
+    target = from_preset("qwen3-tiny", seed=5, logit_scale=4.0, device="cuda", dtype="float32")
+    pair = (target, first_layers(target, 1))
+    outs = []
+    for cap in (builtin.UNIFORM_TABLE_ELEMENTS, 0):
+        monkeypatch.setattr(builtin, "UNIFORM_TABLE_ELEMENTS", cap)
+        outs.append(_runs(pair, True, False, T=40))
+    for a, b in zip(outs[1], outs[0], strict=True):
+        assert (a.tokens == b.tokens).all()
+        assert a.rounds is None or a.rounds.equals(b.rounds)
+        assert a.whitebox.equals(b.whitebox)
