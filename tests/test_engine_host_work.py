@@ -2,7 +2,8 @@
 (``seeding.uniform_table``) instead of one Philox call per step, and the speculative loop's
 "any row still active?" sync skipped for the rounds in which every row must be active. Tokens,
 rounds and white-box columns bit-equal to the per-step path (``UNIFORM_TABLE_ELEMENTS = 0``) on
-the built-in and fast pipelines; the Philox calls and the loop's syncs counted. Exact
+the built-in and fast pipelines; the Philox calls and the loop's syncs counted; the one-read
+``argmax_tokens`` and the one-hot ``prob_of`` equal to the formulas they replace. Exact
 comparisons: no false failures."""
 
 from __future__ import annotations
@@ -162,3 +163,39 @@ def test_uniform_tables_give_the_per_step_tokens_on_cuda(monkeypatch) -> None:
         assert (a.tokens == b.tokens).all()
         assert a.rounds is None or a.rounds.equals(b.rounds)
         assert a.whitebox.equals(b.whitebox)
+
+
+def _argmax_by_formula(x: torch.Tensor) -> torch.Tensor:
+    """``argmax_tokens``' former rule: the lowest id among the maxima (V for a row with NaN)."""
+    V = int(x.shape[-1])
+    ar = torch.arange(V, device=x.device)
+    return torch.where(x == x.amax(-1, keepdim=True), ar, V).amin(-1)
+
+
+def _argmax_cases(device: str) -> list[torch.Tensor]:
+    """Rows with many ties (small integers), ±inf, NaN, all -inf, in every dtype the loops use."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randint(0, 3, (64, 3, 2000), generator=g).double()  # ties at the max in most rows
+    x[0, 0, 7] = float("inf")
+    x[1, 1, :] = float("-inf")
+    x[2, 2, 11] = float("nan")
+    x[3, 0, 1999] = 5.0  # the last id
+    return [x.to(device=device, dtype=d) for d in (torch.float64, torch.float32, torch.bfloat16)]
+
+
+def test_argmax_tokens_is_the_lowest_maximal_id() -> None:
+    from spectest.sampling.draw import argmax_tokens
+
+    for x in _argmax_cases("cpu"):
+        got = argmax_tokens(x)
+        assert torch.equal(got, _argmax_by_formula(x))
+        assert got[2, 2] == 2000 and got[0, 0] == 7 and got[1, 1] == 0 and got[3, 0] == 1999
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_argmax_tokens_is_the_lowest_maximal_id_on_cuda() -> None:
+    from spectest.sampling.draw import argmax_tokens
+
+    for x in _argmax_cases("cuda"):
+        assert torch.equal(argmax_tokens(x).cpu(), _argmax_by_formula(x.cpu()))
