@@ -1,5 +1,6 @@
 """Row keys and a counter-based RNG (Philox4x32-10 in int64 torch ops): every uniform is a pure
-function of (key, stream, step, slot).
+function of (key, stream, step, slot); a decode chunk's uniforms in one table (``uniform_table``,
+``plain_draws``, ``round_draws``).
 
 The why and the details: docs/internals.md "spectest/seeding.py".
 """
@@ -7,6 +8,7 @@ The why and the details: docs/internals.md "spectest/seeding.py".
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +20,9 @@ STREAM_SPEC = 2
 STREAM_PIT = 3
 
 KEY_BITS = 62
+# the decode loops' draws per chunk come from one ``uniform_table`` of at most this many values
+# (0: one ``uniforms`` call per step, the same values; ``plain_draws``, ``round_draws``)
+TABLE_ELEMENTS = 1 << 22
 _M32 = 0xFFFFFFFF
 _PHILOX_M = (0xD2511F53, 0xCD9E8D57)  # round multipliers
 _PHILOX_W = (0x9E3779B9, 0xBB67AE85)  # key bumps (golden ratio, sqrt(3) - 1)
@@ -179,6 +184,44 @@ def _philox_uniforms(
     x0, x1, _, _ = philox4x32((c0, c1, c2, c3), (k0, k1))  # 32-bit lanes
     m = (x0 << 20) | (x1 >> 12)  # 52 bits, < 2^52
     return (2 * m + 1).to(torch.float64) * 2.0**-53  # in (0, 1), exact
+
+
+# ----------------------------------------------------------------------------- a chunk's draws
+
+
+def plain_draws(keys: torch.Tensor, T: int) -> Callable[[int], torch.Tensor]:
+    """Plain decode's draws for a chunk: ``t ↦ uniforms(keys, STREAM_PLAIN, t, 1)[:, 0]`` ``[B]``,
+    from tables of as many steps as ``TABLE_ELEMENTS`` allows (one per chunk at P1's sizes)."""
+    B = int(keys.shape[0])
+    if TABLE_ELEMENTS < B:
+        return lambda t: uniforms(keys, STREAM_PLAIN, t, 1)[:, 0]
+    block = max(1, min(T, TABLE_ELEMENTS // max(1, B)))
+    tables: dict[int, torch.Tensor] = {}
+
+    def at(t: int) -> torch.Tensor:
+        lo = t - t % block
+        if lo not in tables:
+            tables.clear()
+            n = min(block, T - lo)
+            table = uniform_table(keys, STREAM_PLAIN, n, 1, first_step=lo)  # [B, n, 1]
+            tables[lo] = table[:, :, 0].T.contiguous()  # [n, B]
+        return tables[lo][t - lo]
+
+    return at
+
+
+def round_draws(
+    keys: torch.Tensor, T: int, K: int, num_slots: int
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A speculative chunk's draws: ``pos ↦ uniforms(keys, STREAM_SPEC, pos, num_slots)``
+    ``[B, num_slots]`` for positions ``pos`` ``[B]`` in ``[0, T + K]`` (a finished row's position
+    stays below ``T + K + 1``), gathered from one table when it fits ``TABLE_ELEMENTS``."""
+    B = int(keys.shape[0])
+    if B * (T + K + 1) * num_slots > TABLE_ELEMENTS:
+        return lambda pos: uniforms(keys, STREAM_SPEC, pos, num_slots)
+    table = uniform_table(keys, STREAM_SPEC, T + K + 1, num_slots)  # [B, T+K+1, S]
+    rows = torch.arange(B, device=keys.device)  # [B]
+    return lambda pos: table[rows, pos]
 
 
 # ----------------------------------------------------------------------------- reference

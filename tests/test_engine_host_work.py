@@ -1,7 +1,7 @@
 """The decode loops' host work (issue 32): each chunk's uniforms drawn in one table
 (``seeding.uniform_table``) instead of one Philox call per step, and the speculative loop's
 "any row still active?" sync skipped for the rounds in which every row must be active. Tokens,
-rounds and white-box columns bit-equal to the per-step path (``UNIFORM_TABLE_ELEMENTS = 0``) on
+rounds and white-box columns bit-equal to the per-step path (``seeding.TABLE_ELEMENTS = 0``) on
 the built-in and fast pipelines; the Philox calls and the loop's syncs counted; the one-read
 ``argmax_tokens`` and the one-hot ``prob_of`` equal to the formulas they replace. Exact
 comparisons: no false failures."""
@@ -17,7 +17,6 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from spectest import seeding
-from spectest.engines import builtin
 from spectest.engines.base import DecodeRequest
 from spectest.engines.builtin import DrafterSpec, RowSpec, plain_decode, speculative_decode
 from spectest.engines.fast import as_fast, plain_decode_fast, speculative_decode_fast
@@ -67,8 +66,8 @@ def test_uniform_tables_give_the_per_step_tokens(pair, monkeypatch, fast, onehot
     """One table per chunk, tables of 3 steps (plain: blocks), and no table: the same tokens,
     rounds and white-box columns, bit for bit."""
     outs = []
-    for cap in (builtin.UNIFORM_TABLE_ELEMENTS, 3 * 8, 0):
-        monkeypatch.setattr(builtin, "UNIFORM_TABLE_ELEMENTS", cap)
+    for cap in (seeding.TABLE_ELEMENTS, 3 * 8, 0):
+        monkeypatch.setattr(seeding, "TABLE_ELEMENTS", cap)
         outs.append(_runs(pair, fast, onehot, T=10))
     for got in outs[1:]:
         for a, b in zip(got, outs[0], strict=True):
@@ -156,8 +155,8 @@ def test_uniform_tables_give_the_per_step_tokens_on_cuda(monkeypatch) -> None:
     target = from_preset("qwen3-tiny", seed=5, logit_scale=4.0, device="cuda", dtype="float32")
     pair = (target, first_layers(target, 1))
     outs = []
-    for cap in (builtin.UNIFORM_TABLE_ELEMENTS, 0):
-        monkeypatch.setattr(builtin, "UNIFORM_TABLE_ELEMENTS", cap)
+    for cap in (seeding.TABLE_ELEMENTS, 0):
+        monkeypatch.setattr(seeding, "TABLE_ELEMENTS", cap)
         outs.append(_runs(pair, True, False, T=40))
     for a, b in zip(outs[1], outs[0], strict=True):
         assert (a.tokens == b.tokens).all()

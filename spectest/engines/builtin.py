@@ -19,7 +19,7 @@ docs/internals-engines.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -50,15 +50,12 @@ from spectest.sampling.transforms import logits_to_probs
 from spectest.seeding import (
     STREAM_PLAIN,
     STREAM_SPEC,
+    plain_draws,
+    round_draws,
     row_key,
     spec_slots,
-    uniform_table,
     uniforms,
 )
-
-# uniforms per chunk drawn in one ``seeding.uniform_table`` call when the table has at most this
-# many (0: one ``uniforms`` call per step, the same values; docs/internals-engines.md)
-UNIFORM_TABLE_ELEMENTS = 1 << 22
 
 # ----------------------------------------------------------------------------- plain
 
@@ -117,7 +114,7 @@ def _plain_chunk(
     cache, prompt_logits = model.prefill_shared(prompt, B)  # one prompt forward for B rows
     logits = prompt_logits[-1].expand(B, -1)  # [B, V] next-token logits
     out = torch.empty((B, T), dtype=torch.int64, device=model.device)  # [B, T]
-    u_at = _plain_uniforms(keys, T)
+    u_at = plain_draws(keys, T)
     for t in range(T):
         u = u_at(t)  # [B] uniforms(keys, STREAM_PLAIN, t, 1)[:, 0]
         law = pipeline.law(logits, params)  # [B, *] on the shortlist where it decides every row
@@ -199,7 +196,7 @@ def _spec_chunk(
     DUMP = T + K + 1  # a scratch column for tokens that are not committed
     j = torch.arange(K + 1, device=dev)  # [K+1]
     log: list[tuple[torch.Tensor, ...]] = []
-    u_at = _spec_uniforms(keys, T, K, slots.num_slots)
+    u_at = round_draws(keys, T, K, slots.num_slots)
     # NOTE a round emits at most K + 1 tokens per row, so every row is active while
     # rounds * (K + 1) < T: no host sync to decide those
     while len(log) * (K + 1) < T or bool((pos < T).any()):
@@ -239,41 +236,6 @@ def _spec_chunk(
         log.append((active, pos.clone(), res.num_accepted, torch.minimum(n, T - pos)))
         pos = pos + torch.where(active, n, 0)
     return out[:, :T], _rounds_frame(log, K)
-
-
-def _plain_uniforms(keys: torch.Tensor, T: int) -> Callable[[int], torch.Tensor]:
-    """``t ↦ uniforms(keys, STREAM_PLAIN, t, 1)[:, 0]`` ``[B]``, from tables of as many steps as
-    ``UNIFORM_TABLE_ELEMENTS`` allows (one per chunk at P1's sizes)."""
-    B = int(keys.shape[0])
-    if UNIFORM_TABLE_ELEMENTS < B:
-        return lambda t: uniforms(keys, STREAM_PLAIN, t, 1)[:, 0]
-    block = max(1, min(T, UNIFORM_TABLE_ELEMENTS // max(1, B)))
-    tables: dict[int, torch.Tensor] = {}
-
-    def at(t: int) -> torch.Tensor:
-        lo = t - t % block
-        if lo not in tables:
-            tables.clear()
-            n = min(block, T - lo)
-            table = uniform_table(keys, STREAM_PLAIN, n, 1, first_step=lo)  # [B, n, 1]
-            tables[lo] = table[:, :, 0].T.contiguous()  # [n, B]
-        return tables[lo][t - lo]
-
-    return at
-
-
-def _spec_uniforms(
-    keys: torch.Tensor, T: int, K: int, num_slots: int
-) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``pos ↦ uniforms(keys, STREAM_SPEC, pos, num_slots)`` ``[B, num_slots]`` for positions
-    ``pos`` ``[B]`` in ``[0, T + K]`` (an inactive row's position stays below ``T + K + 1``),
-    gathered from one table per chunk when it fits ``UNIFORM_TABLE_ELEMENTS``."""
-    B = int(keys.shape[0])
-    if B * (T + K + 1) * num_slots > UNIFORM_TABLE_ELEMENTS:
-        return lambda pos: uniforms(keys, STREAM_SPEC, pos, num_slots)
-    table = uniform_table(keys, STREAM_SPEC, T + K + 1, num_slots)  # [B, T+K+1, S]
-    rows = torch.arange(B, device=keys.device)  # [B]
-    return lambda pos: table[rows, pos]
 
 
 def _rounds_frame(log: list[tuple[torch.Tensor, ...]], K: int) -> pd.DataFrame:

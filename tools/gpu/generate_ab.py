@@ -3,10 +3,11 @@ prompt-batch, arm by arm, on the tree ``spectest`` is imported from (``PYTHONPAT
 
 For each arm (default: reference, candidate) of the openinfer-512 plan at P1's settings (fast
 engine, one prompt = 768 rows of 32 positions): a cold run (CUDA-graph captures), two warm runs
-(the best wall printed), then one run under ``torch.profiler`` counting the host's CUDA calls
-(kernel launches, graph launches, stream syncs, memcpys). Writes each arm's warm samples (white-box
-columns included) and rounds to ``OUT/LABEL/ARM.{samples,rounds}.parquet`` for the comparison.
-Runs on CPU too (tiny, for a smoke test: ``--set models.device=cpu``).
+(the best wall printed, and whether the two gave equal samples and rounds), then one run under
+``torch.profiler`` counting the host's CUDA calls (kernel launches, graph launches, stream syncs,
+memcpys). Writes each arm's warm samples (white-box columns included) and rounds to
+``OUT/LABEL/ARM.{samples,rounds}.parquet`` for the comparison. Runs on CPU too (tiny, for a
+smoke test: ``--set models.device=cpu``).
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def main() -> None:
 
     for arm in arms:
         cold, _, _ = run()
-        (w1, s, r), (w2, _, _) = run(), run()
+        (w1, s, r), (w2, s2, r2) = run(), run()
+        same = s.equals(s2) and (r is None or r.equals(r2))  # run-to-run determinism
         s.to_parquet(out / f"{arm.name}.samples.parquet")
         if r is not None:
             r.to_parquet(out / f"{arm.name}.rounds.parquet")
@@ -72,7 +74,7 @@ def main() -> None:
             counts = "; " + ", ".join(f"{k} {ev.get(k, 0)}" for k in CALLS)
         print(
             f"[{a.label}] {arm.name}: cold {cold:.2f} s, warm {min(w1, w2):.2f} s"
-            f" ({w1:.2f}, {w2:.2f}){counts}",
+            f" ({w1:.2f}, {w2:.2f}), warm runs equal: {same}{counts}",
             flush=True,
         )
     engines.close()
