@@ -9,7 +9,7 @@
 #
 #   bash tools/gpu/generate_ab.sh .gpu_old      # $1: a directory holding the old spectest/
 #   (e.g. mkdir .gpu_old && git archive main spectest | tar -x -C .gpu_old)
-# NO_PROFILE=1 skips the profiled runs; LIMIT (default 60) bounds each tree's process in seconds.
+# NO_PROFILE=1 skips the profiled runs; LIMIT (default 75) bounds each tree's process in seconds.
 # About 30-40 s per tree on an H200 (load ~7 s, graph captures in the cold runs).
 set -u
 OLD="$(cd "${1:?usage: generate_ab.sh OLD_TREE (a directory holding the old spectest/)}" && pwd)"
@@ -27,7 +27,7 @@ SETS=(--set "models.device=$DEVICE" --set batch_size=768 --set models.target=rea
 echo "old tree: $OLD   new tree: $NEW   ($(date -u +%H:%M:%S))"
 for side in old new; do
   tree=$OLD; [ "$side" = new ] && tree=$NEW
-  PYTHONPATH="$tree" timeout "${LIMIT:-60}" python "$NEW/tools/gpu/generate_ab.py" --label "$side" \
+  PYTHONPATH="$tree" timeout "${LIMIT:-75}" python "$NEW/tools/gpu/generate_ab.py" --label "$side" \
     --out "$OUT" "${SETS[@]}" ${NO_PROFILE:+--no-profile} 2>&1 | grep -v Warning
 done
 python - "$OUT" <<'PY'
