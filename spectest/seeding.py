@@ -1,5 +1,6 @@
 """Row keys and a counter-based RNG (Philox4x32-10 in int64 torch ops): every uniform is a pure
-function of (key, stream, step, slot).
+function of (key, stream, step, slot); a decode chunk's uniforms in one table (``uniform_table``,
+``plain_draws``, ``round_draws``).
 
 The why and the details: docs/internals.md "spectest/seeding.py".
 """
@@ -7,6 +8,7 @@ The why and the details: docs/internals.md "spectest/seeding.py".
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +20,9 @@ STREAM_SPEC = 2
 STREAM_PIT = 3
 
 KEY_BITS = 62
+# the decode loops' draws per chunk come from one ``uniform_table`` of at most this many values
+# (0: one ``uniforms`` call per step, the same values; ``plain_draws``, ``round_draws``)
+TABLE_ELEMENTS = 1 << 22
 _M32 = 0xFFFFFFFF
 _PHILOX_M = (0xD2511F53, 0xCD9E8D57)  # round multipliers
 _PHILOX_W = (0x9E3779B9, 0xBB67AE85)  # key bumps (golden ratio, sqrt(3) - 1)
@@ -108,17 +113,7 @@ def uniforms(
     never matter. Verified bit-equal to the pure-Python ``uniforms_reference`` on a few hundred
     inputs, Philox known answers from Random123, and a KS uniformity check (tests/test_seeding.py).
     """
-    if keys.dim() != 1 or keys.dtype != torch.int64:
-        raise InputError(
-            f"uniforms: keys must be a 1-D int64 tensor, got {keys.dtype} {tuple(keys.shape)!r}"
-        )
-    for name, v in (("stream", stream), ("num_slots", num_slots), ("slot_offset", slot_offset)):
-        if isinstance(v, bool) or not isinstance(v, int) or not (0 <= v < 2**32):
-            raise InputError(f"uniforms: {name} must be an int in [0, 2^32), got {v!r}")
-    if slot_offset + num_slots > 2**32:
-        raise InputError(
-            f"uniforms: slots beyond 2^32 (slot_offset {slot_offset!r} + {num_slots!r})"
-        )
+    _check_args("uniforms", keys, stream, num_slots, slot_offset)
     B = int(keys.shape[0])
     dev = keys.device
     if isinstance(step, int):
@@ -133,16 +128,100 @@ def uniforms(
             )
         step_t = step.to(dev)  # [B]
     slot = torch.arange(slot_offset, slot_offset + num_slots, dtype=torch.int64, device=dev)  # [S]
-    shape = (B, num_slots)
-    c0 = slot[None, :].expand(shape)  # [B, S]
-    c1 = (step_t & _M32)[:, None].expand(shape)  # [B, S]
-    c2 = ((step_t >> 32) & _M32)[:, None].expand(shape)  # [B, S]
-    c3 = torch.full(shape, stream, dtype=torch.int64, device=dev)  # [B, S]
-    k0 = (keys & _M32)[:, None]  # [B, 1]
-    k1 = ((keys >> 32) & _M32)[:, None]  # [B, 1]
-    x0, x1, _, _ = philox4x32((c0, c1, c2, c3), (k0, k1))  # [B, S] each, 32-bit lanes
-    m = (x0 << 20) | (x1 >> 12)  # [B, S] 52 bits, < 2^52
-    return (2 * m + 1).to(torch.float64) * 2.0**-53  # [B, S] in (0, 1), exact
+    return _philox_uniforms(keys[:, None], stream, step_t[:, None], slot[None, :])  # [B, S]
+
+
+def uniform_table(
+    keys: torch.Tensor, stream: int, num_steps: int, num_slots: int, *, first_step: int = 0
+) -> torch.Tensor:
+    """``uniforms`` at steps ``first_step .. first_step + num_steps - 1`` in one call:
+    ``[B, num_steps, num_slots]`` float64, ``out[:, s] == uniforms(keys, stream, first_step + s,
+    num_slots)`` bit for bit.
+
+    Notes
+    -----
+    The same integer operations on the same (key, stream, step, slot) words, broadcast over one
+    more dimension: each uniform is a pure function of them, so the table is bit-equal to the
+    per-step calls by construction (tests/test_seeding.py checks it). A decode loop draws its
+    whole chunk's uniforms with ~300 small ops instead of ~300 per step (issue 32).
+    """
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+        raise InputError(f"uniform_table: num_steps must be an int >= 1, got {num_steps!r}")
+    if isinstance(first_step, bool) or not isinstance(first_step, int) or first_step < 0:
+        raise InputError(f"uniform_table: first_step must be an int >= 0, got {first_step!r}")
+    _check_args("uniform_table", keys, stream, num_slots, 0)
+    dev = keys.device
+    step = torch.arange(first_step, first_step + num_steps, dtype=torch.int64, device=dev)  # [T]
+    slot = torch.arange(num_slots, dtype=torch.int64, device=dev)  # [S]
+    return _philox_uniforms(keys[:, None, None], stream, step[None, :, None], slot[None, None, :])
+
+
+def _check_args(where: str, keys: torch.Tensor, stream: int, num_slots: int, offset: int) -> None:
+    """``InputError`` on keys that are not 1-D int64 or a stream / slot range outside 2^32."""
+    if keys.dim() != 1 or keys.dtype != torch.int64:
+        raise InputError(
+            f"{where}: keys must be a 1-D int64 tensor, got {keys.dtype} {tuple(keys.shape)!r}"
+        )
+    for name, v in (("stream", stream), ("num_slots", num_slots), ("slot_offset", offset)):
+        if isinstance(v, bool) or not isinstance(v, int) or not (0 <= v < 2**32):
+            raise InputError(f"{where}: {name} must be an int in [0, 2^32), got {v!r}")
+    if offset + num_slots > 2**32:
+        raise InputError(f"{where}: slots beyond 2^32 (slot_offset {offset!r} + {num_slots!r})")
+
+
+def _philox_uniforms(
+    keys: torch.Tensor, stream: int, step: torch.Tensor, slot: torch.Tensor
+) -> torch.Tensor:
+    """The uniforms of broadcastable int64 ``keys``, ``step`` and ``slot`` (the counter layout of
+    docs/internals.md: ``(slot, step lo, step hi, stream)`` under key ``(key lo, key hi)``)."""
+    shape = torch.broadcast_shapes(keys.shape, step.shape, slot.shape)
+    c0 = slot.expand(shape)
+    c1 = (step & _M32).expand(shape)
+    c2 = ((step >> 32) & _M32).expand(shape)
+    c3 = torch.full(shape, stream, dtype=torch.int64, device=keys.device)
+    k0 = keys & _M32
+    k1 = (keys >> 32) & _M32
+    x0, x1, _, _ = philox4x32((c0, c1, c2, c3), (k0, k1))  # 32-bit lanes
+    m = (x0 << 20) | (x1 >> 12)  # 52 bits, < 2^52
+    return (2 * m + 1).to(torch.float64) * 2.0**-53  # in (0, 1), exact
+
+
+# ----------------------------------------------------------------------------- a chunk's draws
+
+
+def plain_draws(keys: torch.Tensor, T: int) -> Callable[[int], torch.Tensor]:
+    """Plain decode's draws for a chunk: ``t ↦ uniforms(keys, STREAM_PLAIN, t, 1)[:, 0]`` ``[B]``,
+    from tables of as many steps as ``TABLE_ELEMENTS`` allows (one per chunk at P1's sizes)."""
+    B = int(keys.shape[0])
+    if TABLE_ELEMENTS < B:
+        return lambda t: uniforms(keys, STREAM_PLAIN, t, 1)[:, 0]
+    block = max(1, min(T, TABLE_ELEMENTS // max(1, B)))
+    tables: dict[int, torch.Tensor] = {}
+
+    def at(t: int) -> torch.Tensor:
+        lo = t - t % block
+        if lo not in tables:
+            tables.clear()
+            n = min(block, T - lo)
+            table = uniform_table(keys, STREAM_PLAIN, n, 1, first_step=lo)  # [B, n, 1]
+            tables[lo] = table[:, :, 0].T.contiguous()  # [n, B]
+        return tables[lo][t - lo]
+
+    return at
+
+
+def round_draws(
+    keys: torch.Tensor, T: int, K: int, num_slots: int
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A speculative chunk's draws: ``pos ↦ uniforms(keys, STREAM_SPEC, pos, num_slots)``
+    ``[B, num_slots]`` for positions ``pos`` ``[B]`` in ``[0, T + K]`` (a finished row's position
+    stays below ``T + K + 1``), gathered from one table when it fits ``TABLE_ELEMENTS``."""
+    B = int(keys.shape[0])
+    if B * (T + K + 1) * num_slots > TABLE_ELEMENTS:
+        return lambda pos: uniforms(keys, STREAM_SPEC, pos, num_slots)
+    table = uniform_table(keys, STREAM_SPEC, T + K + 1, num_slots)  # [B, T+K+1, S]
+    rows = torch.arange(B, device=keys.device)  # [B]
+    return lambda pos: table[rows, pos]
 
 
 # ----------------------------------------------------------------------------- reference

@@ -297,9 +297,9 @@ def test_whitebox_on_shortlist_equals_dense(hf_pair, monkeypatch, onehot, q_mode
     calls: list[int] = []
     real = teacher.whitebox_columns_shortlist
 
-    def counted(p, q, tokens):  # type: ignore[no-untyped-def]
+    def counted(p, q, tokens, **kw):  # type: ignore[no-untyped-def]
         calls.append(int(tokens.shape[0]))
-        return real(p, q, tokens)
+        return real(p, q, tokens, **kw)
 
     monkeypatch.setattr(teacher, "whitebox_columns_shortlist", counted)
     narrow = dataclasses.replace(

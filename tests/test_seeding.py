@@ -20,6 +20,7 @@ from spectest.seeding import (
     row_key,
     run_key_from,
     spec_slots,
+    uniform_table,
     uniforms,
     uniforms_reference,
 )
@@ -56,6 +57,21 @@ def test_uniforms_bit_equal_to_reference():
         for b in range(B):
             ref = uniforms_reference(keys[b], stream, steps[b], S, offset)
             assert got[b].tolist() == ref  # bit-equal: floats compared exactly
+
+
+def test_uniform_table_equals_per_step_calls():
+    """A chunk's table (the decode loops draw from it, issue 32) is bit-equal to one ``uniforms``
+    call per step, at every step and slot, including steps past 2^32 (the high counter word)."""
+    rng = random.Random(5)
+    keys = torch.tensor([rng.randrange(2**62) for _ in range(30)] + [0, 2**62 - 1])
+    for stream, steps, slots, first in ((STREAM_PLAIN, 40, 1, 0), (STREAM_SPEC, 9, 9, 2**32 - 4)):
+        table = uniform_table(keys, stream, steps, slots, first_step=first)
+        assert table.dtype == torch.float64 and table.shape == (32, steps, slots)
+        for s in range(steps):
+            assert torch.equal(table[:, s], uniforms(keys, stream, first + s, slots))
+    assert uniform_table(keys[:1], STREAM_SPEC, 1, 3)[0, 0].tolist() == uniforms_reference(
+        int(keys[0]), STREAM_SPEC, 0, 3
+    )
 
 
 def test_uniforms_batch_invariant():
@@ -138,6 +154,9 @@ def test_row_key_encoding_and_distinctness():
             "step",
         ),
         (lambda: spec_slots(-1, True), "K"),
+        (lambda: uniform_table(torch.zeros(2, dtype=torch.int32), 1, 3, 1), "keys"),
+        (lambda: uniform_table(torch.zeros(2, dtype=torch.int64), 1, 0, 1), "num_steps"),
+        (lambda: uniform_table(torch.zeros(2, dtype=torch.int64), 1, 2, 1, first_step=-1), "first"),
     ],
 )
 def test_bad_inputs_raise(call, match):
@@ -167,3 +186,5 @@ def test_uniforms_cpu_cuda_bit_identical():
     cpu = uniforms(keys, STREAM_SPEC, steps, 33, slot_offset=2)
     gpu = uniforms(keys.cuda(), STREAM_SPEC, steps.cuda(), 33, slot_offset=2)
     assert torch.equal(cpu, gpu.cpu())
+    table = uniform_table(keys[:512], STREAM_SPEC, 37, 9)
+    assert torch.equal(table, uniform_table(keys[:512].cuda(), STREAM_SPEC, 37, 9).cpu())

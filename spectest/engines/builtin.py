@@ -35,7 +35,15 @@ from spectest.sampling.mutants import SpecVariant, get_variant, stack_q
 from spectest.sampling.params import SamplingTensors
 from spectest.sampling.pipeline import REFERENCE, Pipeline, RoundSampler
 from spectest.sampling.transforms import logits_to_probs
-from spectest.seeding import STREAM_PLAIN, STREAM_SPEC, row_key, spec_slots, uniforms
+from spectest.seeding import (
+    STREAM_PLAIN,
+    STREAM_SPEC,
+    plain_draws,
+    round_draws,
+    row_key,
+    spec_slots,
+    uniforms,
+)
 
 # ----------------------------------------------------------------------------- plain
 
@@ -94,8 +102,9 @@ def _plain_chunk(
     cache, prompt_logits = model.prefill_shared(prompt, B)  # one prompt forward for B rows
     logits = prompt_logits[-1].expand(B, -1)  # [B, V] next-token logits
     out = torch.empty((B, T), dtype=torch.int64, device=model.device)  # [B, T]
+    u_at = plain_draws(keys, T)
     for t in range(T):
-        u = uniforms(keys, STREAM_PLAIN, t, 1)[:, 0]  # [B]
+        u = u_at(t)  # [B] uniforms(keys, STREAM_PLAIN, t, 1)[:, 0]
         law = pipeline.law(logits, params)  # [B, *] on the shortlist where it decides every row
         out[:, t] = law.draw(u, check=pipeline.check)  # [B] (a shortlist draws the dense token)
         if observer is not None:
@@ -175,9 +184,12 @@ def _spec_chunk(
     DUMP = T + K + 1  # a scratch column for tokens that are not committed
     j = torch.arange(K + 1, device=dev)  # [K+1]
     log: list[tuple[torch.Tensor, ...]] = []
-    while bool((pos < T).any()):
+    u_at = round_draws(keys, T, K, slots.num_slots)
+    # NOTE a round emits at most K + 1 tokens per row, so every row is active while
+    # rounds * (K + 1) < T: no host sync to decide those
+    while len(log) * (K + 1) < T or bool((pos < T).any()):
         active = pos < T  # [B]
-        u = uniforms(keys, STREAM_SPEC, pos, slots.num_slots)  # [B, 2K+1] or [B, K+1]
+        u = u_at(pos)  # [B, 2K+1] or [B, K+1]: uniforms(keys, STREAM_SPEC, pos, num_slots)
         # 1. draft: x_i ~ q_i = q(. | prefix, x_<i) for i = 1..K (the argmax for a one-hot drafter)
         tok, drafted, qs, d_logits = last, [], [], []
         for i in range(K):

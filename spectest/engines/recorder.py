@@ -80,7 +80,9 @@ class _Recorder:
         for lo in range(0, B * J, step):
             q_rows = None if flat_q is None else flat_q.rows(lo, step)
             p_rows, t_rows = flat_p.rows(lo, step), toks[lo : lo + step]
-            cols = teacher.law_columns(p_rows, q_rows, t_rows)
+            # NOTE the tokens are ids the loop drew (or an acceptor kernel's, checked by
+            # ``acceptor.check_return``): no id check, no host sync per token / round
+            cols = teacher.law_columns(p_rows, q_rows, t_rows, check=False)
             if self.roles:
                 assert ratio is not None
                 r_rows = ratio.reshape(B * J)[lo : lo + step]
@@ -92,7 +94,8 @@ class _Recorder:
         j = torch.arange(J, device=tokens.device)[None, :]  # [1, J]
         idx = torch.where(commit, start[:, None] + j, self.dump)  # [B, J]
         for c in cols_out:
-            self.buf[c].scatter_(1, idx, torch.cat(parts[c]).reshape(B, J))
+            col = parts[c][0] if len(parts[c]) == 1 else torch.cat(parts[c])  # [B*J]
+            self.buf[c].scatter_(1, idx, col.reshape(B, J))
         self.role.scatter_(1, idx, role)
         self.offset.scatter_(1, idx, j.expand(B, J))
 
@@ -136,20 +139,21 @@ class PlainObserver(_Recorder):
     ) -> None:
         super().__init__(B, T, prompt.device)
         self.T, self.pipeline, self.params, self.draft = T, pipeline, params, draft
+        dev = prompt.device
+        # per-token constants, built once per chunk (no fill kernels per token)
+        self.steps = torch.arange(T, dtype=torch.int64, device=dev)[:, None].expand(T, B)  # [T, B]
+        self.every = torch.ones((B, 1), dtype=torch.bool, device=dev)  # [B, 1]
+        self.plain = torch.full((B, 1), PLAIN, dtype=torch.int64, device=dev)  # [B, 1]
         if draft is not None:
             self.d_cache, d_prompt_logits = draft[0].prefill_shared(prompt, B)
             self.d_logits = d_prompt_logits[-1].expand(B, -1)  # [B, V] the draft's law at 0
 
     def on_token(self, p: Law, tokens: torch.Tensor, t: int) -> None:
         """Token ``t`` of every row (``tokens`` ``[B]``) was drawn under ``p`` ``[B, *]``."""
-        B = int(tokens.shape[0])
         q = None
         if self.draft is not None:
             q = teacher_q(self.d_logits[:, None], self.params, self.draft[1], self.pipeline)
-        at = torch.full((B,), t, dtype=torch.int64, device=tokens.device)  # [B]
-        every = torch.ones((B, 1), dtype=torch.bool, device=tokens.device)  # [B, 1]
-        role = torch.full((B, 1), PLAIN, dtype=torch.int64, device=tokens.device)
-        self.record(p.unsqueeze(), q, tokens[:, None], at, every, role)
+        self.record(p.unsqueeze(), q, tokens[:, None], self.steps[t], self.every, self.plain)
         if self.draft is not None and t + 1 < self.T:
             self.d_logits = self.draft[0].forward(self.d_cache, tokens[:, None])[:, 0]  # [B, V]
 

@@ -41,7 +41,7 @@ def order_key(p: torch.Tensor, q: torch.Tensor | None) -> torch.Tensor:
 
 
 def whitebox_columns(
-    p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor
+    p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor, *, check: bool = True
 ) -> dict[str, torch.Tensor]:
     """White-box columns (``[N]`` tensors keyed by ``schema.WHITEBOX_COLUMNS``) of ``N`` tokens
     ``[N]`` int64 under the float64 target law p ``[N, V]`` and the drafter's q ``[N, V]``
@@ -57,7 +57,8 @@ def whitebox_columns(
     assert tokens.shape == (N,) and tokens.dtype == torch.int64, (tokens.dtype, tuple(tokens.shape))
     if q is not None:
         assert q.shape == p.shape and q.dtype == torch.float64, (q.dtype, tuple(q.shape))
-    _check_tokens(tokens, V, "whitebox_columns")
+    if check:  # one host sync; the decode loops' recorders pass ids they drew (check=False)
+        _check_tokens(tokens, V, "whitebox_columns")
     x = tokens[:, None]  # [N, 1]
     ids = torch.arange(V, device=p.device)[None, :]  # [1, V]
     q_x = None if q is None else q.gather(1, x)
@@ -101,17 +102,19 @@ def _no_draft_columns(N: int, device: torch.device) -> dict[str, torch.Tensor]:
     }
 
 
-def law_columns(p: Law, q: Law | None, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+def law_columns(
+    p: Law, q: Law | None, tokens: torch.Tensor, *, check: bool = True
+) -> dict[str, torch.Tensor]:
     """The white-box columns of ``N`` tokens under laws ``[N, *]``: ``whitebox_columns_shortlist``
     for a shortlist p (O(N·W)), else ``whitebox_columns`` on the dense laws (a shortlist q is
     densified). The two give the same values up to float64 summation order (tested)."""
     if isinstance(p, ShortlistLaw):
-        return whitebox_columns_shortlist(p, q, tokens)
-    return whitebox_columns(p.dense(), None if q is None else q.dense(), tokens)
+        return whitebox_columns_shortlist(p, q, tokens, check=check)
+    return whitebox_columns(p.dense(), None if q is None else q.dense(), tokens, check=check)
 
 
 def whitebox_columns_shortlist(
-    p: ShortlistLaw, q: Law | None, tokens: torch.Tensor
+    p: ShortlistLaw, q: Law | None, tokens: torch.Tensor, *, check: bool = True
 ) -> dict[str, torch.Tensor]:
     """``whitebox_columns`` for a shortlist p ``[N, W]`` and any q ``Law`` ``[N, *]`` (or None)
     in O(N·W): the same values up to float64 summation order; tokens in ``[0, V)``, on p's
@@ -126,7 +129,8 @@ def whitebox_columns_shortlist(
     assert ids.dim() == 2 and pp.dtype == torch.float64, (pp.dtype, tuple(ids.shape))
     N = int(ids.shape[0])
     assert tokens.shape == (N,) and tokens.dtype == torch.int64, (tokens.dtype, tuple(tokens.shape))
-    _check_tokens(tokens, p.vocab_size, "whitebox_columns_shortlist")
+    if check:
+        _check_tokens(tokens, p.vocab_size, "whitebox_columns_shortlist")
     x = tokens[:, None]  # [N, 1]
     q_p = None if q is None else q.prob_of(ids)  # [N, W] q at p's shortlist
     q_x = None if q is None else q.prob_of(x)  # [N, 1]

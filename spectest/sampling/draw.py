@@ -97,8 +97,12 @@ def _check(w: torch.Tensor, total: torch.Tensor, u: torch.Tensor, zero: torch.Te
 def argmax_tokens(probs: torch.Tensor) -> torch.Tensor:
     """``[..., V]`` → ``[...]`` int64 argmax, the lowest id on ties (the greedy rule everywhere)."""
     V = int(probs.shape[-1])
-    ar = torch.arange(V, device=probs.device)  # [V]
-    return torch.where(probs == probs.amax(-1, keepdim=True), ar, V).amin(-1)
+    # NOTE ``torch.argmax`` returns the first maximal index (documented, CPU and CUDA) in one
+    # read, where ``where(x == amax, id, V).amin`` read ``[..., V]`` four times; a row with NaN
+    # (argmax picks a NaN) keeps that formula's answer, V (tests/test_engine_host_work.py)
+    idx = probs.argmax(-1)  # [...]
+    at = probs.gather(-1, idx[..., None])[..., 0]  # [...]
+    return torch.where(torch.isnan(at), V, idx)
 
 
 def categorical_reference(probs: Sequence[float], u: float) -> int:

@@ -170,6 +170,8 @@ def probs_at(ids: torch.Tensor, probs: torch.Tensor, tok: torch.Tensor) -> torch
     ``ids``: the law is 0 off its shortlist): ``ids``, ``probs`` ``[..., W]`` (ids ascending),
     ``tok`` ``[..., J]`` → ``[..., J]`` float64, by a batched ``searchsorted`` + equality check."""
     W = int(ids.shape[-1])
+    if W == 1:  # a one-hot law (``onehot_law``): the same values without the search (2 ops)
+        return torch.where(ids == tok, probs, 0.0)
     pos = torch.searchsorted(ids.contiguous(), tok.contiguous()).clamp(max=W - 1)  # [..., J]
     hit = ids.gather(-1, pos) == tok  # [..., J]
     return torch.where(hit, probs.gather(-1, pos), 0.0)
