@@ -16,14 +16,15 @@ import pandas as pd
 
 from spectest import schema
 from spectest.byo import read_samples_file
+from spectest.decision.claims import TokenFloorClaim, stable_seed
+from spectest.decision.header import Header
+from spectest.decision.judge import RunResult, compare_all, finish_run
 from spectest.errors import ConfigError, InputError
 from spectest.files import make_provenance
-from spectest.judge import RunResult, TokenFloorClaim, compare_all, finish_run
 from spectest.plan import Arm, RunSettings, SeedRange
 from spectest.progress import ProgressFn, no_progress
 from spectest.stats.options import AnalysisOptions, OptionError, flags
 from spectest.store import RunDir
-from spectest.summary import Header
 
 FLAGS = flags()  # a setting → its flag (``stats.options.Option.flag``)
 
@@ -116,7 +117,6 @@ def _readout(
     ref: pd.DataFrame, cand: pd.DataFrame, pair: list[pd.DataFrame], alpha: float, h: str
 ) -> dict[str, Any]:
     """``--floor``'s token-drift readout, its bootstrap seeded by the comparison's hash."""
-    from spectest.judge import stable_seed
     from spectest.stats.token_drift import token_drift
 
     rng = np.random.default_rng(stable_seed("token-drift", h))

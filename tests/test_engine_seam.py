@@ -120,7 +120,7 @@ def test_judge_is_shared_without_an_import_cycle() -> None:
     """``compare`` and ``runner`` both go through ``judge``; neither imports the other at module
     level, and ``judge`` imports neither."""
     code = (
-        "import sys; import spectest.byo_compare, spectest.judge;"
+        "import sys; import spectest.byo_compare, spectest.decision.judge;"
         "assert 'spectest.runner' not in sys.modules, 'compare imported runner'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)

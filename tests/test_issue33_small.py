@@ -14,12 +14,12 @@ import pytest
 from typer.testing import CliRunner
 
 from spectest.cli import app
-from spectest.comparison import FamilyScope
+from spectest.decision.comparison import FamilyScope
+from spectest.decision.verdict import Scope
 from spectest.errors import ConfigError
 from spectest.protocol import load_protocol
 from spectest.report.junit import render_junit
 from spectest.stats.family_whitebox import sup_cdf_words
-from spectest.verdict_types import Scope
 
 ROOT = Path(__file__).resolve().parents[1]
 CI = ROOT / "protocols" / "ci.yaml"
