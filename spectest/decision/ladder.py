@@ -1,22 +1,24 @@
 """The decision ladder: one rung per decision rule (docs/verdict.md "Decision rules"), top rung
 first; the first that fires decides (``climb``), every rung adds its reasons; the exit code of
-each decision (``EXIT``). The rungs read ``RunFacts``; ``verdict.decide`` builds it and words the
-result. The details: docs/internals.md "spectest/decision/ladder.py".
+each decision (``EXIT``). The rungs read the verdict's ``Scope`` (what was tested, at what
+resolution, the claims), which words itself for every renderer; ``verdict.decide`` builds it.
+The details: docs/internals.md "spectest/decision/ladder.py".
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from spectest.decision.claims import pct
 from spectest.errors import ExitCode
 from spectest.stats.drift import in_units as _num
 from spectest.stats.drift import margin_words as _margin
 
 if TYPE_CHECKING:
     from spectest.decision.claims import PowerClaim
-    from spectest.decision.comparison import Comparison
+    from spectest.decision.comparison import Comparison, FamilyScope
     from spectest.stats.drift import DriftResult
 
 Decision = Literal["equivalent", "different", "inconclusive", "sound"]
@@ -32,19 +34,22 @@ def _fires(short: str, long: str) -> Rung:
 
 
 @dataclass(frozen=True)
-class RunFacts:
-    """What the rungs of the decision ladder read."""
+class Scope:
+    """What the verdict is a claim about, and what the rungs read: the main comparison (the
+    candidate, else the first; its cells and families at the run's α and power), the teeth, the
+    power claim against its requirement, and claim (b) (``drift``: required when ``matched``,
+    matched numerics mode, or ``floor``, a floor arm's claim from tokens)."""
 
     cand: Comparison | None
     main: Comparison | None  # the candidate, else the first comparison (the control's arm)
-    teeth: tuple[Comparison, ...]  # the teeth
-    claim: PowerClaim | None
-    required: float
-    requirement: str
-    kind: str
+    teeth: tuple[Comparison, ...]  # every tooth, judged (``Comparison.sound``)
+    claim: PowerClaim | None  # the power claim (a run with a candidate)
+    required: float  # the per-cell TV the claim must meet (``claims.required_resolution``)
+    requirement: str  # where that comes from: "protocol" | "--max-mde-tv" | "default"
+    kind: str = "run"  # run | teeth | compare: the wording of the no-teeth note only
     drift: DriftResult | None = None  # claim (b)
     matched: bool = False
-    floor: bool = False  # claim (b) from tokens against a floor arm: required too
+    floor: bool = False
 
     @property
     def nothing(self) -> bool:
@@ -56,8 +61,100 @@ class RunFacts:
         c = self.claim
         return c is not None and (c.tv is None or c.tv > self.required)
 
+    @property
+    def claim_lines(self) -> tuple[str, ...]:
+        """The two claims' own lines (claim (a), claim (b)) in matched numerics mode or beside
+        a floor arm; () otherwise."""
+        c, matched = self.cand, self.matched
+        if c is None or not (matched or self.floor):
+            return ()
+        routes = ", ".join(f.label for f in c.families if f.ran) or "no family ran"
+        a = "differs" if c.rejected else "no difference found"
+        if c.rejected and not (matched or c.exact_rejected):
+            a = "not shown: only black-box families differ, as numerics alone can (claim b decides)"
+        against = (
+            "against the matched reference (spectest's exact sampler in the same loop, disjoint "
+            "seeds)"
+            if matched
+            else "against plain decode (the black-box families see numerics too; the white-box "
+            "family, where it ran, is exact in any dtype)"
+        )
+        line_a = (
+            f"sampler exact given the engine's numerics: {a} (claim a) — {against}; families: "
+            f"{routes}"
+        )
+        d = self.drift
+        return (line_a, d.line if d is not None else "numerics drift: not measured (claim b)")
 
-def _controls_failed(run: RunFacts) -> Rung:
+    def tested_line(self) -> str:
+        m = self.main
+        tested, untestable = (m.cells_tested, m.cells_untestable) if m else (0, 0)
+        fams = ", ".join(f"{f.label} ({f.n_tested})" for f in self._families if f.ran) or "none"
+        teeth = ", ".join(self._teeth_ran) or "none"
+        return (
+            f"tested: {tested} of {tested + untestable} cell-positions "
+            f"({untestable} untestable); families that ran: {fams}; "
+            f"teeth that ran: {teeth}"
+        )
+
+    def resolution_line(self) -> str:
+        m = self.main
+        head = f"resolution (α {m.alpha:g}, power {pct(m.power)}): " if m and m.alpha else ""
+        parts = []
+        if m is not None and m.mde_tv is not None:
+            worst = f", worst {m.mde_tv_max:.3f}" if m.mde_tv_max is not None else ""
+            parts.append(f"per-cell TV {m.mde_tv:.3f} (median{worst})")
+        else:
+            parts.append("per-cell TV unknown (no cell-position tested)")
+        for f in self._families:
+            if f.name != "cells" and f.ran and f.mde is not None:
+                note = f" ({f.mde_note})" if f.mde_note else ""
+                parts.append(f"{f.label} {_mass(f.mde)} {f.mde_unit}{note}")
+        if self.claim is not None:
+            parts.append(f"power claim {self.claim.where()}")
+        parts.append(f"required per-cell TV ≤ {self.required:g} ({self.requirement})")
+        return head + "; ".join(parts)
+
+    @property
+    def _families(self) -> tuple[FamilyScope, ...]:
+        return self.main.families if self.main is not None else ()
+
+    @property
+    def _teeth_ran(self) -> list[str]:
+        return [t.arm for t in self.teeth if t.ran]
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.main
+        extra = {"claims": list(self.claim_lines)} if self.claim_lines else {}
+        return {
+            "cells_tested": m.cells_tested if m else 0,
+            "cells_untestable": m.cells_untestable if m else 0,
+            "families": [f.to_dict() for f in self._families],
+            "teeth_ran": self._teeth_ran,
+            "alpha": m.alpha if m else None,
+            "power": m.power if m else None,
+            "mde_tv": m.mde_tv if m else None,
+            "mde_tv_max": m.mde_tv_max if m else None,
+            "required_mde_tv": self.required,
+            "requirement": self.requirement,
+            "power_claim": self.claim.to_dict() if self.claim is not None else None,
+            "tested": self.tested_line(),
+            "resolution": self.resolution_line(),
+            **extra,
+        }
+
+
+MASS_FLOOR = 1e-6  # below the precision of the probabilities a resolution is stated as a floor
+
+
+def _mass(x: float) -> str:
+    """A family's resolution (a probability mass or TV) as printed: one below ``MASS_FLOOR``
+    (a white-box excess of 1.34e-84 on a near-degenerate law) claims precision the float32
+    probabilities it comes from do not have, so it prints as "< 1e-06"."""
+    return f"< {MASS_FLOOR:g}" if 0 <= x < MASS_FLOOR else f"{x:.3g}"
+
+
+def _controls_failed(run: Scope) -> Rung:
     """Rule 1: the white-box control, a null arm or a tooth that cannot bite rejected."""
     out: list[Reason] = []
     control_bad = run.main is not None and run.main.control_failed
@@ -77,7 +174,7 @@ def _controls_failed(run: RunFacts) -> Rung:
     return bool(control_bad or null_bad), out
 
 
-def _candidate_rejected(run: RunFacts) -> Rung:
+def _candidate_rejected(run: Scope) -> Rung:
     """Rule 2: the candidate rejects — evidence whatever the power."""
     c = run.cand
     if c is None or not c.rejected:
@@ -100,13 +197,13 @@ def _candidate_rejected(run: RunFacts) -> Rung:
     )
 
 
-def rejection_counts(run: RunFacts) -> bool:
+def rejection_counts(run: Scope) -> bool:
     """Whether the candidate's rejection decides (rule 2): beside a floor arm only an exact one."""
     c = run.cand
     return c is not None and c.rejected and (not run.floor or c.exact_rejected)
 
 
-def _drift_beyond(run: RunFacts) -> Rung:
+def _drift_beyond(run: Scope) -> Rung:
     """Rule 2b: claim (b) fails (drift beyond the numerics floor plus the margin, at α)."""
     d = run.drift
     if d is None or d.decision != "beyond" or run.cand is None:
@@ -118,7 +215,7 @@ def _drift_beyond(run: RunFacts) -> Rung:
     )
 
 
-def _drift_unresolved(run: RunFacts) -> Rung:
+def _drift_unresolved(run: Scope) -> Rung:
     """Rule 3d: claim (b) is required (matched mode, a floor arm) and undecided: not measured,
     its bounds straddle the margin, or (teacher-forced) too many tokens were left out."""
     if not (run.matched or run.floor) or run.cand is None:
@@ -146,13 +243,13 @@ def _drift_unresolved(run: RunFacts) -> Rung:
     )
 
 
-def _claim_a_unresolved(run: RunFacts) -> Rung:
+def _claim_a_unresolved(run: Scope) -> Rung:
     """Rule 3e: a candidate family cannot decide its claim (``FamilyResult.unresolved``)."""
     why = [f.unresolved for f in run.cand.families if f.unresolved] if run.cand else []
     return bool(why), [("claim (a) unresolved: too many tokens left out", w) for w in why]
 
 
-def _nothing_tested(run: RunFacts) -> Rung:
+def _nothing_tested(run: Scope) -> Rung:
     """Rule 3a: no test family of the candidate ran on enough data."""
     if not run.nothing or run.cand is None:
         return False, []
@@ -166,7 +263,7 @@ def _nothing_tested(run: RunFacts) -> Rung:
     )
 
 
-def _teeth_misbehaved(run: RunFacts) -> Rung:
+def _teeth_misbehaved(run: Scope) -> Rung:
     """Rule 3b: a tooth tested nothing, or an ε arm / mutant that can bite was not killed; a
     tooth that cannot bite is reported and decides nothing."""
     no_data = [t for t in run.teeth if not t.ran and t.cannot_bite is None]
@@ -198,7 +295,7 @@ def _teeth_misbehaved(run: RunFacts) -> Rung:
     return bool(no_data or unkilled), out
 
 
-def _power_short(run: RunFacts) -> Rung:
+def _power_short(run: Scope) -> Rung:
     """Rule 3c: the power claim is unknown or worse than the requirement."""
     c = run.claim
     if not run.low_power or c is None or (run.nothing and c.tv is None):
@@ -224,7 +321,7 @@ def _power_short(run: RunFacts) -> Rung:
     )
 
 
-def _no_teeth(run: RunFacts) -> Rung:
+def _no_teeth(run: Scope) -> Rung:
     """A note, not a rung: a run with a candidate and no teeth says so."""
     if run.cand is None or run.teeth:
         return False, []
@@ -244,7 +341,7 @@ def _no_teeth(run: RunFacts) -> Rung:
 
 
 # The decision ladder (docs/verdict.md "Decision rules"), top rung first (``climb``).
-LADDER: tuple[tuple[Callable[[RunFacts], Rung], Decision], ...] = (
+LADDER: tuple[tuple[Callable[[Scope], Rung], Decision], ...] = (
     (_controls_failed, "inconclusive"),  # 1
     (_candidate_rejected, "different"),  # 2
     (_drift_beyond, "different"),  # 2b
@@ -263,7 +360,7 @@ EXIT: dict[Decision, ExitCode] = {
 }
 
 
-def climb(run: RunFacts) -> tuple[Decision, list[Reason]]:
+def climb(run: Scope) -> tuple[Decision, list[Reason]]:
     """The first rung of ``LADDER`` that fires decides (none: rule 4); every rung adds its
     reasons in ladder order, then the notes."""
     reasons: list[Reason] = []
