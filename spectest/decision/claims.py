@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -59,7 +59,7 @@ class PowerClaim:
         """``bugs like eps=0.5 of exact size 0.167 were seen too`` (empty when no tooth)."""
         if self.tooth is None or self.tooth_tv is None:
             return ""
-        size = f"exact size {self.tooth_tv:.3g}" if self.exact else f"size ≤ {self.tooth_tv:.3g}"
+        size = f"{self.size_words()} {self.tooth_tv:.3g}"
         return f"bugs like the killed tooth {self.tooth}, of {size}, were seen too"
 
     def seen(self, power: float | None) -> str:
@@ -80,13 +80,7 @@ class PowerClaim:
         return f"per-cell TV {self.tv:.3f} from the median MDE" + ex
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "tv": self.tv,
-            "source": self.source,
-            "tooth": self.tooth,
-            "exact": self.exact,
-            "tooth_tv": self.tooth_tv,
-        }
+        return asdict(self)
 
 
 def required_resolution(max_mde_tv: float | None = None, *, kind: str = "run") -> tuple[float, str]:

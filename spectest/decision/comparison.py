@@ -236,19 +236,15 @@ class Comparison:
     def tooth_dict(self) -> dict[str, Any]:
         """A tooth as ``summary.json``'s ``verdict.teeth`` lists it."""
         return {
-            "arm": self.arm,
-            "role": self.role,
-            "expect": self.expect,
-            "rejected": self.rejected,
-            "sound": self.sound,
-            "ran": self.ran,
-            "label": self.label,
-            "cannot_bite": self.cannot_bite,
-            "size_tv": self.size_tv,
-            "size_exact": self.size_exact,
+            **pick(self, "arm role expect rejected sound ran label cannot_bite size_tv size_exact"),
             "support_only": self.rejected_by_support,
             **({} if self.null_engine is None else {"null_engine": self.null_engine}),
         }
+
+
+def pick(obj: Any, names: str) -> dict[str, Any]:
+    """``{name: obj.name}`` for each of the space-separated ``names``, in their order."""
+    return {k: getattr(obj, k) for k in names.split()}
 
 
 def _f(x: Any) -> float | None:

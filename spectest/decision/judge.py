@@ -23,7 +23,7 @@ from spectest.decision.claims import (
 )
 from spectest.decision.comparison import Comparison, compare_arm
 from spectest.decision.header import Header
-from spectest.decision.summary import build_summary, json_safe, tidy_tables
+from spectest.decision.summary import build_summary, json_safe
 from spectest.decision.verdict import Verdict, decide
 from spectest.plan import Arm, RunSettings
 from spectest.progress import ProgressFn
@@ -177,12 +177,12 @@ def finish_run(
     return verdict, comparisons, summary
 
 
-# the analysis tables of ``tidy_tables`` and their schemas
-ANALYSIS_SCHEMAS = {
-    TESTS: schema.TESTS_SCHEMA,
-    TRIE: schema.TRIE_SCHEMA,
-    WHITEBOX: schema.WHITEBOX_TESTS_SCHEMA,
-    SEQUENCE: schema.SEQUENCE_SCHEMA,
+# the analysis tables a run stores, by file: the family each comes from, its schema
+ANALYSIS_TABLES = {
+    TESTS: ("cells", schema.TESTS_SCHEMA),
+    TRIE: ("trie", schema.TRIE_SCHEMA),
+    WHITEBOX: ("whitebox", schema.WHITEBOX_TESTS_SCHEMA),
+    SEQUENCE: ("sequence", schema.SEQUENCE_SCHEMA),
 }
 
 
@@ -193,7 +193,8 @@ def _final_tables(
     sizes: pd.DataFrame | None,
     numerics: ClaimB | None,
 ) -> dict[str, tuple[pd.DataFrame, Any]]:
-    """Every final table of a run with its Arrow schema, by file name."""
+    """Every final table of a run with its Arrow schema, by file name; an analysis table holds
+    every comparison's rows, with a ``comparison`` column (the arm's name)."""
     from spectest.stats.histograms import position_counts
 
     tables: dict[str, tuple[pd.DataFrame, Any]] = {
@@ -210,6 +211,9 @@ def _final_tables(
         tables[TEACHER_LAWS] = (numerics.table, laws_schema())
     elif numerics is not None and numerics.table is not None:
         tables[NUMERICS] = (numerics.table, schema.numerics_schema(numerics.table.columns))
-    for fname, df in tidy_tables(results).items():
-        tables[fname] = (df, ANALYSIS_SCHEMAS[fname])
+    for fname, (family, arrow) in ANALYSIS_TABLES.items():
+        frames = ((arm, a.table(family)) for arm, a in results)
+        parts = [df.assign(comparison=arm.name) for arm, df in frames if len(df)]
+        if parts:
+            tables[fname] = (pd.concat(parts, ignore_index=True), arrow)
     return tables

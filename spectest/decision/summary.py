@@ -1,6 +1,6 @@
-"""The run summary: what ``summary.json`` stores (``build_summary``, ``tidy_tables``,
-``json_safe``) and how the CLI and the reports print its verdict (``verdict_lines``,
-``rejections_account``). The details: docs/internals.md "spectest/decision/summary.py".
+"""The run summary: what ``summary.json`` stores (``build_summary``, ``json_safe``) and how
+the CLI and the reports print its verdict (``verdict_lines``, ``rejections_account``).
+The details: docs/internals.md "spectest/decision/summary.py".
 """
 
 from __future__ import annotations
@@ -8,34 +8,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import pandas as pd
-
-from spectest.decision.comparison import Comparison
+from spectest.decision.comparison import Comparison, pick
 from spectest.decision.header import Header
 from spectest.decision.verdict import Verdict
-from spectest.store import SEQUENCE, TESTS, TRIE, WHITEBOX
-
-if TYPE_CHECKING:
-    from spectest.plan import Arm
-    from spectest.stats.battery import Analysis
 
 MAX_FAILING_LISTED = 20
-# the families whose tables a run stores, by file (the schema of each is in ``spectest.schema``)
-STORED_TABLES = {TESTS: "cells", TRIE: "trie", WHITEBOX: "whitebox", SEQUENCE: "sequence"}
-
-
-def tidy_tables(results: Sequence[tuple[Arm, Analysis]]) -> dict[str, pd.DataFrame]:
-    """Concatenate the stored tables of each analysis's families (``STORED_TABLES``) with a
-    ``comparison`` column (the arm name)."""
-    tables: dict[str, list[pd.DataFrame]] = {fname: [] for fname in STORED_TABLES}
-    for arm, a in results:
-        for fname, family in STORED_TABLES.items():
-            df = a.table(family)
-            if len(df):
-                tables[fname].append(df.assign(comparison=arm.name))
-    return {k: pd.concat(v, ignore_index=True) for k, v in tables.items() if v}
 
 
 def build_summary(
@@ -60,21 +39,11 @@ def build_summary(
         "configs": _config_rows(comparisons, cand, teeth),
         "teeth": [
             {
-                "arm": c.arm,
-                "role": c.role,
-                "expect": c.expect,
-                "rejected": c.rejected,
-                "rejections": c.rejections,
-                "label": c.label,
-                "sound": c.sound,
+                **pick(c, "arm role expect rejected rejections label sound"),
                 # a plain null: what it compared (the reference engine against itself)
                 **({"null": c.null_words} if c.null_engine is not None else {}),
                 # an ε arm's / mutant's size: its largest per-cell-position TV (tooth_size)
-                **(
-                    {"size_tv": c.size_tv, "size_exact": c.size_exact, "size_where": c.size_where}
-                    if c.expect == "fail"
-                    else {}
-                ),
+                **(pick(c, "size_tv size_exact size_where") if c.expect == "fail" else {}),
             }
             for c in teeth
         ],
@@ -120,15 +89,9 @@ def _config_rows(
 
 def _comparison_dict(c: Comparison) -> dict[str, Any]:
     return {
-        "arm": c.arm,
-        "role": c.role,
-        "expect": c.expect,
-        "rejected": c.rejected,
-        "cells_tested": c.cells_tested,
-        "rejections": c.rejections,
+        **pick(c, "arm role expect rejected cells_tested rejections"),
         "rejections_by_family": dict(c.rejections_by_family),
-        "min_qvalue": c.min_qvalue,
-        "mde_tv": c.mde_tv,
+        **pick(c, "min_qvalue mde_tv"),
         "failing": list(c.failing[:MAX_FAILING_LISTED]),
         "by_config": [
             {**vars(cs), "rejections_by_family": dict(cs.rejections_by_family)}
