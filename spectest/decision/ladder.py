@@ -89,7 +89,7 @@ class Scope:
     def tested_line(self) -> str:
         m = self.main
         tested, untestable = (m.cells_tested, m.cells_untestable) if m else (0, 0)
-        fams = ", ".join(f"{f.label} ({f.n_tested})" for f in self._families if f.ran) or "none"
+        fams = ", ".join(f"{f.label} ({f.n_tested})" for f in self.families if f.ran) or "none"
         teeth = ", ".join(self._teeth_ran) or "none"
         return (
             f"tested: {tested} of {tested + untestable} cell-positions "
@@ -106,7 +106,7 @@ class Scope:
             parts.append(f"per-cell TV {m.mde_tv:.3f} (median{worst})")
         else:
             parts.append("per-cell TV unknown (no cell-position tested)")
-        for f in self._families:
+        for f in self.families:
             if f.name != "cells" and f.ran and f.mde is not None:
                 note = f" ({f.mde_note})" if f.mde_note else ""
                 parts.append(f"{f.label} {_mass(f.mde)} {f.mde_unit}{note}")
@@ -116,7 +116,8 @@ class Scope:
         return head + "; ".join(parts)
 
     @property
-    def _families(self) -> tuple[FamilyScope, ...]:
+    def families(self) -> tuple[FamilyScope, ...]:
+        """The main comparison's families."""
         return self.main.families if self.main is not None else ()
 
     @property
@@ -129,7 +130,7 @@ class Scope:
         return {
             "cells_tested": m.cells_tested if m else 0,
             "cells_untestable": m.cells_untestable if m else 0,
-            "families": [f.to_dict() for f in self._families],
+            "families": [f.to_dict() for f in self.families],
             "teeth_ran": self._teeth_ran,
             "alpha": m.alpha if m else None,
             "power": m.power if m else None,

@@ -50,11 +50,6 @@ class Verdict:
         return self.scope.required
 
     @property
-    def drift(self) -> DriftResult | None:
-        """Claim (b)'s result (matched numerics mode, a floor arm)."""
-        return self.scope.drift
-
-    @property
     def power_ok(self) -> bool | None:
         """The power claim meets the requirement (None: no candidate, or the claim unknown)."""
         if self.claim is None or self.claim.tv is None:
@@ -72,7 +67,7 @@ class Verdict:
             "power_ok": self.power_ok,
             "power_claim": self.claim.to_dict() if self.claim is not None else None,
             "scope": self.scope.to_dict(),
-            **({"numerics": self.drift.to_dict()} if self.drift is not None else {}),
+            **({"numerics": d.to_dict()} if (d := self.scope.drift) is not None else {}),
             "teeth": [t.tooth_dict() for t in self.teeth],
         }
 
