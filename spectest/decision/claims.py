@@ -1,13 +1,7 @@
-"""The verdict's two claims, as the decision reads them. Claim (a)'s power claim: the
-requirement it must meet (``required_resolution``) and the claim itself (``power_claim`` →
-``PowerClaim``). Claim (b), the numerics drift: its inputs from a run's tables
-(``run_claim_b`` → ``NumericsClaim``, ``TokenFloorClaim`` or ``TeacherForcedClaim``), each
-deciding itself (``result()``) from data only, seeded by ``stable_seed``.
-
-Claim (b)'s results (``stats.drift.DriftResult``, ``stats.token_floor`` and
-``stats.teacher_forced``'s) are not a ``stats.families.FamilyResult``: each is one confidence
-bound on a distance against a margin, decided at the run's α, not a family of tests sharing α.
-The rules: docs/verdict.md; the details: docs/internals.md "spectest/decision/claims.py".
+"""The verdict's two claims: claim (a)'s power claim and its requirement (``power_claim``,
+``required_resolution``), claim (b)'s inputs from a run's tables (``run_claim_b``), each
+deciding itself, and why claim (b)'s results are no ``FamilyResult``: docs/internals.md
+"spectest/decision/claims.py".
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""One arm compared with its reference, as the verdict sees it: ``compare_arm`` reads one
-``stats.battery.Analysis`` and the plan's ``Arm`` into a ``Comparison`` (one ``FamilyScope`` per
-test family; a tooth's judgement: ``Comparison.sound``, ``Comparison.label``), and
-``eps_cannot_bite``.
-
-The why and the details: docs/internals.md "spectest/decision/comparison.py".
+"""One arm compared with its reference, as the verdict sees it (``compare_arm`` → ``Comparison``;
+a tooth's judgement is its comparison's), and ``eps_cannot_bite``. The details:
+docs/internals.md "spectest/decision/comparison.py".
 """
 
 from __future__ import annotations
@@ -262,17 +259,13 @@ def compare_arm(
     rounds: pd.DataFrame | None = None,
     sizes: pd.DataFrame | None = None,
 ) -> Comparison:
-    """Read one ``spectest.stats.battery.Analysis`` of ``arm`` (a ``plan.Arm``) into a
-    ``Comparison``.
+    """One ``stats.battery.Analysis`` of ``arm`` (a ``plan.Arm``) as the verdict sees it.
 
-    Every family with rows to show becomes a ``FamilyScope``; ``failing`` is every family's
-    failing rows merged, most significant (smallest adjusted p) first, and ``rejections`` counts
-    them all (cell-positions, trie rows, the candidate's white-box tests, the sequence family's
-    pooled statistics, length tables). ``by_config`` reads the cell-position table and the
-    failing rows that belong to a config. ``rounds`` (every arm's) lets an ε arm say when it
-    cannot bite (``eps_cannot_bite``); ``sizes`` (the run's ``tooth_sizes.parquet``,
-    ``spectest.tooth_size``) gives an ε arm or mutant its size (unknown without it).
+    ``failing`` merges every family's failing rows, most significant first; ``rejections``
+    counts them all; ``by_config`` the cell-position table's configs. ``rounds`` (every arm's):
+    an ε arm's ``eps_cannot_bite``; ``sizes`` (``tooth_sizes.parquet``): a sized tooth's size.
     """
+
     from spectest.sampling.mutants import eps_of
     from spectest.tooth_size import size_of
 

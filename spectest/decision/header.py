@@ -1,7 +1,5 @@
-"""What a summary is about (``Header``), and a protocol run's setup as its summary states it
-(``protocol_setup``, ``arm_engines``: each arm's engine and drafter, named from the engine
-registry — the one module of the decision that imports an engine class, to name it, never to
-run it). The details: docs/internals.md "spectest/decision/header.py".
+"""What a summary is about (``Header``) and a protocol run's setup (``protocol_setup``,
+``arm_engines``). The details: docs/internals.md "spectest/decision/header.py".
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""Judging a run: every arm against its reference (``compare_all``), each read into a
-``Comparison`` and decided (``judge``), and ``finish_run`` (decide, write the final files and the
-reports, the manifest last) — the one way run, teeth, compare and analyze decide. Decides from
-data only: no engine I/O. The details: docs/internals.md "spectest/decision/judge.py".
+"""Judging a run: every arm against its reference (``compare_all``), judged (``judge``), the
+final files and reports written (``finish_run``), from data only. The details:
+docs/internals.md "spectest/decision/judge.py".
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The decision ladder: one rung per decision rule (docs/verdict.md "Decision rules"), top rung
-first; the first that fires decides (``climb``), every rung adds its reasons; the exit code of
-each decision (``EXIT``). The rungs read the verdict's ``Scope`` (what was tested, at what
-resolution, the claims), which words itself for every renderer; ``verdict.decide`` builds it.
-The details: docs/internals.md "spectest/decision/ladder.py".
+"""The decision ladder: one rung per rule (docs/verdict.md "Decision rules"), ``climb``, the exit
+codes (``EXIT``), and the ``Scope`` the rungs read and the verdict states. The details:
+docs/internals.md "spectest/decision/ladder.py".
 """
 
 from __future__ import annotations

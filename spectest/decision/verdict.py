@@ -1,8 +1,6 @@
-"""The verdict: ``decide`` turns every arm's ``Comparison`` (the teeth among them) into one
-``Verdict`` — its ``ladder.Scope`` (what was tested, at what resolution, the claims), the
-decision and exit code by the ladder (``ladder.climb``), its headline and reasons — with
-``to_dict`` for summary.json. The rules: docs/verdict.md "Decision rules"; the details:
-docs/internals.md "spectest/decision/verdict.py".
+"""The verdict: ``decide`` → ``Verdict`` (decision, exit code, headline, reasons, scope). The
+rules: docs/verdict.md "Decision rules"; the details: docs/internals.md
+"spectest/decision/verdict.py".
 """
 
 from __future__ import annotations
