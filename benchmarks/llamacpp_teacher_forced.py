@@ -15,8 +15,8 @@ full processed law π at that prefix. Per unit (cell, position) with Z_i = e_{x_
   candidate's marginal against the plain server's one-step law averaged over the candidate's
   own prefixes (0 for an exact sampler up to prefill-vs-decode numerics, which only add to it:
   no floor is subtracted, so it is conservative for "within");
-- **U2**, the shipped two-sample statistic (stats.token_drift) between the candidate's and the
-  reference's marginals, on the same sequences, for comparison.
+- **U2**, the shipped two-sample statistic (stats.token_floor.token_drift) between the
+  candidate's and the reference's marginals, on the same sequences, for comparison.
 
 Printed: each one's mean over units and a plain bootstrap sd (sequences resampled within each
 cell; pairs of copies not removed, so a rough spread, not the shipped bootstrap-t). U1's

@@ -142,7 +142,7 @@ def _write_pool_file(
     """Decode ``rows`` of one (arm, prompt) with white-box columns and write its pool file (and
     rounds file, first): the file on disk is complete."""
     from spectest.engines import builtin
-    from spectest.engines.base import DecodeRequest
+    from spectest.engines.base import DecodeRequest, rounds_frame, samples_frame
     from spectest.sampling.mutants import get_variant
 
     target, draft = models
@@ -165,11 +165,11 @@ def _write_pool_file(
             target, draft, req, drafter=drafter, variant=get_variant(sampler)
         )
     assert out.whitebox is not None
-    samples = pd.concat([builtin.to_samples_frame(out, pid, rows, arm), out.whitebox], axis=1)
+    samples = pd.concat([samples_frame(out.tokens, pid, rows, arm), out.whitebox], axis=1)
     path.parent.mkdir(parents=True, exist_ok=True)
     if out.rounds is not None:
         rp = _rounds_path(pool, arm, pid)
-        builtin.to_rounds_frame(out, pid, rows, arm).to_parquet(rp.with_suffix(".tmp"))
+        rounds_frame(out.rounds, pid, rows, arm).to_parquet(rp.with_suffix(".tmp"))
         rp.with_suffix(".tmp").rename(rp)
     tmp = path.with_suffix(".tmp")
     samples.to_parquet(tmp, index=False)

@@ -10,7 +10,7 @@ family rejects, and each of its tests', at the family's share of α.
 
 Part B (the truncated PIT): tokens drawn from random Dirichlet laws, reported as a top-n list
 (n drawn per token) — the token's p, its cdf_lo when it is in the list, else only the list's
-mass — through ``family_reported.arm_tests``: the PIT on the coarsened law must hold its level.
+mass — through ``reported_p.arm_tests``: the PIT on the coarsened law must hold its level.
 
 Usage: python benchmarks/reported_calibration.py [--reps 200] [--seeds 64] [--b-reps 1000]
 Prints one line per part and a JSON record (results/bench/).
@@ -100,7 +100,7 @@ def part_a(reps: int, n_seeds: int, positions: int, offset: int = 0) -> dict[str
     from spectest.sampling.params import SamplingParams
     from spectest.stats.battery import AnalysisOptions, analyze
     from spectest.stats.family_cells import CellFamily
-    from spectest.stats.family_reported import ReportedFamily
+    from spectest.stats.reported_p import ReportedFamily
 
     target, draft = load_model(TOY_T), load_model(TOY_D)
     configs = [
@@ -152,7 +152,7 @@ def part_b(reps: int, n: int, V: int = 24) -> dict[str, object]:
     import pandas as pd
 
     from spectest import schema
-    from spectest.stats.family_reported import arm_tests
+    from spectest.stats.reported_p import arm_tests
 
     rng = np.random.default_rng(2026)
     fails, outside = 0, 0.0

@@ -15,13 +15,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from spectest.errors import ConfigError, ModelError
 from spectest.models.dtypes import dtype_name
-from spectest.sampling.params import SamplingParams
+
+if TYPE_CHECKING:  # torch loads with the first run, not with the CLI that reads the defaults
+    from spectest.sampling.params import SamplingParams
 
 ALIASES: dict[str, tuple[str, str]] = {
     "fast-plain": ("fast", "plain"),
@@ -35,6 +35,7 @@ ARMS = tuple(ALIASES)  # the default arms
 BASELINE = "hf-generate"  # the engine the ratio is to (transformers' plain generate)
 MODES = ("plain", "spec")
 DEFAULT_PROMPTS = "english-2"  # the shipped prompt set bench takes its prompt from
+DEFAULT_PARAMS = (0.8, 0, 0.95)  # temperature, top_k, top_p
 WARMUP_ROWS = 4
 
 
@@ -75,7 +76,7 @@ class BenchConfig:
     positions: int = 32
     k: int = 4
     onehot: bool = True
-    params: SamplingParams = field(default_factory=lambda: SamplingParams(0.8, 0, 0.95))
+    params: SamplingParams = field(default_factory=lambda: _params(*DEFAULT_PARAMS))
     assisted_rows: int = 4  # rows of an engine that runs one row at a time (max_batch 1)
     arms: tuple[str, ...] = ARMS
     prompts: str = DEFAULT_PROMPTS  # a shipped prompt set; its first prompt is the workload's
@@ -343,6 +344,8 @@ def _figures(t: _Timed, cfg: BenchConfig, fpt: float, base: _Timed | None) -> Ar
 def _provenance(
     cfg: BenchConfig, target: Any, draft: Any, load_s: float, engines: dict[str, Any], note: str
 ) -> dict[str, Any]:
+    import torch
+
     from spectest.engines.hf.pinning import transformers_version
 
     graphs = [p for p in engines.values() if "cuda_graphs" in p]
@@ -406,7 +409,15 @@ def _profile(fn: Callable[[], Any], device: str, path: Path) -> str:
     return f"profile of {path.name} ({path}.json):\n{table}"
 
 
+def _params(temperature: float, top_k: int, top_p: float) -> SamplingParams:
+    from spectest.sampling.params import SamplingParams
+
+    return SamplingParams(temperature, top_k, top_p)
+
+
 def _sync(device: str) -> None:
+    import torch
+
     if device.startswith("cuda"):
         torch.cuda.synchronize(device)
 

@@ -49,7 +49,11 @@ def read_samples_file(path: str | os.PathLike[str]) -> pd.DataFrame:
     an error: its length is part of the law and is tested as such.
     """
     p = Path(path)
-    df = _read_any(p)
+    return checked_samples(p, _read_any(p))
+
+
+def checked_samples(p: Path, df: pd.DataFrame) -> pd.DataFrame:
+    """``read_samples_file``'s checks on samples ``df`` as read from ``p`` (named in the lines)."""
     missing = [c for c in (f.name for f in schema.BYO_SCHEMA) if c not in df.columns]
     if missing:
         expected = ", ".join(f.name for f in schema.BYO_SCHEMA)

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from spectest import schema
-from spectest.byo import read_samples_file
+from spectest.byo import checked_samples, read_samples_file
 from spectest.decision.claims import TokenFloorClaim, stable_seed
 from spectest.decision.header import Header
 from spectest.decision.judge import RunResult, compare_all, finish_run
@@ -52,22 +52,28 @@ def byo_settings(tests: AnalysisOptions) -> RunSettings:
     return RunSettings(options=tests, key="compare", run_alpha=tests.alpha)
 
 
+def _cells(df: pd.DataFrame) -> set[tuple[Any, ...]]:
+    return set(map(tuple, df[list(schema.CELL)].drop_duplicates().to_numpy().tolist()))
+
+
+def _odd_cell(a: set[tuple[Any, ...]], b: set[tuple[Any, ...]]) -> tuple[int, Any, int]:
+    """Where two cell sets differ: the side (0: ``a``) holding the first cell the other lacks,
+    that cell, and how many cells are not shared."""
+    only = (sorted(a - b), sorted(b - a))
+    side = 0 if only[0] else 1
+    return side, only[side][0], len(only[0]) + len(only[1])
+
+
 def _check_floor(
     paths: tuple[str | Path, str | Path], pair: list[pd.DataFrame], cells: set[tuple[Any, ...]]
 ) -> None:
     """The floor pair holds the same cells as each other and shares one with the comparison;
     else one line naming the file."""
-    got = [
-        set(map(tuple, df[list(schema.CELL)].drop_duplicates().to_numpy().tolist())) for df in pair
-    ]
+    got = [_cells(df) for df in pair]
     if got[0] != got[1]:
-        which, cell = (
-            (paths[0], sorted(got[0] - got[1]))
-            if got[0] - got[1]
-            else (paths[1], sorted(got[1] - got[0]))
-        )
+        side, cell, _ = _odd_cell(*got)
         raise InputError(
-            f"{which}: cell (prompt_id, config_id) = {cell[0]!r} is not in the other --floor "
+            f"{paths[side]}: cell (prompt_id, config_id) = {cell!r} is not in the other --floor "
             "file (the floor pair must hold the same cells)"
         )
     if not got[0] & cells:
@@ -113,33 +119,18 @@ def _digest(frames: list[pd.DataFrame], tests: AnalysisOptions, margin: float | 
     return hashlib.sha256(f"{h}\x1ftoken-floor\x1f{margin!r}".encode()).hexdigest()
 
 
-def _readout(
-    ref: pd.DataFrame, cand: pd.DataFrame, pair: list[pd.DataFrame], alpha: float, h: str
-) -> dict[str, Any]:
-    """``--floor``'s token-drift readout, its bootstrap seeded by the comparison's hash."""
-    from spectest.stats.token_drift import token_drift
-
-    rng = np.random.default_rng(stable_seed("token-drift", h))
-    return token_drift(ref, cand, pair[0], pair[1], alpha=alpha, rng=rng).to_dict()
-
-
 def _same_cells(
     reference: str | Path, candidate: str | Path, ref: pd.DataFrame, cand: pd.DataFrame
 ) -> set[tuple[Any, ...]]:
     """The cells both files hold; one line naming the file with a cell the other lacks."""
-    cells_r = set(map(tuple, ref[list(schema.CELL)].drop_duplicates().to_numpy().tolist()))
-    cells_c = set(map(tuple, cand[list(schema.CELL)].drop_duplicates().to_numpy().tolist()))
-    if cells_r != cells_c:
-        only_r, only_c = sorted(cells_r - cells_c), sorted(cells_c - cells_r)
-        which, cell, other = (
-            (reference, only_r[0], candidate) if only_r else (candidate, only_c[0], reference)
-        )
+    got, files = (_cells(ref), _cells(cand)), (reference, candidate)
+    if got[0] != got[1]:
+        side, cell, n = _odd_cell(*got)
         raise InputError(
-            f"{which}: cell (prompt_id, config_id) = {cell!r} is not in {other} "
-            f"({len(only_r) + len(only_c)} cell(s) not shared; "
-            "the two files must hold the same cells)"
+            f"{files[side]}: cell (prompt_id, config_id) = {cell!r} is not in {files[1 - side]} "
+            f"({n} cell(s) not shared; the two files must hold the same cells)"
         )
-    return cells_r
+    return got[0]
 
 
 def _floor_outputs(
@@ -150,11 +141,16 @@ def _floor_outputs(
     alpha: float,
     h: str,
 ) -> tuple[dict[str, Any], TokenFloorClaim | None]:
-    """``--floor``'s readout (no margin) or its claim-(b) decision (``--decide-floor``)."""
+    """``--floor``'s token-drift readout (no margin; its bootstrap seeded by the comparison's
+    hash) or its claim-(b) decision (``--decide-floor``)."""
+    from spectest.stats.token_floor import token_drift
+
     if not pair:
         return {}, None
     if margin is None:
-        return {"token_drift": _readout(ref, cand, pair, alpha, h)}, None
+        rng = np.random.default_rng(stable_seed("token-drift", h))
+        drift = token_drift(ref, cand, pair[0], pair[1], alpha=alpha, rng=rng)
+        return {"token_drift": drift.to_dict()}, None
     return {}, TokenFloorClaim(ref, cand, pair[0], pair[1], margin, alpha, h, "floor pair A vs B")
 
 
@@ -198,7 +194,7 @@ def compare_files(
     floor: tuple[str | Path, str | Path] | None = None,
     decide_floor: bool = False,
     floor_margin: float | None = None,
-    sources: tuple[str, str] | None = None,
+    frames: tuple[pd.DataFrame, pd.DataFrame] | None = None,
 ) -> RunResult:
     """The ``RunResult`` of the black-box tests on two bring-your-own samples files, stored
     like a run's (docs/compare.md).
@@ -206,22 +202,21 @@ def compare_files(
     Parameters
     ----------
     alpha, multiplicity, max_mde_tv : None: the protocols' defaults (``AnalysisOptions``,
-        ``verdict.DEFAULT_MAX_MDE_TV``).
+        ``decision.claims.DEFAULT_MAX_MDE_TV``).
     floor : two plain-decode files of the engine: the token-drift readout in ``summary.json``;
         with ``decide_floor``, claim (b) decided at ``floor_margin`` instead (docs/compare.md
         "Claim (b) from files: `--floor A B --decide-floor`").
-    sources : the two files as run.json and the header name them (default: their paths).
+    frames : the two files' samples, already read (``checked_samples``): ``compare_run_arms``.
     """
     t0 = time.perf_counter()
     tests = byo_tests(alpha=alpha, multiplicity=multiplicity, max_mde_tv=max_mde_tv)
     margin = _floor_margin(floor, decide_floor, floor_margin)
-    ref = read_samples_file(reference)
-    cand = read_samples_file(candidate)
+    ref, cand = frames or (read_samples_file(reference), read_samples_file(candidate))
     pair = _read_floor(floor, reference, ref, _same_cells(reference, candidate, ref, cand))
     samples = _two_arms(ref, cand)
     h = _digest([ref, cand, *pair], tests, margin)
     run_dir = Path(out) if out is not None else Path("results") / f"compare-{h[:10]}"
-    src = sources or (str(reference), str(candidate))
+    src = (str(reference), str(candidate))  # as run.json and the header name them
     info: dict[str, Any] = {"kind": "compare", "protocol_hash": h, "name": "compare"}
     info |= {"reference": src[0], "candidate": src[1]}
     if floor is not None:
@@ -254,11 +249,9 @@ def compare_run_arms(
     """``compare_files`` on two arms of a stored run (``spectest compare --from-run DIR``):
     the rows of ``samples.parquet`` whose ``arm`` is ``arms[1]`` (the reference side) and
     ``arms[0]`` (the candidate side), with the bring-your-own columns only (``arm`` and the
-    ``wb_*`` white-box columns dropped), written to Parquet in a temporary directory. The
-    run must be complete (``stored.load_run``); an arm it does not hold is one line listing the
-    arms it does. ``kw``: ``compare_files``'s options."""
-    import tempfile
-
+    ``wb_*`` white-box columns dropped), checked as a samples file would be. The run must be
+    complete (``stored.load_run``); an arm it does not hold is one line listing the arms it
+    does. ``kw``: ``compare_files``'s options."""
     from spectest.store import SAMPLES
     from spectest.stored import load_run
 
@@ -274,11 +267,11 @@ def compare_run_arms(
                 f"(its arms: {', '.join(map(str, held))})"
             )
     cols = [f.name for f in schema.BYO_SCHEMA]
-    with tempfile.TemporaryDirectory(prefix="spectest-from-run-") as tmp:
-        files = []
-        for side, arm in zip(("reference", "candidate"), (arms[1], arms[0]), strict=True):
-            f = Path(tmp) / f"{side}.parquet"
-            samples.loc[samples[schema.ARM] == arm, cols].to_parquet(f, index=False)
-            files.append(f)
-        sources = tuple(f"{stored.path / SAMPLES}[arm={a}]" for a in (arms[1], arms[0]))
-        return compare_files(files[0], files[1], sources=(sources[0], sources[1]), **kw)
+    names = [f"{stored.path / SAMPLES}[arm={a}]" for a in (arms[1], arms[0])]
+    ref, cand = (
+        checked_samples(
+            Path(name), samples.loc[samples[schema.ARM] == arm, cols].reset_index(drop=True)
+        )
+        for name, arm in zip(names, (arms[1], arms[0]), strict=True)
+    )
+    return compare_files(names[0], names[1], frames=(ref, cand), **kw)

@@ -65,6 +65,33 @@ def test_bad_config():
         BenchConfig(rows=0)
 
 
+def test_the_cli_defaults_are_bench_configs_and_load_no_torch():
+    """``spectest bench``'s defaults are ``BenchConfig``'s: a run with no option builds the
+    default config. Reading them loads no torch (the CLI starts without it)."""
+    import inspect
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from spectest.cli.bench import bench
+
+    opts = {k: p.default for k, p in inspect.signature(bench).parameters.items()}
+    cfg = BenchConfig()
+    for name in ("target", "draft", "device", "dtype", "rows", "positions", "k", "prompts"):
+        assert opts[name] == getattr(cfg, name), name
+    assert opts["assisted_rows"] == cfg.assisted_rows and opts["whitebox"] == cfg.whitebox
+    assert opts["arms"] == ",".join(cfg.arms) and (opts["drafter"] == "onehot") == cfg.onehot
+    assert (opts["temperature"], opts["top_k"], opts["top_p"]) == (
+        cfg.params.temperature,
+        cfg.params.top_k,
+        cfg.params.top_p,
+    )
+    code = "import sys, spectest.bench, spectest.cli.bench; assert 'torch' not in sys.modules"
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
 def test_cli(tmp_path):
     out = tmp_path / "bench.jsonl"
     args = ["bench", "--target", TINY, "--draft", DRAFT, "--rows", "2", "--positions", "3",

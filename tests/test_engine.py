@@ -13,7 +13,7 @@ import torch
 from scipy import stats
 
 from spectest import schema
-from spectest.engines.base import ArmOutput, DecodeRequest
+from spectest.engines.base import ArmOutput, DecodeRequest, rounds_frame, samples_frame
 from spectest.engines.builtin import (
     DrafterSpec,
     RowSpec,
@@ -21,8 +21,6 @@ from spectest.engines.builtin import (
     plain_decode_reference,
     speculative_decode,
     speculative_decode_reference,
-    to_rounds_frame,
-    to_samples_frame,
 )
 from spectest.errors import ConfigError, InputError, ModelError, NumericsError
 from spectest.models.derive import first_layers
@@ -241,12 +239,12 @@ def test_tables_and_truncation(toy_pair) -> None:
     assert out.rounds is not None
     assert out.rounds.groupby("row")["emitted"].sum().tolist() == [7] * 10  # stops exactly at T
     assert (out.rounds["accepted"] <= 4).all() and (out.rounds["drafted"] == 4).all()
-    samples = to_samples_frame(out, "p", ROWS, schema.CANDIDATE)
+    samples = samples_frame(out.tokens, "p", ROWS, schema.CANDIDATE)
     table = pa.Table.from_pandas(samples, schema=schema.SAMPLES_SCHEMA, preserve_index=False)
     assert table.num_rows == 70
     assert samples[schema.TOKEN_ID].tolist()[7:14] == out.tokens[1].tolist()
     assert samples[schema.CONFIG_ID].tolist()[7] == ROWS[1].config_id
-    rounds = to_rounds_frame(out, "p", ROWS, schema.CANDIDATE)
+    rounds = rounds_frame(out.rounds, "p", ROWS, schema.CANDIDATE)
     assert pa.Table.from_pandas(
         rounds, schema=schema.ROUNDS_SCHEMA, preserve_index=False
     ).num_rows == len(out.rounds)
@@ -254,8 +252,6 @@ def test_tables_and_truncation(toy_pair) -> None:
         target, DecodeRequest([3], ROWS, num_positions=4, run_key=1, prompt_id="p")
     )
     assert plain.rounds is None
-    with pytest.raises(InputError, match="no rounds"):
-        to_rounds_frame(plain, "p", ROWS, schema.REFERENCE)
 
 
 # -- bad input ---------------------------------------------------------------------------------

@@ -143,7 +143,8 @@ def test_options_are_checked() -> None:
         CommandEngine.parse_options({}, "t.yaml: engines.candidate")
     with pytest.raises(ConfigError, match=r"engines.candidate.timeout_s: expected a number"):
         CommandEngine.parse_options({"command": "x", "timeout_s": -1}, "t.yaml: engines.candidate")
-    with pytest.raises(ConfigError, match=r"unknown key 'cmd'"):
+    allowed = r"\(allowed: name, command, env, cwd, timeout_s, startup_timeout_s\)$"
+    with pytest.raises(ConfigError, match=r"candidate\.cmd: unknown key 'cmd' " + allowed):
         CommandEngine.parse_options({"cmd": "x"}, "t.yaml: engines.candidate")
 
 

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from spectest import schema
-from spectest.engines.base import DecodeRequest
-from spectest.engines.builtin import RowSpec, plain_decode, to_samples_frame
+from spectest.engines.base import DecodeRequest, samples_frame
+from spectest.engines.builtin import RowSpec, plain_decode
 from spectest.engines.hf import decode as hfd
 from spectest.engines.hf import laws as ht
 from spectest.engines.hf import pinning as hfp
@@ -118,7 +118,7 @@ def test_transformers_builds_exactly_our_warpers(pair, cid):
     inner.generation_config = type(saved)(**leaky)
     seen, restore = _record_processors(target)
     try:
-        toks = hfd.generate_plain(target, torch.tensor(PROMPT), params, 6, 3, seed=1)
+        toks, _ = hfd.generate_plain(target, torch.tensor(PROMPT), params, 6, 3, seed=1)
     finally:
         restore()
         inner.generation_config = saved
@@ -316,7 +316,7 @@ def test_cross_engine_null_builtin_plain_vs_transformers_generate(pair):
             ht.hf_teacher_force(target, PROMPT, [r.params for r in cand_rows], cand.tokens),
         ),
     ):
-        frames.append(pd.concat([to_samples_frame(out, "p", rows, arm), wb], axis=1))
+        frames.append(pd.concat([samples_frame(out.tokens, "p", rows, arm), wb], axis=1))
     samples = pd.concat(frames, ignore_index=True)
     a = analyze(
         samples,

@@ -130,6 +130,10 @@ def test_options_are_checked() -> None:
         HTTPEngine.parse_options({"url": "http://127.0.0.1:1", "samplers": ["top_q"]}, WHERE)
     with pytest.raises(ConfigError, match=r"api: expected one of"):
         HTTPEngine.parse_options({"url": "http://127.0.0.1:1", "api": "grpc"}, WHERE)
+    with pytest.raises(
+        ConfigError, match=r"\.urll: unknown key 'urll' \(allowed: name, api, url, "
+    ):
+        HTTPEngine.parse_options({"urll": "http://127.0.0.1:1"}, WHERE)
     o = HTTPEngine.parse_options(
         {"url": "http://localhost:1/", "samplers": ["top_p", "temperature"]}, WHERE
     )

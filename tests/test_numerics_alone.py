@@ -127,3 +127,77 @@ def test_cuda_bf16_rows_at_once_are_bit_identical() -> None:
     model = _check_rows(target, "cuda", 8)
     assert all(w.cuda_graphs and w.stream is not None for w in model.workers(8))
     _check_table(target, 8)
+
+
+def _sharing_rows(vocab: int, device: str = "cpu") -> torch.Tensor:
+    """8 rows whose token prefixes are shared in every way ``shared_logits`` meets: none, the
+    first token, a few, all but the last, the whole row (a duplicate), out of token order."""
+    rows = _rows(vocab, 8)
+    rows[1, :1] = rows[0, :1]
+    rows[2, :4] = rows[0, :4]
+    rows[3, : T - 1] = rows[0, : T - 1]
+    rows[4] = rows[0]
+    rows[6, :2] = rows[5, :2]
+    rows[7, :4] = rows[2, :4]
+    return rows.to(device)
+
+
+def _check_shared(target: HFModel, device: str) -> None:
+    """Rows along their shared prefixes: every row's logits equal its own one-row decode bit
+    for bit, and the forwards run are the trie's, not one per row and token."""
+    from spectest.numerics.alone import shared_logits
+
+    model = _replay(target)
+    rows = _sharing_rows(model.vocab_size, device)
+    want = _one_at_a_time(model, rows)
+    host = rows.cpu().numpy()
+    calls = []
+    forward = model.forward
+    model.forward = lambda c, ids: calls.append(1) or forward(c, ids)  # type: ignore[method-assign]
+    prompt = torch.tensor(PROMPT, device=model.device)
+    got = shared_logits(model, prompt, rows, host, [4, 0, 7, 1, 2, 3, 5, 6])
+    trie = {tuple(r[:t]) for r in host.tolist() for t in range(1, T)}
+    assert len(calls) == len(trie) < 8 * (T - 1)
+    for g, r in zip(got, [4, 0, 7, 1, 2, 3, 5, 6], strict=True):
+        assert g.shape == (T, model.vocab_size) and torch.equal(g, want[r])
+
+
+def _check_shared_table(target: HFModel) -> None:
+    """The drift table with the floor rows along shared prefixes and no host sync per round or
+    position equals the one by the old paths (``SHARE_PREFIXES`` off: every row from its
+    prompt; ``HOST_SYNCS`` on), the tokens drawn so that prefixes are shared."""
+    from spectest.numerics import alone, table
+
+    samples, rounds = _samples(target.vocab_size, 6)
+    first = samples[schema.POSITION] < 3  # every row starts with one of two prefixes
+    samples.loc[first, schema.TOKEN_ID] = samples.loc[first, schema.SEED] % 2 + 7
+    cfg = [(f"c{i}", p) for i, p in enumerate(PARAMS)]
+    kw = dict(arm="matched", K=2, batch_size=12, positions=T, rows_per_cell=4,
+              floor_rows_per_cell=3, fast=True, streams=1)  # fmt: skip
+    shared = drift_table(_replay(target), samples, rounds, {"p0": PROMPT}, cfg, **kw)
+    alone.SHARE_PREFIXES, table.HOST_SYNCS = False, True
+    try:
+        plain = drift_table(_replay(target), samples, rounds, {"p0": PROMPT}, cfg, **kw)
+    finally:
+        alone.SHARE_PREFIXES, table.HOST_SYNCS = True, False
+    assert shared["floor_tv"].notna().sum() == 2 * 3 * T
+    pd.testing.assert_frame_equal(shared, plain, check_exact=True)
+
+
+def test_shared_prefixes_equal_one_row_at_a_time_on_cpu(tiny) -> None:
+    _check_shared(tiny, "cpu")
+
+
+def test_drift_table_floor_along_shared_prefixes_is_the_same_on_cpu(tiny) -> None:
+    _check_shared_table(tiny)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_bf16_shared_prefixes_are_bit_identical() -> None:
+    """On CUDA in bfloat16 with CUDA graphs: the floor rows along shared prefixes equal each
+    row's own one-row decode bit for bit, and the drift table is the same either way."""
+    target = from_preset("qwen3-tiny", seed=5, device="cuda", dtype=torch.bfloat16,
+                         logit_scale=12.0, num_hidden_layers=3)  # fmt: skip
+    _check_shared(target, "cuda")
+    _check_shared_table(target)

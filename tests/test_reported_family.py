@@ -5,13 +5,13 @@
   ``prob`` / ``top_probs``; the speculative path's empty list is "not reported"), the OpenAI
   ``logprobs`` (``token_id:N`` keys; the sampled token vLLM adds beside the top n is not part of
   the list); a reply naming another token is exit 2. The option is hashed only when set.
-- The truncated PIT (``reported_p.pit_interval``) is exactly U(0, 1) under the reported law, by
+- The truncated PIT (``pit.pit_interval``) is exactly U(0, 1) under the reported law, by
   enumeration of every token of random laws and every list length (no sampling), and equals its
   slow reference.
-- ``family_reported``: round slots from reported rounds (a tiling; totals per sequence are not
-  one), the floor-measured tolerance, and the family end to end in ``spectest run`` with the
-  example program ``reporting_engine.py``: honest → claim (a) no difference; the liar that
-  reports the law it sampled → DIFFERENT (exit 1) by the cross-check.
+- ``reported_p.ReportedFamily``: round slots from reported rounds (a tiling; totals per
+  sequence are not one), the floor-measured tolerance, and the family end to end in ``spectest
+  run`` with the example program ``reporting_engine.py``: honest → claim (a) no difference;
+  the liar that reports the law it sampled → DIFFERENT (exit 1) by the cross-check.
 
 False-failure rates: every statistical check uses fixed seeds (deterministic); the honest run
 fails with probability ≤ its family's α share (0.05 / 4 families here) over fresh seeds.
@@ -35,8 +35,8 @@ from spectest.engines import replies, server_probs
 from spectest.engines.base import ArmJob, DrafterSpec, Models, RowSpec, options_dict
 from spectest.engines.http import HTTPEngine
 from spectest.sampling.params import SamplingParams
-from spectest.stats import reported_p
-from spectest.stats.family_reported import crosscheck_tol, slot_of
+from spectest.stats import pit, reported_p
+from spectest.stats.reported_p import crosscheck_tol, slot_of
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = ROOT / "tests" / "fake_completion_server.py"
@@ -138,21 +138,21 @@ def test_truncated_pit_is_exactly_uniform_by_enumeration() -> None:
             S = law[order[:n]].sum()
             inside = rank < n
             cdf_lo = np.where(inside, before[rank], np.nan)
-            lo, w, ok = reported_p.pit_interval(law, cdf_lo, np.full(V, S))
+            lo, w, ok = pit.pit_interval(law, cdf_lo, np.full(V, S))
             assert ok.all()
             np.testing.assert_allclose(_enumerated_cdf(law, lo, w, a), a, atol=1e-12)
-            slow = [reported_p.pit_interval_slow(law[v], cdf_lo[v], S) for v in range(V)]
+            slow = [pit.pit_interval_slow(law[v], cdf_lo[v], S) for v in range(V)]
             np.testing.assert_array_equal(np.array([s[0] for s in slow]), lo)
             np.testing.assert_array_equal(np.array([s[1] for s in slow]), w)
     # p alone (no cdf_lo, no list mass) has no exact PIT
-    assert not reported_p.pit_interval(np.r_[0.5], np.r_[np.nan], np.r_[np.nan])[2].any()
+    assert not pit.pit_interval(np.r_[0.5], np.r_[np.nan], np.r_[np.nan])[2].any()
 
 
 def test_truncated_pit_detects_a_list_the_tokens_were_not_drawn_from() -> None:
     """The enumeration's converse: tokens drawn from another law give a CDF off the diagonal."""
     law = np.array([0.5, 0.3, 0.2])
     drawn = np.array([0.2, 0.3, 0.5])
-    lo, w, _ = reported_p.pit_interval(law, np.array([0.0, 0.5, np.nan]), np.full(3, 0.8))
+    lo, w, _ = pit.pit_interval(law, np.array([0.0, 0.5, np.nan]), np.full(3, 0.8))
     a = np.linspace(0, 1, 11)
     assert np.abs(_enumerated_cdf(drawn, lo, w, a) - a).max() > 0.1
 
@@ -279,7 +279,7 @@ def test_compare_decides_claim_a_from_reported_columns(tmp_path: Path) -> None:
 def test_top_n_mass_outside_is_stated_in_the_verdict_line_and_summary() -> None:
     from spectest.stats.battery import AnalysisOptions, analyze
     from spectest.stats.family_cells import CellFamily
-    from spectest.stats.family_reported import ReportedFamily
+    from spectest.stats.reported_p import ReportedFamily
 
     rng = np.random.default_rng(3)
     law = np.array(LAW)

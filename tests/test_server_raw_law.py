@@ -30,7 +30,7 @@ from spectest.engines.server_raw_law import processed_of, processed_of_reference
 from spectest.errors import ConfigError
 from spectest.sampling.params import SamplingParams
 from spectest.sampling.transforms import logits_to_probs_reference
-from spectest.stats import reported_p
+from spectest.stats import pit
 
 FAKE = Path(__file__).resolve().parent / "fake_completion_server.py"
 LAW = [(16 - v) / 136 for v in range(16)]  # the fake server's law
@@ -68,7 +68,7 @@ def test_processed_law_is_the_pipeline_and_its_pit_is_exactly_uniform(sp: Sampli
         slow = np.array([processed_of_reference(raw, v, V, sp, "w")[:2] for v in range(V)])
         np.testing.assert_allclose(rep, slow, atol=1e-12)
         np.testing.assert_allclose(rep[:, 0], law, atol=1e-12)
-        lo, w, ok = reported_p.pit_interval(rep[:, 0], rep[:, 1], np.full(V, np.nan))
+        lo, w, ok = pit.pit_interval(rep[:, 0], rep[:, 1], np.full(V, np.nan))
         assert ok.all()
         frac = np.clip((a[:, None] - lo) / np.where(w > 0, w, 1.0), 0.0, 1.0)
         np.testing.assert_allclose((frac * law).sum(1), a, atol=1e-12)  # P(u ≤ a) = a

@@ -434,3 +434,33 @@ def test_null_false_alarms_with_a_larger_reference_slow() -> None:
         assert _within_or_below(round(rates[test] * 200), 200), (test, rates)
     assert _within_or_below(round(rates["family_two_sample"] * 200), 200), rates
     assert _within_or_below(round(rates["family_control"] * 200), 200), rates
+
+
+# --------------------------------------------- beside a floor arm: teacher mode sees numerics
+def test_teacher_mode_rejection_of_numerics_alone_is_not_exact() -> None:
+    """Teacher mode compares the two arms' tokens through one teacher: a two-sample test of the
+    arms' laws, which differ when only the engines' numerics do. A correct sampler (plain decode)
+    on logits moved by σ = 0.3 against the reference's engine is rejected here — and the
+    rejection must not count as exact (``FamilyResult.exact_rejected``): beside a floor arm it is
+    numerics for claim (b) to size, as a black-box rejection is. Exact mode's one-sample tests
+    on each arm's own law stay exact. Deterministic (fixed seeds); the rejection is checked, so
+    this cannot pass with an untested family."""
+    w = world(11)
+    moved = world(11, sigma=0.3).teacher  # the candidate's engine: the same logits + σ = 0.3
+    rng = np.random.default_rng(5)
+    tok = {
+        "reference": sample_plain(w.engine, 1500, T, rng),
+        "candidate": sample_plain(moved, 1500, T, rng),
+    }
+    arms = {("p", "c", a): t for a, t in tok.items()}
+    extra = {("p", "c", a): columns(w.engine, t) for a, t in tok.items()}  # one teacher
+    opts = AnalysisOptions(null_permutations=50, whitebox_mode="teacher")
+    res = analyze(
+        samples_frame(arms, extra),
+        reference="reference",
+        candidate="candidate",
+        rng_seed=1,
+        options=opts,
+    )
+    fam = res.families["whitebox"]
+    assert fam.rejected and not fam.exact_rejected

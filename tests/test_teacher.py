@@ -10,13 +10,12 @@ import torch
 from scipy import stats
 
 from spectest import schema
-from spectest.engines.base import DecodeRequest
+from spectest.engines.base import DecodeRequest, samples_frame
 from spectest.engines.builtin import (
     DrafterSpec,
     RowSpec,
     plain_decode,
     speculative_decode,
-    to_samples_frame,
 )
 from spectest.engines.teacher import (
     teacher_force,
@@ -171,7 +170,7 @@ def test_teacher_force_equals_reference_on_toy(onehot: bool, q_mode: str) -> Non
     wb = teacher_force(
         target, prompt, [r.params for r in ROWS], out.tokens, draft=draft, drafter=drafter
     )
-    samples = to_samples_frame(out, "p", ROWS, schema.CANDIDATE)
+    samples = samples_frame(out.tokens, "p", ROWS, schema.CANDIDATE)
     assert len(wb) == len(samples)
     for b, r in enumerate(ROWS):
         pt = SamplingTensors.from_params([r.params])

@@ -1,5 +1,5 @@
 """``spectest compare --floor A B``: the token-only drift readout (issue 21, claim (b) for
-black-box users, ``spectest.stats.token_drift``)."""
+black-box users, ``spectest.stats.token_floor.token_drift``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from test_cli import ZIPF, byo, invoke
 
-from spectest.stats.token_drift import _counts, _ustat, pair_distance, token_drift
+from spectest.stats.token_floor import _counts, _ustat, pair_distance, token_drift
 
 
 def test_ustat_by_hand_and_unbiased_exactly() -> None:

@@ -12,8 +12,7 @@ import pandas as pd
 import pytest
 from test_cli import ZIPF, byo, invoke
 
-from spectest.stats.token_drift import _counts, _ustat
-from spectest.stats.token_floor import _side, _u, decide_token_floor, margin_sq
+from spectest.stats.token_floor import _counts, _side, _u, _ustat, decide_token_floor, margin_sq
 
 
 def test_squared_l2_is_at_most_twice_tv_squared_with_equality_for_a_two_token_move() -> None:

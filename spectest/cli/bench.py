@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
+from spectest.bench import DEFAULT_PARAMS, BenchConfig
 from spectest.cli.common import boundary, console, err_console
 from spectest.cli.supervised import (
     DEFAULT_TIMEOUT_S,
@@ -15,6 +17,10 @@ from spectest.cli.supervised import (
     supervise_or_continue,
 )
 from spectest.errors import ConfigError
+
+D: dict[str, Any] = {f.name: f.default for f in fields(BenchConfig)}  # written once: bench.py
+D |= {"arms": ",".join(D["arms"]), "drafter": "onehot" if D["onehot"] else "sampled"}
+TEMPERATURE, TOP_K, TOP_P = DEFAULT_PARAMS
 
 
 def parse_engine_options(items: list[str]) -> dict[str, dict[str, Any]]:
@@ -89,25 +95,25 @@ OutOpt = Annotated[str, typer.Option(help="JSON-lines file the records are appen
 
 @boundary
 def bench(
-    target: TargetOpt = "realistic:qwen3-0.6b",
-    draft: DraftOpt = "derived:first_layers,layers=4",
-    device: Annotated[str, typer.Option(help="cpu or cuda[:i].")] = "cpu",
-    dtype: DtypeOpt = None,
-    rows: Annotated[int, typer.Option(help="Rows (generations) per arm, one batch.")] = 256,
-    positions: Annotated[int, typer.Option(help="Tokens generated per row.")] = 32,
-    k: Annotated[int, typer.Option(help="Draft tokens per round.")] = 4,
-    drafter: Annotated[str, typer.Option(help="onehot (greedy draft) or sampled.")] = "onehot",
-    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 0.8,
-    top_k: Annotated[int, typer.Option(help="top-k (0 = off).")] = 0,
-    top_p: Annotated[float, typer.Option(help="top-p (1 = off).")] = 0.95,
-    assisted_rows: AssistedRowsOpt = 4,
-    arms: ArmsOpt = "fast-plain,fast-spec,builtin-plain,builtin-spec,hf-generate,hf-assisted",
+    target: TargetOpt = D["target"],
+    draft: DraftOpt = D["draft"],
+    device: Annotated[str, typer.Option(help="cpu or cuda[:i].")] = D["device"],
+    dtype: DtypeOpt = D["dtype"],
+    rows: Annotated[int, typer.Option(help="Rows (generations) per arm, one batch.")] = D["rows"],
+    positions: Annotated[int, typer.Option(help="Tokens generated per row.")] = D["positions"],
+    k: Annotated[int, typer.Option(help="Draft tokens per round.")] = D["k"],
+    drafter: Annotated[str, typer.Option(help="onehot (greedy draft) or sampled.")] = D["drafter"],
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = TEMPERATURE,
+    top_k: Annotated[int, typer.Option(help="top-k (0 = off).")] = TOP_K,
+    top_p: Annotated[float, typer.Option(help="top-p (1 = off).")] = TOP_P,
+    assisted_rows: AssistedRowsOpt = D["assisted_rows"],
+    arms: ArmsOpt = D["arms"],
     engine_options: EngineOptionsOpt = None,
-    baseline: BaselineOpt = True,
-    peak_tflops: PeakOpt = None,
-    profile: ProfileOpt = None,
-    whitebox: WhiteboxOpt = False,
-    prompts: PromptsOpt = "english-2",
+    baseline: BaselineOpt = D["baseline"],
+    peak_tflops: PeakOpt = D["peak_tflops"],
+    profile: ProfileOpt = D["profile"],
+    whitebox: WhiteboxOpt = D["whitebox"],
+    prompts: PromptsOpt = D["prompts"],
     out: OutOpt = "results/bench/bench.jsonl",
     plugin_timeout: PluginTimeoutOpt = DEFAULT_TIMEOUT_S,
 ) -> None:
@@ -115,7 +121,7 @@ def bench(
     (any registered engine)."""
     options = parse_engine_options(engine_options or [])
     supervise_or_continue(bench_plugins(arms, options), plugin_timeout, verdict=False)
-    from spectest.bench import BenchConfig, run_bench, write_records
+    from spectest.bench import run_bench, write_records
     from spectest.sampling.params import SamplingParams
 
     if drafter not in ("onehot", "sampled"):

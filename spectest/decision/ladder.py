@@ -69,7 +69,10 @@ class Scope:
         routes = ", ".join(f.label for f in c.families if f.ran) or "no family ran"
         a = "differs" if c.rejected else "no difference found"
         if c.rejected and not (matched or c.exact_rejected):
-            a = "not shown: only black-box families differ, as numerics alone can (claim b decides)"
+            a = (
+                "not shown: only families that see numerics differ (black-box, or white-box "
+                "through a teacher), as numerics alone can (claim b decides)"
+            )
         against = (
             "against the matched reference (spectest's exact sampler in the same loop, disjoint "
             "seeds)"
@@ -184,7 +187,8 @@ def _candidate_rejected(run: Scope) -> Rung:
             (
                 "",
                 f"black-box difference from plain decode (not a decision with a floor arm: the "
-                f"black-box families see numerics too; claim (b) decides whether the token law's "
+                f"black-box families, and the white-box one through a teacher, see numerics too; "
+                f"claim (b) decides whether the token law's "
                 f"distance is numerics-sized): {c.rejections} rejection(s), most significant: "
                 f"{first}",
             )

@@ -186,31 +186,8 @@ class ArmOutput:
 
 
 class Engine:
-    """Base class of every engine under test (docs/engines.md "Adding an engine").
-
-    Class attributes
-    ----------------
-    name : the registry name (``builtin``, ``hf-assisted``, ``acceptor`` ...).
-    Options : frozen dataclass of the engine's protocol options (defaults for every field).
-    needs : ``"target"``, ``"draft"`` (target and draft) or ``"none"``.
-    whitebox : how white-box columns are had: ``"generation"`` (recorded while generating),
-        ``"teacher"`` (teacher-forced by the engine, also in ``ArmOutput.whitebox``),
-        ``"tokens"`` (tokens only: the runner's shared teacher forces them, always in teacher
-        mode) or ``"none"``.
-    rounds : ``"tested"`` (telemetry under spectest's draft law), ``"readout"`` (stored only)
-        or ``"none"``.
-    uses_variant : whether the arm's sampler variant means anything to this engine; when not,
-        the protocol's ``candidate`` must be ``exact``.
-    teacher : who forces this engine's arms in teacher mode: ``"spectest"``
-        (``engines.teacher``) or ``"hf"`` (transformers' warpers, ``engines.hf.laws``; a run
-        with any ``"hf"`` arm forces every arm so: ``generation.EngineSet``).
-    fast_variant : the registered engine ``--fast`` runs this engine's arms on (same tokens and
-        law), or None; inherited, so set None where it does not apply.
-    seeds : what a row's seed determines: ``"per row"`` (its tokens, whatever job or batch),
-        ``"per job"`` (the same job gives the same tokens) or ``"ignored"``; ``seeds_claim``
-        may refine it at run time, ``spectest conformance`` checks it.
-    max_batch : the most rows the engine runs at once (None: any).
-    """
+    """Base class of every engine under test: its class attributes are docs/engines.md
+    "Adding an engine"."""
 
     name: ClassVar[str] = ""
 

@@ -1,20 +1,10 @@
 """The built-in batched engines: plain decode and speculative decode over ``LanguageModel`` s.
 
-Owns: the decode loops (``plain_decode``, ``speculative_decode``, returning the contract's
-``ArmOutput``), slow per-row references of both loops (``plain_decode_reference``,
-``speculative_decode_reference``: no cache, no batching, tested token-for-token equal in
-tests/test_engine.py), and ``BuiltinEngine``: the loops as the ``builtin`` engine of the
-contract (``spectest.engines.base``; a plain arm when the job has no variant, else speculative).
-
-Knows nothing about statistics or files, and nothing about *which* sampler is correct: the
-speculative loop calls the hooks of a ``SpecVariant`` (exact or a mutant) through a
-``sampling.pipeline.RoundSampler``. Both arms go through the same probability pipeline
-(``sampling.pipeline.Pipeline``: ``REFERENCE`` here, ``FAST`` for the fast engine), so only the
-sampler differs between arms. White-box columns are recorded beside the loops, by the observers
-of ``engines.recorder`` that the loops notify.
-
-Batching, RNG, the speculative loop and why truncating the last round is unbiased:
-docs/internals-engines.md.
+Owns the decode loops (``plain_decode``, ``speculative_decode``), their slow per-row references
+and ``BuiltinEngine`` (plain when the job has no variant, else speculative). Knows nothing about
+statistics or files, nor which sampler is correct: the loop calls a ``SpecVariant``'s hooks
+through a ``sampling.pipeline.RoundSampler``, and ``engines.recorder`` records white-box columns.
+Batching, RNG, the speculative loop and truncation: docs/internals-engines.md.
 """
 
 from __future__ import annotations
@@ -36,8 +26,6 @@ from spectest.engines.base import (
     Models,
     RowSpec,
     check_rows,
-    rounds_frame,
-    samples_frame,
 )
 from spectest.engines.recorder import PlainObserver, RoundObserver
 from spectest.errors import ConfigError, InputError, ModelError
@@ -350,25 +338,6 @@ def speculative_decode_reference(
         out.append(emitted[:num_positions])
         telemetry.append(rounds)
     return torch.tensor(out, dtype=torch.int64), telemetry
-
-
-# ----------------------------------------------------------------------------- tables
-
-
-def to_samples_frame(
-    out: ArmOutput, prompt_id: str, rows: Sequence[RowSpec], arm: str
-) -> pd.DataFrame:
-    """The schema's samples table (one row per token, row-major then position)."""
-    return samples_frame(out.tokens, prompt_id, rows, arm)
-
-
-def to_rounds_frame(
-    out: ArmOutput, prompt_id: str, rows: Sequence[RowSpec], arm: str
-) -> pd.DataFrame:
-    """The schema's rounds table (speculative runs only)."""
-    if out.rounds is None:
-        raise InputError("to_rounds_frame: this output has no rounds (a plain run)")
-    return rounds_frame(out.rounds, prompt_id, rows, arm)
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -1,14 +1,14 @@
 """The ``command`` engine: any program that speaks spectest's JSON-lines protocol on stdin/stdout.
 
-Owns: the line protocol (``PROTOCOL``), starting the program, streaming jobs (a writer thread),
-matching results, the check of every line against its schema (``engines.replies``), timeouts,
-and turning a dead or misbehaving program into one line. Knows nothing about how the program
-samples; nothing about files (the runner writes a shard only after ``generate`` returned every
-row and ``check_output`` passed, so a program that dies mid-shard never leaves a shard marked
-complete). The protocol: docs/engines-command.md "The spectest-jsonl/1 protocol"."""
+Owns the protocol's job lines, the check of every line read (``engines.replies``), the program's
+start and hello line, and ``ForeignEngine`` (what ``command`` and ``http`` share). Knows nothing
+about how the program samples, nor about files: the runner writes a shard only after
+``check_output`` passed. The protocol: docs/engines-command.md "The spectest-jsonl/1 protocol".
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from collections.abc import Mapping
@@ -147,21 +147,33 @@ def check_job_line(obj: Any, result_schema: replies.Schema, arm: str) -> str:
     return where
 
 
-class CommandEngine(Engine):
-    """Runs an arm with an external program over the ``spectest-jsonl/1`` line protocol.
+class ForeignEngine(Engine):
+    """What the ``command`` and ``http`` engines share: tokens only (teacher mode with
+    ``tests.whitebox``: ``generation.whitebox_mode``), rounds a readout, no sampler variant."""
 
-    Options (protocol ``engines.<arm>``): ``command`` (list or shell string; relative program
-    paths resolve against the working directory; ``{protocol_dir}``, ``{python}`` and
-    ``{programs}`` (the shipped programs: ``programs_dir``) are placeholders), ``env``
-    (mapping), ``timeout_s`` (60: the longest silence while a job is pending),
-    ``startup_timeout_s`` (120: until the hello line).
-    """
-
-    name = "command"
     needs = "none"
-    whitebox = "tokens"  # teacher mode (generation.whitebox_mode) with tests.whitebox
+    whitebox = "tokens"
     rounds = "readout"
     uses_variant = False
+
+    @classmethod
+    def check_keys(cls, raw: Mapping[str, Any], where: str) -> None:
+        """``ConfigError`` for a key of ``raw`` that is no field of ``cls.Options``."""
+        allowed = ", ".join(f.name for f in dataclasses.fields(cls.Options))
+        for key in raw:
+            if key not in cls.Options.__dataclass_fields__:
+                raise ConfigError(f"{where}.{key}: unknown key {key!r} (allowed: name, {allowed})")
+
+    def _vocab_size(self) -> int | None:
+        target = getattr(self.models, "target", None)
+        return None if target is None else int(target.vocab_size)
+
+
+class CommandEngine(ForeignEngine):
+    """Runs an arm with an external program over the ``spectest-jsonl/1`` line protocol; its
+    options: docs/real-engines.md "The `command` engine and its line protocol"."""
+
+    name = "command"
 
     @dataclass(frozen=True)
     class Options:
@@ -173,12 +185,7 @@ class CommandEngine(Engine):
 
     @classmethod
     def parse_options(cls, raw: Mapping[str, Any], where: str, base_dir: Path | None = None) -> Any:
-        allowed = ("command", "env", "cwd", "timeout_s", "startup_timeout_s")
-        for key in raw:
-            if key not in allowed:
-                raise ConfigError(
-                    f"{where}.{key}: unknown key {key!r} (allowed: name, {', '.join(allowed)})"
-                )
+        cls.check_keys(raw, where)
         if "command" not in raw:
             raise ConfigError(f"{where}.command: required (the program to run)")
         argv = parse_argv(raw["command"], f"{where}.command", base_dir)
@@ -198,10 +205,6 @@ class CommandEngine(Engine):
         self.proc: LineProcess | None = None
         self.hello: dict[str, Any] = {}
         self.next_id = 0
-
-    def _vocab_size(self) -> int | None:
-        target = getattr(self.models, "target", None)
-        return None if target is None else int(target.vocab_size)
 
     def _start(self, arm: str) -> LineProcess:
         if self.proc is not None and self.proc.proc.poll() is None:

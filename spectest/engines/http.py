@@ -1,15 +1,11 @@
 """The ``http`` engine: an inference server under test, over llama.cpp's native ``/completion``
 or the OpenAI-compatible ``/v1/completions`` (vLLM, SGLang, ...), optionally started by spectest.
 
-Owns: the request of one row (token-id prompt, per-request seed, explicit sampling parameters
-and, for llama.cpp, the sampler order), the parsing of token ids and acceptance telemetry from the
-reply (checked against ``engines.replies``), one HTTP exchange under a deadline that never
-follows a redirect (``exchange``), bounded concurrency that fails fast, retries with backoff,
-the check that the server honours seeds (one request twice → the same tokens) and, where it
-echoes its settings (llama.cpp's ``generation_settings``), that no parameter was silently
-dropped. Knows nothing about process management (``engines.server``) or statistics.
-Seeds, loopback, reply checks and the timeout bound: docs/engines.md
-"The http engine: seeds, loopback, replies, timeouts".
+Owns the request of one row, the parsing and checking of its reply (``engines.replies``),
+bounded concurrency, retries, and the checks that the server honours seeds and, where it echoes
+its settings, dropped no parameter. Knows nothing about process management (``engines.server``)
+or statistics. Seeds, loopback, replies and timeouts:
+docs/engines.md "The http engine: seeds, loopback, replies, timeouts".
 """
 
 from __future__ import annotations
@@ -30,11 +26,16 @@ from spectest.engines.base import (
     PLACEHOLDER_TOKEN_ID,
     ArmJob,
     ArmOutput,
-    Engine,
     options_dict,
     rounds_from_tuples,
 )
-from spectest.engines.command import SAMPLER_ORDER, EngineProcessError, parse_argv, parse_env
+from spectest.engines.command import (
+    SAMPLER_ORDER,
+    EngineProcessError,
+    ForeignEngine,
+    parse_argv,
+    parse_env,
+)
 from spectest.engines.http_exchange import Cancelled, Inflight, TooLong, exchange
 from spectest.errors import ConfigError, EngineError
 
@@ -53,27 +54,11 @@ class _Reply:
     reported: list[Any] | None = None  # one (p, cdf_lo, list mass) per token (server_probs)
 
 
-class HTTPEngine(Engine):
-    """An arm run by an HTTP inference server (see the module docstring).
-
-    Options: ``api`` (llamacpp | openai), ``url`` (an external server; empty = managed),
-    ``server`` (the command line of a managed server, placeholders in ``engines.server``),
-    ``env``, ``ready_path`` (``/health``), ``model`` (OpenAI ``model`` field), ``samplers``
-    (llama.cpp's sampler order; default spectest's: temperature, top_k, top_p, min_p),
-    ``concurrency`` (4), ``timeout_s`` (120), ``retries`` (3), ``startup_timeout_s`` (600),
-    ``check_seeds`` (true), ``extra`` (a JSON object merged into every request),
-    ``allow_remote`` (false), ``probs`` (0: off; n: ask for the top-n reported probabilities,
-    ``engines.server_probs``, docs/engines-reported-p.md), ``probs_law`` (processed; raw or
-    tempered: the server reports its raw or tempered law, whole or a top-n list,
-    ``engines.server_raw_law`` derives the processed one),
-    ``law_probs`` (claim (b) teacher-forced's list size, 0: V or probs, ``engines.plain_laws``).
-    """
+class HTTPEngine(ForeignEngine):
+    """An arm run by an HTTP inference server; its options:
+    docs/real-engines.md "The `http` engine and engine-managed servers"."""
 
     name = "http"
-    needs = "none"
-    whitebox = "tokens"  # teacher mode (generation.whitebox_mode) with tests.whitebox
-    rounds = "readout"
-    uses_variant = False
 
     @dataclass(frozen=True)
     class Options:
@@ -99,12 +84,7 @@ class HTTPEngine(Engine):
 
     @classmethod
     def parse_options(cls, raw: Mapping[str, Any], where: str, base_dir: Path | None = None) -> Any:
-        fields = cls.Options.__dataclass_fields__
-        for key in raw:
-            if key not in fields:
-                raise ConfigError(
-                    f"{where}.{key}: unknown key {key!r} (allowed: name, {', '.join(fields)})"
-                )
+        cls.check_keys(raw, where)
         kw: dict[str, Any] = {}
         api = raw.get("api", "llamacpp")
         if api not in APIS:
@@ -368,10 +348,6 @@ class HTTPEngine(Engine):
                     f"{where}: the server silently changed {key!r}: sent {sent!r}, it used "
                     f"{replies.short(used)}"
                 )
-
-    def _vocab_size(self) -> int | None:
-        target = getattr(self.models, "target", None)
-        return None if target is None else int(target.vocab_size)
 
     def _one(self, prompt: list[int], sp: Any, seed: int, T: int, where: str) -> _Reply:
         body = self.request_body(prompt, sp, seed, T)

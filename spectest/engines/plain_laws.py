@@ -1,13 +1,9 @@
-"""The optional engine capability "the plain law at these prefixes": the processed law the
-engine's *plain* decode samples from at every prefix of given token sequences, which claim (b)
-teacher-forced (``stats.teacher_forced``) compares the candidate's tokens with.
+"""The optional engine capability "the plain law at these prefixes" for claim (b) teacher-forced.
 
-Owns ``law_table`` (a run's laws, as ``teacher_laws.parquet`` stores them; the runner calls it),
-``refusal`` (why an engine choice lacks the capability), ``LawAsker`` (one engine instance,
-started and closed once) and one implementation per engine family: http llama.cpp, http OpenAI
-(the whole vocabulary, or a processed top-n list), hf (``engines.hf.laws``), builtin/fast
-(``engines.teacher``). A law is sparse: its non-zero ids and their float64 probabilities (a
-top-n list's sum short of 1; empty, ``LEFT_OUT``: the list does not fix the law there).
+Owns ``law_table`` (a run's laws, as ``teacher_laws.parquet`` stores them), ``refusal`` (why an
+engine choice lacks the capability), ``LawAsker`` and one implementation per engine family (http
+llama.cpp, http OpenAI, hf, builtin/fast). A law is sparse: non-zero ids and float64 probs;
+``LEFT_OUT`` where a list does not fix it. The claim:
 docs/numerics.md "Claim (b) from the plain engine teacher-forced (issue 31)".
 """
 
@@ -66,7 +62,7 @@ def law_table(
     reference's tokens, ``schema.BYO_SCHEMA`` columns)."""
     from spectest.prompts import prompt_token_ids
     from spectest.stats.teacher_forced import LAWS, prefix_key
-    from spectest.stats.token_drift import _cells
+    from spectest.stats.token_floor import cell_matrices as _cells
 
     prompts = prompt_token_ids(protocol, models.target.vocab_size, (models.target,))
     params = dict(protocol.configs)

@@ -1,11 +1,9 @@
 """The white-box observers of the built-in decode loops: the columns recorded at generation time.
 
-Owns: ``PlainObserver`` and ``RoundObserver`` — notified by ``builtin``'s loops after each token
-/ round (``on_token`` / ``on_round``) — which turn each emitted token's p_t and q_t into
-``schema.WHITEBOX_COLUMNS`` (``teacher.law_columns``), read back row-major (``frame``), each
-token's role and round offset (``roles_frame``) and, for a round, ``schema.ROLE_COLUMNS``
-(``teacher.role_columns``); ``teacher_q``, the drafter's exact law at given slots. Knows nothing
-about statistics or files, nor how the loops sample. Which p and q: docs/internals-engines.md.
+Owns ``PlainObserver`` and ``RoundObserver`` (notified by ``builtin``'s loops after each token /
+round; the columns from ``teacher.law_columns`` and ``teacher.role_columns``) and ``teacher_q``,
+the drafter's exact law at given slots. Knows nothing about statistics or files, nor how the
+loops sample. Which p and q: docs/internals-engines.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The engine registry: engine name → engine class, resolved lazily.
 
-Owns: the names of spectest's own engines (``BUILTIN``: name → ``"module:Class"``), the
-entry-point group ``spectest.engines`` through which a third-party distribution adds one
-(``[project.entry-points."spectest.engines"] my-engine = "my_pkg.engine:MyEngine"``), and the
-resolution of a name to its ``Engine`` subclass (under a supervisor, a plug-in's methods marked as
-plug-in calls: ``spectest.supervise``). Importing this module imports no engine and no
-torch; ``engine_class`` imports only the module of the engine asked for.
-
-Knows nothing about what an engine does (``spectest.engines.base``) or about protocols.
+Owns ``BUILTIN`` (spectest's own engines, name → ``"module:Class"``), the entry-point group
+``spectest.engines`` through which a third-party distribution adds one, and the resolution of a
+name to its ``Engine`` subclass (a plug-in's methods marked as plug-in calls under a supervisor:
+``spectest.supervise``). Imports no engine and no torch until one is asked for. Knows nothing
+about what an engine does or about protocols. A plug-in: docs/engines.md "Adding an engine".
 """
 
 from __future__ import annotations

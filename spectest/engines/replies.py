@@ -1,7 +1,7 @@
 """The schema of every reply a foreign engine sends, checked field by field.
 
 Owns: a small declarative schema language (``Int``, ``Num``, ``Str``, ``Bool``, ``Const``,
-``ListOf``, ``Obj``, ``Nullable``, ``AnyValue``), the schemas of the ``spectest-jsonl/1`` lines
+``ListOf``, ``Obj``, ``Nullable``), the schemas of the ``spectest-jsonl/1`` lines
 (``engines.command``) and of the HTTP replies (``engines.http``), ``check`` (a decoded JSON value
 against a schema: the value, or a ``Violation`` naming the field), ``short`` and ``ReplyError``:
 the one-line error (exit 2) of a reply that breaks its schema. Knows nothing about processes,
@@ -79,15 +79,6 @@ class Schema:
 
     def check(self, value: Any, path: str) -> None:
         raise NotImplementedError
-
-
-@dataclass(frozen=True)
-class AnyValue(Schema):
-    def describe(self) -> str:
-        return "any JSON value"
-
-    def check(self, value: Any, path: str) -> None:
-        return None
 
 
 @dataclass(frozen=True)

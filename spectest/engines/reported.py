@@ -1,19 +1,10 @@
 """Audit an engine by the probabilities it reports: run it, teacher-force, decide.
 
-Owns: ``collect`` (one job of an engine whose ``ArmOutput.reported`` holds its per-token
-claims — the ``probs`` of a ``spectest-jsonl/1`` result, ``engines.command`` — and spectest's
-teacher-forced p_t of the same tokens, ``engines.teacher.teacher_force``) and ``audit`` (that
-job through ``stats.reported_p.reported_family``: support and PIT *conditional on the engine's
-reported p*, and the cross-check of the reported p with the teacher's). Knows nothing about
-protocol files, run directories or the verdict of ``spectest run``; what real servers report
-and what each lets spectest conclude: docs/engines-reported-p.md.
-
-Notes
------
-The teacher is spectest's pipeline on the protocol's own target model, so the cross-check
-assumes the engine was given that model: an engine on other weights or other numerics (bf16
-on a GPU) is told apart by more than rounding only when its per-step TV exceeds ``tol``
-(``stats.reported_p``'s Notes).
+Owns ``collect`` (one job's reported claims, ``ArmOutput.reported``, beside spectest's
+teacher-forced p of the same tokens) and ``audit`` (that job through
+``stats.reported_p.reported_family``). Knows nothing about protocol files, run directories or
+``spectest run``'s verdict. What real servers report, and the cross-check's assumption (the
+engine was given the protocol's target model): docs/engines-reported-p.md.
 """
 
 from __future__ import annotations

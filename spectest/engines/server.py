@@ -1,12 +1,10 @@
 """Engine-managed servers: spectest starts an inference server from the protocol, waits until it
 answers on 127.0.0.1, captures its log and stops it at the end, on failure and on Ctrl-C.
 
-Owns: ``ManagedServer`` (start, readiness probe with a progress line every
-``PROGRESS_EVERY_S`` seconds, log tail, stop of the whole process group), ``free_port``, the
-placeholders of a server command line (``expand_command``: ``{port}``, ``{python}``,
-``{llama_server}``, ``{gguf:FIXTURE/ROLE}``, ``{hf:FIXTURE/ROLE}``, ``{vllm_python}``) and the
-provenance of what they resolved to (``fixture_provenance``). Knows nothing about HTTP APIs,
-sampling or protocols. Where the engines come from: docs/internals-engines.md.
+Owns ``ManagedServer``, ``free_port``, the placeholders of a server command line
+(``expand_command``) and the provenance of what they resolved to. Knows nothing about HTTP APIs,
+sampling or protocols. The placeholders: docs/real-engines.md; where the engines come from:
+docs/internals-engines.md.
 """
 
 from __future__ import annotations

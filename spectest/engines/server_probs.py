@@ -1,23 +1,10 @@
 """What an inference server reports about the probabilities of the tokens it emitted: llama.cpp's
 ``completion_probabilities`` and the OpenAI-compatible ``logprobs`` (vLLM, SGLang).
 
-Owns: the request fields that ask for them (``request_fields``), their reply schemas
-(``engines.replies``) and ``reported_of``: one ``(p, cdf_lo, list_mass)`` per emitted token —
-``p`` its probability under the reported law, ``cdf_lo`` the mass of the list's entries ranked
-before it (None outside the list), ``list_mass`` the list's mass; ``(None, None, None)`` when
-the server reported nothing; ``(None, None, list_mass)`` (``left_out``) when it reported a list
-that does not fix the law the token was drawn from (a raw top-n list whose normaliser's bracket
-straddles the nucleus's cut: ``engines.top_n_law.Straddle``): the token is left out of the tests
-that need its law, and counted. Which law each server reports: docs/engines-reported-p.md. Knows
-nothing about sockets, numpy or statistics.
-
-Notes
------
-The rank order of a list: descending probability, ties by smaller id — a function of the law,
-fixed before the draw, so the PIT built on it is exact (``stats.reported_p.pit_interval``). An
-OpenAI reply's ``top_logprobs`` may hold the sampled token *beside* the top k (vLLM adds it when
-it is outside them): only the k best entries form the list, so the list never depends on the
-token drawn.
+Owns the request fields that ask for them (``request_fields``) and ``reported_of``: one
+``(p, cdf_lo, list_mass)`` per emitted token, or ``left_out``. Knows nothing about sockets, numpy
+or statistics. The triple, the list's rank order and which law each server reports:
+docs/internals-engines.md "spectest/engines/server_probs.py", docs/engines-reported-p.md.
 """
 
 from __future__ import annotations
@@ -50,7 +37,7 @@ Derive = Callable[[list[tuple[int, float]], int, str], Reported]
 
 def left_out(list_mass: float) -> Reported:
     """A token whose reported list (of mass ``list_mass``, finite) does not fix its law: no p,
-    the mass stated (how ``stats.family_reported`` tells it from a token not reported)."""
+    the mass stated (how ``stats.reported_p.ReportedFamily`` tells it from a token not reported)."""
     return (None, None, float(list_mass))
 
 

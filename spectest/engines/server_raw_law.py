@@ -1,21 +1,9 @@
-"""The law a server should have sampled from, derived from the raw law it reports.
+"""The law a server should have sampled from, derived from the raw or tempered law it reports.
 
-Owns: ``processed_of`` — given the *raw* law a server reports for one token (vLLM's
-``--logprobs-mode raw_logprobs``: before temperature and filters) or its *tempered* law (SGLang's
-``return_logprob``: after temperature, before the filters), whole or as a top-n list, and the
-request's sampling settings, the ``(p, cdf_lo, list_mass)`` of the emitted token under the
-*processed* law, computed by spectest's own pipeline. The http engine uses it when an arm says
-``probs_law: raw`` or ``tempered`` (docs/engines-reported-p.md, "A raw report"; why:
-docs/internals-engines.md).
-
-Notes
------
-A top-n list fixes the processed law only where the filtered support closes inside it
-(``top_n_law.processed_from_list``); elsewhere it is a ``Violation`` (exit 2), never a silent
-approximation, except a straddled normaliser (``top_n_law.Straddle``): that token is left out
-and counted (``server_probs.left_out``). The law is derived in float64 from float32
-log-probabilities, so it differs from the server's by rounding (~1e-7 per entry); min-p with
-another filter is refused (vLLM's filter order differs).
+Owns ``processed_of``: the emitted token's ``(p, cdf_lo, list_mass)`` under the *processed* law,
+computed by spectest's own pipeline from a whole law or a top-n list, for an http arm with
+``probs_law: raw`` or ``tempered``. When a list fixes the law, and the rounding:
+docs/internals-engines.md "spectest/engines/server_raw_law.py"; docs/engines-reported-p.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Teacher forcing: the white-box columns of ``schema.py`` along emitted sequences.
 
-Owns: ``whitebox_columns`` (dense p, q), ``whitebox_columns_shortlist`` (the same values from a
-``ShortlistLaw`` p in O(N·W)), ``law_columns`` (either, for any ``Law``; what ``engines.recorder``
-calls), ``role_columns`` (each token's mass and CDF under its role's law), ``teacher_force``
-(runs the local target, and draft, over prompt + emitted tokens) and the slow references
-``whitebox_reference`` and ``role_reference``. Knows nothing about statistics or about how the
-sequences were produced.
-
-p_t = ``logits_to_probs(target logits)``, the law plain sampling draws from; q_t = the exact
-variant's ``draft_law`` sample law under the drafter's ``q_mode`` (δ(argmax) for one-hot). CDF
-order: p/q descending (p without a draft), ties by id; it depends only on the prefix, as the
-randomised PIT requires (docs/statistics.md). The role laws: docs/roles.md.
+Owns the columns from dense or shortlist laws (``law_columns``), the role columns, the forcing
+of the local target and draft (``teacher_force``) and their slow references. Knows nothing about
+statistics or about how the sequences were produced. Which p_t, q_t and CDF order:
+docs/internals-engines.md "spectest/engines/teacher.py"; the role laws: docs/roles.md.
 """
 
 from __future__ import annotations
@@ -50,23 +43,14 @@ def order_key(p: torch.Tensor, q: torch.Tensor | None) -> torch.Tensor:
 def whitebox_columns(
     p: torch.Tensor, q: torch.Tensor | None, tokens: torch.Tensor
 ) -> dict[str, torch.Tensor]:
-    """White-box columns for ``N`` (prefix, token) pairs.
-
-    Parameters
-    ----------
-    p : float64 ``[N, V]``, the target law at each step.
-    q : float64 ``[N, V]`` or ``None`` (no draft: ``wb_p_a`` = 0, ``wb_in_a`` = False,
-        ``wb_overlap`` = NaN, order by p).
-    tokens : int64 ``[N]``, the emitted token at each step.
-
-    Returns
-    -------
-    dict of ``[N]`` tensors keyed by ``schema.WHITEBOX_COLUMNS``.
+    """White-box columns (``[N]`` tensors keyed by ``schema.WHITEBOX_COLUMNS``) of ``N`` tokens
+    ``[N]`` int64 under the float64 target law p ``[N, V]`` and the drafter's q ``[N, V]``
+    (None: no draft; ``wb_p_a`` 0, ``wb_in_a`` False, ``wb_overlap`` NaN, order by p).
 
     Notes
     -----
-    ``wb_cdf_lo`` is computed without sorting: ``sum_v p_v · [v before x]`` with
-    ``v before x ⇔ key_v > key_x or (key_v = key_x and v < x)``, an O(N·V) masked sum in float64.
+    ``wb_cdf_lo`` = ``sum_v p_v · [v before x]`` with ``v before x ⇔ key_v > key_x or (key_v =
+    key_x and v < x)``: an O(N·V) masked sum in float64, no sort.
     """
     assert p.dim() == 2 and p.dtype == torch.float64, (p.dtype, tuple(p.shape))
     N, V = p.shape
@@ -75,21 +59,35 @@ def whitebox_columns(
         assert q.shape == p.shape and q.dtype == torch.float64, (q.dtype, tuple(q.shape))
     _check_tokens(tokens, V, "whitebox_columns")
     x = tokens[:, None]  # [N, 1]
-    key = order_key(p, q)  # [N, V]
-    key_x = key.gather(1, x)  # [N, 1]
     ids = torch.arange(V, device=p.device)[None, :]  # [1, V]
-    before = (key > key_x) | ((key == key_x) & (ids < x))  # [N, V]
+    q_x = None if q is None else q.gather(1, x)
+    return _columns(ids, p, q, p.gather(1, x), q_x, x)
+
+
+def _columns(
+    ids: torch.Tensor,
+    pp: torch.Tensor,
+    q_p: torch.Tensor | None,
+    p_x: torch.Tensor,
+    q_x: torch.Tensor | None,
+    x: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """The columns from p and q at ids ``[N or 1, W]`` (``pp``, ``q_p`` ``[N, W]``) and at the
+    tokens ``x`` ``[N, 1]`` (``p_x``, ``q_x``): the body shared by the dense and shortlist forms."""
+    key = order_key(pp, q_p)  # [N, W]
+    key_x = order_key(p_x, q_x)  # [N, 1]
+    before = (key > key_x) | ((key == key_x) & (ids < x))  # [N, W]
+    zero = torch.zeros((), dtype=torch.float64, device=pp.device)
     out = {
-        schema.WB_P: p.gather(1, x)[:, 0],  # [N]
-        schema.WB_CDF_LO: torch.where(before, p, torch.zeros_like(p)).sum(1),  # [N]
+        schema.WB_P: p_x[:, 0],  # [N]
+        schema.WB_CDF_LO: torch.where(before, pp, zero).sum(1),  # [N]
     }
-    if q is None:
-        out.update(_no_draft_columns(N, p.device))
-    else:
-        in_a = q > p  # [N, V] A_t = {v : q_t(v) > p_t(v)}
-        out[schema.WB_P_A] = torch.where(in_a, p, torch.zeros_like(p)).sum(1)  # [N]
-        out[schema.WB_IN_A] = in_a.gather(1, x)[:, 0]  # [N]
-        out[schema.WB_OVERLAP] = torch.minimum(p, q).sum(1)  # [N]
+    if q_p is None or q_x is None:
+        out.update(_no_draft_columns(int(x.shape[0]), pp.device))
+    else:  # A_t = {v : q_t(v) > p_t(v)}
+        out[schema.WB_P_A] = torch.where(q_p > pp, pp, zero).sum(1)  # [N]
+        out[schema.WB_IN_A] = (q_x > p_x)[:, 0]  # [N]
+        out[schema.WB_OVERLAP] = torch.minimum(pp, q_p).sum(1)  # [N]
     return out
 
 
@@ -115,27 +113,14 @@ def law_columns(p: Law, q: Law | None, tokens: torch.Tensor) -> dict[str, torch.
 def whitebox_columns_shortlist(
     p: ShortlistLaw, q: Law | None, tokens: torch.Tensor
 ) -> dict[str, torch.Tensor]:
-    """``whitebox_columns`` when p is a ``ShortlistLaw``: O(N·W) instead of O(N·V) (same values).
-
-    Parameters
-    ----------
-    p : ``ShortlistLaw`` ``[N, W]`` (ids ascending, distinct; p = 0 off them).
-    q : a ``Law`` ``[N, *]``: a ``ShortlistLaw`` ``[N, Wq]`` (e.g. ``Wq = 1`` for a one-hot
-        drafter), a ``DenseLaw`` ``[N, V]`` (e.g. ``q_mode`` temperature/raw), or ``None`` (no
-        draft).
-    tokens : int64 ``[N]``, the emitted tokens (any id in ``[0, V)``, shortlisted by p or not).
-
-    Returns
-    -------
-    dict of ``[N]`` tensors keyed by ``schema.WHITEBOX_COLUMNS``, equal to
-    ``whitebox_columns(p.dense(), dense q, tokens)`` up to float64 summation order.
+    """``whitebox_columns`` for a shortlist p ``[N, W]`` and any q ``Law`` ``[N, *]`` (or None)
+    in O(N·W): the same values up to float64 summation order; tokens in ``[0, V)``, on p's
+    shortlist or not.
 
     Notes
     -----
-    Every sum of ``whitebox_columns`` is weighted by p_v or by min(p_v, q_v), so tokens off p's
-    shortlist add exact zeros and only the shortlist is summed. x's own p(x), q(x) and order key
-    are looked up (``Law.prob_of``: 0 off the shortlist), so x off supp(p) has key 0 as in the
-    dense row.
+    Every sum is weighted by p_v or min(p_v, q_v), so ids off p's shortlist add exact zeros.
+    x's own p(x), q(x) are looked up (0 off the shortlist): x off supp(p) has key 0 as densely.
     """
     ids, pp = p.ids, p.probs  # [N, W], [N, W]
     assert ids.dim() == 2 and pp.dtype == torch.float64, (pp.dtype, tuple(ids.shape))
@@ -143,24 +128,9 @@ def whitebox_columns_shortlist(
     assert tokens.shape == (N,) and tokens.dtype == torch.int64, (tokens.dtype, tuple(tokens.shape))
     _check_tokens(tokens, p.vocab_size, "whitebox_columns_shortlist")
     x = tokens[:, None]  # [N, 1]
-    p_x = p.prob_of(x)  # [N, 1]
     q_p = None if q is None else q.prob_of(ids)  # [N, W] q at p's shortlist
     q_x = None if q is None else q.prob_of(x)  # [N, 1]
-    key = order_key(pp, q_p)  # [N, W]
-    key_x = order_key(p_x, q_x)  # [N, 1]
-    before = (key > key_x) | ((key == key_x) & (ids < x))  # [N, W]
-    zero = torch.zeros((), dtype=torch.float64, device=pp.device)
-    out = {
-        schema.WB_P: p_x[:, 0],  # [N]
-        schema.WB_CDF_LO: torch.where(before, pp, zero).sum(1),  # [N]
-    }
-    if q_p is None or q_x is None:
-        out.update(_no_draft_columns(N, pp.device))
-    else:
-        out[schema.WB_P_A] = torch.where(q_p > pp, pp, zero).sum(1)  # [N]
-        out[schema.WB_IN_A] = (q_x > p_x)[:, 0]  # [N]
-        out[schema.WB_OVERLAP] = torch.minimum(pp, q_p).sum(1)  # [N]
-    return out
+    return _columns(ids, pp, q_p, p.prob_of(x), q_x, x)
 
 
 ROLE_CODES = {name: i for i, name in enumerate(schema.ROLES)}
@@ -186,22 +156,15 @@ def _role_weights(p: Law, q: Law | None, role: torch.Tensor) -> tuple[torch.Tens
 def role_columns(
     p: Law, q: Law | None, tokens: torch.Tensor, role: torch.Tensor, ratio: torch.Tensor
 ) -> dict[str, torch.Tensor]:
-    """``wb_role_p`` and ``wb_role_cdf_lo`` ``[N]`` of tokens ``[N]`` with role codes ``[N]``
-    (``schema.ROLES``) under laws p, q ``[N, *]``: the token's mass and the mass strictly below
-    it in token-id order under its role's law, normalised; and, given ``ratio`` ``[N]``
-    (``wb_role_ratio`` r, NaN for accepted drafts), ``wb_role_beyond`` / ``wb_role_tail``: for
-    a bonus, whether the token's CDF interval lies at or above r (lo ≥ r) and the role law's
-    mass of such tokens; for a recovered token, whether it lies at or below r (lo + mass ≤ r)
-    and that mass (False / NaN for accepted drafts, plain tokens and r = 1: a rejection needs
-    r < 1, and nothing of positive mass lies above 1).
+    """The role columns (``wb_role_p``, ``wb_role_cdf_lo``, ``wb_role_beyond``,
+    ``wb_role_tail``, each ``[N]``) of tokens ``[N]`` with role codes ``[N]`` (``schema.ROLES``)
+    and ``ratio`` r ``[N]`` (``wb_role_ratio``) under laws p, q ``[N, *]``: docs/roles.md.
 
     Notes
     -----
-    The role laws of the exact chain sampler (accepted: min(p, q); recovered: max(0, p − q), p
-    when that is empty; bonus and plain: p), why token-id order and why ``beyond`` has
-    probability ``tail`` under H0: docs/roles.md. They vanish off p's support, so a shortlist p
-    is summed on its shortlist only; q = None leaves every role at p. A token of zero role mass
-    gets ``wb_role_p`` 0.
+    Role laws vanish off p's support, so a shortlist p is summed on its shortlist only; q = None
+    leaves every role at p; a token of zero role mass gets ``wb_role_p`` 0; ``beyond`` is False
+    and ``tail`` NaN for accepted drafts, plain tokens and r = 1 (nothing lies above 1).
     """
     ids, w = _role_weights(p, q, role)  # [N, W] each
     x = tokens[:, None]  # [N, 1]
@@ -342,21 +305,9 @@ def teacher_force(
     draft: LanguageModel | None = None,
     drafter: DrafterSpec | None = None,
 ) -> pd.DataFrame:
-    """White-box columns along emitted sequences, aligned with ``builtin.to_samples_frame``.
-
-    Parameters
-    ----------
-    target : the local target model (the one plain sampling used).
-    prompt : the shared prompt token ids.
-    params : one ``SamplingParams`` per row (``[r.params for r in rows]``).
-    tokens : int64 ``[B, T]`` emitted tokens (``ArmOutput.tokens``, numpy, or a tensor).
-    draft, drafter : with a draft, q_t is its drafter's law (module docstring); without one the
-        q columns take their "q unknown" values and ``drafter`` is ignored.
-
-    Returns
-    -------
-    DataFrame with ``schema.WHITEBOX_COLUMNS``, ``B * T`` rows, row-major then position.
-    """
+    """White-box columns (``B * T`` rows, row-major) of emitted tokens ``[B, T]`` int64 after
+    ``prompt``, one ``SamplingParams`` per row, under the local ``target`` and, with a ``draft``,
+    its ``drafter``'s q (without one the q columns take their "q unknown" values)."""
     from spectest.sampling.mutants import get_variant
 
     if draft is not None and drafter is None:

@@ -1,16 +1,9 @@
-"""The processed law rebuilt from a top-n list of the law a server reports, where the list fixes
-it: a *raw* list (vLLM ``--logprobs-mode raw_logprobs``: the log-softmax before temperature) or a
-*tempered* one (SGLang ``return_logprob``: ``softmax(logits / T)``, before top-k / top-p /
-min-p). A raw list is a tempered one after the power 1/T, whose normaliser over the whole
-vocabulary the list does not give: ``z_bracket`` bounds it; a tempered list's normaliser is 1.
+"""The processed law rebuilt from a top-n list of the raw or tempered law a server reports.
 
-Owns ``processed_from_list`` (the law, or ``Violation`` where the list does not fix it:
-``Straddle`` where only the normaliser's bracket leaves the nucleus's cut open, which the callers
-leave out instead of ending the run), ``z_bracket`` and ``law_settings`` (the settings
-spectest's pipeline applies to a reported law of each kind). Used by claim (b) teacher-forced
-(``engines.plain_laws``) and by claim (a) from reported probabilities
-(``engines.server_raw_law.processed_of``).
-docs/numerics.md "Top-n lists" derives the bracket and when it decides the nucleus.
+Owns ``processed_from_list`` (the law, or a ``Violation`` where the list does not fix it; a
+``Straddle`` where only the normaliser's bracket leaves the nucleus's cut open), ``z_bracket``
+and ``law_settings``. Used by ``engines.plain_laws`` and ``engines.server_raw_law``. Raw versus
+tempered lists and the bracket: docs/numerics.md "Top-n lists".
 """
 
 from __future__ import annotations

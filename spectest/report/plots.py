@@ -88,19 +88,7 @@ def label(text: object) -> str:
 def to_base64_png(fig: Figure, dpi: int = 90) -> str:
     """Encode and close a figure: laid out once (tight, or by the layout engine the figure
     set), drawn once, and the PNG cropped to what was drawn only when something fell outside
-    the canvas.
-
-    Notes
-    -----
-    Until issue 32 every figure was saved with ``bbox_inches="tight"``, which drew it twice more;
-    now the canvas is drawn once and the drawn extent checked (``get_tightbbox`` after the draw
-    costs about a quarter of one). Inside the canvas, as the report's figures are (its legend in
-    a strip: ``tv_by_position``): that one drawing is the PNG. Outside (a title or tick label
-    wider than the figure, say a long prompt id): saved as before, the canvas grown to the
-    content, so the report shows what it always did. The dpi is set first, so the layout and the
-    drawing share one renderer (and its text metrics); the layout engine is removed after laying
-    out, or ``savefig`` would lay out again in a draw of its own.
-    """
+    the canvas (docs/internals.md "Why each figure is laid out once and drawn once")."""
     import matplotlib.image
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 

@@ -24,12 +24,12 @@ from spectest.stats.families import (
     relabelings,
 )
 from spectest.stats.family_cells import CELL_COLUMNS, CellFamily, CellsResult
-from spectest.stats.family_reported import ReportedFamily
 from spectest.stats.family_sequence import SEQUENCE_COLUMNS, SequenceFamily
 from spectest.stats.family_whitebox import WhiteboxFamily, WhiteboxResult
 from spectest.stats.histograms import encode_samples
 from spectest.stats.lengths import LengthsFamily
 from spectest.stats.options import MULTIPLICITY, AnalysisOptions
+from spectest.stats.reported_p import ReportedFamily
 from spectest.stats.rounds import RoundsFamily
 from spectest.stats.trie import TRIE_COLUMNS, TrieFamily
 

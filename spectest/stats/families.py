@@ -60,7 +60,9 @@ class FamilyResult:
     it can add a rejection, and never counts as "a family ran" for a pass
     (``comparison.Comparison.tested_anything``). ``unresolved``: one line saying why its claim
     stays undecided without a rejection (the reported-p family's tokens left out beyond
-    ``tests.left_out_max``): the run is inconclusive.
+    ``tests.left_out_max``; the verdict's rung 3e): the run is inconclusive. ``exact_rejected``:
+    a test exact at any numerics rejected (conditional on the engine's own law: white-box,
+    reported-p support and PIT), so it decides claim (a) beside a floor arm too.
     """
 
     name: str
@@ -77,14 +79,9 @@ class FamilyResult:
     control_failed: bool = False
     verdict_line: str = ""
     notes: tuple[str, ...] = ()
-    # a resolution that is estimated from the data says so, with its range ("" a closed form
-    # of the design: the per-cell MDE)
-    resolution_note: str = ""
+    resolution_note: str = ""  # "": a closed form of the design (the per-cell MDE)
     claims: bool = False
-    # why its claim cannot be decided even without a rejection (the verdict's rung 3e; "" none)
     unresolved: str = ""
-    # a test exact at any numerics rejected (conditional on the engine's own law: white-box,
-    # reported-p support and PIT): it decides claim (a) beside a floor arm too
     exact_rejected: bool = False
 
     @property

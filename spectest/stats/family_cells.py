@@ -282,26 +282,15 @@ def _line(r: Any) -> str:
 def _testability(inputs: FamilyInputs) -> power.Testability:
     """Per cell-position arm histograms → ``power.estimate_testability`` (pooled-χ² keep rule)."""
     enc, opts = inputs.enc, inputs.options
-    top_ref, top_cand, top, n_ref, n_cand = [], [], [], [], []
+    parts = []  # per cell: (top_ref_in_cand, top_cand_in_ref, top, n_ref, n_cand), each [T]
     for c in range(enc.n_cells):
-        lo, hi = int(enc.cell_start[c]), int(enc.cell_start[c + 1])
-        tok = enc.tokens[lo:hi]  # [n_c, T]
-        is_ref = enc.seq_arm[lo:hi] == 0  # [n_c] arms are (reference, candidate)
-        a, b, mx, na, nb = power.cross_fitted_top_counts(tok[is_ref], tok[~is_ref])
-        top_ref.append(a)
-        top_cand.append(b)
-        top.append(mx)
-        n_ref.append(na)
-        n_cand.append(nb)
-    if not top_ref:
+        tok = inputs.cell_tokens(c)  # [n_c, T]
+        is_ref = enc.seq_arm[enc.cell_start[c] : enc.cell_start[c + 1]] == 0  # [n_c]
+        parts.append(power.cross_fitted_top_counts(tok[is_ref], tok[~is_ref]))
+    if not parts:
         z = np.zeros(0)
         return power.estimate_testability(z, z, z, z, z, opts.min_expected, ())
+    a, b, top, n_ref, n_cand = (np.concatenate(k) for k in zip(*parts, strict=True))
     return power.estimate_testability(
-        np.concatenate(top_ref),
-        np.concatenate(top_cand),
-        np.concatenate(top),
-        np.concatenate(n_ref),
-        np.concatenate(n_cand),
-        opts.min_expected,
-        opts.testable_shares,
+        a, b, top, n_ref, n_cand, opts.min_expected, opts.testable_shares
     )

@@ -86,7 +86,9 @@ class WhiteboxFamily:
             wb,
             tested.to_numpy(),
             failing,
-            exact_rejected=bool(failing),
+            # teacher mode's tests are two-sample (candidate vs reference through one teacher):
+            # they see the arms' numerics as the black-box families do (docs/numerics.md)
+            exact_rejected=bool(failing) and not teacher,
             resolution=dz_mde,
             resolution_unit="excess mass on {q > p} per token (directed z)" + _role_unit(cand),
             black_box=False,
@@ -173,19 +175,22 @@ def _weighted_within_arms(
     return p_adj
 
 
+def _role_pits(cand: pd.DataFrame) -> list[Any]:
+    """The candidate's role-stratum PIT rows (none without role tests)."""
+    if not len(cand):
+        return []
+    roles = cand[cand["test"].astype(str).str.startswith("role_pit_")]
+    return list(roles.itertuples(index=False))
+
+
 def _role_unit(cand: pd.DataFrame) -> str:
     """The per-role resolutions for the resolution line ("" without role tests): each role
     stratum's sup-CDF distance resolved at 80 % power (``whitebox_roles.dkw_resolution``)."""
-    if not len(cand):
-        return ""
-    roles = cand[cand["test"].astype(str).str.startswith("role_pit_")]
-    if not len(roles):
-        return ""
     parts = [
         f"{str(r.test).removeprefix('role_pit_')} {sup_cdf_words(float(r.mde))}"
-        for r in roles.itertuples(index=False)
+        for r in _role_pits(cand)
     ]
-    return "; by role, sup-CDF distance of the role PIT: " + ", ".join(parts)
+    return "; by role, sup-CDF distance of the role PIT: " + ", ".join(parts) if parts else ""
 
 
 def sup_cdf_words(mde: float) -> str:
@@ -199,16 +204,13 @@ def sup_cdf_words(mde: float) -> str:
 def _role_notes(cand: pd.DataFrame) -> tuple[str, ...]:
     """Exact mode: the per-role resolutions of the role strata that ran (the sup-CDF distance of
     each stratum's PIT from U(0, 1) resolved at 80 % power, ``whitebox_roles.dkw_resolution``)."""
-    if not len(cand):
-        return ()
-    roles = cand[cand["test"].astype(str).str.startswith("role_pit_")]
-    if not len(roles):
-        return ()
     parts = [
         f"{str(r.test).removeprefix('role_pit_')} {int(r.n)} tokens, sup-CDF distance "
         f"{sup_cdf_words(float(r.mde))}"
-        for r in roles.itertuples(index=False)
+        for r in _role_pits(cand)
     ]
+    if not parts:
+        return ()
     return (
         "white-box by role (PIT under each role's own law; resolution at 80 % power, DKW "
         "bound): " + "; ".join(parts),

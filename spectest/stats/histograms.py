@@ -32,12 +32,10 @@ def validate_samples(samples: object, arms: Sequence[str] | None = None) -> pd.D
             raise InputError(
                 f"samples: missing column {col!r} (columns: {list(samples.columns)!r})"
             )
-    for col in (sc.PROMPT_ID, sc.CONFIG_ID, sc.ARM):
-        if samples[col].isna().any():
-            raise InputError(f"samples: column {col!r} has null values")
-    for col in _INT_COLUMNS:
+    for col in REQUIRED_COLUMNS:  # the id columns first, then the integer ones
         dtype = samples[col].dtype
-        if not pd.api.types.is_integer_dtype(dtype) or pd.api.types.is_bool_dtype(dtype):
+        integer = pd.api.types.is_integer_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
+        if col in _INT_COLUMNS and not integer:
             raise InputError(
                 f"samples: column {col!r} must hold integers, got dtype {str(dtype)!r}"
             )

@@ -106,6 +106,16 @@ def option(default: Any, rule: str, ok: Callable[[Any, Any], bool], **where: Any
     return field(default=default, metadata={META: Option(rule, ok, **where)})
 
 
+def choice(default: str, choices: tuple[str, ...], **where: Any) -> Any:
+    """A field that takes one of ``choices``."""
+    return option(default, f"expected one of {', '.join(choices)}", one_of(choices), **where)
+
+
+def switch(default: bool, **where: Any) -> Any:
+    """A field that is true or false."""
+    return option(default, "expected true or false", boolean, **where)
+
+
 def _statistics(v: Any, _s: Any) -> bool:
     return (
         isinstance(v, tuple)
@@ -115,7 +125,6 @@ def _statistics(v: Any, _s: Any) -> bool:
     )
 
 
-_ONE_OF = "expected one of {}"
 _MODES = f"must be one of {list(WHITEBOX_MODES)!r}"
 _STATISTICS_RULE = f"must be a tuple of {list(sequence.STATISTICS)!r}"
 
@@ -142,13 +151,8 @@ class AnalysisOptions:
         flag="--alpha",
         real=True,
     )
-    multiplicity: str = option(
-        "bh",
-        _ONE_OF.format(", ".join(MULTIPLICITY)),
-        one_of(MULTIPLICITY),
-        yaml="tests.multiplicity",
-        hashed="always",
-        flag="--multiplicity",
+    multiplicity: str = choice(
+        "bh", MULTIPLICITY, yaml="tests.multiplicity", hashed="always", flag="--multiplicity"
     )
     min_expected: float = option(
         5.0,
@@ -168,9 +172,7 @@ class AnalysisOptions:
     trie_min_count: int = option(
         200, "expected an integer >= 1", integer(1), yaml="tests.trie.min_count", hashed="always"
     )
-    whitebox: bool = option(
-        True, "expected true or false", boolean, yaml="tests.whitebox", hashed="always"
-    )
+    whitebox: bool = switch(True, yaml="tests.whitebox", hashed="always")
     null_permutations: int = option(
         200,
         f"expected an integer in [0, {NULL_PERMUTATIONS_MAX}]",
@@ -190,22 +192,10 @@ class AnalysisOptions:
         flag="--max-mde-tv",
         real=True,
     )
-    sequence: bool = option(
-        True, "expected true or false", boolean, yaml="tests.sequence", hashed="non-default"
-    )
-    numerics: str = option(
-        "auto",
-        _ONE_OF.format(", ".join(NUMERICS_MODES)),
-        one_of(NUMERICS_MODES),
-        yaml="tests.numerics",
-        hashed="non-default",
-    )
-    numerics_floor: str = option(
-        "auto",
-        _ONE_OF.format(", ".join(NUMERICS_FLOORS)),
-        one_of(NUMERICS_FLOORS),
-        yaml="tests.numerics_floor",
-        hashed="non-default",
+    sequence: bool = switch(True, yaml="tests.sequence", hashed="non-default")
+    numerics: str = choice("auto", NUMERICS_MODES, yaml="tests.numerics", hashed="non-default")
+    numerics_floor: str = choice(
+        "auto", NUMERICS_FLOORS, yaml="tests.numerics_floor", hashed="non-default"
     )
     numerics_margin: float = option(
         DEFAULT_NUMERICS_MARGIN,
@@ -224,7 +214,7 @@ class AnalysisOptions:
         real=True,
     )
     # the statistics' own constants: no protocol field, never hashed
-    permutation_pvalues: bool = option(False, "expected true or false", boolean)
+    permutation_pvalues: bool = switch(False)
     tv_quantile: float = option(
         0.95, "must be in [0.5, 1)", number(0.5, 1, lo_open=False, hi_open=True)
     )

@@ -1,7 +1,8 @@
-"""The randomized probability integral transform (``pit_values``: u = F(x⁻) + V·p(x)) and its
-uniformity tests (KS, Cramér–von Mises, Anderson–Darling: ``uniformity_tests``). Knows no arms,
-roles or samples table. Why the u are iid U(0, 1) under H0: docs/statistics.md ("White-box exact
-tests").
+"""The randomized probability integral transform (``pit_values``: u = F(x⁻) + V·p(x)), the PIT
+interval of a token under a reported top-n list (``pit_interval``), each with its slow
+reference, and the uniformity tests (KS, Cramér–von Mises, Anderson–Darling:
+``uniformity_tests``). Knows no arms, roles or samples table. Why the u are iid U(0, 1) under
+H0: docs/statistics.md ("White-box exact tests"), docs/engines-reported-p.md.
 """
 
 from __future__ import annotations
@@ -35,6 +36,44 @@ def pit_values(cdf_lo: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> n
     p = np.asarray(p, dtype=np.float64)  # [n]
     assert cdf_lo.shape == p.shape and cdf_lo.ndim == 1
     return np.clip(cdf_lo + rng.random(cdf_lo.shape[0]) * p, 0.0, 1.0)
+
+
+def pit_values_slow(cdf_lo: np.ndarray, p: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The reference of ``pit_values``: one token at a time."""
+    v = rng.random(len(p))
+    return np.array(
+        [min(max(lo + vi * pi, 0.0), 1.0) for lo, pi, vi in zip(cdf_lo, p, v, strict=True)]
+    )
+
+
+def pit_interval(
+    p: np.ndarray, cdf_lo: np.ndarray, mass: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each token's PIT interval [lo, lo + width) under the law it was reported from, and
+    whether one exists: [n] × 3 → (lo, width, ok), all [n].
+
+    ``cdf_lo`` known (the full law, or a token inside a reported top-n list, whose cdf_lo is
+    the mass of the entries listed before it): [cdf_lo, cdf_lo + p). ``cdf_lo`` unknown and a
+    list mass S < 1 stated (a token outside the top-n list): the *coarsened* law — the list's
+    tokens, then one "rest" outcome of mass 1 − S — gives it [S, 1). Otherwise (p alone, or
+    no p) no exact PIT: ``ok`` False. For a token drawn from the reported law the first two are
+    exactly uniform (the coarsened law is a function of the token; docs/engines-reported-p.md).
+    """
+    p, lo, m = (np.asarray(a, np.float64) for a in (p, cdf_lo, mass))
+    known = np.isfinite(p) & np.isfinite(lo)
+    rest = np.isfinite(p) & ~np.isfinite(lo) & np.isfinite(m) & (m < 1.0)
+    start = np.where(known, lo, np.where(rest, m, 0.0))
+    width = np.where(known, p, np.where(rest, 1.0 - m, 0.0))
+    return np.clip(start, 0.0, 1.0), np.clip(width, 0.0, 1.0), known | rest
+
+
+def pit_interval_slow(p: float, cdf_lo: float, mass: float) -> tuple[float, float, bool]:
+    """The reference of ``pit_interval``: one token."""
+    if np.isfinite(p) and np.isfinite(cdf_lo):
+        return min(max(cdf_lo, 0.0), 1.0), min(max(p, 0.0), 1.0), True
+    if np.isfinite(p) and np.isfinite(mass) and mass < 1.0:
+        return min(max(mass, 0.0), 1.0), min(max(1.0 - mass, 0.0), 1.0), True
+    return 0.0, 0.0, False
 
 
 def _adinf(z: np.ndarray) -> np.ndarray:

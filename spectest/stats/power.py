@@ -25,13 +25,7 @@ def _check(alpha: float, power: float) -> None:
 
 @lru_cache(maxsize=4096)
 def lambda_star(df: int, alpha: float = 0.05, power: float = 0.8) -> float:
-    """λ* with ``ncx2.sf(chi2.isf(alpha, df), df, λ*) == power``.
-
-    Notes
-    -----
-    Solved by ``scipy.optimize.brentq`` on the monotone ``ncx2.sf`` (relative tolerance
-    1e-10).
-    """
+    """λ* with ``ncx2.sf(chi2.isf(alpha, df), df, λ*) == power`` (``brentq``, rtol 1e-10)."""
     _check(alpha, power)
     if isinstance(df, bool) or int(df) != df or df < 1:
         raise ConfigError(f"df must be an integer >= 1, got {df!r}")
@@ -106,14 +100,8 @@ def directed_z_2s_mde(
     two_sided: bool = True,
 ) -> float:
     """``directed_z_mde`` of the two-sample (teacher-mode) directed z: candidate ``n_tokens``,
-    reference ``reference_multiplier`` × as many (``seeds.reference_per_arm``).
-
-    Notes
-    -----
-    The two-sample statistic is the difference of the arms' mean 1[x ∈ A] − p(A); its variance
-    is the candidate's times 1 + 1/m (m = ``reference_multiplier``), so the MDE is
-    √(1 + 1/m) × the one-sample MDE (× 1.41 at m = 1, × 1.10 at m = 5).
-    """
+    reference m = ``reference_multiplier`` × as many (``seeds.reference_per_arm``): √(1 + 1/m) ×
+    the one-sample MDE (docs/statistics.md "White-box tests under a teacher's numerics")."""
     if reference_multiplier <= 0:
         raise ConfigError(f"reference_multiplier must be > 0, got {reference_multiplier!r}")
     one = directed_z_mde(n_tokens, p_a, alpha, power, two_sided=two_sided)
@@ -122,14 +110,8 @@ def directed_z_2s_mde(
 
 def reference_multiplier_for(mde_ratio: float) -> int:
     """Smallest integer m with √(1 + 1/m) ≤ ``mde_ratio``: the reference size (× ``per_arm``)
-    at which a two-sample z's MDE is within ``mde_ratio`` of the one-sample MDE (1.10 → 5;
-    1.12 → 4). See ``directed_z_2s_mde``.
-
-    Notes
-    -----
-    That is the z-argument for the directed z alone; the measured power of each teacher-mode
-    test against m: docs/statistics.md ("White-box tests under a teacher's numerics").
-    """
+    at which the two-sample directed z's MDE is within ``mde_ratio`` of the one-sample MDE
+    (1.10 → 5; ``directed_z_2s_mde``)."""
     if not mde_ratio > 1.0:
         raise ConfigError(f"mde_ratio must be > 1, got {mde_ratio!r}")
     return math.ceil(1.0 / (mde_ratio * mde_ratio - 1.0) - 1e-12)
@@ -163,14 +145,8 @@ def cross_fitted_top_counts(
     ``ref`` [n_r, T], ``cand`` [n_c, T] token ids (< 0 = missing). Returns
     ``(a, b, top, n_r, n_c)``, each [T]: a = count in ``cand`` of ref's top token, b = count in
     ``ref`` of cand's top token (ties: the lowest id), top = the largest combined count of one
-    token (the plug-in maximum), and the arms' non-missing counts per position.
-
-    Notes
-    -----
-    Cross-fitting: choosing the top token on one arm and counting it on the other gives an
-    unbiased estimate of the chosen token's probability, which is ≤ the law's top probability.
-    The plug-in max of one sample is biased upward — badly so for near-flat laws over large
-    vocabularies (the max of many counts of 1) — and would promise testability too early.
+    token (the plug-in maximum), and the arms' non-missing counts per position. Why
+    cross-fitted: docs/statistics.md ("Seeds to testable").
     """
     T = int(ref.shape[1])
     a, b = np.zeros(T, dtype=np.int64), np.zeros(T, dtype=np.int64)

@@ -1,24 +1,37 @@
-"""White-box tests on the probabilities an engine reports (``spectest reported-p``): the support
-check and the randomised PIT's uniformity, conditional on the reported p, and the tolerance
-cross-check with spectest's teacher-forced p_t → ``ReportedResult``; the PIT interval of a top-n
-list (``pit_interval``). Torch-free; knows no engines or files. docs/engines-reported-p.md.
+"""The reported-p family: claim (a) for an engine spectest cannot see inside, from the
+probabilities it reports for the tokens it emits (``schema.REPORTED_COLUMNS``): support and the
+randomised PIT's uniformity, conditional on the reported law (exact at any numerics), and the
+tolerance cross-check with spectest's teacher-forced p_t. Owns the audit of ``spectest
+reported-p`` (``reported_family`` → ``ReportedResult``) and the family inside every analysis
+(``ReportedFamily``: per arm that reported, with per-round-slot KS under a weighted Bonferroni,
+``WEIGHTS``). Torch-free; knows no engines, files or other families.
+docs/engines-reported-p.md.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-from spectest.stats.families import Failure, FamilyResult
+from spectest import schema as sc
+from spectest.stats.families import Failure, FamilyInputs, FamilyResult, empty_frame
+from spectest.stats.pit import pit_interval, pit_values
 
-NAME, LABEL = "reported", "reported-p (white-box)"  # ``family_reported.ReportedFamily``'s too
+NAME, LABEL = "reported", "reported-p (white-box)"
 CONDITIONAL = "conditional on the engine's reported p"
 DEFAULT_ALPHA = 0.01
 DEFAULT_TOL = 1e-3  # per-step TV tolerated between the reported and the teacher's law
 DEFAULT_MAX_FRACTION = 0.01  # tokens beyond ``tol`` allowed before the cross-check fails
+TABLE = ["arm", "test", "statistic", "pvalue", "n", "detail", "p_adj", "reject"]
+# the α split within one arm's tests, fixed before any data; renormalised over those that ran.
+# "slot" is shared equally by the round slots that ran.
+WEIGHTS = {"pit_ks_reported": 0.3, "pit_cvm_reported": 0.3, "slot": 0.4}
+MIN_SLOT_TOKENS = 20  # a round slot with fewer PIT values is not tested (KS on a handful)
+FLOOR_QUANTILE_FACTOR = 10  # the floor: the reference's (1 − max_fraction / 10) quantile of d_t
 
 
 @dataclass(frozen=True)
@@ -35,7 +48,7 @@ class ReportedTest:
     detail: str
 
 
-TABLE = [f.name for f in fields(ReportedTest)]
+AUDIT_COLUMNS = [f.name for f in fields(ReportedTest)]
 
 
 @dataclass(frozen=True)
@@ -60,7 +73,7 @@ class ReportedResult(FamilyResult):
             name=NAME,
             label=LABEL,
             alpha=alpha,
-            table=pd.DataFrame([asdict(t) for t in tests], columns=TABLE),
+            table=pd.DataFrame([asdict(t) for t in tests], columns=AUDIT_COLUMNS),
             rejected=bool(failing),
             n_tested=sum(tested),
             n_untestable=0,
@@ -91,51 +104,6 @@ class ReportedResult(FamilyResult):
         return out
 
 
-def pit_values(p: np.ndarray, cdf_lo: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Randomised PIT u = cdf_lo + V·p, V ~ U(0, 1) from ``rng``: [n] → [n], clipped to [0, 1]
-    (cdf_lo + p may pass 1 by rounding)."""
-    p, cdf_lo = np.asarray(p, np.float64), np.asarray(cdf_lo, np.float64)
-    return np.clip(cdf_lo + rng.random(p.shape[0]) * p, 0.0, 1.0)
-
-
-def pit_values_slow(p: np.ndarray, cdf_lo: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The reference of ``pit_values``: one token at a time."""
-    v = rng.random(len(p))
-    return np.array(
-        [min(max(lo + vi * pi, 0.0), 1.0) for pi, lo, vi in zip(p, cdf_lo, v, strict=True)]
-    )
-
-
-def pit_interval(
-    p: np.ndarray, cdf_lo: np.ndarray, mass: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each token's PIT interval [lo, lo + width) under the law it was reported from, and
-    whether one exists: [n] × 3 → (lo, width, ok), all [n].
-
-    ``cdf_lo`` known (the full law, or a token inside a reported top-n list, whose cdf_lo is
-    the mass of the entries listed before it): [cdf_lo, cdf_lo + p). ``cdf_lo`` unknown and a
-    list mass S < 1 stated (a token outside the top-n list): the *coarsened* law — the list's
-    tokens, then one "rest" outcome of mass 1 − S — gives it [S, 1). Otherwise (p alone, or
-    no p) no exact PIT: ``ok`` False. For a token drawn from the reported law the first two are
-    exactly uniform (the coarsened law is a function of the token; docs/engines-reported-p.md).
-    """
-    p, lo, m = (np.asarray(a, np.float64) for a in (p, cdf_lo, mass))
-    known = np.isfinite(p) & np.isfinite(lo)
-    rest = np.isfinite(p) & ~np.isfinite(lo) & np.isfinite(m) & (m < 1.0)
-    start = np.where(known, lo, np.where(rest, m, 0.0))
-    width = np.where(known, p, np.where(rest, 1.0 - m, 0.0))
-    return np.clip(start, 0.0, 1.0), np.clip(width, 0.0, 1.0), known | rest
-
-
-def pit_interval_slow(p: float, cdf_lo: float, mass: float) -> tuple[float, float, bool]:
-    """The reference of ``pit_interval``: one token."""
-    if np.isfinite(p) and np.isfinite(cdf_lo):
-        return min(max(cdf_lo, 0.0), 1.0), min(max(p, 0.0), 1.0), True
-    if np.isfinite(p) and np.isfinite(mass) and mass < 1.0:
-        return min(max(mass, 0.0), 1.0), min(max(1.0 - mass, 0.0), 1.0), True
-    return 0.0, 0.0, False
-
-
 def support_test(p: np.ndarray) -> ReportedTest:
     """A token the engine reports probability 0 for cannot have been drawn from its law."""
     zeros = int((np.asarray(p) <= 0.0).sum())
@@ -153,7 +121,7 @@ def pit_tests(
     p: np.ndarray, cdf_lo: np.ndarray, rng: np.random.Generator, alpha: float = DEFAULT_ALPHA
 ) -> list[ReportedTest]:
     """KS and Cramér–von Mises of the reported PIT against U(0, 1), each at α/2."""
-    u = pit_values(p, cdf_lo, rng)
+    u = pit_values(cdf_lo, p, rng)
     out = []
     for name, res in (
         ("pit_ks_reported", stats.kstest(u, "uniform")),
@@ -223,15 +191,306 @@ def reported_family(
     return ReportedResult.of_tests(tests, alpha)
 
 
-__all__ = [
-    "CONDITIONAL",
-    "ReportedResult",
-    "ReportedTest",
-    "crosscheck",
-    "pit_interval",
-    "pit_interval_slow",
-    "pit_tests",
-    "pit_values",
-    "reported_family",
-    "support_test",
-]
+@dataclass(frozen=True)
+class ReportedFamilyResult(FamilyResult):
+    """The family's result; ``numbers`` its run-level readouts for summary.json (tokens reported
+    and tested, the mass outside a top-n list, the cross-check's tolerance and fractions)."""
+
+    numbers: tuple[tuple[str, Any], ...] = ()
+
+    def summary(self) -> dict[str, Any]:
+        return {**super().summary(), **dict(self.numbers)}
+
+
+class ReportedFamily:
+    """Support and PIT conditional on the engine's reported law (by round slot where rounds tile
+    the sequences) and the approximate cross-check with the teacher (module docstring)."""
+
+    name = NAME
+    label = LABEL
+
+    def active(self, inputs: FamilyInputs) -> bool:
+        s = inputs.samples
+        if sc.REP_P not in s.columns:
+            return False
+        return bool(_stated(s[s[sc.ARM] == inputs.candidate]).any())
+
+    def run(self, inputs: FamilyInputs, alpha: float) -> ReportedFamilyResult:
+        s = inputs.samples
+        if alpha == 0 or sc.REP_P not in s.columns:
+            return ReportedFamilyResult.of(self, alpha, empty_frame(TABLE), np.zeros(0))
+        ref = s[s[sc.ARM] == inputs.reference]
+        cand = s[s[sc.ARM] == inputs.candidate]
+        tol, floor = crosscheck_tol(ref)
+        rows: list[dict[str, Any]] = []
+        numbers: dict[str, Any] = {"reported_crosscheck_tol": tol}
+        for arm, df in ((inputs.reference, ref), (inputs.candidate, cand)):
+            if not _stated(df).any():
+                continue
+            arm_rounds = _arm_rounds(inputs.all_rounds, arm)
+            rows += arm_tests(
+                df, arm_rounds, inputs.pit_rng, alpha, tol, arm, arm == inputs.reference
+            )
+            numbers.update(_numbers(df, "reference" if arm == inputs.reference else "candidate"))
+        table = pd.DataFrame(rows, columns=TABLE) if rows else empty_frame(TABLE)
+        mine = table[table["arm"] == inputs.candidate]
+        control = table[table["arm"] == inputs.reference]
+        failing = tuple(_failure(r) for r in mine.itertuples(index=False) if r.reject)
+        tested = mine["test"].ne("crosscheck_teacher").to_numpy()
+        notes = _notes(numbers, tol, floor)
+        return ReportedFamilyResult.of(
+            self,
+            alpha,
+            table,
+            tested,
+            failing,
+            black_box=False,
+            exact_rejected=bool((mine["reject"].astype(bool) & tested).any()),
+            control_failed=bool(control["reject"].astype(bool).any()),
+            verdict_line=_verdict_line(mine, failing, numbers),
+            unresolved=unresolved_why(numbers, inputs.options.left_out_max),
+            notes=notes,
+            numbers=tuple(numbers.items()),
+        )
+
+
+def crosscheck_tol(ref: pd.DataFrame) -> tuple[float, float]:
+    """The cross-check's tolerance on d_t = |reported p − teacher p_t|: ``DEFAULT_TOL``
+    or, when the reference arm reports too, its (1 − max_fraction / 10) quantile of d_t (the
+    measured floor: the numerics between this engine and spectest's teacher), whichever is
+    larger. Returns (tol, floor; NaN when not measured)."""
+    d = _discrepancy(ref)
+    if len(d) == 0:
+        return DEFAULT_TOL, float("nan")
+    q = 1.0 - DEFAULT_MAX_FRACTION / FLOOR_QUANTILE_FACTOR
+    floor = float(np.quantile(d, q))
+    return max(DEFAULT_TOL, floor), floor
+
+
+def _discrepancy(df: pd.DataFrame) -> np.ndarray:
+    if sc.WB_P not in df.columns or sc.REP_P not in df.columns:
+        return np.zeros(0)
+    p, t = df[sc.REP_P].to_numpy(np.float64), df[sc.WB_P].to_numpy(np.float64)
+    ok = np.isfinite(p) & np.isfinite(t)
+    return np.abs(p[ok] - t[ok])
+
+
+def arm_tests(
+    df: pd.DataFrame,
+    rounds: pd.DataFrame | None,
+    rng: np.random.Generator,
+    alpha: float,
+    tol: float,
+    arm: str,
+    is_reference: bool,
+) -> list[dict[str, Any]]:
+    """One arm's rows: support, the pooled PIT (KS, CvM), the round-slot KS strata, weighted
+    Bonferroni among the PIT tests (``WEIGHTS``), and the cross-check (the reference's is the
+    floor, reported only)."""
+    rep = df[df[sc.REP_P].notna()]
+    p = rep[sc.REP_P].to_numpy(np.float64)
+    mass = rep[sc.REP_MASS].to_numpy(np.float64) if sc.REP_MASS in rep.columns else None
+    lo, width, ok = pit_interval(
+        p,
+        rep[sc.REP_CDF_LO].to_numpy(np.float64),
+        np.full(len(p), np.nan) if mass is None else mass,
+    )
+    sup = support_test(p)
+    out = [_row(arm, sup.test, sup.statistic, np.nan, sup.n, sup.detail, np.nan, not sup.passed)]
+    if len(p) and ok.all():
+        u = lo + rng.random(len(p)) * width  # [n]
+        tests = [
+            ("pit_ks_reported", stats.kstest(u, "uniform"), len(u), "pooled"),
+            ("pit_cvm_reported", stats.cramervonmises(u, "uniform"), len(u), "pooled"),
+        ]
+        slots = slot_of(rep, rounds)
+        if slots is not None:
+            for j in np.unique(slots[slots >= 0]):
+                uj = u[slots == j]
+                if len(uj) >= MIN_SLOT_TOKENS:
+                    tests.append(
+                        (f"slot_{int(j)}", stats.kstest(uj, "uniform"), len(uj), "round slot")
+                    )
+        n_slot = sum(1 for t in tests if t[0].startswith("slot_"))
+        w = {t[0]: WEIGHTS.get(t[0], WEIGHTS["slot"] / max(n_slot, 1)) for t in tests}
+        total = sum(w.values())
+        for name, res, n, what in tests:
+            pv = float(res.pvalue)
+            p_adj = min(1.0, pv * total / w[name])
+            detail = f"uniformity of the PIT ({what}), {CONDITIONAL}"
+            out.append(_row(arm, name, float(res.statistic), pv, n, detail, p_adj, p_adj <= alpha))
+    d = _discrepancy(df)
+    if len(d):
+        frac = float((d > tol).mean())
+        fails = frac > DEFAULT_MAX_FRACTION and not is_reference
+        what = "the floor (reported only)" if is_reference else "approximate, not a test"
+        detail = (
+            f"{frac:.3%} of tokens differ from the teacher's p_t by > {tol:.3g} (allowed "
+            f"{DEFAULT_MAX_FRACTION:g}); max {float(d.max()):.3g}; {what}"
+        )
+        out.append(_row(arm, "crosscheck_teacher", frac, np.nan, len(d), detail, np.nan, fails))
+    return out
+
+
+def slot_of(rep: pd.DataFrame, rounds: pd.DataFrame | None) -> np.ndarray | None:
+    """Each token's slot in its reported round (0 = a round's first token), or None when the
+    arm's rounds do not tile its sequences round by round (none, or totals per sequence: a
+    readout such as llama.cpp's ``draft_n``). The slot of a token is decided before it is drawn
+    (by the rounds before it and the previous token's role), so each slot's PIT values are iid
+    U(0, 1) under the reported law (docs/engines-reported-p.md)."""
+    if rounds is None or not len(rounds):
+        return None
+    r = rounds
+    if ((r["emitted"] > r["accepted"] + 1) | (r["accepted"] > r["drafted"])).any():
+        return None
+    key = [sc.PROMPT_ID, sc.CONFIG_ID, sc.SEED]
+    starts = r[[*key, sc.POSITION]].rename(columns={sc.POSITION: "_start"})
+    ends = (r[sc.POSITION] + r["emitted"]).to_numpy()
+    tokens = rep[[*key, sc.POSITION]].reset_index(drop=True)
+    tokens["_i"] = np.arange(len(tokens))
+    merged = pd.merge_asof(
+        tokens.sort_values(sc.POSITION),
+        starts.assign(_end=ends).sort_values("_start"),
+        left_on=sc.POSITION,
+        right_on="_start",
+        by=key,
+        direction="backward",
+    )
+    inside = merged[sc.POSITION] < merged["_end"]
+    if merged["_start"].isna().any() or not inside.all():
+        return None  # a token no round covers: not a tiling
+    out = np.empty(len(tokens), dtype=np.int64)
+    out[merged["_i"].to_numpy()] = (merged[sc.POSITION] - merged["_start"]).to_numpy(np.int64)
+    return out
+
+
+def _stated(df: pd.DataFrame) -> pd.Series:
+    """The tokens the engine said something about: a p, or a list that left the token out."""
+    mass = df[sc.REP_MASS].notna() if sc.REP_MASS in df.columns else False
+    return df[sc.REP_P].notna() | mass
+
+
+def _arm_rounds(rounds: pd.DataFrame | None, arm: str) -> pd.DataFrame | None:
+    if rounds is None or not len(rounds) or sc.ARM not in rounds.columns:
+        return None
+    r = rounds[rounds[sc.ARM] == arm]
+    return r if len(r) else None
+
+
+def _row(
+    arm: str, test: str, stat: float, pv: float, n: int, detail: str, p_adj: float, reject: bool
+) -> dict[str, Any]:
+    values = (arm, test, float(stat), float(pv), int(n), detail, float(p_adj), bool(reject))
+    return dict(zip(TABLE, values, strict=True))
+
+
+def _numbers(df: pd.DataFrame, who: str) -> dict[str, Any]:
+    """Tokens reported, and the mass outside the reported top-n lists (mean over the tokens
+    whose list mass was stated; the fraction of tokens that fell outside their list)."""
+    p = df[sc.REP_P].to_numpy(np.float64)
+    m = (
+        df[sc.REP_MASS].to_numpy(np.float64)
+        if sc.REP_MASS in df.columns
+        else np.full(len(p), np.nan)
+    )
+    lo = df[sc.REP_CDF_LO].to_numpy(np.float64)
+    listed = np.isfinite(p) & np.isfinite(m)
+    outside = listed & ~np.isfinite(lo)
+    left = int((~np.isfinite(p) & np.isfinite(m)).sum())  # a list that does not fix the law
+    d = _discrepancy(df)
+    return {
+        f"reported_{who}_tokens": len(p),
+        f"reported_{who}_tokens_with_p": int(np.isfinite(p).sum()),
+        f"reported_{who}_left_out": left,
+        f"reported_{who}_left_out_share": left / len(p) if len(p) else 0.0,
+        f"reported_{who}_mass_outside_mean": float(np.mean(1.0 - m[listed]))
+        if listed.any()
+        else None,
+        f"reported_{who}_outside_fraction": float(outside.sum() / listed.sum())
+        if listed.any()
+        else None,
+        f"reported_{who}_crosscheck_max": float(d.max()) if len(d) else None,
+    }
+
+
+def _notes(numbers: dict[str, Any], tol: float, floor: float) -> tuple[str, ...]:
+    out = []
+    for who in ("reference", "candidate"):
+        n = numbers.get(f"reported_{who}_tokens")
+        if n is None:
+            continue
+        k = numbers[f"reported_{who}_tokens_with_p"]
+        line = f"reported p ({who}): {k} of {n} tokens reported"
+        if numbers[f"reported_{who}_left_out"]:
+            line += f"; {left_out_words(numbers, who)}"
+        if numbers.get(f"reported_{who}_mass_outside_mean") is not None:
+            mean = numbers[f"reported_{who}_mass_outside_mean"]
+            frac = numbers[f"reported_{who}_outside_fraction"]
+            line += (
+                f"; top-n lists: mass outside the list {mean:.4f} on average, {frac:.2%} of "
+                "tokens fell outside it (tested as the coarsened law's rest outcome)"
+            )
+        out.append(line)
+    fl = "not measured (the reference reports no p)" if not np.isfinite(floor) else f"{floor:.3g}"
+    out.append(
+        f"reported-p cross-check with the teacher: tolerance {tol:.3g} per token "
+        f"(floor measured on the reference: {fl}); approximate, not a test at α"
+    )
+    return tuple(out)
+
+
+def _verdict_line(mine: pd.DataFrame, failing: tuple[Failure, ...], numbers: dict[str, Any]) -> str:
+    n = numbers.get("reported_candidate_tokens_with_p", 0)
+    pits = mine[mine["test"].str.startswith(("pit_", "slot_"))] if len(mine) else mine
+    head = "differs" if failing else "no difference found"
+    what = (
+        f"support and PIT on {n} tokens ({len(pits)} tests, exact given the reported law)"
+        if len(pits)
+        else f"support only on {n} tokens (no PIT: cdf_lo not reported)"
+    )
+    if (mine["test"] == "crosscheck_teacher").any():
+        what += " + cross-check with the teacher (approximate)"
+    total = numbers.get("reported_candidate_tokens", 0)
+    left = numbers.get("reported_candidate_left_out", 0)
+    if n + left < total:
+        what += f"; {total - n - left} of {total} tokens not reported"
+    if left:
+        what += f"; {left_out_words(numbers, 'candidate')}"
+    mean = numbers.get("reported_candidate_mass_outside_mean")
+    if mean is not None:
+        frac = numbers["reported_candidate_outside_fraction"]
+        what += f"; top-n lists: mass outside {mean:.3g} on average, {frac:.1%} of tokens outside"
+    return f"claim (a) from engine-reported p: {head} — {what}"
+
+
+def left_out_words(numbers: dict[str, Any], who: str) -> str:
+    """How many of ``who``'s tokens were left out (their list does not fix the law) and their
+    share of its tokens."""
+    left, share = numbers[f"reported_{who}_left_out"], numbers[f"reported_{who}_left_out_share"]
+    total = numbers[f"reported_{who}_tokens"]
+    return (
+        f"{left} of {total} tokens left out ({share:.2%}: a top-n list that does not fix the "
+        "law, the normaliser's bracket straddling the nucleus's cut; the rest stay exact)"
+    )
+
+
+def unresolved_why(numbers: dict[str, Any], bound: float) -> str:
+    """The line that makes claim (a) unresolved: the candidate's left-out share above ``bound``
+    (``tests.left_out_max``); "" when within it."""
+    share = numbers.get("reported_candidate_left_out_share", 0.0)
+    if not share > bound:
+        return ""
+    return (
+        f"claim (a) from engine-reported p unresolved: {left_out_words(numbers, 'candidate')}, "
+        f"more than tests.left_out_max {bound:.2%} of the candidate's tokens (ask a longer list)"
+    )
+
+
+def _failure(r: Any) -> Failure:
+    if r.test == "support_reported":
+        return Failure(
+            0.0, f"reported-p support: {int(r.statistic)} emitted token(s) the engine gave p = 0"
+        )
+    if r.test == "crosscheck_teacher":
+        return Failure(1.0, f"reported-p crosscheck_teacher (approximate): {r.detail}")
+    return Failure(float(r.p_adj), f"reported-p {r.test}: p_adj={float(r.p_adj):.3g} ({r.detail})")

@@ -248,13 +248,11 @@ def combine(cells: list[np.ndarray], names: tuple[str, ...] = STATISTICS) -> Seq
 
     Notes
     -----
-    Each cell's statistic is standardized by its mean and sd over the 1 + B columns (a
-    statistic constant over the columns contributes 0), summed over cells (a bias that moves
-    every cell a little adds up) and standardized again over the columns; the family's
-    statistic is the largest of the J standardized sums, calibrated by its own permutation
-    distribution (single-step max-T, Westfall & Young 1993). All steps are symmetric in the
-    columns, so the test is exact under H0 (module docstring). p-values have resolution
-    1/(1 + B). Why max-T and not min-p: docs/statistics.md ("The sequence family's choices").
+    Each cell's statistic standardized over the 1 + B columns (a constant one contributes 0),
+    summed over cells, standardized again; the family's statistic is the largest of the J sums,
+    calibrated by its own permutation distribution (single-step max-T, Westfall & Young 1993;
+    exact: docs/families.md ("Why the sequence family is exact"); not min-p: docs/statistics.md
+    "The sequence family's choices"). p-values have resolution 1/(1 + B).
     """
     if not cells:
         J = len(names)

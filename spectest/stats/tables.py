@@ -209,13 +209,9 @@ def label_matrix(
 ) -> np.ndarray:
     """Reference-arm indicators [n_ref + n_cand, 1 + B]: column 0 is the observed labeling
     (the first ``n_ref`` sequences are the reference arm), columns 1..B uniform random
-    relabelings that keep the arm sizes (whole sequences move between arms).
-
-    Notes
-    -----
-    NOTE: analyze() reuses one matrix for every cell with the same arm sizes; the test stays
-    exact (docs/statistics.md, "One relabeling matrix shared by cells").
-    """
+    relabelings that keep the arm sizes (whole sequences move between arms). One matrix serves
+    every cell with the same arm sizes: docs/statistics.md
+    "One relabeling matrix shared by cells"."""
     assert n_ref >= 0 and n_cand >= 0 and n_permutations >= 0
     n = n_ref + n_cand
     dtype = _count_dtype(n)

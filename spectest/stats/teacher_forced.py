@@ -25,8 +25,13 @@ from spectest import schema
 from spectest.errors import InputError
 from spectest.stats.drift import decision_words, studentized_bounds, tost
 from spectest.stats.options import DEFAULT_LEFT_OUT_MAX
-from spectest.stats.token_drift import _cells
-from spectest.stats.token_floor import RESAMPLES, TokenFloorResult, _weights, margin_sq
+from spectest.stats.token_floor import (
+    RESAMPLES,
+    TokenFloorResult,
+    _weights,
+    cell_matrices,
+    margin_sq,
+)
 
 KIND = "teacher-forced: the plain engine's own law at the candidate's prefixes"
 PREFIX = "prefix"  # the sequence's tokens before the position, comma-joined ("" at position 0)
@@ -148,7 +153,7 @@ class TeacherForcedResult(TokenFloorResult):
 
 
 def _first(cells: dict[tuple[str, str], np.ndarray], n_max: int) -> dict:
-    """Each cell's first ``n_max`` sequences (``_cells`` sorts them by seed)."""
+    """Each cell's first ``n_max`` sequences (``cell_matrices`` sorts them by seed)."""
     return {k: v[:n_max] for k, v in cells.items()}
 
 
@@ -240,7 +245,7 @@ def _units(
     """Per cell: its sequence count and its units; and per unit with a token, (tokens left
     out, tokens) ``[units, 2]``."""
     out, left = [], []
-    for cell, X in sorted(_first(_cells(df), n_max).items()):
+    for cell, X in sorted(_first(cell_matrices(df), n_max).items()):
         us = [_counted(X, t, laws, cell) for t in range(X.shape[1])]
         kept = [u for u, _, _ in us if u is not None]
         left += [(k, n) for _, k, n in us if n]

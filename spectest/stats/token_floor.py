@@ -1,7 +1,10 @@
-"""Claim (b) from tokens alone: spec-vs-plain token-law drift against the plain-vs-plain floor,
-TOST style, for engines whose logits spectest cannot see (``decide_token_floor`` →
-``TokenFloorResult``; ``margin_sq``).
-docs/numerics.md "Claim (b) for foreign engines: the floor arm (issue 31)".
+"""Claim (b) from tokens alone, for engines whose logits spectest cannot see: spec-vs-plain
+token-law drift against the plain-vs-plain floor, TOST style (``decide_token_floor`` →
+``TokenFloorResult``; ``margin_sq``), and the readout of ``spectest compare --floor A B``, which
+changes no verdict (``token_drift`` → ``TokenDriftResult``; ``pair_distance``). Both read the
+per-cell token matrices (``cell_matrices``). docs/numerics.md
+"Claim (b) for foreign engines: the floor arm (issue 31)" and
+docs/numerics.md "`spectest compare --floor A B`: the token-only readout".
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from spectest import schema
 from spectest.stats.drift import DriftDecision, decision_words, studentized_bounds, tost
-from spectest.stats.token_drift import _cells, _counts
 
 RESAMPLES = 1000
 DEFAULT_TOKEN_MARGIN = 0.01  # TV per token, applied as 2m² (``margin_sq``); why: docs/numerics.md
@@ -81,6 +84,89 @@ class TokenFloorResult:
         return {**asdict(self), "rejected": self.rejected, "line": self.line}
 
 
+@dataclass(frozen=True)
+class TokenDriftResult:
+    """The readout: Δ² per unit of the comparison and of the floor pair, D and its one-sided
+    bounds at level ``alpha``, and the units and sequences each used.
+
+    Not a ``FamilyResult``: a readout beside the verdict (basic-bootstrap interval of D), no
+    test at any share of the run's α and no decision.
+    """
+
+    drift: float
+    floor: float
+    statistic: float
+    lcb: float
+    ucb: float
+    alpha: float
+    units: int
+    floor_units: int
+    sequences: int
+    floor_sequences: int
+
+    @property
+    def excess_shown(self) -> bool:
+        """D > 0 at level α: the comparison's token laws differ by more than the floor's."""
+        return self.lcb > 0
+
+    @property
+    def line(self) -> str:
+        what = (
+            "the candidate differs from plain decode by more than the floor pair does"
+            if self.excess_shown
+            else "no excess over the floor shown"
+        )
+        return (
+            f"token-law drift (readout, claim b, tokens only): Δ² {self.drift:.2e} "
+            f"(reference vs candidate, {self.units} units) vs floor Δ² {self.floor:.2e} "
+            f"(A vs B, {self.floor_units} units); D {self.statistic:+.2e} in "
+            f"[{self.lcb:+.2e}, {self.ucb:+.2e}] at {1 - self.alpha:.0%} each side: {what}; "
+            "not a verdict (docs/numerics.md)"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "excess_shown": self.excess_shown, "line": self.line}
+
+
+def cell_matrices(df: pd.DataFrame) -> dict[tuple[str, str], np.ndarray]:
+    """Each cell's tokens ``[sequences, positions]`` (−1 where a sequence has none)."""
+    out = {}
+    for key, g in df.groupby(list(schema.CELL), sort=True):
+        w = g.pivot_table(
+            index=schema.SEED, columns=schema.POSITION, values=schema.TOKEN_ID, aggfunc="first"
+        )
+        w = w.reindex(columns=range(int(g[schema.POSITION].max()) + 1))
+        out[(str(key[0]), str(key[1]))] = w.fillna(-1).to_numpy(dtype=np.int64)
+    return out
+
+
+def _counts(codes: np.ndarray, V: int) -> np.ndarray:
+    """Counts ``[..., T, V]`` of codes ``[..., n, T]`` in 0..V (V = no token: dropped)."""
+    *lead, n, T = codes.shape
+    b = int(np.prod(lead)) if lead else 1
+    flat = codes.reshape(b, n, T) + (V + 1) * np.arange(T)[None, None, :]
+    flat = flat + (T * (V + 1)) * np.arange(b)[:, None, None]
+    c = np.bincount(flat.reshape(-1), minlength=b * T * (V + 1)).reshape(*lead, T, V + 1)
+    return c[..., :V].astype(np.float64)
+
+
+def _codes(files: list[np.ndarray]) -> tuple[list[np.ndarray], int]:
+    """The token matrices ``files`` (each [n_k, T_k], −1: no token) cut to their shortest T and
+    coded 0..V−1 over their joint vocabulary, V where a sequence has no token; and V."""
+    T = min(f.shape[1] for f in files)
+    files = [f[:, :T] for f in files]
+    vocab, inv = np.unique(np.concatenate([f.reshape(-1) for f in files]), return_inverse=True)
+    gap = int(vocab[0] < 0)
+    V = len(vocab) - gap
+    inv = inv.reshape(-1) - gap
+    codes, at = [], 0
+    for f in files:
+        code = inv[at : at + f.size].reshape(f.shape)
+        codes.append(np.where(code < 0, V, code))
+        at += f.size
+    return codes, V
+
+
 def _weights(idx: np.ndarray, n: int) -> np.ndarray:
     """Multiplicities ``[B, n]`` of resample indices ``[B, n]``."""
     B = idx.shape[0]
@@ -125,17 +211,7 @@ def _cell_terms(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One cell: (drift u, drift var, floor u, floor var, ok) per position, for the sample
     (``idx`` None) or for resamples (``idx[k]`` the indices ``[B, n_k]`` of file k)."""
-    T = min(f.shape[1] for f in files)
-    files = [f[:, :T] for f in files]
-    vocab, inv = np.unique(np.concatenate([f.reshape(-1) for f in files]), return_inverse=True)
-    gap = int(vocab[0] < 0)
-    V = len(vocab) - gap
-    inv = inv.reshape(-1) - gap
-    codes, at = [], 0
-    for f in files:
-        code = inv[at : at + f.size].reshape(f.shape)
-        codes.append(np.where(code < 0, V, code))
-        at += f.size
+    codes, V = _codes(files)
     sides = [_side(c, None if idx is None else idx[k], V) for k, c in enumerate(codes)]
     ok = np.all([_side(c, None, V)[1] >= 2 for c in codes], axis=0)  # [T]
     (i, j), (k, m) = pairs
@@ -163,7 +239,7 @@ def decide_token_floor(
     uniq = [f for k, f in enumerate(frames) if not any(g is f for g in frames[:k])]
     ids = [next(k for k, g in enumerate(uniq) if g is f) for f in frames]
     pairs = ((ids[0], ids[1]), (ids[2], ids[3]))
-    cells = [_cells(f) for f in uniq]
+    cells = [cell_matrices(f) for f in uniq]
     keys = sorted(set.intersection(*(set(c) for c in cells)))
     stat_parts: list[tuple[np.ndarray, ...]] = []
     per_cell: list[tuple[list[np.ndarray], np.ndarray]] = []
@@ -228,3 +304,79 @@ def _bootstrap_t(
             tot[lo:hi] += (ud - uf)[:, ok].sum(-1)
             var[lo:hi] += (vd + vf)[:, ok].sum(-1)
     return studentized_bounds(stat, se, tot / units, np.sqrt(var) / units, alpha)
+
+
+def _ustat(cx: np.ndarray, cy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unbiased Σ_v (p − q)² per position from counts ``[..., T, V]``, and which positions
+    have ≥ 2 tokens on both sides."""
+    n, m = cx.sum(-1), cy.sum(-1)
+    ok = (n >= 2) & (m >= 2)
+    n1, m1 = np.where(ok, n, 2), np.where(ok, m, 2)
+    xx = ((cx * cx).sum(-1) - n1) / (n1 * (n1 - 1))
+    yy = ((cy * cy).sum(-1) - m1) / (m1 * (m1 - 1))
+    xy = (cx * cy).sum(-1) / (n1 * m1)
+    return np.where(ok, xx + yy - 2 * xy, 0.0), ok
+
+
+def pair_distance(
+    x: pd.DataFrame, y: pd.DataFrame, rng: np.random.Generator, resamples: int
+) -> tuple[float, np.ndarray, int, int]:
+    """Δ²(x, y) (docs/numerics.md), its ``resamples`` bootstrap draws, the units and the sequences
+    it used; NaN (and NaN draws) when the files share no unit."""
+    cx, cy = cell_matrices(x), cell_matrices(y)
+    total, units, seqs = 0.0, 0, 0
+    boot = np.zeros(resamples)
+    for key in sorted(set(cx) & set(cy)):
+        (ca, cb), V = _codes([cx[key], cy[key]])
+        u, ok = _ustat(_counts(ca, V), _counts(cb, V))
+        if not ok.any():
+            continue
+        total += float(u[ok].sum())
+        units += int(ok.sum())
+        seqs += len(ca) + len(cb)
+        step = max(1, (1 << 22) // max(1, (len(ca) + len(cb)) * ca.shape[1]))
+        for lo in range(0, resamples, step):
+            hi = min(resamples, lo + step)
+            ra = ca[rng.integers(0, len(ca), size=(hi - lo, len(ca)))]
+            rb = cb[rng.integers(0, len(cb), size=(hi - lo, len(cb)))]
+            ub, _ = _ustat(_counts(ra, V), _counts(rb, V))
+            boot[lo:hi] += ub[:, ok].sum(-1)
+    if not units:
+        return math.nan, np.full(resamples, math.nan), 0, 0
+    return total / units, boot / units, units, seqs
+
+
+def token_drift(
+    reference: pd.DataFrame,
+    candidate: pd.DataFrame,
+    floor_a: pd.DataFrame,
+    floor_b: pd.DataFrame,
+    *,
+    alpha: float,
+    rng: np.random.Generator,
+    resamples: int = RESAMPLES,
+) -> TokenDriftResult:
+    """The readout for four samples frames (``schema.BYO_SCHEMA`` columns); a side with no
+    shared unit gives NaN numbers and infinite bounds."""
+    drift, bd, units, seqs = pair_distance(reference, candidate, rng, resamples)
+    floor, bf, funits, fseqs = pair_distance(floor_a, floor_b, rng, resamples)
+    stat = drift - floor
+    if units and funits:
+        star = bd - bf
+        hi, lo = np.quantile(star, [1 - alpha, alpha])
+        mean = float(star.mean())
+        lcb, ucb = stat - (float(hi) - mean), stat + (mean - float(lo))
+    else:
+        lcb, ucb = -math.inf, math.inf
+    return TokenDriftResult(
+        drift=drift,
+        floor=floor,
+        statistic=stat,
+        lcb=lcb,
+        ucb=ucb,
+        alpha=float(alpha),
+        units=units,
+        floor_units=funits,
+        sequences=seqs,
+        floor_sequences=fseqs,
+    )

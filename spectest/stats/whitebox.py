@@ -73,9 +73,8 @@ def directed_z(in_a: np.ndarray, p_a: np.ndarray) -> DirectedZResult:
     -----
     Under H0, 1[x_t ∈ A_t] − p_t(A_t) is a martingale difference with conditional variance
     p_t(A_t)(1 − p_t(A_t)), so Z → N(0, 1) (martingale CLT) even along one autoregressive
-    sequence. An ε-biased acceptor puts ε·p(A) extra mass on A (docs/statistics.md: the most
-    powerful test in its table, 0.89 at TV 0.023, N = 4000); ``pvalue_greater`` is that direction.
-    NaN when Σ p(1 − p) = 0 (e.g. q unknown, p_a all 0).
+    sequence. An ε-biased acceptor puts extra mass on A (``pvalue_greater``; its power:
+    docs/statistics.md "White-box exact tests"). NaN when Σ p(1 − p) = 0 (q unknown).
     """
     x = np.asarray(in_a, dtype=np.float64)  # [n]
     pa = np.asarray(p_a, dtype=np.float64)  # [n]
@@ -181,10 +180,9 @@ def acceptance_by_slot(
 
     Notes
     -----
-    Under H0 the slot-j indicators minus their overlaps are martingale differences of one
-    filtration, and different slots never share a term, so (z_0..z_{K−1}) → N(0, I) jointly
-    (martingale CLT on the vector) and Σ z_j² → χ²_K (docs/roles.md, "The per-slot acceptance
-    test"). A zero-variance slot that disagrees (z = ±inf) gives p = 0.
+    Σ z_j² → χ²_K under H0: the slots' martingale differences never share a term
+    (docs/roles.md "The per-slot acceptance test"). A zero-variance slot that disagrees
+    (z = ±inf) gives p = 0.
     """
     acc, o, slot = _attempted_slots(rounds, samples, arm)
     nan = float("nan")
@@ -294,11 +292,9 @@ def weighted_bonferroni(
     Notes
     -----
     Valid by the union bound for any dependence between the tests: under H0,
-    P(∃ i: p_i ≤ w_i·α) ≤ Σ_i w_i·α = α when each p_i is valid (P(p_i ≤ x) ≤ x) and Σ w_i = 1
-    (Holm 1979; Westfall & Young 1993 §2.3 — the equal split w_i = 1/k is the Bonferroni
-    factor k). Unequal weights move power to the tests that see the likely alternatives without
-    costing level; the weights must be fixed before the data (here: module constants chosen on
-    simulated alternatives, never from the run being analysed).
+    P(∃ i: p_i ≤ w_i·α) ≤ Σ_i w_i·α = α when each p_i is valid and Σ w_i = 1 (Holm 1979;
+    Westfall & Young 1993 §2.3). Assumes the weights are fixed before the data (module
+    constants; why these: docs/families.md "White-box tests", docs/roles.md).
     """
     names = list(tests)
     raw = np.array([float(weights.get(t, 0.0)) for t in names], dtype=np.float64)
@@ -354,16 +350,15 @@ def _role_rows(
     sub: pd.DataFrame,
     samples: pd.DataFrame,
     rng: np.random.Generator,
-    has_overlap: bool,
     rounds: pd.DataFrame | None,
     alpha: float,
 ) -> list[dict[str, object]]:
     """The role tests of one arm whose role columns are complete (``sub``: its rows): the
-    per-slot acceptance χ² (with rounds) and each stratum's PIT and reuse test
+    per-slot acceptance χ² (with rounds and overlaps) and each stratum's PIT and reuse test
     (``stats.whitebox_roles``); an arm without role columns keeps the pooled split
     (``exact_weights``)."""
     rows: list[dict[str, object]] = []
-    if has_overlap and rounds is not None:
+    if rounds is not None:
         by_slot = acceptance_by_slot(rounds, samples, arm)
         if by_slot.dof > 0:
             rates = ", ".join(
@@ -466,7 +461,7 @@ def whitebox_tests(
             sub[sc.WB_ROLE_P].to_numpy(dtype=np.float64), sc.WB_ROLE_P, arm
         )
         if roles_here:
-            rows += _role_rows(arm, sub, samples, rng, has_overlap, rounds, alpha)
+            rows += _role_rows(arm, sub, samples, rng, rounds if has_overlap else None, alpha)
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in WHITEBOX_COLUMNS})
     return pd.DataFrame(rows, columns=WHITEBOX_COLUMNS)

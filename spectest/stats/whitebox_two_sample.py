@@ -186,10 +186,7 @@ def two_sample_tests(
     (z_{1−α/2} + z_power)·sd with α = 0.05. ``support_2s``: zero-p rate difference, one-sided
     (a sampler that leaves the support emits *more* zero-p tokens than the reference); it
     rejects only when the share difference also exceeds ``support_margin`` (still level α: the
-    rejection region only shrinks). NOTE the margin: two correct bf16 engines (say transformers'
-    ``generate`` and a multi-token verify forward) sit at different numerical distances from the
-    teacher, and the teacher's zero-p share is where that shows first — at truncation
-    boundaries, a law difference of numerics rather than of the sampler.
+    rejection region only shrinks; why a margin: docs/families.md "White-box tests").
     """
     if B < 1:
         raise ConfigError(f"two-sample white-box tests need B >= 1 relabelings, got {B!r}")

@@ -28,13 +28,13 @@ from spectest.generation import load_models
 from spectest.plan import make_plan
 from spectest.protocol import load_protocol
 from spectest.stats.teacher_forced import _first, law_dict, prefix_key
-from spectest.stats.token_drift import _cells
+from spectest.stats.token_floor import cell_matrices
 
 
 def batch_floor(frame: pd.DataFrame, a: dict, b: dict, n_max: int) -> tuple[float, float, int]:
     """(mean over units of ‖mean_i (π_a(h_i) − π_b(h_i))‖², max TV at one prefix, units)."""
     per_unit, worst = [], 0.0
-    for (pid, cid), X in _first(_cells(frame), n_max).items():
+    for (pid, cid), X in _first(cell_matrices(frame), n_max).items():
         for t in range(X.shape[1]):
             diff: dict[int, float] = {}
             for row in X:

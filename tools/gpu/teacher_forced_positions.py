@@ -28,7 +28,7 @@ import pandas as pd
 
 from spectest import schema
 from spectest.stats.teacher_forced import DEFAULT_SEQUENCES, _first, _u1, _Unit, _unit, law_dict
-from spectest.stats.token_drift import _cells
+from spectest.stats.token_floor import cell_matrices
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def per_unit(
     """``{(config, position): UnitReadout}`` of one arm's samples frame."""
     out = {}
     rng = np.random.default_rng(0)
-    for cell, X in sorted(_first(_cells(df), n).items()):
+    for cell, X in sorted(_first(cell_matrices(df), n).items()):
         for t in range(X.shape[1]):
             u = _unit(X, t, laws, cell)
             if u is None:

@@ -139,7 +139,7 @@ def draw_first(
             int(generate_assisted(target, draft, prompt, params, k + 1, k, s)[0][0]) for s in keys
         ]
         return np.array(out, dtype=np.int64)
-    parts = [generate_plain(target, prompt, params, 1, PLAIN_BATCH, s)[:, 0] for s in keys]
+    parts = [generate_plain(target, prompt, params, 1, PLAIN_BATCH, s)[0][:, 0] for s in keys]
     return torch.cat(parts).numpy()
 
 

@@ -1,16 +1,10 @@
 """Rows → tokens with transformers: the ``hf-generate`` and ``hf-assisted`` decode functions.
 
-Owns: one pinned ``generate`` call (``generate_plain`` / ``generate_plain_scored``: a batch of
-rows of one prompt and one config; ``generate_assisted``: one row, with its round telemetry),
-the split of a job's rows into ``generate`` calls (``plain_batches``), the scores each emitted
-token was drawn from (``emitted_scores``, bounded by ``SCORES_BUDGET`` per batch:
-``whitebox_batch``), and the decode functions the engines call (``hf_plain_decode``,
-``hf_assisted_decode``), which return an ``ArmOutput`` like the built-in loops, with the
-white-box columns p_t from transformers' own scores and q_t teacher-forced (``hf.laws``).
-
-Knows nothing about protocols, files or statistics. Randomness (transformers draws from torch's
-global generator, seeded per call with a row key) and what ``output_scores`` holds:
-docs/engines-hf.md "Randomness" and "White-box columns".
+Owns one pinned ``generate`` call (plain: a batch of rows of one prompt and config; assisted: one
+row with its rounds), the split of a job into calls, the scores each token was drawn from
+(bounded by ``SCORES_BUDGET``) and ``hf_plain_decode`` / ``hf_assisted_decode``, which return an
+``ArmOutput``. Knows nothing about protocols, files or statistics. Randomness and
+``output_scores``: docs/engines-hf.md "Randomness" and "White-box columns".
 """
 
 from __future__ import annotations
@@ -108,23 +102,12 @@ def generate_plain(
     num_tokens: int,
     batch_size: int,
     seed: int,
-) -> torch.Tensor:
-    """One batched ``model.generate`` call: ``batch_size`` rows of the same prompt ``[L]`` and
-    params, seeded with ``seed`` (a row key); ``[batch_size, num_tokens]`` int64 tokens (CPU)."""
-    return generate_plain_scored(model, prompt_ids, params, num_tokens, batch_size, seed)[0]
-
-
-def generate_plain_scored(
-    model: Any,
-    prompt_ids: torch.Tensor,
-    params: SamplingParams,
-    num_tokens: int,
-    batch_size: int,
-    seed: int,
     output_scores: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``generate_plain``, and with ``output_scores`` the processed scores each token was drawn
-    from: ``[batch_size, num_tokens, V]`` float32 on the model's device (``emitted_scores``)."""
+    """One batched ``model.generate`` call: ``batch_size`` rows of the same prompt ``[L]`` and
+    params, seeded with ``seed`` (a row key): ``[batch_size, num_tokens]`` int64 tokens (CPU)
+    and, with ``output_scores``, the processed scores each was drawn from, ``[batch_size,
+    num_tokens, V]`` float32 on the model's device (``emitted_scores``), else None."""
     hf = hf_model_of(model)
     V = int(hf.config.vocab_size)
     _check_prompt(prompt_ids, V)
@@ -264,7 +247,7 @@ def hf_plain_decode(model: Any, req: DecodeRequest, *, draft: Any | None = None)
     for lo, hi in plain_batches(rows, batch_size):
         first = rows[lo]
         seed = row_key(req.run_key, req.prompt_id, first.config_id, first.seed)
-        toks, scores = generate_plain_scored(
+        toks, scores = generate_plain(
             model, prompt_t, first.params, T, hi - lo, seed, output_scores=req.whitebox
         )
         chunks.append(toks)

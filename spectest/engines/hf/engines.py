@@ -1,14 +1,9 @@
 """``HFGenerateEngine`` and ``HFAssistedEngine``: transformers' decoding as engines of the contract.
 
-Owns: the two engine classes (``hf-generate``: plain ``generate(do_sample=True)``, batched;
-``hf-assisted``: assisted generation, one row at a time, its rounds a readout of transformers'
-own q), their declarations (needs, white-box kind, rounds, seeds, batch), their cross-field rule
-(``hf-assisted`` is teacher-forced with the processed sampled draft law) and provenance.
-
-White-box columns are recorded at generation time from transformers' ``output_scores`` where
-``pinning.SCORES`` says this transformers keeps them per emitted token, else teacher-forced with
-transformers' own warpers (``hf.laws``; the engines then declare ``whitebox = "teacher"``).
-Knows nothing about statistics, files or protocols.
+Owns the two classes (``hf-generate``: batched plain ``generate``; ``hf-assisted``: one row at a
+time, its rounds a readout), their declarations, cross-field rule and provenance. White-box
+columns come from ``output_scores`` where ``pinning.SCORES`` allows, else from ``hf.laws``
+(``whitebox = "teacher"``). Knows nothing about statistics, files or protocols.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """Teacher forcing with transformers' own logits processors: the laws the hf engines should follow.
 
-Owns: ``hf_warpers`` (the processor list transformers builds for a sampled ``SamplingParams``, in
-its order, each with transformers' own skip rule), the float64 laws along emitted sequences —
-``forced_probs`` (p_t of the target, q_t of the draft), ``scores_probs`` (p_t from the scores
-``generate`` returned), ``draft_law`` (the candidate q laws of ``Q_LAWS``) — and
-``hf_teacher_force``: the white-box columns of an hf arm. Knows nothing about statistics or
-the white-box column definitions (``engines.teacher``), nor about how sequences were produced.
-
-Notes
------
-p_t comes from transformers' float32 warper chain, not ``sampling.transforms.logits_to_probs``:
-the reference of an hf arm is what transformers' plain ``generate`` samples from. The two agree
-up to ~1e-6 except at exact top-p / top-k boundary ties. Why, and which law each transformers
-release's assistant proposes from: docs/engines-hf.md "Teacher forcing".
+Owns ``hf_warpers`` (transformers' processor list for sampled params, in its order, with its own
+skip rules), the float64 laws along emitted sequences (``forced_probs``, ``scores_probs``,
+``draft_law``) and ``hf_teacher_force``: an hf arm's white-box columns. Knows nothing about
+statistics, the column definitions (``engines.teacher``) or how sequences were produced. Why p_t
+is transformers' float32 chain, and which law each release's assistant proposes from:
+docs/engines-hf.md "Teacher forcing".
 """
 
 from __future__ import annotations
@@ -165,7 +158,7 @@ def hf_teacher_force(
     draft: Any | None = None,
     target_scores: torch.Tensor | None = None,
 ) -> pd.DataFrame:
-    """White-box columns of an hf arm, aligned with ``builtin.to_samples_frame``.
+    """White-box columns of an hf arm, aligned with ``base.samples_frame``.
 
     Same contract as ``engines.teacher.teacher_force`` but p_t (and q_t, the processed draft law,
     with ``draft``) come from transformers' own warpers (``forced_probs``);

@@ -1,15 +1,10 @@
 """transformers' ``generate`` pinned down to the protocol's law, on every supported version.
 
-Owns: which transformers this is (``transformers_version``, ``has_confidence_threshold``, and
-``SCORES``: whether its decode loops keep, per emitted token, the scores they sampled from —
-read from its source, not its version number), the spectest model → transformers model mapping
-(``hf_model_of``, ``logit_scale_of``, ``LogitScale``), and every setting that leaves nothing to
-transformers' defaults: ``generation_config`` (each field that shapes the law, set explicitly),
-``own_generation_config`` (a blank checkpoint config for the duration of a call) and
-``assistant_settings`` (K, a constant schedule and the confidence threshold on the draft).
-
-Knows nothing about rows, seeds, engines or statistics. The reasons behind each setting (what
-4.44 and 5.x fill in, merge and re-infer): docs/engines-hf.md "Pinning generate down".
+Owns which transformers this is (``transformers_version``, ``has_confidence_threshold``,
+``SCORES``, read from its source), the spectest → transformers model mapping (``hf_model_of``,
+``logit_scale_of``) and every setting that leaves nothing to its defaults
+(``generation_config``, ``own_generation_config``, ``assistant_settings``). Knows nothing about
+rows, seeds, engines or statistics. Why each setting: docs/engines-hf.md "Pinning generate down".
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The round telemetry of transformers' assisted generation, as transformers itself ran it.
 
-Owns: ``RoundRecord`` (one round: drafted, accepted, emitted, and per verified draft position
-transformers' own acceptance probability and overlap), ``RoundRecorder`` / ``record_rounds``
-(wrapping the candidate generator of one ``generate`` call: ``get_candidates`` gives the drafted
-tokens and the draft scores q, ``update_candidate_strategy`` the processed target scores p and
-the accepted count — the tensors ``_speculative_sampling`` consumed), and ``rounds_frame_of``
-(records → the ``ROUNDS_COLUMNS`` frame plus ``ROUND_EXTRA_COLUMNS``).
-
-Knows nothing about rows, seeds or files. How the wrapper reaches into transformers (both 4.44
-and 5.x call ``update_candidate_strategy`` once per round): docs/engines-hf.md "Round telemetry".
+Owns ``RoundRecord``, ``RoundRecorder`` / ``record_rounds`` (a wrapper of one call's candidate
+generator) and ``rounds_frame_of`` (→ ``ROUNDS_COLUMNS`` plus ``ROUND_EXTRA_COLUMNS``). Knows
+nothing about rows, seeds or files. How the wrapper reaches into transformers:
+docs/engines-hf.md "Round telemetry".
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""The engine programs' side of the ``spectest-jsonl/1`` line protocol (stdlib only).
+"""The engine programs' side of the ``spectest-jsonl/1`` line protocol (docs/engines-command.md).
 
-Owns: the hello line, the loop that reads job lines and answers one result line per seed (or
-one error line per job the engine cannot run), the checks every program makes on a job's
-sampling config before it runs it (``filters``), and the result line. Knows nothing about any
-engine: a program hands ``serve`` a ``decode(job) -> [(seed, tokens, rounds), ...]`` function.
-
-The protocol is specified in ``spectest/engines/command.py`` (spectest's side). This module is
-imported by programs that run under an engine's own interpreter (its pinned venv), as a sibling
-file (``import _jsonl``), so it must never import spectest, numpy or anything outside the
-standard library.
+Owns the hello line, the job loop (one result line per seed, one error line per job it cannot
+run), the checks on a job's sampling config (``filters``) and the result line; a program hands
+``serve`` its ``decode(job)``. Imported as a sibling file (``import _jsonl``) under an engine's
+own venv: it must never import spectest, numpy or anything outside the standard library.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 #!/usr/bin/env python3
-"""A correct engine program for spectest's ``command`` engine (protocol ``spectest-jsonl/1``).
+"""A correct engine program for spectest's ``command`` engine (``spectest-jsonl/1``).
 
-It answers every job with spectest's own built-in loops: plain decoding, or (``--speculative``)
-exact speculative sampling with the target/draft pair. Run by spectest, e.g. in a protocol::
-
-    engines:
-      candidate: {name: command, command: ["{python}", "{programs}/builtin_engine.py",
-                  --target, "bundled:target", --draft, "bundled:draft", --speculative]}
-
-The protocol is documented in ``spectest/engines/command.py``: a hello line, then one job per
-stdin line (one prompt x one sampling config x many seeds), answered with one result line per
-seed. A real engine (C++, Rust, a server client) implements the same ~30 lines of I/O.
-
-``topp_before_temperature.py`` beside this file is the same program with one bug.
+It answers every job with spectest's own built-in loops: plain, or (``--speculative``) exact
+speculative sampling with the target/draft pair; ``topp_before_temperature.py`` beside it is the
+same program with one bug. Its use in a protocol: docs/real-engines.md; the protocol:
+docs/engines-command.md.
 """
 
 from __future__ import annotations

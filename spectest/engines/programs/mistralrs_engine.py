@@ -1,16 +1,9 @@
 #!/usr/bin/env python3
-"""mistral.rs (the ``mistralrs`` Python package) as an engine program for spectest's ``command``
-engine (``spectest-jsonl/1``).
+"""mistral.rs (the ``mistralrs`` package) as an engine program for spectest's ``command`` engine.
 
-Runs under the pinned venv of ``spectest setup mistralrs`` (stdlib, ``mistralrs`` and its
-sibling ``_jsonl`` only), started by ``python -m spectest.setup.mistralrs run ...``::
-
-    mistralrs_engine.py --target DIR [--draft DIR --gamma 3]
-
-Text in, text out through the export's word-level tokenizer (token ``i`` = word ``t<i>``); per
-seed one ``CompletionRequest`` with the job's temperature and its one filter; ``--draft`` runs
-mistral.rs's target/draft speculative decoding. Seeds are **not honoured** (the hello line says
-so). Details, and the burn-in that offsets arms: docs/internals-engines.md.
+Runs under the pinned venv of ``spectest setup mistralrs`` (stdlib, ``mistralrs`` and ``_jsonl``
+only), started by ``python -m spectest.setup.mistralrs run ...``. Text in, text out; seeds are
+**not honoured** (its hello line says so). The tokenizer and the burn-in: docs/internals-engines.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 #!/usr/bin/env python3
-"""MLX-LM (``mlx-lm`` on ``mlx`` + ``mlx-cpu``, Linux CPU) as an engine program for spectest's
-``command`` engine (``spectest-jsonl/1``).
+"""MLX-LM (``mlx-lm`` on ``mlx-cpu``) as an engine program for spectest's ``command`` engine.
 
-Runs under the pinned venv of ``spectest setup mlx`` (stdlib, ``mlx`` / ``mlx_lm`` and its
-sibling ``_jsonl`` only), started by ``python -m spectest.setup.mlx run ...``::
-
-    mlx_lm_engine.py --target HF_DIR [--draft HF_DIR --num-draft-tokens 3] [--sampler mlx]
-
-Per seed: ``mx.random.seed(row key)``, then ``generate_step`` (plain) or
-``speculative_generate_step`` (``rounds`` from each token's ``from_draft`` flag). ``--sampler
-spectest`` (default) builds spectest's filter order from mlx-lm's own filters; ``--sampler
-mlx`` is mlx-lm's ``make_sampler`` (filters on the untempered log-probs: the tooth of
-``protocols/mlx-misordered.yaml``). Details: docs/internals-engines.md.
+Runs under the pinned venv of ``spectest setup mlx`` (stdlib, ``mlx_lm`` and ``_jsonl`` only),
+started by ``python -m spectest.setup.mlx run ...``. Seeds, the two ``--sampler`` choices and
+the tooth of ``protocols/mlx-misordered.yaml``: docs/internals-engines.md.
 """
 
 from __future__ import annotations

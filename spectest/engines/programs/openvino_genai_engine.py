@@ -1,17 +1,9 @@
 #!/usr/bin/env python3
 """OpenVINO GenAI as an engine program for spectest's ``command`` engine (``spectest-jsonl/1``).
 
-Runs under the pinned venv of ``spectest setup openvino`` (stdlib, ``openvino`` /
-``openvino_genai`` and its sibling ``_jsonl`` only), started by ``python -m
-spectest.setup.openvino run ...``::
-
-    openvino_genai_engine.py --target IR [--draft IR --num-assistant-tokens 3] [--prefix-caching]
-
-Per seed, one ``LLMPipeline.generate`` on the job's token ids with its temperature, its one
-filter, ``ignore_eos`` and ``rng_seed`` = the row key; ``--draft`` runs OpenVINO GenAI's
-speculative decoding (one ``rounds`` entry of request totals, a readout). ``--override
-FIELD=VALUE`` sets a ``GenerationConfig`` field (``protocols/openvino-misconfigured.yaml``). The
-settings that matter for the law (f32, prefix caching off): docs/internals-engines.md.
+Runs under the pinned venv of ``spectest setup openvino`` (stdlib, ``openvino_genai`` and
+``_jsonl`` only), started by ``python -m spectest.setup.openvino run ...``. What it calls per seed
+and the settings that matter for the law: docs/internals-engines.md.
 """
 
 from __future__ import annotations

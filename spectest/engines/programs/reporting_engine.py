@@ -1,21 +1,9 @@
 #!/usr/bin/env python3
 """An engine program that reports, beside its tokens, each token's probability and its rounds.
 
-Protocol ``spectest-jsonl/1`` (docs/engines-command.md); every result line carries ``probs``:
-one ``{"p": p, "cdf_lo": F}`` per token — the target law's probability of the token and its mass
-on the tokens ranked before it (more probable, or as probable with a smaller id;
-docs/engines-reported-p.md) — and, with ``--speculative``, ``rounds``.
-
-``--lie`` picks what it samples and what it reports:
-
-- ``none`` (honest): spectest's exact loops (``builtin_engine.correct_decode``, white-box on);
-  it reports the p each token was sampled from (recorded while sampling) and cdf_lo from
-  spectest's teacher (clamped to 1 − p: the example has no cheaper way to the ranked mass).
-- ``correct``: it samples top-p on the untempered distribution and temperature after (the bug
-  of ``topp_before_temperature.py``) but reports the p it *should* have used (the correct law):
-  the PIT conditional on its reported p catches it.
-- ``sampled``: the same bug, reporting honestly the law it sampled from: its PIT passes, and
-  the cross-check with spectest's teacher catches it.
+Protocol ``spectest-jsonl/1`` (docs/engines-command.md) with ``probs`` (docs/engines-reported-p.md)
+and, with ``--speculative``, ``rounds``. ``--lie none|correct|sampled`` picks what it samples and
+what it reports: docs/internals-engines.md "spectest/engines/programs/reporting_engine.py".
 """
 
 from __future__ import annotations
