@@ -35,7 +35,8 @@ import pandas as pd
 from scipy import stats
 
 from spectest.byo_compare import compare_files
-from spectest.verdict import DEFAULT_MAX_MDE_TV, decide
+from spectest.decision.claims import DEFAULT_MAX_MDE_TV
+from spectest.decision.verdict import decide
 
 V, T = 64, 8
 CELLS = [(f"p{i}", f"c{j}") for i in range(4) for j in range(3)]

@@ -10,15 +10,17 @@ import time
 from pathlib import Path
 
 from spectest.byo_compare import byo_arms, byo_settings
+from spectest.decision.claims import run_claim_b
+from spectest.decision.header import Header
+from spectest.decision.judge import RunResult, compare_all, judge
+from spectest.decision.summary import build_summary
 from spectest.errors import InputError
-from spectest.judge import RunResult, compare_all, judge, run_claim_b
 from spectest.plan import Plan, make_plan
 from spectest.progress import ProgressFn, no_progress
 from spectest.protocol import load_protocol
 from spectest.stats.options import AnalysisOptions
 from spectest.store import NUMERICS, ROUNDS, SAMPLES, TEACHER_LAWS, TOOTH_SIZES
 from spectest.stored import StoredRun, load_run
-from spectest.summary import Header, build_summary
 
 
 def analyze_run(run_dir: str | Path, *, progress: ProgressFn | None = None) -> RunResult:

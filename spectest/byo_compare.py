@@ -16,14 +16,15 @@ import pandas as pd
 
 from spectest import schema
 from spectest.byo import checked_samples, read_samples_file
+from spectest.decision.claims import TokenFloorClaim, stable_seed
+from spectest.decision.header import Header
+from spectest.decision.judge import RunResult, compare_all, finish_run
 from spectest.errors import ConfigError, InputError
 from spectest.files import make_provenance
-from spectest.judge import RunResult, TokenFloorClaim, compare_all, finish_run
 from spectest.plan import Arm, RunSettings, SeedRange
 from spectest.progress import ProgressFn, no_progress
 from spectest.stats.options import AnalysisOptions, OptionError, flags
 from spectest.store import RunDir
-from spectest.summary import Header
 
 FLAGS = flags()  # a setting → its flag (``stats.options.Option.flag``)
 
@@ -142,7 +143,6 @@ def _floor_outputs(
 ) -> tuple[dict[str, Any], TokenFloorClaim | None]:
     """``--floor``'s token-drift readout (no margin; its bootstrap seeded by the comparison's
     hash) or its claim-(b) decision (``--decide-floor``)."""
-    from spectest.judge import stable_seed
     from spectest.stats.token_floor import token_drift
 
     if not pair:
@@ -202,7 +202,7 @@ def compare_files(
     Parameters
     ----------
     alpha, multiplicity, max_mde_tv : None: the protocols' defaults (``AnalysisOptions``,
-        ``verdict.DEFAULT_MAX_MDE_TV``).
+        ``decision.claims.DEFAULT_MAX_MDE_TV``).
     floor : two plain-decode files of the engine: the token-drift readout in ``summary.json``;
         with ``decide_floor``, claim (b) decided at ``floor_margin`` instead (docs/compare.md
         "Claim (b) from files: `--floor A B --decide-floor`").

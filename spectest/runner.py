@@ -20,6 +20,17 @@ import pandas as pd
 import yaml
 
 from spectest import schema
+from spectest.decision.claims import (
+    ClaimB,
+    NumericsClaim,
+    TeacherForcedClaim,
+    power_claim,
+    required_resolution,
+    run_claim_b,
+)
+from spectest.decision.comparison import compare_arm
+from spectest.decision.header import Header, protocol_setup
+from spectest.decision.judge import RunResult, compare_all, finish_run
 from spectest.engines.base import Models
 from spectest.engines.plain_laws import law_table
 from spectest.errors import ConfigError
@@ -37,16 +48,6 @@ from spectest.generation import (
     matched_drift,
     protocol_tooth_sizes,
 )
-from spectest.judge import (
-    ClaimB,
-    NumericsClaim,
-    RunResult,
-    TeacherForcedClaim,
-    compare_all,
-    finish_run,
-    run_claim_b,
-    summarize,
-)
 from spectest.plan import Plan, Shard, make_plan, stages
 from spectest.progress import ProgressFn, no_progress
 from spectest.prompts import prompts_jsonl
@@ -55,8 +56,6 @@ from spectest.scaleout import WorkerPool, generate_spread, local_devices, make_p
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
 from spectest.shipped import shipped_name
 from spectest.store import FINGERPRINTS_KEY, PROMPTS_FILE, UNFINGERPRINTED, RunDir
-from spectest.summary import Header, protocol_setup
-from spectest.verdict import power_claim, required_resolution
 
 __all__ = ["RunOptions", "RunResult", "run_dir_for", "run_protocol"]
 
@@ -290,7 +289,7 @@ def _look(
 ) -> Look:
     """The stop rule asks the verdict's question: does the power claim (the MDE, or the
     weakest killed tooth's size) meet the requirement (the protocol's, or 0.15)?"""
-    comps = tuple(summarize(a, arm, rounds, teeth_sizes) for arm, a in results)
+    comps = tuple(compare_arm(a, arm, rounds, teeth_sizes) for arm, a in results)
     cand = next(c for c in comps if c.role == "candidate")
     required, requirement = required_resolution(
         run.protocol.tests.max_mde_tv, kind=run.options.kind
@@ -405,7 +404,7 @@ def _numerics(
     rounds: pd.DataFrame | None,
     models: Models | None,
 ) -> ClaimB | None:
-    """Claim (b)'s inputs: ``judge.run_claim_b``'s claim with its table (the plain engine's
+    """Claim (b)'s inputs: ``claims.run_claim_b``'s claim with its table (the plain engine's
     laws: ``plain_laws.law_table``; matched: the drift table), timed as ``numerics``."""
     claim = run_claim_b(plan, samples, None)
     matched = rounds is not None and bool((rounds[schema.ARM] == MATCHED).any())

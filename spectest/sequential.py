@@ -74,8 +74,8 @@ class Look:
     mde_tv: float | None  # the resolution reached (TV; None if unknown)
     decision: str  # REJECT | RESOLVED | BUDGET | CONTINUE
     required_mde_tv: float | None = None  # the resolution the stop rule asked for (None: none)
-    requirement: str = "none"  # where it comes from (``spectest.verdict.required_resolution``)
-    claim_tv: float | None = None  # the power claim checked (``spectest.verdict.power_claim``)
+    requirement: str = "none"  # where it comes from (``decision.claims.required_resolution``)
+    claim_tv: float | None = None  # the power claim checked (``decision.claims.power_claim``)
     claim: str = ""  # where it comes from (``PowerClaim.where``)
 
 
@@ -95,9 +95,9 @@ def decide_look(
     requirement (``max_mde_tv``) → stop; else the last stage → stop (budget spent); else
     continue. Without ``max_mde_tv`` a sampler that is never rejected runs to the last stage.
 
-    ``max_mde_tv`` is the requirement the verdict applies (``spectest.verdict.
+    ``max_mde_tv`` is the requirement the verdict applies (``decision.claims.
     required_resolution``: the protocol's ``tests.power.max_mde_tv``, else 0.15), ``requirement``
-    where it comes from; ``claim_tv`` the power claim the verdict checks (``spectest.verdict.
+    where it comes from; ``claim_tv`` the power claim the verdict checks (``decision.claims.
     power_claim``: the MDE, or the weakest killed tooth's size, whichever is smaller; the MDE
     ``mde_tv`` when not given): the run stops "resolved" exactly when the verdict would accept
     the claim. A killed tooth's size does not grow with the seeds, so a run whose tooth already

@@ -120,13 +120,13 @@ def test_judge_is_shared_without_an_import_cycle() -> None:
     """``compare`` and ``runner`` both go through ``judge``; neither imports the other at module
     level, and ``judge`` imports neither."""
     code = (
-        "import sys; import spectest.byo_compare, spectest.judge;"
+        "import sys; import spectest.byo_compare, spectest.decision.judge;"
         "assert 'spectest.runner' not in sys.modules, 'compare imported runner'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
     import ast
 
-    for mod in ("judge", "byo_compare"):
+    for mod in ("decision/judge", "byo_compare"):
         tree = ast.parse((REPO / "spectest" / f"{mod}.py").read_text())
         top = {n.module for n in tree.body if isinstance(n, ast.ImportFrom)}
         assert "spectest.runner" not in top, mod

@@ -43,13 +43,10 @@ LAYERS: dict[str, int] = {
     "fingerprint": 1,
     "sampling": 1,
     "stats": 1,
-    # 2: models; what the statistics decide (comparison, claim, verdict); tooth sizes; BYO samples
+    # 2: models; tooth sizes; BYO samples
     "models": 2,
     "numerics": 2,
     "tooth_size": 2,
-    "comparison": 2,
-    "verdict_types": 2,
-    "verdict": 2,
     "byo": 2,
     # 3: engines, prompts, environment set-up
     "engines": 3,
@@ -59,17 +56,17 @@ LAYERS: dict[str, int] = {
     # 4-5: protocols, then what is planned, summarised and sized from them
     "protocol": 4,
     "plan": 5,
-    "summary": 5,
     "sizing": 5,
-    # 6: generation, reports, and the commands beside the run (bench, conformance, hunt)
+    # 6: generation, and the commands beside the run (bench, conformance, hunt)
     "generation": 6,
-    "report": 6,
     "bench": 6,
     "conformance": 6,
     "hunt": 6,
-    # 7-9: the run path
+    # 7-9: the run path; the decision (judge, claims, ladder, verdict, summary) and the reports
+    # that render its summary sit on one floor
     "scaleout": 7,
-    "judge": 7,
+    "decision": 7,
+    "report": 7,
     "byo_compare": 8,
     "runner": 8,
     "analyze": 9,

@@ -14,12 +14,12 @@ import pytest
 from typer.testing import CliRunner
 
 from spectest.cli import app
-from spectest.comparison import FamilyScope
+from spectest.decision.comparison import Comparison, FamilyScope
+from spectest.decision.verdict import decide
 from spectest.errors import ConfigError
 from spectest.protocol import load_protocol
 from spectest.report.junit import render_junit
 from spectest.stats.family_whitebox import sup_cdf_words
-from spectest.verdict_types import Scope
 
 ROOT = Path(__file__).resolve().parents[1]
 CI = ROOT / "protocols" / "ci.yaml"
@@ -61,8 +61,8 @@ def test_resolution_words() -> None:
         mde_unit="excess mass on {q > p} per token (directed z)", rejected=False,
         label="white-box",
     )  # fmt: skip
-    scope = Scope(4, 0, (fam,), (), 0.05, 0.8, 0.2, 0.2, 0.15, "default")
-    line = scope.resolution_line()
+    cand = Comparison("c", "candidate", "subject", False, 4, 0, None, 0.2, (), families=(fam,))
+    line = decide([cand]).scope.resolution_line()
     assert "white-box < 1e-06 excess mass" in line and "e-84" not in line
 
 

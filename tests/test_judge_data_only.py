@@ -1,7 +1,9 @@
-"""``spectest.judge`` decides from data only: it imports (at module or function level) nothing
-that drives an engine, loads a model or reads prompts — the runner asks the engines
-(``engines.plain_laws.law_table``) and hands the judge tables (issue 30). Exact check on the
-source (ast, no imports run)."""
+"""``spectest.decision`` decides from data only: no module of it imports (at module or function
+level) anything that drives an engine, loads a model or reads prompts — the runner asks the
+engines (``engines.plain_laws.law_table``) and hands the judge tables (issue 30). One module is
+set apart, by name: ``decision/header.py`` imports the engine classes to name each arm's engine
+in the run's header (``arm_engines``), and decides nothing. Exact check on the source (ast, no
+imports run)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE_IO = ("spectest.engines", "spectest.generation", "spectest.prompts", "spectest.models")
+HEADER = ROOT / "spectest" / "decision" / "header.py"
 
 
 def _imports(path: Path) -> set[str]:
@@ -22,9 +25,11 @@ def _imports(path: Path) -> set[str]:
     return out
 
 
-def test_the_judge_imports_no_engine_io() -> None:
-    bad = sorted(m for m in _imports(ROOT / "spectest" / "judge.py") if m.startswith(ENGINE_IO))
-    assert not bad, f"spectest/judge.py imports engine I/O: {bad}"
+def test_the_decision_imports_no_engine_io() -> None:
+    deciding = sorted(set((ROOT / "spectest" / "decision").glob("*.py")) - {HEADER})
+    assert {f.name for f in deciding} >= {"judge.py", "claims.py", "verdict.py", "summary.py"}
+    bad = {f.name: sorted(m for m in _imports(f) if m.startswith(ENGINE_IO)) for f in deciding}
+    assert not any(bad.values()), f"spectest/decision imports engine I/O: {bad}"
 
 
 def test_the_runner_asks_the_plain_engine_for_its_laws() -> None:

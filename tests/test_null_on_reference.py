@@ -29,9 +29,9 @@ import pytest
 import yaml
 
 from spectest import schema
+from spectest.decision.header import arm_engines
 from spectest.plan import make_plan
 from spectest.protocol import EngineChoice, load_protocol
-from spectest.summary import arm_engines
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "spectest" / "engines" / "programs"

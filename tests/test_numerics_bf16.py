@@ -6,7 +6,7 @@ slow (several minutes on a loaded 2-core machine).
 
 One run serves both (session 11; two runs before, ~290 s each in the loaded suite): the
 protocol's teeth include the ε arm ``eps=0.5``, i.e. ``eps_biased:0.5`` drawn on its own seeds
-and compared with the same reference by the same analysis (``spectest.judge.compare_all``: one
+and compared with the same reference by the same analysis (``decision.judge.compare_all``: one
 code path for the candidate and every tooth) at the same size, so "eps_biased:0.5 is DIFFERENT
 in bf16" is read off that arm: it ran, it can bite, and it is rejected. What the second run added
 beyond that — a DIFFERENT candidate is exit 1 with decision ``different`` in bf16 — is

@@ -74,8 +74,8 @@ def test_the_header_names_each_arms_engine_and_drafter(buggy_run: Path) -> None:
 
 
 def test_arm_engines_says_an_outside_engine_uses_its_own_drafter(tmp_path: Path) -> None:
+    from spectest.decision.header import arm_engines
     from spectest.protocol import load_protocol
-    from spectest.summary import arm_engines
 
     path = write_toy(tmp_path, version=2, engines={"reference": "builtin", "candidate": {
         "name": "command", "command": [sys.executable, "-c", "pass"]}})  # fmt: skip
@@ -220,8 +220,8 @@ def test_rendering_raises_no_warning(buggy_run: Path) -> None:
 
 
 def test_sequence_resolution_says_it_depends_on_the_data(buggy_run: Path) -> None:
-    from spectest.comparison import FamilyScope
-    from spectest.verdict_types import Scope
+    from spectest.decision.comparison import Comparison, FamilyScope
+    from spectest.decision.verdict import decide
 
     fams = _summary(buggy_run)["verdict"]["scope"]["families"]
     seq = next(f for f in fams if f["name"] == "sequence")
@@ -232,8 +232,10 @@ def test_sequence_resolution_says_it_depends_on_the_data(buggy_run: Path) -> Non
     assert float(m[1]) < seq["mde"] < float(m[2])
     cells = FamilyScope("cells", 4, 0, 0.025, 0.2, "TV per cell-position", False)
     ran = FamilyScope("sequence", 3, 0, 0.025, 0.1, "TV of x", False, "seq", "", "moves")
-    scope = Scope(4, 0, (cells, ran), (), 0.05, 0.8, 0.2, 0.2, 0.15, "default")
-    assert "seq 0.1 TV of x (moves)" in scope.resolution_line()
+    cand = Comparison(
+        "c", "candidate", "subject", False, 4, 0, None, 0.2, (), families=(cells, ran)
+    )
+    assert "seq 0.1 TV of x (moves)" in decide([cand]).scope.resolution_line()
 
 
 def screenshot(html: Path, png: Path, height: int = 6000) -> None:

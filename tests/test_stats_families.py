@@ -15,11 +15,13 @@ import pytest
 from test_stats_sim import samples_frame, zipf
 
 from spectest import runner
+from spectest.decision.comparison import compare_arm
+from spectest.decision.summary import verdict_lines
+from spectest.decision.verdict import decide
 from spectest.errors import ConfigError
+from spectest.plan import Arm, SeedRange
 from spectest.protocol import load_protocol
 from spectest.stats.families import Failure, FamilyInputs, FamilyResult, empty_frame
-from spectest.summary import verdict_lines
-from spectest.verdict import decide, summarize_comparison
 from tests.toy_protocol import write_toy
 
 # the module itself (the package re-exports the function ``analyze`` under its name)
@@ -104,7 +106,7 @@ def test_a_registered_family_takes_its_share_and_shows_everywhere(plant: bool) -
     assert s["alpha_first_token"] == pytest.approx(0.05 / 4)
     assert s["first_token_rejected"] == plant
     json.dumps(s)
-    c = summarize_comparison(a, arm="candidate", role="candidate", expect="subject")
+    c = compare_arm(a, Arm("candidate", "candidate", None, SeedRange(0, 1), "subject"))
     scope = {f.name: f for f in c.families}["first_token"]
     assert (scope.label, scope.n_tested, scope.mde, scope.mde_unit) == (
         "first-token support (toy)", 2, 0.5, "toy units")  # fmt: skip

@@ -19,11 +19,13 @@ import pytest
 from scipy import stats
 from toy_protocol import TOY, write_toy
 
-from spectest.comparison import FamilyScope
+from spectest.decision.comparison import FamilyScope, compare_arm
+from spectest.decision.verdict import decide
 from spectest.engines.base import DecodeRequest, rounds_frame, samples_frame
 from spectest.engines.builtin import DrafterSpec, RowSpec, speculative_decode
 from spectest.errors import ExitCode
 from spectest.models.toy import ToyLM
+from spectest.plan import Arm, SeedRange
 from spectest.protocol import load_protocol
 from spectest.runner import run_protocol
 from spectest.sampling.mutants import get_variant
@@ -32,8 +34,8 @@ from spectest.stats.battery import AnalysisOptions, analyze
 from spectest.stats.families import relabelings
 from spectest.stats.histograms import encode_samples
 from spectest.stats.rounds import chi2_under_labels, round_tests, strata_of, stratum_counts
-from spectest.verdict import decide, summarize_comparison
 
+CANDIDATE = Arm("candidate", "candidate", None, SeedRange(0, 1), "subject")
 PARAMS = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.9, top_k=6)]
 
 
@@ -149,7 +151,7 @@ def test_bonus_mutant_missed_by_token_families_is_caught() -> None:
     assert fam["rounds"].rejected
     rej = fam["rounds"].table[fam["rounds"].table.reject.astype(bool)]
     assert set(rej.stratum) == {"bonus"}  # the one stratum the bug lives in
-    comp = summarize_comparison(a, arm="candidate", role="candidate", expect="subject")
+    comp = compare_arm(a, CANDIDATE)
     assert comp.rejected and decide([comp]).exit_code == ExitCode.DIFFERENT
     without = analyze(s, reference="reference", candidate="candidate", rounds=None,
                       options=AnalysisOptions(sequence=True))  # fmt: skip
@@ -167,7 +169,7 @@ def test_fabricated_rounds_never_make_a_wrong_sampler_pass() -> None:
                 rounds=pd.concat([ref_r, fake], ignore_index=True))  # fmt: skip
     assert a.families["rounds"].active and a.rejected
     assert a.families["cells"].rejected
-    comp = summarize_comparison(a, arm="candidate", role="candidate", expect="subject")
+    comp = compare_arm(a, CANDIDATE)
     assert decide([comp]).exit_code == ExitCode.DIFFERENT
     only = FamilyScope("rounds", 12, 0, 0.0125, None, "", False, claims=True)
     assert only.ran and only.to_dict()["claims"] is True

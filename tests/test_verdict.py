@@ -1,4 +1,4 @@
-"""The decision rules of ``spectest.verdict`` on hand-built comparisons (exact, no statistics)."""
+"""The decision rules of ``spectest.decision`` on hand-built comparisons (exact, no statistics)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import dataclasses
 
 import pytest
 
+from spectest.decision.claims import DEFAULT_MAX_MDE_TV
+from spectest.decision.comparison import Comparison
+from spectest.decision.verdict import decide
 from spectest.errors import ExitCode
-from spectest.verdict import DEFAULT_MAX_MDE_TV, Comparison, decide
 
 
 def comp(
@@ -85,7 +87,7 @@ def test_teeth_only_run() -> None:
 
 # ----------------------------------------------------------------- scope and resolution (issue 9)
 def fam(name: str, tested: int, *, mde: float | None = None, rejected: bool = False):
-    from spectest.verdict import FamilyScope
+    from spectest.decision.comparison import FamilyScope
 
     return FamilyScope(name, tested, 96 - tested, 0.05, mde, "TV per cell-position", rejected)
 
@@ -325,7 +327,7 @@ def test_required_resolution_is_the_one_decide_applies():
     """The sources of rule 3c's requirement — the protocol's, ``--max-mde-tv`` or 0.15, whatever
     the teeth — and ``decide`` applying exactly that one (the sequential stop rule calls the same
     function, tests/test_sequential_run.py)."""
-    from spectest.verdict import power_claim, required_resolution
+    from spectest.decision.claims import power_claim, required_resolution
 
     cand = comp("candidate", "candidate", False, mde=0.12)
     null = comp("null", "null", False)
@@ -362,7 +364,7 @@ def test_beside_a_floor_an_exact_rejection_decides_and_a_black_box_one_does_not(
     or PIT (conditional on the engine's own reported law) decides DIFFERENT as the white-box
     family's does. Session 11 found a reported-p rejection (21 tokens reported at p = 0) left
     INCONCLUSIVE beside a teacher-forced floor (only ``name == "whitebox"`` counted)."""
-    from spectest.verdict import FamilyScope
+    from spectest.decision.comparison import FamilyScope
 
     cells = fam("cells", 96, mde=0.1, rejected=True)
     for exact in ("whitebox", "reported"):

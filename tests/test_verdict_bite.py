@@ -13,11 +13,12 @@ import pandas as pd
 import pytest
 
 from spectest import runner
-from spectest.comparison import eps_cannot_bite
+from spectest.decision.claims import DEFAULT_MAX_MDE_TV
+from spectest.decision.comparison import Comparison, eps_cannot_bite
+from spectest.decision.verdict import decide
 from spectest.errors import ExitCode
 from spectest.protocol import load_protocol
 from spectest.sampling.mutants import eps_of
-from spectest.verdict import DEFAULT_MAX_MDE_TV, Comparison, decide
 from tests.toy_protocol import write_toy
 
 

@@ -52,9 +52,9 @@ def fmt(x: float | None, digits: int = 4) -> str:
 
 def print_result(result: Any, con: Console | None = None) -> None:
     """Print a ``RunResult``: the per-config summary table, teeth, failing cells, then the
-    verdict as ``spectest.summary.verdict_lines`` words it (headline, what was tested, the
+    verdict as ``spectest.decision.summary.verdict_lines`` words it (headline, what was tested, the
     resolution, every reason)."""
-    from spectest.summary import rejections_account, verdict_lines
+    from spectest.decision.summary import rejections_account, verdict_lines
 
     con = con or console()
     summary = result.summary

@@ -11,9 +11,9 @@ import html
 from collections.abc import Sequence
 from typing import Any
 
+from spectest.decision.summary import verdict_lines
 from spectest.report import plots
 from spectest.stored import StoredRun
-from spectest.summary import verdict_lines
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;

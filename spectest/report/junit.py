@@ -9,8 +9,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from spectest.decision.summary import verdict_lines
 from spectest.report.escape import xml_attr, xml_text
-from spectest.summary import verdict_lines
 
 
 def _scrub(root: ET.Element) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from spectest.decision.summary import rejections_account, verdict_lines
 from spectest.report.escape import md_text
 from spectest.report.rows import (  # noqa: F401  (re-exported: the notebook and the CLI read them)
     config_rows,
@@ -18,7 +19,6 @@ from spectest.report.rows import (  # noqa: F401  (re-exported: the notebook and
     whitebox_rows,
 )
 from spectest.stored import StoredRun
-from spectest.summary import rejections_account, verdict_lines
 
 
 def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -31,7 +31,7 @@ def md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def verdict_md(verdict: dict[str, Any]) -> list[str]:
     """The verdict as markdown: the headline in bold, what was tested and the resolution, then
-    the reasons as a list (``spectest.summary.verdict_lines``, the console's wording)."""
+    the reasons as a list (``spectest.decision.summary.verdict_lines``, the console's wording)."""
     head, *rest = verdict_lines(verdict)
     scope = [md_text(ln.strip()) for ln in rest if not ln.startswith("  - ")]
     reasons = [f"- {md_text(ln.strip()[2:])}" for ln in rest if ln.startswith("  - ")]

@@ -10,11 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from spectest.decision.summary import rejections_account
 from spectest.report import evidence, plots, rows
 from spectest.report.rows import _fmt
 from spectest.store import HISTOGRAMS, ROUNDS, SEQUENCE, TESTS, TOOTH_SIZES, TRIE
 from spectest.stored import StoredRun
-from spectest.summary import rejections_account
 
 
 @dataclass(frozen=True)

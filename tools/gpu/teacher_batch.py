@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from spectest.decision.claims import TeacherForcedClaim
 from spectest.engines.plain_laws import law_table
 from spectest.generation import load_models
-from spectest.judge import TeacherForcedClaim
 from spectest.plan import make_plan
 from spectest.protocol import load_protocol
 from spectest.stats.teacher_forced import _first, law_dict, prefix_key

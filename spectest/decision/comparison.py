@@ -1,7 +1,6 @@
-"""One arm compared with the reference, as the verdict sees it (``Comparison``, one
-``FamilyScope`` per test family, ``summarize_comparison``), and ``eps_cannot_bite``.
-
-The why and the details: docs/internals.md "spectest/comparison.py".
+"""One arm compared with its reference, as the verdict sees it (``compare_arm`` → ``Comparison``;
+a tooth's judgement is its comparison's), and ``eps_cannot_bite``. The details:
+docs/internals.md "spectest/decision/comparison.py".
 """
 
 from __future__ import annotations
@@ -14,7 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from spectest import schema
+
 if TYPE_CHECKING:
+    from spectest.plan import Arm
     from spectest.stats.battery import Analysis
     from spectest.stats.families import FamilyResult
 
@@ -129,7 +131,7 @@ class Comparison:
     # it emitted a token with target probability 0 and no black-box family (cells, trie,
     # sequence, lengths) rejected it: the support check is certain for a support bug whatever
     # its TV, and the white-box PIT of a zero-probability token is a point mass, so such a kill
-    # shows nothing about the tests' power against TV-sized bugs (``verdict.power_claim``)
+    # shows nothing about the tests' power against TV-sized bugs (``claims.power_claim``)
     support_only: bool = False
     # ``rejections`` by family label, every family that reported (run-level ones included:
     # white-box, the sequence family's pooled statistics), so a headline's count reconciles
@@ -156,6 +158,91 @@ class Comparison:
             return any(f.ran and not f.claims for f in self.families)
         return self.cells_tested > 0
 
+    # A tooth's judgement (the verdict's teeth are their comparisons): a null must pass, ε arms
+    # and mutants must be killed (rejected); one that tested nothing did not behave.
+    @property
+    def ran(self) -> bool:
+        """A tooth ran on testable data (a rejection always tested something)."""
+        return self.tested_anything or self.rejected
+
+    @property
+    def sound(self) -> bool:
+        """A null that ran and did not reject; an ε arm or mutant that rejected; an ε arm that
+        cannot bite that did not reject (its law is the exact sampler's: a rejection is a false
+        alarm)."""
+        if self.cannot_bite is not None:
+            return not self.rejected
+        return (self.ran and not self.rejected) if self.expect == "pass" else self.rejected
+
+    @property
+    def killed(self) -> bool:
+        """An ε arm or mutant that can bite and was rejected: it shows the tests' power."""
+        return self.expect == "fail" and self.cannot_bite is None and self.rejected
+
+    @property
+    def rejected_by_support(self) -> bool:
+        """A tooth that can bite rejected by the support check alone (a token of target
+        probability 0): it claims no power."""
+        return self.support_only and self.rejected and self.cannot_bite is None
+
+    @property
+    def null_words(self) -> str:
+        """What a null compared: ``hf-generate plain vs plain, disjoint seeds`` (a plain null),
+        else ``spectest's exact sampler vs the reference``."""
+        if self.null_engine is not None:
+            return f"{self.null_engine} plain vs plain, disjoint seeds"
+        return "spectest's exact sampler vs the reference"
+
+    @property
+    def null_rejection(self) -> str:
+        """Rule 1's reason line for this null (or ε arm that cannot bite) when it rejected; a
+        plain null's names the engine, whose draws on disjoint seeds were then not one law."""
+        if self.null_engine is None:
+            what = "null arm" if self.cannot_bite is None else "tooth (one that cannot bite)"
+            return f"{what} {self.arm!r} rejected: the harness's false-alarm control failed"
+        return (
+            f"null arm ({self.null_words}) {self.arm!r} rejected: {self.null_engine}'s plain "
+            "draws on disjoint seeds are not one law (its seeding does not give independent "
+            "draws, or its law moves between requests), or the harness's false-alarm control "
+            "failed"
+        )
+
+    @property
+    def size_label(self) -> str:
+        """``size 0.167`` (exact), ``size ≤ 0.148`` (an upper bound) or ``size unknown``."""
+        if self.size_tv is None:
+            return "size unknown"
+        return f"size {self.size_tv:.3g}" if self.size_exact else f"size ≤ {self.size_tv:.3g}"
+
+    @property
+    def label(self) -> str:
+        """How the verdict names a tooth's outcome."""
+        if self.cannot_bite is not None:
+            return "REJECTED (a false alarm: it cannot bite)" if self.rejected else "cannot bite"
+        if not self.ran and not self.rejected:
+            return "NO DATA (tested nothing)"
+        if self.expect == "pass":
+            return "passed (sound)" if self.sound else "REJECTED (unsound)"
+        if self.sound and self.rejected_by_support:  # say why it claims nothing
+            return (
+                f"killed ({self.size_label}; by the support check only: a token of target "
+                "probability 0, so it claims no power)"
+            )
+        return f"{'killed' if self.sound else 'NOT KILLED'} ({self.size_label})"
+
+    def tooth_dict(self) -> dict[str, Any]:
+        """A tooth as ``summary.json``'s ``verdict.teeth`` lists it."""
+        return {
+            **pick(self, "arm role expect rejected sound ran label cannot_bite size_tv size_exact"),
+            "support_only": self.rejected_by_support,
+            **({} if self.null_engine is None else {"null_engine": self.null_engine}),
+        }
+
+
+def pick(obj: Any, names: str) -> dict[str, Any]:
+    """``{name: obj.name}`` for each of the space-separated ``names``, in their order."""
+    return {k: getattr(obj, k) for k in names.split()}
+
 
 def _f(x: Any) -> float | None:
     """A finite float, or None (NaN / missing) — JSON-safe."""
@@ -166,33 +253,35 @@ def _f(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def summarize_comparison(
+def compare_arm(
     analysis: Analysis,
-    *,
-    arm: str,
-    role: str,
-    expect: str,
-    cannot_bite: str | None = None,
-    size: Any = None,
-    null_engine: str | None = None,
+    arm: Arm,
+    rounds: pd.DataFrame | None = None,
+    sizes: pd.DataFrame | None = None,
 ) -> Comparison:
-    """Read one ``spectest.stats.battery.Analysis`` into a ``Comparison``.
+    """One ``stats.battery.Analysis`` of ``arm`` (a ``plan.Arm``) as the verdict sees it.
 
-    Every family with rows to show becomes a ``FamilyScope``; ``failing`` is every family's
-    failing rows merged, most significant (smallest adjusted p) first, and ``rejections`` counts
-    them all (cell-positions, trie rows, the candidate's white-box tests, the sequence family's
-    pooled statistics, length tables). ``by_config`` reads the cell-position table and the
-    failing rows that belong to a config. ``size``: the tooth's ``spectest.tooth_size.ToothSize``
-    (ε arms and mutants). ``null_engine``: a plain null's engine (``Comparison.null_engine``).
+    ``failing`` merges every family's failing rows, most significant first; ``rejections``
+    counts them all; ``by_config`` the cell-position table's configs. ``rounds`` (every arm's):
+    an ε arm's ``eps_cannot_bite``; ``sizes`` (``tooth_sizes.parquet``): a sized tooth's size.
     """
+
+    from spectest.sampling.mutants import eps_of
+    from spectest.tooth_size import size_of
+
+    eps = eps_of(arm.variant) if arm.role == "eps" else None
+    bite = None
+    if eps is not None and rounds is not None and len(rounds):
+        bite = eps_cannot_bite(eps, rounds[rounds[schema.ARM] == arm.name])
+    size = size_of(sizes, arm.name) if arm.is_sized else None
     results = tuple(analysis.families.values())
     failing = sorted((f for r in results for f in r.failing), key=lambda f: f.key)
     cells = analysis.table("cells")
     p_adj = cells["p_adj"].astype(float) if len(cells) else None
     return Comparison(
-        arm=arm,
-        role=role,
-        expect=expect,
+        arm=arm.name,
+        role=arm.role,
+        expect=arm.expect,
         rejected=bool(analysis.rejected),
         cells_tested=int(analysis.n_tested),
         rejections=len(failing),
@@ -206,14 +295,14 @@ def summarize_comparison(
         alpha=float(analysis.options.alpha),
         power=float(analysis.options.power),
         mde_tv_max=_f(analysis.mde_tv_max),
-        cannot_bite=cannot_bite,
+        cannot_bite=bite,
         size_tv=None if size is None else size.tv,
         size_exact=False if size is None else bool(size.exact),
         size_where=None if size is None else size.where,
         support_only=bool(analysis.support_violation)
         and not any(r.rejected for r in results if r.black_box),
         rejections_by_family=tuple((r.label, len(r.failing)) for r in results if r.reported),
-        null_engine=null_engine,
+        null_engine=arm.null_engine,
     )
 
 

@@ -1,119 +1,20 @@
-"""The run summary: what ``summary.json`` stores and the CLI and the reports print (``Header``,
-``build_summary``, ``tidy_tables``, ``json_safe``).
-
-The why and the details: docs/internals.md "spectest/summary.py".
+"""The run summary: what ``summary.json`` stores (``build_summary``, ``json_safe``) and how
+the CLI and the reports print its verdict (``verdict_lines``, ``rejections_account``).
+The details: docs/internals.md "spectest/decision/summary.py".
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
-import pandas as pd
-
-from spectest.store import SEQUENCE, TESTS, TRIE, WHITEBOX
-from spectest.verdict import Comparison, Verdict
-
-if TYPE_CHECKING:
-    from spectest.protocol import Protocol as RunProtocol
-    from spectest.stats.battery import Analysis
+from spectest.decision.comparison import Comparison, pick
+from spectest.decision.header import Header
+from spectest.decision.verdict import Verdict
 
 MAX_FAILING_LISTED = 20
-# the families whose tables a run stores, by file (the schema of each is in ``spectest.schema``)
-STORED_TABLES = {TESTS: "cells", TRIE: "trie", WHITEBOX: "whitebox", SEQUENCE: "sequence"}
-
-
-class _Named(Protocol):
-    @property
-    def name(self) -> str: ...
-
-
-def tidy_tables(results: Sequence[tuple[_Named, Analysis]]) -> dict[str, pd.DataFrame]:
-    """Concatenate the stored tables of each analysis's families (``STORED_TABLES``) with a
-    ``comparison`` column (the arm name)."""
-    tables: dict[str, list[pd.DataFrame]] = {fname: [] for fname in STORED_TABLES}
-    for arm, a in results:
-        for fname, family in STORED_TABLES.items():
-            df = a.table(family)
-            if len(df):
-                tables[fname].append(df.assign(comparison=arm.name))
-    return {k: pd.concat(v, ignore_index=True) for k, v in tables.items() if v}
-
-
-@dataclass(frozen=True)
-class Header:
-    """What a summary is about: its ``kind`` (run, teeth, compare), ``name``, ``protocol_hash``
-    (a comparison's: of its data and settings), ``analysis`` (the test settings,
-    ``AnalysisOptions.canonical()``), ``notes`` and, for a protocol run, ``setup``
-    (``protocol_setup``)."""
-
-    kind: str
-    name: str
-    protocol_hash: str | None
-    analysis: Mapping[str, Any] | None
-    notes: tuple[str, ...] = ()
-    setup: Mapping[str, Any] = field(default_factory=dict)
-
-
-def protocol_setup(
-    protocol: RunProtocol,
-    *,
-    seeds_per_arm: int,
-    timings: Mapping[str, Any],
-    sequential: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """A protocol run's setup as its summary states it: models, drafter, engines, candidate,
-    positions, the seeds per arm tested, the prompt set, the phase wall times and (sequential
-    runs) the path of the evidence."""
-    return {
-        "models": vars(protocol.models).copy(),
-        "drafter": protocol.drafter.canonical(),
-        "engines": protocol.engines_canonical(),
-        "arms_engines": arm_engines(protocol),
-        "candidate": protocol.candidate,
-        "positions": protocol.positions,
-        "seeds_per_arm": seeds_per_arm,
-        "prompt_set": protocol.prompts.file,
-        "timings": dict(timings),
-        **({} if sequential is None else {"sequential": dict(sequential)}),
-    }
-
-
-def arm_engines(protocol: RunProtocol) -> dict[str, str]:
-    """Each arm's engine and drafter as the header states them: an engine of spectest's own
-    decode loop (``BuiltinEngine`` and its subclasses) drafts with the protocol's drafter; any
-    other engine (vLLM, llama.cpp, transformers, a command or plug-in) uses its own, which the
-    protocol's drafter section does not describe. The ε and mutant teeth always run on
-    ``builtin``; the null too unless it is the reference engine's own (``null``: stated then)."""
-    from spectest.engines.builtin import BuiltinEngine
-    from spectest.engines.registry import engine_class
-
-    d = protocol.drafter
-    q = f" q={d.q_mode}" if d.kind == "sampled" else ""
-    ours = f"spectest's drafter {d.kind} K={d.k}{q}"
-
-    def spectest_loop(name: str) -> bool:
-        try:
-            return issubclass(engine_class(name), BuiltinEngine)
-        except Exception:  # an engine no longer installed: say nothing about its drafter
-            return False
-
-    ref, cand = protocol.reference_engine.name, protocol.candidate_engine.name
-    out = {
-        "reference": f"{ref} (plain decoding, no drafter)",
-        "candidate": f"{cand} ({ours})"
-        if spectest_loop(cand)
-        else f"{cand} (the engine's own sampler and drafter)",
-        "teeth": f"builtin ({ours})",
-    }
-    if protocol.null_on_reference:  # no builtin tooth left when there is no ε arm or mutant
-        out["null"] = f"{ref} (plain vs plain, disjoint seeds)"
-        if not (protocol.teeth.epsilons or protocol.teeth.mutants):
-            del out["teeth"]
-    return out
 
 
 def build_summary(
@@ -128,7 +29,6 @@ def build_summary(
     each analysis's own summary, by arm, when the run has its analyses)."""
     cand = verdict.candidate
     teeth = [c for c in comparisons if c.is_tooth]
-    tooth_v = {t.arm: t for t in verdict.teeth}
     return {
         "kind": header.kind,
         "name": header.name,
@@ -139,21 +39,11 @@ def build_summary(
         "configs": _config_rows(comparisons, cand, teeth),
         "teeth": [
             {
-                "arm": c.arm,
-                "role": c.role,
-                "expect": c.expect,
-                "rejected": c.rejected,
-                "rejections": c.rejections,
-                "label": tooth_v[c.arm].label,
-                "sound": tooth_v[c.arm].sound,
+                **pick(c, "arm role expect rejected rejections label sound"),
                 # a plain null: what it compared (the reference engine against itself)
-                **({"null": tooth_v[c.arm].null_words} if c.null_engine is not None else {}),
+                **({"null": c.null_words} if c.null_engine is not None else {}),
                 # an ε arm's / mutant's size: its largest per-cell-position TV (tooth_size)
-                **(
-                    {"size_tv": c.size_tv, "size_exact": c.size_exact, "size_where": c.size_where}
-                    if c.expect == "fail"
-                    else {}
-                ),
+                **(pick(c, "size_tv size_exact size_where") if c.expect == "fail" else {}),
             }
             for c in teeth
         ],
@@ -199,15 +89,9 @@ def _config_rows(
 
 def _comparison_dict(c: Comparison) -> dict[str, Any]:
     return {
-        "arm": c.arm,
-        "role": c.role,
-        "expect": c.expect,
-        "rejected": c.rejected,
-        "cells_tested": c.cells_tested,
-        "rejections": c.rejections,
+        **pick(c, "arm role expect rejected cells_tested rejections"),
         "rejections_by_family": dict(c.rejections_by_family),
-        "min_qvalue": c.min_qvalue,
-        "mde_tv": c.mde_tv,
+        **pick(c, "min_qvalue mde_tv"),
         "failing": list(c.failing[:MAX_FAILING_LISTED]),
         "by_config": [
             {**vars(cs), "rejections_by_family": dict(cs.rejections_by_family)}
