@@ -17,13 +17,6 @@ from spectest.sampling import mutants
 from spectest.sampling.kernels import weight_sum
 from spectest.sampling.laws import ShortlistLaw
 from spectest.sampling.params import SamplingTensors
-from spectest.sampling.selection import (
-    block_max,
-    patch_rows,
-    select_blocks,
-    select_shortlist,
-    uses_blocks,
-)
 from spectest.sampling.transforms import (
     _argmax_lowest,
     _check_finite,
@@ -152,15 +145,8 @@ def shortlist_probs(
     p = params.per_position(S, logits.device)  # [N] each
     filtered = (p.temperature > 0) & _has_filter(p, V)  # [N]
     # NOTE one read of the logits gives each row's max (the shortlist's, below) and finiteness:
-    # aminmax propagates NaN, +inf shows in the max and -inf in the min; on the block path the
-    # same read gives the block maxima the selection starts from (max of maxima: the same max)
-    sel = None  # (ids [N, W], bad [N]) on the block path; bad rows take ``topk_ids`` below
-    if uses_blocks(x, width):
-        b_lo, b_hi = block_max(x)  # [N, V / BLOCK] each
-        lo, hi = b_lo.amin(-1), b_hi.amax(-1)  # [N] each
-        sel = select_blocks(x, width, b_hi)
-    else:
-        lo, hi = torch.aminmax(x, dim=-1)  # [N] each
+    # aminmax propagates NaN, +inf shows in the max and -inf in the min
+    lo, hi = torch.aminmax(x, dim=-1)  # [N] each
     # NOTE one host sync for what the parameters and the finiteness decide (the same checks, in
     # the same order of precedence, as ``validate`` then ``_check_finite_fast`` then the filter)
     no = torch.zeros((), dtype=torch.bool, device=x.device)
@@ -169,19 +155,15 @@ def shortlist_probs(
         ~(torch.isfinite(lo) & torch.isfinite(hi)).all() if check else no,
         ~filtered.all(),
         *_filter_counts(p, V),
-        no if sel is None else sel[1].sum(),
     ]
-    invalid, not_finite, unfiltered, *counts, n_bad = torch.stack(
-        [f.long() for f in flags]
-    ).tolist()
+    invalid, not_finite, unfiltered, *counts = torch.stack([f.long() for f in flags]).tolist()
     if invalid:
         params.raise_invalid(where="shortlist_probs params")
     if not_finite:
         _check_finite(x, S, logits.dim() == 3)
     if unfiltered:
         return None
-    cand = None if sel is None else patch_rows(*sel, x, width, n_bad)  # [N, W] ids ascending
-    ids, probs, ok = _filtered(x, p, width, (counts[0], counts[1]), hi, cand)  # [N, W] ×2, [N]
+    ids, probs, ok = _filtered(x, p, width, (counts[0], counts[1]), hi)  # [N, W], [N, W], [N]
     if not bool(ok.all()):
         return None
     shape = (*logits.shape[:-1], width)
@@ -213,12 +195,11 @@ def _filtered(
     W: int,
     counts: tuple[int, int] | None = None,
     row_max: torch.Tensor | None = None,
-    cand: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rows with a filter, on their shortlist: ``(ids [M, W] int64 ascending, probs [M, W]
     float64 — the law, zero off the kept set —, ok [M] bool)``; ``ok`` False = fall back.
     ``counts``: ``_filter_counts`` of ``params`` when the caller has them (else one sync here);
-    ``row_max``, ``cand``: ``x.amax(-1)``, ``select_shortlist(x, W)`` when the caller has them."""
+    ``row_max``: ``[M]`` ``x.amax(-1)`` when the caller has it."""
     M, V = (int(s) for s in x.shape)
     if counts is None:
         n_no_k, n_min_p = (int(c) for c in torch.stack(_filter_counts(params, V)).tolist())
@@ -227,8 +208,9 @@ def _filtered(
     t, k, p, mp = params.temperature, params.top_k, params.top_p, params.min_p  # [M] each
     k_on = (k > 0) & (k < V)  # [M]
     p_on = p < 1  # [M]
-    # 1-2. the shortlist (comparisons on the logits as given), then float64 weights as the reference
-    cand = select_shortlist(x, W) if cand is None else cand  # [M, W] ids ascending
+    # 1-2. the shortlist (a selection on the logits as given: comparisons only), then float64
+    # weights as the reference
+    cand = torch.topk(x, W, dim=-1, sorted=False).indices.sort(dim=-1).values  # [M, W] ids asc
     # NOTE converting to float64 is exact and monotone, so the max and the gathered shortlist
     # converted afterwards are bit-equal to the reference's (convert all V, then max / gather)
     mx = (x.amax(-1, keepdim=True) if row_max is None else row_max[:, None]).to(torch.float64)
