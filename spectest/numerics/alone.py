@@ -1,8 +1,7 @@
-"""The batch floor's rows decoded alone (batch 1): along their shared token prefixes, each prefix
-decoded once (``SHARE_PREFIXES``, ``shared_logits``), or several rows at once, each on its own
-worker model and CUDA stream (``FLOOR_STREAMS``: 1 by default, ``decode_steps``, ``concurrent``,
-``alone_logits``). Knows nothing about TVs, tables or which rows are measured. Details:
-docs/internals.md.
+"""The batch floor's rows decoded alone, several at once: each row still its own batch-1 plain
+decode, on its own worker model and CUDA stream (``FLOOR_STREAMS``: 1 by default, ``decode_steps``,
+``concurrent``, ``alone_logits``). Knows nothing about TVs, tables or which rows are measured.
+Details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -11,20 +10,15 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeGuard
 
-import numpy as np
 import torch
 
 from spectest.models.base import Cache, LanguageModel
-from spectest.models.static import StaticHFModel
 from spectest.numerics.replay import ReplayStaticModel
 
 # rows decoded alone at once on CUDA (one stream each): 1, one at a time. 8 at once was measured
 # slower on the H200 at P1: the numerics phase passed 140 s against 21.7 s one at a time
 # (results/LOG.md "lead (session 11)"); ``drift_table(streams=)`` and the tools still take N
 FLOOR_STREAMS = 1
-# one row at a time on a static-cache model: a row's forwards start where its tokens leave the
-# previous row's (rows in token order); False: every row from its prompt (the same bits, slower)
-SHARE_PREFIXES = True
 _DONE = -1
 
 
@@ -44,59 +38,6 @@ def decode_steps(
         if t + 1 < T:
             logits = model.forward(cache, tokens[:, t : t + 1])[:, 0]
             yield t + 1
-
-
-def shares(model: LanguageModel) -> TypeGuard[StaticHFModel]:
-    """True when ``shared_logits`` can run ``model``'s one-row decodes (``SHARE_PREFIXES`` and a
-    static-cache model, whose cache goes back to a prefix by its slot count)."""
-    return SHARE_PREFIXES and isinstance(model, StaticHFModel)
-
-
-@torch.no_grad()
-def shared_logits(
-    model: StaticHFModel,
-    prompt: torch.Tensor,  # [L]
-    toks: torch.Tensor,  # [B, T]
-    host_toks: np.ndarray,  # [B, T] the same tokens, on the host
-    rows: Sequence[int],
-) -> list[torch.Tensor]:
-    """Each of ``rows`` decoded alone after ``prompt`` (``table.decode_logits`` of that row,
-    batch 1): its float32 logits ``[T, V]``, in order. Rows run in token order, one at a time;
-    a row sharing its first ``d`` tokens with the row before copies that row's logits at
-    positions ``0..d`` and continues from its cache cut back to ``prompt`` + those ``d`` tokens.
-
-    Notes
-    -----
-    Bit-identical to one row at a time: position ``t``'s logits are a function of the prompt
-    and tokens ``0..t-1`` alone (batch 1, one forward per token), and every forward that runs
-    is the one the row's own decode runs — same slots, window, graph and inputs; the slots
-    from ``L + d`` on are rewritten before they are attended (masked until then), as when a
-    row follows another on the one-row pool.
-    """
-    T = int(host_toks.shape[1])
-    order = sorted(rows, key=lambda r: tuple(int(x) for x in host_toks[r]))
-    cache, prompt_logits = model.prefill_shared(prompt, 1)
-    L = cache.num_slots
-    outs: dict[int, torch.Tensor] = {}
-    prev: int | None = None
-    for i in order:
-        out = torch.empty((T, model.vocab_size), dtype=torch.float32, device=model.device)
-        d = 0 if prev is None else _common(host_toks[prev], host_toks[i])
-        if prev is None:
-            out[0] = prompt_logits[-1].float()
-        else:
-            out[: min(d, T - 1) + 1] = outs[prev][: min(d, T - 1) + 1]
-            cache.valid = cache.valid[:, : L + min(d, T - 1)]
-        for t in range(min(d, T - 1), T - 1):  # token t in, position t + 1's logits out
-            out[t + 1] = model.forward(cache, toks[i : i + 1, t : t + 1])[0, 0].float()
-        outs[i], prev = out, i
-    return [outs[r] for r in rows]
-
-
-def _common(a: np.ndarray, b: np.ndarray) -> int:
-    """The length of the common prefix of two token rows."""
-    diff = np.flatnonzero(a != b)
-    return int(diff[0]) if len(diff) else len(a)
 
 
 def concurrent(model: LanguageModel) -> TypeGuard[ReplayStaticModel]:

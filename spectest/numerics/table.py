@@ -22,9 +22,6 @@ from spectest.sampling.transforms import logits_to_probs
 ROWS_PER_CELL = 32  # measured sequences per (prompt, config) cell: the first seeds
 FLOOR_SEQUENCES = 64  # decoded alone too (batch 1), spread over the cells: the floor's sequences
 MIN_FLOOR_ROWS_PER_CELL = 2  # ... but at least this many per cell
-# True: the replay and the TVs wait on the device as before session 12 (a host sync per verify
-# round and committed slot, two per position), kept for A/B timing; the same bits either way
-HOST_SYNCS = False
 COLUMNS = (
     schema.PROMPT_ID,
     schema.CONFIG_ID,
@@ -125,26 +122,21 @@ def _verify_logits(
     n_all = torch.full((rounds, B), K + 1, dtype=torch.int64)
     for b, c in enumerate(commits):
         n_all[: len(c), b] = torch.tensor(list(c), dtype=torch.int64)
-    needed = rounds if HOST_SYNCS else _rounds_needed(n_all.numpy(), keep.tolist(), T)
     n_all = n_all.to(dev)
-    at_row = torch.arange(len(keep), device=dev)
-    for r in range(needed):  # later rounds commit nothing kept: every kept row is complete
-        if HOST_SYNCS and not bool((pos[keep] < T).any()):
-            break
+    for r in range(rounds):
+        if not bool((pos[keep] < T).any()):
+            break  # every kept row is complete: later rounds commit nothing kept
         n = n_all[r]
         active = pos < T
         idx = (pos[:, None] + j[None, :K]).clamp(max=T + K)  # [B, K]
         inputs = torch.cat([last[:, None], padded.gather(1, idx)], 1)  # [B, K+1]
         logits = model.forward(cache, inputs)  # [B, K+1, V]
         lk, pk, nk, ak = logits[keep], pos[keep], n[keep], active[keep]
-        for jj in range(K + 1):  # committed slots written, the others rewritten as they are
+        for jj in range(K + 1):
             ok = ak & (jj < nk) & (pk + jj < T)
-            if HOST_SYNCS:
-                rows = torch.nonzero(ok)[:, 0]
+            rows = torch.nonzero(ok)[:, 0]
+            if len(rows):
                 out[rows, pk[rows] + jj] = lk[rows, jj].float()
-                continue
-            at = (pk + jj).clamp(max=T - 1)
-            out[at_row, at] = torch.where(ok[:, None], lk[:, jj].float(), out[at_row, at])
         n0 = cache.num_slots - (K + 1)
         hole = torch.zeros((B, cache.num_slots), dtype=torch.bool, device=dev)
         hole[:, n0:] = j[None, :] >= n[:, None]
@@ -153,32 +145,6 @@ def _verify_logits(
         last = torch.where(active, tokens.gather(1, nxt[:, None])[:, 0], last)
         pos = pos + torch.where(active, n, 0)
     return out
-
-
-def _position_tvs(
-    ver: torch.Tensor, dec: torch.Tensor, st: SamplingTensors, probs: ProbsFn
-) -> tuple[np.ndarray, np.ndarray]:
-    """``_tv`` and ``_flip`` ``[M, T]`` of logits ``[M, T, V]``, one call per position (the same
-    shapes, hence reductions, as ever), copied to the host once (``HOST_SYNCS``: per position)."""
-    T = int(ver.shape[1])
-    if HOST_SYNCS:
-        tvs = [_tv(ver[:, t], dec[:, t], st, probs).cpu() for t in range(T)]
-        flips = [_flip(ver[:, t], dec[:, t]).cpu() for t in range(T)]
-        return torch.stack(tvs, 1).numpy(), torch.stack(flips, 1).numpy()
-    tvs = [_tv(ver[:, t], dec[:, t], st, probs) for t in range(T)]
-    flips = [_flip(ver[:, t], dec[:, t]) for t in range(T)]
-    return torch.stack(tvs, 1).cpu().numpy(), torch.stack(flips, 1).cpu().numpy()
-
-
-def _rounds_needed(n_all: np.ndarray, keep: Sequence[int], T: int) -> int:
-    """Rounds until every kept row has committed ``T`` tokens (``n_all`` ``[rounds, B]``: the
-    tokens each round commits; a row commits while incomplete), at most ``len(n_all)``."""
-    pos = np.zeros(len(keep), dtype=np.int64)
-    for r in range(len(n_all)):
-        if not (pos < T).any():
-            return r
-        pos += np.where(pos < T, n_all[r, list(keep)], 0)
-    return len(n_all)
 
 
 def measure_drift(
@@ -221,12 +187,11 @@ def measure_drift(
         ver = _verify_logits(target, prompt, toks, commits[lo:hi], K, keep)
         dec = decode_logits(target, prompt, toks, keep)
         st = SamplingTensors.from_params([params[r] for r in mine], device=dev)
-        at = [where[r] for r in mine]
-        tv[at], flip[at] = _position_tvs(ver, dec, st, probs)
+        for t in range(T):
+            tv[[where[r] for r in mine], t] = _tv(ver[:, t], dec[:, t], st, probs).cpu().numpy()
+            flip[[where[r] for r in mine], t] = _flip(ver[:, t], dec[:, t]).cpu().numpy()
         ones = [(i, r) for i, r in enumerate(mine) if r in alone_set]
-        alone_rows = _alone(
-            target, prompt, prompt_ids, toks, [r - lo for _, r in ones], streams, tokens[lo:hi]
-        )
+        alone_rows = _alone(target, prompt, prompt_ids, toks, [r - lo for _, r in ones], streams)
         for (i, r), one in zip(ones, alone_rows, strict=True):  # one: [T, V]
             s1 = SamplingTensors.from_params([params[r]] * T, device=dev)  # [T] one row's params
             floor[where[r]] = _tv(one, dec[i], s1, probs).cpu().numpy()
@@ -241,21 +206,16 @@ def _alone(
     toks: torch.Tensor,  # [B, T] the batch's tokens
     rows: Sequence[int],
     streams: int,
-    host_toks: np.ndarray,  # [B, T] the same, on the host
 ) -> Iterator[torch.Tensor]:
     """The batch's ``rows`` decoded alone (batch 1), each row's float32 logits ``[T, V]`` in
-    order: one at a time (on a static-cache model along their shared prefixes,
-    ``alone.shared_logits``), or ``streams`` at once on a replay model (``numerics.alone``:
-    each row still its own batch-1 forwards, the same bits)."""
-    from spectest.numerics.alone import alone_logits, concurrent, shared_logits, shares
+    order: one at a time, or ``streams`` at once on a replay model (``numerics.alone``: each
+    row still its own batch-1 forwards, the same bits)."""
+    from spectest.numerics.alone import alone_logits, concurrent
 
     if streams > 1 and concurrent(target):
         yield from alone_logits(
             target, prompt, prompt_ids, [toks[r : r + 1] for r in rows], streams
         )
-        return
-    if shares(target) and len(rows):
-        yield from shared_logits(target, prompt, toks, host_toks, rows)
         return
     keep = torch.zeros(1, dtype=torch.int64, device=toks.device)
     for r in rows:  # the row alone: batch 1, logits [T, V]
