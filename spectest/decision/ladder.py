@@ -77,8 +77,8 @@ class Scope:
             "against the matched reference (spectest's exact sampler in the same loop, disjoint "
             "seeds)"
             if matched
-            else "against plain decode (the black-box families see numerics too; the white-box "
-            "family, where it ran, is exact in any dtype)"
+            else "against plain decode (the black-box families see numerics too, and so does the "
+            "white-box family through a teacher; on the engine's own p it is exact in any dtype)"
         )
         line_a = (
             f"sampler exact given the engine's numerics: {a} (claim a) — {against}; families: "
