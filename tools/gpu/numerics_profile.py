@@ -50,6 +50,27 @@ def _timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _log_graph_errors() -> None:
+    """Print every failed CUDA-graph capture with its traceback (``StaticHFModel._graph`` turns
+    graphs off silently, keeping the reason in ``graph_error``; session 11's 8-stream floor
+    stalled, and a failed capture on a worker's stream is the suspected cause)."""
+    import traceback
+
+    from spectest.models import static
+
+    init = static._Graph.__init__
+
+    def logged(self: Any, model: Any, B: int, S: int, W: int) -> None:
+        try:
+            init(self, model, B, S, W)
+        except Exception:
+            print(f"GRAPH CAPTURE FAILED (B={B}, S={S}, W={W}):", flush=True)
+            traceback.print_exc()
+            raise
+
+    static._Graph.__init__ = logged  # type: ignore[method-assign]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default="protocols/openinfer-512.yaml")
@@ -57,6 +78,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--streams", type=int, default=None, help="floor rows at once (None: default)")
     a = ap.parse_args()
+    _log_graph_errors()
     p = load_protocol(a.config, sets=a.set)
     plan = make_plan(p)
     matched = plan.arm("matched")

@@ -1,0 +1,85 @@
+"""Which SDPA backend the fast engine's static model should run (issue 32): the packed-GQA
+attention call of ``models.attention.packed_gqa_sdpa`` at the shapes P1 and P2 run, timed per
+backend (cuDNN, memory-efficient, math, and torch's own choice) with CUDA events.
+
+Prints one line per (shape, backend): microseconds per call (median of ``--reps`` after a warm-up)
+and the largest absolute difference from a float64 math reference. Shapes (Qwen3-0.6B: 8 key/value
+heads, 2 query heads each, head_dim 128, bfloat16, a boolean mask): the batch-768 decode step
+(G·S = 2) and verify (K + 1 = 5, G·S = 10) at 32 and 96 attended slots, the one-row floor step,
+and a one-row prompt prefill. About 20 s on one H200; CUDA only.
+
+    python tools/gpu/sdpa_backends.py [--reps 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+SHAPES = {  # name: (B, G·S, W)
+    "decode B768 W32": (768, 2, 32),
+    "decode B768 W96": (768, 2, 96),
+    "verify B768 W96": (768, 10, 96),
+    "floor B1 W64": (1, 2, 64),
+    "prefill B1 L36": (1, 72, 64),
+}
+BACKENDS = {
+    "cudnn": [SDPBackend.CUDNN_ATTENTION],
+    "efficient": [SDPBackend.EFFICIENT_ATTENTION],
+    "math": [SDPBackend.MATH],
+    "default": None,
+}
+
+
+def _inputs(B: int, GS: int, W: int) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (
+        torch.randn((B, 8, n, 128), generator=g, device="cuda").to(torch.bfloat16)
+        for n in (GS, W, W)
+    )
+    valid = torch.rand((B, 1, 1, W), generator=g, device="cuda") < 0.8
+    valid[..., 0] = True  # every query sees at least one slot
+    return q, k, v, valid.expand(B, 1, GS, W)
+
+
+def _time(fn: object, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()  # type: ignore[operator]
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(times)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=100)
+    a = ap.parse_args()
+    print("torch", torch.__version__, torch.cuda.get_device_name())
+    for name, (B, GS, W) in SHAPES.items():
+        q, k, v, m = _inputs(B, GS, W)
+        ref = sdpa(q.double(), k.double(), v.double(), attn_mask=m)
+        for label, backends in BACKENDS.items():
+            ctx = sdpa_kernel(backends) if backends else torch.autograd.grad_mode.no_grad()
+            try:
+                call = functools.partial(sdpa, q, k, v, attn_mask=m)
+                with ctx, torch.no_grad():
+                    for _ in range(3):
+                        out = call()
+                    us = _time(call, a.reps)
+                err = float((out.double() - ref).abs().max())
+                print(f"{name:18s} {label:9s} {us:9.1f} us/call  max|err| {err:.2e}")
+            except RuntimeError as e:
+                print(f"{name:18s} {label:9s} n/a ({str(e).splitlines()[0][:80]})")
+
+
+if __name__ == "__main__":
+    main()
