@@ -95,35 +95,3 @@ def test_packed_equals_repeat_kv_on_cuda(dtype: torch.dtype) -> None:
     ref, _ = attention.repeat_kv_sdpa(_Module(2), q, k, v, mask, scaling=0.25)
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(got.float(), ref.float(), **tol)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_static_model_runs_the_chosen_sdpa_backend_on_cuda() -> None:
-    """``static.CUDA_SDPA_BACKENDS`` decides the attention kernels of the static model's CUDA
-    forwards, eager and captured: with the memory-efficient backend no cuDNN attention kernel runs
-    (profiled), with cuDNN's one does, and both give logits within bf16 rounding of each other."""
-    from torch.profiler import ProfilerActivity, profile
-
-    from spectest.models import static
-
-    target = from_preset("qwen3-tiny", seed=5, device="cuda", dtype="bfloat16")
-    ids = torch.tensor([[1, 2, 3, 4, 5]], device="cuda")
-    logits, kernels = {}, {}
-    old = static.CUDA_SDPA_BACKENDS
-    try:
-        for name in ("EFFICIENT_ATTENTION", "CUDNN_ATTENTION"):
-            static.CUDA_SDPA_BACKENDS = (name,)
-            model = StaticHFModel(target)
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                cache, prompt = model.prefill_shared(ids[0], 2)
-                step = model.forward(cache, ids[:, :1].expand(2, 1).contiguous())  # a graph
-                torch.cuda.synchronize()
-            assert model.graph_error is None and model._graphs, model.graph_error
-            logits[name] = torch.cat([prompt[-1:], step[:1, 0]]).float()
-            kernels[name] = " ".join(e.name for e in prof.events()).lower()
-    finally:
-        static.CUDA_SDPA_BACKENDS = old
-    assert "cudnn" not in kernels["EFFICIENT_ATTENTION"]
-    assert "cudnn" in kernels["CUDNN_ATTENTION"]
-    assert torch.allclose(logits["EFFICIENT_ATTENTION"], logits["CUDNN_ATTENTION"], atol=0.1)

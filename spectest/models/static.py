@@ -19,10 +19,6 @@ from spectest.models.hf import HFModel
 # attention window granularity (slots): a forward attends to the first ceil((n0 + S) / step)·step
 # slots of the pool, so its cost follows the row length, at one CUDA graph per window size
 WINDOW_STEP = 32
-# SDPA backends of the static model's CUDA forwards (None: torch's choice, on Hopper cuDNN's, which
-# builds a plan per new shape: every prefill length, every capture; as fast per call otherwise,
-# docs/internals.md "The attention backend"); the graphs capture what it picks
-CUDA_SDPA_BACKENDS: tuple[str, ...] | None = ("EFFICIENT_ATTENTION",)
 
 
 # ----------------------------------------------------------------------------- static cache
@@ -229,7 +225,7 @@ class StaticHFModel(LanguageModel):
         if self.base._pass_cache_position:
             kwargs["cache_position"] = new
         packed = attention.packed_attention(self.base.config) if self.packed_gqa else nullcontext()
-        with packed, _sdpa_backends(self.device):
+        with packed:
             res = self.base.model(
                 input_ids=ids, attention_mask=m4, position_ids=pos, use_cache=True, **kwargs
             )
@@ -274,15 +270,6 @@ class StaticHFModel(LanguageModel):
 
     def logits_full(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.base.logits_full(input_ids)
-
-
-def _sdpa_backends(device: torch.device) -> Any:
-    """The SDPA backends of ``CUDA_SDPA_BACKENDS`` on CUDA; nothing elsewhere (CPU is untouched)."""
-    if device.type != "cuda" or CUDA_SDPA_BACKENDS is None:
-        return nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    return sdpa_kernel([getattr(SDPBackend, name) for name in CUDA_SDPA_BACKENDS])
 
 
 class _Graph:

@@ -6,7 +6,9 @@ Prints one line per (shape, backend): microseconds per call (median of ``--reps`
 and the largest absolute difference from a float64 math reference. Shapes (Qwen3-0.6B: 8 key/value
 heads, 2 query heads each, head_dim 128, bfloat16, a boolean mask): the batch-768 decode step
 (G·S = 2) and verify (K + 1 = 5, G·S = 10) at 32 and 96 attended slots, the one-row floor step,
-and a one-row prompt prefill. About 20 s on one H200; CUDA only.
+and a one-row prompt prefill. About 20 s on one H200; CUDA only. Session 13's answer
+(results/LOG.md "lead (session 13)"): cuDNN and memory-efficient alike per call; the static model
+on the efficient kernel measured 0.87x on P2's fast-spec, so it stays on torch's choice.
 
     python tools/gpu/sdpa_backends.py [--reps 100]
 """
