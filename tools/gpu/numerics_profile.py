@@ -2,7 +2,8 @@
 first ``--prompts`` prompts generated on the fast engine, then ``numerics.drift_table`` on it
 (``--fast`` replay) twice — cold (CUDA-graph captures included) and warm — with each step timed
 (device-synchronised wall time of the verify replay, the batch decode, the floor decodes, the TVs)
-and the warm pass's top functions by own time (cProfile). Prints those tables; runs on CPU too.
+and the warm pass's top functions by own time (cProfile). Prints those tables, and any CUDA-graph
+capture that fails, with its traceback; runs on CPU too.
 ``--streams 1``: the floor rows one at a time (timed as ``decode_logits (alone)``); by default
 on CUDA they run ``numerics.alone.FLOOR_STREAMS`` at once, inside ``measure_drift``'s time.
 
@@ -52,8 +53,8 @@ def _timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _log_graph_errors() -> None:
     """Print every failed CUDA-graph capture with its traceback (``StaticHFModel._graph`` turns
-    graphs off silently, keeping the reason in ``graph_error``; session 11's 8-stream floor
-    stalled, and a failed capture on a worker's stream is the suspected cause)."""
+    graphs off silently, keeping the reason in ``graph_error``). Session 11 suspected a failed
+    capture behind the 8-stream floor's stall; session 13 saw none (results/LOG.md)."""
     import traceback
 
     from spectest.models import static
