@@ -1,14 +1,17 @@
-"""Which SDPA backend the fast engine's static model should run (issue 32): the packed-GQA
-attention call of ``models.attention.packed_gqa_sdpa`` at the shapes P1 and P2 run, timed per
-backend (cuDNN, memory-efficient, math, and torch's own choice) with CUDA events.
+"""Which SDPA backend the fast engine's static model should run (issue 32): the static model's
+attention call, ``models.attention.packed_gqa_sdpa`` (query heads packed onto their key/value
+head, mask expanded, output transposed), at the shapes P1 and P2 run, timed per backend (cuDNN,
+memory-efficient, math, and torch's own choice) with CUDA events.
 
 Prints one line per (shape, backend): microseconds per call (median of ``--reps`` after a warm-up)
-and the largest absolute difference from a float64 math reference. Shapes (Qwen3-0.6B: 8 key/value
-heads, 2 query heads each, head_dim 128, bfloat16, a boolean mask): the batch-768 decode step
-(G·S = 2) and verify (K + 1 = 5, G·S = 10) at 32 and 96 attended slots, the one-row floor step,
-and a one-row prompt prefill. About 20 s on one H200; CUDA only. Session 13's answer
-(results/LOG.md "lead (session 13)"): cuDNN and memory-efficient alike per call; the static model
-on the efficient kernel measured 0.87x on P2's fast-spec, so it stays on torch's choice.
+and the largest absolute difference from ``attention.repeat_kv_sdpa`` in float64. Shapes
+(Qwen3-0.6B: 16 query heads on 8 key/value heads, head_dim 128, bfloat16, a boolean mask): the
+batch-768 decode step (S = 1) and verify (K + 1 = 5) at 32 and 96 attended slots, the one-row floor
+step, and a one-row 36-token prompt prefill. About 20 s on one H200; CUDA only. Session 13's answer
+(results/LOG.md "lead (session 13)", measured before this tool called ``packed_gqa_sdpa``: bare
+SDPA on inputs already in the packed layout): cuDNN and memory-efficient alike per call; the
+static model on the efficient kernel measured 0.87x on P2's fast-spec, so it stays on torch's
+choice.
 
     python tools/gpu/sdpa_backends.py [--reps 100]
 """
@@ -16,19 +19,22 @@ on the efficient kernel measured 0.87x on P2's fast-spec, so it stays on torch's
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import statistics
+from collections.abc import Callable
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.functional import scaled_dot_product_attention as sdpa
 
-SHAPES = {  # name: (B, G·S, W)
-    "decode B768 W32": (768, 2, 32),
-    "decode B768 W96": (768, 2, 96),
-    "verify B768 W96": (768, 10, 96),
-    "floor B1 W64": (1, 2, 64),
-    "prefill B1 L36": (1, 72, 64),
+from spectest.models.attention import packed_gqa_sdpa, repeat_kv_sdpa
+
+SHAPES = {  # name: (B, S, W)
+    "decode B768 W32": (768, 1, 32),
+    "decode B768 W96": (768, 1, 96),
+    "verify B768 W96": (768, 5, 96),
+    "floor B1 W64": (1, 1, 64),
+    "prefill B1 L36": (1, 36, 64),
 }
 BACKENDS = {
     "cudnn": [SDPBackend.CUDNN_ATTENTION],
@@ -38,23 +44,23 @@ BACKENDS = {
 }
 
 
-def _inputs(B: int, GS: int, W: int) -> tuple[torch.Tensor, ...]:
+def _inputs(B: int, S: int, W: int) -> tuple[torch.Tensor, ...]:
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (
-        torch.randn((B, 8, n, 128), generator=g, device="cuda").to(torch.bfloat16)
-        for n in (GS, W, W)
-    )
+        torch.randn((B, h, n, 128), generator=g, device="cuda").to(torch.bfloat16)
+        for h, n in ((16, S), (8, W), (8, W))
+    )  # [B, Hq, S, D], [B, Hkv, W, D] twice
     valid = torch.rand((B, 1, 1, W), generator=g, device="cuda") < 0.8
     valid[..., 0] = True  # every query sees at least one slot
-    return q, k, v, valid.expand(B, 1, GS, W)
+    return q, k, v, valid.expand(B, 1, S, W)  # [B, 1, S, W]
 
 
-def _time(fn: object, reps: int) -> float:
+def _time(fn: Callable[[], object], reps: int) -> float:
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()  # type: ignore[operator]
+        fn()
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b) * 1e3)
@@ -66,16 +72,17 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=100)
     a = ap.parse_args()
     print("torch", torch.__version__, torch.cuda.get_device_name())
-    for name, (B, GS, W) in SHAPES.items():
-        q, k, v, m = _inputs(B, GS, W)
-        ref = sdpa(q.double(), k.double(), v.double(), attn_mask=m)
+    module = torch.nn.Module()  # neither function reads it
+    for name, (B, S, W) in SHAPES.items():
+        q, k, v, m = _inputs(B, S, W)
+        ref, _ = repeat_kv_sdpa(module, q.double(), k.double(), v.double(), m)
         for label, backends in BACKENDS.items():
-            ctx = sdpa_kernel(backends) if backends else torch.autograd.grad_mode.no_grad()
+            ctx = sdpa_kernel(backends) if backends else contextlib.nullcontext()
             try:
-                call = functools.partial(sdpa, q, k, v, attn_mask=m)
+                call = functools.partial(packed_gqa_sdpa, module, q, k, v, m)
                 with ctx, torch.no_grad():
                     for _ in range(3):
-                        out = call()
+                        out, _ = call()
                     us = _time(call, a.reps)
                 err = float((out.double() - ref).abs().max())
                 print(f"{name:18s} {label:9s} {us:9.1f} us/call  max|err| {err:.2e}")
