@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from spectest.errors import ModelError
-from spectest.models import attention
+from spectest.models import attention, norms
 from spectest.models.base import Cache, LanguageModel
 from spectest.models.hf import HFModel
 
@@ -81,6 +81,8 @@ class StaticHFModel(LanguageModel):
     native_logits : return the logits in the dtype the model computes them in (e.g. bfloat16)
         instead of their float32 cast, where that cast is all ``HFModel`` does to them
         (``logit_scale == 1``); a float32 model is unaffected.
+    fused_norms : run the model's RMSNorms as torch's fused kernel (``models/norms.py``); None:
+        where the device has it (CUDA), so CPU runs keep ``HFModel``'s operations.
 
     Notes
     -----
@@ -98,6 +100,7 @@ class StaticHFModel(LanguageModel):
         cuda_graphs: bool = True,
         packed_gqa: bool = True,
         native_logits: bool = True,
+        fused_norms: bool | None = None,
     ) -> None:
         if not isinstance(base, HFModel):
             raise ModelError(f"StaticHFModel wraps an HFModel, got {type(base).__name__}")
@@ -123,6 +126,9 @@ class StaticHFModel(LanguageModel):
         self.packed_gqa = bool(packed_gqa) and attention.usable(cfg)
         self.graph_error: str | None = None  # why CUDA graphs were turned off, if they were
         self.native_logits = bool(native_logits) and base.logit_scale == 1.0
+        if fused_norms is None:
+            fused_norms = norms.available(base.device)
+        self.fused_norms = bool(fused_norms) and norms.install(base.model) > 0
 
     @property
     def device(self) -> torch.device:
@@ -225,7 +231,7 @@ class StaticHFModel(LanguageModel):
         if self.base._pass_cache_position:
             kwargs["cache_position"] = new
         packed = attention.packed_attention(self.base.config) if self.packed_gqa else nullcontext()
-        with packed:
+        with packed, norms.fused_norms(self.fused_norms):
             res = self.base.model(
                 input_ids=ids, attention_mask=m4, position_ids=pos, use_cache=True, **kwargs
             )

@@ -115,6 +115,7 @@ class ReplayStaticModel(StaticHFModel):
             cuda_graphs=self.cuda_graphs,
             packed_gqa=self.packed_gqa,
             native_logits=self.native_logits,
+            fused_norms=self.fused_norms,
         )
         w._prefills = self._prefills
         return w
