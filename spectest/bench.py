@@ -123,6 +123,9 @@ class ArmResult:
     note: str = ""
     engine: str = ""
     mode: str = ""
+    # rounds of the slowest row (arms with rounds): what a batch of the timed rows loops for, so
+    # two speculative timings compare per round when their tails differ (docs/internals.md)
+    slowest_row_rounds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,7 @@ class _Timed:
     mean_accepted: float | None
     whitebox: bool
     note: str
+    slowest_row_rounds: int | None = None
 
 
 def flops_per_token(model: Any) -> float:
@@ -287,6 +291,7 @@ class _Bench:
             )
         rounds = out.rounds
         acc = None if rounds is None or not len(rounds) else float(rounds["accepted"].mean())
+        slowest = None if acc is None else int(rounds.groupby("row").size().max())
         notes = []
         if err := e.provenance().get("graph_error"):
             notes.append(f"CUDA graphs off: {err}")
@@ -295,9 +300,9 @@ class _Bench:
             notes.append(f"white-box columns: {wb_rows} rows")
         self.say(
             f"{arm.label}: {n} rows in {wall:.2f} s"
-            + (f", accepted/round {acc:.2f}" if acc else "")
+            + (f", accepted/round {acc:.2f}, slowest row {slowest} rounds" if acc else "")
         )
-        return _Timed(arm, n, wall, acc, whitebox, "; ".join(notes))
+        return _Timed(arm, n, wall, acc, whitebox, "; ".join(notes), slowest)
 
     def baseline(self, timed: list[_Timed]) -> tuple[_Timed | None, str]:
         """transformers' plain generate without white-box: an arm that was it, else one more
@@ -338,6 +343,7 @@ def _figures(t: _Timed, cfg: BenchConfig, fpt: float, base: _Timed | None) -> Ar
         t.note,
         t.arm.engine,
         t.arm.mode,
+        t.slowest_row_rounds,
     )
 
 

@@ -34,6 +34,9 @@ def test_every_arm_runs_and_the_figures_are_consistent(tmp_path):
         assert (a.mean_accepted is None) == (
             a.arm in ("fast-plain", "builtin-plain", "hf-generate")
         )
+        assert (a.slowest_row_rounds is None) == (a.mean_accepted is None)
+        if a.slowest_row_rounds is not None:  # 4 positions at K = 2: 2 to 4 rounds
+            assert 2 <= a.slowest_row_rounds <= 4, (a.arm, a.slowest_row_rounds)
     path = write_records(res, tmp_path / "b.jsonl")
     write_records(res, path)  # appends
     recs = [json.loads(line) for line in path.read_text().splitlines()]
