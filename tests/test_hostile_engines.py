@@ -707,6 +707,29 @@ def test_trickling_server_is_bounded_per_attempt(server: _Server, models: Models
     assert time.monotonic() - t0 < 7.5
 
 
+def test_reply_cut_short_is_a_connection_failure_not_a_reply(
+    server: _Server, models: Models
+) -> None:
+    """A server that announces a body and closes before sending it (a crash mid-reply) is a
+    failed exchange, retried and then an infrastructure error naming it, never an empty reply
+    taken for the engine's answer (which would be a contract violation, exit 2)."""
+
+    def cut(h: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        h.send_response(200)
+        h.send_header("Content-Length", "100")
+        h.end_headers()
+        h.wfile.write(b'{"tokens": [1')
+        h.wfile.flush()
+        h.close_connection = True
+
+    server.reply = cut
+    eng = _http(server.url, models, retries=1, concurrency=1)
+    with pytest.raises(EngineProcessError, match=r"IncompleteRead") as info:
+        eng.generate(_job(n=1))
+    assert info.value.exit_code == 4
+    assert server.posts == 2  # retried once
+
+
 def test_dead_url_fails_fast(models: Models) -> None:
     import socket
 

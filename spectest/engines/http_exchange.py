@@ -71,7 +71,9 @@ def exchange(
     ``timeout_s``: (status, Location header, body). Redirects are returned, never followed, so
     the loopback allow-list checked on ``url`` is the only host ever contacted. Raises
     ``TimeoutError`` past the deadline, ``OSError`` / ``http.client.HTTPException`` when the
-    connection fails, ``TooLong`` for a reply longer than ``MAX_REPLY_BYTES``."""
+    connection fails (``IncompleteRead`` when it closes before the body its ``Content-Length``
+    announced: a server dying mid-reply), ``TooLong`` for a reply longer than
+    ``MAX_REPLY_BYTES``."""
     u = urlparse(url)
     deadline = time.monotonic() + timeout_s
     cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
@@ -106,6 +108,8 @@ def exchange(
             if size > MAX_REPLY_BYTES:
                 raise TooLong()
             chunks.append(chunk)
+        if resp.length:  # bytes announced and never sent (``read1`` returns b"" at a closed socket)
+            raise http.client.IncompleteRead(b"".join(chunks), resp.length)
         return resp.status, resp.getheader("Location"), b"".join(chunks)
     except TimeoutError:  # the deadline, or a socket timeout set to what was left of it
         raise TimeoutError(f"no complete reply within {timeout_s:g} s") from None
