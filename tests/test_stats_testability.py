@@ -15,7 +15,12 @@ from test_stats_sim import samples_frame, zipf
 
 from spectest.stats import AnalysisOptions, analyze
 from spectest.stats.homogeneity import pool_tokens
-from spectest.stats.power import cross_fitted_top_counts, estimate_testability, seeds_to_testable
+from spectest.stats.power import (
+    cross_fitted_top_counts,
+    cross_fitted_top_counts_loop,
+    estimate_testability,
+    seeds_to_testable,
+)
 
 
 @pytest.mark.parametrize("pi", [0.02, 0.1, 0.37, 0.5, 0.8, 0.97])
@@ -43,6 +48,23 @@ def test_one_token_positions_are_never_testable_and_flat_laws_not_promised() -> 
     assert t.seeds_for_share[0.5] is None
     lo = t.seeds_at_least[0.5]  # plug-in: a lower bound, finite, far below the truth (~5·10⁵)
     assert lo is not None and lo < 500
+
+
+def test_cross_fitted_counts_equal_the_loop_reference() -> None:
+    """The vectorised counts equal the one-position-at-a-time reference exactly (values and
+    dtypes) on 2 000 random arms: ties (a few token ids), a vocabulary of 200 000, missing
+    tokens, an arm with no row, a position with no token. Fixed seed; deterministic."""
+    rng = np.random.default_rng(7)
+    for i in range(2000):
+        nr, nc, T = (int(v) for v in (rng.integers(0, 12), rng.integers(0, 12), rng.integers(1, 6)))
+        V = int(rng.integers(1, 8)) if i % 2 else int(rng.integers(1, 200_000))
+        ref, cand = rng.integers(-1, V, size=(nr, T)), rng.integers(-1, V, size=(nc, T))
+        if i % 3 == 0:
+            ref[:, 0] = -1
+        for got, want in zip(
+            cross_fitted_top_counts(ref, cand), cross_fitted_top_counts_loop(ref, cand), strict=True
+        ):
+            assert np.array_equal(got, want) and got.dtype == want.dtype, (i, ref, cand)
 
 
 def _run(n: int, seed: int, exps: np.ndarray, vocab: int):

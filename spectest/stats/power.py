@@ -145,9 +145,56 @@ def cross_fitted_top_counts(
     ``ref`` [n_r, T], ``cand`` [n_c, T] token ids (< 0 = missing). Returns
     ``(a, b, top, n_r, n_c)``, each [T]: a = count in ``cand`` of ref's top token, b = count in
     ``ref`` of cand's top token (ties: the lowest id), top = the largest combined count of one
-    token (the plug-in maximum), and the arms' non-missing counts per position. Why
-    cross-fitted: docs/statistics.md ("Seeds to testable").
+    token (the plug-in maximum), and the arms' non-missing counts per position; a, b and top are
+    0 where either arm has no token. Why cross-fitted: docs/statistics.md ("Seeds to testable").
+    All positions at once, on (position, token) keys; ``cross_fitted_top_counts_loop`` is the
+    reference, one position at a time.
     """
+    T = int(ref.shape[1])
+    width = int(max(ref.max(initial=-1), cand.max(initial=-1))) + 1  # key = t·width + token
+    (kr, cr), (kc, cc) = _key_counts(ref, width), _key_counts(cand, width)
+    n_r, n_c = (ref >= 0).sum(axis=0), (cand >= 0).sum(axis=0)
+    both = (n_r > 0) & (n_c > 0)  # [T]
+    a = np.where(both, _count_of(kc, cc, _top_keys(kr, cr, T, width)), 0)
+    b = np.where(both, _count_of(kr, cr, _top_keys(kc, cc, T, width)), 0)
+    keys = np.concatenate([kr, kc])
+    uk, inv = np.unique(keys, return_inverse=True)
+    combined = np.bincount(inv, weights=np.concatenate([cr, cc]), minlength=len(uk))
+    top = np.zeros(T, dtype=np.int64)
+    np.maximum.at(top, uk // max(width, 1), combined.astype(np.int64))
+    return a.astype(np.int64), b.astype(np.int64), np.where(both, top, 0), n_r, n_c
+
+
+def _key_counts(x: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct (position, token) keys ``t·width + token`` of ``x``'s tokens, counts."""
+    t = np.broadcast_to(np.arange(int(x.shape[1]), dtype=np.int64), x.shape)
+    ok = x >= 0
+    return np.unique(t[ok] * width + x[ok].astype(np.int64), return_counts=True)
+
+
+def _top_keys(keys: np.ndarray, counts: np.ndarray, T: int, width: int) -> np.ndarray:
+    """[T]: per position the key of its most frequent token, the lowest id on ties; -1 if none."""
+    t = keys // max(width, 1)
+    order = np.lexsort((keys, -counts, t))  # by position, count descending, then token id
+    ts = t[order]
+    first = np.r_[True, ts[1:] != ts[:-1]] if len(ts) else np.zeros(0, dtype=bool)
+    out = np.full(T, -1, dtype=np.int64)
+    out[ts[first]] = keys[order][first]
+    return out
+
+
+def _count_of(keys: np.ndarray, counts: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """[len(q)]: the count of each key ``q`` in the sorted ``keys`` (0 if absent or q < 0)."""
+    if not len(keys):
+        return np.zeros(len(q), dtype=np.int64)
+    i = np.clip(np.searchsorted(keys, q), 0, len(keys) - 1)
+    return np.where((keys[i] == q) & (q >= 0), counts[i], 0)
+
+
+def cross_fitted_top_counts_loop(
+    ref: np.ndarray, cand: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Slow reference of ``cross_fitted_top_counts``: the same counts, one position at a time."""
     T = int(ref.shape[1])
     a, b = np.zeros(T, dtype=np.int64), np.zeros(T, dtype=np.int64)
     top = np.zeros(T, dtype=np.int64)
