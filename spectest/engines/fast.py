@@ -91,6 +91,7 @@ class FastEngine(BuiltinEngine):
             "cuda_graphs": graphs,
             "graph_error": error,
             "packed_gqa": packed,
+            "decode_kernel": isinstance(t, StaticHFModel) and t.decode_kernel,
         }
 
 

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import torch
 
+from spectest.models import decode_attention
+
 IMPLEMENTATION = "spectest_packed_gqa"  # the name registered in transformers' AttentionInterface
+_KERNEL: ContextVar[bool] = ContextVar("spectest_decode_kernel", default=False)  # per thread
 
 
 def packed_gqa_sdpa(
@@ -28,7 +32,9 @@ def packed_gqa_sdpa(
 
     Returns ``([B, S, Hq, Dv], None)``, the layout of transformers' ``sdpa_attention_forward``.
     Only for the fast engine's static cache: an explicit mask is required (no ``is_causal``), no
-    softcap, sliding window or position bias (``NotImplementedError`` names the feature).
+    softcap, sliding window or position bias (``NotImplementedError`` names the feature). Under
+    ``decode_kernel`` a call ``decode_attention.applies`` to (few queries, a boolean mask, half
+    precision) runs that Triton kernel instead of SDPA.
     """
     for name in ("softcap", "position_bias"):
         if kwargs.get(name) is not None:
@@ -39,6 +45,10 @@ def packed_gqa_sdpa(
     Hkv = int(key.shape[1])
     assert Hq % Hkv == 0 and key.shape[0] == B, (tuple(query.shape), tuple(key.shape))
     G = Hq // Hkv
+    kernel = _KERNEL.get() and not dropout
+    if kernel and decode_attention.applies(query, key, value, attention_mask):
+        scale = float(scaling) if scaling is not None else D**-0.5
+        return decode_attention.gqa_decode(query, key, value, attention_mask, scale), None
     q = query.reshape(B, Hkv, G * S, D)  # [B, Hkv, G·S, D]: row g·S + s = head kv·G + g, query s
     mask = attention_mask
     if G > 1:
@@ -120,3 +130,15 @@ def packed_attention(config: Any) -> Iterator[None]:
         yield
     finally:
         config._attn_implementation_internal = old
+
+
+@contextlib.contextmanager
+def decode_kernel(on: bool = True) -> Iterator[None]:
+    """Let ``packed_gqa_sdpa`` run ``decode_attention.gqa_decode`` (on this thread only) for the
+    calls it applies to when ``on``; a CUDA-graph capture inside keeps the kernel for every
+    replay."""
+    token = _KERNEL.set(bool(on))
+    try:
+        yield
+    finally:
+        _KERNEL.reset(token)

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from spectest.errors import ModelError
-from spectest.models import attention, norms
+from spectest.models import attention, decode_attention, norms
 from spectest.models.base import Cache, LanguageModel
 from spectest.models.hf import HFModel
 
@@ -83,6 +83,9 @@ class StaticHFModel(LanguageModel):
         (``logit_scale == 1``); a float32 model is unaffected.
     fused_norms : run the model's RMSNorms as torch's fused kernel (``models/norms.py``); None:
         where the device has it (CUDA), so CPU runs keep ``HFModel``'s operations.
+    decode_kernel : attend in forwards of few queries (decode, verify, the floor rows) with the
+        Triton kernel of ``models/decode_attention.py`` (packed GQA only); None: where it runs
+        (CUDA with Triton), so CPU runs keep SDPA.
 
     Notes
     -----
@@ -101,6 +104,7 @@ class StaticHFModel(LanguageModel):
         packed_gqa: bool = True,
         native_logits: bool = True,
         fused_norms: bool | None = None,
+        decode_kernel: bool | None = None,
     ) -> None:
         if not isinstance(base, HFModel):
             raise ModelError(f"StaticHFModel wraps an HFModel, got {type(base).__name__}")
@@ -129,6 +133,9 @@ class StaticHFModel(LanguageModel):
         if fused_norms is None:
             fused_norms = norms.available(base.device)
         self.fused_norms = bool(fused_norms) and norms.install(base.model) > 0
+        if decode_kernel is None:
+            decode_kernel = decode_attention.available(base.device)
+        self.decode_kernel = bool(decode_kernel) and self.packed_gqa
 
     @property
     def device(self) -> torch.device:
@@ -231,7 +238,8 @@ class StaticHFModel(LanguageModel):
         if self.base._pass_cache_position:
             kwargs["cache_position"] = new
         packed = attention.packed_attention(self.base.config) if self.packed_gqa else nullcontext()
-        with packed, norms.fused_norms(self.fused_norms):
+        kernel = attention.decode_kernel(self.decode_kernel)
+        with packed, norms.fused_norms(self.fused_norms), kernel:
             res = self.base.model(
                 input_ids=ids, attention_mask=m4, position_ids=pos, use_cache=True, **kwargs
             )

@@ -1,0 +1,147 @@
+"""Grouped-query attention over a static cache as one Triton kernel, for ``attention``:
+``gqa_decode`` (one program per (row, key/value head, tile of 16 packed queries) streams that
+head's keys and values once; the ``G`` query heads of the head times the ``S`` queries are the
+packed rows, so a decode step is one tile per head), ``applies`` and ``available``. The slow
+reference is ``attention.packed_gqa_sdpa``. Knows nothing about caches, models or sampling. Why
+and details: docs/internals.md "spectest/models/decode_attention.py".
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import torch
+
+BLOCK_M = 16  # packed query rows per program, whatever S: a row's bits do not depend on S (Notes)
+BLOCK_N = 32  # key slots per step of the online softmax (the static cache's windows are 32k)
+DTYPES = (torch.bfloat16, torch.float16)  # float32 keeps SDPA (Triton's dot would be TF32)
+
+
+@functools.cache
+def _kernel() -> Any:
+    """The Triton kernel (compiled at its first launch per shape), or None (no Triton, or
+    ``SPECTEST_NO_KERNELS`` set: SDPA, as before the kernel)."""
+    if os.environ.get("SPECTEST_NO_KERNELS"):
+        return None
+    try:
+        import triton
+        import triton.language as tl
+    except Exception:  # any import failure means: use SDPA
+        return None
+
+    # fmt: off
+    @triton.jit
+    def spectest_gqa_decode(
+        Q, K, V, M, O, scale, W,  # pointers and the window (slots), Triton's naming
+        sqb, sqh, sqs, sqd, skb, skh, skw, skd, svb, svh, svw, svd, smb, sms, smw,  # strides
+        sob, sos, soh, sod,
+        S: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+    ):
+        # fmt: on
+        b, h = tl.program_id(0), tl.program_id(1)  # the row, the key/value head
+        r = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)  # row r = g·S + s: head h·G + g
+        g, s = r // S, r % S
+        live = r < G * S
+        d = tl.arange(0, BLOCK_D)
+        d_ok = d < D
+        q_ptr = Q + b * sqb + (h * G + g)[:, None] * sqh + s[:, None] * sqs + d[None, :] * sqd
+        q = tl.load(q_ptr, mask=live[:, None] & d_ok[None, :], other=0.0)  # [BLOCK_M, BLOCK_D]
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max of each row
+        l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp
+        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+        for start in range(0, W, BLOCK_N):
+            n = start + tl.arange(0, BLOCK_N)  # [BLOCK_N] slots
+            n_ok = n < W
+            kv_ok = n_ok[:, None] & d_ok[None, :]
+            k_ptr = K + b * skb + h * skh + n[:, None] * skw + d[None, :] * skd
+            k = tl.load(k_ptr, mask=kv_ok, other=0.0)  # [BLOCK_N, BLOCK_D]
+            qk = tl.dot(q, tl.trans(k)) * scale  # [BLOCK_M, BLOCK_N] float32
+            seen = tl.load(
+                M + b * smb + s[:, None] * sms + n[None, :] * smw,
+                mask=live[:, None] & n_ok[None, :],
+                other=0,
+            )
+            qk = tl.where(seen != 0, qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen nothing
+            p = tl.exp(qk - m_use[:, None])  # [BLOCK_M, BLOCK_N]
+            alpha = tl.exp(m_i - m_use)
+            v_ptr = V + b * svb + h * svh + n[:, None] * svw + d[None, :] * svd
+            v = tl.load(v_ptr, mask=kv_ok, other=0.0)  # [BLOCK_N, BLOCK_D]
+            l_i = l_i * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)  # [BLOCK_M, BLOCK_D]
+            m_i = m_new
+        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+        o_ptr = O + b * sob + s[:, None] * sos + (h * G + g)[:, None] * soh + d[None, :] * sod
+        tl.store(o_ptr, out.to(O.dtype.element_ty), mask=live[:, None] & d_ok[None, :])
+
+    return spectest_gqa_decode
+
+
+def available(device: torch.device) -> bool:
+    """Whether ``gqa_decode`` can run on ``device``: CUDA, Triton installed, ``SPECTEST_NO_KERNELS``
+    unset."""
+    return device.type == "cuda" and _kernel() is not None
+
+
+def applies(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: Any) -> bool:
+    """Whether the call's shapes and dtypes are the kernel's: a boolean ``[B, 1, S, W]`` mask, a
+    half-precision query, equal key and value head sizes."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.dim() != 4:
+        return False
+    _, Hq, S, D = (int(x) for x in query.shape)
+    Hkv = int(key.shape[1])
+    return (
+        query.dtype in DTYPES
+        and key.dtype == value.dtype == query.dtype
+        and int(value.shape[-1]) == D == int(key.shape[-1])
+        and Hq % Hkv == 0
+        and int(mask.shape[1]) == 1
+        and tuple(mask.shape[2:]) == (S, int(key.shape[2]))
+    )
+
+
+def gqa_decode(
+    query: torch.Tensor,  # [B, Hq, S, D]
+    key: torch.Tensor,  # [B, Hkv, W, D]
+    value: torch.Tensor,  # [B, Hkv, W, D]
+    mask: torch.Tensor,  # [B, 1, S, W] bool: True where the query sees the slot
+    scale: float,
+    *,
+    block_n: int = BLOCK_N,
+    num_warps: int = 2,
+) -> torch.Tensor:
+    """Softmax attention of every query head over its key/value head's slots in ``mask``, as
+    ``[B, S, Hq, D]`` (transformers' layout after attention); any strides, no copies.
+    ``block_n`` (slots a step, a power of two >= 16) and ``num_warps`` are the launch's tuning.
+
+    Notes
+    -----
+    Scores, the running max and sum and the output accumulate in float32; the probabilities are
+    rounded to the value dtype before their product with the values, as FlashAttention does. So a
+    bf16 output can differ from SDPA's in its last bits. A query's output is computed from its
+    own query row, its mask row and the slots in order, 32 at a time, in tiles of a fixed
+    ``BLOCK_M``: its bits depend neither on the batch size, nor on how many queries the forward
+    has (a prompt prefill, a verify of K + 1, a decode step), nor on masked slots after the last
+    it sees (each adds exact zeros). So the static model computes a position's attention the
+    same way in every schedule, and claim (b) measures only the GEMMs' differences
+    (docs/internals.md). A query that sees no slot gets zeros (SDPA gives NaN).
+    """
+    kernel = _kernel()
+    assert kernel is not None and applies(query, key, value, mask)
+    B, Hq, S, D = (int(x) for x in query.shape)
+    Hkv, W = int(key.shape[1]), int(key.shape[2])
+    G = Hq // Hkv
+    out = torch.empty((B, S, Hq, D), dtype=query.dtype, device=query.device)
+    m8 = mask.view(torch.uint8)  # same strides, loadable bytes
+    kernel[(B, Hkv, -(-G * S // BLOCK_M))](
+        query, key, value, m8, out, float(scale), W,
+        *query.stride(), *key.stride(), *value.stride(),
+        m8.stride(0), m8.stride(2), m8.stride(3), *out.stride(),
+        S=S, G=G, D=D, BLOCK_M=BLOCK_M, BLOCK_D=max(16, 1 << (D - 1).bit_length()),
+        BLOCK_N=block_n, num_warps=num_warps,
+    )  # fmt: skip
+    return out
