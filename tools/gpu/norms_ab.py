@@ -1,7 +1,9 @@
-"""The static model with and without fused RMSNorms (``models/norms.py``), side by side in one
-process on one device (issue 32): what one forward costs and what it computes.
+"""The static model with and without one of its CUDA kernels, side by side in one process on one
+device (issue 32): what one forward costs and what it computes. ``--switch`` names the
+``StaticHFModel`` option: ``fused_norms`` (``models/norms.py``, the default) or ``decode_kernel``
+(``models/decode_attention.py``); the other options keep their defaults.
 
-For ``fused_norms`` off and on (two ``StaticHFModel`` on the same weights), at P1's model
+For the switch off and on (two ``StaticHFModel`` on the same weights), at P1's model
 (``realistic:qwen3-0.6b`` in bfloat16, and its 4-layer draft) prints:
 
 - ``kernels``: CUDA kernels one eager one-row decode forward launches (torch.profiler);
@@ -11,12 +13,12 @@ For ``fused_norms`` off and on (two ``StaticHFModel`` on the same weights), at P
 - the logits of both on the same inputs (a 36-token prompt, then 8 one-row decode steps): largest
   absolute difference, share of equal values, the largest TV between their softmaxes, and whether
   every argmax is equal;
-- with ``--profile``: the fused model's CUDA time by kernel (top 12) over ``--reps`` graph
+- with ``--profile``: the switched-on model's CUDA time by kernel (top 12) over ``--reps`` graph
   replays of the floor step and of the batch-768 decode step.
 
 About 40 s on one H200; CUDA only.
 
-    python tools/gpu/norms_ab.py [--reps 30] [--profile]
+    python tools/gpu/norms_ab.py [--switch fused_norms|decode_kernel] [--reps 30] [--profile]
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def _profile(model: StaticHFModel, prompt: torch.Tensor, B: int, S: int, reps: i
     table = prof.key_averages().table(
         sort_by="cuda_time_total", row_limit=12, max_name_column_width=60
     )
-    print(f"-- [{B}, {S}] x {reps + 3} (fused)\n{table}", flush=True)
+    print(f"-- [{B}, {S}] x {reps + 3} (switched on)\n{table}", flush=True)
 
 
 def _logits(model: StaticHFModel, prompt: torch.Tensor, follow: torch.Tensor) -> torch.Tensor:
@@ -83,6 +85,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--switch", choices=("fused_norms", "decode_kernel"), default="fused_norms")
     args = ap.parse_args()
     target, draft = load_pair(
         "realistic:qwen3-0.6b", "derived:first_layers,layers=4", device="cuda", dtype="bfloat16"
@@ -91,18 +94,18 @@ def main() -> None:
     prompt = torch.randint(0, target.vocab_size, (36,), generator=g, device="cuda")
     follow = torch.randint(0, target.vocab_size, (8,), generator=g, device="cuda")
     logits = {}
-    for fused in (False, True):
-        t = StaticHFModel(target, fused_norms=fused)  # type: ignore[arg-type]
-        d = StaticHFModel(draft, fused_norms=fused)  # type: ignore[arg-type]
-        assert t.fused_norms == fused, "this torch has no fused RMSNorm kernel"
-        row = [f"fused_norms={fused!s:5}", f"kernels {_kernels(t, prompt)}"]
+    for on in (False, True):
+        t = StaticHFModel(target, **{args.switch: on})  # type: ignore[arg-type]
+        d = StaticHFModel(draft, **{args.switch: on})  # type: ignore[arg-type]
+        assert getattr(t, args.switch) == on, f"{args.switch} cannot run on this machine"
+        row = [f"{args.switch}={on!s:5}", f"kernels {_kernels(t, prompt)}"]
         for name, (B, S) in SHAPES.items():
             row.append(f"{name} {_steps(t, prompt, B, S, args.reps):.3f}")
         row.append(f"draft decode B768 {_steps(d, prompt, 768, 1, args.reps):.3f}")
         print("  ".join(row), "(ms/step)", flush=True)
-        logits[fused] = _logits(t, prompt, follow)
+        logits[on] = _logits(t, prompt, follow)
         assert t.graph_error is None, t.graph_error
-        if fused and args.profile:
+        if on and args.profile:
             for B, S in ((1, 1), (768, 1)):
                 _profile(t, prompt, B, S, args.reps)
     a, b = logits[False], logits[True]

@@ -1,7 +1,10 @@
 """Which SDPA backend the fast engine's static model should run (issue 32): the static model's
 attention call, ``models.attention.packed_gqa_sdpa`` (query heads packed onto their key/value
 head, mask expanded, output transposed), at the shapes P1 and P2 run, timed per backend (cuDNN,
-memory-efficient, math, and torch's own choice) with CUDA events.
+memory-efficient, math, and torch's own choice) with CUDA events, and beside them the Triton
+kernel of ``models/decode_attention.py`` (``triton``: ``packed_gqa_sdpa`` under
+``attention.decode_kernel``, where it applies), with ``--tune`` also at other launch settings
+(``triton bN wW``: ``block_n`` N, ``num_warps`` W).
 
 Prints one line per (shape, backend): microseconds per call (median of ``--reps`` after a warm-up)
 and the largest absolute difference from ``attention.repeat_kv_sdpa`` in float64. Shapes
@@ -13,7 +16,7 @@ SDPA on inputs already in the packed layout): cuDNN and memory-efficient alike p
 static model on the efficient kernel measured 0.87x on P2's fast-spec, so it stays on torch's
 choice.
 
-    python tools/gpu/sdpa_backends.py [--reps 100]
+    python tools/gpu/sdpa_backends.py [--reps 100] [--tune]
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from collections.abc import Callable
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from spectest.models.attention import packed_gqa_sdpa, repeat_kv_sdpa
+from spectest.models import decode_attention
+from spectest.models.attention import decode_kernel, packed_gqa_sdpa, repeat_kv_sdpa
 
 SHAPES = {  # name: (B, S, W)
     "decode B768 W32": (768, 1, 32),
@@ -41,7 +45,9 @@ BACKENDS = {
     "efficient": [SDPBackend.EFFICIENT_ATTENTION],
     "math": [SDPBackend.MATH],
     "default": None,
+    "triton": "kernel",  # decode_kernel(): the Triton kernel where it applies
 }
+TUNE = [(32, 4), (32, 8), (64, 4), (64, 8), (16, 4)]  # (block_n, num_warps) besides (32, 2)
 
 
 def _inputs(B: int, S: int, W: int) -> tuple[torch.Tensor, ...]:
@@ -70,24 +76,39 @@ def _time(fn: Callable[[], object], reps: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--tune", action="store_true")
     a = ap.parse_args()
     print("torch", torch.__version__, torch.cuda.get_device_name())
     module = torch.nn.Module()  # neither function reads it
     for name, (B, S, W) in SHAPES.items():
         q, k, v, m = _inputs(B, S, W)
         ref, _ = repeat_kv_sdpa(module, q.double(), k.double(), v.double(), m)
+        calls: dict[str, tuple[contextlib.AbstractContextManager[object], Callable[[], object]]]
+        calls = {}
         for label, backends in BACKENDS.items():
-            ctx = sdpa_kernel(backends) if backends else contextlib.nullcontext()
+            call = functools.partial(packed_gqa_sdpa, module, q, k, v, m)
+            if backends == "kernel":
+                if decode_attention.applies(q, k, v, m):
+                    calls[label] = (decode_kernel(), call)
+            else:
+                ctx = sdpa_kernel(backends) if backends else contextlib.nullcontext()
+                calls[label] = (ctx, call)
+        if a.tune and decode_attention.applies(q, k, v, m):
+            for bn, nw in TUNE:
+                fn = functools.partial(
+                    decode_attention.gqa_decode, q, k, v, m, 128**-0.5, block_n=bn, num_warps=nw
+                )
+                calls[f"triton b{bn} w{nw}"] = (contextlib.nullcontext(), lambda f=fn: (f(), None))
+        for label, (ctx, call) in calls.items():
             try:
-                call = functools.partial(packed_gqa_sdpa, module, q, k, v, m)
                 with ctx, torch.no_grad():
                     for _ in range(3):
                         out, _ = call()
                     us = _time(call, a.reps)
                 err = float((out.double() - ref).abs().max())
-                print(f"{name:18s} {label:9s} {us:9.1f} us/call  max|err| {err:.2e}")
+                print(f"{name:18s} {label:15s} {us:9.1f} us/call  max|err| {err:.2e}")
             except RuntimeError as e:
-                print(f"{name:18s} {label:9s} n/a ({str(e).splitlines()[0][:80]})")
+                print(f"{name:18s} {label:15s} n/a ({str(e).splitlines()[0][:80]})")
 
 
 if __name__ == "__main__":
