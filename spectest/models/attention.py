@@ -33,8 +33,8 @@ def packed_gqa_sdpa(
     Returns ``([B, S, Hq, Dv], None)``, the layout of transformers' ``sdpa_attention_forward``.
     Only for the fast engine's static cache: an explicit mask is required (no ``is_causal``), no
     softcap, sliding window or position bias (``NotImplementedError`` names the feature). Under
-    ``decode_kernel`` a call ``decode_attention.applies`` to (few queries, a boolean mask, half
-    precision) runs that Triton kernel instead of SDPA.
+    ``decode_kernel`` a call ``decode_attention.applies`` to (a boolean mask, half precision) runs
+    that Triton kernel instead of SDPA.
     """
     for name in ("softcap", "position_bias"):
         if kwargs.get(name) is not None:

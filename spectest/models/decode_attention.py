@@ -8,6 +8,7 @@ and details: docs/internals.md "spectest/models/decode_attention.py".
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from typing import Any
@@ -137,11 +138,13 @@ def gqa_decode(
     G = Hq // Hkv
     out = torch.empty((B, S, Hq, D), dtype=query.dtype, device=query.device)
     m8 = mask.view(torch.uint8)  # same strides, loadable bytes
-    kernel[(B, Hkv, -(-G * S // BLOCK_M))](
-        query, key, value, m8, out, float(scale), W,
-        *query.stride(), *key.stride(), *value.stride(),
-        m8.stride(0), m8.stride(2), m8.stride(3), *out.stride(),
-        S=S, G=G, D=D, BLOCK_M=BLOCK_M, BLOCK_D=max(16, 1 << (D - 1).bit_length()),
-        BLOCK_N=block_n, num_warps=num_warps,
-    )  # fmt: skip
+    # Triton launches on the current device: make it the tensors' (scale-out workers)
+    with torch.cuda.device(query.device) if query.is_cuda else contextlib.nullcontext():
+        kernel[(B, Hkv, -(-G * S // BLOCK_M))](
+            query, key, value, m8, out, float(scale), W,
+            *query.stride(), *key.stride(), *value.stride(),
+            m8.stride(0), m8.stride(2), m8.stride(3), *out.stride(),
+            S=S, G=G, D=D, BLOCK_M=BLOCK_M, BLOCK_D=max(16, 1 << (D - 1).bit_length()),
+            BLOCK_N=block_n, num_warps=num_warps,
+        )  # fmt: skip
     return out

@@ -83,9 +83,9 @@ class StaticHFModel(LanguageModel):
         (``logit_scale == 1``); a float32 model is unaffected.
     fused_norms : run the model's RMSNorms as torch's fused kernel (``models/norms.py``); None:
         where the device has it (CUDA), so CPU runs keep ``HFModel``'s operations.
-    decode_kernel : attend in forwards of few queries (decode, verify, the floor rows) with the
-        Triton kernel of ``models/decode_attention.py`` (packed GQA only); None: where it runs
-        (CUDA with Triton), so CPU runs keep SDPA.
+    decode_kernel : attend in every forward (prompt prefill, decode, verify) with the Triton
+        kernel of ``models/decode_attention.py`` (packed GQA, bf16/fp16 only); None: where it
+        runs (CUDA with Triton, ``SPECTEST_NO_KERNELS`` unset), so CPU runs keep SDPA.
 
     Notes
     -----
