@@ -42,7 +42,8 @@ def _kernel() -> Any:
         BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
     ):
         # fmt: on
-        b, h = tl.program_id(0), tl.program_id(1)  # the row, the key/value head
+        b = tl.program_id(0).to(tl.int64)  # the row: b·stride can pass 2³¹ in a large pool
+        h = tl.program_id(1)  # the key/value head
         r = tl.program_id(2) * BLOCK_M + tl.arange(0, BLOCK_M)  # row r = g·S + s: head h·G + g
         g, s = r // S, r % S
         live = r < G * S
