@@ -55,10 +55,10 @@ SHAPES = [
 
 def check_against_references(dtype: torch.dtype, device: str) -> list[str]:
     """Every ``SHAPES`` case: the kernel's largest error against float64 is at most the packed
-    SDPA's plus one rounding step of ``dtype`` at the outputs' scale; the kernel's output equals
-    ``packed_gqa_sdpa``'s under ``decode_kernel`` bit for bit; a row's bits do not depend on the
-    batch, nor on the other queries of the call and unseen slots after the window; a query that
-    sees no slot gets zeros. Returns one line per case."""
+    SDPA's plus four rounding steps (``eps``) of ``dtype`` at the outputs' scale; the kernel's
+    output equals ``packed_gqa_sdpa``'s under ``decode_kernel`` bit for bit; a row's bits do not
+    depend on the batch, nor on the other queries of the call and unseen slots after the window;
+    a query that sees no slot gets zeros. Returns one line per case."""
     lines = []
     step = torch.finfo(dtype).eps  # outputs are averages of N(0, 1) values: |out| < ~4
     for i, (B, Hq, Hkv, S, W, D) in enumerate(SHAPES):

@@ -45,8 +45,7 @@ BACKENDS = {
     "efficient": [SDPBackend.EFFICIENT_ATTENTION],
     "math": [SDPBackend.MATH],
     "default": None,
-    "triton": "kernel",  # decode_kernel(): the Triton kernel where it applies
-}
+}  # and "triton": packed_gqa_sdpa under decode_kernel(), where the kernel applies
 TUNE = [(32, 4), (32, 8), (64, 4), (64, 8), (16, 4)]  # (block_n, num_warps) besides (32, 2)
 
 
@@ -85,14 +84,11 @@ def main() -> None:
         ref, _ = repeat_kv_sdpa(module, q.double(), k.double(), v.double(), m)
         calls: dict[str, tuple[contextlib.AbstractContextManager[object], Callable[[], object]]]
         calls = {}
+        call = functools.partial(packed_gqa_sdpa, module, q, k, v, m)
         for label, backends in BACKENDS.items():
-            call = functools.partial(packed_gqa_sdpa, module, q, k, v, m)
-            if backends == "kernel":
-                if decode_attention.applies(q, k, v, m):
-                    calls[label] = (decode_kernel(), call)
-            else:
-                ctx = sdpa_kernel(backends) if backends else contextlib.nullcontext()
-                calls[label] = (ctx, call)
+            calls[label] = (sdpa_kernel(backends) if backends else contextlib.nullcontext(), call)
+        if decode_attention.applies(q, k, v, m):
+            calls["triton"] = (decode_kernel(), call)
         if a.tune and decode_attention.applies(q, k, v, m):
             for bn, nw in TUNE:
                 fn = functools.partial(
