@@ -40,6 +40,8 @@ from spectest.generation import (
     EngineSet,
     RunOptions,
     ShardResult,
+    TeethBeside,
+    beside_generation,
     check_device,
     configure_threads,
     device_name,
@@ -147,6 +149,7 @@ class _Run:
     workers: list[str]
     pool: WorkerPool | None = None
     teeth_from_pool: pd.DataFrame | None = None  # tooth sizes a pool worker computed
+    teeth_beside: TeethBeside | None = None  # tooth sizes on a thread beside generation
     timings: dict[str, Any] = field(
         default_factory=lambda: {"load": 0.0, "generate": {}, "whitebox": 0.0}
     )
@@ -324,6 +327,8 @@ def _generate_missing(run: _Run, plan: Plan, teeth: bool = False) -> Models | No
     engines = EngineSet(run.protocol, [plan.arm(s.arm) for s in todo], plan, fast=run.options.fast)
     run.progress("load models", 1, 1)
     run.timings["load"] += time.perf_counter() - t_load
+    if teeth and plan.settings.sized_teeth and beside_generation(engines.models):
+        run.teeth_beside = TeethBeside(run.protocol, plan.settings.sized_teeth, engines.models)
     gen = run.timings["generate"]
 
     def write(r: ShardResult) -> None:
@@ -334,6 +339,10 @@ def _generate_missing(run: _Run, plan: Plan, teeth: bool = False) -> Models | No
     try:
         generate_shards(run.protocol, plan, todo, engines, write, run.progress)
         run.provenance = {**run.provenance, "engines": engines.provenance()}
+    except BaseException:
+        if run.teeth_beside is not None:  # not under the models' release below
+            run.teeth_beside.abandon()
+        raise
     finally:
         engines.close()
     return engines.models
@@ -381,12 +390,23 @@ def _generate_spread(run: _Run, plan: Plan, todo: Sequence[Shard], teeth: bool) 
 def _tooth_sizes(run: _Run, plan: Plan, models: Models | None) -> pd.DataFrame | None:
     """The ε arms' and mutants' TV per cell-position (``spectest.tooth_size``), from the run's
     models (loaded here when this process has not: a resumed or spread-out run); None when the
-    plan has no such tooth. Adds ``tooth sizes`` (seconds, loading included) to the timings."""
+    plan has no such tooth. Adds ``tooth sizes`` (seconds, loading included; with a thread beside
+    generation, the seconds waited for it after generation, and its own wall time as ``tooth
+    sizes beside generation``) to the timings."""
     if not plan.settings.sized_teeth:
         return None
     if run.teeth_from_pool is not None:  # a pool worker made them beside generation
         run.timings["tooth sizes"] = 0.0
         return run.teeth_from_pool
+    if run.teeth_beside is not None:  # a thread made them beside generation: wait for the rest
+        t0 = time.perf_counter()
+        run.progress("tooth sizes", 0, 1)
+        sizes, beside_s = run.teeth_beside.result()
+        run.teeth_beside = None
+        run.progress("tooth sizes", 1, 1)
+        run.timings["tooth sizes"] = time.perf_counter() - t0
+        run.timings["tooth sizes beside generation"] = beside_s
+        return sizes
     t0 = time.perf_counter()
     run.progress("tooth sizes", 0, 1)
     if models is None or models.target is None or models.draft is None:

@@ -172,6 +172,9 @@ def _print_failing(con: Console, summary: dict[str, Any]) -> None:
             con.print(f"  ... {n - MAX_FAILING_PRINTED} more: see {more}", markup=False)
 
 
+_BESIDE = "tooth sizes beside generation"  # runner: the thread's own wall time
+
+
 def _print_timings(con: Console, t: dict[str, Any] | None) -> None:
     """Phase wall times (``runner.run_protocol`` docstring)."""
     if not t:
@@ -181,6 +184,7 @@ def _print_timings(con: Console, t: dict[str, Any] | None) -> None:
         f"timings (s): load {t.get('load', 0):.1f} · generate [{gen}] · white-box "
         f"{t.get('whitebox', 0):.1f} · "
         + (f"tooth sizes {t['tooth sizes']:.1f} · " if "tooth sizes" in t else "")
+        + (f"(beside generation {t[_BESIDE]:.1f}) · " if _BESIDE in t else "")
         + (f"numerics {t['numerics']:.1f} · " if "numerics" in t else "")
         + f"analyze {t.get('analyze', 0):.1f} · write {t.get('write', 0):.1f}",
         markup=False,

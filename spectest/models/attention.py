@@ -1,11 +1,12 @@
 """Grouped-query attention without the key/value copy, for ``static``: ``packed_gqa_sdpa``, its
-reference ``repeat_kv_sdpa`` and ``packed_attention``. Knows nothing about caches or sampling. Why
-and details: docs/internals.md.
+reference ``repeat_kv_sdpa``, ``packed_attention`` and the lock it takes (``CONFIG_LOCK``). Knows
+nothing about caches or sampling. Why and details: docs/internals.md.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
@@ -16,6 +17,63 @@ from spectest.models import decode_attention
 
 IMPLEMENTATION = "spectest_packed_gqa"  # the name registered in transformers' AttentionInterface
 _KERNEL: ContextVar[bool] = ContextVar("spectest_decode_kernel", default=False)  # per thread
+
+
+class ConfigLock:
+    """A readers-writer lock over the models' attention setting: ``exclusive`` for the forwards
+    that switch it (``packed_attention``), ``shared`` for every other forward. A waiting writer
+    goes first (new readers wait), and the thread that holds it exclusively may take it again
+    either way, so a forward inside a switched one cannot deadlock."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer: int | None = None  # the thread holding it exclusively
+        self._depth = 0  # its nested exclusive holds
+        self._waiting = 0  # writers waiting
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        me = threading.get_ident()
+        with self._cond:
+            if self._writer == me:  # inside this thread's exclusive hold
+                mine = False
+            else:
+                while self._writer is not None or self._waiting:
+                    self._cond.wait()
+                self._readers += 1
+                mine = True
+        try:
+            yield
+        finally:
+            if mine:
+                with self._cond:
+                    self._readers -= 1
+                    if not self._readers:
+                        self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        me = threading.get_ident()
+        with self._cond:
+            if self._writer != me:
+                self._waiting += 1
+                while self._writer is not None or self._readers:
+                    self._cond.wait()
+                self._waiting -= 1
+                self._writer = me
+            self._depth += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._depth -= 1
+                if not self._depth:
+                    self._writer = None
+                    self._cond.notify_all()
+
+
+CONFIG_LOCK = ConfigLock()  # one per process: every model's attention setting
 
 
 def packed_gqa_sdpa(
@@ -121,15 +179,17 @@ def packed_attention(config: Any) -> Iterator[None]:
 
     NOTE one model object serves the reference engine and the fast engine (the static model shares
     its weights and config), so the switch lasts one forward (or one CUDA-graph capture: a replay
-    runs no Python) and is undone in ``finally``; decode loops run one forward at a time per
-    process (scale-out workers are processes), so no other forward sees it.
+    runs no Python) and is undone in ``finally``. It holds ``CONFIG_LOCK`` exclusively, and every
+    other forward of an ``HFModel`` holds it shared: a forward on another thread (the tooth sizes
+    beside generation, ``runner``) never sees the switch.
     """
-    old = config._attn_implementation_internal
-    config._attn_implementation_internal = IMPLEMENTATION
-    try:
-        yield
-    finally:
-        config._attn_implementation_internal = old
+    with CONFIG_LOCK.exclusive():
+        old = config._attn_implementation_internal
+        config._attn_implementation_internal = IMPLEMENTATION
+        try:
+            yield
+        finally:
+            config._attn_implementation_internal = old
 
 
 @contextlib.contextmanager

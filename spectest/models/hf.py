@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from spectest.errors import ConfigError, ModelError
+from spectest.models import attention
 from spectest.models.base import Cache, LanguageModel
 from spectest.models.configs import HF_PRESETS
 from spectest.models.dtypes import torch_dtype
@@ -118,13 +119,14 @@ class HFModel(LanguageModel):
         kwargs: dict[str, Any] = {self._cache_kw: cache.kv}
         if self._pass_cache_position:
             kwargs["cache_position"] = torch.arange(n0, n0 + S, device=dev)  # [S] slot indices
-        out = self.model(
-            input_ids=input_ids.to(dev),
-            attention_mask=mask.to(torch.int64),
-            position_ids=pos,
-            use_cache=True,
-            **kwargs,
-        )
+        with attention.CONFIG_LOCK.shared():  # no other thread's switched forward meanwhile
+            out = self.model(
+                input_ids=input_ids.to(dev),
+                attention_mask=mask.to(torch.int64),
+                position_ids=pos,
+                use_cache=True,
+                **kwargs,
+            )
         cache.valid = mask
         return self.scaled(out.logits)  # [B, S, V]
 
@@ -135,7 +137,7 @@ class HFModel(LanguageModel):
     def logits_full(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Teacher forcing without a cache: hole-free sequences [B, L] → logits [B, L, V]."""
         assert input_ids.dim() == 2, input_ids.shape
-        with torch.inference_mode():
+        with torch.inference_mode(), attention.CONFIG_LOCK.shared():
             out = self.model(input_ids=input_ids.to(self.device), use_cache=False)
         return out.logits.float() * self.logit_scale
 

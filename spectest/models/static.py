@@ -309,7 +309,11 @@ class _Graph:
             torch.cuda.current_stream(dev).wait_stream(stream)
             self.graph = torch.cuda.CUDAGraph()
             self.out = model._out_buffer(B, S, warm.dtype)  # [B, S, V] outside the graph pool
-            with torch.cuda.graph(self.graph, pool=model._pool_handle()):
+            # thread_local: another thread's CUDA calls (the tooth sizes beside generation,
+            # ``runner``) neither fail nor break this capture; its forwards wait (CONFIG_LOCK)
+            with torch.cuda.graph(
+                self.graph, pool=model._pool_handle(), capture_error_mode="thread_local"
+            ):
                 model._eager(self.kv, self.ids, self.mask, self.pos, self.new, out=self.out)
 
     def run(

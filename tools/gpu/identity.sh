@@ -11,7 +11,8 @@
 # `git archive COMMIT spectest protocols | tar -x -C OLD_TREE`). Each tree runs
 # `spectest run --config protocols/top_p.yaml --device cuda`; then the samples' token columns,
 # histograms.parquet and the verdict are compared (table contents: Parquet files embed their
-# provenance, so bytes differ by timestamp and git sha). Prints IDENTICAL or what differs.
+# provenance, so bytes differ by timestamp and git sha), and tooth_sizes.parquet where both have it.
+# Prints IDENTICAL or what differs.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OLD="$1"
@@ -51,5 +52,9 @@ try:
     if not hist(old).equals(hist(new)): bad.append("histograms")
 except Exception as e: bad.append(f"histograms ({e})")
 if verdict(old) != verdict(new): bad.append(f"verdict {verdict(old)} vs {verdict(new)}")
-print("IDENTICAL (tokens, histograms, verdict)" if not bad else "DIFFERENT: " + ", ".join(bad))
+try:
+    if not pd.read_parquet(f"{old}/tooth_sizes.parquet").equals(pd.read_parquet(f"{new}/tooth_sizes.parquet")):
+        bad.append("tooth sizes")
+except FileNotFoundError: pass  # a plan without sized teeth
+print("IDENTICAL (tokens, histograms, verdict, tooth sizes)" if not bad else "DIFFERENT: " + ", ".join(bad))
 PY

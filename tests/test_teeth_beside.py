@@ -1,0 +1,151 @@
+"""Issue 32: the tooth sizes on a thread beside generation (``generation.TeethBeside``, on an
+accelerator) — the run's tables equal the sequential run's bit for bit (CPU: the toy protocol with
+the thread forced on; ``-m gpu``: the realistic tiny pair in bfloat16 on the fast engine, whose
+CUDA-graph captures then run while the thread works), and what makes sharing the models safe:
+``attention.CONFIG_LOCK`` (a forward of an ``HFModel`` on another thread waits for a switched
+forward and never sees the switch; a waiting writer goes first; the holder may re-enter).
+
+Exact checks on fixed seeds; the lock tests wait on events with timeouts of seconds for what
+takes microseconds, so a pass or failure does not depend on timing.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import torch
+from toy_protocol import write_toy
+
+from spectest import runner
+from spectest.engines.base import Models
+from spectest.generation import beside_generation
+from spectest.models import attention
+from spectest.models.zoo import load_pair
+from spectest.protocol import load_protocol
+
+
+def _started(fn: Any) -> threading.Thread:
+    t = threading.Thread(target=fn, daemon=True)
+    t.start()
+    return t
+
+
+def test_config_lock_excludes_prefers_writers_and_reenters() -> None:
+    lock = attention.ConfigLock()
+    order: list[str] = []
+    release = threading.Event()
+
+    def write() -> None:
+        with lock.exclusive():
+            order.append("w")
+            release.wait(5)
+
+    def read() -> None:
+        with lock.shared():
+            order.append("r")
+
+    with lock.shared():
+        writer = _started(write)
+        deadline = time.monotonic() + 5
+        while not lock._waiting and time.monotonic() < deadline:  # the writer is queued
+            time.sleep(0.001)
+        assert lock._waiting == 1
+        reader = _started(read)
+        time.sleep(0.05)
+        assert order == []  # the writer waits for the reader; the new reader for the writer
+    deadline = time.monotonic() + 5
+    while not order and time.monotonic() < deadline:
+        time.sleep(0.001)
+    time.sleep(0.05)
+    assert order == ["w"]  # the writer went first, and the reader waits while it holds
+    release.set()
+    writer.join(5)
+    reader.join(5)
+    assert order == ["w", "r"]
+    # the holder's own shared and nested exclusive holds go through
+    mine = attention.ConfigLock()
+    with mine.exclusive(), mine.shared(), mine.exclusive():
+        assert mine._depth == 2
+    assert mine._writer is None
+
+
+def test_hf_forward_on_another_thread_waits_for_a_switched_forward() -> None:
+    target, _ = load_pair(
+        "realistic:qwen3-tiny,draft_layers=1", "derived:first_layers,layers=1", device="cpu"
+    )
+    ids = torch.tensor([[5, 17, 99, 3, 250, 41]])
+    want = target.logits_full(ids)
+    config = target.model.config
+    impl = config._attn_implementation
+    got: dict[str, Any] = {}
+
+    def forward() -> None:
+        got["logits"] = target.logits_full(ids)
+        got["impl"] = config._attn_implementation
+
+    with attention.packed_attention(config):
+        assert config._attn_implementation == attention.IMPLEMENTATION
+        t = _started(forward)
+        t.join(0.3)
+        assert t.is_alive() and not got  # blocked while the switch is on
+    t.join(30)
+    assert got["impl"] == impl
+    assert torch.equal(got["logits"], want)
+
+
+def _toy_run(tmp_path: Path, name: str) -> dict[str, Any]:
+    path = write_toy(tmp_path / name)
+    runner.run_protocol(load_protocol(path), out=tmp_path / name / "run")
+    return json.loads((tmp_path / name / "run" / "summary.json").read_text())
+
+
+def test_tooth_sizes_beside_generation_equal_the_sequential_phase(tmp_path: Path) -> None:
+    seq = _toy_run(tmp_path, "seq")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "beside_generation", lambda models: True)
+        beside = _toy_run(tmp_path, "beside")
+    _same_tables(tmp_path / "seq" / "run", tmp_path / "beside" / "run")
+    assert seq["verdict"] == beside["verdict"]
+    assert "tooth sizes beside generation" not in seq["timings"]
+    assert beside["timings"]["tooth sizes beside generation"] > 0
+    # on CPU the run keeps the phase after generation
+    assert not beside_generation(Models(*load_pair("bundled:target", "bundled:draft")))
+
+
+def _same_tables(a: Path, b: Path) -> None:
+    for table in ("tooth_sizes", "samples", "histograms"):
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(a / f"{table}.parquet"),
+            pd.read_parquet(b / f"{table}.parquet"),
+            check_exact=True,
+        )
+
+
+@pytest.mark.gpu
+def test_fast_run_on_cuda_with_tooth_sizes_beside_generation(tmp_path: Path) -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    models = {
+        "target": "realistic:qwen3-tiny,draft_layers=1,logit_scale=20.0",
+        "draft": "derived:first_layers,layers=1",
+        "dtype": "bfloat16",
+        "device": "cuda",
+    }
+    runs = {}
+    for name, on in (("seq", False), ("beside", True)):
+        path = write_toy(tmp_path / name, models=models, positions=6)
+        with pytest.MonkeyPatch.context() as mp:
+            if not on:
+                mp.setattr(runner, "beside_generation", lambda models: False)
+            options = runner.RunOptions(fast=True)
+            runner.run_protocol(load_protocol(path), out=tmp_path / name / "run", options=options)
+        runs[name] = json.loads((tmp_path / name / "run" / "summary.json").read_text())
+    _same_tables(tmp_path / "seq" / "run", tmp_path / "beside" / "run")
+    assert "tooth sizes beside generation" in runs["beside"]["timings"]
+    assert runs["seq"]["verdict"] == runs["beside"]["verdict"]
