@@ -1,11 +1,10 @@
-"""Where the fast arms' device time goes, by the Python line that launched it (issue 32, P2).
+"""Where the fast arms' device time goes, op by op and by input shape (issue 32, P2).
 
 Runs ``spectest bench``'s fast arms (default: fast-spec and fast-plain at 1024 rows, the sampled
-drafter, P2's pair in bfloat16) with its ``--profile`` step replaced by a profile with Python
-stacks, and prints per arm: the profiled wall and CUDA time, the CUDA time inside CUDA-graph
-replays (the model forwards) against the rest (sampling, commits, caches), and the ``--top`` ops
-by self CUDA time grouped by their innermost ``--frames`` Python frames, so a kernel outside the
-graphs is named by the code that launched it.
+drafter, P2's pair in bfloat16) with its ``--profile`` step replaced by one that records input
+shapes, and prints per arm the profiled wall and CUDA time, then the ``--top`` ops and kernels by
+self CUDA time, grouped by input shape (so a full-vocabulary pass shows its ``[N, V]``). Kernels
+replayed inside CUDA graphs appear by name without a launching op.
 
     PYTHONPATH=. python tools/gpu/spec_profile.py [--rows 1024] [--arms fast-spec,fast-plain]
     (``--device cpu --rows 2``: a smoke test anywhere)
@@ -18,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 from spectest import bench
@@ -29,13 +27,12 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1024)
     ap.add_argument("--arms", default="fast-spec,fast-plain")
     ap.add_argument("--top", type=int, default=40)
-    ap.add_argument("--frames", type=int, default=4)
     ap.add_argument("--device", default="cuda")
     a = ap.parse_args()
 
-    def stacked(fn: Any, device: str, path: Path) -> str:
+    def shaped(fn: Any, device: str, path: Path) -> str:
         with profile(
-            activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True
+            activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True
         ) as prof:
             t = time.perf_counter()
             fn()
@@ -43,18 +40,12 @@ def main() -> None:
             wall = time.perf_counter() - t
         events = prof.key_averages()
         total = sum(e.self_device_time_total for e in events) / 1e3
-        graphs = sum(
-            e.device_time_total for e in events if e.key == "cudaGraphLaunch"
-        ) / 1e3  # fmt: skip
-        table = prof.key_averages(group_by_stack_n=a.frames).table(
-            sort_by="self_cuda_time_total", row_limit=a.top, max_src_column_width=140
+        table = prof.key_averages(group_by_input_shape=True).table(
+            sort_by="self_cuda_time_total", row_limit=a.top, max_shapes_column_width=60
         )
-        return (
-            f"profile of {path.name}: wall {wall:.3f} s (profiled), CUDA {total:.1f} ms, of which "
-            f"in graph replays {graphs:.1f} ms\n{table}"
-        )
+        return f"profile of {path.name}: wall {wall:.3f} s (profiled), CUDA {total:.1f} ms\n{table}"
 
-    bench._profile = stacked  # type: ignore[assignment]
+    bench._profile = shaped  # type: ignore[assignment]
     cfg = bench.BenchConfig(
         device=a.device,
         rows=a.rows,
