@@ -132,8 +132,8 @@ class TeethBeside:
             self._pool.shutdown(wait=True)
 
     def abandon(self) -> None:
-        """Wait for the thread and drop its result or error (generation failed: the models must
-        not be released under it)."""
+        """Wait for the thread and drop its result or error (generation failed: the run's error
+        is the one to report, once nothing of the run still uses the models or the device)."""
         self._pool.shutdown(wait=True)
 
 
