@@ -100,68 +100,6 @@ def protocol_tooth_sizes(
     )
 
 
-class TeethBeside:
-    """``protocol_tooth_sizes`` on a thread of its own while this process generates: on an
-    accelerator the phase is host-bound (Python, host float64 round laws) and generation mostly
-    device-bound, so most of it hides behind generation. ``result`` waits for it.
-
-    Notes
-    -----
-    The sizes are the ones the phase computes after generation, bit for bit: the same forwards at
-    the same shapes on the same models, the same host arithmetic. What makes sharing the models
-    with generation safe: the static model's switched forwards hold ``attention.CONFIG_LOCK``
-    exclusively and every ``HFModel`` forward holds it shared (no forward here sees the switch);
-    its CUDA-graph captures run in ``thread_local`` mode on a stream of their own (no CUDA call
-    here fails or breaks one); nothing here synchronises the device. Why and measured:
-    docs/internals.md "spectest/generation.py".
-    """
-
-    def __init__(
-        self, protocol: Protocol, teeth: Sequence[tuple[str, str]], models: Models
-    ) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="spectest-tooth-sizes")
-        self._future = self._pool.submit(_timed_sizes, protocol, list(teeth), models)
-
-    def result(self) -> tuple[pd.DataFrame | None, float]:
-        """The sizes and the seconds the thread took (its errors raise here)."""
-        try:
-            return self._future.result()
-        finally:
-            self._pool.shutdown(wait=True)
-
-    def abandon(self) -> None:
-        """Wait for the thread and drop its result or error (generation failed: the run's error
-        is the one to report, once nothing of the run still uses the models or the device)."""
-        self._pool.shutdown(wait=True)
-
-
-def _timed_sizes(
-    protocol: Protocol, teeth: Sequence[tuple[str, str]], models: Models
-) -> tuple[pd.DataFrame | None, float]:
-    t0 = time.perf_counter()
-    sizes = protocol_tooth_sizes(protocol, teeth, models)
-    return sizes, time.perf_counter() - t0
-
-
-def beside_generation(models: Models) -> bool:
-    """Whether the tooth sizes run beside generation (``TeethBeside``): the models are on an
-    accelerator (on CPU both phases are host work on the same cores, and CPU runs stay as they
-    were) and the tooth-size forwards touch no process-wide switch (``AVOID_CUDNN_SDPA`` off)."""
-    import torch
-
-    from spectest import tooth_size
-
-    target, draft = models.target, models.draft
-    return (
-        target is not None
-        and draft is not None
-        and torch.device(target.device).type == "cuda"
-        and not tooth_size.AVOID_CUDNN_SDPA
-    )
-
-
 def matched_drift(
     protocol: Protocol,
     samples: pd.DataFrame,

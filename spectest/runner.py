@@ -40,15 +40,12 @@ from spectest.generation import (
     EngineSet,
     RunOptions,
     ShardResult,
-    TeethBeside,
-    beside_generation,
     check_device,
     configure_threads,
     device_name,
     generate_shards,
     load_models,
     matched_drift,
-    protocol_tooth_sizes,
 )
 from spectest.plan import Plan, Shard, make_plan, stages
 from spectest.progress import ProgressFn, no_progress
@@ -58,6 +55,7 @@ from spectest.scaleout import WorkerPool, generate_spread, local_devices, make_p
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
 from spectest.shipped import shipped_name
 from spectest.store import FINGERPRINTS_KEY, PROMPTS_FILE, UNFINGERPRINTED, RunDir
+from spectest.teeth_phase import TeethBeside, start_beside, tooth_sizes_phase
 
 __all__ = ["RunOptions", "RunResult", "run_dir_for", "run_protocol"]
 
@@ -327,8 +325,8 @@ def _generate_missing(run: _Run, plan: Plan, teeth: bool = False) -> Models | No
     engines = EngineSet(run.protocol, [plan.arm(s.arm) for s in todo], plan, fast=run.options.fast)
     run.progress("load models", 1, 1)
     run.timings["load"] += time.perf_counter() - t_load
-    if teeth and plan.settings.sized_teeth and beside_generation(engines.models):
-        run.teeth_beside = TeethBeside(run.protocol, plan.settings.sized_teeth, engines.models)
+    if teeth:  # the tooth sizes on a thread beside generation, where they run so
+        run.teeth_beside = start_beside(run.protocol, plan.settings.sized_teeth, engines.models)
     gen = run.timings["generate"]
 
     def write(r: ShardResult) -> None:
@@ -388,33 +386,13 @@ def _generate_spread(run: _Run, plan: Plan, todo: Sequence[Shard], teeth: bool) 
 
 
 def _tooth_sizes(run: _Run, plan: Plan, models: Models | None) -> pd.DataFrame | None:
-    """The ε arms' and mutants' TV per cell-position (``spectest.tooth_size``), from the run's
-    models (loaded here when this process has not: a resumed or spread-out run); None when the
-    plan has no such tooth. Adds ``tooth sizes`` (seconds, loading included; with a thread beside
-    generation, the seconds waited for it after generation, and its own wall time as ``tooth
-    sizes beside generation``) to the timings."""
-    if not plan.settings.sized_teeth:
-        return None
-    if run.teeth_from_pool is not None:  # a pool worker made them beside generation
-        run.timings["tooth sizes"] = 0.0
-        return run.teeth_from_pool
-    if run.teeth_beside is not None:  # a thread made them beside generation: wait for the rest
-        t0 = time.perf_counter()
-        run.progress("tooth sizes", 0, 1)
-        sizes, beside_s = run.teeth_beside.result()
-        run.teeth_beside = None
-        run.progress("tooth sizes", 1, 1)
-        run.timings["tooth sizes"] = time.perf_counter() - t0
-        run.timings["tooth sizes beside generation"] = beside_s
-        return sizes
-    t0 = time.perf_counter()
-    run.progress("tooth sizes", 0, 1)
-    if models is None or models.target is None or models.draft is None:
-        models = load_models(run.protocol, need_draft=True)
-    sizes = protocol_tooth_sizes(run.protocol, plan.settings.sized_teeth, models)
-    run.progress("tooth sizes", 1, 1)
-    run.timings["tooth sizes"] = time.perf_counter() - t0
-    return sizes
+    """``teeth_phase.tooth_sizes_phase`` with the run's models, timings, pool and thread."""
+    beside, run.teeth_beside = run.teeth_beside, None
+    teeth = plan.settings.sized_teeth
+    return tooth_sizes_phase(
+        run.protocol, teeth, models, run.timings, run.progress,
+        from_pool=run.teeth_from_pool, beside=beside,
+    )  # fmt: skip
 
 
 def _numerics(

@@ -57,8 +57,10 @@ LAYERS: dict[str, int] = {
     "protocol": 4,
     "plan": 5,
     "sizing": 5,
-    # 6: generation, and the commands beside the run (bench, conformance, hunt)
+    # 6: generation and the tooth-size phase beside it, and the commands beside the run (bench,
+    # conformance, hunt)
     "generation": 6,
+    "teeth_phase": 6,
     "bench": 6,
     "conformance": 6,
     "hunt": 6,

@@ -1,4 +1,4 @@
-"""Issue 32: the tooth sizes on a thread beside generation (``generation.TeethBeside``, on an
+"""Issue 32: the tooth sizes on a thread beside generation (``teeth_phase.TeethBeside``, on an
 accelerator) — the run's tables equal the sequential run's bit for bit (CPU: the toy protocol with
 the thread forced on; ``-m gpu``: the realistic tiny pair in bfloat16 on the fast engine, whose
 CUDA-graph captures then run while the thread works), and what makes sharing the models safe:
@@ -22,9 +22,8 @@ import pytest
 import torch
 from toy_protocol import write_toy
 
-from spectest import runner
+from spectest import runner, teeth_phase
 from spectest.engines.base import Models
-from spectest.generation import beside_generation
 from spectest.models import attention
 from spectest.models.zoo import load_pair
 from spectest.protocol import load_protocol
@@ -108,14 +107,14 @@ def _toy_run(tmp_path: Path, name: str) -> dict[str, Any]:
 def test_tooth_sizes_beside_generation_equal_the_sequential_phase(tmp_path: Path) -> None:
     seq = _toy_run(tmp_path, "seq")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runner, "beside_generation", lambda models: True)
+        mp.setattr(teeth_phase, "beside_generation", lambda models: True)
         beside = _toy_run(tmp_path, "beside")
     _same_tables(tmp_path / "seq" / "run", tmp_path / "beside" / "run")
     assert seq["verdict"] == beside["verdict"]
     assert "tooth sizes beside generation" not in seq["timings"]
     assert beside["timings"]["tooth sizes beside generation"] > 0
     # on CPU the run keeps the phase after generation
-    assert not beside_generation(Models(*load_pair("bundled:target", "bundled:draft")))
+    assert not teeth_phase.beside_generation(Models(*load_pair("bundled:target", "bundled:draft")))
 
 
 def _same_tables(a: Path, b: Path) -> None:
@@ -142,7 +141,7 @@ def test_fast_run_on_cuda_with_tooth_sizes_beside_generation(tmp_path: Path) -> 
         path = write_toy(tmp_path / name, models=models, positions=6)
         with pytest.MonkeyPatch.context() as mp:
             if not on:
-                mp.setattr(runner, "beside_generation", lambda models: False)
+                mp.setattr(teeth_phase, "beside_generation", lambda models: False)
             options = runner.RunOptions(fast=True)
             runner.run_protocol(load_protocol(path), out=tmp_path / name / "run", options=options)
         runs[name] = json.loads((tmp_path / name / "run" / "summary.json").read_text())

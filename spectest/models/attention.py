@@ -181,7 +181,7 @@ def packed_attention(config: Any) -> Iterator[None]:
     its weights and config), so the switch lasts one forward (or one CUDA-graph capture: a replay
     runs no Python) and is undone in ``finally``. It holds ``CONFIG_LOCK`` exclusively, and every
     other forward of an ``HFModel`` holds it shared: a forward on another thread (the tooth sizes
-    beside generation, ``runner``) never sees the switch.
+    beside generation, ``teeth_phase``) never sees the switch.
     """
     with CONFIG_LOCK.exclusive():
         old = config._attn_implementation_internal

@@ -310,7 +310,7 @@ class _Graph:
             self.graph = torch.cuda.CUDAGraph()
             self.out = model._out_buffer(B, S, warm.dtype)  # [B, S, V] outside the graph pool
             # thread_local: another thread's CUDA calls (the tooth sizes beside generation,
-            # ``runner``) neither fail nor break this capture; its forwards wait (CONFIG_LOCK)
+            # ``teeth_phase``) neither fail nor break this capture; its forwards wait (CONFIG_LOCK)
             with torch.cuda.graph(
                 self.graph, pool=model._pool_handle(), capture_error_mode="thread_local"
             ):

@@ -1,0 +1,122 @@
+"""The run's tooth-size phase: ``tooth_sizes_phase`` (the sizes from a pool worker, from the
+thread that computed them beside generation, or computed here after it; the phase's timings) and
+that thread (``start_beside``, ``TeethBeside``, ``beside_generation``). Knows nothing about
+shards, tests or verdicts. Why and details: docs/internals.md "spectest/teeth_phase.py".
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from spectest.engines.base import Models
+from spectest.generation import load_models, protocol_tooth_sizes
+from spectest.progress import ProgressFn
+from spectest.protocol import Protocol
+
+
+def tooth_sizes_phase(
+    protocol: Protocol,
+    teeth: Sequence[tuple[str, str]],
+    models: Models | None,
+    timings: dict[str, Any],
+    progress: ProgressFn,
+    *,
+    from_pool: pd.DataFrame | None = None,
+    beside: TeethBeside | None = None,
+) -> pd.DataFrame | None:
+    """The ε arms' and mutants' TV per cell-position (``spectest.tooth_size``) of ``teeth``
+    (``RunSettings.sized_teeth``); None when there is no such tooth. From a pool worker
+    (``from_pool``), from the thread ``beside`` generation (waited for), or computed here from
+    ``models`` (loaded when this process has not: a resumed run). Sets ``timings["tooth
+    sizes"]`` (seconds here, loading included: with a thread, the wait after generation) and,
+    with a thread, ``timings["tooth sizes beside generation"]`` (its own wall time)."""
+    if not teeth:
+        return None
+    if from_pool is not None:
+        timings["tooth sizes"] = 0.0
+        return from_pool
+    t0 = time.perf_counter()
+    progress("tooth sizes", 0, 1)
+    if beside is not None:
+        sizes, timings["tooth sizes beside generation"] = beside.result()
+    else:
+        if models is None or models.target is None or models.draft is None:
+            models = load_models(protocol, need_draft=True)
+        sizes = protocol_tooth_sizes(protocol, teeth, models)
+    progress("tooth sizes", 1, 1)
+    timings["tooth sizes"] = time.perf_counter() - t0
+    return sizes
+
+
+def start_beside(
+    protocol: Protocol, teeth: Sequence[tuple[str, str]], models: Models
+) -> TeethBeside | None:
+    """The thread computing ``teeth``'s sizes from ``models`` beside generation, started now, or
+    None where they are computed after it (no sized tooth, or ``beside_generation`` says no)."""
+    return TeethBeside(protocol, teeth, models) if teeth and beside_generation(models) else None
+
+
+class TeethBeside:
+    """``protocol_tooth_sizes`` on a thread of its own while this process generates: on an
+    accelerator the phase is host-bound (Python, host float64 round laws) and generation mostly
+    device-bound, so most of it hides behind generation. ``result`` waits for it.
+
+    Notes
+    -----
+    The sizes are the ones the phase computes after generation, bit for bit: the same forwards at
+    the same shapes on the same models, the same host arithmetic. What makes sharing the models
+    with generation safe: the static model's switched forwards hold ``attention.CONFIG_LOCK``
+    exclusively and every ``HFModel`` forward holds it shared (no forward here sees the switch);
+    its CUDA-graph captures run in ``thread_local`` mode on a stream of their own (no CUDA call
+    here fails or breaks one); nothing here synchronises the device. Why and measured:
+    docs/internals.md "spectest/teeth_phase.py".
+    """
+
+    def __init__(
+        self, protocol: Protocol, teeth: Sequence[tuple[str, str]], models: Models
+    ) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="spectest-tooth-sizes")
+        self._future = self._pool.submit(_timed_sizes, protocol, list(teeth), models)
+
+    def result(self) -> tuple[pd.DataFrame | None, float]:
+        """The sizes and the seconds the thread took (its errors raise here)."""
+        try:
+            return self._future.result()
+        finally:
+            self._pool.shutdown(wait=True)
+
+    def abandon(self) -> None:
+        """Wait for the thread and drop its result or error (generation failed: the run's error
+        is the one to report, once nothing of the run still uses the models or the device)."""
+        self._pool.shutdown(wait=True)
+
+
+def _timed_sizes(
+    protocol: Protocol, teeth: Sequence[tuple[str, str]], models: Models
+) -> tuple[pd.DataFrame | None, float]:
+    t0 = time.perf_counter()
+    sizes = protocol_tooth_sizes(protocol, teeth, models)
+    return sizes, time.perf_counter() - t0
+
+
+def beside_generation(models: Models) -> bool:
+    """Whether the tooth sizes run beside generation (``TeethBeside``): the models are on an
+    accelerator (on CPU both phases are host work on the same cores, and CPU runs stay as they
+    were) and the tooth-size forwards touch no process-wide switch (``AVOID_CUDNN_SDPA`` off)."""
+    import torch
+
+    from spectest import tooth_size
+
+    target, draft = models.target, models.draft
+    return (
+        target is not None
+        and draft is not None
+        and torch.device(target.device).type == "cuda"
+        and not tooth_size.AVOID_CUDNN_SDPA
+    )
