@@ -325,7 +325,7 @@ def _generate_missing(run: _Run, plan: Plan, teeth: bool = False) -> Models | No
     engines = EngineSet(run.protocol, [plan.arm(s.arm) for s in todo], plan, fast=run.options.fast)
     run.progress("load models", 1, 1)
     run.timings["load"] += time.perf_counter() - t_load
-    if teeth:  # the tooth sizes on a thread beside generation, where they run so
+    if teeth:  # stage 0: the tooth sizes on a thread beside generation where that applies
         run.teeth_beside = start_beside(run.protocol, plan.settings.sized_teeth, engines.models)
     gen = run.timings["generate"]
 
@@ -338,7 +338,7 @@ def _generate_missing(run: _Run, plan: Plan, teeth: bool = False) -> Models | No
         generate_shards(run.protocol, plan, todo, engines, write, run.progress)
         run.provenance = {**run.provenance, "engines": engines.provenance()}
     except BaseException:
-        if run.teeth_beside is not None:  # not under the models' release below
+        if run.teeth_beside is not None:  # the run's error once the thread is done
             run.teeth_beside.abandon()
         raise
     finally:
