@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pandas as pd
@@ -61,8 +62,8 @@ def start_beside(
 
 
 class TeethBeside:
-    """``protocol_tooth_sizes`` on a thread of its own while this process generates: on an
-    accelerator the phase is host-bound (Python, host float64 round laws) and generation mostly
+    """``protocol_tooth_sizes`` on a thread of its own while this process generates: on CUDA the
+    phase is host-bound (Python, host float64 round laws) and generation mostly
     device-bound, so most of it hides behind generation. ``result`` waits for it.
 
     Notes
@@ -79,8 +80,6 @@ class TeethBeside:
     def __init__(
         self, protocol: Protocol, teeth: Sequence[tuple[str, str]], models: Models
     ) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="spectest-tooth-sizes")
         self._future = self._pool.submit(_timed_sizes, protocol, list(teeth), models)
 
@@ -106,9 +105,10 @@ def _timed_sizes(
 
 
 def beside_generation(models: Models) -> bool:
-    """Whether the tooth sizes run beside generation (``TeethBeside``): the models are on an
-    accelerator (on CPU both phases are host work on the same cores, and CPU runs stay as they
-    were) and the tooth-size forwards touch no process-wide switch (``AVOID_CUDNN_SDPA`` off)."""
+    """Whether the tooth sizes run beside generation (``TeethBeside``): the models are on CUDA
+    (what the thread's safety was built and measured for; on CPU both phases are host work on
+    the same cores, and CPU runs stay as they were) and the tooth-size forwards touch no
+    process-wide switch (``AVOID_CUDNN_SDPA`` off)."""
     import torch
 
     from spectest import tooth_size

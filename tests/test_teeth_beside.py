@@ -1,5 +1,5 @@
-"""Issue 32: the tooth sizes on a thread beside generation (``teeth_phase.TeethBeside``, on an
-accelerator) — the run's tables equal the sequential run's bit for bit (CPU: the toy protocol with
+"""Issue 32: the tooth sizes on a thread beside generation (``teeth_phase.TeethBeside``, on
+CUDA) — the run's tables equal the sequential run's bit for bit (CPU: the toy protocol with
 the thread forced on; ``-m gpu``: the realistic tiny pair in bfloat16 on the fast engine, whose
 CUDA-graph captures then run while the thread works), and what makes sharing the models safe:
 ``attention.CONFIG_LOCK`` (a forward of an ``HFModel`` on another thread waits for a switched
@@ -114,7 +114,8 @@ def test_tooth_sizes_beside_generation_equal_the_sequential_phase(tmp_path: Path
     assert "tooth sizes beside generation" not in seq["timings"]
     assert beside["timings"]["tooth sizes beside generation"] > 0
     # on CPU the run keeps the phase after generation
-    assert not teeth_phase.beside_generation(Models(*load_pair("bundled:target", "bundled:draft")))
+    tiny = load_pair("realistic:qwen3-tiny,draft_layers=1", "derived:first_layers,layers=1")
+    assert not teeth_phase.beside_generation(Models(*tiny))
 
 
 def _same_tables(a: Path, b: Path) -> None:
