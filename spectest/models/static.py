@@ -15,6 +15,7 @@ from spectest.errors import ModelError
 from spectest.models import attention, decode_attention, norms
 from spectest.models.base import Cache, LanguageModel
 from spectest.models.hf import HFModel
+from spectest.sampling.scaled import HALF, ScaledLogits
 
 # attention window granularity (slots): a forward attends to the first ceil((n0 + S) / step)·step
 # slots of the pool, so its cost follows the row length, at one CUDA graph per window size
@@ -79,8 +80,10 @@ class StaticHFModel(LanguageModel):
     packed_gqa : attend with ``attention.packed_gqa_sdpa`` (the query heads of a KV head packed
         into rows, no ``repeat_kv`` copy) where the model is sdpa with grouped KV heads.
     native_logits : return the logits in the dtype the model computes them in (e.g. bfloat16)
-        instead of their float32 cast, where that cast is all ``HFModel`` does to them
-        (``logit_scale == 1``); a float32 model is unaffected.
+        instead of their float32 cast: as they are where that cast is all ``HFModel`` does to
+        them (``logit_scale == 1``), as ``sampling.scaled.ScaledLogits`` (standing for the float32
+        product) for a bfloat16 / float16 model with a ``logit_scale``; a float32 model with a
+        scale is unaffected.
     fused_norms : run the model's RMSNorms as torch's fused kernel (``models/norms.py``); None:
         where the device has it (CUDA), so CPU runs keep ``HFModel``'s operations.
     decode_kernel : attend in every forward (prompt prefill, decode, verify) with the Triton
@@ -129,7 +132,10 @@ class StaticHFModel(LanguageModel):
         # GQA without transformers' K/V copy (models/attention.py); off when ``packed_gqa=False``
         self.packed_gqa = bool(packed_gqa) and attention.usable(cfg)
         self.graph_error: str | None = None  # why CUDA graphs were turned off, if they were
-        self.native_logits = bool(native_logits) and base.logit_scale == 1.0
+        # native logits: the model's dtype; under a logit_scale, half precision only, as
+        # ``ScaledLogits`` (the float32 product made where something needs it)
+        half = base.dtype in HALF
+        self.native_logits = bool(native_logits) and (base.logit_scale == 1.0 or half)
         if fused_norms is None:
             fused_norms = norms.available(base.device)
         self.fused_norms = bool(fused_norms) and norms.install(base.model) > 0
@@ -216,6 +222,8 @@ class StaticHFModel(LanguageModel):
         else:
             logits = self._eager(cache.kv, input_ids, mask, pos, new)
         cache.valid = torch.cat([cache.valid, torch.ones((B, S), dtype=torch.bool, device=dev)], 1)
+        if self.native_logits and self.base.logit_scale != 1.0:
+            return ScaledLogits.wrap(logits, self.base.logit_scale)  # fl32(logits) · scale
         return logits
 
     def _eager(
@@ -244,12 +252,12 @@ class StaticHFModel(LanguageModel):
                 input_ids=ids, attention_mask=m4, position_ids=pos, use_cache=True, **kwargs
             )
         if out is None and self.native_logits:
-            return res.logits  # [B, S, V] as computed (class NOTE)
+            return res.logits  # [B, S, V] as computed, scaled by ``_forward`` (class NOTE)
         if out is None:
             return self.base.scaled(res.logits)  # [B, S, V]
         # the same operations, into a buffer of the dtype eager returns (conversion is exact)
         out.copy_(res.logits)  # [B, S, V]
-        if self.base.logit_scale != 1.0:
+        if self.base.logit_scale != 1.0 and not self.native_logits:
             out.mul_(self.base.logit_scale)
         return out
 

@@ -17,6 +17,7 @@ from spectest.sampling import mutants
 from spectest.sampling.kernels import weight_sum
 from spectest.sampling.laws import ShortlistLaw
 from spectest.sampling.params import SamplingTensors
+from spectest.sampling.scaled import ScaledLogits, law_values, parts
 from spectest.sampling.transforms import (
     _argmax_lowest,
     _check_finite,
@@ -145,8 +146,9 @@ def shortlist_probs(
     p = params.per_position(S, logits.device)  # [N] each
     filtered = (p.temperature > 0) & _has_filter(p, V)  # [N]
     # NOTE one read of the logits gives each row's max (the shortlist's, below) and finiteness:
-    # aminmax propagates NaN, +inf shows in the max and -inf in the min
-    lo, hi = torch.aminmax(x, dim=-1)  # [N] each
+    # aminmax propagates NaN, +inf shows in the max and -inf in the min; on native scaled logits
+    # the extremes of the product are the products of the extremes (``sampling/scaled.py``)
+    lo, hi = _extremes(x)  # [N] each
     # NOTE one host sync for what the parameters and the finiteness decide (the same checks, in
     # the same order of precedence, as ``validate`` then ``_check_finite_fast`` then the filter)
     no = torch.zeros((), dtype=torch.bool, device=x.device)
@@ -172,9 +174,22 @@ def shortlist_probs(
 
 def _check_finite_fast(x: torch.Tensor, S: int, has_positions: bool) -> None:
     """``transforms._check_finite`` in one read of ``x`` ``[N, V]`` as given (no cast: a cast
-    keeps NaN and ±inf and makes no finite value one), raising its error when one is not finite."""
-    if not bool(torch.isfinite(x).all()):
+    keeps NaN and ±inf and makes no finite value one), raising its error when one is not finite.
+    Native scaled logits: their product overflows only at a row's extremes, so those decide."""
+    if isinstance(x, ScaledLogits):
+        finite = bool(torch.isfinite(torch.stack(_extremes(x))).all())
+    else:
+        finite = bool(torch.isfinite(x).all())
+    if not finite:
         _check_finite(x, S, has_positions)
+
+
+def _extremes(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.aminmax(x, dim=-1)`` of the law's values, read on the native tensor for
+    ``ScaledLogits`` (the product is increasing: its extremes are the extremes' products)."""
+    raw, scale = parts(x)
+    lo, hi = torch.aminmax(raw, dim=-1)
+    return law_values(lo, scale), law_values(hi, scale)
 
 
 def _weights(
@@ -208,13 +223,8 @@ def _filtered(
     t, k, p, mp = params.temperature, params.top_k, params.top_p, params.min_p  # [M] each
     k_on = (k > 0) & (k < V)  # [M]
     p_on = p < 1  # [M]
-    # 1-2. the shortlist (a selection on the logits as given: comparisons only), then float64
-    # weights as the reference
-    cand = torch.topk(x, W, dim=-1, sorted=False).indices.sort(dim=-1).values  # [M, W] ids asc
-    # NOTE converting to float64 is exact and monotone, so the max and the gathered shortlist
-    # converted afterwards are bit-equal to the reference's (convert all V, then max / gather)
-    mx = (x.amax(-1, keepdim=True) if row_max is None else row_max[:, None]).to(torch.float64)
-    w_c = torch.exp((x.gather(-1, cand).to(torch.float64) - mx) / t[:, None])  # [M, W] float64
+    raw, s = parts(x)  # native scaled logits: x as computed and its scale (else x, None)
+    cand, mx, w_c = _shortlist(raw, s, W, t, row_max)  # [M, W], [M, 1], [M, W]
     vals, order = torch.sort(w_c, dim=-1, descending=True, stable=True)  # [M, W] ties by id
     w_min = vals[:, -1:]  # [M, 1]
     full = W == V  # every token is shortlisted: always decidable
@@ -230,10 +240,10 @@ def _filtered(
         # the full-vocabulary sum in one fused read on CUDA (``sampling.kernels``: the same
         # float64 terms, another addition order), ``_weights(..).sum(-1)``'s operations elsewhere
         if n_no_k == M:  # every row: no [M, V] row gather, no index
-            z = weight_sum(x, t, mx)  # [M] as the reference's sum
+            z = weight_sum(raw, t, mx, s)  # [M] as the reference's sum
         else:
             r = torch.nonzero(no_k).squeeze(-1)  # [R]
-            z = z.index_put((r,), weight_sum(x[r], t[r], mx[r]))
+            z = z.index_put((r,), weight_sum(raw[r], t[r], mx[r], s))
     probs = kept_w / z[:, None]  # [M, W]
     csum = torch.cumsum(probs, dim=-1)  # [M, W]
     before = torch.cat([torch.zeros_like(csum[:, :1]), csum[:, :-1]], dim=-1)  # [M, W]
@@ -249,6 +259,23 @@ def _filtered(
     # back to the shortlist's id order (``cand`` ascending): order[j] is the slot of final[j]
     probs_by_id = torch.empty_like(final).scatter_(-1, order, final)  # [M, W]
     return cand, probs_by_id, ok_k & ok_p & ok_m
+
+
+def _shortlist(
+    raw: torch.Tensor, s: float | None, W: int, t: torch.Tensor, row_max: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Steps 1-2 of ``_filtered``: the shortlist (a selection on the logits as given: comparisons
+    only), then float64 weights as the reference — ``(ids [M, W] ascending, row max [M, 1]
+    float64, weights [M, W] float64)``; ``s``: the scale of native ``raw`` (``parts``)."""
+    cand = torch.topk(raw, W, dim=-1, sorted=False).indices.sort(dim=-1).values  # [M, W] ids asc
+    # NOTE converting to float64 is exact and monotone, so the max and the gathered shortlist
+    # converted afterwards are bit-equal to the reference's (convert all V, then max / gather);
+    # so is scaling native logits after the max / gather (``sampling/scaled.py``)
+    if row_max is None:
+        row_max = law_values(raw.amax(-1), s)  # [M]
+    mx = row_max[:, None].to(torch.float64)  # [M, 1]
+    picked = law_values(raw.gather(-1, cand), s).to(torch.float64)  # [M, W]
+    return cand, mx, torch.exp((picked - mx) / t[:, None])
 
 
 def _min_p_step(
