@@ -92,6 +92,7 @@ class FastEngine(BuiltinEngine):
             "graph_error": error,
             "packed_gqa": packed,
             "decode_kernel": isinstance(t, StaticHFModel) and t.decode_kernel,
+            "fused_rotary": isinstance(t, StaticHFModel) and t.fused_rotary,
         }
 
 

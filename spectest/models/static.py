@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from spectest.errors import ModelError
-from spectest.models import attention, decode_attention, norms
+from spectest.models import attention, decode_attention, norms, rotary
 from spectest.models.base import Cache, LanguageModel
 from spectest.models.hf import HFModel
 from spectest.sampling.scaled import HALF, ScaledLogits
@@ -86,6 +86,9 @@ class StaticHFModel(LanguageModel):
         scale is unaffected.
     fused_norms : run the model's RMSNorms as torch's fused kernel (``models/norms.py``); None:
         where the device has it (CUDA), so CPU runs keep ``HFModel``'s operations.
+    fused_rotary : rotate q and k in one Triton kernel each (``models/rotary.py``, bit for bit
+        the model's operations; bf16/fp16 only); None: where it runs (CUDA with Triton,
+        ``SPECTEST_NO_KERNELS`` unset).
     decode_kernel : attend in every forward (prompt prefill, decode, verify) with the Triton
         kernel of ``models/decode_attention.py`` (packed GQA, bf16/fp16 only); None: where it
         runs (CUDA with Triton, ``SPECTEST_NO_KERNELS`` unset), so CPU runs keep SDPA.
@@ -108,6 +111,7 @@ class StaticHFModel(LanguageModel):
         native_logits: bool = True,
         fused_norms: bool | None = None,
         decode_kernel: bool | None = None,
+        fused_rotary: bool | None = None,
     ) -> None:
         if not isinstance(base, HFModel):
             raise ModelError(f"StaticHFModel wraps an HFModel, got {type(base).__name__}")
@@ -139,6 +143,9 @@ class StaticHFModel(LanguageModel):
         if fused_norms is None:
             fused_norms = norms.available(base.device)
         self.fused_norms = bool(fused_norms) and norms.install(base.model) > 0
+        if fused_rotary is None:
+            fused_rotary = rotary.available(base.device)
+        self.fused_rotary = bool(fused_rotary) and rotary.install(base.model)
         if decode_kernel is None:
             decode_kernel = decode_attention.available(base.device)
         self.decode_kernel = bool(decode_kernel) and self.packed_gqa
@@ -247,7 +254,8 @@ class StaticHFModel(LanguageModel):
             kwargs["cache_position"] = new
         packed = attention.packed_attention(self.base.config) if self.packed_gqa else nullcontext()
         kernel = attention.decode_kernel(self.decode_kernel)
-        with packed, norms.fused_norms(self.fused_norms), kernel:
+        fused = rotary.fused_rotary(self.fused_rotary)
+        with packed, norms.fused_norms(self.fused_norms), fused, kernel:
             res = self.base.model(
                 input_ids=ids, attention_mask=m4, position_ids=pos, use_cache=True, **kwargs
             )

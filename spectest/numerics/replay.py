@@ -116,6 +116,7 @@ class ReplayStaticModel(StaticHFModel):
             packed_gqa=self.packed_gqa,
             native_logits=self.native_logits,
             fused_norms=self.fused_norms,
+            fused_rotary=self.fused_rotary,
             decode_kernel=self.decode_kernel,
         )
         w._prefills = self._prefills
