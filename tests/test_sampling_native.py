@@ -136,11 +136,16 @@ def test_sync_free_fix_up_equals_the_synced_one() -> None:
         assert torch.equal(categorical(w, u, check=False), categorical(w, u, check=True))
 
 
-@pytest.fixture(scope="module")
-def bf16_pair() -> tuple[StaticHFModel, ...]:
+def static_pairs(logit_scale: float) -> tuple[StaticHFModel, ...]:
+    """A bfloat16 target and draft, native (target, draft), then on the float32 logits."""
     # V = 2048 > the shortlist's 1024: the rounds run on shortlist laws (top-k rows decide)
     target = from_preset(
-        "qwen3-tiny", seed=5, num_hidden_layers=3, vocab_size=2048, dtype=torch.bfloat16
+        "qwen3-tiny",
+        seed=5,
+        num_hidden_layers=3,
+        vocab_size=2048,
+        dtype=torch.bfloat16,
+        logit_scale=logit_scale,
     )
     draft = first_layers(target, 1)
     return tuple(
@@ -148,6 +153,11 @@ def bf16_pair() -> tuple[StaticHFModel, ...]:
         for native in (True, False)
         for m in (target, draft)
     )
+
+
+@pytest.fixture(scope="module")
+def bf16_pair() -> tuple[StaticHFModel, ...]:
+    return static_pairs(1.0)
 
 
 def test_static_model_native_logits(bf16_pair) -> None:
@@ -190,11 +200,14 @@ def test_native_logits_decode_the_same_tokens(bf16_pair, onehot: bool) -> None:
 
 
 @pytest.mark.gpu
-def test_native_logits_on_cuda_decode_the_same_tokens() -> None:
-    """On CUDA (graphs, the fused normaliser): native bfloat16 logits vs their float32 cast, the
-    same tokens and rounds. False-failure rate: a draw can differ only if the shortlist's tie
-    choice moves a zero in a parallel float64 scan and ``u * total`` lies within that rounding of
-    a CDF step (~1e-16 per draw)."""
+@pytest.mark.parametrize("logit_scale", [1.0, 20.0])
+def test_native_logits_on_cuda_decode_the_same_tokens(logit_scale: float) -> None:
+    """On CUDA (graphs, the fused normaliser): native bfloat16 logits vs their float32 cast (under
+    the realistic pair's ``logit_scale`` 20: ``ScaledLogits`` vs the float32 product), the same
+    tokens and rounds. False-failure rate: a draw can differ only if the shortlist's tie choice
+    moves a zero in a parallel float64 scan, or the normaliser's float64 terms are added in
+    another order (a bfloat16 load), and ``u * total`` lies within that rounding of a CDF step
+    (~1e-16 per draw)."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     target = from_preset(
@@ -204,6 +217,7 @@ def test_native_logits_on_cuda_decode_the_same_tokens() -> None:
         vocab_size=4096,
         device="cuda",
         dtype=torch.bfloat16,
+        logit_scale=logit_scale,
     )
     draft = first_layers(target, 1)
     params = [SamplingParams(0.8, 0, 0.95), SamplingParams(0.8, 50), SamplingParams(1.0, 8, 0.9)]
@@ -212,6 +226,7 @@ def test_native_logits_on_cuda_decode_the_same_tokens() -> None:
     outs = []
     for native in (True, False):
         t, d = (StaticHFModel(m, native_logits=native) for m in (target, draft))
+        assert t.native_logits == native
         for onehot in (False, True):
             drafter = DrafterSpec(onehot=onehot, k=4)
             out = speculative_decode_fast(t, d, req, drafter=drafter, variant=get_variant("exact"))

@@ -2,7 +2,8 @@
 times a ``logit_scale``. Moves keep the native tensor, everything else sees the product, writes
 are refused; the fast pipeline on them gives the product's law bit for bit (dense, shortlist,
 draws, ties, fallbacks, overflow under the scale); the static model returns them for a scaled
-bfloat16 model and its decode loops give the float32 model's tokens, rounds and white-box columns.
+bfloat16 model and its decode loops give the float32 model's tokens, rounds and white-box columns
+(on CUDA: tests/test_sampling_native.py, ``logit_scale`` 20).
 
 All inputs are fixed (seeded) and every CPU comparison is exact (``torch.equal``): the claims are
 bit-identities (the product is what the static model computed before, and comparisons on the
@@ -27,7 +28,6 @@ from spectest.engines.base import DecodeRequest
 from spectest.engines.builtin import DrafterSpec, RowSpec
 from spectest.engines.fast import plain_decode_fast, speculative_decode_fast
 from spectest.errors import NumericsError
-from spectest.models.derive import first_layers
 from spectest.models.hf import from_preset
 from spectest.models.static import StaticHFModel
 from spectest.sampling.mutants import get_variant
@@ -35,7 +35,7 @@ from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.scaled import ScaledLogits, parts
 from spectest.sampling.shortlist import logits_to_probs_fast, shortlist_probs
 from spectest.sampling.transforms import logits_to_probs
-from tests.test_sampling_native import GRID, native_sets
+from tests.test_sampling_native import GRID, native_sets, static_pairs
 
 SCALES = [20.0, 0.1, 3.7]  # the realistic pair's; one that float32 rounds; an odd one
 
@@ -129,22 +129,9 @@ def test_non_finite_and_overflow_under_the_scale_raise_the_products_line() -> No
 
 @pytest.fixture(scope="module")
 def scaled_pair() -> tuple[StaticHFModel, ...]:
-    """A bfloat16 pair with the realistic pair's ``logit_scale`` 20: native (``ScaledLogits``),
-    then the float32 product (``native_logits=False``, what the static model returned before)."""
-    target = from_preset(
-        "qwen3-tiny",
-        seed=5,
-        num_hidden_layers=3,
-        vocab_size=2048,
-        dtype=torch.bfloat16,
-        logit_scale=20.0,
-    )
-    draft = first_layers(target, 1)
-    return tuple(
-        StaticHFModel(m, cuda_graphs=False, native_logits=native)
-        for native in (True, False)
-        for m in (target, draft)
-    )
+    """The realistic pair's ``logit_scale`` 20: native (``ScaledLogits``), then the float32
+    product (``native_logits=False``, what the static model returned before)."""
+    return static_pairs(20.0)
 
 
 def test_static_model_returns_scaled_logits(scaled_pair) -> None:
@@ -223,37 +210,3 @@ def test_the_normaliser_kernel_scales_as_the_model_did() -> None:
     assert set(out) == {"20.0", "0.1"}
     for same, rel in out.values():
         assert same and rel <= 1e-12, out
-
-
-@pytest.mark.gpu
-def test_scaled_logits_on_cuda_decode_the_same_tokens() -> None:
-    """On CUDA (graphs, the fused normaliser reading bfloat16): ``ScaledLogits`` vs the float32
-    product, the same tokens and rounds. False-failure rate: the normaliser's float64 terms are
-    the same and only their addition order may differ, so a draw can differ only if ``u * total``
-    lies within that rounding of a CDF step (~1e-16 per draw)."""
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    target = from_preset(
-        "qwen3-tiny",
-        seed=5,
-        num_hidden_layers=3,
-        vocab_size=4096,
-        device="cuda",
-        dtype=torch.bfloat16,
-        logit_scale=20.0,
-    )
-    draft = first_layers(target, 1)
-    params = [SamplingParams(0.8, 0, 0.95), SamplingParams(0.8, 50), SamplingParams(1.0, 8, 0.9)]
-    rows = [RowSpec(f"c{i}", s, p) for s in range(64) for i, p in enumerate(params)]
-    req = DecodeRequest([1, 2, 3], rows, num_positions=40, run_key=7, prompt_id="p")
-    outs = []
-    for native in (True, False):
-        t, d = (StaticHFModel(m, native_logits=native) for m in (target, draft))
-        assert t.native_logits == native
-        for onehot in (False, True):
-            drafter = DrafterSpec(onehot=onehot, k=4)
-            out = speculative_decode_fast(t, d, req, drafter=drafter, variant=get_variant("exact"))
-            outs.append((out.tokens, out.rounds))
-            assert t.graph_error is None, t.graph_error
-    for (ta, ra), (tb, rb) in zip(outs[:2], outs[2:], strict=True):
-        assert np.array_equal(ta, tb) and ra is not None and ra.equals(rb)
