@@ -12,7 +12,7 @@
 # `spectest run --config protocols/top_p.yaml --device cuda`; then the samples' token columns,
 # histograms.parquet and the verdict are compared (table contents: Parquet files embed their
 # provenance, so bytes differ by timestamp and git sha), and tooth_sizes.parquet where both have it.
-# Prints IDENTICAL or what differs.
+# Prints each side's phase timings, then IDENTICAL or what differs.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OLD="$1"
@@ -31,6 +31,7 @@ for side in old new; do
   (cd "$tree" && PYTHONPATH="$tree" timeout 330 python -m spectest run "${RUN[@]}" \
     --device "${DEVICE:-cuda}" ${EXTRA:-} --out "$OUT/$side" --no-progress > "$OUT/$side.console.txt" 2>&1)
   echo "== $side: exit $? in $(( $(date +%s) - t0 )) s"; tail -n 3 "$OUT/$side.console.txt"
+  grep -A1 "timings (s)" "$OUT/$side.console.txt" | tr '\n' ' '; echo  # the phases, one line
 done
 python - "$OUT/old" "$OUT/new" <<'PY'
 import json, sys
