@@ -53,7 +53,8 @@ class LanguageModel(ABC):
     @abstractmethod
     def forward(self, cache: Cache, input_ids: torch.Tensor) -> torch.Tensor:
         """Append ``input_ids`` [B, S] (int64) to ``cache``; return logits [B, S, V] float32 (a
-        ``StaticHFModel`` with ``native_logits``: the model's own dtype, exact in float32)."""
+        ``StaticHFModel`` with ``native_logits``: the model's own dtype, exact in float32, or under
+        a ``logit_scale`` a ``sampling.scaled.ScaledLogits`` standing for the float32 product)."""
 
     def prefill_shared(self, prompt: torch.Tensor, batch_size: int) -> tuple[Cache, torch.Tensor]:
         """Prefill one prompt ``[L]`` once as a single row and repeat its cache: a
