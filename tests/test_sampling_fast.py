@@ -191,3 +191,37 @@ def test_non_finite_logits_raise_as_the_exact_pipeline():
     huge[:, 0] = 0.0
     got_p = logits_to_probs_fast(huge, params, width=8)
     assert torch.equal(got_p, logits_to_probs(huge, params))
+
+
+def test_one_host_sync_per_call_once_the_parameters_are_read(monkeypatch):
+    """``shortlist_probs`` reads a parameter object's flags once (``params.host``) and then syncs
+    once per call, after the work; a non-finite logit still raises the reference's line, also for
+    unfiltered rows (which return None) and on the second call of the same parameters."""
+    from spectest.errors import NumericsError
+    from spectest.sampling.shortlist import shortlist_probs
+
+    syncs = []
+    tolist = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: syncs.append(1) or tolist(t))
+    g = torch.Generator().manual_seed(4)
+    params = SamplingTensors.from_params([SamplingParams(temperature=0.8, top_p=0.9)] * 3)
+    x = (torch.randn(3, 2, 300, generator=g) * 4).float()
+    first = shortlist_probs(x, params, width=64)
+    assert first is not None and len(syncs) == 2 and len(params.host) == 1
+    again = shortlist_probs(x, params, width=64)
+    assert again is not None and len(syncs) == 3
+    assert torch.equal(again.ids, first.ids) and torch.equal(again.probs, first.probs)
+    # the same law from fresh parameters (no flags kept)
+    fresh = SamplingTensors.from_params([SamplingParams(temperature=0.8, top_p=0.9)] * 3)
+    other = shortlist_probs(x, fresh, width=64)
+    assert other is not None and torch.equal(other.probs, first.probs)
+    unfiltered = SamplingTensors.from_params([SamplingParams(temperature=0.8)] * 3)
+    for p in (params, unfiltered):
+        bad = x.clone()
+        bad[2, 1, 5] = float("nan")
+        with pytest.raises(NumericsError) as ref:
+            logits_to_probs(bad, p)
+        with pytest.raises(NumericsError) as got:
+            shortlist_probs(bad, p, width=64)
+        assert str(got.value) == str(ref.value)
+    assert shortlist_probs(x, unfiltered, width=64) is None

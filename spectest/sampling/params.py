@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -62,12 +62,18 @@ def validate_params(
 
 @dataclass(frozen=True)
 class SamplingTensors:
-    """Per-row sampling parameters, each of shape ``[B]``, on one device."""
+    """Per-row sampling parameters, each of shape ``[B]``, on one device. The tensors are not
+    changed once a law has been taken from them: the host keeps what it read (``host``)."""
 
     temperature: torch.Tensor  # [B] float64
     top_k: torch.Tensor  # [B] int64 (0 = off)
     top_p: torch.Tensor  # [B] float64 (1 = off)
     min_p: torch.Tensor  # [B] float64 (0 = off)
+    # what the host learnt from these tensors once (``shortlist._host_flags``): a chunk's
+    # parameters are fixed for its whole decode, so they are read once, not once per call
+    host: dict[tuple[int, bool], tuple[int, ...]] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     @staticmethod
     def from_params(

@@ -144,32 +144,47 @@ def shortlist_probs(
     if check:
         params.check_shapes(batch_size=B, where="shortlist_probs params")
     p = params.per_position(S, logits.device)  # [N] each
-    filtered = (p.temperature > 0) & _has_filter(p, V)  # [N]
+    invalid, unfiltered, n_no_k, n_min_p = _host_flags(params, V, check)
+    if invalid:
+        params.raise_invalid(where="shortlist_probs params")
     # NOTE one read of the logits gives each row's max (the shortlist's, below) and finiteness:
     # aminmax propagates NaN, +inf shows in the max and -inf in the min; on native scaled logits
     # the extremes of the product are the products of the extremes (``sampling/scaled.py``)
     lo, hi = _extremes(x)  # [N] each
-    # NOTE one host sync for what the parameters and the finiteness decide (the same checks, in
-    # the same order of precedence, as ``validate`` then ``_check_finite_fast`` then the filter)
     no = torch.zeros((), dtype=torch.bool, device=x.device)
-    flags = [
-        params.invalid().any() if check else no,
-        ~(torch.isfinite(lo) & torch.isfinite(hi)).all() if check else no,
-        ~filtered.all(),
-        *_filter_counts(p, V),
-    ]
-    invalid, not_finite, unfiltered, *counts = torch.stack([f.long() for f in flags]).tolist()
-    if invalid:
-        params.raise_invalid(where="shortlist_probs params")
+    bad = ~(torch.isfinite(lo) & torch.isfinite(hi)).all() if check else no
+    if unfiltered:  # the dense pipeline decides; a non-finite logit still raises here first
+        if bool(bad):
+            _check_finite(x, S, logits.dim() == 3)
+        return None
+    ids, probs, ok = _filtered(x, p, width, (n_no_k * S, n_min_p * S), hi)  # [N, W], [N, W], [N]
+    # NOTE one host sync per call, after the work: the finiteness (which raises first, as
+    # ``_check_finite_fast`` would have before) and the decidability (NaN / ±inf logits only
+    # make garbage in between, never an error)
+    not_finite, undecided = torch.stack([bad, ~ok.all()]).tolist()
     if not_finite:
         _check_finite(x, S, logits.dim() == 3)
-    if unfiltered:
-        return None
-    ids, probs, ok = _filtered(x, p, width, (counts[0], counts[1]), hi)  # [N, W], [N, W], [N]
-    if not bool(ok.all()):
+    if undecided:
         return None
     shape = (*logits.shape[:-1], width)
     return ShortlistLaw(ids.reshape(shape), probs.reshape(shape), V)
+
+
+def _host_flags(params: SamplingTensors, V: int, check: bool) -> tuple[int, int, int, int]:
+    """``(invalid, unfiltered, rows with top-p and no top-k, rows with min-p)`` of ``params``'
+    ``[B]`` rows: what ``shortlist_probs`` branches on before it reads the logits, in one host
+    sync per parameter object (kept in ``params.host``: a chunk's parameters serve its whole
+    decode). ``invalid`` is 0 when ``check`` is off."""
+    key = (V, check)
+    if key not in params.host:
+        no = torch.zeros((), dtype=torch.bool, device=params.temperature.device)
+        filtered = (params.temperature > 0) & _has_filter(params, V)  # [B]
+        flags = [params.invalid().any() if check else no, ~filtered.all()]
+        flags += _filter_counts(params, V)
+        vals = torch.stack([f.long() for f in flags]).tolist()
+        params.host[key] = (vals[0], vals[1], vals[2], vals[3])
+    invalid, unfiltered, n_no_k, n_min_p = params.host[key]
+    return invalid, unfiltered, n_no_k, n_min_p
 
 
 def _check_finite_fast(x: torch.Tensor, S: int, has_positions: bool) -> None:
