@@ -58,7 +58,10 @@ def test_the_package_ships_the_build_script_beside_its_driver() -> None:
     assert "SPECTEST_LLAMACPP_LOCKED" in text
     assert 'VERSION="${SPECTEST_LLAMACPP_VERSION:-' + llamacpp.VERSION + '}"' in text
     assert f'BUILD_KEY="{llamacpp.BUILD_KEY}"' in text  # the script and the module agree
-    assert "-DCMAKE_UNITY_BUILD=ON" in text and llamacpp.BUILD_KEY.startswith("unity")
+    assert '-DCMAKE_UNITY_BUILD="$1"' in text and llamacpp.BUILD_KEY.startswith("unity")
+    # a unity build first; one that fails is configured again one file a compile
+    assert text.index("configure ON") < text.index("configure OFF")
+    assert "ggml-cpu/amx/mmq.cpp" in text  # AMX sources out of the units (an AMX CPU)
     # one line calls and exits: nothing after it is read, even from a file edited mid-build
     assert text.rstrip().splitlines()[-1] == 'main "$@"; exit'
 
