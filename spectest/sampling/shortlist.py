@@ -143,7 +143,6 @@ def shortlist_probs(
     x = logits.reshape(B * S, V)  # [N, V] as given (float32, or the model's bfloat16)
     if check:
         params.check_shapes(batch_size=B, where="shortlist_probs params")
-    p = params.per_position(S, logits.device)  # [N] each
     invalid, unfiltered, n_no_k, n_min_p = _host_flags(params, V, check)
     if invalid:
         params.raise_invalid(where="shortlist_probs params")
@@ -157,6 +156,7 @@ def shortlist_probs(
         if bool(bad):
             _check_finite(x, S, logits.dim() == 3)
         return None
+    p = params.per_position(S, logits.device)  # [N] each
     ids, probs, ok = _filtered(x, p, width, (n_no_k * S, n_min_p * S), hi)  # [N, W], [N, W], [N]
     # NOTE one host sync per call, after the work: the finiteness (which raises first, as
     # ``_check_finite_fast`` would have before) and the decidability (NaN / ±inf logits only
