@@ -183,3 +183,24 @@ def test_static_model_runs_the_kernel_in_its_graphs_on_cuda() -> None:
         got.append(torch.cat(rows))
         assert model.graph_error is None and len(model._graphs) > 0, model.graph_error
     torch.testing.assert_close(got[0], got[1], rtol=0.05, atol=0.05)
+
+
+def compiled_variants(kernel: object) -> int:
+    """How many variants of a Triton kernel this process has compiled for the current device
+    (``JITFunction.device_caches``: the first item of a device's entry is its kernel cache)."""
+    caches = kernel.device_caches  # type: ignore[attr-defined]
+    return len(caches[torch.cuda.current_device()][0])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or not HAS_TRITON, reason="needs CUDA and Triton")
+def test_one_compile_for_every_query_count_and_window_on_cuda() -> None:
+    """A decode step, a verify and prefills of five prompt lengths, over three windows, compile
+    the kernel at most once (it ran once per prompt length before: a constexpr S, a specialised
+    W): a first run on a fresh machine otherwise pays a compile per prompt length."""
+    kernel = decode_attention._kernel()
+    before = compiled_variants(kernel)
+    for S, W in [(1, 64), (5, 96), (7, 64), (13, 128), (29, 64), (40, 96)]:
+        q, k, v, mask = _case(2, 16, 8, S, W, 128, torch.bfloat16, "cuda", seed=S)
+        decode_attention.gqa_decode(q, k, v, mask, 128**-0.5)
+    assert compiled_variants(kernel) - before <= 1

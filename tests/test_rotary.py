@@ -117,3 +117,20 @@ def test_kernel_on_cuda_is_the_modules_operations_and_the_logits_are_unchanged()
         assert m.graph_error is None, m.graph_error
     for a, b in zip(*logits, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+def test_one_compile_for_every_prompt_length_on_cuda() -> None:
+    """Rotations at seven query counts (a decode step, a verify, prompt prefills) compile the
+    kernel once per head count (q's and k's), not once per length as a constexpr S did."""
+    if not torch.cuda.is_available() or not rotary.available(torch.device("cuda")):
+        pytest.skip("needs CUDA and Triton")
+    from test_decode_attention import compiled_variants
+
+    kernel = rotary._kernel()
+    before = compiled_variants(kernel)
+    for S in (1, 5, 7, 13, 29, 40, 57):
+        x = torch.randn(2, S, 16, 128, device="cuda").to(torch.bfloat16).transpose(1, 2)
+        cos = torch.randn(2, S, 128, device="cuda").to(torch.bfloat16)
+        rotary.rotate(x, cos, cos)
+    assert compiled_variants(kernel) - before <= 1

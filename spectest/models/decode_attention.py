@@ -33,12 +33,14 @@ def _kernel() -> Any:
         return None
 
     # fmt: off
-    @triton.jit
+    # NOTE W and S (queries per row) are runtime values, not specialised: a constexpr S or a
+    # specialised W would compile the kernel again for every prompt length (prefills run it too)
+    @triton.jit(do_not_specialize=["W", "S"])
     def spectest_gqa_decode(
-        Q, K, V, M, O, scale, W,  # pointers and the window (slots), Triton's naming
+        Q, K, V, M, O, scale, W, S,  # pointers, the window (slots), queries; Triton's naming
         sqb, sqh, sqs, sqd, skb, skh, skw, skd, svb, svh, svw, svd, smb, sms, smw,  # strides
         sob, sos, soh, sod,
-        S: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
+        G: tl.constexpr, D: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
     ):
         # fmt: on
@@ -142,10 +144,10 @@ def gqa_decode(
     # Triton launches on the current device: make it the tensors' (scale-out workers)
     with torch.cuda.device(query.device) if query.is_cuda else contextlib.nullcontext():
         kernel[(B, Hkv, -(-G * S // BLOCK_M))](
-            query, key, value, m8, out, float(scale), W,
+            query, key, value, m8, out, float(scale), W, S,
             *query.stride(), *key.stride(), *value.stride(),
             m8.stride(0), m8.stride(2), m8.stride(3), *out.stride(),
-            S=S, G=G, D=D, BLOCK_M=BLOCK_M, BLOCK_D=max(16, 1 << (D - 1).bit_length()),
+            G=G, D=D, BLOCK_M=BLOCK_M, BLOCK_D=max(16, 1 << (D - 1).bit_length()),
             BLOCK_N=block_n, num_warps=num_warps,
         )  # fmt: skip
     return out

@@ -51,8 +51,8 @@ def _kernel() -> Any:
     def spectest_rotary(
         X, C, S_, O, H,  # pointers (x [B, H, S, D], cos/sin [B, S, D], out like x), heads
         sxb, sxh, sxs, sxd, scb, scs, scd, ssb, sss, ssd, sob, soh, sos, sod,  # strides
-        S: tl.constexpr, HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
-    ):
+        HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    ):  # NOTE no S: the grid has the positions (a constexpr S compiled once per prompt length)
         # fmt: on
         b = tl.program_id(0).to(tl.int64)  # the row: b·stride can pass 2³¹
         s = tl.program_id(1)  # the position
@@ -107,7 +107,7 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
         kernel[grid](
             x, cos, sin, out, H, *x.stride(), *cos.stride(), *sin.stride(), *out.stride(),
-            S=S, HALF=D // 2, BLOCK_H=block_h, BLOCK_D=_pow2(D // 2),
+            HALF=D // 2, BLOCK_H=block_h, BLOCK_D=_pow2(D // 2),
             enable_fp_fusion=False,  # NOTE no FMA: it would skip the product's rounding
         )  # fmt: skip
     return out
