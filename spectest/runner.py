@@ -55,7 +55,7 @@ from spectest.scaleout import WorkerPool, generate_spread, local_devices, make_p
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
 from spectest.shipped import shipped_name
 from spectest.store import FINGERPRINTS_KEY, PROMPTS_FILE, UNFINGERPRINTED, RunDir
-from spectest.teeth_phase import TeethBeside, start_beside, tooth_sizes_phase
+from spectest.teeth_phase import TeethBeside, TeethInProcess, start_beside, tooth_sizes_phase
 
 __all__ = ["RunOptions", "RunResult", "run_dir_for", "run_protocol"]
 
@@ -147,7 +147,7 @@ class _Run:
     workers: list[str]
     pool: WorkerPool | None = None
     teeth_from_pool: pd.DataFrame | None = None  # tooth sizes a pool worker computed
-    teeth_beside: TeethBeside | None = None  # tooth sizes on a thread beside generation
+    teeth_beside: TeethBeside | TeethInProcess | None = None  # sizes beside generation
     timings: dict[str, Any] = field(
         default_factory=lambda: {"load": 0.0, "generate": {}, "whitebox": 0.0}
     )
@@ -325,8 +325,9 @@ def _generate_missing(run: _Run, plan: Plan, teeth: bool = False) -> Models | No
     engines = EngineSet(run.protocol, [plan.arm(s.arm) for s in todo], plan, fast=run.options.fast)
     run.progress("load models", 1, 1)
     run.timings["load"] += time.perf_counter() - t_load
-    if teeth:  # stage 0: the tooth sizes on a thread beside generation where that applies
-        run.teeth_beside = start_beside(run.protocol, plan.settings.sized_teeth, engines.models)
+    if teeth:  # stage 0: the tooth sizes beside generation (a process or thread) where it applies
+        sized, rd = plan.settings.sized_teeth, run.rd.path
+        run.teeth_beside = start_beside(run.protocol, sized, engines.models, rd, run.options)
     gen = run.timings["generate"]
 
     def write(r: ShardResult) -> None:

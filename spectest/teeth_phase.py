@@ -1,7 +1,8 @@
 """The run's tooth-size phase: ``tooth_sizes_phase`` (the sizes from a pool worker, from the
-thread that computed them beside generation, or computed here after it; the phase's timings) and
-that thread (``start_beside``, ``TeethBeside``, ``beside_generation``). Knows nothing about
-shards, tests or verdicts. Why and details: docs/internals.md "spectest/teeth_phase.py".
+process or thread that computed them beside generation, or computed here after it; the phase's
+timings), that process (``TeethInProcess``, ``beside_process``) and that thread (``TeethBeside``,
+``beside_generation``); ``start_beside`` picks. Knows nothing about shards, tests or verdicts.
+Why and details: docs/internals.md "spectest/teeth_phase.py".
 """
 
 from __future__ import annotations
@@ -9,14 +10,20 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from spectest.engines.base import Models
-from spectest.generation import load_models, protocol_tooth_sizes
+from spectest.errors import InfrastructureError
+from spectest.generation import RunOptions, load_models, protocol_tooth_sizes
 from spectest.progress import ProgressFn
 from spectest.protocol import Protocol
+
+# a process of its own when at least this share of the device's memory is free once the run's
+# models are loaded (it loads its own copy of them): else the thread, which shares them
+PROCESS_MIN_FREE = 0.5
 
 
 def tooth_sizes_phase(
@@ -27,14 +34,15 @@ def tooth_sizes_phase(
     progress: ProgressFn,
     *,
     from_pool: pd.DataFrame | None = None,
-    beside: TeethBeside | None = None,
+    beside: TeethBeside | TeethInProcess | None = None,
 ) -> pd.DataFrame | None:
     """The ε arms' and mutants' TV per cell-position (``spectest.tooth_size``) of ``teeth``
     (``RunSettings.sized_teeth``); None when there is no such tooth. From a pool worker
-    (``from_pool``), from the thread ``beside`` generation (waited for), or computed here from
-    ``models`` (loaded when this process has not: a resumed run). Sets ``timings["tooth
-    sizes"]`` (seconds here, loading included: with a thread, the wait after generation) and,
-    with a thread, ``timings["tooth sizes beside generation"]`` (its own wall time)."""
+    (``from_pool``), from the process or thread ``beside`` generation (waited for), or computed
+    here from ``models`` (loaded when this process has not: a resumed run). Sets
+    ``timings["tooth sizes"]`` (seconds here, loading included: beside generation, the wait
+    after it) and, beside generation, ``timings["tooth sizes beside generation"]`` (the
+    process's or thread's wall time)."""
     if not teeth:
         return None
     if from_pool is not None:
@@ -54,11 +62,21 @@ def tooth_sizes_phase(
 
 
 def start_beside(
-    protocol: Protocol, teeth: Sequence[tuple[str, str]], models: Models
-) -> TeethBeside | None:
-    """The thread computing ``teeth``'s sizes from ``models`` beside generation, started now, or
-    None where they are computed after it (no sized tooth, or ``beside_generation`` says no)."""
-    return TeethBeside(protocol, teeth, models) if teeth and beside_generation(models) else None
+    protocol: Protocol,
+    teeth: Sequence[tuple[str, str]],
+    models: Models,
+    run_dir: Path,
+    options: RunOptions,
+) -> TeethBeside | TeethInProcess | None:
+    """What computes ``teeth``'s sizes beside generation, started now: a process of its own
+    (``beside_process``: it reads the run's protocol from ``run_dir`` and loads its own models),
+    else a thread sharing ``models``; None where they are computed after generation (no sized
+    tooth, or ``beside_generation`` says no)."""
+    if not teeth or not beside_generation(models):
+        return None
+    if beside_process(models):
+        return TeethInProcess(protocol, run_dir, options)
+    return TeethBeside(protocol, teeth, models)
 
 
 class TeethBeside:
@@ -120,3 +138,82 @@ def beside_generation(models: Models) -> bool:
         and torch.device(target.device).type == "cuda"
         and not tooth_size.AVOID_CUDNN_SDPA
     )
+
+
+class TeethInProcess:
+    """``protocol_tooth_sizes`` in a spawned process while this one generates: the scale-out
+    worker's job (``scaleout.worker.Worker.tooth_sizes``) on the run's device, from the run
+    directory's protocol and its own copy of the models. Unlike the thread it shares no GIL
+    with generation, whose host work the thread's Python slowed by what it computed (P1 on the
+    H200: the first arm 4.6 s alone, 14.5 s beside the thread). ``result`` waits for it.
+
+    Notes
+    -----
+    The sizes are the thread's, bit for bit: the same protocol (its hash checked), the same
+    models (a deterministic load), the same code at the same shapes, the same torch thread
+    count (``RunOptions.threads``, else the same default). The process is a daemon: it ends
+    with this one. Why and measured: docs/internals.md "spectest/teeth_phase.py".
+    """
+
+    def __init__(self, protocol: Protocol, run_dir: Path, options: RunOptions) -> None:
+        import multiprocessing
+
+        from spectest.scaleout.worker import RunSpec, _serve
+        from spectest.store import PROMPTS_FILE
+
+        texts = [(run_dir / n).read_text(encoding="utf-8") for n in ("protocol.yaml", PROMPTS_FILE)]
+        spec = RunSpec(texts[0], texts[1], protocol.hash, options)
+        ctx = multiprocessing.get_context("spawn")  # CUDA cannot be forked
+        self._t0 = time.perf_counter()
+        self._conn, child = ctx.Pipe()
+        device = protocol.models.device
+        args = (child, device, options.threads)
+        self._proc = ctx.Process(target=_serve, args=args, name="spectest-tooth-sizes", daemon=True)
+        self._proc.start()
+        child.close()
+        self._conn.send(("shard", spec, None))  # the worker's job None: the tooth sizes
+
+    def result(self) -> tuple[pd.DataFrame | None, float]:
+        """The sizes and the seconds from the start to their arrival (the process's errors
+        raise here; a process that ended without them is an ``InfrastructureError``)."""
+        try:
+            msg = self._conn.recv()  # ("ready", ...) once its imports are done
+            if msg[0] == "ready":
+                msg = self._conn.recv()
+        except (EOFError, OSError):
+            self._proc.join(5)
+            raise InfrastructureError(
+                f"the tooth-size process (pid {self._proc.pid}) ended with code "
+                f"{self._proc.exitcode} before its result"
+            ) from None
+        finally:
+            self.abandon()
+        if msg[0] == "err":
+            raise msg[1]
+        return msg[1], time.perf_counter() - self._t0
+
+    def abandon(self) -> None:
+        """Stop the process (its result, if any, is dropped)."""
+        if self._proc.is_alive():
+            try:
+                self._conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+            self._proc.join(5)
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join(5)
+        self._conn.close()
+
+
+def beside_process(models: Models) -> bool:
+    """Whether the tooth sizes beside generation run in a process of their own
+    (``TeethInProcess``) rather than on a thread: on CUDA, when at least ``PROCESS_MIN_FREE`` of
+    the device's memory is free with the run's models loaded (the process loads a copy)."""
+    import torch
+
+    device = torch.device(models.target.device) if models.target is not None else None
+    if device is None or device.type != "cuda":
+        return False
+    free, total = torch.cuda.mem_get_info(device)
+    return free >= PROCESS_MIN_FREE * total

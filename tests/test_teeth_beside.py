@@ -1,7 +1,9 @@
-"""Issue 32: the tooth sizes on a thread beside generation (``teeth_phase.TeethBeside``, on
-CUDA) — the run's tables equal the sequential run's bit for bit (CPU: the toy protocol with
-the thread forced on; ``-m gpu``: the realistic tiny pair in bfloat16 on the fast engine, whose
-CUDA-graph captures then run while the thread works), and what makes sharing the models safe:
+"""Issue 32: the tooth sizes beside generation, in a process of their own
+(``teeth_phase.TeethInProcess``) or on a thread (``TeethBeside``), on CUDA — the run's tables
+equal the sequential run's bit for bit (CPU: the toy protocol with each forced on; ``-m gpu``:
+the realistic tiny pair in bfloat16 on the fast engine, whose CUDA-graph captures then run while
+the process or thread works); the process's errors reach the run; and what makes the thread's
+sharing of the models safe:
 ``attention.CONFIG_LOCK`` (a forward of an ``HFModel`` on another thread waits for a switched
 forward and never sees the switch; a waiting writer goes first; the holder may re-enter).
 
@@ -15,6 +17,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pandas as pd
@@ -118,6 +121,46 @@ def test_tooth_sizes_beside_generation_equal_the_sequential_phase(tmp_path: Path
     assert not teeth_phase.beside_generation(Models(*tiny))
 
 
+def test_tooth_sizes_in_a_process_equal_the_sequential_phase(tmp_path: Path) -> None:
+    _toy_run(tmp_path, "seq")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(teeth_phase, "beside_generation", lambda models: True)
+        mp.setattr(teeth_phase, "beside_process", lambda models: True)
+        started: list[Any] = []
+        start = teeth_phase.TeethInProcess.__init__
+
+        def spy(self: Any, *a: Any) -> None:
+            start(self, *a)
+            started.append(self)
+
+        mp.setattr(teeth_phase.TeethInProcess, "__init__", spy)
+        proc = _toy_run(tmp_path, "proc")
+    assert len(started) == 1 and not started[0]._proc.is_alive()  # it ran, and it ended
+    _same_tables(tmp_path / "seq" / "run", tmp_path / "proc" / "run")
+    assert proc["timings"]["tooth sizes beside generation"] > 0
+    # on CPU (and on a device with less than PROCESS_MIN_FREE free) the thread or the phase after
+    tiny = load_pair("realistic:qwen3-tiny,draft_layers=1", "derived:first_layers,layers=1")
+    assert not teeth_phase.beside_process(Models(*tiny))
+
+
+def test_an_error_in_the_tooth_size_process_is_the_runs(tmp_path: Path) -> None:
+    """The worker refuses a protocol whose hash is not the driver's: that error, raised in the
+    spawned process, is what ``result`` raises; ``abandon`` stops a process that is running."""
+    from spectest.errors import EngineError
+
+    path = write_toy(tmp_path / "toy")
+    run = tmp_path / "toy" / "run"
+    runner.run_protocol(load_protocol(path), out=run)
+    other = SimpleNamespace(hash="0" * 64, models=SimpleNamespace(device="cpu"))
+    with pytest.raises(EngineError, match="protocol reads as"):
+        teeth_phase.TeethInProcess(other, run, runner.RunOptions()).result()  # type: ignore[arg-type]
+    running = teeth_phase.TeethInProcess(
+        load_protocol(run / "protocol.yaml"), run, runner.RunOptions()
+    )
+    running.abandon()
+    assert not running._proc.is_alive()
+
+
 def _same_tables(a: Path, b: Path) -> None:
     for table in ("tooth_sizes", "samples", "histograms"):
         pd.testing.assert_frame_equal(
@@ -138,14 +181,22 @@ def test_fast_run_on_cuda_with_tooth_sizes_beside_generation(tmp_path: Path) -> 
         "device": "cuda",
     }
     runs = {}
-    for name, on in (("seq", False), ("beside", True)):
+    for name, beside, process in (
+        ("seq", False, False),
+        ("thread", True, False),
+        ("proc", True, True),
+    ):
         path = write_toy(tmp_path / name, models=models, positions=6)
         with pytest.MonkeyPatch.context() as mp:
-            if not on:
-                mp.setattr(teeth_phase, "beside_generation", lambda models: False)
+            mp.setattr(teeth_phase, "beside_generation", lambda models, on=beside: on)
+            mp.setattr(teeth_phase, "beside_process", lambda models, on=process: on)
             options = runner.RunOptions(fast=True)
             runner.run_protocol(load_protocol(path), out=tmp_path / name / "run", options=options)
         runs[name] = json.loads((tmp_path / name / "run" / "summary.json").read_text())
-    _same_tables(tmp_path / "seq" / "run", tmp_path / "beside" / "run")
-    assert "tooth sizes beside generation" in runs["beside"]["timings"]
-    assert runs["seq"]["verdict"] == runs["beside"]["verdict"]
+    for name in ("thread", "proc"):
+        _same_tables(tmp_path / "seq" / "run", tmp_path / name / "run")
+        assert "tooth sizes beside generation" in runs[name]["timings"]
+        assert runs["seq"]["verdict"] == runs[name]["verdict"]
+    # a device with room (PROCESS_MIN_FREE of its memory free) takes the process
+    tiny = load_pair(models["target"], models["draft"], device="cuda", dtype="bfloat16")
+    assert teeth_phase.beside_process(Models(*tiny))

@@ -5,7 +5,7 @@
 #   bash tools/gpu/identity.sh OLD_TREE [OUT]       (env: DEVICE=cuda, EXTRA="--seeds 50" for a smoke test)
 #   P1=1 bash tools/gpu/identity.sh OLD_TREE [OUT]  seed 001's bf16 plan instead of the main job:
 #        protocols/openinfer-512.yaml --fast --set batch_size=768 at the realistic 0.6B pair in
-#        bfloat16 (tools/gpu/issue32.sh's P1), each side under a 330 s timeout
+#        bfloat16 (tools/gpu/issue32.sh's P1), each side under a 330 s timeout (SIDE_TIMEOUT=S: S)
 #   FRESH_TRITON=1 ...: each side with an empty Triton cache of its own (TMPDIR/spectest-triton-old|new), as on
 #        a fresh machine; prints how many kernels each side compiled, by name
 #
@@ -31,7 +31,7 @@ for side in old new; do
   tree="$PWD"; [ "$side" = old ] && tree="$(cd "$OLD" && pwd)"
   t0=$(date +%s)
   if [ -n "${FRESH_TRITON:-}" ]; then export TRITON_CACHE_DIR="${TMPDIR:-/tmp}/spectest-triton-$side"; rm -rf "$TRITON_CACHE_DIR"; fi
-  (cd "$tree" && PYTHONPATH="$tree" timeout 330 python -m spectest run "${RUN[@]}" \
+  (cd "$tree" && PYTHONPATH="$tree" timeout "${SIDE_TIMEOUT:-330}" python -m spectest run "${RUN[@]}" \
     --device "${DEVICE:-cuda}" ${EXTRA:-} --out "$OUT/$side" --no-progress > "$OUT/$side.console.txt" 2>&1)
   echo "== $side: exit $? in $(( $(date +%s) - t0 )) s"; tail -n 3 "$OUT/$side.console.txt"
   grep -A1 "timings (s)" "$OUT/$side.console.txt" | tr '\n' ' '; echo  # the phases, one line
