@@ -21,8 +21,10 @@ from spectest.generation import RunOptions, load_models, protocol_tooth_sizes
 from spectest.progress import ProgressFn
 from spectest.protocol import Protocol
 
-# a process of its own when at least this share of the device's memory is free once the run's
-# models are loaded (it loads its own copy of them): else the thread, which shares them
+# a process of its own (it loads its own copy of the models) when the models take at most this
+# share of the device's memory and at least this share is free once they are loaded; else the
+# thread, which shares them (Qwen3-8B's 16 GB are 11 % of an H200: the thread, as measured)
+PROCESS_MAX_MODELS = 0.05
 PROCESS_MIN_FREE = 0.5
 
 
@@ -208,12 +210,30 @@ class TeethInProcess:
 
 def beside_process(models: Models) -> bool:
     """Whether the tooth sizes beside generation run in a process of their own
-    (``TeethInProcess``) rather than on a thread: on CUDA, when at least ``PROCESS_MIN_FREE`` of
-    the device's memory is free with the run's models loaded (the process loads a copy)."""
+    (``TeethInProcess``) rather than on a thread: on CUDA, when the run's models take at most
+    ``PROCESS_MAX_MODELS`` of the device's memory (the process loads a copy of them) and at
+    least ``PROCESS_MIN_FREE`` of it is free with them loaded."""
     import torch
 
     device = torch.device(models.target.device) if models.target is not None else None
     if device is None or device.type != "cuda":
         return False
     free, total = torch.cuda.mem_get_info(device)
-    return free >= PROCESS_MIN_FREE * total
+    return weight_bytes(models) <= PROCESS_MAX_MODELS * total and free >= PROCESS_MIN_FREE * total
+
+
+def weight_bytes(models: Models) -> float:
+    """The bytes of the models' parameters and buffers, each tensor once (a derived draft shares
+    the target's); infinite for a model that is not a torch module (``HFModel.model``)."""
+    import torch
+
+    seen: dict[int, int] = {}
+    for m in (models.target, models.draft):
+        if m is None:
+            continue
+        module = getattr(m, "model", m)
+        if not isinstance(module, torch.nn.Module):
+            return float("inf")
+        for t in (*module.parameters(), *module.buffers()):
+            seen[t.data_ptr()] = max(seen.get(t.data_ptr(), 0), t.numel() * t.element_size())
+    return float(sum(seen.values()))

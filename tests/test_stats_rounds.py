@@ -33,7 +33,13 @@ from spectest.sampling.params import SamplingParams
 from spectest.stats.battery import AnalysisOptions, analyze
 from spectest.stats.families import relabelings
 from spectest.stats.histograms import encode_samples
-from spectest.stats.rounds import chi2_under_labels, round_tests, strata_of, stratum_counts
+from spectest.stats.rounds import (
+    any_testable,
+    chi2_under_labels,
+    round_tests,
+    strata_of,
+    stratum_counts,
+)
 
 CANDIDATE = Arm("candidate", "candidate", None, SeedRange(0, 1), "subject")
 PARAMS = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.9, top_k=6)]
@@ -139,6 +145,22 @@ def test_two_exact_arms_pass_at_alpha() -> None:
         assert len(df) and (df.status == "ok").sum() >= 5
         hits += bool(df.reject.any())
     assert hits < 10, hits
+
+
+def test_any_testable_is_the_tables_status_without_its_statistics() -> None:
+    """``RoundsFamily.active`` reads ``any_testable``: it says what ``round_tests``' status
+    column says, at several sizes down to none testable and at a stricter ``min_expected``."""
+    s, r = _pair("exact", 40)
+    rng = np.random.default_rng(3)
+    seen = set()
+    for n, min_expected in [(40, 5.0), (8, 5.0), (2, 5.0), (1, 5.0), (40, 400.0)]:
+        keep, keep_r = s.seed % 10**6 < n, r.seed % 10**6 < n
+        enc = encode_samples(s[keep], ("reference", "candidate"))
+        df = round_tests(enc, r[keep_r], relabelings(enc, 9, rng), 0.1, min_expected)
+        want = bool(len(df) and (df.status == "ok").any())
+        assert any_testable(enc, r[keep_r], min_expected) == want, (n, min_expected)
+        seen.add(want)
+    assert seen == {True, False}  # both answers were checked
 
 
 def test_bonus_mutant_missed_by_token_families_is_caught() -> None:

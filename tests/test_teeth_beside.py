@@ -143,6 +143,19 @@ def test_tooth_sizes_in_a_process_equal_the_sequential_phase(tmp_path: Path) -> 
     assert not teeth_phase.beside_process(Models(*tiny))
 
 
+def test_the_process_is_for_models_that_are_cheap_to_copy() -> None:
+    """``beside_process`` weighs the models' tensors, each once (the derived draft shares the
+    target's); a model that is not a torch module weighs infinitely (the thread)."""
+    target, draft = load_pair(
+        "realistic:qwen3-tiny,draft_layers=1", "derived:first_layers,layers=1"
+    )
+    module = target.model
+    own = sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
+    assert teeth_phase.weight_bytes(Models(target, draft)) == own
+    assert teeth_phase.weight_bytes(Models(target, None)) == own
+    assert teeth_phase.weight_bytes(Models(object(), None)) == float("inf")  # type: ignore[arg-type]
+
+
 def test_an_error_in_the_tooth_size_process_is_the_runs(tmp_path: Path) -> None:
     """The worker refuses a protocol whose hash is not the driver's: that error, raised in the
     spawned process, is what ``result`` raises; ``abandon`` stops a process that is running."""

@@ -205,6 +205,17 @@ def _test_row(
     return row, stat
 
 
+def any_testable(enc: EncodedSamples, rounds: pd.DataFrame, min_expected: float = 5.0) -> bool:
+    """Whether some (cell, stratum) of ``round_tests`` is testable (two bins or more), without
+    its statistics under the relabelings: the binning reads pooled totals only."""
+    st = strata_of(enc, rounds)
+    for (c, _), sel in _groups(enc, st).items():
+        lo, hi = int(enc.cell_start[c]), int(enc.cell_start[c + 1])
+        if stratum_counts(st.seq[sel] - lo, st.category[sel], hi - lo, min_expected).shape[1] >= 2:
+            return True
+    return False
+
+
 def round_tests(
     enc: EncodedSamples,
     rounds: pd.DataFrame,
@@ -279,9 +290,12 @@ class RoundsFamily:
 
     def active(self, inputs: FamilyInputs) -> bool:
         """Both arms report rounds (a fact of the arms' engines, not of the random labels) and
-        some test is testable (its binning reads pooled totals only)."""
-        df = self._table(inputs, 0.0)
-        return bool(len(df) and (df["status"] == homogeneity.OK).any())
+        some test is testable (its binning reads pooled totals only; ``any_testable``, so the
+        statistics under the relabelings are computed once, by ``run``)."""
+        r = _both_arms(inputs)
+        if r is None or inputs.options.null_permutations < 1:
+            return False
+        return any_testable(inputs.enc, r, inputs.options.min_expected)
 
     def run(self, inputs: FamilyInputs, alpha: float) -> FamilyResult:
         df = self._table(inputs, alpha)

@@ -148,8 +148,14 @@ def _acceptance_z(acc: np.ndarray, o: np.ndarray) -> float:
     return float((acc.sum() - o.sum()) / math.sqrt(var))
 
 
-def acceptance_test(rounds: pd.DataFrame, samples: pd.DataFrame, arm: str) -> AcceptanceResult:
-    """Accepted draft tokens of ``arm`` against Σ min(p, q) along its emitted sequences.
+Slots = tuple[np.ndarray, np.ndarray, np.ndarray]  # ``_attempted_slots``: accepted, overlap, slot
+
+
+def acceptance_test(
+    rounds: pd.DataFrame, samples: pd.DataFrame, arm: str, *, slots: Slots | None = None
+) -> AcceptanceResult:
+    """Accepted draft tokens of ``arm`` against Σ min(p, q) along its emitted sequences
+    (``slots``: ``_attempted_slots`` of the same arguments when the caller has them).
 
     Each round of the rounds table (``spectest.schema``) starting at position s attempts draft
     slots j = 0..min(accepted, drafted − 1); slot j is accepted iff j < accepted, with
@@ -162,7 +168,7 @@ def acceptance_test(rounds: pd.DataFrame, samples: pd.DataFrame, arm: str) -> Ac
     z = (Σ accepted − Σ overlap) / √Σ overlap(1 − overlap), a martingale CLT as in
     ``directed_z``. An always-accept sampler gives rate 1 against Σ min(p, q) < 1.
     """
-    acc, o, _ = _attempted_slots(rounds, samples, arm)
+    acc, o, _ = slots if slots is not None else _attempted_slots(rounds, samples, arm)
     n = int(o.shape[0])
     if n == 0:
         nan = float("nan")
@@ -173,10 +179,10 @@ def acceptance_test(rounds: pd.DataFrame, samples: pd.DataFrame, arm: str) -> Ac
 
 
 def acceptance_by_slot(
-    rounds: pd.DataFrame, samples: pd.DataFrame, arm: str
+    rounds: pd.DataFrame, samples: pd.DataFrame, arm: str, *, slots: Slots | None = None
 ) -> SlotAcceptanceResult:
     """``acceptance_test`` stratified by the slot j of the draft in its round: z_j per slot and
-    χ² = Σ_j z_j² on as many degrees of freedom as slots with a finite z.
+    χ² = Σ_j z_j² on as many degrees of freedom as slots with a finite z (``slots`` as there).
 
     Notes
     -----
@@ -184,7 +190,7 @@ def acceptance_by_slot(
     (docs/roles.md "The per-slot acceptance test"). A zero-variance slot that disagrees
     (z = ±inf) gives p = 0.
     """
-    acc, o, slot = _attempted_slots(rounds, samples, arm)
+    acc, o, slot = slots if slots is not None else _attempted_slots(rounds, samples, arm)
     nan = float("nan")
     if o.shape[0] == 0:
         return SlotAcceptanceResult(nan, nan, 0, (), (), (), ())
@@ -348,18 +354,18 @@ def _pit_rows(
 def _role_rows(
     arm: str,
     sub: pd.DataFrame,
-    samples: pd.DataFrame,
     rng: np.random.Generator,
     rounds: pd.DataFrame | None,
     alpha: float,
+    slots: Slots | None,
 ) -> list[dict[str, object]]:
     """The role tests of one arm whose role columns are complete (``sub``: its rows): the
-    per-slot acceptance χ² (with rounds and overlaps) and each stratum's PIT and reuse test
-    (``stats.whitebox_roles``); an arm without role columns keeps the pooled split
-    (``exact_weights``)."""
+    per-slot acceptance χ² (with rounds and overlaps; ``slots``: its attempted slots) and each
+    stratum's PIT and reuse test (``stats.whitebox_roles``); an arm without role columns keeps
+    the pooled split (``exact_weights``)."""
     rows: list[dict[str, object]] = []
     if rounds is not None:
-        by_slot = acceptance_by_slot(rounds, samples, arm)
+        by_slot = acceptance_by_slot(rounds, sub, arm, slots=slots)
         if by_slot.dof > 0:
             rates = ", ".join(
                 f"{o:.3f}/{e:.3f}"
@@ -450,8 +456,10 @@ def whitebox_tests(
             rows += _pit_rows(arm, sub, p, rng, uniformity)
         if has_a:
             rows += _directed_z_rows(arm, sub)
-        if has_overlap and rounds is not None:
-            acc = acceptance_test(rounds, samples, arm)
+        # the arm's attempted slots, once for both acceptance tests (``sub``: its rows only)
+        slots = _attempted_slots(rounds, sub, arm) if has_overlap and rounds is not None else None
+        if slots is not None:
+            acc = acceptance_test(rounds, sub, arm, slots=slots)
             if acc.n_attempted > 0 and not np.isnan(acc.statistic):
                 detail = f"rate {acc.observed_rate:.4f} vs Σmin(p,q) {acc.expected_rate:.4f}"
                 rows.append(
@@ -461,7 +469,7 @@ def whitebox_tests(
             sub[sc.WB_ROLE_P].to_numpy(dtype=np.float64), sc.WB_ROLE_P, arm
         )
         if roles_here:
-            rows += _role_rows(arm, sub, samples, rng, rounds if has_overlap else None, alpha)
+            rows += _role_rows(arm, sub, rng, rounds if has_overlap else None, alpha, slots)
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in WHITEBOX_COLUMNS})
     return pd.DataFrame(rows, columns=WHITEBOX_COLUMNS)
