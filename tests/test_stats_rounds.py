@@ -163,6 +163,18 @@ def test_any_testable_is_the_tables_status_without_its_statistics() -> None:
     assert seen == {True, False}  # both answers were checked
 
 
+def test_the_family_finds_the_strata_once_per_comparison(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``active`` and ``run`` share one ``strata_of`` (``FamilyInputs.memoized``)."""
+    from spectest.stats import rounds as rounds_mod
+
+    s, r = _pair("exact", 20)
+    calls: list[int] = []
+    strata = rounds_mod.strata_of
+    monkeypatch.setattr(rounds_mod, "strata_of", lambda *a: calls.append(1) or strata(*a))
+    a = analyze(s, reference="reference", candidate="candidate", rounds=r)
+    assert a.families["rounds"].active and len(a.families["rounds"].table) and calls == [1]
+
+
 def test_bonus_mutant_missed_by_token_families_is_caught() -> None:
     s, r = _pair("bonus_wrong_row", 120)
     a = analyze(s, reference="reference", candidate="candidate", rounds=r,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -146,6 +146,15 @@ class FamilyInputs:
     pit_rng: np.random.Generator
     executor: Executor | None = None
     all_rounds: pd.DataFrame | None = None  # every arm's rounds, readouts too (None: none)
+    # what a family derived from these inputs once, for its ``active`` and ``run`` (``memoized``)
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def memoized(self, key: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``, computed once per inputs under ``key``: a pure function of these inputs
+        (no randomness), so computing it again would give the same value."""
+        if key not in self.memo:
+            self.memo[key] = fn()
+        return self.memo[key]
 
     def map_cells(self, fn: Callable[..., Any], args: Sequence[tuple[Any, ...]]) -> list[Any]:
         """``[fn(*a) for a in args]``, in order, on ``executor`` when set: the same function

@@ -205,10 +205,16 @@ def _test_row(
     return row, stat
 
 
-def any_testable(enc: EncodedSamples, rounds: pd.DataFrame, min_expected: float = 5.0) -> bool:
+def any_testable(
+    enc: EncodedSamples,
+    rounds: pd.DataFrame,
+    min_expected: float = 5.0,
+    strata: Strata | None = None,
+) -> bool:
     """Whether some (cell, stratum) of ``round_tests`` is testable (two bins or more), without
-    its statistics under the relabelings: the binning reads pooled totals only."""
-    st = strata_of(enc, rounds)
+    its statistics under the relabelings: the binning reads pooled totals only (``strata``:
+    ``strata_of(enc, rounds)`` when the caller has it)."""
+    st = strata if strata is not None else strata_of(enc, rounds)
     for (c, _), sel in _groups(enc, st).items():
         lo, hi = int(enc.cell_start[c]), int(enc.cell_start[c + 1])
         if stratum_counts(st.seq[sel] - lo, st.category[sel], hi - lo, min_expected).shape[1] >= 2:
@@ -222,13 +228,15 @@ def round_tests(
     labels: tuple[np.ndarray, ...],
     alpha: float,
     min_expected: float = 5.0,
+    strata: Strata | None = None,
 ) -> pd.DataFrame:
     """Every testable (cell, stratum) two-sample test, max-T adjusted at ``alpha``.
 
     Parameters
     ----------
     enc : the two arms (code 0 the reference); labels : each cell's [n_c, 1 + B] relabelings
-        (``families.relabelings``; B ≥ 1); rounds : the two arms' reported rounds.
+        (``families.relabelings``; B ≥ 1); rounds : the two arms' reported rounds; strata :
+        ``strata_of(enc, rounds)`` when the caller has it.
 
     Returns the ``ROUND_TEST_COLUMNS`` frame (empty when no round matches a sequence).
 
@@ -239,7 +247,7 @@ def round_tests(
     within-sequence dependence (several bonus tokens per sequence) costs nothing in validity.
     The smallest attainable adjusted p is 1/(B + 1).
     """
-    st = strata_of(enc, rounds)
+    st = strata if strata is not None else strata_of(enc, rounds)
     rows: list[dict[str, object]] = []
     stats_: list[np.ndarray] = []
     for (c, s), sel in sorted(_groups(enc, st).items()):
@@ -285,8 +293,18 @@ class RoundsFamily:
         if r is None or inputs.options.null_permutations < 1:
             return empty_frame(ROUND_TEST_COLUMNS)
         return round_tests(
-            inputs.enc, r, inputs.labels, alpha if alpha > 0 else 0.5, inputs.options.min_expected
+            inputs.enc,
+            r,
+            inputs.labels,
+            alpha if alpha > 0 else 0.5,
+            inputs.options.min_expected,
+            self._strata(inputs, r),
         )
+
+    @staticmethod
+    def _strata(inputs: FamilyInputs, r: pd.DataFrame) -> Strata:
+        """``strata_of`` the inputs' two arms, once for ``active`` and ``run``."""
+        return inputs.memoized("rounds.strata", lambda: strata_of(inputs.enc, r))
 
     def active(self, inputs: FamilyInputs) -> bool:
         """Both arms report rounds (a fact of the arms' engines, not of the random labels) and
@@ -295,7 +313,7 @@ class RoundsFamily:
         r = _both_arms(inputs)
         if r is None or inputs.options.null_permutations < 1:
             return False
-        return any_testable(inputs.enc, r, inputs.options.min_expected)
+        return any_testable(inputs.enc, r, inputs.options.min_expected, self._strata(inputs, r))
 
     def run(self, inputs: FamilyInputs, alpha: float) -> FamilyResult:
         df = self._table(inputs, alpha)
