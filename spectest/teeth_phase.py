@@ -177,35 +177,38 @@ class TeethInProcess:
 
     def result(self) -> tuple[pd.DataFrame | None, float]:
         """The sizes and the seconds from the start to their arrival (the process's errors
-        raise here; a process that ended without them is an ``InfrastructureError``)."""
+        raise here; a process that ended without them is an ``InfrastructureError``). The
+        process is told to stop, not waited for: it ends on its own."""
         try:
             msg = self._conn.recv()  # ("ready", ...) once its imports are done
             if msg[0] == "ready":
                 msg = self._conn.recv()
         except (EOFError, OSError):
-            self._proc.join(5)
+            self.abandon()
             raise InfrastructureError(
                 f"the tooth-size process (pid {self._proc.pid}) ended with code "
                 f"{self._proc.exitcode} before its result"
             ) from None
-        finally:
-            self.abandon()
+        self._stop(wait=False)
         if msg[0] == "err":
             raise msg[1]
         return msg[1], time.perf_counter() - self._t0
 
     def abandon(self) -> None:
-        """Stop the process (its result, if any, is dropped)."""
-        if self._proc.is_alive():
-            try:
-                self._conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
+        """Stop the process and wait for it to end (its result, if any, is dropped)."""
+        self._stop(wait=True)
+
+    def _stop(self, *, wait: bool) -> None:
+        try:
+            self._conn.send(None)  # the worker's loop ends at None
+        except (BrokenPipeError, OSError):
+            pass  # it has ended, or was told already
+        self._conn.close()
+        if wait:
             self._proc.join(5)
             if self._proc.is_alive():
                 self._proc.kill()
                 self._proc.join(5)
-        self._conn.close()
 
 
 def beside_process(models: Models) -> bool:
