@@ -51,11 +51,11 @@ from spectest.plan import Plan, Shard, make_plan, stages
 from spectest.progress import ProgressFn, no_progress
 from spectest.prompts import prompts_jsonl
 from spectest.protocol import MATCHED, Protocol, to_raw
-from spectest.scaleout import WorkerPool, generate_spread, local_devices, make_pool
+from spectest.scaleout import TeethInProcess, WorkerPool, generate_spread, local_devices, make_pool
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
 from spectest.shipped import shipped_name
 from spectest.store import FINGERPRINTS_KEY, PROMPTS_FILE, UNFINGERPRINTED, RunDir
-from spectest.teeth_phase import TeethBeside, TeethInProcess, start_beside, tooth_sizes_phase
+from spectest.teeth_phase import Beside, start_beside, tooth_sizes_phase
 
 __all__ = ["RunOptions", "RunResult", "run_dir_for", "run_protocol"]
 
@@ -147,7 +147,7 @@ class _Run:
     workers: list[str]
     pool: WorkerPool | None = None
     teeth_from_pool: pd.DataFrame | None = None  # tooth sizes a pool worker computed
-    teeth_beside: TeethBeside | TeethInProcess | None = None  # sizes beside generation
+    teeth_beside: Beside | None = None  # the tooth sizes beside generation (process or thread)
     timings: dict[str, Any] = field(
         default_factory=lambda: {"load": 0.0, "generate": {}, "whitebox": 0.0}
     )
@@ -327,7 +327,8 @@ def _generate_missing(run: _Run, plan: Plan, teeth: bool = False) -> Models | No
     run.timings["load"] += time.perf_counter() - t_load
     if teeth:  # stage 0: the tooth sizes beside generation (a process or thread) where it applies
         sized, rd = plan.settings.sized_teeth, run.rd.path
-        run.teeth_beside = start_beside(run.protocol, sized, engines.models, rd, run.options)
+        process = lambda: TeethInProcess(run.protocol, rd, run.options)  # noqa: E731
+        run.teeth_beside = start_beside(run.protocol, sized, engines.models, process)
     gen = run.timings["generate"]
 
     def write(r: ShardResult) -> None:

@@ -1,23 +1,23 @@
 """The run's tooth-size phase: ``tooth_sizes_phase`` (the sizes from a pool worker, from the
 process or thread that computed them beside generation, or computed here after it; the phase's
-timings), that process (``TeethInProcess``, ``beside_process``) and that thread (``TeethBeside``,
-``beside_generation``); ``start_beside`` picks. Knows nothing about shards, tests or verdicts.
-Why and details: docs/internals.md "spectest/teeth_phase.py".
+timings), that thread (``TeethBeside``, ``beside_generation``), when a process takes its place
+(``beside_process``: the process is ``scaleout.TeethInProcess``) and ``start_beside``, which
+picks. Knows nothing about shards, tests or verdicts. Why and details: docs/internals.md
+"spectest/teeth_phase.py".
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
+from typing import Protocol as Interface
 
 import pandas as pd
 
 from spectest.engines.base import Models
-from spectest.errors import InfrastructureError
-from spectest.generation import RunOptions, load_models, protocol_tooth_sizes
+from spectest.generation import load_models, protocol_tooth_sizes
 from spectest.progress import ProgressFn
 from spectest.protocol import Protocol
 
@@ -28,6 +28,14 @@ PROCESS_MAX_MODELS = 0.05
 PROCESS_MIN_FREE = 0.5
 
 
+class Beside(Interface):
+    """What computes the sizes beside generation: ``TeethBeside`` or ``scaleout.TeethInProcess``."""
+
+    def result(self) -> tuple[pd.DataFrame | None, float]: ...
+
+    def abandon(self) -> None: ...
+
+
 def tooth_sizes_phase(
     protocol: Protocol,
     teeth: Sequence[tuple[str, str]],
@@ -36,7 +44,7 @@ def tooth_sizes_phase(
     progress: ProgressFn,
     *,
     from_pool: pd.DataFrame | None = None,
-    beside: TeethBeside | TeethInProcess | None = None,
+    beside: Beside | None = None,
 ) -> pd.DataFrame | None:
     """The ε arms' and mutants' TV per cell-position (``spectest.tooth_size``) of ``teeth``
     (``RunSettings.sized_teeth``); None when there is no such tooth. From a pool worker
@@ -67,17 +75,16 @@ def start_beside(
     protocol: Protocol,
     teeth: Sequence[tuple[str, str]],
     models: Models,
-    run_dir: Path,
-    options: RunOptions,
-) -> TeethBeside | TeethInProcess | None:
-    """What computes ``teeth``'s sizes beside generation, started now: a process of its own
-    (``beside_process``: it reads the run's protocol from ``run_dir`` and loads its own models),
-    else a thread sharing ``models``; None where they are computed after generation (no sized
-    tooth, or ``beside_generation`` says no)."""
+    process: Callable[[], Beside] | None = None,
+) -> Beside | None:
+    """What computes ``teeth``'s sizes beside generation, started now: ``process()`` (a process
+    of its own: the runner's ``scaleout.TeethInProcess``) where ``beside_process`` says so, else
+    a thread sharing ``models``; None where they are computed after generation (no sized tooth,
+    or ``beside_generation`` says no)."""
     if not teeth or not beside_generation(models):
         return None
-    if beside_process(models):
-        return TeethInProcess(protocol, run_dir, options)
+    if process is not None and beside_process(models):
+        return process()
     return TeethBeside(protocol, teeth, models)
 
 
@@ -142,78 +149,9 @@ def beside_generation(models: Models) -> bool:
     )
 
 
-class TeethInProcess:
-    """``protocol_tooth_sizes`` in a spawned process while this one generates: the scale-out
-    worker's job (``scaleout.worker.Worker.tooth_sizes``) on the run's device, from the run
-    directory's protocol and its own copy of the models. Unlike the thread it shares no GIL
-    with generation, whose host work the thread's Python slowed by what it computed (P1 on the
-    H200: the first arm 4.6 s alone, 14.5 s beside the thread). ``result`` waits for it.
-
-    Notes
-    -----
-    The sizes are the thread's, bit for bit: the same protocol (its hash checked), the same
-    models (a deterministic load), the same code at the same shapes, the same torch thread
-    count (``RunOptions.threads``, else the same default). The process is a daemon: it ends
-    with this one. Why and measured: docs/internals.md "spectest/teeth_phase.py".
-    """
-
-    def __init__(self, protocol: Protocol, run_dir: Path, options: RunOptions) -> None:
-        import multiprocessing
-
-        from spectest.scaleout.worker import RunSpec, _serve
-        from spectest.store import PROMPTS_FILE
-
-        texts = [(run_dir / n).read_text(encoding="utf-8") for n in ("protocol.yaml", PROMPTS_FILE)]
-        spec = RunSpec(texts[0], texts[1], protocol.hash, options)
-        ctx = multiprocessing.get_context("spawn")  # CUDA cannot be forked
-        self._t0 = time.perf_counter()
-        self._conn, child = ctx.Pipe()
-        device = protocol.models.device
-        args = (child, device, options.threads)
-        self._proc = ctx.Process(target=_serve, args=args, name="spectest-tooth-sizes", daemon=True)
-        self._proc.start()
-        child.close()
-        self._conn.send(("shard", spec, None))  # the worker's job None: the tooth sizes
-
-    def result(self) -> tuple[pd.DataFrame | None, float]:
-        """The sizes and the seconds from the start to their arrival (the process's errors
-        raise here; a process that ended without them is an ``InfrastructureError``). The
-        process is told to stop, not waited for: it ends on its own."""
-        try:
-            msg = self._conn.recv()  # ("ready", ...) once its imports are done
-            if msg[0] == "ready":
-                msg = self._conn.recv()
-        except (EOFError, OSError):
-            self.abandon()
-            raise InfrastructureError(
-                f"the tooth-size process (pid {self._proc.pid}) ended with code "
-                f"{self._proc.exitcode} before its result"
-            ) from None
-        self._stop(wait=False)
-        if msg[0] == "err":
-            raise msg[1]
-        return msg[1], time.perf_counter() - self._t0
-
-    def abandon(self) -> None:
-        """Stop the process and wait for it to end (its result, if any, is dropped)."""
-        self._stop(wait=True)
-
-    def _stop(self, *, wait: bool) -> None:
-        try:
-            self._conn.send(None)  # the worker's loop ends at None
-        except (BrokenPipeError, OSError):
-            pass  # it has ended, or was told already
-        self._conn.close()
-        if wait:
-            self._proc.join(5)
-            if self._proc.is_alive():
-                self._proc.kill()
-                self._proc.join(5)
-
-
 def beside_process(models: Models) -> bool:
     """Whether the tooth sizes beside generation run in a process of their own
-    (``TeethInProcess``) rather than on a thread: on CUDA, when the run's models take at most
+    (``scaleout.TeethInProcess``) rather than on a thread: on CUDA, when the models take at most
     ``PROCESS_MAX_MODELS`` of the device's memory (the process loads a copy of them) and at
     least ``PROCESS_MIN_FREE`` of it is free with them loaded."""
     import torch

@@ -1,5 +1,5 @@
 """Issue 32: the tooth sizes beside generation, in a process of their own
-(``teeth_phase.TeethInProcess``) or on a thread (``TeethBeside``), on CUDA — the run's tables
+(``scaleout.TeethInProcess``) or on a thread (``TeethBeside``), on CUDA — the run's tables
 equal the sequential run's bit for bit (CPU: the toy protocol with each forced on; ``-m gpu``:
 the realistic tiny pair in bfloat16 on the fast engine, whose CUDA-graph captures then run while
 the process or thread works); the process's errors reach the run; and what makes the thread's
@@ -25,7 +25,7 @@ import pytest
 import torch
 from toy_protocol import write_toy
 
-from spectest import runner, teeth_phase
+from spectest import runner, scaleout, teeth_phase
 from spectest.engines.base import Models
 from spectest.models import attention
 from spectest.models.zoo import load_pair
@@ -127,13 +127,13 @@ def test_tooth_sizes_in_a_process_equal_the_sequential_phase(tmp_path: Path) -> 
         mp.setattr(teeth_phase, "beside_generation", lambda models: True)
         mp.setattr(teeth_phase, "beside_process", lambda models: True)
         started: list[Any] = []
-        start = teeth_phase.TeethInProcess.__init__
+        start = scaleout.TeethInProcess.__init__
 
         def spy(self: Any, *a: Any) -> None:
             start(self, *a)
             started.append(self)
 
-        mp.setattr(teeth_phase.TeethInProcess, "__init__", spy)
+        mp.setattr(scaleout.TeethInProcess, "__init__", spy)
         proc = _toy_run(tmp_path, "proc")
     assert len(started) == 1
     started[0]._proc.join(60)  # told to stop, not waited for: it ends on its own, cleanly
@@ -168,8 +168,8 @@ def test_an_error_in_the_tooth_size_process_is_the_runs(tmp_path: Path) -> None:
     runner.run_protocol(load_protocol(path), out=run)
     other = SimpleNamespace(hash="0" * 64, models=SimpleNamespace(device="cpu"))
     with pytest.raises(EngineError, match="protocol reads as"):
-        teeth_phase.TeethInProcess(other, run, runner.RunOptions()).result()  # type: ignore[arg-type]
-    running = teeth_phase.TeethInProcess(
+        scaleout.TeethInProcess(other, run, runner.RunOptions()).result()
+    running = scaleout.TeethInProcess(
         load_protocol(run / "protocol.yaml"), run, runner.RunOptions()
     )
     running.abandon()

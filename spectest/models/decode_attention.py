@@ -22,8 +22,8 @@ DTYPES = (torch.bfloat16, torch.float16)  # float32 keeps SDPA (Triton's dot wou
 
 @functools.cache
 def _kernel() -> Any:
-    """The Triton kernel (compiled at its first launch per shape), or None (no Triton, or
-    ``SPECTEST_NO_KERNELS`` set: SDPA, as before the kernel)."""
+    """The Triton kernel, or None (no Triton, or ``SPECTEST_NO_KERNELS``: SDPA). NOTE W and the
+    query count S are runtime values, not specialised: one compile for every prompt length."""
     if os.environ.get("SPECTEST_NO_KERNELS"):
         return None
     try:
@@ -33,8 +33,6 @@ def _kernel() -> Any:
         return None
 
     # fmt: off
-    # NOTE W and S (queries per row) are runtime values, not specialised: a constexpr S or a
-    # specialised W would compile the kernel again for every prompt length (prefills run it too)
     @triton.jit(do_not_specialize=["W", "S"])
     def spectest_gqa_decode(
         Q, K, V, M, O, scale, W, S,  # pointers, the window (slots), queries; Triton's naming

@@ -16,12 +16,20 @@ from typing import Any
 from spectest.errors import ConfigError, InfrastructureError, SpectestError
 from spectest.generation import RunOptions, ShardResult
 from spectest.progress import ProgressFn
-from spectest.scaleout.worker import RunSpec, Worker, _serve, local_devices, split
+from spectest.scaleout.worker import (
+    RunSpec,
+    TeethInProcess,
+    Worker,
+    _serve,
+    local_devices,
+    split,
+)
 
 __all__ = [
     "ProcessPool",
     "RayPool",
     "RunSpec",
+    "TeethInProcess",
     "Worker",
     "WorkerPool",
     "generate_spread",

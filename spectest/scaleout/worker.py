@@ -1,6 +1,7 @@
 """One persistent scale-out worker (``Worker``) and what it is sent (``RunSpec``): protocols,
 models and engines kept between shards, arms, stages and runs; ``_serve`` is a worker process's
-loop. Knows nothing of the pools that deal shards to it (``scaleout``).
+loop; ``TeethInProcess`` is one such process given one job, a run's tooth sizes beside its
+generation. Knows nothing of the pools that deal shards to it (``scaleout``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from spectest.engines.base import Models
 from spectest.errors import EngineError, InfrastructureError, SpectestError
@@ -205,3 +208,72 @@ def _serve(conn: Any, device: str, threads: int | None) -> None:
                 conn.send(("err", InfrastructureError(line), traceback.format_exc()))
     finally:
         worker.close_engines()
+
+
+class TeethInProcess:
+    """``protocol_tooth_sizes`` in a spawned process while this one generates: the scale-out
+    worker's job (``scaleout.worker.Worker.tooth_sizes``) on the run's device, from the run
+    directory's protocol and its own copy of the models. Unlike the thread it shares no GIL
+    with generation, whose host work the thread's Python slowed by what it computed (P1 on the
+    H200: the first arm 4.6 s alone, 14.5 s beside the thread). ``result`` waits for it;
+    ``teeth_phase.beside_process`` says when to use it.
+
+    Notes
+    -----
+    The sizes are the thread's, bit for bit: the same protocol (its hash checked), the same
+    models (a deterministic load), the same code at the same shapes, the same torch thread
+    count (``RunOptions.threads``, else the same default). The process is a daemon: it ends
+    with this one. Why and measured: docs/internals.md "spectest/teeth_phase.py".
+    """
+
+    def __init__(self, protocol: Any, run_dir: Path, options: RunOptions) -> None:
+        import multiprocessing
+
+        from spectest.store import PROMPTS_FILE
+
+        texts = [(run_dir / n).read_text(encoding="utf-8") for n in ("protocol.yaml", PROMPTS_FILE)]
+        spec = RunSpec(texts[0], texts[1], protocol.hash, options)
+        ctx = multiprocessing.get_context("spawn")  # CUDA cannot be forked
+        self._t0 = time.perf_counter()
+        self._conn, child = ctx.Pipe()
+        device = protocol.models.device
+        args = (child, device, options.threads)
+        self._proc = ctx.Process(target=_serve, args=args, name="spectest-tooth-sizes", daemon=True)
+        self._proc.start()
+        child.close()
+        self._conn.send(("shard", spec, None))  # the worker's job None: the tooth sizes
+
+    def result(self) -> tuple[pd.DataFrame | None, float]:
+        """The sizes and the seconds from the start to their arrival (the process's errors
+        raise here; a process that ended without them is an ``InfrastructureError``). The
+        process is told to stop, not waited for: it ends on its own."""
+        try:
+            msg = self._conn.recv()  # ("ready", ...) once its imports are done
+            if msg[0] == "ready":
+                msg = self._conn.recv()
+        except (EOFError, OSError):
+            self.abandon()
+            raise InfrastructureError(
+                f"the tooth-size process (pid {self._proc.pid}) ended with code "
+                f"{self._proc.exitcode} before its result"
+            ) from None
+        self._stop(wait=False)
+        if msg[0] == "err":
+            raise msg[1]
+        return msg[1], time.perf_counter() - self._t0
+
+    def abandon(self) -> None:
+        """Stop the process and wait for it to end (its result, if any, is dropped)."""
+        self._stop(wait=True)
+
+    def _stop(self, *, wait: bool) -> None:
+        try:
+            self._conn.send(None)  # the worker's loop ends at None
+        except (BrokenPipeError, OSError):
+            pass  # it has ended, or was told already
+        self._conn.close()
+        if wait:
+            self._proc.join(5)
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join(5)
