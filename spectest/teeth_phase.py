@@ -9,6 +9,7 @@ picks. Knows nothing about shards, tests or verdicts. Why and details: docs/inte
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Protocol as Interface
 import pandas as pd
 
 from spectest.engines.base import Models
+from spectest.errors import InfrastructureError
 from spectest.generation import load_models, protocol_tooth_sizes
 from spectest.progress import ProgressFn
 from spectest.protocol import Protocol
@@ -52,7 +54,9 @@ def tooth_sizes_phase(
     here from ``models`` (loaded when this process has not: a resumed run). Sets
     ``timings["tooth sizes"]`` (seconds here, loading included: beside generation, the wait
     after it) and, beside generation, ``timings["tooth sizes beside generation"]`` (the
-    process's or thread's wall time)."""
+    process's or thread's wall time). A process that ended without its result (killed, out of
+    memory, or a script that spawns it without a ``__main__`` guard) is warned about and the
+    sizes are computed here: it never costs the run more than the phase."""
     if not teeth:
         return None
     if from_pool is not None:
@@ -60,9 +64,14 @@ def tooth_sizes_phase(
         return from_pool
     t0 = time.perf_counter()
     progress("tooth sizes", 0, 1)
+    sizes: pd.DataFrame | None = None
     if beside is not None:
-        sizes, timings["tooth sizes beside generation"] = beside.result()
-    else:
+        try:
+            sizes, timings["tooth sizes beside generation"] = beside.result()
+        except InfrastructureError as err:
+            warnings.warn(f"{err}; computing the tooth sizes here", RuntimeWarning, stacklevel=2)
+            beside = None
+    if beside is None:
         if models is None or models.target is None or models.draft is None:
             models = load_models(protocol, need_draft=True)
         sizes = protocol_tooth_sizes(protocol, teeth, models)

@@ -29,6 +29,8 @@ from spectest import runner, scaleout, teeth_phase
 from spectest.engines.base import Models
 from spectest.models import attention
 from spectest.models.zoo import load_pair
+from spectest.plan import make_plan
+from spectest.progress import no_progress
 from spectest.protocol import load_protocol
 
 
@@ -174,6 +176,28 @@ def test_an_error_in_the_tooth_size_process_is_the_runs(tmp_path: Path) -> None:
     )
     running.abandon()
     assert not running._proc.is_alive()
+
+
+def test_a_tooth_size_process_that_dies_costs_the_phase_not_the_run(tmp_path: Path) -> None:
+    """A process killed before its result (out of memory, say): the phase warns and computes
+    the sizes itself, the same table as without a process."""
+    path = write_toy(tmp_path / "toy")
+    run = tmp_path / "toy" / "run"
+    runner.run_protocol(load_protocol(path), out=run)
+    protocol = load_protocol(run / "protocol.yaml")
+    teeth = make_plan(protocol).settings.sized_teeth
+    want = teeth_phase.tooth_sizes_phase(protocol, teeth, None, {}, no_progress)
+    dead = scaleout.TeethInProcess(protocol, run, runner.RunOptions())
+    dead._proc.kill()
+    dead._proc.join(30)
+    timings: dict[str, Any] = {}
+    with pytest.warns(RuntimeWarning, match="ended with code -9 before its result"):
+        got = teeth_phase.tooth_sizes_phase(
+            protocol, teeth, None, timings, no_progress, beside=dead
+        )
+    assert want is not None and len(want)
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    assert "tooth sizes beside generation" not in timings and timings["tooth sizes"] > 0
 
 
 def _same_tables(a: Path, b: Path) -> None:
