@@ -4,8 +4,10 @@ each under cProfile (host) and, for numerics, torch.profiler (device), in one pr
 Prints: the device; import times (torch, transformers, spectest); CUDA start; ``load`` (the
 run's ``EngineSet`` at P1: model init, the fast engines) with its cProfile top 35 by cumulative
 time; the matched arm's generation time; ``numerics`` (``generation.matched_drift``, as the run
-times it) cold then warm, the cold one with its cProfile top 35 and the warm one's top 25 CUDA
-kernels by self CUDA time. ``--out DIR`` also writes the full pstats files there.
+times it) cold then warm, each with its cProfile top 35 / 20. ``--out DIR`` also writes the full
+pstats files there. ``--cuda-table``: the warm pass under torch.profiler too, with its top 25
+kernels by self CUDA time (at P1 that did not finish in 240 s: results/LOG.md "lead (session
+18)"; use it on fewer prompts).
 
     PYTHONPATH=. python tools/gpu/p1_host_profile.py --out $OUT/prof --set models.device=cuda \
       --set batch_size=768 --set models.target=realistic:qwen3-0.6b \
@@ -73,6 +75,7 @@ def main() -> int:
     ap.add_argument("--config", default="protocols/openinfer-512.yaml")
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--cuda-table", action="store_true", help="torch.profiler on the warm pass")
     a = ap.parse_args()
     if a.out is not None:
         a.out.mkdir(parents=True, exist_ok=True)
@@ -105,13 +108,17 @@ def main() -> int:
         return matched_drift(p, samples, rounds, models, fast=True)
 
     cold = _profiled("numerics cold", drift, a.out)
-    from torch.profiler import ProfilerActivity, profile
-
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-    with profile(activities=acts) as tp:
+    if not a.cuda_table:
         warm = _profiled("numerics warm", drift, a.out, top=20)
-    key = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
-    print(tp.key_averages().table(sort_by=key, row_limit=25), flush=True)
+    else:
+        from torch.profiler import ProfilerActivity, profile
+
+        cuda = torch.cuda.is_available()
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        with profile(activities=acts) as tp:
+            warm = _profiled("numerics warm", drift, a.out, top=20)
+        key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+        print(tp.key_averages().table(sort_by=key, row_limit=25), flush=True)
     print("warm table equals cold:", bool(warm.equals(cold)), flush=True)
     engines.close()
     return 0
