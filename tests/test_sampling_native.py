@@ -10,6 +10,8 @@ zero."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -177,26 +179,40 @@ def test_static_model_native_logits(bf16_pair) -> None:
 def test_native_logits_decode_the_same_tokens(bf16_pair, onehot: bool) -> None:
     """The fast loops on native bfloat16 logits vs on their float32 cast: the same tokens,
     rounds and white-box columns (CPU, where every float64 sum runs in one order)."""
-    nt, nd, ct, cd = bf16_pair
     params = [SamplingParams(0.8, 50), SamplingParams(1.0, 8, 0.9, 0.05), SamplingParams(0.7, 20)]
     rows = [RowSpec(f"c{i}", s, p) for s in range(4) for i, p in enumerate(params)]
     mixed = [*rows, RowSpec("greedy", 0, SamplingParams(0.0))]  # a greedy row: dense laws
     drafter = DrafterSpec(onehot=onehot, k=3)
     kw = dict(run_key=7, prompt_id="p", whitebox=True, batch_size=6)
     req = DecodeRequest([1, 2, 3], rows, num_positions=9, **kw)
-    a = speculative_decode_fast(nt, nd, req, drafter=drafter, variant=get_variant("exact"))
-    b = speculative_decode_fast(ct, cd, req, drafter=drafter, variant=get_variant("exact"))
-    assert np.array_equal(a.tokens, b.tokens) and a.rounds is not None and b.rounds is not None
-    assert a.rounds.equals(b.rounds) and a.whitebox is not None and a.whitebox.equals(b.whitebox)
+    assert_same_decodes(bf16_pair, req, drafter, full=True)
+    req = DecodeRequest([1, 2, 3], mixed, num_positions=9, **kw)
+    assert_same_decodes(bf16_pair, req, drafter)
+
+
+def assert_same_decodes(
+    pairs: tuple[Any, Any, Any, Any],
+    req: DecodeRequest,
+    drafter: DrafterSpec,
+    variant: str = "exact",
+    *,
+    full: bool = False,
+) -> None:
+    """The fast speculative loop of ``req`` on both pairs ``(target, draft, target', draft')``:
+    the same tokens and white-box columns; ``full``: also the same rounds, and plain decode's
+    tokens and white-box columns the same."""
+    nt, nd, ct, cd = pairs
+    a = speculative_decode_fast(nt, nd, req, drafter=drafter, variant=get_variant(variant))
+    b = speculative_decode_fast(ct, cd, req, drafter=drafter, variant=get_variant(variant))
+    assert np.array_equal(a.tokens, b.tokens) and a.whitebox is not None
+    assert a.whitebox.equals(b.whitebox)
+    if not full:
+        return
+    assert a.rounds is not None and b.rounds is not None and a.rounds.equals(b.rounds)
     p1 = plain_decode_fast(nt, req, draft=nd, drafter=drafter)
     p2 = plain_decode_fast(ct, req, draft=cd, drafter=drafter)
     assert np.array_equal(p1.tokens, p2.tokens) and p1.whitebox is not None
     assert p1.whitebox.equals(p2.whitebox)
-    req = DecodeRequest([1, 2, 3], mixed, num_positions=9, **kw)
-    a = speculative_decode_fast(nt, nd, req, drafter=drafter, variant=get_variant("exact"))
-    b = speculative_decode_fast(ct, cd, req, drafter=drafter, variant=get_variant("exact"))
-    assert np.array_equal(a.tokens, b.tokens) and a.whitebox is not None
-    assert a.whitebox.equals(b.whitebox)
 
 
 @pytest.mark.gpu

@@ -20,22 +20,19 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
 import torch
 
 from spectest.engines.base import DecodeRequest
 from spectest.engines.builtin import DrafterSpec, RowSpec
-from spectest.engines.fast import plain_decode_fast, speculative_decode_fast
 from spectest.errors import NumericsError
 from spectest.models.hf import from_preset
 from spectest.models.static import StaticHFModel
-from spectest.sampling.mutants import get_variant
 from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.scaled import ScaledLogits, parts
 from spectest.sampling.shortlist import logits_to_probs_fast, shortlist_probs
 from spectest.sampling.transforms import logits_to_probs
-from tests.test_sampling_native import GRID, native_sets, static_pairs
+from tests.test_sampling_native import GRID, assert_same_decodes, native_sets, static_pairs
 
 SCALES = [20.0, 0.1, 3.7]  # the realistic pair's; one that float32 rounds; an odd one
 
@@ -152,7 +149,6 @@ def test_static_model_returns_scaled_logits(scaled_pair) -> None:
 def test_scaled_logits_decode_the_same_tokens(scaled_pair, onehot: bool) -> None:
     """The fast loops on ``ScaledLogits`` vs on the float32 product: the same tokens, rounds and
     white-box columns (greedy and temperature-only rows included: their dense laws)."""
-    nt, nd, ct, cd = scaled_pair
     params = [SamplingParams(0.8, 0, 0.95), SamplingParams(1.0, 8, 0.9, 0.05), SamplingParams(0.7)]
     rows = [RowSpec(f"c{i}", s, p) for s in range(4) for i, p in enumerate(params)]
     rows.append(RowSpec("greedy", 0, SamplingParams(0.0)))
@@ -160,21 +156,11 @@ def test_scaled_logits_decode_the_same_tokens(scaled_pair, onehot: bool) -> None
     req = DecodeRequest(
         [1, 2, 3], rows, num_positions=9, run_key=7, prompt_id="p", whitebox=True, batch_size=7
     )
-    a = speculative_decode_fast(nt, nd, req, drafter=drafter, variant=get_variant("exact"))
-    b = speculative_decode_fast(ct, cd, req, drafter=drafter, variant=get_variant("exact"))
-    assert np.array_equal(a.tokens, b.tokens) and a.rounds is not None and b.rounds is not None
-    assert a.rounds.equals(b.rounds) and a.whitebox is not None and a.whitebox.equals(b.whitebox)
-    p1 = plain_decode_fast(nt, req, draft=nd, drafter=drafter)
-    p2 = plain_decode_fast(ct, req, draft=cd, drafter=drafter)
-    assert np.array_equal(p1.tokens, p2.tokens) and p1.whitebox is not None
-    assert p1.whitebox.equals(p2.whitebox)
+    assert_same_decodes(scaled_pair, req, drafter, full=True)
     # mutants: the ε tooth's dense rounds, and a verify hook that takes the logits as they are
     # (it sees the product)
     for name in ("eps_biased:0.5", "target_unprocessed"):
-        a = speculative_decode_fast(nt, nd, req, drafter=drafter, variant=get_variant(name))
-        b = speculative_decode_fast(ct, cd, req, drafter=drafter, variant=get_variant(name))
-        assert np.array_equal(a.tokens, b.tokens) and a.whitebox is not None
-        assert a.whitebox.equals(b.whitebox)
+        assert_same_decodes(scaled_pair, req, drafter, name)
 
 
 INTERPRETED = textwrap.dedent(
