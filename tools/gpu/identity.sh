@@ -13,7 +13,8 @@
 # `git archive COMMIT spectest protocols | tar -x -C OLD_TREE`). Each tree runs
 # `spectest run --config protocols/top_p.yaml --device cuda`; then the samples' token columns,
 # histograms.parquet and the verdict are compared (table contents: Parquet files embed their
-# provenance, so bytes differ by timestamp and git sha), and tooth_sizes.parquet where both have it.
+# provenance, so bytes differ by timestamp and git sha), and tooth_sizes, tests, trie, whitebox,
+# sequence and numerics .parquet where both have them.
 # Prints each side's phase timings, then IDENTICAL or what differs.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -60,9 +61,11 @@ try:
     if not hist(old).equals(hist(new)): bad.append("histograms")
 except Exception as e: bad.append(f"histograms ({e})")
 if verdict(old) != verdict(new): bad.append(f"verdict {verdict(old)} vs {verdict(new)}")
-try:
-    if not pd.read_parquet(f"{old}/tooth_sizes.parquet").equals(pd.read_parquet(f"{new}/tooth_sizes.parquet")):
-        bad.append("tooth sizes")
-except FileNotFoundError: pass  # a plan without sized teeth
-print("IDENTICAL (tokens, histograms, verdict, tooth sizes)" if not bad else "DIFFERENT: " + ", ".join(bad))
+for table in ("tooth_sizes", "tests", "trie", "whitebox", "sequence", "numerics"):
+    try:
+        if not pd.read_parquet(f"{old}/{table}.parquet").equals(pd.read_parquet(f"{new}/{table}.parquet")):
+            bad.append(table)
+    except FileNotFoundError: pass  # a plan without sized teeth, claim (b), ...
+print("IDENTICAL (tokens, histograms, verdict, tooth sizes, analysis and numerics tables)" if not bad
+      else "DIFFERENT: " + ", ".join(bad))
 PY

@@ -7,7 +7,7 @@ time; the matched arm's generation time; ``numerics`` (``generation.matched_drif
 times it) cold then warm, each with its cProfile top 35 / 20. ``--out DIR`` also writes the full
 pstats files there. ``--cuda-table``: the warm pass under torch.profiler too, with its top 25
 kernels by self CUDA time (at P1 that did not finish in 240 s: results/LOG.md "lead (session
-18)"; use it on fewer prompts).
+18)"; use it on fewer prompts). ``--load-only``: stop after the load.
 
     PYTHONPATH=. python tools/gpu/p1_host_profile.py --out $OUT/prof --set models.device=cuda \
       --set batch_size=768 --set models.target=realistic:qwen3-0.6b \
@@ -76,6 +76,7 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--cuda-table", action="store_true", help="torch.profiler on the warm pass")
+    ap.add_argument("--load-only", action="store_true", help="stop after the load's profile")
     a = ap.parse_args()
     if a.out is not None:
         a.out.mkdir(parents=True, exist_ok=True)
@@ -91,6 +92,9 @@ def main() -> int:
     plan = make_plan(p)
     arms = list(plan.arms)
     engines = _profiled("load", lambda: EngineSet(p, arms, plan, fast=True), a.out)
+    if a.load_only:
+        engines.close()
+        return 0
     models: Any = engines.models
     prompts = prompt_token_ids(p, models.target.vocab_size, (models.target, models.draft))
     matched = plan.arm("matched")
