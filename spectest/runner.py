@@ -7,15 +7,13 @@ look; ``judge.finish_run`` decides and writes. docs/architecture.md "The run pat
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -30,7 +28,8 @@ from spectest.decision.claims import (
 )
 from spectest.decision.comparison import compare_arm
 from spectest.decision.header import Header, protocol_setup
-from spectest.decision.judge import RunResult, compare_all, finish_run
+from spectest.decision.judge import RunResult, finish_run
+from spectest.decision.where import Comparisons, beside_replay
 from spectest.engines.base import Models
 from spectest.engines.plain_laws import law_table
 from spectest.errors import ConfigError
@@ -124,7 +123,7 @@ def _write(
         numerics=looked.numerics,
     )
     run.progress("write", 1, 1)
-    write_s = _r(time.perf_counter() - t_write)
+    write_s = round(time.perf_counter() - t_write, 3)
     return verdict, comparisons, {**summary, "timings": {**summary["timings"], "write": write_s}}
 
 
@@ -245,10 +244,12 @@ def _run_stages(run: _Run) -> _Looked:
         if stage == 0:  # the teeth are the same at every stage: their sizes once
             teeth_sizes = _tooth_sizes(run, plan, models)
         samples, rounds = _read_shards(run.rd, plan)
-        if len(sizes) == 1:  # a sequential run's claim (b): after its last look (below)
-            numerics = _numerics(run, plan, samples, rounds, models)
-        del models
-        results = _analyze(run, plan, samples, rounds)
+        procs = run.options.analysis_procs
+        with Comparisons(samples, rounds, plan.arms, plan.settings, procs) as comps:
+            if len(sizes) == 1:  # a sequential run's claim (b): after its last look (below)
+                numerics = _numerics(run, plan, samples, rounds, models, comps)
+            del models
+            results = _analyze(run, comps)
         if len(sizes) == 1:
             break
         looks.append(_look(run, stage, sizes, alphas, results, rounds, teeth_sizes))
@@ -260,21 +261,12 @@ def _run_stages(run: _Run) -> _Looked:
     return _Looked(plan, samples, rounds, results, tuple(looks), sizes, teeth_sizes, numerics)
 
 
-def _analyze(
-    run: _Run, plan: Plan, samples: pd.DataFrame, rounds: pd.DataFrame | None
-) -> list[tuple[Any, Any]]:
-    """Every arm of ``plan`` against the reference (``judge.compare_all``) at the plan's
-    settings (a sequential plan's: its look's α), timed."""
+def _analyze(run: _Run, comps: Comparisons) -> list[tuple[Any, Any]]:
+    """Every arm of the stage's plan against the reference (``judge.compare_all`` at the plan's
+    settings; a sequential plan's: its look's α), computed here or waited for from the process
+    beside claim (b)'s replay (``decision.where``), timed."""
     t_an = time.perf_counter()
-    procs = run.options.analysis_procs or 1
-    with contextlib.ExitStack() as stack:
-        executor = None
-        if procs > 1:  # spawn: the driver holds torch (and maybe CUDA), which must not fork
-            ctx = multiprocessing.get_context("spawn")
-            executor = stack.enter_context(ProcessPoolExecutor(procs, mp_context=ctx))
-        results = compare_all(
-            samples, rounds, plan.arms, plan.settings, run.progress, executor=executor
-        )
+    results = comps.result(run.progress, run.timings)
     run.timings["analyze"] = run.timings.get("analyze", 0.0) + time.perf_counter() - t_an
     return results
 
@@ -403,11 +395,19 @@ def _numerics(
     samples: pd.DataFrame,
     rounds: pd.DataFrame | None,
     models: Models | None,
+    comps: Comparisons | None = None,
 ) -> ClaimB | None:
     """Claim (b)'s inputs: ``claims.run_claim_b``'s claim with its table (the plain engine's
-    laws: ``plain_laws.law_table``; matched: the drift table), timed as ``numerics``."""
+    laws: ``plain_laws.law_table``; matched: the drift table), timed as ``numerics``; ``comps``
+    are spawned beside a replay where ``decision.where.beside_replay`` says so."""
     claim = run_claim_b(plan, samples, None)
     matched = rounds is not None and bool((rounds[schema.ARM] == MATCHED).any())
+    replays = isinstance(claim, TeacherForcedClaim) or (
+        isinstance(claim, NumericsClaim) and matched
+    )
+    procs = run.options.analysis_procs
+    if comps is not None and beside_replay(run.protocol.models.device, replays, procs):
+        comps.spawn()
     t0 = time.perf_counter()
     if isinstance(claim, TeacherForcedClaim):  # the engine's I/O is here, not in the judge
         if models is None or models.target is None:
@@ -427,7 +427,6 @@ def _numerics(
 def _read_shards(rd: RunDir, plan: Plan) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """Every shard's samples and rounds in plan order (arm, prompt), each sorted by (config in
     protocol order, seed, position): the same bytes whatever order shards were generated in."""
-    order = {cid: i for i, (cid, _) in enumerate(plan.protocol.configs)}
     s_parts, r_parts = [], []
     for shard in plan.shards:
         s, r = rd.read_shard(shard.key)
@@ -435,15 +434,20 @@ def _read_shards(rd: RunDir, plan: Plan) -> tuple[pd.DataFrame, pd.DataFrame | N
         if r is not None:
             r_parts.append(r)
     samples = pd.concat(s_parts, ignore_index=True)
-    arm_rank = {a.name: i for i, a in enumerate(plan.arms)}
-    prompt_rank = {p.id: i for i, p in enumerate(plan.protocol.prompts.items)}
+    names = {
+        schema.ARM: [a.name for a in plan.arms],
+        schema.PROMPT_ID: [p.id for p in plan.protocol.prompts.items],
+        schema.CONFIG_ID: [cid for cid, _ in plan.protocol.configs],
+    }
+
+    def rank(df: pd.DataFrame, col: str) -> Any:  # [N] position in the plan (absent: last)
+        at = pd.Index(names[col]).get_indexer(df[col])  # Series.map: 3x slower on Arrow strings
+        return np.where(at < 0, len(names[col]), at)
 
     def ordered(df: pd.DataFrame, extra: Sequence[str]) -> pd.DataFrame:
         key = pd.DataFrame(
             {
-                "_a": df[schema.ARM].map(arm_rank),
-                "_p": df[schema.PROMPT_ID].map(prompt_rank),
-                "_c": df[schema.CONFIG_ID].map(order),
+                **{f"_{c}": rank(df, c) for c in (schema.ARM, schema.PROMPT_ID, schema.CONFIG_ID)},
                 "_s": df[schema.SEED],
                 **{f"_{i}": df[c] for i, c in enumerate(extra)},
             }
@@ -487,13 +491,10 @@ def _header(run: _Run, looked: _Looked) -> Header:
     )
 
 
-def _r(x: float) -> float:
-    return round(float(x), 3)
-
-
 def _rounded(timings: dict[str, Any]) -> dict[str, Any]:
     """Phase wall times in seconds, 3 decimals (``generate`` is a mapping arm → seconds)."""
+    rd = lambda x: round(float(x), 3)  # noqa: E731
     return {
-        k: {a: _r(s) for a, s in v.items()} if isinstance(v, dict) else _r(v)
+        k: {a: rd(s) for a, s in v.items()} if isinstance(v, dict) else rd(v)
         for k, v in timings.items()
     }

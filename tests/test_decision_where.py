@@ -1,0 +1,124 @@
+"""Issue 32: the run's comparisons in a process of their own beside claim (b)'s replay
+(``decision.where``) — the run's tables and verdict equal those of the comparisons computed
+after the replay, bit for bit (CPU: the matched toy run, whose replay is real, with the process
+forced on); the process's errors are the run's; a process that dies costs the phase, not the
+run; leaving on an error stops it. Exact comparisons on fixed seeds: no false-failure rate.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from toy_protocol import TOY, write_toy
+
+from spectest import runner
+from spectest.decision import where
+from spectest.errors import InputError
+from spectest.plan import make_plan
+from spectest.progress import no_progress
+from spectest.protocol import load_protocol
+
+TABLES = ("tests", "trie", "whitebox", "sequence", "histograms", "numerics", "samples")
+
+
+def _matched(tmp_path: Path, name: str) -> Path:
+    """The toy LM in matched numerics mode with simulated bf16-sized numerics: claim (b)
+    replays (``matched_drift``) on every machine."""
+    models = {**TOY["models"], "target": TOY["models"]["target"] + ",numerics=0.0065"}  # type: ignore[index]
+    tests = {**TOY["tests"], "numerics": "matched"}  # type: ignore[dict-item]
+    path = write_toy(tmp_path / name, models=models, tests=tests, positions=6)
+    runner.run_protocol(load_protocol(path), out=tmp_path / name / "run")
+    return tmp_path / name / "run"
+
+
+def _summary(run: Path) -> dict[str, Any]:
+    return json.loads((run / "summary.json").read_text())
+
+
+def test_comparisons_beside_the_replay_equal_those_after_it(tmp_path: Path) -> None:
+    after = _matched(tmp_path, "after")
+    spawned: list[where.Comparisons] = []
+    spawn = where.Comparisons.spawn
+
+    def spy(self: where.Comparisons) -> None:
+        spawn(self)
+        spawned.append(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "beside_replay", lambda device, replays, procs: replays)
+        mp.setattr(where.Comparisons, "spawn", spy)
+        beside = _matched(tmp_path, "beside")
+    assert len(spawned) == 1
+    for table in TABLES:
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(after / f"{table}.parquet"),
+            pd.read_parquet(beside / f"{table}.parquet"),
+            check_exact=True,
+        )
+    a, b = _summary(after), _summary(beside)
+    assert a["verdict"] == b["verdict"] and a["verdict"]["numerics"]["decision"] == "within"
+    assert where.BESIDE not in a["timings"] and b["timings"][where.BESIDE] > 0
+
+
+def test_the_process_is_for_a_replay_on_cuda_without_analysis_procs() -> None:
+    assert where.beside_replay("cuda", True, None)
+    assert where.beside_replay("cuda:1", True, 1)
+    assert not where.beside_replay("cuda", False, None)  # nothing to hide behind
+    assert not where.beside_replay("cpu", True, None)  # the replay takes every core
+    assert not where.beside_replay("cuda", True, 4)  # the user's processes
+
+
+def _inputs(run: Path) -> tuple[Any, ...]:
+    plan = make_plan(load_protocol(run / "protocol.yaml"))
+    samples = pd.read_parquet(run / "samples.parquet")
+    rounds = pd.read_parquet(run / "rounds.parquet")
+    return samples, rounds, plan.arms, plan.settings
+
+
+def test_a_comparisons_process_that_dies_costs_the_phase_not_the_run(tmp_path: Path) -> None:
+    run = _matched(tmp_path, "toy")
+    args = _inputs(run)
+    want = where.Comparisons(*args).result(no_progress, {})
+    dead = where.Comparisons(*args)
+    dead.spawn()
+    assert dead._pool is not None
+    while not dead._pool._processes:  # the executor starts its process on submit
+        time.sleep(0.01)
+    for proc in dead._pool._processes.values():
+        proc.kill()
+    timings: dict[str, Any] = {}
+    with pytest.warns(RuntimeWarning, match="ended without them"):
+        got = dead.result(no_progress, timings)
+    assert where.BESIDE not in timings
+    assert [a.name for a, _ in got] == [a.name for a, _ in want]
+    for (_, g), (_, w) in zip(got, want, strict=True):
+        assert g.summary() == w.summary()
+
+
+def test_the_process_errors_are_the_runs_and_an_error_stops_it(tmp_path: Path) -> None:
+    run = _matched(tmp_path, "toy")
+    samples, rounds, arms, settings = _inputs(run)
+    broken = samples.drop(columns=["token_id"])  # what compare_all cannot read
+    with pytest.raises(InputError, match="missing column 'token_id'"):
+        where.Comparisons(broken, rounds, arms, settings).result(no_progress, {})
+    raised = where.Comparisons(broken, rounds, arms, settings)
+    raised.spawn()
+    with pytest.raises(InputError, match="missing column 'token_id'"):
+        raised.result(no_progress, {})
+    with pytest.raises(RuntimeError, match="the run's"):
+        with where.Comparisons(samples, rounds, arms, settings) as comps:
+            comps.spawn()
+            assert comps._pool is not None
+            pool = comps._pool
+            while not pool._processes:
+                time.sleep(0.01)
+            procs = list(pool._processes.values())
+            raise RuntimeError("the run's error")
+    for proc in procs:
+        proc.join(30)
+        assert not proc.is_alive()
