@@ -18,7 +18,7 @@ import stat
 import subprocess
 import tempfile
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -129,12 +129,13 @@ def write_table(
     return table.num_rows
 
 
-def read_table(path: Path) -> pd.DataFrame:
-    """Read a Parquet file; a missing or corrupt file is one ``InputError`` line naming it."""
+def read_table(path: Path, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """Read a Parquet file (``columns``: only those); a missing or corrupt file is one
+    ``InputError`` line naming it."""
     if not path.is_file():
         raise InputError(f"{path}: no such file")
     try:
-        return pq.read_table(path).to_pandas()
+        return pq.read_table(path, columns=None if columns is None else list(columns)).to_pandas()
     # a damaged pandas metadata block fails inside to_pandas as a KeyError / TypeError (found by
     # tools/fuzz.py: one flipped byte gave "internal error: KeyError: 'pandas_type'")
     except (pa.ArrowException, OSError, ValueError, KeyError, TypeError, IndexError) as err:

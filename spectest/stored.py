@@ -6,7 +6,7 @@ docs/internals.md "spectest/stored.py".
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,12 +40,13 @@ class StoredRun:
     manifest: dict[str, Any]
     summary: dict[str, Any]
 
-    def table(self, name: str) -> pd.DataFrame | None:
-        """Read one of the final tables (``samples.parquet`` ...), ``None`` when absent."""
+    def table(self, name: str, columns: Sequence[str] | None = None) -> pd.DataFrame | None:
+        """Read one of the final tables (``samples.parquet`` ...; ``columns``: only those),
+        ``None`` when absent."""
         p = self.path / name
         if not p.is_file():
             return None
-        return read_table(p)
+        return read_table(p, columns)
 
     @property
     def provenance(self) -> dict[str, Any]:

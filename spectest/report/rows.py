@@ -139,7 +139,9 @@ def tooth_size_rows(stored: StoredRun) -> tuple[list[str], list[list[str]]]:
 def decoded_samples(stored: StoredRun, n: int = N_DECODED) -> list[dict[str, Any]]:
     """A few emitted sequences per arm (first cell, first seeds) decoded to text when the model
     pair is the bundled byte-level pair; token ids otherwise."""
-    samples = stored.table(SAMPLES)
+    # the six columns read, not the white-box ones: P1's 983 040 rows, 0.24 → 0.07 s
+    columns = ("prompt_id", "config_id", "arm", "seed", "position", "token_id")
+    samples = stored.table(SAMPLES, columns)
     if samples is None or len(samples) == 0:
         return []
     models = stored.summary.get("models") or {}
