@@ -177,6 +177,14 @@ def _groups(enc: EncodedSamples, st: Strata) -> dict[tuple[int, int], np.ndarray
     return {(int(u) // n, int(u) % n): order[bounds[i] : bounds[i + 1]] for i, u in enumerate(uniq)}
 
 
+def _bins(
+    enc: EncodedSamples, st: Strata, c: int, sel: np.ndarray, min_expected: float
+) -> np.ndarray:
+    """One (cell, stratum)'s ``stratum_counts``: its sequences' counts by bin ``[n_c, k]``."""
+    lo, hi = int(enc.cell_start[c]), int(enc.cell_start[c + 1])
+    return stratum_counts(st.seq[sel] - lo, st.category[sel], hi - lo, min_expected)
+
+
 def _test_row(
     enc: EncodedSamples,
     st: Strata,
@@ -187,8 +195,7 @@ def _test_row(
     min_expected: float,
 ) -> tuple[dict[str, object], np.ndarray]:
     """One (cell, stratum)'s row and its statistic under every labeling of the cell."""
-    lo, hi = int(enc.cell_start[c]), int(enc.cell_start[c + 1])
-    x = stratum_counts(st.seq[sel] - lo, st.category[sel], hi - lo, min_expected)
+    x = _bins(enc, st, c, sel, min_expected)
     n_ref = int((x * labels[:, :1]).sum())
     testable = x.shape[1] >= 2
     row: dict[str, object] = {
@@ -215,11 +222,10 @@ def any_testable(
     its statistics under the relabelings: the binning reads pooled totals only (``strata``:
     ``strata_of(enc, rounds)`` when the caller has it)."""
     st = strata if strata is not None else strata_of(enc, rounds)
-    for (c, _), sel in _groups(enc, st).items():
-        lo, hi = int(enc.cell_start[c]), int(enc.cell_start[c + 1])
-        if stratum_counts(st.seq[sel] - lo, st.category[sel], hi - lo, min_expected).shape[1] >= 2:
-            return True
-    return False
+    return any(
+        _bins(enc, st, c, sel, min_expected).shape[1] >= 2
+        for (c, _), sel in _groups(enc, st).items()
+    )
 
 
 def round_tests(
