@@ -13,6 +13,7 @@ import sys
 import pytest
 import torch
 
+from spectest.errors import ModelError
 from spectest.models import attention, decode_attention
 from spectest.models.hf import from_preset
 from spectest.models.static import StaticHFModel
@@ -95,20 +96,50 @@ def check_against_references(dtype: torch.dtype, device: str) -> list[str]:
     return lines
 
 
-@pytest.mark.skipif(not HAS_TRITON, reason="Triton is not installed")
-def test_kernel_against_its_references_in_the_interpreter() -> None:
-    """The kernel's indexing, masking and online softmax, run by Triton's CPU interpreter in a
-    subprocess (``TRITON_INTERPRET`` is read when the kernel is defined). Deterministic inputs,
-    no statistics: it passes or fails the same way every run."""
+def _interpreted(mode: str) -> list[float]:
+    """``check_against_references`` (float16) run by Triton's CPU interpreter in a subprocess
+    (``TRITON_INTERPRET`` is read when the kernel is defined) with ``SPECTEST_ATTN_PV=mode``:
+    the kernel's largest error against float64, per case."""
     code = (
         "import torch, test_decode_attention as t;"
         "print('\\n'.join(t.check_against_references(torch.float16, 'cpu')))"
     )
     here = os.path.dirname(__file__)
     env = {**os.environ, "TRITON_INTERPRET": "1", "SPECTEST_NO_KERNELS": "", "PYTHONPATH": here}
+    env["SPECTEST_ATTN_PV"] = mode
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert len(done.stdout.splitlines()) == len(SHAPES), done.stdout
+    lines = done.stdout.splitlines()
+    assert len(lines) == len(SHAPES), done.stdout
+    return [float(line.split(" kernel ")[1].split()[0]) for line in lines]
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="Triton is not installed")
+def test_kernel_against_its_references_in_the_interpreter() -> None:
+    """The kernel's indexing, masking and online softmax in the interpreter. Deterministic
+    inputs, no statistics: it passes or fails the same way every run."""
+    _interpreted("half")
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="Triton is not installed")
+def test_probabilities_kept_wider_round_no_worse_in_the_interpreter() -> None:
+    """``SPECTEST_ATTN_PV`` float32 and split meet every check the default does (the bound
+    against float64, batch, query-width and window invariance, zeros for a blind query), and on
+    these fixed inputs their error against float64 is at most the default's in every case and
+    smaller in some (the default rounds each probability to 11 bits here, float16)."""
+    half = _interpreted("half")
+    for mode in ("float32", "split"):
+        errs = _interpreted(mode)
+        assert all(e <= h for e, h in zip(errs, half, strict=True)), (mode, errs, half)
+        assert sum(errs) < sum(half), (mode, errs, half)
+
+
+def test_an_unknown_pv_mode_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECTEST_ATTN_PV", "fp16")
+    with pytest.raises(ModelError, match="SPECTEST_ATTN_PV='fp16': expected one of half"):
+        decode_attention.pv_mode()
+    monkeypatch.setenv("SPECTEST_ATTN_PV", "")
+    assert decode_attention.pv_mode() == "half"
 
 
 def test_applies_only_to_a_boolean_mask_in_half_precision() -> None:
@@ -150,7 +181,9 @@ def test_no_kernels_turns_the_kernel_off() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or not HAS_TRITON, reason="needs CUDA and Triton")
-def test_kernel_against_its_references_on_cuda() -> None:
+@pytest.mark.parametrize("mode", decode_attention.PV_MODES)
+def test_kernel_against_its_references_on_cuda(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECTEST_ATTN_PV", mode)  # read at every launch
     check_against_references(torch.bfloat16, "cuda")
     check_against_references(torch.float16, "cuda")
 

@@ -16,6 +16,7 @@ from spectest.engines import builtin
 from spectest.engines.acceptor import AcceptorEngine
 from spectest.engines.base import ArmOutput, DecodeRequest, Models
 from spectest.engines.builtin import BuiltinEngine
+from spectest.models import decode_attention
 from spectest.models.base import LanguageModel
 from spectest.models.hf import HFModel
 from spectest.models.static import StaticHFModel
@@ -86,12 +87,15 @@ class FastEngine(BuiltinEngine):
         graphs = isinstance(t, StaticHFModel) and t.cuda_graphs
         error = t.graph_error if isinstance(t, StaticHFModel) else None
         packed = isinstance(t, StaticHFModel) and t.packed_gqa
+        kernel = isinstance(t, StaticHFModel) and t.decode_kernel
         return {
             **super().provenance(),
             "cuda_graphs": graphs,
             "graph_error": error,
             "packed_gqa": packed,
-            "decode_kernel": isinstance(t, StaticHFModel) and t.decode_kernel,
+            "decode_kernel": kernel,
+            # how the kernel rounds P before P·V (``SPECTEST_ATTN_PV``); None without the kernel
+            "attention_pv": decode_attention.pv_mode() if kernel else None,
             "fused_rotary": isinstance(t, StaticHFModel) and t.fused_rotary,
         }
 

@@ -15,15 +15,20 @@ from typing import Any
 
 import torch
 
+from spectest.errors import ModelError
+
 BLOCK_M = 16  # packed query rows per program, whatever S: a row's bits do not depend on S (Notes)
 BLOCK_N = 32  # key slots per step of the online softmax (the static cache's windows are 32k)
+# the probabilities' precision in P·V (``pv_mode``): rounded to the value dtype (the default, as
+# FlashAttention does), float32 (IEEE products, no tensor cores), or two half-precision parts
+PV_MODES = ("half", "float32", "split")
+pv_step: Any = None  # the kernel's P·V step, a Triton function (``_define_pv_step``)
 DTYPES = (torch.bfloat16, torch.float16)  # float32 keeps SDPA (Triton's dot would be TF32)
 
 
 @functools.cache
 def _kernel() -> Any:
-    """The Triton kernel, or None (no Triton, or ``SPECTEST_NO_KERNELS``: SDPA). NOTE W and the
-    query count S are runtime values, not specialised: one compile for every prompt length."""
+    """The Triton kernel, or None (no Triton, or ``SPECTEST_NO_KERNELS``: SDPA); see Notes."""
     if os.environ.get("SPECTEST_NO_KERNELS"):
         return None
     try:
@@ -31,6 +36,7 @@ def _kernel() -> Any:
         import triton.language as tl
     except Exception:  # any import failure means: use SDPA
         return None
+    _define_pv_step()
 
     # fmt: off
     @triton.jit(do_not_specialize=["W", "S"])
@@ -39,7 +45,7 @@ def _kernel() -> Any:
         sqb, sqh, sqs, sqd, skb, skh, skw, skd, svb, svh, svw, svd, smb, sms, smw,  # strides
         sob, sos, soh, sod,
         G: tl.constexpr, D: tl.constexpr,
-        BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PV: tl.constexpr,
     ):
         # fmt: on
         b = tl.program_id(0).to(tl.int64)  # the row: b·stride can pass 2³¹ in a large pool
@@ -74,13 +80,55 @@ def _kernel() -> Any:
             v_ptr = V + b * svb + h * svh + n[:, None] * svw + d[None, :] * svd
             v = tl.load(v_ptr, mask=kv_ok, other=0.0)  # [BLOCK_N, BLOCK_D]
             l_i = l_i * alpha + tl.sum(p, 1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)  # [BLOCK_M, BLOCK_D]
+            acc = pv_step(acc, alpha, p, v, PV)  # [BLOCK_M, BLOCK_D]
             m_i = m_new
         out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
         o_ptr = O + b * sob + s[:, None] * sos + (h * G + g)[:, None] * soh + d[None, :] * sod
         tl.store(o_ptr, out.to(O.dtype.element_ty), mask=live[:, None] & d_ok[None, :])
 
     return spectest_gqa_decode
+
+
+def _define_pv_step() -> None:
+    """Set ``pv_step``: the kernel's step ``acc · alpha + P·V`` with the probabilities at
+    ``PV_MODES[PV]``'s precision (a Triton function, inlined into the kernel; a module global,
+    since Triton's interpreter resolves no closure variables)."""
+    global pv_step
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def spectest_pv_step(acc, alpha, p, v, PV: tl.constexpr):
+        if PV == 1:  # the probabilities in float32 (IEEE products, no tensor cores)
+            acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision="ieee")
+        elif PV == 2:  # as two half-precision parts: 16 of p's mantissa bits
+            p_hi = p.to(v.dtype)
+            p_lo = (p - p_hi.to(tl.float32)).to(v.dtype)
+            acc = acc * alpha[:, None] + (tl.dot(p_hi, v) + tl.dot(p_lo, v))
+        else:  # rounded to the value dtype, as FlashAttention does
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        return acc
+
+    pv_step = spectest_pv_step
+
+
+def pv_mode() -> str:
+    """``SPECTEST_ATTN_PV`` (default ``half``): how the kernel rounds the softmax probabilities
+    before their product with the values, one of ``PV_MODES``; an A/B switch like
+    ``SPECTEST_NO_KERNELS``, recorded in the fast engine's provenance (``attention_pv``).
+
+    Notes
+    -----
+    ``half`` rounds each probability to the value dtype (8 significant bits in bfloat16);
+    ``float32`` keeps them (the product on IEEE float32 FMAs); ``split`` multiplies a high and a
+    low half-precision part (16 bits, two tensor-core products). Each mode is schedule-invariant.
+    Why it is a switch: docs/internals.md "spectest/models/decode_attention.py" (the drift at
+    8B on fixed tokens moves with the kernel's rounding).
+    """
+    mode = os.environ.get("SPECTEST_ATTN_PV") or "half"
+    if mode not in PV_MODES:
+        raise ModelError(f"SPECTEST_ATTN_PV={mode!r}: expected one of {', '.join(PV_MODES)}")
+    return mode
 
 
 def available(device: torch.device) -> bool:
@@ -123,14 +171,17 @@ def gqa_decode(
     Notes
     -----
     Scores, the running max and sum and the output accumulate in float32; the probabilities are
-    rounded to the value dtype before their product with the values, as FlashAttention does. So a
-    bf16 output can differ from SDPA's in its last bits. A query's output is computed from its
-    own query row, its mask row and the slots in order, 32 at a time, in tiles of a fixed
-    ``BLOCK_M``: its bits depend neither on the batch size, nor on how many queries the forward
-    has (a prompt prefill, a verify of K + 1, a decode step), nor on masked slots after the last
-    it sees (each adds exact zeros). So the static model computes a position's attention the
-    same way in every schedule, and claim (b) measures only the GEMMs' differences
-    (docs/internals.md). A query that sees no slot gets zeros (SDPA gives NaN).
+    rounded to the value dtype before their product with the values, as FlashAttention does (by
+    default: ``pv_mode``). So a bf16 output can differ from SDPA's in its last bits. A query's
+    output is computed from its own query row, its mask row and the slots in order, 32 at a
+    time, in tiles of a fixed ``BLOCK_M``: its bits depend neither on the batch size, nor on how
+    many queries the forward has (a prompt prefill, a verify of K + 1, a decode step), nor on
+    masked slots after the last it sees (each adds exact zeros). So the static model computes a
+    position's attention the same way in every schedule, and claim (b) measures only the GEMMs'
+    differences (docs/internals.md). A query that sees no slot gets zeros (SDPA gives NaN). The
+    window ``W`` and the query count ``S`` are runtime values, not specialised: one compile for
+    every prompt length. ``pv_mode`` says how the probabilities are rounded before their
+    product.
     """
     kernel = _kernel()
     assert kernel is not None and applies(query, key, value, mask)
@@ -146,6 +197,6 @@ def gqa_decode(
             *query.stride(), *key.stride(), *value.stride(),
             m8.stride(0), m8.stride(2), m8.stride(3), *out.stride(),
             G=G, D=D, BLOCK_M=BLOCK_M, BLOCK_D=max(16, 1 << (D - 1).bit_length()),
-            BLOCK_N=block_n, num_warps=num_warps,
+            BLOCK_N=block_n, PV=PV_MODES.index(pv_mode()), num_warps=num_warps,
         )  # fmt: skip
     return out

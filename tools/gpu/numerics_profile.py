@@ -6,6 +6,9 @@ and the warm pass's top functions by own time (cProfile). Prints those tables, a
 capture that fails, with its traceback; runs on CPU too.
 ``--streams 1``: the floor rows one at a time (timed as ``decode_logits (alone)``); by default
 on CUDA they run ``numerics.alone.FLOOR_STREAMS`` at once, inside ``measure_drift``'s time.
+``--row-profile N``: then N floor rows of the first prompt decoded alone on the replay model, the
+wall per one-row forward and the same rows under ``torch.profiler`` (device time per forward, top
+kernels): host-bound or device-bound (session 20: 2.5 ms wall, 2.2 ms device at 0.6B).
 
     python tools/gpu/numerics_profile.py --prompts 2 --set models.device=cuda --set ...
 """
@@ -78,6 +81,7 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--streams", type=int, default=None, help="floor rows at once (None: default)")
+    ap.add_argument("--row-profile", type=int, default=0, help="N floor rows profiled")
     a = ap.parse_args()
     _log_graph_errors()
     p = load_protocol(a.config, sets=a.set)
@@ -126,6 +130,48 @@ def main() -> None:
     s = io.StringIO()
     pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(20)
     print("\n".join(s.getvalue().splitlines()[:42]))
+    if a.row_profile:
+        pid = next(iter(prompts))
+        row = samples[(samples["prompt_id"] == pid) & (samples["arm"] == "matched")]
+        _row_profile(target, prompts[pid], row, a.row_profile)
+
+
+def _row_profile(target: Any, prompt_ids: list[int], ps: pd.DataFrame, n: int) -> None:
+    """One floor row decoded alone (``table.decode_logits`` at batch 1 on the replay model),
+    ``n`` rows: the wall per one-row forward, then the same rows under ``torch.profiler``: device
+    time per forward and the top kernels. Tells a host-bound floor from a device-bound one."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from spectest.numerics.replay import replay_model
+
+    model = replay_model(target, fast=True)
+    dev = model.device
+    wide = ps.pivot_table(index=["config_id", "seed"], columns="position", values="token_id")
+    toks = torch.tensor(wide.to_numpy()[: n + 2], dtype=torch.int64, device=dev)
+    prompt = torch.tensor(prompt_ids, dtype=torch.int64, device=dev)
+    keep = torch.zeros(1, dtype=torch.int64, device=dev)
+    T = int(toks.shape[1])
+
+    def rows(lo: int, hi: int) -> None:
+        for r in range(lo, hi):
+            numerics.decode_logits(model, prompt, toks[r : r + 1], keep)
+
+    rows(0, 2)  # captures
+    _sync()
+    t0 = time.perf_counter()
+    rows(2, n + 2)
+    _sync()
+    wall = time.perf_counter() - t0
+    print(f"floor rows alone: {n} rows, {wall:.3f} s, {1e3 * wall / (n * (T - 1)):.3f} ms/forward")
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        rows(2, n + 2)
+        _sync()
+    ev = prof.key_averages()
+    dev_us = sum(e.self_device_time_total for e in ev)
+    print(f"profiled: device {dev_us / 1e3:.1f} ms = {dev_us / 1e3 / (n * (T - 1)):.3f} ms/forward")
+    key = "self_cuda_time_total" if dev.type == "cuda" else "self_cpu_time_total"
+    print(ev.table(sort_by=key, row_limit=25, max_name_column_width=60))
 
 
 if __name__ == "__main__":
