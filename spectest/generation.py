@@ -130,7 +130,9 @@ def matched_drift(
         p.configs,
         K=p.drafter.k,
         fast=fast,
+        rows_per_cell=p.tests.numerics_sequences,
         floor_rows_per_cell=0 if setting in ("prefill", "dtype") else None,
+        floor_sequences=p.tests.numerics_floor_sequences,
         **common,
     )
 

@@ -35,6 +35,8 @@ BAD = {
     "numerics": "fast",
     "numerics_floor": "none",
     "numerics_margin": 1.5,
+    "numerics_sequences": 1,
+    "numerics_floor_sequences": 2.5,
     "left_out_max": 1.5,
 }
 GOOD = {
@@ -50,6 +52,8 @@ GOOD = {
     "numerics": "exact",
     "numerics_floor": "batch",
     "numerics_margin": 0.01,
+    "numerics_sequences": 64,
+    "numerics_floor_sequences": 256,
     "left_out_max": 0.1,
 }
 

@@ -5,6 +5,7 @@ docs/internals.md "spectest/decision/ladder.py".
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -13,6 +14,7 @@ from spectest.decision.claims import pct
 from spectest.errors import ExitCode
 from spectest.stats.drift import in_units as _num
 from spectest.stats.drift import margin_words as _margin
+from spectest.stats.drift import to_resolve
 
 if TYPE_CHECKING:
     from spectest.decision.claims import PowerClaim
@@ -242,7 +244,25 @@ def _drift_unresolved(run: Scope) -> Rung:
     return _fires(
         "numerics drift unresolved",
         f"numerics drift unresolved (claim b): D = drift − floor in [{_num(d, d.lcb)}, "
-        f"{_num(d, d.ucb)}] straddles the margin {_margin(d)}: more sequences narrow it",
+        f"{_num(d, d.ucb)}] straddles the margin {_margin(d)}: {_narrowing(d, run.matched)}",
+    )
+
+
+def _narrowing(d: DriftResult, matched: bool) -> str:
+    """What narrows an unresolved claim (b): in matched mode the settings and about how far
+    (``stats.drift.to_resolve``); otherwise more sequences."""
+    k = to_resolve(d) if matched else None
+    parts = []
+    if k is not None and d.floor_kind == "batch" and k[1] > 1:
+        floor = math.ceil(d.n_floor * k[1])
+        parts.append(f"tests.numerics_floor_sequences about {floor} ({d.n_floor} now)")
+    if k is not None and k[0] > 1:
+        parts.append(f"tests.numerics_sequences about {k[0]:.1f}× its value ({d.n_sequences} now)")
+    if not parts:
+        return "more sequences narrow it"
+    return (
+        f"more sequences narrow it: {' and '.join(parts)} would resolve it were D to stay at "
+        f'{_num(d, d.statistic)} (docs/numerics.md "How many sequences")'
     )
 
 

@@ -18,9 +18,12 @@ from spectest.numerics.alone import decode_steps
 from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.pipeline import ProbsFn
 from spectest.sampling.transforms import logits_to_probs
+from spectest.stats.options import DEFAULT_FLOOR_SEQUENCES, DEFAULT_NUMERICS_SEQUENCES
 
-ROWS_PER_CELL = 32  # measured sequences per (prompt, config) cell: the first seeds
-FLOOR_SEQUENCES = 64  # decoded alone too (batch 1), spread over the cells: the floor's sequences
+# measured sequences per (prompt, config) cell, the first seeds (``tests.numerics_sequences``)
+ROWS_PER_CELL = DEFAULT_NUMERICS_SEQUENCES
+# decoded alone too (batch 1), spread over the cells (``tests.numerics_floor_sequences``)
+FLOOR_SEQUENCES = DEFAULT_FLOOR_SEQUENCES
 MIN_FLOOR_ROWS_PER_CELL = 2  # ... but at least this many per cell
 COLUMNS = (
     schema.PROMPT_ID,
@@ -235,16 +238,16 @@ def drift_table(
     positions: int,
     rows_per_cell: int = ROWS_PER_CELL,
     floor_rows_per_cell: int | None = None,
+    floor_sequences: int = FLOOR_SEQUENCES,
     fast: bool = False,
     streams: int | None = None,
 ) -> pd.DataFrame:
-    """The per-token drift table of arm ``arm`` (``COLUMNS``: one row per measured sequence
-    and position): every prompt's rows rebuilt in the run's order (configs in protocol order,
-    seeds ascending: ``generation.generate_shard``), batched as the run batched them;
-    ``floor_rows_per_cell`` (None: ``FLOOR_SEQUENCES`` over the cells) of each cell's measured
-    rows decoded alone too. ``fast``: the arm ran on the fast engine (``--fast``): replayed on
-    its model and law (``numerics.replay``: on CUDA the static-cache model, CUDA graphs).
-    ``streams``: floor rows decoded at once (None: ``alone.FLOOR_STREAMS`` on CUDA, else 1)."""
+    """The per-token drift table of arm ``arm`` (``COLUMNS``: one row per measured sequence and
+    position): every prompt's rows rebuilt in the run's order (configs in protocol order, seeds
+    ascending: ``generation.generate_shard``), batched as the run batched them; of each cell's
+    ``rows_per_cell`` measured rows, ``floor_rows_per_cell`` (None: ``floor_sequences`` over the
+    cells, ``_spread``) decoded alone too. ``fast``: replayed on the fast engine's model and law
+    (``numerics.replay``). ``streams``: floor rows at once (None: ``alone.FLOOR_STREAMS``)."""
     from spectest.numerics.alone import FLOOR_STREAMS
     from spectest.numerics.replay import replay_model, replay_probs
 
@@ -255,8 +258,7 @@ def drift_table(
     r = rounds[rounds[schema.ARM] == arm]
     parts = []
     if floor_rows_per_cell is None:
-        n_cells = max(1, s[schema.PROMPT_ID].nunique() * len(configs))
-        floor_rows_per_cell = max(MIN_FLOOR_ROWS_PER_CELL, -(-FLOOR_SEQUENCES // n_cells))
+        floor_rows_per_cell = _spread(floor_sequences, s[schema.PROMPT_ID].nunique() * len(configs))
     cfg = dict(configs)
     for pid, ps in s.groupby(schema.PROMPT_ID, sort=False):
         built = prompt_rows(ps, configs, positions)
@@ -282,6 +284,11 @@ def drift_table(
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype=float) for c in COLUMNS})
     return pd.concat(parts, ignore_index=True)
+
+
+def _spread(sequences: int, cells: int) -> int:
+    """Floor rows per cell: ``sequences`` over ``cells``, at least ``MIN_FLOOR_ROWS_PER_CELL``."""
+    return max(MIN_FLOOR_ROWS_PER_CELL, -(-sequences // max(1, cells)))
 
 
 def _commits(pr: pd.DataFrame, keys: list[tuple[str, int]], K: int) -> list[list[int]]:

@@ -132,6 +132,34 @@ class DriftResult:
         return {**asdict(self), "rejected": self.rejected, "line": self.line}
 
 
+def to_resolve(d: DriftResult) -> tuple[float, float] | None:
+    """The factors ``(k_drift, k_floor)`` by which the drift's and the floor's sequence counts
+    would grow for an unresolved claim (b) to resolve, were D to stay at its estimate; None when
+    the estimate sits on the margin or the bounds are not finite.
+
+    Notes
+    -----
+    The bound's one-sided width w on the side that would decide (the UCB toward ``within`` below
+    the margin, the LCB toward ``beyond`` above it) must fall to g = |margin − D|. Widths shrink
+    as 1/√n; w² is split as c·(w_d² + w_f²) with the drift's and the floor's own widths (their
+    bounds at α), c fitted to this run. The batch floor grows alone when that suffices (the drift
+    grows too only as far as the floor's rows need: they are a subset of the drift's); when the
+    drift's own width is already too wide, and for floors measured on every drift sequence
+    (prefill, dtype), both grow by (w/g)². An estimate, stated as one.
+    """
+    stat, g = d.statistic, abs(d.margin - d.statistic)
+    w = d.ucb - stat if stat <= d.margin else stat - d.lcb
+    wd, wf = d.drift_ucb - d.drift, d.floor_ucb - d.floor
+    if not all(math.isfinite(x) for x in (w, wd, wf)) or g <= 0 or wd**2 + wf**2 <= 0:
+        return None
+    both = (w / g) ** 2
+    c = w**2 / (wd**2 + wf**2)
+    if d.floor_kind == "batch" and g**2 > c * wd**2:
+        kf = c * wf**2 / (g**2 - c * wd**2)
+        return max(1.0, kf * d.n_floor / d.n_sequences), max(1.0, kf)
+    return both, both
+
+
 BOOTSTRAP_RESAMPLES = 4000
 CHUNK = 1 << 22  # floats per resampling block
 

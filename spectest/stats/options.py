@@ -31,6 +31,11 @@ MAX_MDE_RULE = "expected a number in (0, 1]"  # tests.power.max_mde_tv, --max-md
 NUMERICS_MODES = ("auto", "exact", "matched")
 NUMERICS_FLOORS = ("auto", "batch", "prefill", "dtype")  # auto: spectest.numerics.floors
 DEFAULT_NUMERICS_MARGIN = 0.002
+# matched mode's claim (b) sequences (``spectest.numerics.table``): the drift's per (prompt,
+# config) cell (its first seeds), and the batch floor's spread over the cells (at least 2 and at
+# most the drift's per cell); docs/numerics.md "How many sequences"
+DEFAULT_NUMERICS_SEQUENCES = 32
+DEFAULT_FLOOR_SEQUENCES = 64
 # the largest share of an arm's tokens (claim a) or of the candidate's prefixes (claim b
 # teacher-forced) left out because a top-n list does not fix their law before the claim is
 # unresolved (docs/numerics.md "A straddled token is left out")
@@ -204,6 +209,20 @@ class AnalysisOptions:
         yaml="tests.numerics_margin",
         hashed="non-default",
         real=True,
+    )
+    numerics_sequences: int = option(
+        DEFAULT_NUMERICS_SEQUENCES,
+        "expected an integer >= 2",
+        integer(2),
+        yaml="tests.numerics_sequences",
+        hashed="non-default",
+    )
+    numerics_floor_sequences: int = option(
+        DEFAULT_FLOOR_SEQUENCES,
+        "expected an integer >= 2",
+        integer(2),
+        yaml="tests.numerics_floor_sequences",
+        hashed="non-default",
     )
     left_out_max: float = option(
         DEFAULT_LEFT_OUT_MAX,
