@@ -172,3 +172,18 @@ def test_the_settings_reach_the_replay(tmp_path: Path) -> None:
         seen[name] = (set(seqs), set(floors), per.ngroups)
     assert seen["default"] == ({32}, {16}, 4 * 32)  # 64 over 4 cells: 16 a cell
     assert seen["set"] == ({5}, {3}, 4 * 5)  # 12 over 4 cells: 3 a cell
+
+
+def test_token_claims_name_their_own_settings() -> None:
+    """Beside a floor arm the sequences are the arms' seeds; teacher-forced, ``arms.floor``'s
+    ``sequences``: the reason line names those, with no estimate."""
+    from spectest.stats.teacher_forced import TeacherForcedResult
+    from spectest.stats.token_floor import TokenFloorResult
+
+    kw = dict(drift=1e-4, floor=5e-5, statistic=5e-5, lcb=-1e-5, ucb=2e-4, margin=0.01,
+              margin_sq=2e-4, alpha=0.05, decision="unresolved", units=24, sequences=256,
+              floor_sequences=256)  # fmt: skip
+    token = _narrowing(TokenFloorResult(**kw), matched=False)  # type: ignore[arg-type]
+    assert "seeds.per_arm" in token and "seeds.reference_per_arm" in token
+    teacher = _narrowing(TeacherForcedResult(**kw), matched=False)  # type: ignore[arg-type]
+    assert "arms.floor.sequences" in teacher

@@ -250,7 +250,18 @@ def _drift_unresolved(run: Scope) -> Rung:
 
 def _narrowing(d: DriftResult, matched: bool) -> str:
     """What narrows an unresolved claim (b): in matched mode the settings and about how far
-    (``stats.drift.to_resolve``); otherwise more sequences."""
+    (``stats.drift.to_resolve``); teacher-forced, ``arms.floor.sequences``; beside a floor arm,
+    the arms' seeds."""
+    from spectest.stats.teacher_forced import TeacherForcedResult
+    from spectest.stats.token_floor import TokenFloorResult
+
+    if isinstance(d, TeacherForcedResult):
+        return "more sequences narrow it: arms.floor.sequences (per cell, at most the seeds)"
+    if isinstance(d, TokenFloorResult):
+        return (
+            "more sequences narrow it: seeds.per_arm (the candidate's) and "
+            "seeds.reference_per_arm (the reference's and the floor arm's)"
+        )
     k = to_resolve(d) if matched else None
     parts = []
     if k is not None and d.floor_kind == "batch" and k[1] > 1:
