@@ -135,9 +135,15 @@ def test_probabilities_kept_wider_round_no_worse_in_the_interpreter() -> None:
 
 
 def test_an_unknown_pv_mode_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refused when the static model is built with the kernel (at load, not at the first
+    forward); without the kernel the variable is never read."""
     monkeypatch.setenv("SPECTEST_ATTN_PV", "fp16")
     with pytest.raises(ModelError, match="SPECTEST_ATTN_PV='fp16': expected one of half"):
         decode_attention.pv_mode()
+    base = from_preset("qwen3-tiny", seed=5)
+    with pytest.raises(ModelError, match="SPECTEST_ATTN_PV='fp16'"):
+        StaticHFModel(base, cuda_graphs=False, decode_kernel=True)
+    assert not StaticHFModel(base, cuda_graphs=False).decode_kernel  # CPU: no kernel, not read
     monkeypatch.setenv("SPECTEST_ATTN_PV", "")
     assert decode_attention.pv_mode() == "half"
 

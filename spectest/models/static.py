@@ -149,6 +149,8 @@ class StaticHFModel(LanguageModel):
         if decode_kernel is None:
             decode_kernel = decode_attention.available(base.device)
         self.decode_kernel = bool(decode_kernel) and self.packed_gqa
+        if self.decode_kernel:
+            decode_attention.pv_mode()  # a bad SPECTEST_ATTN_PV is refused here, at load
 
     @property
     def device(self) -> torch.device:
