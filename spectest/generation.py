@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,7 +43,8 @@ class RunOptions:
     ``devices``: one worker process per device (empty: every visible GPU of a ``cuda`` run,
     else this process). ``ray``: the shards on Ray actors (``auto``, an address, or
     ``local``). ``analysis_procs``: processes for the sequence family's per-cell permutation
-    statistics (None or 1: this process; same results either way).
+    statistics (None or 1: this process; same results either way). ``reuse``: another run
+    directory whose generation this run takes (``spectest.reuse``; same tokens).
     """
 
     teeth_only: bool = False
@@ -51,6 +53,7 @@ class RunOptions:
     devices: tuple[str, ...] = ()
     ray: str | None = None
     analysis_procs: int | None = None
+    reuse: Path | None = None
 
     @property
     def kind(self) -> str:

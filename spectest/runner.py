@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from spectest import schema
 from spectest.decision.claims import (
@@ -48,8 +47,8 @@ from spectest.generation import (
 )
 from spectest.plan import Plan, Shard, make_plan, stages
 from spectest.progress import ProgressFn, no_progress
-from spectest.prompts import prompts_jsonl
-from spectest.protocol import MATCHED, Protocol, to_raw
+from spectest.protocol import MATCHED, Protocol
+from spectest.reuse import open_run_dir
 from spectest.scaleout import TeethInProcess, WorkerPool, generate_spread, local_devices, make_pool
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
 from spectest.shipped import shipped_name
@@ -174,8 +173,8 @@ def _open_run(
     threads: int,
     progress: ProgressFn,
 ) -> _Run:
-    """The run directory (created, or opened to resume: ``RunDir.open`` refuses another
-    protocol's), its provenance and the workers of a spread run."""
+    """The run directory (created, or opened to resume: ``reuse.open_run_dir``), its provenance
+    and the workers of a spread run."""
     plan = make_plan(protocol, teeth_only=options.teeth_only)
     if options.teeth_only and not any(a.is_tooth for a in plan.arms):
         raise ConfigError(
@@ -195,13 +194,7 @@ def _open_run(
         "protocol_shipped": shipped_name(protocol.source),
         FINGERPRINTS_KEY: _fingerprints(plan),
     }
-    raw = to_raw(protocol, prompts_file=PROMPTS_FILE)
-    rd = RunDir.open(
-        run_dir,
-        info,
-        protocol_yaml=yaml.safe_dump(raw, sort_keys=False, allow_unicode=True),
-        prompts=prompts_jsonl(protocol),
-    )
+    rd = open_run_dir(run_dir, info, protocol, plan, options.reuse)  # --reuse: spectest.reuse
     provenance = make_provenance(
         threads=threads,
         protocol_hash=protocol.hash,

@@ -60,6 +60,7 @@ LAYERS: dict[str, int] = {
     # 6: generation and the tooth-size phase beside it, and the commands beside the run (bench,
     # conformance, hunt)
     "generation": 6,
+    "reuse": 6,
     "teeth_phase": 6,
     "bench": 6,
     "conformance": 6,

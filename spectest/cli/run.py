@@ -57,6 +57,14 @@ AnalysisProcsOpt = Annotated[
         "over them; same results). Default: this process."
     ),
 ]
+ReuseOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="Take the generation of this run directory (a protocol that differs only in "
+        "settings decided after generation, e.g. tests.numerics_floor_sequences): its shards "
+        "are copied, claim (b) and the tests run again (docs/run-directory.md)."
+    ),
+]
 OutOpt = Annotated[
     Path | None,
     typer.Option(
@@ -87,6 +95,7 @@ def run(
     devices: DevicesOpt = None,
     ray: RayOpt = None,
     analysis_procs: AnalysisProcsOpt = None,
+    reuse: ReuseOpt = None,
     plugin_timeout: PluginTimeoutOpt = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Run a protocol: generate both arms and the teeth, store, test, print the verdict."""
@@ -120,6 +129,7 @@ def run(
             devices=tuple(d.strip() for d in (devices or "").split(",") if d.strip()),
             ray=ray,
             analysis_procs=analysis_procs,
+            reuse=reuse,
         )
         result = run_protocol(
             protocol,
