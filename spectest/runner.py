@@ -192,7 +192,7 @@ def _open_run(
         "seed_ranges": plan.seed_ranges,
         "protocol_source": protocol.source,  # a bare --config name may be a shipped one
         "protocol_shipped": shipped_name(protocol.source),
-        FINGERPRINTS_KEY: _fingerprints(plan),
+        FINGERPRINTS_KEY: _fingerprints(plan, options.fast),
     }
     rd = open_run_dir(run_dir, info, protocol, plan, options.reuse)  # --reuse: spectest.reuse
     provenance = make_provenance(
@@ -206,19 +206,26 @@ def _open_run(
     return _Run(protocol, options, rd, provenance, progress, workers)
 
 
-def _fingerprints(plan: Plan) -> dict[str, dict[str, str]]:
-    """What each arm runs, hashed (``spectest.fingerprint``): the resume's provenance."""
+def _fingerprints(plan: Plan, fast: bool) -> dict[str, dict[str, str]]:
+    """What each arm runs, hashed (``spectest.fingerprint``): the resume's provenance; under
+    ``--fast`` an arm on its engine's fast variant says so (``engine-variant:NAME``: in bf16
+    its tokens differ, so a resume or ``--reuse`` across ``--fast`` generates it again)."""
     from spectest.engines.command import expand
     from spectest.engines.registry import BUILTIN, engine_class
 
-    def version_of(name: str) -> str | None:  # an engine class's declared ``version``
+    def declared(name: str, attr: str) -> str | None:  # an engine class's version / variant
         try:
-            v = getattr(engine_class(name), "version", None)
+            v = getattr(engine_class(name), attr, None)
         except Exception:  # an engine that cannot be imported here: its run says so later
             return None
         return v if isinstance(v, str) and v else None
 
-    return arm_fingerprints(plan.arms, version_of, expand=expand, builtin=BUILTIN)
+    version_of = lambda name: declared(name, "version")  # noqa: E731
+    fps = arm_fingerprints(plan.arms, version_of, expand=expand, builtin=BUILTIN)
+    for arm in plan.arms if fast else ():
+        if (variant := declared(arm.engine.name, "fast_variant")) is not None:
+            fps[arm.name] = {**fps[arm.name], f"engine-variant:{arm.engine.name}": variant}
+    return fps
 
 
 def _run_stages(run: _Run) -> _Looked:

@@ -111,3 +111,24 @@ def test_a_command_engines_program_and_argument_files_are_hashed(tmp_path: Path)
     assert arm_fingerprint("command", opts, "2.1").to_dict()["engine-version:command"] == "2.1"
     remote = arm_fingerprint("http", {"url": "http://10.0.0.1:8080", "server": ()}, None)
     assert remote.unfingerprinted is not None and "cannot be hashed" in remote.unfingerprinted
+
+
+def test_a_resume_across_fast_generates_the_fast_arms_again(tmp_path: Path) -> None:
+    """``--fast`` runs the built-in arms on the fast engine, whose bf16 numerics (static model,
+    kernels) give other tokens: a run resumed with ``--fast`` after one without (or the reverse)
+    generates those arms again and says so, where it resumed them all before; the same flag
+    again resumes everything. (The toy model on CPU: the tokens happen to be equal here.)"""
+    proto = write_toy(tmp_path, teeth={"null_arm": False, "epsilons": [], "mutants": []})
+    out = tmp_path / "run"
+    code, output, s = run(proto, out)
+    assert code == 0, output
+    assert json.loads((out / "run.json").read_text())["fingerprints"]["candidate"] == {}
+    code, output, s = run(proto, out, "--fast")
+    assert code == 0, output
+    fps = json.loads((out / "run.json").read_text())["fingerprints"]
+    assert fps["candidate"] == fps["reference"] == {"engine-variant:builtin": "fast"}
+    notes = [n for n in s["notes"] if n.startswith("provenance: arm")]
+    assert len(notes) == 2 and all("shard(s) are regenerated" in n for n in notes), s["notes"]
+    code, output, s = run(proto, out, "--fast")
+    assert not any(n.startswith("provenance: arm") for n in s["notes"]), s["notes"]
+    assert any(n.startswith("shards: 0 generated") for n in s["notes"]), s["notes"]
