@@ -109,7 +109,7 @@ def copy_shards(
             continue
         _copy_shard(source / SHARDS_DIR, rd.path / SHARDS_DIR, shard.key)
         copied += 1
-    notes = [f"shards: {copied} reused from {source}"]
+    notes = [f"shards: {copied} reused from {source} (--reuse: copied here, then resumed)"]
     notes += [
         f"--reuse: arm {arm!r} runs something else than in {source} (its fingerprint or "
         "seeds): its shards are generated"
