@@ -28,6 +28,7 @@ from spectest.store import (
     RUN_INFO,
     SHARD_DIGEST,
     SHARDS_DIR,
+    SUMMARY,
     RunDir,
     read_object,
 )
@@ -110,12 +111,27 @@ def copy_shards(
         _copy_shard(source / SHARDS_DIR, rd.path / SHARDS_DIR, shard.key)
         copied += 1
     notes = [f"shards: {copied} reused from {source} (--reuse: copied here, then resumed)"]
+    if _claim_b(source) == "unresolved":
+        notes.append(
+            f"--reuse: claim (b) is decided again on the tokens of {source}, where it was "
+            "unresolved: a second look, so over both a wrong decision has probability up to "
+            "the sum of the two runs' tests.alpha (docs/run-directory.md)"
+        )
     notes += [
         f"--reuse: arm {arm!r} runs something else than in {source} (its fingerprint or "
         "seeds): its shards are generated"
         for arm in sorted(changed)
     ]
     return tuple(notes)
+
+
+def _claim_b(source: Path) -> str | None:
+    """The decision of claim (b) in ``source``'s summary (None: no summary, no claim (b))."""
+    try:
+        numerics = read_object(source / SUMMARY).get("verdict", {}).get("numerics")
+    except (InputError, OSError):
+        return None
+    return numerics.get("decision") if isinstance(numerics, dict) else None
 
 
 def _source(source: Path) -> tuple[dict[str, Any], Protocol]:

@@ -137,3 +137,20 @@ def test_the_cli_flag(first: Path, tmp_path: Path) -> None:
     )  # fmt: skip
     assert bad.returncode == 2, bad.stderr
     assert "not a spectest run directory" in bad.stderr and not (tmp_path / "x").exists()
+
+
+def test_deciding_again_after_an_unresolved_claim_b_says_it_is_a_second_look(
+    tmp_path: Path,
+) -> None:
+    """The source's claim (b) unresolved (margin 0.0015: D +0.0019 in [+0.0008, +0.0023]
+    straddles it), the reusing run decides it (margin 0.003): its notes say the second look's
+    error bound; reusing that decided run gets no such note."""
+    src = tmp_path / "a" / "run"
+    first = _run(_protocol(tmp_path, "a", numerics_margin=0.0015), src)
+    assert first.summary["verdict"]["numerics"]["decision"] == "unresolved"
+    again = _run(_protocol(tmp_path, "b", numerics_margin=0.003), tmp_path / "b" / "run", reuse=src)
+    notes = again.summary["notes"]
+    assert any("a second look" in n and "sum of the two runs' tests.alpha" in n for n in notes)
+    third = _run(_protocol(tmp_path, "c", numerics_margin=0.004), tmp_path / "c" / "run",
+                 reuse=tmp_path / "b" / "run")  # fmt: skip
+    assert not any("a second look" in n for n in third.summary["notes"])
