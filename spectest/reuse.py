@@ -37,13 +37,18 @@ from spectest.store import (
 GENERATION_SETTINGS = ("whitebox", "numerics")
 
 
-def after_generation() -> tuple[str, ...]:
-    """The protocol's ``tests`` settings a reused generation may differ in (their YAML paths)."""
-    return tuple(
-        str(opt.yaml)
+def _after_generation_options() -> list[tuple[str, Any]]:
+    """The protocol's ``tests`` settings decided after generation: ``(field, Option)``."""
+    return [
+        (name, opt)
         for name, opt in options()
         if opt.yaml is not None and name not in GENERATION_SETTINGS
-    )
+    ]
+
+
+def after_generation() -> tuple[str, ...]:
+    """The protocol's ``tests`` settings a reused generation may differ in (their YAML paths)."""
+    return tuple(str(opt.yaml) for _, opt in _after_generation_options())
 
 
 def open_run_dir(
@@ -150,11 +155,7 @@ def _source(source: Path) -> tuple[dict[str, Any], Protocol]:
 
 def _with_settings_of(protocol: Protocol, old: Protocol) -> Protocol:
     """``protocol`` with ``old``'s settings decided after generation (the hash to compare)."""
-    kept = {
-        name: getattr(old.tests, name)
-        for name, opt in options()
-        if opt.yaml is not None and name not in GENERATION_SETTINGS
-    }
+    kept = {name: getattr(old.tests, name) for name, _ in _after_generation_options()}
     return dataclasses.replace(protocol, tests=dataclasses.replace(protocol.tests, **kept))
 
 
