@@ -11,7 +11,8 @@
 - ``reported_p.ReportedFamily``: round slots from reported rounds (a tiling; totals per
   sequence are not one), the floor-measured tolerance, and the family end to end in ``spectest
   run`` with the example program ``reporting_engine.py``: honest → claim (a) no difference;
-  the liar that reports the law it sampled → DIFFERENT (exit 1) by the cross-check.
+  the liar that reports the law it sampled → DIFFERENT (exit 1) by the cross-check. The PIT's
+  V are one per row of the arm, so a row leaving the reported set changes no other row's u.
 
 False-failure rates: every statistical check uses fixed seeds (deterministic); the honest run
 fails with probability ≤ its family's α share (0.05 / 4 families here) over fresh seeds.
@@ -155,6 +156,49 @@ def test_truncated_pit_detects_a_list_the_tokens_were_not_drawn_from() -> None:
     lo, w, _ = pit.pit_interval(law, np.array([0.0, 0.5, np.nan]), np.full(3, 0.8))
     a = np.linspace(0, 1, 11)
     assert np.abs(_enumerated_cdf(drawn, lo, w, a) - a).max() > 0.1
+
+
+def _reported_rows(n: int, seed: int) -> pd.DataFrame:
+    """``n`` rows of tokens drawn from ``LAW`` (full law reported), every third not reported
+    (a llama.cpp draft's tokens)."""
+    g = np.random.default_rng(seed)
+    tok = g.choice(len(LAW), size=n, p=LAW)
+    p = np.asarray(LAW)[tok]
+    lo = np.cumsum(LAW)[tok] - p
+    keep = np.arange(n) % 3 != 1
+    return pd.DataFrame(
+        {
+            sc.SEED: np.arange(n),
+            sc.REP_P: np.where(keep, p, np.nan),
+            sc.REP_CDF_LO: np.where(keep, lo, np.nan),
+            sc.REP_MASS: np.nan,
+        }
+    )
+
+
+def test_a_row_leaving_the_reported_set_moves_no_other_rows_pit() -> None:
+    """One V per row of the arm (``reported_p.reported_pit``): a row whose report comes or goes
+    (a draft acceptance flipped by numerics) changes its own u only, so a decision moves as far
+    as its data did. With a V per reported row every later row's u would change."""
+    df = _reported_rows(300, seed=1)
+    rep, u = reported_p.reported_pit(df, np.random.default_rng(5))
+    assert u is not None and len(u) == len(rep) == 200
+    lo = rep[sc.REP_CDF_LO].to_numpy()
+    v = np.random.default_rng(5).random(len(df))[df[sc.REP_P].notna().to_numpy()]
+    np.testing.assert_array_equal(u, lo + v * rep[sc.REP_P].to_numpy())  # the stated V
+    for i in (0, 3, 150, 297):  # a reported row leaves the set
+        gone = df.copy()
+        gone.loc[i, [sc.REP_P, sc.REP_CDF_LO]] = np.nan
+        _, u2 = reported_p.reported_pit(gone, np.random.default_rng(5))
+        assert u2 is not None and len(u2) == len(u) - 1
+        others = rep.index != i
+        np.testing.assert_array_equal(u2, u[others])
+    # a row no PIT interval exists for (p alone): no u at all, and the same draws consumed
+    alone = df.copy()
+    alone.loc[0, sc.REP_CDF_LO] = np.nan
+    rng = np.random.default_rng(5)
+    assert reported_p.reported_pit(alone, rng)[1] is None
+    assert rng.random() == np.random.default_rng(5).random(len(df) + 1)[-1]
 
 
 def _rounds(rows: list[tuple[int, ...]]) -> pd.DataFrame:

@@ -287,18 +287,11 @@ def arm_tests(
     """One arm's rows: support, the pooled PIT (KS, CvM), the round-slot KS strata, weighted
     Bonferroni among the PIT tests (``WEIGHTS``), and the cross-check (the reference's is the
     floor, reported only)."""
-    rep = df[df[sc.REP_P].notna()]
+    rep, u = reported_pit(df, rng)
     p = rep[sc.REP_P].to_numpy(np.float64)
-    mass = rep[sc.REP_MASS].to_numpy(np.float64) if sc.REP_MASS in rep.columns else None
-    lo, width, ok = pit_interval(
-        p,
-        rep[sc.REP_CDF_LO].to_numpy(np.float64),
-        np.full(len(p), np.nan) if mass is None else mass,
-    )
     sup = support_test(p)
     out = [_row(arm, sup.test, sup.statistic, np.nan, sup.n, sup.detail, np.nan, not sup.passed)]
-    if len(p) and ok.all():
-        u = lo + rng.random(len(p)) * width  # [n]
+    if u is not None:
         tests = [
             ("pit_ks_reported", stats.kstest(u, "uniform"), len(u), "pooled"),
             ("pit_cvm_reported", stats.cramervonmises(u, "uniform"), len(u), "pooled"),
@@ -330,6 +323,31 @@ def arm_tests(
         )
         out.append(_row(arm, "crosscheck_teacher", frac, np.nan, len(d), detail, np.nan, fails))
     return out
+
+
+def reported_pit(
+    df: pd.DataFrame, rng: np.random.Generator
+) -> tuple[pd.DataFrame, np.ndarray | None]:
+    """One arm's reported rows and their randomised PIT u (None when some reported row has no
+    PIT interval: ``pit_interval``): [rows] → (rep [n rows], u [n]).
+
+    One V is drawn per row of ``df``, reported or not, in table order, and a reported row takes
+    its own. Which rows an engine reports can move with its numerics (llama.cpp reports the
+    tokens it sampled outside a draft; a draft acceptance that flips in the last bit moves a row
+    in or out), and a V drawn per reported row would redraw every later row's u for that one row
+    (docs/engines-reported-p.md)."""
+    reported = df[sc.REP_P].notna().to_numpy()  # [rows]
+    v = rng.random(len(df))  # [rows]
+    rep = df[reported]
+    mass = rep[sc.REP_MASS].to_numpy(np.float64) if sc.REP_MASS in rep.columns else None
+    lo, width, ok = pit_interval(
+        rep[sc.REP_P].to_numpy(np.float64),
+        rep[sc.REP_CDF_LO].to_numpy(np.float64),
+        np.full(len(rep), np.nan) if mass is None else mass,
+    )
+    if not len(rep) or not ok.all():
+        return rep, None
+    return rep, lo + v[reported] * width  # [n]
 
 
 def slot_of(rep: pd.DataFrame, rounds: pd.DataFrame | None) -> np.ndarray | None:
