@@ -184,7 +184,12 @@ def test_ray_local_cluster_equals_one_process(single, tmp_path):
     for name in a:
         pd.testing.assert_frame_equal(a[name], b[name])
     prov = json.loads((res.run_dir / "manifest.json").read_text())["provenance"]
-    assert prov["scaleout"] == "ray" and len(prov["workers"]) == 2
+    assert prov["scaleout"] == "ray"
+    # every shard came from one of the cluster's two actors, none from this process; not
+    # necessarily from both: the pool deals the tooth sizes first, and while that actor loads
+    # and sizes the other can drain every shard (results/LOG.md "lead (session 9)", "(session 21)")
+    pids = {int(key.rsplit(":", 1)[1]) for key in prov["workers"]}
+    assert 1 <= len(pids) <= 2 and os.getpid() not in pids
 
 
 def test_ray_missing_is_one_line_exit_2(tmp_path, monkeypatch):
