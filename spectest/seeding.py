@@ -17,7 +17,6 @@ from spectest.errors import InputError
 
 STREAM_PLAIN = 1
 STREAM_SPEC = 2
-STREAM_PIT = 3
 
 KEY_BITS = 62
 # the decode loops' draws per chunk come from one ``uniform_table`` of at most this many values

@@ -43,7 +43,8 @@ from spectest.engines.server_raw_law import processed_of
 from spectest.engines.top_n_law import Straddle, processed_from_list
 from spectest.models import bytetok
 from spectest.sampling.params import SamplingParams
-from spectest.stats.reported_p import _numbers, _stated, unresolved_why
+from spectest.stats.reported_lines import unresolved_why
+from spectest.stats.reported_p import _numbers, _stated
 from spectest.stats.teacher_forced import IDS, PREFIX, PROBS, decide_teacher_forced, prefix_key
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,8 +4,8 @@ randomised PIT's uniformity, conditional on the reported law (exact at any numer
 tolerance cross-check with spectest's teacher-forced p_t. Owns the audit of ``spectest
 reported-p`` (``reported_family`` → ``ReportedResult``) and the family inside every analysis
 (``ReportedFamily``: per arm that reported, with per-round-slot KS under a weighted Bonferroni,
-``WEIGHTS``). Torch-free; knows no engines, files or other families.
-docs/engines-reported-p.md.
+``WEIGHTS``); its lines are ``stats.reported_lines``'. Torch-free; knows no engines, files or
+other families. docs/engines-reported-p.md.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from scipy import stats
 from spectest import schema as sc
 from spectest.stats.families import Failure, FamilyInputs, FamilyResult, empty_frame
 from spectest.stats.pit import pit_interval, pit_values
+from spectest.stats.reported_lines import notes, unresolved_why, verdict_line
 
 NAME, LABEL = "reported", "reported-p (white-box)"
 CONDITIONAL = "conditional on the engine's reported p"
@@ -237,7 +238,6 @@ class ReportedFamily:
         control = table[table["arm"] == inputs.reference]
         failing = tuple(_failure(r) for r in mine.itertuples(index=False) if r.reject)
         tested = mine["test"].ne("crosscheck_teacher").to_numpy()
-        notes = _notes(numbers, tol, floor)
         return ReportedFamilyResult.of(
             self,
             alpha,
@@ -247,9 +247,9 @@ class ReportedFamily:
             black_box=False,
             exact_rejected=bool((mine["reject"].astype(bool) & tested).any()),
             control_failed=bool(control["reject"].astype(bool).any()),
-            verdict_line=_verdict_line(mine, failing, numbers),
+            verdict_line=verdict_line(mine, failing, numbers),
             unresolved=unresolved_why(numbers, inputs.options.left_out_max),
-            notes=notes,
+            notes=notes(numbers, tol, floor),
             numbers=tuple(numbers.items()),
         )
 
@@ -329,13 +329,9 @@ def reported_pit(
     df: pd.DataFrame, rng: np.random.Generator
 ) -> tuple[pd.DataFrame, np.ndarray | None]:
     """One arm's reported rows and their randomised PIT u (None when some reported row has no
-    PIT interval: ``pit_interval``): [rows] → (rep [n rows], u [n]).
-
-    One V is drawn per row of ``df``, reported or not, in table order, and a reported row takes
-    its own. Which rows an engine reports can move with its numerics (llama.cpp reports the
-    tokens it sampled outside a draft; a draft acceptance that flips in the last bit moves a row
-    in or out), and a V drawn per reported row would redraw every later row's u for that one row
-    (docs/engines-reported-p.md)."""
+    PIT interval: ``pit_interval``): [rows] → (rep [n rows], u [n]). One V per row of ``df``,
+    reported or not, in table order: a row that moves in or out of the reported set (numerics)
+    changes no other row's u (docs/engines-reported-p.md)."""
     reported = df[sc.REP_P].notna().to_numpy()  # [rows]
     v = rng.random(len(df))  # [rows]
     rep = df[reported]
@@ -429,79 +425,6 @@ def _numbers(df: pd.DataFrame, who: str) -> dict[str, Any]:
         else None,
         f"reported_{who}_crosscheck_max": float(d.max()) if len(d) else None,
     }
-
-
-def _notes(numbers: dict[str, Any], tol: float, floor: float) -> tuple[str, ...]:
-    out = []
-    for who in ("reference", "candidate"):
-        n = numbers.get(f"reported_{who}_tokens")
-        if n is None:
-            continue
-        k = numbers[f"reported_{who}_tokens_with_p"]
-        line = f"reported p ({who}): {k} of {n} tokens reported"
-        if numbers[f"reported_{who}_left_out"]:
-            line += f"; {left_out_words(numbers, who)}"
-        if numbers.get(f"reported_{who}_mass_outside_mean") is not None:
-            mean = numbers[f"reported_{who}_mass_outside_mean"]
-            frac = numbers[f"reported_{who}_outside_fraction"]
-            line += (
-                f"; top-n lists: mass outside the list {mean:.4f} on average, {frac:.2%} of "
-                "tokens fell outside it (tested as the coarsened law's rest outcome)"
-            )
-        out.append(line)
-    fl = "not measured (the reference reports no p)" if not np.isfinite(floor) else f"{floor:.3g}"
-    out.append(
-        f"reported-p cross-check with the teacher: tolerance {tol:.3g} per token "
-        f"(floor measured on the reference: {fl}); approximate, not a test at α"
-    )
-    return tuple(out)
-
-
-def _verdict_line(mine: pd.DataFrame, failing: tuple[Failure, ...], numbers: dict[str, Any]) -> str:
-    n = numbers.get("reported_candidate_tokens_with_p", 0)
-    pits = mine[mine["test"].str.startswith(("pit_", "slot_"))] if len(mine) else mine
-    head = "differs" if failing else "no difference found"
-    what = (
-        f"support and PIT on {n} tokens ({len(pits)} tests, exact given the reported law)"
-        if len(pits)
-        else f"support only on {n} tokens (no PIT: cdf_lo not reported)"
-    )
-    if (mine["test"] == "crosscheck_teacher").any():
-        what += " + cross-check with the teacher (approximate)"
-    total = numbers.get("reported_candidate_tokens", 0)
-    left = numbers.get("reported_candidate_left_out", 0)
-    if n + left < total:
-        what += f"; {total - n - left} of {total} tokens not reported"
-    if left:
-        what += f"; {left_out_words(numbers, 'candidate')}"
-    mean = numbers.get("reported_candidate_mass_outside_mean")
-    if mean is not None:
-        frac = numbers["reported_candidate_outside_fraction"]
-        what += f"; top-n lists: mass outside {mean:.3g} on average, {frac:.1%} of tokens outside"
-    return f"claim (a) from engine-reported p: {head} — {what}"
-
-
-def left_out_words(numbers: dict[str, Any], who: str) -> str:
-    """How many of ``who``'s tokens were left out (their list does not fix the law) and their
-    share of its tokens."""
-    left, share = numbers[f"reported_{who}_left_out"], numbers[f"reported_{who}_left_out_share"]
-    total = numbers[f"reported_{who}_tokens"]
-    return (
-        f"{left} of {total} tokens left out ({share:.2%}: a top-n list that does not fix the "
-        "law, the normaliser's bracket straddling the nucleus's cut; the rest stay exact)"
-    )
-
-
-def unresolved_why(numbers: dict[str, Any], bound: float) -> str:
-    """The line that makes claim (a) unresolved: the candidate's left-out share above ``bound``
-    (``tests.left_out_max``); "" when within it."""
-    share = numbers.get("reported_candidate_left_out_share", 0.0)
-    if not share > bound:
-        return ""
-    return (
-        f"claim (a) from engine-reported p unresolved: {left_out_words(numbers, 'candidate')}, "
-        f"more than tests.left_out_max {bound:.2%} of the candidate's tokens (ask a longer list)"
-    )
 
 
 def _failure(r: Any) -> Failure:
