@@ -3,8 +3,9 @@
 ``tests/fake_completion_server.py`` is a real HTTP server (stdlib, 127.0.0.1) whose tokens are a
 pure function of (prompt, seed): it lets these tests make a server misbehave on purpose (ignore
 seeds, drop a parameter, answer 503 while loading, crash) and check that spectest says so in one
-line. llama.cpp's real server end to end is in tests/test_engine_llamacpp.py. All checks here
-are exact (no statistics).
+line, and hold a port before a managed server starts (refused: its replies would pass for the
+server's). llama.cpp's real server end to end is in tests/test_engine_llamacpp.py. All checks
+here are exact (no statistics).
 """
 
 from __future__ import annotations
@@ -119,6 +120,32 @@ def test_server_that_never_starts() -> None:
     with pytest.raises(EngineProcessError, match=r"exited with status 5.*no model file"):
         eng.generate(_job())
     eng.close()
+
+
+def test_a_port_another_process_answers_is_refused_before_the_start() -> None:
+    """A real loopback server already holds the port: the managed server (which would never
+    bind it) is not started, and its readiness probe is never fooled by the other's replies."""
+    import http.server
+    import threading
+
+    from spectest.engines import server
+
+    other = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=other.serve_forever, daemon=True).start()
+    port = int(other.server_address[1])
+    argv = (sys.executable, "-c", "import time; time.sleep(30)")
+    s = server.ManagedServer(argv, {}, f"http://127.0.0.1:{port}/", 10.0, "candidate")
+    try:
+        with pytest.raises(EngineProcessError, match=f"127.0.0.1:{port} already accepts"):
+            s.start()
+        assert s.proc is None  # nothing was started
+    finally:
+        s.stop()
+        other.shutdown()
+        other.server_close()
+    fixture, _ = server.expand_command(("{python}", "--port", "{port}"), None)
+    assert fixture == (sys.executable, "--port", "{port}")  # the port is picked after the rest
+    assert server.expand_command(fixture, 8123)[0] == (sys.executable, "--port", "8123")
 
 
 def test_options_are_checked() -> None:

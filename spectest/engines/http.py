@@ -144,8 +144,10 @@ class HTTPEngine(ForeignEngine):
             return
         from spectest.engines.server import ManagedServer, expand_command, free_port
 
+        argv, resolved = expand_command(o.server, None)  # the fixtures first, then the port
         port = free_port()
-        argv, self.resolved = expand_command(o.server, port)
+        argv, at = expand_command(argv, port)
+        self.resolved = {**resolved, **at}
         self.base_url = f"http://127.0.0.1:{port}"
         self.server = ManagedServer(
             argv, dict(o.env), self.base_url + o.ready_path, o.startup_timeout_s, self.where

@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
@@ -50,6 +51,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _accepts(host: str, port: int) -> bool:
+    """Something accepts TCP connections on ``host:port`` right now."""
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
 def llamacpp_dir() -> Path:
     """The llama.cpp build directory (``bin/llama-server``, ``venv/``, ``src/``) that
     ``spectest setup llamacpp`` made; a missing one is ``EnvMissing`` (exit 4) saying to run
@@ -73,8 +83,12 @@ def vllm_python() -> str:
     return str(vllm_cpu.require())
 
 
-def expand_command(argv: tuple[str, ...], port: int) -> tuple[tuple[str, ...], dict[str, str]]:
-    """Resolve the placeholders of a server command line; also returns what each resolved to."""
+def expand_command(
+    argv: tuple[str, ...], port: int | None
+) -> tuple[tuple[str, ...], dict[str, str]]:
+    """Resolve the placeholders of a server command line; also returns what each resolved to.
+    ``port`` None leaves ``{port}`` for a second call, so that the fixtures (a build can take
+    minutes) are made before the port is picked, not while another process may take it."""
     import sys
 
     from spectest.models.fixtures import build_gguf, hf_dir, parse_fixture_spec
@@ -83,6 +97,8 @@ def expand_command(argv: tuple[str, ...], port: int) -> tuple[tuple[str, ...], d
 
     def one(m: re.Match[str]) -> str:
         key = m.group(1)
+        if key == "port" and port is None:
+            return m.group(0)
         if key not in resolved:
             if key == "port":
                 resolved[key] = str(port)
@@ -142,7 +158,16 @@ class ManagedServer:
         self.log_path = Path(name)
 
     def start(self) -> None:
-        """Start and wait until ``ready_url`` answers 200 (the process must stay alive)."""
+        """Start and wait until ``ready_url`` answers 200 (the process must stay alive). A port
+        that already accepts connections before the start is refused: whatever holds it would
+        answer the probe, and the run would test that server."""
+        where = urllib.parse.urlsplit(self.ready_url)
+        if _accepts(where.hostname or "127.0.0.1", where.port or 80):
+            raise EngineProcessError(
+                f"{self.label}: {where.hostname}:{where.port} already accepts connections before "
+                f"{Path(self.argv[0]).name} started: another process holds the port, and its "
+                "replies would be taken for this server's"
+            )
         with open(self.log_path, "ab") as log:
             try:
                 self.proc = subprocess.Popen(
