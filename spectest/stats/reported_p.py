@@ -4,8 +4,8 @@ randomised PIT's uniformity, conditional on the reported law (exact at any numer
 tolerance cross-check with spectest's teacher-forced p_t. Owns the audit of ``spectest
 reported-p`` (``reported_family`` → ``ReportedResult``) and the family inside every analysis
 (``ReportedFamily``: per arm that reported, with per-round-slot KS under a weighted Bonferroni,
-``WEIGHTS``); its lines are ``stats.reported_lines``'. Torch-free; knows no engines, files or
-other families. docs/engines-reported-p.md.
+``WEIGHTS``; its readout lines: ``stats.reported_lines``). Torch-free; knows no engines, files
+or other families. docs/engines-reported-p.md.
 """
 
 from __future__ import annotations
