@@ -129,19 +129,15 @@ class Branches:
         return g, ids_b, mask_b, pos_b, new_b, outs
 
 
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--config", default="protocols/openinfer-512.yaml")
-    ap.add_argument("--set", action="append", default=[])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=8)
     ap.add_argument("--positions", type=int, default=32)
     ap.add_argument("--eager", action="store_true", help="no graphs: the bookkeeping alone")
+    ap.add_argument("--config", default="protocols/openinfer-512.yaml")
+    ap.add_argument("--set", action="append", default=[])
     a = ap.parse_args()
+    _sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     p = load_protocol(a.config, sets=a.set)
     target = load_models(p, need_draft=False).target
     model = replay_model(target, fast=True, static=True)
