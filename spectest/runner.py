@@ -213,15 +213,14 @@ def _fingerprints(plan: Plan, fast: bool) -> dict[str, dict[str, str]]:
     from spectest.engines.command import expand
     from spectest.engines.registry import BUILTIN, engine_class
 
-    def declared(name: str, attr: str) -> str | None:  # an engine class's version / variant
+    def declared(name: str, attr: str = "version") -> str | None:  # an engine's version / variant
         try:
             v = getattr(engine_class(name), attr, None)
         except Exception:  # an engine that cannot be imported here: its run says so later
             return None
         return v if isinstance(v, str) and v else None
 
-    version_of = lambda name: declared(name, "version")  # noqa: E731
-    fps = arm_fingerprints(plan.arms, version_of, expand=expand, builtin=BUILTIN)
+    fps = arm_fingerprints(plan.arms, declared, expand=expand, builtin=BUILTIN)
     for arm in plan.arms if fast else ():
         if (variant := declared(arm.engine.name, "fast_variant")) is not None:
             fps[arm.name] = {**fps[arm.name], f"engine-variant:{arm.engine.name}": variant}

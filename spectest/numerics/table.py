@@ -20,10 +20,6 @@ from spectest.sampling.pipeline import ProbsFn
 from spectest.sampling.transforms import logits_to_probs
 from spectest.stats.options import DEFAULT_FLOOR_SEQUENCES, DEFAULT_NUMERICS_SEQUENCES
 
-# measured sequences per (prompt, config) cell, the first seeds (``tests.numerics_sequences``)
-ROWS_PER_CELL = DEFAULT_NUMERICS_SEQUENCES
-# decoded alone too (batch 1), spread over the cells (``tests.numerics_floor_sequences``)
-FLOOR_SEQUENCES = DEFAULT_FLOOR_SEQUENCES
 MIN_FLOOR_ROWS_PER_CELL = 2  # ... but at least this many per cell
 COLUMNS = (
     schema.PROMPT_ID,
@@ -236,9 +232,9 @@ def drift_table(
     K: int,
     batch_size: int,
     positions: int,
-    rows_per_cell: int = ROWS_PER_CELL,
+    rows_per_cell: int = DEFAULT_NUMERICS_SEQUENCES,
     floor_rows_per_cell: int | None = None,
-    floor_sequences: int = FLOOR_SEQUENCES,
+    floor_sequences: int = DEFAULT_FLOOR_SEQUENCES,
     fast: bool = False,
     streams: int | None = None,
 ) -> pd.DataFrame:
