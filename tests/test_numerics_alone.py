@@ -1,9 +1,10 @@
 """Issue 32: the batch floor's rows decoded alone several at once (``spectest.numerics.alone``).
 
-Exact checks: every row's logits from the interleaved workers equal the one-at-a-time decode
-bit for bit, and the drift table's floor column is the same either way — on CPU (the workers'
-steps interleaved, no streams) and, ``-m gpu`` (skipped without CUDA), on CUDA in bfloat16 with
-CUDA graphs and one stream per worker, where the rows really run at once."""
+Exact checks: every row's logits from the interleaved workers (streams) or the graph branches
+(``FloorBranches``) equal the one-at-a-time decode bit for bit, and the drift table's floor
+column is the same either way — on CPU (the workers' steps interleaved, no streams; the
+branches' forwards eager) and, ``-m gpu`` (skipped without CUDA), on CUDA in bfloat16 with CUDA
+graphs, one stream per worker or one graph per step, where the rows really run at once."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import torch
 
 from spectest import schema
 from spectest.models.hf import HFModel, from_preset
-from spectest.numerics.alone import alone_logits, concurrent
+from spectest.numerics.alone import FloorBranches, alone_logits, concurrent
 from spectest.numerics.replay import ReplayStaticModel, replay_model
 from spectest.numerics.table import decode_logits, drift_table
 from spectest.sampling.params import SamplingParams
@@ -81,18 +82,41 @@ def _samples(vocab: int, per_config: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(srows), pd.DataFrame(rrows)
 
 
-def _check_table(target: HFModel, streams: int) -> None:
-    """The drift table with ``streams`` floor rows at once equals the one-at-a-time table."""
+def _check_branches(target: HFModel, device: str) -> FloorBranches:
+    """7 rows, then 3 (another graph), then 7 after the pools were replaced: as branches, equal
+    to one at a time, bit for bit."""
+    model = _replay(target)
+    prompt = torch.tensor(PROMPT, device=model.device)
+    branches = FloorBranches(model)
+    for n, grow in ((7, False), (3, False), (7, True)):
+        if grow:  # a longer prompt's reserve: new pools, so the graphs are captured again
+            model.reserve(model.max_slots + 32)
+            model.workers(7)
+        rows = _rows(model.vocab_size, n, device)
+        want = _one_at_a_time(model, rows)
+        got = branches(prompt, PROMPT, rows)
+        assert len(got) == n and branches.graph_error is None
+        for g, w in zip(got, want, strict=True):
+            assert g.shape == (T, model.vocab_size) and torch.equal(g, w)
+    return branches
+
+
+def _check_table(target: HFModel, streams: int, branches: bool = False) -> None:
+    """The drift table with ``streams`` floor rows at once, or the rows as ``branches``, equals
+    the one-at-a-time table."""
     samples, rounds = _samples(target.vocab_size, 6)
     cfg = [(f"c{i}", p) for i, p in enumerate(PARAMS)]
     kw = dict(arm="matched", K=2, batch_size=12, positions=T, rows_per_cell=4,
               floor_rows_per_cell=3, fast=True)  # fmt: skip
     one = _replay(target)
-    slow = drift_table(one, samples, rounds, {"p0": PROMPT}, cfg, streams=1, **kw)
+    slow = drift_table(one, samples, rounds, {"p0": PROMPT}, cfg, streams=1, branches=False, **kw)
     assert one._workers == []  # one at a time: no workers
     many = _replay(target)
-    fast = drift_table(many, samples, rounds, {"p0": PROMPT}, cfg, streams=streams, **kw)
-    assert len(many._workers) == streams  # ... at once: the workers ran the floor rows
+    fast = drift_table(
+        many, samples, rounds, {"p0": PROMPT}, cfg, streams=streams, branches=branches, **kw
+    )
+    # ... at once: the workers ran the floor rows (a batch of 12 rows holds 3 + 3 floor rows)
+    assert len(many._workers) == (6 if branches else streams)
     assert fast["floor_tv"].notna().sum() == 2 * 3 * T
     pd.testing.assert_frame_equal(fast, slow, check_exact=True)
 
@@ -108,6 +132,19 @@ def test_rows_at_once_equal_one_at_a_time_on_cpu(tiny) -> None:
 
 def test_drift_table_floor_at_once_equals_one_at_a_time_on_cpu(tiny) -> None:
     _check_table(tiny, 4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_branches_equal_one_at_a_time_on_cpu(dtype) -> None:
+    """The branches' bookkeeping (masks, positions, slots, the scaled logits) without graphs:
+    float32 (logits scaled in float32) and bfloat16 (``ScaledLogits``)."""
+    target = from_preset("qwen3-tiny", seed=5, dtype=dtype, logit_scale=12.0, num_hidden_layers=3)
+    branches = _check_branches(target, "cpu")
+    assert not branches.capture and branches._graphs == {}
+
+
+def test_drift_table_floor_as_branches_equals_one_at_a_time_on_cpu(tiny) -> None:
+    _check_table(tiny, 1, branches=True)
 
 
 def test_cpu_drift_table_keeps_one_at_a_time() -> None:
@@ -127,3 +164,22 @@ def test_cuda_bf16_rows_at_once_are_bit_identical() -> None:
     model = _check_rows(target, "cuda", 8)
     assert all(w.cuda_graphs and w.stream is not None for w in model.workers(8))
     _check_table(target, 8)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_bf16_branches_are_bit_identical() -> None:
+    """On CUDA in bfloat16: the floor rows as the branches of one captured graph per step equal
+    one at a time bit for bit (7 rows, 3 rows, 7 rows after new pools), and the drift table
+    uses them by default and gives the one-at-a-time table."""
+    target = from_preset("qwen3-tiny", seed=5, device="cuda", dtype=torch.bfloat16,
+                         logit_scale=12.0, num_hidden_layers=3)  # fmt: skip
+    branches = _check_branches(target, "cuda")
+    assert branches.capture and {r for r, _ in branches._graphs} == {3, 7}
+    _check_table(target, 1, branches=True)
+    samples, rounds = _samples(target.vocab_size, 6)
+    model = _replay(target)
+    cfg = [(f"c{i}", p) for i, p in enumerate(PARAMS)]
+    drift_table(model, samples, rounds, {"p0": PROMPT}, cfg, arm="matched", K=2, batch_size=12,
+                positions=T, rows_per_cell=4, floor_rows_per_cell=3, fast=True)  # fmt: skip
+    assert len(model._workers) == 6  # the default on CUDA: branches

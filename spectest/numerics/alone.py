@@ -1,7 +1,8 @@
 """The batch floor's rows decoded alone, several at once: each row still its own batch-1 plain
-decode, on its own worker model and CUDA stream (``FLOOR_STREAMS``: 1 by default, ``decode_steps``,
-``concurrent``, ``alone_logits``). Knows nothing about TVs, tables or which rows are measured.
-Details: docs/internals.md.
+decode on its own worker model — as branches of one CUDA graph per step (``FloorBranches``, the
+default on CUDA) or on a CUDA stream each (``FLOOR_STREAMS``: 1 by default, ``alone_logits``);
+``decode_steps`` and ``concurrent`` serve both. Knows nothing about TVs, tables or which rows are
+measured. Details: docs/internals.md.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from typing import Any, TypeGuard
 import torch
 
 from spectest.models.base import Cache, LanguageModel
+from spectest.models.static import WINDOW_STEP, StaticCache
 from spectest.numerics.replay import ReplayStaticModel
+from spectest.sampling.scaled import ScaledLogits
 
 # rows decoded alone at once on CUDA (one stream each): 1, one at a time. 8 at once was measured
 # slower on the H200 at P1: the numerics phase passed 140 s against 21.7 s one at a time
@@ -106,3 +109,128 @@ def _on(worker: ReplayStaticModel) -> Any:
     if worker.stream is None:
         return contextlib.nullcontext()
     return torch.cuda.stream(worker.stream)
+
+
+class FloorBranches:
+    """A batch's floor rows decoded alone at once: R one-row decodes after one prompt, on R
+    worker models (``ReplayStaticModel.workers``), each step's R batch-1 forwards replayed as
+    the branches of one CUDA graph per ``(R, W)`` (W: the attended window), captured on first
+    use; without CUDA graphs (CPU, or a capture that failed: ``graph_error``) the same forwards
+    eager, one row after another.
+
+    Notes
+    -----
+    Every row is at the same cache length at the same step (the restored prompt plus one slot a
+    step), so the rows share the mask, the positions and the written slot and differ only in
+    their token and their pool. Each branch is the batch-1 forward ``StaticHFModel._forward``
+    runs, at the same W, so the same kernels and the same bits as one row at a time
+    (tests/test_numerics_alone.py). The graphs hold the workers' one-row pools they were
+    captured on and are captured again when a pool was replaced (``reserve``). They share one
+    memory pool for their scratch; inputs, outputs and pools live outside it, so no graph reads
+    what another wrote there.
+    """
+
+    def __init__(self, model: ReplayStaticModel) -> None:
+        self.model = model
+        self.capture = model.cuda_graphs
+        self.graph_error: str | None = None
+        self._graphs: dict[tuple[int, int], tuple[Any, ...]] = {}
+        self._mempool: Any = None
+
+    @torch.inference_mode()
+    def __call__(
+        self, prompt: torch.Tensor, prompt_ids: Sequence[int], rows: torch.Tensor
+    ) -> list[torch.Tensor]:
+        """``rows`` ``[R, T]`` each decoded alone after ``prompt`` ``[L]``: their float32 logits
+        ``[T, V]`` (``table.decode_logits`` of each row at batch 1), in order."""
+        R, T = (int(s) for s in rows.shape)
+        key = tuple(int(t) for t in prompt_ids)
+        self.model.snapshot(key, prompt)
+        workers = self.model.workers(R)
+        dev, scale = self.model.device, self.model.base.logit_scale
+        kvs, outs = [], []
+        for w in workers:
+            cache, logits = w.restore(key, 1)
+            assert isinstance(cache, StaticCache), type(cache)
+            kvs.append(cache.kv)
+            out = torch.empty((T, w.vocab_size), dtype=torch.float32, device=dev)  # [T, V]
+            out[0] = logits[-1].float()
+            outs.append(out)
+        valid = cache.valid  # [1, n0]: every row's, the prompt's slots
+        n0, N = int(valid.shape[1]), int(kvs[0].keys[0].shape[2])
+        for t in range(1, T):
+            W = min(N, -(-(n0 + 1) // WINDOW_STEP) * WINDOW_STEP)  # as ``_forward`` buckets it
+            mask = torch.zeros((1, 1, W), dtype=torch.bool, device=dev)  # [1, 1, W]
+            mask[0, 0, :n0] = valid[0]
+            mask[0, 0, n0] = True
+            pos = valid.sum(dim=1, keepdim=True)  # [1, 1]
+            new = torch.tensor([n0], device=dev)  # [1] the slot written
+            ids = rows[:, t - 1 : t]  # [R, 1]
+            step = self._replay(workers, kvs, W, ids, mask, pos, new) if self.capture else None
+            for i, w in enumerate(workers):
+                raw = (
+                    step[i]
+                    if step is not None
+                    else w._eager(kvs[i], ids[i : i + 1], mask, pos, new)
+                )
+                raw = raw[:, 0]  # [1, V]
+                if w.native_logits and scale != 1.0:  # as ``_forward`` returns it
+                    raw = ScaledLogits.wrap(raw, scale)
+                outs[i][t] = raw[0].float()
+            valid = torch.cat([valid, valid.new_ones((1, 1))], dim=1)
+            n0 += 1
+        return outs
+
+    def _replay(
+        self, workers: Sequence[ReplayStaticModel], kvs: list[Any], W: int, *inputs: torch.Tensor
+    ) -> list[torch.Tensor] | None:
+        """One replay of the ``(R, W)`` graph (captured on first use, again when a pool changed):
+        each branch's logits ``[1, 1, V]``, read before the next replay; None if capture failed."""
+        R = len(workers)
+        entry = self._graphs.get((R, W))
+        if entry is None or any(a is not b for a, b in zip(entry[0], kvs, strict=True)):
+            try:
+                entry = self._graphs[(R, W)] = self._capture(workers, kvs, W)
+            except Exception as err:  # torch raises RuntimeError subclasses from capture
+                self.capture = False
+                self.graph_error = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
+                torch.cuda.synchronize(self.model.device)
+                return None
+        _, graph, *buffers, outs = entry
+        for buf, x in zip(buffers, inputs, strict=True):  # ids [R, 1], mask, pos, new
+            buf.copy_(x)
+        graph.replay()
+        return list(outs)
+
+    def _capture(
+        self, workers: Sequence[ReplayStaticModel], kvs: list[Any], W: int
+    ) -> tuple[Any, ...]:
+        dev, R = self.model.device, len(workers)
+        ids = torch.zeros((R, 1), dtype=torch.int64, device=dev)
+        mask = torch.zeros((1, 1, W), dtype=torch.bool, device=dev)
+        mask[0, 0, W - 1] = True  # warm-up queries attend to a slot no live row uses yet
+        pos = torch.zeros((1, 1), dtype=torch.int64, device=dev)
+        new = torch.tensor([W - 1], device=dev)
+        streams = [torch.cuda.Stream(device=dev) for _ in workers]
+        main = torch.cuda.current_stream(dev)
+        warm = []
+        for i, (w, s) in enumerate(zip(workers, streams, strict=True)):
+            s.wait_stream(main)
+            with torch.cuda.stream(s):
+                warm.append(w._eager(kvs[i], ids[i : i + 1], mask, pos, new))
+        for s in streams:
+            main.wait_stream(s)
+        outs = [torch.empty_like(x) for x in warm]  # [1, 1, V] each, outside the graph pool
+        graph = torch.cuda.CUDAGraph()
+        if self._mempool is None:
+            self._mempool = torch.cuda.graph_pool_handle()
+        # thread_local: as ``models.static._Graph`` (another thread's CUDA calls beside it)
+        with torch.cuda.graph(graph, pool=self._mempool, capture_error_mode="thread_local"):
+            cap = torch.cuda.current_stream(dev)
+            for i, (w, s) in enumerate(zip(workers, streams, strict=True)):
+                s.wait_stream(cap)  # fork: every branch after the inputs' copies
+                with torch.cuda.stream(s):
+                    w._eager(kvs[i], ids[i : i + 1], mask, pos, new, out=outs[i])
+            for s in streams:
+                cap.wait_stream(s)  # join
+        return tuple(kvs), graph, ids, mask, pos, new, outs

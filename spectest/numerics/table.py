@@ -7,6 +7,7 @@ The decision is ``spectest.stats.drift``'s; nothing here is random. Details: doc
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -14,7 +15,7 @@ import torch
 
 from spectest import schema
 from spectest.models.base import LanguageModel
-from spectest.numerics.alone import decode_steps
+from spectest.numerics.alone import FloorBranches, decode_steps
 from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.pipeline import ProbsFn
 from spectest.sampling.transforms import logits_to_probs
@@ -159,6 +160,7 @@ def measure_drift(
     batch_size: int,
     probs: ProbsFn = logits_to_probs,
     streams: int = 1,
+    branches: FloorBranches | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One prompt's rows, as the run batched them (``batch_size`` rows in order).
 
@@ -167,7 +169,7 @@ def measure_drift(
     too. Returns, for the measured rows in order, ``tv`` ``[M, T]`` (verify vs decode, the
     batch's), ``flip`` ``[M, T]`` (their argmax differs) and ``floor_tv`` ``[M, T]`` (decode in
     the batch vs alone; NaN for rows not in ``alone``); TVs between the laws ``probs`` gives.
-    ``streams``: rows decoded alone at once (``_alone``)."""
+    ``streams`` / ``branches``: rows decoded alone at once (``_alone``)."""
     dev = target.device
     R, T = tokens.shape
     prompt = torch.tensor(list(prompt_ids), dtype=torch.int64, device=dev)
@@ -190,7 +192,8 @@ def measure_drift(
             tv[[where[r] for r in mine], t] = _tv(ver[:, t], dec[:, t], st, probs).cpu().numpy()
             flip[[where[r] for r in mine], t] = _flip(ver[:, t], dec[:, t]).cpu().numpy()
         ones = [(i, r) for i, r in enumerate(mine) if r in alone_set]
-        alone_rows = _alone(target, prompt, prompt_ids, toks, [r - lo for _, r in ones], streams)
+        mine_alone = [r - lo for _, r in ones]
+        alone_rows = _alone(target, prompt, prompt_ids, toks, mine_alone, streams, branches)
         for (i, r), one in zip(ones, alone_rows, strict=True):  # one: [T, V]
             s1 = SamplingTensors.from_params([params[r]] * T, device=dev)  # [T] one row's params
             floor[where[r]] = _tv(one, dec[i], s1, probs).cpu().numpy()
@@ -205,12 +208,18 @@ def _alone(
     toks: torch.Tensor,  # [B, T] the batch's tokens
     rows: Sequence[int],
     streams: int,
+    branches: FloorBranches | None = None,
 ) -> Iterator[torch.Tensor]:
     """The batch's ``rows`` decoded alone (batch 1), each row's float32 logits ``[T, V]`` in
-    order: one at a time, or ``streams`` at once on a replay model (``numerics.alone``: each
-    row still its own batch-1 forwards, the same bits)."""
+    order: one at a time, ``streams`` at once on a replay model, or all at once as ``branches``
+    of one graph per step (``numerics.alone``: each row still its own batch-1 forwards, the
+    same bits)."""
     from spectest.numerics.alone import alone_logits, concurrent
 
+    if branches is not None and streams == 1:
+        if rows:
+            yield from branches(prompt, prompt_ids, toks[list(rows)])
+        return
     if streams > 1 and concurrent(target):
         yield from alone_logits(
             target, prompt, prompt_ids, [toks[r : r + 1] for r in rows], streams
@@ -237,19 +246,20 @@ def drift_table(
     floor_sequences: int = DEFAULT_FLOOR_SEQUENCES,
     fast: bool = False,
     streams: int | None = None,
+    branches: bool | None = None,
 ) -> pd.DataFrame:
     """The per-token drift table of arm ``arm`` (``COLUMNS``: one row per measured sequence and
     position): every prompt's rows rebuilt in the run's order (configs in protocol order, seeds
     ascending: ``generation.generate_shard``), batched as the run batched them; of each cell's
     ``rows_per_cell`` measured rows, ``floor_rows_per_cell`` (None: ``floor_sequences`` over the
     cells, ``_spread``) decoded alone too. ``fast``: replayed on the fast engine's model and law
-    (``numerics.replay``). ``streams``: floor rows at once (None: ``alone.FLOOR_STREAMS``)."""
-    from spectest.numerics.alone import FLOOR_STREAMS
+    (``numerics.replay``). Floor rows at once: on ``streams`` (None: ``alone.FLOOR_STREAMS``),
+    or as ``branches`` of one graph per step (``alone.FloorBranches``; None: on a replay model
+    with CUDA graphs, unless ``streams`` > 1)."""
     from spectest.numerics.replay import replay_model, replay_probs
 
     target, probs = replay_model(target, fast=fast), replay_probs(fast=fast)
-    if streams is None:
-        streams = FLOOR_STREAMS if target.device.type == "cuda" else 1
+    at_once = _at_once(target, streams, branches)  # measure_drift's streams= and branches=
     s = samples[samples[schema.ARM] == arm]
     r = rounds[rounds[schema.ARM] == arm]
     parts = []
@@ -274,12 +284,24 @@ def drift_table(
             K=K,
             batch_size=batch_size,
             probs=probs,
-            streams=streams,
+            **at_once,
         )
         parts.append(_drift_frame(str(pid), [keys[i] for i in measured], tv, flip, floor))
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype=float) for c in COLUMNS})
     return pd.concat(parts, ignore_index=True)
+
+
+def _at_once(target: LanguageModel, streams: int | None, branches: bool | None) -> dict[str, Any]:
+    """``drift_table``'s ``streams`` and ``branches`` for the replay model ``target``."""
+    from spectest.numerics.alone import FLOOR_STREAMS, concurrent
+
+    if streams is None:
+        streams = FLOOR_STREAMS if target.device.type == "cuda" else 1
+    if branches is None:
+        branches = concurrent(target) and target.cuda_graphs and streams == 1
+    floor_branches = FloorBranches(target) if branches and concurrent(target) else None
+    return {"streams": streams, "branches": floor_branches}
 
 
 def _spread(sequences: int, cells: int) -> int:

@@ -5,7 +5,9 @@ first ``--prompts`` prompts generated on the fast engine, then ``numerics.drift_
 and the warm pass's top functions by own time (cProfile). Prints those tables, and any CUDA-graph
 capture that fails, with its traceback; runs on CPU too.
 ``--streams 1``: the floor rows one at a time (timed as ``decode_logits (alone)``); by default
-on CUDA they run ``numerics.alone.FLOOR_STREAMS`` at once, inside ``measure_drift``'s time.
+on CUDA a prompt's floor rows run as the branches of one CUDA graph per step
+(``numerics.alone.FloorBranches``), inside ``measure_drift``'s time; ``--no-branches``: one at a
+time, or ``--streams N`` (> 1) at once on streams.
 ``--row-profile N``: then N floor rows of the first prompt decoded alone on the replay model, the
 wall per one-row forward and the same rows under ``torch.profiler`` (device time per forward, top
 kernels): host-bound or device-bound (session 20: 2.5 ms wall, 2.2 ms device at 0.6B).
@@ -81,6 +83,7 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--streams", type=int, default=None, help="floor rows at once (None: default)")
+    ap.add_argument("--no-branches", action="store_true", help="floor rows not as graph branches")
     ap.add_argument("--row-profile", type=int, default=0, help="N floor rows profiled")
     a = ap.parse_args()
     _log_graph_errors()
@@ -112,16 +115,9 @@ def main() -> None:
         _sync()
         t0 = time.perf_counter()
         prof.enable()
-        table = numerics.drift_table(
-            target,
-            samples,
-            rounds,
-            prompts,
-            p.configs,
-            fast=True,
-            streams=a.streams,
-            **kw,  # type: ignore[arg-type]
-        )
+        at_once = dict(streams=a.streams, branches=False if a.no_branches else None)
+        table = numerics.drift_table(target, samples, rounds, prompts, p.configs, fast=True,
+                                     **at_once, **kw)  # type: ignore[arg-type]  # fmt: skip
         prof.disable()
         _sync()
         wall = time.perf_counter() - t0
