@@ -207,11 +207,12 @@ def _open_run(
 
 
 def _fingerprints(plan: Plan, fast: bool) -> dict[str, dict[str, str]]:
-    """What each arm runs, hashed (``spectest.fingerprint``): the resume's provenance; under
-    ``--fast`` an arm on its engine's fast variant says so (``engine-variant:NAME``: in bf16
-    its tokens differ, so a resume or ``--reuse`` across ``--fast`` generates it again)."""
+    """What each arm runs, hashed (``spectest.fingerprint``), for resumes; under ``--fast`` an arm
+    on its engine's fast variant adds it and the kernel switches (``engine-variant:NAME``,
+    ``engine-kernels:NAME``: they change its tokens, so a resume across them regenerates it)."""
     from spectest.engines.command import expand
     from spectest.engines.registry import BUILTIN, engine_class
+    from spectest.models.decode_attention import settings
 
     def declared(name: str, attr: str = "version") -> str | None:  # an engine's version / variant
         try:
@@ -222,8 +223,9 @@ def _fingerprints(plan: Plan, fast: bool) -> dict[str, dict[str, str]]:
 
     fps = arm_fingerprints(plan.arms, declared, expand=expand, builtin=BUILTIN)
     for arm in plan.arms if fast else ():
-        if (variant := declared(arm.engine.name, "fast_variant")) is not None:
-            fps[arm.name] = {**fps[arm.name], f"engine-variant:{arm.engine.name}": variant}
+        if (variant := declared(name := arm.engine.name, "fast_variant")) is not None:
+            more = {"variant": variant, "kernels": settings()}  # a new dict: arms share the memo's
+            fps[arm.name] = fps[arm.name] | {f"engine-{k}:{name}": v for k, v in more.items()}
     return fps
 
 
@@ -283,9 +285,8 @@ def _look(
     weakest killed tooth's size) meet the requirement (the protocol's, or 0.15)?"""
     comps = tuple(compare_arm(a, arm, rounds, teeth_sizes) for arm, a in results)
     cand = next(c for c in comps if c.role == "candidate")
-    required, requirement = required_resolution(
-        run.protocol.tests.max_mde_tv, kind=run.options.kind
-    )
+    tests, kind = run.protocol.tests, run.options.kind
+    required, requirement = required_resolution(tests.max_mde_tv, kind=kind)
     claim = power_claim(comps)
     return decide_look(
         stage,

@@ -13,11 +13,13 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from toy_protocol import write_toy
 from typer.testing import CliRunner
 
 from spectest.cli import app
 from spectest.fingerprint import UNFINGERPRINTED, arm_fingerprint
+from spectest.models import decode_attention
 
 REPO = Path(__file__).resolve().parents[1]
 KERNELS = REPO / "tests" / "acceptor_plugins" / "toy_acceptors.py"
@@ -126,9 +128,35 @@ def test_a_resume_across_fast_generates_the_fast_arms_again(tmp_path: Path) -> N
     code, output, s = run(proto, out, "--fast")
     assert code == 0, output
     fps = json.loads((out / "run.json").read_text())["fingerprints"]
-    assert fps["candidate"] == fps["reference"] == {"engine-variant:builtin": "fast"}
+    kernels = decode_attention.settings()
+    want = {"engine-variant:builtin": "fast", "engine-kernels:builtin": kernels}
+    assert fps["candidate"] == fps["reference"] == want
     notes = [n for n in s["notes"] if n.startswith("provenance: arm")]
     assert len(notes) == 2 and all("shard(s) are regenerated" in n for n in notes), s["notes"]
     code, output, s = run(proto, out, "--fast")
     assert not any(n.startswith("provenance: arm") for n in s["notes"]), s["notes"]
+    assert any(n.startswith("shards: 0 generated") for n in s["notes"]), s["notes"]
+
+
+def test_a_resume_across_kernel_switches_generates_the_fast_arms_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast engine's kernel switches (``SPECTEST_ATTN_PV``, ``SPECTEST_NO_KERNELS``) change
+    a CUDA run's tokens: a ``--fast`` run resumed under another setting generates its fast arms
+    again, and resumes everything under the same one."""
+    monkeypatch.delenv("SPECTEST_NO_KERNELS", raising=False)
+    monkeypatch.setenv("SPECTEST_ATTN_PV", "half")
+    proto = write_toy(tmp_path, teeth={"null_arm": False, "epsilons": [], "mutants": []})
+    out = tmp_path / "run"
+    code, output, s = run(proto, out, "--fast")
+    assert code == 0, output
+    fps = json.loads((out / "run.json").read_text())["fingerprints"]
+    assert fps["candidate"]["engine-kernels:builtin"] == "kernels=on,attention_pv=half"
+    for env, value in (("SPECTEST_ATTN_PV", "split"), ("SPECTEST_NO_KERNELS", "1")):
+        monkeypatch.setenv(env, value)
+        code, output, s = run(proto, out, "--fast")
+        assert code == 0, output
+        notes = [n for n in s["notes"] if n.startswith("provenance: arm")]
+        assert len(notes) == 2 and all("regenerated" in n for n in notes), (env, s["notes"])
+    code, output, s = run(proto, out, "--fast")
     assert any(n.startswith("shards: 0 generated") for n in s["notes"]), s["notes"]

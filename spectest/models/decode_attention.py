@@ -19,8 +19,8 @@ from spectest.errors import ModelError
 
 BLOCK_M = 16  # packed query rows per program, whatever S: a row's bits do not depend on S (Notes)
 BLOCK_N = 32  # key slots per step of the online softmax (the static cache's windows are 32k)
-# the probabilities' precision in P·V (``pv_mode``): rounded to the value dtype (the default, as
-# FlashAttention does), float32 (IEEE products, no tensor cores), or two half-precision parts
+# the probabilities' precision in P·V (``pv_mode``): rounded to the value dtype (as FlashAttention
+# does), float32 (IEEE products, no tensor cores), or two half-precision parts (the default)
 PV_MODES = ("half", "float32", "split")
 pv_step: Any = None  # the kernel's P·V step, a Triton function (``_define_pv_step``)
 DTYPES = (torch.bfloat16, torch.float16)  # float32 keeps SDPA (Triton's dot would be TF32)
@@ -113,7 +113,7 @@ def _define_pv_step() -> None:
 
 
 def pv_mode() -> str:
-    """``SPECTEST_ATTN_PV`` (default ``half``): how the kernel rounds the softmax probabilities
+    """``SPECTEST_ATTN_PV`` (default ``split``): how the kernel rounds the softmax probabilities
     before their product with the values, one of ``PV_MODES``; an A/B switch like
     ``SPECTEST_NO_KERNELS``, recorded in the fast engine's provenance (``attention_pv``).
 
@@ -125,10 +125,19 @@ def pv_mode() -> str:
     Why it is a switch: docs/internals.md "spectest/models/decode_attention.py" (the drift at
     8B on fixed tokens moves with the kernel's rounding).
     """
-    mode = os.environ.get("SPECTEST_ATTN_PV") or "half"
+    mode = os.environ.get("SPECTEST_ATTN_PV") or "split"
     if mode not in PV_MODES:
         raise ModelError(f"SPECTEST_ATTN_PV={mode!r}: expected one of {', '.join(PV_MODES)}")
     return mode
+
+
+def settings() -> str:
+    """The environment's kernel switches as one string (``SPECTEST_NO_KERNELS``,
+    ``SPECTEST_ATTN_PV``): part of a ``--fast`` arm's fingerprint (``runner._fingerprints``), as
+    they change a CUDA run's tokens."""
+    if os.environ.get("SPECTEST_NO_KERNELS"):
+        return "kernels=off"
+    return f"kernels=on,attention_pv={pv_mode()}"
 
 
 def available(device: torch.device) -> bool:
