@@ -31,6 +31,7 @@ import torch
 
 from spectest.generation import EngineSet, generate_shard, run_key
 from spectest.numerics import table as numerics
+from spectest.numerics.alone import FloorBranches
 from spectest.plan import make_plan
 from spectest.prompts import prompt_token_ids
 from spectest.protocol.load import load_protocol
@@ -108,6 +109,7 @@ def main() -> None:
     print("rounds per row: max", int(rounds.groupby(["config_id", "seed"]).size().max()))
     for name in ("_verify_logits", "decode_logits", "_tv", "_flip", "measure_drift"):
         setattr(numerics, name, _timed(name, getattr(numerics, name)))
+    FloorBranches.__call__ = _timed("floor branches", FloorBranches.__call__)  # type: ignore
     kw = dict(arm="matched", K=p.drafter.k, batch_size=p.batch_size, positions=p.positions)
     for label in ("cold", "warm"):
         TIMES.clear()
