@@ -10,6 +10,7 @@ import functools
 import json
 import os
 import platform
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -87,6 +88,9 @@ class BenchConfig:
     whitebox: bool = False  # arms whose engine records white-box columns do (as a run does)
     engine_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     baseline: bool = True  # time transformers' plain generate for the ratio if no arm is it
+    # timed runs of each arm, in rounds (every arm and the baseline once a round, in order), so
+    # their ratios compare runs made side by side; the figures take each arm's median wall
+    repeat: int = 1
 
     def __post_init__(self) -> None:
         dtype_name(self.dtype, self.device, what="--dtype")  # the dtype rule, before any load
@@ -99,6 +103,7 @@ class BenchConfig:
             ("positions", self.positions),
             ("k", self.k),
             ("assisted_rows", self.assisted_rows),
+            ("repeat", self.repeat),
         ):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"bench: {name} must be an integer >= 1, got {v!r}")
@@ -126,6 +131,11 @@ class ArmResult:
     # rounds of the slowest row (arms with rounds): what a batch of the timed rows loops for, so
     # two speculative timings compare per round when their tails differ (docs/internals.md)
     slowest_row_rounds: int | None = None
+    wall_s_runs: tuple[float, ...] = ()  # every timed run's wall, round by round (``repeat``)
+    # the ratio's least and greatest over the rounds (each round's rows/s over that round's
+    # baseline): its spread across runs made side by side; None without a baseline
+    ratio_min: float | None = None
+    ratio_max: float | None = None
 
 
 @dataclass(frozen=True)
@@ -141,11 +151,15 @@ class BenchResult:
 class _Timed:
     arm: BenchArm
     rows: int
-    wall_s: float
+    walls: tuple[float, ...]  # one per round
     mean_accepted: float | None
     whitebox: bool
     note: str
     slowest_row_rounds: int | None = None
+
+    @property
+    def wall_s(self) -> float:
+        return statistics.median(self.walls)
 
 
 def flops_per_token(model: Any) -> float:
@@ -178,15 +192,18 @@ def run_bench(cfg: BenchConfig, *, log: Callable[[str], None] | None = None) -> 
     arms = [parse_arm(label) for label in cfg.arms]
     bench = _Bench(cfg, Models(target, draft), say, prompt)
     try:
-        timed = [bench.time(arm, cfg.whitebox) for arm in arms]
-        base, base_note = bench.baseline(timed)
+        only_base, base_note = bench.extra_baseline(arms)
+        runs = [(arm, cfg.whitebox) for arm in arms] + [(a, False) for a in only_base]
+        timed = bench.rounds(runs)
         prov = _provenance(cfg, target, draft, load_s, bench.provenance(), base_note)
     finally:
         bench.close()
     fpt = flops_per_token(target)
-    results = tuple(_figures(t, cfg, fpt, base) for t in timed)
+    base = next((t for t in timed if t.arm.engine == BASELINE and t.arm.mode == "plain"), None)
+    base = None if base is None or base.whitebox else base
+    results = tuple(_figures(t, cfg, fpt, base) for t in timed[: len(arms)])
     extra = None
-    if base is not None and not any(base is t for t in timed):  # timed only for the ratio
+    if only_base and base is not None:  # timed only for the ratio
         extra = _figures(base, cfg, fpt, base)
     config = asdict(cfg)
     config["params"] = asdict(cfg.params)
@@ -233,6 +250,7 @@ class _Bench:
         self.rows = tuple(RowSpec("bench", s, cfg.params) for s in range(cfg.rows))
         self.drafter = DrafterSpec(onehot=cfg.onehot, k=cfg.k)
         self.engines: dict[str, Any] = {}
+        self.warmed: set[str] = set()  # arms run once untimed
 
     def engine(self, name: str) -> Any:
         """The engine registered as ``name``, built once with its ``engine_options``."""
@@ -266,29 +284,58 @@ class _Bench:
             whitebox,
         )
 
-    def time(self, arm: BenchArm, whitebox: bool) -> _Timed:
-        """Warm-up, then one timed ``generate`` of the arm's job (its output checked)."""
+    def _records_whitebox(self, arm: BenchArm) -> bool:
+        return bool(self.engine(arm.engine).whitebox in ("generation", "teacher"))
+
+    def rows_of(self, arm: BenchArm) -> int:
+        """The arm's timed rows: ``assisted_rows`` for an engine that runs one row at a time."""
+        return self.cfg.assisted_rows if self.engine(arm.engine).max_batch == 1 else self.cfg.rows
+
+    def warm(self, arm: BenchArm, whitebox: bool) -> None:
+        """One untimed run at the timed batch size (CUDA graphs and pools are per batch size;
+        a few rows for a one-row-at-a-time engine)."""
+        one_at_a_time = self.engine(arm.engine).max_batch == 1
+        n = self.rows_of(arm)
+        self.engine(arm.engine).generate(
+            self.job(arm, min(n, WARMUP_ROWS) if one_at_a_time else n, whitebox)
+        )
+
+    def rounds(self, runs: list[tuple[BenchArm, bool]]) -> list[_Timed]:
+        """Each ``(arm, whitebox)`` warmed once, then timed ``repeat`` times in rounds (every arm
+        once a round, in order), each run's output checked; one ``_Timed`` per arm, in order."""
         from spectest.engines.base import check_output
 
-        cfg, e = self.cfg, self.engine(arm.engine)
-        one_at_a_time = e.max_batch == 1
-        n = cfg.assisted_rows if one_at_a_time else cfg.rows
-        whitebox = whitebox and e.whitebox in ("generation", "teacher")
-        # warm-up at the timed batch size (CUDA graphs and pools are per batch size)
-        e.generate(self.job(arm, min(n, WARMUP_ROWS) if one_at_a_time else n, whitebox))
-        _sync(cfg.device)
-        job = self.job(arm, n, whitebox)
-        t = time.perf_counter()
-        out = e.generate(job)
-        _sync(cfg.device)
-        wall = time.perf_counter() - t
-        check_output(out, job, self.models.target.vocab_size, arm.engine)
-        if cfg.profile:  # after the timed run, so the figures are not profiled ones
-            self.say(
-                _profile(
-                    functools.partial(e.generate, job), cfg.device, Path(cfg.profile) / arm.label
-                )
-            )
+        cfg = self.cfg
+        runs = [(arm, wb and self._records_whitebox(arm)) for arm, wb in runs]
+        for arm, wb in runs:
+            if arm.label not in self.warmed:
+                self.warm(arm, wb)
+                self.warmed.add(arm.label)
+        walls: list[list[float]] = [[] for _ in runs]
+        first: list[Any] = [None] * len(runs)
+        for _ in range(cfg.repeat):
+            for i, (arm, wb) in enumerate(runs):
+                job = self.job(arm, self.rows_of(arm), wb)
+                _sync(cfg.device)
+                t = time.perf_counter()
+                out = self.engine(arm.engine).generate(job)
+                _sync(cfg.device)
+                walls[i].append(time.perf_counter() - t)
+                check_output(out, job, self.models.target.vocab_size, arm.engine)
+                first[i] = first[i] if first[i] is not None else (out, job)
+        return [
+            self._timed(arm, wb, tuple(w), *f)
+            for (arm, wb), w, f in zip(runs, walls, first, strict=True)
+        ]
+
+    def _timed(
+        self, arm: BenchArm, whitebox: bool, walls: tuple[float, ...], out: Any, job: Any
+    ) -> _Timed:
+        """An arm's figures from its first run's output (the rounds give the same rows)."""
+        e = self.engine(arm.engine)
+        if self.cfg.profile:  # after the timed runs, so the figures are not profiled ones
+            path = Path(self.cfg.profile) / arm.label
+            self.say(_profile(functools.partial(e.generate, job), self.cfg.device, path))
         rounds = out.rounds
         acc = None if rounds is None or not len(rounds) else float(rounds["accepted"].mean())
         slowest = None if acc is None else int(rounds.groupby("row").size().max())
@@ -298,24 +345,30 @@ class _Bench:
         if whitebox:
             wb_rows = 0 if out.whitebox is None else len(out.whitebox)
             notes.append(f"white-box columns: {wb_rows} rows")
+        t = _Timed(arm, len(job.rows), walls, acc, whitebox, "; ".join(notes), slowest)
+        many = f" (median of {len(walls)}: {min(walls):.2f}–{max(walls):.2f})"
         self.say(
-            f"{arm.label}: {n} rows in {wall:.2f} s"
+            f"{arm.label}: {t.rows} rows in {t.wall_s:.2f} s{many if len(walls) > 1 else ''}"
             + (f", accepted/round {acc:.2f}, slowest row {slowest} rounds" if acc else "")
         )
-        return _Timed(arm, n, wall, acc, whitebox, "; ".join(notes), slowest)
+        return t
 
-    def baseline(self, timed: list[_Timed]) -> tuple[_Timed | None, str]:
-        """transformers' plain generate without white-box: an arm that was it, else one more
-        timed run (``cfg.baseline``); None and why when there is none."""
-        for t in timed:
-            if t.arm.engine == BASELINE and t.arm.mode == "plain" and not t.whitebox:
-                return t, ""
+    def extra_baseline(self, arms: list[BenchArm]) -> tuple[list[BenchArm], str]:
+        """transformers' plain generate without white-box, to be timed beside the arms when no
+        arm is it (``cfg.baseline``; warmed here): ``[arm]``, or ``[]`` and why there is none."""
+        for arm in arms:
+            if arm.engine == BASELINE and arm.mode == "plain":
+                if not (self.cfg.whitebox and self._records_whitebox(arm)):
+                    return [], ""
         if not self.cfg.baseline:
-            return None, "no baseline (off)"
+            return [], "no baseline (off)"
+        base = BenchArm(BASELINE, BASELINE, "plain")
         try:
-            return self.time(BenchArm(BASELINE, BASELINE, "plain"), False), ""
+            self.warm(base, False)
         except ModelError as err:  # the toy LM is no transformers model
-            return None, f"no baseline: {err}"
+            return [], f"no baseline: {err}"
+        self.warmed.add(base.label)
+        return [base], ""
 
     def provenance(self) -> dict[str, Any]:
         return {name: e.provenance() for name, e in self.engines.items()}
@@ -330,6 +383,9 @@ def _figures(t: _Timed, cfg: BenchConfig, fpt: float, base: _Timed | None) -> Ar
     tps = rate * cfg.positions
     mfu = tps * fpt / (cfg.peak_tflops * 1e12) if cfg.peak_tflops and fpt else None
     ratio = None if base is None else rate / (base.rows / base.wall_s)
+    rounds = [] if base is None else [
+        (t.rows / w) / (base.rows / b) for w, b in zip(t.walls, base.walls, strict=True)
+    ]  # fmt: skip
     return ArmResult(
         t.arm.label,
         t.rows,
@@ -344,6 +400,9 @@ def _figures(t: _Timed, cfg: BenchConfig, fpt: float, base: _Timed | None) -> Ar
         t.arm.engine,
         t.arm.mode,
         t.slowest_row_rounds,
+        t.walls,
+        min(rounds) if rounds else None,
+        max(rounds) if rounds else None,
     )
 
 

@@ -66,6 +66,39 @@ def test_bad_config():
         BenchConfig(arms=("nope",))
     with pytest.raises(ConfigError, match="rows must be an integer >= 1"):
         BenchConfig(rows=0)
+    with pytest.raises(ConfigError, match="repeat must be an integer >= 1"):
+        BenchConfig(repeat=0)
+
+
+def test_repeats_run_in_rounds_with_the_baseline(tmp_path):
+    """``repeat=3``: every arm and the baseline (timed only for the ratio) three times; the
+    figures take the median wall; the ratio of medians lies between the rounds' least and
+    greatest ratio (each round's rows/s over that round's baseline), and the records carry
+    them. The rows are the same every round (seeded), so the acceptance is one figure."""
+    import statistics
+
+    cfg = BenchConfig(target=TINY, draft=DRAFT, rows=3, positions=4, k=2, repeat=3,
+                      arms=("fast-plain", "fast-spec"), peak_tflops=1.0)  # fmt: skip
+    res = run_bench(cfg)
+    base = res.baseline
+    assert base is not None and len(base.wall_s_runs) == 3
+    for a in (*res.arms, base):
+        assert len(a.wall_s_runs) == 3 and a.wall_s == statistics.median(a.wall_s_runs)
+        assert a.rows_per_s == pytest.approx(a.rows / a.wall_s)
+        assert a.ratio_to_hf_generate == pytest.approx(a.rows_per_s / base.rows_per_s)
+        rounds = [(a.rows / w) / (base.rows / b)
+                  for w, b in zip(a.wall_s_runs, base.wall_s_runs, strict=True)]  # fmt: skip
+        assert (a.ratio_min, a.ratio_max) == (min(rounds), max(rounds))
+        assert a.ratio_min <= a.ratio_to_hf_generate <= a.ratio_max
+    assert base.ratio_min == base.ratio_max == 1.0
+    recs = [
+        json.loads(x) for x in write_records(res, tmp_path / "b.jsonl").read_text().splitlines()
+    ]
+    assert [len(r["wall_s_runs"]) for r in recs] == [3, 3, 3] and recs[1]["ratio_min"] > 0
+    one = run_bench(BenchConfig(target=TINY, draft=DRAFT, rows=3, positions=4, k=2,
+                                arms=("fast-spec",), baseline=False))  # fmt: skip
+    assert len(one.arms[0].wall_s_runs) == 1 and one.arms[0].ratio_min is None
+    assert one.arms[0].mean_accepted == res.arms[1].mean_accepted
 
 
 def test_the_cli_defaults_are_bench_configs_and_load_no_torch():
@@ -110,6 +143,12 @@ def test_cli(tmp_path):
     r = CliRunner().invoke(app, args, catch_exceptions=False)
     assert r.exit_code == 0, r.output
     assert (prof / "fast-plain.json").is_file()
+    args = ["bench", "--target", TINY, "--draft", DRAFT, "--rows", "2", "--positions", "2",
+            "--arms", "fast-plain", "--repeat", "2", "--out", str(tmp_path / "r")]  # fmt: skip
+    r = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    recs = [json.loads(x) for x in (tmp_path / "r").read_text().splitlines()]
+    assert [len(x["wall_s_runs"]) for x in recs] == [2, 2]  # the arm and the baseline
     r = CliRunner().invoke(app, ["bench", "--drafter", "greedy"], catch_exceptions=False)
     assert r.exit_code == 2 and "--drafter must be onehot or sampled" in r.output
 

@@ -91,6 +91,13 @@ PromptsOpt = Annotated[
     str, typer.Option(help="Shipped prompt set whose first prompt every row continues.")
 ]
 OutOpt = Annotated[str, typer.Option(help="JSON-lines file the records are appended to.")]
+RepeatOpt = Annotated[
+    int,
+    typer.Option(
+        help="Timed runs per arm, in rounds (every arm and the baseline once a round): the "
+        "figures take the median wall, the ratio shows its least and greatest over the rounds."
+    ),
+]
 
 
 @boundary
@@ -114,6 +121,7 @@ def bench(
     profile: ProfileOpt = D["profile"],
     whitebox: WhiteboxOpt = D["whitebox"],
     prompts: PromptsOpt = D["prompts"],
+    repeat: RepeatOpt = D["repeat"],
     out: OutOpt = "results/bench/bench.jsonl",
     plugin_timeout: PluginTimeoutOpt = DEFAULT_TIMEOUT_S,
 ) -> None:
@@ -144,15 +152,23 @@ def bench(
         engine_options=options,
         baseline=baseline,
         prompts=prompts,
+        repeat=repeat,
     )
-    err = err_console()
-    result = run_bench(cfg, log=lambda s: err.print(s, markup=False))
+    result = run_bench(cfg, log=lambda s: err_console().print(s, markup=False))
     show(result, device)
     path = write_records(result, out)
     console().print(
         f"FLOPs/token {result.flops_per_token / 1e9:.3g} G; records appended to {path}",
         markup=False,
     )
+
+
+def _ratio(a: Any) -> str:
+    """The ratio to the baseline; with repeats, its least and greatest over the rounds too."""
+    if a.ratio_to_hf_generate is None:
+        return ""
+    spread = f" ({a.ratio_min:.2f}–{a.ratio_max:.2f})" if len(a.wall_s_runs) > 1 else ""
+    return f"{a.ratio_to_hf_generate:.2f}{spread}"
 
 
 def show(result: Any, device: str) -> None:
@@ -174,7 +190,7 @@ def show(result: Any, device: str) -> None:
             f"{a.tokens_per_s:.0f}",
             "" if a.mean_accepted is None else f"{a.mean_accepted:.2f}",
             "" if a.mfu is None else f"{100 * a.mfu:.1f}%",
-            "" if a.ratio_to_hf_generate is None else f"{a.ratio_to_hf_generate:.2f}",
+            _ratio(a),
         )
     con = console()
     con.print(table)
