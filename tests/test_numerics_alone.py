@@ -143,6 +143,17 @@ def test_branches_equal_one_at_a_time_on_cpu(dtype) -> None:
     assert not branches.capture and branches._graphs == {}
 
 
+def test_branches_make_room_for_their_steps(tiny) -> None:
+    """A replay model with fewer slots than the prompt and the rows need (5 + 9 > 8): the
+    branches reserve them first, and their logits equal one row at a time."""
+    model = ReplayStaticModel(tiny, max_slots=8, cuda_graphs=False)
+    rows = _rows(model.vocab_size, 2)
+    got = FloorBranches(model)(torch.tensor(PROMPT), PROMPT, rows)
+    assert model.max_slots >= len(PROMPT) + T
+    for g, w in zip(got, _one_at_a_time(model, rows), strict=True):
+        assert torch.equal(g, w)
+
+
 def test_drift_table_floor_as_branches_equals_one_at_a_time_on_cpu(tiny) -> None:
     _check_table(tiny, 1, branches=True)
 

@@ -137,7 +137,7 @@ class FloorBranches:
         self._graphs: dict[tuple[int, int], tuple[Any, ...]] = {}
         self._mempool: Any = None
 
-    @torch.inference_mode()
+    @torch.no_grad()  # not inference mode: the pools it makes are used outside it later
     def __call__(
         self, prompt: torch.Tensor, prompt_ids: Sequence[int], rows: torch.Tensor
     ) -> list[torch.Tensor]:
@@ -145,6 +145,7 @@ class FloorBranches:
         ``[T, V]`` (``table.decode_logits`` of each row at batch 1), in order."""
         R, T = (int(s) for s in rows.shape)
         key = tuple(int(t) for t in prompt_ids)
+        self.model.reserve(len(key) + T)  # room for every step (a no-op after the verify's)
         self.model.snapshot(key, prompt)
         workers = self.model.workers(R)
         dev, scale = self.model.device, self.model.base.logit_scale
