@@ -199,8 +199,8 @@ def run_bench(cfg: BenchConfig, *, log: Callable[[str], None] | None = None) -> 
     finally:
         bench.close()
     fpt = flops_per_token(target)
-    base = next((t for t in timed if t.arm.engine == BASELINE and t.arm.mode == "plain"), None)
-    base = None if base is None or base.whitebox else base
+    bases = [t for t in timed if t.arm.engine == BASELINE and t.arm.mode == "plain"]
+    base = next((t for t in bases if not t.whitebox), None)  # an arm, else the one timed for it
     results = tuple(_figures(t, cfg, fpt, base) for t in timed[: len(arms)])
     extra = None
     if only_base and base is not None:  # timed only for the ratio

@@ -54,6 +54,26 @@ class _StaticKV:
         return 0
 
 
+def step_inputs(
+    valid: torch.Tensor, N: int, S: int
+) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A forward's inputs beside its ids, for rows whose slots so far are ``valid`` ``[B, n0]``
+    in pools of ``N`` slots, taking ``S`` new tokens: the attended window ``W`` (bucketed), the
+    mask ``[B, S, W]``, the positions ``[B, S]`` and the slots written ``[S]``."""
+    B, n0 = (int(s) for s in valid.shape)
+    dev = valid.device
+    W = min(N, -(-(n0 + S) // WINDOW_STEP) * WINDOW_STEP)  # attended slots, bucketed
+    slots = torch.arange(W, device=dev)  # [W]
+    new = torch.arange(n0, n0 + S, device=dev)  # [S] slots written by this call
+    # [B, S, W]: query i sees the row's valid earlier slots and the new slots n0..n0+i;
+    # slots >= n0 + S are never seen (unwritten, or garbage from a graph's warm-up)
+    old = torch.zeros((B, W), dtype=torch.bool, device=dev)
+    old[:, :n0] = valid
+    mask = old[:, None, :] | ((slots[None, :] >= n0) & (slots[None, :] <= new[:, None]))[None]
+    pos = valid.sum(dim=1, keepdim=True) + torch.arange(S, device=dev)  # [B, S]
+    return W, mask, pos, new
+
+
 class StaticCache(Cache):
     """Slot validity (the ``Cache`` contract) over a preallocated ``_StaticKV`` of ``max_slots``."""
 
@@ -215,22 +235,13 @@ class StaticHFModel(LanguageModel):
             raise ModelError(
                 f"{self.name}: static cache full ({n0} + {S} slots > max_slots {N}); reserve more"
             )
-        dev = self.device
-        W = min(N, -(-(n0 + S) // WINDOW_STEP) * WINDOW_STEP)  # attended slots, bucketed
-        slots = torch.arange(W, device=dev)  # [W]
-        new = torch.arange(n0, n0 + S, device=dev)  # [S] slots written by this call
-        # [B, S, W]: query i sees the row's valid earlier slots and the new slots n0..n0+i;
-        # slots >= n0 + S are never seen (unwritten, or garbage from a graph's warm-up)
-        old = torch.zeros((B, W), dtype=torch.bool, device=dev)
-        old[:, :n0] = cache.valid
-        mask = old[:, None, :] | ((slots[None, :] >= n0) & (slots[None, :] <= new[:, None]))[None]
-        pos = cache.valid.sum(dim=1, keepdim=True) + torch.arange(S, device=dev)  # [B, S]
+        W, mask, pos, new = step_inputs(cache.valid, N, S)
         graph = self._graph(B, S, W) if graphs and self.cuda_graphs else None
         if graph is not None:
             logits = graph.run(cache.kv, input_ids, mask, pos, new)
         else:
             logits = self._eager(cache.kv, input_ids, mask, pos, new)
-        cache.valid = torch.cat([cache.valid, torch.ones((B, S), dtype=torch.bool, device=dev)], 1)
+        cache.valid = torch.cat([cache.valid, cache.valid.new_ones((B, S))], 1)
         if self.native_logits and self.base.logit_scale != 1.0:
             return ScaledLogits.wrap(logits, self.base.logit_scale)  # fl32(logits) · scale
         return logits

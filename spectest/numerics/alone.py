@@ -14,7 +14,7 @@ from typing import Any, TypeGuard
 import torch
 
 from spectest.models.base import Cache, LanguageModel
-from spectest.models.static import WINDOW_STEP, StaticCache
+from spectest.models.static import StaticCache, step_inputs
 from spectest.numerics.replay import ReplayStaticModel
 from spectest.sampling.scaled import ScaledLogits
 
@@ -157,15 +157,9 @@ class FloorBranches:
             out = torch.empty((T, w.vocab_size), dtype=torch.float32, device=dev)  # [T, V]
             out[0] = logits[-1].float()
             outs.append(out)
-        valid = cache.valid  # [1, n0]: every row's, the prompt's slots
-        n0, N = int(valid.shape[1]), int(kvs[0].keys[0].shape[2])
+        valid, N = cache.valid, int(kvs[0].keys[0].shape[2])  # [1, n0]: every row's
         for t in range(1, T):
-            W = min(N, -(-(n0 + 1) // WINDOW_STEP) * WINDOW_STEP)  # as ``_forward`` buckets it
-            mask = torch.zeros((1, 1, W), dtype=torch.bool, device=dev)  # [1, 1, W]
-            mask[0, 0, :n0] = valid[0]
-            mask[0, 0, n0] = True
-            pos = valid.sum(dim=1, keepdim=True)  # [1, 1]
-            new = torch.tensor([n0], device=dev)  # [1] the slot written
+            W, mask, pos, new = step_inputs(valid, N, 1)  # as ``_forward``: [1, 1, W], [1, 1], [1]
             ids = rows[:, t - 1 : t]  # [R, 1]
             step = self._replay(workers, kvs, W, ids, mask, pos, new) if self.capture else None
             for i, w in enumerate(workers):
@@ -179,7 +173,6 @@ class FloorBranches:
                     raw = ScaledLogits.wrap(raw, scale)
                 outs[i][t] = raw[0].float()
             valid = torch.cat([valid, valid.new_ones((1, 1))], dim=1)
-            n0 += 1
         return outs
 
     def _replay(

@@ -216,7 +216,7 @@ def _alone(
     same bits)."""
     from spectest.numerics.alone import alone_logits, concurrent
 
-    if branches is not None and streams == 1:
+    if branches is not None:
         if rows:
             yield from branches(prompt, prompt_ids, toks[list(rows)])
         return
@@ -298,9 +298,10 @@ def _at_once(target: LanguageModel, streams: int | None, branches: bool | None) 
 
     if streams is None:
         streams = FLOOR_STREAMS if target.device.type == "cuda" else 1
-    if branches is None:
-        branches = concurrent(target) and target.cuda_graphs and streams == 1
-    floor_branches = FloorBranches(target) if branches and concurrent(target) else None
+    if branches is None:  # on a replay model with CUDA graphs
+        branches = concurrent(target) and target.cuda_graphs
+    on = branches and streams == 1  # streams > 1: the rows on streams instead
+    floor_branches = FloorBranches(target) if on and concurrent(target) else None
     return {"streams": streams, "branches": floor_branches}
 
 
