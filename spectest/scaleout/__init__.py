@@ -17,6 +17,7 @@ from spectest.errors import ConfigError, InfrastructureError, SpectestError
 from spectest.generation import RunOptions, ShardResult
 from spectest.progress import ProgressFn
 from spectest.scaleout.worker import (
+    DriftInProcess,
     RunSpec,
     TeethInProcess,
     Worker,
@@ -26,6 +27,7 @@ from spectest.scaleout.worker import (
 )
 
 __all__ = [
+    "DriftInProcess",
     "ProcessPool",
     "RayPool",
     "RunSpec",
