@@ -191,6 +191,38 @@ def test_drift_is_zero_without_numerics_and_positive_with() -> None:
             assert (t["tv"] == 0).all() and not t["flip"].any()
 
 
+@pytest.mark.parametrize("elements", [1, 7 * 6 * 40, 2**27])
+def test_the_laws_many_rows_at_once_equal_one_position_at_a_time(elements: int) -> None:
+    """``_tvs`` (whole rows' positions per call, ``TV_ELEMENTS`` at a time: one row, some rows
+    with a ragged last call, all) equals the call per position it replaced, bit for bit, under
+    both pipelines, with mixed parameters: it moves rows between calls, never changes a law."""
+    from spectest.numerics import table
+    from spectest.sampling.pipeline import FAST, REFERENCE
+
+    g = torch.Generator().manual_seed(5)
+    M, T, V = 7, 6, 40
+    a = torch.randn(M, T, V, generator=g) * 3
+    b = a + torch.randn(M, T, V, generator=g) * 0.05
+    b[2, 3] = a[2, 3].flip(-1)  # a flip
+    params = [
+        SamplingParams(temperature=0.8, top_p=0.9),
+        SamplingParams(temperature=1.0, top_k=5),
+        SamplingParams(temperature=0.6, min_p=0.1),
+    ] * 3
+    params = params[:M]
+    for probs in (REFERENCE.probs, FAST.probs):
+        want_tv, want_flip = np.zeros((M, T)), np.zeros((M, T), dtype=bool)
+        st = SamplingTensors.from_params(params)
+        for t in range(T):
+            want_tv[:, t] = table._tv(a[:, t], b[:, t], st, probs).numpy()
+            want_flip[:, t] = table._flip(a[:, t], b[:, t]).numpy()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(table, "TV_ELEMENTS", elements)
+            tv, flip = table._tvs(a, b, params, probs)
+        assert np.array_equal(tv, want_tv) and np.array_equal(flip, want_flip)
+        assert want_flip[2, 3] and (want_tv > 0).sum() > M * T // 2  # not vacuous
+
+
 # ----------------------------------------------------------------------------- the decision
 def _table(d: list[list[float]], f: list[list[float]]) -> pd.DataFrame:
     """Sequences ``d`` (per-token TVs); the first ``len(f)`` also have floor TVs ``f``."""

@@ -33,7 +33,7 @@ TABLES = ("tests", "trie", "whitebox", "sequence", "histograms", "numerics", "sa
 def _matched(tmp_path: Path, name: str, **sections: Any) -> Path:
     """The toy LM in matched numerics mode with simulated bf16-sized numerics: claim (b)
     replays (``matched_drift``) on every machine. Returns the protocol's path."""
-    models = {**TOY["models"], "target": TOY["models"]["target"] + ",numerics=0.0065"}  # type: ignore[index]
+    models = {**TOY["models"], "target": TOY["models"]["target"] + ",numerics=0.0065"}  # type: ignore[index,dict-item]
     tests = {**TOY["tests"], "numerics": "matched"}  # type: ignore[dict-item]
     return write_toy(tmp_path / name, models=models, tests=tests, positions=6, **sections)
 
@@ -169,3 +169,36 @@ def test_a_drift_process_that_dies_costs_the_phase_not_the_run(tmp_path: Path) -
     never = numerics_phase.DriftBeside(idle, {"matched__p0"})  # its job never sent
     assert numerics_phase.drift_phase(here, timings, never) is want
     assert not idle._proc.is_alive()
+
+
+@pytest.mark.gpu
+def test_fast_matched_run_on_cuda_with_the_drift_beside_generation(tmp_path: Path) -> None:
+    """The realistic tiny pair in bfloat16 on the fast engine: the process's replay (its own
+    static model and CUDA graphs) gives the table the run computes after generation."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    models = {
+        "target": "realistic:qwen3-tiny,draft_layers=1,logit_scale=20.0",
+        "draft": "derived:first_layers,layers=1",
+        "dtype": "bfloat16",
+        "device": "cuda",
+    }
+    tests = {**TOY["tests"], "numerics": "matched"}  # type: ignore[dict-item]
+    runs = {}
+    for name, on in (("after", False), ("beside", True)):
+        path = write_toy(tmp_path / name, models=models, tests=tests, positions=6)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(numerics_phase, "beside_drift", lambda models, on=on: on)
+            options = runner.RunOptions(fast=True)
+            runner.run_protocol(load_protocol(path), out=tmp_path / name / "run", options=options)
+        runs[name] = json.loads((tmp_path / name / "run" / "summary.json").read_text())
+    for table in TABLES:
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(tmp_path / "after" / "run" / f"{table}.parquet"),
+            pd.read_parquet(tmp_path / "beside" / "run" / f"{table}.parquet"),
+            check_exact=True,
+        )
+    assert runs["after"]["verdict"] == runs["beside"]["verdict"]
+    assert numerics_phase.BESIDE in runs["beside"]["timings"]

@@ -22,6 +22,9 @@ from spectest.sampling.transforms import logits_to_probs
 from spectest.stats.options import DEFAULT_FLOOR_SEQUENCES, DEFAULT_NUMERICS_SEQUENCES
 
 MIN_FLOOR_ROWS_PER_CELL = 2  # ... but at least this many per cell
+# logits per call of the drift's laws (``_tvs``): 2**27 is 1 GiB of float64 laws a side, ~28 rows
+# of 32 positions at V = 151 936 (the call per position before: one host read each)
+TV_ELEMENTS = 2**27
 COLUMNS = (
     schema.PROMPT_ID,
     schema.CONFIG_ID,
@@ -66,6 +69,30 @@ def prompt_rows(
 
 def _flip(a_logits: torch.Tensor, b_logits: torch.Tensor) -> torch.Tensor:
     return a_logits.argmax(-1) != b_logits.argmax(-1)
+
+
+def _tvs(
+    a_logits: torch.Tensor,  # [M, T, V]
+    b_logits: torch.Tensor,  # [M, T, V]
+    params: Sequence[SamplingParams],  # [M] each row's, for all its positions
+    probs: ProbsFn,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``_tv`` and ``_flip`` ``[M, T]`` of every row and position, ``TV_ELEMENTS`` logits at a
+    time (whole rows: ``[m * T, V]`` views, no copies; one host read per call, not per
+    position). The laws are row-wise: a row's law does not depend on the rows beside it."""
+    M, T, V = a_logits.shape
+    step = max(1, TV_ELEMENTS // max(1, T * V))  # rows per call
+    tvs, flips = [], []
+    for lo in range(0, M, step):
+        hi = min(M, lo + step)
+        a = a_logits[lo:hi].reshape(-1, V)  # [m * T, V] row-major: row i, position t at i*T + t
+        b = b_logits[lo:hi].reshape(-1, V)
+        st = SamplingTensors.from_params(
+            [p for p in params[lo:hi] for _ in range(T)], device=a_logits.device
+        )
+        tvs.append(_tv(a, b, st, probs).view(hi - lo, T))
+        flips.append(_flip(a, b).view(hi - lo, T))
+    return torch.cat(tvs).cpu().numpy(), torch.cat(flips).cpu().numpy()
 
 
 @torch.no_grad()
@@ -187,10 +214,8 @@ def measure_drift(
         keep = torch.tensor([r - lo for r in mine], dtype=torch.int64, device=dev)
         ver = _verify_logits(target, prompt, toks, commits[lo:hi], K, keep)
         dec = decode_logits(target, prompt, toks, keep)
-        st = SamplingTensors.from_params([params[r] for r in mine], device=dev)
-        for t in range(T):
-            tv[[where[r] for r in mine], t] = _tv(ver[:, t], dec[:, t], st, probs).cpu().numpy()
-            flip[[where[r] for r in mine], t] = _flip(ver[:, t], dec[:, t]).cpu().numpy()
+        at = [where[r] for r in mine]
+        tv[at], flip[at] = _tvs(ver, dec, [params[r] for r in mine], probs)
         ones = [(i, r) for i, r in enumerate(mine) if r in alone_set]
         mine_alone = [r - lo for _, r in ones]
         alone_rows = _alone(target, prompt, prompt_ids, toks, mine_alone, streams, branches)

@@ -107,7 +107,7 @@ def main() -> None:
     samples = pd.concat([s for s, _ in parts], ignore_index=True)
     rounds = pd.concat([r for _, r in parts if r is not None], ignore_index=True)
     print("rounds per row: max", int(rounds.groupby(["config_id", "seed"]).size().max()))
-    for name in ("_verify_logits", "decode_logits", "_tv", "_flip", "measure_drift"):
+    for name in ("_verify_logits", "decode_logits", "_tvs", "_tv", "_flip", "measure_drift"):
         setattr(numerics, name, _timed(name, getattr(numerics, name)))
     FloorBranches.__call__ = _timed("floor branches", FloorBranches.__call__)  # type: ignore
     kw = dict(arm="matched", K=p.drafter.k, batch_size=p.batch_size, positions=p.positions)
