@@ -31,7 +31,6 @@ from spectest.plan import Arm, Plan, Shard
 from spectest.progress import ProgressFn, no_progress, shards_label
 from spectest.prompts import prompt_token_ids
 from spectest.protocol import EngineChoice, Protocol
-from spectest.store import RunDir
 
 
 @dataclass(frozen=True)
@@ -347,47 +346,6 @@ def reported_columns(reported: Any, columns: pd.DataFrame | None) -> pd.DataFram
     if columns is None:
         return cols
     return pd.concat([columns.reset_index(drop=True), cols], axis=1)
-
-
-def read_shards(
-    rd: RunDir, plan: Plan, arm: str | None = None
-) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """Every shard's samples and rounds (of the arm ``arm``; None: of every arm) in plan order
-    (arm, prompt), each sorted by (config in protocol order, seed, position): the same bytes
-    whatever order shards were generated in."""
-    s_parts, r_parts = [], []
-    for shard in plan.shards:
-        if arm is not None and shard.arm != arm:
-            continue
-        s, r = rd.read_shard(shard.key)
-        s_parts.append(s)
-        if r is not None:
-            r_parts.append(r)
-    samples = pd.concat(s_parts, ignore_index=True)
-    names = {
-        schema.ARM: [a.name for a in plan.arms],
-        schema.PROMPT_ID: [p.id for p in plan.protocol.prompts.items],
-        schema.CONFIG_ID: [cid for cid, _ in plan.protocol.configs],
-    }
-
-    def rank(df: pd.DataFrame, col: str) -> Any:  # [N] position in the plan (absent: last)
-        at = pd.Index(names[col]).get_indexer(df[col])  # Series.map: 3x slower on Arrow strings
-        return np.where(at < 0, len(names[col]), at)
-
-    def ordered(df: pd.DataFrame, extra: Sequence[str]) -> pd.DataFrame:
-        key = pd.DataFrame(
-            {
-                **{f"_{c}": rank(df, c) for c in (schema.ARM, schema.PROMPT_ID, schema.CONFIG_ID)},
-                "_s": df[schema.SEED],
-                **{f"_{i}": df[c] for i, c in enumerate(extra)},
-            }
-        )
-        idx = key.sort_values(list(key.columns), kind="stable").index
-        return df.loc[idx].reset_index(drop=True)
-
-    samples = ordered(samples, [schema.POSITION])
-    rounds = ordered(pd.concat(r_parts, ignore_index=True), ["round"]) if r_parts else None
-    return samples, rounds
 
 
 def check_shard(samples: pd.DataFrame, engine: str, arm: str, prompt_id: str) -> None:

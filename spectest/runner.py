@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from spectest import schema
@@ -43,21 +44,12 @@ from spectest.generation import (
     generate_shards,
     load_models,
     matched_drift,
-    read_shards,
 )
-from spectest.numerics_phase import DriftBeside, drift_beside, drift_phase
 from spectest.plan import Plan, Shard, make_plan, stages
 from spectest.progress import ProgressFn, no_progress
 from spectest.protocol import MATCHED, Protocol
 from spectest.reuse import open_run_dir
-from spectest.scaleout import (
-    DriftInProcess,
-    TeethInProcess,
-    WorkerPool,
-    generate_spread,
-    local_devices,
-    make_pool,
-)
+from spectest.scaleout import TeethInProcess, WorkerPool, generate_spread, local_devices, make_pool
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
 from spectest.shipped import shipped_name
 from spectest.store import FINGERPRINTS_KEY, PROMPTS_FILE, UNFINGERPRINTED, RunDir
@@ -154,7 +146,6 @@ class _Run:
     pool: WorkerPool | None = None
     teeth_from_pool: pd.DataFrame | None = None  # tooth sizes a pool worker computed
     teeth_beside: Beside | None = None  # the tooth sizes beside generation (process or thread)
-    drift_beside: DriftBeside | None = None  # claim (b)'s matched drift beside generation
     timings: dict[str, Any] = field(
         default_factory=lambda: {"load": 0.0, "generate": {}, "whitebox": 0.0}
     )
@@ -253,7 +244,7 @@ def _run_stages(run: _Run) -> _Looked:
         models = _generate_missing(run, plan, teeth=stage == 0)
         if stage == 0:  # the teeth are the same at every stage: their sizes once
             teeth_sizes = _tooth_sizes(run, plan, models)
-        samples, rounds = read_shards(run.rd, plan)
+        samples, rounds = _read_shards(run.rd, plan)
         procs = run.options.analysis_procs
         with Comparisons(samples, rounds, plan.arms, plan.settings, procs) as comps:
             if len(sizes) == 1:  # a sequential run's claim (b): after its last look (below)
@@ -326,30 +317,23 @@ def _generate_missing(run: _Run, plan: Plan, teeth: bool = False) -> Models | No
     engines = EngineSet(run.protocol, [plan.arm(s.arm) for s in todo], plan, fast=run.options.fast)
     run.progress("load models", 1, 1)
     run.timings["load"] += time.perf_counter() - t_load
-    rd, p = run.rd.path, run.protocol
     if teeth:  # stage 0: the tooth sizes beside generation (a process or thread) where it applies
-        process = lambda: TeethInProcess(p, rd, run.options)  # noqa: E731
-        run.teeth_beside = start_beside(p, plan.settings.sized_teeth, engines.models, process)
-    drift = lambda: DriftInProcess(p, rd, run.options)  # noqa: E731
-    run.drift_beside = drift_beside(p, plan, todo, engines.models, drift)
-    if run.drift_beside is not None:  # the matched arm first, its drift beside the others
-        todo = run.drift_beside.first(todo)
+        sized, rd = plan.settings.sized_teeth, run.rd.path
+        process = lambda: TeethInProcess(run.protocol, rd, run.options)  # noqa: E731
+        run.teeth_beside = start_beside(run.protocol, sized, engines.models, process)
     gen = run.timings["generate"]
 
     def write(r: ShardResult) -> None:
         gen[r.arm] = gen.get(r.arm, 0.0) + r.generate_s
         run.timings["whitebox"] += r.whitebox_s
         run.rd.write_shard(r.key, r.samples, r.rounds, {**run.provenance, **r.provenance})
-        if run.drift_beside is not None:
-            run.drift_beside.written(r.key)
 
     try:
         generate_shards(run.protocol, plan, todo, engines, write, run.progress)
         run.provenance = {**run.provenance, "engines": engines.provenance()}
     except BaseException:
-        for beside in (run.teeth_beside, run.drift_beside):  # the run's error once they are done
-            if beside is not None:
-                beside.abandon()
+        if run.teeth_beside is not None:  # the run's error once the thread is done
+            run.teeth_beside.abandon()
         raise
     finally:
         engines.close()
@@ -417,11 +401,9 @@ def _numerics(
     laws: ``plain_laws.law_table``; matched: the drift table), timed as ``numerics``; ``comps``
     are spawned beside a replay where ``decision.where.beside_replay`` says so."""
     claim = run_claim_b(plan, samples, None)
-    beside, run.drift_beside = run.drift_beside, None
     matched = rounds is not None and bool((rounds[schema.ARM] == MATCHED).any())
-    here = beside is None or not beside.done()  # a drift beside generation may be done
     replays = isinstance(claim, TeacherForcedClaim) or (
-        isinstance(claim, NumericsClaim) and matched and here
+        isinstance(claim, NumericsClaim) and matched
     )
     procs = run.options.analysis_procs
     if comps is not None and beside_replay(run.protocol.models.device, replays, procs):
@@ -434,16 +416,48 @@ def _numerics(
         table = law_table(run.protocol, models, frames, claim.sequences, run.progress)
     elif isinstance(claim, NumericsClaim) and matched:
         run.progress("numerics drift", 0, 1)
-        fast = run.options.fast
-        drift = lambda: matched_drift(run.protocol, samples, rounds, models, fast=fast)  # noqa: E731
-        table = drift_phase(drift, run.timings, beside)  # the process's, where it ran beside
+        table = matched_drift(run.protocol, samples, rounds, models, fast=run.options.fast)
         run.progress("numerics drift", 1, 1)
     else:  # none, or a floor arm's claim from its tokens
-        if beside is not None:
-            beside.abandon()
         return claim
     run.timings["numerics"] = time.perf_counter() - t0
     return replace(claim, table=table)
+
+
+def _read_shards(rd: RunDir, plan: Plan) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """Every shard's samples and rounds in plan order (arm, prompt), each sorted by (config in
+    protocol order, seed, position): the same bytes whatever order shards were generated in."""
+    s_parts, r_parts = [], []
+    for shard in plan.shards:
+        s, r = rd.read_shard(shard.key)
+        s_parts.append(s)
+        if r is not None:
+            r_parts.append(r)
+    samples = pd.concat(s_parts, ignore_index=True)
+    names = {
+        schema.ARM: [a.name for a in plan.arms],
+        schema.PROMPT_ID: [p.id for p in plan.protocol.prompts.items],
+        schema.CONFIG_ID: [cid for cid, _ in plan.protocol.configs],
+    }
+
+    def rank(df: pd.DataFrame, col: str) -> Any:  # [N] position in the plan (absent: last)
+        at = pd.Index(names[col]).get_indexer(df[col])  # Series.map: 3x slower on Arrow strings
+        return np.where(at < 0, len(names[col]), at)
+
+    def ordered(df: pd.DataFrame, extra: Sequence[str]) -> pd.DataFrame:
+        key = pd.DataFrame(
+            {
+                **{f"_{c}": rank(df, c) for c in (schema.ARM, schema.PROMPT_ID, schema.CONFIG_ID)},
+                "_s": df[schema.SEED],
+                **{f"_{i}": df[c] for i, c in enumerate(extra)},
+            }
+        )
+        idx = key.sort_values(list(key.columns), kind="stable").index
+        return df.loc[idx].reset_index(drop=True)
+
+    samples = ordered(samples, [schema.POSITION])
+    rounds = ordered(pd.concat(r_parts, ignore_index=True), ["round"]) if r_parts else None
+    return samples, rounds
 
 
 def _header(run: _Run, looked: _Looked) -> Header:

@@ -62,7 +62,6 @@ LAYERS: dict[str, int] = {
     "generation": 6,
     "reuse": 6,
     "teeth_phase": 6,
-    "numerics_phase": 6,
     "bench": 6,
     "conformance": 6,
     "hunt": 6,

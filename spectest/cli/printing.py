@@ -174,7 +174,6 @@ def _print_failing(con: Console, summary: dict[str, Any]) -> None:
 
 _BESIDE = "tooth sizes beside generation"  # runner: the thread's own wall time
 _BESIDE_N = "analyze beside numerics"  # decision.where.BESIDE: the process's own wall time
-_BESIDE_D = "numerics beside generation"  # numerics_phase.BESIDE: the process's job to table
 
 
 def _print_timings(con: Console, t: dict[str, Any] | None) -> None:
@@ -188,7 +187,6 @@ def _print_timings(con: Console, t: dict[str, Any] | None) -> None:
         + (f"tooth sizes {t['tooth sizes']:.1f} · " if "tooth sizes" in t else "")
         + (f"(beside generation {t[_BESIDE]:.1f}) · " if _BESIDE in t else "")
         + (f"numerics {t['numerics']:.1f} · " if "numerics" in t else "")
-        + (f"(beside generation {t[_BESIDE_D]:.1f}) · " if _BESIDE_D in t else "")
         + f"analyze {t.get('analyze', 0):.1f} · "
         + (f"(beside numerics {t[_BESIDE_N]:.1f}) · " if _BESIDE_N in t else "")
         + f"write {t.get('write', 0):.1f}",

@@ -17,7 +17,6 @@ from spectest.errors import ConfigError, InfrastructureError, SpectestError
 from spectest.generation import RunOptions, ShardResult
 from spectest.progress import ProgressFn
 from spectest.scaleout.worker import (
-    DriftInProcess,
     RunSpec,
     TeethInProcess,
     Worker,
@@ -27,7 +26,6 @@ from spectest.scaleout.worker import (
 )
 
 __all__ = [
-    "DriftInProcess",
     "ProcessPool",
     "RayPool",
     "RunSpec",

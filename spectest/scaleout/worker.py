@@ -1,8 +1,7 @@
 """One persistent scale-out worker (``Worker``) and what it is sent (``RunSpec``): protocols,
 models and engines kept between shards, arms, stages and runs; ``_serve`` is a worker process's
-loop; ``TeethInProcess`` and ``DriftInProcess`` are such processes given one job beside a
-run's generation: its tooth sizes, its matched drift (claim (b)). Knows nothing of the pools
-that deal shards to it (``scaleout``).
+loop; ``TeethInProcess`` is one such process given one job, a run's tooth sizes beside its
+generation. Knows nothing of the pools that deal shards to it (``scaleout``).
 """
 
 from __future__ import annotations
@@ -28,9 +27,7 @@ from spectest.generation import (
     configure_threads,
     generate_shards,
     load_models,
-    matched_drift,
     protocol_tooth_sizes,
-    read_shards,
 )
 
 
@@ -129,7 +126,12 @@ class Worker:
         key = (spec.protocol_hash, spec.options.fast, spec.options.teeth_only)
         if key != self.engines_key or self.engines is None:
             self.close_engines()
-            _current_device(protocol.models.device)
+            if protocol.models.device.startswith("cuda:"):
+                import torch
+
+                # NOTE the current device must be the worker's: CUDA-graph capture and side
+                # streams created without a device argument (torch.cuda.graph's) use it
+                torch.cuda.set_device(protocol.models.device)
             # every arm of the plan: the pool may deal this worker any shard of the run
             self.engines = EngineSet(
                 protocol, plan.arms, plan, fast=spec.options.fast, load=self._load
@@ -172,35 +174,10 @@ class Worker:
         self.times["load"] += time.perf_counter() - t0
         return sizes
 
-    def drift(self, spec: RunSpec, run_dir: Path) -> pd.DataFrame:
-        """Claim (b)'s matched drift table (``generation.matched_drift``) of the run in
-        ``run_dir``, from its matched arm's shards (written) and this worker's target (loaded or
-        kept); counted as ``load``."""
-        from spectest.protocol import MATCHED
-        from spectest.store import RunDir
-
-        t0 = time.perf_counter()
-        protocol, plan = self._protocol(spec)
-        configure_threads(protocol.models.device, spec.options.threads or self.threads)
-        _current_device(protocol.models.device)
-        models = self._load(protocol, False)
-        samples, rounds = read_shards(RunDir(run_dir, {}), plan, arm=MATCHED)
-        if rounds is None:
-            raise EngineError(f"{run_dir}: the matched arm's shards have no rounds")
-        table = matched_drift(protocol, samples, rounds, models, fast=spec.options.fast)
-        self.times["load"] += time.perf_counter() - t0
-        return table
-
-    def job(
-        self, spec: RunSpec, key: str | None, kind: str = "shard"
-    ) -> tuple[Any, dict[str, float]]:
-        """One job of the pool's queue: a shard (``key``), or the tooth sizes (None); or, of
-        ``kind`` ``"drift"``, the matched drift of the run directory ``key``; with the worker's
-        cumulative times after it."""
-        if kind == "drift":
-            out: Any = self.drift(spec, Path(str(key)))
-        else:
-            out = self.shard(spec, key) if key is not None else self.tooth_sizes(spec)
+    def job(self, spec: RunSpec, key: str | None) -> tuple[Any, dict[str, float]]:
+        """One job of the pool's queue: a shard (``key``), or the tooth sizes (None); with the
+        worker's cumulative times after it."""
+        out = self.shard(spec, key) if key is not None else self.tooth_sizes(spec)
         return out, dict(self.times)
 
     def close_engines(self) -> None:
@@ -209,18 +186,8 @@ class Worker:
         self.engines, self.engines_key = None, None
 
 
-def _current_device(device: str) -> None:
-    """Make an explicit ``cuda:i`` the current device: CUDA-graph capture and side streams
-    created without a device argument (torch.cuda.graph's) use it."""
-    if device.startswith("cuda:"):
-        import torch
-
-        torch.cuda.set_device(device)
-
-
 def _serve(conn: Any, device: str, threads: int | None) -> None:
-    """A worker process: answer ``(kind, spec, key)`` messages (``Worker.job``) until ``None``
-    or EOF."""
+    """A worker process: answer ``("shard", spec, key)`` messages until ``None`` or EOF."""
     worker = Worker(device, threads)
     conn.send(("ready", worker.ping()))
     try:
@@ -231,9 +198,9 @@ def _serve(conn: Any, device: str, threads: int | None) -> None:
                 break
             if msg is None:
                 break
-            kind, spec, key = msg
+            _, spec, key = msg
             try:
-                conn.send(("ok", *worker.job(spec, key, kind)))
+                conn.send(("ok", *worker.job(spec, key)))
             except SpectestError as err:
                 conn.send(("err", err, traceback.format_exc()))
             except Exception as err:  # carried to the driver as one line
@@ -243,13 +210,21 @@ def _serve(conn: Any, device: str, threads: int | None) -> None:
         worker.close_engines()
 
 
-class _JobProcess:
-    """A scale-out worker process (``_serve``) spawned now on the run's device for the run in
-    ``run_dir``: its imports and models load while this process generates; it is sent one job
-    (``_send``) and ``result`` waits for it. ``what`` names the job in errors. The process is a
-    daemon: it ends with this one."""
+class TeethInProcess:
+    """``protocol_tooth_sizes`` in a spawned process while this one generates: the scale-out
+    worker's job (``scaleout.worker.Worker.tooth_sizes``) on the run's device, from the run
+    directory's protocol and its own copy of the models. Unlike the thread it shares no GIL
+    with generation, whose host work the thread's Python slowed by what it computed (P1 on the
+    H200: the first arm 4.6 s alone, 14.5 s beside the thread). ``result`` waits for it;
+    ``teeth_phase.beside_process`` says when to use it.
 
-    what = "job"
+    Notes
+    -----
+    The sizes are the thread's, bit for bit: the same protocol (its hash checked), the same
+    models (a deterministic load), the same code at the same shapes, the same torch thread
+    count (``RunOptions.threads``, else the same default). The process is a daemon: it ends
+    with this one. Why and measured: docs/internals.md "spectest/teeth_phase.py".
+    """
 
     def __init__(self, protocol: Any, run_dir: Path, options: RunOptions) -> None:
         import multiprocessing
@@ -257,46 +232,29 @@ class _JobProcess:
         from spectest.store import PROMPTS_FILE
 
         texts = [(run_dir / n).read_text(encoding="utf-8") for n in ("protocol.yaml", PROMPTS_FILE)]
-        self._spec = RunSpec(texts[0], texts[1], protocol.hash, options)
-        self._run_dir = run_dir
-        self._answer: tuple[Any, ...] | None = None  # a message ``done`` read first
+        spec = RunSpec(texts[0], texts[1], protocol.hash, options)
         ctx = multiprocessing.get_context("spawn")  # CUDA cannot be forked
         self._t0 = time.perf_counter()
         self._conn, child = ctx.Pipe()
-        args = (child, protocol.models.device, options.threads)
-        name = f"spectest-{self.what.replace(' ', '-')}"
-        self._proc = ctx.Process(target=_serve, args=args, name=name, daemon=True)
+        device = protocol.models.device
+        args = (child, device, options.threads)
+        self._proc = ctx.Process(target=_serve, args=args, name="spectest-tooth-sizes", daemon=True)
         self._proc.start()
         child.close()
+        self._conn.send(("shard", spec, None))  # the worker's job None: the tooth sizes
 
-    def done(self) -> bool:
-        """Whether ``result`` would not wait: the job's answer has come, or the process ended."""
-        try:
-            while self._answer is None or self._answer[0] == "ready":
-                if not self._conn.poll():
-                    return False
-                self._answer = self._conn.recv()
-        except (EOFError, OSError):
-            return True  # ended: ``result`` says how
-        return True
-
-    def _send(self, kind: str, key: str | None) -> None:
-        """The job (``Worker.job``'s ``kind`` and ``key``); ``result``'s seconds count from now."""
-        self._t0 = time.perf_counter()
-        self._conn.send((kind, self._spec, key))
-
-    def result(self) -> tuple[Any, float]:
-        """The job's result and the seconds from its sending to its arrival (the process's
-        errors raise here; a process that ended without it is an ``InfrastructureError``). The
+    def result(self) -> tuple[pd.DataFrame | None, float]:
+        """The sizes and the seconds from the start to their arrival (the process's errors
+        raise here; a process that ended without them is an ``InfrastructureError``). The
         process is told to stop, not waited for: it ends on its own."""
         try:
-            msg = self._answer or self._conn.recv()
-            if msg[0] == "ready":  # ("ready", ...) once its imports are done
+            msg = self._conn.recv()  # ("ready", ...) once its imports are done
+            if msg[0] == "ready":
                 msg = self._conn.recv()
         except (EOFError, OSError):
             self.abandon()
             raise InfrastructureError(
-                f"the {self.what} process (pid {self._proc.pid}) ended with code "
+                f"the tooth-size process (pid {self._proc.pid}) ended with code "
                 f"{self._proc.exitcode} before its result"
             ) from None
         self._stop(wait=False)
@@ -319,50 +277,3 @@ class _JobProcess:
             if self._proc.is_alive():
                 self._proc.kill()
                 self._proc.join(5)
-
-
-class TeethInProcess(_JobProcess):
-    """``protocol_tooth_sizes`` in a spawned process while this one generates: the scale-out
-    worker's job (``scaleout.worker.Worker.tooth_sizes``) on the run's device, from the run
-    directory's protocol and its own copy of the models, sent at once (``result``'s seconds
-    count from the spawn). Unlike the thread it shares no GIL with generation, whose host work
-    the thread's Python slowed by what it computed (P1 on the H200: the first arm 4.6 s alone,
-    14.5 s beside the thread). ``teeth_phase.beside_process`` says when to use it.
-
-    Notes
-    -----
-    The sizes are the thread's, bit for bit: the same protocol (its hash checked), the same
-    models (a deterministic load), the same code at the same shapes, the same torch thread
-    count (``RunOptions.threads``, else the same default). Why and measured:
-    docs/internals.md "spectest/teeth_phase.py".
-    """
-
-    what = "tooth-size"
-
-    def __init__(self, protocol: Any, run_dir: Path, options: RunOptions) -> None:
-        super().__init__(protocol, run_dir, options)
-        t0 = self._t0
-        self._send("shard", None)  # the worker's job None: the tooth sizes
-        self._t0 = t0
-
-
-class DriftInProcess(_JobProcess):
-    """Claim (b)'s matched drift (``Worker.drift``: ``generation.matched_drift`` on the run
-    directory's matched shards) in a spawned process beside the rest of generation: spawned
-    when generation starts (its imports and target load then), sent its job by ``start`` once
-    the matched arm's shards are written; ``result``'s seconds count from ``start``.
-    ``numerics_phase.drift_beside`` says when to use it.
-
-    Notes
-    -----
-    The table is the one the run computes after generation, bit for bit: the same protocol (its
-    hash checked), the same target (a deterministic load), the same matched rows read back in
-    plan order (``generation.read_shards``), the same replay at the same shapes. Why and
-    measured: docs/internals.md "spectest/numerics_phase.py".
-    """
-
-    what = "matched-drift"
-
-    def start(self) -> None:
-        """Send the job: the matched arm's shards are in the run directory."""
-        self._send("drift", str(self._run_dir))
