@@ -149,21 +149,23 @@ def _verify_logits(
     n_all = torch.full((rounds, B), K + 1, dtype=torch.int64)
     for b, c in enumerate(commits):
         n_all[: len(c), b] = torch.tensor(list(c), dtype=torch.int64)
+    # the rounds until every kept row is complete (later ones commit nothing kept), from the
+    # host's counts: no host read of the device per round
+    done = (n_all[:, keep.cpu()].cumsum(0) >= T).all(1)  # [rounds]
+    needed = int(done.int().argmax()) + 1 if bool(done.any()) else rounds
     n_all = n_all.to(dev)
-    for r in range(rounds):
-        if not bool((pos[keep] < T).any()):
-            break  # every kept row is complete: later rounds commit nothing kept
+    m = torch.arange(len(keep), device=dev)
+    for r in range(needed):
         n = n_all[r]
         active = pos < T
         idx = (pos[:, None] + j[None, :K]).clamp(max=T + K)  # [B, K]
         inputs = torch.cat([last[:, None], padded.gather(1, idx)], 1)  # [B, K+1]
         logits = model.forward(cache, inputs)  # [B, K+1, V]
         lk, pk, nk, ak = logits[keep], pos[keep], n[keep], active[keep]
-        for jj in range(K + 1):
-            ok = ak & (jj < nk) & (pk + jj < T)
-            rows = torch.nonzero(ok)[:, 0]
-            if len(rows):
-                out[rows, pk[rows] + jj] = lk[rows, jj].float()
+        for jj in range(K + 1):  # the rows that committed position pk + jj this round write it
+            ok = ak & (jj < nk) & (pk + jj < T)  # [M]
+            at = (pk + jj).clamp(max=T - 1)  # [M] one (row, position) per row: no duplicates
+            out[m, at] = torch.where(ok[:, None], lk[:, jj].float(), out[m, at])
         n0 = cache.num_slots - (K + 1)
         hole = torch.zeros((B, cache.num_slots), dtype=torch.bool, device=dev)
         hole[:, n0:] = j[None, :] >= n[:, None]
