@@ -8,6 +8,9 @@
 #        bfloat16 (tools/gpu/issue32.sh's P1), each side under a 330 s timeout (SIDE_TIMEOUT=S: S)
 #   FRESH_TRITON=1 ...: each side with an empty Triton cache of its own (TMPDIR/spectest-triton-old|new), as on
 #        a fresh machine; prints how many kernels each side compiled, by name
+#   WARMUP=1 ...: first a short untimed run of each tree (32 seeds per arm, discarded), so neither
+#        timed side pays the machine's first compiles and loads (on a bare machine the side that
+#        ran first was 4-10 s slower for that alone: results/LOG.md "lead (session 23)")
 #
 # OLD_TREE: a directory holding an older `spectest/` and `protocols/` (e.g. made with
 # `git archive COMMIT spectest protocols | tar -x -C OLD_TREE`). Each tree runs
@@ -27,6 +30,15 @@ if [ -n "${P1:-}" ]; then
   RUN=(--config protocols/openinfer-512.yaml --fast --set batch_size=768
        --set models.target=realistic:qwen3-0.6b --set "models.draft=derived:first_layers,layers=4"
        --set models.dtype=bfloat16)
+fi
+if [ -n "${WARMUP:-}" ]; then
+  for side in old new; do
+    tree="$PWD"; [ "$side" = old ] && tree="$(cd "$OLD" && pwd)"
+    (cd "$tree" && PYTHONPATH="$tree" timeout "${SIDE_TIMEOUT:-330}" python -m spectest run "${RUN[@]}" \
+      --device "${DEVICE:-cuda}" ${EXTRA:-} --set seeds.per_arm=32 --out "$OUT/warmup-$side" \
+      --no-progress > "$OUT/warmup-$side.console.txt" 2>&1)
+    echo "== warm-up $side: exit $?"; rm -rf "$OUT/warmup-$side"
+  done
 fi
 for side in old new; do
   tree="$PWD"; [ "$side" = old ] && tree="$(cd "$OLD" && pwd)"
