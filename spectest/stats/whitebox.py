@@ -17,6 +17,7 @@ from scipy import stats
 from spectest import schema as sc
 from spectest.errors import ConfigError, InputError
 from spectest.stats import whitebox_roles as roles
+from spectest.stats.bernoulli_sum import count_test
 from spectest.stats.pit import pit_values, uniformity_tests
 
 
@@ -139,15 +140,6 @@ def _attempted_slots(
     return m["acc"].to_numpy()[keep], o[keep], m["slot"].to_numpy(dtype=np.int64)[keep]
 
 
-def _acceptance_z(acc: np.ndarray, o: np.ndarray) -> float:
-    """z = (Σ accepted − Σ overlap)/√Σ overlap(1 − overlap); ±inf when the variance is 0 and
-    they disagree (impossible under H0), 0 when it is 0 and they agree."""
-    var = float(np.sum(o * (1.0 - o)))
-    if var <= 0.0:
-        return 0.0 if np.all(acc == o) else math.copysign(math.inf, float(acc.sum() - o.sum()))
-    return float((acc.sum() - o.sum()) / math.sqrt(var))
-
-
 Slots = tuple[np.ndarray, np.ndarray, np.ndarray]  # ``_attempted_slots``: accepted, overlap, slot
 
 
@@ -166,15 +158,17 @@ def acceptance_test(
     Notes
     -----
     z = (Σ accepted − Σ overlap) / √Σ overlap(1 − overlap), a martingale CLT as in
-    ``directed_z``. An always-accept sampler gives rate 1 against Σ min(p, q) < 1.
+    ``directed_z``, while that variance is at least ``bernoulli_sum.SMALL_VARIANCE``; below it
+    the p-value is the exact Poisson-binomial one and z its normal quantile
+    (``bernoulli_sum.count_test``: a near-certain acceptance made one rejection a 4.7σ event).
+    An always-accept sampler gives rate 1 against Σ min(p, q) < 1.
     """
     acc, o, _ = slots if slots is not None else _attempted_slots(rounds, samples, arm)
     n = int(o.shape[0])
     if n == 0:
         nan = float("nan")
         return AcceptanceResult(nan, nan, nan, nan, 0)
-    z = _acceptance_z(acc, o)
-    p = float(2.0 * stats.norm.sf(abs(z)))
+    z, p = count_test(acc, o)
     return AcceptanceResult(z, p, float(acc.mean()), float(o.mean()), n)
 
 
@@ -206,7 +200,7 @@ def acceptance_by_slot(
             continue
         obs.append(float(acc[at].mean()))
         exp.append(float(o[at].mean()))
-        zj = _acceptance_z(acc[at], o[at])
+        zj, _ = count_test(acc[at], o[at])
         if zj == 0.0 and float(np.sum(o[at] * (1.0 - o[at]))) <= 0.0:
             zj = nan  # every overlap 0 or 1 and no disagreement: the slot carries nothing
         z.append(zj)
