@@ -1,8 +1,8 @@
 """A count of Bernoulli outcomes against its probabilities (``count_test``): the two-sided
 p-value of Σ x_i given P(x_i = 1) = o_i — the normal approximation where its variance is large,
 the exact Poisson-binomial law where it is small (``SMALL_VARIANCE``). Knows nothing about
-draft slots or tokens: ``whitebox``'s acceptance tests call it. Why: docs/roles.md "The per-slot
-acceptance test".
+draft slots or tokens: ``whitebox``'s acceptance tests call it. Why: docs/roles.md
+"The per-slot acceptance test".
 """
 
 from __future__ import annotations
