@@ -1,4 +1,4 @@
-"""The count test behind the white-box acceptance tests (``stats.bernoulli_sum.count_test``): its
+"""The count test behind the white-box acceptance and directed tests (``stats.bernoulli_sum``): its
 exact law equals enumeration; above ``SMALL_VARIANCE`` it is the normal test it always was; where
 acceptance is near-certain its false-alarm rate is at most α while the normal approximation's was
 several times α (session 23: one rejection among 43 008 draft slots that each accepted with
@@ -40,6 +40,7 @@ def test_the_exact_law_is_the_enumerated_one() -> None:
         want = min(1.0, 2.0 * min(lower, upper))
         got = bernoulli_sum._exact_two_sided(x.astype(float), o)
         assert abs(got - want) <= 1e-12 * max(1.0, want), (k, got, want)
+        assert abs(bernoulli_sum.upper_tail(x.astype(float), o) - upper) <= 1e-12  # one-sided
 
 
 def test_large_variance_is_the_normal_test_and_zero_variance_decides() -> None:
@@ -50,6 +51,7 @@ def test_large_variance_is_the_normal_test_and_zero_variance_decides() -> None:
     z, p = count_test(x, o)
     want = (x.sum() - o.sum()) / np.sqrt(np.sum(o * (1 - o)))
     assert z == want and p == 2.0 * stats.norm.sf(abs(want))
+    assert bernoulli_sum.upper_tail(x, o) == stats.norm.sf(want)
     assert count_test(np.array([1.0, 0.0]), np.array([1.0, 0.0])) == (0.0, 1.0)
     z, p = count_test(np.array([0.0, 0.0]), np.array([1.0, 0.0]))
     assert z == -np.inf and p == 0.0

@@ -64,10 +64,16 @@ def test_pit_values_use_the_passed_generator_only():
 
 
 def test_directed_z_by_hand():
+    hits = np.zeros(400, bool)
+    hits[:220] = True
+    r = wb.directed_z(hits, np.full(400, 0.5))  # Σ p(1 − p) = 100: the normal test
+    assert r.statistic == pytest.approx(2.0)  # (220 − 200)/√(400·¼)
+    assert r.pvalue == pytest.approx(2 * stats.norm.sf(2.0))
+    assert r.pvalue_greater == pytest.approx(stats.norm.sf(2.0))
+    # Σ p(1 − p) = 1 < SMALL_VARIANCE: the exact law, Binomial(4, ½); P(≥ 3) = 5/16
     r = wb.directed_z(np.array([1, 0, 1, 1], bool), np.full(4, 0.5))
-    assert r.statistic == pytest.approx(1.0)  # (3 − 2)/√(4·¼)
-    assert r.pvalue == pytest.approx(2 * stats.norm.sf(1.0))
-    assert r.pvalue_greater == pytest.approx(stats.norm.sf(1.0))
+    assert r.pvalue == pytest.approx(2 * 5 / 16) and r.pvalue_greater == pytest.approx(5 / 16)
+    assert r.statistic == pytest.approx(stats.norm.isf(5 / 16))
     assert (r.observed, r.expected, r.n) == (3.0, 2.0, 4)
     assert np.isnan(wb.directed_z(np.zeros(3, bool), np.zeros(3)).statistic)  # q unknown
 

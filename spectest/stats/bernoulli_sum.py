@@ -54,10 +54,29 @@ def count_test(x: np.ndarray, o: np.ndarray) -> tuple[float, float]:
     return math.copysign(zq, excess), p
 
 
+def upper_tail(x: np.ndarray, o: np.ndarray) -> float:
+    """The one-sided p-value of an excess of 1s (NaN at zero variance): the normal ``sf(z)``
+    while Σ o(1 − o) ≥ ``SMALL_VARIANCE``, else the exact P(Σ X ≥ Σ x) (``count_test``'s law)."""
+    x = np.asarray(x, dtype=np.float64)
+    o = np.asarray(o, dtype=np.float64)
+    var = float(np.sum(o * (1.0 - o)))
+    if var <= 0.0:
+        return float("nan")
+    if var >= SMALL_VARIANCE:
+        return float(stats.norm.sf(float(x.sum() - o.sum()) / math.sqrt(var)))
+    return _exact_tails(x, o)[1]
+
+
 def _exact_two_sided(x: np.ndarray, o: np.ndarray) -> float:
-    """Twice the smaller tail (at most 1) of Σ x under independent Bernoulli(o_i): the count
-    written as the likely outcomes' sum plus D = (rare 1s) − (rare 0s), D's law by the inverse
-    DFT of its characteristic function on P points (``_MIN_POINTS`` or more)."""
+    """Twice the smaller tail of Σ x (``_exact_tails``), at most 1."""
+    lower, upper = _exact_tails(x, o)
+    return min(1.0, 2.0 * min(lower, upper))
+
+
+def _exact_tails(x: np.ndarray, o: np.ndarray) -> tuple[float, float]:
+    """``(P(Σ X ≤ Σ x), P(Σ X ≥ Σ x))`` under independent Bernoulli(o_i): the count written as
+    the likely outcomes' sum plus D = (rare 1s) − (rare 0s), D's law by the inverse DFT of its
+    characteristic function on P points (``_MIN_POINTS`` or more)."""
     live = (o > 0.0) & (o < 1.0)  # the certain outcomes carry nothing (and agree: var > 0 here)
     x, o = x[live], o[live]
     likely = o >= 0.5  # [n] the more probable outcome of each: 1 here, 0 elsewhere
@@ -74,7 +93,6 @@ def _exact_two_sided(x: np.ndarray, o: np.ndarray) -> float:
     law = np.clip(np.roll(law, P // 2), 0.0, None)  # d = −P/2 .. P/2 − 1
     d_obs = round(float(x.sum()) - float(likely.sum()))
     at = d_obs + P // 2
-    if not 0 <= at < P:
-        return 0.0  # beyond the support: tail mass below double precision
-    lower, upper = float(law[: at + 1].sum()), float(law[at:].sum())
-    return min(1.0, 2.0 * min(lower, upper))
+    if not 0 <= at < P:  # beyond the support: that tail's mass is below double precision
+        return (0.0, 1.0) if at < 0 else (1.0, 0.0)
+    return min(1.0, float(law[: at + 1].sum())), min(1.0, float(law[at:].sum()))

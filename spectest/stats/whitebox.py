@@ -17,7 +17,7 @@ from scipy import stats
 from spectest import schema as sc
 from spectest.errors import ConfigError, InputError
 from spectest.stats import whitebox_roles as roles
-from spectest.stats.bernoulli_sum import count_test
+from spectest.stats.bernoulli_sum import count_test, upper_tail
 from spectest.stats.pit import pit_values, uniformity_tests
 
 
@@ -75,7 +75,9 @@ def directed_z(in_a: np.ndarray, p_a: np.ndarray) -> DirectedZResult:
     Under H0, 1[x_t ∈ A_t] − p_t(A_t) is a martingale difference with conditional variance
     p_t(A_t)(1 − p_t(A_t)), so Z → N(0, 1) (martingale CLT) even along one autoregressive
     sequence. An ε-biased acceptor puts extra mass on A (``pvalue_greater``; its power:
-    docs/statistics.md "White-box exact tests"). NaN when Σ p(1 − p) = 0 (q unknown).
+    docs/statistics.md "White-box exact tests"). NaN when Σ p(1 − p) = 0 (q unknown). Below
+    ``bernoulli_sum.SMALL_VARIANCE`` (A rarely hit: near-degenerate laws) the p-values are the
+    exact Poisson-binomial ones and z the two-sided one's normal quantile (``count_test``).
     """
     x = np.asarray(in_a, dtype=np.float64)  # [n]
     pa = np.asarray(p_a, dtype=np.float64)  # [n]
@@ -86,11 +88,9 @@ def directed_z(in_a: np.ndarray, p_a: np.ndarray) -> DirectedZResult:
     if var <= 0.0:
         nan = float("nan")
         return DirectedZResult(nan, nan, nan, n, obs, exp, nan)
-    z = (obs - exp) / math.sqrt(var)
+    z, p = count_test(x, pa)  # the exact law where the count is small, as the acceptance's
     mde = (stats.norm.isf(0.025) + stats.norm.ppf(0.8)) * math.sqrt(var) / n
-    return DirectedZResult(
-        z, float(2.0 * stats.norm.sf(abs(z))), float(stats.norm.sf(z)), n, obs, exp, float(mde)
-    )
+    return DirectedZResult(z, p, upper_tail(x, pa), n, obs, exp, float(mde))
 
 
 def support_check(p: np.ndarray) -> SupportResult:
