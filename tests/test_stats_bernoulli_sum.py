@@ -15,8 +15,7 @@ import itertools
 import numpy as np
 from scipy import stats
 
-from spectest.stats import bernoulli_sum
-from spectest.stats.bernoulli_sum import SMALL_VARIANCE, count_test
+from spectest.stats.bernoulli_sum import SMALL_VARIANCE, CountResult, count_test
 
 
 def test_the_exact_law_is_the_enumerated_one() -> None:
@@ -38,9 +37,9 @@ def test_the_exact_law_is_the_enumerated_one() -> None:
         lower = sum(v for c, v in law.items() if c <= k)
         upper = sum(v for c, v in law.items() if c >= k)
         want = min(1.0, 2.0 * min(lower, upper))
-        got = bernoulli_sum._exact_two_sided(x.astype(float), o)
-        assert abs(got - want) <= 1e-12 * max(1.0, want), (k, got, want)
-        assert abs(bernoulli_sum.upper_tail(x.astype(float), o) - upper) <= 1e-12  # one-sided
+        got = count_test(x.astype(float), o)
+        assert abs(got.pvalue - want) <= 1e-12 * max(1.0, want), (k, got, want)
+        assert abs(got.pvalue_greater - upper) <= 1e-12  # one-sided
 
 
 def test_large_variance_is_the_normal_test_and_zero_variance_decides() -> None:
@@ -48,13 +47,13 @@ def test_large_variance_is_the_normal_test_and_zero_variance_decides() -> None:
     o = rng.uniform(0.2, 0.8, 400)  # Σ o(1 − o) ≈ 80 ≥ SMALL_VARIANCE
     x = (rng.uniform(size=400) < o).astype(float)
     assert float(np.sum(o * (1 - o))) >= SMALL_VARIANCE
-    z, p = count_test(x, o)
     want = (x.sum() - o.sum()) / np.sqrt(np.sum(o * (1 - o)))
-    assert z == want and p == 2.0 * stats.norm.sf(abs(want))
-    assert bernoulli_sum.upper_tail(x, o) == stats.norm.sf(want)
-    assert count_test(np.array([1.0, 0.0]), np.array([1.0, 0.0])) == (0.0, 1.0)
-    z, p = count_test(np.array([0.0, 0.0]), np.array([1.0, 0.0]))
-    assert z == -np.inf and p == 0.0
+    assert count_test(x, o) == CountResult(
+        want, 2.0 * stats.norm.sf(abs(want)), stats.norm.sf(want)
+    )
+    assert count_test(np.array([1.0, 0.0]), np.array([1.0, 0.0])) == CountResult(0.0, 1.0, 1.0)
+    r = count_test(np.array([0.0, 0.0]), np.array([1.0, 0.0]))
+    assert r.statistic == -np.inf and r.pvalue == 0.0
 
 
 def test_one_rare_rejection_is_not_significant() -> None:
@@ -64,7 +63,8 @@ def test_one_rare_rejection_is_not_significant() -> None:
     o[: 43008 // 4] = 1.0 - 4e-6
     x = np.ones_like(o)
     x[7] = 0.0
-    z, p = count_test(x, o)
+    r = count_test(x, o)
+    z, p = r.statistic, r.pvalue
     mu = float(np.sum(1.0 - o))  # ≈ 0.043 expected rejections
     assert abs(p - min(1.0, 2.0 * (1.0 - np.exp(-mu)))) < 1e-3  # ≈ 2 P(≥ 1 rejection)
     assert p > 0.05 and -2.0 < z < 0.0
@@ -82,7 +82,7 @@ def test_near_certain_acceptance_keeps_the_stated_rate() -> None:
     reps, n, alpha = 4000, 300, 0.001
     o = rng.uniform(0.9998, 0.99999, n)
     x = (rng.uniform(size=(reps, n)) < o[None, :]).astype(float)
-    exact = np.array([count_test(row, o)[1] for row in x])
+    exact = np.array([count_test(row, o).pvalue for row in x])
     var = float(np.sum(o * (1 - o)))
     normal = 2.0 * stats.norm.sf(np.abs((x.sum(1) - o.sum()) / np.sqrt(var)))
     bound = stats.binom.isf(1e-4, reps, alpha) / reps
@@ -90,4 +90,4 @@ def test_near_certain_acceptance_keeps_the_stated_rate() -> None:
     assert (normal <= alpha).mean() > 10 * alpha
     # and it still sees a sampler that rejects a hundred times too often
     bad = (rng.uniform(size=(200, n)) < 1.0 - 100.0 * (1.0 - o)[None, :]).astype(float)
-    assert np.mean([count_test(row, o)[1] <= alpha for row in bad]) > 0.8
+    assert np.mean([count_test(row, o).pvalue <= alpha for row in bad]) > 0.8

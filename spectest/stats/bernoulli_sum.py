@@ -1,13 +1,14 @@
 """A count of Bernoulli outcomes against its probabilities (``count_test``): the two-sided
 p-value of Σ x_i given P(x_i = 1) = o_i — the normal approximation where its variance is large,
 the exact Poisson-binomial law where it is small (``SMALL_VARIANCE``). Knows nothing about
-draft slots or tokens: ``whitebox``'s acceptance tests call it. Why: docs/roles.md
+draft slots or tokens: ``whitebox``'s acceptance and directed tests call it. Why: docs/roles.md
 "The per-slot acceptance test".
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
@@ -22,14 +23,23 @@ _MIN_POINTS = 64
 _CHUNK = 8192  # outcomes per block of the characteristic function
 
 
-def count_test(x: np.ndarray, o: np.ndarray) -> tuple[float, float]:
-    """``(z, p)`` of Σ x (0/1 outcomes) against the probabilities ``o`` (same shape).
+@dataclass(frozen=True)
+class CountResult:
+    """Σ x against Σ o: z (``statistic``), two-sided ``pvalue``, ``pvalue_greater`` (more 1s)."""
 
-    ``z`` = (Σ x − Σ o)/√Σ o(1 − o) and ``p`` its two-sided normal p-value while Σ o(1 − o) ≥
-    ``SMALL_VARIANCE``; below it ``p`` is twice the smaller tail of the exact law of Σ x when the
-    x_i are independent Bernoulli(o_i) (Poisson-binomial; at most 1), and ``z`` the normal
-    quantile with that two-sided p-value and the sign of Σ x − Σ o. Zero variance: z = 0 and p =
-    1 when they agree, ±inf and 0 when not (impossible under H0).
+    statistic: float
+    pvalue: float
+    pvalue_greater: float
+
+
+def count_test(x: np.ndarray, o: np.ndarray) -> CountResult:
+    """Σ x (0/1 outcomes) against the probabilities ``o`` (same shape), both tails at once.
+
+    While Σ o(1 − o) ≥ ``SMALL_VARIANCE``: z = (Σ x − Σ o)/√Σ o(1 − o) and its normal
+    p-values. Below it: the exact law of Σ x when the x_i are independent Bernoulli(o_i)
+    (Poisson-binomial) — two-sided p twice the smaller tail (at most 1), one-sided P(Σ X ≥ Σ x)
+    — and z the normal quantile with that two-sided p-value and the sign of Σ x − Σ o. Zero
+    variance: z = 0 and p = 1 when they agree, ±inf and 0 when not (impossible under H0).
 
     Notes
     -----
@@ -44,33 +54,15 @@ def count_test(x: np.ndarray, o: np.ndarray) -> tuple[float, float]:
     excess = float(x.sum() - o.sum())
     if var <= 0.0:
         if np.all(x == o):
-            return 0.0, 1.0
-        return math.copysign(math.inf, excess), 0.0
+            return CountResult(0.0, 1.0, 1.0)
+        return CountResult(math.copysign(math.inf, excess), 0.0, 0.0 if excess > 0 else 1.0)
     z = excess / math.sqrt(var)
     if var >= SMALL_VARIANCE:
-        return z, float(2.0 * stats.norm.sf(abs(z)))
-    p = _exact_two_sided(x, o)
-    zq = float(stats.norm.isf(p / 2.0)) if p < 1.0 else 0.0
-    return math.copysign(zq, excess), p
-
-
-def upper_tail(x: np.ndarray, o: np.ndarray) -> float:
-    """The one-sided p-value of an excess of 1s (NaN at zero variance): the normal ``sf(z)``
-    while Σ o(1 − o) ≥ ``SMALL_VARIANCE``, else the exact P(Σ X ≥ Σ x) (``count_test``'s law)."""
-    x = np.asarray(x, dtype=np.float64)
-    o = np.asarray(o, dtype=np.float64)
-    var = float(np.sum(o * (1.0 - o)))
-    if var <= 0.0:
-        return float("nan")
-    if var >= SMALL_VARIANCE:
-        return float(stats.norm.sf(float(x.sum() - o.sum()) / math.sqrt(var)))
-    return _exact_tails(x, o)[1]
-
-
-def _exact_two_sided(x: np.ndarray, o: np.ndarray) -> float:
-    """Twice the smaller tail of Σ x (``_exact_tails``), at most 1."""
+        return CountResult(z, float(2.0 * stats.norm.sf(abs(z))), float(stats.norm.sf(z)))
     lower, upper = _exact_tails(x, o)
-    return min(1.0, 2.0 * min(lower, upper))
+    p = min(1.0, 2.0 * min(lower, upper))
+    zq = float(stats.norm.isf(p / 2.0)) if p < 1.0 else 0.0
+    return CountResult(math.copysign(zq, excess), p, upper)
 
 
 def _exact_tails(x: np.ndarray, o: np.ndarray) -> tuple[float, float]:
