@@ -285,8 +285,7 @@ def _look(
     weakest killed tooth's size) meet the requirement (the protocol's, or 0.15)?"""
     comps = tuple(compare_arm(a, arm, rounds, teeth_sizes) for arm, a in results)
     cand = next(c for c in comps if c.role == "candidate")
-    tests, kind = run.protocol.tests, run.options.kind
-    required, requirement = required_resolution(tests.max_mde_tv, kind=kind)
+    need, requirement = required_resolution(run.protocol.tests.max_mde_tv, kind=run.options.kind)
     claim = power_claim(comps)
     return decide_look(
         stage,
@@ -294,7 +293,7 @@ def _look(
         alphas,
         rejected=bool(cand.rejected),
         mde_tv=cand.mde_tv,
-        max_mde_tv=required,
+        max_mde_tv=need,
         requirement=requirement,
         claim_tv=claim.tv,
         claim_source=claim.where(),
@@ -321,12 +320,13 @@ def _generate_missing(run: _Run, plan: Plan, teeth: bool = False) -> Models | No
         sized, rd = plan.settings.sized_teeth, run.rd.path
         process = lambda: TeethInProcess(run.protocol, rd, run.options)  # noqa: E731
         run.teeth_beside = start_beside(run.protocol, sized, engines.models, process)
-    gen = run.timings["generate"]
 
     def write(r: ShardResult) -> None:
-        gen[r.arm] = gen.get(r.arm, 0.0) + r.generate_s
+        run.timings["generate"][r.arm] = run.timings["generate"].get(r.arm, 0.0) + r.generate_s
         run.timings["whitebox"] += r.whitebox_s
         run.rd.write_shard(r.key, r.samples, r.rounds, {**run.provenance, **r.provenance})
+        if r.rounds is not None and run.teeth_beside is not None:  # a speculative shard
+            run.teeth_beside.grant()  # the run's caches and graph pools exist now
 
     try:
         generate_shards(run.protocol, plan, todo, engines, write, run.progress)

@@ -1,8 +1,9 @@
 """The run's tooth-size phase: ``tooth_sizes_phase`` (the sizes from a pool worker, from the
 process or thread that computed them beside generation, or computed here after it; the phase's
 timings), that thread (``TeethBeside``, ``beside_generation``), when a process takes its place
-(``beside_process``: the process is ``scaleout.TeethInProcess``) and ``start_beside``, which
-picks. Knows nothing about shards, tests or verdicts. Why and details: docs/internals.md
+(``beside_process``: the process is ``scaleout.TeethInProcess``), the device memory that process
+may use (``grant_headroom``, ``cap_memory``) and ``start_beside``, which picks. Knows nothing about
+shards, tests or verdicts. Why and details: docs/internals.md
 "spectest/teeth_phase.py".
 """
 
@@ -28,10 +29,25 @@ from spectest.protocol import Protocol
 # thread, which shares them (Qwen3-8B's 16 GB are 11 % of an H200: the thread, as measured)
 PROCESS_MAX_MODELS = 0.05
 PROCESS_MIN_FREE = 0.5
+# the process's device memory (docs/internals.md "spectest/teeth_phase.py"): granted once the run
+# has made its first speculative shard, it may hold what is free then less the run's headroom
+# (RUN_GROWTH of what the run holds, plus DEVICE_SLACK of the device), capped there; under
+# MIN_BUDGET of the device it declines and the sizes are computed after generation
+RUN_GROWTH = 0.25
+DEVICE_SLACK = 0.05
+MIN_BUDGET = 0.05
+GIB = 2**30
+
+
+class Declined(Exception):
+    """The process beside generation did not compute the sizes: the device had too little memory
+    free beside the run (its one-line reason). The phase computes them after generation."""
 
 
 class Beside(Interface):
     """What computes the sizes beside generation: ``TeethBeside`` or ``scaleout.TeethInProcess``."""
+
+    def grant(self) -> None: ...
 
     def result(self) -> tuple[pd.DataFrame | None, float]: ...
 
@@ -55,8 +71,9 @@ def tooth_sizes_phase(
     ``timings["tooth sizes"]`` (seconds here, loading included: beside generation, the wait
     after it) and, beside generation, ``timings["tooth sizes beside generation"]`` (the
     process's or thread's wall time). A process that ended without its result (killed, out of
-    memory, or a script that spawns it without a ``__main__`` guard) is warned about and the
-    sizes are computed here: it never costs the run more than the phase."""
+    memory, or a script that spawns it without a ``__main__`` guard) or declined (``Declined``:
+    too little device memory beside the run) is warned about and the sizes are computed here:
+    it never costs the run more than the phase."""
     if not teeth:
         return None
     if from_pool is not None:
@@ -68,7 +85,7 @@ def tooth_sizes_phase(
     if beside is not None:
         try:
             sizes, timings["tooth sizes beside generation"] = beside.result()
-        except InfrastructureError as err:
+        except (InfrastructureError, Declined) as err:
             warnings.warn(f"{err}; computing the tooth sizes here", RuntimeWarning, stacklevel=2)
             beside = None
     if beside is None:
@@ -118,6 +135,9 @@ class TeethBeside:
     ) -> None:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="spectest-tooth-sizes")
         self._future = self._pool.submit(_timed_sizes, protocol, list(teeth), models)
+
+    def grant(self) -> None:
+        """Nothing: the thread shares the run's memory (``scaleout.TeethInProcess.grant``)."""
 
     def result(self) -> tuple[pd.DataFrame | None, float]:
         """The sizes and the seconds the thread took (its errors raise here)."""
@@ -187,3 +207,57 @@ def weight_bytes(models: Models) -> float:
         for t in (*module.parameters(), *module.buffers()):
             seen[t.data_ptr()] = max(seen.get(t.data_ptr(), 0), t.numel() * t.element_size())
     return float(sum(seen.values()))
+
+
+def grant_headroom(device: str) -> tuple[float, str | None]:
+    """The run's side of the process's memory, once the run has made its first speculative shard
+    (its caches and graph pools exist): the bytes the process must leave free for the run to
+    grow into (``RUN_GROWTH`` of what the run's allocator holds, plus ``DEVICE_SLACK`` of the
+    device), and the reason the process is not to start, where the memory free now (the
+    process's models included, once loaded) leaves it under ``MIN_BUDGET`` of the device; (0,
+    None) off CUDA (no device memory shared)."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return 0.0, None
+    free, total = torch.cuda.mem_get_info(dev)
+    headroom = RUN_GROWTH * torch.cuda.memory_reserved(dev) + DEVICE_SLACK * total
+    if memory_fraction(free, total, 0.0, headroom) is None:
+        return headroom, _short(free, total, headroom)
+    return headroom, None
+
+
+def cap_memory(device: str, headroom: float) -> str | None:
+    """The process's side, once granted: its allocator capped at ``memory_fraction`` of the
+    device (``torch.cuda.set_per_process_memory_fraction``: past it the process, not the run,
+    runs out of memory), or the reason it declines; None off CUDA."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info(dev)
+    fraction = memory_fraction(free, total, torch.cuda.memory_reserved(dev), headroom)
+    if fraction is None:
+        return _short(free, total, headroom)
+    torch.cuda.set_per_process_memory_fraction(fraction, dev)
+    return None
+
+
+def memory_fraction(free: float, total: float, held: float, headroom: float) -> float | None:
+    """The share of a device of ``total`` bytes the process may hold: what it ``held`` plus what
+    is ``free`` less the run's ``headroom``; None where that adds less than ``MIN_BUDGET`` of
+    the device."""
+    budget = free - headroom
+    if budget < MIN_BUDGET * total:
+        return None
+    return min(1.0, (held + budget) / total)
+
+
+def _short(free: float, total: float, headroom: float) -> str:
+    return (
+        f"the tooth-size process declined: {free / GIB:.1f} GiB of the device free beside the "
+        f"run, which keeps {headroom / GIB:.1f} GiB to grow into, leaves under "
+        f"{MIN_BUDGET:.0%} of its {total / GIB:.0f} GiB"
+    )

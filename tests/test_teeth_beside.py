@@ -13,6 +13,7 @@ takes microseconds, so a pass or failure does not depend on timing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -147,6 +148,61 @@ def test_tooth_sizes_in_a_process_equal_the_sequential_phase(tmp_path: Path) -> 
     assert not teeth_phase.beside_process(Models(*tiny))
 
 
+def test_the_process_computes_once_granted_after_a_speculative_shard(tmp_path: Path) -> None:
+    """The runner grants the process its memory after writing its first speculative shard (one
+    with rounds: the run's caches exist then), once; a process the run declines
+    (``grant_headroom``'s reason: too little free beside it) is stopped unused, and the phase
+    warns and computes the same table after generation."""
+    seq = _toy_run(tmp_path, "seq")
+    grants: list[int] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(teeth_phase, "beside_generation", lambda models: True)
+        mp.setattr(teeth_phase, "beside_process", lambda models: True)
+        shards = tmp_path / "granted" / "run" / "shards"
+        grant = scaleout.TeethInProcess.grant
+
+        def spy(self: Any) -> None:
+            grants.append(len(list(shards.glob("*.rounds.parquet"))))
+            grant(self)
+
+        mp.setattr(scaleout.TeethInProcess, "grant", spy)
+        granted = _toy_run(tmp_path, "granted")
+        short = "the tooth-size process declined: 1.0 GiB free (test)"
+        mp.setattr(scaleout.worker, "grant_headroom", lambda device: (0.0, short))
+        with pytest.warns(RuntimeWarning, match=r"declined: 1\.0 GiB free \(test\); computing"):
+            declined = _toy_run(tmp_path, "declined")
+    assert grants[0] == 1  # after the first speculative shard (rounds written), not before
+    for name in ("granted", "declined"):
+        _same_tables(tmp_path / "seq" / "run", tmp_path / name / "run")
+    assert granted["timings"]["tooth sizes beside generation"] > 0
+    assert "tooth sizes beside generation" not in declined["timings"]
+    assert seq["verdict"] == granted["verdict"] == declined["verdict"]
+
+
+def test_the_process_may_hold_what_the_run_leaves() -> None:
+    """``memory_fraction`` at P1's figures (the run held 68 GiB after its first speculative
+    shard, the process its 1.5 GiB of models, the two CUDA contexts ~1 GiB): on an H200
+    (139 GiB) the process may hold 46 GiB, above the 35 GiB it used there; on an H100
+    (79 GiB) it declines. At the edge a budget of exactly ``MIN_BUDGET`` is granted."""
+    gib = teeth_phase.GIB
+    run, held = 68 * gib, 1.5 * gib
+
+    def fraction(total: float) -> float | None:
+        free = total - run - held - 1 * gib
+        headroom = teeth_phase.RUN_GROWTH * run + teeth_phase.DEVICE_SLACK * total
+        return teeth_phase.memory_fraction(free, total, held, headroom)
+
+    h200 = fraction(139 * gib)
+    assert h200 is not None
+    assert h200 * 139 == pytest.approx(1.5 + (139 - 68 - 1.5 - 1) - (0.25 * 68 + 0.05 * 139))
+    assert h200 * 139 * gib > 35 * gib
+    assert fraction(79 * gib) is None
+    total = 100 * gib
+    edge = teeth_phase.MIN_BUDGET * total
+    assert teeth_phase.memory_fraction(edge + gib, total, 0.0, gib) == teeth_phase.MIN_BUDGET
+    assert teeth_phase.memory_fraction(edge + gib - 1, total, 0.0, gib) is None
+
+
 def test_the_process_is_for_models_that_are_cheap_to_copy() -> None:
     """``beside_process`` weighs the models' tensors, each once (the derived draft shares the
     target's); a model that is not a torch module weighs infinitely (the thread)."""
@@ -219,22 +275,29 @@ def test_fast_run_on_cuda_with_tooth_sizes_beside_generation(tmp_path: Path) -> 
         "dtype": "bfloat16",
         "device": "cuda",
     }
-    runs = {}
+    runs: dict[str, Any] = {}
     for name, beside, process in (
         ("seq", False, False),
         ("thread", True, False),
-        ("proc", True, True),
+        ("proc", True, True),  # granted and capped (teeth_phase.cap_memory)
+        ("short", True, True),  # the process finds too little free for it and declines
     ):
         path = write_toy(tmp_path / name, models=models, positions=6)
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(teeth_phase, "beside_generation", lambda models, on=beside: on)
             mp.setattr(teeth_phase, "beside_process", lambda models, on=process: on)
+            declines: Any = contextlib.nullcontext()
+            if name == "short":  # a headroom of a petabyte: the process's own check declines
+                mp.setattr(scaleout.worker, "grant_headroom", lambda device: (1e15, None))
+                declines = pytest.warns(RuntimeWarning, match="the tooth-size process declined")
             options = runner.RunOptions(fast=True)
-            runner.run_protocol(load_protocol(path), out=tmp_path / name / "run", options=options)
+            with declines:
+                run = load_protocol(path)
+                runner.run_protocol(run, out=tmp_path / name / "run", options=options)
         runs[name] = json.loads((tmp_path / name / "run" / "summary.json").read_text())
-    for name in ("thread", "proc"):
+    for name in ("thread", "proc", "short"):
         _same_tables(tmp_path / "seq" / "run", tmp_path / name / "run")
-        assert "tooth sizes beside generation" in runs[name]["timings"]
+        assert ("tooth sizes beside generation" in runs[name]["timings"]) == (name != "short")
         assert runs["seq"]["verdict"] == runs[name]["verdict"]
     # a device with room (PROCESS_MIN_FREE of its memory free) takes the process
     tiny = load_pair(models["target"], models["draft"], device="cuda", dtype="bfloat16")

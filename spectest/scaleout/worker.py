@@ -11,8 +11,9 @@ import platform
 import tempfile
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from spectest.generation import (
     load_models,
     protocol_tooth_sizes,
 )
+from spectest.teeth_phase import Declined, cap_memory, grant_headroom
 
 
 @dataclass(frozen=True)
@@ -166,13 +168,17 @@ class Worker:
         """The run's tooth sizes (``generation.protocol_tooth_sizes``) from this worker's
         models (target and draft, loaded or kept); counted as ``load``."""
         t0 = time.perf_counter()
-        protocol, plan = self._protocol(spec)
-        configure_threads(protocol.models.device, spec.options.threads or self.threads)
-        sizes = protocol_tooth_sizes(
-            protocol, plan.settings.sized_teeth, self._load(protocol, True)
-        )
+        protocol, plan, models = self.teeth_models(spec)
+        sizes = protocol_tooth_sizes(protocol, plan.settings.sized_teeth, models)
         self.times["load"] += time.perf_counter() - t0
         return sizes
+
+    def teeth_models(self, spec: RunSpec) -> tuple[Any, Any, Models]:
+        """The run's protocol, plan and models for its tooth sizes (loaded or kept), under the
+        run's torch thread count."""
+        protocol, plan = self._protocol(spec)
+        configure_threads(protocol.models.device, spec.options.threads or self.threads)
+        return protocol, plan, self._load(protocol, True)
 
     def job(self, spec: RunSpec, key: str | None) -> tuple[Any, dict[str, float]]:
         """One job of the pool's queue: a shard (``key``), or the tooth sizes (None); with the
@@ -187,7 +193,8 @@ class Worker:
 
 
 def _serve(conn: Any, device: str, threads: int | None) -> None:
-    """A worker process: answer ``("shard", spec, key)`` messages until ``None`` or EOF."""
+    """A worker process: answer ``("shard", spec, key)`` messages until ``None`` or EOF; a
+    ``("teeth", spec)`` message (``TeethInProcess``) is answered by ``_beside``, then it ends."""
     worker = Worker(device, threads)
     conn.send(("ready", worker.ping()))
     try:
@@ -198,16 +205,55 @@ def _serve(conn: Any, device: str, threads: int | None) -> None:
                 break
             if msg is None:
                 break
+            if msg[0] == "teeth":
+                _answer(conn, device, partial(_beside, conn, worker, msg[1]))
+                break
             _, spec, key = msg
-            try:
-                conn.send(("ok", *worker.job(spec, key)))
-            except SpectestError as err:
-                conn.send(("err", err, traceback.format_exc()))
-            except Exception as err:  # carried to the driver as one line
-                line = f"worker {device} (pid {os.getpid()}): {type(err).__name__}: {err}"
-                conn.send(("err", InfrastructureError(line), traceback.format_exc()))
+            _answer(conn, device, partial(_job, worker, spec, key))
     finally:
         worker.close_engines()
+
+
+def _answer(conn: Any, device: str, job: Callable[[], tuple[Any, ...] | None]) -> None:
+    """Send ``job()``'s message (none for None); its error as ``("err", error, traceback)``."""
+    try:
+        msg = job()
+        if msg is not None:
+            conn.send(msg)
+    except SpectestError as err:
+        conn.send(("err", err, traceback.format_exc()))
+    except Exception as err:  # carried to the driver as one line
+        line = f"worker {device} (pid {os.getpid()}): {type(err).__name__}: {err}"
+        conn.send(("err", InfrastructureError(line), traceback.format_exc()))
+
+
+def _job(worker: Worker, spec: RunSpec, key: str | None) -> tuple[Any, ...]:
+    return ("ok", *worker.job(spec, key))
+
+
+def _beside(conn: Any, worker: Worker, spec: RunSpec) -> tuple[Any, ...] | None:
+    """The tooth sizes beside a run (``TeethInProcess``): the models loaded at once, then, once
+    granted (``("go", headroom)``; None or EOF: stop), computed within the device memory the
+    run leaves (``teeth_phase.cap_memory``), or ``("declined", reason)``. The device's cache
+    is emptied before the answer: the run goes on into what this process held."""
+    protocol, _, _ = worker.teeth_models(spec)
+    try:
+        msg = conn.recv()
+    except EOFError:
+        return None
+    if msg is None:
+        return None
+    device = protocol.models.device
+    reason = cap_memory(device, msg[1])
+    if reason is not None:
+        return ("declined", reason)
+    try:
+        return ("ok", *worker.job(spec, None))
+    finally:
+        if device.startswith("cuda"):
+            import torch
+
+            torch.cuda.empty_cache()
 
 
 class TeethInProcess:
@@ -223,7 +269,10 @@ class TeethInProcess:
     The sizes are the thread's, bit for bit: the same protocol (its hash checked), the same
     models (a deterministic load), the same code at the same shapes, the same torch thread
     count (``RunOptions.threads``, else the same default). The process is a daemon: it ends
-    with this one. Why and measured: docs/internals.md "spectest/teeth_phase.py".
+    with this one. It loads at once but computes only once granted (``grant``: the run has made
+    its first speculative shard, or waits for the result), within the memory the run leaves
+    (``teeth_phase.grant_headroom``, ``cap_memory``). Why and measured: docs/internals.md
+    "spectest/teeth_phase.py".
     """
 
     def __init__(self, protocol: Any, run_dir: Path, options: RunOptions) -> None:
@@ -236,17 +285,39 @@ class TeethInProcess:
         ctx = multiprocessing.get_context("spawn")  # CUDA cannot be forked
         self._t0 = time.perf_counter()
         self._conn, child = ctx.Pipe()
-        device = protocol.models.device
+        self._device = device = protocol.models.device
+        self._declined: str | None = None  # granted: None, or why the run declined
+        self._granted = False
         args = (child, device, options.threads)
         self._proc = ctx.Process(target=_serve, args=args, name="spectest-tooth-sizes", daemon=True)
         self._proc.start()
         child.close()
-        self._conn.send(("shard", spec, None))  # the worker's job None: the tooth sizes
+        self._conn.send(("teeth", spec))  # loads now, computes once granted
+
+    def grant(self) -> None:
+        """Let the process compute (once; the runner calls it after its first speculative shard,
+        when its caches and graph pools exist): ``("go", headroom)``, or stopped where the
+        device's free memory is short already (``teeth_phase.grant_headroom``)."""
+        if self._granted:
+            return
+        self._granted = True
+        headroom, self._declined = grant_headroom(self._device)
+        if self._declined is not None:
+            self._stop(wait=False)
+            return
+        try:
+            self._conn.send(("go", headroom))
+        except (BrokenPipeError, OSError):
+            pass  # it has ended: ``result`` says how
 
     def result(self) -> tuple[pd.DataFrame | None, float]:
-        """The sizes and the seconds from the start to their arrival (the process's errors
-        raise here; a process that ended without them is an ``InfrastructureError``). The
-        process is told to stop, not waited for: it ends on its own."""
+        """The sizes and the seconds from the start to their arrival (granted first). The
+        process's errors raise here; a process that ended without them is an
+        ``InfrastructureError``; one that declined, ``teeth_phase.Declined``. The process is told
+        to stop, not waited for: it ends on its own."""
+        self.grant()
+        if self._declined is not None:
+            raise Declined(self._declined)
         try:
             msg = self._conn.recv()  # ("ready", ...) once its imports are done
             if msg[0] == "ready":
@@ -260,6 +331,8 @@ class TeethInProcess:
         self._stop(wait=False)
         if msg[0] == "err":
             raise msg[1]
+        if msg[0] == "declined":
+            raise Declined(msg[1])
         return msg[1], time.perf_counter() - self._t0
 
     def abandon(self) -> None:
