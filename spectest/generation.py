@@ -7,7 +7,7 @@ The why and the details: docs/internals.md "spectest/generation.py".
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -110,9 +110,11 @@ def matched_drift(
     models: Models | None,
     *,
     fast: bool,
+    verify: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """The matched arm's per-token drift and floor table (``numerics.table.drift_table``, its
-    floors completed by ``numerics.floors``) from ``models``' target, loaded when absent."""
+    floors completed by ``numerics.floors``) from ``models``' target, loaded when absent;
+    ``verify``: the verify-schedule logits kept at generation (``EngineSet.verify``)."""
     from spectest.numerics.floors import complete_floors, floor_column
     from spectest.numerics.table import drift_table
     from spectest.protocol import MATCHED
@@ -136,6 +138,7 @@ def matched_drift(
         rows_per_cell=p.tests.numerics_sequences,
         floor_rows_per_cell=0 if setting in ("prefill", "dtype") else None,
         floor_sequences=p.tests.numerics_floor_sequences,
+        verify=verify,
         **common,
     )
 
@@ -174,7 +177,9 @@ class EngineSet:
     needs it. ``plan`` (every arm of it, resumed shards' included) gives the white-box mode
     (``Plan.settings``) and decides the shared teacher: they are properties of the whole run.
     ``load`` (protocol, need_draft) → ``Models`` replaces ``load_models`` (a worker that keeps
-    its models loaded between runs passes its cache)."""
+    its models loaded between runs passes its cache). ``capture``: the matched arm keeps the
+    rows claim (b) measures under the verify schedule, by prompt in ``verify`` (where they fit:
+    ``numerics.table.capture_fits``), so that claim (b) reads them instead of replaying."""
 
     def __init__(
         self,
@@ -184,8 +189,11 @@ class EngineSet:
         *,
         fast: bool = False,
         load: Callable[[Protocol, bool], Models] | None = None,
+        capture: bool = False,
     ) -> None:
         self.protocol = protocol
+        self.capture = capture and plan.settings.matched and protocol.floor is None
+        self.verify: dict[str, tuple[list[tuple[str, int]], Any]] = {}  # prompt → keys, logits
         self.classes = {a.engine: _class_for(a.engine.name, fast) for a in arms}
         every = plan.arms
         self.teacher_mode = plan.settings.options.whitebox_mode == "teacher"
@@ -213,6 +221,22 @@ class EngineSet:
 
     def provenance(self) -> dict[str, Any]:
         return {f"{c.name}#{i}": e.provenance() for i, (c, e) in enumerate(self.live.items())}
+
+    def capture_rows(self, arm: Arm, rows: Sequence[RowSpec]) -> tuple[int, ...]:
+        """The rows of a shard of ``arm`` whose verify-schedule logits to keep: claim (b)'s
+        measured rows (``numerics.table.measured_rows``) of the matched arm, where they fit."""
+        from spectest.numerics.table import capture_fits, measured_rows
+        from spectest.protocol import MATCHED
+
+        target = self.models.target
+        if not self.capture or arm.name != MATCHED or target is None:
+            return ()
+        p = self.protocol
+        keys = [(r.config_id, r.seed) for r in rows]
+        keep = measured_rows(keys, [c for c, _ in p.configs], p.tests.numerics_sequences)
+        need = 4.0 * len(keep) * p.positions * target.vocab_size  # float32 at most
+        held = sum(4.0 * v.numel() for _, v in self.verify.values())
+        return tuple(keep) if capture_fits(target.device, need, held) else ()
 
     def close(self) -> None:
         for e in self.live.values():
@@ -297,8 +321,12 @@ def generate_shard(
             and not engines.teacher_mode
         ),
         progress=tick,
+        capture=engines.capture_rows(arm, rows),
     )
     out = engine.generate(job)
+    if job.capture and out.verify is not None:  # claim (b) reads them (``matched_drift``)
+        kept = [(rows[i].config_id, rows[i].seed) for i in job.capture]
+        engines.verify[prompt_id] = (kept, out.verify)
     wb = _checked_whitebox(protocol, engines, engine, job, out)
     if out.reported is not None:  # the engine's own per-token claims (engines-reported-p.md)
         wb = reported_columns(out.reported, wb)

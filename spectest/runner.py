@@ -13,7 +13,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from spectest import schema
@@ -53,6 +52,7 @@ from spectest.scaleout import TeethInProcess, WorkerPool, generate_spread, local
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
 from spectest.shipped import shipped_name
 from spectest.store import FINGERPRINTS_KEY, PROMPTS_FILE, UNFINGERPRINTED, RunDir
+from spectest.stored import read_shards
 from spectest.teeth_phase import Beside, start_beside, tooth_sizes_phase
 
 __all__ = ["RunOptions", "RunResult", "run_dir_for", "run_protocol"]
@@ -146,6 +146,7 @@ class _Run:
     pool: WorkerPool | None = None
     teeth_from_pool: pd.DataFrame | None = None  # tooth sizes a pool worker computed
     teeth_beside: Beside | None = None  # the tooth sizes beside generation (process or thread)
+    verify: dict[str, Any] = field(default_factory=dict)  # claim (b)'s rows kept at generation
     timings: dict[str, Any] = field(
         default_factory=lambda: {"load": 0.0, "generate": {}, "whitebox": 0.0}
     )
@@ -244,7 +245,7 @@ def _run_stages(run: _Run) -> _Looked:
         models = _generate_missing(run, plan, teeth=stage == 0)
         if stage == 0:  # the teeth are the same at every stage: their sizes once
             teeth_sizes = _tooth_sizes(run, plan, models)
-        samples, rounds = _read_shards(run.rd, plan)
+        samples, rounds = read_shards(run.rd, plan)
         procs = run.options.analysis_procs
         with Comparisons(samples, rounds, plan.arms, plan.settings, procs) as comps:
             if len(sizes) == 1:  # a sequential run's claim (b): after its last look (below)
@@ -313,7 +314,10 @@ def _generate_missing(run: _Run, plan: Plan, teeth: bool = False) -> Models | No
         return None
     t_load = time.perf_counter()
     run.progress("load models", 0, 1)
-    engines = EngineSet(run.protocol, [plan.arm(s.arm) for s in todo], plan, fast=run.options.fast)
+    one = len(stages(run.protocol)) == 1  # a sequential run's claim (b) loads and replays
+    arms, fast = [plan.arm(s.arm) for s in todo], run.options.fast
+    engines = EngineSet(run.protocol, arms, plan, fast=fast, capture=one)
+    run.verify = engines.verify
     run.progress("load models", 1, 1)
     run.timings["load"] += time.perf_counter() - t_load
     if teeth:  # stage 0: the tooth sizes beside generation (a process or thread) where it applies
@@ -416,48 +420,15 @@ def _numerics(
         table = law_table(run.protocol, models, frames, claim.sequences, run.progress)
     elif isinstance(claim, NumericsClaim) and matched:
         run.progress("numerics drift", 0, 1)
-        table = matched_drift(run.protocol, samples, rounds, models, fast=run.options.fast)
+        table = matched_drift(
+            run.protocol, samples, rounds, models, fast=run.options.fast, verify=run.verify
+        )
+        run.verify.clear()
         run.progress("numerics drift", 1, 1)
     else:  # none, or a floor arm's claim from its tokens
         return claim
     run.timings["numerics"] = time.perf_counter() - t0
     return replace(claim, table=table)
-
-
-def _read_shards(rd: RunDir, plan: Plan) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """Every shard's samples and rounds in plan order (arm, prompt), each sorted by (config in
-    protocol order, seed, position): the same bytes whatever order shards were generated in."""
-    s_parts, r_parts = [], []
-    for shard in plan.shards:
-        s, r = rd.read_shard(shard.key)
-        s_parts.append(s)
-        if r is not None:
-            r_parts.append(r)
-    samples = pd.concat(s_parts, ignore_index=True)
-    names = {
-        schema.ARM: [a.name for a in plan.arms],
-        schema.PROMPT_ID: [p.id for p in plan.protocol.prompts.items],
-        schema.CONFIG_ID: [cid for cid, _ in plan.protocol.configs],
-    }
-
-    def rank(df: pd.DataFrame, col: str) -> Any:  # [N] position in the plan (absent: last)
-        at = pd.Index(names[col]).get_indexer(df[col])  # Series.map: 3x slower on Arrow strings
-        return np.where(at < 0, len(names[col]), at)
-
-    def ordered(df: pd.DataFrame, extra: Sequence[str]) -> pd.DataFrame:
-        key = pd.DataFrame(
-            {
-                **{f"_{c}": rank(df, c) for c in (schema.ARM, schema.PROMPT_ID, schema.CONFIG_ID)},
-                "_s": df[schema.SEED],
-                **{f"_{i}": df[c] for i, c in enumerate(extra)},
-            }
-        )
-        idx = key.sort_values(list(key.columns), kind="stable").index
-        return df.loc[idx].reset_index(drop=True)
-
-    samples = ordered(samples, [schema.POSITION])
-    rounds = ordered(pd.concat(r_parts, ignore_index=True), ["round"]) if r_parts else None
-    return samples, rounds
 
 
 def _header(run: _Run, looked: _Looked) -> Header:

@@ -25,6 +25,7 @@ from spectest.numerics.replay import replay_model, replay_probs
 from spectest.numerics.table import _verify_logits, drift_table
 from spectest.sampling.mutants import get_variant
 from spectest.sampling.params import SamplingParams, SamplingTensors
+from spectest.sampling.scaled import ScaledLogits
 
 PROMPT = [1, 2, 3, 4]
 PARAMS = [
@@ -35,8 +36,9 @@ PARAMS = [
 K, T = 3, 10
 
 
-def _run(target: HFModel, draft: HFModel, static: bool, batch: int):
-    """The matched arm as ``--fast`` runs it: samples (white-box) and rounds frames."""
+def _run(target: HFModel, draft: HFModel, static: bool, batch: int, capture=()):
+    """The matched arm as ``--fast`` runs it: samples (white-box) and rounds frames (and, with
+    ``capture``, the captured rows' verify logits)."""
     rows = [RowSpec(f"c{i}", s, p) for i, p in enumerate(PARAMS) for s in range(8)]
     out = speculative_decode_fast(
         as_fast(target, static=static),
@@ -49,30 +51,36 @@ def _run(target: HFModel, draft: HFModel, static: bool, batch: int):
             prompt_id="p0",
             batch_size=batch,
             whitebox=True,
+            capture=capture,
         ),
         drafter=DrafterSpec(onehot=True, k=K),
         variant=get_variant("exact"),
     )
     samples = samples_frame(np.asarray(out.tokens), "p0", rows, "matched", out.whitebox)
+    if capture:
+        return rows, samples, rounds_frame(out.rounds, "p0", rows, "matched"), out.verify
     return rows, samples, rounds_frame(out.rounds, "p0", rows, "matched")
 
 
-def _replayed_p(model: LanguageModel, rows, samples, rounds, batch: int) -> np.ndarray:
-    """The replayed verify law's probability of each emitted token ``[rows, T]``."""
+def _replayed(model: LanguageModel, rows, samples, rounds, batch: int):
+    """Per batch of the run: the rows' tokens ``[b, T]`` and replayed verify logits."""
     key = [schema.CONFIG_ID, schema.SEED]
     order = [(r.config_id, r.seed) for r in rows]
     toks = samples.pivot_table(index=key, columns=schema.POSITION, values=schema.TOKEN_ID)
     toks = torch.tensor(toks.loc[order].to_numpy(), dtype=torch.int64, device=model.device)
     by_row = {k: (g.sort_values("round")["accepted"] + 1).tolist() for k, g in rounds.groupby(key)}
     commits = [by_row[k] for k in order]
-    got = []
     for lo in range(0, len(rows), batch):  # the run's batches
         part = toks[lo : lo + batch]
         keep = torch.arange(len(part), device=model.device)
-        logits = _verify_logits(
-            model, torch.tensor(PROMPT, device=model.device), part, commits[lo : lo + batch], K,
-            keep,
-        )  # fmt: skip
+        prompt = torch.tensor(PROMPT, device=model.device)
+        yield lo, part, _verify_logits(model, prompt, part, commits[lo : lo + batch], K, keep)
+
+
+def _replayed_p(model: LanguageModel, rows, samples, rounds, batch: int) -> np.ndarray:
+    """The replayed verify law's probability of each emitted token ``[rows, T]``."""
+    got = []
+    for lo, part, logits in _replayed(model, rows, samples, rounds, batch):
         st = SamplingTensors.from_params([r.params for r in rows[lo : lo + batch]], model.device)
         p = replay_probs(fast=True)(logits, st)
         got.append(p.gather(2, part[:, :, None])[..., 0].cpu().numpy())
@@ -114,6 +122,26 @@ def test_replay_on_the_static_model_gives_the_runs_own_p(pair) -> None:
     old = _replayed_p(target, rows, samples, rounds, 12)
     np.testing.assert_allclose(old, want, rtol=1e-4)  # the same law up to float32 rounding ...
     assert not np.array_equal(old, want)  # ... but not the run's own numbers
+
+
+@pytest.mark.parametrize("static, dtype", [(False, "float32"), (True, "bfloat16")])
+def test_captured_verify_logits_are_the_replays(static: bool, dtype: str) -> None:
+    """``DecodeRequest.capture``: the rows' logits kept by the speculative loop
+    (``recorder.VerifyCapture``) equal, bit for bit, what ``_verify_logits`` replays for them:
+    the loaded model in float32 and the static model in bfloat16, whose logits are a
+    ``ScaledLogits`` (kept native, scaled when read). Captured rows across batches of 5."""
+    target = from_preset("qwen3-tiny", seed=5, logit_scale=12.0, num_hidden_layers=3,
+                         dtype=getattr(torch, dtype))  # fmt: skip
+    draft, capture = first_layers(target, 1), (0, 3, 4, 5, 9, 16, 23)
+    rows, samples, rounds, kept = _run(target, draft, static, 5, capture)
+    assert kept.shape == (len(capture), T, target.vocab_size)
+    assert isinstance(kept, ScaledLogits) == static
+    model = replay_model(target, fast=True, static=static)
+    replayed = torch.cat([v for _, _, v in _replayed(model, rows, samples, rounds, 5)])
+    got, want = kept.float(), replayed[list(capture)]
+    assert not want.isnan().any() and torch.equal(got, want)
+    other = replayed[[i for i in range(len(rows)) if i not in capture]]
+    assert not torch.equal(other[: len(capture)], want)  # the rows kept are the rows asked for
 
 
 def test_drift_table_fast_on_cpu_equals_the_eager_replay(pair) -> None:
@@ -199,3 +227,48 @@ def test_console_prints_the_numerics_phase() -> None:
     buf = io.StringIO()
     _print_timings(Console(file=buf, width=300), {"load": 1.0, "numerics": 23.4, "analyze": 2.0})
     assert "numerics 23.4" in buf.getvalue()
+
+
+def test_a_run_reads_its_kept_rows_instead_of_replaying(tmp_path) -> None:
+    """A single-stage matched run keeps claim (b)'s measured rows at generation
+    (``EngineSet.capture_rows``) and replays the verify schedule of none of its prompts; every
+    table equals that of the same run whose rows did not fit (``capture_fits`` False), which
+    replays both prompts."""
+    import json
+
+    from toy_protocol import TOY, write_toy
+
+    from spectest import runner
+    from spectest.numerics import table as nt
+    from spectest.protocol import load_protocol
+
+    models = {**TOY["models"], "target": TOY["models"]["target"] + ",numerics=0.0065"}
+    tests = {**TOY["tests"], "numerics": "matched"}
+    calls, real = [], nt._verify_logits
+
+    def spy(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    replays = {}
+    for name, fits in (("kept", True), ("replayed", False)):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(nt, "_verify_logits", spy)
+            if not fits:
+                mp.setattr(nt, "capture_fits", lambda device, need, held: False)
+            calls.clear()
+            path = write_toy(tmp_path / name, models=models, tests=tests, positions=6)
+            runner.run_protocol(load_protocol(path), out=tmp_path / name / "run")
+            replays[name] = len(calls)
+    assert replays == {"kept": 0, "replayed": 2}  # two prompts
+    for t in ("numerics", "samples", "rounds", "tests", "whitebox", "sequence"):
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(tmp_path / "kept" / "run" / f"{t}.parquet"),
+            pd.read_parquet(tmp_path / "replayed" / "run" / f"{t}.parquet"),
+            check_exact=True,
+        )
+    kept, replayed = (
+        json.loads((tmp_path / n / "run" / "summary.json").read_text()) for n in replays
+    )
+    assert kept["verdict"] == replayed["verdict"]
+    assert len(pd.read_parquet(tmp_path / "kept" / "run" / "numerics.parquet"))

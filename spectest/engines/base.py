@@ -102,7 +102,8 @@ class ArmJob:
     ``role`` is the arm's role (reference, candidate, null, eps, mutant; ``reference`` for the
     floor arm and a plain null: the engine's plain decode); ``variant`` the built-in
     sampler variant of a speculative arm (``None`` for a plain arm); ``whitebox`` asks for
-    white-box columns (only set for engines whose ``whitebox`` is not ``"none"``).
+    white-box columns (only set for engines whose ``whitebox`` is not ``"none"``); ``capture``
+    the rows whose verify-schedule logits to keep (``DecodeRequest.capture``).
     """
 
     arm: str
@@ -117,6 +118,7 @@ class ArmJob:
     drafter: DrafterSpec
     whitebox: bool = False
     progress: Progress | None = field(default=None, compare=False, repr=False)
+    capture: tuple[int, ...] = ()
 
     def tick(self, done: int) -> None:
         if self.progress is not None:
@@ -124,7 +126,12 @@ class ArmJob:
 
     def decode_request(self, **extra: Any) -> DecodeRequest:
         """This job as a decode loop's request (``extra``: ``whitebox_roles`` ...)."""
-        fields = dict(batch_size=self.batch_size, progress=self.tick, whitebox=self.whitebox)
+        fields = dict(
+            batch_size=self.batch_size,
+            progress=self.tick,
+            whitebox=self.whitebox,
+            capture=self.capture,
+        )
         return DecodeRequest(
             self.prompt_ids,
             self.rows,
@@ -143,7 +150,10 @@ class DecodeRequest:
     tokens per row; ``run_key`` and ``prompt_id`` key each row's randomness
     (``seeding.row_key``); ``batch_size``: rows per chunk; ``progress``: called with the rows
     done; ``whitebox``: record the white-box columns; ``whitebox_roles``: with them, each token's
-    role and round offset (built-in loops only). The loops check the values.
+    role and round offset (built-in loops only); ``capture``: ascending indices of ``rows`` whose
+    logits under the verify schedule a speculative built-in loop keeps (``ArmOutput.verify``;
+    claim (b)'s matched drift reads them instead of replaying the rounds). The loops check the
+    values.
     """
 
     prompt: Sequence[int]
@@ -155,6 +165,7 @@ class DecodeRequest:
     progress: Progress | None = field(default=None, compare=False, repr=False)
     whitebox: bool = False
     whitebox_roles: bool = False
+    capture: Sequence[int] = ()
 
     def tick(self, done: int) -> None:
         if self.progress is not None:
@@ -176,6 +187,9 @@ class ArmOutput:
     each token's target probability and the mass below its id (``p``, ``cdf_lo``; NaN = not
     reported) and optionally, third, the mass of the top-n list it reported (``[B, T, 3]``;
     NaN = the full law), or None (``engines.reported``; docs/engines-reported-p.md).
+    ``verify``: with ``capture``, the captured rows' logits ``[len(capture), T, V]`` (the
+    model's own dtype; a ``ScaledLogits`` where its logits are), each position's from the verify
+    round that committed it, or None (an engine that keeps none: claim (b) replays).
     """
 
     tokens: np.ndarray  # [B, T] int64
@@ -183,6 +197,7 @@ class ArmOutput:
     rounds_tested: bool = True
     whitebox: pd.DataFrame | None = None
     reported: np.ndarray | None = None  # [B, T, 2 or 3] float64
+    verify: Any = None  # [len(capture), T, V] on the model's device
 
 
 class Engine:

@@ -27,7 +27,7 @@ from spectest.engines.base import (
     RowSpec,
     check_rows,
 )
-from spectest.engines.recorder import PlainObserver, RoundObserver
+from spectest.engines.recorder import PlainObserver, RoundObserver, VerifyCapture
 from spectest.errors import ConfigError, InputError, ModelError
 from spectest.models.base import LanguageModel
 from spectest.sampling.draw import argmax_tokens, categorical
@@ -146,22 +146,30 @@ def speculative_decode(
     target.reserve(slots)
     draft.reserve(slots)
     variant = pipeline.variant(variant)
-    chunks, frames, wb_parts = [], [], []
+    chunks, frames, wb_parts, kept = [], [], [], []
     for lo, part, keys, params in _chunks(req, target.device):
         sampler = RoundSampler(pipeline, variant, params, drafter.onehot, drafter.q_mode)
-        rec = None
+        watch: list[RoundObserver | VerifyCapture] = []
         if req.whitebox:
-            rec = RoundObserver(len(part), T + drafter.k + 1, target.device, sampler, drafter)
-        toks, rounds = _spec_chunk(target, draft, prompt_t, keys, sampler, T, drafter.k, rec)
+            watch.append(
+                RoundObserver(len(part), T + drafter.k + 1, target.device, sampler, drafter)
+            )
+        if mine := [r - lo for r in req.capture if lo <= r < lo + len(part)]:
+            watch.append(VerifyCapture(torch.tensor(mine, device=target.device), T))
+        toks, rounds = _spec_chunk(target, draft, prompt_t, keys, sampler, T, drafter.k, watch)
         chunks.append(toks.cpu())
         rounds["row"] += lo
         frames.append(rounds)
-        if rec is not None:
-            wb_parts.append(_wb_frame(rec, T, req.whitebox_roles))
+        for w in watch:
+            if isinstance(w, RoundObserver):
+                wb_parts.append(_wb_frame(w, T, req.whitebox_roles))
+            else:
+                kept.append(w.logits())
         req.tick(lo + len(part))
     wb = pd.concat(wb_parts, ignore_index=True) if req.whitebox else None
     rounds = pd.concat(frames, ignore_index=True)
-    return ArmOutput(torch.cat(chunks, dim=0).numpy(), rounds, True, wb)
+    verify = torch.cat(kept) if kept else None  # [len(capture), T, V]
+    return ArmOutput(torch.cat(chunks, dim=0).numpy(), rounds, True, wb, verify=verify)
 
 
 def _spec_chunk(
@@ -172,7 +180,7 @@ def _spec_chunk(
     sampler: RoundSampler,
     T: int,
     K: int,
-    observer: RoundObserver | None = None,
+    watch: Sequence[RoundObserver | VerifyCapture] = (),
 ) -> tuple[torch.Tensor, pd.DataFrame]:
     B, dev = int(keys.shape[0]), target.device
     slots = spec_slots(K, sampler.onehot)
@@ -211,8 +219,8 @@ def _spec_chunk(
         # 3. commit: the emitted tokens of active rows go to positions pos .. pos+n-1
         commit = (j[None, :] < n[:, None]) & active[:, None]  # [B, K+1]
         out.scatter_(1, torch.where(commit, pos[:, None] + j, DUMP), res.emitted)
-        if observer is not None:
-            observer.on_round(t_logits, d_logits, sampled, x, pos, commit)
+        for w in watch:  # the white-box columns; claim (b)'s captured rows
+            w.on_round(t_logits, d_logits, sampled, x, pos, commit)
         # 4. holes: this round's slots n0+j hold [last, x_1..x_K][j]; keep last and the committed
         # drafts x_1..x_{n-1} (emitted = those drafts + 1 token: the commit signal is n, not a)
         n0 = tc.num_slots - (K + 1)

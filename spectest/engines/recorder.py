@@ -1,8 +1,9 @@
 """The white-box observers of the built-in decode loops: the columns recorded at generation time.
 
 Owns ``PlainObserver`` and ``RoundObserver`` (notified by ``builtin``'s loops after each token /
-round; the columns from ``teacher.law_columns`` and ``teacher.role_columns``) and ``teacher_q``,
-the drafter's exact law at given slots. Knows nothing about statistics or files, nor how the
+round; the columns from ``teacher.law_columns`` and ``teacher.role_columns``), ``VerifyCapture``
+(some rows' logits under the verify schedule, for claim (b)) and ``teacher_q``, the drafter's
+exact law at given slots. Knows nothing about statistics or files, nor how the
 loops sample. Which p and q: docs/internals-engines.md.
 """
 
@@ -21,6 +22,7 @@ from spectest.sampling.laws import DenseLaw, Law, cat_laws, onehot_law
 from spectest.sampling.mutants import get_variant
 from spectest.sampling.params import SamplingTensors
 from spectest.sampling.pipeline import Pipeline, RoundSampler, SampledRound
+from spectest.sampling.scaled import ScaledLogits, parts
 from spectest.sampling.transforms import logits_to_probs
 
 ROLES = schema.ROLES  # an emitted token's role; code = index
@@ -156,6 +158,46 @@ class PlainObserver(_Recorder):
         self.record(p.unsqueeze(), q, tokens[:, None], self.steps[t], self.every, self.plain)
         if self.draft is not None and t + 1 < self.T:
             self.d_logits = self.draft[0].forward(self.d_cache, tokens[:, None])[:, 0]  # [B, V]
+
+
+class VerifyCapture:
+    """The logits of the rows ``keep`` ``[M]`` (ascending) under the verify schedule, ``[M, T,
+    V]``: each position's from the round that committed it, in the model's own dtype (a
+    ``ScaledLogits``' native values, its scale kept). What claim (b)'s matched drift would
+    otherwise replay (``numerics.table``'s verify replay writes the same values in the same
+    places: docs/internals.md "spectest/numerics/table.py"). Notified by ``builtin``'s
+    speculative loop after each round, as ``RoundObserver`` is."""
+
+    def __init__(self, keep: torch.Tensor, T: int) -> None:
+        self.keep, self.T = keep, T
+        self.buf: torch.Tensor | None = None  # [M, T, V] native; NaN until committed
+        self.scale: float | None = None
+
+    def on_round(
+        self,
+        t_logits: torch.Tensor,
+        d_logits: list[torch.Tensor],
+        sampled: SampledRound,
+        draft_tokens: torch.Tensor,
+        pos: torch.Tensor,
+        commit: torch.Tensor,
+    ) -> None:
+        """``RoundObserver.on_round``'s arguments; reads the target logits and the commits."""
+        x, self.scale = parts(t_logits)  # [B, K+1, V] native
+        M, dev = len(self.keep), x.device
+        if self.buf is None:
+            self.buf = torch.full((M, self.T, x.shape[-1]), float("nan"), dtype=x.dtype, device=dev)
+        m = torch.arange(M, device=dev)
+        xk, pk, ck = x[self.keep], pos[self.keep], commit[self.keep]
+        for jj in range(int(x.shape[1])):  # the rows that committed position pk + jj write it
+            ok = ck[:, jj] & (pk + jj < self.T)  # [M]
+            at = (pk + jj).clamp(max=self.T - 1)  # [M] one (row, position) per row
+            self.buf[m, at] = torch.where(ok[:, None], xk[:, jj], self.buf[m, at])
+
+    def logits(self) -> torch.Tensor:
+        """``[M, T, V]``: the native buffer, as a ``ScaledLogits`` where the model's were."""
+        assert self.buf is not None, "no round observed"
+        return self.buf if self.scale is None else ScaledLogits.wrap(self.buf, self.scale)
 
 
 class RoundObserver(_Recorder):

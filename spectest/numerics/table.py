@@ -6,7 +6,7 @@ The decision is ``spectest.stats.drift``'s; nothing here is random. Details: doc
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,10 @@ from spectest.sampling.transforms import logits_to_probs
 from spectest.stats.options import DEFAULT_FLOOR_SEQUENCES, DEFAULT_NUMERICS_SEQUENCES
 
 MIN_FLOOR_ROWS_PER_CELL = 2  # ... but at least this many per cell
+# the matched arm's verify-schedule logits kept at generation (``capture_fits``) while, on CUDA,
+# at least this share of the device stays free beside them; off CUDA up to this many bytes
+CAPTURE_FREE = 0.10
+CAPTURE_HOST_BYTES = 2**31
 # logits per call of the drift's laws (``_tvs``): 2**27 is 1 GiB of float64 laws a side, ~28 rows
 # of 32 positions at V = 151 936 (the call per position before: one host read each)
 TV_ELEMENTS = 2**27
@@ -190,6 +194,7 @@ def measure_drift(
     probs: ProbsFn = logits_to_probs,
     streams: int = 1,
     branches: FloorBranches | None = None,
+    verify: torch.Tensor | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One prompt's rows, as the run batched them (``batch_size`` rows in order).
 
@@ -198,7 +203,9 @@ def measure_drift(
     too. Returns, for the measured rows in order, ``tv`` ``[M, T]`` (verify vs decode, the
     batch's), ``flip`` ``[M, T]`` (their argmax differs) and ``floor_tv`` ``[M, T]`` (decode in
     the batch vs alone; NaN for rows not in ``alone``); TVs between the laws ``probs`` gives.
-    ``streams`` / ``branches``: rows decoded alone at once (``_alone``)."""
+    ``streams`` / ``branches``: rows decoded alone at once (``_alone``). ``verify``: the measured
+    rows' verify-schedule logits ``[M, T, V]`` kept at generation (``engines.recorder.
+    VerifyCapture``), read instead of replaying the rounds (``commits`` then unused)."""
     dev = target.device
     R, T = tokens.shape
     prompt = torch.tensor(list(prompt_ids), dtype=torch.int64, device=dev)
@@ -214,9 +221,12 @@ def measure_drift(
             continue
         toks = torch.tensor(tokens[lo:hi], dtype=torch.int64, device=dev)
         keep = torch.tensor([r - lo for r in mine], dtype=torch.int64, device=dev)
-        ver = _verify_logits(target, prompt, toks, commits[lo:hi], K, keep)
-        dec = decode_logits(target, prompt, toks, keep)
         at = [where[r] for r in mine]
+        if verify is not None:  # kept at generation: the values the replay would compute
+            ver = verify[at[0] : at[-1] + 1].float()  # [m, T, V] float32, as the replay's
+        else:
+            ver = _verify_logits(target, prompt, toks, commits[lo:hi], K, keep)
+        dec = decode_logits(target, prompt, toks, keep)
         tv[at], flip[at] = _tvs(ver, dec, [params[r] for r in mine], probs)
         ones = [(i, r) for i, r in enumerate(mine) if r in alone_set]
         mine_alone = [r - lo for _, r in ones]
@@ -274,6 +284,7 @@ def drift_table(
     fast: bool = False,
     streams: int | None = None,
     branches: bool | None = None,
+    verify: Mapping[str, tuple[list[tuple[str, int]], torch.Tensor]] | None = None,
 ) -> pd.DataFrame:
     """The per-token drift table of arm ``arm`` (``COLUMNS``: one row per measured sequence and
     position): every prompt's rows rebuilt in the run's order (configs in protocol order, seeds
@@ -282,7 +293,9 @@ def drift_table(
     cells, ``_spread``) decoded alone too. ``fast``: replayed on the fast engine's model and law
     (``numerics.replay``). Floor rows at once: on ``streams`` (None: ``alone.FLOOR_STREAMS``),
     or as ``branches`` of one graph per step (``alone.FloorBranches``; None: on a replay model
-    with CUDA graphs, unless ``streams`` > 1)."""
+    with CUDA graphs, unless ``streams`` > 1). ``verify``: by prompt, the (config, seed) keys
+    and verify-schedule logits of rows kept at generation; a prompt's are read instead of its
+    verify replay where they are its measured rows."""
     from spectest.numerics.replay import replay_model, replay_probs
 
     target, probs = replay_model(target, fast=fast), replay_probs(fast=fast)
@@ -300,18 +313,11 @@ def drift_table(
         keys, tokens = built
         commits = _commits(r[r[schema.PROMPT_ID] == pid], keys, K)
         measured, alone = _measured_rows(keys, cfg, rows_per_cell, floor_rows_per_cell)
+        kept = (verify or {}).get(str(pid))  # its measured rows kept at generation, or None
+        ver = kept[1] if kept and kept[0] == [keys[i] for i in measured] else None
+        args = (prompts[str(pid)], tokens, commits, [cfg[k[0]] for k in keys], measured, alone)
         tv, flip, floor = measure_drift(
-            target,
-            prompts[str(pid)],
-            tokens,
-            commits,
-            [cfg[k[0]] for k in keys],
-            measured,
-            alone,
-            K=K,
-            batch_size=batch_size,
-            probs=probs,
-            **at_once,
+            target, *args, K=K, batch_size=batch_size, probs=probs, verify=ver, **at_once
         )
         parts.append(_drift_frame(str(pid), [keys[i] for i in measured], tv, flip, floor))
     if not parts:
@@ -347,9 +353,25 @@ def _commits(pr: pd.DataFrame, keys: list[tuple[str, int]], K: int) -> list[list
     return [by_row.get(k, [K + 1]) for k in keys]
 
 
+def measured_rows(keys: list[tuple[str, int]], configs: Sequence[str], per_cell: int) -> list[int]:
+    """The indices of the rows ``drift_table`` measures among one prompt's rows ``keys`` (config,
+    seed) in the run's order: each config's first ``per_cell``."""
+    return _measured_rows(keys, configs, per_cell, 0)[0]
+
+
+def capture_fits(device: torch.device, need: float, held: float) -> bool:
+    """Whether ``need`` more bytes of kept verify logits fit (``held`` kept already): on CUDA
+    while ``CAPTURE_FREE`` of the device stays free beside them, else up to
+    ``CAPTURE_HOST_BYTES`` in all. Where they do not, claim (b) replays those rows."""
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        return free - need >= CAPTURE_FREE * total
+    return held + need <= CAPTURE_HOST_BYTES
+
+
 def _measured_rows(
     keys: list[tuple[str, int]],
-    cfg: Mapping[str, SamplingParams],
+    cfg: Iterable[str],
     per_cell: int,
     alone_per_cell: int,
 ) -> tuple[list[int], list[int]]:

@@ -8,6 +8,8 @@ capture that fails, with its traceback; runs on CPU too.
 on CUDA a prompt's floor rows run as the branches of one CUDA graph per step
 (``numerics.alone.FloorBranches``), inside ``measure_drift``'s time; ``--no-branches``: one at a
 time, or ``--streams N`` (> 1) at once on streams.
+``--kept``: the matched arm keeps claim (b)'s rows at generation (``EngineSet(capture=True)``, as
+a run does) and the table reads them: ``_verify_logits`` then does not appear.
 ``--row-profile N``: then N floor rows of the first prompt decoded alone on the replay model, the
 wall per one-row forward and the same rows under ``torch.profiler`` (device time per forward, top
 kernels): host-bound or device-bound (session 20: 2.5 ms wall, 2.2 ms device at 0.6B).
@@ -86,13 +88,14 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=None, help="floor rows at once (None: default)")
     ap.add_argument("--no-branches", action="store_true", help="floor rows not as graph branches")
     ap.add_argument("--row-profile", type=int, default=0, help="N floor rows profiled")
+    ap.add_argument("--kept", action="store_true", help="the verify logits kept at generation")
     a = ap.parse_args()
     _log_graph_errors()
     p = load_protocol(a.config, sets=a.set)
     plan = make_plan(p)
     matched = plan.arm("matched")
     t0 = time.perf_counter()
-    engines = EngineSet(p, [matched], plan, fast=True)
+    engines = EngineSet(p, [matched], plan, fast=True, capture=a.kept)
     print(f"load {time.perf_counter() - t0:.1f} s")
     target = engines.models.target
     assert target is not None
@@ -119,7 +122,7 @@ def main() -> None:
         prof.enable()
         at_once = dict(streams=a.streams, branches=False if a.no_branches else None)
         table = numerics.drift_table(target, samples, rounds, prompts, p.configs, fast=True,
-                                     **at_once, **kw)  # type: ignore[arg-type]  # fmt: skip
+                                     verify=engines.verify, **at_once, **kw)  # type: ignore[arg-type]  # fmt: skip
         prof.disable()
         _sync()
         wall = time.perf_counter() - t0
