@@ -177,6 +177,18 @@ def test_cuda_bf16_replay_gives_the_runs_own_p_and_a_drift_table() -> None:
     )  # fmt: skip
     assert len(table) == 3 * 4 * T and np.isfinite(table["tv"]).all()
     assert table["floor_tv"].notna().sum() == 3 * 2 * T
+    # the rows kept at generation (CUDA graphs, ScaledLogits) are the replay's, and the table
+    # that reads them is the table that replays
+    measured = [i for i in range(len(rows)) if rows[i].seed < 4]  # each config's first 4
+    *_, kept = _run(target, draft, static=True, batch=12, capture=tuple(measured))
+    replayed = torch.cat([v for _, _, v in _replayed(model, rows, samples, rounds, 12)])
+    assert torch.equal(kept.float(), replayed[measured])
+    keys = [(rows[i].config_id, rows[i].seed) for i in measured]
+    read = drift_table(
+        target, samples, rounds, {"p0": PROMPT}, cfg, arm="matched", K=K, batch_size=12,
+        positions=T, rows_per_cell=4, floor_rows_per_cell=2, fast=True, verify={"p0": (keys, kept)},
+    )  # fmt: skip
+    pd.testing.assert_frame_equal(read, table, check_exact=True)
 
 
 def test_restored_prompt_prefill_gives_the_computed_logits(pair) -> None:
