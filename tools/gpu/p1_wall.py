@@ -6,7 +6,9 @@ modules loaded), ``main returned`` (the run done and its result printed; the exi
 the garbage collector's collections and their seconds per generation, and exits with that code.
 ``P1_WALL_GC=off``: the collector disabled for the whole run (an upper bound of its cost).
 Run it under ``date +%s.%N`` stamps: the shell's wall minus the last stamp is the
-interpreter's exit (atexit handlers, daemon children, CUDA teardown).
+interpreter's exit (atexit handlers, daemon children, CUDA teardown). The stamps are printed
+from ``spectest.cli.leave`` (the CLI ends the process there since session 24), so the exit
+measured is the CLI's own; ``SPECTEST_FULL_EXIT=1``: the interpreter's full exit instead.
 
     PYTHONPATH=. python tools/gpu/p1_wall.py run --config protocols/openinfer-512.yaml ...
 """
@@ -36,20 +38,25 @@ if os.environ.get("P1_WALL_GC") == "off":
     gc.disable()
 
 
-def main() -> int:
-    from spectest.cli import main as cli_main
-
-    print(f"p1_wall: imports {time.perf_counter() - T0:.2f} s", file=sys.stderr, flush=True)
-    sys.argv = ["spectest", *sys.argv[1:]]
-    code: int | str | None = 0
-    try:
-        cli_main()
-    except SystemExit as e:
-        code = e.code
+def _stamps(code: int | str | None) -> None:
     print(f"p1_wall: main returned {time.perf_counter() - T0:.2f} s, exit {code}",
           file=sys.stderr, flush=True)  # fmt: skip
     per_gen = ", ".join(f"gen{g} {n:.0f} in {t:.2f} s" for g, (n, t) in GC.items())
     print(f"p1_wall: collections {per_gen}", file=sys.stderr, flush=True)
+
+
+def main() -> int:
+    import spectest.cli as cli
+
+    print(f"p1_wall: imports {time.perf_counter() - T0:.2f} s", file=sys.stderr, flush=True)
+    sys.argv = ["spectest", *sys.argv[1:]]
+    leave = cli.leave
+    cli.leave = lambda code: (_stamps(code), leave(code))[1]  # type: ignore[func-returns-value]
+    code: int | str | None = 0
+    try:
+        cli.main()
+    except SystemExit as e:  # the CLI did not end the process itself (SPECTEST_FULL_EXIT ...)
+        code = e.code
     return code if isinstance(code, int) else 1
 
 
