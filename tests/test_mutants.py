@@ -215,7 +215,9 @@ def test_capability_flags_name_the_exact_hooks():
     """The flags a decode loop reads instead of comparing function objects say exactly which
     hooks are the exact sampler's, for every catalogue variant (and ε = 0, the exact chain under
     another name); ``fast_variant`` swaps precisely the hooks they name for the fast pipeline's,
-    so the fast pipeline runs shortlist rounds for exactly the variants it did before."""
+    so the fast pipeline runs shortlist rounds for exactly the exact chain and, since session 24,
+    the ε tooth's chain at ``accept_scale`` 1 + ε (its dense mutant's equal:
+    tests/test_mutants_eps.py)."""
     from spectest.sampling.rejection import rejection_sample
     from spectest.sampling.shortlist import _draft_fast, _verify_fast, fast_variant
 
@@ -227,7 +229,9 @@ def test_capability_flags_name_the_exact_hooks():
         assert v.exact_verify == (v.verify_fn is exact.verify_fn), name
         assert v.truthful_draft == (v.draft_fn is exact.draft_fn), name
         chain = v.exact_verify and v.truthful_draft and v.sample_fn is rejection_sample
-        assert v.round_on_shortlist == chain, name
+        scaled = v.exact_verify and v.truthful_draft and v.accept_scale != 1.0  # the ε tooth
+        assert v.round_on_shortlist == (chain or scaled), name
+        assert (v.accept_scale != 1.0) == (name.startswith("eps_biased") and name != "eps_biased:0")
         f = fast_variant(v)
         assert (f.verify_fn is _verify_fast) == v.exact_verify, name
         assert (f.draft_fn is _draft_fast) == v.truthful_draft, name
@@ -239,4 +243,7 @@ def test_capability_flags_name_the_exact_hooks():
         seen.add((v.exact_verify, v.truthful_draft, v.round_on_shortlist))
     assert len(seen) >= 3  # the catalogue exercises each flag off
     assert get_variant("eps_biased:0").round_on_shortlist  # ε = 0 is the exact chain itself
-    assert not get_variant("eps_biased:0.1").round_on_shortlist
+    eps = get_variant("eps_biased:0.1")
+    assert (
+        eps.round_on_shortlist and eps.accept_scale == 1.1 and eps.sample_fn is not rejection_sample
+    )

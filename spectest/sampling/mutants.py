@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from torch import Tensor
@@ -35,7 +35,9 @@ class SpecVariant:
     unless declared): ``exact_verify`` (``verify_probs`` is the plain law p), ``truthful_draft``
     (the draft is drawn from the ``q_mode`` law and that law is reported) and
     ``round_on_shortlist`` (the round is ``rejection.rejection_sample`` on those two hooks, so it
-    may run on shortlist laws; a replaced ``sample_fn`` must leave it False)."""
+    may run on shortlist laws; a replaced ``sample_fn`` must leave it False, unless it is
+    ``rejection_sample`` at an ``accept_scale`` other than 1: the ε tooth's, whose dense form
+    ``sample_fn`` keeps)."""
 
     name: str
     mirrors: str  # bug references from docs/bugs.md ("" for exact)
@@ -48,6 +50,7 @@ class SpecVariant:
     exact_verify: bool = False
     truthful_draft: bool = False
     round_on_shortlist: bool = False
+    accept_scale: float = 1.0  # the round on shortlist laws: rejection_sample(accept_scale=)
 
     def verify_probs(self, target_logits: torch.Tensor, params: SamplingTensors) -> torch.Tensor:
         """The target law the verifier uses: float64 probs of the shape of ``target_logits``
@@ -334,7 +337,7 @@ _CATALOGUE: dict[str, Callable[[], SpecVariant]] = {
 def _eps_variant(eps: float) -> SpecVariant:
     """``eps_biased:<ε>``: accept with min(1, (1 + ε) p/q), residual unchanged (ε = 0: exact).
     docs/statistics.md: TV ≈ ε · P_p(q > p) for one draft token."""
-    return _make(
+    variant = _make(
         f"eps_biased:{eps:g}",
         "docs/bugs.md: lossy modes (SGLang accept thresholds, vLLM typical acceptance); "
         "the ε tooth",
@@ -343,6 +346,9 @@ def _eps_variant(eps: float) -> SpecVariant:
         sample=None if eps == 0.0 else mr.sample_eps(eps),
         differs=lambda p, onehot, K, q: eps != 0.0 and _hot(p) and K >= 1,
     )
+    # on shortlist laws the same round is the chain sampler at accept_scale 1 + ε (the dense
+    # ``sample_eps`` above is its reference: tests/test_mutants_eps.py)
+    return replace(variant, round_on_shortlist=True, accept_scale=1.0 + eps)
 
 
 DEFAULT_EPS = 0.1

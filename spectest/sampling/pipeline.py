@@ -111,8 +111,9 @@ class RoundSampler:
             if q is None or q.is_shortlist:
                 p_short = self.pipeline.shortlist(t_logits, self.params)  # [B, K+1, W] or None
                 if p_short is not None:
+                    check, scale = self.pipeline.check, self.variant.accept_scale
                     res = rejection_sample(
-                        p_short, q, draft_tokens, u_accept, u_final, check=self.pipeline.check
+                        p_short, q, draft_tokens, u_accept, u_final, check=check, accept_scale=scale
                     )  # the pipeline's own laws and uniforms: checked where the pipeline checks
                     return SampledRound(res, p_short, q)
         p = DenseLaw(self.variant.verify_probs(t_logits, self.params))  # [B, K+1, V] float64

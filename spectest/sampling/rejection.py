@@ -86,6 +86,7 @@ def rejection_sample(
     *,
     draft_lens: torch.Tensor | None = None,
     check: bool = True,
+    accept_scale: float = 1.0,
 ) -> RoundResult:
     """One round of chain speculative sampling (arXiv 2211.17192, Algorithm 1), vectorised.
 
@@ -99,6 +100,9 @@ def rejection_sample(
     u_accept : float64 ``[B, K]`` and u_final : float64 ``[B]``, uniforms in (0, 1).
     draft_lens : int64 ``[B]`` in ``[0, K]`` (ragged rows); ``None`` = all ``K``.
     check : validate ranges (one host sync).
+    accept_scale : accept ``x_j`` iff ``u_j <= accept_scale · p_j(x_j) / q_j(x_j)``; 1 is the
+        exact sampler, ``1 + ε`` the ε tooth's biased acceptor (``mutants``: ``eps_biased``, whose
+        dense form is ``mutant_rounds.sample_eps``), the residual unchanged.
 
     Notes
     -----
@@ -109,7 +113,7 @@ def rejection_sample(
     p, q = as_law(target_probs), None if draft_probs is None else as_law(draft_probs)
     lens = check_round_inputs(p, q, draft_tokens, u_accept, u_final, draft_lens, check)
     p_x, q_x, in_draft = drafted_probs(p, q, draft_tokens, lens)  # [B, K] each
-    accepted_mask = acceptance_mask(p_x, q_x, u_accept, in_draft)  # [B, K] every position
+    accepted_mask = acceptance_mask(p_x, q_x, u_accept, in_draft, accept_scale)  # [B, K]
     num_accepted = accepted_prefix_len(accepted_mask)  # [B] the chain stops at the first rejection
     final_p = final_law(p, q, draft_tokens, num_accepted, lens)  # [B, *] residual or p (bonus)
     final = final_p.draw(u_final, check=check)  # [B] recovered or bonus token
@@ -198,13 +202,17 @@ def drafted_probs(
 
 
 def acceptance_mask(
-    p_x: torch.Tensor, q_x: torch.Tensor, u_accept: torch.Tensor, in_draft: torch.Tensor
+    p_x: torch.Tensor,
+    q_x: torch.Tensor,
+    u_accept: torch.Tensor,
+    in_draft: torch.Tensor,
+    scale: float = 1.0,
 ) -> torch.Tensor:
-    """``[B, K]`` bool: ``u_j <= p_j(x_j) / q_j(x_j)`` at each drafted position (even past a stop);
-    ``p = 0`` is never accepted, ``q(x) = 0 < p(x)`` always is (docs/internals.md
-    "spectest/sampling/rejection.py")."""
+    """``[B, K]`` bool: ``u_j <= p_j(x_j) / q_j(x_j)`` (times ``scale`` unless 1) at each drafted
+    position (even past a stop); ``p = 0`` is never accepted, ``q(x) = 0 < p(x)`` always is
+    (docs/internals.md "spectest/sampling/rejection.py")."""
     # [B, K]: +inf where q = 0 < p; NaN where p = q = 0 (NaN comparisons are False)
-    ratio = p_x / q_x
+    ratio = p_x / q_x if scale == 1.0 else scale * (p_x / q_x)
     return in_draft & (p_x > 0) & (u_accept <= ratio)
 
 
