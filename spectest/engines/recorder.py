@@ -17,6 +17,7 @@ from spectest import schema
 from spectest.engines import teacher
 from spectest.engines.base import DrafterSpec
 from spectest.models.base import LanguageModel
+from spectest.numerics.table import write_committed
 from spectest.sampling.draw import argmax_tokens
 from spectest.sampling.laws import DenseLaw, Law, cat_laws, onehot_law
 from spectest.sampling.mutants import get_variant
@@ -187,12 +188,8 @@ class VerifyCapture:
         M, dev = len(self.keep), x.device
         if self.buf is None:
             self.buf = torch.full((M, self.T, x.shape[-1]), float("nan"), dtype=x.dtype, device=dev)
-        m = torch.arange(M, device=dev)
-        xk, pk, ck = x[self.keep], pos[self.keep], commit[self.keep]
-        for jj in range(int(x.shape[1])):  # the rows that committed position pk + jj write it
-            ok = ck[:, jj] & (pk + jj < self.T)  # [M]
-            at = (pk + jj).clamp(max=self.T - 1)  # [M] one (row, position) per row
-            self.buf[m, at] = torch.where(ok[:, None], xk[:, jj], self.buf[m, at])
+        m, k = torch.arange(M, device=dev), self.keep
+        write_committed(self.buf, x[k], m, pos[k], commit[k])  # the replay's write
 
     def logits(self) -> torch.Tensor:
         """``[M, T, V]``: the native buffer, as a ``ScaledLogits`` where the model's were."""

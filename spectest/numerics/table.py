@@ -165,11 +165,8 @@ def _verify_logits(
         idx = (pos[:, None] + j[None, :K]).clamp(max=T + K)  # [B, K]
         inputs = torch.cat([last[:, None], padded.gather(1, idx)], 1)  # [B, K+1]
         logits = model.forward(cache, inputs)  # [B, K+1, V]
-        lk, pk, nk, ak = logits[keep], pos[keep], n[keep], active[keep]
-        for jj in range(K + 1):  # the rows that committed position pk + jj this round write it
-            ok = ak & (jj < nk) & (pk + jj < T)  # [M]
-            at = (pk + jj).clamp(max=T - 1)  # [M] one (row, position) per row: no duplicates
-            out[m, at] = torch.where(ok[:, None], lk[:, jj].float(), out[m, at])
+        committed = (j[None, :] < n[:, None]) & active[:, None]  # [B, K+1] the loop's commit
+        write_committed(out, logits[keep], m, pos[keep], committed[keep])
         n0 = cache.num_slots - (K + 1)
         hole = torch.zeros((B, cache.num_slots), dtype=torch.bool, device=dev)
         hole[:, n0:] = j[None, :] >= n[:, None]
@@ -178,6 +175,24 @@ def _verify_logits(
         last = torch.where(active, tokens.gather(1, nxt[:, None])[:, 0], last)
         pos = pos + torch.where(active, n, 0)
     return out
+
+
+def write_committed(
+    out: torch.Tensor,  # [M, T, V] written
+    x: torch.Tensor,  # [M, K+1, V] one verify round's logits of the rows
+    m: torch.Tensor,  # [M] arange(M)
+    pos: torch.Tensor,  # [M] each row's position before the round
+    committed: torch.Tensor,  # [M, K+1] bool: slot j committed position pos + j
+) -> None:
+    """Each row's slot ``j`` to ``out[row, pos + j]`` where it was committed and that position is
+    below ``T``, cast to ``out``'s dtype; everything else as it was. One masked write of one (row,
+    position) per row per slot: no duplicates. The verify replay's and ``engines.recorder.
+    VerifyCapture``'s (the logits kept at generation): one writer, the same places."""
+    T = int(out.shape[1])
+    for jj in range(int(x.shape[1])):  # the rows that committed position pos + jj write it
+        ok = committed[:, jj] & (pos + jj < T)  # [M]
+        at = (pos + jj).clamp(max=T - 1)  # [M]
+        out[m, at] = torch.where(ok[:, None], x[:, jj].to(out.dtype), out[m, at])
 
 
 def measure_drift(
