@@ -8,7 +8,7 @@ look; ``judge.finish_run`` decides and writes. docs/architecture.md "The run pat
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,7 @@ from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_d
 from spectest.shipped import shipped_name
 from spectest.store import FINGERPRINTS_KEY, PROMPTS_FILE, UNFINGERPRINTED, RunDir
 from spectest.stored import read_shards
-from spectest.teeth_phase import Beside, start_beside, tooth_sizes_phase
+from spectest.teeth_phase import Beside, spawn_early, start_beside, tooth_sizes_phase
 
 __all__ = ["RunOptions", "RunResult", "run_dir_for", "run_protocol"]
 
@@ -316,14 +316,11 @@ def _generate_missing(run: _Run, plan: Plan, teeth: bool = False) -> Models | No
     run.progress("load models", 0, 1)
     one = len(stages(run.protocol)) == 1  # a sequential run's claim (b) loads and replays
     arms, fast = [plan.arm(s.arm) for s in todo], run.options.fast
-    engines = EngineSet(run.protocol, arms, plan, fast=fast, capture=one)
+    load = lambda: EngineSet(run.protocol, arms, plan, fast=fast, capture=one)  # noqa: E731
+    engines = _load_with_teeth(run, plan.settings.sized_teeth if teeth else (), load)
     run.verify = engines.verify
     run.progress("load models", 1, 1)
     run.timings["load"] += time.perf_counter() - t_load
-    if teeth:  # stage 0: the tooth sizes beside generation (a process or thread) where it applies
-        sized, rd = plan.settings.sized_teeth, run.rd.path
-        process = lambda: TeethInProcess(run.protocol, rd, run.options)  # noqa: E731
-        run.teeth_beside = start_beside(run.protocol, sized, engines.models, process)
 
     def write(r: ShardResult) -> None:
         run.timings["generate"][r.arm] = run.timings["generate"].get(r.arm, 0.0) + r.generate_s
@@ -342,6 +339,25 @@ def _generate_missing(run: _Run, plan: Plan, teeth: bool = False) -> Models | No
     finally:
         engines.close()
     return engines.models
+
+
+def _load_with_teeth(
+    run: _Run, sized: Sequence[tuple[str, str]], load: Callable[[], EngineSet]
+) -> EngineSet:
+    """``load()``, and the tooth sizes of ``sized`` started beside generation where they apply
+    (stage 0: a process or thread, ``teeth_phase.start_beside``). A process that may be used is
+    spawned before the load (``spawn_early``: its imports beside it), stopped if unused."""
+    spawn = lambda: TeethInProcess(run.protocol, run.rd.path, run.options)  # noqa: E731
+    early = spawn() if spawn_early(run.protocol, sized) else None
+    try:
+        engines = load()
+        if sized:
+            process = lambda: (early or spawn()).load()  # noqa: E731
+            run.teeth_beside = start_beside(run.protocol, sized, engines.models, process)
+    finally:
+        if early is not None and run.teeth_beside is not early:
+            early.abandon(wait=False)  # unused, or the load failed
+    return engines
 
 
 def _generate_spread(run: _Run, plan: Plan, todo: Sequence[Shard], teeth: bool) -> None:

@@ -1,8 +1,9 @@
 """The run's tooth-size phase: ``tooth_sizes_phase`` (the sizes from a pool worker, from the
 process or thread that computed them beside generation, or computed here after it; the phase's
 timings), that thread (``TeethBeside``, ``beside_generation``), when a process takes its place
-(``beside_process``: the process is ``scaleout.TeethInProcess``), the device memory that process
-may use (``grant_headroom``, ``cap_memory``) and ``start_beside``, which picks. Knows nothing about
+(``beside_process``: the process is ``scaleout.TeethInProcess``, spawned early where
+``spawn_early``), the device memory that process may use (``grant_headroom``, ``cap_memory``) and
+``start_beside``, which picks. Knows nothing about
 shards, tests or verdicts. Why and details: docs/internals.md
 "spectest/teeth_phase.py".
 """
@@ -95,6 +96,20 @@ def tooth_sizes_phase(
     progress("tooth sizes", 1, 1)
     timings["tooth sizes"] = time.perf_counter() - t0
     return sizes
+
+
+def spawn_early(protocol: Protocol, teeth: Sequence[tuple[str, str]]) -> bool:
+    """Whether the runner spawns the tooth-size process before it loads its models, so that the
+    process's imports run beside that load (``start_beside`` still decides after the load
+    whether it is used; an unused one is stopped): where it may be, with sized teeth on CUDA and
+    no process-wide switch (``beside_generation``'s conditions known before a load)."""
+    from spectest import tooth_size
+
+    return (
+        bool(teeth)
+        and protocol.models.device.startswith("cuda")
+        and not tooth_size.AVOID_CUDNN_SDPA
+    )
 
 
 def start_beside(

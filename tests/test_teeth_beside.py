@@ -179,6 +179,48 @@ def test_the_process_computes_once_granted_after_a_speculative_shard(tmp_path: P
     assert seq["verdict"] == granted["verdict"] == declined["verdict"]
 
 
+def _early(tmp_path: Path, name: str, process: bool) -> tuple[dict[str, Any], list[Any]]:
+    """The toy run with the process spawned early (``spawn_early`` forced), the process or
+    the thread taken after the load (``process``): its summary and the processes spawned,
+    each checked to exist before the load."""
+    started: list[Any] = []
+    start, load = scaleout.TeethInProcess.__init__, runner.EngineSet.__init__
+
+    def spy(self: Any, *a: Any) -> None:
+        start(self, *a)
+        started.append(self)
+
+    def loading(self: Any, *a: Any, **k: Any) -> None:
+        assert len(started) == 1  # spawned before the load
+        load(self, *a, **k)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "spawn_early", lambda protocol, teeth: bool(teeth))
+        mp.setattr(teeth_phase, "beside_generation", lambda models: True)
+        mp.setattr(teeth_phase, "beside_process", lambda models: process)
+        mp.setattr(scaleout.TeethInProcess, "__init__", spy)
+        mp.setattr(runner.EngineSet, "__init__", loading)
+        return _toy_run(tmp_path, name), started
+
+
+def test_the_process_spawned_before_the_load_is_the_one_used_or_stopped(tmp_path: Path) -> None:
+    """Where it may be used (``spawn_early``; CUDA, forced here) the process is spawned before
+    the run loads its models (its imports beside that load) and is the one that computes the
+    sizes; where ``start_beside`` takes the thread instead it is stopped, unused. Both runs'
+    tables equal the sequential run's."""
+    _toy_run(tmp_path, "seq")
+    for name, process in (("early", True), ("unused", False)):
+        got, started = _early(tmp_path, name, process)
+        assert len(started) == 1  # the early one, and no other
+        started[0]._proc.join(60)
+        assert started[0]._proc.exitcode == 0  # it ended cleanly, used or not
+        assert "tooth sizes beside generation" in got["timings"]  # the process's, or the thread's
+        _same_tables(tmp_path / "seq" / "run", tmp_path / name / "run")
+    # on CPU no process is spawned early
+    protocol = load_protocol(write_toy(tmp_path / "cpu"))
+    assert not teeth_phase.spawn_early(protocol, make_plan(protocol).settings.sized_teeth)
+
+
 def test_the_process_may_hold_what_the_run_leaves() -> None:
     """``memory_fraction`` at P1's figures (the run held 68 GiB after its first speculative
     shard, the process its 1.5 GiB of models, the two CUDA contexts ~1 GiB): on an H200
@@ -226,7 +268,7 @@ def test_an_error_in_the_tooth_size_process_is_the_runs(tmp_path: Path) -> None:
     runner.run_protocol(load_protocol(path), out=run)
     other = SimpleNamespace(hash="0" * 64, models=SimpleNamespace(device="cpu"))
     with pytest.raises(EngineError, match="protocol reads as"):
-        scaleout.TeethInProcess(other, run, runner.RunOptions()).result()
+        scaleout.TeethInProcess(other, run, runner.RunOptions()).load().result()
     running = scaleout.TeethInProcess(
         load_protocol(run / "protocol.yaml"), run, runner.RunOptions()
     )

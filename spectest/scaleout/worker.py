@@ -196,7 +196,10 @@ def _serve(conn: Any, device: str, threads: int | None) -> None:
     """A worker process: answer ``("shard", spec, key)`` messages until ``None`` or EOF; a
     ``("teeth", spec)`` message (``TeethInProcess``) is answered by ``_beside``, then it ends."""
     worker = Worker(device, threads)
-    conn.send(("ready", worker.ping()))
+    try:
+        conn.send(("ready", worker.ping()))
+    except OSError:  # BrokenPipeError: the driver stopped this worker before it was ready
+        return
     try:
         while True:
             try:
@@ -269,10 +272,11 @@ class TeethInProcess:
     The sizes are the thread's, bit for bit: the same protocol (its hash checked), the same
     models (a deterministic load), the same code at the same shapes, the same torch thread
     count (``RunOptions.threads``, else the same default). The process is a daemon: it ends
-    with this one. It loads at once but computes only once granted (``grant``: the run has made
-    its first speculative shard, or waits for the result), within the memory the run leaves
-    (``teeth_phase.grant_headroom``, ``cap_memory``). Why and measured: docs/internals.md
-    "spectest/teeth_phase.py".
+    with this one. Spawned, it imports (the runner spawns it before its own load where it may be
+    used: ``teeth_phase.spawn_early``); it loads the models when told to (``load``) and computes
+    only once granted (``grant``: the run has made its first speculative shard, or waits for the
+    result), within the memory the run leaves (``teeth_phase.grant_headroom``, ``cap_memory``).
+    Why and measured: docs/internals.md "spectest/teeth_phase.py".
     """
 
     def __init__(self, protocol: Any, run_dir: Path, options: RunOptions) -> None:
@@ -281,7 +285,7 @@ class TeethInProcess:
         from spectest.store import PROMPTS_FILE
 
         texts = [(run_dir / n).read_text(encoding="utf-8") for n in ("protocol.yaml", PROMPTS_FILE)]
-        spec = RunSpec(texts[0], texts[1], protocol.hash, options)
+        self._spec = RunSpec(texts[0], texts[1], protocol.hash, options)
         ctx = multiprocessing.get_context("spawn")  # CUDA cannot be forked
         self._t0 = time.perf_counter()
         self._conn, child = ctx.Pipe()
@@ -292,7 +296,11 @@ class TeethInProcess:
         self._proc = ctx.Process(target=_serve, args=args, name="spectest-tooth-sizes", daemon=True)
         self._proc.start()
         child.close()
-        self._conn.send(("teeth", spec))  # loads now, computes once granted
+
+    def load(self) -> TeethInProcess:
+        """Have the process load the models now (it computes once granted); this process."""
+        self._conn.send(("teeth", self._spec))
+        return self
 
     def grant(self) -> None:
         """Let the process compute (once; the runner calls it after its first speculative shard,
@@ -335,9 +343,9 @@ class TeethInProcess:
             raise Declined(msg[1])
         return msg[1], time.perf_counter() - self._t0
 
-    def abandon(self) -> None:
-        """Stop the process and wait for it to end (its result, if any, is dropped)."""
-        self._stop(wait=True)
+    def abandon(self, *, wait: bool = True) -> None:
+        """Stop the process (its result, if any, is dropped); ``wait``: until it has ended."""
+        self._stop(wait=wait)
 
     def _stop(self, *, wait: bool) -> None:
         try:
