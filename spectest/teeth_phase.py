@@ -3,9 +3,8 @@ process or thread that computed them beside generation, or computed here after i
 timings), that thread (``TeethBeside``, ``beside_generation``), when a process takes its place
 (``beside_process``: the process is ``scaleout.TeethInProcess``, spawned early where
 ``spawn_early``), the device memory that process may use (``grant_headroom``, ``cap_memory``) and
-``start_beside``, which picks. Knows nothing about
-shards, tests or verdicts. Why and details: docs/internals.md
-"spectest/teeth_phase.py".
+``start_beside``, which picks. Knows nothing about shards, tests or verdicts. Why and details:
+docs/internals.md "spectest/teeth_phase.py".
 """
 
 from __future__ import annotations
