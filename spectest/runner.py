@@ -47,6 +47,7 @@ from spectest.generation import (
 from spectest.plan import Plan, Shard, make_plan, stages
 from spectest.progress import ProgressFn, no_progress
 from spectest.protocol import MATCHED, Protocol
+from spectest.report import prefetch
 from spectest.reuse import open_run_dir
 from spectest.scaleout import TeethInProcess, WorkerPool, generate_spread, local_devices, make_pool
 from spectest.sequential import CONTINUE, Look, decide_look, look_alphas, path_dict
@@ -243,6 +244,8 @@ def _run_stages(run: _Run) -> _Looked:
     for stage in range(len(sizes)):
         plan = make_plan(p, teeth_only=run.options.teeth_only, stage=stage)
         models = _generate_missing(run, plan, teeth=stage == 0)
+        if stage == 0:
+            prefetch()  # the report's imports on a thread while the rest waits on the device
         if stage == 0:  # the teeth are the same at every stage: their sizes once
             teeth_sizes = _tooth_sizes(run, plan, models)
         samples, rounds = read_shards(run.rd, plan)

@@ -1,5 +1,6 @@
 """Reports of a stored run (report.md, report.html, JUnit XML, the CI step summary):
-``write_reports`` and ``write_ci_outputs``. Computes nothing new.
+``write_reports`` and ``write_ci_outputs``; ``prefetch`` imports the renderers early. Computes
+nothing new.
 
 The why and the details: docs/internals.md "spectest/report/__init__.py".
 """
@@ -9,6 +10,22 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+
+
+def prefetch() -> None:
+    """Import the renderers' modules (the figures': matplotlib) on a daemon thread, so that the
+    report a run writes at its end finds them imported. The runner calls it once generation is
+    done, when the rest of the run mostly waits on the device or on another process. An import
+    that fails here is left to ``write_reports``, which raises it."""
+    import threading
+
+    def load() -> None:
+        try:
+            import spectest.report.html  # noqa: F401  (report.plots: matplotlib, Agg)
+        except Exception:
+            pass  # ``write_reports`` imports it again and raises, with its message
+
+    threading.Thread(target=load, name="spectest-report-imports", daemon=True).start()
 
 
 def write_reports(
