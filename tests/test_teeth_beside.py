@@ -344,3 +344,20 @@ def test_fast_run_on_cuda_with_tooth_sizes_beside_generation(tmp_path: Path) -> 
     # a device with room (PROCESS_MIN_FREE of its memory free) takes the process
     tiny = load_pair(models["target"], models["draft"], device="cuda", dtype="bfloat16")
     assert teeth_phase.beside_process(Models(*tiny))
+
+
+def test_the_process_imports_ahead_of_its_load(tmp_path: Path) -> None:
+    """``TeethInProcess`` sends ``("warm",)`` at its spawn: in a fresh interpreter ``_warm``
+    imports what a transformers model's load imports (none of it imported before), and the
+    worker answers nothing to it, so the process's first answer is its job's (the other tests
+    of the process read exactly that)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom spectest.scaleout import worker\n"
+        "print('transformers.modeling_utils' in sys.modules)\nworker._warm()\n"
+        "print('transformers.modeling_utils' in sys.modules)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.split() == ["False", "True"], (r.stdout, r.stderr)

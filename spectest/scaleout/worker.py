@@ -194,7 +194,8 @@ class Worker:
 
 def _serve(conn: Any, device: str, threads: int | None) -> None:
     """A worker process: answer ``("shard", spec, key)`` messages until ``None`` or EOF; a
-    ``("teeth", spec)`` message (``TeethInProcess``) is answered by ``_beside``, then it ends."""
+    ``("teeth", spec)`` message (``TeethInProcess``) is answered by ``_beside``, then it ends;
+    ``("warm",)`` imports ahead (``_warm``) and answers nothing."""
     worker = Worker(device, threads)
     try:
         conn.send(("ready", worker.ping()))
@@ -208,6 +209,9 @@ def _serve(conn: Any, device: str, threads: int | None) -> None:
                 break
             if msg is None:
                 break
+            if msg[0] == "warm":  # TeethInProcess: imports while the run loads its models
+                _warm()
+                continue
             if msg[0] == "teeth":
                 _answer(conn, device, partial(_beside, conn, worker, msg[1]))
                 break
@@ -228,6 +232,18 @@ def _answer(conn: Any, device: str, job: Callable[[], tuple[Any, ...] | None]) -
     except Exception as err:  # carried to the driver as one line
         line = f"worker {device} (pid {os.getpid()}): {type(err).__name__}: {err}"
         conn.send(("err", InfrastructureError(line), traceback.format_exc()))
+
+
+def _warm() -> None:
+    """Import what loading a transformers model imports (most of a small model's load: 3.0–3.6 s
+    of it on this project's CPU, 0.04 s after these; results/LOG.md "lead (session 24)")."""
+    try:
+        import transformers.generation
+        import transformers.masking_utils
+        import transformers.modeling_layers
+        import transformers.modeling_utils  # noqa: F401
+    except Exception:
+        pass  # the load imports them again and raises, with its message
 
 
 def _job(worker: Worker, spec: RunSpec, key: str | None) -> tuple[Any, ...]:
@@ -296,6 +312,7 @@ class TeethInProcess:
         self._proc = ctx.Process(target=_serve, args=args, name="spectest-tooth-sizes", daemon=True)
         self._proc.start()
         child.close()
+        self._conn.send(("warm",))  # it imports what a load imports while this process loads
 
     def load(self) -> TeethInProcess:
         """Have the process load the models now (it computes once granted); this process."""
