@@ -149,22 +149,20 @@ def speculative_decode(
     chunks, frames, wb_parts, kept = [], [], [], []
     for lo, part, keys, params in _chunks(req, target.device):
         sampler = RoundSampler(pipeline, variant, params, drafter.onehot, drafter.q_mode)
-        watch: list[RoundObserver | VerifyCapture] = []
+        rec = cap = None
         if req.whitebox:
-            watch.append(
-                RoundObserver(len(part), T + drafter.k + 1, target.device, sampler, drafter)
-            )
+            rec = RoundObserver(len(part), T + drafter.k + 1, target.device, sampler, drafter)
         if mine := [r - lo for r in req.capture if lo <= r < lo + len(part)]:
-            watch.append(VerifyCapture(torch.tensor(mine, device=target.device), T))
+            cap = VerifyCapture(torch.tensor(mine, device=target.device), T)
+        watch = [w for w in (rec, cap) if w is not None]
         toks, rounds = _spec_chunk(target, draft, prompt_t, keys, sampler, T, drafter.k, watch)
         chunks.append(toks.cpu())
         rounds["row"] += lo
         frames.append(rounds)
-        for w in watch:
-            if isinstance(w, RoundObserver):
-                wb_parts.append(_wb_frame(w, T, req.whitebox_roles))
-            else:
-                kept.append(w.logits())
+        if rec is not None:
+            wb_parts.append(_wb_frame(rec, T, req.whitebox_roles))
+        if cap is not None:
+            kept.append(cap.logits())
         req.tick(lo + len(part))
     wb = pd.concat(wb_parts, ignore_index=True) if req.whitebox else None
     rounds = pd.concat(frames, ignore_index=True)

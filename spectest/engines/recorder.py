@@ -165,9 +165,9 @@ class VerifyCapture:
     """The logits of the rows ``keep`` ``[M]`` (ascending) under the verify schedule, ``[M, T,
     V]``: each position's from the round that committed it, in the model's own dtype (a
     ``ScaledLogits``' native values, its scale kept). What claim (b)'s matched drift would
-    otherwise replay (``numerics.table``'s verify replay writes the same values in the same
-    places: docs/internals.md "spectest/numerics/table.py"). Notified by ``builtin``'s
-    speculative loop after each round, as ``RoundObserver`` is."""
+    otherwise replay, written by the replay's own ``numerics.table.write_committed``
+    (docs/internals.md "spectest/numerics/table.py"). Notified by ``builtin``'s speculative
+    loop after each round, as ``RoundObserver`` is."""
 
     def __init__(self, keep: torch.Tensor, T: int) -> None:
         self.keep, self.T = keep, T

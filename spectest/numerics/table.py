@@ -326,10 +326,11 @@ def drift_table(
         if built is None:
             continue  # a sequence that ended early: not replayed (the built-in loop has none)
         keys, tokens = built
-        commits = _commits(r[r[schema.PROMPT_ID] == pid], keys, K)
         measured, alone = _measured_rows(keys, cfg, rows_per_cell, floor_rows_per_cell)
         kept = (verify or {}).get(str(pid))  # its measured rows kept at generation, or None
         ver = kept[1] if kept and kept[0] == [keys[i] for i in measured] else None
+        # the rounds are read only to replay them
+        commits = _commits(r[r[schema.PROMPT_ID] == pid], keys, K) if ver is None else []
         args = (prompts[str(pid)], tokens, commits, [cfg[k[0]] for k in keys], measured, alone)
         tv, flip, floor = measure_drift(
             target, *args, K=K, batch_size=batch_size, probs=probs, verify=ver, **at_once
