@@ -255,7 +255,10 @@ def cap_memory(device: str, headroom: float) -> str | None:
     fraction = memory_fraction(free, total, torch.cuda.memory_reserved(dev), headroom)
     if fraction is None:
         return _short(free, total, headroom)
-    torch.cuda.set_per_process_memory_fraction(fraction, dev)
+    # NOTE the cap takes a device with an index ("cuda" alone raises ValueError: seen on the
+    # H200, where the process then declined and the sizes were computed after generation)
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
     return None
 
 
