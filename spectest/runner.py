@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from spectest.decision.claims import (
 from spectest.decision.comparison import compare_arm
 from spectest.decision.header import Header, protocol_setup
 from spectest.decision.judge import RunResult, finish_run
-from spectest.decision.where import Comparisons, beside_replay
+from spectest.decision.where import Comparisons, beside_replay, prespawn
 from spectest.engines.base import Models
 from spectest.engines.plain_laws import law_table
 from spectest.errors import ConfigError
@@ -96,6 +97,8 @@ def run_protocol(
     finally:
         if pool is None and run.pool is not None:
             run.pool.close()
+        if run.analysis is not None:  # the comparisons' process, whether used or not
+            run.analysis.shutdown(wait=False, cancel_futures=True)
     run.timings["total_to_write"] = time.perf_counter() - t0
     verdict, comparisons, summary = _write(run, looked, junit, summary_md)
     resumed = len(looked.plan.shards) - run.generated
@@ -147,6 +150,7 @@ class _Run:
     pool: WorkerPool | None = None
     teeth_from_pool: pd.DataFrame | None = None  # tooth sizes a pool worker computed
     teeth_beside: Beside | None = None  # the tooth sizes beside generation (process or thread)
+    analysis: ProcessPoolExecutor | None = None  # the comparisons' process (``where.prespawn``)
     verify: dict[str, Any] = field(default_factory=dict)  # claim (b)'s rows kept at generation
     timings: dict[str, Any] = field(
         default_factory=lambda: {"load": 0.0, "generate": {}, "whitebox": 0.0}
@@ -243,6 +247,8 @@ def _run_stages(run: _Run) -> _Looked:
     numerics: ClaimB | None = None
     for stage in range(len(sizes)):
         plan = make_plan(p, teeth_only=run.options.teeth_only, stage=stage)
+        if len(sizes) == 1:  # the comparisons' process, its imports beside the load (where)
+            run.analysis = prespawn(plan, p.models.device, run.options.analysis_procs)
         models = _generate_missing(run, plan, teeth=stage == 0)
         if stage == 0:
             prefetch()  # the report's imports on a thread while the rest waits on the device
@@ -250,7 +256,7 @@ def _run_stages(run: _Run) -> _Looked:
             teeth_sizes = _tooth_sizes(run, plan, models)
         samples, rounds = read_shards(run.rd, plan)
         procs = run.options.analysis_procs
-        with Comparisons(samples, rounds, plan.arms, plan.settings, procs) as comps:
+        with Comparisons(samples, rounds, plan.arms, plan.settings, procs, run.analysis) as comps:
             if len(sizes) == 1:  # a sequential run's claim (b): after its last look (below)
                 numerics = _numerics(run, plan, samples, rounds, models, comps)
             del models

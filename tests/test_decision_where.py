@@ -125,3 +125,86 @@ def test_the_process_errors_are_the_runs_and_an_error_stops_it(tmp_path: Path) -
         while proc.is_alive() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not proc.is_alive()
+
+
+def test_the_process_started_with_the_run_computes_the_comparisons(tmp_path: Path) -> None:
+    after = _matched(tmp_path, "after")
+    started: list[Any] = []
+    used: list[Any] = []
+    prespawn, spawn = where.prespawn, where.Comparisons.spawn
+
+    def spy_prespawn(*args: Any) -> Any:
+        started.append(prespawn(*args))
+        return started[-1]
+
+    def spy_spawn(self: where.Comparisons) -> None:
+        spawn(self)
+        used.append(self._pool)
+
+    with pytest.MonkeyPatch.context() as mp:
+        for module in (runner, where):  # as on CUDA, here
+            mp.setattr(module, "beside_replay", lambda device, replays, procs: replays)
+        mp.setattr(runner, "prespawn", spy_prespawn)
+        mp.setattr(where.Comparisons, "spawn", spy_spawn)
+        beside = _matched(tmp_path, "beside")
+    assert len(started) == 1 and started[0] is not None
+    assert used == started  # the comparisons ran in the process started with the run
+    assert started[0]._shutdown_thread  # and it was shut down
+    for table in TABLES:
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(after / f"{table}.parquet"),
+            pd.read_parquet(beside / f"{table}.parquet"),
+            check_exact=True,
+        )
+    assert _summary(after)["verdict"] == _summary(beside)["verdict"]
+
+
+def test_the_process_is_started_only_where_the_comparisons_go_beside_a_replay(
+    tmp_path: Path,
+) -> None:
+    run = _matched(tmp_path, "toy")
+    matched = make_plan(load_protocol(run / "protocol.yaml"))
+    exact = make_plan(load_protocol(write_toy(tmp_path / "exact")))
+    assert matched.settings.matched and not exact.settings.matched
+    assert where.prespawn(matched, "cpu", None) is None  # the replay takes every core
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(where, "beside_replay", lambda device, replays, procs: replays)
+        assert where.prespawn(exact, "cpu", None) is None  # no replay to hide behind
+        pool = where.prespawn(matched, "cpu", None)
+    assert pool is not None
+    with where.Comparisons(*_inputs(run), pool=pool):  # never spawned: closed unused
+        pass
+    assert pool._shutdown_thread
+
+
+def test_an_error_before_the_comparisons_stops_the_process_started_with_the_run(
+    tmp_path: Path,
+) -> None:
+    models = {**TOY["models"], "target": TOY["models"]["target"] + ",numerics=0.0065"}  # type: ignore[index]
+    tests = {**TOY["tests"], "numerics": "matched"}  # type: ignore[dict-item]
+    path = write_toy(tmp_path / "toy", models=models, tests=tests, positions=6)
+    started: list[Any] = []
+
+    def spy_prespawn(*args: Any) -> Any:
+        started.append(where.prespawn(*args))
+        return started[-1]
+
+    def fail(*args: Any, **kwargs: Any) -> None:
+        pool = started[0]
+        while not pool._processes:  # started: the warm-up submitted
+            time.sleep(0.01)
+        started.extend(pool._processes.values())
+        raise RuntimeError("the run's error")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(where, "beside_replay", lambda device, replays, procs: replays)
+        mp.setattr(runner, "prespawn", spy_prespawn)
+        mp.setattr(runner, "_generate_missing", fail)
+        with pytest.raises(RuntimeError, match="the run's error"):
+            runner.run_protocol(load_protocol(path), out=tmp_path / "toy" / "run")
+    assert started[0]._shutdown_thread
+    for proc in started[1:]:  # the worker leaves once the warm-up is done and the pool shut
+        deadline = time.monotonic() + 60
+        while proc.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not proc.is_alive()

@@ -1,6 +1,7 @@
 """Where a run's comparisons run (``Comparisons``): in this process when their result is asked
 for, with ``--analysis-procs`` processes for the sequence family's permutation statistics, or in
-a spawned process of their own beside claim (b)'s replay (``beside_replay`` says when).
+a spawned process of their own beside claim (b)'s replay (``beside_replay`` says when), started
+with the run (``prespawn``) so that its imports run beside the load and generation.
 The comparisons are ``judge.compare_all``'s, wherever they run. Knows nothing about models,
 engines or files. Why and measured: docs/internals.md "spectest/decision/where.py".
 """
@@ -19,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from spectest.decision.judge import compare_all
-from spectest.plan import Arm, RunSettings
+from spectest.plan import Arm, Plan, RunSettings
 from spectest.progress import ProgressFn, no_progress
 
 BESIDE = "analyze beside numerics"  # timings: the process's own wall time
@@ -33,10 +34,31 @@ def beside_replay(device: str, replays: bool, procs: int | None) -> bool:
     return replays and device.startswith("cuda") and (procs or 1) == 1
 
 
+def prespawn(plan: Plan, device: str, procs: int | None) -> ProcessPoolExecutor | None:
+    """The comparisons' process, spawned now where they will run beside claim (b)'s replay
+    (``beside_replay`` for a plan whose claim (b) replays: matched numerics, or a floor arm with
+    a teacher), for ``Comparisons(pool=...)``; None elsewhere. Its interpreter starts and imports
+    what the comparisons need (torch, pandas, scipy, statsmodels, the judge: ~5 s on the H200's
+    machine, which compiles sources in every process) beside the run's load and generation,
+    instead of between generation and the comparisons. The caller shuts it down if unused."""
+    floor = plan.protocol.floor
+    replays = plan.settings.matched if floor is None else floor.teacher is not None
+    if not beside_replay(device, replays, procs):
+        return None
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    pool.submit(_warm)  # the executor starts its process on the first submit
+    return pool
+
+
+def _warm() -> None:
+    """Nothing: to run it, the process has imported this module, and with it the judge."""
+
+
 class Comparisons:
     """``compare_all`` of one stage's tables (``procs``: ``--analysis-procs``), computed when
-    ``result`` asks unless ``spawn`` started them in a process of their own first. A context
-    manager: leaving it on an error stops the process without waiting for it."""
+    ``result`` asks unless ``spawn`` started them in a process of their own first (``pool``'s,
+    from ``prespawn``, where given: it is then this object's to close). A context manager:
+    leaving it on an error stops the process without waiting for it."""
 
     def __init__(
         self,
@@ -45,9 +67,11 @@ class Comparisons:
         arms: Sequence[Arm],
         settings: RunSettings,
         procs: int | None = None,
+        pool: ProcessPoolExecutor | None = None,
     ) -> None:
         self._args = (samples, rounds, list(arms), settings)
         self._procs = procs or 1
+        self._warm = pool  # a process started with the run, for ``spawn``
         self._pool: ProcessPoolExecutor | None = None
         self._future: Future[tuple[list[tuple[Arm, Any]], float]] | None = None
 
@@ -59,9 +83,9 @@ class Comparisons:
 
     def spawn(self) -> None:
         """Start the comparisons now, in a spawned process (this one may hold CUDA, which
-        must not fork)."""
+        must not fork): the one started with the run where there is one."""
         ctx = multiprocessing.get_context("spawn")
-        self._pool = ProcessPoolExecutor(1, mp_context=ctx)
+        self._pool, self._warm = self._warm or ProcessPoolExecutor(1, mp_context=ctx), None
         self._future = self._pool.submit(_timed_comparisons, *self._args)
 
     def result(self, progress: ProgressFn, timings: dict[str, Any]) -> list[tuple[Arm, Any]]:
@@ -90,6 +114,9 @@ class Comparisons:
 
     def _close(self, *, kill: bool) -> None:
         """Let the process end (``kill``: now, not after the comparison it holds)."""
+        if self._warm is not None:  # started with the run, not used
+            self._warm.shutdown(wait=False, cancel_futures=True)
+            self._warm = None
         if self._pool is not None:
             procs = list((getattr(self._pool, "_processes", None) or {}).values())
             self._pool.shutdown(wait=False, cancel_futures=True)
