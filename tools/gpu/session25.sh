@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 32, session 25, in one call of at most ~8 minutes. STEPS picks (default "tests p1"):
+# Issue 32, session 25, in one call of at most ~8 minutes. STEPS picks (default "tests p1 shipped"):
 #   tests  pytest -m gpu tests/test_teeth_beside.py: the tooth-size process spawned early, granted
 #          and capped on CUDA (session 24's cap raised ValueError on a device without an index
 #          there, and the sizes fell back to after generation). Prints pytest's summary.
@@ -9,6 +9,11 @@
 #          each side's exit, wall and phases, IDENTICAL or what differs, each side's peak device
 #          memory (MiB) and its lines about the tooth-size process or running out of memory.
 #
+#   shipped  seed 001's plan as shipped (batch_size 256, not P1's 768) at P1's pair in bf16 on the
+#          fast engine, this tree only: its verdict and claim (b)'s line (a 32-seed warm-up at
+#          96-row batches ended DIFFERENT, "drift beyond numerics": the batch floor was
+#          identically 0 there and `auto` took the prefill floor).
+#
 #   bash tools/gpu/session25.sh OLD_TREE [OUT]   (OLD_TREE: `git archive COMMIT spectest protocols`)
 set -uo pipefail
 OLD="$1"
@@ -17,7 +22,7 @@ OUT="${2:-${OUT:-/tmp/spectest-session25}}"
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 SPECTEST_NO_PROGRESS=1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-for step in ${STEPS:-tests p1}; do
+for step in ${STEPS:-tests p1 shipped}; do
   echo "=== $step ($(date -u +%H:%M:%S))"
   case "$step" in
     tests)
@@ -44,6 +49,14 @@ for step in ${STEPS:-tests p1}; do
         grep -iE "tooth-size process|out of memory|declined|worker cuda" "$OUT/p1/$side.console.txt" | cut -c1-300 | head -n 5
         before=$end
       done ;;
+    shipped)
+      timeout 150 python -m spectest run --config protocols/openinfer-512.yaml --fast \
+        --set models.target=realistic:qwen3-0.6b --set "models.draft=derived:first_layers,layers=4" \
+        --set models.dtype=bfloat16 --device cuda --out "$OUT/shipped" --no-progress \
+        > "$OUT/shipped.console.txt" 2>&1
+      echo "shipped plan: exit $?"
+      grep -E "^(EQUIVALENT|DIFFERENT|INCONCLUSIVE)|numerics drift|timings" -A1 "$OUT/shipped.console.txt" | cut -c1-400
+      rm -rf "$OUT/shipped" ;;
     *) echo "unknown step $step" ;;
   esac
 done
