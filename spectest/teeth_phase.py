@@ -256,7 +256,7 @@ def cap_memory(device: str, headroom: float) -> str | None:
     if fraction is None:
         return _short(free, total, headroom)
     # NOTE the cap takes a device with an index ("cuda" alone raises ValueError: seen on the
-    # H200, where the process then declined and the sizes were computed after generation)
+    # H200, where the process then failed and the run computed the sizes after generation)
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     torch.cuda.set_per_process_memory_fraction(fraction, index)
     return None
