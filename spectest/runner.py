@@ -250,9 +250,8 @@ def _run_stages(run: _Run) -> _Looked:
         if len(sizes) == 1:  # the comparisons' process, its imports beside the load (where)
             run.analysis = prespawn(plan, p.models.device, run.options.analysis_procs)
         models = _generate_missing(run, plan, teeth=stage == 0)
-        if stage == 0:
-            prefetch()  # the report's imports on a thread while the rest waits on the device
         if stage == 0:  # the teeth are the same at every stage: their sizes once
+            prefetch()  # the report's imports on a thread while the rest waits on the device
             teeth_sizes = _tooth_sizes(run, plan, models)
         samples, rounds = read_shards(run.rd, plan)
         procs = run.options.analysis_procs
