@@ -15,9 +15,10 @@ import torch
 
 from spectest import schema
 from spectest.models.hf import HFModel, from_preset
+from spectest.numerics import table
 from spectest.numerics.alone import FloorBranches, alone_logits, concurrent
 from spectest.numerics.replay import ReplayStaticModel, replay_model
-from spectest.numerics.table import decode_logits, drift_table
+from spectest.numerics.table import _decode_beside_alone, beside_batch, decode_logits, drift_table
 from spectest.sampling.params import SamplingParams
 
 PROMPT = [1, 2, 3, 4, 5]
@@ -101,6 +102,31 @@ def _check_branches(target: HFModel, device: str) -> FloorBranches:
     return branches
 
 
+def _check_beside(target: HFModel, device: str) -> None:
+    """A batch of 12 rows decoded (5 measured) with 3 of its rows decoded alone as branches,
+    their steps interleaved (on CUDA the branches on a stream of their own): the batch's logits
+    and each row's alone equal one after the other, bit for bit, in the capturing pass and in
+    the replaying one."""
+    model = _replay(target)
+    toks = _rows(model.vocab_size, 12, device)
+    prompt = torch.tensor(PROMPT, device=model.device)
+    keep = torch.tensor([0, 2, 5, 7, 11], device=model.device)
+    alone = [2, 5, 11]
+    want = decode_logits(model, prompt, toks, keep)
+    want_alone = _one_at_a_time(model, toks[alone])
+    branches = FloorBranches(model)
+    assert beside_batch(model, branches, len(PROMPT) + T)
+    assert not beside_batch(model, None, len(PROMPT) + T)
+    assert not beside_batch(model, branches, model.max_slots + 1)  # the reserve would grow
+    for _ in range(2):
+        dec, got = _decode_beside_alone(model, prompt, PROMPT, toks, keep, alone, branches)
+        assert torch.equal(dec, want) and len(got) == len(alone)
+        for g, w in zip(got, want_alone, strict=True):
+            assert torch.equal(g, w)
+    assert branches.graph_error is None
+    assert (branches.stream is not None) == (device == "cuda")
+
+
 def _check_table(target: HFModel, streams: int, branches: bool = False) -> None:
     """The drift table with ``streams`` floor rows at once, or the rows as ``branches``, equals
     the one-at-a-time table."""
@@ -141,6 +167,23 @@ def test_branches_equal_one_at_a_time_on_cpu(dtype) -> None:
     target = from_preset("qwen3-tiny", seed=5, dtype=dtype, logit_scale=12.0, num_hidden_layers=3)
     branches = _check_branches(target, "cpu")
     assert not branches.capture and branches._graphs == {}
+
+
+def test_floor_beside_the_batch_decode_equals_one_after_the_other_on_cpu(tiny) -> None:
+    _check_beside(tiny, "cpu")
+
+
+def test_drift_table_runs_the_floor_beside_the_batch_decode(tiny, monkeypatch) -> None:
+    """The drift table takes the interleaved path wherever its floor rows run as branches (and
+    the one-after-the-other table is the same: ``_check_table``); switched off, it does not."""
+    calls = []
+    real = table._decode_beside_alone
+    monkeypatch.setattr(table, "_decode_beside_alone", lambda *a: calls.append(1) or real(*a))
+    _check_table(tiny, 1, branches=True)
+    assert len(calls) == 1  # one prompt, one batch
+    monkeypatch.setattr(table, "FLOOR_BESIDE_BATCH", False)
+    _check_table(tiny, 1, branches=True)
+    assert len(calls) == 1
 
 
 def test_branches_make_room_for_their_steps(tiny) -> None:
@@ -187,6 +230,7 @@ def test_cuda_bf16_branches_are_bit_identical() -> None:
                          logit_scale=12.0, num_hidden_layers=3)  # fmt: skip
     branches = _check_branches(target, "cuda")
     assert branches.capture and {r for r, _ in branches._graphs} == {3, 7}
+    _check_beside(target, "cuda")
     _check_table(target, 1, branches=True)
     samples, rounds = _samples(target.vocab_size, 6)
     model = _replay(target)

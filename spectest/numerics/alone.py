@@ -136,6 +136,15 @@ class FloorBranches:
         self.graph_error: str | None = None
         self._graphs: dict[tuple[int, int], tuple[Any, ...]] = {}
         self._mempool: Any = None
+        self._stream: torch.cuda.Stream | None = None
+
+    @property
+    def stream(self) -> torch.cuda.Stream | None:
+        """The stream the branches run on beside the batch decode (``numerics.table.
+        _decode_beside_alone``), made on first use; None off CUDA."""
+        if self._stream is None and self.model.device.type == "cuda":
+            self._stream = torch.cuda.Stream(device=self.model.device)
+        return self._stream
 
     @torch.no_grad()  # not inference mode: the pools it makes are used outside it later
     def __call__(
@@ -143,13 +152,29 @@ class FloorBranches:
     ) -> list[torch.Tensor]:
         """``rows`` ``[R, T]`` each decoded alone after ``prompt`` ``[L]``: their float32 logits
         ``[T, V]`` (``table.decode_logits`` of each row at batch 1), in order."""
+        outs: list[torch.Tensor] = []
+        for _ in self.steps(prompt, prompt_ids, rows, outs):
+            pass
+        return outs
+
+    def steps(
+        self,
+        prompt: torch.Tensor,  # [L]
+        prompt_ids: Sequence[int],
+        rows: torch.Tensor,  # [R, T]
+        outs: list[torch.Tensor],  # filled: each row's float32 logits [T, V], in order
+    ) -> Iterator[int]:
+        """``__call__`` one step per ``next``, on the current stream: the rows restored, then
+        each step's replay (yields the position it gave); ``outs`` is complete once exhausted.
+        ``table.measure_drift`` interleaves them with the batch decode's steps. The caller holds
+        ``torch.no_grad`` (not inference mode: the pools made here are used outside it later)."""
         R, T = (int(s) for s in rows.shape)
         key = tuple(int(t) for t in prompt_ids)
         self.model.reserve(len(key) + T)  # room for every step (a no-op after the verify's)
         self.model.snapshot(key, prompt)
         workers = self.model.workers(R)
         dev, scale = self.model.device, self.model.base.logit_scale
-        kvs, outs = [], []
+        kvs = []
         for w in workers:
             cache, logits = w.restore(key, 1)
             assert isinstance(cache, StaticCache), type(cache)
@@ -173,7 +198,7 @@ class FloorBranches:
                     raw = ScaledLogits.wrap(raw, scale)
                 outs[i][t] = raw[0].float()
             valid = torch.cat([valid, valid.new_ones((1, 1))], dim=1)
-        return outs
+            yield t
 
     def _replay(
         self, workers: Sequence[ReplayStaticModel], kvs: list[Any], W: int, *inputs: torch.Tensor

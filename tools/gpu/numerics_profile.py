@@ -8,6 +8,8 @@ capture that fails, with its traceback; runs on CPU too.
 on CUDA a prompt's floor rows run as the branches of one CUDA graph per step
 (``numerics.alone.FloorBranches``), inside ``measure_drift``'s time; ``--no-branches``: one at a
 time, or ``--streams N`` (> 1) at once on streams.
+``--no-beside``: a batch's floor rows after its batch decode, not beside it
+(``numerics.table.FLOOR_BESIDE_BATCH``; ``_decode_beside_alone`` times the two together).
 ``--kept``: the matched arm keeps claim (b)'s rows at generation (``EngineSet(capture=True)``, as
 a run does) and the table reads them: ``_verify_logits`` then does not appear.
 ``--row-profile N``: then N floor rows of the first prompt decoded alone on the replay model, the
@@ -89,8 +91,10 @@ def main() -> None:
     ap.add_argument("--no-branches", action="store_true", help="floor rows not as graph branches")
     ap.add_argument("--row-profile", type=int, default=0, help="N floor rows profiled")
     ap.add_argument("--kept", action="store_true", help="the verify logits kept at generation")
+    ap.add_argument("--no-beside", action="store_true", help="floor rows after the batch decode")
     a = ap.parse_args()
     _log_graph_errors()
+    numerics.FLOOR_BESIDE_BATCH = not a.no_beside
     p = load_protocol(a.config, sets=a.set)
     plan = make_plan(p)
     matched = plan.arm("matched")
@@ -110,7 +114,8 @@ def main() -> None:
     samples = pd.concat([s for s, _ in parts], ignore_index=True)
     rounds = pd.concat([r for _, r in parts if r is not None], ignore_index=True)
     print("rounds per row: max", int(rounds.groupby(["config_id", "seed"]).size().max()))
-    for name in ("_verify_logits", "decode_logits", "_tvs", "_tv", "_flip", "measure_drift"):
+    names = ("_verify_logits", "decode_logits", "_decode_beside_alone", "_tvs", "_tv", "_flip")
+    for name in (*names, "measure_drift"):
         setattr(numerics, name, _timed(name, getattr(numerics, name)))
     FloorBranches.__call__ = _timed("floor branches", FloorBranches.__call__)  # type: ignore
     kw = dict(arm="matched", K=p.drafter.k, batch_size=p.batch_size, positions=p.positions)
