@@ -15,10 +15,11 @@ import torch
 
 from spectest import schema
 from spectest.models.hf import HFModel, from_preset
-from spectest.numerics import table
+from spectest.numerics import decode
 from spectest.numerics.alone import FloorBranches, alone_logits, concurrent
+from spectest.numerics.decode import _decode_beside_alone, beside_batch, decode_logits
 from spectest.numerics.replay import ReplayStaticModel, replay_model
-from spectest.numerics.table import _decode_beside_alone, beside_batch, decode_logits, drift_table
+from spectest.numerics.table import drift_table
 from spectest.sampling.params import SamplingParams
 
 PROMPT = [1, 2, 3, 4, 5]
@@ -177,11 +178,11 @@ def test_drift_table_runs_the_floor_beside_the_batch_decode(tiny, monkeypatch) -
     """The drift table takes the interleaved path wherever its floor rows run as branches (and
     the one-after-the-other table is the same: ``_check_table``); switched off, it does not."""
     calls = []
-    real = table._decode_beside_alone
-    monkeypatch.setattr(table, "_decode_beside_alone", lambda *a: calls.append(1) or real(*a))
+    real = decode._decode_beside_alone
+    monkeypatch.setattr(decode, "_decode_beside_alone", lambda *a: calls.append(1) or real(*a))
     _check_table(tiny, 1, branches=True)
     assert len(calls) == 1  # one prompt, one batch
-    monkeypatch.setattr(table, "FLOOR_BESIDE_BATCH", False)
+    monkeypatch.setattr(decode, "FLOOR_BESIDE_BATCH", False)
     _check_table(tiny, 1, branches=True)
     assert len(calls) == 1
 

@@ -18,8 +18,9 @@ from spectest.engines.base import DecodeRequest, DrafterSpec, RowSpec, rounds_fr
 from spectest.engines.builtin import speculative_decode
 from spectest.errors import ConfigError
 from spectest.models.zoo import load_model
+from spectest.numerics.decode import decode_logits
 from spectest.numerics.floors import complete_floors, floor_column
-from spectest.numerics.table import decode_logits, drift_table
+from spectest.numerics.table import drift_table
 from spectest.protocol import load_protocol
 from spectest.sampling.mutants import get_variant
 from spectest.sampling.params import SamplingParams

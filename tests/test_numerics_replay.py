@@ -195,7 +195,7 @@ def test_restored_prompt_prefill_gives_the_computed_logits(pair) -> None:
     """The replay model computes a prompt's one-row prefill once and restores it for every later
     prefill of that prompt (each floor row): the logits of every decode are bit-identical to a
     plain static model's, which prefills each time."""
-    from spectest.numerics.table import decode_logits
+    from spectest.numerics.decode import decode_logits
 
     target = pair[0]
     model, ref = replay_model(target, fast=True, static=True), StaticHFModel(target)

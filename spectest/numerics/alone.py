@@ -57,7 +57,7 @@ def alone_logits(
     rows: Sequence[torch.Tensor],  # each [1, T]
     streams: int,
 ) -> Iterator[torch.Tensor]:
-    """Each row decoded alone after ``prompt`` (``table.decode_logits`` of that row, batch 1):
+    """Each row decoded alone after ``prompt`` (``decode.decode_logits`` of that row, batch 1):
     its float32 logits ``[T, V]``, in order, ``streams`` rows at a time.
 
     Notes
@@ -140,7 +140,7 @@ class FloorBranches:
 
     @property
     def stream(self) -> torch.cuda.Stream | None:
-        """The stream the branches run on beside the batch decode (``numerics.table.
+        """The stream the branches run on beside the batch decode (``numerics.decode.
         _decode_beside_alone``), made on first use; None off CUDA."""
         if self._stream is None and self.model.device.type == "cuda":
             self._stream = torch.cuda.Stream(device=self.model.device)
@@ -151,7 +151,7 @@ class FloorBranches:
         self, prompt: torch.Tensor, prompt_ids: Sequence[int], rows: torch.Tensor
     ) -> list[torch.Tensor]:
         """``rows`` ``[R, T]`` each decoded alone after ``prompt`` ``[L]``: their float32 logits
-        ``[T, V]`` (``table.decode_logits`` of each row at batch 1), in order."""
+        ``[T, V]`` (``decode.decode_logits`` of each row at batch 1), in order."""
         outs: list[torch.Tensor] = []
         for _ in self.steps(prompt, prompt_ids, rows, outs):
             pass
@@ -166,8 +166,9 @@ class FloorBranches:
     ) -> Iterator[int]:
         """``__call__`` one step per ``next``, on the current stream: the rows restored, then
         each step's replay (yields the position it gave); ``outs`` is complete once exhausted.
-        ``table.measure_drift`` interleaves them with the batch decode's steps. The caller holds
-        ``torch.no_grad`` (not inference mode: the pools made here are used outside it later)."""
+        ``decode._decode_beside_alone`` interleaves them with the batch decode's steps. The
+        caller holds ``torch.no_grad`` (not inference mode: the pools made here are used
+        outside it later)."""
         R, T = (int(s) for s in rows.shape)
         key = tuple(int(t) for t in prompt_ids)
         self.model.reserve(len(key) + T)  # room for every step (a no-op after the verify's)

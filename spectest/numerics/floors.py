@@ -15,7 +15,8 @@ import torch
 
 from spectest import schema
 from spectest.models.base import LanguageModel
-from spectest.numerics.table import decode_logits, prompt_rows
+from spectest.numerics.decode import decode_logits
+from spectest.numerics.table import prompt_rows
 from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.transforms import logits_to_probs
 from spectest.stats.drift import FLOOR_COLUMNS, FLOOR_ORDER, identically_zero

@@ -20,8 +20,8 @@ import torch
 
 from spectest.generation import load_models
 from spectest.numerics.alone import FloorBranches
+from spectest.numerics.decode import decode_logits
 from spectest.numerics.replay import ReplayStaticModel, replay_model
-from spectest.numerics.table import decode_logits
 from spectest.prompts import prompt_token_ids
 from spectest.protocol.load import load_protocol
 

@@ -9,7 +9,7 @@ on CUDA a prompt's floor rows run as the branches of one CUDA graph per step
 (``numerics.alone.FloorBranches``), inside ``measure_drift``'s time; ``--no-branches``: one at a
 time, or ``--streams N`` (> 1) at once on streams.
 ``--no-beside``: a batch's floor rows after its batch decode, not beside it
-(``numerics.table.FLOOR_BESIDE_BATCH``; ``_decode_beside_alone`` times the two together).
+(``numerics.decode.FLOOR_BESIDE_BATCH``; ``_decode_beside_alone`` times the two together).
 ``--kept``: the matched arm keeps claim (b)'s rows at generation (``EngineSet(capture=True)``, as
 a run does) and the table reads them: ``_verify_logits`` then does not appear.
 ``--row-profile N``: then N floor rows of the first prompt decoded alone on the replay model, the
@@ -34,6 +34,7 @@ import pandas as pd
 import torch
 
 from spectest.generation import EngineSet, generate_shard, run_key
+from spectest.numerics import decode
 from spectest.numerics import table as numerics
 from spectest.numerics.alone import FloorBranches
 from spectest.plan import make_plan
@@ -94,7 +95,7 @@ def main() -> None:
     ap.add_argument("--no-beside", action="store_true", help="floor rows after the batch decode")
     a = ap.parse_args()
     _log_graph_errors()
-    numerics.FLOOR_BESIDE_BATCH = not a.no_beside
+    decode.FLOOR_BESIDE_BATCH = not a.no_beside
     p = load_protocol(a.config, sets=a.set)
     plan = make_plan(p)
     matched = plan.arm("matched")
@@ -114,9 +115,10 @@ def main() -> None:
     samples = pd.concat([s for s, _ in parts], ignore_index=True)
     rounds = pd.concat([r for _, r in parts if r is not None], ignore_index=True)
     print("rounds per row: max", int(rounds.groupby(["config_id", "seed"]).size().max()))
-    names = ("_verify_logits", "decode_logits", "_decode_beside_alone", "_tvs", "_tv", "_flip")
-    for name in (*names, "measure_drift"):
+    for name in ("_verify_logits", "_tvs", "_tv", "_flip", "measure_drift"):
         setattr(numerics, name, _timed(name, getattr(numerics, name)))
+    for name in ("decode_logits", "_decode_beside_alone"):
+        setattr(decode, name, _timed(name, getattr(decode, name)))
     FloorBranches.__call__ = _timed("floor branches", FloorBranches.__call__)  # type: ignore
     kw = dict(arm="matched", K=p.drafter.k, batch_size=p.batch_size, positions=p.positions)
     for label in ("cold", "warm"):
@@ -143,7 +145,7 @@ def main() -> None:
 
 
 def _row_profile(target: Any, prompt_ids: list[int], ps: pd.DataFrame, n: int) -> None:
-    """One floor row decoded alone (``table.decode_logits`` at batch 1 on the replay model),
+    """One floor row decoded alone (``decode.decode_logits`` at batch 1 on the replay model),
     ``n`` rows: the wall per one-row forward, then the same rows under ``torch.profiler``: device
     time per forward and the top kernels. Tells a host-bound floor from a device-bound one."""
     from torch.profiler import ProfilerActivity, profile
@@ -160,7 +162,7 @@ def _row_profile(target: Any, prompt_ids: list[int], ps: pd.DataFrame, n: int) -
 
     def rows(lo: int, hi: int) -> None:
         for r in range(lo, hi):
-            numerics.decode_logits(model, prompt, toks[r : r + 1], keep)
+            decode.decode_logits(model, prompt, toks[r : r + 1], keep)
 
     rows(0, 2)  # captures
     _sync()
