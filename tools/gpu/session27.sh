@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# For the session after 26, on the branch s26-floor-beside (the floor rows beside the batch
+# decode): where does a fresh run with it wait? One call of at most ~8 minutes on an H200.
+# STEPS picks (default "fresh p1"):
+#   fresh  a fresh 32-seed run of seed 001's bf16 plan at P1's pair (the warm-up that did not end
+#          in 150 s on the H100 of session 26) under tools/gpu/run_stacks.py: every thread's
+#          stack if it has not ended in 120 s. Output to a file (a pipe stays open while the
+#          run's spawned processes live); prints its exit, timings and the stacks' spectest
+#          frames; then kills what is left of it.
+#   p1     P1 OLD_TREE against this tree (tools/gpu/identity.sh, P1=1 WARMUP=1 PYC=1).
+#
+#   bash tools/gpu/session27.sh OLD_TREE [OUT]   (OLD_TREE: `git archive COMMIT spectest protocols`)
+set -uo pipefail
+OLD="$1"
+cd "$(dirname "$0")/../.."
+OUT="${2:-${OUT:-/tmp/spectest-session27}}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 SPECTEST_NO_PROGRESS=1 PYTHONPATH="$PWD"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+for step in ${STEPS:-fresh p1}; do
+  echo "=== $step ($(date -u +%H:%M:%S))"
+  case "$step" in
+    fresh)
+      timeout 150 python tools/gpu/run_stacks.py 120 run --config protocols/openinfer-512.yaml \
+        --fast --set batch_size=768 --set models.target=realistic:qwen3-0.6b \
+        --set "models.draft=derived:first_layers,layers=4" --set models.dtype=bfloat16 \
+        --device cuda --set seeds.per_arm=32 --out "$OUT/fresh" --no-progress \
+        > "$OUT/fresh.txt" 2>&1 < /dev/null
+      echo "exit $?"
+      pkill -f "spectest" 2>/dev/null; sleep 2
+      grep -A1 "timings" "$OUT/fresh.txt"
+      grep -E "^(Thread|Current thread)|spectest/" "$OUT/fresh.txt" | head -n 60
+      rm -rf "$OUT/fresh" ;;
+    p1)
+      SIDE_TIMEOUT="${SIDE_TIMEOUT:-150}" WARMUP=1 PYC=1 P1=1 bash tools/gpu/identity.sh "$OLD" "$OUT/p1" ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
+echo "=== done ($(date -u +%H:%M:%S))"
