@@ -11,6 +11,10 @@
 #   WARMUP=1 ...: first a short untimed run of each tree (32 seeds per arm, discarded), so neither
 #        timed side pays the machine's first compiles and loads (on a bare machine the side that
 #        ran first was 4-10 s slower for that alone: results/LOG.md "lead (session 23)")
+#   PYC=1 ...: Python writes byte code (unsets PYTHONDONTWRITEBYTECODE, which the device's machines
+#        set: every process there compiled torch's, transformers' and spectest's sources again,
+#        13-21 s of imports a process on the H100 of session 26), so with WARMUP=1 the timed sides
+#        start as from an installed environment; both trees alike
 #
 # OLD_TREE: a directory holding an older `spectest/` and `protocols/` (e.g. made with
 # `git archive COMMIT spectest protocols | tar -x -C OLD_TREE`). Each tree runs
@@ -25,6 +29,7 @@ OLD="$1"
 OUT="${2:-${OUT:-/tmp/spectest-identity}}"
 mkdir -p "$OUT"
 export SPECTEST_NO_PROGRESS=1 PYTHONUNBUFFERED=1
+if [ -n "${PYC:-}" ]; then unset PYTHONDONTWRITEBYTECODE; fi
 RUN=(--config protocols/top_p.yaml)
 if [ -n "${P1:-}" ]; then
   RUN=(--config protocols/openinfer-512.yaml --fast --set batch_size=768
