@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import pstats
 import time
@@ -116,6 +117,13 @@ def main() -> None:
     kw = dict(arm="matched", K=p.drafter.k, batch_size=p.batch_size, positions=p.positions)
     for label in ("cold", "warm"):
         TIMES.clear()
+        # the cold pass's replay model (its pools: ~22 GB at P1) is in a cycle with its workers:
+        # collected before the warm pass makes its own (on an H100 the warm pass ran out of
+        # memory without this: results/LOG.md "lead (session 26)"; not yet run with it)
+        table = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
         prof = cProfile.Profile()
         _sync()
         t0 = time.perf_counter()
