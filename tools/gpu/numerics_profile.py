@@ -60,6 +60,15 @@ def _timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _free() -> None:
+    """Collect the last pass's replay model before the next makes its own: its pools (~22 GB at
+    P1) are in a cycle with its workers (on an H100 the warm pass ran out of memory without
+    this: results/LOG.md "lead (session 26)"; not yet run with it)."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def _log_graph_errors() -> None:
     """Print every failed CUDA-graph capture with its traceback (``StaticHFModel._graph`` turns
     graphs off silently, keeping the reason in ``graph_error``). Session 11 suspected a failed
@@ -117,13 +126,7 @@ def main() -> None:
     kw = dict(arm="matched", K=p.drafter.k, batch_size=p.batch_size, positions=p.positions)
     for label in ("cold", "warm"):
         TIMES.clear()
-        # the cold pass's replay model (its pools: ~22 GB at P1) is in a cycle with its workers:
-        # collected before the warm pass makes its own (on an H100 the warm pass ran out of
-        # memory without this: results/LOG.md "lead (session 26)"; not yet run with it)
-        table = None
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        _free()
         prof = cProfile.Profile()
         _sync()
         t0 = time.perf_counter()
