@@ -45,9 +45,15 @@ def prespawn(plan: Plan, device: str, procs: int | None) -> ProcessPoolExecutor 
     replays = plan.settings.matched if floor is None else floor.teacher is not None
     if not beside_replay(device, replays, procs):
         return None
-    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    pool = _spawned(1)
     pool.submit(_warm)  # the executor starts its process on the first submit
     return pool
+
+
+def _spawned(workers: int) -> ProcessPoolExecutor:
+    """A pool of ``workers`` spawned processes (this process may hold CUDA, which must not
+    fork)."""
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
 
 
 def _warm() -> None:
@@ -84,8 +90,7 @@ class Comparisons:
     def spawn(self) -> None:
         """Start the comparisons now, in a spawned process (this one may hold CUDA, which
         must not fork): the one started with the run where there is one."""
-        ctx = multiprocessing.get_context("spawn")
-        self._pool, self._warm = self._warm or ProcessPoolExecutor(1, mp_context=ctx), None
+        self._pool, self._warm = self._warm or _spawned(1), None
         self._future = self._pool.submit(_timed_comparisons, *self._args)
 
     def result(self, progress: ProgressFn, timings: dict[str, Any]) -> list[tuple[Arm, Any]]:
@@ -107,9 +112,8 @@ class Comparisons:
                 self._close(kill=False)
         with contextlib.ExitStack() as stack:
             executor = None
-            if self._procs > 1:  # spawn, as above
-                ctx = multiprocessing.get_context("spawn")
-                executor = stack.enter_context(ProcessPoolExecutor(self._procs, mp_context=ctx))
+            if self._procs > 1:
+                executor = stack.enter_context(_spawned(self._procs))
             return compare_all(*self._args, progress, executor=executor)
 
     def _close(self, *, kill: bool) -> None:
