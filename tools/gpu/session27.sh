@@ -4,7 +4,7 @@
 # STEPS picks (default "fresh p1"):
 #   fresh  a fresh 32-seed run of seed 001's bf16 plan at P1's pair (the warm-up that did not end
 #          in 150 s on the H100 of session 26) under tools/gpu/run_stacks.py: every thread's
-#          stack if it has not ended in 120 s. Output to a file (a pipe stays open while the
+#          stack every 45 s (at 45, 90, 135 s; killed at 150 s), GPU use every 10 s. Output to a file (a pipe stays open while the
 #          run's spawned processes live); prints its exit, timings and the stacks' spectest
 #          frames; then kills what is left of it.
 #   p1     P1 OLD_TREE against this tree (tools/gpu/identity.sh, P1=1 WARMUP=1 PYC=1).
@@ -21,7 +21,9 @@ for step in ${STEPS:-fresh p1}; do
   echo "=== $step ($(date -u +%H:%M:%S))"
   case "$step" in
     fresh)
-      timeout 150 python tools/gpu/run_stacks.py 120 run --config protocols/openinfer-512.yaml \
+      timeout 140 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader -l 10 \
+        > "$OUT/smi.txt" 2>&1 &
+      RUN_STACKS_REPEAT=1 timeout 150 python tools/gpu/run_stacks.py 45 run --config protocols/openinfer-512.yaml \
         --fast --set batch_size=768 --set models.target=realistic:qwen3-0.6b \
         --set "models.draft=derived:first_layers,layers=4" --set models.dtype=bfloat16 \
         --device cuda --set seeds.per_arm=32 --out "$OUT/fresh" --no-progress \
@@ -29,7 +31,9 @@ for step in ${STEPS:-fresh p1}; do
       echo "exit $?"
       pkill -f "spectest" 2>/dev/null; sleep 2
       grep -A1 "timings" "$OUT/fresh.txt"
-      grep -E "^(Thread|Current thread)|spectest/" "$OUT/fresh.txt" | head -n 60
+      grep -vE '^  File|^(Thread|Current thread)|^$' "$OUT/fresh.txt" | tail -n 25
+      grep -E "^(Thread|Current thread)|spectest/" "$OUT/fresh.txt" | head -n 200
+      cat "$OUT/smi.txt"
       rm -rf "$OUT/fresh" ;;
     p1)
       SIDE_TIMEOUT="${SIDE_TIMEOUT:-150}" WARMUP=1 PYC=1 P1=1 bash tools/gpu/identity.sh "$OLD" "$OUT/p1" ;;
