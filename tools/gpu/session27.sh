@@ -7,6 +7,7 @@
 #          stack every 45 s (at 45, 90, 135 s; killed at 150 s), GPU use every 10 s. Output to a file (a pipe stays open while the
 #          run's spawned processes live); prints its exit, timings and the stacks' spectest
 #          frames; then kills what is left of it.
+#   freshold  the same with OLD_TREE's spectest (the old path's timings and memory beside it).
 #   p1     P1 OLD_TREE against this tree (tools/gpu/identity.sh, P1=1 WARMUP=1 PYC=1).
 #
 #   bash tools/gpu/session27.sh OLD_TREE [OUT]   (OLD_TREE: `git archive COMMIT spectest protocols`)
@@ -20,21 +21,22 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 for step in ${STEPS:-fresh p1}; do
   echo "=== $step ($(date -u +%H:%M:%S))"
   case "$step" in
-    fresh)
+    fresh|freshold)
+      tree="$PWD"; [ "$step" = freshold ] && tree="$OLD"
       timeout 140 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader -l 10 \
-        > "$OUT/smi.txt" 2>&1 &
-      RUN_STACKS_REPEAT=1 timeout 150 python tools/gpu/run_stacks.py 45 run --config protocols/openinfer-512.yaml \
+        > "$OUT/$step-smi.txt" 2>&1 &
+      PYTHONPATH="$tree" RUN_STACKS_REPEAT=1 timeout 150 python tools/gpu/run_stacks.py 45 run --config protocols/openinfer-512.yaml \
         --fast --set batch_size=768 --set models.target=realistic:qwen3-0.6b \
         --set "models.draft=derived:first_layers,layers=4" --set models.dtype=bfloat16 \
-        --device cuda --set seeds.per_arm=32 --out "$OUT/fresh" --no-progress \
-        > "$OUT/fresh.txt" 2>&1 < /dev/null
+        --device cuda --set seeds.per_arm=32 --out "$OUT/$step" --no-progress \
+        > "$OUT/$step.txt" 2>&1 < /dev/null
       echo "exit $?"
-      pkill -f "spectest" 2>/dev/null; sleep 2
-      grep -A1 "timings" "$OUT/fresh.txt"
-      grep -vE '^  File|^(Thread|Current thread)|^$' "$OUT/fresh.txt" | tail -n 25
-      grep -E "^(Thread|Current thread)|spectest/" "$OUT/fresh.txt" | head -n 200
-      cat "$OUT/smi.txt"
-      rm -rf "$OUT/fresh" ;;
+      pkill -f "run_stacks.py|multiprocessing.spawn" 2>/dev/null; sleep 2
+      grep -A1 "timings" "$OUT/$step.txt"
+      grep -vE '^  File|^(Thread|Current thread)|^$' "$OUT/$step.txt" | tail -n 25
+      grep -E "^(Thread|Current thread)|spectest/|^mem" "$OUT/$step.txt" | head -n 200
+      cat "$OUT/$step-smi.txt"
+      rm -rf "$OUT/$step" ;;
     p1)
       SIDE_TIMEOUT="${SIDE_TIMEOUT:-150}" WARMUP=1 PYC=1 P1=1 bash tools/gpu/identity.sh "$OLD" "$OUT/p1" ;;
     *) echo "unknown step $step" ;;
