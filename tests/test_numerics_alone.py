@@ -15,6 +15,7 @@ import torch
 
 from spectest import schema
 from spectest.models.hf import HFModel, from_preset
+from spectest.models.streams import POOL_STREAMS, capture_stream
 from spectest.numerics import decode
 from spectest.numerics.alone import FloorBranches, alone_logits, concurrent
 from spectest.numerics.decode import _decode_beside_alone, beside_batch, decode_logits
@@ -103,7 +104,7 @@ def _check_branches(target: HFModel, device: str) -> FloorBranches:
     return branches
 
 
-def _check_beside(target: HFModel, device: str) -> None:
+def _check_beside(target: HFModel, device: str) -> tuple[ReplayStaticModel, FloorBranches]:
     """A batch of 12 rows decoded (5 measured) with 3 of its rows decoded alone as branches,
     their steps interleaved (on CUDA the branches on a stream of their own): the batch's logits
     and each row's alone equal one after the other, bit for bit, in the capturing pass and in
@@ -126,6 +127,7 @@ def _check_beside(target: HFModel, device: str) -> None:
             assert torch.equal(g, w)
     assert branches.graph_error is None
     assert (branches.stream is not None) == (device == "cuda")
+    return model, branches
 
 
 def _check_table(target: HFModel, streams: int, branches: bool = False) -> None:
@@ -239,3 +241,30 @@ def test_cuda_bf16_branches_are_bit_identical() -> None:
     drift_table(model, samples, rounds, {"p0": PROMPT}, cfg, arm="matched", K=2, batch_size=12,
                 positions=T, rows_per_cell=4, floor_rows_per_cell=3, fast=True)  # fmt: skip
     assert len(model._workers) == 6  # the default on CUDA: branches
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_branches_beside_the_batch_hold_workspaces_of_their_own() -> None:
+    """At every position of torch's round-robin stream pool, the branches' stream and the
+    workers' streams are pairwise distinct and none is the graph-capture stream, whose cuBLAS
+    workspace the batch decode's graphs keep (``ReplayStaticModel.streams_apart``; a fresh P1
+    run stalled with the GPU at 100 % when a branch drew it: results/LOG.md "lead (session
+    27)"); then the interleaved batch and floor rows are bit-identical, each branch captured on
+    a stream apart too."""
+    target = from_preset("qwen3-tiny", seed=5, device="cuda", dtype=torch.bfloat16,
+                         logit_scale=12.0, num_hidden_layers=3)  # fmt: skip
+    cap = int(capture_stream().cuda_stream)
+
+    def apart(streams: list[torch.cuda.Stream | None], n: int) -> None:
+        handles = [int(s.cuda_stream) for s in streams if s is not None]
+        assert len(handles) == n and len(set(handles)) == n and cap not in handles
+
+    for k in range(POOL_STREAMS):
+        for _ in range(k):
+            torch.cuda.Stream()
+        model = _replay(target)
+        branches = FloorBranches(model)
+        apart([branches.stream, *(w.stream for w in model.workers(4))], 1 + 4)
+    model, branches = _check_beside(target, "cuda")
+    apart([branches.stream, *branches._branches, *(w.stream for w in model.workers(3))], 7)

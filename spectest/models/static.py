@@ -142,6 +142,9 @@ class StaticHFModel(LanguageModel):
         self.cuda_graphs = bool(cuda_graphs) and base.device.type == "cuda"
         self._pools: dict[int, _StaticKV] = {}
         self._graphs: dict[tuple[int, int, int], _Graph] = {}
+        # the stream its graphs are captured on, so they keep its cuBLAS workspace (a replay
+        # worker's own: ``models.streams``); None: torch's default capture stream
+        self.stream: torch.cuda.Stream | None = None
         # CUDA-graph memory: one pool shared by every capture of this model (scratch only) and one
         # logits buffer per (B, S) outside it (the NOTE in ``_Graph``)
         self._graph_pool: Any = None
@@ -341,7 +344,10 @@ class _Graph:
             # thread_local: another thread's CUDA calls (the tooth sizes beside generation,
             # ``teeth_phase``) neither fail nor break this capture; its forwards wait (CONFIG_LOCK)
             with torch.cuda.graph(
-                self.graph, pool=model._pool_handle(), capture_error_mode="thread_local"
+                self.graph,
+                pool=model._pool_handle(),
+                stream=model.stream,
+                capture_error_mode="thread_local",
             ):
                 model._eager(self.kv, self.ids, self.mask, self.pos, self.new, out=self.out)
 

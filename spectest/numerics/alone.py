@@ -127,7 +127,10 @@ class FloorBranches:
     (tests/test_numerics_alone.py). The graphs hold the workers' one-row pools they were
     captured on and are captured again when a pool was replaced (``reserve``). They share one
     memory pool for their scratch; inputs, outputs and pools live outside it, so no graph reads
-    what another wrote there.
+    what another wrote there. Each branch is captured on a stream of its own and the graph runs
+    beside the batch decode on another (``stream``), all drawn apart from the streams the replay
+    model, its workers and torch's graph capture use (``ReplayStaticModel.streams_apart``), so no
+    GEMM beside another holds its cuBLAS workspace (``models.streams``).
     """
 
     def __init__(self, model: ReplayStaticModel) -> None:
@@ -137,13 +140,15 @@ class FloorBranches:
         self._graphs: dict[tuple[int, int], tuple[Any, ...]] = {}
         self._mempool: Any = None
         self._stream: torch.cuda.Stream | None = None
+        self._branches: list[torch.cuda.Stream] = []  # one per branch, apart (``_capture``)
 
     @property
     def stream(self) -> torch.cuda.Stream | None:
         """The stream the branches run on beside the batch decode (``numerics.decode.
         _decode_beside_alone``), made on first use; None off CUDA."""
         if self._stream is None and self.model.device.type == "cuda":
-            self._stream = torch.cuda.Stream(device=self.model.device)
+            with contextlib.suppress(RuntimeError):  # none apart left: the caller's, in turn
+                self._stream = self.model.streams_apart(1)[0]
         return self._stream
 
     @torch.no_grad()  # not inference mode: the pools it makes are used outside it later
@@ -231,7 +236,9 @@ class FloorBranches:
         mask[0, 0, W - 1] = True  # warm-up queries attend to a slot no live row uses yet
         pos = torch.zeros((1, 1), dtype=torch.int64, device=dev)
         new = torch.tensor([W - 1], device=dev)
-        streams = [torch.cuda.Stream(device=dev) for _ in workers]
+        if len(self._branches) < R:  # each branch's GEMMs keep a cuBLAS workspace of its own
+            self._branches += self.model.streams_apart(R - len(self._branches))
+        streams = self._branches[:R]
         main = torch.cuda.current_stream(dev)
         warm = []
         for i, (w, s) in enumerate(zip(workers, streams, strict=True)):

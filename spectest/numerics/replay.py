@@ -6,6 +6,8 @@ Knows nothing about rounds, rows or the drift decision. Details: docs/internals.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from spectest.models.base import Cache, LanguageModel
@@ -52,7 +54,8 @@ class ReplayStaticModel(StaticHFModel):
         super().__init__(base, **kw)  # type: ignore[arg-type]
         self._prefills: dict[tuple[int, ...], tuple[list[torch.Tensor], ...]] = {}
         self._workers: list[ReplayStaticModel] = []
-        self.stream: torch.cuda.Stream | None = None  # a worker's own stream (``workers``)
+        # the streams handed out beside this model's work and its workers' (``streams_apart``)
+        self._apart: list[torch.cuda.Stream] = []
 
     def prefill_shared(self, prompt: torch.Tensor, batch_size: int) -> tuple[Cache, torch.Tensor]:
         assert prompt.dim() == 1, prompt.shape
@@ -88,7 +91,9 @@ class ReplayStaticModel(StaticHFModel):
     def workers(self, n: int) -> list[ReplayStaticModel]:
         """``n`` models for concurrent one-row decodes (``numerics.alone``): this one, then models
         on the same weights sharing its kept prefills, each with its own pools, CUDA graphs and
-        graph memory, and (on CUDA) each with its own stream; all at this one's ``max_slots``.
+        graph memory, and (on CUDA) each with its own stream, apart from the others' and from
+        torch's capture stream (``streams_apart``: its graphs are captured on it, so no two
+        workers share a cuBLAS workspace); all at this one's ``max_slots``.
 
         Notes
         -----
@@ -99,7 +104,9 @@ class ReplayStaticModel(StaticHFModel):
         cuda = self.device.type == "cuda"
         while len(self._workers) < n:
             w = self if not self._workers else self._worker()
-            w.stream = torch.cuda.Stream(device=self.device) if cuda else None
+            w.stream = None  # without one (CPU, or no stream apart left): the caller's stream
+            with contextlib.suppress(RuntimeError):
+                w.stream = self.streams_apart(1)[0] if cuda else None
             self._workers.append(w)
         grow = [w for w in self._workers[:n] if w.max_slots < self.max_slots]
         if grow and cuda:
@@ -107,6 +114,20 @@ class ReplayStaticModel(StaticHFModel):
         for w in grow:
             w.reserve(self.max_slots)
         return self._workers[:n]
+
+    def streams_apart(self, n: int) -> list[torch.cuda.Stream]:
+        """``n`` streams that share no cuBLAS workspace with any this model or its workers
+        handed out before, the caller's stream or torch's capture stream
+        (``models.streams.apart``; ``RuntimeError`` when the pool has none left): for a worker,
+        and for ``numerics.alone.FloorBranches``' branches and their stream."""
+        from spectest.models.streams import apart
+
+        current = torch.cuda.current_stream(self.device)
+        if all(int(s.cuda_stream) != int(current.cuda_stream) for s in self._apart):
+            self._apart.append(current)  # the caller's stream is in use from here on
+        got = apart(self.device, n, avoid=self._apart)
+        self._apart.extend(got)
+        return got
 
     def _worker(self) -> ReplayStaticModel:
         w = ReplayStaticModel(
@@ -120,6 +141,7 @@ class ReplayStaticModel(StaticHFModel):
             decode_kernel=self.decode_kernel,
         )
         w._prefills = self._prefills
+        w._apart = self._apart  # one record of the streams in use
         return w
 
 
