@@ -7,6 +7,8 @@
 #          stack every 45 s (at 45, 90, 135 s; killed at 150 s), GPU use every 10 s. Output to a file (a pipe stays open while the
 #          run's spawned processes live); prints its exit, timings and the stacks' spectest
 #          frames; then kills what is left of it.
+#   gpu    the streams' and the floor rows' GPU tests (tests/test_models_streams.py and the
+#          numerics' -m gpu tests).
 #   freshold  the same with OLD_TREE's spectest (the old path's timings and memory beside it).
 #   p1     P1 OLD_TREE against this tree (tools/gpu/identity.sh, P1=1 WARMUP=1 PYC=1).
 #
@@ -37,6 +39,9 @@ for step in ${STEPS:-fresh p1}; do
       grep -E "^(Thread|Current thread)|spectest/|^mem" "$OUT/$step.txt" | head -n 200
       cat "$OUT/$step-smi.txt"
       rm -rf "$OUT/$step" ;;
+    gpu)
+      timeout 200 python -m pytest -q -m gpu -p no:cacheprovider tests/test_models_streams.py \
+        tests/test_numerics_alone.py tests/test_numerics_replay.py < /dev/null 2>&1 | tail -n 15 ;;
     p1)
       SIDE_TIMEOUT="${SIDE_TIMEOUT:-150}" WARMUP=1 PYC=1 P1=1 bash tools/gpu/identity.sh "$OLD" "$OUT/p1" ;;
     *) echo "unknown step $step" ;;
