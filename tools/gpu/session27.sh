@@ -41,7 +41,8 @@ for step in ${STEPS:-fresh p1}; do
       rm -rf "$OUT/$step" ;;
     gpu)
       timeout 200 python -m pytest -q -m gpu -p no:cacheprovider tests/test_models_streams.py \
-        tests/test_numerics_alone.py tests/test_numerics_replay.py < /dev/null 2>&1 | tail -n 15 ;;
+        tests/test_numerics_alone.py tests/test_numerics_replay.py > "$OUT/gpu.txt" 2>&1 < /dev/null
+      echo "exit $?"; tail -n 15 "$OUT/gpu.txt" ;;
     p1)
       SIDE_TIMEOUT="${SIDE_TIMEOUT:-150}" WARMUP=1 PYC=1 P1=1 bash tools/gpu/identity.sh "$OLD" "$OUT/p1" ;;
     *) echo "unknown step $step" ;;
