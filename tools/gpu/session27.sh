@@ -9,6 +9,7 @@
 #          frames; then kills what is left of it.
 #   gpu    the streams' and the floor rows' GPU tests (tests/test_models_streams.py and the
 #          numerics' -m gpu tests).
+#   torchws  whether this torch has clearCublasWorkspacesForStream (pytorch#175276).
 #   freshold  the same with OLD_TREE's spectest (the old path's timings and memory beside it).
 #   p1     P1 OLD_TREE against this tree (tools/gpu/identity.sh, P1=1 WARMUP=1 PYC=1).
 #
@@ -43,6 +44,9 @@ for step in ${STEPS:-fresh p1}; do
       timeout 200 python -m pytest -q -m gpu -p no:cacheprovider tests/test_models_streams.py \
         tests/test_numerics_alone.py tests/test_numerics_replay.py > "$OUT/gpu.txt" 2>&1 < /dev/null
       echo "exit $?"; tail -n 15 "$OUT/gpu.txt" ;;
+    torchws)  # does this torch clear a stream's cuBLAS workspaces when a graph captured on it
+      # is destroyed (pytorch#175276; the sharing bug of pytorch#193402)?
+      python -c 'import os, torch; lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cuda.so"); print(torch.__version__, torch.version.cuda, "clearCublasWorkspacesForStream" in open(lib, "rb").read().decode("latin-1"))' ;;
     p1)
       SIDE_TIMEOUT="${SIDE_TIMEOUT:-150}" WARMUP=1 PYC=1 P1=1 bash tools/gpu/identity.sh "$OLD" "$OUT/p1" ;;
     *) echo "unknown step $step" ;;
