@@ -28,12 +28,14 @@ for step in ${STEPS:-fresh p1}; do
       tree="$PWD"; [ "$step" = freshold ] && tree="$OLD"
       timeout 140 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader -l 10 \
         > "$OUT/$step-smi.txt" 2>&1 &
+      smi=$!
       PYTHONPATH="$tree" RUN_STACKS_REPEAT=1 timeout 150 python tools/gpu/run_stacks.py 45 run --config protocols/openinfer-512.yaml \
         --fast --set batch_size=768 --set models.target=realistic:qwen3-0.6b \
         --set "models.draft=derived:first_layers,layers=4" --set models.dtype=bfloat16 \
         --device cuda --set seeds.per_arm=32 --out "$OUT/$step" --no-progress \
         > "$OUT/$step.txt" 2>&1 < /dev/null
       echo "exit $?"
+      kill "$smi" 2>/dev/null
       pkill -f "run_stacks.py|multiprocessing.spawn" 2>/dev/null; sleep 2
       grep -A1 "timings" "$OUT/$step.txt"
       grep -vE '^  File|^(Thread|Current thread)|^$' "$OUT/$step.txt" | tail -n 25
