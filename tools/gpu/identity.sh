@@ -11,6 +11,8 @@
 #   WARMUP=1 ...: first a short untimed run of each tree (32 seeds per arm, discarded), so neither
 #        timed side pays the machine's first compiles and loads (on a bare machine the side that
 #        ran first was 4-10 s slower for that alone: results/LOG.md "lead (session 23)")
+#   ORDER="new old" ...: the timed sides in that order (on a bare machine the first pays its
+#        first compiles: put the tree under test first to measure it conservatively)
 #   PYC=1 ...: Python writes byte code (unsets PYTHONDONTWRITEBYTECODE, which the device's machines
 #        set: every process there compiled torch's, transformers' and spectest's sources again,
 #        13-21 s of imports a process on the H100 of session 26), so with WARMUP=1 the timed sides
@@ -45,7 +47,7 @@ if [ -n "${WARMUP:-}" ]; then
     echo "== warm-up $side: exit $?"; rm -rf "$OUT/warmup-$side"
   done
 fi
-for side in old new; do
+for side in ${ORDER:-old new}; do
   tree="$PWD"; [ "$side" = old ] && tree="$(cd "$OLD" && pwd)"
   t0=$(date +%s)
   if [ -n "${FRESH_TRITON:-}" ]; then export TRITON_CACHE_DIR="${TMPDIR:-/tmp}/spectest-triton-$side"; rm -rf "$TRITON_CACHE_DIR"; fi
