@@ -8,6 +8,9 @@ graphs, one stream per worker or one graph per step, where the rows really run a
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -139,13 +142,13 @@ def _check_table(target: HFModel, streams: int, branches: bool = False) -> None:
               floor_rows_per_cell=3, fast=True)  # fmt: skip
     one = _replay(target)
     slow = drift_table(one, samples, rounds, {"p0": PROMPT}, cfg, streams=1, branches=False, **kw)
-    assert one._workers == []  # one at a time: no workers
+    assert one.workers_made == 0  # one at a time: no workers
     many = _replay(target)
     fast = drift_table(
         many, samples, rounds, {"p0": PROMPT}, cfg, streams=streams, branches=branches, **kw
     )
     # ... at once: the workers ran the floor rows (a batch of 12 rows holds 3 + 3 floor rows)
-    assert len(many._workers) == (6 if branches else streams)
+    assert many.workers_made == (6 if branches else streams)
     assert fast["floor_tv"].notna().sum() == 2 * 3 * T
     pd.testing.assert_frame_equal(fast, slow, check_exact=True)
 
@@ -204,6 +207,20 @@ def test_drift_table_floor_as_branches_equals_one_at_a_time_on_cpu(tiny) -> None
     _check_table(tiny, 1, branches=True)
 
 
+def test_replay_model_with_workers_is_freed_without_the_collector(tiny) -> None:
+    """A replay model that made workers holds no reference cycle: dropping it frees it (and its
+    pools, ~22 GB at P1) at once, not at the garbage collector's next pass."""
+    model = _replay(tiny)
+    assert len(model.workers(3)) == 3 and model.workers_made == 3
+    ref = weakref.ref(model)
+    gc.disable()
+    try:
+        del model
+        assert ref() is None
+    finally:
+        gc.enable()
+
+
 def test_cpu_drift_table_keeps_one_at_a_time() -> None:
     """On CPU ``drift_table`` runs on the loaded model (not a replay model): no concurrency."""
     tiny = from_preset("qwen3-tiny")
@@ -240,7 +257,7 @@ def test_cuda_bf16_branches_are_bit_identical() -> None:
     cfg = [(f"c{i}", p) for i, p in enumerate(PARAMS)]
     drift_table(model, samples, rounds, {"p0": PROMPT}, cfg, arm="matched", K=2, batch_size=12,
                 positions=T, rows_per_cell=4, floor_rows_per_cell=3, fast=True)  # fmt: skip
-    assert len(model._workers) == 6  # the default on CUDA: branches
+    assert model.workers_made == 6  # the default on CUDA: branches
 
 
 @pytest.mark.gpu

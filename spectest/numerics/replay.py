@@ -53,7 +53,10 @@ class ReplayStaticModel(StaticHFModel):
     def __init__(self, base: HFModel, **kw: object) -> None:
         super().__init__(base, **kw)  # type: ignore[arg-type]
         self._prefills: dict[tuple[int, ...], tuple[list[torch.Tensor], ...]] = {}
-        self._workers: list[ReplayStaticModel] = []
+        # the workers beside this one, the first worker (``workers``): not itself, so no
+        # reference cycle keeps its pools past the replay
+        self._others: list[ReplayStaticModel] = []
+        self.workers_made = 0  # this one included, once it is a worker
         # the streams handed out beside this model's work and its workers' (``streams_apart``)
         self._apart: list[torch.cuda.Stream] = []
 
@@ -102,18 +105,21 @@ class ReplayStaticModel(StaticHFModel):
         computed (``alone_logits`` computes them on the caller's stream first).
         """
         cuda = self.device.type == "cuda"
-        while len(self._workers) < n:
-            w = self if not self._workers else self._worker()
+        while self.workers_made < n:
+            w = self if not self.workers_made else self._worker()
             w.stream = None  # without one (CPU, or no stream apart left): the caller's stream
             with contextlib.suppress(RuntimeError):
                 w.stream = self.streams_apart(1)[0] if cuda else None
-            self._workers.append(w)
-        grow = [w for w in self._workers[:n] if w.max_slots < self.max_slots]
+            if w is not self:
+                self._others.append(w)
+            self.workers_made += 1
+        team = [self, *self._others][:n]
+        grow = [w for w in team if w.max_slots < self.max_slots]
         if grow and cuda:
             torch.cuda.synchronize(self.device)  # growing drops graphs: none may be in flight
         for w in grow:
             w.reserve(self.max_slots)
-        return self._workers[:n]
+        return team
 
     def streams_apart(self, n: int) -> list[torch.cuda.Stream]:
         """``n`` streams that share no cuBLAS workspace with any this model or its workers
