@@ -145,7 +145,8 @@ class FloorBranches:
     @property
     def stream(self) -> torch.cuda.Stream | None:
         """The stream the branches run on beside the batch decode (``numerics.decode.
-        _decode_beside_alone``), made on first use; None off CUDA."""
+        _decode_beside_alone``), drawn apart on first use; None off CUDA or when no stream
+        apart is left (the branches then run on the caller's stream, in turn)."""
         if self._stream is None and self.model.device.type == "cuda":
             with contextlib.suppress(RuntimeError):  # none apart left: the caller's, in turn
                 self._stream = self.model.streams_apart(1)[0]
