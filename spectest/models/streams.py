@@ -19,9 +19,10 @@ def capture_stream() -> torch.cuda.Stream:
     captured yet, as ``torch.cuda.graph`` would make it): the stream whose cuBLAS workspace
     every graph captured without a stream of its own keeps."""
     graph = torch.cuda.graph
-    if getattr(graph, "default_capture_stream", None) is None:  # torch's class attribute
-        graph.default_capture_stream = torch.cuda.Stream()
-    return graph.default_capture_stream
+    stream = getattr(graph, "default_capture_stream", None)  # torch's class attribute
+    if stream is None:
+        stream = graph.default_capture_stream = torch.cuda.Stream()
+    return stream
 
 
 def apart(
