@@ -148,8 +148,7 @@ class FloorBranches:
         _decode_beside_alone``), drawn apart on first use; None off CUDA or when no stream
         apart is left (the branches then run on the caller's stream, in turn)."""
         if self._stream is None and self.model.device.type == "cuda":
-            with contextlib.suppress(RuntimeError):  # none apart left: the caller's, in turn
-                self._stream = self.model.streams_apart(1)[0]
+            self._stream = self.model.stream_apart()
         return self._stream
 
     @torch.no_grad()  # not inference mode: the pools it makes are used outside it later

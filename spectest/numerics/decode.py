@@ -91,9 +91,8 @@ def _decode_beside_alone(
     alone_toks = toks[list(rows)]  # [R, T] on the caller's stream, before the branches wait
     dec, batch = _decoding(target, prompt, toks, keep)  # the prompt's kept prefill, restored
     side = branches.stream
-    main = torch.cuda.current_stream(dev) if side is not None else None
-    if side is not None and main is not None:
-        side.wait_stream(main)
+    if side is not None:
+        side.wait_stream(torch.cuda.current_stream(dev))
     alone: list[torch.Tensor] = []
     floor = branches.steps(prompt, prompt_ids, alone_toks, alone)
     live = [(batch, None), (floor, side)]
@@ -102,7 +101,8 @@ def _decode_beside_alone(
             with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
                 if next(gen, None) is None:
                     live.remove((gen, stream))
-    if side is not None and main is not None:
+    if side is not None:
+        main = torch.cuda.current_stream(dev)
         main.wait_stream(side)
         for x in alone:
             x.record_stream(main)

@@ -6,8 +6,6 @@ Knows nothing about rounds, rows or the drift decision. Details: docs/internals.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from spectest.models.base import Cache, LanguageModel
@@ -107,9 +105,8 @@ class ReplayStaticModel(StaticHFModel):
         cuda = self.device.type == "cuda"
         while self.workers_made < n:
             w = self if not self.workers_made else self._worker()
-            w.stream = None  # without one (CPU, or no stream apart left): the caller's stream
-            with contextlib.suppress(RuntimeError):
-                w.stream = self.streams_apart(1)[0] if cuda else None
+            if cuda:  # without one (CPU, or no stream apart left): the caller's stream
+                w.stream = self.stream_apart()
             if w is not self:
                 self._others.append(w)
             self.workers_made += 1
@@ -134,6 +131,14 @@ class ReplayStaticModel(StaticHFModel):
         got = apart(self.device, n, avoid=self._apart)
         self._apart.extend(got)
         return got
+
+    def stream_apart(self) -> torch.cuda.Stream | None:
+        """One stream as ``streams_apart`` hands out, or None when the pool has none left (the
+        caller then issues on its own stream, one thing after another)."""
+        try:
+            return self.streams_apart(1)[0]
+        except RuntimeError:
+            return None
 
     def _worker(self) -> ReplayStaticModel:
         w = ReplayStaticModel(

@@ -64,9 +64,10 @@ def _timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _free() -> None:
-    """Collect the last pass's replay model before the next makes its own: its pools (~22 GB at
-    P1) are in a cycle with its workers (on an H100 the warm pass ran out of memory without
-    this: results/LOG.md "lead (session 26)"; not yet run with it)."""
+    """Free the last pass's replay model before the next makes its own, and return its pools
+    (~22 GB at P1) to the device: on an H100 the warm pass ran out of memory without this
+    (results/LOG.md "lead (session 26)", when the model's own worker list kept it in a cycle;
+    session 27 removed the cycle). Not yet run on the device."""
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
