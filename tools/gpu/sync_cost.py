@@ -1,0 +1,162 @@
+"""What the shortlist's one host sync per call costs the fast arms (issue 32, P2).
+
+Each ``shortlist_probs`` call reads two flags to the host (finiteness, decidability) before its
+law is used: one sync per plain step and K + 1 per speculative round. This tool times P2's
+fast arms in one process with that call as shipped (``sync``) and with the read left out
+(``nosync``: the flags summed on the device and read once after the run; the tokens are only
+valid when that sum is 0, which it prints), alternating run by run, and from one profiled run
+per arm and mode the device's busy share (the union of kernel intervals over the wall).
+
+    PYTHONPATH=. python tools/gpu/sync_cost.py [--rows 1024,256] [--repeat 3]
+    (``--device cpu --rows 2 --positions 4``: a smoke test anywhere)
+
+Prints one line per (rows, arm, mode): median wall, rows/s, nosync/sync, busy share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from spectest import bench
+from spectest.engines import fast
+from spectest.sampling import shortlist as sl
+from spectest.sampling.laws import ShortlistLaw
+from spectest.sampling.params import SamplingTensors
+
+FLAGS: list[torch.Tensor] = []  # device sums of (not finite | undecided), nosync mode
+
+
+def shortlist_nosync(
+    logits: torch.Tensor, params: SamplingTensors, *, width: int = sl.DEFAULT_WIDTH
+) -> ShortlistLaw | None:
+    """``shortlist_probs`` for a filtered batch, its flags kept on the device (FLAGS)."""
+    B, S, V = sl.logits_dims(logits)
+    if width >= V:
+        return None
+    x = logits.reshape(B * S, V)
+    invalid, unfiltered, n_no_k, n_min_p = sl._host_flags(params, V, True)
+    assert not invalid and not unfiltered, "nosync: filtered, valid rows only"
+    lo, hi = sl._extremes(x)
+    bad = ~(torch.isfinite(lo) & torch.isfinite(hi)).all()
+    p = params.per_position(S, logits.device)
+    ids, probs, ok = sl._filtered(x, p, width, (n_no_k * S, n_min_p * S), hi)
+    FLAGS.append(bad | ~ok.all())
+    shape = (*logits.shape[:-1], width)
+    return ShortlistLaw(ids.reshape(shape), probs.reshape(shape), V)
+
+
+SYNC = fast.FAST
+NOSYNC = dataclasses.replace(fast.FAST, shortlist=shortlist_nosync)
+
+
+def busy_share(fn: Any, device: str) -> tuple[float, float]:
+    """(wall s, device busy share) of one profiled ``fn()``: the union of kernel intervals."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t = time.perf_counter()
+        fn()
+        bench._sync(device)
+        wall = time.perf_counter() - t
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = json.loads(Path(f.name).read_text())["traceEvents"]
+    spans = sorted(
+        (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
+        for e in events
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    )
+    busy, end = 0.0, -1.0
+    for a, b in spans:
+        if b > end:
+            busy += b - max(a, end)
+            end = b
+    first = spans[0][0] if spans else 0.0
+    return wall, busy / max(end - first, 1e-9) if spans else 0.0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", default="1024,256")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--positions", type=int, default=32)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--arms", default="fast-plain,fast-spec")
+    ap.add_argument("--target", default="realistic:qwen3-0.6b")
+    ap.add_argument("--draft", default="derived:first_layers,layers=4")
+    a = ap.parse_args()
+    from spectest.engines.base import Models, check_output
+    from spectest.models.zoo import load_pair
+
+    dtype = "bfloat16" if a.device.startswith("cuda") else None
+    target, draft = load_pair(a.target, a.draft, device=a.device, dtype=dtype, seed=0)
+    for rows in (int(r) for r in a.rows.split(",")):
+        cfg = bench.BenchConfig(
+            target=a.target,
+            draft=a.draft,
+            device=a.device,
+            rows=rows,
+            positions=a.positions,
+            onehot=False,
+            arms=tuple(a.arms.split(",")),
+        )
+        prompt, _ = bench.bench_prompt(cfg, target.vocab_size)
+        b = bench._Bench(cfg, Models(target, draft), print, prompt)
+        arms = [bench.parse_arm(x) for x in cfg.arms]
+        for arm in arms:
+            b.warm(arm, False)
+        walls: dict[tuple[str, str], list[float]] = {}
+        for _ in range(a.repeat):
+            for arm in arms:
+                for mode, pipe in (("sync", SYNC), ("nosync", NOSYNC)):
+                    fast.FAST = pipe
+                    FLAGS.clear()
+                    job = b.job(arm, rows, False)
+                    bench._sync(a.device)
+                    t = time.perf_counter()
+                    out = b.engine(arm.engine).generate(job)
+                    bench._sync(a.device)
+                    walls.setdefault((arm.label, mode), []).append(time.perf_counter() - t)
+                    check_output(out, job, target.vocab_size, arm.engine)
+                    if out.rounds is not None and len(out.rounds) and _ == 0 and mode == "sync":
+                        per_row = out.rounds.groupby("row").size()
+                        q = per_row.quantile([0.5, 0.9, 0.99, 1.0]).tolist()
+                        used = per_row.sum() / (len(per_row) * per_row.max())
+                        print(
+                            f"rows {rows} {arm.label}: rounds per row p50/p90/p99/max {q}, "
+                            f"active share of the batch's rounds {used:.1%}"
+                        )
+                    if FLAGS:
+                        n = int(torch.stack(FLAGS).sum())
+                        assert n == 0, f"nosync: {n} calls undecided or not finite"
+        for arm in arms:
+            base = statistics.median(walls[(arm.label, "sync")])
+            for mode, pipe in (("sync", SYNC), ("nosync", NOSYNC)):
+                fast.FAST = pipe
+                w = statistics.median(walls[(arm.label, mode)])
+                job = b.job(arm, rows, False)
+                pwall, share = busy_share(
+                    functools.partial(b.engine(arm.engine).generate, job), a.device
+                )
+                print(
+                    f"rows {rows} {arm.label} {mode}: median {w:.3f} s "
+                    f"({min(walls[(arm.label, mode)]):.3f}-{max(walls[(arm.label, mode)]):.3f}), "
+                    f"{rows / w:.1f} rows/s, {base / w:.3f}x sync; profiled {pwall:.3f} s, "
+                    f"device busy {share:.1%}"
+                )
+        fast.FAST = SYNC
+        b.close()
+
+
+if __name__ == "__main__":
+    main()
