@@ -9,6 +9,7 @@ Batching, RNG, the speculative loop and truncation: docs/internals-engines.md.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
@@ -33,7 +34,14 @@ from spectest.models.base import LanguageModel
 from spectest.sampling.draw import argmax_tokens, categorical
 from spectest.sampling.mutants import SpecVariant, get_variant, stack_q
 from spectest.sampling.params import SamplingTensors
-from spectest.sampling.pipeline import REFERENCE, Pipeline, RoundSampler
+from spectest.sampling.pipeline import (
+    DEFERRED_EVERY,
+    REFERENCE,
+    Pipeline,
+    RoundSampler,
+    deferred_first,
+)
+from spectest.sampling.shortlist import Deferred
 from spectest.sampling.transforms import logits_to_probs
 from spectest.seeding import (
     STREAM_PLAIN,
@@ -75,12 +83,10 @@ def plain_decode(
     wb_draft = _whitebox_draft(model, draft, drafter) if req.whitebox else None
     if wb_draft is not None:
         wb_draft[0].reserve(len(prompt_t) + T)
-    chunks, wb_parts = [], []
+    chunks, wb_parts, defer = [], [], True
     for lo, part, keys, params in _chunks(req, model.device):
-        rec = None
-        if req.whitebox:
-            rec = PlainObserver(prompt_t, len(part), T, pipeline, params, wb_draft)
-        toks = _plain_chunk(model, prompt_t, keys, params, T, rec, pipeline)
+        run = functools.partial(_plain_chunk, model, req, prompt_t, keys, params, wb_draft)
+        (toks, rec), defer = deferred_first(pipeline, model.device, defer, run)  # [B, T]
         chunks.append(toks.cpu())
         if rec is not None:
             wb_parts.append(_wb_frame(rec, T, req.whitebox_roles))
@@ -91,14 +97,17 @@ def plain_decode(
 
 def _plain_chunk(
     model: LanguageModel,
+    req: DecodeRequest,
     prompt: torch.Tensor,
     keys: torch.Tensor,
     params: SamplingTensors,
-    T: int,
-    observer: PlainObserver | None = None,
-    pipeline: Pipeline = REFERENCE,
-) -> torch.Tensor:
-    B = int(keys.shape[0])
+    wb_draft: tuple[LanguageModel, DrafterSpec] | None,
+    pipeline: Pipeline,
+) -> tuple[torch.Tensor, PlainObserver | None]:
+    """One chunk of ``plain_decode`` on ``pipeline``: tokens ``[B, T]`` and its observer."""
+    B, T, observer = int(keys.shape[0]), req.num_positions, None
+    if req.whitebox:
+        observer = PlainObserver(prompt, B, T, pipeline, params, wb_draft)
     cache, prompt_logits = model.prefill_shared(prompt, B)  # one prompt forward for B rows
     logits = prompt_logits[-1].expand(B, -1)  # [B, V] next-token logits
     out = torch.empty((B, T), dtype=torch.int64, device=model.device)  # [B, T]
@@ -109,9 +118,11 @@ def _plain_chunk(
         out[:, t] = law.draw(u, check=pipeline.check)  # [B] (a shortlist draws the dense token)
         if observer is not None:
             observer.on_token(law, out[:, t], t)
+        if pipeline.deferred is not None and (t % DEFERRED_EVERY == 0 or t + 1 == T):
+            pipeline.deferred.check()  # Undecided: the chunk is redone with the reads made
         if t + 1 < T:
             logits = model.forward(cache, out[:, t : t + 1])[:, 0]  # [B, V]
-    return out
+    return out, observer
 
 
 # ----------------------------------------------------------------------------- speculative
@@ -146,16 +157,13 @@ def speculative_decode(
     target.reserve(slots)
     draft.reserve(slots)
     variant = pipeline.variant(variant)
-    chunks, frames, wb_parts, kept = [], [], [], []
+    chunks, frames, wb_parts, kept, defer = [], [], [], [], True
     for lo, part, keys, params in _chunks(req, target.device):
-        sampler = RoundSampler(pipeline, variant, params, drafter.onehot, drafter.q_mode)
-        rec = cap = None
-        if req.whitebox:
-            rec = RoundObserver(len(part), T + drafter.k + 1, target.device, sampler, drafter)
-        if mine := [r - lo for r in req.capture if lo <= r < lo + len(part)]:
-            cap = VerifyCapture(torch.tensor(mine, device=target.device), T)
-        watch = [w for w in (rec, cap) if w is not None]
-        toks, rounds = _spec_chunk(target, draft, prompt_t, keys, sampler, T, drafter.k, watch)
+        mine = [r - lo for r in req.capture if lo <= r < lo + len(part)]
+        run = functools.partial(
+            _spec_run, target, draft, req, prompt_t, keys, params, drafter, variant, mine
+        )
+        (toks, rounds, rec, cap), defer = deferred_first(pipeline, target.device, defer, run)
         chunks.append(toks.cpu())
         rounds["row"] += lo
         frames.append(rounds)
@@ -168,6 +176,31 @@ def speculative_decode(
     rounds = pd.concat(frames, ignore_index=True)
     verify = torch.cat(kept) if kept else None  # [len(capture), T, V]
     return ArmOutput(torch.cat(chunks, dim=0).numpy(), rounds, True, wb, verify=verify)
+
+
+def _spec_run(
+    target: LanguageModel,
+    draft: LanguageModel,
+    req: DecodeRequest,
+    prompt: torch.Tensor,
+    keys: torch.Tensor,
+    params: SamplingTensors,
+    drafter: DrafterSpec,
+    variant: SpecVariant,
+    capture: list[int],
+    pipeline: Pipeline,
+) -> tuple[torch.Tensor, pd.DataFrame, RoundObserver | None, VerifyCapture | None]:
+    """One chunk of ``speculative_decode`` on ``pipeline``: tokens, rounds and its watchers."""
+    T, K, dev = req.num_positions, drafter.k, target.device
+    sampler = RoundSampler(pipeline, variant, params, drafter.onehot, drafter.q_mode)
+    rec = cap = None
+    if req.whitebox:
+        rec = RoundObserver(int(keys.shape[0]), T + K + 1, dev, sampler, drafter)
+    if capture:
+        cap = VerifyCapture(torch.tensor(capture, device=dev), T)
+    watch = [w for w in (rec, cap) if w is not None]
+    toks, rounds = _spec_chunk(target, draft, prompt, keys, sampler, T, K, watch)
+    return toks, rounds, rec, cap
 
 
 def _spec_chunk(
@@ -191,9 +224,7 @@ def _spec_chunk(
     j = torch.arange(K + 1, device=dev)  # [K+1]
     log: list[tuple[torch.Tensor, ...]] = []
     u_at = round_draws(keys, T, K, slots.num_slots)
-    # NOTE a round emits at most K + 1 tokens per row, so every row is active while
-    # rounds * (K + 1) < T: no host sync to decide those
-    while len(log) * (K + 1) < T or bool((pos < T).any()):
+    while _more_rounds(len(log), pos, T, K, sampler.pipeline.deferred):
         active = pos < T  # [B]
         u = u_at(pos)  # [B, 2K+1] or [B, K+1]: uniforms(keys, STREAM_SPEC, pos, num_slots)
         # 1. draft: x_i ~ q_i = q(. | prefix, x_<i) for i = 1..K (the argmax for a one-hot drafter)
@@ -230,6 +261,20 @@ def _spec_chunk(
         log.append((active, pos.clone(), res.num_accepted, torch.minimum(n, T - pos)))
         pos = pos + torch.where(active, n, 0)
     return out[:, :T], _rounds_frame(log, K)
+
+
+def _more_rounds(rounds: int, pos: torch.Tensor, T: int, K: int, deferred: Deferred | None) -> bool:
+    """Whether the loop runs another round, after ``rounds``: surely while ``rounds · (K + 1)
+    < T`` (a round emits at most K + 1 tokens a row, so none can have finished: no host read),
+    else whether a row is below ``T`` tokens (``pos`` ``[B]``). The shortlist's ``deferred``
+    flag is read after the first round and with every read of ``pos`` (``Undecided``: the chunk
+    is redone with the reads made, docs/internals.md "Deferred shortlist reads")."""
+    if rounds * (K + 1) < T:
+        if deferred is not None and rounds == 1:
+            deferred.check()
+        return True
+    more = (pos < T).any()
+    return bool(more) if deferred is None else deferred.check(more)[0]
 
 
 def _rounds_frame(log: list[tuple[torch.Tensor, ...]], K: int) -> pd.DataFrame:

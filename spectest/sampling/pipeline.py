@@ -6,21 +6,40 @@ and details: docs/internals.md.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
+from spectest.errors import SpectestError
 from spectest.sampling.draw import argmax_tokens, categorical
 from spectest.sampling.laws import DenseLaw, Law, ShortlistLaw, stack_laws
 from spectest.sampling.mutants import SpecVariant
 from spectest.sampling.params import SamplingTensors
 from spectest.sampling.rejection import RoundResult, rejection_sample
-from spectest.sampling.shortlist import fast_variant, logits_to_probs_fast, shortlist_probs
+from spectest.sampling.shortlist import (
+    Deferred,
+    Undecided,
+    fast_variant,
+    logits_to_probs_fast,
+    shortlist_probs,
+)
 from spectest.sampling.transforms import logits_to_probs
 
 ProbsFn = Callable[[torch.Tensor, SamplingTensors], torch.Tensor]  # [.., V] → [.., V] float64
-ShortlistFn = Callable[[torch.Tensor, SamplingTensors], ShortlistLaw | None]
+# (logits, params) → the law on a shortlist or None; takes ``defer=`` (``Pipeline.deferring``)
+ShortlistFn = Callable[..., ShortlistLaw | None]
+
+# device types whose decode loops defer the shortlist's host reads (``Pipeline.deferring``): a
+# read costs a sync there; on CPU it costs nothing, and the loops read at once
+DEFER_ON = frozenset({"cuda"})
+# plain decode steps between two reads of a deferred flag (and one after the first step)
+DEFERRED_EVERY = 8
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -29,13 +48,25 @@ class Pipeline:
 
     ``probs``: logits → float64 probabilities; ``variant``: a variant's hooks on this pipeline;
     ``check``: validate the inputs of every draw; ``shortlist``: the law on a shortlist, or
-    ``None`` when some row is not decided on it (fast pipeline only)."""
+    ``None`` when some row is not decided on it (fast pipeline only); ``deferred``: where the
+    shortlist's host reads go when they are deferred (``deferring``), else None."""
 
     name: str
     probs: ProbsFn
     variant: Callable[[SpecVariant], SpecVariant]
     check: bool
     shortlist: ShortlistFn | None = None
+    deferred: Deferred | None = None
+
+    def deferring(self, device: torch.device) -> Pipeline:
+        """This pipeline with its shortlist's host reads deferred to a fresh ``Deferred`` (its
+        calls return a law without a sync; the decode loop reads the flag, docs/internals.md
+        "Deferred shortlist reads"), on a device type of ``DEFER_ON``; else itself."""
+        if self.shortlist is None or device.type not in DEFER_ON:
+            return self
+        d = Deferred()
+        short = functools.partial(self.shortlist, defer=d)
+        return dataclasses.replace(self, shortlist=short, deferred=d)
 
     def law(self, logits: torch.Tensor, params: SamplingTensors) -> Law:
         """The law plain sampling draws from, ``[.., *]`` for logits ``[.., V]``: on the
@@ -49,6 +80,23 @@ class Pipeline:
 
 REFERENCE = Pipeline("reference", logits_to_probs, lambda v: v, True)
 FAST = Pipeline("fast", logits_to_probs_fast, fast_variant, False, shortlist_probs)
+
+
+def deferred_first(
+    pipeline: Pipeline, device: torch.device, defer: bool, run: Callable[[Pipeline], R]
+) -> tuple[R, bool]:
+    """``run(pipeline)``'s result, computed first with the shortlist's host reads deferred
+    (``Pipeline.deferring``) when ``defer``, and again with them made when a deferred read finds
+    a call undecided or a logit not finite (or the deferred run raises), so the tokens and errors
+    are ``run(pipeline)``'s. Returns ``(result, defer)``: after a redo the caller's later chunks
+    read at once (docs/internals.md "Deferred shortlist reads")."""
+    pipe = pipeline.deferring(device) if defer else pipeline
+    if pipe.deferred is None:
+        return run(pipeline), defer
+    try:
+        return run(pipe), True
+    except (Undecided, SpectestError):
+        return run(pipeline), False
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The shortlist pipeline: ``transforms.logits_to_probs``'s law without full-vocabulary sorts
-(``logits_to_probs_fast``), as a ``laws.ShortlistLaw`` (``shortlist_probs``), and ``fast_variant``
-(a ``SpecVariant`` on it). Knows nothing about models, engines or uniforms.
+(``logits_to_probs_fast``), as a ``laws.ShortlistLaw`` (``shortlist_probs``, whose host read can
+be ``Deferred``), and ``fast_variant`` (a ``SpecVariant`` on it). Knows nothing about models,
+engines or uniforms.
 
 The details: docs/architecture.md "The shortlist: how it avoids the sorts".
 """
@@ -120,17 +121,57 @@ def _fill_filtered(
         out[bad] = logits_to_probs(x[bad], p.index(bad), check=False)
 
 
+class Undecided(Exception):
+    """A ``Deferred`` read found a call undecided or a logit not finite: the caller's work since
+    the reads were deferred is void, and is redone with the reads made (never leaves the loop)."""
+
+
+class Deferred:
+    """The host reads of ``shortlist_probs`` calls made later: each call ORs its flag (a logit
+    not finite, or a row its shortlist cannot decide) into one device scalar instead of reading
+    it, and ``check`` reads that scalar where the caller syncs anyway (docs/internals.md
+    "Deferred shortlist reads").
+
+    While the flag is clear, every call returned the law the call with its read returns. Once it
+    is set, a call returned a law that is void (a row's law off its shortlist), so ``check``
+    raises ``Undecided``: the caller redoes its work on calls that read at once, which fall back
+    to the dense law or raise where this flag was set.
+    """
+
+    def __init__(self) -> None:
+        self.flag: torch.Tensor | None = None  # device bool scalar; None: no call yet
+
+    def add(self, flag: torch.Tensor) -> None:
+        self.flag = flag if self.flag is None else self.flag | flag
+
+    def check(self, *more: torch.Tensor) -> list[bool]:
+        """Read the flag with the device bool scalars ``more`` in one host sync: ``Undecided``
+        when it is set, else ``more``'s values."""
+        flags = [] if self.flag is None else [self.flag]
+        if not flags and not more:
+            return []
+        vals = [bool(v) for v in torch.stack([*flags, *more]).tolist()]
+        if flags and vals[0]:
+            raise Undecided
+        return vals[len(flags) :]
+
+
 def shortlist_probs(
     logits: torch.Tensor,
     params: SamplingTensors,
     *,
     width: int = DEFAULT_WIDTH,
     check: bool = True,
+    defer: Deferred | None = None,
 ) -> ShortlistLaw | None:
     """``logits_to_probs_fast`` on the shortlist, without the dense output: a ``ShortlistLaw`` of
     the shape of ``logits`` with ``V`` replaced by ``width``, or ``None`` when some row's law is
     not decided on its shortlist (a greedy or unfiltered row, a fallback row, ``width >= V``) —
     the caller then takes the dense pipeline for the whole call.
+
+    With ``defer``, a filtered call makes no host read: its finiteness and decidability go to
+    ``defer`` and the law is returned as if both held (void until ``defer.check`` passes; a void
+    row's law is a point mass on its first shortlisted id meanwhile).
 
     Notes
     -----
@@ -158,6 +199,10 @@ def shortlist_probs(
         return None
     p = params.per_position(S, logits.device)  # [N] each
     ids, probs, ok = _filtered(x, p, width, (n_no_k * S, n_min_p * S), hi)  # [N, W], [N, W], [N]
+    shape = (*logits.shape[:-1], width)
+    if defer is not None:  # read later, where the caller syncs anyway
+        probs = _deferred(defer, probs, ok & torch.isfinite(lo) & torch.isfinite(hi))
+        return ShortlistLaw(ids.reshape(shape), probs.reshape(shape), V)
     # NOTE one host sync per call, after the work: the finiteness (which raises first, as
     # ``_check_finite_fast`` would have before) and the decidability (NaN / ±inf logits only
     # make garbage in between, never an error)
@@ -166,8 +211,18 @@ def shortlist_probs(
         _check_finite(x, S, logits.dim() == 3)
     if undecided:
         return None
-    shape = (*logits.shape[:-1], width)
     return ShortlistLaw(ids.reshape(shape), probs.reshape(shape), V)
+
+
+def _deferred(defer: Deferred, probs: torch.Tensor, law_ok: torch.Tensor) -> torch.Tensor:
+    """A deferred call's laws ``probs`` ``[N, W]``, its flag added to ``defer``: a row whose law
+    is void (``law_ok`` ``[N]`` False: undecided, or a logit not finite) becomes a point mass on
+    its first shortlisted id until the read, so that nothing indexes out of range meanwhile (an
+    all-NaN row would draw id -1: a device-side assert on CUDA)."""
+    defer.add(~law_ok.all())
+    point = torch.zeros_like(probs[:1])  # [1, W]
+    point[0, 0] = 1.0
+    return torch.where(law_ok[:, None], probs, point)  # [N, W]
 
 
 def _host_flags(params: SamplingTensors, V: int, check: bool) -> tuple[int, int, int, int]:

@@ -1,16 +1,17 @@
-"""What the shortlist's one host sync per call costs the fast arms (issue 32, P2).
+"""What the shortlist's host read per call costs the fast arms (issue 32, P2).
 
-Each ``shortlist_probs`` call reads two flags to the host (finiteness, decidability) before its
-law is used: one sync per plain step and K + 1 per speculative round. This tool times P2's
-fast arms in one process with that call as shipped (``sync``) and with the read left out
-(``nosync``: the flags summed on the device and read once after the run; the tokens are only
-valid when that sum is 0, which it prints), alternating run by run, and from one profiled run
-per arm and mode the device's busy share (the union of kernel intervals over the wall).
+Each ``shortlist_probs`` call decides two flags (finiteness, decidability): read at once, one
+host sync per plain step and K + 1 per speculative round. This tool times P2's fast arms in one
+process in three modes, alternating run by run: ``sync`` (every call reads at once:
+``pipeline.DEFER_ON`` emptied), ``deferred`` (the loops' deferred reads, the default on CUDA:
+docs/internals.md "Deferred shortlist reads") and ``nosync`` (the bound: the read left out, the
+flags summed on the device and checked to be 0 after each run), and from one profiled run per
+arm and mode the device's busy share (the union of kernel intervals over the wall).
 
     PYTHONPATH=. python tools/gpu/sync_cost.py [--rows 1024,256] [--repeat 3]
     (``--device cpu --rows 2 --positions 4``: a smoke test anywhere)
 
-Prints one line per (rows, arm, mode): median wall, rows/s, nosync/sync, busy share.
+Prints one line per (rows, arm, mode): median wall, rows/s, × the sync mode, busy share.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import torch
 
 from spectest import bench
 from spectest.engines import fast
+from spectest.sampling import pipeline as pipeline_mod
 from spectest.sampling import shortlist as sl
 from spectest.sampling.laws import ShortlistLaw
 from spectest.sampling.params import SamplingTensors
@@ -57,6 +59,16 @@ def shortlist_nosync(
 
 SYNC = fast.FAST
 NOSYNC = dataclasses.replace(fast.FAST, shortlist=shortlist_nosync)
+ON = pipeline_mod.DEFER_ON
+MODES = {  # mode: (the fast engine's pipeline, the device types that defer)
+    "sync": (SYNC, frozenset()),
+    "deferred": (SYNC, ON),
+    "nosync": (NOSYNC, frozenset()),
+}
+
+
+def _mode(name: str) -> None:
+    fast.FAST, pipeline_mod.DEFER_ON = MODES[name]
 
 
 def busy_share(fn: Any, device: str) -> tuple[float, float]:
@@ -85,6 +97,38 @@ def busy_share(fn: Any, device: str) -> tuple[float, float]:
     return wall, busy / max(end - first, 1e-9) if spans else 0.0
 
 
+def timed(b: Any, arms: list[Any], rows: int, repeat: int, device: str) -> dict[Any, list]:
+    """Wall of every (arm, mode) run, ``repeat`` rounds alternating mode by mode; the first
+    round's rounds per row printed."""
+    from spectest.engines.base import check_output
+
+    walls: dict[tuple[str, str], list[float]] = {}
+    for i in range(repeat):
+        for arm in arms:
+            for mode in MODES:
+                _mode(mode)
+                FLAGS.clear()
+                job = b.job(arm, rows, False)
+                bench._sync(device)
+                t = time.perf_counter()
+                out = b.engine(arm.engine).generate(job)
+                bench._sync(device)
+                walls.setdefault((arm.label, mode), []).append(time.perf_counter() - t)
+                check_output(out, job, b.models.target.vocab_size, arm.engine)
+                if out.rounds is not None and len(out.rounds) and i == 0 and mode == "sync":
+                    per_row = out.rounds.groupby("row").size()
+                    q = per_row.quantile([0.5, 0.9, 0.99, 1.0]).tolist()
+                    used = per_row.sum() / (len(per_row) * per_row.max())
+                    print(
+                        f"rows {rows} {arm.label}: rounds per row p50/p90/p99/max {q}, "
+                        f"active share of the batch's rounds {used:.1%}"
+                    )
+                if FLAGS:
+                    n = int(torch.stack(FLAGS).sum())
+                    assert n == 0, f"nosync: {n} calls undecided or not finite"
+    return walls
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="1024,256")
@@ -95,7 +139,7 @@ def main() -> None:
     ap.add_argument("--target", default="realistic:qwen3-0.6b")
     ap.add_argument("--draft", default="derived:first_layers,layers=4")
     a = ap.parse_args()
-    from spectest.engines.base import Models, check_output
+    from spectest.engines.base import Models
     from spectest.models.zoo import load_pair
 
     dtype = "bfloat16" if a.device.startswith("cuda") else None
@@ -115,46 +159,21 @@ def main() -> None:
         arms = [bench.parse_arm(x) for x in cfg.arms]
         for arm in arms:
             b.warm(arm, False)
-        walls: dict[tuple[str, str], list[float]] = {}
-        for _ in range(a.repeat):
-            for arm in arms:
-                for mode, pipe in (("sync", SYNC), ("nosync", NOSYNC)):
-                    fast.FAST = pipe
-                    FLAGS.clear()
-                    job = b.job(arm, rows, False)
-                    bench._sync(a.device)
-                    t = time.perf_counter()
-                    out = b.engine(arm.engine).generate(job)
-                    bench._sync(a.device)
-                    walls.setdefault((arm.label, mode), []).append(time.perf_counter() - t)
-                    check_output(out, job, target.vocab_size, arm.engine)
-                    if out.rounds is not None and len(out.rounds) and _ == 0 and mode == "sync":
-                        per_row = out.rounds.groupby("row").size()
-                        q = per_row.quantile([0.5, 0.9, 0.99, 1.0]).tolist()
-                        used = per_row.sum() / (len(per_row) * per_row.max())
-                        print(
-                            f"rows {rows} {arm.label}: rounds per row p50/p90/p99/max {q}, "
-                            f"active share of the batch's rounds {used:.1%}"
-                        )
-                    if FLAGS:
-                        n = int(torch.stack(FLAGS).sum())
-                        assert n == 0, f"nosync: {n} calls undecided or not finite"
+        walls = timed(b, arms, rows, a.repeat, a.device)
         for arm in arms:
             base = statistics.median(walls[(arm.label, "sync")])
-            for mode, pipe in (("sync", SYNC), ("nosync", NOSYNC)):
-                fast.FAST = pipe
-                w = statistics.median(walls[(arm.label, mode)])
-                job = b.job(arm, rows, False)
-                pwall, share = busy_share(
-                    functools.partial(b.engine(arm.engine).generate, job), a.device
-                )
+            for mode in MODES:
+                _mode(mode)
+                ws = walls[(arm.label, mode)]
+                w = statistics.median(ws)
+                run = functools.partial(b.engine(arm.engine).generate, b.job(arm, rows, False))
+                pwall, share = busy_share(run, a.device)
                 print(
-                    f"rows {rows} {arm.label} {mode}: median {w:.3f} s "
-                    f"({min(walls[(arm.label, mode)]):.3f}-{max(walls[(arm.label, mode)]):.3f}), "
-                    f"{rows / w:.1f} rows/s, {base / w:.3f}x sync; profiled {pwall:.3f} s, "
-                    f"device busy {share:.1%}"
+                    f"rows {rows} {arm.label} {mode}: median {w:.3f} s ({min(ws):.3f}-"
+                    f"{max(ws):.3f}), {rows / w:.1f} rows/s, {base / w:.3f}x sync; profiled "
+                    f"{pwall:.3f} s, device busy {share:.1%}"
                 )
-        fast.FAST = SYNC
+        _mode("deferred")
         b.close()
 
 
