@@ -9,6 +9,7 @@
 #          1024 and 256 rows (records to OUT/bench.jsonl)
 #   p1s    P1's plan at 32 seeds (96-row batches; fits an H100), OLD_TREE against this tree
 #          (tools/gpu/identity.sh, new side first)
+#   p1     P1 itself (peak ~95 GB: an H200), OLD_TREE against this tree, new side first
 #
 #   bash tools/gpu/session28.sh OLD_TREE [OUT]   (OLD_TREE: `git archive COMMIT spectest protocols`)
 set -uo pipefail
@@ -44,6 +45,8 @@ for step in ${STEPS:-gpu sync redos bench}; do
     p1s)
       P1=1 EXTRA="--set seeds.per_arm=32" SIDE_TIMEOUT=150 ORDER="new old" PYC=1 \
         bash tools/gpu/identity.sh "$OLD" "$OUT/p1s" ;;
+    p1)
+      P1=1 SIDE_TIMEOUT=200 ORDER="new old" PYC=1 bash tools/gpu/identity.sh "$OLD" "$OUT/p1" ;;
     *) echo "unknown step $step" ;;
   esac
 done
