@@ -30,8 +30,9 @@ from spectest.errors import NumericsError
 from spectest.models.derive import first_layers
 from spectest.models.hf import HFModel, from_preset
 from spectest.sampling import pipeline as pipeline_mod
+from spectest.sampling.draw import categorical
 from spectest.sampling.mutants import get_variant
-from spectest.sampling.params import SamplingParams
+from spectest.sampling.params import SamplingParams, SamplingTensors
 from spectest.sampling.pipeline import DEFERRED_EVERY, FAST, Pipeline
 from spectest.sampling.shortlist import Deferred, Undecided, logits_to_probs_fast, shortlist_probs
 
@@ -175,17 +176,36 @@ def test_non_finite_logits_raise_the_synced_error(pair, monkeypatch, spec) -> No
 
 
 def test_deferred_check_reads_the_flag_with_the_callers_values() -> None:
-    """``check`` with no call made reads only the caller's values; a clear flag returns them; a
-    set flag raises ``Undecided``, whatever the values."""
+    """``check`` with no call made reads only the caller's values; while every row added is ok
+    it returns them; after one row that is not, it raises ``Undecided``, whatever the values."""
     d = Deferred()
     assert d.check() == []
     assert d.check(torch.tensor(True)) == [True]
-    d.add(torch.tensor(False))
+    d.add(torch.tensor([True, True]))
     assert d.check(torch.tensor(False), torch.tensor(True)) == [False, True]
-    d.add(torch.tensor(True))
-    d.add(torch.tensor(False))  # ORed: stays set
+    d.add(torch.tensor([True, False]))
+    d.add(torch.tensor([True, True]))  # ANDed: stays failed
     with pytest.raises(Undecided):
         d.check(torch.tensor(True))
+
+
+def test_void_rows_draw_ids_in_range() -> None:
+    """A deferred call's void rows (NaN logits, undecided) still draw ids in range before the
+    read: an all-NaN or all-zero row draws id 0 (``_next_positive``), never -1, which indexes out
+    of range (a device-side assert on CUDA)."""
+    probs = torch.tensor([[float("nan")] * 4, [0.0] * 4, [0.1, 0.0, 0.9, 0.0]], dtype=torch.float64)
+    u = torch.tensor([0.5, 0.5, 0.5], dtype=torch.float64)
+    assert categorical(probs, u, check=False).tolist() == [0, 0, 2]
+    params = SamplingParams(temperature=0.8, top_p=0.95)
+    x = torch.randn(3, 512)
+    x[1] = float("nan")
+    d = Deferred()
+    law = shortlist_probs(x, SamplingTensors.from_params([params] * 3), width=32, defer=d)
+    assert law is not None
+    tok = law.draw(torch.full((3,), 0.5, dtype=torch.float64), check=False)
+    assert bool(((tok >= 0) & (tok < 512)).all())
+    with pytest.raises(Undecided):
+        d.check()
 
 
 def test_pipelines_defer_only_on_listed_devices_and_with_a_shortlist() -> None:

@@ -63,13 +63,14 @@ def categorical(probs: torch.Tensor, u: torch.Tensor, *, check: bool = True) -> 
 
 def _next_positive(w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``[F]``: the smallest id ``>= idx`` with positive weight in ``w`` ``[F, V]``, else the
-    last positive-weight id (a reversed running minimum over each row)."""
+    last positive-weight id (a reversed running minimum over each row); 0 for a row with no
+    positive weight (no law: an id in range for an unchecked call, e.g. a deferred one's)."""
     V = int(w.shape[-1])
     ar = torch.arange(V, device=w.device).expand_as(w)  # [F, V]
     positive = w > 0  # [F, V]
     # next_pos[n, i] = smallest j >= i with w[n, j] > 0, else V
     next_pos = torch.where(positive, ar, V).flip(-1).cummin(-1).values.flip(-1)  # [F, V]
-    last_pos = torch.where(positive, ar, -1).amax(-1)  # [F]
+    last_pos = torch.where(positive, ar, 0).amax(-1)  # [F] (ids >= 0: the same where any is)
     tok = next_pos.gather(-1, idx[:, None]).squeeze(-1)  # [F]
     return torch.where(tok == V, last_pos, tok)
 

@@ -127,31 +127,32 @@ class Undecided(Exception):
 
 
 class Deferred:
-    """The host reads of ``shortlist_probs`` calls made later: each call ORs its flag (a logit
-    not finite, or a row its shortlist cannot decide) into one device scalar instead of reading
-    it, and ``check`` reads that scalar where the caller syncs anyway (docs/internals.md
-    "Deferred shortlist reads").
+    """The host reads of ``shortlist_probs`` calls made later: each call ANDs its rows' flags
+    (every logit finite, the row decided on its shortlist) into one device scalar instead of
+    reading them, and ``check`` reads that scalar where the caller syncs anyway
+    (docs/internals.md "Deferred shortlist reads").
 
-    While the flag is clear, every call returned the law the call with its read returns. Once it
-    is set, a call returned a law that is void (a row's law off its shortlist), so ``check``
+    While the flag holds, every call returned the law the call with its read returns. Once it
+    fails, a call returned a law that is void (a row's law off its shortlist), so ``check``
     raises ``Undecided``: the caller redoes its work on calls that read at once, which fall back
     to the dense law or raise where this flag was set.
     """
 
     def __init__(self) -> None:
-        self.flag: torch.Tensor | None = None  # device bool scalar; None: no call yet
+        self.ok: torch.Tensor | None = None  # device bool scalar: every row so far; None: no call
 
-    def add(self, flag: torch.Tensor) -> None:
-        self.flag = flag if self.flag is None else self.flag | flag
+    def add(self, ok: torch.Tensor) -> None:
+        """A call's rows ``ok`` ``[N]`` bool: finite and decided."""
+        self.ok = ok.all() if self.ok is None else self.ok & ok.all()
 
     def check(self, *more: torch.Tensor) -> list[bool]:
         """Read the flag with the device bool scalars ``more`` in one host sync: ``Undecided``
-        when it is set, else ``more``'s values."""
-        flags = [] if self.flag is None else [self.flag]
+        when a row was not ok, else ``more``'s values."""
+        flags = [] if self.ok is None else [self.ok]
         if not flags and not more:
             return []
         vals = [bool(v) for v in torch.stack([*flags, *more]).tolist()]
-        if flags and vals[0]:
+        if flags and not vals[0]:
             raise Undecided
         return vals[len(flags) :]
 
@@ -171,7 +172,7 @@ def shortlist_probs(
 
     With ``defer``, a filtered call makes no host read: its finiteness and decidability go to
     ``defer`` and the law is returned as if both held (void until ``defer.check`` passes; a void
-    row's law is a point mass on its first shortlisted id meanwhile).
+    row still draws an id in range, ``draw._next_positive``).
 
     Notes
     -----
@@ -191,38 +192,28 @@ def shortlist_probs(
     # aminmax propagates NaN, +inf shows in the max and -inf in the min; on native scaled logits
     # the extremes of the product are the products of the extremes (``sampling/scaled.py``)
     lo, hi = _extremes(x)  # [N] each
-    no = torch.zeros((), dtype=torch.bool, device=x.device)
-    bad = ~(torch.isfinite(lo) & torch.isfinite(hi)).all() if check else no
+    # NOTE hi - lo is finite iff both are (a false alarm, two huge finite extremes whose
+    # difference overflows, only sends the call to the full check, which finds them finite)
+    finite = torch.isfinite(hi - lo)  # [N]
     if unfiltered:  # the dense pipeline decides; a non-finite logit still raises here first
-        if bool(bad):
+        if check and not bool(finite.all()):
             _check_finite(x, S, logits.dim() == 3)
         return None
     p = params.per_position(S, logits.device)  # [N] each
     ids, probs, ok = _filtered(x, p, width, (n_no_k * S, n_min_p * S), hi)  # [N, W], [N, W], [N]
     shape = (*logits.shape[:-1], width)
     if defer is not None:  # read later, where the caller syncs anyway
-        probs = _deferred(defer, probs, ok & torch.isfinite(lo) & torch.isfinite(hi))
+        defer.add(ok & finite)
         return ShortlistLaw(ids.reshape(shape), probs.reshape(shape), V)
     # NOTE one host sync per call, after the work: the finiteness (which raises first, as
     # ``_check_finite_fast`` would have before) and the decidability (NaN / ±inf logits only
     # make garbage in between, never an error)
-    not_finite, undecided = torch.stack([bad, ~ok.all()]).tolist()
+    not_finite, undecided = torch.stack([~finite.all() & check, ~ok.all()]).tolist()
     if not_finite:
         _check_finite(x, S, logits.dim() == 3)
     if undecided:
         return None
     return ShortlistLaw(ids.reshape(shape), probs.reshape(shape), V)
-
-
-def _deferred(defer: Deferred, probs: torch.Tensor, law_ok: torch.Tensor) -> torch.Tensor:
-    """A deferred call's laws ``probs`` ``[N, W]``, its flag added to ``defer``: a row whose law
-    is void (``law_ok`` ``[N]`` False: undecided, or a logit not finite) becomes a point mass on
-    its first shortlisted id until the read, so that nothing indexes out of range meanwhile (an
-    all-NaN row would draw id -1: a device-side assert on CUDA)."""
-    defer.add(~law_ok.all())
-    point = torch.zeros_like(probs[:1])  # [1, W]
-    point[0, 0] = 1.0
-    return torch.where(law_ok[:, None], probs, point)  # [N, W]
 
 
 def _host_flags(params: SamplingTensors, V: int, check: bool) -> tuple[int, int, int, int]:
