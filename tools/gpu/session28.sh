@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 28 on the device: the deferred shortlist reads (docs/internals.md "Deferred shortlist
-# reads"). STEPS picks (default "gpu sync redos bench"):
+# Session 28 on the device: the deferred shortlist reads
+# (docs/internals.md "Deferred shortlist reads"). STEPS picks (default "gpu sync redos bench"):
 #   gpu    the -m gpu tests of the deferred reads, the fast engine, the loops' host work and
 #          claim (b)'s kept verify logits
 #   sync   tools/gpu/sync_cost.py at 1024 and 256 rows (sync / deferred / nosync, 3 rounds)
@@ -25,7 +25,7 @@ for step in ${STEPS:-gpu sync redos bench}; do
   case "$step" in
     gpu)
       timeout 240 python -m pytest -q -m gpu -p no:cacheprovider tests/test_engine_deferred.py \
-        tests/test_engine_fast.py tests/test_engine_host_work.py tests/test_numerics_replay.py \
+        ${GPU_TESTS-tests/test_engine_fast.py tests/test_engine_host_work.py tests/test_numerics_replay.py} \
         > "$OUT/gpu.txt" 2>&1 < /dev/null
       echo "exit $?"; tail -n 15 "$OUT/gpu.txt" ;;
     sync)
@@ -35,7 +35,7 @@ for step in ${STEPS:-gpu sync redos bench}; do
       timeout 150 python tools/gpu/deferred_redos.py --rows 768 > "$OUT/redos.txt" 2>&1 < /dev/null
       echo "exit $?"; grep -E "walls|Error" "$OUT/redos.txt" ;;
     bench)
-      for rows in 1024 256; do
+      for rows in ${BENCH_ROWS:-1024 256}; do
         timeout 150 python -m spectest bench --device cuda --target realistic:qwen3-0.6b \
           --draft derived:first_layers,layers=4 --positions 32 --k 4 --peak-tflops 800 \
           --drafter sampled --repeat 5 --arms fast-plain,fast-spec,hf-generate --rows "$rows" \
