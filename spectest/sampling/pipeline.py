@@ -102,8 +102,8 @@ def deferred_first(
 
 class DrawStep:
     """A chunk's plain-step draw, ``pipeline.law(logits, params).draw(u)``, replayed from one
-    CUDA graph once two steps ran eagerly on the shortlist (docs/internals.md
-    "The plain step's draw as a CUDA graph").
+    CUDA graph once two steps ran eagerly on the shortlist (docs/internals.md "The plain step's
+    draw as a CUDA graph").
 
     Only a deferring pipeline (``Pipeline.deferring``: no host read in its calls) captures; a
     capture that fails (a host read inside, e.g. min-p rows) leaves the draws eager. The caller
