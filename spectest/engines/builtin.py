@@ -37,7 +37,6 @@ from spectest.sampling.params import SamplingTensors
 from spectest.sampling.pipeline import (
     DEFERRED_EVERY,
     REFERENCE,
-    DrawStep,
     Pipeline,
     RoundSampler,
     deferred_first,
@@ -113,14 +112,11 @@ def _plain_chunk(
     logits = prompt_logits[-1].expand(B, -1)  # [B, V] next-token logits
     out = torch.empty((B, T), dtype=torch.int64, device=model.device)  # [B, T]
     u_at = plain_draws(keys, T)
-    step = DrawStep(pipeline, params)  # the draw replayed from a CUDA graph where it can be
     for t in range(T):
         u = u_at(t)  # [B] uniforms(keys, STREAM_PLAIN, t, 1)[:, 0]
-        if observer is None:
-            out[:, t] = step(logits, u)  # [B] the draw below
-        else:
-            law = pipeline.law(logits, params)  # [B, *] on the shortlist where it decides all
-            out[:, t] = law.draw(u, check=pipeline.check)  # [B] (a shortlist: the dense token)
+        law = pipeline.law(logits, params)  # [B, *] on the shortlist where it decides every row
+        out[:, t] = law.draw(u, check=pipeline.check)  # [B] (a shortlist draws the dense token)
+        if observer is not None:
             observer.on_token(law, out[:, t], t)
         if pipeline.deferred is not None and (t % DEFERRED_EVERY == 0 or t + 1 == T):
             pipeline.deferred.check()  # Undecided: the chunk is redone with the reads made

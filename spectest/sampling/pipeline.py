@@ -20,7 +20,6 @@ from spectest.sampling.laws import DenseLaw, Law, ShortlistLaw, stack_laws
 from spectest.sampling.mutants import SpecVariant
 from spectest.sampling.params import SamplingTensors
 from spectest.sampling.rejection import RoundResult, rejection_sample
-from spectest.sampling.scaled import ScaledLogits, parts
 from spectest.sampling.shortlist import (
     Deferred,
     Undecided,
@@ -98,52 +97,6 @@ def deferred_first(
         return run(pipe), True
     except (Undecided, SpectestError):
         return run(pipeline), False
-
-
-class DrawStep:
-    """A chunk's plain-step draw, ``pipeline.law(logits, params).draw(u)``, replayed from one
-    CUDA graph once two steps ran eagerly on the shortlist (docs/internals.md "The plain step's
-    draw as a CUDA graph").
-
-    Only a deferring pipeline (``Pipeline.deferring``: no host read in its calls) captures; a
-    capture that fails (a host read inside, e.g. min-p rows) leaves the draws eager. The caller
-    uses one only where nothing needs the law itself (no white-box observer).
-    """
-
-    def __init__(self, pipeline: Pipeline, params: SamplingTensors) -> None:
-        self.pipeline, self.params = pipeline, params
-        self.capture = pipeline.deferred is not None  # no host read: capturable on CUDA
-        self.shortlisted = 0  # eager steps drawn on the shortlist
-        self.graph: torch.cuda.CUDAGraph | None = None
-
-    def __call__(self, logits: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        """Tokens ``[B]`` for logits ``[B, V]`` (the model's own, maybe ``ScaledLogits``) and
-        uniforms ``[B]``: the eager draw's, bit for bit (the same kernels on the same values)."""
-        raw, scale = parts(logits)
-        if self.graph is not None and scale == self.scale and raw.shape == self.x.shape:
-            self.x.copy_(raw)
-            self.u.copy_(u)
-            self.graph.replay()
-            return self.tok
-        law = self.pipeline.law(logits, self.params)
-        tok = law.draw(u, check=self.pipeline.check)  # [B]
-        self.shortlisted += law.is_shortlist
-        if self.capture and raw.is_cuda and self.graph is None and self.shortlisted >= 2:
-            self._capture(raw, scale, u)
-        return tok
-
-    def _capture(self, raw: torch.Tensor, scale: float | None, u: torch.Tensor) -> None:
-        self.capture = False  # one try a chunk
-        self.x, self.u, self.scale = raw.clone(), u.clone(), scale  # inputs at fixed addresses
-        x = self.x if scale is None else ScaledLogits.wrap(self.x, scale)
-        graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                law = self.pipeline.law(x, self.params)
-                self.tok = law.draw(self.u, check=self.pipeline.check)  # [B] in the graph's pool
-        except RuntimeError:  # a host read or an op that cannot be captured: eager it stays
-            return
-        self.graph = graph
 
 
 @dataclass(frozen=True)

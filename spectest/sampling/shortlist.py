@@ -142,12 +142,8 @@ class Deferred:
         self.ok: torch.Tensor | None = None  # device bool scalar: every row so far; None: no call
 
     def add(self, ok: torch.Tensor) -> None:
-        """A call's rows ``ok`` ``[N]`` bool: finite and decided (ANDed in place, so a call
-        replayed from a CUDA graph ANDs into the same scalar)."""
-        if self.ok is None:
-            self.ok = ok.all()
-        else:
-            self.ok &= ok.all()
+        """A call's rows ``ok`` ``[N]`` bool: finite and decided."""
+        self.ok = ok.all() if self.ok is None else self.ok & ok.all()
 
     def check(self, *more: torch.Tensor) -> list[bool]:
         """Read the flag with the device bool scalars ``more`` in one host sync: ``Undecided``
