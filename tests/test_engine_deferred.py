@@ -1,7 +1,7 @@
 """The shortlist's host reads deferred (issue 32, P2; ``shortlist.Deferred``,
 ``pipeline.deferred_first``): the fast loops' shortlist calls make no host sync, the plain loop
 reads their flag after its first step, every ``DEFERRED_EVERY`` steps and at its end, the
-speculative loop after its first round and with its own "any row active?" read; a set flag
+speculative loop after its first round and with its own "any row active?" read; a failed flag
 redoes the chunk with the reads made. On CUDA by default (``DEFER_ON``); here forced on CPU.
 
 Tokens, rounds and white-box columns are compared bit for bit with the synced loops, where every
