@@ -225,3 +225,40 @@ def test_one_host_sync_per_call_once_the_parameters_are_read(monkeypatch):
             shortlist_probs(bad, p, width=64)
         assert str(got.value) == str(ref.value)
     assert shortlist_probs(x, unfiltered, width=64) is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_top_p_only_calls_take_the_short_path_with_the_general_paths_bits(dtype):
+    """A call whose every row has top-p alone (``_filtered``'s short path: no top-k or min-p
+    steps) returns the general path's ids, law and decisions bit for bit — on continuous, tied
+    and flat (undecided) logits, one temperature and nucleus per row — and dispatches fewer ops.
+    The general path is forced by stating one min-p row, which changes nothing of its law."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from spectest.sampling.shortlist import _filtered
+
+    class Ops(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Ops.n += 1
+            return func(*args, **(kwargs or {}))
+
+    g = torch.Generator().manual_seed(6)
+    n, V, W = 90, 400, 32
+    cfgs = [SamplingParams(temperature=t, top_p=p) for t in (0.3, 0.8, 1.7) for p in (0.5, 0.9)]
+    params = SamplingTensors.from_params((cfgs * n)[:n])
+    undecided = 0
+    for logits in logits_sets(g, n, V):
+        x = logits.to(dtype)
+        counts = []
+        for stated in ((n, 0), (n, 1)):  # short path, general path
+            Ops.n = 0
+            with Ops():
+                out = _filtered(x, params, W, stated)
+            counts.append((Ops.n, out))
+        (short_ops, short), (general_ops, general) = counts
+        assert all(torch.equal(a, b) for a, b in zip(short, general, strict=True))
+        assert short_ops < general_ops - 20
+        undecided += int((~short[2]).sum())
+    assert undecided > 0  # the flat logits' nuclei do not fit W: the decisions were exercised

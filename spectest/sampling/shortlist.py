@@ -9,6 +9,7 @@ The details: docs/architecture.md "The shortlist: how it avoids the sorts".
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import torch
@@ -193,8 +194,9 @@ def shortlist_probs(
     # the extremes of the product are the products of the extremes (``sampling/scaled.py``)
     lo, hi = _extremes(x)  # [N] each
     # NOTE hi - lo is finite iff both are (a false alarm, two huge finite extremes whose
-    # difference overflows, only sends the call to the full check, which finds them finite)
-    finite = torch.isfinite(hi - lo)  # [N]
+    # difference overflows, only sends the call to the full check, which finds them finite);
+    # ``|d| < inf`` is ``isfinite(d)`` (NaN compares false) in two ops where it takes four
+    finite = (hi - lo).abs() < math.inf  # [N]
     if unfiltered:  # the dense pipeline decides; a non-finite logit still raises here first
         if check and not bool(finite.all()):
             _check_finite(x, S, logits.dim() == 3)
@@ -282,13 +284,19 @@ def _filtered(
     else:
         n_no_k, n_min_p = counts
     t, k, p, mp = params.temperature, params.top_k, params.top_p, params.min_p  # [M] each
-    k_on = (k > 0) & (k < V)  # [M]
-    p_on = p < 1  # [M]
     raw, s = parts(x)  # native scaled logits: x as computed and its scale (else x, None)
     cand, mx, w_c = _shortlist(raw, s, W, t, row_max)  # [M, W], [M, 1], [M, W]
     vals, order = torch.sort(w_c, dim=-1, descending=True, stable=True)  # [M, W] ties by id
-    w_min = vals[:, -1:]  # [M, 1]
     full = W == V  # every token is shortlisted: always decidable
+    if n_no_k == M and not n_min_p:
+        # NOTE every row has top-p alone (the sampled configs' common call): the general path's
+        # top-k and min-p steps keep every token and decide every row there, so they are left
+        # out — the same values, ~35 fewer host ops (docs/internals.md "Deferred shortlist reads")
+        keep_p, closed = _nucleus(vals, vals, weight_sum(raw, t, mx, s), p)  # [M, W], [M]
+        return cand, _by_id(vals, keep_p, order), closed | full
+    w_min = vals[:, -1:]  # [M, 1]
+    k_on = (k > 0) & (k < V)  # [M]
+    p_on = p < 1  # [M]
     # top-k: keep w >= k-th weight; decidable when that weight is above w_min (or all are here)
     kth = vals.gather(-1, (k.clamp(1, W) - 1)[:, None])  # [M, 1]
     ok_k = ~k_on | ((k <= W) & ((kth[:, 0] > w_min[:, 0]) | full))  # [M]
@@ -305,21 +313,34 @@ def _filtered(
         else:
             r = torch.nonzero(no_k).squeeze(-1)  # [R]
             z = z.index_put((r,), weight_sum(raw[r], t[r], mx[r], s))
+    keep_p, closed = _nucleus(vals, kept_w, z, p)  # [M, W], [M]
+    ok_p = ~p_on | (k_on & ok_k) | closed | full  # [M]
+    keep = keep & (~p_on[:, None] | keep_p)
+    # min-p on the post-top-p law (scale invariant: compare weights renormalised over the kept set)
+    keep, ok_m = _min_p_step(x, t, vals, keep, k_on, p_on, mp, full, n_min_p > 0)
+    return cand, _by_id(vals, keep, order), ok_k & ok_p & ok_m
+
+
+def _nucleus(
+    vals: torch.Tensor, kept_w: torch.Tensor, z: torch.Tensor, p: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-p's step of ``_filtered`` on the weights ``vals`` ``[M, W]`` (descending) kept so far
+    (``kept_w``, normaliser ``z`` ``[M]``): ``(keep [M, W] — the token's mass before it is below
+    ``p`` —, closed [M] — the nucleus ends before the shortlist's smallest weight)``."""
     probs = kept_w / z[:, None]  # [M, W]
     csum = torch.cumsum(probs, dim=-1)  # [M, W]
     before = torch.cat([torch.zeros_like(csum[:, :1]), csum[:, :-1]], dim=-1)  # [M, W]
-    keep_p = ~p_on[:, None] | (before < p[:, None])  # [M, W]
-    first_min = (vals > w_min).sum(-1)  # [M] index of the first w_min token (safe region end)
-    closed = before.gather(-1, first_min.clamp(max=W - 1)[:, None])[:, 0] >= p  # [M]
-    ok_p = ~p_on | (k_on & ok_k) | closed | full  # [M]
-    keep = keep & keep_p
-    # min-p on the post-top-p law (scale invariant: compare weights renormalised over the kept set)
-    keep, ok_m = _min_p_step(x, t, vals, keep, k_on, p_on, mp, full, n_min_p > 0)
+    first_min = (vals > vals[:, -1:]).sum(-1)  # [M] index of the first w_min token (safe end)
+    closed = before.gather(-1, first_min.clamp(max=vals.shape[1] - 1)[:, None])[:, 0] >= p  # [M]
+    return before < p[:, None], closed
+
+
+def _by_id(vals: torch.Tensor, keep: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """``[M, W]`` float64: the weights ``vals`` (descending) kept by ``keep``, normalised, back in
+    the shortlist's id order (``order[j]`` is the slot of ``vals[:, j]``)."""
     kept_w = vals.masked_fill(~keep, 0.0)  # [M, W]
     final = kept_w / kept_w.sum(-1, keepdim=True)  # [M, W] in weight order
-    # back to the shortlist's id order (``cand`` ascending): order[j] is the slot of final[j]
-    probs_by_id = torch.empty_like(final).scatter_(-1, order, final)  # [M, W]
-    return cand, probs_by_id, ok_k & ok_p & ok_m
+    return torch.empty_like(final).scatter_(-1, order, final)  # [M, W]
 
 
 def _shortlist(
