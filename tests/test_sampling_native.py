@@ -118,10 +118,10 @@ def test_native_non_finite_logits_and_bad_params_raise_the_same_line() -> None:
 
 
 def test_sync_free_fix_up_equals_the_synced_one() -> None:
-    """The fix-up on every row (``where``) equals the fix-up on the flagged rows only
-    (``index_put``) for any found indices; ``categorical`` unchecked (sync-free at a shortlist's
-    width) draws the checked one's tokens. (On CPU a sequential cumsum never lands on a zero
-    weight, so the fix-up is exercised through its two forms directly.)"""
+    """The fix-up on every row (an id with weight is its own fix-up) equals the fix-up on the
+    flagged rows only (``index_put``) for any found indices; ``categorical`` unchecked (sync-free
+    at a shortlist's width) draws the checked one's tokens. (On CPU a sequential cumsum never
+    lands on a zero weight, so the fix-up is exercised through its two forms directly.)"""
     g = torch.Generator().manual_seed(13)
     N, W = 400, 64
     w = torch.rand(N, W, generator=g, dtype=torch.float64)
@@ -132,7 +132,7 @@ def test_sync_free_fix_up_equals_the_synced_one() -> None:
     assert int(zero.sum()) >= 100
     rows = torch.nonzero(zero).squeeze(-1)
     synced = idx.index_put((rows,), _next_positive(w[rows], idx[rows]))
-    assert torch.equal(torch.where(zero, _next_positive(w, idx), idx), synced)
+    assert torch.equal(_next_positive(w, idx), synced)
     for _ in range(5):
         u = torch.rand(N, generator=g, dtype=torch.float64)
         assert torch.equal(categorical(w, u, check=False), categorical(w, u, check=True))

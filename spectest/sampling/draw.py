@@ -48,9 +48,9 @@ def categorical(probs: torch.Tensor, u: torch.Tensor, *, check: bool = True) -> 
     total = cdf[:, -1]  # [N]
     target = (uf * total)[:, None].contiguous()  # [N, 1]
     idx = torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=V - 1)  # [N]
+    if not check and V <= SYNC_FREE_WIDTH:  # the fix-up on every row, no host sync: on a row
+        return _next_positive(w, idx).reshape(u.shape)  # whose id has weight, it is that id
     zero = ~(w.gather(-1, idx[:, None]).squeeze(-1) > 0)  # [N] rounding events: fix-up rows
-    if not check and V <= SYNC_FREE_WIDTH:  # the same fix-up on every row, no host sync
-        return torch.where(zero, _next_positive(w, idx), idx).reshape(u.shape)
     if check:
         fix = _check(w, total, uf, zero)
     else:
@@ -63,16 +63,16 @@ def categorical(probs: torch.Tensor, u: torch.Tensor, *, check: bool = True) -> 
 
 def _next_positive(w: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """``[F]``: the smallest id ``>= idx`` with positive weight in ``w`` ``[F, V]``, else the
-    last positive-weight id (a reversed running minimum over each row); 0 for a row with no
-    positive weight (no law: an id in range for an unchecked call, e.g. a deferred one's)."""
-    V = int(w.shape[-1])
-    ar = torch.arange(V, device=w.device).expand_as(w)  # [F, V]
+    last positive-weight id; 0 for a row with no positive weight (no law: an id in range for an
+    unchecked call, e.g. a deferred one's)."""
     positive = w > 0  # [F, V]
-    # next_pos[n, i] = smallest j >= i with w[n, j] > 0, else V
-    next_pos = torch.where(positive, ar, V).flip(-1).cummin(-1).values.flip(-1)  # [F, V]
-    last_pos = torch.where(positive, ar, 0).amax(-1)  # [F] (ids >= 0: the same where any is)
-    tok = next_pos.gather(-1, idx[:, None]).squeeze(-1)  # [F]
-    return torch.where(tok == V, last_pos, tok)
+    seen = torch.cumsum(positive, dim=-1)  # [F, V] int64: positive ids at or before each id
+    here = idx[:, None]  # [F, 1]
+    before = seen.gather(-1, here) - positive.gather(-1, here).long()  # [F, 1] positives below idx
+    # NOTE the wanted id is the (before + 1)-th positive one, else the last (the count's own
+    # rank): the first id whose count reaches that rank; a row with none asks rank 0, id 0
+    rank = torch.minimum(before + 1, seen[:, -1:])  # [F, 1]
+    return torch.searchsorted(seen, rank).squeeze(-1)  # [F]
 
 
 def _check(w: torch.Tensor, total: torch.Tensor, u: torch.Tensor, zero: torch.Tensor) -> bool:
