@@ -74,6 +74,11 @@ class SamplingTensors:
     host: dict[tuple[int, bool], tuple[int, ...]] = field(
         default_factory=dict, init=False, compare=False, repr=False
     )
+    # ``per_position``'s results, each made once (a speculative chunk's verify call asks for the
+    # same K + 1 positions every round)
+    positions: dict[tuple[int, str], SamplingTensors] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     @staticmethod
     def from_params(
@@ -99,8 +104,12 @@ class SamplingTensors:
 
     def per_position(self, S: int, device: torch.device) -> SamplingTensors:
         """Each row's parameters repeated for its ``S`` positions: ``[B]`` → ``[B*S]``."""
-
-        return self._map(lambda t: t.to(device).repeat_interleave(S) if S > 1 else t.to(device))
+        key = (S, str(device))
+        if key not in self.positions:
+            self.positions[key] = self._map(
+                lambda t: t.to(device).repeat_interleave(S) if S > 1 else t.to(device)
+            )
+        return self.positions[key]
 
     def validate(self, batch_size: int | None = None, where: str = "sampling params") -> None:
         """Check shapes, dtypes and values (the rules of ``validate_params``, row by row).
