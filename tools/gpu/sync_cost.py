@@ -6,12 +6,15 @@ process in three modes, alternating run by run: ``sync`` (every call reads at on
 ``pipeline.DEFER_ON`` emptied), ``deferred`` (the loops' deferred reads, the default on CUDA:
 docs/internals.md "Deferred shortlist reads") and ``nosync`` (the bound: every call deferred
 and the flags read only once the run is over, where they must hold), and from one profiled run per
-arm and mode the device's busy share (the union of kernel intervals over the wall).
+arm and mode the device's busy share (the union of kernel intervals over the wall). ``--old FILE``
+adds the mode ``old``: ``deferred`` with the ``shortlist_probs`` of another tree's
+``spectest/sampling/shortlist.py`` (an A/B of the shortlist's own host work in one process).
 
-    PYTHONPATH=. python tools/gpu/sync_cost.py [--rows 1024,256] [--repeat 3]
+    PYTHONPATH=. python tools/gpu/sync_cost.py [--rows 1024,256] [--repeat 3] [--modes M,..]
+        [--old FILE]
     (``--device cpu --rows 2 --positions 4``: a smoke test anywhere)
 
-Prints one line per (rows, arm, mode): median wall, rows/s, × the sync mode, busy share.
+Prints one line per (rows, arm, mode): median wall, rows/s, × the first mode, busy share.
 """
 
 from __future__ import annotations
@@ -51,6 +54,17 @@ MODES = {  # mode: (the fast engine's pipeline, the device types that defer)
     "deferred": (SYNC, ON),
     "nosync": (NOSYNC, frozenset()),
 }
+
+
+def add_old(path: str) -> None:
+    """Add the mode ``old``: the deferred loops on ``path``'s ``shortlist_probs``."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("old_shortlist", path)
+    assert spec is not None and spec.loader is not None
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    MODES["old"] = (dataclasses.replace(fast.FAST, shortlist=old.shortlist_probs), ON)
 
 
 def _mode(name: str) -> None:
@@ -101,7 +115,8 @@ def timed(b: Any, arms: list[Any], rows: int, repeat: int, device: str) -> dict[
                 bench._sync(device)
                 walls.setdefault((arm.label, mode), []).append(time.perf_counter() - t)
                 check_output(out, job, b.models.target.vocab_size, arm.engine)
-                if out.rounds is not None and len(out.rounds) and i == 0 and mode == "sync":
+                first = i == 0 and mode == next(iter(MODES))
+                if out.rounds is not None and len(out.rounds) and first:
                     per_row = out.rounds.groupby("row").size()
                     q = per_row.quantile([0.5, 0.9, 0.99, 1.0]).tolist()
                     used = per_row.sum() / (len(per_row) * per_row.max())
@@ -123,7 +138,13 @@ def main() -> None:
     ap.add_argument("--arms", default="fast-plain,fast-spec")
     ap.add_argument("--target", default="realistic:qwen3-0.6b")
     ap.add_argument("--draft", default="derived:first_layers,layers=4")
+    ap.add_argument("--modes", default=",".join(MODES), help="of sync,deferred,nosync[,old]")
+    ap.add_argument("--old", default=None, help="another tree's spectest/sampling/shortlist.py")
     a = ap.parse_args()
+    if a.old:
+        add_old(a.old)
+    for name in [m for m in MODES if m not in a.modes.split(",")]:
+        del MODES[name]
     from spectest.engines.base import Models
     from spectest.models.zoo import load_pair
 
@@ -146,7 +167,8 @@ def main() -> None:
             b.warm(arm, False)
         walls = timed(b, arms, rows, a.repeat, a.device)
         for arm in arms:
-            base = statistics.median(walls[(arm.label, "sync")])
+            ref = next(iter(MODES))
+            base = statistics.median(walls[(arm.label, ref)])
             for mode in MODES:
                 _mode(mode)
                 ws = walls[(arm.label, mode)]
@@ -155,7 +177,7 @@ def main() -> None:
                 pwall, share = busy_share(run, a.device)
                 print(
                     f"rows {rows} {arm.label} {mode}: median {w:.3f} s ({min(ws):.3f}-"
-                    f"{max(ws):.3f}), {rows / w:.1f} rows/s, {base / w:.3f}x sync; profiled "
+                    f"{max(ws):.3f}), {rows / w:.1f} rows/s, {base / w:.3f}x {ref}; profiled "
                     f"{pwall:.3f} s, device busy {share:.1%}"
                 )
         _mode("deferred")
