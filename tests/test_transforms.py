@@ -172,6 +172,18 @@ def test_three_d_logits_broadcast_params_over_positions():
         assert torch.equal(probs[b], logits_to_probs(logits[b], st(*[params[b]] * 4)))
 
 
+def test_per_position_parameters_are_made_once_per_parameter_object():
+    """``per_position`` repeats each row's parameters for its positions and keeps the result: a
+    speculative chunk's verify call asks for the same K + 1 positions every round."""
+    params = st(SamplingParams(0.5, 2), SamplingParams(1.0, 0, 0.7, 0.1))
+    five = params.per_position(5, torch.device("cpu"))
+    assert five is params.per_position(5, torch.device("cpu"))
+    assert five.top_k.tolist() == [2] * 5 + [0] * 5
+    assert five.min_p.tolist() == [0.0] * 5 + [0.1] * 5
+    one = params.per_position(1, torch.device("cpu"))
+    assert one is not five and torch.equal(one.top_p, params.top_p)
+
+
 def test_non_finite_logits_name_the_row():
     logits = torch.zeros(3, 2, 5)
     logits[2, 1, 3] = float("inf")
