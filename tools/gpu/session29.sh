@@ -7,7 +7,8 @@
 #   sync   tools/gpu/sync_cost.py at 1024 and 256 rows, modes deferred and old (deferred with
 #          S28_TREE's shortlist.py): the shortlist's own host work, A/B in one process
 #   bench  P2: `spectest bench` fast-plain, fast-spec and transformers' generate, 5 rounds, at
-#          1024 and 256 rows (OUT/bench.jsonl); then S28_TREE's fast arms alone (OUT/bench-s28.jsonl)
+#          1024 and 256 rows (OUT/bench.jsonl); then S28_TREE's (OUT/bench-s28.jsonl)
+#   host   tools/gpu/host_profile.py: the fast arms under cProfile at HOST_ROWS (256) rows
 #
 #   bash tools/gpu/session29.sh OLD_TREE S28_TREE [OUT]
 #   (each tree: `git archive COMMIT spectest protocols | tar -x -C TREE`)
@@ -46,6 +47,10 @@ for step in ${STEPS:-gpu p1 sync bench}; do
         bench "$PWD" "$rows" fast-plain,fast-spec,hf-generate "$OUT/bench.jsonl"
         bench "$S28" "$rows" fast-plain,fast-spec "$OUT/bench-s28.jsonl"
       done ;;
+    host)
+      PYTHONPATH="$PWD" timeout 200 python tools/gpu/host_profile.py --rows "${HOST_ROWS:-256}" \
+        --top 40 > "$OUT/host.txt" 2>&1 < /dev/null
+      echo "exit $?"; grep -E "^== " "$OUT/host.txt" ;;
     *) echo "unknown step $step" ;;
   esac
 done
