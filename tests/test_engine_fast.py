@@ -203,6 +203,59 @@ def test_cuda_graphs_equal_eager_on_cuda() -> None:
     assert np.array_equal(outs[0].tokens, outs[1].tokens)
 
 
+def test_prefill_graphs_kept_for_the_most_recent_lengths(hf_pair, monkeypatch) -> None:
+    """The prefill graphs' bookkeeping (the graphs themselves need CUDA: the test above): a
+    prefill of at most ``PREFILL_GRAPH_TOKENS`` tokens asks for a graph; past
+    ``PREFILL_GRAPH_LENGTHS`` lengths the least recently used one's graphs and logits buffer go,
+    other batch sizes' stay; a model without graphs (CPU) never asks."""
+    from spectest.models import static
+
+    monkeypatch.setattr(static, "PREFILL_GRAPH_LENGTHS", 2)
+    model = StaticHFModel(hf_pair[0])
+    assert not model.cuda_graphs and not model._prefill_graph(3)
+    model.cuda_graphs = True  # the bookkeeping alone: no forward runs here
+    for L in (3, 7, 3):
+        assert model._prefill_graph(L)
+        model._graphs[(1, L, 32)] = model._graphs[(2, L, 32)] = object()  # type: ignore[assignment]
+        model._outs[(1, L)] = model._outs[(2, L)] = torch.empty(0)
+    assert model._prefill_graph(40) and not model._prefill_graph(static.PREFILL_GRAPH_TOKENS + 1)
+    assert list(model._prefill_lengths) == [3, 40]  # 7 was the least recently used
+    assert set(model._graphs) == {(1, 3, 32), (2, 3, 32), (2, 7, 32)}
+    assert set(model._outs) == {(1, 3), (2, 3), (2, 7)}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_prefill_graphs_equal_eager_prefills_on_cuda(dtype, monkeypatch) -> None:
+    """``prefill_shared`` through a CUDA graph (captured, then replayed) gives the eager prefill's
+    logits, keys, values and validity bit for bit, and so the decode steps after it (bfloat16
+    under a logit scale: native ``ScaledLogits``); at most ``PREFILL_GRAPH_LENGTHS`` lengths keep
+    their graphs and logits buffer; a prompt over ``PREFILL_GRAPH_TOKENS`` tokens stays eager."""
+    from spectest.models import static
+    from spectest.sampling.scaled import parts
+
+    monkeypatch.setattr(static, "PREFILL_GRAPH_LENGTHS", 2)
+    target = from_preset("qwen3-tiny", seed=5, logit_scale=12.0, device="cuda", dtype=dtype)
+    eager, graphed = StaticHFModel(target, cuda_graphs=False), StaticHFModel(target)
+    g = torch.Generator().manual_seed(3)
+    for L in (3, 7, 3, 40, static.PREFILL_GRAPH_TOKENS + 1):
+        prompt = torch.randint(0, target.vocab_size, (L,), generator=g).cuda()
+        (ce, le), (cg, lg) = eager.prefill_shared(prompt, 4), graphed.prefill_shared(prompt, 4)
+        assert torch.equal(parts(le)[0], parts(lg)[0]) and torch.equal(ce.valid, cg.valid)
+        for a, b in zip(ce.kv.keys + ce.kv.values, cg.kv.keys + cg.kv.values, strict=True):
+            assert torch.equal(a[:, :, :L], b[:, :, :L])
+        tok = torch.randint(0, target.vocab_size, (4, 1), generator=g).cuda()
+        for _ in range(3):
+            step_e, step_g = eager.forward(ce, tok), graphed.forward(cg, tok)
+            assert torch.equal(parts(step_e)[0], parts(step_g)[0])
+            tok = parts(step_g)[0][:, -1].float().argmax(-1, keepdim=True)
+        prefills = {k[1] for k in graphed._graphs if k[0] == 1}
+        assert (L in prefills) == (L <= static.PREFILL_GRAPH_TOKENS)
+    assert graphed.graph_error is None
+    assert prefills == {3, 40} and {k for k in graphed._outs if k[0] == 1} == {(1, 3), (1, 40)}
+
+
 @pytest.mark.parametrize("whitebox", [False, True], ids=["tokens", "whitebox"])
 @pytest.mark.parametrize("onehot", [True, False], ids=["onehot", "sampled"])
 def test_shortlist_laws_equal_builtin(hf_pair, onehot, whitebox) -> None:

@@ -6,6 +6,7 @@ and details: docs/internals.md.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from contextlib import nullcontext
 from typing import Any
 
@@ -20,6 +21,11 @@ from spectest.sampling.scaled import HALF, ScaledLogits
 # attention window granularity (slots): a forward attends to the first ceil((n0 + S) / step)·step
 # slots of the pool, so its cost follows the row length, at one CUDA graph per window size
 WINDOW_STEP = 32
+# a prompt of at most this many tokens prefills as a CUDA graph of ``(1, L, W)``: the eager
+# forward is the host's module calls (~36 ms for 28 layers on the H200), the device idle at the
+# start of every decode call (docs/internals.md "spectest/models/static.py")
+PREFILL_GRAPH_TOKENS = 128
+PREFILL_GRAPH_LENGTHS = 16  # prompt lengths whose graphs (and [1, L, V] logits buffer) are kept
 
 
 # ----------------------------------------------------------------------------- static cache
@@ -149,6 +155,7 @@ class StaticHFModel(LanguageModel):
         # logits buffer per (B, S) outside it (the NOTE in ``_Graph``)
         self._graph_pool: Any = None
         self._outs: dict[tuple[int, int], torch.Tensor] = {}
+        self._prefill_lengths: OrderedDict[int, None] = OrderedDict()  # by last use
         cfg = base.config
         self._layers = int(cfg.num_hidden_layers)
         self._kv_heads = int(getattr(cfg, "num_key_value_heads", cfg.num_attention_heads))
@@ -190,6 +197,7 @@ class StaticHFModel(LanguageModel):
             self._pools.clear()
             self._graphs.clear()
             self._outs.clear()
+            self._prefill_lengths.clear()
             self._graph_pool = None
 
     def _pool(self, batch_size: int) -> _StaticKV:
@@ -212,7 +220,8 @@ class StaticHFModel(LanguageModel):
         """One prompt forward on a one-row pool, its keys/values copied into every row."""
         assert prompt.dim() == 1, prompt.shape
         one = self.new_cache(1)
-        logits = self._forward(one, prompt[None, :], graphs=False)[0]  # [L, V] eager
+        graphs = self._prefill_graph(int(prompt.shape[0]))
+        logits = self._forward(one, prompt[None, :], graphs=graphs)[0]  # [L, V]
         if batch_size == 1:
             return one, logits
         cache = self.new_cache(batch_size)
@@ -222,6 +231,22 @@ class StaticHFModel(LanguageModel):
                 d[:, :, :L] = s[:, :, :L]  # broadcast the one row to B rows
         cache.valid = one.valid.expand(batch_size, -1).clone()  # [B, L]
         return cache, logits
+
+    def _prefill_graph(self, L: int) -> bool:
+        """Whether an ``L``-token prefill replays a graph (``PREFILL_GRAPH_TOKENS``): the same
+        forward as eager, bit for bit. Past ``PREFILL_GRAPH_LENGTHS`` lengths, the graphs and the
+        logits buffer of the length least recently prefilled are dropped (a one-row decode of
+        ``S = L`` tokens, which shares them, captures again)."""
+        if not self.cuda_graphs or L > PREFILL_GRAPH_TOKENS:
+            return False
+        kept = self._prefill_lengths
+        kept[L] = None
+        kept.move_to_end(L)
+        if len(kept) > PREFILL_GRAPH_LENGTHS:
+            old, _ = kept.popitem(last=False)
+            self._graphs = {k: g for k, g in self._graphs.items() if k[:2] != (1, old)}
+            self._outs.pop((1, old), None)
+        return True
 
     def forward(self, cache: Cache, input_ids: torch.Tensor) -> torch.Tensor:
         return self._forward(cache, input_ids, graphs=self.cuda_graphs)
