@@ -23,7 +23,7 @@ from spectest.sampling.scaled import HALF, ScaledLogits
 WINDOW_STEP = 32
 # a prompt of at most this many tokens prefills as a CUDA graph of ``(1, L, W)``: the eager
 # forward is the host's module calls (~36 ms for 28 layers on the H200), the device idle at the
-# start of every decode call (docs/internals.md "spectest/models/static.py")
+# start of every decode call (docs/internals.md "Prompt prefills as graphs")
 PREFILL_GRAPH_TOKENS = 128
 PREFILL_GRAPH_LENGTHS = 16  # prompt lengths whose graphs (and [1, L, V] logits buffer) are kept
 

@@ -293,7 +293,7 @@ def _filtered(
     if n_no_k == M and not n_min_p:
         # NOTE every row has top-p alone (the sampled configs' common call): the general path's
         # top-k and min-p steps keep every token and decide every row there, so they are left
-        # out: the same values, ~35 fewer host ops (docs/internals.md "Deferred shortlist reads")
+        # out: the same values, ~40 fewer host ops (docs/internals.md "Deferred shortlist reads")
         keep_p, closed = _nucleus(vals, vals, weight_sum(raw, t, mx, s), p)  # [M, W], [M]
         return cand, _by_id(vals, keep_p, order), closed | full
     w_min = vals[:, -1:]  # [M, 1]
