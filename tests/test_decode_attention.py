@@ -87,6 +87,7 @@ def check_against_references(dtype: torch.dtype, device: str) -> list[str]:
             last = decode_attention.gqa_decode(q[:, :, -1:], k, v, mask[:, :, -1:], D**-0.5)
             assert torch.equal(last, got[:, -1:]), SHAPES[i]  # query-width-invariant bits
         lines.append(f"{SHAPES[i]} kernel {err:.2e} sdpa {sdpa_err:.2e}")
+    check_shared(dtype, device)
     q, k, v, mask = _case(2, 4, 2, 1, 32, 16, dtype, device, seed=9)
     blind = mask.clone()
     blind[0] = False  # row 0 sees nothing
@@ -94,6 +95,30 @@ def check_against_references(dtype: torch.dtype, device: str) -> list[str]:
     assert torch.equal(out[0], torch.zeros_like(out[0])) and torch.isfinite(out).all()
     assert torch.equal(out[1], decode_attention.gqa_decode(q, k, v, mask, 0.25)[1])
     return lines
+
+
+def check_shared(dtype: torch.dtype, device: str) -> None:
+    """``shared`` leading slots (a prompt copied to every row) are read from row 0: where the
+    rows hold row 0's values, the same bits as reading each row's own, over a tile and a part
+    (40 slots), in decode and verify shapes; where they do not, row 0's values are what counts
+    (the rows' own would differ), so the kernel really reads row 0; ``shared`` 0 reads each
+    row's own."""
+    for S, W in ((1, 64), (5, 96)):
+        q, k, v, mask = _case(3, 16, 8, S, W, 128, dtype, device, seed=11 + S)
+        L, scale = 40, 128**-0.5
+        ks, vs = k.clone(), v.clone()
+        ks[1:, :, :L], vs[1:, :, :L] = (
+            ks[:1, :, :L],
+            vs[:1, :, :L],
+        )  # the prompt copied to every row
+        at = torch.tensor([L], dtype=torch.int64, device=device)
+        own = decode_attention.gqa_decode(q, ks, vs, mask, scale)
+        assert torch.equal(decode_attention.gqa_decode(q, ks, vs, mask, scale, shared=at), own)
+        assert torch.equal(decode_attention.gqa_decode(q, k, v, mask, scale, shared=at), own)
+        unshared = decode_attention.gqa_decode(q, k, v, mask, scale)
+        assert not torch.equal(unshared[1:], own[1:]) and torch.equal(unshared[:1], own[:1])
+        none = torch.zeros(1, dtype=torch.int64, device=device)
+        assert torch.equal(decode_attention.gqa_decode(q, k, v, mask, scale, shared=none), unshared)
 
 
 def _interpreted(mode: str) -> list[float]:

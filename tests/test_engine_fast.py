@@ -18,7 +18,7 @@ from spectest.engines.fast import as_fast, plain_decode_fast, speculative_decode
 from spectest.errors import ModelError
 from spectest.models.derive import first_layers
 from spectest.models.hf import HFModel, from_preset
-from spectest.models.static import WINDOW_STEP, StaticHFModel
+from spectest.models.static import WINDOW_STEP, StaticCache, StaticHFModel
 from spectest.models.toy import ToyLM
 from spectest.sampling.mutants import get_variant
 from spectest.sampling.params import SamplingParams
@@ -254,6 +254,63 @@ def test_prefill_graphs_equal_eager_prefills_on_cuda(dtype, monkeypatch) -> None
         assert (L in prefills) == (L <= static.PREFILL_GRAPH_TOKENS)
     assert graphed.graph_error is None
     assert prefills == {3, 40} and {k for k in graphed._outs if k[0] == 1} == {(1, 3), (1, 40)}
+
+
+def test_shared_slots_are_the_prompt_a_prefill_copied_to_every_row(hf_pair) -> None:
+    """The pool's ``shared`` count (the attention kernel reads those slots from row 0): a fresh
+    cache shares nothing, ``prefill_shared`` (and the replay model's restored prefill) shares
+    the prompt's L slots, and every row then holds row 0's keys and values there; the next
+    cache of that batch size shares nothing again."""
+    from spectest.numerics.replay import ReplayStaticModel
+
+    for model in (StaticHFModel(hf_pair[0]), ReplayStaticModel(hf_pair[0])):
+        assert int(model.new_cache(3).kv.shared) == 0
+        prompt = torch.tensor([5, 1, 4, 1, 5, 9, 2])
+        cache, _ = model.prefill_shared(prompt, 3)
+        assert isinstance(cache, StaticCache) and int(cache.kv.shared) == 7
+        for x in cache.kv.keys + cache.kv.values:
+            assert torch.equal(x[:, :, :7], x[:1, :, :7].expand(3, -1, -1, -1))
+        model.forward(cache, torch.tensor([[3], [1], [4]]))
+        assert int(cache.kv.shared) == 7  # a decode writes past the prompt only
+        assert int(model.new_cache(3).kv.shared) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_shared_prompt_reads_equal_each_rows_own_on_cuda(monkeypatch) -> None:
+    """bfloat16 on CUDA, the attention kernel on: a model reading the prompt's slots from row 0
+    (``SHARED_READS``) gives the logits of one reading each row's own, bit for bit, through a
+    37-token prompt (a tile and a part), decode steps, a verify of 5 with rejected slots and a
+    second prompt in the same pool, eager and as CUDA graphs."""
+    from spectest.models import static
+
+    target = from_preset("qwen3-tiny", seed=5, logit_scale=12.0, device="cuda", dtype="bfloat16")
+    models = []
+    for on, graphs in ((True, True), (False, True), (True, False)):
+        monkeypatch.setattr(static, "SHARED_READS", on)
+        models.append(StaticHFModel(target, cuda_graphs=graphs))
+    assert all(m.decode_kernel for m in models) and models[0].shared_reads
+    assert not models[1].shared_reads
+    g = torch.Generator().manual_seed(4)
+    outs: list[list[torch.Tensor]] = [[] for _ in models]
+    for L in (37, 20):
+        prompt = torch.randint(0, target.vocab_size, (L,), generator=g).cuda()
+        steps = [
+            torch.randint(0, target.vocab_size, (4, s), generator=g).cuda() for s in (1, 1, 5, 1)
+        ]
+        for model, out in zip(models, outs, strict=True):
+            cache, first = model.prefill_shared(prompt, 4)
+            assert int(cache.kv.shared) == L
+            out.append(first.float())
+            for ids in steps:
+                out.append(model.forward(cache, ids).float())
+                if ids.shape[1] == 5:  # rows 1 and 3 rejected the last 3 of the 5
+                    hole = torch.zeros_like(cache.valid)
+                    hole[1::2, -3:] = True
+                    cache.invalidate(hole)
+    for other in outs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(outs[0], other, strict=True))
+    assert models[0].graph_error is None and len(models[0]._graphs) > 0
 
 
 @pytest.mark.parametrize("whitebox", [False, True], ids=["tokens", "whitebox"])

@@ -17,6 +17,9 @@ from spectest.models import decode_attention
 
 IMPLEMENTATION = "spectest_packed_gqa"  # the name registered in transformers' AttentionInterface
 _KERNEL: ContextVar[bool] = ContextVar("spectest_decode_kernel", default=False)  # per thread
+# the pool's count of leading slots every row holds alike (``decode_attention.gqa_decode``'s
+# ``shared``), for the kernel's calls inside ``decode_kernel``; None: every row read as its own
+_SHARED: ContextVar[torch.Tensor | None] = ContextVar("spectest_shared_slots", default=None)
 
 
 class ConfigLock:
@@ -106,7 +109,10 @@ def packed_gqa_sdpa(
     kernel = _KERNEL.get() and not dropout
     if kernel and decode_attention.applies(query, key, value, attention_mask):
         scale = float(scaling) if scaling is not None else D**-0.5
-        return decode_attention.gqa_decode(query, key, value, attention_mask, scale), None
+        out = decode_attention.gqa_decode(
+            query, key, value, attention_mask, scale, shared=_SHARED.get()
+        )
+        return out, None
     q = query.reshape(B, Hkv, G * S, D)  # [B, Hkv, G·S, D]: row g·S + s = head kv·G + g, query s
     mask = attention_mask
     if G > 1:
@@ -193,12 +199,14 @@ def packed_attention(config: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def decode_kernel(on: bool = True) -> Iterator[None]:
+def decode_kernel(on: bool = True, shared: torch.Tensor | None = None) -> Iterator[None]:
     """Let ``packed_gqa_sdpa`` run ``decode_attention.gqa_decode`` (on this thread only) for the
-    calls it applies to when ``on``; a CUDA-graph capture inside keeps the kernel for every
-    replay."""
-    token = _KERNEL.set(bool(on))
+    calls it applies to when ``on``, with ``shared`` (the key/value pool's count of leading
+    slots every row holds alike, a device tensor, or None); a CUDA-graph capture inside keeps
+    the kernel, and reads ``shared`` afresh at every replay."""
+    token, token_shared = _KERNEL.set(bool(on)), _SHARED.set(shared)
     try:
         yield
     finally:
+        _SHARED.reset(token_shared)
         _KERNEL.reset(token)

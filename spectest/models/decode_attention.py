@@ -41,10 +41,10 @@ def _kernel() -> Any:
     # fmt: off
     @triton.jit(do_not_specialize=["W", "S"])
     def spectest_gqa_decode(
-        Q, K, V, M, O, scale, W, S,  # pointers, the window (slots), queries; Triton's naming
+        Q, K, V, M, O, SH, scale, W, S,  # pointers, the window (slots), queries; Triton's naming
         sqb, sqh, sqs, sqd, skb, skh, skw, skd, svb, svh, svw, svd, smb, sms, smw,  # strides
         sob, sos, soh, sod,
-        G: tl.constexpr, D: tl.constexpr,
+        G: tl.constexpr, D: tl.constexpr, SHARED: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PV: tl.constexpr,
     ):
         # fmt: on
@@ -60,11 +60,16 @@ def _kernel() -> Any:
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)  # running max of each row
         l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+        if SHARED:  # the leading slots every row holds alike: read from row 0 (cached in L2)
+            shared = tl.load(SH)
+        else:
+            shared = 0
         for start in range(0, W, BLOCK_N):
             n = start + tl.arange(0, BLOCK_N)  # [BLOCK_N] slots
             n_ok = n < W
             kv_ok = n_ok[:, None] & d_ok[None, :]
-            k_ptr = K + b * skb + h * skh + n[:, None] * skw + d[None, :] * skd
+            src = tl.where(n < shared, 0, b)  # [BLOCK_N] the row each slot's key/value is read from
+            k_ptr = K + src[:, None] * skb + h * skh + n[:, None] * skw + d[None, :] * skd
             k = tl.load(k_ptr, mask=kv_ok, other=0.0)  # [BLOCK_N, BLOCK_D]
             qk = tl.dot(q, tl.trans(k)) * scale  # [BLOCK_M, BLOCK_N] float32
             seen = tl.load(
@@ -77,7 +82,7 @@ def _kernel() -> Any:
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row that has seen nothing
             p = tl.exp(qk - m_use[:, None])  # [BLOCK_M, BLOCK_N]
             alpha = tl.exp(m_i - m_use)
-            v_ptr = V + b * svb + h * svh + n[:, None] * svw + d[None, :] * svd
+            v_ptr = V + src[:, None] * svb + h * svh + n[:, None] * svw + d[None, :] * svd
             v = tl.load(v_ptr, mask=kv_ok, other=0.0)  # [BLOCK_N, BLOCK_D]
             l_i = l_i * alpha + tl.sum(p, 1)
             acc = pv_step(acc, alpha, p, v, PV)  # [BLOCK_M, BLOCK_D]
@@ -170,12 +175,18 @@ def gqa_decode(
     mask: torch.Tensor,  # [B, 1, S, W] bool: True where the query sees the slot
     scale: float,
     *,
+    shared: torch.Tensor | None = None,
     block_n: int = BLOCK_N,
     num_warps: int = 2,
 ) -> torch.Tensor:
     """Softmax attention of every query head over its key/value head's slots in ``mask``, as
     ``[B, S, Hq, D]`` (transformers' layout after attention); any strides, no copies.
-    ``block_n`` (slots a step, a power of two >= 16) and ``num_warps`` are the launch's tuning.
+    ``shared``: a one-element int64 tensor on the device, the count of leading slots whose keys
+    and values are the same in every row (a prompt prefilled once and copied to every row:
+    ``static.StaticHFModel.prefill_shared``); those are read from row 0, so a batch reads them
+    from memory once, not once per row. Read at run time (a CUDA graph replays the value of the
+    moment). ``block_n`` (slots a step, a power of two >= 16) and ``num_warps`` are the launch's
+    tuning.
 
     Notes
     -----
@@ -190,7 +201,8 @@ def gqa_decode(
     differences (docs/internals.md). A query that sees no slot gets zeros (SDPA gives NaN). The
     window ``W`` and the query count ``S`` are runtime values, not specialised: one compile for
     every prompt length. ``pv_mode`` says how the probabilities are rounded before their
-    product.
+    product. Reading a shared slot from row 0 loads the same values the row holds: the same bits
+    (the caller's promise that they are the same is the contract of ``shared``).
     """
     kernel = _kernel()
     assert kernel is not None and applies(query, key, value, mask)
@@ -202,10 +214,11 @@ def gqa_decode(
     # Triton launches on the current device: make it the tensors' (scale-out workers)
     with torch.cuda.device(query.device) if query.is_cuda else contextlib.nullcontext():
         kernel[(B, Hkv, -(-G * S // BLOCK_M))](
-            query, key, value, m8, out, float(scale), W, S,
+            query, key, value, m8, out, m8 if shared is None else shared, float(scale), W, S,
             *query.stride(), *key.stride(), *value.stride(),
             m8.stride(0), m8.stride(2), m8.stride(3), *out.stride(),
-            G=G, D=D, BLOCK_M=BLOCK_M, BLOCK_D=max(16, 1 << (D - 1).bit_length()),
-            BLOCK_N=block_n, PV=PV_MODES.index(pv_mode()), num_warps=num_warps,
+            G=G, D=D, SHARED=shared is not None,
+            BLOCK_M=BLOCK_M, BLOCK_D=max(16, 1 << (D - 1).bit_length()), BLOCK_N=block_n,
+            PV=PV_MODES.index(pv_mode()), num_warps=num_warps,
         )  # fmt: skip
     return out

@@ -26,6 +26,10 @@ WINDOW_STEP = 32
 # start of every decode call (docs/internals.md "Prompt prefills as graphs")
 PREFILL_GRAPH_TOKENS = 128
 PREFILL_GRAPH_LENGTHS = 16  # prompt lengths whose graphs (and [1, L, V] logits buffer) are kept
+# the attention kernel reads a prompt's slots, copied to every row by ``prefill_shared``, from
+# row 0: a batch reads them from memory once, not once per row (the same bits; False: each
+# row's own, an A/B switch read when a model is built; docs/internals.md "Shared prompt reads")
+SHARED_READS = True
 
 
 # ----------------------------------------------------------------------------- static cache
@@ -42,6 +46,10 @@ class _StaticKV:
         self.values = values
         self.write_idx = torch.zeros(0, dtype=torch.int64, device=keys[0].device)  # [S]
         self.window = int(keys[0].shape[2])
+        # [1] the leading slots every row holds alike (a prompt prefilled once and copied to
+        # every row): the attention kernel reads them from row 0 (``decode_attention``'s
+        # ``shared``); 0 for a fresh cache. A device tensor, so a graph reads it at replay
+        self.shared = torch.zeros(1, dtype=torch.int64, device=keys[0].device)
 
     def update(
         self,
@@ -179,6 +187,7 @@ class StaticHFModel(LanguageModel):
         if decode_kernel is None:
             decode_kernel = decode_attention.available(base.device)
         self.decode_kernel = bool(decode_kernel) and self.packed_gqa
+        self.shared_reads = SHARED_READS
         if self.decode_kernel:
             decode_attention.pv_mode()  # a bad SPECTEST_ATTN_PV is refused here, at load
 
@@ -214,7 +223,9 @@ class StaticHFModel(LanguageModel):
         return torch.zeros(shape, dtype=self.dtype, device=self.device)
 
     def new_cache(self, batch_size: int) -> StaticCache:
-        return StaticCache(self._pool(batch_size), batch_size, self.device)
+        kv = self._pool(batch_size)
+        kv.shared.zero_()  # no slot shared until a prefill copies one row to all
+        return StaticCache(kv, batch_size, self.device)
 
     def prefill_shared(self, prompt: torch.Tensor, batch_size: int) -> tuple[Cache, torch.Tensor]:
         """One prompt forward on a one-row pool, its keys/values copied into every row."""
@@ -229,6 +240,7 @@ class StaticHFModel(LanguageModel):
         for src, dst in ((one.kv.keys, cache.kv.keys), (one.kv.values, cache.kv.values)):
             for s, d in zip(src, dst, strict=True):
                 d[:, :, :L] = s[:, :, :L]  # broadcast the one row to B rows
+        cache.kv.shared.fill_(L)  # slots < L: the same in every row until the pool's next cache
         cache.valid = one.valid.expand(batch_size, -1).clone()  # [B, L]
         return cache, logits
 
@@ -294,7 +306,8 @@ class StaticHFModel(LanguageModel):
         if self.base._pass_cache_position:
             kwargs["cache_position"] = new
         packed = attention.packed_attention(self.base.config) if self.packed_gqa else nullcontext()
-        kernel = attention.decode_kernel(self.decode_kernel)
+        shared = kv.shared if self.shared_reads else None
+        kernel = attention.decode_kernel(self.decode_kernel, shared=shared)
         fused = rotary.fused_rotary(self.fused_rotary)
         with packed, norms.fused_norms(self.fused_norms), fused, kernel:
             res = self.base.model(

@@ -86,6 +86,7 @@ class ReplayStaticModel(StaticHFModel):
         for src, dst in ((keys, cache.kv.keys), (values, cache.kv.values)):
             for s, d in zip(src, dst, strict=True):
                 d[:, :, :L] = s  # broadcast the one row to every row
+        cache.kv.shared.fill_(L)  # as ``StaticHFModel.prefill_shared``
         cache.valid = valid.expand(batch_size, -1).clone()  # [B, L]
         return cache, logits
 
