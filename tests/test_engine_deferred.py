@@ -118,7 +118,8 @@ def test_deferred_reads_give_the_synced_outputs(pair, monkeypatch, spec, onehot,
 
 
 class _Syncs(TorchDispatchMode):
-    """Counts host syncs: ``bool``/``int``/``item`` (``_local_scalar_dense``) and ``tolist``."""
+    """Counts host syncs: ``bool``/``int``/``item`` (``_local_scalar_dense``), ``tolist`` and
+    ``nonzero`` (its output's size is read on the host: a sync on CUDA)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         super().__init__()
@@ -132,8 +133,45 @@ class _Syncs(TorchDispatchMode):
         monkeypatch.setattr(torch.Tensor, "tolist", counted)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.n += func is torch.ops.aten._local_scalar_dense.default
+        self.n += func in (
+            torch.ops.aten._local_scalar_dense.default,
+            torch.ops.aten.nonzero.default,
+        )
         return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=[
+                pytest.mark.gpu,
+                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+            ],
+        ),
+    ],
+)
+def test_a_deferred_call_over_mixed_rows_makes_no_host_sync(monkeypatch, device) -> None:
+    """A deferred ``shortlist_probs`` call whose rows mix top-p alone with top-k (seed 001's
+    configs in one batch: the general path, the full-vocabulary sum for the top-p rows only)
+    makes no host sync once its parameters' host flags are read (the first call): the top-p rows'
+    ids come from the host's count (``nonzero_static``), not from ``nonzero``. Its law equals the
+    synced call's, and the general path is the one taken (rows of both kinds, no min-p)."""
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randn((6, 512), generator=g, dtype=torch.float64).float() * 6).to(device)
+    params = SamplingTensors.from_params([TOP_K[0], TOP_P[0], TOP_K[1]] * 2, device=device)
+    want = shortlist_probs(x, params, width=128)
+    assert want is not None
+    shortlist_probs(x, params, width=128, defer=Deferred())  # reads the host flags once
+    assert params.host and next(iter(params.host.values()))[2] == 2  # two top-p-alone rows
+    defer = Deferred()
+    with _Syncs(monkeypatch) as count:
+        got = shortlist_probs(x, params, width=128, defer=defer)
+    assert count.n == 0
+    assert got is not None and defer.check() == []
+    assert torch.equal(got.ids, want.ids) and torch.equal(got.probs, want.probs)
 
 
 @pytest.mark.parametrize("spec", [False, True], ids=["plain", "speculative"])

@@ -312,8 +312,8 @@ def _filtered(
         # float64 terms, another addition order), ``_weights(..).sum(-1)``'s operations elsewhere
         if n_no_k == M:  # every row: no [M, V] row gather, no index
             z = weight_sum(raw, t, mx, s)  # [M] as the reference's sum
-        else:
-            r = torch.nonzero(no_k).squeeze(-1)  # [R]
+        else:  # the host knows R: ``nonzero``'s ids without its host sync (one per call)
+            r = torch.nonzero_static(no_k, size=n_no_k).squeeze(-1)  # [R] ascending
             z = z.index_put((r,), weight_sum(raw[r], t[r], mx[r], s))
     keep_p, closed = _nucleus(vals, kept_w, z, p)  # [M, W], [M]
     ok_p = ~p_on | (k_on & ok_k) | closed | full  # [M]
