@@ -1,11 +1,11 @@
 """Where P1's ``generate`` phase goes (issue 32): arms of the openinfer-512 plan for the first
 ``--prompts`` prompts on the fast engine (``generation.generate_shard``, as the runner calls it),
-each arm run twice (cold: CUDA-graph captures; warm), the warm one under ``torch.profiler``.
+each arm run three times (cold: CUDA-graph captures; warm; warm under ``torch.profiler``).
 
-Prints, per arm: cold and warm wall seconds, rows and tokens per second, the warm run's CUDA
-time and the count of host-device syncs seen by the profiler (``cudaStreamSynchronize`` /
-``cudaMemcpyAsync`` device-to-host calls), then its ``--top`` kernels/ops by self CUDA time and
-by self CPU time. About 2 min on one H200 at P1's models with ``--prompts 1``; runs on CPU too.
+Prints, per arm: cold, warm and profiled wall seconds, rows and tokens per second (warm), the
+profiled run's CUDA time and the count of host-device syncs seen by the profiler
+(``cudaStreamSynchronize`` / ``cudaMemcpyAsync`` device-to-host calls), then its ``--top``
+kernels/ops by self CUDA time and by self CPU time. About 2 min on one H200 at P1's models with ``--prompts 1``; runs on CPU too.
 
     PYTHONPATH=. python tools/gpu/generate_profile.py --arms reference,candidate --set \
       models.device=cuda --set batch_size=768 --set models.target=realistic:qwen3-0.6b \
@@ -52,8 +52,8 @@ def main() -> None:
     )
     for arm in arms:
         walls = []
-        for label in ("cold", "warm"):
-            prof = profile(activities=activities) if label == "warm" else None
+        for label in ("cold", "warm", "profiled"):
+            prof = profile(activities=activities) if label == "profiled" else None
             _sync()
             t0 = time.perf_counter()
             if prof is not None:
@@ -73,8 +73,9 @@ def main() -> None:
         d2h = sum(e.count for e in ev if e.key == "cudaMemcpyAsync")
         cuda = sum(getattr(e, "self_device_time_total", 0.0) for e in ev) / 1e6
         print(
-            f"== {arm.name}: cold {walls[0]:.2f} s, warm {walls[1]:.2f} s (profiled), {rows} rows,"
-            f" {rows * p.positions / walls[1]:.0f} tokens/s; CUDA {cuda:.2f} s; syncs {syncs},"
+            f"== {arm.name}: cold {walls[0]:.2f} s, warm {walls[1]:.2f} s, profiled {walls[2]:.2f}"
+            f" s, {rows} rows, {rows * p.positions / walls[1]:.0f} tokens/s warm; CUDA {cuda:.2f} s"
+            f" profiled; syncs {syncs},"
             f" cudaMemcpyAsync {d2h}"
         )
         print(ev.table(sort_by="self_device_time_total", row_limit=a.top, max_name_column_width=60))

@@ -13,6 +13,7 @@
 #             table's parts (batch decode, floor rows beside it, TVs), cold and warm
 #   genprof   tools/gpu/generate_profile.py: one P1 prompt-batch of the reference and candidate
 #             arms, warm, under torch.profiler (wall, CUDA time, syncs, top ops)
+#   genab     the same for BASE_TREE's spectest then this tree's, 2 prompts: the arms' walls A/B
 #
 #   bash tools/gpu/session30.sh OLD_TREE BASE_TREE [OUT]
 #   (each tree: `git archive COMMIT spectest protocols | tar -x -C TREE`)
@@ -64,6 +65,13 @@ for step in ${STEPS:-gpu kernels p1 bench timeline}; do
       PYTHONPATH="$PWD" timeout 200 python tools/gpu/generate_profile.py --arms reference,candidate \
         --top 30 "${PAIR[@]}" > "$OUT/genprof.txt" 2>&1 < /dev/null
       echo "exit $?"; grep -E "^(load|==|reference|candidate)" "$OUT/genprof.txt" ;;
+    genab)
+      for tree in "$BASE" "$PWD"; do
+        echo "--- $tree"
+        PYTHONPATH="$tree" timeout 200 python tools/gpu/generate_profile.py --prompts 2 \
+          --arms reference,candidate --top 5 "${PAIR[@]}" > "$OUT/genab.txt" 2>&1 < /dev/null
+        echo "exit $?"; grep -E "^(load|==)" "$OUT/genab.txt"
+      done ;;
     *) echo "unknown step $step" ;;
   esac
 done
