@@ -5,7 +5,8 @@ each arm run three times (cold: CUDA-graph captures; warm; warm under ``torch.pr
 Prints, per arm: cold, warm and profiled wall seconds, rows and tokens per second (warm), the
 profiled run's CUDA time and the count of host-device syncs seen by the profiler
 (``cudaStreamSynchronize`` / ``cudaMemcpyAsync`` device-to-host calls), then its ``--top``
-kernels/ops by self CUDA time and by self CPU time. About 2 min on one H200 at P1's models with ``--prompts 1``; runs on CPU too.
+kernels/ops by self CUDA time and by self CPU time. About 2 min on one H200 at P1's models with
+``--prompts 1``; runs on CPU too.
 
     PYTHONPATH=. python tools/gpu/generate_profile.py --arms reference,candidate --set \
       models.device=cuda --set batch_size=768 --set models.target=realistic:qwen3-0.6b \
