@@ -63,21 +63,27 @@ def logits_to_probs_fast(
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:
         raise InputError(f"logits_to_probs_fast: width must be an integer >= 1, got {width!r}")
     if check:
-        params.validate(batch_size=B, where="logits_to_probs_fast params")
+        params.check_shapes(batch_size=B, where="logits_to_probs_fast params")
+    # the parameters' validity, whether every row is filtered, and ``_filtered``'s counts: one
+    # host read per parameter object (``params.host``), not a ``nonzero`` and a count per call
+    invalid, unfiltered, n_no_k, n_min_p = _host_flags(params, V, check)
+    if invalid:
+        params.raise_invalid(where="logits_to_probs_fast params")
+    if check:
         _check_finite_fast(logits.reshape(B * S, V), S, logits.dim() == 3)
     if width >= V:  # every token shortlisted: the exact pipeline is as cheap
         return logits_to_probs(logits, params, check=False)
     x = logits.reshape(B * S, V)  # [N, V] as given (float32, or the model's bfloat16)
     p = params.per_position(S, x.device)  # [N] each
+    out = torch.zeros((x.shape[0], V), dtype=torch.float64, device=x.device)  # [N, V]
+    if not unfiltered:  # the common call: every row filtered, no row gathers over [N, V]
+        _fill_filtered(out, x, p, None, width, (n_no_k * S, n_min_p * S))
+        return out.reshape(logits.shape)
     greedy = p.temperature == 0  # [N]
     filtered = ~greedy & _has_filter(p, V)  # [N]
-    out = torch.zeros((x.shape[0], V), dtype=torch.float64, device=x.device)  # [N, V]
     rows = torch.nonzero(filtered).squeeze(-1)  # [M]
-    every = int(rows.shape[0]) == int(x.shape[0])  # the common call: no row gathers over [N, V]
     if rows.numel():
-        _fill_filtered(out, x, p, rows, width, every)
-    if every:
-        return out.reshape(logits.shape)
+        _fill_filtered(out, x, p, rows, width)
     rows = torch.nonzero(~greedy & ~filtered).squeeze(-1)  # [M] temperature only
     if rows.numel():
         w = _weights(x[rows], p.temperature[rows])  # [M, V] float64, as the reference
@@ -102,22 +108,29 @@ def _filter_counts(p: SamplingTensors, V: int) -> tuple[torch.Tensor, torch.Tens
 
 
 def _fill_filtered(
-    out: torch.Tensor, x: torch.Tensor, p: SamplingTensors, rows: torch.Tensor, W: int, every: bool
+    out: torch.Tensor,
+    x: torch.Tensor,
+    p: SamplingTensors,
+    rows: torch.Tensor | None,
+    W: int,
+    counts: tuple[int, int] | None = None,
 ) -> None:
     """Write the law of the filtered ``rows`` of ``x`` into ``out`` ``[N, V]``.
 
-    ``every`` says ``rows`` is every row (no gathers); rows the shortlist cannot decide are
-    decided by the reference ``logits_to_probs``.
+    ``rows`` None: every row (no gathers), with ``_filtered``'s ``counts`` when known; rows the
+    shortlist cannot decide are decided by the reference ``logits_to_probs``.
     """
-    ids, p_c, ok = _filtered(x if every else x[rows], p if every else p.index(rows), W)
-    if every:
+    if rows is None:
+        ids, p_c, ok = _filtered(x, p, W, counts)
         out.scatter_(-1, ids, p_c)
+        bad = torch.nonzero(~ok).squeeze(-1)  # [F] row ids
     else:
+        ids, p_c, ok = _filtered(x[rows], p.index(rows), W, counts)
         probs = torch.zeros(
             (int(rows.shape[0]), out.shape[1]), dtype=torch.float64, device=x.device
         )
         out[rows] = probs.scatter_(-1, ids, p_c)  # [M, V]
-    bad = rows[~ok]  # [F]
+        bad = rows[~ok]  # [F]
     if bad.numel():
         out[bad] = logits_to_probs(x[bad], p.index(bad), check=False)
 
