@@ -6,6 +6,7 @@ The decision is ``spectest.stats.drift``'s; nothing here is random. Details: doc
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -92,12 +93,18 @@ def _tvs(
         hi = min(M, lo + step)
         a = a_logits[lo:hi].reshape(-1, V)  # [m * T, V] row-major: row i, position t at i*T + t
         b = b_logits[lo:hi].reshape(-1, V)
-        st = SamplingTensors.from_params(
-            [p for p in params[lo:hi] for _ in range(T)], device=a_logits.device
-        )
+        st = _tensors(tuple(p for p in params[lo:hi] for _ in range(T)), a_logits.device)
         tvs.append(_tv(a, b, st, probs).view(hi - lo, T))
         flips.append(_flip(a, b).view(hi - lo, T))
     return torch.cat(tvs).cpu().numpy(), torch.cat(flips).cpu().numpy()
+
+
+@functools.lru_cache(maxsize=64)
+def _tensors(params: tuple[SamplingParams, ...], device: torch.device) -> SamplingTensors:
+    """``SamplingTensors.from_params(params)`` on ``device``, one object per composition: a
+    prompt's TV calls repeat the last prompt's (the same configs in the same order), and a
+    parameter object reads its host flags once (``shortlist._host_flags``), not once per call."""
+    return SamplingTensors.from_params(list(params), device=device)
 
 
 @torch.no_grad()
@@ -220,7 +227,7 @@ def measure_drift(
         dec, alone_rows = decode_and_alone(*args, streams=streams, branches=branches)
         tv[at], flip[at] = _tvs(ver, dec, [params[r] for r in mine], probs)
         for (i, r), one in zip(ones, alone_rows, strict=True):  # one: [T, V]
-            s1 = SamplingTensors.from_params([params[r]] * T, device=dev)  # [T] one row's params
+            s1 = _tensors((params[r],) * T, dev)  # [T] one row's params
             floor[where[r]] = _tv(one, dec[i], s1, probs).cpu().numpy()
         del ver, dec
     return tv, flip, floor
