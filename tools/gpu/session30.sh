@@ -39,9 +39,9 @@ for step in ${STEPS:-gpu kernels p1 bench timeline}; do
   echo "=== $step ($(date -u +%H:%M:%S))"
   case "$step" in
     gpu)
-      PYTHONPATH="$PWD" timeout 300 python -m pytest -q -m gpu -p no:cacheprovider \
+      PYTHONPATH="$PWD" timeout 300 python -m pytest -q -m gpu -p no:cacheprovider ${GPU_TESTS:-\
         tests/test_decode_attention.py tests/test_engine_fast.py tests/test_numerics_alone.py \
-        tests/test_numerics_replay.py tests/test_engine_deferred.py > "$OUT/gpu.txt" 2>&1 < /dev/null
+        tests/test_numerics_replay.py tests/test_engine_deferred.py} > "$OUT/gpu.txt" 2>&1 < /dev/null
       echo "exit $?"; tail -n 12 "$OUT/gpu.txt" ;;
     kernels)
       PYTHONPATH="$PWD" timeout 120 python tools/gpu/forward_kernels.py --rows 1,768 --top 30 \
