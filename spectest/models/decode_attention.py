@@ -32,11 +32,17 @@ def _kernel() -> Any:
     if os.environ.get("SPECTEST_NO_KERNELS"):
         return None
     try:
-        import triton
-        import triton.language as tl
+        import triton.language  # noqa: F401  (imports triton too)
     except Exception:  # any import failure means: use SDPA
         return None
     _define_pv_step()
+    return _jit_kernel()
+
+
+def _jit_kernel() -> Any:
+    """The kernel itself, jitted (``_kernel`` checked that Triton imports)."""
+    import triton
+    import triton.language as tl
 
     # fmt: off
     @triton.jit(do_not_specialize=["W", "S"])

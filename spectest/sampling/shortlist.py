@@ -62,15 +62,7 @@ def logits_to_probs_fast(
     B, S, V = logits_dims(logits)
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:
         raise InputError(f"logits_to_probs_fast: width must be an integer >= 1, got {width!r}")
-    if check:
-        params.check_shapes(batch_size=B, where="logits_to_probs_fast params")
-    # the parameters' validity, whether every row is filtered, and ``_filtered``'s counts: one
-    # host read per parameter object (``params.host``), not a ``nonzero`` and a count per call
-    invalid, unfiltered, n_no_k, n_min_p = _host_flags(params, V, check)
-    if invalid:
-        params.raise_invalid(where="logits_to_probs_fast params")
-    if check:
-        _check_finite_fast(logits.reshape(B * S, V), S, logits.dim() == 3)
+    unfiltered, n_no_k, n_min_p = _checked_flags(logits, params, check)
     if width >= V:  # every token shortlisted: the exact pipeline is as cheap
         return logits_to_probs(logits, params, check=False)
     x = logits.reshape(B * S, V)  # [N, V] as given (float32, or the model's bfloat16)
@@ -93,6 +85,25 @@ def logits_to_probs_fast(
         hot = _argmax_lowest(x[rows].to(torch.float64))  # [M] lowest id on ties
         out[rows] = torch.zeros_like(out[rows]).scatter_(-1, hot[:, None], 1.0)
     return out.reshape(logits.shape)
+
+
+def _checked_flags(
+    logits: torch.Tensor, params: SamplingTensors, check: bool
+) -> tuple[int, int, int]:
+    """``logits_to_probs_fast``'s checks (with ``check``: shapes, parameter values, finite
+    logits) and ``(unfiltered, rows with top-p and no top-k, rows with min-p)`` of ``params``'
+    ``[B]`` rows: the parameters' flags are one host read per parameter object
+    (``_host_flags``), not a ``nonzero`` and a count per call."""
+    B, S, V = logits_dims(logits)
+    where = "logits_to_probs_fast params"
+    if check:
+        params.check_shapes(batch_size=B, where=where)
+    invalid, unfiltered, n_no_k, n_min_p = _host_flags(params, V, check)
+    if invalid:
+        params.raise_invalid(where=where)
+    if check:
+        _check_finite_fast(logits.reshape(B * S, V), S, logits.dim() == 3)
+    return unfiltered, n_no_k, n_min_p
 
 
 def _has_filter(p: SamplingTensors, V: int) -> torch.Tensor:
