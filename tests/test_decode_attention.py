@@ -107,10 +107,8 @@ def check_shared(dtype: torch.dtype, device: str) -> None:
         q, k, v, mask = _case(3, 16, 8, S, W, 128, dtype, device, seed=11 + S)
         L, scale = 40, 128**-0.5
         ks, vs = k.clone(), v.clone()
-        ks[1:, :, :L], vs[1:, :, :L] = (
-            ks[:1, :, :L],
-            vs[:1, :, :L],
-        )  # the prompt copied to every row
+        ks[1:, :, :L] = ks[:1, :, :L]  # the prompt copied to every row
+        vs[1:, :, :L] = vs[:1, :, :L]
         at = torch.tensor([L], dtype=torch.int64, device=device)
         own = decode_attention.gqa_decode(q, ks, vs, mask, scale)
         assert torch.equal(decode_attention.gqa_decode(q, ks, vs, mask, scale, shared=at), own)
