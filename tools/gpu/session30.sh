@@ -16,7 +16,9 @@
 #   genab     the same for BASE_TREE's spectest then this tree's, 2 prompts: the arms' walls A/B
 #
 #   bash tools/gpu/session30.sh OLD_TREE BASE_TREE [OUT]
-#   (each tree: `git archive COMMIT spectest protocols | tar -x -C TREE`)
+#   (each tree: `git archive COMMIT spectest protocols | tar -x -C TREE`; env: GPU_TESTS the gpu
+#   step's files, BENCH_ROWS the bench step's row counts). What ran and what it printed:
+#   results/LOG.md "lead (session 30)".
 set -uo pipefail
 OLD="$1"
 BASE="$(cd "$2" && pwd)"
