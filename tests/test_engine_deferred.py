@@ -173,6 +173,13 @@ def test_a_deferred_call_over_mixed_rows_makes_no_host_sync(monkeypatch, device)
     assert got is not None and defer.check() == []
     assert torch.equal(got.ids, want.ids) and torch.equal(got.probs, want.probs)
 
+    def missing(*a: Any, **k: Any) -> Any:  # CUDA before torch 2.6 has no nonzero_static
+        raise NotImplementedError("Could not run 'aten::nonzero_static' with arguments from CUDA")
+
+    monkeypatch.setattr(torch, "nonzero_static", missing)
+    old = shortlist_probs(x, params, width=128, defer=Deferred())  # ``nonzero``: the same law
+    assert old is not None and torch.equal(old.probs, want.probs)
+
 
 @pytest.mark.parametrize("spec", [False, True], ids=["plain", "speculative"])
 def test_deferred_reads_replace_the_calls_syncs(pair, monkeypatch, spec) -> None:

@@ -337,7 +337,7 @@ def _filtered(
         if n_no_k == M:  # every row: no [M, V] row gather, no index
             z = weight_sum(raw, t, mx, s)  # [M] as the reference's sum
         else:  # the host knows R: ``nonzero``'s ids without its host sync (one per call)
-            r = torch.nonzero_static(no_k, size=n_no_k).squeeze(-1)  # [R] ascending
+            r = _true_ids(no_k, n_no_k)  # [R] ascending
             z = z.index_put((r,), weight_sum(raw[r], t[r], mx[r], s))
     keep_p, closed = _nucleus(vals, kept_w, z, p)  # [M, W], [M]
     ok_p = ~p_on | (k_on & ok_k) | closed | full  # [M]
@@ -345,6 +345,15 @@ def _filtered(
     # min-p on the post-top-p law (scale invariant: compare weights renormalised over the kept set)
     keep, ok_m = _min_p_step(x, t, vals, keep, k_on, p_on, mp, full, n_min_p > 0)
     return cand, _by_id(vals, keep, order), ok_k & ok_p & ok_m
+
+
+def _true_ids(mask: torch.Tensor, n: int) -> torch.Tensor:
+    """The ``n`` ids where ``mask`` ``[M]`` holds, ascending: ``nonzero_static`` (no host read),
+    or ``nonzero`` where the device has no ``nonzero_static`` (CUDA before torch 2.6)."""
+    try:
+        return torch.nonzero_static(mask, size=n).squeeze(-1)
+    except NotImplementedError:
+        return torch.nonzero(mask).squeeze(-1)
 
 
 def _nucleus(
