@@ -62,7 +62,10 @@ def logits_to_probs_fast(
     B, S, V = logits_dims(logits)
     if isinstance(width, bool) or not isinstance(width, int) or width < 1:
         raise InputError(f"logits_to_probs_fast: width must be an integer >= 1, got {width!r}")
-    unfiltered, n_no_k, n_min_p = _checked_flags(logits, params, check)
+    flags = _valid_flags(params, B, V, check, "logits_to_probs_fast params")
+    if check:
+        _check_finite_fast(logits.reshape(B * S, V), S, logits.dim() == 3)
+    _, unfiltered, n_no_k, n_min_p = flags
     if width >= V:  # every token shortlisted: the exact pipeline is as cheap
         return logits_to_probs(logits, params, check=False)
     x = logits.reshape(B * S, V)  # [N, V] as given (float32, or the model's bfloat16)
@@ -87,23 +90,19 @@ def logits_to_probs_fast(
     return out.reshape(logits.shape)
 
 
-def _checked_flags(
-    logits: torch.Tensor, params: SamplingTensors, check: bool
-) -> tuple[int, int, int]:
-    """``logits_to_probs_fast``'s checks (with ``check``: shapes, parameter values, finite
-    logits) and ``(unfiltered, rows with top-p and no top-k, rows with min-p)`` of ``params``'
-    ``[B]`` rows: the parameters' flags are one host read per parameter object
-    (``_host_flags``), not a ``nonzero`` and a count per call."""
-    B, S, V = logits_dims(logits)
-    where = "logits_to_probs_fast params"
+def _valid_flags(
+    params: SamplingTensors, B: int, V: int, check: bool, where: str
+) -> tuple[int, int, int, int]:
+    """``_host_flags`` of ``params`` for a call of ``B`` rows, after (with ``check``) their
+    shapes, and ``ConfigError`` (``where``: the caller's name) for an invalid row: the checks
+    ``shortlist_probs`` and ``logits_to_probs_fast`` make before they read the logits, in the
+    one host read per parameter object, not a ``validate``, a ``nonzero`` and a count per call."""
     if check:
         params.check_shapes(batch_size=B, where=where)
-    invalid, unfiltered, n_no_k, n_min_p = _host_flags(params, V, check)
-    if invalid:
+    flags = _host_flags(params, V, check)
+    if flags[0]:
         params.raise_invalid(where=where)
-    if check:
-        _check_finite_fast(logits.reshape(B * S, V), S, logits.dim() == 3)
-    return unfiltered, n_no_k, n_min_p
+    return flags
 
 
 def _has_filter(p: SamplingTensors, V: int) -> torch.Tensor:
@@ -210,11 +209,7 @@ def shortlist_probs(
         return None
     x = native.reshape(B * S, V)  # [N, V] as given (float32, or the model's bfloat16)
     x = x if scale is None else ScaledLogits.wrap(x, scale)
-    if check:
-        params.check_shapes(batch_size=B, where="shortlist_probs params")
-    invalid, unfiltered, n_no_k, n_min_p = _host_flags(params, V, check)
-    if invalid:
-        params.raise_invalid(where="shortlist_probs params")
+    _, unfiltered, n_no_k, n_min_p = _valid_flags(params, B, V, check, "shortlist_probs params")
     # NOTE one read of the logits gives each row's max (the shortlist's, below) and finiteness:
     # aminmax propagates NaN, +inf shows in the max and -inf in the min; on native scaled logits
     # the extremes of the product are the products of the extremes (``sampling/scaled.py``)
