@@ -223,44 +223,6 @@ def test_the_laws_many_rows_at_once_equal_one_position_at_a_time(elements: int) 
         assert want_flip[2, 3] and (want_tv > 0).sum() > M * T // 2  # not vacuous
 
 
-def test_the_floor_rows_at_once_equal_one_row_at_a_time() -> None:
-    """``_floor_tvs`` (a batch's rows decoded alone in one ``_tvs`` call) equals the ``_tv`` call
-    per row it replaced, bit for bit, under both pipelines and a shortlist of 8 of 40 tokens
-    (rows decided there and rows that fall back), with mixed parameters and the rows picked out
-    of order; a count that does not match the rows is refused."""
-    from functools import partial
-
-    from spectest.numerics import table
-    from spectest.sampling.pipeline import FAST, REFERENCE
-    from spectest.sampling.shortlist import logits_to_probs_fast
-
-    g = torch.Generator().manual_seed(6)
-    M, T, V = 6, 5, 40
-    dec = (
-        torch.randn(M, T, V, generator=g)
-        * torch.tensor([4.0, 0.3, 4.0, 0.3, 4.0, 0.3])[:, None, None]
-    )
-    ones = [(4, 40), (1, 11), (3, 30)]  # (index in dec, row)
-    alone = [dec[i] + torch.randn(T, V, generator=g) * 0.05 for i, _ in ones]
-    params = [
-        SamplingParams(temperature=0.8, top_p=0.9),
-        SamplingParams(temperature=1.0, top_k=5),
-        SamplingParams(temperature=0.6, min_p=0.1),
-    ]
-    narrow = partial(logits_to_probs_fast, width=8)
-    for probs in (REFERENCE.probs, FAST.probs, narrow):
-        want = np.stack(
-            [
-                table._tv(one, dec[i], SamplingTensors.from_params([p] * T), probs).numpy()
-                for (i, _), one, p in zip(ones, alone, params, strict=True)
-            ]
-        )
-        got = table._floor_tvs(dec, ones, iter(alone), params, probs)
-        assert np.array_equal(got, want) and (want > 0).sum() > want.size // 2  # not vacuous
-    with pytest.raises(AssertionError):
-        table._floor_tvs(dec, ones, iter(alone[:2]), params, FAST.probs)
-
-
 # ----------------------------------------------------------------------------- the decision
 def _table(d: list[list[float]], f: list[list[float]]) -> pd.DataFrame:
     """Sequences ``d`` (per-token TVs); the first ``len(f)`` also have floor TVs ``f``."""

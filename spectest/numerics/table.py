@@ -226,28 +226,11 @@ def measure_drift(
         args = (target, prompt, prompt_ids, toks, keep, mine_alone)
         dec, alone_rows = decode_and_alone(*args, streams=streams, branches=branches)
         tv[at], flip[at] = _tvs(ver, dec, [params[r] for r in mine], probs)
-        if ones:
-            rows_params = [params[r] for _, r in ones]
-            floor[[where[r] for _, r in ones]] = _floor_tvs(
-                dec, ones, alone_rows, rows_params, probs
-            )
+        for (i, r), one in zip(ones, alone_rows, strict=True):  # one: [T, V]
+            s1 = _tensors((params[r],) * T, dev)  # [T] one row's params
+            floor[where[r]] = _tv(one, dec[i], s1, probs).cpu().numpy()
         del ver, dec
     return tv, flip, floor
-
-
-def _floor_tvs(
-    dec: torch.Tensor,  # [M, T, V] the batch decode's logits of the measured rows
-    ones: Sequence[tuple[int, int]],  # (index in ``dec``, row) of the rows decoded alone
-    alone: Iterable[torch.Tensor],  # their logits decoded alone, [T, V] each, in that order
-    params: Sequence[SamplingParams],  # [R] their parameters
-    probs: ProbsFn,
-) -> np.ndarray:
-    """The floor TVs ``[R, T]`` of the rows decoded alone against the batch decode: one
-    ``_tvs`` call for the batch's rows, not one a row (the laws are row-wise: the same values)."""
-    got = list(alone)
-    assert len(got) == len(ones), (len(got), len(ones))
-    idx = torch.tensor([i for i, _ in ones], dtype=torch.int64, device=dec.device)
-    return _tvs(torch.stack(got), dec[idx], params, probs)[0]
 
 
 def drift_table(
