@@ -196,3 +196,93 @@ def test_the_normaliser_kernel_scales_as_the_model_did() -> None:
     assert set(out) == {"20.0", "0.1"}
     for same, rel in out.values():
         assert same and rel <= 1e-12, out
+
+
+# ----------------------------------------------------------------------------- native argmax
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_product_is_strictly_increasing_where_argmax_holds(dtype: torch.dtype) -> None:
+    """Every 16-bit value, in order: wherever ``argmax_holds`` says a product is a maximum that
+    the native argmax finds, the next smaller value's product is smaller (so no earlier id can
+    tie it). Exhaustive over the 65 536 bit patterns at each scale; scales that overflow (20 and
+    3e30 for bfloat16, 1e35 for float16) or underflow (1e-30, 1e-41) do tie products, and only
+    where it fails, so the rule is not vacuous."""
+    from spectest.sampling.scaled import argmax_holds
+
+    every = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype)
+    x = torch.unique(every[~torch.isnan(every)].float()).to(dtype)  # ascending, ±0 as one
+    tying = (20.0, 3e30, 1e-30) if dtype == torch.bfloat16 else (1e35, 1e-41)
+    for scale in (*SCALES, 1.0, 7.3e-3, *tying):
+        f = product(x, scale)
+        holds = argmax_holds(f)
+        assert bool((f[:-1] < f[1:])[holds[1:]].all()), scale
+        ties = f[:-1] == f[1:]
+        assert not bool(holds[1:][ties].any()) and (scale not in tying or bool(ties.any()))
+
+
+class _Kept:
+    """A ``draw.Flags`` that keeps each call's rows."""
+
+    def __init__(self) -> None:
+        self.rows: list[torch.Tensor] = []
+
+    def add(self, ok: torch.Tensor) -> None:
+        self.rows.append(ok)
+
+
+def test_a_native_argmax_is_the_products_where_its_flag_holds() -> None:
+    """``argmax_tokens(ScaledLogits, defer=)`` reads the native logits: the product's argmax where
+    the flag holds (ties at the maximum, a NaN row: V, a maximum tied only by ``x``), and the flag
+    fails where products tie that ``x`` does not (a maximum that overflows at 3e38 · 20, one that
+    underflows at 1.2e-15 · 1e-30), or every product is -inf. There the two argmaxes differ: the
+    flag is what keeps the tokens the product's."""
+    from spectest.sampling.draw import argmax_tokens
+
+    g = torch.Generator().manual_seed(11)
+    for scale, big, small in ((20.0, 3e38, 2e38), (1e-30, 1.2e-15, 1e-15)):
+        x = (torch.randn(6, 50, generator=g) * 3).bfloat16()
+        x[1, [4, 30]] = 20.0  # a tie at the maximum: the first id
+        x[2, 17] = float("nan")
+        x[3] = -1.0
+        x[3, 9], x[3, 4] = big, small  # both products inf (20) / the smallest subnormal (1e-30)
+        f = product(x[3, [4, 9]], scale)
+        assert bool(f[0] == f[1])
+        x[4] = float("-inf")
+        x[5, 0] = -50.0
+        kept = _Kept()
+        got = argmax_tokens(ScaledLogits.wrap(x, scale), defer=kept)
+        want = argmax_tokens(product(x, scale))
+        (ok,) = kept.rows
+        assert ok.tolist() == [True, True, True, False, False, True], scale
+        assert torch.equal(got[ok], want[ok]) and got[1] == 4 and got[2] == 50
+        assert got[3] == 9 and want[3] == 4  # why the flag: the product ties 4 and 9
+        assert torch.equal(argmax_tokens(ScaledLogits.wrap(x, scale)), want)  # no defer: product
+
+
+def test_a_deferred_native_argmax_decodes_the_same_tokens(scaled_pair, monkeypatch) -> None:
+    """The one-hot drafter's argmax and the white-box bonus slot's read the native logits when the
+    loop defers its reads: the same tokens, rounds and white-box columns as the float32
+    product's loops, each chunk run once (the native argmax ran: counted); with the flag forced
+    to fail, the first chunk is redone with the reads made and the rest read at once — the
+    same outputs again."""
+    from spectest.sampling import draw, scaled
+    from spectest.sampling import pipeline as pipeline_mod
+    from tests.test_engine_deferred import _counted
+
+    monkeypatch.setattr(pipeline_mod, "DEFER_ON", frozenset({"cpu"}))
+    params = [SamplingParams(temperature=1.0, top_k=20), SamplingParams(temperature=0.7, top_k=8)]
+    rows = [RowSpec(f"c{i}", s, p) for s in range(3) for i, p in enumerate(params)]
+    req = DecodeRequest(
+        [1, 2, 3], rows, num_positions=9, run_key=7, prompt_id="p", whitebox=True, batch_size=4
+    )
+    native = []
+    holds = scaled.argmax_holds
+    monkeypatch.setattr(draw, "argmax_holds", lambda top: native.append(1) or holds(top))
+    with monkeypatch.context() as mp:
+        calls = _counted(mp, "_spec_run")
+        assert_same_decodes(scaled_pair, req, DrafterSpec(onehot=True, k=3), full=True)
+    assert calls == [True, True, True, True] and native  # both pairs' chunks, never redone
+    monkeypatch.setattr(draw, "argmax_holds", lambda top: torch.zeros_like(top, dtype=torch.bool))
+    with monkeypatch.context() as mp:
+        calls = _counted(mp, "_spec_run")
+        assert_same_decodes(scaled_pair, req, DrafterSpec(onehot=True, k=3))
+    assert calls == [True, False, False, True, True]  # native: redone; the product's: as before

@@ -247,7 +247,7 @@ class RoundObserver(_Recorder):
     def _q(self, d_logits: list[torch.Tensor], sampled: SampledRound, x: torch.Tensor) -> Law:
         s, K = self.sampler, int(x.shape[1])
         if s.variant.truthful_draft and self.drafter.onehot:
-            bonus = argmax_tokens(d_logits[K])[:, None]  # [B, 1] the bonus slot's argmax
+            bonus = argmax_tokens(d_logits[K], defer=s.pipeline.deferred)[:, None]  # [B, 1]
             return onehot_law(torch.cat([x, bonus], 1), int(d_logits[K].shape[-1]))
         if s.variant.truthful_draft and sampled.q is not None:
             bonus_q = teacher_q(d_logits[K][:, None], s.params, self.drafter, s.pipeline)

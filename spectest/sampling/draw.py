@@ -6,10 +6,12 @@ Knows nothing about where the uniforms come from, nor which law the weights are.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import torch
 
 from spectest.errors import InputError, NumericsError
+from spectest.sampling.scaled import argmax_holds, law_values, parts
 
 # rows at most this wide (a shortlist) take the positive-weight fix-up on every row, without the
 # host sync that decides which rows need it, when the inputs are not checked
@@ -95,14 +97,28 @@ def _check(w: torch.Tensor, total: torch.Tensor, u: torch.Tensor, zero: torch.Te
     return bool(fix)
 
 
-def argmax_tokens(probs: torch.Tensor) -> torch.Tensor:
-    """``[..., V]`` → ``[...]`` int64 argmax, the lowest id on ties (the greedy rule everywhere)."""
+class Flags(Protocol):
+    """Where a call's device flags go instead of a host read (``shortlist.Deferred``)."""
+
+    def add(self, ok: torch.Tensor) -> None: ...
+
+
+def argmax_tokens(probs: torch.Tensor, *, defer: Flags | None = None) -> torch.Tensor:
+    """``[..., V]`` → ``[...]`` int64 argmax, the lowest id on ties (the greedy rule everywhere).
+
+    With ``defer``, a ``ScaledLogits`` is read as its native 16-bit ``x`` (2 bytes a logit, not
+    the float32 product made first: 18 bytes), and ``defer`` gets ``scaled.argmax_holds``: the
+    rows where that is the product's argmax by construction (a failed flag redoes the caller's
+    chunk with the reads made, docs/internals.md "Deferred shortlist reads")."""
     V = int(probs.shape[-1])
+    x, scale = parts(probs) if defer is not None else (probs, None)
     # NOTE ``torch.argmax`` returns the first maximal index (documented, CPU and CUDA) in one
     # read, where ``where(x == amax, id, V).amin`` read ``[..., V]`` four times; a row with NaN
     # (argmax picks a NaN) keeps that formula's answer, V (tests/test_engine_host_work.py)
-    idx = probs.argmax(-1)  # [...]
-    at = probs.gather(-1, idx[..., None])[..., 0]  # [...]
+    idx = x.argmax(-1)  # [...]
+    at = x.gather(-1, idx[..., None])[..., 0]  # [...]
+    if defer is not None and scale is not None:
+        defer.add(argmax_holds(law_values(at, scale)))
     return torch.where(torch.isnan(at), V, idx)
 
 

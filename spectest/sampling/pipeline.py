@@ -133,7 +133,8 @@ class RoundSampler:
         """``x ~ q`` for draft logits ``[B, V]`` under uniforms ``u`` ``[B]`` (argmax for a one-hot
         drafter: no uniform used): ``(x [B], q [B, *])``, the q reported, ``None`` = δ(x)."""
         if self.on_shortlist and self.onehot:
-            return argmax_tokens(d_logits), None  # == the argmax of the one-hot law
+            x = argmax_tokens(d_logits, defer=self.pipeline.deferred)  # [B]
+            return x, None  # == the argmax of the one-hot law
         if self.on_shortlist and self.pipeline.shortlist is not None:
             q_short = self.pipeline.shortlist(d_logits, self.params)  # the processed q
             if q_short is not None:

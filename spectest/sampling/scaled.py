@@ -12,6 +12,7 @@ top-``W`` selection, a row max, a gather. Why that is exact: docs/internals.md
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -100,6 +101,21 @@ def law_values(x: torch.Tensor, scale: float | None) -> torch.Tensor:
     """The law's float32 values of native ``x`` (any shape: a gather, a row max): the static
     model's operations, ``x.to(float32).mul_(scale)``; ``x`` itself when ``scale`` is None."""
     return x if scale is None else x.to(torch.float32).mul_(scale)
+
+
+def argmax_holds(top: torch.Tensor) -> torch.Tensor:
+    """Where the first maximal id of native 16-bit ``x`` is that of its product (``[...]`` bool):
+    ``top`` ``[...]``, the product of ``x``'s maximum (``law_values``), finite and normal, or NaN.
+
+    Notes
+    -----
+    Where the product's maximum is finite and normal, no smaller ``x`` has an equal product (the
+    products are strictly increasing there: docs/internals.md "Why reading ``x`` is exact"), so the
+    ties are ``x``'s ties and the first of them is the same id; NaN is where the product's NaN
+    is (the first NaN, in both). An overflow to inf, an underflow or a zero can tie products that
+    ``x`` does not: there the caller takes the product's argmax (a deferred read that fails)."""
+    mag = top.abs()
+    return torch.isnan(top) | ((mag >= torch.finfo(torch.float32).tiny) & (mag < math.inf))
 
 
 def _call(func: Callable[..., Any], args: Any, kwargs: Any) -> Any:

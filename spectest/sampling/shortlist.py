@@ -166,7 +166,8 @@ class Deferred:
         self.ok: torch.Tensor | None = None  # device bool scalar: every row so far; None: no call
 
     def add(self, ok: torch.Tensor) -> None:
-        """A call's rows ``ok`` ``[N]`` bool: finite and decided."""
+        """A call's rows ``ok`` ``[N]`` bool: finite and decided (a native argmax's: where it is
+        the product's, ``draw.argmax_tokens``)."""
         self.ok = ok.all() if self.ok is None else self.ok & ok.all()
 
     def check(self, *more: torch.Tensor) -> list[bool]:

@@ -44,8 +44,10 @@ def main() -> None:
         print(f"{name}: {int((diff > 0).sum())} of {diff.numel()} TVs differ, max {diff.max():.3g}")
     x = torch.rand(M * T, V, generator=g, device=dev, dtype=torch.float64)
     small = torch.cat([x[i * T : (i + 1) * T].sum(-1) for i in range(M)])
-    print(f"float64 sum over V: {int((small != x.sum(-1)).sum())} of {M * T} rows differ "
-          f"between {T}-row and {M * T}-row calls")
+    print(
+        f"float64 sum over V: {int((small != x.sum(-1)).sum())} of {M * T} rows differ "
+        f"between {T}-row and {M * T}-row calls"
+    )
 
 
 if __name__ == "__main__":
