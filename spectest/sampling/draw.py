@@ -1,5 +1,6 @@
 """Turning (weights, one uniform) into a token id: inverse-CDF draws on a float64 cumsum of
-*unnormalised* weights (so the residual needs no division), and argmax with a fixed tie rule.
+*unnormalised* weights (so the residual needs no division), and argmax with a fixed tie rule
+(of a scaled model's native logits where the caller defers its reads: ``sampling.scaled``).
 Knows nothing about where the uniforms come from, nor which law the weights are.
 """
 
