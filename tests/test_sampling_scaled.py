@@ -259,11 +259,11 @@ def test_a_native_argmax_is_the_products_where_its_flag_holds() -> None:
 
 
 def test_a_deferred_native_argmax_decodes_the_same_tokens(scaled_pair, monkeypatch) -> None:
-    """The one-hot drafter's argmax and the white-box bonus slot's read the native logits when the
-    loop defers its reads: the same tokens, rounds and white-box columns as the float32
-    product's loops, each chunk run once (the native argmax ran: counted); with the flag forced
-    to fail, the first chunk is redone with the reads made and the rest read at once — the
-    same outputs again."""
+    """The one-hot drafter's argmax, the white-box bonus slot's and the plain loop's white-box q
+    (``recorder.teacher_q``) read the native logits when the loop defers its reads: the same
+    tokens, rounds and white-box columns as the float32 product's loops, each chunk run once
+    (the native argmax ran: counted); with the flag forced to fail, the first chunk is redone
+    with the reads made and the rest read at once — the same outputs again."""
     from spectest.sampling import draw, scaled
     from spectest.sampling import pipeline as pipeline_mod
     from tests.test_engine_deferred import _counted
@@ -278,11 +278,13 @@ def test_a_deferred_native_argmax_decodes_the_same_tokens(scaled_pair, monkeypat
     holds = scaled.argmax_holds
     monkeypatch.setattr(draw, "argmax_holds", lambda top: native.append(1) or holds(top))
     with monkeypatch.context() as mp:
-        calls = _counted(mp, "_spec_run")
+        calls, plain = _counted(mp, "_spec_run"), _counted(mp, "_plain_chunk")
         assert_same_decodes(scaled_pair, req, DrafterSpec(onehot=True, k=3), full=True)
-    assert calls == [True, True, True, True] and native  # both pairs' chunks, never redone
+    assert calls == plain == [True] * 4 and native  # both pairs' chunks, never redone
     monkeypatch.setattr(draw, "argmax_holds", lambda top: torch.zeros_like(top, dtype=torch.bool))
     with monkeypatch.context() as mp:
-        calls = _counted(mp, "_spec_run")
-        assert_same_decodes(scaled_pair, req, DrafterSpec(onehot=True, k=3))
-    assert calls == [True, False, False, True, True]  # native: redone; the product's: as before
+        calls, plain = _counted(mp, "_spec_run"), _counted(mp, "_plain_chunk")
+        assert_same_decodes(scaled_pair, req, DrafterSpec(onehot=True, k=3), full=True)
+    # native: redone (the plain loop's white-box q too, ``recorder.teacher_q``); the product's:
+    # as before
+    assert calls == plain == [True, False, False, True, True]

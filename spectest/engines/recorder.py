@@ -269,7 +269,8 @@ def teacher_q(
     reference's up to float64 reduction order, ``sampling/shortlist.py``)."""
     J, V = int(d_logits.shape[1]), int(d_logits.shape[2])
     if drafter.onehot:
-        tok = torch.stack([argmax_tokens(d_logits[:, i]) for i in range(J)], 1)  # [B, J]
+        defer = pipeline.deferred  # a deferring loop's: the argmax of native logits
+        tok = torch.stack([argmax_tokens(d_logits[:, i], defer=defer) for i in range(J)], 1)
         return onehot_law(tok, V)
     if drafter.q_mode == "processed" and pipeline.shortlist is not None:
         law = pipeline.shortlist(d_logits, params)  # [B, J, W] or None
