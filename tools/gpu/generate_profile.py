@@ -5,8 +5,10 @@ each arm run three times (cold: CUDA-graph captures; warm; warm under ``torch.pr
 Prints, per arm: cold, warm and profiled wall seconds, rows and tokens per second (warm), the
 profiled run's CUDA time and the count of host-device syncs seen by the profiler
 (``cudaStreamSynchronize`` / ``cudaMemcpyAsync`` device-to-host calls), then its ``--top``
-kernels/ops by self CUDA time and by self CPU time. About 2 min on one H200 at P1's models with
-``--prompts 1``; runs on CPU too.
+kernels/ops by self CUDA time and by self CPU time. ``--stacks N``: the profiled run records
+Python stacks and shapes, and the CUDA table groups ops by their innermost N frames and input
+shapes instead (which call site makes each cast or full-vocabulary product). About 2 min on one
+H200 at P1's models with ``--prompts 1``; runs on CPU too.
 
     PYTHONPATH=. python tools/gpu/generate_profile.py --arms reference,candidate --set \
       models.device=cuda --set batch_size=768 --set models.target=realistic:qwen3-0.6b \
@@ -39,6 +41,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=1)
     ap.add_argument("--arms", default="reference,candidate")
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--stacks", type=int, default=0)
     a = ap.parse_args()
     p = load_protocol(a.config, sets=a.set)
     plan = make_plan(p)
@@ -54,7 +57,11 @@ def main() -> None:
     for arm in arms:
         walls = []
         for label in ("cold", "warm", "profiled"):
-            prof = profile(activities=activities) if label == "profiled" else None
+            stacks = {}
+            if a.stacks:  # verbose: the events keep their Python stacks
+                verbose = torch._C._profiler._ExperimentalConfig(verbose=True)
+                stacks = {"with_stack": True, "record_shapes": True, "experimental_config": verbose}
+            prof = profile(activities=activities, **stacks) if label == "profiled" else None
             _sync()
             t0 = time.perf_counter()
             if prof is not None:
@@ -79,7 +86,12 @@ def main() -> None:
             f" profiled; syncs {syncs},"
             f" cudaMemcpyAsync {d2h}"
         )
-        print(ev.table(sort_by="self_device_time_total", row_limit=a.top, max_name_column_width=60))
+        by = (
+            prof.key_averages(group_by_input_shape=True, group_by_stack_n=a.stacks)
+            if a.stacks
+            else ev
+        )
+        print(by.table(sort_by="self_device_time_total", row_limit=a.top, max_name_column_width=60))
         print(ev.table(sort_by="self_cpu_time_total", row_limit=a.top, max_name_column_width=60))
     engines.close()
 
