@@ -15,7 +15,8 @@
 #           and full-vocabulary products left on CUDA); the table in OUT's genstacks.txt
 #   bench   (cards of 100 GB or more) `spectest bench` at 1 024 rows: MFU, this tree and BASE_TREE
 #
-#   bash tools/gpu/session32.sh OLD_TREE BASE_TREE OUT    (PARTS="p1 bench": those parts only)
+#   bash tools/gpu/session32.sh OLD_TREE BASE_TREE OUT    (PARTS="p1 bench": those parts only;
+#   default: every part, bench on a card of 100 GB or more, else stacks)
 # Run directories are deleted; the text outputs end in OUT/session32-PARTS.tgz. What ran and what it
 # printed: results/LOG.md "lead (session 32)".
 set -uo pipefail
@@ -27,7 +28,9 @@ mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -
 if [ "$mem" -lt 100000 ]; then export EXTRA="--set seeds.per_arm=128"; fi
 export GPU_TESTS="tests/test_engine_deferred.py tests/test_sampling_native.py
   tests/test_engine_host_work.py tests/test_engine_fast.py tests/test_numerics_replay.py"
-for part in ${PARTS:-tvbits gpu p1 genab bench}; do
+last=bench; if [ "$mem" -lt 100000 ]; then last=stacks; fi  # MFU's goal is the H200's
+PARTS="${PARTS:-tvbits gpu p1 genab $last}"
+for part in $PARTS; do
   case "$part" in
     tvbits)
       echo "=== tvbits ($(date -u +%H:%M:%S))"
@@ -51,4 +54,4 @@ for part in ${PARTS:-tvbits gpu p1 genab bench}; do
     *) STEPS="$part" bash tools/gpu/session30.sh "$OLD" "$BASE" "$W" ;;
   esac
 done
-tar -C "$W" -czf "$OUT/session32-$(echo ${PARTS:-all} | tr " " _).tgz" . && rm -rf "$W"
+tar -C "$W" -czf "$OUT/session32-$(echo $PARTS | tr " " _).tgz" . && rm -rf "$W"
