@@ -13,7 +13,7 @@
 #   stacks  tools/gpu/generate_profile.py --stacks 6: one P1 prompt-batch of the candidate and
 #           reference arms profiled with Python stacks and shapes (which call sites make the casts
 #           and full-vocabulary products left on CUDA); the table in OUT's genstacks.txt
-#   bench   (cards of 100 GB or more) `spectest bench` at 1 024 rows: MFU, this tree and BASE_TREE
+#   bench   (cards of 100 GB or more) `spectest bench` at 1 024 rows: MFU, this tree's arms
 #
 #   bash tools/gpu/session32.sh OLD_TREE BASE_TREE OUT    (PARTS="p1 bench": those parts only;
 #   default: every part, bench on a card of 100 GB or more, else stacks)
@@ -47,9 +47,14 @@ for part in $PARTS; do
         --set models.target=realistic:qwen3-0.6b --set "models.draft=derived:first_layers,layers=4" \
         --set models.dtype=bfloat16 > "$W/genstacks.txt" 2>&1 < /dev/null
       echo "exit $?"; grep -E "^(load|==)" "$W/genstacks.txt" ;;
-    bench)
+    bench)  # this tree's arms only (the sampled drafter takes no argmax)
       if [ "$mem" -ge 100000 ]; then
-        BENCH_ROWS=1024 STEPS=bench bash tools/gpu/session30.sh "$OLD" "$BASE" "$W"
+        echo "=== bench ($(date -u +%H:%M:%S))"
+        PYTHONPATH="$PWD" timeout 200 python -m spectest bench --device cuda \
+          --target realistic:qwen3-0.6b --draft derived:first_layers,layers=4 --positions 32 \
+          --k 4 --peak-tflops 800 --drafter sampled --repeat 5 --rows 1024 \
+          --arms fast-plain,fast-spec,hf-generate --out "$W/bench.jsonl" > "$W/bench.txt" 2>&1 < /dev/null
+        echo "exit $?"; tail -n 12 "$W/bench.txt"
       else echo "bench: skipped (an H100; MFU's goal is the H200's)"; fi ;;
     *) STEPS="$part" bash tools/gpu/session30.sh "$OLD" "$BASE" "$W" ;;
   esac
