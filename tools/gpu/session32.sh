@@ -17,7 +17,7 @@
 #
 #   bash tools/gpu/session32.sh OLD_TREE BASE_TREE OUT    (PARTS="p1 bench": those parts only;
 #   default: every part, bench on a card of 100 GB or more, else stacks)
-# Run directories are deleted; the text outputs end in OUT/session32-PARTS.tgz. What ran and what it
+# Run directories are deleted; the text outputs end in OUT/session32.tgz. What ran and what it
 # printed: results/LOG.md "lead (session 32)".
 set -uo pipefail
 OLD="$1"; BASE="$2"; OUT="$3"
@@ -58,5 +58,5 @@ for part in $PARTS; do
       else echo "bench: skipped (an H100; MFU's goal is the H200's)"; fi ;;
     *) STEPS="$part" bash tools/gpu/session30.sh "$OLD" "$BASE" "$W" ;;
   esac
+  tar -C "$W" -czf "$OUT/session32.tgz" .  # after each part: a run cut short keeps what ran
 done
-tar -C "$W" -czf "$OUT/session32-$(echo $PARTS | tr " " _).tgz" . && rm -rf "$W"
