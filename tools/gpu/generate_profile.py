@@ -54,13 +54,13 @@ def main() -> None:
     activities = [ProfilerActivity.CPU] + (
         [ProfilerActivity.CUDA] if torch.cuda.is_available() else []
     )
+    stacks = {}
+    if a.stacks:  # verbose: the events keep their Python stacks
+        verbose = torch._C._profiler._ExperimentalConfig(verbose=True)
+        stacks = {"with_stack": True, "record_shapes": True, "experimental_config": verbose}
     for arm in arms:
         walls = []
         for label in ("cold", "warm", "profiled"):
-            stacks = {}
-            if a.stacks:  # verbose: the events keep their Python stacks
-                verbose = torch._C._profiler._ExperimentalConfig(verbose=True)
-                stacks = {"with_stack": True, "record_shapes": True, "experimental_config": verbose}
             prof = profile(activities=activities, **stacks) if label == "profiled" else None
             _sync()
             t0 = time.perf_counter()
