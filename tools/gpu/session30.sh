@@ -17,7 +17,8 @@
 #
 #   bash tools/gpu/session30.sh OLD_TREE BASE_TREE [OUT]
 #   (each tree: `git archive COMMIT spectest protocols | tar -x -C TREE`; env: GPU_TESTS the gpu
-#   step's files, BENCH_ROWS the bench step's row counts). What ran and what it printed:
+#   step's files, BENCH_ROWS the bench step's row counts, BENCH_NO_BASE=1 its base tree skipped,
+#   GENPROF_ARGS more arguments of the genprof step's generate_profile.py). What ran and what it printed:
 #   results/LOG.md "lead (session 30)".
 set -uo pipefail
 OLD="$1"
@@ -54,7 +55,7 @@ for step in ${STEPS:-gpu kernels p1 bench timeline}; do
     bench)
       for rows in ${BENCH_ROWS:-1024 256}; do
         bench "$PWD" "$rows" fast-plain,fast-spec,hf-generate "$OUT/bench.jsonl"
-        bench "$BASE" "$rows" fast-plain,fast-spec "$OUT/bench-base.jsonl"
+        if [ -z "${BENCH_NO_BASE:-}" ]; then bench "$BASE" "$rows" fast-plain,fast-spec "$OUT/bench-base.jsonl"; fi
       done ;;
     timeline)
       bash tools/gpu/p1_timeline.sh "$OUT/timeline" > "$OUT/timeline.txt" 2>&1 < /dev/null
@@ -65,7 +66,7 @@ for step in ${STEPS:-gpu kernels p1 bench timeline}; do
       echo "exit $?"; grep -E "^(load|matched|rounds|drift_table|GRAPH)" "$OUT/numerics.txt" ;;
     genprof)
       PYTHONPATH="$PWD" timeout 200 python tools/gpu/generate_profile.py --arms reference,candidate \
-        --top 30 "${PAIR[@]}" > "$OUT/genprof.txt" 2>&1 < /dev/null
+        --top 30 "${PAIR[@]}" ${GENPROF_ARGS:-} > "$OUT/genprof.txt" 2>&1 < /dev/null
       echo "exit $?"; grep -E "^(load|==|reference|candidate)" "$OUT/genprof.txt" ;;
     genab)
       for tree in "$BASE" "$PWD"; do

@@ -10,9 +10,9 @@
 #           seeds per arm (384-row batches fit an H100), else at the plan's full budget
 #   genab   two P1 prompt-batches per arm, warm, unprofiled: BASE_TREE (before the native argmax)
 #           then this tree — the one-hot arms' walls A/B
-#   stacks  tools/gpu/generate_profile.py --stacks 6: one P1 prompt-batch of the candidate and
-#           reference arms profiled with Python stacks and shapes (which call sites make the casts
-#           and full-vocabulary products left on CUDA); the table in OUT's genstacks.txt
+#   stacks  session30.sh's genprof with --stacks 6: one P1 prompt-batch of the reference and
+#           candidate arms profiled with Python stacks and shapes (which call sites make the casts
+#           and full-vocabulary products left on CUDA); the table in the archive's genprof.txt
 #   bench   (cards of 100 GB or more) `spectest bench` at 1 024 rows: MFU, this tree's arms
 #
 #   bash tools/gpu/session32.sh OLD_TREE BASE_TREE OUT    (PARTS="p1 bench": those parts only;
@@ -40,21 +40,10 @@ for part in $PARTS; do
       echo "P1 at ${EXTRA:-the full budget} (card: $mem MiB)"
       STEPS=p1 bash tools/gpu/session30.sh "$OLD" "$BASE" "$W"
       rm -rf "$W"/p1/old "$W"/p1/new "$W"/p1/warmup-* ;;
-    stacks)
-      echo "=== stacks ($(date -u +%H:%M:%S))"
-      PYTHONPATH="$PWD" timeout 200 python tools/gpu/generate_profile.py --arms candidate,reference \
-        --top 40 --stacks 6 --set models.device=cuda --set batch_size=768 \
-        --set models.target=realistic:qwen3-0.6b --set "models.draft=derived:first_layers,layers=4" \
-        --set models.dtype=bfloat16 > "$W/genstacks.txt" 2>&1 < /dev/null
-      echo "exit $?"; grep -E "^(load|==)" "$W/genstacks.txt" ;;
+    stacks) GENPROF_ARGS="--stacks 6 --top 40" STEPS=genprof bash tools/gpu/session30.sh "$OLD" "$BASE" "$W" ;;
     bench)  # this tree's arms only (the sampled drafter takes no argmax)
       if [ "$mem" -ge 100000 ]; then
-        echo "=== bench ($(date -u +%H:%M:%S))"
-        PYTHONPATH="$PWD" timeout 200 python -m spectest bench --device cuda \
-          --target realistic:qwen3-0.6b --draft derived:first_layers,layers=4 --positions 32 \
-          --k 4 --peak-tflops 800 --drafter sampled --repeat 5 --rows 1024 \
-          --arms fast-plain,fast-spec,hf-generate --out "$W/bench.jsonl" > "$W/bench.txt" 2>&1 < /dev/null
-        echo "exit $?"; tail -n 12 "$W/bench.txt"
+        BENCH_ROWS=1024 BENCH_NO_BASE=1 STEPS=bench bash tools/gpu/session30.sh "$OLD" "$BASE" "$W"
       else echo "bench: skipped (an H100; MFU's goal is the H200's)"; fi ;;
     *) STEPS="$part" bash tools/gpu/session30.sh "$OLD" "$BASE" "$W" ;;
   esac
